@@ -1,0 +1,104 @@
+//! `baton ping`, `status`, `pause` and `resume`: one call to one instance.
+
+use super::args::Args;
+use super::{emit, emit_json, target};
+use crate::config::Config;
+use crate::error::{ExitCode, Result};
+use crate::sanitize::escape;
+use serde_json::{Value, json};
+use std::time::Instant;
+
+fn one_call(
+    args: &Args,
+    config: &Config,
+    cmd: &str,
+    method: &str,
+) -> Result<(crate::registry::Peer, Value)> {
+    super::at_most(args, cmd, 1)?;
+    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
+    let mut conn = target::connect(config, &peer)?;
+    let r = conn
+        .call(method, json!({}))
+        .map_err(|e| target::transport(&peer, e))?;
+    Ok((peer, r))
+}
+
+pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
+    super::at_most(args, "ping", 1)?;
+    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
+    let mut conn = target::connect(config, &peer)?;
+    let start = Instant::now();
+    let r = conn
+        .call("ping", json!({}))
+        .map_err(|e| target::transport(&peer, e))?;
+    let micros = start.elapsed().as_micros();
+    if args.flag("json") {
+        let mut r = r;
+        r["round_trip_us"] = json!(micros);
+        emit_json(&r);
+    } else {
+        emit(&format!(
+            "pong from {} ({}): {}, {:.2} ms\n",
+            escape(&peer.manifest.name),
+            peer.manifest.instance_id,
+            r.get("state").and_then(Value::as_str).unwrap_or("?"),
+            micros as f64 / 1000.0
+        ));
+    }
+    Ok(ExitCode::Ok)
+}
+
+pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
+    let (_, r) = one_call(args, config, "status", "control/status")?;
+    if args.flag("json") {
+        emit_json(&r);
+        return Ok(ExitCode::Ok);
+    }
+    let s = |k: &str| match r.get(k) {
+        Some(Value::String(s)) => escape(s).into_owned(),
+        Some(Value::Null) | None => "-".into(),
+        Some(v) => v.to_string(),
+    };
+    let q = &r["queue"];
+    emit(&format!(
+        "name:        {}\ninstance:    {}\npid:         {}\nstate:       {}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nspool:       {}\nqueued:      {} of {}\nprocessing:  {}\ninterrupted: {}\nopen task:   {}\n",
+        s("name"),
+        s("instance_id"),
+        s("pid"),
+        s("state"),
+        s("profile"),
+        s("model"),
+        s("workspace"),
+        s("socket"),
+        s("spool"),
+        q["queued"],
+        q["max"],
+        q["processing"],
+        q["interrupted"],
+        s("open_task"),
+    ));
+    Ok(ExitCode::Ok)
+}
+
+fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
+    let (peer, r) = one_call(args, config, cmd, &format!("control/{cmd}"))?;
+    if args.flag("json") {
+        emit_json(&r);
+    } else {
+        emit(&format!(
+            "{} ({}): {}\n",
+            escape(&peer.manifest.name),
+            peer.manifest.instance_id,
+            r.get("state").and_then(Value::as_str).unwrap_or("?")
+        ));
+    }
+    Ok(ExitCode::Ok)
+}
+
+pub fn pause(args: &Args, config: &Config) -> Result<ExitCode> {
+    set_paused(args, config, "pause")
+}
+
+pub fn resume(args: &Args, config: &Config) -> Result<ExitCode> {
+    set_paused(args, config, "resume")
+}

@@ -1,0 +1,137 @@
+//! `baton inbox list|claim|complete`: the pull side of an instance.
+
+use super::args::Args;
+use super::list::table;
+use super::{emit, emit_json, target};
+use crate::config::Config;
+use crate::error::{Error, ExitCode, Result};
+use crate::sanitize::{escape, escape_multiline};
+use serde_json::{Value, json};
+
+pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
+    let Some(action) = args.positional.first().map(String::as_str) else {
+        return Err(Error::Usage(
+            "inbox: say list, claim or complete (see 'baton help inbox')".into(),
+        ));
+    };
+    let rest = &args.positional[1..];
+    let (target_arg, method, params) = match action {
+        "list" | "claim" => {
+            if rest.len() > 1 {
+                return Err(Error::Usage(format!(
+                    "inbox {action}: unexpected argument {}",
+                    escape(&rest[1])
+                )));
+            }
+            (rest.first(), format!("inbox/{action}"), json!({}))
+        }
+        "complete" => {
+            let (t, id) = match rest {
+                [id] => (None, id),
+                [t, id] => (Some(t), id),
+                [] => return Err(Error::Usage("inbox complete: MESSAGE_ID is missing".into())),
+                _ => {
+                    return Err(Error::Usage(format!(
+                        "inbox complete: unexpected argument {}",
+                        escape(&rest[2])
+                    )));
+                }
+            };
+            let outcome = args.value("outcome").unwrap_or("done");
+            (
+                t,
+                "inbox/complete".into(),
+                json!({"message_id": id, "outcome": outcome}),
+            )
+        }
+        other => {
+            return Err(Error::Usage(format!(
+                "inbox: unknown action {}: use list, claim or complete",
+                escape(other)
+            )));
+        }
+    };
+    let peer = target::resolve(config, target_arg.map(String::as_str))?;
+    let mut conn = target::connect(config, &peer)?;
+    let r = conn
+        .call(&method, params)
+        .map_err(|e| target::transport(&peer, e))?;
+    let status = r.get("status").and_then(Value::as_str).unwrap_or("");
+    let reason = escape(r.get("reason").and_then(Value::as_str).unwrap_or("")).into_owned();
+    let code = match (action, status) {
+        ("list", _) | ("claim", "claimed" | "empty") | ("complete", "completed") => ExitCode::Ok,
+        _ => ExitCode::Refused,
+    };
+    if args.flag("json") {
+        emit_json(&r);
+        return Ok(code);
+    }
+    match action {
+        "list" => print_list(&r),
+        "claim" => {
+            for rej in r
+                .get("rejected")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                eprintln!(
+                    "baton: a bad task file went to rejected/: {}",
+                    escape(&rej.to_string())
+                );
+            }
+            match status {
+                "claimed" => emit(&escape_multiline(
+                    r["task"]["envelope"].as_str().unwrap_or(""),
+                )),
+                "empty" => eprintln!("baton: the inbox is empty"),
+                _ => eprintln!("baton: cannot claim: {status}: {reason}"),
+            }
+        }
+        _ => match status {
+            "completed" => emit(&format!(
+                "completed {} ({})\n",
+                escape(r["message_id"].as_str().unwrap_or("")),
+                r["outcome"].as_str().unwrap_or("")
+            )),
+            _ => eprintln!("baton: cannot complete: {status}: {reason}"),
+        },
+    }
+    Ok(code)
+}
+
+fn print_list(r: &Value) {
+    let mut rows = Vec::new();
+    for (place, key) in [
+        ("queued", "queued"),
+        ("processing", "processing"),
+        ("interrupted", "interrupted"),
+    ] {
+        for t in r.get(key).and_then(Value::as_array).into_iter().flatten() {
+            let sender = &t["sender"];
+            let from = sender
+                .get("name")
+                .and_then(Value::as_str)
+                .map(|s| escape(s).into_owned())
+                .unwrap_or_else(|| "-".into());
+            rows.push([
+                place.to_string(),
+                escape(t["message_id"].as_str().unwrap_or("")).into_owned(),
+                from,
+                sender
+                    .get("pid")
+                    .map(Value::to_string)
+                    .unwrap_or_else(|| "-".into()),
+                t["bytes"].to_string(),
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        eprintln!("baton: no tasks");
+    } else {
+        emit(&table(
+            ["PLACE", "MESSAGE_ID", "FROM", "PID", "BYTES"],
+            &rows,
+        ));
+    }
+}

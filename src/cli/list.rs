@@ -1,0 +1,126 @@
+//! `baton list` and `baton gc`: discovery, shown or cleaned.
+
+use super::args::Args;
+use super::{emit, emit_json, target};
+use crate::config::Config;
+use crate::error::{ExitCode, Result};
+use crate::registry;
+use crate::sanitize::escape;
+use serde_json::{Value, json};
+
+pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
+    super::at_most(args, "list", 0)?;
+    let found = target::discover(config)?;
+    if args.flag("json") {
+        let mut out: Vec<Value> = found
+            .peers
+            .iter()
+            .map(|p| serde_json::to_value(&p.manifest).expect("serializes"))
+            .collect();
+        if args.flag("all") {
+            for s in &found.skipped {
+                let mut v = match &s.manifest {
+                    Some(m) => serde_json::to_value(m).expect("serializes"),
+                    None => json!({}),
+                };
+                v["path"] = json!(s.path.display().to_string());
+                if v.get("instance_id").is_none()
+                    && let Some(id) = &s.instance_id
+                {
+                    v["instance_id"] = json!(id);
+                }
+                v["wire"] = json!(s.wire.as_str());
+                v["problem"] = json!(s.problem);
+                out.push(v);
+            }
+        }
+        emit_json(&Value::Array(out));
+        return Ok(ExitCode::Ok);
+    }
+    if found.peers.is_empty() {
+        eprintln!("baton: no other live instances");
+    } else {
+        let rows: Vec<[String; 6]> = found
+            .peers
+            .iter()
+            .map(|p| {
+                let m = &p.manifest;
+                [
+                    escape(&m.name).into_owned(),
+                    m.pid.to_string(),
+                    m.state.clone(),
+                    m.instance_id.clone(),
+                    p.wire.as_str().to_string(),
+                    escape(&m.workspace).into_owned(),
+                ]
+            })
+            .collect();
+        emit(&table(
+            ["NAME", "PID", "STATE", "ID", "WIRE", "WORKSPACE"],
+            &rows,
+        ));
+    }
+    if args.flag("all") {
+        for s in &found.skipped {
+            emit(&format!(
+                "skipped {}: {}\n",
+                escape(&s.path.display().to_string()),
+                escape(&s.problem)
+            ));
+        }
+    }
+    Ok(ExitCode::Ok)
+}
+
+/// Left-aligned columns; the last column is not padded.
+pub fn table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
+    let mut width = [0usize; N];
+    for (i, h) in head.iter().enumerate() {
+        width[i] = h.chars().count();
+    }
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            width[i] = width[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == N {
+                l.push_str(c);
+            } else {
+                l.push_str(c);
+                l.push_str(&" ".repeat(width[i] - c.chars().count() + 2));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(head.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
+    super::at_most(args, "gc", 0)?;
+    let dir = registry::ensure_dir(config)?;
+    let ours = [registry::RegistryDir {
+        path: dir.clone(),
+        wire: registry::Wire::Jsonrpc,
+    }];
+    let found = registry::discover(&ours, None, config.io_timeout);
+    let removed = registry::remove_stale(&dir, &found.skipped);
+    if args.flag("json") {
+        emit_json(&json!({"removed": removed}));
+    } else if removed.is_empty() {
+        eprintln!("baton: no stale entries in {}", dir.display());
+    } else {
+        for id in &removed {
+            emit(&format!("removed stale instance {id}\n"));
+        }
+    }
+    Ok(ExitCode::Ok)
+}

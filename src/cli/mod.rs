@@ -1,0 +1,282 @@
+//! The command line (DESIGN §8): one table of commands, each in its own
+//! file with a `run`, and the one place where errors become exit codes.
+
+mod args;
+mod control;
+mod inbox;
+mod list;
+mod send;
+mod serve;
+mod target;
+
+pub use args::Opt;
+use args::{Args, switch, value};
+
+use crate::config::Config;
+use crate::error::{Error, ExitCode, Result};
+use std::ffi::OsString;
+use std::io::Write;
+
+/// One subcommand.
+pub struct Command {
+    pub name: &'static str,
+    pub usage: &'static str,
+    pub summary: &'static str,
+    pub opts: &'static [Opt],
+    run: fn(&Args, &Config) -> Result<ExitCode>,
+}
+
+const HELP: Opt = Opt {
+    long: "help",
+    short: Some('h'),
+    takes_value: false,
+    help: "show this help",
+};
+const JSON: Opt = switch("json", "print JSON instead of text");
+
+pub const COMMANDS: &[Command] = &[
+    Command {
+        name: "serve",
+        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL] [--paused] [--ephemeral-spool] [--accept-from PATTERN]... [--deny-from PATTERN]...",
+        summary: "run an instance for a workspace; its agent pulls tasks with 'baton inbox claim'",
+        opts: &[
+            value(
+                "name",
+                "the instance name (default: the workspace's basename)",
+            ),
+            value(
+                "workspace",
+                "the workspace directory (default: the current directory)",
+            ),
+            value("profile", "coding (default) or sysadmin"),
+            value("model", "the agent's label, shown to peers"),
+            switch(
+                "paused",
+                "start paused: refuse new tasks until 'baton resume'",
+            ),
+            switch(
+                "ephemeral-spool",
+                "keep the spool in a private runtime directory removed at exit",
+            ),
+            value(
+                "accept-from",
+                "accept only senders whose name or workspace matches this glob (repeatable)",
+            ),
+            value(
+                "deny-from",
+                "refuse senders whose name or workspace matches this glob (repeatable)",
+            ),
+            HELP,
+        ],
+        run: serve::run,
+    },
+    Command {
+        name: "list",
+        usage: "baton list [--json] [--all]",
+        summary: "list live instances (name, pid, state, id, workspace)",
+        opts: &[
+            JSON,
+            switch(
+                "all",
+                "also show entries that were skipped, with the problem",
+            ),
+            HELP,
+        ],
+        run: list::run,
+    },
+    Command {
+        name: "send",
+        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer]",
+        summary: "deliver a task to an instance (exact id or unique name); MESSAGE or stdin",
+        opts: &[
+            JSON,
+            value(
+                "message-id",
+                "use this message id (to retry a send exactly)",
+            ),
+            value(
+                "mode",
+                "queue (default, FIFO) or steer (ahead of queued tasks)",
+            ),
+            HELP,
+        ],
+        run: send::run,
+    },
+    Command {
+        name: "ping",
+        usage: "baton ping [TARGET] [--json]",
+        summary: "check that an instance answers, and how fast",
+        opts: &[JSON, HELP],
+        run: control::ping,
+    },
+    Command {
+        name: "status",
+        usage: "baton status [TARGET] [--json]",
+        summary: "show an instance's state, queue and spool",
+        opts: &[JSON, HELP],
+        run: control::status,
+    },
+    Command {
+        name: "pause",
+        usage: "baton pause [TARGET] [--json]",
+        summary: "refuse new tasks (status paused); queued tasks are kept",
+        opts: &[JSON, HELP],
+        run: control::pause,
+    },
+    Command {
+        name: "resume",
+        usage: "baton resume [TARGET] [--json]",
+        summary: "accept tasks again and continue the queue",
+        opts: &[JSON, HELP],
+        run: control::resume,
+    },
+    Command {
+        name: "inbox",
+        usage: "baton inbox list|claim [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--json]",
+        summary: "see queued tasks, claim the next one, complete the claimed one",
+        opts: &[
+            JSON,
+            value("outcome", "done (default) or failed, for complete"),
+            HELP,
+        ],
+        run: inbox::run,
+    },
+    Command {
+        name: "gc",
+        usage: "baton gc [--json]",
+        summary: "remove the registry entries of instances that are gone",
+        opts: &[JSON, HELP],
+        run: list::gc,
+    },
+    Command {
+        name: "help",
+        usage: "baton help [COMMAND]",
+        summary: "show help for baton or one command",
+        opts: &[HELP],
+        run: help_cmd,
+    },
+];
+
+fn overview() -> String {
+    let mut s = String::from(
+        "baton: hand tasks between agent processes on this host\n\n\
+         usage: baton COMMAND [ARGS]\n\ncommands:\n",
+    );
+    for c in COMMANDS {
+        s.push_str(&format!("  {:<8} {}\n", c.name, c.summary));
+    }
+    s.push_str(
+        "\nTARGET is an exact instance id or a name that one live instance has;\n\
+         without TARGET, the instance of $BATON_SOCKET or the one serving the\n\
+         current directory.\n\n\
+         exit status: 0 done, 1 refused by the receiver, 2 usage or environment\n\
+         error, 3 no such target or an ambiguous one, 4 transport failure.\n\n\
+         'baton help COMMAND' shows a command's options; 'baton --version' the version.\n",
+    );
+    s
+}
+
+/// The help text of one command.
+pub fn command_help(c: &Command) -> String {
+    let mut s = format!("usage: {}\n\n{}\n\noptions:\n", c.usage, c.summary);
+    for o in c.opts {
+        let flag = match (o.short, o.takes_value) {
+            (Some(sh), _) => format!("-{sh}, --{}", o.long),
+            (None, true) => format!("--{} VALUE", o.long),
+            (None, false) => format!("--{}", o.long),
+        };
+        s.push_str(&format!("  {flag:<22} {}\n", o.help));
+    }
+    s
+}
+
+fn help_cmd(args: &Args, _: &Config) -> Result<ExitCode> {
+    match args.positional.first() {
+        None => emit(&overview()),
+        Some(name) => match COMMANDS.iter().find(|c| c.name == name) {
+            Some(c) => emit(&command_help(c)),
+            None => {
+                return Err(Error::Usage(format!(
+                    "no command {}: see 'baton help'",
+                    crate::sanitize::escape(name)
+                )));
+            }
+        },
+    }
+    Ok(ExitCode::Ok)
+}
+
+/// Writes to stdout; a closed pipe (`baton list | head -1`) ends the
+/// process quietly instead of panicking.
+pub fn emit(s: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("baton: cannot write to stdout: {e}");
+        std::process::exit(ExitCode::Usage as i32);
+    }
+}
+
+/// Prints a JSON value on one line.
+pub fn emit_json(v: &serde_json::Value) {
+    emit(&format!("{v}\n"));
+}
+
+/// Runs the command line and returns the process exit status.
+pub fn main() -> i32 {
+    let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
+    match run(&argv) {
+        Ok(code) => code as i32,
+        Err(e) => {
+            eprintln!("baton: {e}");
+            e.exit_code() as i32
+        }
+    }
+}
+
+fn run(argv: &[OsString]) -> Result<ExitCode> {
+    let Some(first) = argv.first() else {
+        eprint!("{}", overview());
+        return Err(Error::Usage(
+            "no command given (the interactive view is not part of this version)".into(),
+        ));
+    };
+    let name = first.to_str().unwrap_or("");
+    match name {
+        "--version" | "-V" | "version" => {
+            emit(&format!("baton {}\n", env!("CARGO_PKG_VERSION")));
+            return Ok(ExitCode::Ok);
+        }
+        "--help" | "-h" => {
+            emit(&overview());
+            return Ok(ExitCode::Ok);
+        }
+        _ => {}
+    }
+    let Some(cmd) = COMMANDS.iter().find(|c| c.name == name) else {
+        return Err(Error::Usage(format!(
+            "unknown command {}: see 'baton help'",
+            crate::sanitize::escape(&first.to_string_lossy())
+        )));
+    };
+    let args = args::parse(cmd.name, &argv[1..], cmd.opts)?;
+    if args.flag("help") {
+        emit(&command_help(cmd));
+        return Ok(ExitCode::Ok);
+    }
+    let config = Config::from_env()?;
+    (cmd.run)(&args, &config)
+}
+
+/// Fails when a command got more positionals than it takes.
+fn at_most(args: &Args, cmd: &str, n: usize) -> Result<()> {
+    if args.positional.len() > n {
+        return Err(Error::Usage(format!(
+            "{cmd}: unexpected argument {} (see 'baton help {cmd}')",
+            crate::sanitize::escape(&args.positional[n])
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! Turning a TARGET argument into one live instance: an exact instance id,
+//! or a name exactly one live instance has. Without TARGET: the instance of
+//! `$BATON_SOCKET`, else the one serving the current directory.
+
+use crate::client::{ClientError, Connection};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::registry::{self, Discovery, Peer};
+use crate::sanitize::escape;
+use std::path::{Path, PathBuf};
+
+/// Discovers peers in every registry we scan, excluding the caller's own
+/// instance when it runs inside one.
+pub fn discover(config: &Config) -> Result<Discovery> {
+    let dir = registry::ensure_dir(config)?;
+    let dirs = registry::scan_dirs(&dir);
+    let me = own_instance_id();
+    Ok(registry::discover(&dirs, me.as_deref(), config.io_timeout))
+}
+
+/// The instance id of `$BATON_SOCKET` (`…/a-<id>.sock`), if any.
+pub fn own_instance_id() -> Option<String> {
+    let s = PathBuf::from(std::env::var_os("BATON_SOCKET")?);
+    let name = s.file_name()?.to_str()?;
+    let id = name.strip_prefix("a-")?.strip_suffix(".sock")?;
+    registry::valid_id(id).then(|| id.to_string())
+}
+
+fn describe(p: &Peer) -> String {
+    let m = &p.manifest;
+    format!(
+        "  {}  pid {}  {}  {}{}",
+        escape(&m.name),
+        m.pid,
+        escape(&m.workspace),
+        m.instance_id,
+        if p.wire == registry::Wire::Zcoder {
+            "  (zcoder)"
+        } else {
+            ""
+        }
+    )
+}
+
+fn candidates(peers: &[&Peer]) -> String {
+    if peers.is_empty() {
+        return "no live instances are running".into();
+    }
+    let mut s = String::from("candidates:");
+    for p in peers {
+        s.push('\n');
+        s.push_str(&describe(p));
+    }
+    s
+}
+
+/// Resolves TARGET among live peers.
+pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
+    let dir = registry::ensure_dir(config)?;
+    let dirs = registry::scan_dirs(&dir);
+    let found = registry::discover(&dirs, None, config.io_timeout);
+    let all: Vec<&Peer> = found.peers.iter().collect();
+    let pick = |matches: Vec<&Peer>, what: String| -> Result<Peer> {
+        match matches.len() {
+            1 => Ok(matches[0].clone()),
+            0 => Err(Error::NoTarget(format!("{what}; {}", candidates(&all)))),
+            _ => Err(Error::NoTarget(format!(
+                "{what} is ambiguous: pick one by id; {}",
+                candidates(&matches)
+            ))),
+        }
+    };
+    match target {
+        Some(t) => {
+            if let Some(p) = all.iter().find(|p| p.manifest.instance_id == t) {
+                return Ok((*p).clone());
+            }
+            let named: Vec<&Peer> = all
+                .iter()
+                .copied()
+                .filter(|p| p.manifest.name == t)
+                .collect();
+            if named.is_empty() {
+                return Err(Error::NoTarget(format!(
+                    "no live instance has the id or name {}; {}",
+                    escape(t),
+                    candidates(&all)
+                )));
+            }
+            pick(named, format!("the name {}", escape(t)))
+        }
+        None => {
+            if let Some(sock) = std::env::var_os("BATON_SOCKET") {
+                let sock = PathBuf::from(sock);
+                let mine: Vec<&Peer> = all
+                    .iter()
+                    .copied()
+                    .filter(|p| Path::new(&p.manifest.socket) == sock)
+                    .collect();
+                return pick(
+                    mine,
+                    format!(
+                        "no live instance listens on BATON_SOCKET={}",
+                        escape(&sock.display().to_string())
+                    ),
+                );
+            }
+            let cwd = std::env::current_dir()
+                .and_then(std::fs::canonicalize)
+                .map_err(|e| Error::io("read", Path::new("."), e))?;
+            let here: Vec<&Peer> = all
+                .iter()
+                .copied()
+                .filter(|p| {
+                    Path::new(&p.manifest.workspace) == cwd && p.wire == registry::Wire::Jsonrpc
+                })
+                .collect();
+            if here.is_empty() {
+                return Err(Error::NoTarget(format!(
+                    "no instance serves {}: name a TARGET; {}",
+                    escape(&cwd.display().to_string()),
+                    candidates(&all)
+                )));
+            }
+            pick(
+                here,
+                format!(
+                    "the instances serving {}",
+                    escape(&cwd.display().to_string())
+                ),
+            )
+        }
+    }
+}
+
+/// Opens a native connection to a resolved peer.
+pub fn connect(config: &Config, peer: &Peer) -> Result<Connection> {
+    if peer.wire != registry::Wire::Jsonrpc {
+        return Err(Error::Usage(format!(
+            "{} is a zcoder instance; this version of baton can list zcoder instances but not control them",
+            escape(&peer.manifest.name)
+        )));
+    }
+    Connection::open(Path::new(&peer.manifest.socket), config.io_timeout)
+        .map_err(|e| transport(peer, e))
+}
+
+pub fn transport(peer: &Peer, e: ClientError) -> Error {
+    match e {
+        ClientError::Rpc { code, message } => Error::Refused(format!(
+            "{} answered error {code}: {}",
+            escape(&peer.manifest.name),
+            escape(&message)
+        )),
+        e => Error::Transport(format!(
+            "{} ({}): {e}",
+            escape(&peer.manifest.name),
+            peer.manifest.instance_id
+        )),
+    }
+}

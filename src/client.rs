@@ -1,0 +1,234 @@
+//! Connecting to instances: a native JSON-RPC connection with deadlines,
+//! pings on both wires.
+
+use crate::wire::{self, LineReader, ReadError};
+use serde_json::{Value, json};
+use std::fmt;
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+#[derive(Debug)]
+pub enum ClientError {
+    /// `connect` failed.
+    Connect(io::Error),
+    /// No complete answer within the deadline.
+    Timeout,
+    /// The connection closed before the answer.
+    Closed,
+    /// The answer was not what the protocol says.
+    Protocol(String),
+    /// A JSON-RPC error from the instance.
+    Rpc { code: i64, message: String },
+}
+
+impl ClientError {
+    /// True when the socket is missing or refuses connections: the
+    /// listener is not there at all.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            ClientError::Connect(e) => matches!(
+                e.raw_os_error(),
+                Some(crate::sys::ECONNREFUSED) | Some(crate::sys::ENOENT)
+            ),
+            _ => false,
+        }
+    }
+
+    /// True for failures where the request may or may not have arrived.
+    pub fn is_transport(&self) -> bool {
+        !matches!(self, ClientError::Rpc { .. })
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Connect(e) => write!(f, "cannot connect: {e}"),
+            ClientError::Timeout => f.write_str("no answer within the I/O timeout"),
+            ClientError::Closed => f.write_str("connection closed before the answer"),
+            ClientError::Protocol(m) => write!(f, "protocol error: {m}"),
+            ClientError::Rpc { code, message } => write!(f, "error {code}: {message}"),
+        }
+    }
+}
+
+/// A native connection that has sent `initialize`.
+pub struct Connection {
+    stream: UnixStream,
+    reader: LineReader,
+    next_id: u64,
+    timeout: Duration,
+    /// The `initialize` result.
+    pub hello: Value,
+}
+
+/// The largest answer a client reads: answers are small, but `inbox/claim`
+/// carries a body, so allow the biggest frame an instance may be set to.
+const MAX_ANSWER: usize = 16 * 1024 * 1024 + 1024;
+
+impl Connection {
+    pub fn open(socket: &Path, timeout: Duration) -> Result<Connection, ClientError> {
+        let stream = UnixStream::connect(socket).map_err(ClientError::Connect)?;
+        stream
+            .set_write_timeout(Some(timeout))
+            .map_err(ClientError::Connect)?;
+        let reader = LineReader::new(
+            stream.try_clone().map_err(ClientError::Connect)?,
+            MAX_ANSWER,
+        );
+        let mut c = Connection {
+            stream,
+            reader,
+            next_id: 1,
+            timeout,
+            hello: Value::Null,
+        };
+        c.hello = c.call(
+            "initialize",
+            json!({"protocol_version": 1, "client": {"name": "baton", "version": env!("CARGO_PKG_VERSION")}}),
+        )?;
+        Ok(c)
+    }
+
+    /// Sends one request and waits for its answer, skipping notifications.
+    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let line = wire::request_line(id, method, params);
+        self.send_raw(&line)?;
+        self.answer(id)
+    }
+
+    /// Writes bytes as they are (a prepared request line).
+    pub fn send_raw(&mut self, line: &[u8]) -> Result<(), ClientError> {
+        wire::write_all(&mut self.stream, line).map_err(|e| {
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
+                ClientError::Timeout
+            } else {
+                ClientError::Closed
+            }
+        })
+    }
+
+    pub fn next_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Reads until the answer with `id` arrives.
+    pub fn answer(&mut self, id: u64) -> Result<Value, ClientError> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ClientError::Timeout);
+            }
+            let line = self
+                .reader
+                .read_line(Some(left), left)
+                .map_err(|e| match e {
+                    ReadError::Idle | ReadError::LineTimeout => ClientError::Timeout,
+                    ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => ClientError::Closed,
+                    ReadError::TooLarge => ClientError::Protocol("answer too large".into()),
+                })?;
+            let v: Value = serde_json::from_slice(&line)
+                .map_err(|e| ClientError::Protocol(format!("answer is not JSON: {e}")))?;
+            if v.get("method").is_some() {
+                continue;
+            }
+            if let Some(err) = v.get("error") {
+                if v.get("id").and_then(Value::as_u64).is_some_and(|i| i != id) {
+                    continue;
+                }
+                return Err(ClientError::Rpc {
+                    code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
+                    message: err
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                });
+            }
+            if v.get("id").and_then(Value::as_u64) != Some(id) {
+                continue;
+            }
+            return match v.get("result") {
+                Some(r @ Value::Object(_)) => Ok(r.clone()),
+                _ => Err(ClientError::Protocol("answer has no result object".into())),
+            };
+        }
+    }
+}
+
+/// Pings a native instance and checks that it is `expected_id`; returns
+/// its state.
+pub fn ping(socket: &Path, expected_id: &str, timeout: Duration) -> Result<String, ClientError> {
+    let mut c = Connection::open(socket, timeout)?;
+    let r = c.call("ping", json!({}))?;
+    let id = r.get("instance_id").and_then(Value::as_str).unwrap_or("");
+    if id != expected_id {
+        return Err(ClientError::Protocol(format!(
+            "answered as instance {id:?}, not {expected_id:?}"
+        )));
+    }
+    state_of(&r)
+}
+
+fn state_of(r: &Value) -> Result<String, ClientError> {
+    match r.get("state").and_then(Value::as_str) {
+        Some(s @ ("ready" | "busy" | "paused")) => Ok(s.to_string()),
+        _ => Err(ClientError::Protocol(
+            "ping answer has no valid state".into(),
+        )),
+    }
+}
+
+/// Sends one zcoder frame and reads the whole answer frame.
+pub fn zcoder_exchange(
+    socket: &Path,
+    payload: &Value,
+    timeout: Duration,
+) -> Result<serde_json::Map<String, Value>, ClientError> {
+    let mut stream = UnixStream::connect(socket).map_err(ClientError::Connect)?;
+    stream
+        .set_write_timeout(Some(timeout))
+        .map_err(ClientError::Connect)?;
+    let bytes = serde_json::to_vec(payload).expect("serializes");
+    wire::write_all(&mut stream, &wire::zcoder_frame(&bytes)).map_err(|_| ClientError::Closed)?;
+    wire::read_zcoder_frame(&mut stream, b"", 65536, timeout).map_err(|e| match e {
+        wire::FrameError::Timeout => ClientError::Timeout,
+        wire::FrameError::Short => ClientError::Closed,
+        other => ClientError::Protocol(other.to_string()),
+    })
+}
+
+/// Pings a zcoder instance; zcoder answers `wrong_target` for another id,
+/// so `pong` confirms the id.
+pub fn zcoder_ping(
+    socket: &Path,
+    expected_id: &str,
+    timeout: Duration,
+) -> Result<String, ClientError> {
+    let ping = json!({
+        "protocol": 1,
+        "type": "ping",
+        "message_id": format!("ping-{}", std::process::id()),
+        "target_instance_id": expected_id,
+    });
+    let ack = zcoder_exchange(socket, &ping, timeout)?;
+    match ack.get("status").and_then(Value::as_str) {
+        Some("pong") => {}
+        Some(other) => return Err(ClientError::Protocol(format!("ping answered {other}"))),
+        None => return Err(ClientError::Protocol("ack has no status".into())),
+    }
+    match ack.get("state").and_then(Value::as_str) {
+        Some(s @ ("ready" | "busy" | "paused")) => Ok(s.to_string()),
+        _ => Ok("ready".to_string()),
+    }
+}

@@ -1,0 +1,220 @@
+//! `BATON_*` configuration (DESIGN §7): read once, validated, and failing
+//! closed with a message that names the variable and its allowed range.
+
+use crate::error::{Error, Result};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Relay {
+    On,
+    Off,
+    Paused,
+}
+
+/// Limits and switches shared by every part of an instance and the CLI.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub dir: Option<PathBuf>,
+    pub relay: Relay,
+    pub max_bytes: usize,
+    pub max_message_bytes: usize,
+    pub max_queue: usize,
+    pub max_inflight: usize,
+    pub max_hops: u64,
+    pub max_connections: usize,
+    pub io_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub fsync: bool,
+    pub ttl: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            dir: None,
+            relay: Relay::On,
+            max_bytes: 65536,
+            max_message_bytes: 16000,
+            max_queue: 16,
+            max_inflight: 4,
+            max_hops: 8,
+            max_connections: 64,
+            io_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(30),
+            fsync: true,
+            ttl: None,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config> {
+        Config::from_lookup(|name| std::env::var_os(name))
+    }
+
+    /// Reads configuration through `lookup`, so tests need not touch the
+    /// process environment. An empty value counts as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Result<Config> {
+        let get = |name: &str| -> Result<Option<String>> {
+            match lookup(name) {
+                None => Ok(None),
+                Some(v) if v.is_empty() => Ok(None),
+                Some(v) => v
+                    .into_string()
+                    .map(Some)
+                    .map_err(|_| Error::Env(format!("{name} is not valid UTF-8"))),
+            }
+        };
+        let mut c = Config::default();
+        if let Some(v) = lookup("BATON_DIR").filter(|v| !v.is_empty()) {
+            let p = PathBuf::from(v);
+            if !p.is_absolute() {
+                return Err(Error::Env(format!(
+                    "BATON_DIR={} is not an absolute path",
+                    p.display()
+                )));
+            }
+            c.dir = Some(p);
+        }
+        if let Some(v) = get("BATON_RELAY")? {
+            c.relay = match v.as_str() {
+                "on" => Relay::On,
+                "off" => Relay::Off,
+                "paused" => Relay::Paused,
+                _ => return Err(bad("BATON_RELAY", &v, "on, off or paused")),
+            };
+        }
+        if let Some(v) = get("BATON_MAX_BYTES")? {
+            c.max_bytes = int("BATON_MAX_BYTES", &v, 1024, 16_777_216)? as usize;
+        }
+        if let Some(v) = get("BATON_MAX_MESSAGE_BYTES")? {
+            c.max_message_bytes = int("BATON_MAX_MESSAGE_BYTES", &v, 1, 1_048_576)? as usize;
+        }
+        if let Some(v) = get("BATON_MAX_QUEUE")? {
+            c.max_queue = int("BATON_MAX_QUEUE", &v, 1, 100_000)? as usize;
+        }
+        if let Some(v) = get("BATON_MAX_INFLIGHT")? {
+            c.max_inflight = int("BATON_MAX_INFLIGHT", &v, 0, 100_000)? as usize;
+        }
+        if let Some(v) = get("BATON_MAX_HOPS")? {
+            c.max_hops = int("BATON_MAX_HOPS", &v, 0, 1000)?;
+        }
+        if let Some(v) = get("BATON_MAX_CONNECTIONS")? {
+            c.max_connections = int("BATON_MAX_CONNECTIONS", &v, 1, 4096)? as usize;
+        }
+        if let Some(v) = get("BATON_IO_TIMEOUT")? {
+            c.io_timeout = seconds("BATON_IO_TIMEOUT", &v, 0.1, 60.0)?;
+        }
+        if let Some(v) = get("BATON_IDLE_TIMEOUT")? {
+            c.idle_timeout = seconds("BATON_IDLE_TIMEOUT", &v, 1.0, 86400.0)?;
+        }
+        if let Some(v) = get("BATON_FSYNC")? {
+            c.fsync = match v.as_str() {
+                "on" => true,
+                "off" => false,
+                _ => return Err(bad("BATON_FSYNC", &v, "on or off")),
+            };
+        }
+        if let Some(v) = get("BATON_TTL")? {
+            c.ttl = Some(Duration::from_secs(int("BATON_TTL", &v, 1, u64::MAX / 2)?));
+        }
+        Ok(c)
+    }
+}
+
+fn bad(name: &str, value: &str, allowed: &str) -> Error {
+    Error::Env(format!(
+        "{name}={} is not allowed: use {allowed}",
+        crate::sanitize::escape(value)
+    ))
+}
+
+fn int(name: &str, value: &str, min: u64, max: u64) -> Result<u64> {
+    let range = if max >= u64::MAX / 2 {
+        format!("an integer of {min} or more")
+    } else {
+        format!("an integer from {min} to {max}")
+    };
+    match value.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) && value.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+        _ => Err(bad(name, value, &range)),
+    }
+}
+
+fn seconds(name: &str, value: &str, min: f64, max: f64) -> Result<Duration> {
+    let allowed = format!("seconds from {min} to {max}");
+    let ok_chars = value.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    match value.parse::<f64>() {
+        Ok(s) if ok_chars && s.is_finite() && (min..=max).contains(&s) => {
+            Ok(Duration::from_secs_f64(s))
+        }
+        _ => Err(bad(name, value, &allowed)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<Config> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| OsString::from(v))
+        })
+    }
+
+    #[test]
+    fn defaults() {
+        let c = with(&[]).unwrap();
+        assert_eq!(c.max_bytes, 65536);
+        assert_eq!(c.max_queue, 16);
+        assert_eq!(c.io_timeout, Duration::from_secs(2));
+        assert!(c.fsync);
+    }
+
+    #[test]
+    fn bounds_are_inclusive() {
+        assert_eq!(
+            with(&[("BATON_MAX_BYTES", "1024")]).unwrap().max_bytes,
+            1024
+        );
+        let e = with(&[("BATON_MAX_BYTES", "1023")])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "BATON_MAX_BYTES=1023 is not allowed: use an integer from 1024 to 16777216"
+        );
+        assert!(with(&[("BATON_MAX_INFLIGHT", "0")]).is_ok());
+        assert!(with(&[("BATON_MAX_QUEUE", "0")]).is_err());
+        assert!(with(&[("BATON_MAX_QUEUE", "+5")]).is_err());
+        assert_eq!(
+            with(&[("BATON_IO_TIMEOUT", "0.1")]).unwrap().io_timeout,
+            Duration::from_millis(100)
+        );
+        assert!(with(&[("BATON_IO_TIMEOUT", "0.05")]).is_err());
+        assert!(with(&[("BATON_IO_TIMEOUT", "inf")]).is_err());
+        assert!(with(&[("BATON_IO_TIMEOUT", "1e1")]).is_err());
+    }
+
+    #[test]
+    fn words_and_paths() {
+        assert!(with(&[("BATON_FSYNC", "yes")]).is_err());
+        assert_eq!(
+            with(&[("BATON_RELAY", "paused")]).unwrap().relay,
+            Relay::Paused
+        );
+        let e = with(&[("BATON_DIR", "rel/dir")]).unwrap_err().to_string();
+        assert_eq!(e, "BATON_DIR=rel/dir is not an absolute path");
+        assert!(with(&[("BATON_DIR", "")]).unwrap().dir.is_none());
+    }
+}

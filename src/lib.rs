@@ -1,0 +1,18 @@
+//! baton: agent processes on one host hand tasks to each other through a
+//! shared registry directory, Unix-domain sockets and a crash-safe spool.
+//! `docs/ARCHITECTURE.md` maps the modules.
+
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod digest;
+pub mod error;
+pub mod glob;
+pub mod instance;
+pub mod registry;
+pub mod sanitize;
+pub mod server;
+pub mod spool;
+pub mod sys;
+pub mod turn;
+pub mod wire;

@@ -1,0 +1,731 @@
+//! The listener (DESIGN §4): one blocking accept thread, one thread per
+//! connection with read and write deadlines. Connection threads validate,
+//! store accepted tasks in the spool, answer, and tell the foreground
+//! through a channel; anything that needs agent state (control, inbox) is
+//! asked of the foreground over that channel and never done here.
+
+use crate::config::Config;
+use crate::glob::glob_match;
+use crate::registry::{self, Manifest, RegistryDir};
+use crate::spool::{self, Admission, Limits, Sender, Spool};
+use crate::sys;
+use crate::wire::{self, Incoming, LineReader, ReadError};
+use crossbeam_channel as chan;
+use serde_json::{Map, Value, json};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The instance state published to peers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    Ready = 0,
+    Busy = 1,
+    Paused = 2,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Ready => "ready",
+            State::Busy => "busy",
+            State::Paused => "paused",
+        }
+    }
+
+    fn from_u8(n: u8) -> State {
+        match n {
+            1 => State::Busy,
+            2 => State::Paused,
+            _ => State::Ready,
+        }
+    }
+}
+
+/// `--accept-from` / `--deny-from` patterns.
+#[derive(Clone, Debug, Default)]
+pub struct Policy {
+    pub accept_from: Vec<String>,
+    pub deny_from: Vec<String>,
+}
+
+impl Policy {
+    /// `Some(reason)` when a sender with this name and workspace is denied.
+    pub fn check(&self, name: &str, workspace: &str) -> Option<String> {
+        let hit = |p: &String| glob_match(p, name) || glob_match(p, workspace);
+        if let Some(p) = self.deny_from.iter().find(|p| hit(p)) {
+            return Some(format!("sender matches --deny-from {p}"));
+        }
+        if !self.accept_from.is_empty() && !self.accept_from.iter().any(hit) {
+            return Some("sender matches no --accept-from pattern".into());
+        }
+        None
+    }
+}
+
+/// What connection threads tell the foreground.
+pub enum Event {
+    Accepted {
+        message_id: String,
+    },
+    Refused {
+        message_id: String,
+        status: String,
+        reason: String,
+    },
+    /// A request only the foreground may answer.
+    Call {
+        method: String,
+        params: Map<String, Value>,
+        reply: chan::Sender<Result<Value, RpcError>>,
+    },
+}
+
+/// A JSON-RPC error to answer with.
+#[derive(Debug)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+}
+
+/// State shared by the listener threads; written by the foreground only
+/// through atomics and the manifest snapshot.
+pub struct Shared {
+    pub config: Config,
+    pub instance_id: String,
+    pub spool: Arc<Spool>,
+    pub state: AtomicU8,
+    pub paused: AtomicBool,
+    pub manifest: Mutex<Manifest>,
+    pub scan_dirs: Vec<RegistryDir>,
+    pub policy: Policy,
+    pub stopping: AtomicBool,
+    connections: AtomicUsize,
+    events: chan::Sender<Event>,
+}
+
+/// Methods this version answers, as `initialize` lists them.
+pub const METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "agent/info",
+    "message/send",
+    "control/pause",
+    "control/resume",
+    "control/status",
+    "inbox/list",
+    "inbox/claim",
+    "inbox/complete",
+];
+
+/// Methods the foreground answers.
+const FOREGROUND: &[&str] = &[
+    "control/pause",
+    "control/resume",
+    "control/status",
+    "inbox/list",
+    "inbox/claim",
+    "inbox/complete",
+];
+
+impl Shared {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: Config,
+        instance_id: String,
+        spool: Arc<Spool>,
+        manifest: Manifest,
+        scan_dirs: Vec<RegistryDir>,
+        policy: Policy,
+        paused: bool,
+        events: chan::Sender<Event>,
+    ) -> Shared {
+        Shared {
+            config,
+            instance_id,
+            spool,
+            state: AtomicU8::new(if paused { State::Paused } else { State::Ready } as u8),
+            paused: AtomicBool::new(paused),
+            manifest: Mutex::new(manifest),
+            scan_dirs,
+            policy,
+            stopping: AtomicBool::new(false),
+            connections: AtomicUsize::new(0),
+            events,
+        }
+    }
+
+    pub fn state(&self) -> State {
+        State::from_u8(self.state.load(Ordering::SeqCst))
+    }
+
+    pub fn set_state(&self, s: State) {
+        self.state.store(s as u8, Ordering::SeqCst);
+        self.manifest.lock().expect("manifest poisoned").state = s.as_str().to_string();
+    }
+}
+
+/// Runs the accept loop until `shared.stopping` is set and a connection
+/// wakes it. It blocks in `accept`: an idle instance uses no CPU.
+pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
+    let me = sys::euid();
+    for conn in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let stream = match conn {
+            Ok(s) => s,
+            Err(_) => {
+                // EMFILE and friends: back off instead of spinning.
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let cred = match sys::peer_cred(&stream) {
+            Ok(c) if c.uid == me => c,
+            _ => continue,
+        };
+        let n = shared.connections.fetch_add(1, Ordering::SeqCst);
+        if n >= shared.config.max_connections {
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+            refuse_over_cap(
+                stream,
+                shared.config.max_connections,
+                shared.config.io_timeout,
+            );
+            continue;
+        }
+        let s = Arc::clone(&shared);
+        let spawned = std::thread::Builder::new()
+            .name("baton-conn".into())
+            .spawn(move || {
+                serve_connection(stream, cred.pid, &s);
+                s.connections.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn refuse_over_cap(mut stream: UnixStream, cap: usize, timeout: Duration) {
+    let _ = stream.set_write_timeout(Some(timeout));
+    let line = wire::error_line(
+        &Value::Null,
+        wire::CONNECTION_ERROR,
+        &format!("too many connections: the limit is {cap}"),
+        None,
+    );
+    let _ = wire::write_all(&mut stream, &line);
+}
+
+fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) {
+    let cfg = &shared.config;
+    let mut out = stream;
+    if out.set_write_timeout(Some(cfg.io_timeout)).is_err() {
+        return;
+    }
+    let Ok(input) = out.try_clone() else {
+        return;
+    };
+    let mut reader = LineReader::new(input, cfg.max_bytes);
+    let mut initialized = false;
+    loop {
+        let line = match reader.read_line(Some(cfg.idle_timeout), cfg.io_timeout) {
+            Ok(l) => l,
+            Err(e) => {
+                let message = match e {
+                    ReadError::TooLarge => Some((
+                        wire::INVALID_REQUEST,
+                        format!(
+                            "frame too large: a line may hold at most {} bytes",
+                            cfg.max_bytes
+                        ),
+                    )),
+                    ReadError::Idle => Some((
+                        wire::CONNECTION_ERROR,
+                        format!(
+                            "idle timeout: no request for {} s",
+                            cfg.idle_timeout.as_secs_f64()
+                        ),
+                    )),
+                    ReadError::LineTimeout => Some((
+                        wire::CONNECTION_ERROR,
+                        format!(
+                            "read timeout: a line must complete within {} s of its first byte",
+                            cfg.io_timeout.as_secs_f64()
+                        ),
+                    )),
+                    ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => None,
+                };
+                if let Some((code, msg)) = message {
+                    let _ = wire::write_all(
+                        &mut out,
+                        &wire::error_line(&Value::Null, code, &msg, None),
+                    );
+                }
+                return;
+            }
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let answer = match wire::classify(&line) {
+            Incoming::Invalid { id, code, message } => {
+                Some(wire::error_line(&id, code, &message, None))
+            }
+            Incoming::Notification { .. } | Incoming::Reply { .. } => None,
+            Incoming::Request { id, method, params } => {
+                let r = if !initialized && method != "initialize" {
+                    Err(RpcError::new(
+                        wire::NOT_INITIALIZED,
+                        "not initialized: the first request must be initialize",
+                    ))
+                } else {
+                    dispatch(shared, &method, params, peer_pid)
+                };
+                if method == "initialize" && r.is_ok() {
+                    initialized = true;
+                }
+                Some(match r {
+                    Ok(v) => wire::result_line(&id, v),
+                    Err(e) => wire::error_line(&id, e.code, &e.message, e.data),
+                })
+            }
+        };
+        if let Some(a) = answer
+            && wire::write_all(&mut out, &a).is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn dispatch(
+    shared: &Shared,
+    method: &str,
+    params: Value,
+    peer_pid: Option<u32>,
+) -> Result<Value, RpcError> {
+    if !METHODS.contains(&method) {
+        return Err(RpcError::new(
+            wire::METHOD_NOT_FOUND,
+            format!("method not found: {}", crate::sanitize::escape(method)),
+        ));
+    }
+    let Value::Object(params) = params else {
+        return Err(RpcError::new(
+            wire::INVALID_PARAMS,
+            "invalid params: params must be an object",
+        ));
+    };
+    match method {
+        "initialize" => initialize(shared, &params),
+        "ping" => Ok(json!({
+            "status": "pong",
+            "instance_id": shared.instance_id,
+            "state": shared.state().as_str(),
+        })),
+        "agent/info" => {
+            let mut info =
+                serde_json::to_value(&*shared.manifest.lock().expect("manifest poisoned"))
+                    .expect("serializes");
+            let c = shared.spool.counts();
+            info["queue"] = json!({
+                "queued": c.queued,
+                "processing": c.processing,
+                "max": shared.config.max_queue,
+            });
+            Ok(info)
+        }
+        "message/send" => {
+            let req = SendRequest::from_params(&params)?;
+            Ok(deliver(shared, req, peer_pid, "jsonrpc"))
+        }
+        m if FOREGROUND.contains(&m) => ask_foreground(shared, m, params),
+        _ => unreachable!("every listed method is handled"),
+    }
+}
+
+fn initialize(shared: &Shared, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    let version = match params.get("protocol_version") {
+        Some(v) if v.is_u64() || v.is_i64() => v.clone(),
+        Some(_) => return Err(bad_type("protocol_version", "an integer")),
+        None => return Err(missing("protocol_version")),
+    };
+    match params.get("client") {
+        Some(Value::Object(c)) => {
+            for k in ["name", "version"] {
+                match c.get(k) {
+                    Some(Value::String(_)) => {}
+                    Some(_) => return Err(bad_type(&format!("client.{k}"), "a string")),
+                    None => return Err(missing(&format!("client.{k}"))),
+                }
+            }
+        }
+        Some(_) => return Err(bad_type("client", "an object")),
+        None => return Err(missing("client")),
+    }
+    if version != json!(1) {
+        return Err(RpcError {
+            code: wire::UNSUPPORTED_PROTOCOL,
+            message: format!("unsupported protocol version {version}"),
+            data: Some(json!({"supported": [1]})),
+        });
+    }
+    let manifest = shared.manifest.lock().expect("manifest poisoned").clone();
+    Ok(json!({
+        "protocol_version": 1,
+        "server": {"name": "baton", "version": env!("CARGO_PKG_VERSION")},
+        "instance": manifest,
+        "capabilities": METHODS,
+    }))
+}
+
+fn missing(field: &str) -> RpcError {
+    RpcError::new(
+        wire::INVALID_PARAMS,
+        format!("invalid params: {field} is missing"),
+    )
+}
+
+fn bad_type(field: &str, want: &str) -> RpcError {
+    RpcError::new(
+        wire::INVALID_PARAMS,
+        format!("invalid params: {field} must be {want}"),
+    )
+}
+
+fn ask_foreground(
+    shared: &Shared,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<Value, RpcError> {
+    let (tx, rx) = chan::bounded(1);
+    let call = Event::Call {
+        method: method.to_string(),
+        params,
+        reply: tx,
+    };
+    if shared.events.send(call).is_err() {
+        return Err(RpcError::new(
+            wire::INTERNAL_ERROR,
+            "the instance is shutting down",
+        ));
+    }
+    match rx.recv_timeout(shared.config.io_timeout.max(Duration::from_secs(5))) {
+        Ok(r) => r,
+        Err(_) => Err(RpcError::new(
+            wire::INTERNAL_ERROR,
+            "the instance did not answer in time",
+        )),
+    }
+}
+
+/// A `message/send` request with well-typed fields; values are not yet
+/// checked.
+#[derive(Debug)]
+pub struct SendRequest {
+    pub message_id: String,
+    pub target_instance_id: String,
+    pub body: String,
+    pub sender_instance_id: Option<String>,
+    pub sender_name: Option<String>,
+    pub sender_workspace: Option<String>,
+    /// Signed so that a negative hop is a value error, not a type error.
+    pub hop: i64,
+    pub in_reply_to: Option<String>,
+    pub mode: String,
+}
+
+fn get_str(p: &Map<String, Value>, k: &str, prefix: &str) -> Result<Option<String>, RpcError> {
+    match p.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(bad_type(&format!("{prefix}{k}"), "a string")),
+    }
+}
+
+fn need_str(p: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
+    get_str(p, k, "")?.ok_or_else(|| missing(k))
+}
+
+impl SendRequest {
+    pub fn from_params(p: &Map<String, Value>) -> Result<SendRequest, RpcError> {
+        let message_id = need_str(p, "message_id")?;
+        let target_instance_id = need_str(p, "target_instance_id")?;
+        let body = need_str(p, "body")?;
+        let sender = match p.get("sender") {
+            Some(Value::Object(s)) => s,
+            Some(_) => return Err(bad_type("sender", "an object")),
+            None => return Err(missing("sender")),
+        };
+        let hop = match p.get("hop") {
+            None | Some(Value::Null) => 0,
+            Some(v) => match v.as_i64() {
+                Some(n) => n,
+                None if v.is_u64() => i64::MAX,
+                None => return Err(bad_type("hop", "an integer")),
+            },
+        };
+        Ok(SendRequest {
+            message_id,
+            target_instance_id,
+            body,
+            sender_instance_id: get_str(sender, "instance_id", "sender.")?,
+            sender_name: get_str(sender, "name", "sender.")?,
+            sender_workspace: get_str(sender, "workspace", "sender.")?,
+            hop,
+            in_reply_to: get_str(p, "in_reply_to", "")?,
+            mode: get_str(p, "mode", "")?.unwrap_or_else(|| "queue".into()),
+        })
+    }
+}
+
+/// Exact reasons, shared with the tests and docs/protocol.md.
+pub mod reason {
+    pub const BAD_MESSAGE_ID: &str = "message_id does not match [A-Za-z0-9_.-]{1,100}";
+    pub const EMPTY_BODY: &str = "body is empty";
+    pub const BAD_SENDER_ID: &str = "sender.instance_id does not match [A-Za-z0-9_.-]{1,100}";
+    pub const BAD_SENDER_NAME: &str = "sender.name does not match [A-Za-z0-9_.-]{1,64}";
+    pub const BAD_SENDER_WORKSPACE: &str =
+        "sender.workspace is not an absolute path of at most 4096 bytes";
+    pub const BAD_IN_REPLY_TO: &str = "in_reply_to does not match [A-Za-z0-9_.-]{1,100}";
+    pub const BAD_MODE: &str = "mode is not queue or steer";
+    pub const BAD_HOP: &str = "hop is negative";
+    pub const NOT_VERIFIED: &str = "sender not verified";
+    pub const REUSED: &str = "message_id reused with a different body";
+    pub const DUPLICATE: &str = "this message_id was already accepted with the same body";
+    pub const PAUSED: &str = "the instance is paused";
+}
+
+/// Runs every acceptance check of DESIGN §4 in order and, if all pass,
+/// stores the task. Used by both wires.
+pub fn deliver(shared: &Shared, req: SendRequest, peer_pid: Option<u32>, wire: &str) -> Value {
+    let result = check_and_admit(shared, &req, peer_pid, wire);
+    let state = shared.state().as_str();
+    let mut out = json!({"status": result.status, "message_id": req.message_id, "state": state});
+    if let Some(p) = result.queue_position {
+        out["queue_position"] = json!(p);
+    }
+    if let Some(r) = &result.reason {
+        out["reason"] = json!(r);
+    }
+    let event = if result.status == "accepted" {
+        Event::Accepted {
+            message_id: req.message_id.clone(),
+        }
+    } else {
+        Event::Refused {
+            message_id: req.message_id.clone(),
+            status: result.status.to_string(),
+            reason: result.reason.clone().unwrap_or_default(),
+        }
+    };
+    let _ = shared.events.send(event);
+    out
+}
+
+struct Outcome {
+    status: &'static str,
+    queue_position: Option<usize>,
+    reason: Option<String>,
+}
+
+fn refuse(status: &'static str, reason: impl Into<String>) -> Outcome {
+    Outcome {
+        status,
+        queue_position: None,
+        reason: Some(reason.into()),
+    }
+}
+
+fn check_and_admit(
+    shared: &Shared,
+    req: &SendRequest,
+    peer_pid: Option<u32>,
+    wire: &str,
+) -> Outcome {
+    let cfg = &shared.config;
+    if req.target_instance_id != shared.instance_id {
+        return refuse(
+            "wrong_target",
+            format!(
+                "this is instance {}, not {}",
+                shared.instance_id,
+                crate::sanitize::escape(&req.target_instance_id)
+            ),
+        );
+    }
+    if !registry::valid_id(&req.message_id) {
+        return refuse("invalid", reason::BAD_MESSAGE_ID);
+    }
+    if req.body.trim().is_empty() {
+        return refuse("invalid", reason::EMPTY_BODY);
+    }
+    if req.body.len() > cfg.max_message_bytes {
+        return refuse(
+            "invalid",
+            format!(
+                "body is {} bytes, over the limit of {} (BATON_MAX_MESSAGE_BYTES)",
+                req.body.len(),
+                cfg.max_message_bytes
+            ),
+        );
+    }
+    if req
+        .sender_instance_id
+        .as_deref()
+        .is_some_and(|s| !registry::valid_id(s))
+    {
+        return refuse("invalid", reason::BAD_SENDER_ID);
+    }
+    if req
+        .sender_name
+        .as_deref()
+        .is_some_and(|s| !registry::valid_name(s))
+    {
+        return refuse("invalid", reason::BAD_SENDER_NAME);
+    }
+    if req
+        .sender_workspace
+        .as_deref()
+        .is_some_and(|w| !w.starts_with('/') || w.len() > 4096)
+    {
+        return refuse("invalid", reason::BAD_SENDER_WORKSPACE);
+    }
+    if req
+        .in_reply_to
+        .as_deref()
+        .is_some_and(|s| !registry::valid_id(s))
+    {
+        return refuse("invalid", reason::BAD_IN_REPLY_TO);
+    }
+    if !matches!(req.mode.as_str(), "queue" | "steer") {
+        return refuse("invalid", reason::BAD_MODE);
+    }
+    if req.hop < 0 {
+        return refuse("invalid", reason::BAD_HOP);
+    }
+    let sender = match verify_sender(shared, req, peer_pid) {
+        Ok(s) => s,
+        Err(why) => return refuse("invalid", format!("{}: {why}", reason::NOT_VERIFIED)),
+    };
+    if let Some(why) = shared.policy.check(
+        sender.name.as_deref().unwrap_or(""),
+        sender.workspace.as_deref().unwrap_or(""),
+    ) {
+        return refuse("denied", why);
+    }
+    let hop = req.hop as u64;
+    if cfg.max_hops > 0 && hop > cfg.max_hops {
+        return refuse(
+            "hop_limit",
+            format!(
+                "hop {hop} is over the limit of {} (BATON_MAX_HOPS)",
+                cfg.max_hops
+            ),
+        );
+    }
+    let task = spool::new_task(
+        &req.message_id,
+        &req.body,
+        sender,
+        hop,
+        req.in_reply_to.clone(),
+        &req.mode,
+        peer_pid,
+        wire,
+    );
+    let limits = Limits {
+        max_queue: cfg.max_queue,
+        max_inflight: cfg.max_inflight,
+    };
+    let sender_id = task.sender.instance_id.clone().unwrap_or_default();
+    match shared
+        .spool
+        .admit(task, limits, || shared.paused.load(Ordering::SeqCst))
+    {
+        Ok(Admission::Accepted { queue_position }) => Outcome {
+            status: "accepted",
+            queue_position: Some(queue_position),
+            reason: None,
+        },
+        Ok(Admission::Duplicate) => Outcome {
+            status: "duplicate",
+            queue_position: None,
+            reason: Some(reason::DUPLICATE.into()),
+        },
+        Ok(Admission::Reused) => refuse("invalid", reason::REUSED),
+        Ok(Admission::Paused) => refuse("paused", reason::PAUSED),
+        Ok(Admission::InflightFull { limit }) => refuse(
+            "inflight_full",
+            format!(
+                "sender {sender_id} already has {limit} tasks in flight here (BATON_MAX_INFLIGHT)"
+            ),
+        ),
+        Ok(Admission::Full { limit }) => refuse(
+            "full",
+            format!("the queue is full: {limit} tasks waiting or running (BATON_MAX_QUEUE)"),
+        ),
+        Err(e) => refuse("full", format!("the spool could not store the task: {e}")),
+    }
+}
+
+/// Builds the recorded sender. A claimed instance id must have a manifest
+/// in a scanned registry that passes the discovery checks and names the
+/// connection's peer pid.
+fn verify_sender(
+    shared: &Shared,
+    req: &SendRequest,
+    peer_pid: Option<u32>,
+) -> Result<Sender, String> {
+    let Some(id) = &req.sender_instance_id else {
+        let cwd = peer_pid
+            .and_then(sys::process_cwd)
+            .map(|p| p.display().to_string());
+        return Ok(Sender {
+            instance_id: None,
+            name: req.sender_name.clone(),
+            workspace: cwd.or_else(|| req.sender_workspace.clone()),
+            pid: peer_pid,
+        });
+    };
+    let Some(pid) = peer_pid else {
+        return Err("this platform does not report the peer pid".into());
+    };
+    for dir in &shared.scan_dirs {
+        let path: PathBuf = registry::manifest_path(&dir.path, id);
+        if !path.exists() && std::fs::symlink_metadata(&path).is_err() {
+            continue;
+        }
+        let m = registry::read_manifest(dir, &path)?;
+        if m.pid != pid {
+            return Err(format!(
+                "instance {id} has pid {}, but the connection comes from pid {pid}",
+                m.pid
+            ));
+        }
+        return Ok(Sender {
+            instance_id: Some(m.instance_id),
+            name: Some(m.name),
+            workspace: Some(m.workspace),
+            pid: Some(pid),
+        });
+    }
+    Err(format!("no manifest for instance {id} in the registry"))
+}

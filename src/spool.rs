@@ -1,0 +1,997 @@
+//! The crash-safe, rename-based queue of one instance (DESIGN §5).
+//!
+//! Files move `tmp/ → inbox/ → processing/ → (receipt in done/)`; a task is
+//! acknowledged only after its file is renamed into `inbox/` and the
+//! directory is synced. Acceptance is serialized by one mutex that also
+//! guards the in-memory index (ids, digests, order, per-sender counts), which
+//! is rebuilt from the directories at open.
+
+use crate::digest::sha256_hex;
+use crate::error::{Error, Result};
+use crate::sys;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+const DIRS: [&str; 6] = [
+    "tmp",
+    "inbox",
+    "processing",
+    "done",
+    "rejected",
+    "interrupted",
+];
+/// How many sequence numbers one write of the `sequence` file reserves.
+const SEQ_LEASE: u64 = 1024;
+const SEQ_WIDTH: usize = 16;
+/// Receipts are kept for at least this many tasks and this long.
+pub const RECEIPTS_KEEP: usize = 10_000;
+pub const RECEIPTS_MIN_AGE: u64 = 7 * 24 * 3600;
+/// The largest spool file read back; anything bigger is bad data.
+const MAX_TASK_FILE: u64 = 4 * 1024 * 1024;
+
+/// Who sent a task, as the receiver recorded it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Sender {
+    /// The sender instance id, present only when verified.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub instance_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub workspace: Option<String>,
+    /// The kernel's peer pid for the connection that delivered the task.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pid: Option<u32>,
+}
+
+/// One task as stored in the spool: the accepted request plus what the
+/// receiver learned.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Task {
+    pub message_id: String,
+    pub body: String,
+    pub sender: Sender,
+    pub hop: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub in_reply_to: Option<String>,
+    pub mode: String,
+    pub accepted_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub peer_pid: Option<u32>,
+    pub wire: String,
+    /// SHA-256 of the body, hex.
+    pub digest: String,
+    pub seq: u64,
+}
+
+/// The receipt kept in `done/` after a task finished.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Receipt {
+    pub message_id: String,
+    pub digest: String,
+    pub outcome: String,
+    pub finished_at: u64,
+}
+
+/// What the spool says about a task offered for acceptance.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admission {
+    Accepted { queue_position: usize },
+    Duplicate,
+    Reused,
+    Paused,
+    InflightFull { limit: usize },
+    Full { limit: usize },
+}
+
+/// Limits the spool enforces at acceptance.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_queue: usize,
+    pub max_inflight: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    Inbox,
+    Processing,
+    Interrupted,
+    Rejected,
+    Done,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    /// `None` when the stored data could not be read back.
+    digest: Option<String>,
+    place: Place,
+    file: String,
+    sender_id: Option<String>,
+    /// Order key in the inbox: steer before queue, then sequence.
+    key: (u8, u64),
+    summary: Summary,
+}
+
+/// What `inbox/list` shows of a task without reading its file.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub message_id: String,
+    pub sender: Sender,
+    pub accepted_at: u64,
+    pub mode: String,
+    pub bytes: usize,
+}
+
+struct Index {
+    next_seq: u64,
+    leased_to: u64,
+    entries: HashMap<String, Entry>,
+    inbox: BTreeMap<(u8, u64), String>,
+    processing: usize,
+    inflight: HashMap<String, usize>,
+    receipts: usize,
+}
+
+/// An open, locked spool.
+pub struct Spool {
+    dir: PathBuf,
+    fsync: bool,
+    ephemeral: bool,
+    index: Mutex<Index>,
+    /// Held for the spool's whole life; the flock goes with it.
+    _lock: File,
+    /// Problems found while opening (bad files moved to `rejected/`).
+    pub recovery_notes: Vec<String>,
+}
+
+/// The spool directory for a name and a canonical workspace under the
+/// state home.
+pub fn spool_dir(state_home: &Path, name: &str, workspace: &Path) -> PathBuf {
+    let hash = sha256_hex(workspace.as_os_str().as_encoded_bytes());
+    state_home
+        .join("baton")
+        .join("spool")
+        .join(format!("{name}-{}", &hash[..16]))
+}
+
+/// `$XDG_STATE_HOME`, or `~/.local/state`.
+pub fn state_home() -> Result<PathBuf> {
+    if let Some(v) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(v);
+        if !p.is_absolute() {
+            return Err(Error::Env(format!(
+                "XDG_STATE_HOME={} is not an absolute path",
+                p.display()
+            )));
+        }
+        return Ok(p);
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(h) if Path::new(&h).is_absolute() => Ok(PathBuf::from(h).join(".local/state")),
+        _ => Err(Error::Env(
+            "neither XDG_STATE_HOME nor HOME is set to an absolute path: no place for the spool"
+                .into(),
+        )),
+    }
+}
+
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn file_name(seq: u64, id: &str) -> String {
+    format!("{seq:0width$}-{id}.json", width = SEQ_WIDTH)
+}
+
+fn parse_file_name(name: &str) -> Option<(u64, &str)> {
+    let stem = name.strip_suffix(".json")?;
+    let (seq, id) = stem.split_once('-')?;
+    if seq.len() != SEQ_WIDTH || !crate::registry::valid_id(id) {
+        return None;
+    }
+    Some((seq.parse().ok()?, id))
+}
+
+fn receipt_name(id: &str) -> String {
+    format!("{id}.json")
+}
+
+/// Checks that an existing directory is ours alone and not a symlink.
+pub fn check_private_dir(path: &Path, what: &str) -> Result<()> {
+    let meta = fs::symlink_metadata(path).map_err(|e| Error::io("inspect", path, e))?;
+    let bad = |reason: String| Err(Error::Env(format!("{what} {}: {reason}", path.display())));
+    if meta.file_type().is_symlink() {
+        return bad("is a symlink".into());
+    }
+    if !meta.is_dir() {
+        return bad("is not a directory".into());
+    }
+    if meta.uid() != sys::euid() {
+        return bad(format!(
+            "is owned by uid {}, not by you (uid {})",
+            meta.uid(),
+            sys::euid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return bad(format!(
+            "has mode {:04o}, which gives group or other access (chmod 700 it)",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+fn mkdir_private(path: &Path) -> Result<()> {
+    match fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::io("create directory", path, e)),
+    }
+}
+
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    File::open(path)?.sync_all()
+}
+
+/// Reads a small file without following a symlink in its last component.
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(path)?;
+    let mut out = Vec::new();
+    (&mut f).take(MAX_TASK_FILE + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > MAX_TASK_FILE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "file is larger than any task",
+        ));
+    }
+    Ok(out)
+}
+
+/// Parses and checks a task file: valid JSON, the id in its name, and a
+/// body that matches its digest.
+fn parse_task(bytes: &[u8], id: &str) -> std::result::Result<Task, String> {
+    let task: Task = serde_json::from_slice(bytes).map_err(|e| format!("not a task: {e}"))?;
+    if task.message_id != id {
+        return Err(format!(
+            "file name says {id:?} but the task says {:?}",
+            task.message_id
+        ));
+    }
+    if sha256_hex(task.body.as_bytes()) != task.digest {
+        return Err("body does not match its digest".into());
+    }
+    Ok(task)
+}
+
+fn summary(task: &Task) -> Summary {
+    Summary {
+        message_id: task.message_id.clone(),
+        sender: task.sender.clone(),
+        accepted_at: task.accepted_at,
+        mode: task.mode.clone(),
+        bytes: task.body.len(),
+    }
+}
+
+fn order_key(mode: &str, seq: u64) -> (u8, u64) {
+    (if mode == "steer" { 0 } else { 1 }, seq)
+}
+
+/// A task handed to the agent by `claim`.
+#[derive(Debug)]
+pub enum Claim {
+    Task(Box<Task>),
+    Empty,
+    /// The oldest entry was bad data and went to `rejected/`.
+    Rejected {
+        message_id: String,
+        reason: String,
+    },
+}
+
+/// Counts of tasks by place.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct Counts {
+    pub queued: usize,
+    pub processing: usize,
+    pub interrupted: usize,
+}
+
+impl Spool {
+    /// Opens (creating if needed) and locks a spool, then recovers it:
+    /// `tmp/` swept, `processing/` moved to `interrupted/`, index rebuilt.
+    pub fn open(dir: &Path, fsync: bool, ephemeral: bool) -> Result<Spool> {
+        if let Some(parent) = dir.parent() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| Error::io("create directory", parent, e))?;
+        }
+        mkdir_private(dir)?;
+        check_private_dir(dir, "spool")?;
+        let lock_path = dir.join("lock");
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(sys::O_NOFOLLOW)
+            .open(&lock_path)
+            .map_err(|e| Error::io("open lock file", &lock_path, e))?;
+        if !sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &lock_path, e))? {
+            let mut holder = String::new();
+            let _ = lock.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Err(Error::Env(format!(
+                "spool {} is in use by pid {}: another instance with the same name and workspace is running",
+                dir.display(),
+                if holder.is_empty() { "?" } else { holder }
+            )));
+        }
+        lock.set_len(0)
+            .map_err(|e| Error::io("write", &lock_path, e))?;
+        writeln!(lock, "{}", std::process::id()).map_err(|e| Error::io("write", &lock_path, e))?;
+        for d in DIRS {
+            let p = dir.join(d);
+            mkdir_private(&p)?;
+            check_private_dir(&p, "spool directory")?;
+        }
+        let mut spool = Spool {
+            dir: dir.to_path_buf(),
+            fsync,
+            ephemeral,
+            index: Mutex::new(Index {
+                next_seq: 1,
+                leased_to: 0,
+                entries: HashMap::new(),
+                inbox: BTreeMap::new(),
+                processing: 0,
+                inflight: HashMap::new(),
+                receipts: 0,
+            }),
+            _lock: lock,
+            recovery_notes: Vec::new(),
+        };
+        spool.recover()?;
+        Ok(spool)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn is_ephemeral(&self) -> bool {
+        self.ephemeral
+    }
+
+    fn path(&self, sub: &str, name: &str) -> PathBuf {
+        self.dir.join(sub).join(name)
+    }
+
+    fn recover(&mut self) -> Result<()> {
+        let mut notes = Vec::new();
+        // A crash between create and rename leaves only unacknowledged data.
+        for name in list(&self.dir.join("tmp"))? {
+            let p = self.path("tmp", &name);
+            fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+        }
+        // Work that was mid-turn is never rerun on its own.
+        let mut moved = false;
+        for name in list(&self.dir.join("processing"))? {
+            let from = self.path("processing", &name);
+            let to = self.path("interrupted", &name);
+            fs::rename(&from, &to).map_err(|e| Error::io("move to interrupted/", &from, e))?;
+            notes.push(format!(
+                "task file {name} was mid-turn and is now in interrupted/"
+            ));
+            moved = true;
+        }
+        if moved && self.fsync {
+            self.sync(&["processing", "interrupted"])?;
+        }
+        let mut idx = self.index.lock().expect("spool index poisoned");
+        let mut max_seq = 0;
+        for (sub, place) in [
+            ("inbox", Place::Inbox),
+            ("interrupted", Place::Interrupted),
+            ("rejected", Place::Rejected),
+        ] {
+            for name in list(&self.dir.join(sub))? {
+                let Some((seq, id)) = parse_file_name(&name) else {
+                    if place != Place::Rejected {
+                        let from = self.path(sub, &name);
+                        let to = self.path("rejected", &name);
+                        let _ = fs::rename(&from, &to);
+                        notes.push(format!(
+                            "{sub}/{name} is not a task file name; moved to rejected/"
+                        ));
+                    }
+                    continue;
+                };
+                max_seq = max_seq.max(seq);
+                let id = id.to_string();
+                let parsed = read_bounded(&self.path(sub, &name))
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| parse_task(&b, &id));
+                let (task, place) = match parsed {
+                    Ok(t) => (Some(t), place),
+                    Err(reason) if place != Place::Rejected => {
+                        let from = self.path(sub, &name);
+                        let to = self.path("rejected", &name);
+                        fs::rename(&from, &to)
+                            .map_err(|e| Error::io("move to rejected/", &from, e))?;
+                        notes.push(format!("{sub}/{name}: {reason}; moved to rejected/"));
+                        (None, Place::Rejected)
+                    }
+                    Err(_) => (None, Place::Rejected),
+                };
+                let mode = task.as_ref().map_or("queue", |t| t.mode.as_str());
+                let key = order_key(mode, seq);
+                let entry = Entry {
+                    digest: task.as_ref().map(|t| t.digest.clone()),
+                    place,
+                    file: name.clone(),
+                    sender_id: task.as_ref().and_then(|t| t.sender.instance_id.clone()),
+                    key,
+                    summary: task.as_ref().map(summary).unwrap_or(Summary {
+                        message_id: id.clone(),
+                        sender: Sender::default(),
+                        accepted_at: 0,
+                        mode: "queue".into(),
+                        bytes: 0,
+                    }),
+                };
+                if place == Place::Inbox {
+                    idx.inbox.insert(key, id.clone());
+                    if let Some(s) = &entry.sender_id {
+                        *idx.inflight.entry(s.clone()).or_default() += 1;
+                    }
+                }
+                idx.entries.insert(id, entry);
+            }
+        }
+        let mut receipts = Vec::new();
+        for name in list(&self.dir.join("done"))? {
+            let Some(id) = name
+                .strip_suffix(".json")
+                .filter(|id| crate::registry::valid_id(id))
+            else {
+                continue;
+            };
+            let p = self.path("done", &name);
+            let r: Option<Receipt> = read_bounded(&p)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            let finished = r.as_ref().map_or(0, |r| r.finished_at);
+            receipts.push((finished, name.clone()));
+            idx.entries.entry(id.to_string()).or_insert(Entry {
+                digest: r.map(|r| r.digest),
+                place: Place::Done,
+                file: name.clone(),
+                sender_id: None,
+                key: (1, 0),
+                summary: Summary {
+                    message_id: id.to_string(),
+                    sender: Sender::default(),
+                    accepted_at: 0,
+                    mode: "queue".into(),
+                    bytes: 0,
+                },
+            });
+        }
+        // Prune only past both bounds: more than RECEIPTS_KEEP receipts,
+        // and only those older than RECEIPTS_MIN_AGE, oldest first.
+        idx.receipts = receipts.len();
+        if receipts.len() > RECEIPTS_KEEP {
+            receipts.sort();
+            let cutoff = now_secs().saturating_sub(RECEIPTS_MIN_AGE);
+            let excess = receipts.len() - RECEIPTS_KEEP;
+            for (finished, name) in receipts.into_iter().take(excess) {
+                if finished >= cutoff {
+                    break;
+                }
+                let _ = fs::remove_file(self.path("done", &name));
+                if let Some(id) = name.strip_suffix(".json") {
+                    idx.entries.remove(id);
+                }
+                idx.receipts -= 1;
+            }
+        }
+        let seq_path = self.dir.join("sequence");
+        let stored: u64 = read_bounded(&seq_path)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        idx.next_seq = stored.max(max_seq + 1).max(1);
+        idx.leased_to = idx.next_seq;
+        drop(idx);
+        self.recovery_notes = notes;
+        Ok(())
+    }
+
+    fn sync(&self, subs: &[&str]) -> Result<()> {
+        for s in subs {
+            let p = self.dir.join(s);
+            sync_dir(&p).map_err(|e| Error::io("sync directory", &p, e))?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure `seq` is covered by the lease in the `sequence` file, so
+    /// numbers never go backwards across a crash.
+    fn lease(&self, idx: &mut Index) -> std::io::Result<()> {
+        if idx.next_seq < idx.leased_to {
+            return Ok(());
+        }
+        let to = idx.next_seq + SEQ_LEASE;
+        let tmp = self.path("tmp", "sequence");
+        let _ = fs::remove_file(&tmp);
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(sys::O_NOFOLLOW)
+            .open(&tmp)?;
+        writeln!(f, "{to}")?;
+        if self.fsync {
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, self.dir.join("sequence"))?;
+        if self.fsync {
+            sync_dir(&self.dir)?;
+        }
+        idx.leased_to = to;
+        Ok(())
+    }
+
+    /// Offers a task. Checks run in DESIGN §4 order from `duplicate` on;
+    /// `paused` is read under the acceptance lock so a pause is exact.
+    pub fn admit(
+        &self,
+        mut task: Task,
+        limits: Limits,
+        paused: impl Fn() -> bool,
+    ) -> Result<Admission> {
+        let mut idx = self.index.lock().expect("spool index poisoned");
+        if let Some(e) = idx.entries.get(&task.message_id) {
+            return Ok(match &e.digest {
+                Some(d) if *d != task.digest => Admission::Reused,
+                _ => Admission::Duplicate,
+            });
+        }
+        if paused() {
+            return Ok(Admission::Paused);
+        }
+        if let Some(s) = &task.sender.instance_id {
+            let n = idx.inflight.get(s).copied().unwrap_or(0);
+            if limits.max_inflight > 0 && n >= limits.max_inflight {
+                return Ok(Admission::InflightFull {
+                    limit: limits.max_inflight,
+                });
+            }
+        }
+        if idx.inbox.len() + idx.processing >= limits.max_queue {
+            return Ok(Admission::Full {
+                limit: limits.max_queue,
+            });
+        }
+        self.lease(&mut idx)
+            .map_err(|e| Error::io("write", &self.dir.join("sequence"), e))?;
+        task.seq = idx.next_seq;
+        let name = file_name(task.seq, &task.message_id);
+        self.store(&task, &name)?;
+        idx.next_seq += 1;
+        let key = order_key(&task.mode, task.seq);
+        idx.inbox.insert(key, task.message_id.clone());
+        if let Some(s) = &task.sender.instance_id {
+            *idx.inflight.entry(s.clone()).or_default() += 1;
+        }
+        idx.entries.insert(
+            task.message_id.clone(),
+            Entry {
+                digest: Some(task.digest.clone()),
+                place: Place::Inbox,
+                file: name,
+                sender_id: task.sender.instance_id.clone(),
+                key,
+                summary: summary(&task),
+            },
+        );
+        Ok(Admission::Accepted {
+            queue_position: idx.inbox.len() + idx.processing,
+        })
+    }
+
+    /// Write, fsync, rename into `inbox/`, fsync the directory. On any
+    /// failure the temporary file is removed and nothing is acknowledged; a
+    /// failed fsync is never retried on the same descriptor.
+    fn store(&self, task: &Task, name: &str) -> Result<()> {
+        let tmp = self.path("tmp", name);
+        let bytes = serde_json::to_vec(task).expect("a task always serializes");
+        let result = (|| -> std::io::Result<()> {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(sys::O_NOFOLLOW)
+                .open(&tmp)?;
+            f.write_all(&bytes)?;
+            if self.fsync {
+                f.sync_all()?;
+            }
+            drop(f);
+            fs::rename(&tmp, self.path("inbox", name))?;
+            if self.fsync {
+                sync_dir(&self.dir.join("inbox"))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io("store task in", &self.dir, e));
+        }
+        Ok(())
+    }
+
+    /// Moves the oldest inbox entry to `processing/` and reads it back.
+    pub fn claim(&self) -> Result<Claim> {
+        let mut idx = self.index.lock().expect("spool index poisoned");
+        let Some((&key, id)) = idx.inbox.iter().next() else {
+            return Ok(Claim::Empty);
+        };
+        let id = id.clone();
+        idx.inbox.remove(&key);
+        let file = idx.entries[&id].file.clone();
+        let from = self.path("inbox", &file);
+        let to = self.path("processing", &file);
+        if let Err(e) = fs::rename(&from, &to) {
+            idx.inbox.insert(key, id);
+            return Err(Error::io("claim", &from, e));
+        }
+        if self.fsync {
+            self.sync(&["inbox", "processing"])?;
+        }
+        let parsed = read_bounded(&to)
+            .map_err(|e| e.to_string())
+            .and_then(|b| parse_task(&b, &id));
+        match parsed {
+            Ok(task) => {
+                idx.processing += 1;
+                idx.entries.get_mut(&id).expect("indexed").place = Place::Processing;
+                Ok(Claim::Task(Box::new(task)))
+            }
+            Err(reason) => {
+                let rej = self.path("rejected", &file);
+                fs::rename(&to, &rej).map_err(|e| Error::io("move to rejected/", &to, e))?;
+                let e = idx.entries.get_mut(&id).expect("indexed");
+                e.place = Place::Rejected;
+                if let Some(s) = e.sender_id.clone() {
+                    release(&mut idx.inflight, &s);
+                }
+                Ok(Claim::Rejected {
+                    message_id: id,
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// Finishes a processing task: receipt first, then the payload goes.
+    pub fn finish(&self, message_id: &str, outcome: &str) -> Result<()> {
+        let mut idx = self.index.lock().expect("spool index poisoned");
+        let Some(e) = idx.entries.get(message_id).cloned() else {
+            return Err(Error::Usage(format!("no task {message_id} in the spool")));
+        };
+        let sub = match e.place {
+            Place::Processing => "processing",
+            Place::Interrupted => "interrupted",
+            _ => {
+                return Err(Error::Usage(format!(
+                    "task {message_id} is not being processed"
+                )));
+            }
+        };
+        let receipt = Receipt {
+            message_id: message_id.to_string(),
+            digest: e.digest.clone().unwrap_or_default(),
+            outcome: outcome.to_string(),
+            finished_at: now_secs(),
+        };
+        let name = receipt_name(message_id);
+        let tmp = self.path("tmp", &format!("receipt-{name}"));
+        let dest = self.path("done", &name);
+        let write = (|| -> std::io::Result<()> {
+            let _ = fs::remove_file(&tmp);
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(sys::O_NOFOLLOW)
+                .open(&tmp)?;
+            f.write_all(&serde_json::to_vec(&receipt).expect("serializes"))?;
+            if self.fsync {
+                f.sync_all()?;
+            }
+            fs::rename(&tmp, &dest)?;
+            if self.fsync {
+                sync_dir(&self.dir.join("done"))?;
+            }
+            fs::remove_file(self.path(sub, &e.file))?;
+            if self.fsync {
+                sync_dir(&self.dir.join(sub))?;
+            }
+            Ok(())
+        })();
+        write.map_err(|err| Error::io("finish task in", &self.dir, err))?;
+        if e.place == Place::Processing {
+            idx.processing -= 1;
+            if let Some(s) = &e.sender_id {
+                release(&mut idx.inflight, s);
+            }
+        }
+        idx.receipts += 1;
+        let entry = idx.entries.get_mut(message_id).expect("indexed");
+        entry.place = Place::Done;
+        entry.file = name;
+        Ok(())
+    }
+
+    /// Puts an interrupted task back at its original place in the queue.
+    pub fn requeue(&self, message_id: &str) -> Result<()> {
+        let mut idx = self.index.lock().expect("spool index poisoned");
+        let e = match idx.entries.get(message_id) {
+            Some(e) if e.place == Place::Interrupted => e.clone(),
+            _ => {
+                return Err(Error::Usage(format!("no interrupted task {message_id}")));
+            }
+        };
+        let from = self.path("interrupted", &e.file);
+        fs::rename(&from, self.path("inbox", &e.file))
+            .map_err(|err| Error::io("requeue", &from, err))?;
+        if self.fsync {
+            self.sync(&["interrupted", "inbox"])?;
+        }
+        idx.inbox.insert(e.key, message_id.to_string());
+        if let Some(s) = &e.sender_id {
+            *idx.inflight.entry(s.clone()).or_default() += 1;
+        }
+        idx.entries.get_mut(message_id).expect("indexed").place = Place::Inbox;
+        Ok(())
+    }
+
+    /// Whether a task is currently in `processing/`.
+    pub fn is_processing(&self, message_id: &str) -> bool {
+        let idx = self.index.lock().expect("spool index poisoned");
+        idx.entries
+            .get(message_id)
+            .is_some_and(|e| e.place == Place::Processing)
+    }
+
+    pub fn counts(&self) -> Counts {
+        let idx = self.index.lock().expect("spool index poisoned");
+        Counts {
+            queued: idx.inbox.len(),
+            processing: idx.processing,
+            interrupted: idx
+                .entries
+                .values()
+                .filter(|e| e.place == Place::Interrupted)
+                .count(),
+        }
+    }
+
+    /// Queued tasks in claim order, then processing and interrupted ones.
+    pub fn list(&self) -> (Vec<Summary>, Vec<Summary>, Vec<Summary>) {
+        let idx = self.index.lock().expect("spool index poisoned");
+        let queued = idx
+            .inbox
+            .values()
+            .map(|id| idx.entries[id].summary.clone())
+            .collect();
+        let by = |place| {
+            let mut v: Vec<&Entry> = idx.entries.values().filter(|e| e.place == place).collect();
+            v.sort_by_key(|e| e.key.1);
+            v.into_iter().map(|e| e.summary.clone()).collect::<Vec<_>>()
+        };
+        let processing = by(Place::Processing);
+        let interrupted = by(Place::Interrupted);
+        (queued, processing, interrupted)
+    }
+
+    /// Removes an ephemeral spool directory; persistent spools are kept.
+    pub fn remove_if_ephemeral(&self) {
+        if self.ephemeral {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn release(inflight: &mut HashMap<String, usize>, sender: &str) {
+    if let Some(n) = inflight.get_mut(sender) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            inflight.remove(sender);
+        }
+    }
+}
+
+/// Names of the regular files in a spool subdirectory, sorted.
+fn list(dir: &Path) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| Error::io("read directory", dir, e))? {
+        let entry = entry.map_err(|e| Error::io("read directory", dir, e))?;
+        if let Ok(name) = entry.file_name().into_string() {
+            out.push(name);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Builds a task from an accepted request.
+#[allow(clippy::too_many_arguments)]
+pub fn new_task(
+    message_id: &str,
+    body: &str,
+    sender: Sender,
+    hop: u64,
+    in_reply_to: Option<String>,
+    mode: &str,
+    peer_pid: Option<u32>,
+    wire: &str,
+) -> Task {
+    Task {
+        message_id: message_id.to_string(),
+        body: body.to_string(),
+        sender,
+        hop,
+        in_reply_to,
+        mode: mode.to_string(),
+        accepted_at: now_secs(),
+        peer_pid,
+        wire: wire.to_string(),
+        digest: sha256_hex(body.as_bytes()),
+        seq: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!(
+            "baton-spool-test-{}-{tag}-{}",
+            std::process::id(),
+            now_secs()
+        ));
+        let _ = fs::remove_dir_all(&p);
+        p
+    }
+
+    fn task(id: &str, body: &str) -> Task {
+        new_task(
+            id,
+            body,
+            Sender::default(),
+            0,
+            None,
+            "queue",
+            None,
+            "jsonrpc",
+        )
+    }
+
+    const LIMITS: Limits = Limits {
+        max_queue: 3,
+        max_inflight: 4,
+    };
+
+    #[test]
+    fn accept_claim_finish_and_duplicates() {
+        let dir = tmpdir("acf");
+        let s = Spool::open(&dir, false, false).unwrap();
+        let never = || false;
+        assert_eq!(
+            s.admit(task("x-1", "a"), LIMITS, never).unwrap(),
+            Admission::Accepted { queue_position: 1 }
+        );
+        assert_eq!(
+            s.admit(task("1", "b"), LIMITS, never).unwrap(),
+            Admission::Accepted { queue_position: 2 }
+        );
+        assert_eq!(
+            s.admit(task("x-1", "a"), LIMITS, never).unwrap(),
+            Admission::Duplicate
+        );
+        assert_eq!(
+            s.admit(task("x-1", "z"), LIMITS, never).unwrap(),
+            Admission::Reused
+        );
+        assert_eq!(
+            s.admit(task("p", "a"), LIMITS, || true).unwrap(),
+            Admission::Paused
+        );
+        s.admit(task("3", "c"), LIMITS, never).unwrap();
+        assert_eq!(
+            s.admit(task("4", "d"), LIMITS, never).unwrap(),
+            Admission::Full { limit: 3 }
+        );
+        let Claim::Task(t) = s.claim().unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.message_id, "x-1");
+        s.finish("x-1", "done").unwrap();
+        assert_eq!(
+            s.admit(task("x-1", "a"), LIMITS, never).unwrap(),
+            Admission::Duplicate
+        );
+        drop(s);
+        let s = Spool::open(&dir, false, false).unwrap();
+        assert_eq!(
+            s.admit(task("x-1", "a"), LIMITS, never).unwrap(),
+            Admission::Duplicate
+        );
+        let Claim::Task(t) = s.claim().unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.message_id, "1");
+        drop(s);
+        // "1" was mid-turn when the spool closed: it is interrupted now.
+        let s = Spool::open(&dir, false, false).unwrap();
+        assert_eq!(s.counts().interrupted, 1);
+        let Claim::Task(t) = s.claim().unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.message_id, "3");
+        drop(s);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn second_open_is_refused_naming_the_pid() {
+        let dir = tmpdir("lock");
+        let _s = Spool::open(&dir, false, false).unwrap();
+        let e = Spool::open(&dir, false, false).err().unwrap().to_string();
+        assert!(
+            e.contains(&format!("in use by pid {}", std::process::id())),
+            "{e}"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn corrupt_inbox_file_goes_to_rejected() {
+        let dir = tmpdir("bad");
+        let s = Spool::open(&dir, false, false).unwrap();
+        s.admit(task("good", "a"), LIMITS, || false).unwrap();
+        drop(s);
+        let bad = dir.join("inbox").join(file_name(0, "bad"));
+        fs::write(&bad, b"{oops").unwrap();
+        let s = Spool::open(&dir, false, false).unwrap();
+        assert_eq!(s.recovery_notes.len(), 1, "{:?}", s.recovery_notes);
+        assert!(dir.join("rejected").join(file_name(0, "bad")).exists());
+        let Claim::Task(t) = s.claim().unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.message_id, "good");
+        drop(s);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

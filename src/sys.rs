@@ -1,0 +1,199 @@
+//! The only place that calls libc: thin, safe wrappers over the few system
+//! calls std does not expose (peer credentials, flock, umask, kill(0),
+//! shutdown of a listening socket, the sun_path limit).
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+/// `O_NOFOLLOW`, for `OpenOptionsExt::custom_flags`.
+pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;
+
+/// Credentials of the process at the other end of a Unix stream, as the
+/// kernel recorded them at connect time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCred {
+    pub uid: u32,
+    /// `None` where the platform does not report the peer pid.
+    pub pid: Option<u32>,
+}
+
+/// Reads the peer's credentials (`SO_PEERCRED` on Linux, `getpeereid`
+/// elsewhere).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the fd is a live socket owned by `stream`; `cred` and `len`
+    // point to valid, writable memory of the size passed.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerCred {
+        uid: cred.uid,
+        pid: (cred.pid > 0).then_some(cred.pid as u32),
+    })
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
+    let mut uid: libc::uid_t = 0;
+    let mut gid: libc::gid_t = 0;
+    // SAFETY: the fd is a live socket owned by `stream`; both out-pointers
+    // are valid for writes.
+    let rc = unsafe { libc::getpeereid(stream.as_raw_fd(), &mut uid, &mut gid) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerCred { uid, pid: None })
+}
+
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Sets the process umask, returning the previous one.
+pub fn set_umask(mask: u32) -> u32 {
+    // SAFETY: umask has no preconditions and cannot fail.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+}
+
+/// What `kill(pid, 0)` says about a pid.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PidStatus {
+    Alive,
+    Gone,
+    Unknown,
+}
+
+pub fn pid_status(pid: u32) -> PidStatus {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return PidStatus::Unknown;
+    }
+    // SAFETY: signal 0 performs only the existence and permission check.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    if rc == 0 {
+        return PidStatus::Alive;
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::ESRCH) => PidStatus::Gone,
+        Some(libc::EPERM) => PidStatus::Alive,
+        _ => PidStatus::Unknown,
+    }
+}
+
+/// Takes an exclusive `flock` without blocking. `Ok(false)` means another
+/// process holds it.
+pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    // SAFETY: the fd is owned by `file` and stays open for the call.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
+/// The longest socket path `bind` accepts here (`sun_path` less the NUL).
+pub fn max_socket_path() -> usize {
+    // SAFETY: sockaddr_un is plain old data; a zeroed value is valid.
+    let addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_path.len() - 1
+}
+
+/// The working directory of another process, where the platform exposes it.
+pub fn process_cwd(pid: u32) -> Option<PathBuf> {
+    if cfg!(any(target_os = "linux", target_os = "android")) {
+        std::fs::read_link(format!("/proc/{pid}/cwd")).ok()
+    } else {
+        None
+    }
+}
+
+/// Sends `sig` to a process.
+pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
+    // SAFETY: kill has no memory-safety preconditions.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+pub const SIGTERM: i32 = libc::SIGTERM;
+pub const SIGINT: i32 = libc::SIGINT;
+pub const SIGKILL: i32 = libc::SIGKILL;
+pub const ECONNREFUSED: i32 = libc::ECONNREFUSED;
+pub const ENOENT: i32 = libc::ENOENT;
+
+/// Restores the default action for `sig` and raises it, so that a shell
+/// sees the process die of the signal (exit status 128 + n).
+pub fn reraise(sig: i32) -> ! {
+    // SAFETY: resetting a disposition to SIG_DFL and raising a signal have
+    // no memory-safety preconditions.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+    std::process::exit(128 + sig)
+}
+
+/// Checks that a path can be turned into a C string (no interior NUL).
+pub fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_pid_is_alive() {
+        assert_eq!(pid_status(std::process::id()), PidStatus::Alive);
+    }
+
+    #[test]
+    fn peer_cred_of_socketpair_is_self() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let cred = peer_cred(&a).unwrap();
+        assert_eq!(cred.uid, euid());
+        if cfg!(target_os = "linux") {
+            assert_eq!(cred.pid, Some(std::process::id()));
+        }
+    }
+
+    #[test]
+    fn sun_path_limit_is_plausible() {
+        let n = max_socket_path();
+        assert!((90..=1023).contains(&n), "{n}");
+    }
+}

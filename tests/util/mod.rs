@@ -1,0 +1,556 @@
+//! Shared harness for baton's integration tests.
+//!
+//! Every test gets a private world (`Env`): its own registry, state and home
+//! directories under a fresh temporary directory, and a scrubbed environment
+//! so nothing from the developer's real setup leaks in. Around that sit
+//! bounded process runners, a guard for long-running `baton serve`
+//! processes, and a raw line client for speaking JSON-RPC to a socket
+//! directly. Everything that waits has a deadline, so a hung baton fails
+//! the test with a message instead of hanging CI.
+//!
+//! Not every test binary uses every helper, hence the `dead_code` allowances.
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, ErrorKind, Read, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+/// How long a one-shot `baton` invocation may run before it is killed.
+const RUN_TIMEOUT: Duration = Duration::from_secs(20);
+/// Grace period a `Proc` gets after SIGTERM when dropped.
+const DROP_GRACE: Duration = Duration::from_secs(3);
+/// How long `Proc::term` waits for an orderly exit.
+const TERM_TIMEOUT: Duration = Duration::from_secs(5);
+/// Read/write timeout on `RawClient` sockets.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `wait_manifest` waits for the registry to settle.
+const MANIFEST_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(10);
+
+/// A directory removed, with everything in it, when dropped.
+#[allow(dead_code)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+#[allow(dead_code)]
+impl TempDir {
+    pub fn new() -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let base = std::env::temp_dir();
+        loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            // Only the sub-second part of the clock: it already separates
+            // runs that reuse a pid, and a short name leaves room for socket
+            // paths under the 108-byte `sun_path` limit.
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let path = base.join(format!("baton-test-{}-{n}-{nanos}", std::process::id()));
+            match make_private_dir(&path) {
+                Ok(()) => return TempDir { path },
+                // A leftover from an earlier run with a recycled pid: pick
+                // the next counter value rather than share its contents.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) => panic!("cannot create temp dir {}: {e}", path.display()),
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.path.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Creates one directory with mode 0700, failing if it already exists.
+fn make_private_dir(path: &Path) -> io::Result<()> {
+    fs::DirBuilder::new().mode(0o700).create(path)
+}
+
+/// Path of the `baton` binary Cargo built for these tests.
+#[allow(dead_code)]
+pub fn baton_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_baton"))
+}
+
+/// What a finished `baton` invocation produced.
+#[allow(dead_code)]
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// The exit code, or 128 + the signal number if a signal ended it.
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Exit code in the shell's convention, so signals are distinguishable.
+fn exit_code(status: ExitStatus) -> i32 {
+    match status.code() {
+        Some(code) => code,
+        None => 128 + status.signal().unwrap_or(0),
+    }
+}
+
+/// A private world for one test.
+#[allow(dead_code)]
+pub struct Env {
+    pub root: TempDir,
+    /// `root/reg`; deliberately not created, since creating it is baton's job.
+    pub registry: PathBuf,
+    /// `root/state`, used as `XDG_STATE_HOME`.
+    pub state: PathBuf,
+}
+
+#[allow(dead_code)]
+impl Env {
+    pub fn new() -> Env {
+        let root = TempDir::new();
+        let registry = root.join("reg");
+        let state = root.join("state");
+        for dir in [&state, &root.join("home"), &root.join("tmp")] {
+            make_private_dir(dir)
+                .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        }
+        Env {
+            root,
+            registry,
+            state,
+        }
+    }
+
+    /// A `Command` for the baton binary that sees only this world.
+    pub fn cmd(&self) -> Command {
+        let mut cmd = Command::new(baton_bin());
+        cmd.env_clear();
+        if let Some(path) = std::env::var_os("PATH") {
+            cmd.env("PATH", path);
+        }
+        cmd.env("HOME", self.root.join("home"))
+            .env("BATON_DIR", &self.registry)
+            .env("XDG_STATE_HOME", &self.state)
+            .env("TMPDIR", self.root.join("tmp"))
+            .env("LANG", "C.UTF-8")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `baton <args>` to completion, killing it after 20 s.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.run_bounded(args, None)
+    }
+
+    /// Like `run`, with `stdin` fed to the process.
+    pub fn run_stdin(&self, args: &[&str], stdin: &[u8]) -> Output {
+        self.run_bounded(args, Some(stdin))
+    }
+
+    fn run_bounded(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        // Output goes to files, not pipes: nothing has to drain them while
+        // we poll, and a daemon baton leaves behind that inherits them
+        // cannot keep us waiting for EOF.
+        let (out_path, out) = self.fresh_file("run", "out");
+        let (err_path, err) = self.fresh_file("run", "err");
+        let mut cmd = self.cmd();
+        cmd.args(args).stdout(out).stderr(err);
+        if stdin.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn baton {args:?}: {e}"));
+
+        if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            let data = data.to_vec();
+            // A separate thread, because baton may not read all of its
+            // input and a full pipe would block us. The thread is left
+            // detached: once baton exits the write fails with EPIPE (Rust
+            // ignores SIGPIPE) and the thread ends on its own.
+            thread::spawn(move || {
+                let _ = pipe.write_all(&data);
+            });
+        }
+
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => thread::sleep(POLL),
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "baton {args:?} still running after {RUN_TIMEOUT:?}; killed.\n\
+                         stdout:\n{}\nstderr:\n{}",
+                        read_lossy(&out_path),
+                        read_lossy(&err_path),
+                    );
+                }
+                Err(e) => panic!("waiting for baton {args:?}: {e}"),
+            }
+        };
+
+        Output {
+            status: exit_code(status),
+            stdout: read_lossy(&out_path),
+            stderr: read_lossy(&err_path),
+        }
+    }
+
+    /// Starts a long-running baton (normally `serve`) in `workspace`.
+    pub fn spawn(&self, args: &[&str], workspace: &Path) -> Proc {
+        let (stdout_path, out) = self.fresh_file("serve", "out");
+        let (stderr_path, err) = self.fresh_file("serve", "err");
+        let child = self
+            .cmd()
+            .args(args)
+            .current_dir(workspace)
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn baton {args:?}: {e}"));
+        Proc {
+            child,
+            stdout_path,
+            stderr_path,
+        }
+    }
+
+    /// Creates `root/<prefix>-<n>.<ext>` for the lowest unused `n`.
+    fn fresh_file(&self, prefix: &str, ext: &str) -> (PathBuf, File) {
+        for n in 0.. {
+            let path = self.root.join(format!("{prefix}-{n}.{ext}"));
+            match OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(file) => return (path, file),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) => panic!("cannot create {}: {e}", path.display()),
+            }
+        }
+        unreachable!("ran out of file names")
+    }
+}
+
+fn read_lossy(path: &Path) -> String {
+    match fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => format!("<cannot read {}: {e}>", path.display()),
+    }
+}
+
+/// Guard for a long-running baton process: stops it when dropped.
+#[allow(dead_code)]
+pub struct Proc {
+    pub child: Child,
+    stdout_path: PathBuf,
+    stderr_path: PathBuf,
+}
+
+#[allow(dead_code)]
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything the process has written to stdout so far.
+    pub fn stdout(&self) -> String {
+        read_lossy(&self.stdout_path)
+    }
+
+    /// Everything the process has written to stderr so far.
+    pub fn stderr(&self) -> String {
+        read_lossy(&self.stderr_path)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills the process with SIGKILL, as a crash would, and reaps it.
+    pub fn kill9(&mut self) {
+        if self.is_running() {
+            self.signal(libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM and returns the exit code (128 + signal if the signal
+    /// itself ended it). Panics if the process is still running after 5 s.
+    pub fn term(&mut self) -> i32 {
+        if self.is_running() {
+            self.signal(libc::SIGTERM);
+        }
+        match self.wait_for_exit(TERM_TIMEOUT) {
+            Some(status) => exit_code(status),
+            None => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "baton (pid {}) ignored SIGTERM for {TERM_TIMEOUT:?}; killed.\nstderr:\n{}",
+                    self.pid(),
+                    self.stderr()
+                );
+            }
+        }
+    }
+
+    /// Polls for exit until `timeout`; `None` if it is still running.
+    fn wait_for_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) if Instant::now() < deadline => thread::sleep(POLL),
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// Sends `sig` to the child. Callers must have just seen it running:
+    /// only then is the pid guaranteed not to have been reaped and reused.
+    fn signal(&self, sig: libc::c_int) {
+        let Ok(pid) = libc::pid_t::try_from(self.child.id()) else {
+            return;
+        };
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
+        // own unreaped child, so the signal cannot reach another process.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if !self.is_running() {
+            return;
+        }
+        // SIGTERM first so baton gets to clean up its socket and manifest,
+        // which keeps a failing test from leaving litter behind.
+        self.signal(libc::SIGTERM);
+        if self.wait_for_exit(DROP_GRACE).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Polls `f` every 10 ms until it returns true; panics naming `what` if
+/// that takes longer than `timeout`.
+#[allow(dead_code)]
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        thread::sleep(POLL);
+    }
+}
+
+/// A JSON-RPC-over-lines client that does no validation of its own, so
+/// tests can send anything, including malformed input.
+#[allow(dead_code)]
+pub struct RawClient {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    /// Server-initiated messages (notifications and requests) that arrived
+    /// while `call` was waiting for its response; `read_json` returns them
+    /// first so nothing is lost.
+    backlog: VecDeque<Value>,
+}
+
+#[allow(dead_code)]
+impl RawClient {
+    pub fn connect(path: impl AsRef<Path>) -> io::Result<RawClient> {
+        let stream = UnixStream::connect(path)?;
+        stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+        stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+        Ok(RawClient {
+            stream,
+            buf: Vec::new(),
+            backlog: VecDeque::new(),
+        })
+    }
+
+    /// The underlying socket, for tests that need to shut down one half or
+    /// change timeouts.
+    pub fn stream(&self) -> &UnixStream {
+        &self.stream
+    }
+
+    /// Sends `bytes` followed by `\n`. Panics on a write error.
+    pub fn send_line(&mut self, bytes: &[u8]) {
+        let mut line = Vec::with_capacity(bytes.len() + 1);
+        line.extend_from_slice(bytes);
+        line.push(b'\n');
+        self.send_raw(&line);
+    }
+
+    /// Sends `bytes` exactly as given. Panics on a write error.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        if let Err(e) = self.try_send_raw(bytes) {
+            panic!("writing {} bytes to server: {e}", bytes.len());
+        }
+    }
+
+    /// Sends `bytes` exactly as given, reporting failure instead of
+    /// panicking, for tests that expect the server to hang up mid-write.
+    pub fn try_send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.write_all(bytes)?;
+        self.stream.flush()
+    }
+
+    /// Reads the next line, without its `\n`. Returns `None` once the server
+    /// has closed the connection (a final unterminated fragment is returned
+    /// first). Panics if nothing arrives within 5 s.
+    pub fn read_line(&mut self) -> Option<String> {
+        loop {
+            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
+                let mut line: Vec<u8> = self.buf.drain(..=pos).collect();
+                line.pop();
+                return Some(utf8_line(line));
+            }
+            let mut chunk = [0u8; 8192];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    if self.buf.is_empty() {
+                        return None;
+                    }
+                    return Some(utf8_line(std::mem::take(&mut self.buf)));
+                }
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                // A server that closes with our data still unread makes the
+                // kernel report a reset; for a test that is just a hang-up.
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return None,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    panic!(
+                        "no line from server within {CLIENT_TIMEOUT:?}; buffered so far: {:?}",
+                        String::from_utf8_lossy(&self.buf)
+                    );
+                }
+                Err(e) => panic!("reading from server: {e}"),
+            }
+        }
+    }
+
+    /// Reads the next message as JSON. Panics on EOF or invalid JSON.
+    pub fn read_json(&mut self) -> Value {
+        if let Some(msg) = self.backlog.pop_front() {
+            return msg;
+        }
+        self.read_json_from_socket()
+    }
+
+    fn read_json_from_socket(&mut self) -> Value {
+        let Some(line) = self.read_line() else {
+            panic!("server closed the connection while a message was expected");
+        };
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("server sent invalid JSON ({e}): {line:?}"))
+    }
+
+    /// Sends a request and returns the whole response object. Messages the
+    /// server initiates in the meantime are kept for `read_json`. Panics if
+    /// the next response carries a different id.
+    pub fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_line(request.to_string().as_bytes());
+        loop {
+            let msg = self.read_json_from_socket();
+            let is_response = msg.get("id").is_some() && msg.get("method").is_none();
+            if !is_response {
+                self.backlog.push_back(msg);
+                continue;
+            }
+            assert_eq!(
+                msg["id"],
+                json!(id),
+                "response to {method} (id {id}) has the wrong id: {msg}"
+            );
+            return msg;
+        }
+    }
+
+    /// Performs the protocol handshake and returns its `result`.
+    pub fn initialize(&mut self) -> Value {
+        let params = json!({"protocol_version": 1, "client": {"name": "test", "version": "0"}});
+        let response = self.call(0, "initialize", params);
+        match response.get("result") {
+            Some(result) => result.clone(),
+            None => panic!("initialize failed: {response}"),
+        }
+    }
+}
+
+fn utf8_line(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| {
+        panic!(
+            "server sent a non-UTF-8 line: {:?}",
+            String::from_utf8_lossy(e.as_bytes())
+        )
+    })
+}
+
+/// The agent manifests (`a-*.json`) currently in `registry`, sorted. A
+/// missing registry simply has none.
+#[allow(dead_code)]
+pub fn manifests(registry: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(registry) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("a-") && n.ends_with(".json"))
+        })
+        .map(|entry| entry.path())
+        .collect();
+    found.sort();
+    found
+}
+
+/// Waits up to 10 s until `registry` holds exactly `count` manifests and
+/// returns them.
+#[allow(dead_code)]
+pub fn wait_manifest(registry: &Path, count: usize) -> Vec<PathBuf> {
+    let deadline = Instant::now() + MANIFEST_TIMEOUT;
+    loop {
+        let found = manifests(registry);
+        if found.len() == count {
+            return found;
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "timed out after {MANIFEST_TIMEOUT:?} waiting for {count} manifest(s) in {}; found {found:?}",
+                registry.display()
+            );
+        }
+        thread::sleep(POLL);
+    }
+}
