@@ -554,3 +554,82 @@ pub fn wait_manifest(registry: &Path, count: usize) -> Vec<PathBuf> {
         thread::sleep(POLL);
     }
 }
+
+/// A running `baton serve` and what its manifest says.
+#[allow(dead_code)]
+pub struct Served {
+    pub proc: Proc,
+    pub id: String,
+    pub socket: PathBuf,
+    pub workspace: PathBuf,
+    pub manifest: Value,
+}
+
+#[allow(dead_code)]
+impl Env {
+    /// Makes `root/<rel>` (a workspace directory) and returns its canonical path.
+    pub fn workspace(&self, rel: &str) -> PathBuf {
+        let p = self.root.join(rel);
+        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+        fs::canonicalize(&p).unwrap()
+    }
+
+    /// Starts `baton serve <args>` in `workspace` and waits (10 s bound)
+    /// until its own manifest is published.
+    pub fn serve(&self, workspace: &Path, args: &[&str]) -> Served {
+        let mut full = vec!["serve"];
+        full.extend_from_slice(args);
+        let mut proc = self.spawn(&full, workspace);
+        let pid = proc.pid();
+        let deadline = Instant::now() + MANIFEST_TIMEOUT;
+        loop {
+            let mine = manifests(&self.registry).into_iter().find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("a-{pid}-")))
+            });
+            if let Some(path) = mine
+                && let Ok(bytes) = fs::read(&path)
+                && let Ok(manifest) = serde_json::from_slice::<Value>(&bytes)
+            {
+                let id = manifest["instance_id"].as_str().unwrap().to_string();
+                let socket = PathBuf::from(manifest["socket"].as_str().unwrap());
+                return Served {
+                    proc,
+                    id,
+                    socket,
+                    workspace: workspace.to_path_buf(),
+                    manifest,
+                };
+            }
+            if !proc.is_running() {
+                panic!("baton serve {args:?} exited early:\n{}", proc.stderr());
+            }
+            if Instant::now() >= deadline {
+                panic!("baton serve {args:?} published no manifest in 10 s:\n{}", proc.stderr());
+            }
+            thread::sleep(POLL);
+        }
+    }
+}
+
+#[allow(dead_code)]
+impl Served {
+    /// A raw client on this instance's socket, already initialized.
+    pub fn client(&self) -> RawClient {
+        let mut c = RawClient::connect(&self.socket)
+            .unwrap_or_else(|e| panic!("connect {}: {e}", self.socket.display()));
+        c.initialize();
+        c
+    }
+
+    /// `message/send` with a plain sender; returns the `result` object.
+    pub fn send(&self, c: &mut RawClient, id: &str, body: &str) -> Value {
+        let r = c.call(
+            1,
+            "message/send",
+            json!({"message_id": id, "target_instance_id": self.id, "body": body, "sender": {}}),
+        );
+        r.get("result").cloned().unwrap_or_else(|| panic!("no result: {r}"))
+    }
+}

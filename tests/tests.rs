@@ -1,0 +1,8 @@
+//! Integration tests: the real `baton` binary, each test in a private world
+//! (its own registry directory, state home and home) from `util`.
+
+mod util;
+
+mod protocol;
+mod registry;
+mod spool;
