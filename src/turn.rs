@@ -14,7 +14,7 @@ pub fn envelope(task: &Task, reply_possible: bool) -> String {
         .unwrap_or_default();
     let mut out = format!(
         "<agent_relay from=\"{}\" instance=\"{}\" pid=\"{}\" workspace=\"{}\" message_id=\"{}\">\n",
-        attr(s.name.as_deref().unwrap_or("")),
+        attr(&display_name(s)),
         attr(s.instance_id.as_deref().unwrap_or("")),
         pid,
         attr(s.workspace.as_deref().unwrap_or("")),
@@ -33,6 +33,17 @@ pub fn envelope(task: &Task, reply_possible: bool) -> String {
     }
     out.push_str("</agent_relay>\n");
     out
+}
+
+/// How a sender is named to the agent and the operator: its name, or
+/// `(cli)` for a plain command line with no instance, which cannot be
+/// replied to.
+pub fn display_name(s: &crate::spool::Sender) -> String {
+    match (&s.instance_id, &s.name) {
+        (_, Some(n)) => n.clone(),
+        (None, None) => "(cli)".into(),
+        (Some(id), None) => id.clone(),
+    }
 }
 
 fn attr(v: &str) -> String {

@@ -113,7 +113,7 @@ fn print_list(r: &Value) {
                 .get("name")
                 .and_then(Value::as_str)
                 .map(|s| escape(s).into_owned())
-                .unwrap_or_else(|| "-".into());
+                .unwrap_or_else(|| "(cli)".into());
             rows.push([
                 place.to_string(),
                 escape(t["message_id"].as_str().unwrap_or("")).into_owned(),

@@ -237,14 +237,8 @@ pub fn main() -> i32 {
 }
 
 fn run(argv: &[OsString]) -> Result<ExitCode> {
-    let Some(first) = argv.first() else {
-        eprint!("{}", overview());
-        return Err(Error::Usage(
-            "no command given (the interactive view is not part of this version)".into(),
-        ));
-    };
-    let name = first.to_str().unwrap_or("");
-    match name {
+    let first = argv.first().and_then(|a| a.to_str()).unwrap_or("");
+    match first {
         "--version" | "-V" | "version" => {
             emit(&format!("baton {}\n", env!("CARGO_PKG_VERSION")));
             return Ok(ExitCode::Ok);
@@ -255,13 +249,24 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         }
         _ => {}
     }
-    let Some(cmd) = COMMANDS.iter().find(|c| c.name == name) else {
-        return Err(Error::Usage(format!(
-            "unknown command {}: see 'baton help'",
-            crate::sanitize::escape(&first.to_string_lossy())
-        )));
+    // `baton [serve options]` opens an instance for the current directory.
+    let (cmd, rest) = if argv.is_empty() || first.starts_with('-') {
+        eprintln!(
+            "baton: the interactive view is not part of this version; serving this directory in the foreground (Ctrl-C stops)"
+        );
+        (&COMMANDS[0], argv)
+    } else {
+        match COMMANDS.iter().find(|c| c.name == first) {
+            Some(c) => (c, &argv[1..]),
+            None => {
+                return Err(Error::Usage(format!(
+                    "unknown command {}: see 'baton help'",
+                    crate::sanitize::escape(&argv[0].to_string_lossy())
+                )));
+            }
+        }
     };
-    let args = args::parse(cmd.name, &argv[1..], cmd.opts)?;
+    let args = args::parse(cmd.name, rest, cmd.opts)?;
     if args.flag("help") {
         emit(&command_help(cmd));
         return Ok(ExitCode::Ok);
