@@ -11,8 +11,9 @@ use crate::sys;
 use crate::turn;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
-use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,7 +34,6 @@ pub struct ServeOptions {
 /// The task an agent has claimed and not yet completed.
 struct OpenTask {
     message_id: String,
-    turn: String,
 }
 
 struct Foreground {
@@ -84,6 +84,7 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         )));
     }
 
+    sweep_ephemeral_spools();
     let spool_dir = if opts.ephemeral_spool {
         runtime_base().join(format!("baton-spool-{}-{id}", sys::uid()))
     } else {
@@ -168,12 +169,16 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     // Shutdown, in the order of DESIGN §9.
     registry::unpublish(&dir, &id);
     shared.stopping.store(true, Ordering::SeqCst);
-    let _ = UnixStream::connect(&socket);
-    let _ = accept.join();
-    if let Ok(now) = fs::symlink_metadata(&socket)
-        && now.dev() == sock_meta.dev()
-        && now.ino() == sock_meta.ino()
-    {
+    // The accept thread is woken by a connection through our socket path.
+    // If that path is no longer our socket (removed, or replaced by someone
+    // else's), connecting would reach nothing or a stranger and the join
+    // would hang: the thread is then left to end with the process.
+    let ours = fs::symlink_metadata(&socket)
+        .is_ok_and(|now| now.dev() == sock_meta.dev() && now.ino() == sock_meta.ino());
+    if ours {
+        if UnixStream::connect(&socket).is_ok() {
+            let _ = accept.join();
+        }
         let _ = fs::remove_file(&socket);
     }
     spool.remove_if_ephemeral();
@@ -186,6 +191,33 @@ fn runtime_base() -> PathBuf {
         .filter(|v| !v.is_empty() && Path::new(v).is_absolute())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// Removes the ephemeral spools of instances that died without cleaning
+/// up (`kill -9`): ours by owner and name, their pid gone.
+fn sweep_ephemeral_spools() {
+    let base = runtime_base();
+    let prefix = format!("baton-spool-{}-", sys::uid());
+    let Ok(rd) = fs::read_dir(&base) else {
+        return;
+    };
+    for e in rd.filter_map(|e| e.ok()) {
+        let Ok(name) = e.file_name().into_string() else {
+            continue;
+        };
+        let Some(id) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let pid = id.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let path = base.join(&name);
+        let ours = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == sys::euid());
+        if ours
+            && registry::valid_id(id)
+            && pid.is_some_and(|p| sys::pid_status(p) == sys::PidStatus::Gone)
+        {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// `meta.json` lets senders and `list --offline` find a named spool.
@@ -201,7 +233,14 @@ fn write_meta(dir: &Path, name: &str, workspace: &Path) -> Result<()> {
         "offline": true,
     });
     let tmp = dir.join("tmp").join("meta.json");
-    fs::write(&tmp, serde_json::to_vec(&meta).expect("serializes"))
+    let _ = fs::remove_file(&tmp);
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(&serde_json::to_vec(&meta).expect("serializes")))
         .and_then(|()| fs::rename(&tmp, &path))
         .map_err(|e| Error::io("write", &path, e))
 }
@@ -287,6 +326,7 @@ impl Foreground {
             }
             "inbox/claim" => Ok(self.claim()),
             "inbox/complete" => self.complete(params),
+            "inbox/requeue" | "inbox/discard" => self.interrupted(method, params),
             _ => Err(RpcError::new(
                 crate::wire::METHOD_NOT_FOUND,
                 format!("method not found: {method}"),
@@ -339,11 +379,9 @@ impl Foreground {
         let result = loop {
             match self.shared.spool.claim() {
                 Ok(Claim::Task(task)) => {
-                    let token = registry::random_digits(24).unwrap_or_default();
                     let envelope = turn::envelope(&task, task.sender.instance_id.is_some());
                     self.open = Some(OpenTask {
                         message_id: task.message_id.clone(),
-                        turn: token.clone(),
                     });
                     break json!({
                         "status": "claimed",
@@ -357,7 +395,6 @@ impl Foreground {
                             "accepted_at": task.accepted_at,
                             "wire": task.wire,
                             "envelope": envelope,
-                            "turn": token,
                         },
                     });
                 }
@@ -381,22 +418,34 @@ impl Foreground {
         result
     }
 
-    fn complete(&mut self, params: &Map<String, Value>) -> std::result::Result<Value, RpcError> {
-        let id = match params.get("message_id") {
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => {
-                return Err(RpcError::new(
-                    crate::wire::INVALID_PARAMS,
-                    "invalid params: message_id must be a string",
-                ));
-            }
-            None => {
-                return Err(RpcError::new(
-                    crate::wire::INVALID_PARAMS,
-                    "invalid params: message_id is missing",
-                ));
-            }
+    /// Puts an interrupted task back in the queue, or discards it with a
+    /// receipt (so a retry of its id stays a duplicate).
+    fn interrupted(
+        &mut self,
+        method: &str,
+        params: &Map<String, Value>,
+    ) -> std::result::Result<Value, RpcError> {
+        let id = message_id_param(params)?;
+        if !self.shared.spool.is_interrupted(&id) {
+            return Ok(json!({
+                "status": "invalid",
+                "message_id": id,
+                "reason": format!("no interrupted task {}", crate::sanitize::escape(&id)),
+            }));
+        }
+        let (r, status) = if method == "inbox/requeue" {
+            (self.shared.spool.requeue(&id), "requeued")
+        } else {
+            (self.shared.spool.finish(&id, "discarded"), "discarded")
         };
+        Ok(match r {
+            Ok(()) => json!({"status": status, "message_id": id}),
+            Err(e) => json!({"status": "error", "message_id": id, "reason": e.to_string()}),
+        })
+    }
+
+    fn complete(&mut self, params: &Map<String, Value>) -> std::result::Result<Value, RpcError> {
+        let id = message_id_param(params)?;
         let outcome = match params.get("outcome") {
             None | Some(Value::Null) => "done".to_string(),
             Some(Value::String(s)) => s.clone(),
@@ -427,9 +476,22 @@ impl Foreground {
         if let Err(e) = self.shared.spool.finish(&id, &outcome) {
             return Ok(json!({"status": "error", "message_id": id, "reason": e.to_string()}));
         }
-        let turn = self.open.take().map(|o| o.turn);
-        let _ = turn;
+        self.open = None;
         self.refresh();
         Ok(json!({"status": "completed", "message_id": id, "outcome": outcome}))
+    }
+}
+
+fn message_id_param(params: &Map<String, Value>) -> std::result::Result<String, RpcError> {
+    match params.get("message_id") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(RpcError::new(
+            crate::wire::INVALID_PARAMS,
+            "invalid params: message_id must be a string",
+        )),
+        None => Err(RpcError::new(
+            crate::wire::INVALID_PARAMS,
+            "invalid params: message_id is missing",
+        )),
     }
 }

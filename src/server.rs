@@ -130,6 +130,8 @@ pub const METHODS: &[&str] = &[
     "inbox/list",
     "inbox/claim",
     "inbox/complete",
+    "inbox/requeue",
+    "inbox/discard",
 ];
 
 /// Methods the foreground answers.
@@ -140,6 +142,8 @@ const FOREGROUND: &[&str] = &[
     "inbox/list",
     "inbox/claim",
     "inbox/complete",
+    "inbox/requeue",
+    "inbox/discard",
 ];
 
 impl Shared {
@@ -625,9 +629,18 @@ fn check_and_admit(
         Ok(s) => s,
         Err(why) => return refuse("invalid", format!("{}: {why}", reason::NOT_VERIFIED)),
     };
+    // Only verified identity is matched: a plain sender's name and claimed
+    // workspace are self-reported, so it is judged by its working
+    // directory as the kernel reports it.
+    let (policy_name, policy_workspace) = if sender.instance_id.is_some() {
+        (sender.name.clone(), sender.workspace.clone())
+    } else {
+        let cwd = peer_pid.and_then(sys::process_cwd);
+        (None, cwd.map(|p| p.display().to_string()))
+    };
     if let Some(why) = shared.policy.check(
-        sender.name.as_deref().unwrap_or(""),
-        sender.workspace.as_deref().unwrap_or(""),
+        policy_name.as_deref().unwrap_or(""),
+        policy_workspace.as_deref().unwrap_or(""),
     ) {
         return refuse("denied", why);
     }

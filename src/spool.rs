@@ -775,6 +775,14 @@ impl Spool {
         Ok(())
     }
 
+    /// Whether a task is in `interrupted/`.
+    pub fn is_interrupted(&self, message_id: &str) -> bool {
+        let idx = self.index.lock().expect("spool index poisoned");
+        idx.entries
+            .get(message_id)
+            .is_some_and(|e| e.place == Place::Interrupted)
+    }
+
     /// Whether a task is currently in `processing/`.
     pub fn is_processing(&self, message_id: &str) -> bool {
         let idx = self.index.lock().expect("spool index poisoned");

@@ -1,1 +1,908 @@
-//! placeholder, replaced by the spool tests.
+//! The spool (DESIGN §5) and the pull side of an instance (`inbox/*`,
+//! `control/*`, `baton inbox`): crash safety under `kill -9`, FIFO order
+//! with a busy receiver, the queue limit, pause and resume, steer, the
+//! CLI's inbox commands, and where spools live and when they go away.
+
+use std::fs::{self, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::util::{Env, RawClient};
+
+/// How long a server may take to publish its manifest.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a server may take to exit after SIGTERM or SIGKILL.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_millis(10);
+
+/// The reasons of DESIGN §4 as src/server.rs spells them.
+const REASON_PAUSED: &str = "the instance is paused";
+const REASON_DUPLICATE: &str = "this message_id was already accepted with the same body";
+const REASON_REUSED: &str = "message_id reused with a different body";
+
+const SPOOL_DIRS: [&str; 6] = [
+    "tmp",
+    "inbox",
+    "processing",
+    "done",
+    "rejected",
+    "interrupted",
+];
+
+/// A `baton serve` started with extra environment variables. Dropping it
+/// sends SIGTERM, then SIGKILL if it has not exited within the bound.
+struct Server {
+    child: Child,
+    stderr_path: PathBuf,
+    id: String,
+    socket: PathBuf,
+    manifest_path: PathBuf,
+}
+
+impl Server {
+    /// Starts `baton serve <args>` in `ws` with `vars` added to the test
+    /// environment, and waits (bounded) until its own manifest is published.
+    fn start(env: &Env, ws: &Path, args: &[&str], vars: &[(&str, &str)]) -> Server {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let stdout_path = env.root.join(format!("spool-serve-{n}.out"));
+        let stderr_path = env.root.join(format!("spool-serve-{n}.err"));
+        let open = |p: &Path| {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(p)
+                .unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()))
+        };
+        let mut cmd = env.cmd();
+        cmd.arg("serve")
+            .args(args)
+            .current_dir(ws)
+            .stdout(open(&stdout_path))
+            .stderr(open(&stderr_path));
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn baton serve {args:?}: {e}"));
+        let mut server = Server {
+            child,
+            stderr_path,
+            id: String::new(),
+            socket: PathBuf::new(),
+            manifest_path: PathBuf::new(),
+        };
+        let prefix = format!("a-{}-", server.pid());
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let mine = crate::util::manifests(&env.registry).into_iter().find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix))
+            });
+            if let Some(path) = mine
+                && let Ok(bytes) = fs::read(&path)
+                && let Ok(manifest) = serde_json::from_slice::<Value>(&bytes)
+            {
+                server.id = manifest["instance_id"].as_str().unwrap().to_string();
+                server.socket = PathBuf::from(manifest["socket"].as_str().unwrap());
+                server.manifest_path = path;
+                return server;
+            }
+            if !server.is_running() {
+                panic!("baton serve {args:?} exited early:\n{}", server.stderr());
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "baton serve {args:?} published no manifest in {START_TIMEOUT:?}:\n{}",
+                    server.stderr()
+                );
+            }
+            thread::sleep(POLL);
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn stderr(&self) -> String {
+        fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends `sig`; only called right after `is_running` said yes, so the
+    /// pid is our unreaped child and cannot have been reused.
+    fn signal(&self, sig: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.pid()).expect("pid fits pid_t");
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) if Instant::now() < deadline => thread::sleep(POLL),
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// A crash: SIGKILL, then reap.
+    fn kill9(&mut self) {
+        if self.is_running() {
+            self.signal(libc::SIGKILL);
+        }
+        self.wait_exit(EXIT_TIMEOUT)
+            .expect("a SIGKILLed baton is reaped");
+    }
+
+    /// An orderly stop: SIGTERM, and the exit code (128 + signal if the
+    /// signal ended it). Panics if it is still running after 5 s.
+    fn term(&mut self) -> i32 {
+        if self.is_running() {
+            self.signal(libc::SIGTERM);
+        }
+        match self.wait_exit(EXIT_TIMEOUT) {
+            Some(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+            None => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "baton serve ignored SIGTERM for {EXIT_TIMEOUT:?}; killed.\n{}",
+                    self.stderr()
+                );
+            }
+        }
+    }
+
+    fn client(&self) -> RawClient {
+        let mut c = RawClient::connect(&self.socket)
+            .unwrap_or_else(|e| panic!("connect {}: {e}", self.socket.display()));
+        c.initialize();
+        c
+    }
+
+    /// The `state` field of this instance's manifest file, as peers see it.
+    fn manifest_state(&self) -> String {
+        let bytes = fs::read(&self.manifest_path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", self.manifest_path.display()));
+        let m: Value = serde_json::from_slice(&bytes).expect("the manifest is JSON");
+        m["state"].as_str().expect("manifest state").to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if !self.is_running() {
+            return;
+        }
+        self.signal(libc::SIGTERM);
+        if self.wait_exit(Duration::from_secs(3)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A request whose answer must be a `result`; returns it.
+fn rpc(c: &mut RawClient, method: &str, params: Value) -> Value {
+    let r = c.call(7, method, params);
+    r.get("result")
+        .cloned()
+        .unwrap_or_else(|| panic!("{method} failed: {r}"))
+}
+
+/// `message/send` from a plain sender; returns the `result`.
+fn send(c: &mut RawClient, target: &str, id: &str, body: &str, mode: &str) -> Value {
+    rpc(
+        c,
+        "message/send",
+        json!({"message_id": id, "target_instance_id": target, "body": body,
+               "sender": {}, "mode": mode}),
+    )
+}
+
+fn claim(c: &mut RawClient) -> Value {
+    rpc(c, "inbox/claim", json!({}))
+}
+
+fn complete(c: &mut RawClient, id: &str) -> Value {
+    rpc(c, "inbox/complete", json!({"message_id": id}))
+}
+
+fn ping_state(c: &mut RawClient) -> String {
+    let r = rpc(c, "ping", json!({}));
+    assert_eq!(r["status"], "pong", "{r}");
+    r["state"].as_str().expect("ping state").to_string()
+}
+
+/// Claims and expects exactly task `id`.
+fn claim_expect(c: &mut RawClient, id: &str) -> Value {
+    let r = claim(c);
+    assert_eq!(r["status"], "claimed", "claim should give {id}: {r}");
+    assert_eq!(r["task"]["message_id"], id, "claim order: {r}");
+    r
+}
+
+fn complete_expect(c: &mut RawClient, id: &str) {
+    let r = complete(c, id);
+    assert_eq!(
+        r,
+        json!({"status": "completed", "message_id": id, "outcome": "done"})
+    );
+}
+
+/// The message ids of one list of `inbox/list`.
+fn listed(list: &Value, key: &str) -> Vec<String> {
+    list[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("inbox/list has no {key} array: {list}"))
+        .iter()
+        .map(|t| t["message_id"].as_str().expect("message_id").to_string())
+        .collect()
+}
+
+/// Names in a directory, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Permission bits, without following a symlink.
+fn mode(p: &Path) -> u32 {
+    fs::symlink_metadata(p)
+        .unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
+        .mode()
+        & 0o7777
+}
+
+/// Splits `<16 digits>-<id>.json`, asserting that shape.
+fn split_task_name(name: &str) -> (u64, &str) {
+    let stem = name
+        .strip_suffix(".json")
+        .unwrap_or_else(|| panic!("{name} does not end in .json"));
+    let (seq, id) = stem
+        .split_once('-')
+        .unwrap_or_else(|| panic!("{name} has no <seq>-"));
+    assert_eq!(seq.len(), 16, "sequence of {name} is not 16 digits");
+    assert!(seq.bytes().all(|b| b.is_ascii_digit()), "{name}");
+    (seq.parse().unwrap(), id)
+}
+
+/// The one spool directory named `<name>-<16 hex>` under the test's state
+/// home, checked against the workspace hash when `sha256sum` exists.
+fn persistent_spool(env: &Env, name: &str, ws: &Path) -> PathBuf {
+    let base = env.state.join("baton").join("spool");
+    let found: Vec<String> = names(&base)
+        .into_iter()
+        .filter(|n| n.starts_with(&format!("{name}-")))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "spools for {name} in {}: {found:?}",
+        base.display()
+    );
+    let hash = &found[0][name.len() + 1..];
+    assert_eq!(hash.len(), 16, "{found:?}");
+    assert!(
+        hash.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+        "{found:?}"
+    );
+    if let Some(want) = sha256_prefix(ws) {
+        assert_eq!(hash, want, "spool name hashes the canonical workspace");
+    }
+    base.join(&found[0])
+}
+
+/// The first 16 hex digits of sha256(workspace path), via `sha256sum`.
+fn sha256_prefix(ws: &Path) -> Option<String> {
+    let mut child = match std::process::Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) if e.kind() == ErrorKind::NotFound => return None,
+        Err(e) => panic!("sha256sum: {e}"),
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(ws.as_os_str().as_encoded_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    Some(String::from_utf8(out.stdout).unwrap()[..16].to_string())
+}
+
+/// Every directory in the spool tree is 0700 and every file 0600.
+fn assert_private_tree(dir: &Path) {
+    assert_eq!(mode(dir), 0o700, "{}", dir.display());
+    for name in names(dir) {
+        let p = dir.join(&name);
+        let meta = fs::symlink_metadata(&p).unwrap();
+        if meta.is_dir() {
+            assert_private_tree(&p);
+        } else {
+            assert!(meta.is_file(), "{} is not a regular file", p.display());
+            assert_eq!(mode(&p), 0o600, "{}", p.display());
+        }
+    }
+}
+
+fn task_id(i: usize) -> String {
+    format!("m-{i:03}")
+}
+
+fn task_body(i: usize) -> String {
+    format!("task {i}: rename helper_{i} and run its tests")
+}
+
+#[test]
+fn kill9_loses_nothing_reruns_nothing_and_keeps_order() {
+    let env = Env::new();
+    let ws = env.workspace("crash");
+    let args = ["--name", "crash"];
+    let vars = [("BATON_MAX_QUEUE", "256")];
+    let mut first = Server::start(&env, &ws, &args, &vars);
+    let me = std::process::id();
+
+    // 200 tasks over one persistent connection, each acknowledged in turn.
+    let mut c = first.client();
+    for i in 0..200 {
+        let r = send(&mut c, &first.id, &task_id(i), &task_body(i), "queue");
+        assert_eq!(
+            r,
+            json!({"status": "accepted", "message_id": task_id(i),
+                   "queue_position": i + 1, "state": "ready"}),
+            "send {i}"
+        );
+    }
+    let r = claim_expect(&mut c, "m-000");
+    assert_eq!(r["task"]["body"], task_body(0));
+    assert_eq!(first.manifest_state(), "busy");
+
+    let spool = persistent_spool(&env, "crash", &ws);
+    let before_inbox = names(&spool.join("inbox"));
+    let before_processing = names(&spool.join("processing"));
+    assert_eq!(before_inbox.len(), 199, "{before_inbox:?}");
+    assert_eq!(before_processing.len(), 1, "{before_processing:?}");
+    assert_eq!(split_task_name(&before_processing[0]).1, "m-000");
+
+    first.kill9();
+    drop(c);
+    // Litter a crash can leave in tmp/: a half-written task and junk.
+    let stray_task = spool.join("tmp").join("0000000000099999-m-999.json");
+    fs::write(&stray_task, b"{\"message_id\": \"m-9").unwrap();
+    fs::write(spool.join("tmp").join("stray"), b"junk").unwrap();
+
+    let mut second = Server::start(&env, &ws, &args, &vars);
+    assert_ne!(second.id, first.id);
+    let notes = second.stderr();
+    assert!(
+        notes.contains(&format!(
+            "task file {} was mid-turn and is now in interrupted/",
+            before_processing[0]
+        )),
+        "restart reports the interrupted task:\n{notes}"
+    );
+
+    // On disk: the inbox is exactly m-001..m-199 in acceptance order, the
+    // same files as before the crash; m-000 is interrupted, not rerun.
+    assert_eq!(
+        names(&spool.join("tmp")),
+        Vec::<String>::new(),
+        "tmp/ swept"
+    );
+    assert_eq!(names(&spool.join("processing")), Vec::<String>::new());
+    assert_eq!(names(&spool.join("done")), Vec::<String>::new());
+    assert_eq!(names(&spool.join("rejected")), Vec::<String>::new());
+    assert_eq!(names(&spool.join("interrupted")), before_processing);
+    let inbox = names(&spool.join("inbox"));
+    assert_eq!(inbox, before_inbox);
+    let mut last_seq = split_task_name(&before_processing[0]).0;
+    for (k, name) in inbox.iter().enumerate() {
+        let i = k + 1;
+        let (seq, id) = split_task_name(name);
+        assert_eq!(id, task_id(i), "inbox position {k}: {inbox:?}");
+        assert!(seq > last_seq, "sequence numbers increase: {inbox:?}");
+        last_seq = seq;
+        let task: Value =
+            serde_json::from_slice(&fs::read(spool.join("inbox").join(name)).unwrap())
+                .unwrap_or_else(|e| panic!("{name} is not JSON: {e}"));
+        assert_eq!(task["message_id"], task_id(i), "{name}: {task}");
+        assert_eq!(task["body"], task_body(i), "{name}: {task}");
+        assert_eq!(task["seq"], seq, "{name}: {task}");
+        assert_eq!(task["mode"], "queue", "{name}: {task}");
+        assert_eq!(task["hop"], 0, "{name}: {task}");
+        assert_eq!(task["wire"], "jsonrpc", "{name}: {task}");
+        assert_eq!(task["peer_pid"], me, "{name}: {task}");
+        assert!(task["accepted_at"].is_u64(), "{name}: {task}");
+    }
+    let interrupted: Value = serde_json::from_slice(
+        &fs::read(spool.join("interrupted").join(&before_processing[0])).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(interrupted["message_id"], "m-000");
+    assert_eq!(interrupted["body"], task_body(0));
+
+    // Permissions: the spool and its parents are 0700, every file 0600.
+    assert_private_tree(&spool);
+    for d in SPOOL_DIRS {
+        assert_eq!(mode(&spool.join(d)), 0o700, "{d}/");
+    }
+    assert_eq!(mode(&env.state.join("baton").join("spool")), 0o700);
+    assert_eq!(mode(&env.state.join("baton")), 0o700);
+
+    // Through the socket: the same picture.
+    let mut c = second.client();
+    let status = rpc(&mut c, "control/status", json!({}));
+    assert_eq!(status["spool"], spool.display().to_string());
+    assert_eq!(
+        status["queue"],
+        json!({"queued": 199, "processing": 0, "interrupted": 1, "max": 256})
+    );
+    let list = rpc(&mut c, "inbox/list", json!({}));
+    let want: Vec<String> = (1..200).map(task_id).collect();
+    assert_eq!(listed(&list, "queued"), want);
+    assert_eq!(listed(&list, "processing"), Vec::<String>::new());
+    assert_eq!(listed(&list, "interrupted"), vec!["m-000".to_string()]);
+    assert_eq!(list["queued"][0]["bytes"], task_body(1).len());
+
+    // Retried ids are recognised across the crash, interrupted one included.
+    for i in [0, 5] {
+        let r = send(&mut c, &second.id, &task_id(i), &task_body(i), "queue");
+        assert_eq!(
+            r,
+            json!({"status": "duplicate", "message_id": task_id(i), "state": "ready",
+                   "reason": REASON_DUPLICATE}),
+        );
+    }
+    let r = send(&mut c, &second.id, "m-005", "a different body", "queue");
+    assert_eq!(r["status"], "invalid", "{r}");
+    assert_eq!(r["reason"], REASON_REUSED, "{r}");
+
+    // The queue resumes at m-001; m-000 is not run again.
+    claim_expect(&mut c, "m-001");
+    complete_expect(&mut c, "m-001");
+    let receipt: Value =
+        serde_json::from_slice(&fs::read(spool.join("done").join("m-001.json")).unwrap()).unwrap();
+    assert_eq!(receipt["message_id"], "m-001");
+    assert_eq!(receipt["outcome"], "done");
+    for d in ["inbox", "processing"] {
+        let left = names(&spool.join(d));
+        assert!(
+            !left.iter().any(|n| n.ends_with("-m-001.json")),
+            "the payload of a finished task is removed: {d}/ {left:?}"
+        );
+    }
+    claim_expect(&mut c, "m-002");
+
+    // Sequence numbers never go backwards across the crash: a new task
+    // sorts after everything accepted before it.
+    let r = send(&mut c, &second.id, "m-200", &task_body(200), "queue");
+    assert_eq!(r["status"], "accepted", "{r}");
+    assert_eq!(r["queue_position"], 199, "197 queued + 1 processing + this");
+    let inbox = names(&spool.join("inbox"));
+    assert_eq!(
+        split_task_name(inbox.last().unwrap()).1,
+        "m-200",
+        "{inbox:?}"
+    );
+    assert!(split_task_name(inbox.last().unwrap()).0 > last_seq);
+    let list = rpc(&mut c, "inbox/list", json!({}));
+    assert_eq!(listed(&list, "interrupted"), vec!["m-000".to_string()]);
+    drop(c);
+
+    assert_eq!(second.term(), 0, "{}", second.stderr());
+    assert!(spool.join("inbox").is_dir(), "a persistent spool is kept");
+}
+
+#[test]
+fn fifo_with_a_busy_receiver_queue_limit_pause_and_steer() {
+    let env = Env::new();
+    let ws = env.workspace("fifo");
+    let srv = Server::start(&env, &ws, &["--name", "fifo"], &[]);
+    let mut c = srv.client();
+    let id = srv.id.clone();
+    let qid = |i: usize| format!("q-{i:02}");
+    let qbody = |i: usize| format!("queued job {i}");
+    assert_eq!(srv.manifest_state(), "ready");
+    assert_eq!(ping_state(&mut c), "ready");
+
+    // One task claimed: the instance is busy.
+    let r = send(&mut c, &id, &qid(0), &qbody(0), "queue");
+    assert_eq!(r["queue_position"], 1, "{r}");
+    assert_eq!(r["state"], "ready", "{r}");
+    claim_expect(&mut c, &qid(0));
+    assert_eq!(ping_state(&mut c), "busy");
+    assert_eq!(srv.manifest_state(), "busy");
+    let status = rpc(&mut c, "control/status", json!({}));
+    assert_eq!(status["state"], "busy");
+    assert_eq!(status["open_task"], qid(0));
+
+    // The limit counts inbox plus processing: 15 more fill it to 16.
+    for i in 1..16 {
+        let r = send(&mut c, &id, &qid(i), &qbody(i), "queue");
+        assert_eq!(
+            r,
+            json!({"status": "accepted", "message_id": qid(i),
+                   "queue_position": i + 1, "state": "busy"}),
+        );
+    }
+    let r = send(&mut c, &id, &qid(16), &qbody(16), "queue");
+    assert_eq!(
+        r,
+        json!({"status": "full", "message_id": qid(16), "state": "busy",
+               "reason": "the queue is full: 16 tasks waiting or running (BATON_MAX_QUEUE)"}),
+    );
+    let info = rpc(&mut c, "agent/info", json!({}));
+    assert_eq!(
+        info["queue"],
+        json!({"queued": 15, "processing": 1, "max": 16})
+    );
+
+    // One open task at a time.
+    let r = claim(&mut c);
+    assert_eq!(
+        r,
+        json!({"status": "busy", "message_id": qid(0),
+               "reason": "task q-00 is still open: complete it first"}),
+    );
+    let r = complete(&mut c, &qid(1));
+    assert_eq!(r["status"], "invalid", "{r}");
+    assert_eq!(r["reason"], "task q-01 is not open here", "{r}");
+    complete_expect(&mut c, &qid(0));
+    assert_eq!(srv.manifest_state(), "ready");
+    assert_eq!(ping_state(&mut c), "ready");
+
+    // The refused task was not recorded: the same id is accepted now.
+    let r = send(&mut c, &id, &qid(16), &qbody(16), "queue");
+    assert_eq!(r["status"], "accepted", "{r}");
+    assert_eq!(r["queue_position"], 16, "{r}");
+    let r = send(&mut c, &id, &qid(17), &qbody(17), "queue");
+    assert_eq!(r["status"], "full", "{r}");
+
+    // Complete + claim returns tasks in send order.
+    for i in 1..5 {
+        let r = claim_expect(&mut c, &qid(i));
+        assert_eq!(r["task"]["body"], qbody(i));
+        assert_eq!(srv.manifest_state(), "busy");
+        complete_expect(&mut c, &qid(i));
+        assert_eq!(srv.manifest_state(), "ready");
+    }
+
+    // Pause with a task open: paused wins over busy.
+    claim_expect(&mut c, &qid(5));
+    assert_eq!(srv.manifest_state(), "busy");
+    let r = rpc(&mut c, "control/pause", json!({}));
+    assert_eq!(r, json!({"state": "paused", "changed": true}));
+    assert_eq!(srv.manifest_state(), "paused");
+    assert_eq!(ping_state(&mut c), "paused");
+    let r = send(&mut c, &id, &qid(17), &qbody(17), "queue");
+    assert_eq!(
+        r,
+        json!({"status": "paused", "message_id": qid(17), "state": "paused",
+               "reason": REASON_PAUSED}),
+    );
+    // A retry of an accepted id is still recognised while paused.
+    let r = send(&mut c, &id, &qid(10), &qbody(10), "queue");
+    assert_eq!(r["status"], "duplicate", "{r}");
+    let queued_while_paused: Vec<String> = (6..17).map(qid).collect();
+    let list = rpc(&mut c, "inbox/list", json!({}));
+    assert_eq!(listed(&list, "queued"), queued_while_paused);
+    assert_eq!(listed(&list, "processing"), vec![qid(5)]);
+    // The open task can still be completed; claims are refused.
+    complete_expect(&mut c, &qid(5));
+    assert_eq!(srv.manifest_state(), "paused");
+    for _ in 0..2 {
+        let r = claim(&mut c);
+        assert_eq!(r, json!({"status": "paused", "reason": REASON_PAUSED}));
+    }
+    let list = rpc(&mut c, "inbox/list", json!({}));
+    assert_eq!(listed(&list, "queued"), queued_while_paused, "queue kept");
+    assert_eq!(listed(&list, "processing"), Vec::<String>::new());
+    let r = rpc(&mut c, "control/pause", json!({}));
+    assert_eq!(r, json!({"state": "paused", "changed": false}));
+    let r = rpc(&mut c, "control/resume", json!({}));
+    assert_eq!(r, json!({"state": "ready", "changed": true}));
+    assert_eq!(srv.manifest_state(), "ready");
+    assert_eq!(ping_state(&mut c), "ready");
+    let r = rpc(&mut c, "control/resume", json!({}));
+    assert_eq!(r, json!({"state": "ready", "changed": false}));
+
+    // Steer tasks go ahead of queued ones, in their own send order.
+    let r = send(&mut c, &id, "s-1", "steer one", "steer");
+    assert_eq!(r["status"], "accepted", "{r}");
+    assert_eq!(r["queue_position"], 12, "{r}");
+    let r = send(&mut c, &id, &qid(17), &qbody(17), "queue");
+    assert_eq!(r["queue_position"], 13, "{r}");
+    let r = send(&mut c, &id, "s-2", "steer two", "steer");
+    assert_eq!(r["queue_position"], 14, "{r}");
+    let list = rpc(&mut c, "inbox/list", json!({}));
+    let mut order = vec!["s-1".to_string(), "s-2".to_string()];
+    order.extend((6..18).map(qid));
+    assert_eq!(listed(&list, "queued"), order, "inbox/list is claim order");
+    for want in &order {
+        let r = claim_expect(&mut c, want);
+        let mode = if want.starts_with("s-") {
+            "steer"
+        } else {
+            "queue"
+        };
+        assert_eq!(r["task"]["mode"], mode, "{r}");
+        complete_expect(&mut c, want);
+    }
+    assert_eq!(claim(&mut c), json!({"status": "empty"}));
+    assert_eq!(srv.manifest_state(), "ready");
+    let status = rpc(&mut c, "control/status", json!({}));
+    assert_eq!(
+        status["queue"],
+        json!({"queued": 0, "processing": 0, "interrupted": 0, "max": 16})
+    );
+    assert_eq!(status["open_task"], Value::Null);
+}
+
+#[test]
+fn inbox_cli_claim_complete_list_and_status() {
+    let env = Env::new();
+    let ws = env.workspace("cliws");
+    let srv = Server::start(&env, &ws, &["--name", "clia"], &[]);
+    let mut c = srv.client();
+    let sender = json!({"name": "alice"});
+    for (mid, body) in [("c-1", "first line\nsecond line"), ("c-2", "the other job")] {
+        let r = rpc(
+            &mut c,
+            "message/send",
+            json!({"message_id": mid, "target_instance_id": srv.id, "body": body,
+                   "sender": sender}),
+        );
+        assert_eq!(r["status"], "accepted", "{r}");
+    }
+
+    let out = env.run(&["inbox", "list", "clia", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let list: Value = serde_json::from_str(out.stdout.trim()).expect("list --json is JSON");
+    assert_eq!(listed(&list, "queued"), ["c-1", "c-2"]);
+    assert_eq!(listed(&list, "processing"), Vec::<String>::new());
+    assert_eq!(listed(&list, "interrupted"), Vec::<String>::new());
+    assert_eq!(list["queued"][0]["sender"]["name"], "alice");
+    assert_eq!(list["queued"][0]["sender"]["pid"], std::process::id());
+    assert_eq!(list["queued"][0]["mode"], "queue");
+    assert_eq!(list["queued"][0]["bytes"], "first line\nsecond line".len());
+
+    let out = env.run(&["status", "clia", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let st: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(
+        st["queue"],
+        json!({"queued": 2, "processing": 0, "interrupted": 0, "max": 16})
+    );
+    assert_eq!(st["state"], "ready");
+    assert_eq!(st["instance_id"], srv.id);
+    assert_eq!(
+        st["spool"],
+        persistent_spool(&env, "clia", &ws).display().to_string()
+    );
+
+    // claim prints the envelope the agent reads.
+    let out = env.run(&["inbox", "claim", "clia"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let cwd = fs::read_link("/proc/self/cwd")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let mut lines = out.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            format!(
+                "<agent_relay from=\"alice\" instance=\"\" pid=\"{}\" workspace=\"{cwd}\" message_id=\"c-1\">",
+                std::process::id()
+            )
+            .as_str()
+        ),
+        "{out:?}"
+    );
+    assert!(
+        out.stdout
+            .contains("\n\nfirst line\nsecond line\n\n</agent_relay>\n"),
+        "body is literal and unannotated (no reply hint for a plain sender): {out:?}"
+    );
+    assert!(out.stdout.ends_with("</agent_relay>\n"), "{out:?}");
+
+    let out = env.run(&["status", "clia", "--json"]);
+    let st: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(
+        st["queue"],
+        json!({"queued": 1, "processing": 1, "interrupted": 0, "max": 16})
+    );
+    assert_eq!(st["state"], "busy");
+    assert_eq!(st["open_task"], "c-1");
+
+    let out = env.run(&["inbox", "claim", "clia"]);
+    assert_eq!(out.status, 1, "a busy claim is a refusal: {out:?}");
+    assert_eq!(out.stdout, "");
+    assert_eq!(
+        out.stderr,
+        "baton: cannot claim: busy: task c-1 is still open: complete it first\n"
+    );
+
+    let out = env.run(&["inbox", "complete", "clia", "c-1"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stdout, "completed c-1 (done)\n");
+
+    let out = env.run(&["inbox", "claim", "clia", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let r: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(r["status"], "claimed");
+    assert_eq!(r["task"]["message_id"], "c-2");
+    assert_eq!(r["task"]["body"], "the other job");
+
+    let out = env.run(&["inbox", "complete", "clia", "c-2", "--outcome", "failed"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stdout, "completed c-2 (failed)\n");
+    let spool = persistent_spool(&env, "clia", &ws);
+    let receipt: Value =
+        serde_json::from_slice(&fs::read(spool.join("done").join("c-2.json")).unwrap()).unwrap();
+    assert_eq!(receipt["outcome"], "failed");
+
+    let out = env.run(&["inbox", "complete", "clia", "c-2"]);
+    assert_eq!(out.status, 1, "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "baton: cannot complete: invalid: task c-2 is not open here\n"
+    );
+
+    let out = env.run(&["inbox", "claim", "clia"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stdout, "");
+    assert_eq!(out.stderr, "baton: the inbox is empty\n");
+
+    let out = env.run(&["inbox", "list", "clia", "--json"]);
+    let list: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(
+        list,
+        json!({"queued": [], "processing": [], "interrupted": []})
+    );
+    let out = env.run(&["status", "clia", "--json"]);
+    let st: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(
+        st["queue"],
+        json!({"queued": 0, "processing": 0, "interrupted": 0, "max": 16})
+    );
+    assert_eq!(st["state"], "ready");
+}
+
+#[test]
+fn ephemeral_spool_is_private_and_removed_at_exit() {
+    let env = Env::new();
+    let ws = env.workspace("ephws");
+    let mut srv = Server::start(&env, &ws, &["--name", "eph", "--ephemeral-spool"], &[]);
+    let mut c = srv.client();
+    let st = rpc(&mut c, "control/status", json!({}));
+    let dir = PathBuf::from(st["spool"].as_str().expect("status names the spool"));
+    assert!(
+        dir.starts_with(env.root.join("tmp")),
+        "an ephemeral spool lives in the runtime dir ($TMPDIR here): {}",
+        dir.display()
+    );
+    assert!(!dir.starts_with(&env.state), "{}", dir.display());
+    let persistent = env.state.join("baton").join("spool");
+    let under_state = if persistent.exists() {
+        names(&persistent)
+    } else {
+        Vec::new()
+    };
+    assert!(
+        !under_state.iter().any(|n| n.starts_with("eph-")),
+        "no persistent spool for an ephemeral instance: {under_state:?}"
+    );
+
+    let r = send(&mut c, &srv.id, "e-1", "short-lived", "queue");
+    assert_eq!(r["status"], "accepted", "{r}");
+    let inbox = names(&dir.join("inbox"));
+    assert_eq!(inbox.len(), 1, "{inbox:?}");
+    assert_eq!(split_task_name(&inbox[0]).1, "e-1");
+    assert_private_tree(&dir);
+    drop(c);
+
+    assert_eq!(srv.term(), 0, "{}", srv.stderr());
+    assert!(
+        fs::symlink_metadata(&dir).is_err(),
+        "the ephemeral spool {} is removed at exit",
+        dir.display()
+    );
+}
+
+#[test]
+fn persistent_spool_survives_sigterm_and_is_locked_while_live() {
+    let env = Env::new();
+    let ws = env.workspace("keepws");
+    let ws_arg = ws.to_str().unwrap();
+    let mut srv = Server::start(&env, &ws, &["--name", "keep"], &[]);
+    let spool = persistent_spool(&env, "keep", &ws);
+
+    // A second instance with the same name and workspace refuses to start.
+    let out = env.run(&["serve", "--name", "keep", "--workspace", ws_arg]);
+    assert_eq!(out.status, 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains(&format!("is in use by pid {}", srv.pid())),
+        "{out:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(spool.join("lock")).unwrap().trim(),
+        srv.pid().to_string(),
+        "the lock file holds the live pid"
+    );
+
+    let meta: Value = serde_json::from_slice(&fs::read(spool.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["name"], "keep");
+    assert_eq!(meta["workspace"], ws_arg);
+
+    let mut c = srv.client();
+    let r = send(&mut c, &srv.id, "k-1", "survive a restart", "queue");
+    assert_eq!(r["status"], "accepted", "{r}");
+    drop(c);
+    assert_eq!(srv.term(), 0, "{}", srv.stderr());
+    assert_eq!(
+        crate::util::manifests(&env.registry),
+        Vec::<PathBuf>::new(),
+        "SIGTERM removes the manifest"
+    );
+    for d in SPOOL_DIRS {
+        assert!(spool.join(d).is_dir(), "{d}/ kept after SIGTERM");
+    }
+    let inbox = names(&spool.join("inbox"));
+    assert_eq!(inbox.len(), 1, "{inbox:?}");
+    assert_eq!(split_task_name(&inbox[0]).1, "k-1");
+
+    let srv = Server::start(&env, &ws, &["--name", "keep"], &[]);
+    assert_eq!(
+        srv.stderr().matches("interrupted/").count(),
+        0,
+        "an orderly stop with nothing open interrupts nothing: {}",
+        srv.stderr()
+    );
+    let mut c = srv.client();
+    let list = rpc(&mut c, "inbox/list", json!({}));
+    assert_eq!(listed(&list, "queued"), ["k-1"]);
+    let r = claim_expect(&mut c, "k-1");
+    assert_eq!(r["task"]["body"], "survive a restart");
+    complete_expect(&mut c, "k-1");
+    drop(c);
+    let mut srv = srv;
+    assert_eq!(srv.term(), 0, "{}", srv.stderr());
+
+    // The receipt outlives the instance: a retry after a restart is still a
+    // duplicate, so the finished task does not run twice.
+    let srv = Server::start(&env, &ws, &["--name", "keep"], &[]);
+    let mut c = srv.client();
+    let r = send(&mut c, &srv.id, "k-1", "survive a restart", "queue");
+    assert_eq!(r["status"], "duplicate", "{r}");
+    assert_eq!(claim(&mut c), json!({"status": "empty"}));
+}

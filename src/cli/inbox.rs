@@ -25,28 +25,31 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             }
             (rest.first(), format!("inbox/{action}"), json!({}))
         }
-        "complete" => {
+        "complete" | "requeue" | "discard" => {
             let (t, id) = match rest {
                 [id] => (None, id),
                 [t, id] => (Some(t), id),
-                [] => return Err(Error::Usage("inbox complete: MESSAGE_ID is missing".into())),
+                [] => {
+                    return Err(Error::Usage(format!(
+                        "inbox {action}: MESSAGE_ID is missing"
+                    )));
+                }
                 _ => {
                     return Err(Error::Usage(format!(
-                        "inbox complete: unexpected argument {}",
+                        "inbox {action}: unexpected argument {}",
                         escape(&rest[2])
                     )));
                 }
             };
-            let outcome = args.value("outcome").unwrap_or("done");
-            (
-                t,
-                "inbox/complete".into(),
-                json!({"message_id": id, "outcome": outcome}),
-            )
+            let mut params = json!({"message_id": id});
+            if action == "complete" {
+                params["outcome"] = json!(args.value("outcome").unwrap_or("done"));
+            }
+            (t, format!("inbox/{action}"), params)
         }
         other => {
             return Err(Error::Usage(format!(
-                "inbox: unknown action {}: use list, claim or complete",
+                "inbox: unknown action {}: use list, claim, complete, requeue or discard",
                 escape(other)
             )));
         }
@@ -59,7 +62,11 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let status = r.get("status").and_then(Value::as_str).unwrap_or("");
     let reason = escape(r.get("reason").and_then(Value::as_str).unwrap_or("")).into_owned();
     let code = match (action, status) {
-        ("list", _) | ("claim", "claimed" | "empty") | ("complete", "completed") => ExitCode::Ok,
+        ("list", _)
+        | ("claim", "claimed" | "empty")
+        | ("complete", "completed")
+        | ("requeue", "requeued")
+        | ("discard", "discarded") => ExitCode::Ok,
         _ => ExitCode::Refused,
     };
     if args.flag("json") {
@@ -94,7 +101,11 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
                 escape(r["message_id"].as_str().unwrap_or("")),
                 r["outcome"].as_str().unwrap_or("")
             )),
-            _ => eprintln!("baton: cannot complete: {status}: {reason}"),
+            "requeued" | "discarded" => emit(&format!(
+                "{status} {}\n",
+                escape(r["message_id"].as_str().unwrap_or(""))
+            )),
+            _ => eprintln!("baton: cannot {action}: {status}: {reason}"),
         },
     }
     Ok(code)

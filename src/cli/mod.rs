@@ -132,8 +132,8 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "inbox",
-        usage: "baton inbox list|claim [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--json]",
-        summary: "see queued tasks, claim the next one, complete the claimed one",
+        usage: "baton inbox list|claim [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
+        summary: "see queued tasks, claim the next one, complete it; requeue or discard interrupted ones",
         opts: &[
             JSON,
             value("outcome", "done (default) or failed, for complete"),

@@ -44,13 +44,14 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         return Err(Error::Usage("send: the message is empty".into()));
     }
     if body.len() > config.max_message_bytes {
+        // stdin is read only to one byte past the limit, so its true size
+        // is unknown.
+        let size = match args.positional.get(1) {
+            Some(m) if m != "-" => body.len().to_string(),
+            _ => format!("more than {}", config.max_message_bytes),
+        };
         return Err(Error::Usage(format!(
-            "send: the message is {} over the body limit of {} bytes (BATON_MAX_MESSAGE_BYTES)",
-            if body.len() > config.max_message_bytes {
-                "more than"
-            } else {
-                ""
-            },
+            "send: the message is {size} bytes, over the body limit of {} bytes (BATON_MAX_MESSAGE_BYTES)",
             config.max_message_bytes
         )));
     }
