@@ -606,7 +606,10 @@ impl Env {
                 panic!("baton serve {args:?} exited early:\n{}", proc.stderr());
             }
             if Instant::now() >= deadline {
-                panic!("baton serve {args:?} published no manifest in 10 s:\n{}", proc.stderr());
+                panic!(
+                    "baton serve {args:?} published no manifest in 10 s:\n{}",
+                    proc.stderr()
+                );
             }
             thread::sleep(POLL);
         }
@@ -630,6 +633,8 @@ impl Served {
             "message/send",
             json!({"message_id": id, "target_instance_id": self.id, "body": body, "sender": {}}),
         );
-        r.get("result").cloned().unwrap_or_else(|| panic!("no result: {r}"))
+        r.get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("no result: {r}"))
     }
 }
