@@ -134,11 +134,15 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         paused,
         events_tx,
     ));
+    let (accept_done_tx, accept_done) = chan::bounded::<()>(1);
     let accept = {
         let s = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("baton-accept".into())
-            .spawn(move || server::accept_loop(listener, s))
+            .spawn(move || {
+                server::accept_loop(listener, s);
+                let _ = accept_done_tx.send(());
+            })
             .map_err(|e| Error::Env(format!("cannot start the listener thread: {e}")))?
     };
     let signals = signal_channel()?;
@@ -176,11 +180,16 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     let ours = fs::symlink_metadata(&socket)
         .is_ok_and(|now| now.dev() == sock_meta.dev() && now.ino() == sock_meta.ino());
     if ours {
-        if UnixStream::connect(&socket).is_ok() {
-            let _ = accept.join();
-        }
+        // The wake-up connect runs on its own thread and the wait for the
+        // accept thread is bounded: a full backlog cannot hang shutdown.
+        let wake = socket.clone();
+        let _ = std::thread::Builder::new()
+            .name("baton-wake".into())
+            .spawn(move || UnixStream::connect(wake).map(drop));
+        let _ = accept_done.recv_timeout(std::time::Duration::from_secs(1));
         let _ = fs::remove_file(&socket);
     }
+    drop(accept);
     spool.remove_if_ephemeral();
     Ok(())
 }

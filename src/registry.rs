@@ -555,19 +555,22 @@ pub fn remove_stale(dir: &Path, skipped: &[Skipped]) -> Vec<String> {
         let mpath = manifest_path(dir, id);
         let spath = socket_path(dir, id);
         let me = sys::euid();
+        let mut gone = false;
         if let Ok(meta) = fs::symlink_metadata(&mpath)
             && meta.is_file()
             && meta.uid() == me
         {
-            let _ = fs::remove_file(&mpath);
+            gone = fs::remove_file(&mpath).is_ok();
         }
         if let Ok(meta) = fs::symlink_metadata(&spath)
             && meta.file_type().is_socket()
             && meta.uid() == me
         {
-            let _ = fs::remove_file(&spath);
+            gone |= fs::remove_file(&spath).is_ok();
         }
-        removed.push(id.to_string());
+        if gone {
+            removed.push(id.to_string());
+        }
     }
     removed
 }

@@ -1,14 +1,12 @@
 //! The only place that calls libc: thin, safe wrappers over the few system
 //! calls std does not expose (peer credentials, flock, umask, kill(0),
-//! shutdown of a listening socket, the sun_path limit).
+//! the sun_path limit, the working directory of a peer).
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// `O_NOFOLLOW`, for `OpenOptionsExt::custom_flags`.
 pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;
@@ -137,40 +135,8 @@ pub fn process_cwd(pid: u32) -> Option<PathBuf> {
     }
 }
 
-/// Sends `sig` to a process.
-pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
-    // SAFETY: kill has no memory-safety preconditions.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-pub const SIGTERM: i32 = libc::SIGTERM;
-pub const SIGINT: i32 = libc::SIGINT;
-pub const SIGKILL: i32 = libc::SIGKILL;
 pub const ECONNREFUSED: i32 = libc::ECONNREFUSED;
 pub const ENOENT: i32 = libc::ENOENT;
-
-/// Restores the default action for `sig` and raises it, so that a shell
-/// sees the process die of the signal (exit status 128 + n).
-pub fn reraise(sig: i32) -> ! {
-    // SAFETY: resetting a disposition to SIG_DFL and raising a signal have
-    // no memory-safety preconditions.
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-        libc::raise(sig);
-    }
-    std::process::exit(128 + sig)
-}
-
-/// Checks that a path can be turned into a C string (no interior NUL).
-pub fn c_path(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,1 +1,974 @@
-//! placeholder, replaced by the registry tests.
+//! Registry tests (DESIGN §3, §9): manifests and discovery between
+//! instances, stale and malformed entries, refusal of unsafe registry
+//! directories and of bad configuration, and cleanup at shutdown.
+
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
+use std::os::unix::net::UnixListener;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::util::{Env, Output, Proc, Served, manifests, wait_manifest, wait_until};
+
+/// How long a one-shot invocation from `run_with` may take.
+const RUN_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a `baton serve` that must refuse to start may take to exit.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `sun_path` less its NUL: 108 - 1 on Linux, 104 - 1 on the BSDs and macOS.
+const SUN_PATH_MAX: usize = if cfg!(any(target_os = "linux", target_os = "android")) {
+    107
+} else {
+    103
+};
+const MAX_MANIFEST: usize = 16 * 1024;
+
+/// Every field of a manifest (DESIGN §3), and nothing else.
+const FIELDS: [&str; 14] = [
+    "baton_version",
+    "instance_id",
+    "model",
+    "name",
+    "pid",
+    "profile",
+    "project",
+    "protocol",
+    "session_id",
+    "socket",
+    "started_at",
+    "state",
+    "wire",
+    "workspace",
+];
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}
+
+fn exists(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok()
+}
+
+fn drain(mut r: impl Read + Send + 'static) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+/// Runs `baton <args>` in `env` with extra environment variables and an
+/// optional working directory, killing it after 20 s. Returns what it
+/// printed and its pid.
+fn run_with(env: &Env, vars: &[(&str, &str)], cwd: Option<&Path>, args: &[&str]) -> (Output, u32) {
+    let mut cmd = env.cmd();
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot spawn baton {args:?}: {e}"));
+    let pid = child.id();
+    let out = drain(child.stdout.take().unwrap());
+    let err = drain(child.stderr.take().unwrap());
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "baton {args:?} (env {vars:?}) still running after {RUN_TIMEOUT:?}; killed.\n\
+                     stdout:\n{}\nstderr:\n{}",
+                    out.join().unwrap(),
+                    err.join().unwrap()
+                );
+            }
+            Err(e) => panic!("waiting for baton {args:?}: {e}"),
+        }
+    };
+    let status = match status.code() {
+        Some(code) => code,
+        None => 128 + status.signal().unwrap_or(0),
+    };
+    let output = Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    };
+    (output, pid)
+}
+
+/// Parses the stdout of a command that must have succeeded.
+fn json_of(out: &Output, what: &str) -> Value {
+    assert_eq!(out.status, 0, "{what} failed: {out:?}");
+    assert_eq!(out.stderr, "", "{what} wrote to stderr: {out:?}");
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{what} printed invalid JSON ({e}): {out:?}"))
+}
+
+/// `baton list <extra> --json` as seen from inside `inside` (via
+/// `$BATON_SOCKET`) or from outside any instance.
+fn list_json(env: &Env, inside: Option<&Served>, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec!["list", "--json"];
+    args.extend_from_slice(extra);
+    let out = match inside {
+        Some(me) => run_with(env, &[("BATON_SOCKET", s(&me.socket))], None, &args).0,
+        None => env.run(&args),
+    };
+    match json_of(&out, &format!("{args:?}")) {
+        Value::Array(items) => items,
+        other => panic!("{args:?} printed {other}, not an array"),
+    }
+}
+
+fn ids(items: &[Value]) -> Vec<&str> {
+    items
+        .iter()
+        .map(|v| v["instance_id"].as_str().expect("instance_id is a string"))
+        .collect()
+}
+
+/// Waits (bounded) for a process that must stop on its own, and returns
+/// its exit code.
+fn wait_exit(proc: &mut Proc) -> i32 {
+    wait_until("baton to exit on its own", EXIT_TIMEOUT, || {
+        !proc.is_running()
+    });
+    // Already exited, so this only collects the status.
+    proc.term()
+}
+
+/// Lets baton create the registry (as `list` does) and returns its
+/// canonical path.
+fn make_registry(env: &Env) -> PathBuf {
+    assert!(list_json(env, None, &[]).is_empty());
+    fs::canonicalize(&env.registry).unwrap()
+}
+
+/// A pid that belonged to a process which has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// A live process that is not a baton instance, killed when dropped.
+struct Sleeper(Child);
+
+impl Sleeper {
+    fn start() -> Sleeper {
+        Sleeper(
+            Command::new("sleep")
+                .arg("120")
+                .spawn()
+                .expect("spawn sleep"),
+        )
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A well-formed manifest for `pid-nonce` in registry `reg`.
+fn fake_manifest(reg: &Path, id: &str, name: &str) -> Value {
+    let pid: u32 = id.split('-').next().unwrap().parse().unwrap();
+    json!({
+        "protocol": 1,
+        "instance_id": id,
+        "pid": pid,
+        "project": name,
+        "name": name,
+        "workspace": "/srv/elsewhere",
+        "session_id": "",
+        "profile": "coding",
+        "model": "",
+        "socket": s(&reg.join(format!("a-{id}.sock"))),
+        "state": "ready",
+        "started_at": now_secs(),
+        "wire": "jsonrpc",
+        "baton_version": "0.1.0",
+    })
+}
+
+/// Writes `bytes` as `reg/a-<id>.json`, mode 0600, and returns the path.
+fn write_manifest(reg: &Path, id: &str, bytes: &[u8]) -> PathBuf {
+    let path = reg.join(format!("a-{id}.json"));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+    f.write_all(bytes).unwrap();
+    path
+}
+
+/// Leaves a socket file with no listener behind at `path`, as a crashed
+/// instance does: connecting to it gives ECONNREFUSED.
+fn leftover_socket(path: &Path) {
+    drop(UnixListener::bind(path).unwrap());
+    assert!(fs::symlink_metadata(path).unwrap().file_type().is_socket());
+}
+
+/// Checks one manifest object (from disk or from `list --json`) against
+/// what `served` must have published.
+fn check_fields(v: &Value, served: &Served, reg: &Path, model: &str, window: (u64, u64)) {
+    let obj = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"));
+    let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    assert_eq!(keys, FIELDS, "manifest fields of {v}");
+
+    let pid = served.proc.pid();
+    assert_eq!(v["protocol"], json!(1), "{v}");
+    let id = v["instance_id"].as_str().unwrap();
+    assert_eq!(id, served.id);
+    let (id_pid, nonce) = id.split_once('-').expect("instance id is <pid>-<nonce>");
+    assert_eq!(id_pid, pid.to_string(), "{v}");
+    assert!(
+        nonce.len() >= 12 && nonce.bytes().all(|b| b.is_ascii_digit()),
+        "nonce {nonce:?} is not at least 12 decimal digits"
+    );
+    assert!(v["pid"].is_u64(), "{v}");
+    assert_eq!(v["pid"], json!(pid), "{v}");
+    let name = served.workspace.file_name().unwrap().to_str().unwrap();
+    assert_eq!(v["project"], json!(name), "{v}");
+    assert_eq!(v["name"], json!(name), "{v}");
+    let canonical = fs::canonicalize(&served.workspace).unwrap();
+    assert_eq!(v["workspace"], json!(s(&canonical)), "{v}");
+    assert!(v["session_id"].is_string(), "{v}");
+    assert_eq!(v["profile"], json!("coding"), "{v}");
+    assert_eq!(v["model"], json!(model), "{v}");
+    let socket = reg.join(format!("a-{id}.sock"));
+    assert_eq!(v["socket"], json!(s(&socket)), "{v}");
+    assert!(
+        fs::symlink_metadata(&socket)
+            .unwrap()
+            .file_type()
+            .is_socket(),
+        "{} is not a socket",
+        socket.display()
+    );
+    assert_eq!(v["state"], json!("ready"), "{v}");
+    let started = v["started_at"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("started_at is not an integer: {v}"));
+    assert!(
+        (window.0..=window.1).contains(&started),
+        "started_at {started} outside {window:?}"
+    );
+    assert_eq!(v["wire"], json!("jsonrpc"), "{v}");
+    assert_eq!(v["baton_version"], json!(env!("CARGO_PKG_VERSION")), "{v}");
+}
+
+/// Checks the manifest file `served` published and returns its contents.
+fn check_manifest_file(served: &Served, reg: &Path, model: &str, window: (u64, u64)) -> Value {
+    let path = reg.join(format!("a-{}.json", served.id));
+    let meta = fs::symlink_metadata(&path).unwrap();
+    assert!(meta.is_file(), "{} is not a regular file", path.display());
+    assert_eq!(meta.mode() & 0o7777, 0o600, "mode of {}", path.display());
+    assert!(meta.len() < MAX_MANIFEST as u64, "{} bytes", meta.len());
+    let v: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    let flat = v
+        .as_object()
+        .unwrap()
+        .values()
+        .all(|x| x.is_string() || x.is_u64());
+    assert!(
+        flat,
+        "manifest is not a flat object of strings and integers: {v}"
+    );
+    check_fields(&v, served, reg, model, window);
+    assert_eq!(v, served.manifest);
+    v
+}
+
+#[test]
+fn instances_with_the_same_basename_list_each_other() {
+    let env = Env::new();
+    let ws_a = env.workspace("x/app");
+    let ws_b = env.workspace("y/app");
+    let before = now_secs();
+    let a = env.serve(&ws_a, &[]);
+    let b = env.serve(&ws_b, &["--model", "model-b"]);
+    let window = (before, now_secs());
+
+    let dir = fs::symlink_metadata(&env.registry).unwrap();
+    assert!(dir.is_dir());
+    assert_eq!(dir.mode() & 0o7777, 0o700, "registry directory mode");
+    let reg = fs::canonicalize(&env.registry).unwrap();
+
+    let disk_a = check_manifest_file(&a, &reg, "", window);
+    let disk_b = check_manifest_file(&b, &reg, "model-b", window);
+    assert_ne!(a.id, b.id);
+    assert_eq!(disk_a["name"], disk_b["name"]);
+    assert_ne!(disk_a["workspace"], disk_b["workspace"]);
+
+    // From inside each instance, the other one is the only peer.
+    let seen_by_a = list_json(&env, Some(&a), &[]);
+    assert_eq!(seen_by_a.len(), 1, "{seen_by_a:?}");
+    check_fields(&seen_by_a[0], &b, &reg, "model-b", window);
+    assert_eq!(seen_by_a[0], disk_b);
+    let seen_by_b = list_json(&env, Some(&b), &[]);
+    assert_eq!(seen_by_b.len(), 1, "{seen_by_b:?}");
+    check_fields(&seen_by_b[0], &a, &reg, "", window);
+    assert_eq!(seen_by_b[0], disk_a);
+
+    // From outside, both, in pid order since the names are equal.
+    let mut by_pid = [&a, &b];
+    by_pid.sort_by_key(|x| x.proc.pid());
+    let all = list_json(&env, None, &[]);
+    assert_eq!(ids(&all), [by_pid[0].id.as_str(), by_pid[1].id.as_str()]);
+
+    // The text view shows both rows, with their workspaces.
+    let out = env.run(&["list"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stderr, "", "{out:?}");
+    let lines: Vec<Vec<&str>> = out
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let expected: Vec<Vec<String>> = std::iter::once(
+        ["NAME", "PID", "STATE", "ID", "WIRE", "WORKSPACE"]
+            .map(String::from)
+            .to_vec(),
+    )
+    .chain(by_pid.iter().map(|x| {
+        vec![
+            "app".to_string(),
+            x.proc.pid().to_string(),
+            "ready".to_string(),
+            x.id.clone(),
+            "jsonrpc".to_string(),
+            s(&x.workspace).to_string(),
+        ]
+    }))
+    .collect();
+    assert_eq!(lines, expected, "text list:\n{}", out.stdout);
+}
+
+#[test]
+fn list_sorts_by_name_case_insensitively_then_pid() {
+    let env = Env::new();
+    // Byte order would give Alpha, Beta, alpha; case-insensitive order puts
+    // the two alphas (by pid) before Beta.
+    let one = env.serve(&env.workspace("one"), &["--name", "alpha"]);
+    let two = env.serve(&env.workspace("two"), &["--name", "Beta"]);
+    let three = env.serve(&env.workspace("three"), &["--name", "Alpha"]);
+
+    let mut alphas = [&one, &three];
+    alphas.sort_by_key(|x| x.proc.pid());
+    let expected = [
+        alphas[0].id.as_str(),
+        alphas[1].id.as_str(),
+        two.id.as_str(),
+    ];
+    assert_eq!(ids(&list_json(&env, None, &[])), expected);
+
+    // Excluding the caller keeps the order of the rest.
+    let expected_by_two = [alphas[0].id.as_str(), alphas[1].id.as_str()];
+    assert_eq!(ids(&list_json(&env, Some(&two), &[])), expected_by_two);
+    let seen_by_one: Vec<Value> = list_json(&env, Some(&one), &[]);
+    assert_eq!(ids(&seen_by_one), [three.id.as_str(), two.id.as_str()]);
+}
+
+#[test]
+fn stale_entry_of_a_dead_pid_is_hidden_reported_and_collected() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    let pid = dead_pid();
+    let id = format!("{pid}-4242424242424242");
+    let manifest = fake_manifest(&reg, &id, "ghost");
+    let mpath = write_manifest(&reg, &id, manifest.to_string().as_bytes());
+    let spath = reg.join(format!("a-{id}.sock"));
+    leftover_socket(&spath);
+
+    assert_eq!(list_json(&env, None, &[]), Vec::<Value>::new());
+
+    let all = list_json(&env, None, &["--all"]);
+    assert_eq!(all.len(), 1, "{all:?}");
+    let entry = &all[0];
+    assert_eq!(entry["instance_id"], json!(id), "{entry}");
+    assert_eq!(entry["name"], json!("ghost"), "{entry}");
+    assert_eq!(entry["path"], json!(s(&mpath)), "{entry}");
+    let problem = entry["problem"].as_str().expect("problem is a string");
+    assert!(
+        problem.starts_with("stale: cannot connect: ")
+            && problem.ends_with(&format!(" and pid {pid} is gone")),
+        "problem: {problem:?}"
+    );
+
+    // Listing only looks; it does not clean up.
+    assert!(exists(&mpath) && exists(&spath));
+
+    let gc = json_of(&env.run(&["gc", "--json"]), "gc --json");
+    assert_eq!(gc, json!({"removed": [id]}));
+    assert!(!exists(&mpath), "gc left the stale manifest");
+    assert!(!exists(&spath), "gc left the stale socket");
+    assert!(reg.is_dir(), "gc removed the registry itself");
+
+    let again = env.run(&["gc"]);
+    assert_eq!(again.status, 0, "{again:?}");
+    assert_eq!(again.stdout, "");
+    assert_eq!(
+        again.stderr,
+        format!("baton: no stale entries in {}\n", reg.display())
+    );
+}
+
+#[test]
+fn entry_of_a_live_pid_with_a_dead_socket_is_skipped_but_never_collected() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    let sleeper = Sleeper::start();
+    let live_id = format!("{}-1111111111111111", sleeper.pid());
+    let live = write_manifest(
+        &reg,
+        &live_id,
+        fake_manifest(&reg, &live_id, "sleepy")
+            .to_string()
+            .as_bytes(),
+    );
+    let live_sock = reg.join(format!("a-{live_id}.sock"));
+    leftover_socket(&live_sock);
+    let dead_id = format!("{}-2222222222222222", dead_pid());
+    let dead = write_manifest(
+        &reg,
+        &dead_id,
+        fake_manifest(&reg, &dead_id, "ghost")
+            .to_string()
+            .as_bytes(),
+    );
+
+    assert_eq!(list_json(&env, None, &[]), Vec::<Value>::new());
+
+    let all = list_json(&env, None, &["--all"]);
+    let problems: BTreeMap<&str, &str> = all
+        .iter()
+        .map(|v| {
+            (
+                v["instance_id"].as_str().unwrap(),
+                v["problem"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(problems.len(), 2, "{all:?}");
+    let live_problem = problems[live_id.as_str()];
+    assert!(
+        live_problem.starts_with("cannot connect: ") && !live_problem.contains("stale"),
+        "live pid reported as {live_problem:?}"
+    );
+    assert!(
+        problems[dead_id.as_str()].starts_with("stale: "),
+        "{problems:?}"
+    );
+
+    let gc = env.run(&["gc"]);
+    assert_eq!(gc.status, 0, "{gc:?}");
+    assert_eq!(gc.stdout, format!("removed stale instance {dead_id}\n"));
+    assert_eq!(gc.stderr, "");
+    assert!(!exists(&dead));
+    assert!(exists(&live), "gc removed the entry of a live pid");
+    assert!(exists(&live_sock), "gc removed the socket of a live pid");
+
+    let gc = json_of(&env.run(&["gc", "--json"]), "gc --json");
+    assert_eq!(gc, json!({"removed": []}));
+    assert!(exists(&live) && exists(&live_sock));
+}
+
+#[test]
+fn serve_removes_stale_entries_at_startup_and_keeps_live_ones() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    let dead_id = format!("{}-3333333333333333", dead_pid());
+    let dead = write_manifest(
+        &reg,
+        &dead_id,
+        fake_manifest(&reg, &dead_id, "ghost")
+            .to_string()
+            .as_bytes(),
+    );
+    let dead_sock = reg.join(format!("a-{dead_id}.sock"));
+    leftover_socket(&dead_sock);
+    let sleeper = Sleeper::start();
+    let live_id = format!("{}-5555555555555555", sleeper.pid());
+    let live = write_manifest(
+        &reg,
+        &live_id,
+        fake_manifest(&reg, &live_id, "sleepy")
+            .to_string()
+            .as_bytes(),
+    );
+
+    let served = env.serve(&env.workspace("fresh"), &[]);
+    // Cleanup runs before the manifest is published, so it is done now.
+    assert!(!exists(&dead), "startup left the stale manifest");
+    assert!(!exists(&dead_sock), "startup left the stale socket");
+    let own = reg.join(format!("a-{}.json", served.id));
+    let mut expected = vec![live, own];
+    expected.sort();
+    assert_eq!(manifests(&reg), expected);
+
+    let listed = list_json(&env, None, &[]);
+    assert_eq!(ids(&listed), [served.id.as_str()]);
+}
+
+#[test]
+fn malformed_manifests_are_skipped_reported_and_kept() {
+    let env = Env::new();
+    let served = env.serve(&env.workspace("real"), &[]);
+    let reg = fs::canonicalize(&env.registry).unwrap();
+    let pid = dead_pid();
+    let id = |n: u32| format!("{pid}-{n:016}");
+    let mut expect: BTreeMap<PathBuf, String> = BTreeMap::new();
+
+    // A symlink to a well-formed manifest.
+    let target = env.root.join("elsewhere.json");
+    fs::write(&target, fake_manifest(&reg, &id(1), "sym").to_string()).unwrap();
+    let link = reg.join(format!("a-{}.json", id(1)));
+    symlink(&target, &link).unwrap();
+    expect.insert(link.clone(), "manifest is a symlink".into());
+
+    // One byte over 16 KiB.
+    let pad = |v: &Value, len: usize| {
+        let mut text = v.to_string().into_bytes();
+        assert!(text.len() < len);
+        let close = text.pop().unwrap();
+        text.resize(len - 1, b' ');
+        text.push(close);
+        text
+    };
+    let big = write_manifest(
+        &reg,
+        &id(2),
+        &pad(&fake_manifest(&reg, &id(2), "big"), MAX_MANIFEST + 1),
+    );
+    expect.insert(
+        big.clone(),
+        format!("manifest is {} bytes, over 16 KiB", MAX_MANIFEST + 1),
+    );
+
+    // Malformed JSON, a JSON array, and a nested object.
+    let broken = write_manifest(&reg, &id(3), b"{\"protocol\": 1, \"pid\":");
+    let array = write_manifest(&reg, &id(4), b"[1, 2]");
+    let mut nested = fake_manifest(&reg, &id(5), "nested");
+    nested["extra"] = json!({"a": 1});
+    let nested = write_manifest(&reg, &id(5), nested.to_string().as_bytes());
+    expect.insert(
+        array.clone(),
+        "manifest: payload is not one flat JSON object: not an object".into(),
+    );
+    expect.insert(
+        nested.clone(),
+        "manifest: payload is not one flat JSON object: field \"extra\" is nested".into(),
+    );
+
+    // A socket outside the registry: a manifest must not steer clients
+    // to an arbitrary path.
+    let mut astray = fake_manifest(&reg, &id(6), "astray");
+    astray["socket"] = json!(s(&served.socket));
+    let astray = write_manifest(&reg, &id(6), astray.to_string().as_bytes());
+    expect.insert(
+        astray.clone(),
+        "socket is not <registry>/a-<id>.sock".into(),
+    );
+
+    // Exactly 16 KiB is still read and validated: it is merely stale.
+    let edge = write_manifest(
+        &reg,
+        &id(7),
+        &pad(&fake_manifest(&reg, &id(7), "edge"), MAX_MANIFEST),
+    );
+
+    // Only the real instance is listed.
+    assert_eq!(ids(&list_json(&env, None, &[])), [served.id.as_str()]);
+
+    let all = list_json(&env, None, &["--all"]);
+    assert_eq!(all.len(), 8, "{all:#?}");
+    assert_eq!(all[0]["instance_id"], json!(served.id));
+    assert!(all[0].get("problem").is_none(), "{}", all[0]);
+    let problems: BTreeMap<PathBuf, String> = all[1..]
+        .iter()
+        .map(|v| {
+            let path = PathBuf::from(v["path"].as_str().expect("path is a string"));
+            let problem = v["problem"].as_str().expect("problem is a string");
+            (path, problem.to_string())
+        })
+        .collect();
+    assert_eq!(problems.len(), 7, "{all:#?}");
+    for (path, want) in &expect {
+        assert_eq!(problems.get(path), Some(want), "{}", path.display());
+    }
+    let broken_problem = &problems[&broken];
+    assert!(
+        broken_problem.starts_with("manifest: payload is not one flat JSON object: "),
+        "{broken_problem:?}"
+    );
+    assert!(
+        problems[&edge].starts_with("stale: "),
+        "a 16 KiB manifest was refused: {:?}",
+        problems[&edge]
+    );
+
+    // The text view reports the same entries.
+    let out = env.run(&["list", "--all"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    for (path, want) in &expect {
+        let line = format!("skipped {}: {want}\n", path.display());
+        assert!(
+            out.stdout.contains(&line),
+            "no {line:?} in:\n{}",
+            out.stdout
+        );
+    }
+
+    // gc collects only the stale entry; the bad ones are not provably dead.
+    let gc = json_of(&env.run(&["gc", "--json"]), "gc --json");
+    assert_eq!(gc, json!({"removed": [id(7)]}));
+    assert!(!exists(&edge));
+    for path in [&link, &big, &broken, &array, &nested, &astray] {
+        assert!(exists(path), "gc removed {}", path.display());
+    }
+    assert!(target.is_file(), "gc touched the symlink's target");
+    assert!(served.socket.exists(), "gc touched a live socket");
+}
+
+/// Asserts that serve, list, gc and send all refuse with exit 2 and
+/// exactly `message` on stderr when BATON_DIR is `dir`.
+fn assert_refused(env: &Env, dir: &str, message: &str) {
+    let ws = env.workspace("ws");
+    for args in [
+        &["serve"][..],
+        &["list"],
+        &["list", "--json"],
+        &["gc"],
+        &["send", "x", "y"],
+    ] {
+        let (out, _) = run_with(env, &[("BATON_DIR", dir)], Some(&ws), args);
+        assert_eq!(
+            (out.status, out.stdout.as_str(), out.stderr.as_str()),
+            (2, "", message),
+            "baton {args:?} with BATON_DIR={dir}"
+        );
+    }
+}
+
+fn unsafe_dir(dir: &Path, reason: &str) -> String {
+    format!(
+        "baton: unsafe registry directory {}: {reason}\n",
+        dir.display()
+    )
+}
+
+#[test]
+fn symlinked_registry_directory_is_refused() {
+    let env = Env::new();
+    let real = env.root.join("real");
+    fs::DirBuilder::new().create(&real).unwrap();
+    fs::set_permissions(&real, fs::Permissions::from_mode(0o700)).unwrap();
+    let link = env.root.join("link");
+    symlink(&real, &link).unwrap();
+    assert_refused(&env, s(&link), &unsafe_dir(&link, "is a symlink"));
+    assert_eq!(
+        fs::read_dir(&real).unwrap().count(),
+        0,
+        "baton wrote into it"
+    );
+}
+
+#[test]
+fn registry_directory_with_group_or_other_access_is_refused() {
+    let env = Env::new();
+    for mode in [0o755, 0o770, 0o701] {
+        let dir = env.root.join(format!("reg{mode:o}"));
+        fs::DirBuilder::new().create(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).unwrap();
+        let reason =
+            format!("has mode {mode:04o}, which gives group or other access (it must be 0700)");
+        assert_refused(&env, s(&dir), &unsafe_dir(&dir, &reason));
+        assert_eq!(
+            fs::read_dir(&dir).unwrap().count(),
+            0,
+            "baton wrote into it"
+        );
+        let now = fs::metadata(&dir).unwrap().mode() & 0o7777;
+        assert_eq!(now, mode, "baton changed the mode of {}", dir.display());
+    }
+}
+
+#[test]
+fn root_and_home_are_refused_as_registry_directories() {
+    let env = Env::new();
+    assert_refused(
+        &env,
+        "/",
+        &unsafe_dir(Path::new("/"), "is the root directory"),
+    );
+
+    let home = env.root.join("home");
+    assert_eq!(fs::metadata(&home).unwrap().mode() & 0o7777, 0o700);
+    assert_refused(&env, s(&home), &unsafe_dir(&home, "is your home directory"));
+    // Compared by device and inode, not by spelling.
+    let other_spelling = env.root.join("tmp/../home");
+    assert_refused(
+        &env,
+        s(&other_spelling),
+        &unsafe_dir(&other_spelling, "is your home directory"),
+    );
+    assert_eq!(
+        fs::read_dir(&home).unwrap().count(),
+        0,
+        "baton wrote into $HOME"
+    );
+}
+
+#[test]
+fn registry_directory_owned_by_another_user_is_refused() {
+    let env = Env::new();
+    let me = fs::metadata(env.root.path()).unwrap().uid();
+    let dir = if me == 0 {
+        let dir = env.root.join("theirs");
+        fs::DirBuilder::new().create(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+        dir
+    } else {
+        PathBuf::from("/usr")
+    };
+    let owner = fs::metadata(&dir).unwrap().uid();
+    assert_ne!(owner, me);
+    let reason = format!("is owned by uid {owner}, not by you (uid {me})");
+    assert_refused(&env, s(&dir), &unsafe_dir(&dir, &reason));
+}
+
+#[test]
+fn relative_baton_dir_is_refused() {
+    let env = Env::new();
+    assert_refused(
+        &env,
+        "rel",
+        "baton: BATON_DIR=rel is not an absolute path\n",
+    );
+    assert!(
+        !exists(&env.root.join("ws/rel")),
+        "baton created a relative dir"
+    );
+}
+
+#[test]
+fn socket_path_over_sun_path_is_refused_before_binding() {
+    let env = Env::new();
+    // Long enough that `<dir>/a-<pid>-<16 digits>.sock` is over the limit
+    // even for a one-digit pid.
+    let base = s(env.root.path()).len() + 1;
+    let want = SUN_PATH_MAX + 1 - "/a-1-0000000000000000.sock".len();
+    assert!(want > base, "temp dir path is already too long");
+    let dir = env.root.join("d".repeat(want - base));
+    let ws = env.workspace("ws");
+
+    let (out, pid) = run_with(&env, &[("BATON_DIR", s(&dir))], Some(&ws), &["serve"]);
+    assert_eq!(out.status, 2, "{out:?}");
+    assert_eq!(out.stdout, "");
+    let prefix = format!("baton: socket path {}/a-{pid}-", dir.display());
+    let nonce = out
+        .stderr
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.get(..16))
+        .unwrap_or_else(|| panic!("unexpected message: {:?}", out.stderr));
+    assert!(
+        nonce.bytes().all(|b| b.is_ascii_digit()),
+        "{:?}",
+        out.stderr
+    );
+    let socket = format!("{}/a-{pid}-{nonce}.sock", dir.display());
+    assert!(socket.len() > SUN_PATH_MAX);
+    let expected = format!(
+        "baton: socket path {socket} is {} bytes, over the {SUN_PATH_MAX}-byte limit of sun_path: \
+         choose a shorter BATON_DIR\n",
+        socket.len()
+    );
+    assert_eq!(out.stderr, expected);
+    assert!(manifests(&dir).is_empty());
+    let left: Vec<_> = fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "left behind in the registry: {left:?}");
+}
+
+/// The one spool directory `name` has under the test's state home.
+fn spool_of(env: &Env, name: &str) -> PathBuf {
+    let root = env.state.join("baton/spool");
+    let found: Vec<PathBuf> = fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("read {}: {e}", root.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_str().unwrap();
+            n.strip_prefix(&format!("{name}-"))
+                .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "spools for {name}: {found:?}");
+    found.into_iter().next().unwrap()
+}
+
+#[test]
+fn second_instance_on_a_locked_spool_is_refused() {
+    let env = Env::new();
+    let ws = env.workspace("shared");
+    let first = env.serve(&ws, &["--name", "same"]);
+    let spool = spool_of(&env, "same");
+
+    let mut second = env.spawn(&["serve", "--name", "same"], &ws);
+    let second_pid = second.pid();
+    assert_eq!(wait_exit(&mut second), 2, "stderr: {}", second.stderr());
+    assert_eq!(
+        second.stderr(),
+        format!(
+            "baton: spool {} is in use by pid {}: another instance with the same name and \
+             workspace is running\n",
+            spool.display(),
+            first.proc.pid()
+        )
+    );
+    assert_eq!(second.stdout(), "");
+
+    // The second published nothing, and the first is unaffected.
+    let reg = fs::canonicalize(&env.registry).unwrap();
+    let only = wait_manifest(&reg, 1);
+    assert_eq!(only, [reg.join(format!("a-{}.json", first.id))]);
+    assert!(
+        !manifests(&reg)
+            .iter()
+            .any(|p| p.to_str().unwrap().contains(&format!("a-{second_pid}-"))),
+    );
+    assert_eq!(ids(&list_json(&env, None, &[])), [first.id.as_str()]);
+    assert_eq!(
+        fs::read_to_string(spool.join("lock")).unwrap().trim(),
+        first.proc.pid().to_string()
+    );
+}
+
+#[test]
+fn bad_baton_values_are_refused_naming_variable_and_range() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let cases = [
+        (
+            "BATON_MAX_QUEUE",
+            "0",
+            "BATON_MAX_QUEUE=0 is not allowed: use an integer from 1 to 100000",
+        ),
+        (
+            "BATON_IO_TIMEOUT",
+            "abc",
+            "BATON_IO_TIMEOUT=abc is not allowed: use seconds from 0.1 to 60",
+        ),
+    ];
+    for (var, value, message) in cases {
+        for args in [&["serve"][..], &["list"], &["gc"], &["send", "x", "y"]] {
+            let (out, _) = run_with(&env, &[(var, value)], Some(&ws), args);
+            assert_eq!(
+                (out.status, out.stdout.as_str(), out.stderr.as_str()),
+                (2, "", format!("baton: {message}\n").as_str()),
+                "baton {args:?} with {var}={value}"
+            );
+        }
+    }
+    // Configuration is checked before anything is created.
+    assert!(
+        !exists(&env.registry),
+        "a refused start created the registry"
+    );
+    assert!(
+        !exists(&env.state.join("baton")),
+        "a refused start created a spool"
+    );
+}
+
+#[test]
+fn sigterm_removes_manifest_and_socket_and_keeps_the_spool() {
+    let env = Env::new();
+    let ws = env.workspace("proj");
+    let mut served = env.serve(&ws, &[]);
+    let reg = fs::canonicalize(&env.registry).unwrap();
+    let manifest = reg.join(format!("a-{}.json", served.id));
+    assert!(manifest.is_file());
+    assert!(served.socket.exists());
+    let spool = spool_of(&env, "proj");
+
+    assert_eq!(served.proc.term(), 0, "stderr: {}", served.proc.stderr());
+    assert!(!exists(&manifest), "manifest left behind");
+    assert!(!exists(&served.socket), "socket left behind");
+    assert!(spool.is_dir(), "spool removed at shutdown");
+    assert!(spool.join("lock").is_file());
+    assert!(reg.is_dir(), "shutdown removed the registry directory");
+    assert!(list_json(&env, None, &["--all"]).is_empty());
+
+    // The kept spool is usable again by the next instance.
+    let again = env.serve(&ws, &[]);
+    assert_eq!(spool_of(&env, "proj"), spool);
+    drop(again);
+}
+
+#[test]
+fn shutdown_does_not_unlink_a_socket_it_did_not_create() {
+    let env = Env::new();
+    let mut served = env.serve(&env.workspace("proj"), &[]);
+    let reg = fs::canonicalize(&env.registry).unwrap();
+    let moved = env.root.join("moved.sock");
+    fs::rename(&served.socket, &moved).unwrap();
+    let theirs = UnixListener::bind(&served.socket).unwrap();
+    let ino = fs::symlink_metadata(&served.socket).unwrap().ino();
+
+    assert_eq!(served.proc.term(), 0, "stderr: {}", served.proc.stderr());
+    let now = fs::symlink_metadata(&served.socket).expect("the replacement socket was unlinked");
+    assert_eq!(now.ino(), ino, "the replacement socket was replaced");
+    assert!(now.file_type().is_socket());
+    assert!(!exists(&reg.join(format!("a-{}.json", served.id))));
+    // Nor did shutdown connect to the replacement.
+    theirs.set_nonblocking(true).unwrap();
+    match theirs.accept() {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        other => panic!("the instance connected to a socket it did not create: {other:?}"),
+    }
+}
+
+#[test]
+fn shutdown_copes_with_its_socket_already_gone() {
+    let env = Env::new();
+    let mut served = env.serve(&env.workspace("proj"), &[]);
+    let reg = fs::canonicalize(&env.registry).unwrap();
+    fs::remove_file(&served.socket).unwrap();
+
+    assert_eq!(served.proc.term(), 0, "stderr: {}", served.proc.stderr());
+    assert!(!exists(&served.socket));
+    assert!(!exists(&reg.join(format!("a-{}.json", served.id))));
+}
