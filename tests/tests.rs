@@ -3,6 +3,7 @@
 
 mod util;
 
+mod lifecycle;
 mod protocol;
 mod registry;
 mod spool;

@@ -1,0 +1,89 @@
+//! Whole-program behaviour: an idle instance sleeps in the kernel, `make
+//! demo`'s script works, and `baton` alone serves the current directory.
+
+use crate::util::{Env, baton_bin, wait_manifest};
+use std::fs;
+use std::process::Command;
+use std::time::Duration;
+
+/// Voluntary context switches of every thread of a process: a thread that
+/// polls wakes up again and again; one blocked in accept or read does not.
+fn wakeups(pid: u32) -> u64 {
+    let mut total = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = fs::read_to_string(task.unwrap().path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            if let Some(n) = line.strip_prefix("voluntary_ctxt_switches:") {
+                total += n.trim().parse::<u64>().unwrap();
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn an_idle_instance_does_not_wake_up() {
+    if !std::path::Path::new("/proc/self/task").exists() {
+        eprintln!("skipped: no /proc on this system");
+        return;
+    }
+    let env = Env::new();
+    let ws = env.workspace("idle");
+    let s = env.serve(&ws, &["--name", "idle"]);
+    // Let startup settle, then watch for two seconds.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = wakeups(s.proc.pid());
+    std::thread::sleep(Duration::from_secs(2));
+    let after = wakeups(s.proc.pid());
+    assert!(
+        after - before <= 3,
+        "an idle instance woke up {} times in 2 s",
+        after - before
+    );
+}
+
+#[test]
+fn the_demo_script_hands_a_task_over_and_cleans_up() {
+    let env = Env::new();
+    let out = Command::new("sh")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/demo.sh"))
+        .arg(baton_bin())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TMPDIR", env.root.join("tmp"))
+        .env("HOME", env.root.join("home"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("accepted: bob"), "{stdout}");
+    assert!(
+        stdout.contains("rename users.name to users.display_name"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\ncompleted "), "{stdout}");
+    // Everything it made lived under TMPDIR and is gone.
+    let left: Vec<_> = fs::read_dir(env.root.join("tmp")).unwrap().collect();
+    assert!(left.is_empty(), "the demo left {left:?}");
+}
+
+#[test]
+fn baton_without_a_command_serves_the_current_directory() {
+    let env = Env::new();
+    let ws = env.workspace("here");
+    let mut p = env.spawn(&[], &ws);
+    let m = wait_manifest(&env.registry, 1);
+    let manifest: serde_json::Value = serde_json::from_slice(&fs::read(&m[0]).unwrap()).unwrap();
+    assert_eq!(manifest["name"], "here");
+    assert_eq!(manifest["workspace"], ws.display().to_string());
+    assert_eq!(p.term(), 0);
+    assert!(
+        p.stderr()
+            .contains("serving this directory in the foreground")
+    );
+}
