@@ -388,7 +388,9 @@ impl Foreground {
         let result = loop {
             match self.shared.spool.claim() {
                 Ok(Claim::Task(task)) => {
-                    let envelope = turn::envelope(&task, task.sender.instance_id.is_some());
+                    // Replying from a pull turn needs relay/send, which
+                    // this version does not have: no hint is shown.
+                    let envelope = turn::envelope(&task, false);
                     self.open = Some(OpenTask {
                         message_id: task.message_id.clone(),
                     });

@@ -126,10 +126,11 @@ fn tmp_base() -> PathBuf {
 
 /// zcoder's own registry directory, chosen as zcoder chooses it.
 pub fn zcoder_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("ZCODER_RELAY_DIR").filter(|v| !v.is_empty()) {
+    let absolute = |v: &std::ffi::OsString| !v.is_empty() && Path::new(v).is_absolute();
+    if let Some(d) = std::env::var_os("ZCODER_RELAY_DIR").filter(absolute) {
         return PathBuf::from(d);
     }
-    if let Some(r) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+    if let Some(r) = std::env::var_os("XDG_RUNTIME_DIR").filter(absolute) {
         return PathBuf::from(r).join("zcoder-agents");
     }
     tmp_base().join(format!("zcoder-{}-agents", sys::uid()))

@@ -358,7 +358,7 @@ fn dispatch(
         }
         "message/send" => {
             let req = SendRequest::from_params(&params)?;
-            Ok(deliver(shared, req, peer_pid, "jsonrpc"))
+            deliver(shared, req, peer_pid, "jsonrpc")
         }
         m if FOREGROUND.contains(&m) => ask_foreground(shared, m, params),
         _ => unreachable!("every listed method is handled"),
@@ -450,8 +450,8 @@ pub struct SendRequest {
     pub sender_instance_id: Option<String>,
     pub sender_name: Option<String>,
     pub sender_workspace: Option<String>,
-    /// Signed so that a negative hop is a value error, not a type error.
-    pub hop: i64,
+    /// `None` for a negative hop, a value error rather than a type error.
+    pub hop: Option<u64>,
     pub in_reply_to: Option<String>,
     pub mode: String,
 }
@@ -479,12 +479,10 @@ impl SendRequest {
             None => return Err(missing("sender")),
         };
         let hop = match p.get("hop") {
-            None | Some(Value::Null) => 0,
-            Some(v) => match v.as_i64() {
-                Some(n) => n,
-                None if v.is_u64() => i64::MAX,
-                None => return Err(bad_type("hop", "an integer")),
-            },
+            None | Some(Value::Null) => Some(0),
+            Some(v) if v.is_u64() => v.as_u64(),
+            Some(v) if v.is_i64() => None,
+            Some(_) => return Err(bad_type("hop", "an integer")),
         };
         Ok(SendRequest {
             message_id,
@@ -515,12 +513,32 @@ pub mod reason {
     pub const REUSED: &str = "message_id reused with a different body";
     pub const DUPLICATE: &str = "this message_id was already accepted with the same body";
     pub const PAUSED: &str = "the instance is paused";
+    pub const UNREADABLE: &str =
+        "message_id was accepted before, but its stored record cannot be read to compare bodies";
 }
 
 /// Runs every acceptance check of DESIGN §4 in order and, if all pass,
-/// stores the task. Used by both wires.
-pub fn deliver(shared: &Shared, req: SendRequest, peer_pid: Option<u32>, wire: &str) -> Value {
+/// stores the task. Used by both wires. A spool that cannot store the task
+/// is not a delivery outcome but an internal error: nothing was accepted.
+pub fn deliver(
+    shared: &Shared,
+    req: SendRequest,
+    peer_pid: Option<u32>,
+    wire: &str,
+) -> Result<Value, RpcError> {
     let result = check_and_admit(shared, &req, peer_pid, wire);
+    if result.status == "error" {
+        let reason = result.reason.unwrap_or_default();
+        let _ = shared.events.send(Event::Refused {
+            message_id: req.message_id.clone(),
+            status: "error".into(),
+            reason: reason.clone(),
+        });
+        return Err(RpcError::new(
+            wire::INTERNAL_ERROR,
+            format!("internal error: {reason}; the task was not accepted"),
+        ));
+    }
     let state = shared.state().as_str();
     let mut out = json!({"status": result.status, "message_id": req.message_id, "state": state});
     if let Some(p) = result.queue_position {
@@ -541,7 +559,7 @@ pub fn deliver(shared: &Shared, req: SendRequest, peer_pid: Option<u32>, wire: &
         }
     };
     let _ = shared.events.send(event);
-    out
+    Ok(out)
 }
 
 struct Outcome {
@@ -622,9 +640,9 @@ fn check_and_admit(
     if !matches!(req.mode.as_str(), "queue" | "steer") {
         return refuse("invalid", reason::BAD_MODE);
     }
-    if req.hop < 0 {
+    let Some(hop) = req.hop else {
         return refuse("invalid", reason::BAD_HOP);
-    }
+    };
     let sender = match verify_sender(shared, req, peer_pid) {
         Ok(s) => s,
         Err(why) => return refuse("invalid", format!("{}: {why}", reason::NOT_VERIFIED)),
@@ -644,7 +662,6 @@ fn check_and_admit(
     ) {
         return refuse("denied", why);
     }
-    let hop = req.hop as u64;
     if cfg.max_hops > 0 && hop > cfg.max_hops {
         return refuse(
             "hop_limit",
@@ -684,6 +701,7 @@ fn check_and_admit(
             reason: Some(reason::DUPLICATE.into()),
         },
         Ok(Admission::Reused) => refuse("invalid", reason::REUSED),
+        Ok(Admission::Unreadable) => refuse("invalid", reason::UNREADABLE),
         Ok(Admission::Paused) => refuse("paused", reason::PAUSED),
         Ok(Admission::InflightFull { limit }) => refuse(
             "inflight_full",
@@ -695,7 +713,7 @@ fn check_and_admit(
             "full",
             format!("the queue is full: {limit} tasks waiting or running (BATON_MAX_QUEUE)"),
         ),
-        Err(e) => refuse("full", format!("the spool could not store the task: {e}")),
+        Err(e) => refuse("error", format!("the spool could not store the task: {e}")),
     }
 }
 
@@ -711,9 +729,11 @@ fn verify_sender(
         let cwd = peer_pid
             .and_then(sys::process_cwd)
             .map(|p| p.display().to_string());
+        // A name is only what a verified manifest says; a plain sender is
+        // shown as such, with its kernel-reported pid and directory.
         return Ok(Sender {
             instance_id: None,
-            name: req.sender_name.clone(),
+            name: None,
             workspace: cwd.or_else(|| req.sender_workspace.clone()),
             pid: peer_pid,
         });

@@ -82,12 +82,20 @@ pub struct Receipt {
 /// What the spool says about a task offered for acceptance.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Admission {
-    Accepted { queue_position: usize },
+    Accepted {
+        queue_position: usize,
+    },
     Duplicate,
     Reused,
+    /// The id is known but its digest could not be read back.
+    Unreadable,
     Paused,
-    InflightFull { limit: usize },
-    Full { limit: usize },
+    InflightFull {
+        limit: usize,
+    },
+    Full {
+        limit: usize,
+    },
 }
 
 /// Limits the spool enforces at acceptance.
@@ -572,7 +580,8 @@ impl Spool {
         if let Some(e) = idx.entries.get(&task.message_id) {
             return Ok(match &e.digest {
                 Some(d) if *d != task.digest => Admission::Reused,
-                _ => Admission::Duplicate,
+                Some(_) => Admission::Duplicate,
+                None => Admission::Unreadable,
             });
         }
         if paused() {

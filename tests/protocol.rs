@@ -1488,3 +1488,103 @@ fn a_client_that_leaves_without_reading_does_not_hurt_the_instance() {
     assert!(inst.is_running(), "the instance died:\n{}", inst.stderr());
     assert_pings(&mut inst.client(), 2);
 }
+
+// ---------------------------------------------------------------------------
+// Failures of the receiver's own storage, and sender-side refusals
+// ---------------------------------------------------------------------------
+
+/// The one spool directory under the test's state home.
+fn spool_dir(env: &Env) -> PathBuf {
+    let root = env.state.join("baton/spool");
+    let mut dirs: Vec<PathBuf> = fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs.pop().unwrap()
+}
+
+#[test]
+fn a_spool_that_cannot_store_is_an_internal_error_not_an_acceptance() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = serve_with(&env, &ws, &[], &["--name", "brk"]);
+    let mut c = inst.client();
+    // tmp/ becomes a file: creating the task file fails with ENOTDIR even
+    // for root, for whom permission bits mean nothing.
+    let tmp = spool_dir(&env).join("tmp");
+    fs::remove_dir(&tmp).unwrap();
+    fs::write(&tmp, b"").unwrap();
+    let r = c.call(9, "message/send", inst.msg("lost-1", "work"));
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("internal error: the spool could not store the task: ")
+            && msg.ends_with("; the task was not accepted"),
+        "{msg}"
+    );
+    // The connection stays usable, and once storage works again the same id
+    // is accepted: the failed attempt left no trace.
+    fs::remove_file(&tmp).unwrap();
+    fs::create_dir(&tmp).unwrap();
+    assert_accepted(&send(&mut c, inst.msg("lost-1", "work")), 1);
+}
+
+#[test]
+fn an_id_whose_record_cannot_be_read_is_not_called_a_duplicate() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = serve_with(&env, &ws, &[], &["--name", "rec"]);
+    let mut c = inst.client();
+    assert_accepted(&send(&mut c, inst.msg("r-1", "job")), 1);
+    let claimed = c.call(2, "inbox/claim", json!({}));
+    assert_eq!(claimed["result"]["status"], "claimed", "{claimed}");
+    let done = c.call(3, "inbox/complete", json!({"message_id": "r-1"}));
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    drop(c);
+    // SIGTERM and wait: the next instance needs the spool's lock.
+    drop(inst);
+    let receipt = spool_dir(&env).join("done/r-1.json");
+    fs::write(&receipt, b"{garbage").unwrap();
+    let inst = serve_with(&env, &ws, &[], &["--name", "rec"]);
+    let mut c = inst.client();
+    assert_refused(
+        &send(&mut c, inst.msg("r-1", "job")),
+        "invalid",
+        "message_id was accepted before, but its stored record cannot be read to compare bodies",
+    );
+}
+
+#[test]
+fn send_from_inside_an_instance_to_itself_is_refused_by_the_sender() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = serve_with(&env, &ws, &[], &["--name", "selfie"]);
+    let sock = inst.socket.display().to_string();
+    let out = run_with(
+        &env,
+        &[("BATON_SOCKET", &sock)],
+        &["send", "selfie", "hi"],
+        None,
+    );
+    assert_eq!(out.status, 1, "{out:?}");
+    assert_eq!(
+        out.stderr,
+        format!(
+            "baton: send: selfie ({}) is this instance itself: self-sends are refused\n",
+            inst.id
+        )
+    );
+    let mut c = inst.client();
+    assert_eq!(inst.queued(&mut c), 0);
+}
+
+#[test]
+fn help_works_with_a_broken_environment() {
+    let env = Env::new();
+    let out = run_with(&env, &[("BATON_MAX_QUEUE", "0")], &["help"], None);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.starts_with("baton: hand tasks"), "{out:?}");
+    let out = run_with(&env, &[("BATON_MAX_QUEUE", "0")], &["list"], None);
+    assert_eq!(out.status, 2, "{out:?}");
+}

@@ -690,7 +690,8 @@ fn inbox_cli_claim_complete_list_and_status() {
     assert_eq!(listed(&list, "queued"), ["c-1", "c-2"]);
     assert_eq!(listed(&list, "processing"), Vec::<String>::new());
     assert_eq!(listed(&list, "interrupted"), Vec::<String>::new());
-    assert_eq!(list["queued"][0]["sender"]["name"], "alice");
+    // A plain sender's claimed name is not recorded: it is shown as such.
+    assert_eq!(list["queued"][0]["sender"].get("name"), None);
     assert_eq!(list["queued"][0]["sender"]["pid"], std::process::id());
     assert_eq!(list["queued"][0]["mode"], "queue");
     assert_eq!(list["queued"][0]["bytes"], "first line\nsecond line".len());
@@ -720,7 +721,7 @@ fn inbox_cli_claim_complete_list_and_status() {
         lines.next(),
         Some(
             format!(
-                "<agent_relay from=\"alice\" instance=\"\" pid=\"{}\" workspace=\"{cwd}\" message_id=\"c-1\">",
+                "<agent_relay from=\"(cli)\" instance=\"\" pid=\"{}\" workspace=\"{cwd}\" message_id=\"c-1\">",
                 std::process::id()
             )
             .as_str()

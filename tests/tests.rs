@@ -3,6 +3,7 @@
 
 mod util;
 
+mod docs;
 mod lifecycle;
 mod protocol;
 mod registry;

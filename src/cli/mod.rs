@@ -271,7 +271,12 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         emit(&command_help(cmd));
         return Ok(ExitCode::Ok);
     }
-    let config = Config::from_env()?;
+    // Help must work even when the environment is broken.
+    let config = if cmd.name == "help" {
+        Config::default()
+    } else {
+        Config::from_env()?
+    };
     (cmd.run)(&args, &config)
 }
 

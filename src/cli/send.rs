@@ -73,6 +73,13 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         )));
     }
     let peer = target::resolve(config, Some(target_arg))?;
+    if target::own_instance_id().as_deref() == Some(peer.manifest.instance_id.as_str()) {
+        return Err(Error::Refused(format!(
+            "send: {} ({}) is this instance itself: self-sends are refused",
+            escape(&peer.manifest.name),
+            peer.manifest.instance_id
+        )));
+    }
     if peer.wire != registry::Wire::Jsonrpc {
         return Err(Error::Usage(format!(
             "send: {} is a zcoder instance; sending to zcoder comes in a later version of baton",
