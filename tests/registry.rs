@@ -972,3 +972,164 @@ fn shutdown_copes_with_its_socket_already_gone() {
     assert!(!exists(&served.socket));
     assert!(!exists(&reg.join(format!("a-{}.json", served.id))));
 }
+
+#[test]
+fn discovery_scans_at_most_1024_manifests_and_says_so() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    for n in 0..1030 {
+        write_manifest(&reg, &format!("{}-000000000000", 100_000 + n), b"{}");
+    }
+    let all = list_json(&env, None, &["--all"]);
+    let notes: Vec<&Value> = all
+        .iter()
+        .filter(|v| v["problem"] == "1030 manifests; only the first 1024 were scanned")
+        .collect();
+    assert_eq!(notes.len(), 1, "{:?}", &all[all.len().saturating_sub(2)..]);
+    // Every scanned one is reported, and no more than the bound.
+    assert_eq!(all.len(), 1024 + 1);
+    assert!(list_json(&env, None, &[]).is_empty());
+}
+
+/// A stand-in for a zcoder instance: answers each `ZCODER-AGENT/1` ping
+/// frame with a `pong` ack frame, as zcoder's listener does.
+fn zcoder_peer(listener: UnixListener, id: String) -> thread::JoinHandle<usize> {
+    thread::spawn(move || {
+        let mut answered = 0;
+        listener.set_nonblocking(false).unwrap();
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { break };
+            conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut header = Vec::new();
+            let mut byte = [0u8; 1];
+            while conn.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+                header.push(byte[0]);
+            }
+            let header = String::from_utf8(header).unwrap();
+            if header == "stop" {
+                break;
+            }
+            let n: usize = header
+                .strip_prefix("ZCODER-AGENT/1 ")
+                .unwrap()
+                .parse()
+                .unwrap();
+            let mut payload = vec![0u8; n];
+            conn.read_exact(&mut payload).unwrap();
+            let req: Value = serde_json::from_slice(&payload).unwrap();
+            assert_eq!(req["type"], "ping");
+            let status = if req["target_instance_id"] == id.as_str() {
+                "pong"
+            } else {
+                "wrong_target"
+            };
+            let ack = json!({"protocol": 1, "type": "ack", "message_id": req["message_id"],
+                             "status": status, "state": "busy"})
+            .to_string();
+            conn.write_all(format!("ZCODER-AGENT/1 {}\n{ack}", ack.len()).as_bytes())
+                .unwrap();
+            answered += 1;
+        }
+        answered
+    })
+}
+
+#[test]
+fn zcoder_instances_are_listed_with_wire_zcoder() {
+    let env = Env::new();
+    let zdir = env.root.join("zc");
+    fs::create_dir(&zdir).unwrap();
+    fs::set_permissions(&zdir, fs::Permissions::from_mode(0o700)).unwrap();
+    let zdir = fs::canonicalize(&zdir).unwrap();
+    let pid = std::process::id();
+    let id = format!("{pid}-18473291");
+    let sock = zdir.join(format!("a-{id}.sock"));
+    let peer = zcoder_peer(UnixListener::bind(&sock).unwrap(), id.clone());
+    // zcoder's manifest: no name, wire or baton_version; a project label.
+    let m = json!({
+        "protocol": 1, "instance_id": id, "pid": pid, "project": "weekly digest",
+        "workspace": "/work/app/services/weekly-digest", "session_id": "1788012120_10392",
+        "profile": "coding", "model": "qwen3-coder", "socket": s(&sock), "state": "ready",
+        "started_at": 1788012102u64,
+    });
+    write_manifest(&zdir, &id, m.to_string().as_bytes());
+    let ws = env.workspace("b");
+    let b = env.serve(&ws, &["--name", "b"]);
+    let (out, _) = run_with(
+        &env,
+        &[("ZCODER_RELAY_DIR", s(&zdir))],
+        None,
+        &["list", "--json"],
+    );
+    let items = match json_of(&out, "list --json") {
+        Value::Array(items) => items,
+        other => panic!("{other}"),
+    };
+    assert_eq!(ids(&items), [b.id.as_str(), id.as_str()]);
+    let z = &items[1];
+    assert_eq!(z["wire"], "zcoder");
+    assert_eq!(z["name"], "weekly_digest");
+    assert_eq!(z["project"], "weekly digest");
+    assert_eq!(
+        z["state"], "busy",
+        "the state comes from the ping, not the file"
+    );
+    assert_eq!(z["model"], "qwen3-coder");
+    let (text, _) = run_with(&env, &[("ZCODER_RELAY_DIR", s(&zdir))], None, &["list"]);
+    let row: Vec<&str> = text
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("weekly_digest"))
+        .unwrap_or_else(|| panic!("{}", text.stdout))
+        .split_whitespace()
+        .collect();
+    let pid_s = pid.to_string();
+    assert_eq!(
+        row,
+        [
+            "weekly_digest",
+            pid_s.as_str(),
+            "busy",
+            id.as_str(),
+            "zcoder",
+            "/work/app/services/weekly-digest"
+        ]
+    );
+    // An unsafe zcoder directory is not scanned at all.
+    fs::set_permissions(&zdir, fs::Permissions::from_mode(0o755)).unwrap();
+    let (out, _) = run_with(
+        &env,
+        &[("ZCODER_RELAY_DIR", s(&zdir))],
+        None,
+        &["list", "--json", "--all"],
+    );
+    assert_eq!(
+        ids(&match json_of(&out, "list") {
+            Value::Array(a) => a,
+            o => panic!("{o}"),
+        }),
+        [b.id.as_str()]
+    );
+    let mut stop = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    stop.write_all(b"stop\n").unwrap();
+    assert_eq!(
+        peer.join().unwrap(),
+        2,
+        "each list pinged the zcoder peer once"
+    );
+}
+
+#[test]
+fn sigint_shuts_down_like_sigterm() {
+    let env = Env::new();
+    let ws = env.workspace("int");
+    let mut a = env.serve(&ws, &["--name", "int"]);
+    let manifest = env.registry.join(format!("a-{}.json", a.id));
+    assert!(exists(&manifest) && exists(&a.socket));
+    // SAFETY: kill(2) on our own unreaped child.
+    unsafe {
+        libc::kill(a.proc.pid() as libc::pid_t, libc::SIGINT);
+    }
+    assert_eq!(wait_exit(&mut a.proc), 0);
+    assert!(!exists(&manifest) && !exists(&a.socket));
+}
