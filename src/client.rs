@@ -166,6 +166,32 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// Subscribes to events and hands the connection over: a thread reads
+    /// every later line (event notifications, server requests) into the
+    /// returned channel; the stream is kept for writing replies. The
+    /// channel closes when the connection does.
+    pub fn subscribe(
+        mut self,
+        params: Value,
+    ) -> Result<(Value, crossbeam_channel::Receiver<Value>, UnixStream), ClientError> {
+        let result = self.call("events/subscribe", params)?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut reader = self.reader;
+        std::thread::spawn(move || {
+            while let Ok(line) = reader.read_line(None, Duration::from_secs(3600)) {
+                let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                    continue;
+                };
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok((result, rx, self.stream))
+    }
+}
+
 /// Pings a native instance and checks that it is `expected_id`; returns
 /// its state.
 pub fn ping(socket: &Path, expected_id: &str, timeout: Duration) -> Result<String, ClientError> {

@@ -1,16 +1,21 @@
-//! The foreground of `baton serve` (DESIGN §2, §9): startup in order, one
-//! `select!` over listener events and signals, and shutdown in order. It
-//! alone claims tasks and changes the instance's state.
+//! The foreground of `baton serve` (DESIGN §2, §6, §9): startup in order,
+//! one `select!` over listener events, signals and timers, and shutdown in
+//! order. It alone claims tasks, runs turns, asks for approvals, changes
+//! the instance's state and writes the transcript.
 
 use crate::config::{Config, Relay};
 use crate::error::{Error, Result};
+use crate::events::Hub;
 use crate::registry::{self, Manifest};
+use crate::relay::{self, Origin, Outbound};
+use crate::sanitize::escape;
 use crate::server::{self, Event, Policy, RpcError, Shared, State};
-use crate::spool::{self, Claim, Spool};
+use crate::spool::{self, Claim, Spool, Task};
 use crate::sys;
-use crate::turn;
+use crate::turn::{self, TurnEvent};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -18,6 +23,26 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How a task is approved before it runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Approve {
+    #[default]
+    Auto,
+    Ask,
+    Deny,
+}
+
+impl Approve {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Approve::Auto => "auto",
+            Approve::Ask => "ask",
+            Approve::Deny => "deny",
+        }
+    }
+}
 
 /// What `baton serve` was asked to be.
 #[derive(Clone, Debug, Default)]
@@ -29,17 +54,67 @@ pub struct ServeOptions {
     pub paused: bool,
     pub ephemeral_spool: bool,
     pub policy: Policy,
+    /// `--exec CMD`: run each task through `sh -c CMD`.
+    pub exec: Option<String>,
+    /// `--reply`: send the handler's stdout back to the sender.
+    pub reply: bool,
+    pub turn_timeout: Option<Duration>,
+    pub approve: Approve,
+    /// `--ephemeral`: exit about a second after the last client left.
+    pub ephemeral: bool,
 }
 
-/// The task an agent has claimed and not yet completed.
+/// SIGTERM to SIGKILL, for a handler that is being ended.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+/// After the handler exited, how long its output may take to drain (a
+/// background child may hold the pipes open).
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// `--ephemeral`: the grace period after the last client left.
+pub const EPHEMERAL_GRACE: Duration = Duration::from_secs(1);
+
+/// A task an agent claimed (pull mode) and has not completed.
 struct OpenTask {
-    message_id: String,
+    task: Task,
+    token: String,
+}
+
+/// The handler process of the running turn (exec mode).
+struct Running {
+    task: Task,
+    token: String,
+    pid: u32,
+    started: Instant,
+    deadline: Option<Instant>,
+    kill_at: Option<Instant>,
+    drain_until: Option<Instant>,
+    ended_by: Option<&'static str>,
+    exit: Option<(Option<i32>, Option<i32>)>,
+    streams_open: u8,
+    bytes: HashMap<&'static str, (u64, u64)>,
+    captured: Option<Vec<u8>>,
 }
 
 struct Foreground {
     shared: Arc<Shared>,
+    opts: ServeOptions,
     dir: PathBuf,
-    open: Option<OpenTask>,
+    socket: PathBuf,
+    workspace: PathBuf,
+    hub: Hub,
+    events_tx: chan::Sender<Event>,
+    origin: Origin,
+    open: Vec<OpenTask>,
+    running: Option<Running>,
+    /// Tasks approved and not yet started.
+    approved: HashSet<String>,
+    /// Tasks waiting for an approval, and the ids of the requests sent.
+    asked: HashMap<String, Vec<String>>,
+    requests: HashMap<String, String>,
+    next_request: u64,
+    next_out: u64,
+    clients: usize,
+    seen_client: bool,
+    idle_since: Option<Instant>,
 }
 
 /// Runs an instance until SIGTERM, SIGINT or SIGHUP.
@@ -124,6 +199,7 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         baton_version: env!("CARGO_PKG_VERSION").into(),
     };
     let (events_tx, events_rx) = chan::unbounded();
+    let worker_tx = events_tx.clone();
     let shared = Arc::new(Shared::new(
         config.clone(),
         id.clone(),
@@ -154,29 +230,67 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         socket.display()
     );
 
+    let hub = Hub::open(spool.dir());
     let mut fg = Foreground {
         shared: Arc::clone(&shared),
+        origin: Origin {
+            config: config.clone(),
+            registry: dir.clone(),
+            instance_id: id.clone(),
+            name: name.clone(),
+            workspace: workspace.display().to_string(),
+        },
+        opts,
         dir: dir.clone(),
-        open: None,
+        socket: socket.clone(),
+        workspace: workspace.clone(),
+        hub,
+        events_tx: worker_tx,
+        open: Vec::new(),
+        running: None,
+        approved: HashSet::new(),
+        asked: HashMap::new(),
+        requests: HashMap::new(),
+        next_request: 1,
+        next_out: 1,
+        clients: 0,
+        seen_client: false,
+        idle_since: None,
     };
+    fg.started(&spool);
     // A label, because `break` inside `select!` would only leave the macro.
     'run: loop {
+        fg.pump();
+        let timer = match fg.next_timer() {
+            Some(at) => chan::at(at),
+            None => chan::never(),
+        };
         select! {
             recv(events_rx) -> ev => match ev {
                 Ok(ev) => fg.handle(ev),
                 Err(_) => break 'run,
             },
-            recv(signals) -> _ => break 'run,
+            recv(signals) -> sig => {
+                fg.hub.emit("notice", json!({"text": format!("stopping on signal {}", sig.unwrap_or(0))}));
+                break 'run;
+            },
+            recv(timer) -> _ => {
+                if fg.on_timer() {
+                    fg.hub.emit("notice", json!({"text": "no client for a second: ephemeral instance stopping"}));
+                    break 'run;
+                }
+            },
         }
     }
 
     // Shutdown, in the order of DESIGN §9.
     registry::unpublish(&dir, &id);
     shared.stopping.store(true, Ordering::SeqCst);
+    fg.interrupt_turn();
     // The accept thread is woken by a connection through our socket path.
     // If that path is no longer our socket (removed, or replaced by someone
-    // else's), connecting would reach nothing or a stranger and the join
-    // would hang: the thread is then left to end with the process.
+    // else's), connecting would reach nothing or a stranger: the thread is
+    // then left to end with the process.
     let ours = fs::symlink_metadata(&socket)
         .is_ok_and(|now| now.dev() == sock_meta.dev() && now.ino() == sock_meta.ino());
     if ours {
@@ -186,7 +300,7 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         let _ = std::thread::Builder::new()
             .name("baton-wake".into())
             .spawn(move || UnixStream::connect(wake).map(drop));
-        let _ = accept_done.recv_timeout(std::time::Duration::from_secs(1));
+        let _ = accept_done.recv_timeout(Duration::from_secs(1));
         let _ = fs::remove_file(&socket);
     }
     drop(accept);
@@ -274,29 +388,63 @@ fn signal_channel() -> Result<chan::Receiver<i32>> {
 }
 
 impl Foreground {
-    fn handle(&mut self, ev: Event) {
-        match ev {
-            Event::Accepted { .. } | Event::Refused { .. } => {}
-            Event::Call {
-                method,
-                params,
-                reply,
-            } => {
-                let r = self.call(&method, &params);
-                let _ = reply.send(r);
-            }
+    fn started(&mut self, spool: &Spool) {
+        let m = self.manifest();
+        self.hub.emit(
+            "instance.started",
+            json!({
+                "instance_id": m.instance_id,
+                "name": m.name,
+                "pid": m.pid,
+                "workspace": m.workspace,
+                "mode": if self.opts.exec.is_some() { "exec" } else { "pull" },
+                "approve": self.opts.approve.as_str(),
+                "state": m.state,
+            }),
+        );
+        for note in &spool.recovery_notes {
+            self.hub.emit("notice", json!({"text": note}));
         }
+        let c = spool.counts();
+        if c.interrupted > 0 {
+            self.hub.emit(
+                "notice",
+                json!({"text": format!(
+                    "{} interrupted task(s) wait for the operator: baton inbox requeue|discard",
+                    c.interrupted
+                )}),
+            );
+        }
+    }
+
+    fn manifest(&self) -> Manifest {
+        self.shared.manifest.lock().expect("manifest poisoned").clone()
+    }
+
+    fn spool(&self) -> &Spool {
+        &self.shared.spool
     }
 
     fn paused(&self) -> bool {
         self.shared.paused.load(Ordering::SeqCst)
     }
 
-    /// Recomputes the state and republishes the manifest when it changed.
+    fn new_token() -> String {
+        registry::random_digits(24).unwrap_or_else(|_| format!("{:?}", Instant::now()))
+    }
+
+    fn new_message_id(&mut self) -> String {
+        let n = self.next_out;
+        self.next_out += 1;
+        format!("{}-{n}", self.shared.instance_id)
+    }
+
+    /// Recomputes the state; publishes the manifest and an event when it
+    /// changed. Waiting for an approval is not busy.
     fn refresh(&mut self) {
         let want = if self.paused() {
             State::Paused
-        } else if self.open.is_some() {
+        } else if self.running.is_some() || !self.open.is_empty() {
             State::Busy
         } else {
             State::Ready
@@ -305,14 +453,132 @@ impl Foreground {
             return;
         }
         self.shared.set_state(want);
-        let m = self
-            .shared
-            .manifest
-            .lock()
-            .expect("manifest poisoned")
-            .clone();
+        let m = self.manifest();
         if let Err(e) = registry::publish(&self.dir, &m) {
             eprintln!("baton: {e}");
+        }
+        self.hub
+            .emit("state.changed", json!({"state": want.as_str()}));
+    }
+
+    /// The earliest moment a timer must fire.
+    fn next_timer(&self) -> Option<Instant> {
+        let mut at: Vec<Instant> = Vec::new();
+        if let Some(r) = &self.running {
+            at.extend(r.deadline.filter(|_| r.ended_by.is_none()));
+            at.extend(r.kill_at);
+            at.extend(r.drain_until);
+        }
+        if self.opts.ephemeral
+            && let Some(t) = self.idle_since
+        {
+            at.push(t + EPHEMERAL_GRACE);
+        }
+        at.into_iter().min()
+    }
+
+    /// Handles due timers; true when an ephemeral instance should stop.
+    fn on_timer(&mut self) -> bool {
+        let now = Instant::now();
+        if let Some(r) = &mut self.running {
+            if r.ended_by.is_none() && r.deadline.is_some_and(|d| d <= now) {
+                r.ended_by = Some("timeout");
+                let _ = sys::kill_group(r.pid, sys::SIGTERM);
+                r.kill_at = Some(now + KILL_GRACE);
+                let id = r.task.message_id.clone();
+                self.hub.emit(
+                    "notice",
+                    json!({"message_id": id, "text": "turn timed out: SIGTERM sent to its process group"}),
+                );
+            } else if r.kill_at.is_some_and(|k| k <= now) {
+                r.kill_at = None;
+                let _ = sys::kill_group(r.pid, sys::SIGKILL);
+            } else if r.drain_until.is_some_and(|d| d <= now) {
+                // The handler exited but something it started still holds
+                // its output open: the turn is over all the same.
+                r.streams_open = 0;
+                r.drain_until = None;
+                let _ = sys::kill_group(r.pid, sys::SIGKILL);
+                self.maybe_finish();
+            }
+        }
+        self.opts.ephemeral
+            && self.clients == 0
+            && self.idle_since.is_some_and(|t| t + EPHEMERAL_GRACE <= now)
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Accepted {
+                message_id,
+                from,
+                pid,
+                queue_position,
+                mode,
+            } => {
+                self.hub.emit(
+                    "message.accepted",
+                    json!({"message_id": message_id, "from": from, "pid": pid,
+                           "queue_position": queue_position, "mode": mode}),
+                );
+            }
+            Event::Refused {
+                message_id,
+                status,
+                reason,
+                from,
+                pid,
+            } => {
+                self.hub.emit(
+                    "message.rejected",
+                    json!({"message_id": message_id, "status": status, "reason": reason,
+                           "from": from, "pid": pid}),
+                );
+            }
+            Event::Call {
+                method,
+                params,
+                reply,
+            } => {
+                if method == "relay/send" {
+                    self.relay_send(&params, reply);
+                } else {
+                    let r = self.call(&method, &params);
+                    let _ = reply.send(r);
+                }
+            }
+            Event::Subscribe { controller, reply } => {
+                let sub = self.hub.subscribe(controller);
+                let _ = reply.send(sub);
+                if controller {
+                    // A controller that comes late still hears what waits.
+                    let waiting: Vec<String> = self.asked.keys().cloned().collect();
+                    for id in waiting {
+                        self.send_approval_request(&id);
+                    }
+                }
+            }
+            Event::Unsubscribe { id } => self.hub.unsubscribe(id),
+            Event::ClientReply { reply } => self.client_reply(&reply),
+            Event::Connected => {
+                self.clients += 1;
+                self.seen_client = true;
+                self.idle_since = None;
+            }
+            Event::Disconnected => {
+                self.clients = self.clients.saturating_sub(1);
+                if self.clients == 0 && self.seen_client {
+                    self.idle_since = Some(Instant::now());
+                }
+            }
+            Event::Turn(t) => self.turn_event(t),
+            Event::Relayed { result, reply_of } => {
+                let mut fields = result;
+                if let Some(r) = reply_of {
+                    fields["reply_of"] = json!(r);
+                }
+                self.hub.emit("relay.sent", fields);
+            }
         }
     }
 
@@ -330,12 +596,16 @@ impl Foreground {
             }
             "control/status" => Ok(self.status()),
             "inbox/list" => {
-                let (queued, processing, interrupted) = self.shared.spool.list();
-                Ok(json!({"queued": queued, "processing": processing, "interrupted": interrupted}))
+                let (queued, processing, interrupted) = self.spool().list();
+                let waiting: Vec<&String> = self.asked.keys().collect();
+                Ok(json!({"queued": queued, "processing": processing,
+                          "interrupted": interrupted, "awaiting_approval": waiting}))
             }
             "inbox/claim" => Ok(self.claim()),
             "inbox/complete" => self.complete(params),
             "inbox/requeue" | "inbox/discard" => self.interrupted(method, params),
+            "approval/respond" => self.approval_respond(params),
+            "turn/cancel" => self.cancel(params),
             _ => Err(RpcError::new(
                 crate::wire::METHOD_NOT_FOUND,
                 format!("method not found: {method}"),
@@ -344,13 +614,12 @@ impl Foreground {
     }
 
     fn status(&self) -> Value {
-        let m = self
-            .shared
-            .manifest
-            .lock()
-            .expect("manifest poisoned")
-            .clone();
-        let c = self.shared.spool.counts();
+        let m = self.manifest();
+        let c = self.spool().counts();
+        let turn = self.running.as_ref().map(|r| {
+            json!({"message_id": r.task.message_id, "pid": r.pid,
+                   "seconds": r.started.elapsed().as_secs_f64()})
+        });
         json!({
             "instance_id": m.instance_id,
             "name": m.name,
@@ -362,8 +631,12 @@ impl Foreground {
             "state": self.shared.state().as_str(),
             "paused": self.paused(),
             "started_at": m.started_at,
-            "spool": self.shared.spool.dir().display().to_string(),
-            "open_task": self.open.as_ref().map(|o| o.message_id.clone()),
+            "spool": self.spool().dir().display().to_string(),
+            "mode": if self.opts.exec.is_some() { "exec" } else { "pull" },
+            "approve": self.opts.approve.as_str(),
+            "open_task": self.open.first().map(|o| o.task.message_id.clone()),
+            "turn": turn,
+            "awaiting_approval": self.asked.keys().collect::<Vec<_>>(),
             "queue": {
                 "queued": c.queued,
                 "processing": c.processing,
@@ -373,28 +646,545 @@ impl Foreground {
         })
     }
 
+    /// Applies `--approve` to the task at the head of the queue. Returns
+    /// the id that may be claimed now, if any; under `deny` the head is
+    /// refused and the next one considered.
+    fn approved_head(&mut self) -> Option<String> {
+        loop {
+            let head = self.spool().peek()?;
+            let id = head.message_id;
+            match self.opts.approve {
+                Approve::Auto => return Some(id),
+                Approve::Ask if self.approved.contains(&id) => return Some(id),
+                Approve::Ask => {
+                    if !self.asked.contains_key(&id) {
+                        self.asked.insert(id.clone(), Vec::new());
+                        self.hub.emit(
+                            "approval.requested",
+                            json!({"message_id": id, "from": turn::display_name(&head.sender),
+                                   "pid": head.sender.pid}),
+                        );
+                        self.send_approval_request(&id);
+                    }
+                    return None;
+                }
+                Approve::Deny => self.deny(&id, "--approve deny"),
+            }
+        }
+    }
+
+    fn send_approval_request(&mut self, message_id: &str) {
+        let rid = format!("approval-{}", self.next_request);
+        self.next_request += 1;
+        let line = crate::wire::notification_line("approval/request", json!({}));
+        // A request, not a notification: it carries an id the reply names.
+        let mut req: Value = serde_json::from_slice(&line).expect("json");
+        req["id"] = json!(rid);
+        req["params"] = json!({"message_id": message_id});
+        let mut bytes = serde_json::to_vec(&req).expect("serializes");
+        bytes.push(b'\n');
+        if self.hub.send_to_controllers(&bytes) > 0 {
+            self.requests.insert(rid.clone(), message_id.to_string());
+            if let Some(v) = self.asked.get_mut(message_id) {
+                v.push(rid);
+            }
+        }
+    }
+
+    /// Claims a queued task and ends it as refused by the approval policy.
+    fn deny(&mut self, message_id: &str, by: &str) {
+        self.asked.remove(message_id);
+        self.approved.remove(message_id);
+        match self.spool().claim_id(message_id) {
+            Ok(Claim::Task(_)) => {
+                if let Err(e) = self.spool().finish(message_id, "denied") {
+                    self.hub.emit("notice", json!({"text": e.to_string()}));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.hub.emit("notice", json!({"text": e.to_string()}));
+            }
+        }
+        self.hub.emit(
+            "task.denied",
+            json!({"message_id": message_id, "by": by}),
+        );
+    }
+
+    fn decide(&mut self, message_id: &str, decision: &str, by: &str) -> Value {
+        if self.asked.remove(message_id).is_none() {
+            return json!({"status": "invalid", "message_id": message_id,
+                          "reason": format!("no task {} is waiting for approval", escape(message_id))});
+        }
+        self.requests.retain(|_, m| m != message_id);
+        self.hub.emit(
+            "approval.resolved",
+            json!({"message_id": message_id, "decision": decision, "by": by}),
+        );
+        if decision == "approve" {
+            self.approved.insert(message_id.to_string());
+            json!({"status": "approved", "message_id": message_id})
+        } else {
+            self.deny(message_id, by);
+            json!({"status": "denied", "message_id": message_id})
+        }
+    }
+
+    fn approval_respond(
+        &mut self,
+        params: &Map<String, Value>,
+    ) -> std::result::Result<Value, RpcError> {
+        let id = str_param(params, "message_id")?;
+        let decision = str_param(params, "decision")?;
+        if !matches!(decision.as_str(), "approve" | "deny") {
+            return Ok(json!({"status": "invalid", "message_id": id,
+                             "reason": "decision is not approve or deny"}));
+        }
+        Ok(self.decide(&id, &decision, "approval/respond"))
+    }
+
+    /// A controller answered an `approval/request`.
+    fn client_reply(&mut self, reply: &Map<String, Value>) {
+        let Some(rid) = reply.get("id").and_then(Value::as_str) else {
+            return;
+        };
+        let Some(message_id) = self.requests.get(rid).cloned() else {
+            return;
+        };
+        let decision = reply
+            .get("result")
+            .and_then(|r| r.get("decision"))
+            .and_then(Value::as_str);
+        if let Some(d @ ("approve" | "deny")) = decision {
+            self.decide(&message_id, d, "approval/request");
+        }
+    }
+
+    /// Exec mode: starts the next turn when nothing runs.
+    fn pump(&mut self) {
+        if self.opts.exec.is_none() || self.running.is_some() || self.paused() {
+            return;
+        }
+        let Some(id) = self.approved_head() else {
+            return;
+        };
+        self.approved.remove(&id);
+        match self.spool().claim_id(&id) {
+            Ok(Claim::Task(task)) => self.start_turn(*task),
+            Ok(Claim::Rejected { message_id, reason }) => {
+                self.hub.emit(
+                    "task.rejected",
+                    json!({"message_id": message_id, "reason": reason}),
+                );
+            }
+            Ok(Claim::Empty) => {}
+            Err(e) => {
+                self.hub.emit("notice", json!({"text": e.to_string()}));
+            }
+        }
+    }
+
+    fn turn_env(&self, task: &Task, token: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("BATON_SOCKET", self.socket.display().to_string()),
+            ("BATON_TURN", token.to_string()),
+            ("BATON_MESSAGE_ID", task.message_id.clone()),
+            (
+                "BATON_SENDER_ID",
+                task.sender.instance_id.clone().unwrap_or_default(),
+            ),
+            ("BATON_SENDER_NAME", turn::display_name(&task.sender)),
+        ]
+    }
+
+    fn start_turn(&mut self, task: Task) {
+        let token = Self::new_token();
+        let command = self.opts.exec.clone().expect("exec mode");
+        let reply_possible = task.sender.instance_id.is_some();
+        let spec = turn::ExecSpec {
+            command: &command,
+            workspace: &self.workspace,
+            envelope: turn::envelope(&task, reply_possible),
+            env: self.turn_env(&task, &token),
+            token: token.clone(),
+            capture: self
+                .opts
+                .reply
+                .then_some(self.shared.config.max_message_bytes),
+        };
+        let id = task.message_id.clone();
+        match turn::spawn(spec, self.events_tx.clone()) {
+            Ok(pid) => {
+                let now = Instant::now();
+                self.hub.emit(
+                    "turn.started",
+                    json!({"message_id": id, "pid": pid, "from": turn::display_name(&task.sender),
+                           "sender_id": task.sender.instance_id, "hop": task.hop}),
+                );
+                self.running = Some(Running {
+                    task,
+                    token,
+                    pid,
+                    started: now,
+                    deadline: self.opts.turn_timeout.map(|t| now + t),
+                    kill_at: None,
+                    drain_until: None,
+                    ended_by: None,
+                    exit: None,
+                    streams_open: 2,
+                    bytes: HashMap::new(),
+                    captured: None,
+                });
+            }
+            Err(e) => {
+                let _ = self.spool().finish(&id, "failed");
+                self.hub.emit(
+                    "turn.finished",
+                    json!({"message_id": id, "outcome": "failed",
+                           "error": format!("cannot start the handler: {e}")}),
+                );
+            }
+        }
+        self.refresh();
+    }
+
+    fn turn_event(&mut self, ev: TurnEvent) {
+        let token = match &ev {
+            TurnEvent::Output { token, .. }
+            | TurnEvent::StreamDone { token, .. }
+            | TurnEvent::Exited { token, .. }
+            | TurnEvent::SpawnFailed { token, .. } => token.clone(),
+        };
+        let Some(r) = self.running.as_mut().filter(|r| r.token == token) else {
+            return;
+        };
+        let id = r.task.message_id.clone();
+        match ev {
+            TurnEvent::Output { stream, text, .. } => {
+                self.hub.emit(
+                    "turn.output",
+                    json!({"message_id": id, "stream": stream, "text": text}),
+                );
+            }
+            TurnEvent::StreamDone {
+                stream,
+                total,
+                dropped,
+                tail,
+                captured,
+                ..
+            } => {
+                r.streams_open = r.streams_open.saturating_sub(1);
+                r.bytes.insert(stream, (total, dropped));
+                if captured.is_some() {
+                    r.captured = captured;
+                }
+                if dropped > 0 {
+                    self.hub.emit(
+                        "turn.output",
+                        json!({"message_id": id, "stream": stream, "text": tail, "tail": true,
+                               "dropped": dropped}),
+                    );
+                }
+            }
+            TurnEvent::Exited { code, signal, .. } => {
+                r.exit = Some((code, signal));
+                r.kill_at = None;
+                if r.streams_open > 0 {
+                    r.drain_until = Some(Instant::now() + DRAIN_GRACE);
+                }
+            }
+            TurnEvent::SpawnFailed { error, .. } => {
+                r.exit = Some((None, None));
+                r.streams_open = 0;
+                self.hub.emit("notice", json!({"message_id": id, "text": error}));
+            }
+        }
+        self.maybe_finish();
+    }
+
+    /// Ends the turn once the handler exited and its output drained.
+    fn maybe_finish(&mut self) {
+        let done = self
+            .running
+            .as_ref()
+            .is_some_and(|r| r.exit.is_some() && r.streams_open == 0);
+        if !done {
+            return;
+        }
+        let r = self.running.take().expect("checked");
+        let (code, signal) = r.exit.expect("checked");
+        let outcome = r.ended_by.unwrap_or(if code == Some(0) { "done" } else { "failed" });
+        let id = r.task.message_id.clone();
+        if let Err(e) = self.spool().finish(&id, outcome) {
+            self.hub.emit("notice", json!({"message_id": id, "text": e.to_string()}));
+        }
+        let (out_total, out_dropped) = r.bytes.get("stdout").copied().unwrap_or_default();
+        let (err_total, err_dropped) = r.bytes.get("stderr").copied().unwrap_or_default();
+        self.hub.emit(
+            "turn.finished",
+            json!({
+                "message_id": id,
+                "outcome": outcome,
+                "exit_code": code,
+                "signal": signal,
+                "duration_ms": r.started.elapsed().as_millis() as u64,
+                "stdout_bytes": out_total,
+                "stderr_bytes": err_total,
+                "dropped_bytes": out_dropped + err_dropped,
+            }),
+        );
+        if self.opts.reply && outcome == "done" {
+            self.reply_with_stdout(&r.task, r.captured.unwrap_or_default());
+        }
+        self.refresh();
+    }
+
+    /// `--reply`: the handler's stdout goes back to the sender.
+    fn reply_with_stdout(&mut self, task: &Task, stdout: Vec<u8>) {
+        let id = &task.message_id;
+        let Some(sender) = task.sender.instance_id.clone() else {
+            self.hub.emit(
+                "notice",
+                json!({"message_id": id, "text": "no reply: the sender is a plain command line, which cannot be replied to"}),
+            );
+            return;
+        };
+        let limit = self.shared.config.max_message_bytes;
+        if stdout.len() > limit {
+            self.hub.emit(
+                "notice",
+                json!({"message_id": id, "text": format!(
+                    "no reply: the handler printed more than {limit} bytes (BATON_MAX_MESSAGE_BYTES)"
+                )}),
+            );
+            return;
+        }
+        let body = String::from_utf8_lossy(&stdout).into_owned();
+        if body.trim().is_empty() {
+            self.hub.emit(
+                "notice",
+                json!({"message_id": id, "text": "no reply: the handler printed nothing"}),
+            );
+            return;
+        }
+        let out = Outbound {
+            target: sender.clone(),
+            body,
+            message_id: self.new_message_id(),
+            hop: task.hop + 1,
+            in_reply_to: Some(id.clone()),
+            mode: "queue".into(),
+            only: Some(sender),
+            scope: "a reply".into(),
+        };
+        self.spawn_send(out, Some(id.clone()), None);
+    }
+
+    /// Delivers on a worker thread; the result goes to the transcript and,
+    /// for `relay/send`, to the waiting caller.
+    fn spawn_send(
+        &mut self,
+        out: Outbound,
+        reply_of: Option<String>,
+        caller: Option<chan::Sender<std::result::Result<Value, RpcError>>>,
+    ) {
+        let origin = self.origin.clone();
+        let events = self.events_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("baton-send".into())
+            .spawn(move || {
+                let result = relay::send_as(&origin, &out);
+                if let Some(c) = caller {
+                    let _ = c.send(Ok(result.clone()));
+                }
+                let _ = events.send(Event::Relayed { result, reply_of });
+            });
+        if let Err(e) = spawned {
+            self.hub.emit("notice", json!({"text": format!("cannot start a sender thread: {e}")}));
+        }
+    }
+
+    /// `relay/send`: the sender-side guards need the turn, so they are
+    /// decided here; the delivery itself runs on a worker thread.
+    fn relay_send(
+        &mut self,
+        params: &Map<String, Value>,
+        reply: chan::Sender<std::result::Result<Value, RpcError>>,
+    ) {
+        let plan = self.plan_send(params);
+        match plan {
+            Ok(Ok(out)) => self.spawn_send(out, None, Some(reply)),
+            Ok(Err(refusal)) => {
+                self.hub.emit("relay.sent", refusal.clone());
+                let _ = reply.send(Ok(refusal));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// The task a turn token names: the running turn or an open one.
+    fn task_of_turn(&self, token: &str) -> Option<&Task> {
+        if let Some(r) = self.running.as_ref().filter(|r| r.token == token) {
+            return Some(&r.task);
+        }
+        self.open
+            .iter()
+            .find(|o| o.token == token)
+            .map(|o| &o.task)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn plan_send(
+        &mut self,
+        params: &Map<String, Value>,
+    ) -> std::result::Result<std::result::Result<Outbound, Value>, RpcError> {
+        let body = str_param(params, "body")?;
+        let turn = opt_str_param(params, "turn")?;
+        let target = opt_str_param(params, "target")?;
+        let mode = opt_str_param(params, "mode")?.unwrap_or_else(|| "queue".into());
+        let is_reply = match params.get("reply") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(RpcError::new(
+                    crate::wire::INVALID_PARAMS,
+                    "invalid params: reply must be a boolean",
+                ));
+            }
+        };
+        let message_id = match opt_str_param(params, "message_id")? {
+            Some(id) if registry::valid_id(&id) => id,
+            Some(_) => {
+                let id = self.new_message_id();
+                return Ok(Err(json!({"status": "invalid", "message_id": id,
+                                     "reason": server::reason::BAD_MESSAGE_ID})));
+            }
+            None => self.new_message_id(),
+        };
+        let refuse = |status: &str, reason: String| {
+            Ok(Err(json!({"status": status, "message_id": message_id, "reason": reason})))
+        };
+        if !matches!(mode.as_str(), "queue" | "steer") {
+            return refuse("invalid", "mode is not queue or steer".into());
+        }
+        let task = match &turn {
+            Some(t) => match self.task_of_turn(t) {
+                Some(task) => Some(task.clone()),
+                None => return refuse("denied", "the turn token names no open turn here".into()),
+            },
+            None => None,
+        };
+        let Some(task) = task else {
+            // A local turn (the operator, a script with BATON_SOCKET): any
+            // target, hop 0.
+            if is_reply {
+                return refuse("invalid", "a reply needs the turn it answers (turn)".into());
+            }
+            let Some(target) = target else {
+                return Err(RpcError::new(
+                    crate::wire::INVALID_PARAMS,
+                    "invalid params: target is missing",
+                ));
+            };
+            return Ok(Ok(Outbound {
+                target,
+                body,
+                message_id,
+                hop: 0,
+                in_reply_to: None,
+                mode,
+                only: None,
+                scope: String::new(),
+            }));
+        };
+        let from = turn::display_name(&task.sender);
+        let Some(sender) = task.sender.instance_id.clone() else {
+            return refuse(
+                "denied",
+                format!(
+                    "this turn runs a task from {from}, a plain command line, which cannot be sent to"
+                ),
+            );
+        };
+        let target = if is_reply {
+            sender.clone()
+        } else {
+            match target {
+                Some(t) => t,
+                None => {
+                    return Err(RpcError::new(
+                        crate::wire::INVALID_PARAMS,
+                        "invalid params: target is missing",
+                    ));
+                }
+            }
+        };
+        Ok(Ok(Outbound {
+            target,
+            body,
+            message_id,
+            hop: task.hop + 1,
+            in_reply_to: Some(task.message_id.clone()),
+            mode,
+            only: Some(sender),
+            scope: format!(
+                "this turn runs a task relayed from {}",
+                escape(&from)
+            ),
+        }))
+    }
+
+    /// Pull mode: hands out the next task and opens its turn.
     fn claim(&mut self) -> Value {
+        if self.opts.exec.is_some() {
+            return json!({"status": "invalid",
+                          "reason": "this instance runs its tasks with --exec; there is nothing to claim"});
+        }
         if self.paused() {
             return json!({"status": "paused", "reason": server::reason::PAUSED});
         }
-        if let Some(o) = &self.open {
-            return json!({
-                "status": "busy",
-                "message_id": o.message_id,
-                "reason": format!("task {} is still open: complete it first", o.message_id),
-            });
-        }
         let mut rejected = Vec::new();
         let result = loop {
-            match self.shared.spool.claim() {
+            // A steer task from the sender of the open task joins its turn.
+            let follow_up = self.open.first().and_then(|o| {
+                let head = self.spool().peek()?;
+                let same = head.sender.instance_id.is_some()
+                    && head.sender.instance_id == o.task.sender.instance_id;
+                (head.mode == "steer" && same).then(|| (head.message_id, o.token.clone()))
+            });
+            if follow_up.is_none()
+                && let Some(o) = self.open.first()
+            {
+                let id = o.task.message_id.clone();
+                break json!({
+                    "status": "busy",
+                    "message_id": id,
+                    "reason": format!("task {id} is still open: complete it first"),
+                });
+            }
+            let Some(id) = self.approved_head() else {
+                break match self.asked.keys().next() {
+                    Some(w) => json!({"status": "awaiting_approval", "message_id": w,
+                                      "reason": format!("task {w} waits for approval")}),
+                    None => json!({"status": "empty"}),
+                };
+            };
+            self.approved.remove(&id);
+            match self.spool().claim_id(&id) {
                 Ok(Claim::Task(task)) => {
-                    // Replying from a pull turn needs relay/send, which
-                    // this version does not have: no hint is shown.
-                    let envelope = turn::envelope(&task, false);
-                    self.open = Some(OpenTask {
-                        message_id: task.message_id.clone(),
-                    });
-                    break json!({
+                    let token = follow_up.map_or_else(Self::new_token, |(_, t)| t);
+                    let envelope = turn::envelope(&task, task.sender.instance_id.is_some());
+                    let follows = self.open.first().map(|o| o.task.message_id.clone());
+                    self.hub.emit(
+                        "task.claimed",
+                        json!({"message_id": task.message_id, "from": turn::display_name(&task.sender),
+                               "follow_up_of": follows}),
+                    );
+                    let v = json!({
                         "status": "claimed",
                         "task": {
                             "message_id": task.message_id,
@@ -406,13 +1196,24 @@ impl Foreground {
                             "accepted_at": task.accepted_at,
                             "wire": task.wire,
                             "envelope": envelope,
+                            "turn": token,
+                            "follow_up_of": follows,
                         },
                     });
+                    self.open.push(OpenTask {
+                        task: *task,
+                        token,
+                    });
+                    break v;
                 }
                 Ok(Claim::Empty) => break json!({"status": "empty"}),
                 Ok(Claim::Rejected { message_id, reason }) => {
                     eprintln!(
                         "baton: task {message_id} is bad data and went to rejected/: {reason}"
+                    );
+                    self.hub.emit(
+                        "task.rejected",
+                        json!({"message_id": message_id, "reason": reason}),
                     );
                     rejected.push(json!({"message_id": message_id, "reason": reason}));
                 }
@@ -436,73 +1237,148 @@ impl Foreground {
         method: &str,
         params: &Map<String, Value>,
     ) -> std::result::Result<Value, RpcError> {
-        let id = message_id_param(params)?;
-        if !self.shared.spool.is_interrupted(&id) {
+        let id = str_param(params, "message_id")?;
+        if !self.spool().is_interrupted(&id) {
             return Ok(json!({
                 "status": "invalid",
                 "message_id": id,
-                "reason": format!("no interrupted task {}", crate::sanitize::escape(&id)),
+                "reason": format!("no interrupted task {}", escape(&id)),
             }));
         }
         let (r, status) = if method == "inbox/requeue" {
-            (self.shared.spool.requeue(&id), "requeued")
+            (self.spool().requeue(&id), "requeued")
         } else {
-            (self.shared.spool.finish(&id, "discarded"), "discarded")
+            (self.spool().finish(&id, "discarded"), "discarded")
         };
         Ok(match r {
-            Ok(()) => json!({"status": status, "message_id": id}),
+            Ok(()) => {
+                self.hub
+                    .emit(&format!("task.{status}"), json!({"message_id": id}));
+                json!({"status": status, "message_id": id})
+            }
             Err(e) => json!({"status": "error", "message_id": id, "reason": e.to_string()}),
         })
     }
 
     fn complete(&mut self, params: &Map<String, Value>) -> std::result::Result<Value, RpcError> {
-        let id = message_id_param(params)?;
-        let outcome = match params.get("outcome") {
-            None | Some(Value::Null) => "done".to_string(),
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => {
-                return Err(RpcError::new(
-                    crate::wire::INVALID_PARAMS,
-                    "invalid params: outcome must be a string",
-                ));
-            }
-        };
+        let id = str_param(params, "message_id")?;
+        let outcome = opt_str_param(params, "outcome")?.unwrap_or_else(|| "done".into());
+        let reply = opt_str_param(params, "reply")?;
         let invalid =
             |reason: String| Ok(json!({"status": "invalid", "message_id": id, "reason": reason}));
         if !matches!(outcome.as_str(), "done" | "failed") {
             return invalid("outcome is not done or failed".into());
         }
-        if params.get("reply").is_some_and(|r| !r.is_null()) {
-            return invalid("replies are not supported by this version of baton".into());
-        }
-        match &self.open {
-            Some(o) if o.message_id == id => {}
-            _ => {
-                return invalid(format!(
-                    "task {} is not open here",
-                    crate::sanitize::escape(&id)
-                ));
-            }
-        }
-        if let Err(e) = self.shared.spool.finish(&id, &outcome) {
+        let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
+            return invalid(format!("task {} is not open here", escape(&id)));
+        };
+        if let Err(e) = self.spool().finish(&id, &outcome) {
             return Ok(json!({"status": "error", "message_id": id, "reason": e.to_string()}));
         }
-        self.open = None;
+        let open = self.open.remove(pos);
+        self.hub.emit(
+            "turn.finished",
+            json!({"message_id": id, "outcome": outcome}),
+        );
+        let mut result = json!({"status": "completed", "message_id": id, "outcome": outcome});
+        if let Some(body) = reply {
+            // The reply goes out like `baton send --reply` from the turn.
+            let mut p = Map::new();
+            p.insert("body".into(), json!(body));
+            p.insert("reply".into(), json!(true));
+            p.insert("turn".into(), json!(open.token));
+            self.open.push(open);
+            let plan = self.plan_send(&p);
+            self.open.pop();
+            match plan {
+                Ok(Ok(out)) => {
+                    let (tx, rx) = chan::bounded(1);
+                    self.spawn_send(out, Some(id.clone()), Some(tx));
+                    // The reply's outcome is reported by the transcript;
+                    // the caller learns it was sent if it is quick.
+                    result["reply"] = match rx.recv_timeout(Duration::from_millis(1)) {
+                        Ok(Ok(v)) => v,
+                        _ => json!({"status": "sending"}),
+                    };
+                }
+                Ok(Err(refusal)) => result["reply"] = refusal,
+                Err(e) => result["reply"] = json!({"status": "invalid", "reason": e.message}),
+            }
+        }
         self.refresh();
-        Ok(json!({"status": "completed", "message_id": id, "outcome": outcome}))
+        Ok(result)
+    }
+
+    fn cancel(&mut self, params: &Map<String, Value>) -> std::result::Result<Value, RpcError> {
+        let want = opt_str_param(params, "message_id")?;
+        if let Some(r) = &mut self.running
+            && want.as_ref().is_none_or(|w| *w == r.task.message_id)
+        {
+            let id = r.task.message_id.clone();
+            if r.ended_by.is_none() {
+                r.ended_by = Some("cancelled");
+                let _ = sys::kill_group(r.pid, sys::SIGTERM);
+                r.kill_at = Some(Instant::now() + KILL_GRACE);
+                self.hub.emit(
+                    "notice",
+                    json!({"message_id": id, "text": "turn cancelled: SIGTERM sent to its process group"}),
+                );
+            }
+            return Ok(json!({"status": "cancelling", "message_id": id}));
+        }
+        if let Some(pos) = self
+            .open
+            .iter()
+            .position(|o| want.as_ref().is_none_or(|w| *w == o.task.message_id))
+        {
+            let id = self.open[pos].task.message_id.clone();
+            if let Err(e) = self.spool().finish(&id, "cancelled") {
+                return Ok(json!({"status": "error", "message_id": id, "reason": e.to_string()}));
+            }
+            self.open.remove(pos);
+            self.hub.emit(
+                "turn.finished",
+                json!({"message_id": id, "outcome": "cancelled"}),
+            );
+            self.refresh();
+            return Ok(json!({"status": "cancelled", "message_id": id}));
+        }
+        Ok(json!({"status": "invalid", "message_id": want,
+                  "reason": "no turn is running"}))
+    }
+
+    /// At shutdown: the running handler is ended; its task stays in
+    /// `processing/` and shows up as interrupted at the next start.
+    fn interrupt_turn(&mut self) {
+        if let Some(r) = self.running.take() {
+            let _ = sys::kill_group(r.pid, sys::SIGTERM);
+            self.hub.emit(
+                "turn.finished",
+                json!({"message_id": r.task.message_id, "outcome": "interrupted"}),
+            );
+        }
     }
 }
 
-fn message_id_param(params: &Map<String, Value>) -> std::result::Result<String, RpcError> {
-    match params.get("message_id") {
-        Some(Value::String(s)) => Ok(s.clone()),
+fn str_param(params: &Map<String, Value>, k: &str) -> std::result::Result<String, RpcError> {
+    opt_str_param(params, k)?.ok_or_else(|| {
+        RpcError::new(
+            crate::wire::INVALID_PARAMS,
+            format!("invalid params: {k} is missing"),
+        )
+    })
+}
+
+fn opt_str_param(
+    params: &Map<String, Value>,
+    k: &str,
+) -> std::result::Result<Option<String>, RpcError> {
+    match params.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(RpcError::new(
             crate::wire::INVALID_PARAMS,
-            "invalid params: message_id must be a string",
-        )),
-        None => Err(RpcError::new(
-            crate::wire::INVALID_PARAMS,
-            "invalid params: message_id is missing",
+            format!("invalid params: {k} must be a string"),
         )),
     }
 }

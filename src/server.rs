@@ -9,6 +9,8 @@ use crate::glob::glob_match;
 use crate::registry::{self, Manifest, RegistryDir};
 use crate::spool::{self, Admission, Limits, Sender, Spool};
 use crate::sys;
+use crate::events::{self, Subscription};
+use crate::turn::TurnEvent;
 use crate::wire::{self, Incoming, LineReader, ReadError};
 use crossbeam_channel as chan;
 use serde_json::{Map, Value, json};
@@ -70,17 +72,45 @@ impl Policy {
 pub enum Event {
     Accepted {
         message_id: String,
+        from: String,
+        pid: Option<u32>,
+        queue_position: usize,
+        mode: String,
     },
     Refused {
         message_id: String,
         status: String,
         reason: String,
+        from: String,
+        pid: Option<u32>,
     },
     /// A request only the foreground may answer.
     Call {
         method: String,
         params: Map<String, Value>,
         reply: chan::Sender<Result<Value, RpcError>>,
+    },
+    /// `events/subscribe`: the foreground registers the subscriber.
+    Subscribe {
+        controller: bool,
+        reply: chan::Sender<Subscription>,
+    },
+    Unsubscribe {
+        id: u64,
+    },
+    /// A client's reply to a request the server sent it.
+    ClientReply {
+        reply: Map<String, Value>,
+    },
+    /// A connection was accepted, or ended (for `--ephemeral`).
+    Connected,
+    Disconnected,
+    /// The handler of the running turn reported.
+    Turn(TurnEvent),
+    /// A send made on the agent's behalf finished (for the transcript).
+    Relayed {
+        result: Value,
+        reply_of: Option<String>,
     },
 }
 
@@ -132,6 +162,10 @@ pub const METHODS: &[&str] = &[
     "inbox/complete",
     "inbox/requeue",
     "inbox/discard",
+    "relay/send",
+    "events/subscribe",
+    "approval/respond",
+    "turn/cancel",
 ];
 
 /// Methods the foreground answers.
@@ -144,6 +178,9 @@ const FOREGROUND: &[&str] = &[
     "inbox/complete",
     "inbox/requeue",
     "inbox/discard",
+    "relay/send",
+    "approval/respond",
+    "turn/cancel",
 ];
 
 impl Shared {
@@ -217,8 +254,10 @@ pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
         let spawned = std::thread::Builder::new()
             .name("baton-conn".into())
             .spawn(move || {
+                let _ = s.events.send(Event::Connected);
                 serve_connection(stream, cred.pid, &s);
                 s.connections.fetch_sub(1, Ordering::SeqCst);
+                let _ = s.events.send(Event::Disconnected);
             });
         if spawned.is_err() {
             shared.connections.fetch_sub(1, Ordering::SeqCst);
@@ -237,19 +276,31 @@ fn refuse_over_cap(mut stream: UnixStream, cap: usize, timeout: Duration) {
     let _ = wire::write_all(&mut stream, &line);
 }
 
+/// The writing half of a connection, shared by the thread that answers
+/// requests and the one that forwards events.
+type Writer = Arc<Mutex<UnixStream>>;
+
+fn write_line(w: &Writer, line: &[u8]) -> bool {
+    let mut stream = w.lock().expect("writer poisoned");
+    wire::write_all(&mut stream, line).is_ok()
+}
+
 fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) {
     let cfg = &shared.config;
-    let mut out = stream;
-    if out.set_write_timeout(Some(cfg.io_timeout)).is_err() {
+    if stream.set_write_timeout(Some(cfg.io_timeout)).is_err() {
         return;
     }
-    let Ok(input) = out.try_clone() else {
+    let Ok(input) = stream.try_clone() else {
         return;
     };
+    let out: Writer = Arc::new(Mutex::new(stream));
     let mut reader = LineReader::new(input, cfg.max_bytes);
     let mut initialized = false;
+    let mut subscription: Option<u64> = None;
     loop {
-        let line = match reader.read_line(Some(cfg.idle_timeout), cfg.io_timeout) {
+        // A subscriber waits for events, not requests: no idle limit.
+        let idle = subscription.is_none().then_some(cfg.idle_timeout);
+        let line = match reader.read_line(idle, cfg.io_timeout) {
             Ok(l) => l,
             Err(e) => {
                 let message = match e {
@@ -277,12 +328,9 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
                     ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => None,
                 };
                 if let Some((code, msg)) = message {
-                    let _ = wire::write_all(
-                        &mut out,
-                        &wire::error_line(&Value::Null, code, &msg, None),
-                    );
+                    write_line(&out, &wire::error_line(&Value::Null, code, &msg, None));
                 }
-                return;
+                break;
             }
         };
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -292,31 +340,114 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
             Incoming::Invalid { id, code, message } => {
                 Some(wire::error_line(&id, code, &message, None))
             }
-            Incoming::Notification { .. } | Incoming::Reply { .. } => None,
+            Incoming::Notification { .. } => None,
+            Incoming::Reply { reply } => {
+                let _ = shared.events.send(Event::ClientReply { reply });
+                None
+            }
             Incoming::Request { id, method, params } => {
-                let r = if !initialized && method != "initialize" {
-                    Err(RpcError::new(
+                if !initialized && method != "initialize" {
+                    Some(wire::error_line(
+                        &id,
                         wire::NOT_INITIALIZED,
                         "not initialized: the first request must be initialize",
+                        None,
                     ))
+                } else if method == "events/subscribe" {
+                    match subscribe(shared, &out, &id, params, subscription.is_some()) {
+                        Ok(sub) => {
+                            subscription = Some(sub);
+                            None
+                        }
+                        Err(e) => Some(wire::error_line(&id, e.code, &e.message, e.data)),
+                    }
                 } else {
-                    dispatch(shared, &method, params, peer_pid)
-                };
-                if method == "initialize" && r.is_ok() {
-                    initialized = true;
+                    let r = dispatch(shared, &method, params, peer_pid);
+                    if method == "initialize" && r.is_ok() {
+                        initialized = true;
+                    }
+                    Some(match r {
+                        Ok(v) => wire::result_line(&id, v),
+                        Err(e) => wire::error_line(&id, e.code, &e.message, e.data),
+                    })
                 }
-                Some(match r {
-                    Ok(v) => wire::result_line(&id, v),
-                    Err(e) => wire::error_line(&id, e.code, &e.message, e.data),
-                })
             }
         };
         if let Some(a) = answer
-            && wire::write_all(&mut out, &a).is_err()
+            && !write_line(&out, &a)
         {
-            return;
+            break;
         }
     }
+    if let Some(id) = subscription {
+        let _ = shared.events.send(Event::Unsubscribe { id });
+    }
+}
+
+/// Registers a subscriber with the foreground, answers, replays recorded
+/// events from `since`, then forwards live ones on a thread of its own.
+fn subscribe(
+    shared: &Shared,
+    out: &Writer,
+    id: &Value,
+    params: Value,
+    already: bool,
+) -> Result<u64, RpcError> {
+    let Value::Object(params) = params else {
+        return Err(RpcError::new(
+            wire::INVALID_PARAMS,
+            "invalid params: params must be an object",
+        ));
+    };
+    let since = match params.get("since") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| bad_type("since", "a non-negative integer"))?),
+    };
+    let controller = match params.get("controller") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(bad_type("controller", "a boolean")),
+    };
+    if already {
+        return Err(RpcError::new(
+            wire::INVALID_REQUEST,
+            "invalid request: this connection is already subscribed",
+        ));
+    }
+    let (tx, rx) = chan::bounded(1);
+    if shared.events.send(Event::Subscribe { controller, reply: tx }).is_err() {
+        return Err(RpcError::new(wire::INTERNAL_ERROR, "the instance is shutting down"));
+    }
+    let sub = rx
+        .recv_timeout(shared.config.io_timeout.max(Duration::from_secs(5)))
+        .map_err(|_| RpcError::new(wire::INTERNAL_ERROR, "the instance did not answer in time"))?;
+    let result = json!({"subscribed": true, "next_seq": sub.next_seq, "controller": controller});
+    if !write_line(out, &wire::result_line(id, result)) {
+        return Ok(sub.id);
+    }
+    if let Some(since) = since {
+        events::replay(shared.spool.dir(), since, sub.next_seq, |line| {
+            match serde_json::from_slice::<Value>(line) {
+                Ok(ev) => write_line(out, &wire::notification_line("event", ev)),
+                Err(_) => true,
+            }
+        });
+    }
+    let w = Arc::clone(out);
+    let live = sub.rx;
+    let _ = std::thread::Builder::new()
+        .name("baton-events".into())
+        .spawn(move || {
+            for line in live.iter() {
+                if !write_line(&w, &line) {
+                    // The reader sees EOF and unsubscribes.
+                    let s = w.lock().expect("writer poisoned");
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                    break;
+                }
+            }
+        });
+    Ok(sub.id)
 }
 
 fn dispatch(
@@ -431,7 +562,14 @@ fn ask_foreground(
             "the instance is shutting down",
         ));
     }
-    match rx.recv_timeout(shared.config.io_timeout.max(Duration::from_secs(5))) {
+    // relay/send discovers, then delivers with one retry, each bounded by
+    // the I/O timeout.
+    let wait = if method == "relay/send" {
+        shared.config.io_timeout * 4 + Duration::from_secs(5)
+    } else {
+        shared.config.io_timeout.max(Duration::from_secs(5))
+    };
+    match rx.recv_timeout(wait) {
         Ok(r) => r,
         Err(_) => Err(RpcError::new(
             wire::INTERNAL_ERROR,
@@ -527,12 +665,19 @@ pub fn deliver(
     wire: &str,
 ) -> Result<Value, RpcError> {
     let result = check_and_admit(shared, &req, peer_pid, wire);
+    let from = result.from.clone().unwrap_or_else(|| {
+        req.sender_instance_id
+            .clone()
+            .unwrap_or_else(|| "(cli)".into())
+    });
     if result.status == "error" {
         let reason = result.reason.unwrap_or_default();
         let _ = shared.events.send(Event::Refused {
             message_id: req.message_id.clone(),
             status: "error".into(),
             reason: reason.clone(),
+            from,
+            pid: peer_pid,
         });
         return Err(RpcError::new(
             wire::INTERNAL_ERROR,
@@ -550,12 +695,18 @@ pub fn deliver(
     let event = if result.status == "accepted" {
         Event::Accepted {
             message_id: req.message_id.clone(),
+            from,
+            pid: peer_pid,
+            queue_position: result.queue_position.unwrap_or(0),
+            mode: req.mode.clone(),
         }
     } else {
         Event::Refused {
             message_id: req.message_id.clone(),
             status: result.status.to_string(),
             reason: result.reason.clone().unwrap_or_default(),
+            from,
+            pid: peer_pid,
         }
     };
     let _ = shared.events.send(event);
@@ -566,6 +717,8 @@ struct Outcome {
     status: &'static str,
     queue_position: Option<usize>,
     reason: Option<String>,
+    /// How the sender is shown, once it is known.
+    from: Option<String>,
 }
 
 fn refuse(status: &'static str, reason: impl Into<String>) -> Outcome {
@@ -573,6 +726,7 @@ fn refuse(status: &'static str, reason: impl Into<String>) -> Outcome {
         status,
         queue_position: None,
         reason: Some(reason.into()),
+        from: None,
     }
 }
 
@@ -686,7 +840,8 @@ fn check_and_admit(
         max_inflight: cfg.max_inflight,
     };
     let sender_id = task.sender.instance_id.clone().unwrap_or_default();
-    match shared
+    let from = crate::turn::display_name(&task.sender);
+    let mut outcome = match shared
         .spool
         .admit(task, limits, || shared.paused.load(Ordering::SeqCst))
     {
@@ -694,12 +849,9 @@ fn check_and_admit(
             status: "accepted",
             queue_position: Some(queue_position),
             reason: None,
+            from: None,
         },
-        Ok(Admission::Duplicate) => Outcome {
-            status: "duplicate",
-            queue_position: None,
-            reason: Some(reason::DUPLICATE.into()),
-        },
+        Ok(Admission::Duplicate) => refuse("duplicate", reason::DUPLICATE),
         Ok(Admission::Reused) => refuse("invalid", reason::REUSED),
         Ok(Admission::Unreadable) => refuse("invalid", reason::UNREADABLE),
         Ok(Admission::Paused) => refuse("paused", reason::PAUSED),
@@ -714,7 +866,9 @@ fn check_and_admit(
             format!("the queue is full: {limit} tasks waiting or running (BATON_MAX_QUEUE)"),
         ),
         Err(e) => refuse("error", format!("the spool could not store the task: {e}")),
-    }
+    };
+    outcome.from = Some(from);
+    outcome
 }
 
 /// Builds the recorded sender. A claimed instance id must have a manifest

@@ -658,13 +658,37 @@ impl Spool {
         Ok(())
     }
 
+    /// The task a claim would take next: its id and summary.
+    pub fn peek(&self) -> Option<Summary> {
+        let idx = self.index.lock().expect("spool index poisoned");
+        let id = idx.inbox.values().next()?;
+        Some(idx.entries[id].summary.clone())
+    }
+
     /// Moves the oldest inbox entry to `processing/` and reads it back.
     pub fn claim(&self) -> Result<Claim> {
+        self.claim_where(None)
+    }
+
+    /// Claims one particular queued task (one that was approved while
+    /// another jumped ahead of it).
+    pub fn claim_id(&self, message_id: &str) -> Result<Claim> {
+        self.claim_where(Some(message_id))
+    }
+
+    fn claim_where(&self, want: Option<&str>) -> Result<Claim> {
         let mut idx = self.index.lock().expect("spool index poisoned");
-        let Some((&key, id)) = idx.inbox.iter().next() else {
+        let found = match want {
+            None => idx.inbox.iter().next().map(|(k, id)| (*k, id.clone())),
+            Some(w) => idx
+                .entries
+                .get(w)
+                .filter(|e| e.place == Place::Inbox)
+                .map(|e| (e.key, w.to_string())),
+        };
+        let Some((key, id)) = found else {
             return Ok(Claim::Empty);
         };
-        let id = id.clone();
         idx.inbox.remove(&key);
         let file = idx.entries[&id].file.clone();
         let from = self.path("inbox", &file);

@@ -135,6 +135,23 @@ pub fn process_cwd(pid: u32) -> Option<PathBuf> {
     }
 }
 
+/// Sends `sig` to every process in the process group `pgid`.
+pub fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
+    if pgid == 0 || pgid > i32::MAX as u32 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad process group"));
+    }
+    // SAFETY: kill has no memory-safety preconditions; a negative pid names
+    // a process group.
+    let rc = unsafe { libc::kill(-(pgid as libc::pid_t), sig) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+pub const SIGTERM: i32 = libc::SIGTERM;
+pub const SIGKILL: i32 = libc::SIGKILL;
 pub const ECONNREFUSED: i32 = libc::ECONNREFUSED;
 pub const ENOENT: i32 = libc::ENOENT;
 

@@ -1,7 +1,190 @@
-//! Running one task through the agent (DESIGN §6). For now: the envelope
-//! an agent reads, and the token that identifies an open turn.
+//! Running one task through the agent (DESIGN §6): the envelope the agent
+//! reads, and for `--exec` agents the handler process: `sh -c CMD` in its
+//! own process group, the envelope on stdin, its output streamed back in
+//! bounded pieces, its exit reported. Everything here reports to the
+//! foreground through the event channel; nothing here decides anything.
 
+use crate::server::Event;
 use crate::spool::Task;
+use crossbeam_channel as chan;
+use std::io::{self, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Output bytes per stream that become `turn.output` events; past this the
+/// output is counted as dropped and only a tail is kept.
+pub const STREAM_EVENT_BYTES: u64 = 256 * 1024;
+/// The tail of dropped output shown at the end of a stream.
+pub const TAIL_BYTES: usize = 4096;
+const CHUNK: usize = 8192;
+
+/// What the handler's threads report.
+#[derive(Debug)]
+pub enum TurnEvent {
+    Output {
+        token: String,
+        stream: &'static str,
+        text: String,
+    },
+    /// A stream reached EOF. `captured` is stdout up to the reply limit
+    /// plus one byte, when a reply is wanted.
+    StreamDone {
+        token: String,
+        stream: &'static str,
+        total: u64,
+        dropped: u64,
+        tail: String,
+        captured: Option<Vec<u8>>,
+    },
+    Exited {
+        token: String,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    /// The handler could not be started at all.
+    SpawnFailed {
+        token: String,
+        error: String,
+    },
+}
+
+/// What a handler needs to run.
+pub struct ExecSpec<'a> {
+    pub command: &'a str,
+    pub workspace: &'a Path,
+    pub envelope: String,
+    pub env: Vec<(&'static str, String)>,
+    pub token: String,
+    /// Capture stdout up to this many bytes (plus one) for a reply.
+    pub capture: Option<usize>,
+}
+
+/// Starts the handler; returns its pid, which is also its process group.
+pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<Event>) -> io::Result<u32> {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(spec.command)
+        .current_dir(spec.workspace)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn()?;
+    let pid = child.id();
+    let mut stdin = child.stdin.take().expect("piped");
+    let envelope = spec.envelope;
+    // A handler that never reads stdin only blocks this thread, which ends
+    // with EPIPE when the handler exits.
+    std::thread::spawn(move || {
+        let _ = stdin.write_all(envelope.as_bytes());
+    });
+    let stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let (t1, t2, t3) = (spec.token.clone(), spec.token.clone(), spec.token);
+    let (e1, e2) = (events.clone(), events.clone());
+    let capture = spec.capture;
+    std::thread::spawn(move || pump(stdout, "stdout", t1, capture, e1));
+    std::thread::spawn(move || pump(stderr, "stderr", t2, None, e2));
+    std::thread::spawn(move || {
+        let (code, signal) = match child.wait() {
+            Ok(st) => (st.code(), st.signal()),
+            Err(_) => (None, None),
+        };
+        let _ = events.send(Event::Turn(TurnEvent::Exited {
+            token: t3,
+            code,
+            signal,
+        }));
+    });
+    Ok(pid)
+}
+
+/// Reads one stream to EOF with bounded memory: the first
+/// `STREAM_EVENT_BYTES` become events, the rest is counted and only its
+/// last `TAIL_BYTES` kept.
+fn pump(
+    mut r: impl Read,
+    stream: &'static str,
+    token: String,
+    capture: Option<usize>,
+    events: chan::Sender<Event>,
+) {
+    let mut buf = vec![0u8; CHUNK];
+    let mut pending: Vec<u8> = Vec::new();
+    let mut total: u64 = 0;
+    let mut dropped: u64 = 0;
+    let mut tail: Vec<u8> = Vec::new();
+    let mut captured: Option<Vec<u8>> = capture.map(|_| Vec::new());
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let chunk = &buf[..n];
+        if let (Some(c), Some(limit)) = (&mut captured, capture) {
+            let room = (limit + 1).saturating_sub(c.len());
+            c.extend_from_slice(&chunk[..room.min(n)]);
+        }
+        let streamed = (STREAM_EVENT_BYTES.saturating_sub(total) as usize).min(n);
+        total += n as u64;
+        if streamed > 0 {
+            pending.extend_from_slice(&chunk[..streamed]);
+            let text = take_utf8(&mut pending);
+            if !text.is_empty() {
+                let _ = events.send(Event::Turn(TurnEvent::Output {
+                    token: token.clone(),
+                    stream,
+                    text,
+                }));
+            }
+        }
+        if streamed < n {
+            dropped += (n - streamed) as u64;
+            tail.extend_from_slice(&chunk[streamed..]);
+            if tail.len() > 2 * TAIL_BYTES {
+                tail.drain(..tail.len() - TAIL_BYTES);
+            }
+        }
+    }
+    if !pending.is_empty() {
+        let _ = events.send(Event::Turn(TurnEvent::Output {
+            token: token.clone(),
+            stream,
+            text: String::from_utf8_lossy(&pending).into_owned(),
+        }));
+    }
+    if tail.len() > TAIL_BYTES {
+        tail.drain(..tail.len() - TAIL_BYTES);
+    }
+    let _ = events.send(Event::Turn(TurnEvent::StreamDone {
+        token,
+        stream,
+        total,
+        dropped,
+        tail: String::from_utf8_lossy(&tail).into_owned(),
+        captured,
+    }));
+}
+
+/// Takes the longest valid UTF-8 prefix out of `pending` (invalid bytes
+/// become U+FFFD); an incomplete character at the end waits for more.
+fn take_utf8(pending: &mut Vec<u8>) -> String {
+    let keep = match std::str::from_utf8(pending) {
+        Ok(_) => 0,
+        Err(e) if e.error_len().is_none() => pending.len() - e.valid_up_to(),
+        Err(_) => 0,
+    };
+    let cut = pending.len() - keep;
+    let text = String::from_utf8_lossy(&pending[..cut]).into_owned();
+    pending.drain(..cut);
+    text
+}
 
 /// Renders the envelope exactly as DESIGN §6 shows it. Attribute values
 /// are escaped; the body is literal data.
@@ -98,5 +281,16 @@ mod tests {
              </agent_relay>\n"
         );
         assert!(!envelope(&t, false).contains("to reply"));
+    }
+
+    #[test]
+    fn utf8_split_across_chunks_is_kept_whole() {
+        let mut p = "aé".as_bytes()[..2].to_vec();
+        assert_eq!(take_utf8(&mut p), "a");
+        assert_eq!(p, [0xc3]);
+        p.push(0xa9);
+        assert_eq!(take_utf8(&mut p), "é");
+        let mut bad = vec![b'x', 0xff, b'y'];
+        assert_eq!(take_utf8(&mut bad), "x\u{fffd}y");
     }
 }

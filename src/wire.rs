@@ -149,9 +149,9 @@ pub enum Incoming {
     Notification {
         method: String,
     },
-    /// A reply to a request the server sent.
+    /// A reply to a request the server sent: the whole object.
     Reply {
-        id: Value,
+        reply: Map<String, Value>,
     },
     /// Not a valid request: answer with this error (`id` may be null).
     Invalid {
@@ -193,9 +193,7 @@ pub fn classify(line: &[u8]) -> Incoming {
     };
     let has_method = obj.contains_key("method");
     if !has_method && (obj.contains_key("result") || obj.contains_key("error")) {
-        return Incoming::Reply {
-            id: id.unwrap_or(Value::Null),
-        };
+        return Incoming::Reply { reply: obj };
     }
     let method = match obj.remove("method") {
         Some(Value::String(m)) => m,

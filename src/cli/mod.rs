@@ -8,6 +8,7 @@ mod list;
 mod send;
 mod serve;
 mod target;
+mod watch;
 
 pub use args::Opt;
 use args::{Args, switch, value};
@@ -37,8 +38,8 @@ const JSON: Opt = switch("json", "print JSON instead of text");
 pub const COMMANDS: &[Command] = &[
     Command {
         name: "serve",
-        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL] [--paused] [--ephemeral-spool] [--accept-from PATTERN]... [--deny-from PATTERN]...",
-        summary: "run an instance for a workspace; its agent pulls tasks with 'baton inbox claim'",
+        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] [--turn-timeout SECONDS]] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--accept-from PATTERN]... [--deny-from PATTERN]...",
+        summary: "run an instance for a workspace: tasks run through --exec, or wait for 'baton inbox claim'",
         opts: &[
             value(
                 "name",
@@ -66,6 +67,12 @@ pub const COMMANDS: &[Command] = &[
                 "deny-from",
                 "refuse senders whose name or workspace matches this glob (repeatable)",
             ),
+            value("exec", "run each task with sh -c CMD in the workspace, the envelope on stdin"),
+            switch("reply", "with --exec: send the handler's stdout back to the sender as a reply"),
+            value("turn-timeout", "with --exec: end a handler after this many seconds (SIGTERM, then SIGKILL)"),
+            value("approve", "auto, ask or deny: whether a task runs without an operator's approval"),
+            switch("yes", "allow --approve auto with --profile sysadmin"),
+            switch("ephemeral", "exit about a second after the last client disconnects"),
             HELP,
         ],
         run: serve::run,
@@ -86,10 +93,11 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "send",
-        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer]",
+        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer]\n       baton send --reply [MESSAGE|-]    (inside a turn: answer its sender)",
         summary: "deliver a task to an instance (exact id or unique name); MESSAGE or stdin",
         opts: &[
             JSON,
+            switch("reply", "inside a turn: send MESSAGE back to the sender of its task"),
             value(
                 "message-id",
                 "use this message id (to retry a send exactly)",
@@ -140,6 +148,25 @@ pub const COMMANDS: &[Command] = &[
             HELP,
         ],
         run: inbox::run,
+    },
+    Command {
+        name: "log",
+        usage: "baton log [TARGET] [--json]",
+        summary: "print an instance's transcript: every event it recorded",
+        opts: &[JSON, HELP],
+        run: watch::log,
+    },
+    Command {
+        name: "watch",
+        usage: "baton watch [TARGET] [--json] [--since SEQ] [--approve]",
+        summary: "follow an instance's events live; --approve answers its approval requests",
+        opts: &[
+            JSON,
+            value("since", "first replay the recorded events from this sequence number"),
+            switch("approve", "be a controller: answer each approval request with y or n on stdin"),
+            HELP,
+        ],
+        run: watch::watch,
     },
     Command {
         name: "gc",

@@ -1,4 +1,7 @@
 //! `baton send`: deliver one task and report exactly what happened to it.
+//! Inside an instance (`$BATON_SOCKET`, and `$BATON_TURN` during a turn) the
+//! send goes through that instance's `relay/send`, so its guards apply:
+//! self-sends are refused and a relayed turn may only answer its sender.
 
 use super::args::Args;
 use super::{emit, emit_json, target};
@@ -6,10 +9,11 @@ use crate::client::{ClientError, Connection};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer};
+use crate::relay;
 use crate::sanitize::escape;
 use serde_json::{Value, json};
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Reads the body from the argument or stdin, never more than one byte
 /// past the limit.
@@ -29,24 +33,16 @@ fn read_body(arg: Option<&str>, limit: usize) -> Result<String> {
     }
 }
 
-pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    super::at_most(args, "send", 2)?;
-    let Some(target_arg) = args.positional.first() else {
-        return Err(Error::Usage(
-            "send: TARGET is missing (see 'baton help send')".into(),
-        ));
-    };
-    let body = read_body(
-        args.positional.get(1).map(String::as_str),
-        config.max_message_bytes,
-    )?;
+/// The body, checked against the body bound before anything is sent.
+fn body(arg: Option<&str>, config: &Config) -> Result<String> {
+    let body = read_body(arg, config.max_message_bytes)?;
     if body.trim().is_empty() {
         return Err(Error::Usage("send: the message is empty".into()));
     }
     if body.len() > config.max_message_bytes {
         // stdin is read only to one byte past the limit, so its true size
         // is unknown.
-        let size = match args.positional.get(1) {
+        let size = match arg {
             Some(m) if m != "-" => body.len().to_string(),
             _ => format!("more than {}", config.max_message_bytes),
         };
@@ -55,16 +51,21 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             config.max_message_bytes
         )));
     }
-    let message_id = match args.value("message-id") {
-        Some(id) if registry::valid_id(id) => id.to_string(),
-        Some(id) => {
-            return Err(Error::Usage(format!(
-                "send: --message-id {}: an id must match [A-Za-z0-9_.-]{{1,100}}",
-                escape(id)
-            )));
-        }
-        None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
-    };
+    Ok(body)
+}
+
+/// The instance this command runs inside, if it answers.
+fn inside(config: &Config) -> Option<(PathBuf, Connection)> {
+    let sock = PathBuf::from(std::env::var_os("BATON_SOCKET").filter(|s| !s.is_empty())?);
+    let conn = Connection::open(&sock, config.io_timeout).ok()?;
+    Some((sock, conn))
+}
+
+fn turn_token() -> Option<String> {
+    std::env::var("BATON_TURN").ok().filter(|t| !t.is_empty())
+}
+
+pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let mode = args.value("mode").unwrap_or("queue");
     if !matches!(mode, "queue" | "steer") {
         return Err(Error::Usage(format!(
@@ -72,14 +73,62 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             escape(mode)
         )));
     }
-    let peer = target::resolve(config, Some(target_arg))?;
-    if target::own_instance_id().as_deref() == Some(peer.manifest.instance_id.as_str()) {
-        return Err(Error::Refused(format!(
-            "send: {} ({}) is this instance itself: self-sends are refused",
-            escape(&peer.manifest.name),
-            peer.manifest.instance_id
+    if let Some(id) = args.value("message-id")
+        && !registry::valid_id(id)
+    {
+        return Err(Error::Usage(format!(
+            "send: --message-id {}: an id must match [A-Za-z0-9_.-]{{1,100}}",
+            escape(id)
         )));
     }
+    if args.flag("reply") {
+        super::at_most(args, "send", 1)?;
+        let body = body(args.positional.first().map(String::as_str), config)?;
+        let (Some(token), Some((_, mut conn))) = (turn_token(), inside(config)) else {
+            return Err(Error::Usage(
+                "send: --reply answers the task of the current turn, so it works only inside one ($BATON_SOCKET and $BATON_TURN)"
+                    .into(),
+            ));
+        };
+        let mut params = json!({"reply": true, "body": body, "turn": token, "mode": mode});
+        if let Some(id) = args.value("message-id") {
+            params["message_id"] = json!(id);
+        }
+        let r = conn
+            .call("relay/send", params)
+            .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
+        return report(args, &r);
+    }
+    super::at_most(args, "send", 2)?;
+    let Some(target_arg) = args.positional.first() else {
+        return Err(Error::Usage(
+            "send: TARGET is missing (see 'baton help send')".into(),
+        ));
+    };
+    let body = body(args.positional.get(1).map(String::as_str), config)?;
+    if let Some((_, mut conn)) = inside(config) {
+        let mut params = json!({"target": target_arg, "body": body, "mode": mode});
+        if let Some(t) = turn_token() {
+            params["turn"] = json!(t);
+        }
+        if let Some(id) = args.value("message-id") {
+            params["message_id"] = json!(id);
+        }
+        let r = conn
+            .call("relay/send", params)
+            .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
+        return report(args, &r);
+    }
+    plain(args, config, target_arg, &body, mode)
+}
+
+/// A send from a plain command line: resolve, deliver, retry once.
+fn plain(args: &Args, config: &Config, target_arg: &str, body: &str, mode: &str) -> Result<ExitCode> {
+    let message_id = match args.value("message-id") {
+        Some(id) => id.to_string(),
+        None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
+    };
+    let peer = target::resolve(config, Some(target_arg))?;
     if peer.wire != registry::Wire::Jsonrpc {
         return Err(Error::Usage(format!(
             "send: {} is a zcoder instance; sending to zcoder comes in a later version of baton",
@@ -94,23 +143,8 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         "hop": 0,
         "mode": mode,
     });
-    let line = crate::wire::request_line(2, "message/send", params.clone());
-    if line.len() - 1 > config.max_bytes {
-        return Err(Error::Usage(format!(
-            "send: the request would be {} bytes, over the frame limit of {} bytes (BATON_MAX_BYTES)",
-            line.len() - 1,
-            config.max_bytes
-        )));
-    }
-    let result = match deliver(config, &peer, &params) {
-        Err(e) if e.is_transport() => {
-            // Ambiguous: the task may have arrived. The same id makes the
-            // retry safe.
-            deliver(config, &peer, &params)
-        }
-        r => r,
-    };
-    let result = result.map_err(|e| match e {
+    relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
+    let mut result = relay::deliver(config, &peer, &params).map_err(|e| match e {
         ClientError::Rpc { .. } => target::transport(&peer, e),
         e => Error::Transport(format!(
             "send to {} ({}) failed twice: {e}; the task may or may not have arrived: retry with --message-id {message_id}",
@@ -118,51 +152,71 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             peer.manifest.instance_id
         )),
     })?;
-    report(args, &peer, &result)
+    result["target"] = target_of(&peer);
+    report(args, &result)
 }
 
-fn deliver(
-    config: &Config,
-    peer: &Peer,
-    params: &Value,
-) -> std::result::Result<Value, ClientError> {
-    let mut conn = Connection::open(Path::new(&peer.manifest.socket), config.io_timeout)?;
-    conn.call("message/send", params.clone())
+fn target_of(peer: &Peer) -> Value {
+    json!({"instance_id": peer.manifest.instance_id, "name": peer.manifest.name})
 }
 
-fn report(args: &Args, peer: &Peer, r: &Value) -> Result<ExitCode> {
+/// Prints a delivery result and maps its status to the exit code.
+fn report(args: &Args, r: &Value) -> Result<ExitCode> {
     let status = r.get("status").and_then(Value::as_str).unwrap_or("");
-    let id = r.get("message_id").and_then(Value::as_str).unwrap_or("");
+    let id = escape(r.get("message_id").and_then(Value::as_str).unwrap_or("")).into_owned();
+    let reason = escape(r.get("reason").and_then(Value::as_str).unwrap_or("")).into_owned();
     let code = match status {
         "accepted" | "duplicate" | "stored" => ExitCode::Ok,
+        "no_target" => ExitCode::NoTarget,
+        "transport" => ExitCode::Transport,
         _ => ExitCode::Refused,
     };
     if args.flag("json") {
         emit_json(r);
         return Ok(code);
     }
-    let who = format!(
-        "{} ({})",
-        escape(&peer.manifest.name),
-        peer.manifest.instance_id
-    );
+    let t = &r["target"];
+    let who = match (t.get("name").and_then(Value::as_str), t.get("instance_id").and_then(Value::as_str)) {
+        (Some(n), Some(i)) => format!("{} ({i})", escape(n)),
+        _ => "the receiver".into(),
+    };
     match status {
         "accepted" => emit(&format!(
             "accepted: {who} queued message {id} at position {}\n",
-            r.get("queue_position")
-                .map(Value::to_string)
-                .unwrap_or_default()
+            r.get("queue_position").map(Value::to_string).unwrap_or_default()
         )),
-        "duplicate" => emit(&format!(
-            "duplicate: {who} had already accepted message {id}\n"
-        )),
-        _ => {
-            eprintln!(
-                "baton: {who} refused message {id}: {}: {}",
-                escape(status),
-                escape(r.get("reason").and_then(Value::as_str).unwrap_or(""))
-            );
+        "duplicate" => emit(&format!("duplicate: {who} had already accepted message {id}\n")),
+        "no_target" => {
+            let peers: Vec<String> = r
+                .get("candidates")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    format!(
+                        "\n  {}  pid {}  {}  {}",
+                        escape(c["name"].as_str().unwrap_or("")),
+                        c["pid"],
+                        escape(c["workspace"].as_str().unwrap_or("")),
+                        c["instance_id"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            let list = if peers.is_empty() {
+                "no live instances are running".to_string()
+            } else {
+                format!("candidates:{}", peers.concat())
+            };
+            eprintln!("baton: {reason}; {list}");
         }
+        "transport" => eprintln!("baton: {reason}"),
+        "denied" | "invalid" | "unsupported" if t.is_null() => {
+            eprintln!("baton: not sent: {}: {reason}", escape(status))
+        }
+        _ => eprintln!(
+            "baton: {who} refused message {id}: {}: {reason}",
+            escape(status)
+        ),
     }
     Ok(code)
 }

@@ -3,9 +3,10 @@
 use super::args::Args;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
-use crate::instance::{self, ServeOptions};
+use crate::instance::{self, Approve, ServeOptions};
 use crate::server::Policy;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "serve", 0)?;
@@ -22,6 +23,53 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             "serve: --model must be at most 256 bytes without control characters".into(),
         ));
     }
+    let exec = args.value("exec").map(str::to_string);
+    if exec.as_deref().is_some_and(|e| e.trim().is_empty()) {
+        return Err(Error::Usage("serve: --exec needs a command".into()));
+    }
+    if args.flag("reply") && exec.is_none() {
+        return Err(Error::Usage(
+            "serve: --reply sends the handler's output back, so it needs --exec".into(),
+        ));
+    }
+    let turn_timeout = match args.value("turn-timeout") {
+        None => None,
+        Some(v) => match v.parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 && s <= 1e9 && !v.contains(['e', 'E']) => {
+                Some(Duration::from_secs_f64(s))
+            }
+            _ => {
+                return Err(Error::Usage(format!(
+                    "serve: --turn-timeout {}: use a number of seconds above 0",
+                    crate::sanitize::escape(v)
+                )));
+            }
+        },
+    };
+    if turn_timeout.is_some() && exec.is_none() {
+        return Err(Error::Usage(
+            "serve: --turn-timeout bounds handler runs, so it needs --exec".into(),
+        ));
+    }
+    let approve = match (args.value("approve"), profile) {
+        (None, "sysadmin") => Approve::Ask,
+        (None, _) | (Some("auto"), "coding") => Approve::Auto,
+        (Some("auto"), _) if args.flag("yes") => Approve::Auto,
+        (Some("auto"), _) => {
+            return Err(Error::Usage(
+                "serve: --approve auto with --profile sysadmin runs every task unasked; add --yes to mean it"
+                    .into(),
+            ));
+        }
+        (Some("ask"), _) => Approve::Ask,
+        (Some("deny"), _) => Approve::Deny,
+        (Some(other), _) => {
+            return Err(Error::Usage(format!(
+                "serve: --approve {}: use auto, ask or deny",
+                crate::sanitize::escape(other)
+            )));
+        }
+    };
     let opts = ServeOptions {
         name: args.value("name").map(str::to_string),
         workspace: args.value("workspace").map(PathBuf::from),
@@ -33,6 +81,11 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             accept_from: args.values("accept-from"),
             deny_from: args.values("deny-from"),
         },
+        exec,
+        reply: args.flag("reply"),
+        turn_timeout,
+        approve,
+        ephemeral: args.flag("ephemeral"),
     };
     instance::serve(opts, config.clone())?;
     Ok(ExitCode::Ok)

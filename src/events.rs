@@ -1,0 +1,264 @@
+//! The event stream of an instance (DESIGN §4, §6): every event gets a
+//! sequence number, is appended to the JSONL transcript in the spool
+//! (bounded by rotation), and is fanned out to live subscribers. Only the
+//! foreground emits; subscribers that fall behind are dropped, never waited
+//! for.
+
+use crossbeam_channel as chan;
+use serde_json::{Map, Value, json};
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The live transcript file in a spool.
+pub const TRANSCRIPT: &str = "transcript.jsonl";
+/// The one older generation kept by rotation.
+pub const TRANSCRIPT_OLD: &str = "transcript.1.jsonl";
+/// A transcript rotates when it grows past this size, so the two files
+/// together stay under twice this.
+pub const ROTATE_BYTES: u64 = 4 * 1024 * 1024;
+/// Events a subscriber may have waiting before it is dropped.
+pub const SUBSCRIBER_BACKLOG: usize = 4096;
+
+/// One encoded line for subscribers (an `event` notification or a server
+/// request), `\n` included, shared by every subscriber.
+pub type Line = Arc<Vec<u8>>;
+
+/// A live subscriber: a connection thread drains `rx`.
+pub struct Subscription {
+    pub id: u64,
+    pub next_seq: u64,
+    pub rx: chan::Receiver<Line>,
+}
+
+struct Subscriber {
+    id: u64,
+    tx: chan::Sender<Line>,
+    controller: bool,
+}
+
+/// Sequence numbers, the transcript and the subscribers.
+pub struct Hub {
+    dir: PathBuf,
+    file: Option<File>,
+    size: u64,
+    next_seq: u64,
+    next_sub: u64,
+    subs: Vec<Subscriber>,
+}
+
+/// Seconds since the epoch, with milliseconds.
+pub fn now() -> f64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_millis() as f64) / 1000.0
+}
+
+impl Hub {
+    /// Opens the transcript in `dir`, continuing its sequence numbers.
+    pub fn open(dir: &Path) -> Hub {
+        let path = dir.join(TRANSCRIPT);
+        let last = last_seq(&path).or_else(|| last_seq(&dir.join(TRANSCRIPT_OLD)));
+        let file = open_append(&path);
+        let size = file
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map_or(0, |m| m.len());
+        if file.is_none() {
+            eprintln!("baton: cannot open {}: the transcript is off", path.display());
+        }
+        Hub {
+            dir: dir.to_path_buf(),
+            file,
+            size,
+            next_seq: last.map_or(1, |s| s + 1),
+            next_sub: 1,
+            subs: Vec::new(),
+        }
+    }
+
+    /// Records one event and sends it to every subscriber. Returns its
+    /// sequence number.
+    pub fn emit(&mut self, kind: &str, fields: Value) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut obj = Map::new();
+        obj.insert("seq".into(), json!(seq));
+        obj.insert("time".into(), json!(now()));
+        obj.insert("kind".into(), json!(kind));
+        if let Value::Object(f) = fields {
+            obj.extend(f);
+        }
+        let event = Value::Object(obj);
+        let mut line = serde_json::to_vec(&event).expect("serializes");
+        line.push(b'\n');
+        self.append(&line);
+        if !self.subs.is_empty() {
+            let note = Arc::new(crate::wire::notification_line("event", event));
+            self.subs.retain(|s| s.tx.try_send(Arc::clone(&note)).is_ok());
+        }
+        seq
+    }
+
+    fn append(&mut self, line: &[u8]) {
+        if self.size + line.len() as u64 > ROTATE_BYTES && self.size > 0 {
+            let cur = self.dir.join(TRANSCRIPT);
+            let _ = fs::rename(&cur, self.dir.join(TRANSCRIPT_OLD));
+            self.file = open_append(&cur);
+            self.size = 0;
+        }
+        if let Some(f) = &mut self.file {
+            if f.write_all(line).is_ok() {
+                self.size += line.len() as u64;
+            } else {
+                eprintln!("baton: writing the transcript failed: it is off from now on");
+                self.file = None;
+            }
+        }
+    }
+
+    /// Adds a subscriber; it will receive every event from `next_seq` on.
+    pub fn subscribe(&mut self, controller: bool) -> Subscription {
+        let (tx, rx) = chan::bounded(SUBSCRIBER_BACKLOG);
+        let id = self.next_sub;
+        self.next_sub += 1;
+        self.subs.push(Subscriber { id, tx, controller });
+        Subscription {
+            id,
+            next_seq: self.next_seq,
+            rx,
+        }
+    }
+
+    pub fn unsubscribe(&mut self, id: u64) {
+        self.subs.retain(|s| s.id != id);
+    }
+
+    /// Sends a prepared line (a server-to-client request) to controllers
+    /// only. Returns how many received it.
+    pub fn send_to_controllers(&mut self, line: &[u8]) -> usize {
+        let line = Arc::new(line.to_vec());
+        let mut n = 0;
+        self.subs.retain(|s| {
+            if !s.controller {
+                return true;
+            }
+            let ok = s.tx.try_send(Arc::clone(&line)).is_ok();
+            n += ok as usize;
+            ok
+        });
+        n
+    }
+
+    pub fn controllers(&self) -> usize {
+        self.subs.iter().filter(|s| s.controller).count()
+    }
+}
+
+fn open_append(path: &Path) -> Option<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(crate::sys::O_NOFOLLOW)
+        .open(path)
+        .ok()
+}
+
+/// The sequence number of the last complete line of a transcript file.
+fn last_seq(path: &Path) -> Option<u64> {
+    let mut f = File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    let start = len.saturating_sub(64 * 1024);
+    f.seek(SeekFrom::Start(start)).ok()?;
+    let mut tail = Vec::new();
+    f.take(64 * 1024).read_to_end(&mut tail).ok()?;
+    tail.split(|&b| b == b'\n')
+        .rev()
+        .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
+        .find_map(|v| v.get("seq").and_then(Value::as_u64))
+}
+
+/// Calls `each` with every recorded event line whose sequence number is in
+/// `since..until`, oldest first, from both transcript generations. Lines
+/// that do not parse (a torn last line) are skipped.
+pub fn replay(dir: &Path, since: u64, until: u64, mut each: impl FnMut(&[u8]) -> bool) {
+    for name in [TRANSCRIPT_OLD, TRANSCRIPT] {
+        let Ok(f) = File::open(dir.join(name)) else {
+            continue;
+        };
+        for line in BufReader::new(f).split(b'\n') {
+            let Ok(line) = line else {
+                break;
+            };
+            let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                continue;
+            };
+            let Some(seq) = v.get("seq").and_then(Value::as_u64) else {
+                continue;
+            };
+            if seq >= until {
+                return;
+            }
+            if seq >= since {
+                let mut l = line;
+                l.push(b'\n');
+                if !each(&l) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_continues_across_reopen_and_rotation_keeps_order() {
+        let dir = std::env::temp_dir().join(format!("baton-events-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let mut hub = Hub::open(&dir);
+        let sub = hub.subscribe(false);
+        assert_eq!(sub.next_seq, 1);
+        for i in 0..3 {
+            hub.emit("notice", json!({"i": i}));
+        }
+        assert_eq!(sub.rx.len(), 3);
+        drop(hub);
+        let mut hub = Hub::open(&dir);
+        assert_eq!(hub.emit("notice", json!({})), 4);
+        // Force a rotation and check replay spans both files.
+        hub.size = ROTATE_BYTES;
+        assert_eq!(hub.emit("notice", json!({})), 5);
+        assert!(dir.join(TRANSCRIPT_OLD).exists());
+        let mut seen = Vec::new();
+        replay(&dir, 2, 5, |l| {
+            let v: Value = serde_json::from_slice(l).unwrap();
+            seen.push(v["seq"].as_u64().unwrap());
+            true
+        });
+        assert_eq!(seen, [2, 3, 4]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_full_subscriber_is_dropped_not_waited_for() {
+        let dir = std::env::temp_dir().join(format!("baton-events-full-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let mut hub = Hub::open(&dir);
+        let _slow = hub.subscribe(true);
+        for _ in 0..=SUBSCRIBER_BACKLOG {
+            hub.emit("notice", json!({}));
+        }
+        assert_eq!(hub.controllers(), 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
