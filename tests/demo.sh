@@ -1,8 +1,10 @@
 #!/bin/sh
 # The main job of baton, end to end, in a few seconds: two agents in
-# temporary workspaces; alice hands bob a task, bob's agent claims it and
-# completes it. Everything runs in a private registry and state directory
-# that is removed at the end, and every process started is stopped by pid.
+# temporary workspaces. alice is an agent that pulls its tasks; bob runs
+# each task through a small shell handler and replies with its output.
+# alice hands bob a task, bob's handler runs it, the reply comes back to
+# alice. Everything lives in a private registry and state directory that is
+# removed at the end, and every process started is stopped by pid.
 set -eu
 
 baton=${1:-target/release/baton}
@@ -22,6 +24,15 @@ trap 'exit 130' INT TERM
 export BATON_DIR="$work/registry" XDG_STATE_HOME="$work/state"
 unset BATON_SOCKET BATON_TURN || :
 mkdir -p "$work/alice" "$work/bob" "$work/state"
+printf 'int main(void) { return 0; }\n' >"$work/bob/main.c"
+printf '# bob\n' >"$work/bob/README"
+
+# bob's handler: the envelope arrives on stdin; stdout is the reply.
+cat >"$work/handler.sh" <<'HANDLER'
+cat >/dev/null
+echo "bob ran task $BATON_MESSAGE_ID from $BATON_SENDER_NAME; the files here are:"
+ls
+HANDLER
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 
@@ -37,30 +48,38 @@ wait_for() {
 
 (cd "$work/alice" && exec "$baton" serve --name alice 2>"$work/alice.log") &
 pids="$pids $!"
-(cd "$work/bob" && exec "$baton" serve --name bob 2>"$work/bob.log") &
+(cd "$work/bob" && exec "$baton" serve --name bob --exec "sh $work/handler.sh" --reply 2>"$work/bob.log") &
 pids="$pids $!"
 wait_for alice
 wait_for bob
+alice_socket=$("$baton" status alice --json | sed -n 's/.*"socket":"\([^"]*\)".*/\1/p')
 
 step baton list
 "$baton" list
 
-step "cd alice && baton send bob 'rename users.name to users.display_name and run the tests'"
-(cd "$work/alice" && "$baton" send bob 'rename users.name to users.display_name and run the tests')
+step "BATON_SOCKET=<alice's socket> baton send bob 'list the files in your workspace'   # as alice"
+BATON_SOCKET=$alice_socket "$baton" send bob 'list the files in your workspace'
 
-step "baton inbox list bob"
-"$baton" inbox list bob
+step "# bob's handler runs; its output goes back to alice as a reply"
+i=0
+until "$baton" inbox list alice --json | grep -q '"message_id"'; do
+	i=$((i + 1))
+	[ $i -le 100 ] || { echo "demo: no reply reached alice" >&2; exit 1; }
+	sleep 0.05
+done
+"$baton" inbox list alice
 
-step "cd bob && baton inbox claim     # bob's agent takes the next task"
-envelope=$(cd "$work/bob" && "$baton" inbox claim)
+step "baton inbox claim alice     # alice's agent reads the reply"
+envelope=$("$baton" inbox claim alice)
 printf '%s\n' "$envelope"
 id=$(printf '%s\n' "$envelope" | sed -n '1s/.* message_id="\([^"]*\)">$/\1/p')
-[ -n "$id" ] || { echo "demo: no task was claimed" >&2; exit 1; }
+[ -n "$id" ] || { echo "demo: no reply was claimed" >&2; exit 1; }
+"$baton" inbox complete alice "$id" >/dev/null
 
-step "cd bob && baton inbox complete $id"
-(cd "$work/bob" && "$baton" inbox complete "$id")
+step "baton log bob"
+"$baton" log bob
 
-step "baton status bob"
-"$baton" status bob
+step "baton log alice"
+"$baton" log alice
 
 printf '\ndemo: done; stopping alice and bob and removing %s\n' "$work"

@@ -78,6 +78,25 @@ pub fn format_event(ev: &Value) -> String {
             d
         }
         "state.changed" => str_of("state"),
+        "instance.started" => format!(
+            "{} ({}) pid {} in {}: {} mode, approve {}, {}",
+            str_of("name"),
+            str_of("instance_id"),
+            ev["pid"],
+            str_of("workspace"),
+            str_of("mode"),
+            str_of("approve"),
+            str_of("state")
+        ),
+        "task.claimed" => {
+            let mut d = format!("{id} from {}", str_of("from"));
+            if let Some(of) = ev.get("follow_up_of").and_then(Value::as_str) {
+                d.push_str(&format!(", a follow-up of {}", escape(of)));
+            }
+            d
+        }
+        "task.denied" => format!("{id} by {}", str_of("by")),
+        "task.rejected" => format!("{id}: {}", str_of("reason")),
         "approval.requested" => format!("{id} from {} waits for approval", str_of("from")),
         "approval.resolved" => format!("{id} {} by {}", str_of("decision"), str_of("by")),
         "notice" => {
