@@ -4,23 +4,16 @@
 //! JSON-RPC error code, framing bounds and deadlines, slow clients, and the
 //! `baton send` command line on top of it.
 
-use crate::util::{Env, Output, RawClient, wait_until};
+use crate::util::{Env, RawClient, Served, wait_until};
 use serde_json::{Value, json};
-use std::fs::{self, File};
+use std::fs;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// How long a server may take to publish its manifest.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a one-shot `baton` may run.
-const RUN_TIMEOUT: Duration = Duration::from_secs(20);
-const POLL: Duration = Duration::from_millis(10);
 
 /// Exact reasons, as `src/server.rs` (`reason`) spells them.
 const BAD_MESSAGE_ID: &str = "message_id does not match [A-Za-z0-9_.-]{1,100}";
@@ -39,183 +32,6 @@ const NO_ACCEPT: &str = "sender matches no --accept-from pattern";
 fn next_n() -> usize {
     static N: AtomicUsize = AtomicUsize::new(0);
     N.fetch_add(1, Ordering::Relaxed)
-}
-
-/// A `baton serve` started with extra `BATON_*` variables; stopped (SIGTERM,
-/// then SIGKILL after 3 s) when dropped.
-struct Inst {
-    child: Child,
-    err: PathBuf,
-    id: String,
-    socket: PathBuf,
-    /// The canonical registry directory the instance publishes in.
-    registry: PathBuf,
-}
-
-impl Drop for Inst {
-    fn drop(&mut self) {
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            return;
-        }
-        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
-            // SAFETY: kill(2) has no memory-safety preconditions; the pid is
-            // our own child, seen running and not yet reaped.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            thread::sleep(POLL);
-        }
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-impl Inst {
-    fn stderr(&self) -> String {
-        fs::read_to_string(&self.err).unwrap_or_default()
-    }
-
-    fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// A raw client on this instance's socket, already initialized.
-    fn client(&self) -> RawClient {
-        let mut c = RawClient::connect(&self.socket)
-            .unwrap_or_else(|e| panic!("connect {}: {e}", self.socket.display()));
-        c.initialize();
-        c
-    }
-
-    /// `message/send` params from a plain sender (no instance id).
-    fn msg(&self, id: &str, body: &str) -> Value {
-        json!({"message_id": id, "target_instance_id": self.id, "body": body, "sender": {}})
-    }
-
-    /// `message/send` params from a sender claiming `sender_id`.
-    fn msg_from(&self, id: &str, body: &str, sender_id: &str) -> Value {
-        json!({
-            "message_id": id,
-            "target_instance_id": self.id,
-            "body": body,
-            "sender": {"instance_id": sender_id},
-        })
-    }
-
-    /// `agent/info`'s `queue.queued`.
-    fn queued(&self, c: &mut RawClient) -> u64 {
-        let r = c.call(50, "agent/info", json!({}));
-        r["result"]["queue"]["queued"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("agent/info has no queue.queued: {r}"))
-    }
-}
-
-/// Starts `baton serve <args>` in `ws` with `vars` added to the scrubbed
-/// environment, and waits for its manifest.
-fn serve_with(env: &Env, ws: &Path, vars: &[(&str, &str)], args: &[&str]) -> Inst {
-    let n = next_n();
-    let err = env.root.join(format!("proto-serve-{n}.err"));
-    let out = env.root.join(format!("proto-serve-{n}.out"));
-    let mut cmd = env.cmd();
-    cmd.arg("serve")
-        .args(args)
-        .current_dir(ws)
-        .stdout(File::create(&out).unwrap())
-        .stderr(File::create(&err).unwrap());
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    let child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot spawn baton serve {args:?}: {e}"));
-    let pid = child.id();
-    let mut inst = Inst {
-        child,
-        err,
-        id: String::new(),
-        socket: PathBuf::new(),
-        registry: PathBuf::new(),
-    };
-    let prefix = format!("a-{pid}-");
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        let mine = fs::read_dir(&env.registry).ok().and_then(|rd| {
-            rd.filter_map(Result::ok).map(|e| e.path()).find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".json"))
-            })
-        });
-        if let Some(path) = mine
-            && let Ok(bytes) = fs::read(&path)
-            && let Ok(m) = serde_json::from_slice::<Value>(&bytes)
-        {
-            inst.id = m["instance_id"].as_str().unwrap().to_string();
-            inst.socket = PathBuf::from(m["socket"].as_str().unwrap());
-            inst.registry = inst.socket.parent().unwrap().to_path_buf();
-            return inst;
-        }
-        if !inst.is_running() {
-            panic!("baton serve {args:?} exited early:\n{}", inst.stderr());
-        }
-        if Instant::now() >= deadline {
-            panic!(
-                "baton serve {args:?} published no manifest in {START_TIMEOUT:?}:\n{}",
-                inst.stderr()
-            );
-        }
-        thread::sleep(POLL);
-    }
-}
-
-/// Runs `baton <args>` with extra variables (and optional stdin), killing it
-/// after 20 s.
-fn run_with(env: &Env, vars: &[(&str, &str)], args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let n = next_n();
-    let out_path = env.root.join(format!("proto-run-{n}.out"));
-    let err_path = env.root.join(format!("proto-run-{n}.err"));
-    let mut cmd = env.cmd();
-    cmd.args(args)
-        .stdout(File::create(&out_path).unwrap())
-        .stderr(File::create(&err_path).unwrap());
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    if stdin.is_some() {
-        cmd.stdin(Stdio::piped());
-    }
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot spawn baton {args:?}: {e}"));
-    if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        let data = data.to_vec();
-        thread::spawn(move || {
-            let _ = pipe.write_all(&data);
-        });
-    }
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    let status: ExitStatus = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if Instant::now() < deadline => thread::sleep(POLL),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("baton {args:?} still running after {RUN_TIMEOUT:?}; killed");
-            }
-        }
-    };
-    Output {
-        status: status.code().unwrap_or(-1),
-        stdout: fs::read_to_string(&out_path).unwrap_or_default(),
-        stderr: fs::read_to_string(&err_path).unwrap_or_default(),
-    }
 }
 
 /// Sends `message/send` and returns its `result`.
@@ -315,7 +131,7 @@ fn assert_error(v: &Value, id: Value, code: i64, message: &str) {
 fn invalid_and_wrong_target_refusals_have_exact_reasons() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[("BATON_MAX_MESSAGE_BYTES", "100")], &[]);
+    let inst = env.serve_with(&ws, &[("BATON_MAX_MESSAGE_BYTES", "100")], &[]);
     let mut c = inst.client();
     let me = std::process::id();
 
@@ -467,7 +283,7 @@ fn invalid_and_wrong_target_refusals_have_exact_reasons() {
 fn paused_full_and_duplicate_keep_their_order() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[("BATON_MAX_QUEUE", "3")], &[]);
+    let inst = env.serve_with(&ws, &[("BATON_MAX_QUEUE", "3")], &[]);
     let mut c = inst.client();
 
     assert_accepted(&send(&mut c, inst.msg("q1", "one")), 1);
@@ -528,7 +344,7 @@ fn paused_full_and_duplicate_keep_their_order() {
 fn hop_limit_is_inclusive_and_zero_disables_it() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[("BATON_MAX_HOPS", "3")], &[]);
+    let inst = env.serve_with(&ws, &[("BATON_MAX_HOPS", "3")], &[]);
     let mut c = inst.client();
     let hop = |id: &str, h: Value| hop_params(&inst, id, h);
     assert_accepted(&send(&mut c, hop("h0", json!(0))), 1);
@@ -549,7 +365,7 @@ fn hop_limit_is_inclusive_and_zero_disables_it() {
 
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[("BATON_MAX_HOPS", "0")], &[]);
+    let inst = env.serve_with(&ws, &[("BATON_MAX_HOPS", "0")], &[]);
     let mut c = inst.client();
     assert_accepted(&send(&mut c, hop_params(&inst, "z1", json!(1000))), 1);
     assert_accepted(&send(&mut c, hop_params(&inst, "z2", json!(u64::MAX))), 2);
@@ -560,7 +376,7 @@ fn hop_limit_is_inclusive_and_zero_disables_it() {
     );
 }
 
-fn hop_params(inst: &Inst, id: &str, hop: Value) -> Value {
+fn hop_params(inst: &Served, id: &str, hop: Value) -> Value {
     let mut p = inst.msg(id, "task");
     p["hop"] = hop;
     p
@@ -570,7 +386,7 @@ fn hop_params(inst: &Inst, id: &str, hop: Value) -> Value {
 fn inflight_window_counts_verified_senders_only() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[("BATON_MAX_INFLIGHT", "2")], &[]);
+    let inst = env.serve_with(&ws, &[("BATON_MAX_INFLIGHT", "2")], &[]);
     let sender = me_as_instance(&inst.registry, "peer", "/srv/peer");
     let mut c = inst.client();
 
@@ -626,7 +442,7 @@ fn deny_from_matches_verified_name_and_workspace() {
     let env = Env::new();
     let ws = env.workspace("ws");
     let cwd = my_cwd();
-    let inst = serve_with(&env, &ws, &[], &["--deny-from", "ws*"]);
+    let inst = env.serve(&ws, &["--deny-from", "ws*"]);
     let ws1 = me_as_instance(&inst.registry, "ws1", "/srv/one");
     let other = me_as_instance(&inst.registry, "other", "/srv/ws-two");
     let mut c = inst.client();
@@ -654,7 +470,7 @@ fn deny_from_matches_verified_name_and_workspace() {
 
     // A plain sender's workspace is its working directory, read from the
     // kernel, not what it claims.
-    let inst = serve_with(&env, &env.workspace("ws2"), &[], &["--deny-from", &cwd]);
+    let inst = env.serve(&env.workspace("ws2"), &["--deny-from", &cwd]);
     let mut c = inst.client();
     let want = format!("sender matches --deny-from {cwd}");
     assert_refused(&send(&mut c, inst.msg("c1", "task")), "denied", &want);
@@ -668,12 +484,7 @@ fn accept_from_admits_only_matching_senders() {
     let env = Env::new();
     let ws = env.workspace("ws");
     let cwd = my_cwd();
-    let inst = serve_with(
-        &env,
-        &ws,
-        &[],
-        &["--accept-from", "ws*", "--accept-from", "/srv/*"],
-    );
+    let inst = env.serve(&ws, &["--accept-from", "ws*", "--accept-from", "/srv/*"]);
     let ws1 = me_as_instance(&inst.registry, "ws1", "/home/u/one");
     let by_dir = me_as_instance(&inst.registry, "zed", "/srv/work");
     let outsider = me_as_instance(&inst.registry, "other", "/home/u/two");
@@ -702,7 +513,7 @@ fn accept_from_admits_only_matching_senders() {
 
     // Accepting the plain sender's real working directory lets it in.
     // (Another workspace, so it has its own spool.)
-    let inst = serve_with(&env, &env.workspace("ws2"), &[], &["--accept-from", &cwd]);
+    let inst = env.serve(&env.workspace("ws2"), &["--accept-from", &cwd]);
     let mut c = inst.client();
     assert_accepted(&send(&mut c, inst.msg("b1", "task")), 1);
 }
@@ -715,7 +526,7 @@ fn accept_from_admits_only_matching_senders() {
 fn cli_send_reports_and_exit_codes() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[], &["--name", "target"]);
+    let inst = env.serve(&ws, &["--name", "target"]);
 
     let out = env.run(&["send", "target", "first task"]);
     assert_eq!(out.status, 0, "{out:?}");
@@ -801,8 +612,8 @@ fn cli_send_reports_and_exit_codes() {
 #[test]
 fn cli_send_to_an_ambiguous_name_lists_both() {
     let env = Env::new();
-    let a = serve_with(&env, &env.workspace("a/w"), &[], &["--name", "twin"]);
-    let b = serve_with(&env, &env.workspace("b/w"), &[], &["--name", "twin"]);
+    let a = env.serve(&env.workspace("a/w"), &["--name", "twin"]);
+    let b = env.serve(&env.workspace("b/w"), &["--name", "twin"]);
     let out = env.run(&["send", "twin", "hello"]);
     assert_eq!(out.status, 3, "{out:?}");
     assert!(out.stderr.contains("ambiguous"), "{out:?}");
@@ -821,29 +632,29 @@ fn cli_send_to_an_ambiguous_name_lists_both() {
 fn cli_send_checks_the_body_limit_before_sending() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[], &["--name", "big"]);
+    let inst = env.serve(&ws, &["--name", "big"]);
     let limit = [("BATON_MAX_MESSAGE_BYTES", "100")];
 
     let body = "x".repeat(101);
-    let out = run_with(&env, &limit, &["send", "big", &body], None);
+    let out = env.run_with(&limit, None, &["send", "big", &body], None);
     assert_eq!(out.status, 2, "{out:?}");
     assert_eq!(
         out.stderr,
         "baton: send: the message is 101 bytes, over the body limit of 100 bytes (BATON_MAX_MESSAGE_BYTES)\n"
     );
-    let out = run_with(&env, &limit, &["send", "big", "-"], Some(body.as_bytes()));
+    let out = env.run_with(&limit, None, &["send", "big", "-"], Some(body.as_bytes()));
     assert_eq!(out.status, 2, "{out:?}");
     assert_eq!(
         out.stderr,
         "baton: send: the message is more than 100 bytes, over the body limit of 100 bytes (BATON_MAX_MESSAGE_BYTES)\n"
     );
     // Empty after trimming: a usage error too.
-    let out = run_with(&env, &limit, &["send", "big", "  \n"], None);
+    let out = env.run_with(&limit, None, &["send", "big", "  \n"], None);
     assert_eq!(out.status, 2, "{out:?}");
     // Nothing reached the instance (whose own limit is the default).
     assert_eq!(inst.queued(&mut inst.client()), 0);
     // Exactly at the limit is sent.
-    let out = run_with(&env, &limit, &["send", "big", &"x".repeat(100)], None);
+    let out = env.run_with(&limit, None, &["send", "big", &"x".repeat(100)], None);
     assert_eq!(out.status, 0, "{out:?}");
     assert_eq!(inst.queued(&mut inst.client()), 1);
 }
@@ -856,7 +667,7 @@ fn cli_send_checks_the_body_limit_before_sending() {
 fn handshake_errors() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[], &[]);
+    let inst = env.serve(&ws, &[]);
     let mut c = RawClient::connect(&inst.socket).unwrap();
 
     // Anything but initialize first: -32010, for known and unknown methods.
@@ -910,7 +721,7 @@ fn handshake_errors() {
 fn envelope_and_params_errors_keep_the_connection() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[("BATON_MAX_BYTES", "1024")], &[]);
+    let inst = env.serve_with(&ws, &[("BATON_MAX_BYTES", "1024")], &[]);
     let mut c = inst.client();
     let mut ping_id = 1000;
     let mut check = |c: &mut RawClient, line: &str, id: Value, code: i64, msg: Option<&str>| {
@@ -1115,7 +926,7 @@ fn envelope_and_params_errors_keep_the_connection() {
 fn notifications_and_replies_get_no_answer_and_pipelining_keeps_order() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[], &[]);
+    let inst = env.serve(&ws, &[]);
     // A notification before initialize gets nothing either.
     let mut c = RawClient::connect(&inst.socket).unwrap();
     c.send_line(br#"{"jsonrpc":"2.0","method":"ping"}"#);
@@ -1187,7 +998,7 @@ fn notifications_and_replies_get_no_answer_and_pipelining_keeps_order() {
 fn frame_limit_is_exact_and_closes_the_connection() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[("BATON_MAX_BYTES", "1024")], &[]);
+    let inst = env.serve_with(&ws, &[("BATON_MAX_BYTES", "1024")], &[]);
 
     let padded = |len: usize| {
         let head = br#"{"jsonrpc":"2.0","id":30,"method":"ping","params":{"#;
@@ -1237,7 +1048,7 @@ fn frame_limit_is_exact_and_closes_the_connection() {
 fn missed_line_deadline_gets_one_error_then_close() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[("BATON_IO_TIMEOUT", "0.3")], &[]);
+    let inst = env.serve_with(&ws, &[("BATON_IO_TIMEOUT", "0.3")], &[]);
     let want = "read timeout: a line must complete within 0.3 s of its first byte";
 
     // After initialize.
@@ -1280,7 +1091,7 @@ fn missed_line_deadline_gets_one_error_then_close() {
 fn connections_past_the_cap_get_one_error_then_close() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[("BATON_MAX_CONNECTIONS", "2")], &[]);
+    let inst = env.serve_with(&ws, &[("BATON_MAX_CONNECTIONS", "2")], &[]);
     let mut a = inst.client();
     let b = inst.client();
 
@@ -1379,7 +1190,7 @@ fn trickle(socket: PathBuf, ready: Arc<Barrier>) -> Trickled {
 fn slow_clients_do_not_delay_others_and_are_dropped() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[], &[]);
+    let inst = env.serve(&ws, &[]);
     let ready = Arc::new(Barrier::new(11));
     let tricklers: Vec<_> = (0..10)
         .map(|_| {
@@ -1448,7 +1259,7 @@ fn slow_clients_do_not_delay_others_and_are_dropped() {
 fn a_client_that_leaves_without_reading_does_not_hurt_the_instance() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let mut inst = serve_with(&env, &ws, &[], &[]);
+    let mut inst = env.serve(&ws, &[]);
 
     // A request, then gone before the answer.
     let mut c = inst.client();
@@ -1508,7 +1319,7 @@ fn spool_dir(env: &Env) -> PathBuf {
 fn a_spool_that_cannot_store_is_an_internal_error_not_an_acceptance() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[], &["--name", "brk"]);
+    let inst = env.serve(&ws, &["--name", "brk"]);
     let mut c = inst.client();
     // tmp/ becomes a file: creating the task file fails with ENOTDIR even
     // for root, for whom permission bits mean nothing.
@@ -1534,7 +1345,7 @@ fn a_spool_that_cannot_store_is_an_internal_error_not_an_acceptance() {
 fn an_id_whose_record_cannot_be_read_is_not_called_a_duplicate() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[], &["--name", "rec"]);
+    let inst = env.serve(&ws, &["--name", "rec"]);
     let mut c = inst.client();
     assert_accepted(&send(&mut c, inst.msg("r-1", "job")), 1);
     let claimed = c.call(2, "inbox/claim", json!({}));
@@ -1546,7 +1357,7 @@ fn an_id_whose_record_cannot_be_read_is_not_called_a_duplicate() {
     drop(inst);
     let receipt = spool_dir(&env).join("done/r-1.json");
     fs::write(&receipt, b"{garbage").unwrap();
-    let inst = serve_with(&env, &ws, &[], &["--name", "rec"]);
+    let inst = env.serve(&ws, &["--name", "rec"]);
     let mut c = inst.client();
     assert_refused(
         &send(&mut c, inst.msg("r-1", "job")),
@@ -1559,11 +1370,11 @@ fn an_id_whose_record_cannot_be_read_is_not_called_a_duplicate() {
 fn send_from_inside_an_instance_to_itself_is_refused_by_the_sender() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = serve_with(&env, &ws, &[], &["--name", "selfie"]);
+    let inst = env.serve(&ws, &["--name", "selfie"]);
     let sock = inst.socket.display().to_string();
-    let out = run_with(
-        &env,
+    let out = env.run_with(
         &[("BATON_SOCKET", &sock)],
+        None,
         &["send", "selfie", "hi"],
         None,
     );
@@ -1582,9 +1393,9 @@ fn send_from_inside_an_instance_to_itself_is_refused_by_the_sender() {
 #[test]
 fn help_works_with_a_broken_environment() {
     let env = Env::new();
-    let out = run_with(&env, &[("BATON_MAX_QUEUE", "0")], &["help"], None);
+    let out = env.run_with(&[("BATON_MAX_QUEUE", "0")], None, &["help"], None);
     assert_eq!(out.status, 0, "{out:?}");
     assert!(out.stdout.starts_with("baton: hand tasks"), "{out:?}");
-    let out = run_with(&env, &[("BATON_MAX_QUEUE", "0")], &["list"], None);
+    let out = env.run_with(&[("BATON_MAX_QUEUE", "0")], None, &["list"], None);
     assert_eq!(out.status, 2, "{out:?}");
 }

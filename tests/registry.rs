@@ -7,18 +7,15 @@ use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::os::unix::net::UnixListener;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
 use crate::util::{Env, Output, Proc, Served, manifests, wait_manifest, wait_until};
 
-/// How long a one-shot invocation from `run_with` may take.
-const RUN_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a `baton serve` that must refuse to start may take to exit.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `sun_path` less its NUL: 108 - 1 on Linux, 104 - 1 on the BSDs and macOS.
@@ -62,62 +59,6 @@ fn exists(p: &Path) -> bool {
     fs::symlink_metadata(p).is_ok()
 }
 
-fn drain(mut r: impl Read + Send + 'static) -> thread::JoinHandle<String> {
-    thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
-    })
-}
-
-/// Runs `baton <args>` in `env` with extra environment variables and an
-/// optional working directory, killing it after 20 s. Returns what it
-/// printed and its pid.
-fn run_with(env: &Env, vars: &[(&str, &str)], cwd: Option<&Path>, args: &[&str]) -> (Output, u32) {
-    let mut cmd = env.cmd();
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    if let Some(dir) = cwd {
-        cmd.current_dir(dir);
-    }
-    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot spawn baton {args:?}: {e}"));
-    let pid = child.id();
-    let out = drain(child.stdout.take().unwrap());
-    let err = drain(child.stderr.take().unwrap());
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "baton {args:?} (env {vars:?}) still running after {RUN_TIMEOUT:?}; killed.\n\
-                     stdout:\n{}\nstderr:\n{}",
-                    out.join().unwrap(),
-                    err.join().unwrap()
-                );
-            }
-            Err(e) => panic!("waiting for baton {args:?}: {e}"),
-        }
-    };
-    let status = match status.code() {
-        Some(code) => code,
-        None => 128 + status.signal().unwrap_or(0),
-    };
-    let output = Output {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    };
-    (output, pid)
-}
-
 /// Parses the stdout of a command that must have succeeded.
 fn json_of(out: &Output, what: &str) -> Value {
     assert_eq!(out.status, 0, "{what} failed: {out:?}");
@@ -132,7 +73,7 @@ fn list_json(env: &Env, inside: Option<&Served>, extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["list", "--json"];
     args.extend_from_slice(extra);
     let out = match inside {
-        Some(me) => run_with(env, &[("BATON_SOCKET", s(&me.socket))], None, &args).0,
+        Some(me) => env.run_with(&[("BATON_SOCKET", s(&me.socket))], None, &args, None),
         None => env.run(&args),
     };
     match json_of(&out, &format!("{args:?}")) {
@@ -674,7 +615,7 @@ fn assert_refused(env: &Env, dir: &str, message: &str) {
         &["gc"],
         &["send", "x", "y"],
     ] {
-        let (out, _) = run_with(env, &[("BATON_DIR", dir)], Some(&ws), args);
+        let out = env.run_with(&[("BATON_DIR", dir)], Some(&ws), args, None);
         assert_eq!(
             (out.status, out.stdout.as_str(), out.stderr.as_str()),
             (2, "", message),
@@ -796,7 +737,8 @@ fn socket_path_over_sun_path_is_refused_before_binding() {
     let dir = env.root.join("d".repeat(want - base));
     let ws = env.workspace("ws");
 
-    let (out, pid) = run_with(&env, &[("BATON_DIR", s(&dir))], Some(&ws), &["serve"]);
+    let out = env.run_with(&[("BATON_DIR", s(&dir))], Some(&ws), &["serve"], None);
+    let pid = out.pid;
     assert_eq!(out.status, 2, "{out:?}");
     assert_eq!(out.stdout, "");
     let prefix = format!("baton: socket path {}/a-{pid}-", dir.display());
@@ -894,7 +836,7 @@ fn bad_baton_values_are_refused_naming_variable_and_range() {
     ];
     for (var, value, message) in cases {
         for args in [&["serve"][..], &["list"], &["gc"], &["send", "x", "y"]] {
-            let (out, _) = run_with(&env, &[(var, value)], Some(&ws), args);
+            let out = env.run_with(&[(var, value)], Some(&ws), args, None);
             assert_eq!(
                 (out.status, out.stdout.as_str(), out.stderr.as_str()),
                 (2, "", format!("baton: {message}\n").as_str()),
@@ -1055,11 +997,11 @@ fn zcoder_instances_are_listed_with_wire_zcoder() {
     write_manifest(&zdir, &id, m.to_string().as_bytes());
     let ws = env.workspace("b");
     let b = env.serve(&ws, &["--name", "b"]);
-    let (out, _) = run_with(
-        &env,
+    let out = env.run_with(
         &[("ZCODER_RELAY_DIR", s(&zdir))],
         None,
         &["list", "--json"],
+        None,
     );
     let items = match json_of(&out, "list --json") {
         Value::Array(items) => items,
@@ -1075,7 +1017,7 @@ fn zcoder_instances_are_listed_with_wire_zcoder() {
         "the state comes from the ping, not the file"
     );
     assert_eq!(z["model"], "qwen3-coder");
-    let (text, _) = run_with(&env, &[("ZCODER_RELAY_DIR", s(&zdir))], None, &["list"]);
+    let text = env.run_with(&[("ZCODER_RELAY_DIR", s(&zdir))], None, &["list"], None);
     let row: Vec<&str> = text
         .stdout
         .lines()
@@ -1097,11 +1039,11 @@ fn zcoder_instances_are_listed_with_wire_zcoder() {
     );
     // An unsafe zcoder directory is not scanned at all.
     fs::set_permissions(&zdir, fs::Permissions::from_mode(0o755)).unwrap();
-    let (out, _) = run_with(
-        &env,
+    let out = env.run_with(
         &[("ZCODER_RELAY_DIR", s(&zdir))],
         None,
         &["list", "--json", "--all"],
+        None,
     );
     assert_eq!(
         ids(&match json_of(&out, "list") {

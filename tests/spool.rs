@@ -3,25 +3,15 @@
 //! with a busy receiver, the queue limit, pause and resume, steer, the
 //! CLI's inbox commands, and where spools live and when they go away.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::Stdio;
 
 use serde_json::{Value, json};
 
 use crate::util::{Env, RawClient};
-
-/// How long a server may take to publish its manifest.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a server may take to exit after SIGTERM or SIGKILL.
-const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
-const POLL: Duration = Duration::from_millis(10);
 
 /// The reasons of DESIGN §4 as src/server.rs spells them.
 const REASON_PAUSED: &str = "the instance is paused";
@@ -36,170 +26,6 @@ const SPOOL_DIRS: [&str; 6] = [
     "rejected",
     "interrupted",
 ];
-
-/// A `baton serve` started with extra environment variables. Dropping it
-/// sends SIGTERM, then SIGKILL if it has not exited within the bound.
-struct Server {
-    child: Child,
-    stderr_path: PathBuf,
-    id: String,
-    socket: PathBuf,
-    manifest_path: PathBuf,
-}
-
-impl Server {
-    /// Starts `baton serve <args>` in `ws` with `vars` added to the test
-    /// environment, and waits (bounded) until its own manifest is published.
-    fn start(env: &Env, ws: &Path, args: &[&str], vars: &[(&str, &str)]) -> Server {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let stdout_path = env.root.join(format!("spool-serve-{n}.out"));
-        let stderr_path = env.root.join(format!("spool-serve-{n}.err"));
-        let open = |p: &Path| {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(p)
-                .unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()))
-        };
-        let mut cmd = env.cmd();
-        cmd.arg("serve")
-            .args(args)
-            .current_dir(ws)
-            .stdout(open(&stdout_path))
-            .stderr(open(&stderr_path));
-        for (k, v) in vars {
-            cmd.env(k, v);
-        }
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn baton serve {args:?}: {e}"));
-        let mut server = Server {
-            child,
-            stderr_path,
-            id: String::new(),
-            socket: PathBuf::new(),
-            manifest_path: PathBuf::new(),
-        };
-        let prefix = format!("a-{}-", server.pid());
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let mine = crate::util::manifests(&env.registry).into_iter().find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&prefix))
-            });
-            if let Some(path) = mine
-                && let Ok(bytes) = fs::read(&path)
-                && let Ok(manifest) = serde_json::from_slice::<Value>(&bytes)
-            {
-                server.id = manifest["instance_id"].as_str().unwrap().to_string();
-                server.socket = PathBuf::from(manifest["socket"].as_str().unwrap());
-                server.manifest_path = path;
-                return server;
-            }
-            if !server.is_running() {
-                panic!("baton serve {args:?} exited early:\n{}", server.stderr());
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "baton serve {args:?} published no manifest in {START_TIMEOUT:?}:\n{}",
-                    server.stderr()
-                );
-            }
-            thread::sleep(POLL);
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn stderr(&self) -> String {
-        fs::read_to_string(&self.stderr_path).unwrap_or_default()
-    }
-
-    fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Sends `sig`; only called right after `is_running` said yes, so the
-    /// pid is our unreaped child and cannot have been reused.
-    fn signal(&self, sig: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.pid()).expect("pid fits pid_t");
-        // SAFETY: kill(2) has no memory-safety preconditions.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
-
-    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => return Some(status),
-                Ok(None) if Instant::now() < deadline => thread::sleep(POLL),
-                Ok(None) | Err(_) => return None,
-            }
-        }
-    }
-
-    /// A crash: SIGKILL, then reap.
-    fn kill9(&mut self) {
-        if self.is_running() {
-            self.signal(libc::SIGKILL);
-        }
-        self.wait_exit(EXIT_TIMEOUT)
-            .expect("a SIGKILLed baton is reaped");
-    }
-
-    /// An orderly stop: SIGTERM, and the exit code (128 + signal if the
-    /// signal ended it). Panics if it is still running after 5 s.
-    fn term(&mut self) -> i32 {
-        if self.is_running() {
-            self.signal(libc::SIGTERM);
-        }
-        match self.wait_exit(EXIT_TIMEOUT) {
-            Some(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
-            None => {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "baton serve ignored SIGTERM for {EXIT_TIMEOUT:?}; killed.\n{}",
-                    self.stderr()
-                );
-            }
-        }
-    }
-
-    fn client(&self) -> RawClient {
-        let mut c = RawClient::connect(&self.socket)
-            .unwrap_or_else(|e| panic!("connect {}: {e}", self.socket.display()));
-        c.initialize();
-        c
-    }
-
-    /// The `state` field of this instance's manifest file, as peers see it.
-    fn manifest_state(&self) -> String {
-        let bytes = fs::read(&self.manifest_path)
-            .unwrap_or_else(|e| panic!("read {}: {e}", self.manifest_path.display()));
-        let m: Value = serde_json::from_slice(&bytes).expect("the manifest is JSON");
-        m["state"].as_str().expect("manifest state").to_string()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if !self.is_running() {
-            return;
-        }
-        self.signal(libc::SIGTERM);
-        if self.wait_exit(Duration::from_secs(3)).is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// A request whose answer must be a `result`; returns it.
 fn rpc(c: &mut RawClient, method: &str, params: Value) -> Value {
@@ -368,7 +194,7 @@ fn kill9_loses_nothing_reruns_nothing_and_keeps_order() {
     let ws = env.workspace("crash");
     let args = ["--name", "crash"];
     let vars = [("BATON_MAX_QUEUE", "256")];
-    let mut first = Server::start(&env, &ws, &args, &vars);
+    let mut first = env.serve_with(&ws, &vars, &args);
     let me = std::process::id();
 
     // 200 tasks over one persistent connection, each acknowledged in turn.
@@ -400,7 +226,7 @@ fn kill9_loses_nothing_reruns_nothing_and_keeps_order() {
     fs::write(&stray_task, b"{\"message_id\": \"m-9").unwrap();
     fs::write(spool.join("tmp").join("stray"), b"junk").unwrap();
 
-    let mut second = Server::start(&env, &ws, &args, &vars);
+    let mut second = env.serve_with(&ws, &vars, &args);
     assert_ne!(second.id, first.id);
     let notes = second.stderr();
     assert!(
@@ -526,7 +352,7 @@ fn kill9_loses_nothing_reruns_nothing_and_keeps_order() {
 fn fifo_with_a_busy_receiver_queue_limit_pause_and_steer() {
     let env = Env::new();
     let ws = env.workspace("fifo");
-    let srv = Server::start(&env, &ws, &["--name", "fifo"], &[]);
+    let srv = env.serve(&ws, &["--name", "fifo"]);
     let mut c = srv.client();
     let id = srv.id.clone();
     let qid = |i: usize| format!("q-{i:02}");
@@ -671,7 +497,7 @@ fn fifo_with_a_busy_receiver_queue_limit_pause_and_steer() {
 fn inbox_cli_claim_complete_list_and_status() {
     let env = Env::new();
     let ws = env.workspace("cliws");
-    let srv = Server::start(&env, &ws, &["--name", "clia"], &[]);
+    let srv = env.serve(&ws, &["--name", "clia"]);
     let mut c = srv.client();
     let sender = json!({"name": "alice"});
     for (mid, body) in [("c-1", "first line\nsecond line"), ("c-2", "the other job")] {
@@ -802,7 +628,7 @@ fn inbox_cli_claim_complete_list_and_status() {
 fn ephemeral_spool_is_private_and_removed_at_exit() {
     let env = Env::new();
     let ws = env.workspace("ephws");
-    let mut srv = Server::start(&env, &ws, &["--name", "eph", "--ephemeral-spool"], &[]);
+    let mut srv = env.serve(&ws, &["--name", "eph", "--ephemeral-spool"]);
     let mut c = srv.client();
     let st = rpc(&mut c, "control/status", json!({}));
     let dir = PathBuf::from(st["spool"].as_str().expect("status names the spool"));
@@ -844,7 +670,7 @@ fn persistent_spool_survives_sigterm_and_is_locked_while_live() {
     let env = Env::new();
     let ws = env.workspace("keepws");
     let ws_arg = ws.to_str().unwrap();
-    let mut srv = Server::start(&env, &ws, &["--name", "keep"], &[]);
+    let mut srv = env.serve(&ws, &["--name", "keep"]);
     let spool = persistent_spool(&env, "keep", &ws);
 
     // A second instance with the same name and workspace refuses to start.
@@ -882,7 +708,7 @@ fn persistent_spool_survives_sigterm_and_is_locked_while_live() {
     assert_eq!(inbox.len(), 1, "{inbox:?}");
     assert_eq!(split_task_name(&inbox[0]).1, "k-1");
 
-    let srv = Server::start(&env, &ws, &["--name", "keep"], &[]);
+    let srv = env.serve(&ws, &["--name", "keep"]);
     assert_eq!(
         srv.stderr().matches("interrupted/").count(),
         0,
@@ -901,7 +727,7 @@ fn persistent_spool_survives_sigterm_and_is_locked_while_live() {
 
     // The receipt outlives the instance: a retry after a restart is still a
     // duplicate, so the finished task does not run twice.
-    let srv = Server::start(&env, &ws, &["--name", "keep"], &[]);
+    let srv = env.serve(&ws, &["--name", "keep"]);
     let mut c = srv.client();
     let r = send(&mut c, &srv.id, "k-1", "survive a restart", "queue");
     assert_eq!(r["status"], "duplicate", "{r}");

@@ -99,6 +99,8 @@ pub fn baton_bin() -> PathBuf {
 pub struct Output {
     /// The exit code, or 128 + the signal number if a signal ended it.
     pub status: i32,
+    /// The pid the process ran as, for checking messages that name it.
+    pub pid: u32,
     pub stdout: String,
     pub stderr: String,
 }
@@ -156,28 +158,44 @@ impl Env {
 
     /// Runs `baton <args>` to completion, killing it after 20 s.
     pub fn run(&self, args: &[&str]) -> Output {
-        self.run_bounded(args, None)
+        self.run_with(&[], None, args, None)
     }
 
     /// Like `run`, with `stdin` fed to the process.
     pub fn run_stdin(&self, args: &[&str], stdin: &[u8]) -> Output {
-        self.run_bounded(args, Some(stdin))
+        self.run_with(&[], None, args, Some(stdin))
     }
 
-    fn run_bounded(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    /// Like `run`, with `vars` added to the scrubbed environment (replacing
+    /// any of the same name), in `cwd` if given, and with `stdin` fed to the
+    /// process if given.
+    pub fn run_with(
+        &self,
+        vars: &[(&str, &str)],
+        cwd: Option<&Path>,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Output {
         // Output goes to files, not pipes: nothing has to drain them while
         // we poll, and a daemon baton leaves behind that inherits them
         // cannot keep us waiting for EOF.
         let (out_path, out) = self.fresh_file("run", "out");
         let (err_path, err) = self.fresh_file("run", "err");
         let mut cmd = self.cmd();
-        cmd.args(args).stdout(out).stderr(err);
+        cmd.envs(vars.iter().copied())
+            .args(args)
+            .stdout(out)
+            .stderr(err);
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
         if stdin.is_some() {
             cmd.stdin(Stdio::piped());
         }
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn baton {args:?}: {e}"));
+        let pid = child.id();
 
         if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
             let data = data.to_vec();
@@ -199,8 +217,8 @@ impl Env {
                     let _ = child.kill();
                     let _ = child.wait();
                     panic!(
-                        "baton {args:?} still running after {RUN_TIMEOUT:?}; killed.\n\
-                         stdout:\n{}\nstderr:\n{}",
+                        "baton {args:?} (extra env {vars:?}) still running after \
+                         {RUN_TIMEOUT:?}; killed.\nstdout:\n{}\nstderr:\n{}",
                         read_lossy(&out_path),
                         read_lossy(&err_path),
                     );
@@ -211,6 +229,7 @@ impl Env {
 
         Output {
             status: exit_code(status),
+            pid,
             stdout: read_lossy(&out_path),
             stderr: read_lossy(&err_path),
         }
@@ -218,10 +237,16 @@ impl Env {
 
     /// Starts a long-running baton (normally `serve`) in `workspace`.
     pub fn spawn(&self, args: &[&str], workspace: &Path) -> Proc {
+        self.spawn_with(&[], args, workspace)
+    }
+
+    /// Like `spawn`, with `vars` added to the scrubbed environment.
+    fn spawn_with(&self, vars: &[(&str, &str)], args: &[&str], workspace: &Path) -> Proc {
         let (stdout_path, out) = self.fresh_file("serve", "out");
         let (stderr_path, err) = self.fresh_file("serve", "err");
         let child = self
             .cmd()
+            .envs(vars.iter().copied())
             .args(args)
             .current_dir(workspace)
             .stdout(out)
@@ -285,11 +310,17 @@ impl Proc {
     }
 
     /// Kills the process with SIGKILL, as a crash would, and reaps it.
+    /// Panics if it has not been reaped within 5 s.
     pub fn kill9(&mut self) {
         if self.is_running() {
             self.signal(libc::SIGKILL);
         }
-        let _ = self.child.wait();
+        if self.wait_for_exit(TERM_TIMEOUT).is_none() {
+            panic!(
+                "baton (pid {}) not reaped {TERM_TIMEOUT:?} after SIGKILL",
+                self.pid()
+            );
+        }
     }
 
     /// Sends SIGTERM and returns the exit code (128 + signal if the signal
@@ -555,13 +586,20 @@ pub fn wait_manifest(registry: &Path, count: usize) -> Vec<PathBuf> {
     }
 }
 
-/// A running `baton serve` and what its manifest says.
+/// A running `baton serve` and what its manifest says. Dropping it stops
+/// the process as dropping its `Proc` does.
 #[allow(dead_code)]
 pub struct Served {
     pub proc: Proc,
     pub id: String,
     pub socket: PathBuf,
+    /// The canonical registry directory the instance publishes in (its
+    /// socket's directory).
+    pub registry: PathBuf,
     pub workspace: PathBuf,
+    /// The instance's own manifest file.
+    pub manifest_path: PathBuf,
+    /// The manifest as it was when the instance was first seen.
     pub manifest: Value,
 }
 
@@ -577,9 +615,14 @@ impl Env {
     /// Starts `baton serve <args>` in `workspace` and waits (10 s bound)
     /// until its own manifest is published.
     pub fn serve(&self, workspace: &Path, args: &[&str]) -> Served {
+        self.serve_with(workspace, &[], args)
+    }
+
+    /// Like `serve`, with `vars` added to the scrubbed environment.
+    pub fn serve_with(&self, workspace: &Path, vars: &[(&str, &str)], args: &[&str]) -> Served {
         let mut full = vec!["serve"];
         full.extend_from_slice(args);
-        let mut proc = self.spawn(&full, workspace);
+        let mut proc = self.spawn_with(vars, &full, workspace);
         let pid = proc.pid();
         let deadline = Instant::now() + MANIFEST_TIMEOUT;
         loop {
@@ -594,20 +637,27 @@ impl Env {
             {
                 let id = manifest["instance_id"].as_str().unwrap().to_string();
                 let socket = PathBuf::from(manifest["socket"].as_str().unwrap());
+                let registry = socket.parent().unwrap().to_path_buf();
                 return Served {
                     proc,
                     id,
                     socket,
+                    registry,
                     workspace: workspace.to_path_buf(),
+                    manifest_path: path,
                     manifest,
                 };
             }
             if !proc.is_running() {
-                panic!("baton serve {args:?} exited early:\n{}", proc.stderr());
+                panic!(
+                    "baton serve {args:?} (extra env {vars:?}) exited early:\n{}",
+                    proc.stderr()
+                );
             }
             if Instant::now() >= deadline {
                 panic!(
-                    "baton serve {args:?} published no manifest in 10 s:\n{}",
+                    "baton serve {args:?} (extra env {vars:?}) published no manifest in \
+                     {MANIFEST_TIMEOUT:?}:\n{}",
                     proc.stderr()
                 );
             }
@@ -618,6 +668,29 @@ impl Env {
 
 #[allow(dead_code)]
 impl Served {
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
+    /// Everything the instance has written to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.proc.stderr()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.proc.is_running()
+    }
+
+    /// An orderly stop; see `Proc::term`.
+    pub fn term(&mut self) -> i32 {
+        self.proc.term()
+    }
+
+    /// A crash; see `Proc::kill9`.
+    pub fn kill9(&mut self) {
+        self.proc.kill9()
+    }
+
     /// A raw client on this instance's socket, already initialized.
     pub fn client(&self) -> RawClient {
         let mut c = RawClient::connect(&self.socket)
@@ -626,15 +699,45 @@ impl Served {
         c
     }
 
+    /// `message/send` params for this instance from a plain sender (no
+    /// instance id).
+    pub fn msg(&self, id: &str, body: &str) -> Value {
+        json!({"message_id": id, "target_instance_id": self.id, "body": body, "sender": {}})
+    }
+
+    /// `message/send` params for this instance from a sender claiming
+    /// `sender_id`.
+    pub fn msg_from(&self, id: &str, body: &str, sender_id: &str) -> Value {
+        json!({
+            "message_id": id,
+            "target_instance_id": self.id,
+            "body": body,
+            "sender": {"instance_id": sender_id},
+        })
+    }
+
     /// `message/send` with a plain sender; returns the `result` object.
     pub fn send(&self, c: &mut RawClient, id: &str, body: &str) -> Value {
-        let r = c.call(
-            1,
-            "message/send",
-            json!({"message_id": id, "target_instance_id": self.id, "body": body, "sender": {}}),
-        );
+        let r = c.call(1, "message/send", self.msg(id, body));
         r.get("result")
             .cloned()
             .unwrap_or_else(|| panic!("no result: {r}"))
+    }
+
+    /// `agent/info`'s `queue.queued`.
+    pub fn queued(&self, c: &mut RawClient) -> u64 {
+        let r = c.call(50, "agent/info", json!({}));
+        r["result"]["queue"]["queued"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("agent/info has no queue.queued: {r}"))
+    }
+
+    /// The `state` field of this instance's manifest file now, as peers
+    /// see it.
+    pub fn manifest_state(&self) -> String {
+        let bytes = fs::read(&self.manifest_path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", self.manifest_path.display()));
+        let m: Value = serde_json::from_slice(&bytes).expect("the manifest is JSON");
+        m["state"].as_str().expect("manifest state").to_string()
     }
 }
