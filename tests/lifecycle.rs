@@ -61,12 +61,20 @@ fn the_demo_script_hands_a_task_over_and_cleans_up() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("accepted: bob"), "{stdout}");
+    // The task went to bob, bob's handler ran it in bob's workspace, and
+    // its output came back to alice as a reply to that task.
+    assert!(stdout.contains("accepted: bob ("), "{stdout}");
     assert!(
-        stdout.contains("rename users.name to users.display_name"),
+        stdout.contains("; the files here are:\nREADME\nmain.c\n"),
         "{stdout}"
     );
-    assert!(stdout.contains("\ncompleted "), "{stdout}");
+    assert!(stdout.contains("<agent_relay from=\"bob\""), "{stdout}");
+    let relayed = stdout
+        .lines()
+        .filter(|l| l.contains("relay.sent") && l.contains("to alice: accepted (reply to "))
+        .count();
+    assert_eq!(relayed, 1, "{stdout}");
+    assert!(stdout.contains("turn.finished"), "{stdout}");
     // Everything it made lived under TMPDIR and is gone.
     let left: Vec<_> = fs::read_dir(env.root.join("tmp")).unwrap().collect();
     assert!(left.is_empty(), "the demo left {left:?}");

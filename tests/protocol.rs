@@ -546,7 +546,8 @@ fn cli_send_reports_and_exit_codes() {
         .unwrap_or_else(|e| panic!("send --json printed no JSON ({e}): {out:?}"));
     assert_eq!(
         v,
-        json!({"status": "accepted", "message_id": "fixed-1", "queue_position": 2, "state": "ready"})
+        json!({"status": "accepted", "message_id": "fixed-1", "queue_position": 2, "state": "ready",
+               "target": {"instance_id": inst.id, "name": "target"}})
     );
     // The same id and body again: duplicate, still exit 0.
     let out = env.run(&[
@@ -1381,10 +1382,7 @@ fn send_from_inside_an_instance_to_itself_is_refused_by_the_sender() {
     assert_eq!(out.status, 1, "{out:?}");
     assert_eq!(
         out.stderr,
-        format!(
-            "baton: send: selfie ({}) is this instance itself: self-sends are refused\n",
-            inst.id
-        )
+        "baton: not sent: denied: a send to this instance itself is refused\n"
     );
     let mut c = inst.client();
     assert_eq!(inst.queued(&mut c), 0);
