@@ -69,7 +69,10 @@ impl Hub {
             .and_then(|f| f.metadata().ok())
             .map_or(0, |m| m.len());
         if file.is_none() {
-            eprintln!("baton: cannot open {}: the transcript is off", path.display());
+            eprintln!(
+                "baton: cannot open {}: the transcript is off",
+                path.display()
+            );
         }
         Hub {
             dir: dir.to_path_buf(),
@@ -99,7 +102,8 @@ impl Hub {
         self.append(&line);
         if !self.subs.is_empty() {
             let note = Arc::new(crate::wire::notification_line("event", event));
-            self.subs.retain(|s| s.tx.try_send(Arc::clone(&note)).is_ok());
+            self.subs
+                .retain(|s| s.tx.try_send(Arc::clone(&note)).is_ok());
         }
         seq
     }

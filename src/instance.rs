@@ -260,6 +260,12 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     fg.started(&spool);
     // A label, because `break` inside `select!` would only leave the macro.
     'run: loop {
+        // Every acceptance is announced before its task can be claimed, so
+        // draining first keeps the transcript in order: accepted, then
+        // started.
+        while let Ok(ev) = events_rx.try_recv() {
+            fg.handle(ev);
+        }
         fg.pump();
         let timer = match fg.next_timer() {
             Some(at) => chan::at(at),
@@ -418,7 +424,11 @@ impl Foreground {
     }
 
     fn manifest(&self) -> Manifest {
-        self.shared.manifest.lock().expect("manifest poisoned").clone()
+        self.shared
+            .manifest
+            .lock()
+            .expect("manifest poisoned")
+            .clone()
     }
 
     fn spool(&self) -> &Spool {
@@ -706,10 +716,8 @@ impl Foreground {
                 self.hub.emit("notice", json!({"text": e.to_string()}));
             }
         }
-        self.hub.emit(
-            "task.denied",
-            json!({"message_id": message_id, "by": by}),
-        );
+        self.hub
+            .emit("task.denied", json!({"message_id": message_id, "by": by}));
     }
 
     fn decide(&mut self, message_id: &str, decision: &str, by: &str) -> Value {
@@ -898,7 +906,8 @@ impl Foreground {
             TurnEvent::SpawnFailed { error, .. } => {
                 r.exit = Some((None, None));
                 r.streams_open = 0;
-                self.hub.emit("notice", json!({"message_id": id, "text": error}));
+                self.hub
+                    .emit("notice", json!({"message_id": id, "text": error}));
             }
         }
         self.maybe_finish();
@@ -915,10 +924,13 @@ impl Foreground {
         }
         let r = self.running.take().expect("checked");
         let (code, signal) = r.exit.expect("checked");
-        let outcome = r.ended_by.unwrap_or(if code == Some(0) { "done" } else { "failed" });
+        let outcome = r
+            .ended_by
+            .unwrap_or(if code == Some(0) { "done" } else { "failed" });
         let id = r.task.message_id.clone();
         if let Err(e) = self.spool().finish(&id, outcome) {
-            self.hub.emit("notice", json!({"message_id": id, "text": e.to_string()}));
+            self.hub
+                .emit("notice", json!({"message_id": id, "text": e.to_string()}));
         }
         let (out_total, out_dropped) = r.bytes.get("stdout").copied().unwrap_or_default();
         let (err_total, err_dropped) = r.bytes.get("stderr").copied().unwrap_or_default();
@@ -1002,7 +1014,10 @@ impl Foreground {
                 let _ = events.send(Event::Relayed { result, reply_of });
             });
         if let Err(e) = spawned {
-            self.hub.emit("notice", json!({"text": format!("cannot start a sender thread: {e}")}));
+            self.hub.emit(
+                "notice",
+                json!({"text": format!("cannot start a sender thread: {e}")}),
+            );
         }
     }
 
@@ -1031,10 +1046,7 @@ impl Foreground {
         if let Some(r) = self.running.as_ref().filter(|r| r.token == token) {
             return Some(&r.task);
         }
-        self.open
-            .iter()
-            .find(|o| o.token == token)
-            .map(|o| &o.task)
+        self.open.iter().find(|o| o.token == token).map(|o| &o.task)
     }
 
     #[allow(clippy::type_complexity)]
@@ -1066,7 +1078,9 @@ impl Foreground {
             None => self.new_message_id(),
         };
         let refuse = |status: &str, reason: String| {
-            Ok(Err(json!({"status": status, "message_id": message_id, "reason": reason})))
+            Ok(Err(
+                json!({"status": status, "message_id": message_id, "reason": reason}),
+            ))
         };
         if !matches!(mode.as_str(), "queue" | "steer") {
             return refuse("invalid", "mode is not queue or steer".into());
@@ -1131,10 +1145,7 @@ impl Foreground {
             in_reply_to: Some(task.message_id.clone()),
             mode,
             only: Some(sender),
-            scope: format!(
-                "this turn runs a task relayed from {}",
-                escape(&from)
-            ),
+            scope: format!("this turn runs a task relayed from {}", escape(&from)),
         }))
     }
 
@@ -1200,10 +1211,7 @@ impl Foreground {
                             "follow_up_of": follows,
                         },
                     });
-                    self.open.push(OpenTask {
-                        task: *task,
-                        token,
-                    });
+                    self.open.push(OpenTask { task: *task, token });
                     break v;
                 }
                 Ok(Claim::Empty) => break json!({"status": "empty"}),

@@ -22,7 +22,11 @@ pub enum Resolved {
 
 /// An exact instance id first, else a name exactly one live peer has.
 pub fn resolve(found: &Discovery, target: &str) -> Resolved {
-    if let Some(p) = found.peers.iter().find(|p| p.manifest.instance_id == target) {
+    if let Some(p) = found
+        .peers
+        .iter()
+        .find(|p| p.manifest.instance_id == target)
+    {
         return Resolved::One(Box::new(p.clone()));
     }
     let named: Vec<Peer> = found
@@ -166,7 +170,10 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
             let mut v = outcome(
                 "no_target",
                 id,
-                format!("no live instance has the id or name {}", escape(&out.target)),
+                format!(
+                    "no live instance has the id or name {}",
+                    escape(&out.target)
+                ),
             );
             v["candidates"] = candidate_json(&all);
             return v;
@@ -175,7 +182,10 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
             let mut v = outcome(
                 "no_target",
                 id,
-                format!("the name {} is ambiguous: pick one by id", escape(&out.target)),
+                format!(
+                    "the name {} is ambiguous: pick one by id",
+                    escape(&out.target)
+                ),
             );
             v["candidates"] = candidate_json(&many);
             return v;
@@ -183,7 +193,11 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
     };
     let m = &peer.manifest;
     if m.instance_id == origin.instance_id {
-        return outcome("denied", id, "a send to this instance itself is refused".into());
+        return outcome(
+            "denied",
+            id,
+            "a send to this instance itself is refused".into(),
+        );
     }
     if let Some(only) = &out.only
         && *only != m.instance_id
@@ -237,7 +251,11 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
             let mut v = outcome(
                 "transport",
                 id,
-                format!("{} answered error {code}: {}", escape(&m.name), escape(&message)),
+                format!(
+                    "{} answered error {code}: {}",
+                    escape(&m.name),
+                    escape(&message)
+                ),
             );
             v["target"] = target;
             v

@@ -5,11 +5,11 @@
 //! asked of the foreground over that channel and never done here.
 
 use crate::config::Config;
+use crate::events::{self, Subscription};
 use crate::glob::glob_match;
 use crate::registry::{self, Manifest, RegistryDir};
 use crate::spool::{self, Admission, Limits, Sender, Spool};
 use crate::sys;
-use crate::events::{self, Subscription};
 use crate::turn::TurnEvent;
 use crate::wire::{self, Incoming, LineReader, ReadError};
 use crossbeam_channel as chan;
@@ -401,7 +401,10 @@ fn subscribe(
     };
     let since = match params.get("since") {
         None | Some(Value::Null) => None,
-        Some(v) => Some(v.as_u64().ok_or_else(|| bad_type("since", "a non-negative integer"))?),
+        Some(v) => Some(
+            v.as_u64()
+                .ok_or_else(|| bad_type("since", "a non-negative integer"))?,
+        ),
     };
     let controller = match params.get("controller") {
         None | Some(Value::Null) => false,
@@ -415,8 +418,18 @@ fn subscribe(
         ));
     }
     let (tx, rx) = chan::bounded(1);
-    if shared.events.send(Event::Subscribe { controller, reply: tx }).is_err() {
-        return Err(RpcError::new(wire::INTERNAL_ERROR, "the instance is shutting down"));
+    if shared
+        .events
+        .send(Event::Subscribe {
+            controller,
+            reply: tx,
+        })
+        .is_err()
+    {
+        return Err(RpcError::new(
+            wire::INTERNAL_ERROR,
+            "the instance is shutting down",
+        ));
     }
     let sub = rx
         .recv_timeout(shared.config.io_timeout.max(Duration::from_secs(5)))
@@ -426,12 +439,15 @@ fn subscribe(
         return Ok(sub.id);
     }
     if let Some(since) = since {
-        events::replay(shared.spool.dir(), since, sub.next_seq, |line| {
-            match serde_json::from_slice::<Value>(line) {
+        events::replay(
+            shared.spool.dir(),
+            since,
+            sub.next_seq,
+            |line| match serde_json::from_slice::<Value>(line) {
                 Ok(ev) => write_line(out, &wire::notification_line("event", ev)),
                 Err(_) => true,
-            }
-        });
+            },
+        );
     }
     let w = Arc::clone(out);
     let live = sub.rx;
@@ -692,24 +708,16 @@ pub fn deliver(
     if let Some(r) = &result.reason {
         out["reason"] = json!(r);
     }
-    let event = if result.status == "accepted" {
-        Event::Accepted {
-            message_id: req.message_id.clone(),
-            from,
-            pid: peer_pid,
-            queue_position: result.queue_position.unwrap_or(0),
-            mode: req.mode.clone(),
-        }
-    } else {
-        Event::Refused {
+    // An acceptance was announced under the spool lock (see `admit`).
+    if result.status != "accepted" {
+        let _ = shared.events.send(Event::Refused {
             message_id: req.message_id.clone(),
             status: result.status.to_string(),
             reason: result.reason.clone().unwrap_or_default(),
             from,
             pid: peer_pid,
-        }
-    };
-    let _ = shared.events.send(event);
+        });
+    }
     Ok(out)
 }
 
@@ -841,10 +849,21 @@ fn check_and_admit(
     };
     let sender_id = task.sender.instance_id.clone().unwrap_or_default();
     let from = crate::turn::display_name(&task.sender);
-    let mut outcome = match shared
-        .spool
-        .admit(task, limits, || shared.paused.load(Ordering::SeqCst))
-    {
+    let announce = |queue_position| {
+        let _ = shared.events.send(Event::Accepted {
+            message_id: req.message_id.clone(),
+            from: from.clone(),
+            pid: peer_pid,
+            queue_position,
+            mode: req.mode.clone(),
+        });
+    };
+    let mut outcome = match shared.spool.admit(
+        task,
+        limits,
+        || shared.paused.load(Ordering::SeqCst),
+        announce,
+    ) {
         Ok(Admission::Accepted { queue_position }) => Outcome {
             status: "accepted",
             queue_position: Some(queue_position),

@@ -570,11 +570,16 @@ impl Spool {
 
     /// Offers a task. Checks run in DESIGN §4 order from `duplicate` on;
     /// `paused` is read under the acceptance lock so a pause is exact.
+    ///
+    /// `announce` runs under the same lock once the task is stored, so
+    /// whoever announces an acceptance does so before any claim can see
+    /// the task.
     pub fn admit(
         &self,
         mut task: Task,
         limits: Limits,
         paused: impl Fn() -> bool,
+        announce: impl FnOnce(usize),
     ) -> Result<Admission> {
         let mut idx = self.index.lock().expect("spool index poisoned");
         if let Some(e) = idx.entries.get(&task.message_id) {
@@ -622,9 +627,9 @@ impl Spool {
                 summary: summary(&task),
             },
         );
-        Ok(Admission::Accepted {
-            queue_position: idx.inbox.len() + idx.processing,
-        })
+        let queue_position = idx.inbox.len() + idx.processing;
+        announce(queue_position);
+        Ok(Admission::Accepted { queue_position })
     }
 
     /// Write, fsync, rename into `inbox/`, fsync the directory. On any
@@ -950,28 +955,28 @@ mod tests {
         let s = Spool::open(&dir, false, false).unwrap();
         let never = || false;
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never).unwrap(),
+            s.admit(task("x-1", "a"), LIMITS, never, |_| {}).unwrap(),
             Admission::Accepted { queue_position: 1 }
         );
         assert_eq!(
-            s.admit(task("1", "b"), LIMITS, never).unwrap(),
+            s.admit(task("1", "b"), LIMITS, never, |_| {}).unwrap(),
             Admission::Accepted { queue_position: 2 }
         );
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never).unwrap(),
+            s.admit(task("x-1", "a"), LIMITS, never, |_| {}).unwrap(),
             Admission::Duplicate
         );
         assert_eq!(
-            s.admit(task("x-1", "z"), LIMITS, never).unwrap(),
+            s.admit(task("x-1", "z"), LIMITS, never, |_| {}).unwrap(),
             Admission::Reused
         );
         assert_eq!(
-            s.admit(task("p", "a"), LIMITS, || true).unwrap(),
+            s.admit(task("p", "a"), LIMITS, || true, |_| {}).unwrap(),
             Admission::Paused
         );
-        s.admit(task("3", "c"), LIMITS, never).unwrap();
+        s.admit(task("3", "c"), LIMITS, never, |_| {}).unwrap();
         assert_eq!(
-            s.admit(task("4", "d"), LIMITS, never).unwrap(),
+            s.admit(task("4", "d"), LIMITS, never, |_| {}).unwrap(),
             Admission::Full { limit: 3 }
         );
         let Claim::Task(t) = s.claim().unwrap() else {
@@ -980,13 +985,13 @@ mod tests {
         assert_eq!(t.message_id, "x-1");
         s.finish("x-1", "done").unwrap();
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never).unwrap(),
+            s.admit(task("x-1", "a"), LIMITS, never, |_| {}).unwrap(),
             Admission::Duplicate
         );
         drop(s);
         let s = Spool::open(&dir, false, false).unwrap();
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never).unwrap(),
+            s.admit(task("x-1", "a"), LIMITS, never, |_| {}).unwrap(),
             Admission::Duplicate
         );
         let Claim::Task(t) = s.claim().unwrap() else {
@@ -1021,7 +1026,8 @@ mod tests {
     fn corrupt_inbox_file_goes_to_rejected() {
         let dir = tmpdir("bad");
         let s = Spool::open(&dir, false, false).unwrap();
-        s.admit(task("good", "a"), LIMITS, || false).unwrap();
+        s.admit(task("good", "a"), LIMITS, || false, |_| {})
+            .unwrap();
         drop(s);
         let bad = dir.join("inbox").join(file_name(0, "bad"));
         fs::write(&bad, b"{oops").unwrap();

@@ -138,7 +138,10 @@ pub fn process_cwd(pid: u32) -> Option<PathBuf> {
 /// Sends `sig` to every process in the process group `pgid`.
 pub fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
     if pgid == 0 || pgid > i32::MAX as u32 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad process group"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "bad process group",
+        ));
     }
     // SAFETY: kill has no memory-safety preconditions; a negative pid names
     // a process group.

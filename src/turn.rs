@@ -43,10 +43,7 @@ pub enum TurnEvent {
         signal: Option<i32>,
     },
     /// The handler could not be started at all.
-    SpawnFailed {
-        token: String,
-        error: String,
-    },
+    SpawnFailed { token: String, error: String },
 }
 
 /// What a handler needs to run.

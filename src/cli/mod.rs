@@ -67,12 +67,27 @@ pub const COMMANDS: &[Command] = &[
                 "deny-from",
                 "refuse senders whose name or workspace matches this glob (repeatable)",
             ),
-            value("exec", "run each task with sh -c CMD in the workspace, the envelope on stdin"),
-            switch("reply", "with --exec: send the handler's stdout back to the sender as a reply"),
-            value("turn-timeout", "with --exec: end a handler after this many seconds (SIGTERM, then SIGKILL)"),
-            value("approve", "auto, ask or deny: whether a task runs without an operator's approval"),
+            value(
+                "exec",
+                "run each task with sh -c CMD in the workspace, the envelope on stdin",
+            ),
+            switch(
+                "reply",
+                "with --exec: send the handler's stdout back to the sender as a reply",
+            ),
+            value(
+                "turn-timeout",
+                "with --exec: end a handler after this many seconds (SIGTERM, then SIGKILL)",
+            ),
+            value(
+                "approve",
+                "auto, ask or deny: whether a task runs without an operator's approval",
+            ),
             switch("yes", "allow --approve auto with --profile sysadmin"),
-            switch("ephemeral", "exit about a second after the last client disconnects"),
+            switch(
+                "ephemeral",
+                "exit about a second after the last client disconnects",
+            ),
             HELP,
         ],
         run: serve::run,
@@ -97,7 +112,10 @@ pub const COMMANDS: &[Command] = &[
         summary: "deliver a task to an instance (exact id or unique name); MESSAGE or stdin",
         opts: &[
             JSON,
-            switch("reply", "inside a turn: send MESSAGE back to the sender of its task"),
+            switch(
+                "reply",
+                "inside a turn: send MESSAGE back to the sender of its task",
+            ),
             value(
                 "message-id",
                 "use this message id (to retry a send exactly)",
@@ -162,8 +180,14 @@ pub const COMMANDS: &[Command] = &[
         summary: "follow an instance's events live; --approve answers its approval requests",
         opts: &[
             JSON,
-            value("since", "first replay the recorded events from this sequence number"),
-            switch("approve", "be a controller: answer each approval request with y or n on stdin"),
+            value(
+                "since",
+                "first replay the recorded events from this sequence number",
+            ),
+            switch(
+                "approve",
+                "be a controller: answer each approval request with y or n on stdin",
+            ),
             HELP,
         ],
         run: watch::watch,

@@ -123,7 +123,13 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
 }
 
 /// A send from a plain command line: resolve, deliver, retry once.
-fn plain(args: &Args, config: &Config, target_arg: &str, body: &str, mode: &str) -> Result<ExitCode> {
+fn plain(
+    args: &Args,
+    config: &Config,
+    target_arg: &str,
+    body: &str,
+    mode: &str,
+) -> Result<ExitCode> {
     let message_id = match args.value("message-id") {
         Some(id) => id.to_string(),
         None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
@@ -176,16 +182,23 @@ fn report(args: &Args, r: &Value) -> Result<ExitCode> {
         return Ok(code);
     }
     let t = &r["target"];
-    let who = match (t.get("name").and_then(Value::as_str), t.get("instance_id").and_then(Value::as_str)) {
+    let who = match (
+        t.get("name").and_then(Value::as_str),
+        t.get("instance_id").and_then(Value::as_str),
+    ) {
         (Some(n), Some(i)) => format!("{} ({i})", escape(n)),
         _ => "the receiver".into(),
     };
     match status {
         "accepted" => emit(&format!(
             "accepted: {who} queued message {id} at position {}\n",
-            r.get("queue_position").map(Value::to_string).unwrap_or_default()
+            r.get("queue_position")
+                .map(Value::to_string)
+                .unwrap_or_default()
         )),
-        "duplicate" => emit(&format!("duplicate: {who} had already accepted message {id}\n")),
+        "duplicate" => emit(&format!(
+            "duplicate: {who} had already accepted message {id}\n"
+        )),
         "no_target" => {
             let peers: Vec<String> = r
                 .get("candidates")

@@ -175,9 +175,12 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
     let approve = args.flag("approve");
     let mut params = json!({"controller": approve});
     if let Some(since) = args.value("since") {
-        let n: u64 = since
-            .parse()
-            .map_err(|_| Error::Usage(format!("watch: --since {}: use a sequence number", escape(since))))?;
+        let n: u64 = since.parse().map_err(|_| {
+            Error::Usage(format!(
+                "watch: --since {}: use a sequence number",
+                escape(since)
+            ))
+        })?;
         params["since"] = json!(n);
     }
     let (_, rx, mut stream) = subscribe(args, config, "watch", params)?;
@@ -198,7 +201,11 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
     let mut waiting: std::collections::VecDeque<(Value, String)> = Default::default();
     let mut stdin_open = approve;
     loop {
-        let input = if stdin_open { lines.clone() } else { chan::never() };
+        let input = if stdin_open {
+            lines.clone()
+        } else {
+            chan::never()
+        };
         select! {
             recv(rx) -> msg => {
                 let Ok(msg) = msg else {
