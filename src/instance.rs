@@ -62,6 +62,8 @@ pub struct ServeOptions {
     pub approve: Approve,
     /// `--ephemeral`: exit about a second after the last client left.
     pub ephemeral: bool,
+    /// `--zcoder`: also publish in zcoder's registry, with a second socket.
+    pub zcoder: bool,
 }
 
 /// SIGTERM to SIGKILL, for a handler that is being ended.
@@ -99,6 +101,8 @@ struct Foreground {
     opts: ServeOptions,
     dir: PathBuf,
     socket: PathBuf,
+    /// zcoder's registry directory and our socket there, with `--zcoder`.
+    zcoder: Option<(PathBuf, PathBuf)>,
     workspace: PathBuf,
     hub: Hub,
     events_tx: chan::Sender<Event>,
@@ -150,14 +154,18 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     };
     let id = registry::new_instance_id()?;
     let socket = registry::socket_path(&dir, &id);
-    let limit = sys::max_socket_path();
-    let len = socket.as_os_str().len();
-    if len > limit {
-        return Err(Error::Env(format!(
-            "socket path {} is {len} bytes, over the {limit}-byte limit of sun_path: choose a shorter BATON_DIR",
-            socket.display()
-        )));
-    }
+    check_socket_path(&socket, "BATON_DIR")?;
+    // `--zcoder`: a second socket in zcoder's registry, so that zcoder
+    // instances find this one and can deliver to it.
+    let zcoder = match opts.zcoder {
+        true => {
+            let zdir = registry::ensure_private_dir(&registry::zcoder_dir(), "zcoder registry")?;
+            let zsock = registry::socket_path(&zdir, &id);
+            check_socket_path(&zsock, "ZCODER_RELAY_DIR")?;
+            Some((zdir, zsock))
+        }
+        false => None,
+    };
 
     sweep_ephemeral_spools();
     let spool_dir = if opts.ephemeral_spool {
@@ -181,6 +189,14 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
 
     let listener = UnixListener::bind(&socket).map_err(|e| Error::io("listen on", &socket, e))?;
     let sock_meta = fs::symlink_metadata(&socket).map_err(|e| Error::io("inspect", &socket, e))?;
+    let zlistener = match &zcoder {
+        Some((_, zsock)) => {
+            let l = UnixListener::bind(zsock).map_err(|e| Error::io("listen on", zsock, e))?;
+            let meta = fs::symlink_metadata(zsock).map_err(|e| Error::io("inspect", zsock, e))?;
+            Some((l, meta))
+        }
+        None => None,
+    };
     let paused = opts.paused || config.relay == Relay::Paused;
     let manifest = Manifest {
         protocol: registry::PROTOCOL,
@@ -205,25 +221,22 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         id.clone(),
         Arc::clone(&spool),
         manifest.clone(),
-        registry::scan_dirs(&dir),
+        dir.clone(),
         opts.policy.clone(),
         paused,
         events_tx,
     ));
-    let (accept_done_tx, accept_done) = chan::bounded::<()>(1);
-    let accept = {
-        let s = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("baton-accept".into())
-            .spawn(move || {
-                server::accept_loop(listener, s);
-                let _ = accept_done_tx.send(());
-            })
-            .map_err(|e| Error::Env(format!("cannot start the listener thread: {e}")))?
+    let accept_done = start_accept(listener, &shared)?;
+    let zaccept = match zlistener {
+        Some((l, meta)) => Some((start_accept(l, &shared)?, meta)),
+        None => None,
     };
     let signals = signal_channel()?;
     // The listener is accepting: only now may peers find us.
     registry::publish(&dir, &manifest)?;
+    if let Some((zdir, zsock)) = &zcoder {
+        registry::publish_value(zdir, &id, &registry::zcoder_manifest(&manifest, zsock))?;
+    }
     eprintln!(
         "baton: {name} ({id}) serving {} on {}",
         workspace.display(),
@@ -243,6 +256,7 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         opts,
         dir: dir.clone(),
         socket: socket.clone(),
+        zcoder: zcoder.clone(),
         workspace: workspace.clone(),
         hub,
         events_tx: worker_tx,
@@ -291,27 +305,64 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
 
     // Shutdown, in the order of DESIGN §9.
     registry::unpublish(&dir, &id);
+    if let Some((zdir, _)) = &zcoder {
+        registry::unpublish(zdir, &id);
+    }
     shared.stopping.store(true, Ordering::SeqCst);
     fg.interrupt_turn();
-    // The accept thread is woken by a connection through our socket path.
-    // If that path is no longer our socket (removed, or replaced by someone
-    // else's), connecting would reach nothing or a stranger: the thread is
-    // then left to end with the process.
-    let ours = fs::symlink_metadata(&socket)
-        .is_ok_and(|now| now.dev() == sock_meta.dev() && now.ino() == sock_meta.ino());
-    if ours {
-        // The wake-up connect runs on its own thread and the wait for the
-        // accept thread is bounded: a full backlog cannot hang shutdown.
-        let wake = socket.clone();
-        let _ = std::thread::Builder::new()
-            .name("baton-wake".into())
-            .spawn(move || UnixStream::connect(wake).map(drop));
-        let _ = accept_done.recv_timeout(Duration::from_secs(1));
-        let _ = fs::remove_file(&socket);
+    close_listener(&socket, &sock_meta, &accept_done);
+    if let (Some((_, zsock)), Some((zdone, zmeta))) = (&zcoder, &zaccept) {
+        close_listener(zsock, zmeta, zdone);
     }
-    drop(accept);
     spool.remove_if_ephemeral();
     Ok(())
+}
+
+/// Says clearly when a socket path cannot be bound, before `bind` fails
+/// with a bare error.
+fn check_socket_path(socket: &Path, variable: &str) -> Result<()> {
+    let limit = sys::max_socket_path();
+    let len = socket.as_os_str().len();
+    if len > limit {
+        return Err(Error::Env(format!(
+            "socket path {} is {len} bytes, over the {limit}-byte limit of sun_path: choose a shorter {variable}",
+            socket.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs an accept loop on its own thread; the receiver hears when it ends.
+fn start_accept(listener: UnixListener, shared: &Arc<Shared>) -> Result<chan::Receiver<()>> {
+    let (tx, rx) = chan::bounded::<()>(1);
+    let s = Arc::clone(shared);
+    std::thread::Builder::new()
+        .name("baton-accept".into())
+        .spawn(move || {
+            server::accept_loop(listener, s);
+            let _ = tx.send(());
+        })
+        .map_err(|e| Error::Env(format!("cannot start the listener thread: {e}")))?;
+    Ok(rx)
+}
+
+/// Stops an accept loop and unlinks its socket, only if the path still is
+/// the socket we bound. Connecting would otherwise reach nothing or a
+/// stranger, and the thread is left to end with the process.
+fn close_listener(socket: &Path, bound: &fs::Metadata, done: &chan::Receiver<()>) {
+    let ours = fs::symlink_metadata(socket)
+        .is_ok_and(|now| now.dev() == bound.dev() && now.ino() == bound.ino());
+    if !ours {
+        return;
+    }
+    // The wake-up connect runs on its own thread and the wait is bounded:
+    // a full backlog cannot hang shutdown.
+    let wake = socket.to_path_buf();
+    let _ = std::thread::Builder::new()
+        .name("baton-wake".into())
+        .spawn(move || UnixStream::connect(wake).map(drop));
+    let _ = done.recv_timeout(Duration::from_secs(1));
+    let _ = fs::remove_file(socket);
 }
 
 fn runtime_base() -> PathBuf {
@@ -465,6 +516,12 @@ impl Foreground {
         self.shared.set_state(want);
         let m = self.manifest();
         if let Err(e) = registry::publish(&self.dir, &m) {
+            eprintln!("baton: {e}");
+        }
+        if let Some((zdir, zsock)) = &self.zcoder
+            && let Err(e) =
+                registry::publish_value(zdir, &m.instance_id, &registry::zcoder_manifest(&m, zsock))
+        {
             eprintln!("baton: {e}");
         }
         self.hub

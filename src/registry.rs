@@ -176,10 +176,16 @@ pub fn check_dir(path: &Path) -> std::result::Result<(), String> {
 /// Creates (mode 0700) and checks the registry directory, returning its
 /// canonical path.
 pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
-    let path = chosen_dir(config);
+    ensure_private_dir(&chosen_dir(config), "registry")
+}
+
+/// Creates (mode 0700) and checks a registry directory (`what` names it
+/// in errors), returning its canonical path.
+pub fn ensure_private_dir(path: &Path, what: &str) -> Result<PathBuf> {
+    let path = path.to_path_buf();
     let refuse = |reason: String| {
         Error::Env(format!(
-            "unsafe registry directory {}: {reason}",
+            "unsafe {what} directory {}: {reason}",
             path.display()
         ))
     };
@@ -188,7 +194,7 @@ pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => {
             return Err(Error::Env(format!(
-                "cannot create registry directory {}: {e}",
+                "cannot create {what} directory {}: {e}",
                 path.display()
             )));
         }
@@ -227,8 +233,35 @@ pub fn socket_path(dir: &Path, id: &str) -> PathBuf {
 
 /// Writes a manifest to a temporary file and renames it into place.
 pub fn publish(dir: &Path, m: &Manifest) -> Result<()> {
-    let tmp = dir.join(format!("t-{}.tmp", m.instance_id));
-    let dest = manifest_path(dir, &m.instance_id);
+    publish_value(
+        dir,
+        &m.instance_id,
+        &serde_json::to_value(m).expect("serializes"),
+    )
+}
+
+/// The manifest zcoder reads: exactly its own fields, the socket being the
+/// one in its directory.
+pub fn zcoder_manifest(m: &Manifest, socket: &Path) -> Value {
+    serde_json::json!({
+        "protocol": m.protocol,
+        "instance_id": m.instance_id,
+        "pid": m.pid,
+        "project": m.project,
+        "workspace": m.workspace,
+        "session_id": m.session_id,
+        "profile": m.profile,
+        "model": m.model,
+        "socket": socket.display().to_string(),
+        "state": m.state,
+        "started_at": m.started_at,
+    })
+}
+
+/// Publishes any flat manifest object atomically as `a-<id>.json`.
+pub fn publish_value(dir: &Path, id: &str, m: &Value) -> Result<()> {
+    let tmp = dir.join(format!("t-{id}.tmp"));
+    let dest = manifest_path(dir, id);
     let bytes = serde_json::to_vec(m).expect("a manifest serializes");
     let _ = fs::remove_file(&tmp);
     let write = (|| -> std::io::Result<()> {
@@ -458,7 +491,15 @@ pub fn discover(dirs: &[RegistryDir], exclude: Option<&str>, timeout: Duration) 
     }
     let mut found = Discovery::default();
     let mut to_ping = Vec::new();
+    // An instance published in both registries is one peer: its native
+    // entry comes first (ours is scanned first) and wins.
+    let mut seen = std::collections::HashSet::new();
     for c in candidates {
+        if let Candidate::Ok(m, _) = &c
+            && !seen.insert(m.instance_id.clone())
+        {
+            continue;
+        }
         match c {
             Candidate::Ok(m, w) if Some(m.instance_id.as_str()) == exclude => {
                 let _ = (m, w);

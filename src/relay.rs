@@ -125,6 +125,64 @@ pub fn deliver(config: &Config, peer: &Peer, params: &Value) -> Result<Value, Cl
     }
 }
 
+/// Who a zcoder `enqueue` says it comes from.
+pub struct ZcoderSender<'a> {
+    pub instance_id: &'a str,
+    pub project: &'a str,
+    pub workspace: &'a str,
+}
+
+/// Delivers to a zcoder peer with its frame: a ping first, then one
+/// `enqueue`, always reading the whole ack (a zcoder listener dies of
+/// SIGPIPE otherwise). Retried once with the same id after a transport
+/// failure. The result has the shape of a `message/send` result.
+pub fn deliver_zcoder(
+    config: &Config,
+    peer: &Peer,
+    message_id: &str,
+    body: &str,
+    sender: Option<ZcoderSender<'_>>,
+) -> Result<Value, ClientError> {
+    let socket = Path::new(&peer.manifest.socket);
+    let id = &peer.manifest.instance_id;
+    let mut req = json!({
+        "protocol": 1,
+        "type": "enqueue",
+        "message_id": message_id,
+        "target_instance_id": id,
+        "body": body,
+        "created_at": crate::spool::now_secs(),
+    });
+    if let Some(s) = sender {
+        req["sender_instance_id"] = json!(s.instance_id);
+        req["sender_pid"] = json!(std::process::id());
+        req["sender_project"] = json!(s.project);
+        req["sender_workspace"] = json!(s.workspace);
+    }
+    let once = || -> Result<Value, ClientError> {
+        crate::client::zcoder_ping(socket, id, config.io_timeout)?;
+        let ack = crate::client::zcoder_exchange(socket, &req, config.io_timeout)?;
+        let status = ack
+            .get("status")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ClientError::Protocol("ack has no status".into()))?;
+        let mut r = json!({"status": status, "message_id": message_id});
+        for k in ["queue_position", "state"] {
+            if let Some(v) = ack.get(k) {
+                r[k] = v.clone();
+            }
+        }
+        if !matches!(status, "accepted" | "duplicate") {
+            r["reason"] = json!(format!("the zcoder instance answered {}", escape(status)));
+        }
+        Ok(r)
+    };
+    match once() {
+        Err(e) if e.is_transport() => once(),
+        r => r,
+    }
+}
+
 /// The instance a relayed send is made on behalf of.
 #[derive(Clone)]
 pub struct Origin {
@@ -213,15 +271,32 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
             ),
         );
     }
-    if peer.wire != Wire::Jsonrpc {
-        return outcome(
-            "unsupported",
-            id,
-            format!(
-                "{} is a zcoder instance; sending to zcoder is not in this version",
-                escape(&m.name)
-            ),
-        );
+    let target = json!({"instance_id": m.instance_id, "name": m.name});
+    if peer.wire == Wire::Zcoder {
+        let sender = ZcoderSender {
+            instance_id: &origin.instance_id,
+            project: &origin.name,
+            workspace: &origin.workspace,
+        };
+        return match deliver_zcoder(&origin.config, &peer, id, &out.body, Some(sender)) {
+            Ok(mut r) => {
+                r["target"] = target;
+                r
+            }
+            Err(e) => {
+                let mut v = outcome(
+                    "transport",
+                    id,
+                    format!(
+                        "{} ({}): {e}; the task may or may not have arrived",
+                        escape(&m.name),
+                        m.instance_id
+                    ),
+                );
+                v["target"] = target;
+                v
+            }
+        };
     }
     let mut params = json!({
         "message_id": id,
@@ -241,7 +316,6 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
     if let Err(why) = check_frame(&origin.config, &params) {
         return outcome("invalid", id, why);
     }
-    let target = json!({"instance_id": m.instance_id, "name": m.name});
     match deliver(&origin.config, &peer, &params) {
         Ok(mut r) => {
             r["target"] = target;

@@ -7,7 +7,7 @@
 use crate::config::Config;
 use crate::events::{self, Subscription};
 use crate::glob::glob_match;
-use crate::registry::{self, Manifest, RegistryDir};
+use crate::registry::{self, Manifest};
 use crate::spool::{self, Admission, Limits, Sender, Spool};
 use crate::sys;
 use crate::turn::TurnEvent;
@@ -141,7 +141,9 @@ pub struct Shared {
     pub state: AtomicU8,
     pub paused: AtomicBool,
     pub manifest: Mutex<Manifest>,
-    pub scan_dirs: Vec<RegistryDir>,
+    /// Our registry directory; the directories scanned for senders are
+    /// derived from it each time, so a zcoder registry created later counts.
+    pub registry: PathBuf,
     pub policy: Policy,
     pub stopping: AtomicBool,
     connections: AtomicUsize,
@@ -190,7 +192,7 @@ impl Shared {
         instance_id: String,
         spool: Arc<Spool>,
         manifest: Manifest,
-        scan_dirs: Vec<RegistryDir>,
+        registry: PathBuf,
         policy: Policy,
         paused: bool,
         events: chan::Sender<Event>,
@@ -202,7 +204,7 @@ impl Shared {
             state: AtomicU8::new(if paused { State::Paused } else { State::Ready } as u8),
             paused: AtomicBool::new(paused),
             manifest: Mutex::new(manifest),
-            scan_dirs,
+            registry,
             policy,
             stopping: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
@@ -297,6 +299,7 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
     let mut reader = LineReader::new(input, cfg.max_bytes);
     let mut initialized = false;
     let mut subscription: Option<u64> = None;
+    let mut first = true;
     loop {
         // A subscriber waits for events, not requests: no idle limit.
         let idle = subscription.is_none().then_some(cfg.idle_timeout);
@@ -327,12 +330,25 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
                     )),
                     ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => None,
                 };
-                if let Some((code, msg)) = message {
+                let zcoder = first && reader.buffered().starts_with(b"ZCODER");
+                if zcoder {
+                    // A zcoder header that never completed: answer in its
+                    // own framing while an answer is still possible.
+                    if message.is_some() {
+                        let ack = zcoder_ack("", "invalid", None, shared);
+                        write_line(&out, &ack);
+                    }
+                } else if let Some((code, msg)) = message {
                     write_line(&out, &wire::error_line(&Value::Null, code, &msg, None));
                 }
                 break;
             }
         };
+        if first && line.starts_with(wire::ZCODER_MAGIC) {
+            zcoder_request(shared, &mut reader, &out, &line, peer_pid);
+            break;
+        }
+        first = false;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
@@ -382,6 +398,127 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
     if let Some(id) = subscription {
         let _ = shared.events.send(Event::Unsubscribe { id });
     }
+}
+
+/// An ack frame: zcoder's statuses only.
+fn zcoder_ack(
+    message_id: &str,
+    status: &str,
+    queue_position: Option<u64>,
+    shared: &Shared,
+) -> Vec<u8> {
+    let mut ack = json!({
+        "protocol": 1,
+        "type": "ack",
+        "message_id": message_id,
+        "status": status,
+        "state": shared.state().as_str(),
+    });
+    if let Some(p) = queue_position {
+        ack["queue_position"] = json!(p);
+    }
+    wire::zcoder_frame(&serde_json::to_vec(&ack).expect("serializes"))
+}
+
+/// One zcoder request on a connection whose first line was its header:
+/// read exactly the declared payload, answer one frame, close.
+fn zcoder_request(
+    shared: &Shared,
+    reader: &mut LineReader,
+    out: &Writer,
+    header: &[u8],
+    peer_pid: Option<u32>,
+) {
+    let cfg = &shared.config;
+    let n = match wire::zcoder_length(header, cfg.max_bytes) {
+        Ok(n) => n,
+        Err(_) => {
+            write_line(out, &zcoder_ack("", "invalid", None, shared));
+            return;
+        }
+    };
+    let payload = match reader.read_exact_within(n, cfg.io_timeout) {
+        Ok(p) => p,
+        // The peer is gone: no answer is possible.
+        Err(ReadError::Truncated | ReadError::Io(_)) => return,
+        Err(_) => {
+            write_line(out, &zcoder_ack("", "invalid", None, shared));
+            return;
+        }
+    };
+    let ack = match wire::parse_flat(&payload) {
+        Ok(obj) => zcoder_answer(shared, &obj, peer_pid),
+        Err(_) => zcoder_ack("", "invalid", None, shared),
+    };
+    write_line(out, &ack);
+}
+
+fn zcoder_answer(shared: &Shared, obj: &Map<String, Value>, peer_pid: Option<u32>) -> Vec<u8> {
+    let message_id = obj
+        .get("message_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let ack = |status: &str| zcoder_ack(&message_id, status, None, shared);
+    if obj.get("protocol") != Some(&json!(1)) {
+        return ack("unsupported");
+    }
+    match obj.get("type").and_then(Value::as_str) {
+        Some("ping") => match obj.get("target_instance_id") {
+            Some(Value::String(t)) if *t != shared.instance_id => ack("wrong_target"),
+            None | Some(Value::String(_)) => ack("pong"),
+            Some(_) => ack("invalid"),
+        },
+        Some("enqueue") => {
+            let Some(req) = zcoder_send_request(obj) else {
+                return ack("invalid");
+            };
+            match deliver(shared, req, peer_pid, "zcoder") {
+                Ok(r) => {
+                    let status = match r["status"].as_str().unwrap_or("invalid") {
+                        // zcoder has no word for these; the transcript
+                        // keeps the precise status.
+                        "hop_limit" | "inflight_full" | "denied" => "invalid",
+                        s => s,
+                    };
+                    zcoder_ack(&message_id, status, r["queue_position"].as_u64(), shared)
+                }
+                // Storage failed: nothing was accepted; `full` tells a
+                // zcoder sender to try again later.
+                Err(_) => ack("full"),
+            }
+        }
+        _ => ack("unsupported"),
+    }
+}
+
+/// Maps a zcoder `enqueue` onto `message/send`'s request; `None` when a
+/// field has the wrong type.
+fn zcoder_send_request(obj: &Map<String, Value>) -> Option<SendRequest> {
+    let s = |k: &str| -> Option<Option<String>> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Some(None),
+            Some(Value::String(v)) => Some(Some(v.clone())),
+            Some(_) => None,
+        }
+    };
+    for k in ["sender_pid", "created_at"] {
+        if obj.get(k).is_some_and(|v| !v.is_null() && !v.is_u64()) {
+            return None;
+        }
+    }
+    let project = s("sender_project")?;
+    Some(SendRequest {
+        message_id: s("message_id")??,
+        target_instance_id: s("target_instance_id")??,
+        body: s("body")??,
+        sender_instance_id: s("sender_instance_id")?,
+        sender_name: project.map(|p| registry::default_name(std::path::Path::new(&p))),
+        sender_workspace: s("sender_workspace")?,
+        hop: Some(0),
+        in_reply_to: None,
+        mode: "queue".into(),
+    })
 }
 
 /// Registers a subscriber with the foreground, answers, replays recorded
@@ -914,7 +1051,7 @@ fn verify_sender(
     let Some(pid) = peer_pid else {
         return Err("this platform does not report the peer pid".into());
     };
-    for dir in &shared.scan_dirs {
+    for dir in &registry::scan_dirs(&shared.registry) {
         let path: PathBuf = registry::manifest_path(&dir.path, id);
         if !path.exists() && std::fs::symlink_metadata(&path).is_err() {
             continue;

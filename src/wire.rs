@@ -60,6 +60,42 @@ impl LineReader {
         &self.buf[self.start..self.end]
     }
 
+    /// Takes exactly `n` more bytes (buffered ones first) within
+    /// `timeout`; the caller bounds `n`.
+    pub fn read_exact_within(&mut self, n: usize, timeout: Duration) -> Result<Vec<u8>, ReadError> {
+        let deadline = Instant::now() + timeout;
+        let take = n.min(self.end - self.start);
+        let mut out = Vec::with_capacity(n);
+        out.extend_from_slice(&self.buf[self.start..self.start + take]);
+        self.start += take;
+        let mut chunk = [0u8; 8192];
+        while out.len() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ReadError::LineTimeout);
+            }
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(ReadError::Io)?;
+            let want = (n - out.len()).min(chunk.len());
+            match self.stream.read(&mut chunk[..want]) {
+                Ok(0) => return Err(ReadError::Truncated),
+                Ok(k) => out.extend_from_slice(&chunk[..k]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(ReadError::LineTimeout);
+                }
+                Err(e) => return Err(ReadError::Io(e)),
+            }
+        }
+        Ok(out)
+    }
+
     /// Returns the next line without its `\n`. `idle` bounds the wait for
     /// the first byte (`None`: wait forever); `line_timeout` bounds the
     /// whole line from its first byte.
@@ -307,25 +343,7 @@ pub fn read_zcoder_frame(
         }
         got.extend_from_slice(&byte[..n]);
     };
-    if !got.starts_with(ZCODER_MAGIC) {
-        return Err(FrameError::BadHeader("missing ZCODER-AGENT/1".into()));
-    }
-    let digits = &got[ZCODER_MAGIC.len()..header_end];
-    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
-        return Err(FrameError::BadHeader(
-            "length is not a decimal number".into(),
-        ));
-    }
-    let n: usize = std::str::from_utf8(digits)
-        .expect("ascii digits")
-        .parse()
-        .expect("at most 8 digits");
-    if n == 0 {
-        return Err(FrameError::BadHeader("length is zero".into()));
-    }
-    if n > max {
-        return Err(FrameError::TooLarge(n));
-    }
+    let n = zcoder_length(&got[..header_end], max)?;
     let mut payload = got[header_end + 1..].to_vec();
     if payload.len() > n {
         payload.truncate(n);
@@ -341,6 +359,31 @@ pub fn read_zcoder_frame(
         filled += k;
     }
     parse_flat(&payload)
+}
+
+/// The payload length a zcoder header line (without its `\n`) declares:
+/// decimal, 1 to `max`.
+pub fn zcoder_length(header: &[u8], max: usize) -> Result<usize, FrameError> {
+    if !header.starts_with(ZCODER_MAGIC) {
+        return Err(FrameError::BadHeader("missing ZCODER-AGENT/1".into()));
+    }
+    let digits = &header[ZCODER_MAGIC.len()..];
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(FrameError::BadHeader(
+            "length is not a decimal number".into(),
+        ));
+    }
+    let n: usize = std::str::from_utf8(digits)
+        .expect("ascii digits")
+        .parse()
+        .expect("at most 8 digits");
+    if n == 0 {
+        return Err(FrameError::BadHeader("length is zero".into()));
+    }
+    if n > max {
+        return Err(FrameError::TooLarge(n));
+    }
+    Ok(n)
 }
 
 fn read_some(

@@ -38,7 +38,7 @@ const JSON: Opt = switch("json", "print JSON instead of text");
 pub const COMMANDS: &[Command] = &[
     Command {
         name: "serve",
-        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] [--turn-timeout SECONDS]] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--accept-from PATTERN]... [--deny-from PATTERN]...",
+        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] [--turn-timeout SECONDS]] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--zcoder] [--accept-from PATTERN]... [--deny-from PATTERN]...",
         summary: "run an instance for a workspace: tasks run through --exec, or wait for 'baton inbox claim'",
         opts: &[
             value(
@@ -87,6 +87,10 @@ pub const COMMANDS: &[Command] = &[
             switch(
                 "ephemeral",
                 "exit about a second after the last client disconnects",
+            ),
+            switch(
+                "zcoder",
+                "also publish in zcoder's registry, so zcoder agents can find and reach this one",
             ),
             HELP,
         ],

@@ -135,11 +135,18 @@ fn plain(
         None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
     };
     let peer = target::resolve(config, Some(target_arg))?;
-    if peer.wire != registry::Wire::Jsonrpc {
-        return Err(Error::Usage(format!(
-            "send: {} is a zcoder instance; sending to zcoder comes in a later version of baton",
-            escape(&peer.manifest.name)
-        )));
+    if peer.wire == registry::Wire::Zcoder {
+        // A plain command line has no instance for zcoder to verify; the
+        // zcoder instance decides what to make of that.
+        let mut result = relay::deliver_zcoder(config, &peer, &message_id, body, None).map_err(|e| {
+            Error::Transport(format!(
+                "send to {} ({}) failed twice: {e}; the task may or may not have arrived: retry with --message-id {message_id}",
+                escape(&peer.manifest.name),
+                peer.manifest.instance_id
+            ))
+        })?;
+        result["target"] = target_of(&peer);
+        return report(args, &result);
     }
     let params = json!({
         "message_id": message_id,

@@ -86,6 +86,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         turn_timeout,
         approve,
         ephemeral: args.flag("ephemeral"),
+        zcoder: args.flag("zcoder"),
     };
     instance::serve(opts, config.clone())?;
     Ok(ExitCode::Ok)
