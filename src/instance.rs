@@ -1408,8 +1408,18 @@ impl Foreground {
             self.refresh();
             return Ok(json!({"status": "cancelled", "message_id": id}));
         }
-        Ok(json!({"status": "invalid", "message_id": want,
-                  "reason": "no turn is running"}))
+        let reason = match (&want, &self.running) {
+            (Some(w), Some(r)) => format!(
+                "task {} is not the running turn ({} is)",
+                escape(w),
+                r.task.message_id
+            ),
+            (Some(w), None) if !self.open.is_empty() => {
+                format!("task {} is not an open turn here", escape(w))
+            }
+            _ => "no turn is running".to_string(),
+        };
+        Ok(json!({"status": "invalid", "message_id": want, "reason": reason}))
     }
 
     /// At shutdown: the running handler is ended; its task stays in

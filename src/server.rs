@@ -959,16 +959,24 @@ fn check_and_admit(
         policy_name.as_deref().unwrap_or(""),
         policy_workspace.as_deref().unwrap_or(""),
     ) {
-        return refuse("denied", why);
+        // Past verification, a refusal names the sender as verified, as an
+        // acceptance does.
+        return Outcome {
+            from: Some(crate::turn::display_name(&sender)),
+            ..refuse("denied", why)
+        };
     }
     if cfg.max_hops > 0 && hop > cfg.max_hops {
-        return refuse(
-            "hop_limit",
-            format!(
-                "hop {hop} is over the limit of {} (BATON_MAX_HOPS)",
-                cfg.max_hops
-            ),
-        );
+        return Outcome {
+            from: Some(crate::turn::display_name(&sender)),
+            ..refuse(
+                "hop_limit",
+                format!(
+                    "hop {hop} is over the limit of {} (BATON_MAX_HOPS)",
+                    cfg.max_hops
+                ),
+            )
+        };
     }
     let task = spool::new_task(
         &req.message_id,

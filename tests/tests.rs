@@ -8,3 +8,4 @@ mod lifecycle;
 mod protocol;
 mod registry;
 mod spool;
+mod turns;
