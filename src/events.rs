@@ -143,12 +143,12 @@ impl Hub {
     }
 
     /// Sends a prepared line (a server-to-client request) to controllers
-    /// only. Returns how many received it.
-    pub fn send_to_controllers(&mut self, line: &[u8]) -> usize {
+    /// only, or to the one controller `only`. Returns how many received it.
+    pub fn send_to_controllers(&mut self, line: &[u8], only: Option<u64>) -> usize {
         let line = Arc::new(line.to_vec());
         let mut n = 0;
         self.subs.retain(|s| {
-            if !s.controller {
+            if !s.controller || only.is_some_and(|o| o != s.id) {
                 return true;
             }
             let ok = s.tx.try_send(Arc::clone(&line)).is_ok();

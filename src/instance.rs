@@ -74,6 +74,13 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// `--ephemeral`: the grace period after the last client left.
 pub const EPHEMERAL_GRACE: Duration = Duration::from_secs(1);
 
+/// What the approval policy says of a queued task.
+enum Gate {
+    Go,
+    Wait,
+    Denied,
+}
+
 /// A task an agent claimed (pull mode) and has not completed.
 struct OpenTask {
     task: Task,
@@ -160,6 +167,14 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     let zcoder = match opts.zcoder {
         true => {
             let zdir = registry::ensure_private_dir(&registry::zcoder_dir(), "zcoder registry")?;
+            // The same directory would need two sockets of one name, and
+            // would leave the first bound when the second failed.
+            if zdir == dir {
+                return Err(Error::Env(format!(
+                    "--zcoder: zcoder's registry {} is baton's own registry: point ZCODER_RELAY_DIR or BATON_DIR elsewhere",
+                    zdir.display()
+                )));
+            }
             let zsock = registry::socket_path(&zdir, &id);
             check_socket_path(&zsock, "ZCODER_RELAY_DIR")?;
             Some((zdir, zsock))
@@ -616,12 +631,14 @@ impl Foreground {
             }
             Event::Subscribe { controller, reply } => {
                 let sub = self.hub.subscribe(controller);
+                let sub_id = sub.id;
                 let _ = reply.send(sub);
                 if controller {
-                    // A controller that comes late still hears what waits.
+                    // A controller that comes late still hears what waits;
+                    // the others were asked already.
                     let waiting: Vec<String> = self.asked.keys().cloned().collect();
                     for id in waiting {
-                        self.send_approval_request(&id);
+                        self.send_approval_request(&id, Some(sub_id));
                     }
                 }
             }
@@ -719,28 +736,42 @@ impl Foreground {
     fn approved_head(&mut self) -> Option<String> {
         loop {
             let head = self.spool().peek()?;
-            let id = head.message_id;
-            match self.opts.approve {
-                Approve::Auto => return Some(id),
-                Approve::Ask if self.approved.contains(&id) => return Some(id),
-                Approve::Ask => {
-                    if !self.asked.contains_key(&id) {
-                        self.asked.insert(id.clone(), Vec::new());
-                        self.hub.emit(
-                            "approval.requested",
-                            json!({"message_id": id, "from": turn::display_name(&head.sender),
-                                   "pid": head.sender.pid}),
-                        );
-                        self.send_approval_request(&id);
-                    }
-                    return None;
-                }
-                Approve::Deny => self.deny(&id, "--approve deny"),
+            match self.gate(&head) {
+                Gate::Go => return Some(head.message_id),
+                Gate::Wait => return None,
+                Gate::Denied => {}
             }
         }
     }
 
-    fn send_approval_request(&mut self, message_id: &str) {
+    /// Applies `--approve` to one queued task: it may go, it waits for an
+    /// approval (asked for once), or it was refused and ended.
+    fn gate(&mut self, task: &spool::Summary) -> Gate {
+        let id = &task.message_id;
+        match self.opts.approve {
+            Approve::Auto => Gate::Go,
+            Approve::Ask if self.approved.contains(id) => Gate::Go,
+            Approve::Ask => {
+                if !self.asked.contains_key(id) {
+                    self.asked.insert(id.clone(), Vec::new());
+                    self.hub.emit(
+                        "approval.requested",
+                        json!({"message_id": id, "from": turn::display_name(&task.sender),
+                               "pid": task.sender.pid}),
+                    );
+                    self.send_approval_request(id, None);
+                }
+                Gate::Wait
+            }
+            Approve::Deny => {
+                self.deny(id, "--approve deny");
+                Gate::Denied
+            }
+        }
+    }
+
+    /// Asks every controller, or only the one subscriber `only`.
+    fn send_approval_request(&mut self, message_id: &str, only: Option<u64>) {
         let rid = format!("approval-{}", self.next_request);
         self.next_request += 1;
         let line = crate::wire::notification_line("approval/request", json!({}));
@@ -750,7 +781,7 @@ impl Foreground {
         req["params"] = json!({"message_id": message_id});
         let mut bytes = serde_json::to_vec(&req).expect("serializes");
         bytes.push(b'\n');
-        if self.hub.send_to_controllers(&bytes) > 0 {
+        if self.hub.send_to_controllers(&bytes, only) > 0 {
             self.requests.insert(rid.clone(), message_id.to_string());
             if let Some(v) = self.asked.get_mut(message_id) {
                 v.push(rid);
@@ -828,7 +859,15 @@ impl Foreground {
 
     /// Exec mode: starts the next turn when nothing runs.
     fn pump(&mut self) {
-        if self.opts.exec.is_none() || self.running.is_some() || self.paused() {
+        if self.running.is_some() || self.paused() {
+            return;
+        }
+        if self.opts.exec.is_none() {
+            // A pull agent's next task is put to the approval policy now,
+            // so a controller hears of it before the agent asks for it.
+            if self.opts.approve != Approve::Auto && self.open.is_empty() {
+                self.approved_head();
+            }
             return;
         }
         let Some(id) = self.approved_head() else {
@@ -1217,12 +1256,12 @@ impl Foreground {
         }
         let mut rejected = Vec::new();
         let result = loop {
-            // A steer task from the sender of the open task joins its turn.
+            // A steer task from the sender of the open task joins its turn,
+            // wherever it waits in the queue.
             let follow_up = self.open.first().and_then(|o| {
-                let head = self.spool().peek()?;
-                let same = head.sender.instance_id.is_some()
-                    && head.sender.instance_id == o.task.sender.instance_id;
-                (head.mode == "steer" && same).then(|| (head.message_id, o.token.clone()))
+                let sender = o.task.sender.instance_id.as_deref()?;
+                let steer = self.spool().first_steer_from(sender)?;
+                Some((steer, o.token.clone()))
             });
             if follow_up.is_none()
                 && let Some(o) = self.open.first()
@@ -1234,8 +1273,20 @@ impl Foreground {
                     "reason": format!("task {id} is still open: complete it first"),
                 });
             }
-            let Some(id) = self.approved_head() else {
-                break match self.asked.keys().next() {
+            let next = match &follow_up {
+                Some((steer, _)) => match self.gate(steer) {
+                    Gate::Go => Some(steer.message_id.clone()),
+                    Gate::Wait => None,
+                    Gate::Denied => continue,
+                },
+                None => self.approved_head(),
+            };
+            let Some(id) = next else {
+                let waiting = follow_up
+                    .as_ref()
+                    .map(|(s, _)| s.message_id.clone())
+                    .or_else(|| self.asked.keys().next().cloned());
+                break match waiting {
                     Some(w) => json!({"status": "awaiting_approval", "message_id": w,
                                       "reason": format!("task {w} waits for approval")}),
                     None => json!({"status": "empty"}),

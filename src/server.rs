@@ -593,12 +593,15 @@ fn subscribe(
         .spawn(move || {
             for line in live.iter() {
                 if !write_line(&w, &line) {
-                    // The reader sees EOF and unsubscribes.
-                    let s = w.lock().expect("writer poisoned");
-                    let _ = s.shutdown(std::net::Shutdown::Both);
                     break;
                 }
             }
+            // A write failed, or the foreground dropped this subscriber
+            // for falling behind: the client learns by EOF instead of
+            // waiting on a silent connection, and the reader sees EOF and
+            // unsubscribes.
+            let s = w.lock().expect("writer poisoned");
+            let _ = s.shutdown(std::net::Shutdown::Both);
         });
     Ok(sub.id)
 }

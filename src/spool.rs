@@ -670,6 +670,17 @@ impl Spool {
         Some(idx.entries[id].summary.clone())
     }
 
+    /// The oldest queued steer task from a sender instance.
+    pub fn first_steer_from(&self, sender: &str) -> Option<Summary> {
+        let idx = self.index.lock().expect("spool index poisoned");
+        idx.inbox
+            .iter()
+            .filter(|((rank, _), _)| *rank == 0)
+            .map(|(_, id)| &idx.entries[id])
+            .find(|e| e.sender_id.as_deref() == Some(sender))
+            .map(|e| e.summary.clone())
+    }
+
     /// Moves the oldest inbox entry to `processing/` and reads it back.
     pub fn claim(&self) -> Result<Claim> {
         self.claim_where(None)
