@@ -3,6 +3,7 @@
 
 mod util;
 
+mod control;
 mod docs;
 mod lifecycle;
 mod protocol;
