@@ -324,7 +324,7 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         registry::unpublish(zdir, &id);
     }
     shared.stopping.store(true, Ordering::SeqCst);
-    fg.interrupt_turn();
+    fg.interrupt_turn(&events_rx);
     close_listener(&socket, &sock_meta, &accept_done);
     if let (Some((_, zsock)), Some((zdone, zmeta))) = (&zcoder, &zaccept) {
         close_listener(zsock, zmeta, zdone);
@@ -1126,7 +1126,10 @@ impl Foreground {
     ) {
         let plan = self.plan_send(params);
         match plan {
-            Ok(Ok(out)) => self.spawn_send(out, None, Some(reply)),
+            Ok(Ok(out)) => {
+                let reply_of = out.in_reply_to.clone();
+                self.spawn_send(out, reply_of, Some(reply));
+            }
             Ok(Err(refusal)) => {
                 self.hub.emit("relay.sent", refusal.clone());
                 let _ = reply.send(Ok(refusal));
@@ -1408,16 +1411,17 @@ impl Foreground {
             self.open.pop();
             match plan {
                 Ok(Ok(out)) => {
-                    let (tx, rx) = chan::bounded(1);
-                    self.spawn_send(out, Some(id.clone()), Some(tx));
-                    // The reply's outcome is reported by the transcript;
-                    // the caller learns it was sent if it is quick.
-                    result["reply"] = match rx.recv_timeout(Duration::from_millis(1)) {
-                        Ok(Ok(v)) => v,
-                        _ => json!({"status": "sending"}),
-                    };
+                    // The foreground never waits on the network: the
+                    // reply's outcome goes to the transcript (relay.sent).
+                    result["reply"] = json!({"status": "sending", "message_id": out.message_id});
+                    self.spawn_send(out, Some(id.clone()), None);
                 }
-                Ok(Err(refusal)) => result["reply"] = refusal,
+                Ok(Err(refusal)) => {
+                    let mut r = refusal.clone();
+                    r["reply_of"] = json!(id);
+                    self.hub.emit("relay.sent", r);
+                    result["reply"] = refusal;
+                }
                 Err(e) => result["reply"] = json!({"status": "invalid", "reason": e.message}),
             }
         }
@@ -1475,14 +1479,32 @@ impl Foreground {
 
     /// At shutdown: the running handler is ended; its task stays in
     /// `processing/` and shows up as interrupted at the next start.
-    fn interrupt_turn(&mut self) {
-        if let Some(r) = self.running.take() {
-            let _ = sys::kill_group(r.pid, sys::SIGTERM);
-            self.hub.emit(
-                "turn.finished",
-                json!({"message_id": r.task.message_id, "outcome": "interrupted"}),
-            );
+    /// Ends the handler with SIGTERM, and SIGKILL if it is still there
+    /// after the grace period (its exit is watched on `events`).
+    fn interrupt_turn(&mut self, events: &chan::Receiver<Event>) {
+        let Some(r) = self.running.take() else {
+            return;
+        };
+        let _ = sys::kill_group(r.pid, sys::SIGTERM);
+        let deadline = Instant::now() + KILL_GRACE;
+        let mut exited = r.exit.is_some();
+        while !exited {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match events.recv_timeout(left) {
+                Ok(Event::Turn(TurnEvent::Exited { token, .. })) if token == r.token => {
+                    exited = true;
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
         }
+        if !exited {
+            let _ = sys::kill_group(r.pid, sys::SIGKILL);
+        }
+        self.hub.emit(
+            "turn.finished",
+            json!({"message_id": r.task.message_id, "outcome": "interrupted"}),
+        );
     }
 }
 

@@ -125,6 +125,9 @@ pub fn deliver(config: &Config, peer: &Peer, params: &Value) -> Result<Value, Cl
     }
 }
 
+/// zcoder's default frame bound.
+pub const ZCODER_MAX_BYTES: usize = 65536;
+
 /// Who a zcoder `enqueue` says it comes from.
 pub struct ZcoderSender<'a> {
     pub instance_id: &'a str,
@@ -158,6 +161,18 @@ pub fn deliver_zcoder(
         req["sender_pid"] = json!(std::process::id());
         req["sender_project"] = json!(s.project);
         req["sender_workspace"] = json!(s.workspace);
+    }
+    // zcoder's own frame bound (ZCODER_RELAY_MAX_BYTES, 65536 unless its
+    // user changed it): a bigger frame would only be refused there.
+    let size = serde_json::to_vec(&req).expect("serializes").len();
+    if size > ZCODER_MAX_BYTES {
+        return Ok(json!({
+            "status": "invalid",
+            "message_id": message_id,
+            "reason": format!(
+                "the zcoder frame would carry {size} bytes, over zcoder's limit of {ZCODER_MAX_BYTES}"
+            ),
+        }));
     }
     let once = || -> Result<Value, ClientError> {
         crate::client::zcoder_ping(socket, id, config.io_timeout)?;

@@ -358,7 +358,10 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
             }
             Incoming::Notification { .. } => None,
             Incoming::Reply { reply } => {
-                let _ = shared.events.send(Event::ClientReply { reply });
+                // Replies count only on a connection that said hello.
+                if initialized {
+                    let _ = shared.events.send(Event::ClientReply { reply });
+                }
                 None
             }
             Incoming::Request { id, method, params } => {

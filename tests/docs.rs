@@ -56,6 +56,7 @@ fn normalize(line: &str, real: &[(&str, &str)]) -> Value {
         "\"started_at\":",
         "\"accepted_at\":",
         "\"finished_at\":",
+        "\"turn\":\"",
     ] {
         s = zero_after(&s, p);
     }

@@ -10,3 +10,4 @@ mod protocol;
 mod registry;
 mod spool;
 mod turns;
+mod zcoder;

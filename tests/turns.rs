@@ -326,10 +326,13 @@ fn replies_and_in_turn_sends_reach_only_the_verified_sender() {
     assert_eq!(out.status, 0, "{out:?}");
     assert_eq!(r["status"], "accepted", "{r}");
     let task = r["message_id"].as_str().unwrap().to_string();
-    wait_finished(&spool, &task);
-    // The stdout reply is sent after the turn ended.
+    let finished = wait_finished(&spool, &task)["seq"].as_u64().unwrap();
+    // The stdout reply is sent after the turn ended (the in-turn sends,
+    // replies too, came before).
     let sent = wait_event(&spool, "the stdout reply's relay.sent", |e| {
-        e["kind"] == "relay.sent" && e["reply_of"] == task.as_str()
+        e["kind"] == "relay.sent"
+            && e["reply_of"] == task.as_str()
+            && e["seq"].as_u64().unwrap() > finished
     });
     assert_eq!(sent["status"], "accepted", "{sent}");
 

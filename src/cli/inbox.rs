@@ -44,6 +44,9 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             let mut params = json!({"message_id": id});
             if action == "complete" {
                 params["outcome"] = json!(args.value("outcome").unwrap_or("done"));
+                if let Some(reply) = args.value("reply") {
+                    params["reply"] = json!(reply);
+                }
             }
             (t, format!("inbox/{action}"), params)
         }
@@ -88,19 +91,45 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
                 );
             }
             match status {
-                "claimed" => emit(&escape_multiline(
-                    r["task"]["envelope"].as_str().unwrap_or(""),
-                )),
+                "claimed" => {
+                    let t = &r["task"];
+                    emit(&escape_multiline(t["envelope"].as_str().unwrap_or("")));
+                    if t["sender"].get("instance_id").is_some_and(Value::is_string) {
+                        let id = escape(t["message_id"].as_str().unwrap_or("")).into_owned();
+                        eprintln!(
+                            "baton: to reply: baton inbox complete {} {id} --reply TEXT, or inside the turn BATON_SOCKET={} BATON_TURN={} baton send --reply TEXT",
+                            escape(&peer.manifest.name),
+                            escape(&peer.manifest.socket),
+                            t["turn"].as_str().unwrap_or("")
+                        );
+                    }
+                }
                 "empty" => eprintln!("baton: the inbox is empty"),
                 _ => eprintln!("baton: cannot claim: {status}: {reason}"),
             }
         }
         _ => match status {
-            "completed" => emit(&format!(
-                "completed {} ({})\n",
-                escape(r["message_id"].as_str().unwrap_or("")),
-                r["outcome"].as_str().unwrap_or("")
-            )),
+            "completed" => {
+                emit(&format!(
+                    "completed {} ({})\n",
+                    escape(r["message_id"].as_str().unwrap_or("")),
+                    r["outcome"].as_str().unwrap_or("")
+                ));
+                if let Some(reply) = r.get("reply") {
+                    let st = reply["status"].as_str().unwrap_or("");
+                    match st {
+                        "sending" => emit(&format!(
+                            "reply {} sent to the sender; its outcome is in 'baton log'\n",
+                            escape(reply["message_id"].as_str().unwrap_or(""))
+                        )),
+                        _ => eprintln!(
+                            "baton: reply not sent: {}: {}",
+                            escape(st),
+                            escape(reply["reason"].as_str().unwrap_or(""))
+                        ),
+                    }
+                }
+            }
             "requeued" | "discarded" => emit(&format!(
                 "{status} {}\n",
                 escape(r["message_id"].as_str().unwrap_or(""))

@@ -162,11 +162,15 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "inbox",
-        usage: "baton inbox list|claim [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
+        usage: "baton inbox list|claim [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--reply TEXT] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
         summary: "see queued tasks, claim the next one, complete it; requeue or discard interrupted ones",
         opts: &[
             JSON,
             value("outcome", "done (default) or failed, for complete"),
+            value(
+                "reply",
+                "for complete: send TEXT back to the task's sender as a reply",
+            ),
             HELP,
         ],
         run: inbox::run,
