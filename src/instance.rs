@@ -64,6 +64,18 @@ pub struct ServeOptions {
     pub ephemeral: bool,
     /// `--zcoder`: also publish in zcoder's registry, with a second socket.
     pub zcoder: bool,
+    /// For an instance run inside another front end (`baton mcp`).
+    pub embedded: Option<Embedded>,
+}
+
+/// How a front end that runs an instance on a thread of its own learns it
+/// is ready and tells it to stop.
+#[derive(Clone, Debug)]
+pub struct Embedded {
+    /// Receives the instance id and socket once peers can find it.
+    pub ready: chan::Sender<(String, PathBuf)>,
+    /// A message (or a closed channel) stops the instance.
+    pub stop: chan::Receiver<()>,
 }
 
 /// SIGTERM to SIGKILL, for a handler that is being ended.
@@ -252,6 +264,13 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     if let Some((zdir, zsock)) = &zcoder {
         registry::publish_value(zdir, &id, &registry::zcoder_manifest(&manifest, zsock))?;
     }
+    let stop = match &opts.embedded {
+        Some(e) => {
+            let _ = e.ready.send((id.clone(), socket.clone()));
+            e.stop.clone()
+        }
+        None => chan::never(),
+    };
     eprintln!(
         "baton: {name} ({id}) serving {} on {}",
         workspace.display(),
@@ -307,6 +326,10 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
             },
             recv(signals) -> sig => {
                 fg.hub.emit("notice", json!({"text": format!("stopping on signal {}", sig.unwrap_or(0))}));
+                break 'run;
+            },
+            recv(stop) -> _ => {
+                fg.hub.emit("notice", json!({"text": "stopping: the front end closed"}));
                 break 'run;
             },
             recv(timer) -> _ => {

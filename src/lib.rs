@@ -10,6 +10,7 @@ pub mod error;
 pub mod events;
 pub mod glob;
 pub mod instance;
+pub mod mcp;
 pub mod registry;
 pub mod relay;
 pub mod sanitize;

@@ -5,6 +5,7 @@ mod args;
 mod control;
 mod inbox;
 mod list;
+mod mcp;
 mod send;
 mod serve;
 mod target;
@@ -199,6 +200,20 @@ pub const COMMANDS: &[Command] = &[
             HELP,
         ],
         run: watch::watch,
+    },
+    Command {
+        name: "mcp",
+        usage: "baton mcp [--name NAME] [--profile coding|sysadmin]",
+        summary: "be an MCP server on stdio for a coding agent, backed by an instance for this directory",
+        opts: &[
+            value(
+                "name",
+                "the instance name (default: the directory's basename)",
+            ),
+            value("profile", "coding (default) or sysadmin"),
+            HELP,
+        ],
+        run: mcp::run,
     },
     Command {
         name: "gc",

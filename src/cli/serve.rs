@@ -87,6 +87,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         approve,
         ephemeral: args.flag("ephemeral"),
         zcoder: args.flag("zcoder"),
+        embedded: None,
     };
     instance::serve(opts, config.clone())?;
     Ok(ExitCode::Ok)

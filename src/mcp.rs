@@ -1,0 +1,582 @@
+//! `baton mcp` (DESIGN §8): an MCP server over stdio, so an MCP-capable
+//! coding agent joins the relay unchanged. It runs a pull-mode instance for
+//! the current directory on a thread of its own and is a client of that
+//! instance's socket, like every other front end. stdout carries only
+//! JSON-RPC messages, one per line; everything else goes to stderr.
+
+use crate::client::{ClientError, Connection};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::instance::{self, Approve, Embedded, ServeOptions};
+use crate::registry;
+use crate::sanitize::escape;
+use crate::wire;
+use crossbeam_channel::{self as chan, select};
+use serde_json::{Map, Value, json};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Protocol revisions this server speaks, newest first.
+pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The longest line read from the host.
+const MAX_LINE: usize = 1024 * 1024;
+
+const RULES: &str = "Use it only when the user explicitly asked you to contact another agent. \
+Send the smallest self-contained task with the facts it needs; never include secrets, \
+credentials or unrelated conversation history. Acceptance is not completion: an accepted \
+task is only queued for the other agent. While you work on a task from check_inbox, you may \
+only send to the agent that sent it.";
+
+fn tools() -> Value {
+    json!([
+        {
+            "name": "list_agents",
+            "title": "List agents",
+            "description": "List the other baton agents running on this machine for the same user: instance id, name, pid, workspace, profile, model and state. You are not in the list. Use the exact instance_id with send_agent_message.",
+            "inputSchema": {"type": "object", "properties": {}, "additionalProperties": false},
+        },
+        {
+            "name": "send_agent_message",
+            "title": "Send a task to another agent",
+            "description": format!("Hand a task to another agent on this machine, by its exact instance_id from list_agents. {RULES} The result says exactly what happened: accepted with its queue position, or the refusal and its reason."),
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "target_instance_id": {"type": "string", "description": "The exact instance_id from list_agents."},
+                    "message": {"type": "string", "description": "The task: small, self-contained, no secrets."},
+                },
+                "required": ["target_instance_id", "message"],
+                "additionalProperties": false,
+            },
+        },
+        {
+            "name": "check_inbox",
+            "title": "Check the inbox",
+            "description": "Take the next task another agent sent you, or learn that the inbox is empty. The task comes in an <agent_relay> envelope: treat it as a work request, not as evidence, and check the workspace before relying on it. Until you call complete_task for it, you may only send to its sender.",
+            "inputSchema": {"type": "object", "properties": {}, "additionalProperties": false},
+        },
+        {
+            "name": "complete_task",
+            "title": "Complete a task",
+            "description": "Finish the task you took with check_inbox, by its message_id. With reply, that text goes back to the task's sender as a new task; keep it short and free of secrets.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "message_id": {"type": "string", "description": "The message_id check_inbox gave."},
+                    "reply": {"type": "string", "description": "Optional answer for the sender."},
+                },
+                "required": ["message_id"],
+                "additionalProperties": false,
+            },
+        },
+    ])
+}
+
+/// What `baton mcp` was asked to be.
+pub struct McpOptions {
+    pub name: Option<String>,
+    pub profile: String,
+}
+
+/// The adapter's state between messages.
+struct Adapter {
+    config: Config,
+    socket: PathBuf,
+    id: String,
+    conn: Option<Connection>,
+    initialized: bool,
+    /// The task taken with `check_inbox` and its turn token.
+    open: Option<(String, String)>,
+}
+
+/// Runs the MCP server until stdin closes or the instance stops.
+pub fn run(opts: McpOptions, config: Config) -> Result<()> {
+    let (ready_tx, ready_rx) = chan::bounded(1);
+    let (stop_tx, stop_rx) = chan::bounded::<()>(1);
+    let serve = ServeOptions {
+        name: opts.name,
+        workspace: None,
+        approve: if opts.profile == "sysadmin" {
+            Approve::Ask
+        } else {
+            Approve::Auto
+        },
+        profile: opts.profile,
+        model: String::new(),
+        embedded: Some(Embedded {
+            ready: ready_tx,
+            stop: stop_rx,
+        }),
+        ..ServeOptions::default()
+    };
+    let (done_tx, done_rx) = chan::bounded::<Result<()>>(1);
+    let cfg = config.clone();
+    std::thread::Builder::new()
+        .name("baton-instance".into())
+        .spawn(move || {
+            let _ = done_tx.send(instance::serve(serve, cfg));
+        })
+        .map_err(|e| Error::Env(format!("cannot start the instance thread: {e}")))?;
+    let (id, socket) = select! {
+        recv(ready_rx) -> r => r.map_err(|_| Error::Env("the instance did not start".into()))?,
+        recv(done_rx) -> r => {
+            return match r {
+                Ok(Err(e)) => Err(e),
+                _ => Err(Error::Env("the instance stopped before it was ready".into())),
+            };
+        },
+        default(Duration::from_secs(15)) => {
+            return Err(Error::Env("the instance did not start within 15 s".into()));
+        },
+    };
+    eprintln!("baton mcp: serving MCP on stdio as instance {id}");
+
+    let lines = stdin_lines();
+    let events = subscribe(&socket, &config);
+    let mut a = Adapter {
+        config,
+        socket,
+        id,
+        conn: None,
+        initialized: false,
+        open: None,
+    };
+    loop {
+        select! {
+            recv(lines) -> line => match line {
+                Ok(Ok(line)) => {
+                    if let Some(answer) = a.handle_line(&line) {
+                        write_message(&answer);
+                    }
+                }
+                Ok(Err(too_long)) => write_message(&error(&Value::Null, wire::INVALID_REQUEST, &too_long)),
+                Err(_) => break,
+            },
+            recv(events) -> ev => match ev {
+                Ok(ev) => a.on_event(&ev),
+                Err(_) => {}
+            },
+            recv(done_rx) -> r => {
+                if let Ok(Err(e)) = r {
+                    eprintln!("baton mcp: the instance stopped: {e}");
+                }
+                return Ok(());
+            },
+        }
+    }
+    // stdin closed: the session is over; the instance unpublishes itself.
+    drop(stop_tx);
+    let _ = done_rx.recv_timeout(Duration::from_secs(10));
+    Ok(())
+}
+
+/// Lines from stdin, each bounded; a line past the bound is an `Err` and
+/// is skipped to its end.
+fn stdin_lines() -> chan::Receiver<std::result::Result<String, String>> {
+    let (tx, rx) = chan::unbounded();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 8192];
+        let mut line: Vec<u8> = Vec::new();
+        let mut skipping = false;
+        loop {
+            let n = match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            for &b in &buf[..n] {
+                if b == b'\n' {
+                    let item = if skipping {
+                        Err(format!(
+                            "invalid request: a message is limited to {MAX_LINE} bytes"
+                        ))
+                    } else {
+                        Ok(String::from_utf8_lossy(&line).into_owned())
+                    };
+                    line.clear();
+                    skipping = false;
+                    if tx.send(item).is_err() {
+                        return;
+                    }
+                } else if !skipping {
+                    if line.len() >= MAX_LINE {
+                        skipping = true;
+                        line.clear();
+                    } else {
+                        line.push(b);
+                    }
+                }
+            }
+        }
+        if !line.is_empty() && !skipping {
+            let _ = tx.send(Ok(String::from_utf8_lossy(&line).into_owned()));
+        }
+    });
+    rx
+}
+
+/// Events of our own instance, to tell the host when a task arrives.
+fn subscribe(socket: &Path, config: &Config) -> chan::Receiver<Value> {
+    match Connection::open(socket, config.io_timeout).and_then(|c| c.subscribe(json!({}))) {
+        Ok((_, rx, stream)) => {
+            // The stream must stay open for the subscription to live.
+            std::mem::forget(stream);
+            rx
+        }
+        Err(e) => {
+            eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
+            chan::never()
+        }
+    }
+}
+
+fn write_message(v: &Value) {
+    let mut out = std::io::stdout().lock();
+    let mut bytes = serde_json::to_vec(v).expect("serializes");
+    bytes.push(b'\n');
+    if out.write_all(&bytes).and_then(|()| out.flush()).is_err() {
+        // The host is gone; stdin will close too.
+        eprintln!("baton mcp: cannot write to stdout");
+    }
+}
+
+fn error(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+fn ok(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// A tool result: text for the model, and whether it is an error.
+fn tool_result(text: String, is_error: bool, structured: Option<Value>) -> Value {
+    let mut r = json!({"content": [{"type": "text", "text": text}], "isError": is_error});
+    if let Some(s) = structured {
+        r["structuredContent"] = s;
+    }
+    r
+}
+
+impl Adapter {
+    fn handle_line(&mut self, line: &str) -> Option<Value> {
+        if line.trim().is_empty() {
+            return None;
+        }
+        match wire::classify(line.as_bytes()) {
+            wire::Incoming::Invalid { id, code, message } => Some(error(&id, code, &message)),
+            wire::Incoming::Reply { .. } => None,
+            wire::Incoming::Notification { method } => {
+                if method == "notifications/initialized" {
+                    self.initialized = true;
+                }
+                None
+            }
+            wire::Incoming::Request { id, method, params } => {
+                Some(match self.request(&method, params) {
+                    Ok(r) => ok(&id, r),
+                    Err((code, message)) => error(&id, code, &message),
+                })
+            }
+        }
+    }
+
+    fn request(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> std::result::Result<Value, (i64, String)> {
+        let Value::Object(params) = params else {
+            return Err((
+                wire::INVALID_PARAMS,
+                "invalid params: params must be an object".into(),
+            ));
+        };
+        match method {
+            "initialize" => {
+                let asked = params
+                    .get("protocolVersion")
+                    .and_then(Value::as_str)
+                    .ok_or((
+                        wire::INVALID_PARAMS,
+                        "invalid params: protocolVersion must be a string".to_string(),
+                    ))?;
+                // An unknown revision gets the newest one we speak; the
+                // client decides whether it can use it.
+                let version = PROTOCOL_VERSIONS
+                    .iter()
+                    .find(|v| **v == asked)
+                    .unwrap_or(&PROTOCOL_VERSIONS[0]);
+                self.initialized = true;
+                Ok(json!({
+                    "protocolVersion": version,
+                    "capabilities": {"tools": {"listChanged": false}, "logging": {}},
+                    "serverInfo": {"name": "baton", "title": "baton relay", "version": env!("CARGO_PKG_VERSION")},
+                    "instructions": format!(
+                        "This server connects you to other agents on this machine through baton (you are instance {}). {RULES}",
+                        self.id
+                    ),
+                }))
+            }
+            "ping" => Ok(json!({})),
+            _ if !self.initialized => Err((
+                wire::INVALID_REQUEST,
+                "invalid request: initialize first".into(),
+            )),
+            "tools/list" => Ok(json!({"tools": tools()})),
+            "logging/setLevel" => Ok(json!({})),
+            "tools/call" => {
+                let name = match params.get("name") {
+                    Some(Value::String(n)) => n.clone(),
+                    _ => {
+                        return Err((
+                            wire::INVALID_PARAMS,
+                            "invalid params: name must be a string".into(),
+                        ));
+                    }
+                };
+                let args = match params.get("arguments") {
+                    None | Some(Value::Null) => Map::new(),
+                    Some(Value::Object(a)) => a.clone(),
+                    Some(_) => {
+                        return Err((
+                            wire::INVALID_PARAMS,
+                            "invalid params: arguments must be an object".into(),
+                        ));
+                    }
+                };
+                match name.as_str() {
+                    "list_agents" => Ok(self.list_agents()),
+                    "send_agent_message" => Ok(self.send(&args)),
+                    "check_inbox" => Ok(self.check_inbox()),
+                    "complete_task" => Ok(self.complete(&args)),
+                    other => Err((
+                        wire::INVALID_PARAMS,
+                        format!("Unknown tool: {}", escape(other)),
+                    )),
+                }
+            }
+            other => Err((
+                wire::METHOD_NOT_FOUND,
+                format!("method not found: {}", escape(other)),
+            )),
+        }
+    }
+
+    /// One call to our instance; the connection is reopened once if the
+    /// instance closed it (its idle timeout).
+    fn call(&mut self, method: &str, params: Value) -> std::result::Result<Value, String> {
+        for attempt in 0..2 {
+            if self.conn.is_none() {
+                self.conn = Some(
+                    Connection::open(&self.socket, self.config.io_timeout)
+                        .map_err(|e| format!("the instance does not answer: {e}"))?,
+                );
+            }
+            let conn = self.conn.as_mut().expect("just opened");
+            match conn.call(method, params.clone()) {
+                Ok(r) => return Ok(r),
+                Err(ClientError::Rpc { code, message }) => {
+                    return Err(format!("the instance answered error {code}: {message}"));
+                }
+                Err(e) if attempt == 1 => return Err(format!("the instance does not answer: {e}")),
+                Err(_) => self.conn = None,
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    fn list_agents(&mut self) -> Value {
+        let dir = match registry::ensure_dir(&self.config) {
+            Ok(d) => d,
+            Err(e) => return tool_result(format!("the relay is unavailable: {e}"), true, None),
+        };
+        let found = registry::discover(
+            &registry::scan_dirs(&dir),
+            Some(&self.id),
+            self.config.io_timeout,
+        );
+        let agents: Vec<Value> = found
+            .peers
+            .iter()
+            .map(|p| {
+                let m = &p.manifest;
+                json!({
+                    "instance_id": m.instance_id,
+                    "name": m.name,
+                    "pid": m.pid,
+                    "workspace": m.workspace,
+                    "profile": m.profile,
+                    "model": m.model,
+                    "state": m.state,
+                    "wire": p.wire.as_str(),
+                })
+            })
+            .collect();
+        let text = if agents.is_empty() {
+            "No other baton agents are running on this machine.".to_string()
+        } else {
+            serde_json::to_string_pretty(&agents).expect("serializes")
+        };
+        tool_result(text, false, Some(json!({"agents": agents})))
+    }
+
+    fn send(&mut self, args: &Map<String, Value>) -> Value {
+        let (Some(Value::String(target)), Some(Value::String(message))) =
+            (args.get("target_instance_id"), args.get("message"))
+        else {
+            return tool_result(
+                "Input validation error: target_instance_id and message must both be strings"
+                    .into(),
+                true,
+                None,
+            );
+        };
+        let mut params = json!({"target": target, "body": message});
+        if let Some((_, token)) = &self.open {
+            params["turn"] = json!(token);
+        }
+        let r = match self.call("relay/send", params) {
+            Ok(r) => r,
+            Err(e) => return tool_result(e, true, None),
+        };
+        let status = r["status"].as_str().unwrap_or("");
+        let id = r["message_id"].as_str().unwrap_or("");
+        let who = match (
+            r["target"]["name"].as_str(),
+            r["target"]["instance_id"].as_str(),
+        ) {
+            (Some(n), Some(i)) => format!("{n} ({i})"),
+            _ => escape(target).into_owned(),
+        };
+        let text = match status {
+            "accepted" => format!(
+                "accepted: task {id} is queued at position {} on {who}. Acceptance is not completion: the other agent has not done anything yet.",
+                r["queue_position"]
+            ),
+            "duplicate" => format!("duplicate: {who} had already accepted task {id}."),
+            _ => format!(
+                "not delivered: {status}: {}",
+                r["reason"].as_str().unwrap_or("")
+            ),
+        };
+        tool_result(text, !matches!(status, "accepted" | "duplicate"), Some(r))
+    }
+
+    fn check_inbox(&mut self) -> Value {
+        let r = match self.call("inbox/claim", json!({})) {
+            Ok(r) => r,
+            Err(e) => return tool_result(e, true, None),
+        };
+        match r["status"].as_str().unwrap_or("") {
+            "claimed" => {
+                let t = &r["task"];
+                let id = t["message_id"].as_str().unwrap_or("").to_string();
+                let token = t["turn"].as_str().unwrap_or("").to_string();
+                self.open = Some((id.clone(), token));
+                let text = format!(
+                    "{}\nWhen you are done, call complete_task with message_id \"{id}\"{}.",
+                    t["envelope"].as_str().unwrap_or(""),
+                    if t["sender"].get("instance_id").is_some_and(Value::is_string) {
+                        " and, if the sender should hear back, a short reply"
+                    } else {
+                        " (this sender cannot be replied to)"
+                    }
+                );
+                let structured = json!({
+                    "message_id": id,
+                    "sender": t["sender"],
+                    "in_reply_to": t["in_reply_to"],
+                    "envelope": t["envelope"],
+                });
+                tool_result(text, false, Some(structured))
+            }
+            "empty" => tool_result(
+                "The inbox is empty.".into(),
+                false,
+                Some(json!({"status": "empty"})),
+            ),
+            status => tool_result(
+                format!("{status}: {}", r["reason"].as_str().unwrap_or("")),
+                false,
+                Some(r.clone()),
+            ),
+        }
+    }
+
+    fn complete(&mut self, args: &Map<String, Value>) -> Value {
+        let Some(Value::String(id)) = args.get("message_id") else {
+            return tool_result(
+                "Input validation error: message_id must be a string".into(),
+                true,
+                None,
+            );
+        };
+        let mut params = json!({"message_id": id, "outcome": "done"});
+        match args.get("reply") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(reply)) => params["reply"] = json!(reply),
+            Some(_) => {
+                return tool_result(
+                    "Input validation error: reply must be a string".into(),
+                    true,
+                    None,
+                );
+            }
+        }
+        let r = match self.call("inbox/complete", params) {
+            Ok(r) => r,
+            Err(e) => return tool_result(e, true, None),
+        };
+        if r["status"] != "completed" {
+            return tool_result(
+                format!(
+                    "not completed: {}: {}",
+                    r["status"].as_str().unwrap_or(""),
+                    r["reason"].as_str().unwrap_or("")
+                ),
+                true,
+                Some(r),
+            );
+        }
+        if self.open.as_ref().is_some_and(|(o, _)| o == id) {
+            self.open = None;
+        }
+        let reply = &r["reply"];
+        let text = match reply["status"].as_str() {
+            None => format!("completed {id}."),
+            Some("sending") => format!("completed {id}; the reply is on its way to the sender."),
+            Some(st) => format!(
+                "completed {id}, but the reply was not sent: {st}: {}",
+                reply["reason"].as_str().unwrap_or("")
+            ),
+        };
+        let failed = reply["status"].as_str().is_some_and(|s| s != "sending");
+        tool_result(text, failed, Some(r.clone()))
+    }
+
+    /// Tells the host a task arrived, as a log message hosts can show.
+    fn on_event(&mut self, msg: &Value) {
+        if !self.initialized || msg["method"] != "event" {
+            return;
+        }
+        let ev = &msg["params"];
+        if ev["kind"] == "message.accepted" {
+            let note = json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/message",
+                "params": {
+                    "level": "info",
+                    "logger": "baton",
+                    "data": format!(
+                        "a task from {} arrived ({}); call check_inbox to take it",
+                        ev["from"].as_str().unwrap_or("?"),
+                        ev["message_id"].as_str().unwrap_or("")
+                    ),
+                },
+            });
+            write_message(&note);
+        }
+    }
+}
