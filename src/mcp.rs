@@ -154,9 +154,10 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
                 Ok(Err(too_long)) => write_message(&error(&Value::Null, wire::INVALID_REQUEST, &too_long)),
                 Err(_) => break,
             },
-            recv(events) -> ev => match ev {
-                Ok(ev) => a.on_event(&ev),
-                Err(_) => {}
+            recv(events) -> ev => {
+                if let Ok(ev) = ev {
+                    a.on_event(&ev);
+                }
             },
             recv(done_rx) -> r => {
                 if let Ok(Err(e)) = r {
