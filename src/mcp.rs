@@ -134,7 +134,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
     eprintln!("baton mcp: serving MCP on stdio as instance {id}");
 
     let lines = stdin_lines();
-    let events = subscribe(&socket, &config);
+    let mut events = subscribe(&socket, &config);
     let mut a = Adapter {
         config,
         socket,
@@ -154,10 +154,11 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
                 Ok(Err(too_long)) => write_message(&error(&Value::Null, wire::INVALID_REQUEST, &too_long)),
                 Err(_) => break,
             },
-            recv(events) -> ev => {
-                if let Ok(ev) = ev {
-                    a.on_event(&ev);
-                }
+            recv(events) -> ev => match ev {
+                Ok(ev) => a.on_event(&ev),
+                // The stream ended (the instance is stopping): stop
+                // selecting on a closed channel, which would spin.
+                Err(_) => events = chan::never(),
             },
             recv(done_rx) -> r => {
                 if let Ok(Err(e)) = r {
