@@ -78,6 +78,14 @@ pub struct Embedded {
     pub stop: chan::Receiver<()>,
 }
 
+/// How the operator's own input is named as a sender: not a valid instance
+/// name, so no peer can claim it.
+pub const LOCAL: &str = "(local)";
+
+fn is_local(s: &spool::Sender) -> bool {
+    s.instance_id.is_none() && s.name.as_deref() == Some(LOCAL)
+}
+
 /// SIGTERM to SIGKILL, for a handler that is being ended.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
 /// After the handler exited, how long its output may take to drain (a
@@ -620,11 +628,20 @@ impl Foreground {
                 pid,
                 queue_position,
                 mode,
+                body,
+                sender_id,
+                workspace,
             } => {
+                let kind = if from == LOCAL {
+                    "local.input"
+                } else {
+                    "message.accepted"
+                };
                 self.hub.emit(
-                    "message.accepted",
+                    kind,
                     json!({"message_id": message_id, "from": from, "pid": pid,
-                           "queue_position": queue_position, "mode": mode}),
+                           "queue_position": queue_position, "mode": mode, "body": body,
+                           "sender_id": sender_id, "workspace": workspace}),
                 );
             }
             Event::Refused {
@@ -713,6 +730,7 @@ impl Foreground {
             "inbox/requeue" | "inbox/discard" => self.interrupted(method, params),
             "approval/respond" => self.approval_respond(params),
             "turn/cancel" => self.cancel(params),
+            "turn/local" => self.local(params),
             _ => Err(RpcError::new(
                 crate::wire::METHOD_NOT_FOUND,
                 format!("method not found: {method}"),
@@ -771,6 +789,10 @@ impl Foreground {
     /// approval (asked for once), or it was refused and ended.
     fn gate(&mut self, task: &spool::Summary) -> Gate {
         let id = &task.message_id;
+        if is_local(&task.sender) {
+            // The operator typed it: there is no one else to ask.
+            return Gate::Go;
+        }
         match self.opts.approve {
             Approve::Auto => Gate::Go,
             Approve::Ask if self.approved.contains(id) => Gate::Go,
@@ -922,6 +944,7 @@ impl Foreground {
                 task.sender.instance_id.clone().unwrap_or_default(),
             ),
             ("BATON_SENDER_NAME", turn::display_name(&task.sender)),
+            // Only an instance id is a sender one can reply to.
         ]
     }
 
@@ -932,7 +955,11 @@ impl Foreground {
         let spec = turn::ExecSpec {
             command: &command,
             workspace: &self.workspace,
-            envelope: turn::envelope(&task, reply_possible),
+            envelope: if is_local(&task.sender) {
+                format!("{}\n", task.body)
+            } else {
+                turn::envelope(&task, reply_possible)
+            },
             env: self.turn_env(&task, &token),
             token: token.clone(),
             capture: self
@@ -1214,6 +1241,7 @@ impl Foreground {
             },
             None => None,
         };
+        let task = task.filter(|t| !is_local(&t.sender));
         let Some(task) = task else {
             // A local turn (the operator, a script with BATON_SOCKET): any
             // target, hop 0.
@@ -1498,6 +1526,64 @@ impl Foreground {
             _ => "no turn is running".to_string(),
         };
         Ok(json!({"status": "invalid", "message_id": want, "reason": reason}))
+    }
+
+    /// `turn/local`: a line the operator typed. With `--exec` it becomes a
+    /// task of its own, queued like any other; otherwise it is only noted.
+    fn local(&mut self, params: &Map<String, Value>) -> std::result::Result<Value, RpcError> {
+        let text = str_param(params, "text")?;
+        if text.trim().is_empty() {
+            return Ok(json!({"status": "invalid", "reason": server::reason::EMPTY_BODY}));
+        }
+        if self.opts.exec.is_none() {
+            self.hub.emit(
+                "local.input",
+                json!({"from": LOCAL, "body": text, "noted": true}),
+            );
+            return Ok(json!({"status": "noted",
+                             "reason": "this instance has no --exec handler: the line is noted in the transcript"}));
+        }
+        let id = self.new_message_id();
+        let sender = spool::Sender {
+            name: Some(LOCAL.into()),
+            pid: Some(std::process::id()),
+            ..spool::Sender::default()
+        };
+        let task = spool::new_task(&id, &text, sender, 0, None, "queue", None, "local");
+        let limits = spool::Limits {
+            max_queue: self.shared.config.max_queue,
+            max_inflight: 0,
+        };
+        let events = self.events_tx.clone();
+        let (body, mid) = (text.clone(), id.clone());
+        let r = self.shared.spool.admit(
+            task,
+            limits,
+            || false,
+            |queue_position| {
+                let _ = events.send(Event::Accepted {
+                    message_id: mid,
+                    from: LOCAL.into(),
+                    pid: Some(std::process::id()),
+                    queue_position,
+                    mode: "queue".into(),
+                    body,
+                    sender_id: None,
+                    workspace: None,
+                });
+            },
+        );
+        Ok(match r {
+            Ok(spool::Admission::Accepted { queue_position }) => {
+                json!({"status": "accepted", "message_id": id, "queue_position": queue_position})
+            }
+            Ok(spool::Admission::Full { limit }) => json!({"status": "full", "message_id": id,
+                "reason": format!("the queue is full: {limit} tasks waiting or running (BATON_MAX_QUEUE)")}),
+            Ok(other) => {
+                json!({"status": "invalid", "message_id": id, "reason": format!("{other:?}")})
+            }
+            Err(e) => json!({"status": "error", "message_id": id, "reason": e.to_string()}),
+        })
     }
 
     /// At shutdown: the running handler is ended; its task stays in

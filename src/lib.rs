@@ -17,5 +17,6 @@ pub mod sanitize;
 pub mod server;
 pub mod spool;
 pub mod sys;
+pub mod tui;
 pub mod turn;
 pub mod wire;

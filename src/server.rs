@@ -76,6 +76,10 @@ pub enum Event {
         pid: Option<u32>,
         queue_position: usize,
         mode: String,
+        /// What the operator's view shows of the task.
+        body: String,
+        sender_id: Option<String>,
+        workspace: Option<String>,
     },
     Refused {
         message_id: String,
@@ -168,6 +172,7 @@ pub const METHODS: &[&str] = &[
     "events/subscribe",
     "approval/respond",
     "turn/cancel",
+    "turn/local",
 ];
 
 /// Methods the foreground answers.
@@ -183,6 +188,7 @@ const FOREGROUND: &[&str] = &[
     "relay/send",
     "approval/respond",
     "turn/cancel",
+    "turn/local",
 ];
 
 impl Shared {
@@ -1000,6 +1006,10 @@ fn check_and_admit(
     };
     let sender_id = task.sender.instance_id.clone().unwrap_or_default();
     let from = crate::turn::display_name(&task.sender);
+    let (claimed_id, workspace) = (
+        task.sender.instance_id.clone(),
+        task.sender.workspace.clone(),
+    );
     let announce = |queue_position| {
         let _ = shared.events.send(Event::Accepted {
             message_id: req.message_id.clone(),
@@ -1007,6 +1017,9 @@ fn check_and_admit(
             pid: peer_pid,
             queue_position,
             mode: req.mode.clone(),
+            body: req.body.clone(),
+            sender_id: claimed_id,
+            workspace,
         });
     };
     let mut outcome = match shared.spool.admit(

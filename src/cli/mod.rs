@@ -2,6 +2,7 @@
 //! file with a `run`, and the one place where errors become exit codes.
 
 mod args;
+mod attach;
 mod control;
 mod inbox;
 mod list;
@@ -13,6 +14,7 @@ mod watch;
 
 pub use args::Opt;
 use args::{Args, switch, value};
+pub use list::table;
 
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
@@ -96,6 +98,13 @@ pub const COMMANDS: &[Command] = &[
             HELP,
         ],
         run: serve::run,
+    },
+    Command {
+        name: "attach",
+        usage: "baton attach [TARGET]",
+        summary: "open the interactive view on a running instance",
+        opts: &[HELP],
+        run: attach::run,
     },
     Command {
         name: "list",
@@ -234,7 +243,8 @@ pub const COMMANDS: &[Command] = &[
 fn overview() -> String {
     let mut s = String::from(
         "baton: hand tasks between agent processes on this host\n\n\
-         usage: baton COMMAND [ARGS]\n\ncommands:\n",
+         usage: baton [serve options]    an instance for this directory, with its view\n\
+         \x20      baton COMMAND [ARGS]\n\ncommands:\n",
     );
     for c in COMMANDS {
         s.push_str(&format!("  {:<8} {}\n", c.name, c.summary));
@@ -323,13 +333,19 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         }
         _ => {}
     }
-    // `baton [serve options]` opens an instance for the current directory.
-    let (cmd, rest) = if argv.is_empty() || first.starts_with('-') {
-        eprintln!(
-            "baton: the interactive view is not part of this version; serving this directory in the foreground (Ctrl-C stops)"
-        );
-        (&COMMANDS[0], argv)
-    } else {
+    // `baton [serve options]` opens an instance for the current directory
+    // and the interactive view on it.
+    if argv.is_empty() || first.starts_with('-') {
+        let cmd = &COMMANDS[0];
+        let args = args::parse("baton", argv, cmd.opts)?;
+        if args.flag("help") {
+            emit(&overview());
+            return Ok(ExitCode::Ok);
+        }
+        let config = Config::from_env()?;
+        return serve::interactive(&args, &config);
+    }
+    let (cmd, rest) = {
         match COMMANDS.iter().find(|c| c.name == first) {
             Some(c) => (c, &argv[1..]),
             None => {

@@ -9,6 +9,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
+    instance::serve(options(args)?, config.clone())?;
+    Ok(ExitCode::Ok)
+}
+
+/// `baton` with no command: the same options, and the interactive view.
+pub fn interactive(args: &Args, config: &Config) -> Result<ExitCode> {
+    crate::tui::interactive(options(args)?, config.clone())?;
+    Ok(ExitCode::Ok)
+}
+
+/// The instance `serve`'s options describe.
+pub fn options(args: &Args) -> Result<ServeOptions> {
     super::at_most(args, "serve", 0)?;
     let profile = args.value("profile").unwrap_or("coding");
     if !matches!(profile, "coding" | "sysadmin") {
@@ -89,6 +101,5 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         zcoder: args.flag("zcoder"),
         embedded: None,
     };
-    instance::serve(opts, config.clone())?;
-    Ok(ExitCode::Ok)
+    Ok(opts)
 }

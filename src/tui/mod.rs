@@ -1,0 +1,617 @@
+//! The operator's terminal (DESIGN §8): `baton` with no command runs an
+//! instance for the current directory and opens the view on it; `baton
+//! attach TARGET` opens the same view on a running instance. In both cases
+//! the view is a client of the instance's socket (events, control,
+//! approvals, relay/send), so there is one view code path.
+
+pub mod term;
+pub mod view;
+
+use crate::client::Connection;
+use crate::config::{Config, Relay};
+use crate::error::{Error, Result};
+use crate::instance::{self, Embedded, ServeOptions};
+use crate::registry;
+use crate::sanitize::escape;
+use crossbeam_channel::{self as chan, select};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::Duration;
+use term::{Terminal, Tty};
+use view::{Role, View};
+
+const HELP: &str = "commands:
+  /list-agents            the other live instances
+  /agents                 this instance's relay status
+  /agents pause|resume    refuse new tasks / accept them again
+  /send TARGET MESSAGE    hand a task to another instance (id or name)
+  /approve [ID] /deny [ID]  answer a task waiting for approval (also y / n)
+  /inbox                  queued and interrupted tasks
+  /requeue ID /discard ID   an interrupted task
+  /help /quit
+a line without a slash is a local turn; Esc cancels the running turn;
+PgUp/PgDn scroll";
+
+/// `baton` with no command: an instance for this directory and its view.
+/// Without a terminal it serves in the foreground instead.
+pub fn interactive(opts: ServeOptions, config: Config) -> Result<()> {
+    if !termion::is_tty(&std::io::stdout()) || !termion::is_tty(&std::io::stdin()) {
+        eprintln!(
+            "baton: not a terminal, so no interactive view; serving this directory in the foreground (Ctrl-C stops)"
+        );
+        return instance::serve(opts, config);
+    }
+    let mut warning = None;
+    let mut running = None;
+    if config.relay == Relay::Off {
+        warning = Some("BATON_RELAY=off: the relay is off; this is a local console".to_string());
+    } else {
+        match start_instance(opts, &config) {
+            Ok(r) => running = Some(r),
+            Err(e) => {
+                warning = Some(format!(
+                    "the relay is unavailable ({e}); this is a local console"
+                ))
+            }
+        }
+    }
+    let socket = running.as_ref().map(|r: &Running| r.socket.clone());
+    let id = running.as_ref().map(|r| r.id.clone()).unwrap_or_default();
+    let result = run_view(socket, id, warning, &config);
+    if let Some(r) = running {
+        drop(r.stop);
+        let _ = r.done.recv_timeout(Duration::from_secs(10));
+    }
+    result
+}
+
+/// `baton attach TARGET`: the view on a running instance.
+pub fn attach(socket: PathBuf, id: String, config: &Config) -> Result<()> {
+    if !termion::is_tty(&std::io::stdout()) {
+        return Err(Error::Usage("attach: the view needs a terminal".into()));
+    }
+    run_view(Some(socket), id, None, config)
+}
+
+struct Running {
+    socket: PathBuf,
+    id: String,
+    stop: chan::Sender<()>,
+    done: chan::Receiver<Result<()>>,
+}
+
+fn start_instance(mut opts: ServeOptions, config: &Config) -> Result<Running> {
+    let (ready_tx, ready_rx) = chan::bounded(1);
+    let (stop, stop_rx) = chan::bounded::<()>(1);
+    opts.embedded = Some(Embedded {
+        ready: ready_tx,
+        stop: stop_rx,
+    });
+    let (done_tx, done) = chan::bounded(1);
+    let cfg = config.clone();
+    std::thread::Builder::new()
+        .name("baton-instance".into())
+        .spawn(move || {
+            let _ = done_tx.send(instance::serve(opts, cfg));
+        })
+        .map_err(|e| Error::Env(format!("cannot start the instance thread: {e}")))?;
+    select! {
+        recv(ready_rx) -> r => {
+            let (id, socket) = r.map_err(|_| Error::Env("the instance did not start".into()))?;
+            Ok(Running { socket, id, stop, done })
+        },
+        recv(done) -> r => Err(match r {
+            Ok(Err(e)) => e,
+            _ => Error::Env("the instance stopped before it was ready".into()),
+        }),
+        default(Duration::from_secs(15)) => Err(Error::Env("the instance did not start within 15 s".into())),
+    }
+}
+
+/// What the view's loop waits for.
+enum Input {
+    Key(termion::event::Key),
+    Signal(i32),
+}
+
+fn key_channel() -> chan::Receiver<Input> {
+    let (tx, rx) = chan::unbounded();
+    std::thread::spawn(move || {
+        use termion::input::TermRead;
+        for key in std::io::stdin().keys() {
+            match key {
+                Ok(k) => {
+                    if tx.send(Input::Key(k)).is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+    });
+    rx
+}
+
+fn signal_channel() -> Result<chan::Receiver<Input>> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
+    let mut signals = signal_hook::iterator::Signals::new([SIGWINCH, SIGTERM, SIGHUP, SIGINT])
+        .map_err(|e| Error::Env(format!("cannot install signal handlers: {e}")))?;
+    let (tx, rx) = chan::unbounded();
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if tx.send(Input::Signal(sig)).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// The view's connection to its instance, reopened once if it was closed.
+struct Control {
+    socket: Option<PathBuf>,
+    id: String,
+    config: Config,
+    conn: Option<Connection>,
+}
+
+impl Control {
+    fn call(&mut self, method: &str, params: Value) -> std::result::Result<Value, String> {
+        let Some(socket) = self.socket.clone() else {
+            return Err("the relay is unavailable".into());
+        };
+        for attempt in 0..2 {
+            if self.conn.is_none() {
+                self.conn = Some(
+                    Connection::open(&socket, self.config.io_timeout)
+                        .map_err(|e| format!("the instance does not answer: {e}"))?,
+                );
+            }
+            match self
+                .conn
+                .as_mut()
+                .expect("open")
+                .call(method, params.clone())
+            {
+                Ok(v) => return Ok(v),
+                Err(crate::client::ClientError::Rpc { message, .. }) => return Err(message),
+                Err(e) if attempt == 1 => return Err(e.to_string()),
+                Err(_) => self.conn = None,
+            }
+        }
+        unreachable!("the loop returns")
+    }
+}
+
+fn run_view(
+    socket: Option<PathBuf>,
+    id: String,
+    warning: Option<String>,
+    config: &Config,
+) -> Result<()> {
+    let mut view = View {
+        warning,
+        ..View::default()
+    };
+    let mut ctl = Control {
+        socket: socket.clone(),
+        id,
+        config: config.clone(),
+        conn: None,
+    };
+    let events = match &socket {
+        Some(s) => match Connection::open(s, config.io_timeout)
+            .and_then(|c| c.subscribe(json!({"since": 1})))
+        {
+            Ok((_, rx, stream)) => {
+                // The subscription lives as long as its stream is open.
+                std::mem::forget(stream);
+                rx
+            }
+            Err(e) => {
+                view.push(Role::Refusal, format!("no event stream: {e}"));
+                chan::never()
+            }
+        },
+        None => chan::never(),
+    };
+    let keys = key_channel();
+    let signals = signal_channel()?;
+    let (work_tx, work) = chan::unbounded::<Vec<(Role, String)>>();
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // Leave the alternate screen first so the message can be read;
+        // unwinding then restores cooked mode.
+        print!("{}", term::RESTORE);
+        default_hook(info);
+    }));
+    let mut tty =
+        Tty::open().map_err(|e| Error::Env(format!("cannot set up the terminal: {e}")))?;
+    refresh_header(&mut ctl, &mut view);
+    let mut events = events;
+    loop {
+        let (cols, rows) = tty.size();
+        let _ = tty.draw(&view.render(cols, rows));
+        select! {
+            recv(keys) -> k => match k {
+                Ok(Input::Key(k)) => {
+                    if handle_key(k, &mut view, &mut ctl, &work_tx, rows) {
+                        break;
+                    }
+                }
+                _ => break,
+            },
+            recv(signals) -> s => {
+                if let Ok(Input::Signal(sig)) = s
+                    && sig != signal_hook::consts::SIGWINCH
+                {
+                    break;
+                }
+            },
+            recv(events) -> ev => match ev {
+                Ok(msg) => {
+                    if msg.get("method").and_then(Value::as_str) == Some("event") {
+                        view.apply_event(&msg["params"]);
+                    }
+                    // Take whatever else is waiting before drawing again.
+                    while let Ok(more) = events.try_recv() {
+                        if more.get("method").and_then(Value::as_str) == Some("event") {
+                            view.apply_event(&more["params"]);
+                        }
+                    }
+                    refresh_header(&mut ctl, &mut view);
+                }
+                Err(_) => {
+                    view.push(Role::Refusal, "the instance closed the event stream");
+                    events = chan::never();
+                }
+            },
+            recv(work) -> w => {
+                if let Ok(lines) = w {
+                    for (role, text) in lines {
+                        view.push(role, text);
+                    }
+                }
+            },
+        }
+    }
+    drop(tty);
+    Ok(())
+}
+
+fn refresh_header(ctl: &mut Control, view: &mut View) {
+    if ctl.socket.is_none() {
+        view.header.name = "local console".into();
+        view.header.state = "no relay".into();
+        return;
+    }
+    if let Ok(st) = ctl.call("control/status", json!({})) {
+        let s = |k: &str| st.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        view.header.name = s("name");
+        view.header.id = s("instance_id");
+        view.header.profile = s("profile");
+        view.header.state = s("state");
+        view.header.model = s("model");
+        view.header.queued = st["queue"]["queued"].as_u64().unwrap_or(0);
+        view.header.interrupted = st["queue"]["interrupted"].as_u64().unwrap_or(0);
+    }
+}
+
+/// Handles one key; true means quit.
+fn handle_key(
+    key: termion::event::Key,
+    view: &mut View,
+    ctl: &mut Control,
+    work: &chan::Sender<Vec<(Role, String)>>,
+    rows: u16,
+) -> bool {
+    use termion::event::Key;
+    let page = (rows as usize).saturating_sub(3).max(2) / 2;
+    match key {
+        Key::Char('\n') => {
+            let line = view.editor.take();
+            return submit(line.trim(), view, ctl, work);
+        }
+        Key::Char(c @ ('y' | 'n')) if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
+            let id = view.waiting[0].0.clone();
+            decide(view, ctl, &id, if c == 'y' { "approve" } else { "deny" });
+        }
+        Key::Char('\t') => view.editor.insert(' '),
+        Key::Char(c) => view.editor.insert(c),
+        Key::Backspace => view.editor.backspace(),
+        Key::Delete => view.editor.delete(),
+        Key::Left => view.editor.left(),
+        Key::Right => view.editor.right(),
+        Key::Home | Key::Ctrl('a') => view.editor.home(),
+        Key::End | Key::Ctrl('e') => view.editor.end(),
+        Key::Up => view.editor.up(),
+        Key::Down => view.editor.down(),
+        Key::Ctrl('u') => view.editor.kill_line(),
+        Key::Ctrl('w') => view.editor.kill_word(),
+        Key::PageUp => view.scroll += page,
+        Key::PageDown => view.scroll = view.scroll.saturating_sub(page),
+        Key::Ctrl('c') => return true,
+        Key::Ctrl('d') if view.editor.buf.is_empty() => return true,
+        Key::Ctrl('l') => {}
+        Key::Esc => match ctl.call("turn/cancel", json!({})) {
+            Ok(r) if r["status"] == "cancelling" || r["status"] == "cancelled" => view.push(
+                Role::System,
+                format!("cancelling turn {}", r["message_id"].as_str().unwrap_or("")),
+            ),
+            Ok(r) => view.push(
+                Role::System,
+                format!("nothing to cancel: {}", r["reason"].as_str().unwrap_or("")),
+            ),
+            Err(e) => view.push(Role::Refusal, e),
+        },
+        _ => {}
+    }
+    false
+}
+
+fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
+    match ctl.call(
+        "approval/respond",
+        json!({"message_id": id, "decision": decision}),
+    ) {
+        Ok(r) if r["status"] == "approved" || r["status"] == "denied" => {
+            view.waiting.retain(|(w, _)| w != id);
+        }
+        Ok(r) => view.push(
+            Role::Refusal,
+            format!(
+                "{}: {}",
+                r["status"].as_str().unwrap_or(""),
+                r["reason"].as_str().unwrap_or("")
+            ),
+        ),
+        Err(e) => view.push(Role::Refusal, e),
+    }
+}
+
+/// Runs a typed line; true means quit.
+fn submit(
+    line: &str,
+    view: &mut View,
+    ctl: &mut Control,
+    work: &chan::Sender<Vec<(Role, String)>>,
+) -> bool {
+    view.scroll = 0;
+    if line.is_empty() {
+        return false;
+    }
+    let (cmd, rest) = match line.split_once(' ') {
+        Some((c, r)) => (c, r.trim()),
+        None => (line, ""),
+    };
+    if !cmd.starts_with('/') {
+        if ctl.socket.is_none() {
+            view.push(
+                Role::Local,
+                format!("{line}\n(noted: the relay is unavailable)"),
+            );
+            return false;
+        }
+        // The instance records the line as local.input; the view shows it
+        // from the event stream like everything else.
+        match ctl.call("turn/local", json!({"text": line})) {
+            Ok(r) if matches!(r["status"].as_str(), Some("accepted" | "noted")) => {}
+            Ok(r) => view.push(
+                Role::Refusal,
+                format!(
+                    "not run: {}: {}",
+                    r["status"].as_str().unwrap_or(""),
+                    r["reason"].as_str().unwrap_or("")
+                ),
+            ),
+            Err(e) => view.push(Role::Refusal, e),
+        }
+        return false;
+    }
+    let relay_needed = !matches!(cmd, "/help" | "/quit");
+    if relay_needed && ctl.socket.is_none() {
+        view.push(
+            Role::Refusal,
+            format!(
+                "{cmd}: the relay is unavailable{}",
+                view.warning
+                    .as_ref()
+                    .map(|w| format!(" ({w})"))
+                    .unwrap_or_default()
+            ),
+        );
+        return false;
+    }
+    match cmd {
+        "/quit" | "/exit" => return true,
+        "/help" => view.push(Role::System, HELP),
+        "/list-agents" => {
+            // Discovery pings peers: a worker does it, the view stays live.
+            let config = ctl.config.clone();
+            let me = ctl.id.clone();
+            let tx = work.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(list_agents(&config, &me));
+            });
+        }
+        "/agents" => match rest {
+            "" => match ctl.call("control/status", json!({})) {
+                Ok(st) => view.push(Role::System, status_text(&st)),
+                Err(e) => view.push(Role::Refusal, e),
+            },
+            "pause" | "resume" => match ctl.call(&format!("control/{rest}"), json!({})) {
+                Ok(r) => view.push(
+                    Role::System,
+                    format!("relay {}", r["state"].as_str().unwrap_or("")),
+                ),
+                Err(e) => view.push(Role::Refusal, e),
+            },
+            other => view.push(
+                Role::Refusal,
+                format!("/agents {}: use pause or resume", escape(other)),
+            ),
+        },
+        "/send" => {
+            let Some((target, message)) = rest.split_once(' ') else {
+                view.push(Role::Refusal, "usage: /send TARGET MESSAGE");
+                return false;
+            };
+            let (target, message) = (target.to_string(), message.trim().to_string());
+            let socket = ctl.socket.clone().expect("checked");
+            let config = ctl.config.clone();
+            let tx = work.clone();
+            view.push(Role::Local, format!("/send {target} {message}"));
+            std::thread::spawn(move || {
+                let r = Connection::open(&socket, config.io_timeout).and_then(|mut c| {
+                    c.call("relay/send", json!({"target": target, "body": message}))
+                });
+                let lines = match r {
+                    // The outcome also arrives as relay.sent; a refusal
+                    // before any delivery is shown here as well.
+                    Ok(v) if v["status"] == "no_target" => vec![(
+                        Role::Refusal,
+                        format!(
+                            "{}; candidates: {}",
+                            v["reason"].as_str().unwrap_or(""),
+                            v["candidates"]
+                                .as_array()
+                                .map(|c| c
+                                    .iter()
+                                    .map(|p| format!(
+                                        "{} ({})",
+                                        p["name"].as_str().unwrap_or(""),
+                                        p["instance_id"].as_str().unwrap_or("")
+                                    ))
+                                    .collect::<Vec<_>>()
+                                    .join(", "))
+                                .unwrap_or_default()
+                        ),
+                    )],
+                    Ok(_) => vec![],
+                    Err(e) => vec![(Role::Refusal, format!("send failed: {e}"))],
+                };
+                let _ = tx.send(lines);
+            });
+        }
+        "/approve" | "/deny" => {
+            let id = if rest.is_empty() {
+                match view.waiting.first() {
+                    Some((id, _)) => id.clone(),
+                    None => {
+                        view.push(Role::System, "no task is waiting for approval");
+                        return false;
+                    }
+                }
+            } else {
+                rest.to_string()
+            };
+            decide(
+                view,
+                ctl,
+                &id,
+                if cmd == "/approve" { "approve" } else { "deny" },
+            );
+        }
+        "/inbox" => match ctl.call("inbox/list", json!({})) {
+            Ok(r) => view.push(Role::System, inbox_text(&r)),
+            Err(e) => view.push(Role::Refusal, e),
+        },
+        "/requeue" | "/discard" => {
+            if rest.is_empty() {
+                view.push(Role::Refusal, format!("usage: {cmd} ID"));
+                return false;
+            }
+            match ctl.call(&format!("inbox/{}", &cmd[1..]), json!({"message_id": rest})) {
+                Ok(r) => view.push(
+                    if r["status"] == "requeued" || r["status"] == "discarded" {
+                        Role::System
+                    } else {
+                        Role::Refusal
+                    },
+                    format!(
+                        "{} {}{}",
+                        r["status"].as_str().unwrap_or(""),
+                        rest,
+                        r["reason"]
+                            .as_str()
+                            .map(|x| format!(": {x}"))
+                            .unwrap_or_default()
+                    ),
+                ),
+                Err(e) => view.push(Role::Refusal, e),
+            }
+        }
+        other => view.push(
+            Role::Refusal,
+            format!("unknown command {}: /help lists them", escape(other)),
+        ),
+    }
+    false
+}
+
+/// `/list-agents`: never waits on an agent or a turn, only on pings.
+fn list_agents(config: &Config, me: &str) -> Vec<(Role, String)> {
+    let dir = match registry::ensure_dir(config) {
+        Ok(d) => d,
+        Err(e) => return vec![(Role::Refusal, format!("the relay is unavailable: {e}"))],
+    };
+    let found = registry::discover(&registry::scan_dirs(&dir), Some(me), config.io_timeout);
+    if found.peers.is_empty() {
+        return vec![(Role::System, "no other live instances".into())];
+    }
+    let rows: Vec<[String; 5]> = found
+        .peers
+        .iter()
+        .map(|p| {
+            let m = &p.manifest;
+            [
+                m.name.clone(),
+                m.pid.to_string(),
+                m.state.clone(),
+                m.instance_id.chars().take(12).collect(),
+                m.workspace.clone(),
+            ]
+        })
+        .collect();
+    vec![(
+        Role::System,
+        crate::cli::table(["NAME", "PID", "STATE", "ID", "WORKSPACE"], &rows)
+            .trim_end()
+            .to_string(),
+    )]
+}
+
+fn status_text(st: &Value) -> String {
+    let s = |k: &str| st.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+    format!(
+        "{} ({}) {}, {} mode, approve {}; queued {} of {}, processing {}, interrupted {}; socket {}",
+        s("name"),
+        s("instance_id"),
+        s("state"),
+        s("mode"),
+        s("approve"),
+        st["queue"]["queued"],
+        st["queue"]["max"],
+        st["queue"]["processing"],
+        st["queue"]["interrupted"],
+        s("socket")
+    )
+}
+
+fn inbox_text(r: &Value) -> String {
+    let mut out = Vec::new();
+    for place in ["queued", "processing", "interrupted"] {
+        for t in r[place].as_array().into_iter().flatten() {
+            out.push(format!(
+                "{place:<11} {}  from {}",
+                t["message_id"].as_str().unwrap_or(""),
+                t["sender"]["name"].as_str().unwrap_or("(cli)")
+            ));
+        }
+    }
+    if out.is_empty() {
+        "the inbox is empty".into()
+    } else {
+        out.join("\n")
+    }
+}

@@ -1,0 +1,493 @@
+//! What the operator sees, as data: the header, the transcript entries
+//! with their roles, the input line with its history, and the pure
+//! function that lays them out into a frame of any size. Every string that
+//! came from a peer or a handler is escaped before it is laid out.
+
+use super::term::{Frame, Line, Style};
+use crate::sanitize::escape;
+use serde_json::Value;
+
+/// The transcript keeps at most this many entries in memory.
+pub const MAX_ENTRIES: usize = 5000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// What the operator typed.
+    Local,
+    /// A task relayed from another agent.
+    Relay,
+    /// A handler's output.
+    Output,
+    /// Notices from baton itself.
+    System,
+    /// Refusals, errors.
+    Refusal,
+}
+
+impl Role {
+    fn style(self) -> Style {
+        match self {
+            Role::Local => Style::Local,
+            Role::Relay => Style::Relay,
+            Role::Output => Style::Output,
+            Role::System => Style::System,
+            Role::Refusal => Style::Refusal,
+        }
+    }
+
+    fn mark(self) -> &'static str {
+        match self {
+            Role::Local => "> ",
+            Role::Relay => "<< ",
+            Role::Output => "| ",
+            Role::System => "* ",
+            Role::Refusal => "! ",
+        }
+    }
+}
+
+/// One transcript entry; `text` may hold several lines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub role: Role,
+    pub text: String,
+}
+
+/// The header's fields.
+#[derive(Clone, Debug, Default)]
+pub struct Header {
+    pub name: String,
+    pub id: String,
+    pub profile: String,
+    pub state: String,
+    pub queued: u64,
+    pub interrupted: u64,
+    pub model: String,
+}
+
+/// The input line: editing and history.
+#[derive(Clone, Debug, Default)]
+pub struct Editor {
+    pub buf: Vec<char>,
+    pub cursor: usize,
+    history: Vec<String>,
+    at: Option<usize>,
+}
+
+impl Editor {
+    pub fn text(&self) -> String {
+        self.buf.iter().collect()
+    }
+
+    pub fn insert(&mut self, c: char) {
+        self.buf.insert(self.cursor, c);
+        self.cursor += 1;
+    }
+
+    pub fn backspace(&mut self) {
+        if self.cursor > 0 {
+            self.cursor -= 1;
+            self.buf.remove(self.cursor);
+        }
+    }
+
+    pub fn delete(&mut self) {
+        if self.cursor < self.buf.len() {
+            self.buf.remove(self.cursor);
+        }
+    }
+
+    pub fn left(&mut self) {
+        self.cursor = self.cursor.saturating_sub(1);
+    }
+
+    pub fn right(&mut self) {
+        self.cursor = (self.cursor + 1).min(self.buf.len());
+    }
+
+    pub fn home(&mut self) {
+        self.cursor = 0;
+    }
+
+    pub fn end(&mut self) {
+        self.cursor = self.buf.len();
+    }
+
+    /// ctrl-u: deletes everything before the cursor.
+    pub fn kill_line(&mut self) {
+        self.buf.drain(..self.cursor);
+        self.cursor = 0;
+    }
+
+    /// ctrl-w: deletes the word before the cursor (and the spaces after it).
+    pub fn kill_word(&mut self) {
+        let mut start = self.cursor;
+        while start > 0 && self.buf[start - 1] == ' ' {
+            start -= 1;
+        }
+        while start > 0 && self.buf[start - 1] != ' ' {
+            start -= 1;
+        }
+        self.buf.drain(start..self.cursor);
+        self.cursor = start;
+    }
+
+    pub fn up(&mut self) {
+        if self.history.is_empty() {
+            return;
+        }
+        let i = match self.at {
+            None => self.history.len() - 1,
+            Some(0) => 0,
+            Some(i) => i - 1,
+        };
+        self.at = Some(i);
+        self.set(&self.history[i].clone());
+    }
+
+    pub fn down(&mut self) {
+        match self.at {
+            Some(i) if i + 1 < self.history.len() => {
+                self.at = Some(i + 1);
+                self.set(&self.history[i + 1].clone());
+            }
+            Some(_) => {
+                self.at = None;
+                self.set("");
+            }
+            None => {}
+        }
+    }
+
+    fn set(&mut self, s: &str) {
+        self.buf = s.chars().collect();
+        self.cursor = self.buf.len();
+    }
+
+    /// Enter: returns the line and remembers it.
+    pub fn take(&mut self) -> String {
+        let line = self.text();
+        if !line.trim().is_empty() && self.history.last() != Some(&line) {
+            self.history.push(line.clone());
+        }
+        self.buf.clear();
+        self.cursor = 0;
+        self.at = None;
+        line
+    }
+}
+
+/// Everything the view shows.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    pub header: Header,
+    pub entries: Vec<Entry>,
+    pub editor: Editor,
+    /// Lines scrolled up from the bottom of the transcript.
+    pub scroll: usize,
+    /// Tasks waiting for an approval, oldest first.
+    pub waiting: Vec<(String, String)>,
+    /// Why the relay is not there, for a local console.
+    pub warning: Option<String>,
+}
+
+impl View {
+    pub fn push(&mut self, role: Role, text: impl Into<String>) {
+        self.entries.push(Entry {
+            role,
+            text: text.into(),
+        });
+        if self.entries.len() > MAX_ENTRIES {
+            self.entries.drain(..self.entries.len() - MAX_ENTRIES);
+        }
+    }
+
+    /// Adds what an event means to the transcript, and tracks approvals.
+    pub fn apply_event(&mut self, ev: &Value) {
+        let s = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let id = s("message_id");
+        match s("kind").as_str() {
+            "local.input" => {
+                let mut t = s("body");
+                if ev.get("noted").and_then(Value::as_bool) == Some(true) {
+                    t.push_str("\n(noted: this instance has no --exec handler)");
+                }
+                self.push(Role::Local, t);
+            }
+            "message.accepted" => {
+                let ws = s("workspace");
+                let pid = ev.get("pid").map(|p| p.to_string()).unwrap_or_default();
+                self.push(
+                    Role::Relay,
+                    format!(
+                        "task {id} from {} (pid {pid}{}{}):\n{}",
+                        s("from"),
+                        if ws.is_empty() { "" } else { ", " },
+                        ws,
+                        s("body")
+                    ),
+                );
+            }
+            "message.rejected" => self.push(
+                Role::Refusal,
+                format!(
+                    "refused task {id} from {}: {}: {}",
+                    s("from"),
+                    s("status"),
+                    s("reason")
+                ),
+            ),
+            "turn.started" => self.push(Role::System, format!("turn {id} started")),
+            "turn.output" => {
+                let mut t = s("text");
+                if let Some(n) = ev.get("dropped").and_then(Value::as_u64) {
+                    t = format!("[{n} bytes dropped; the tail follows]\n{t}");
+                }
+                let t = t.strip_suffix('\n').unwrap_or(&t).to_string();
+                self.push(Role::Output, t);
+            }
+            "turn.finished" => {
+                let mut t = format!("turn {id} {}", s("outcome"));
+                if let Some(c) = ev.get("exit_code").filter(|c| !c.is_null()) {
+                    t.push_str(&format!(", exit {c}"));
+                }
+                self.push(Role::System, t);
+            }
+            "relay.sent" => {
+                let to = ev
+                    .get("target")
+                    .and_then(|t| t.get("name"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                let status = s("status");
+                if matches!(status.as_str(), "accepted" | "duplicate") {
+                    let pos = ev
+                        .get("queue_position")
+                        .map(|p| format!(" at position {p}"))
+                        .unwrap_or_default();
+                    self.push(Role::System, format!("sent {id} to {to}: {status}{pos}"));
+                } else {
+                    self.push(
+                        Role::Refusal,
+                        format!("not sent {id} to {to}: {status}: {}", s("reason")),
+                    );
+                }
+            }
+            "approval.requested" => {
+                let from = s("from");
+                self.push(
+                    Role::System,
+                    format!("task {id} from {from} waits for approval: y or n, or /approve {id}"),
+                );
+                if !self.waiting.iter().any(|(w, _)| *w == id) {
+                    self.waiting.push((id, from));
+                }
+            }
+            "approval.resolved" => {
+                self.waiting.retain(|(w, _)| *w != id);
+                self.push(
+                    Role::System,
+                    format!("task {id}: {} ({})", s("decision"), s("by")),
+                );
+            }
+            "task.denied" => {
+                self.waiting.retain(|(w, _)| *w != id);
+            }
+            "state.changed" => self.push(Role::System, format!("state: {}", s("state"))),
+            "notice" => self.push(Role::System, s("text")),
+            "instance.started" => self.push(
+                Role::System,
+                format!("{} started in {}", s("name"), s("workspace")),
+            ),
+            "task.claimed" | "task.requeued" | "task.discarded" | "task.rejected" => {
+                self.push(Role::System, format!("{} {id}", s("kind")))
+            }
+            other => self.push(Role::System, other.to_string()),
+        }
+    }
+
+    fn header_line(&self, width: usize) -> String {
+        let h = &self.header;
+        let short: String = h.id.chars().take(12).collect();
+        let mut t = format!(
+            " baton  {} ({short})  {}  {}  queued {}  interrupted {}",
+            h.name, h.profile, h.state, h.queued, h.interrupted
+        );
+        if !h.model.is_empty() {
+            t.push_str(&format!("  {}", h.model));
+        }
+        fit(&escape(&t), width)
+    }
+
+    /// The transcript as screen lines of at most `width` characters.
+    fn transcript_lines(&self, width: usize) -> Vec<Line> {
+        let mut out = Vec::new();
+        if let Some(w) = &self.warning {
+            for l in wrap(&format!("! {}", escape(w)), width) {
+                out.push(Line {
+                    text: l,
+                    style: Style::Refusal,
+                });
+            }
+        }
+        for e in &self.entries {
+            let mark = e.role.mark();
+            let indent = " ".repeat(mark.len());
+            for (i, raw) in e.text.split('\n').enumerate() {
+                let prefixed = format!("{}{}", if i == 0 { mark } else { &indent }, escape(raw));
+                for l in wrap(&prefixed, width) {
+                    out.push(Line {
+                        text: l,
+                        style: e.role.style(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Lays the view out on a `cols` x `rows` screen. Below 3 rows only
+    /// the input line is left; below 20 columns lines are just cut.
+    pub fn render(&self, cols: u16, rows: u16) -> Frame {
+        let width = cols.max(1) as usize;
+        let rows = rows.max(1) as usize;
+        let mut lines = Vec::with_capacity(rows);
+        let (prompt_row, input_row) = (rows.saturating_sub(2), rows - 1);
+        if rows >= 3 {
+            lines.push(Line {
+                text: self.header_line(width),
+                style: Style::Header,
+            });
+            let area = rows - 3;
+            let all = self.transcript_lines(width);
+            let end = all
+                .len()
+                .saturating_sub(self.scroll.min(all.len().saturating_sub(area)));
+            let start = end.saturating_sub(area);
+            let mut shown: Vec<Line> = all[start..end].to_vec();
+            while shown.len() < area {
+                shown.push(Line {
+                    text: String::new(),
+                    style: Style::Normal,
+                });
+            }
+            lines.extend(shown);
+            let status = match self.waiting.first() {
+                Some((id, from)) => Line {
+                    text: fit(
+                        &format!("approve task {} from {}? [y/n]", escape(id), escape(from)),
+                        width,
+                    ),
+                    style: Style::Prompt,
+                },
+                None => Line {
+                    text: fit(
+                        &format!(
+                            "{}/help for commands{}",
+                            "-".repeat(2),
+                            if self.scroll > 0 {
+                                format!("  (scrolled up {} lines; PgDn)", self.scroll)
+                            } else {
+                                String::new()
+                            }
+                        ),
+                        width,
+                    ),
+                    style: Style::Normal,
+                },
+            };
+            lines.push(status);
+        }
+        // The input line scrolls sideways to keep the cursor in view.
+        let prompt = "> ";
+        let room = width.saturating_sub(prompt.len()).max(1);
+        let skip = (self.editor.cursor + 1).saturating_sub(room);
+        let visible: String = self.editor.buf.iter().skip(skip).take(room).collect();
+        lines.push(Line {
+            text: fit(&format!("{prompt}{}", escape(&visible)), width),
+            style: Style::Normal,
+        });
+        let cx = (prompt.len() + self.editor.cursor - skip).min(width - 1);
+        let _ = prompt_row;
+        Frame {
+            lines,
+            cursor: (cx as u16, input_row as u16),
+        }
+    }
+}
+
+/// Cuts a line to `width` characters.
+fn fit(s: &str, width: usize) -> String {
+    s.chars().take(width).collect()
+}
+
+/// Wraps one line at `width` characters, at a space when there is one.
+fn wrap(s: &str, width: usize) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    if chars.len() <= width {
+        return vec![s.to_string()];
+    }
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < chars.len() {
+        let mut end = (start + width).min(chars.len());
+        if end < chars.len()
+            && let Some(sp) = chars[start..end].iter().rposition(|&c| c == ' ')
+            && sp > 0
+        {
+            end = start + sp + 1;
+        }
+        out.push(
+            chars[start..end]
+                .iter()
+                .collect::<String>()
+                .trim_end()
+                .to_string(),
+        );
+        start = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn editor_keys() {
+        let mut e = Editor::default();
+        for c in "hello big world".chars() {
+            e.insert(c);
+        }
+        e.kill_word();
+        assert_eq!(e.text(), "hello big ");
+        e.home();
+        e.delete();
+        e.end();
+        e.backspace();
+        assert_eq!(e.text(), "ello big");
+        e.left();
+        e.left();
+        e.insert('X');
+        assert_eq!(e.text(), "ello bXig");
+        e.kill_line();
+        assert_eq!(e.text(), "ig");
+        assert_eq!(e.take(), "ig");
+        e.insert('a');
+        e.take();
+        e.up();
+        assert_eq!(e.text(), "a");
+        e.up();
+        assert_eq!(e.text(), "ig");
+        e.down();
+        e.down();
+        assert_eq!(e.text(), "");
+    }
+
+    #[test]
+    fn wrapping_prefers_spaces() {
+        assert_eq!(wrap("aaa bbb ccc", 7), ["aaa bbb", "ccc"]);
+        assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+    }
+}
