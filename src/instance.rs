@@ -66,6 +66,11 @@ pub struct ServeOptions {
     pub zcoder: bool,
     /// For an instance run inside another front end (`baton mcp`).
     pub embedded: Option<Embedded>,
+    /// `--ttl`: queued tasks older than this are set aside as expired.
+    pub ttl: Option<Duration>,
+    /// `--no-offline`: senders may not store tasks while this name is not
+    /// running (kept in the spool's meta.json).
+    pub no_offline: bool,
 }
 
 /// How a front end that runs an instance on a thread of its own learns it
@@ -180,7 +185,31 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         None => registry::default_name(&workspace),
     };
     let id = registry::new_instance_id()?;
-    let socket = registry::socket_path(&dir, &id);
+    // Under socket activation the listener already exists (fd 3): its
+    // path, a wake socket in the registry, is the instance's socket.
+    let activated = match &opts.embedded {
+        None => sys::activated_listener(),
+        Some(_) => None,
+    };
+    let socket = match &activated {
+        Some(l) => {
+            let path = l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+                .ok_or_else(|| Error::Env("the socket passed on fd 3 has no path".into()))?;
+            let expected = crate::relay::wake_socket(&dir, &name);
+            if path != expected {
+                return Err(Error::Env(format!(
+                    "the activated socket is {}, but an instance named {name} must listen on {} to be found",
+                    path.display(),
+                    expected.display()
+                )));
+            }
+            path
+        }
+        None => registry::socket_path(&dir, &id),
+    };
     check_socket_path(&socket, "BATON_DIR")?;
     // `--zcoder`: a second socket in zcoder's registry, so that zcoder
     // instances find this one and can deliver to it.
@@ -212,7 +241,7 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     for note in &spool.recovery_notes {
         eprintln!("baton: {note}");
     }
-    write_meta(&spool_dir, &name, &workspace)?;
+    write_meta(&spool_dir, &name, &workspace, !opts.no_offline)?;
 
     // Stale entries of dead instances go before we add our own.
     let ours = vec![registry::RegistryDir {
@@ -222,7 +251,11 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     let found = registry::discover(&ours, None, config.io_timeout);
     registry::remove_stale(&dir, &found.skipped);
 
-    let listener = UnixListener::bind(&socket).map_err(|e| Error::io("listen on", &socket, e))?;
+    let was_activated = activated.is_some();
+    let listener = match activated {
+        Some(l) => l,
+        None => UnixListener::bind(&socket).map_err(|e| Error::io("listen on", &socket, e))?,
+    };
     let sock_meta = fs::symlink_metadata(&socket).map_err(|e| Error::io("inspect", &socket, e))?;
     let zlistener = match &zcoder {
         Some((_, zsock)) => {
@@ -356,7 +389,13 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     }
     shared.stopping.store(true, Ordering::SeqCst);
     fg.interrupt_turn(&events_rx);
-    close_listener(&socket, &sock_meta, &accept_done);
+    if was_activated {
+        // The socket belongs to the service manager, which keeps listening
+        // on it to start the agent again.
+        shared.stopping.store(true, Ordering::SeqCst);
+    } else {
+        close_listener(&socket, &sock_meta, &accept_done);
+    }
     if let (Some((_, zsock)), Some((zdone, zmeta))) = (&zcoder, &zaccept) {
         close_listener(zsock, zmeta, zdone);
     }
@@ -446,17 +485,20 @@ fn sweep_ephemeral_spools() {
     }
 }
 
-/// `meta.json` lets senders and `list --offline` find a named spool.
-fn write_meta(dir: &Path, name: &str, workspace: &Path) -> Result<()> {
+/// `meta.json` lets senders and `list --offline` find a named spool. It is
+/// rewritten at every start, so `--no-offline` takes effect and lasts.
+fn write_meta(dir: &Path, name: &str, workspace: &Path, offline: bool) -> Result<()> {
     let path = dir.join("meta.json");
-    if fs::symlink_metadata(&path).is_ok() {
-        return Ok(());
-    }
+    let created_at = fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v.get("created_at").and_then(Value::as_u64))
+        .unwrap_or_else(spool::now_secs);
     let meta = json!({
         "name": name,
         "workspace": workspace.display().to_string(),
-        "created_at": spool::now_secs(),
-        "offline": true,
+        "created_at": created_at,
+        "offline": offline,
     });
     let tmp = dir.join("tmp").join("meta.json");
     let _ = fs::remove_file(&tmp);
@@ -587,11 +629,32 @@ impl Foreground {
         {
             at.push(t + EPHEMERAL_GRACE);
         }
+        if let (Some(ttl), Some(oldest)) = (self.opts.ttl, self.spool().oldest_queued()) {
+            let due = (oldest + ttl.as_secs()).saturating_sub(spool::now_secs());
+            at.push(Instant::now() + Duration::from_secs(due) + Duration::from_millis(10));
+        }
         at.into_iter().min()
+    }
+
+    /// `--ttl`: sets aside what waited too long, visibly.
+    fn expire(&mut self) {
+        let Some(ttl) = self.opts.ttl else {
+            return;
+        };
+        for id in self.shared.spool.expire(ttl.as_secs()) {
+            self.asked.remove(&id);
+            self.approved.remove(&id);
+            self.hub.emit(
+                "task.expired",
+                json!({"message_id": id, "reason": "expired",
+                       "text": format!("waited longer than --ttl {} s; moved to rejected/", ttl.as_secs())}),
+            );
+        }
     }
 
     /// Handles due timers; true when an ephemeral instance should stop.
     fn on_timer(&mut self) -> bool {
+        self.expire();
         let now = Instant::now();
         if let Some(r) = &mut self.running {
             if r.ended_by.is_none() && r.deadline.is_some_and(|d| d <= now) {
@@ -720,10 +783,11 @@ impl Foreground {
             }
             "control/status" => Ok(self.status()),
             "inbox/list" => {
-                let (queued, processing, interrupted) = self.spool().list();
+                let l = self.spool().list();
                 let waiting: Vec<&String> = self.asked.keys().collect();
-                Ok(json!({"queued": queued, "processing": processing,
-                          "interrupted": interrupted, "awaiting_approval": waiting}))
+                Ok(json!({"queued": l.queued, "processing": l.processing,
+                          "interrupted": l.interrupted, "rejected": l.rejected,
+                          "awaiting_approval": waiting}))
             }
             "inbox/claim" => Ok(self.claim()),
             "inbox/complete" => self.complete(params),
@@ -904,6 +968,7 @@ impl Foreground {
 
     /// Exec mode: starts the next turn when nothing runs.
     fn pump(&mut self) {
+        self.expire();
         if self.running.is_some() || self.paused() {
             return;
         }
@@ -1408,11 +1473,11 @@ impl Foreground {
         params: &Map<String, Value>,
     ) -> std::result::Result<Value, RpcError> {
         let id = str_param(params, "message_id")?;
-        if !self.spool().is_interrupted(&id) {
+        if !self.spool().is_set_aside(&id) {
             return Ok(json!({
                 "status": "invalid",
                 "message_id": id,
-                "reason": format!("no interrupted task {}", escape(&id)),
+                "reason": format!("no interrupted or rejected task {}", escape(&id)),
             }));
         }
         let (r, status) = if method == "inbox/requeue" {

@@ -87,8 +87,10 @@ struct Adapter {
     id: String,
     conn: Option<Connection>,
     initialized: bool,
-    /// The task taken with `check_inbox` and its turn token.
-    open: Option<(String, String)>,
+    /// The tasks taken with `check_inbox` and not completed, with their
+    /// turn tokens. A steer follow-up joins its task's turn, so two may be
+    /// open at once under one token.
+    open: Vec<(String, String)>,
 }
 
 /// Runs the MCP server until stdin closes or the instance stops.
@@ -141,7 +143,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         id,
         conn: None,
         initialized: false,
-        open: None,
+        open: Vec::new(),
     };
     loop {
         select! {
@@ -436,7 +438,7 @@ impl Adapter {
             );
         };
         let mut params = json!({"target": target, "body": message});
-        if let Some((_, token)) = &self.open {
+        if let Some((_, token)) = self.open.last() {
             params["turn"] = json!(token);
         }
         let r = match self.call("relay/send", params) {
@@ -476,7 +478,7 @@ impl Adapter {
                 let t = &r["task"];
                 let id = t["message_id"].as_str().unwrap_or("").to_string();
                 let token = t["turn"].as_str().unwrap_or("").to_string();
-                self.open = Some((id.clone(), token));
+                self.open.push((id.clone(), token));
                 let text = format!(
                     "{}\nWhen you are done, call complete_task with message_id \"{id}\"{}.",
                     t["envelope"].as_str().unwrap_or(""),
@@ -532,6 +534,12 @@ impl Adapter {
             Err(e) => return tool_result(e, true, None),
         };
         if r["status"] != "completed" {
+            // `invalid` (the outcome is always valid here) means the
+            // instance has no such open task, as when it was completed
+            // another way (`baton inbox complete`): stop sending its turn.
+            if r["status"] == "invalid" {
+                self.open.retain(|(o, _)| o != id);
+            }
             return tool_result(
                 format!(
                     "not completed: {}: {}",
@@ -542,9 +550,7 @@ impl Adapter {
                 Some(r),
             );
         }
-        if self.open.as_ref().is_some_and(|(o, _)| o == id) {
-            self.open = None;
-        }
+        self.open.retain(|(o, _)| o != id);
         let reply = &r["reply"];
         let text = match reply["status"].as_str() {
             None => format!("completed {id}."),

@@ -374,7 +374,10 @@ pub fn parse_manifest(
     }
     let model = string("model", false)?;
     let socket = string("socket", true)?;
-    if Path::new(&socket) != socket_path(&dir.path, &instance_id) {
+    // A socket-activated agent listens on its name's wake socket.
+    let wake =
+        dir.wire == Wire::Jsonrpc && Path::new(&socket) == dir.path.join(format!("w-{name}.sock"));
+    if Path::new(&socket) != socket_path(&dir.path, &instance_id) && !wake {
         return Err("socket is not <registry>/a-<id>.sock".into());
     }
     let state = string("state", true)?;

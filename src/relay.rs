@@ -10,6 +10,7 @@ use crate::registry::{self, Discovery, Peer, RegistryDir, Wire};
 use crate::sanitize::escape;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// What a TARGET names among live peers.
 pub enum Resolved {
@@ -235,33 +236,48 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
     if let Err(why) = check_body(&origin.config, &out.body) {
         return outcome("invalid", id, why);
     }
-    let dirs: Vec<RegistryDir> = registry::scan_dirs(&origin.registry);
-    let found = registry::discover(&dirs, None, origin.config.io_timeout);
-    let peer = match resolve(&found, &out.target) {
-        Resolved::One(p) => *p,
-        Resolved::NoMatch(all) => {
-            let mut v = outcome(
-                "no_target",
+    // A relayed turn may answer only its sender instance, which a stored
+    // task for a name is not: offline delivery is for local sends.
+    let peer = if out.only.is_none() {
+        let make = || {
+            let sender = crate::spool::Sender {
+                instance_id: Some(origin.instance_id.clone()),
+                name: Some(origin.name.clone()),
+                workspace: Some(origin.workspace.clone()),
+                pid: Some(std::process::id()),
+            };
+            crate::spool::new_task(
                 id,
-                format!(
-                    "no live instance has the id or name {}",
-                    escape(&out.target)
-                ),
-            );
-            v["candidates"] = candidate_json(&all);
-            return v;
+                &out.body,
+                sender,
+                out.hop,
+                out.in_reply_to.clone(),
+                &out.mode,
+                Some(std::process::id()),
+                "jsonrpc",
+            )
+        };
+        match route(&origin.config, &origin.registry, &out.target, id, &make) {
+            Route::Live(p) => *p,
+            Route::Done(v) => return v,
         }
-        Resolved::Ambiguous(many) => {
-            let mut v = outcome(
-                "no_target",
-                id,
-                format!(
-                    "the name {} is ambiguous: pick one by id",
-                    escape(&out.target)
-                ),
-            );
-            v["candidates"] = candidate_json(&many);
-            return v;
+    } else {
+        let dirs: Vec<RegistryDir> = registry::scan_dirs(&origin.registry);
+        let found = registry::discover(&dirs, None, origin.config.io_timeout);
+        match resolve(&found, &out.target) {
+            Resolved::One(p) => *p,
+            Resolved::NoMatch(all) | Resolved::Ambiguous(all) => {
+                let mut v = outcome(
+                    "no_target",
+                    id,
+                    format!(
+                        "no single live instance has the id or name {}",
+                        escape(&out.target)
+                    ),
+                );
+                v["candidates"] = candidate_json(&all);
+                return v;
+            }
         }
     };
     let m = &peer.manifest;
@@ -363,4 +379,247 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
             v
         }
     }
+}
+
+/// A spool a name has on this machine, found through its `meta.json`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KnownSpool {
+    #[serde(skip)]
+    pub dir: PathBuf,
+    pub name: String,
+    pub workspace: String,
+    /// Whether senders may store tasks in it while its name is not running.
+    pub offline: bool,
+    pub queued: usize,
+}
+
+/// Every named spool under the state home (`$XDG_STATE_HOME/baton/spool`).
+pub fn known_spools() -> Vec<KnownSpool> {
+    let Ok(home) = crate::spool::state_home() else {
+        return Vec::new();
+    };
+    let root = home.join("baton").join("spool");
+    let Ok(rd) = std::fs::read_dir(&root) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.filter_map(|e| e.ok()) {
+        let dir = e.path();
+        if crate::spool::check_private_dir(&dir, "spool").is_err() {
+            continue;
+        }
+        let Some(meta) = std::fs::read(dir.join("meta.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        else {
+            continue;
+        };
+        let (Some(name), Some(workspace)) = (meta["name"].as_str(), meta["workspace"].as_str())
+        else {
+            continue;
+        };
+        if !registry::valid_name(name) {
+            continue;
+        }
+        let queued = std::fs::read_dir(dir.join("inbox"))
+            .map(|r| r.filter_map(|e| e.ok()).count())
+            .unwrap_or(0);
+        out.push(KnownSpool {
+            dir,
+            name: name.to_string(),
+            workspace: workspace.to_string(),
+            offline: meta["offline"].as_bool().unwrap_or(true),
+            queued,
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name).then(a.workspace.cmp(&b.workspace)));
+    out
+}
+
+/// Where a name led.
+pub enum Route {
+    /// A live instance: deliver through its socket.
+    Live(Box<Peer>),
+    /// The outcome is known: stored offline, refused, or no target.
+    Done(Value),
+}
+
+/// How long a sender keeps trying while a spool's lock is held by an
+/// instance that is starting (it publishes its manifest right after).
+const RACE_WAIT: Duration = Duration::from_secs(3);
+
+/// Resolves TARGET among live peers; when no live instance has that name
+/// but exactly one spool does, stores the task there (DESIGN §5, offline
+/// delivery). `make_task` builds the task to store. `exclude` is the
+/// caller's own instance id, if any.
+pub fn route(
+    config: &Config,
+    registry_dir: &Path,
+    target: &str,
+    message_id: &str,
+    make_task: &dyn Fn() -> crate::spool::Task,
+) -> Route {
+    let deadline = std::time::Instant::now() + RACE_WAIT;
+    loop {
+        let found = registry::discover(&registry::scan_dirs(registry_dir), None, config.io_timeout);
+        let all = match resolve(&found, target) {
+            Resolved::One(p) => return Route::Live(p),
+            Resolved::Ambiguous(many) => {
+                let mut v = outcome(
+                    "no_target",
+                    message_id,
+                    format!("the name {} is ambiguous: pick one by id", escape(target)),
+                );
+                v["candidates"] = candidate_json(&many);
+                return Route::Done(v);
+            }
+            Resolved::NoMatch(all) => all,
+        };
+        let spools: Vec<KnownSpool> = known_spools()
+            .into_iter()
+            .filter(|s| s.name == target)
+            .collect();
+        let no_target = || {
+            let mut v = outcome(
+                "no_target",
+                message_id,
+                format!("no live instance has the id or name {}", escape(target)),
+            );
+            v["candidates"] = candidate_json(&all);
+            v
+        };
+        let spool = match spools.as_slice() {
+            [] => return Route::Done(no_target()),
+            [one] => one,
+            many => {
+                let mut v = outcome(
+                    "no_target",
+                    message_id,
+                    format!(
+                        "{} is not running and several spools have that name: start the one you mean",
+                        escape(target)
+                    ),
+                );
+                v["candidates"] = Value::Array(
+                    many.iter()
+                        .map(|s| json!({"name": s.name, "workspace": s.workspace, "pid": null, "instance_id": ""}))
+                        .collect(),
+                );
+                return Route::Done(v);
+            }
+        };
+        if !spool.offline {
+            return Route::Done(outcome(
+                "denied",
+                message_id,
+                format!(
+                    "{} is not running and does not take offline delivery (serve --no-offline)",
+                    escape(target)
+                ),
+            ));
+        }
+        match crate::spool::Spool::open_offline(&spool.dir, config.fsync) {
+            Ok(Some(s)) => return Route::Done(store(config, registry_dir, &s, spool, make_task())),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                // Its instance is starting (or another sender is storing):
+                // look again for the live instance.
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Ok(None) => {
+                return Route::Done(outcome(
+                    "transport",
+                    message_id,
+                    format!(
+                        "{}'s spool stayed locked but no live instance answered; try again",
+                        escape(target)
+                    ),
+                ));
+            }
+            Err(e) => return Route::Done(outcome("invalid", message_id, e.to_string())),
+        }
+    }
+}
+
+/// Stores one task in an offline spool with the receiver's own checks,
+/// records it in that spool's transcript, and wakes the agent if it has a
+/// wake socket.
+fn store(
+    config: &Config,
+    registry_dir: &Path,
+    s: &crate::spool::Spool,
+    known: &KnownSpool,
+    task: crate::spool::Task,
+) -> Value {
+    use crate::spool::Admission;
+    let id = task.message_id.clone();
+    let (from, body, mode) = (
+        crate::turn::display_name(&task.sender),
+        task.body.clone(),
+        task.mode.clone(),
+    );
+    let limits = crate::spool::Limits {
+        max_queue: config.max_queue,
+        max_inflight: config.max_inflight,
+    };
+    let r = match s.admit(task, limits, || false, |_| {}) {
+        Ok(Admission::Accepted { queue_position }) => {
+            let mut hub = crate::events::Hub::open(s.dir());
+            hub.emit(
+                "message.accepted",
+                json!({"message_id": id, "from": from, "pid": std::process::id(),
+                       "queue_position": queue_position, "mode": mode, "body": body,
+                       "stored": true}),
+            );
+            json!({
+                "status": "stored",
+                "message_id": id,
+                "queue_position": queue_position,
+                "reason": format!("{} is not running; the task waits in its spool and runs when it starts", known.name),
+                "target": {"name": known.name, "workspace": known.workspace},
+            })
+        }
+        Ok(Admission::Duplicate) => json!({"status": "duplicate", "message_id": id,
+            "reason": crate::server::reason::DUPLICATE}),
+        Ok(Admission::Reused) => outcome("invalid", &id, crate::server::reason::REUSED.into()),
+        Ok(Admission::Unreadable) => {
+            outcome("invalid", &id, crate::server::reason::UNREADABLE.into())
+        }
+        Ok(Admission::Paused) => outcome("paused", &id, crate::server::reason::PAUSED.into()),
+        Ok(Admission::InflightFull { limit }) => outcome(
+            "inflight_full",
+            &id,
+            format!("this sender already has {limit} tasks in flight there (BATON_MAX_INFLIGHT)"),
+        ),
+        Ok(Admission::Full { limit }) => outcome(
+            "full",
+            &id,
+            format!("the queue is full: {limit} tasks waiting or running (BATON_MAX_QUEUE)"),
+        ),
+        Err(e) => outcome(
+            "invalid",
+            &id,
+            format!("the spool could not store the task: {e}"),
+        ),
+    };
+    if r["status"] == "stored" {
+        wake(registry_dir, &known.name);
+    }
+    r
+}
+
+/// The wake socket of a name: where systemd (or any supervisor) listens
+/// for it, starting the agent on the first connection.
+pub fn wake_socket(registry_dir: &Path, name: &str) -> PathBuf {
+    registry_dir.join(format!("w-{name}.sock"))
+}
+
+/// Connects once to a name's wake socket, if there is one. Returns whether
+/// a wake socket answered.
+pub fn wake(registry_dir: &Path, name: &str) -> bool {
+    let path = wake_socket(registry_dir, name);
+    use std::os::unix::fs::FileTypeExt;
+    if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
+        return false;
+    }
+    std::os::unix::net::UnixStream::connect(&path).is_ok()
 }

@@ -16,7 +16,10 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long an instance waits for a spool lock an offline sender holds.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 const DIRS: [&str; 6] = [
     "tmp",
@@ -310,6 +313,15 @@ pub enum Claim {
     },
 }
 
+/// The tasks of a spool by place.
+#[derive(Debug, Serialize)]
+pub struct Listing {
+    pub queued: Vec<Summary>,
+    pub processing: Vec<Summary>,
+    pub interrupted: Vec<Summary>,
+    pub rejected: Vec<Summary>,
+}
+
 /// Counts of tasks by place.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
 pub struct Counts {
@@ -322,15 +334,46 @@ impl Spool {
     /// Opens (creating if needed) and locks a spool, then recovers it:
     /// `tmp/` swept, `processing/` moved to `interrupted/`, index rebuilt.
     pub fn open(dir: &Path, fsync: bool, ephemeral: bool) -> Result<Spool> {
-        if let Some(parent) = dir.parent() {
+        match Spool::open_inner(dir, fsync, ephemeral, true, LOCK_WAIT)? {
+            Ok(spool) => Ok(spool),
+            Err(holder) => Err(Error::Env(format!(
+                "spool {} is in use by pid {holder}: another instance with the same name and workspace is running",
+                dir.display(),
+            ))),
+        }
+    }
+
+    /// Opens an existing spool for offline delivery: never creates one,
+    /// and `None` when its lock is held (its instance is running, or
+    /// another sender is storing right now).
+    pub fn open_offline(dir: &Path, fsync: bool) -> Result<Option<Spool>> {
+        if fs::symlink_metadata(dir.join("meta.json")).is_err() {
+            return Err(Error::Env(format!("{} is not a spool", dir.display())));
+        }
+        Ok(Spool::open_inner(dir, fsync, false, false, Duration::ZERO)?.ok())
+    }
+
+    /// `Err(holder pid)` when the lock stayed held for `wait`.
+    fn open_inner(
+        dir: &Path,
+        fsync: bool,
+        ephemeral: bool,
+        create: bool,
+        wait: Duration,
+    ) -> Result<std::result::Result<Spool, String>> {
+        if !create {
+            check_private_dir(dir, "spool")?;
+        } else if let Some(parent) = dir.parent() {
             fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(parent)
                 .map_err(|e| Error::io("create directory", parent, e))?;
         }
-        mkdir_private(dir)?;
-        check_private_dir(dir, "spool")?;
+        if create {
+            mkdir_private(dir)?;
+            check_private_dir(dir, "spool")?;
+        }
         let lock_path = dir.join("lock");
         let mut lock = OpenOptions::new()
             .read(true)
@@ -341,15 +384,21 @@ impl Spool {
             .custom_flags(sys::O_NOFOLLOW)
             .open(&lock_path)
             .map_err(|e| Error::io("open lock file", &lock_path, e))?;
-        if !sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &lock_path, e))? {
-            let mut holder = String::new();
-            let _ = lock.read_to_string(&mut holder);
-            let holder = holder.trim();
-            return Err(Error::Env(format!(
-                "spool {} is in use by pid {}: another instance with the same name and workspace is running",
-                dir.display(),
-                if holder.is_empty() { "?" } else { holder }
-            )));
+        // An offline sender holds the lock only while it stores one task:
+        // an instance that starts meanwhile waits for it, briefly.
+        let deadline = Instant::now() + wait;
+        while !sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &lock_path, e))? {
+            if Instant::now() >= deadline {
+                let mut holder = String::new();
+                let _ = lock.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Ok(Err(if holder.is_empty() {
+                    "?".into()
+                } else {
+                    holder.to_string()
+                }));
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
         lock.set_len(0)
             .map_err(|e| Error::io("write", &lock_path, e))?;
@@ -376,7 +425,7 @@ impl Spool {
             recovery_notes: Vec::new(),
         };
         spool.recover()?;
-        Ok(spool)
+        Ok(Ok(spool))
     }
 
     pub fn dir(&self) -> &Path {
@@ -750,6 +799,7 @@ impl Spool {
         let sub = match e.place {
             Place::Processing => "processing",
             Place::Interrupted => "interrupted",
+            Place::Rejected if outcome == "discarded" => "rejected",
             _ => {
                 return Err(Error::Usage(format!(
                     "task {message_id} is not being processed"
@@ -804,17 +854,21 @@ impl Spool {
     /// Puts an interrupted task back at its original place in the queue.
     pub fn requeue(&self, message_id: &str) -> Result<()> {
         let mut idx = self.index.lock().expect("spool index poisoned");
-        let e = match idx.entries.get(message_id) {
-            Some(e) if e.place == Place::Interrupted => e.clone(),
+        let (e, sub) = match idx.entries.get(message_id) {
+            Some(e) if e.place == Place::Interrupted => (e.clone(), "interrupted"),
+            // A rejected task goes back only if its data could be read.
+            Some(e) if e.place == Place::Rejected && e.digest.is_some() => (e.clone(), "rejected"),
             _ => {
-                return Err(Error::Usage(format!("no interrupted task {message_id}")));
+                return Err(Error::Usage(format!(
+                    "no interrupted or rejected task {message_id}"
+                )));
             }
         };
-        let from = self.path("interrupted", &e.file);
+        let from = self.path(sub, &e.file);
         fs::rename(&from, self.path("inbox", &e.file))
             .map_err(|err| Error::io("requeue", &from, err))?;
         if self.fsync {
-            self.sync(&["interrupted", "inbox"])?;
+            self.sync(&[sub, "inbox"])?;
         }
         idx.inbox.insert(e.key, message_id.to_string());
         if let Some(s) = &e.sender_id {
@@ -824,12 +878,54 @@ impl Spool {
         Ok(())
     }
 
-    /// Whether a task is in `interrupted/`.
-    pub fn is_interrupted(&self, message_id: &str) -> bool {
+    /// Whether a task was set aside for the operator: `interrupted/`, or
+    /// `rejected/` with data that can be read back.
+    pub fn is_set_aside(&self, message_id: &str) -> bool {
         let idx = self.index.lock().expect("spool index poisoned");
-        idx.entries
-            .get(message_id)
-            .is_some_and(|e| e.place == Place::Interrupted)
+        idx.entries.get(message_id).is_some_and(|e| {
+            e.place == Place::Interrupted || (e.place == Place::Rejected && e.digest.is_some())
+        })
+    }
+
+    /// Moves queued tasks older than `ttl` seconds to `rejected/`; returns
+    /// their ids. Their ids stay known, so a retry is not run either.
+    pub fn expire(&self, ttl: u64) -> Vec<String> {
+        let mut idx = self.index.lock().expect("spool index poisoned");
+        let cutoff = now_secs().saturating_sub(ttl);
+        let old: Vec<((u8, u64), String)> = idx
+            .inbox
+            .iter()
+            .filter(|(_, id)| idx.entries[*id].summary.accepted_at <= cutoff)
+            .map(|(k, id)| (*k, id.clone()))
+            .collect();
+        let mut out = Vec::new();
+        for (key, id) in old {
+            let file = idx.entries[&id].file.clone();
+            let from = self.path("inbox", &file);
+            if fs::rename(&from, self.path("rejected", &file)).is_err() {
+                continue;
+            }
+            idx.inbox.remove(&key);
+            let e = idx.entries.get_mut(&id).expect("indexed");
+            e.place = Place::Rejected;
+            if let Some(s) = e.sender_id.clone() {
+                release(&mut idx.inflight, &s);
+            }
+            out.push(id);
+        }
+        if !out.is_empty() && self.fsync {
+            let _ = self.sync(&["inbox", "rejected"]);
+        }
+        out
+    }
+
+    /// When the oldest queued task was accepted (epoch seconds).
+    pub fn oldest_queued(&self) -> Option<u64> {
+        let idx = self.index.lock().expect("spool index poisoned");
+        idx.inbox
+            .values()
+            .map(|id| idx.entries[id].summary.accepted_at)
+            .min()
     }
 
     /// Whether a task is currently in `processing/`.
@@ -853,8 +949,9 @@ impl Spool {
         }
     }
 
-    /// Queued tasks in claim order, then processing and interrupted ones.
-    pub fn list(&self) -> (Vec<Summary>, Vec<Summary>, Vec<Summary>) {
+    /// Queued tasks in claim order, then processing, interrupted and
+    /// rejected ones.
+    pub fn list(&self) -> Listing {
         let idx = self.index.lock().expect("spool index poisoned");
         let queued = idx
             .inbox
@@ -866,9 +963,12 @@ impl Spool {
             v.sort_by_key(|e| e.key.1);
             v.into_iter().map(|e| e.summary.clone()).collect::<Vec<_>>()
         };
-        let processing = by(Place::Processing);
-        let interrupted = by(Place::Interrupted);
-        (queued, processing, interrupted)
+        Listing {
+            queued,
+            processing: by(Place::Processing),
+            interrupted: by(Place::Interrupted),
+            rejected: by(Place::Rejected),
+        }
     }
 
     /// Removes an ephemeral spool directory; persistent spools are kept.

@@ -153,6 +153,39 @@ pub fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
     }
 }
 
+/// The listening socket systemd passed (socket activation): fd 3, when
+/// `LISTEN_PID` is this process and `LISTEN_FDS` is at least 1. The
+/// variables are removed so that children do not see them.
+pub fn activated_listener() -> Option<std::os::unix::net::UnixListener> {
+    use std::os::fd::FromRawFd;
+    let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
+    let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
+    if pid != std::process::id() || fds < 1 {
+        return None;
+    }
+    // SAFETY: removing variables happens before any other thread of this
+    // process reads the environment (startup, single-threaded).
+    unsafe {
+        std::env::remove_var("LISTEN_PID");
+        std::env::remove_var("LISTEN_FDS");
+        std::env::remove_var("LISTEN_FDNAMES");
+    }
+    const FD: i32 = 3;
+    let mut st: libc::stat = unsafe_zeroed_stat();
+    // SAFETY: fstat writes into `st`, valid memory of the right type.
+    if unsafe { libc::fstat(FD, &mut st) } != 0 || (st.st_mode & libc::S_IFMT) != libc::S_IFSOCK {
+        return None;
+    }
+    // SAFETY: the manager handed fd 3 to this process as a listening
+    // socket; we take ownership of it exactly once.
+    Some(unsafe { std::os::unix::net::UnixListener::from_raw_fd(FD) })
+}
+
+fn unsafe_zeroed_stat() -> libc::stat {
+    // SAFETY: libc::stat is plain old data; all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
 pub const SIGTERM: i32 = libc::SIGTERM;
 pub const SIGKILL: i32 = libc::SIGKILL;
 pub const ECONNREFUSED: i32 = libc::ECONNREFUSED;

@@ -613,7 +613,7 @@ fn inbox_cli_claim_complete_list_and_status() {
     let list: Value = serde_json::from_str(out.stdout.trim()).unwrap();
     assert_eq!(
         list,
-        json!({"queued": [], "processing": [], "interrupted": [], "awaiting_approval": []})
+        json!({"queued": [], "processing": [], "interrupted": [], "rejected": [], "awaiting_approval": []})
     );
     let out = env.run(&["status", "clia", "--json"]);
     let st: Value = serde_json::from_str(out.stdout.trim()).unwrap();

@@ -11,6 +11,9 @@ use serde_json::{Value, json};
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "list", 0)?;
     let found = target::discover(config)?;
+    if args.flag("offline") {
+        return offline(args, &found);
+    }
     if args.flag("json") {
         let mut out: Vec<Value> = found
             .peers
@@ -122,5 +125,44 @@ pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
             emit(&format!("removed stale instance {id}\n"));
         }
     }
+    Ok(ExitCode::Ok)
+}
+
+/// `list --offline`: names with a spool and no live instance, which a
+/// sender can still deliver to (unless they opted out).
+fn offline(args: &Args, found: &registry::Discovery) -> Result<ExitCode> {
+    let live = |s: &crate::relay::KnownSpool| {
+        found
+            .peers
+            .iter()
+            .any(|p| p.manifest.name == s.name && p.manifest.workspace == s.workspace)
+    };
+    let known: Vec<crate::relay::KnownSpool> = crate::relay::known_spools()
+        .into_iter()
+        .filter(|s| !live(s))
+        .collect();
+    if args.flag("json") {
+        emit_json(&serde_json::to_value(&known).expect("serializes"));
+        return Ok(ExitCode::Ok);
+    }
+    if known.is_empty() {
+        eprintln!("baton: no known names are offline");
+        return Ok(ExitCode::Ok);
+    }
+    let rows: Vec<[String; 4]> = known
+        .iter()
+        .map(|s| {
+            [
+                escape(&s.name).into_owned(),
+                s.queued.to_string(),
+                if s.offline { "yes" } else { "no" }.to_string(),
+                escape(&s.workspace).into_owned(),
+            ]
+        })
+        .collect();
+    emit(&table(
+        ["NAME", "QUEUED", "OFFLINE_DELIVERY", "WORKSPACE"],
+        &rows,
+    ));
     Ok(ExitCode::Ok)
 }

@@ -10,6 +10,7 @@ mod mcp;
 mod send;
 mod serve;
 mod target;
+mod wake;
 mod watch;
 
 pub use args::Opt;
@@ -41,7 +42,7 @@ const JSON: Opt = switch("json", "print JSON instead of text");
 pub const COMMANDS: &[Command] = &[
     Command {
         name: "serve",
-        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] [--turn-timeout SECONDS]] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--zcoder] [--accept-from PATTERN]... [--deny-from PATTERN]...",
+        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] [--turn-timeout SECONDS]] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--zcoder] [--ttl SECONDS] [--no-offline] [--accept-from PATTERN]... [--deny-from PATTERN]...",
         summary: "run an instance for a workspace: tasks run through --exec, or wait for 'baton inbox claim'",
         opts: &[
             value(
@@ -95,6 +96,14 @@ pub const COMMANDS: &[Command] = &[
                 "zcoder",
                 "also publish in zcoder's registry, so zcoder agents can find and reach this one",
             ),
+            value(
+                "ttl",
+                "set aside queued tasks older than this many seconds as expired (default: BATON_TTL, else never)",
+            ),
+            switch(
+                "no-offline",
+                "refuse offline delivery: senders may not store tasks while this name is not running",
+            ),
             HELP,
         ],
         run: serve::run,
@@ -108,13 +117,17 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "list",
-        usage: "baton list [--json] [--all]",
+        usage: "baton list [--json] [--all] [--offline]",
         summary: "list live instances (name, pid, state, id, workspace)",
         opts: &[
             JSON,
             switch(
                 "all",
                 "also show entries that were skipped, with the problem",
+            ),
+            switch(
+                "offline",
+                "show known names that are not running, with their queued counts",
             ),
             HELP,
         ],
@@ -184,6 +197,13 @@ pub const COMMANDS: &[Command] = &[
             HELP,
         ],
         run: inbox::run,
+    },
+    Command {
+        name: "wake",
+        usage: "baton wake NAME",
+        summary: "start a socket-activated agent by connecting to its wake socket, and wait for it",
+        opts: &[HELP],
+        run: wake::run,
     },
     Command {
         name: "log",

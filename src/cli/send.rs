@@ -134,7 +134,31 @@ fn plain(
         Some(id) => id.to_string(),
         None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
     };
-    let peer = target::resolve(config, Some(target_arg))?;
+    let dir = registry::ensure_dir(config)?;
+    // A plain sender is recorded as such: its pid and working directory.
+    let make = || {
+        let sender = crate::spool::Sender {
+            pid: Some(std::process::id()),
+            workspace: std::env::current_dir()
+                .ok()
+                .map(|d| d.display().to_string()),
+            ..crate::spool::Sender::default()
+        };
+        crate::spool::new_task(
+            &message_id,
+            body,
+            sender,
+            0,
+            None,
+            mode,
+            Some(std::process::id()),
+            "jsonrpc",
+        )
+    };
+    let peer = match relay::route(config, &dir, target_arg, &message_id, &make) {
+        relay::Route::Live(p) => *p,
+        relay::Route::Done(v) => return report(args, &v),
+    };
     if peer.wire == registry::Wire::Zcoder {
         // A plain command line has no instance for zcoder to verify; the
         // zcoder instance decides what to make of that.
@@ -194,6 +218,7 @@ fn report(args: &Args, r: &Value) -> Result<ExitCode> {
         t.get("instance_id").and_then(Value::as_str),
     ) {
         (Some(n), Some(i)) => format!("{} ({i})", escape(n)),
+        (Some(n), None) => escape(n).into_owned(),
         _ => "the receiver".into(),
     };
     match status {
@@ -205,6 +230,13 @@ fn report(args: &Args, r: &Value) -> Result<ExitCode> {
         )),
         "duplicate" => emit(&format!(
             "duplicate: {who} had already accepted message {id}\n"
+        )),
+        "stored" => emit(&format!(
+            "stored: {} is not running; message {id} waits in its spool at position {} and runs when it starts\n",
+            escape(t["name"].as_str().unwrap_or("")),
+            r.get("queue_position")
+                .map(Value::to_string)
+                .unwrap_or_default()
         )),
         "no_target" => {
             let peers: Vec<String> = r

@@ -9,13 +9,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    instance::serve(options(args)?, config.clone())?;
+    let mut opts = options(args)?;
+    opts.ttl = opts.ttl.or(config.ttl);
+    instance::serve(opts, config.clone())?;
     Ok(ExitCode::Ok)
 }
 
 /// `baton` with no command: the same options, and the interactive view.
 pub fn interactive(args: &Args, config: &Config) -> Result<ExitCode> {
-    crate::tui::interactive(options(args)?, config.clone())?;
+    let mut opts = options(args)?;
+    opts.ttl = opts.ttl.or(config.ttl);
+    crate::tui::interactive(opts, config.clone())?;
     Ok(ExitCode::Ok)
 }
 
@@ -82,6 +86,20 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
             )));
         }
     };
+    let ttl = match args.value("ttl") {
+        None => None,
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if n >= 1 && v.bytes().all(|b| b.is_ascii_digit()) => {
+                Some(Duration::from_secs(n))
+            }
+            _ => {
+                return Err(Error::Usage(format!(
+                    "serve: --ttl {}: use a whole number of seconds, 1 or more",
+                    crate::sanitize::escape(v)
+                )));
+            }
+        },
+    };
     let opts = ServeOptions {
         name: args.value("name").map(str::to_string),
         workspace: args.value("workspace").map(PathBuf::from),
@@ -100,6 +118,8 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
         ephemeral: args.flag("ephemeral"),
         zcoder: args.flag("zcoder"),
         embedded: None,
+        ttl,
+        no_offline: args.flag("no-offline"),
     };
     Ok(opts)
 }

@@ -334,11 +334,14 @@ impl View {
         for e in &self.entries {
             let mark = e.role.mark();
             let indent = " ".repeat(mark.len());
+            // Continuation lines are indented too, so wrapped peer text
+            // can never start a screen line with another role's mark.
+            let room = width.saturating_sub(mark.len()).max(1);
             for (i, raw) in e.text.split('\n').enumerate() {
-                let prefixed = format!("{}{}", if i == 0 { mark } else { &indent }, escape(raw));
-                for l in wrap(&prefixed, width) {
+                for (j, l) in wrap(&escape(raw), room).into_iter().enumerate() {
+                    let lead = if i == 0 && j == 0 { mark } else { &indent };
                     out.push(Line {
-                        text: l,
+                        text: fit(&format!("{lead}{l}"), width),
                         style: e.role.style(),
                     });
                 }
@@ -353,7 +356,6 @@ impl View {
         let width = cols.max(1) as usize;
         let rows = rows.max(1) as usize;
         let mut lines = Vec::with_capacity(rows);
-        let (prompt_row, input_row) = (rows.saturating_sub(2), rows - 1);
         if rows >= 3 {
             lines.push(Line {
                 text: self.header_line(width),
@@ -409,7 +411,8 @@ impl View {
             style: Style::Normal,
         });
         let cx = (prompt.len() + self.editor.cursor - skip).min(width - 1);
-        let _ = prompt_row;
+        // The input line is the last one drawn (row 0 below 3 rows).
+        let input_row = lines.len() - 1;
         Frame {
             lines,
             cursor: (cx as u16, input_row as u16),
@@ -432,7 +435,9 @@ fn wrap(s: &str, width: usize) -> Vec<String> {
     let mut start = 0;
     while start < chars.len() {
         let mut end = (start + width).min(chars.len());
+        // A line that ends right before a space needs no earlier cut.
         if end < chars.len()
+            && chars[end] != ' '
             && let Some(sp) = chars[start..end].iter().rposition(|&c| c == ' ')
             && sp > 0
         {
@@ -446,6 +451,10 @@ fn wrap(s: &str, width: usize) -> Vec<String> {
                 .to_string(),
         );
         start = end;
+        // The space a line was cut at does not start the next one.
+        if start < chars.len() && chars[start] == ' ' && end > 0 && chars[end - 1] != ' ' {
+            start += 1;
+        }
     }
     out
 }
