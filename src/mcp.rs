@@ -460,12 +460,21 @@ impl Adapter {
                 r["queue_position"]
             ),
             "duplicate" => format!("duplicate: {who} had already accepted task {id}."),
+            // Offline delivery: the task is in the named agent's spool.
+            "stored" => format!(
+                "stored: {who} is not running; task {id} waits in its spool at position {} and runs when it starts. Acceptance is not completion.",
+                r["queue_position"]
+            ),
             _ => format!(
                 "not delivered: {status}: {}",
                 r["reason"].as_str().unwrap_or("")
             ),
         };
-        tool_result(text, !matches!(status, "accepted" | "duplicate"), Some(r))
+        tool_result(
+            text,
+            !matches!(status, "accepted" | "duplicate" | "stored"),
+            Some(r),
+        )
     }
 
     fn check_inbox(&mut self) -> Value {

@@ -328,7 +328,8 @@ fn handle_key(
         Key::Down => view.editor.down(),
         Key::Ctrl('u') => view.editor.kill_line(),
         Key::Ctrl('w') => view.editor.kill_word(),
-        Key::PageUp => view.scroll += page,
+        // Bounded by the entries: a screen line per entry at the least.
+        Key::PageUp => view.scroll = (view.scroll + page).min(view.entries.len()),
         Key::PageDown => view.scroll = view.scroll.saturating_sub(page),
         Key::Ctrl('c') => return true,
         Key::Ctrl('d') if view.editor.buf.is_empty() => return true,

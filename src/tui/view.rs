@@ -386,7 +386,7 @@ impl View {
                 None => Line {
                     text: fit(
                         &format!(
-                            "{}/help for commands{}",
+                            "{} /help for commands{}",
                             "-".repeat(2),
                             if self.scroll > 0 {
                                 format!("  (scrolled up {} lines; PgDn)", self.scroll)
