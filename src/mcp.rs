@@ -490,7 +490,12 @@ impl Adapter {
                 self.open.push((id.clone(), token));
                 let text = format!(
                     "{}\nWhen you are done, call complete_task with message_id \"{id}\"{}.",
-                    t["envelope"].as_str().unwrap_or(""),
+                    // An MCP agent replies through complete_task, so the
+                    // hint names that tool instead of the command line.
+                    t["envelope"].as_str().unwrap_or("").replace(
+                        "[to reply: baton send --reply \"TEXT\"]",
+                        "[to reply: complete_task with a reply]"
+                    ),
                     if t["sender"].get("instance_id").is_some_and(Value::is_string) {
                         " and, if the sender should hear back, a short reply"
                     } else {

@@ -1,0 +1,1159 @@
+//! `baton mcp` (DESIGN §8): an MCP server on stdio, backed by a pull-mode
+//! instance for its directory.
+//!
+//! The protocol edges (version negotiation, exact errors, the reply-only
+//! scope, log notifications, shutdown) are driven here directly, with JSON
+//! lines over the server's pipes, and every line it writes on stdout is
+//! checked to be a JSON-RPC message. The end-to-end hand-over between two
+//! sessions runs a real MCP client, the Python `mcp` SDK, with
+//! `tests/mcp/session.py`; it is skipped with a reason when python3 or the
+//! package is missing, and fails instead under BATON_REQUIRE_ALL=1.
+
+use crate::util::{Env, manifests, wait_until};
+use serde_json::{Value, json};
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long one answer or notification may take to arrive.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `baton mcp` may take to exit once told to.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the Python session may run in all.
+const PYTHON_TIMEOUT: Duration = Duration::from_secs(150);
+/// The protocol revisions `baton mcp` speaks, newest first.
+const SPOKEN: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+const NEWEST: &str = SPOKEN[0];
+const TOOLS: [&str; 4] = [
+    "list_agents",
+    "send_agent_message",
+    "check_inbox",
+    "complete_task",
+];
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+const PARSE_ERROR: i64 = -32700;
+
+/// A fresh file under the test's root for a process's output.
+fn log_file(env: &Env, what: &str, ext: &str) -> (PathBuf, File) {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let path = env.root.join(format!(
+        "{what}-{}.{ext}",
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let file = File::create(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+    (path, file)
+}
+
+/// Whether `v` is one JSON-RPC 2.0 message: a request, a notification, or
+/// a response with exactly one of `result` and `error`.
+fn is_jsonrpc(v: &Value) -> bool {
+    let Some(o) = v.as_object() else {
+        return false;
+    };
+    if o.get("jsonrpc") != Some(&json!("2.0")) {
+        return false;
+    }
+    match o.get("method") {
+        Some(m) => m.is_string(),
+        None => o.contains_key("id") && (o.contains_key("result") != o.contains_key("error")),
+    }
+}
+
+/// Whether a process with this pid exists (a zombie counts).
+fn pid_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The pids whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let Some(child) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may hold spaces and parens.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// The manifest files of the instance running as `pid`.
+fn manifests_of(registry: &Path, pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("a-{pid}-");
+    manifests(registry)
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .collect()
+}
+
+/// A `baton mcp` process spoken to over its pipes.
+struct Mcp {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// Lines of stdout, from a reader thread; disconnected at EOF.
+    lines: mpsc::Receiver<String>,
+    /// Notifications that arrived while an answer was awaited.
+    notes: Vec<Value>,
+    stderr_path: PathBuf,
+    next_id: u64,
+}
+
+impl Mcp {
+    /// Starts `baton mcp <args>` in `workspace`, in the test's world.
+    fn start(env: &Env, workspace: &Path, args: &[&str]) -> Mcp {
+        Mcp::start_with(env, workspace, &[], args)
+    }
+
+    /// Like `start`, with `vars` added to the environment.
+    fn start_with(env: &Env, workspace: &Path, vars: &[(&str, &str)], args: &[&str]) -> Mcp {
+        let (stderr_path, stderr) = log_file(env, "mcp", "err");
+        let mut child = env
+            .cmd()
+            .envs(vars.iter().copied())
+            .arg("mcp")
+            .args(args)
+            .current_dir(workspace)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn baton mcp: {e}"));
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).split(b'\n') {
+                let Ok(line) = line else { return };
+                if tx
+                    .send(String::from_utf8_lossy(&line).into_owned())
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Mcp {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            notes: Vec::new(),
+            stderr_path,
+            next_id: 0,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn stderr(&self) -> String {
+        fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// Writes one line to the server's stdin.
+    fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .unwrap_or_else(|e| panic!("writing to baton mcp: {e}\nstderr:\n{}", self.stderr()));
+    }
+
+    fn notify(&mut self, method: &str) {
+        self.send_line(&json!({"jsonrpc": "2.0", "method": method}).to_string());
+    }
+
+    /// Parses one stdout line, which must be a JSON-RPC message.
+    fn check(&self, line: &str) -> Value {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("stdout carried a line that is not JSON ({e}): {line:?}"));
+        assert!(
+            is_jsonrpc(&v),
+            "stdout carried a line that is not a JSON-RPC message: {line}"
+        );
+        v
+    }
+
+    /// The next message on stdout.
+    fn read(&mut self) -> Value {
+        match self.lines.recv_timeout(READ_TIMEOUT) {
+            Ok(line) => self.check(&line),
+            Err(e) => panic!(
+                "no message from baton mcp within {READ_TIMEOUT:?} ({e:?}); stderr:\n{}",
+                self.stderr()
+            ),
+        }
+    }
+
+    /// Reads until the response with `id`, keeping notifications.
+    fn response(&mut self, id: &Value) -> Value {
+        loop {
+            let msg = self.read();
+            if msg.get("method").is_some() {
+                self.notes.push(msg);
+                continue;
+            }
+            assert_eq!(&msg["id"], id, "an answer to another request: {msg}");
+            return msg;
+        }
+    }
+
+    /// Sends `line` and returns the response with `id`.
+    fn raw(&mut self, id: Value, line: &str) -> Value {
+        self.send_line(line);
+        self.response(&id)
+    }
+
+    /// A request; the whole response object.
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = json!(self.next_id);
+        let req = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.raw(id, &req.to_string())
+    }
+
+    /// `initialize` asking for `version`, then `notifications/initialized`;
+    /// the result.
+    fn initialize(&mut self, version: &str) -> Value {
+        let r = self.request(
+            "initialize",
+            json!({
+                "protocolVersion": version,
+                "capabilities": {},
+                "clientInfo": {"name": "baton-tests", "version": "0"},
+            }),
+        );
+        self.notify("notifications/initialized");
+        r.get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("initialize failed: {r}"))
+    }
+
+    /// `tools/call`; the tool result.
+    fn tool(&mut self, name: &str, arguments: Value) -> Value {
+        let r = self.request("tools/call", json!({"name": name, "arguments": arguments}));
+        r.get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("tools/call {name} is not a result: {r}"))
+    }
+
+    /// The first notification with `method` whose params satisfy `pred`,
+    /// waiting for it if it has not come yet.
+    fn wait_note(&mut self, method: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + READ_TIMEOUT;
+        loop {
+            if let Some(i) = self
+                .notes
+                .iter()
+                .position(|n| n["method"] == method && pred(&n["params"]))
+            {
+                return self.notes.remove(i);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let v = self.check(&line);
+                    self.notes.push(v);
+                }
+                Err(_) => panic!(
+                    "no {method} notification within {READ_TIMEOUT:?}; got {:?}\nstderr:\n{}",
+                    self.notes,
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
+    /// The instance's manifest, once it is published.
+    fn manifest(&self, env: &Env) -> (PathBuf, Value) {
+        let mut found = None;
+        wait_until("the manifest of baton mcp", READ_TIMEOUT, || {
+            found = manifests_of(&env.registry, self.pid()).into_iter().next();
+            found.is_some()
+        });
+        let path = found.expect("found");
+        let m: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        (path, m)
+    }
+
+    /// Waits for the process to exit; panics after EXIT_TIMEOUT.
+    fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + EXIT_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "baton mcp (pid {}) still running {EXIT_TIMEOUT:?} after it was told to stop; killed.\nstderr:\n{}",
+                    self.pid(),
+                    self.stderr()
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Reads stdout to its end, checking every line left.
+    fn drain(&mut self) {
+        loop {
+            match self.lines.recv_timeout(READ_TIMEOUT) {
+                Ok(line) => {
+                    let v = self.check(&line);
+                    self.notes.push(v);
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => panic!("stdout of baton mcp did not end"),
+            }
+        }
+    }
+
+    /// Closes stdin, as a host does at the end of a session; the server
+    /// must exit 0 within the bound, with stdout clean to its end.
+    fn finish(mut self) {
+        self.stdin = None;
+        let status = self.wait_exit();
+        assert_eq!(status.code(), Some(0), "stderr:\n{}", self.stderr());
+        self.drain();
+    }
+
+    fn signal(&mut self, sig: libc::c_int) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // SAFETY: kill(2) has no memory-safety preconditions; the pid is
+            // our own child, just seen running and not yet reaped.
+            unsafe {
+                libc::kill(self.pid() as libc::pid_t, sig);
+            }
+        }
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The text of a tool result's single content item.
+fn text(result: &Value) -> &str {
+    assert_eq!(
+        result["content"].as_array().map(Vec::len),
+        Some(1),
+        "{result}"
+    );
+    assert_eq!(result["content"][0]["type"], "text", "{result}");
+    result["content"][0]["text"].as_str().unwrap()
+}
+
+/// Asserts a JSON-RPC error with exactly this code and message.
+fn assert_error(r: &Value, code: i64, message: &str) {
+    assert!(r.get("result").is_none(), "expected an error: {r}");
+    assert_eq!(r["error"]["code"], code, "{r}");
+    assert_eq!(r["error"]["message"], message, "{r}");
+}
+
+/// Asserts a tool result with `isError` true and exactly this text.
+fn assert_tool_error(r: &Value, want: &str) {
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(text(r), want, "{r}");
+}
+
+fn tool_names(list: &Value) -> Vec<String> {
+    list["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools: {list}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The reason `relay/send` gives inside a task from `from` (`from_id`)
+/// for a target other than its sender.
+fn denied_reason(from: &str, from_id: &str, to: &str, to_id: &str) -> String {
+    format!(
+        "this turn runs a task relayed from {from}: only its sender {from_id} may be sent to, not {to} ({to_id})"
+    )
+}
+
+#[test]
+fn initialize_negotiates_the_protocol_version() {
+    let env = Env::new();
+    let ws = env.workspace("proj");
+    let spoken = SPOKEN.map(|v| (v, v));
+    // Unknown revisions, later or earlier: the newest one it speaks.
+    let unknown = [("2026-07-28", NEWEST), ("1999-01-01", NEWEST)];
+    for (asked, answered) in spoken.into_iter().chain(unknown) {
+        let mut m = Mcp::start(&env, &ws, &[]);
+        let r = m.initialize(asked);
+        assert_eq!(r["protocolVersion"], answered, "asked {asked}: {r}");
+        assert_eq!(r["serverInfo"]["name"], "baton", "{r}");
+        assert_eq!(r["capabilities"]["tools"]["listChanged"], false, "{r}");
+        assert!(r["capabilities"]["logging"].is_object(), "{r}");
+        let (_, manifest) = m.manifest(&env);
+        let id = manifest["instance_id"].as_str().unwrap();
+        let instructions = r["instructions"].as_str().unwrap();
+        assert!(
+            instructions.contains(&format!("you are instance {id}")),
+            "{instructions}"
+        );
+        assert!(
+            instructions.contains("only when the user explicitly asked"),
+            "{instructions}"
+        );
+        assert_eq!(m.request("ping", json!({}))["result"], json!({}));
+        m.finish();
+    }
+}
+
+#[test]
+fn requests_before_initialize_and_bad_initialize_are_errors() {
+    let env = Env::new();
+    let ws = env.workspace("proj");
+    let mut m = Mcp::start(&env, &ws, &[]);
+    let r = m.request("tools/list", json!({}));
+    assert_error(&r, INVALID_REQUEST, "invalid request: initialize first");
+    let r = m.request("tools/call", json!({"name": "list_agents"}));
+    assert_error(&r, INVALID_REQUEST, "invalid request: initialize first");
+    // ping is allowed at any time.
+    assert_eq!(m.request("ping", json!({}))["result"], json!({}));
+    let r = m.request("initialize", json!({"protocolVersion": 20251125}));
+    assert_error(
+        &r,
+        INVALID_PARAMS,
+        "invalid params: protocolVersion must be a string",
+    );
+    let r = m.request("initialize", json!(["2025-11-25"]));
+    assert_error(
+        &r,
+        INVALID_PARAMS,
+        "invalid params: params must be an object",
+    );
+    let r = m.initialize(NEWEST);
+    assert_eq!(r["protocolVersion"], NEWEST);
+    m.finish();
+}
+
+#[test]
+fn tool_calls_and_their_exact_errors() {
+    let env = Env::new();
+    let (wa, wb, wc) = (
+        env.workspace("alpha"),
+        env.workspace("beta"),
+        env.workspace("gamma"),
+    );
+    let a = env.serve(&wa, &["--name", "alpha"]);
+    let c = env.serve(&wc, &["--name", "gamma"]);
+    let mut b = Mcp::start(&env, &wb, &["--name", "beta"]);
+    b.initialize(NEWEST);
+    let (_, manifest) = b.manifest(&env);
+    let b_id = manifest["instance_id"].as_str().unwrap().to_string();
+    assert_eq!(manifest["name"], "beta");
+    assert_eq!(manifest["profile"], "coding");
+    assert_eq!(manifest["workspace"], wb.to_str().unwrap());
+
+    // The four tools, each with an object input schema.
+    let list = b.request("tools/list", json!({}))["result"].clone();
+    assert_eq!(tool_names(&list), TOOLS, "{list}");
+    for t in list["tools"].as_array().unwrap() {
+        assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+        assert!(!t["description"].as_str().unwrap().is_empty(), "{t}");
+    }
+
+    // JSON-RPC errors, exactly.
+    let r = b.request(
+        "tools/call",
+        json!({"name": "no_such_tool", "arguments": {}}),
+    );
+    assert_error(&r, INVALID_PARAMS, "Unknown tool: no_such_tool");
+    let r = b.request("tools/call", json!({"arguments": {}}));
+    assert_error(&r, INVALID_PARAMS, "invalid params: name must be a string");
+    let r = b.request("tools/call", json!({"name": 7}));
+    assert_error(&r, INVALID_PARAMS, "invalid params: name must be a string");
+    for bad in [json!([1, 2]), json!("x"), json!(3)] {
+        let r = b.request(
+            "tools/call",
+            json!({"name": "list_agents", "arguments": bad}),
+        );
+        assert_error(
+            &r,
+            INVALID_PARAMS,
+            "invalid params: arguments must be an object",
+        );
+    }
+    let r = b.request("resources/list", json!({}));
+    assert_error(&r, METHOD_NOT_FOUND, "method not found: resources/list");
+    b.send_line("{not json");
+    let r = b.response(&Value::Null);
+    assert_eq!(r["error"]["code"], PARSE_ERROR, "{r}");
+    let r = b.raw(json!("s1"), r#"{"id":"s1","method":"ping"}"#);
+    assert_error(
+        &r,
+        INVALID_REQUEST,
+        "invalid request: \"jsonrpc\" must be \"2.0\"",
+    );
+
+    // list_agents: the others, not itself.
+    let agents = b.tool("list_agents", json!({}));
+    assert_eq!(agents["isError"], false, "{agents}");
+    let listed = agents["structuredContent"]["agents"].as_array().unwrap();
+    let mut ids: Vec<&str> = listed
+        .iter()
+        .map(|x| x["instance_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    let mut want = vec![a.id.as_str(), c.id.as_str()];
+    want.sort();
+    assert_eq!(ids, want, "{agents}");
+
+    // Body bounds: tool errors with check_body's exact reasons.
+    for empty in ["", "  \n\t "] {
+        let r = b.tool(
+            "send_agent_message",
+            json!({"target_instance_id": c.id, "message": empty}),
+        );
+        assert_tool_error(&r, "not delivered: invalid: the message is empty");
+        assert_eq!(r["structuredContent"]["status"], "invalid", "{r}");
+    }
+    let r = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": c.id, "message": "x".repeat(16001)}),
+    );
+    assert_tool_error(
+        &r,
+        "not delivered: invalid: the message is 16001 bytes, over the body limit of 16000 bytes (BATON_MAX_MESSAGE_BYTES)",
+    );
+    let r = b.tool("send_agent_message", json!({"target_instance_id": c.id}));
+    assert_tool_error(
+        &r,
+        "Input validation error: target_instance_id and message must both be strings",
+    );
+    // At the bound exactly, the task goes through.
+    let r = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": c.id, "message": "y".repeat(16000)}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(r["structuredContent"]["status"], "accepted", "{r}");
+    assert_eq!(r["structuredContent"]["queue_position"], 1, "{r}");
+    let first_to_c = r["structuredContent"]["message_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        text(&r),
+        format!(
+            "accepted: task {first_to_c} is queued at position 1 on gamma ({}). Acceptance is not completion: the other agent has not done anything yet.",
+            c.id
+        )
+    );
+
+    // Nothing to take yet.
+    let r = b.tool("check_inbox", json!({}));
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(text(&r), "The inbox is empty.");
+    assert_eq!(r["structuredContent"]["status"], "empty", "{r}");
+
+    // alpha hands beta a task: beta's host hears of it.
+    let mut ac = a.client();
+    let sent = ac.call(
+        1,
+        "relay/send",
+        json!({"target": b_id, "body": "Summarize the README."}),
+    );
+    let sent = &sent["result"];
+    assert_eq!(sent["status"], "accepted", "{sent}");
+    let mid = sent["message_id"].as_str().unwrap().to_string();
+    let note = b.wait_note("notifications/message", |p| {
+        p["data"].as_str().is_some_and(|d| d.contains(&mid))
+    });
+    assert_eq!(note["params"]["level"], "info", "{note}");
+    assert_eq!(note["params"]["logger"], "baton", "{note}");
+    assert_eq!(
+        note["params"]["data"],
+        format!("a task from alpha arrived ({mid}); call check_inbox to take it")
+    );
+
+    // beta takes it.
+    let r = b.tool("check_inbox", json!({}));
+    assert_eq!(r["isError"], false, "{r}");
+    let s = &r["structuredContent"];
+    assert_eq!(s["message_id"], mid.as_str(), "{r}");
+    assert_eq!(s["sender"]["instance_id"], a.id.as_str(), "{r}");
+    assert_eq!(s["in_reply_to"], Value::Null, "{r}");
+    let t = text(&r);
+    assert!(
+        t.starts_with(&format!(
+            "<agent_relay from=\"alpha\" instance=\"{}\"",
+            a.id
+        )),
+        "{t}"
+    );
+    assert!(t.contains("\nSummarize the README.\n"), "{t}");
+    assert!(
+        t.ends_with(&format!(
+            "</agent_relay>\n\nWhen you are done, call complete_task with message_id \"{mid}\" and, if the sender should hear back, a short reply."
+        )),
+        "{t}"
+    );
+
+    // While it is open, beta may send only to alpha.
+    let r = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": c.id, "message": "Can you help?"}),
+    );
+    assert_tool_error(
+        &r,
+        &format!(
+            "not delivered: denied: {}",
+            denied_reason("alpha", &a.id, "gamma", &c.id)
+        ),
+    );
+    assert_eq!(r["structuredContent"]["status"], "denied", "{r}");
+    let r = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": a.id, "message": "Which README?"}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(r["structuredContent"]["status"], "accepted", "{r}");
+    let question = r["structuredContent"]["message_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Completing something else is refused; the task stays open.
+    let r = b.tool(
+        "complete_task",
+        json!({"message_id": "1-0000000000000000-9"}),
+    );
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(text(&r).starts_with("not completed: "), "{r}");
+    let r = b.tool("complete_task", json!({"message_id": mid, "reply": 5}));
+    assert_tool_error(&r, "Input validation error: reply must be a string");
+    let r = b.tool("complete_task", json!({}));
+    assert_tool_error(&r, "Input validation error: message_id must be a string");
+
+    let r = b.tool(
+        "complete_task",
+        json!({"message_id": mid, "reply": "It documents the CLI."}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(
+        text(&r),
+        format!("completed {mid}; the reply is on its way to the sender.")
+    );
+    assert_eq!(r["structuredContent"]["status"], "completed", "{r}");
+
+    // The scope closed with the task: gamma may be sent to again.
+    let r = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": c.id, "message": "Can you help?"}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(r["structuredContent"]["status"], "accepted", "{r}");
+    assert_eq!(r["structuredContent"]["queue_position"], 2, "{r}");
+
+    // alpha gets the question, then the reply, which answers its task.
+    let mut claimed = Vec::new();
+    wait_until("alpha's two tasks from beta", READ_TIMEOUT, || {
+        let r = ac.call(2, "inbox/claim", json!({}));
+        if r["result"]["status"] == "claimed" {
+            let task = r["result"]["task"].clone();
+            let id = task["message_id"].as_str().unwrap().to_string();
+            let done = ac.call(
+                3,
+                "inbox/complete",
+                json!({"message_id": id, "outcome": "done"}),
+            );
+            assert_eq!(done["result"]["status"], "completed", "{done}");
+            claimed.push(task);
+        }
+        claimed.len() == 2
+    });
+    assert_eq!(claimed[0]["message_id"], question.as_str(), "{claimed:?}");
+    assert_eq!(claimed[0]["in_reply_to"], mid.as_str(), "{claimed:?}");
+    assert_eq!(claimed[1]["in_reply_to"], mid.as_str(), "{claimed:?}");
+    assert_eq!(claimed[1]["sender"]["instance_id"], b_id.as_str());
+    assert!(
+        claimed[1]["envelope"]
+            .as_str()
+            .unwrap()
+            .contains("\nIt documents the CLI.\n"),
+        "{claimed:?}"
+    );
+
+    b.finish();
+    drop(ac);
+}
+
+/// The reply-only scope lasts while any claimed task is open: a steer
+/// follow-up joins its task's turn, and completing the follow-up first
+/// does not lift the scope of the task still open. A task completed
+/// another way (`baton inbox complete`) stops scoping the session once
+/// `complete_task` learns it is no longer open.
+#[test]
+fn the_reply_only_scope_lasts_while_any_task_is_open() {
+    let env = Env::new();
+    let (wa, wb, wc) = (
+        env.workspace("alpha"),
+        env.workspace("beta"),
+        env.workspace("gamma"),
+    );
+    let a = env.serve(&wa, &["--name", "alpha"]);
+    let c = env.serve(&wc, &["--name", "gamma"]);
+    let mut b = Mcp::start(&env, &wb, &["--name", "beta"]);
+    b.initialize(NEWEST);
+    let (_, manifest) = b.manifest(&env);
+    let b_id = manifest["instance_id"].as_str().unwrap().to_string();
+    let mut ac = a.client();
+    let mut relay = |n: u64, params: Value| -> String {
+        let r = ac.call(n, "relay/send", params);
+        assert_eq!(r["result"]["status"], "accepted", "{r}");
+        r["result"]["message_id"].as_str().unwrap().to_string()
+    };
+    let denied = denied_reason("alpha", &a.id, "gamma", &c.id);
+    let to_gamma = |b: &mut Mcp| {
+        b.tool(
+            "send_agent_message",
+            json!({"target_instance_id": c.id, "message": "Can you help?"}),
+        )
+    };
+
+    let first = relay(1, json!({"target": b_id, "body": "Task one."}));
+    let r = b.tool("check_inbox", json!({}));
+    assert_eq!(r["structuredContent"]["message_id"], first.as_str(), "{r}");
+    let follow = relay(
+        2,
+        json!({"target": b_id, "body": "And one more thing.", "mode": "steer"}),
+    );
+    let r = b.tool("check_inbox", json!({}));
+    assert_eq!(r["structuredContent"]["message_id"], follow.as_str(), "{r}");
+    let r = b.tool("complete_task", json!({"message_id": follow}));
+    assert_eq!(text(&r), format!("completed {follow}."), "{r}");
+    // The first task is still open: still only alpha.
+    let r = to_gamma(&mut b);
+    assert_tool_error(&r, &format!("not delivered: denied: {denied}"));
+    let r = b.tool("complete_task", json!({"message_id": first}));
+    assert_eq!(text(&r), format!("completed {first}."), "{r}");
+    let r = to_gamma(&mut b);
+    assert_eq!(r["structuredContent"]["status"], "accepted", "{r}");
+
+    // Completed behind the session's back.
+    let third = relay(3, json!({"target": b_id, "body": "Task three."}));
+    let r = b.tool("check_inbox", json!({}));
+    assert_eq!(r["structuredContent"]["message_id"], third.as_str(), "{r}");
+    let out = env.run(&["inbox", "complete", "beta", &third]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let r = b.tool("complete_task", json!({"message_id": third}));
+    assert_tool_error(
+        &r,
+        &format!("not completed: invalid: task {third} is not open here"),
+    );
+    let r = to_gamma(&mut b);
+    assert_eq!(r["structuredContent"]["status"], "accepted", "{r}");
+    b.finish();
+}
+
+/// A send by name to an agent that is not running but has a spool is
+/// stored there (offline delivery): a success, not an error.
+#[test]
+fn a_task_stored_for_a_stopped_agent_is_no_error() {
+    let env = Env::new();
+    let (wb, wc) = (env.workspace("beta"), env.workspace("gamma"));
+    let mut c = env.serve(&wc, &["--name", "gamma"]);
+    assert_eq!(c.term(), 0, "{}", c.stderr());
+    let mut b = Mcp::start(&env, &wb, &["--name", "beta"]);
+    b.initialize(NEWEST);
+    let r = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": "gamma", "message": "When you start, rebuild the index."}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(r["structuredContent"]["status"], "stored", "{r}");
+    assert_eq!(r["structuredContent"]["queue_position"], 1, "{r}");
+    let mid = r["structuredContent"]["message_id"].as_str().unwrap();
+    assert_eq!(
+        text(&r),
+        format!(
+            "stored: gamma is not running; task {mid} waits in its spool at position 1 and runs when it starts. Acceptance is not completion."
+        )
+    );
+    b.finish();
+    // gamma finds it when it starts.
+    let c = env.serve(&wc, &["--name", "gamma"]);
+    assert_eq!(c.queued(&mut c.client()), 1);
+}
+
+/// The instance closes an idle connection (BATON_IDLE_TIMEOUT); the next
+/// tool call opens a new one, and arrival notices keep coming.
+#[test]
+fn tool_calls_outlive_the_idle_timeout() {
+    let env = Env::new();
+    let ws = env.workspace("proj");
+    let mut m = Mcp::start_with(
+        &env,
+        &ws,
+        &[("BATON_IDLE_TIMEOUT", "1")],
+        &["--name", "proj"],
+    );
+    m.initialize(NEWEST);
+    assert_eq!(
+        text(&m.tool("check_inbox", json!({}))),
+        "The inbox is empty."
+    );
+    thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        text(&m.tool("check_inbox", json!({}))),
+        "The inbox is empty."
+    );
+    let out = env.run(&["send", "proj", "Still there?", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let sent: Value = serde_json::from_str(&out.stdout).unwrap();
+    let mid = sent["message_id"].as_str().unwrap().to_string();
+    let note = m.wait_note("notifications/message", |p| {
+        p["data"].as_str().is_some_and(|d| d.contains(&mid))
+    });
+    assert_eq!(
+        note["params"]["data"],
+        format!("a task from (cli) arrived ({mid}); call check_inbox to take it")
+    );
+    let r = m.tool("check_inbox", json!({}));
+    assert_eq!(r["structuredContent"]["message_id"], mid.as_str(), "{r}");
+    // A plain command line cannot be answered, and the text says so.
+    assert!(
+        text(&r).ends_with(&format!(
+            "call complete_task with message_id \"{mid}\" (this sender cannot be replied to)."
+        )),
+        "{r}"
+    );
+    m.finish();
+}
+
+/// Starts `baton mcp`, initialized; stops it with `stop`; checks that it
+/// exits 0 within the bound and leaves nothing behind.
+fn stops_cleanly(stop: impl FnOnce(&mut Mcp)) {
+    let env = Env::new();
+    let ws = env.workspace("proj");
+    let mut m = Mcp::start(&env, &ws, &["--name", "proj"]);
+    m.initialize(NEWEST);
+    let (path, manifest) = m.manifest(&env);
+    let socket = PathBuf::from(manifest["socket"].as_str().unwrap());
+    assert!(socket.exists(), "{}", socket.display());
+    let pid = m.pid();
+    // Pull mode runs no handler: nothing but baton itself to stop.
+    assert_eq!(children_of(pid), Vec::<u32>::new());
+
+    stop(&mut m);
+    let status = m.wait_exit();
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", m.stderr());
+    wait_until("the pid of baton mcp to be gone", EXIT_TIMEOUT, || {
+        !pid_exists(pid)
+    });
+    assert!(!path.exists(), "manifest {} left behind", path.display());
+    assert_eq!(manifests_of(&env.registry, pid), Vec::<PathBuf>::new());
+    assert!(!socket.exists(), "socket {} left behind", socket.display());
+    m.drain();
+}
+
+#[test]
+fn closing_stdin_removes_the_manifest_and_exits() {
+    stops_cleanly(|m| m.stdin = None);
+}
+
+#[test]
+fn sigterm_removes_the_manifest_and_exits() {
+    stops_cleanly(|m| m.signal(libc::SIGTERM));
+}
+
+/// The python3 that can import `mcp`, and the environment it needs for
+/// that beyond the test's own world, or None (with the reason printed)
+/// when there is none. Under BATON_REQUIRE_ALL=1 that is a failure.
+fn python_with_mcp() -> Option<(PathBuf, Vec<(String, String)>)> {
+    let probe = Command::new("python3")
+        .args([
+            "-c",
+            "import json, site, sys\n\
+             import mcp\n\
+             user = site.USER_SITE and mcp.__file__.startswith(site.USER_SITE)\n\
+             print(json.dumps({'exe': sys.executable, 'userbase': site.USER_BASE if user else None}))",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    let why = match &probe {
+        Err(_) => "python3 is not installed",
+        Ok(out) if !out.status.success() => {
+            "the Python mcp package is not installed (pip install mcp)"
+        }
+        Ok(out) => match serde_json::from_slice::<Value>(&out.stdout) {
+            Ok(v) if v["exe"].is_string() => {
+                let mut vars = Vec::new();
+                // An --user install is found through HOME, which the test
+                // replaces: name its base instead.
+                if let Some(base) = v["userbase"].as_str() {
+                    vars.push(("PYTHONUSERBASE".to_string(), base.to_string()));
+                }
+                return Some((PathBuf::from(v["exe"].as_str().unwrap()), vars));
+            }
+            _ => "python3 did not say where it is",
+        },
+    };
+    if std::env::var("BATON_REQUIRE_ALL").as_deref() == Ok("1") {
+        panic!("{why}, but BATON_REQUIRE_ALL=1 requires it");
+    }
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// A pid of a `baton mcp` the Python session started, read from a
+/// listing, once it is gone; panics (after killing it) if it lingers.
+fn wait_gone(pid: u32, what: &str) {
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    while pid_exists(pid) {
+        if Instant::now() >= deadline {
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains("mcp") {
+                // SAFETY: kill(2) has no memory-safety preconditions; the
+                // pid is a `baton mcp` this test started, still running.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
+            }
+            panic!("{what} (pid {pid}) still running {EXIT_TIMEOUT:?} after its session closed");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_real_mcp_client_hands_a_task_over() {
+    let Some((python, py_vars)) = python_with_mcp() else {
+        return;
+    };
+    let env = Env::new();
+    let (wa, wb, wc) = (
+        env.workspace("alpha"),
+        env.workspace("beta"),
+        env.workspace("gamma"),
+    );
+    let c = env.serve(&wc, &["--name", "gamma"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/session.py");
+
+    // The world of env.cmd(), for Python and the servers it starts.
+    let world: Vec<(OsString, OsString)> = env
+        .cmd()
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
+        .collect();
+    let (out_path, out) = log_file(&env, "python", "out");
+    let (err_path, err) = log_file(&env, "python", "err");
+    let mut child = Command::new(&python)
+        .arg(&script)
+        .arg(crate::util::baton_bin())
+        .args([&wa, &wb])
+        .arg(&c.id)
+        .env_clear()
+        .envs(world)
+        .envs(py_vars)
+        .current_dir(env.root.path())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        // Its own process group, so a hung session can be stopped with
+        // the servers it started.
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    let deadline = Instant::now() + PYTHON_TIMEOUT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            // SAFETY: kill(2) has no memory-safety preconditions; the group
+            // is the one this test made for its own unreaped child.
+            unsafe {
+                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+            }
+            let _ = child.wait();
+            panic!(
+                "the Python session ran over {PYTHON_TIMEOUT:?}; killed.\nstderr:\n{}",
+                fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = fs::read_to_string(&out_path).unwrap();
+    let stderr = fs::read_to_string(&err_path).unwrap();
+    assert!(
+        status.success(),
+        "session.py failed: {status}\nstderr:\n{stderr}"
+    );
+    let o: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("session.py printed no JSON ({e}):\n{stdout}\nstderr:\n{stderr}")
+    });
+    let ctx = format!("session.py saw:\n{o:#}\nstderr:\n{stderr}");
+
+    // Both sessions got the revision the SDK asked for if baton speaks it,
+    // else the newest one baton speaks.
+    let asked = o["asked"].as_str().unwrap_or_else(|| panic!("{ctx}"));
+    let version = if SPOKEN.contains(&asked) {
+        asked
+    } else {
+        NEWEST
+    };
+    for s in ["initialize_a", "initialize_b"] {
+        assert_eq!(o[s]["protocolVersion"], version, "{ctx}");
+        assert_eq!(o[s]["serverInfo"]["name"], "baton", "{ctx}");
+    }
+    assert_eq!(tool_names(&o["tools"]), TOOLS, "{ctx}");
+
+    // A sees B and the third instance, B sees A and the third: not
+    // themselves.
+    let agents = |k: &str| -> Vec<Value> {
+        o[k]["structuredContent"]["agents"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{ctx}"))
+            .clone()
+    };
+    let find = |list: &[Value], ws: &Path| -> Value {
+        list.iter()
+            .find(|x| x["workspace"] == ws.to_str().unwrap())
+            .cloned()
+            .unwrap_or_else(|| panic!("no agent in {} listed:\n{ctx}", ws.display()))
+    };
+    let (seen_by_a, seen_by_b) = (agents("agents_a"), agents("agents_b"));
+    assert_eq!(seen_by_a.len(), 2, "{ctx}");
+    assert_eq!(seen_by_b.len(), 2, "{ctx}");
+    let b = find(&seen_by_a, &wb);
+    let a = find(&seen_by_b, &wa);
+    assert_eq!(find(&seen_by_a, &wc)["instance_id"], c.id.as_str(), "{ctx}");
+    assert_eq!(find(&seen_by_b, &wc)["instance_id"], c.id.as_str(), "{ctx}");
+    assert_eq!(
+        (a["name"].as_str(), b["name"].as_str()),
+        (Some("alpha"), Some("beta"))
+    );
+    let (a_id, b_id) = (
+        a["instance_id"].as_str().unwrap(),
+        b["instance_id"].as_str().unwrap(),
+    );
+
+    // The task is accepted...
+    let sent = &o["send"];
+    assert_eq!(sent["isError"], false, "{ctx}");
+    assert_eq!(sent["structuredContent"]["status"], "accepted", "{ctx}");
+    assert_eq!(sent["structuredContent"]["queue_position"], 1, "{ctx}");
+    let mid = sent["structuredContent"]["message_id"].as_str().unwrap();
+    assert!(
+        text(sent).starts_with(&format!(
+            "accepted: task {mid} is queued at position 1 on beta ({b_id})."
+        )),
+        "{ctx}"
+    );
+
+    // ...B's host hears of it...
+    let logs = o["logs_b"].as_array().unwrap();
+    assert!(
+        logs.iter().any(|l| l["level"] == "info"
+            && l["logger"] == "baton"
+            && l["data"]
+                == format!("a task from alpha arrived ({mid}); call check_inbox to take it")),
+        "{ctx}"
+    );
+
+    // ...B takes it, may not send it on to C, and answers it.
+    let claim = &o["claim"];
+    assert_eq!(claim["isError"], false, "{ctx}");
+    assert_eq!(claim["structuredContent"]["message_id"], mid, "{ctx}");
+    assert_eq!(
+        claim["structuredContent"]["sender"]["instance_id"], a_id,
+        "{ctx}"
+    );
+    assert!(
+        text(claim).contains("\nRun the unit tests in your workspace and tell me how many pass.\n"),
+        "{ctx}"
+    );
+    assert_tool_error(
+        &o["denied"],
+        &format!(
+            "not delivered: denied: {}",
+            denied_reason("alpha", a_id, "gamma", &c.id)
+        ),
+    );
+    assert_eq!(o["complete"]["isError"], false, "{ctx}");
+    assert_eq!(
+        text(&o["complete"]),
+        format!("completed {mid}; the reply is on its way to the sender.")
+    );
+
+    // A's inbox holds the reply, which answers its task.
+    let reply = &o["reply"];
+    assert_eq!(reply["isError"], false, "{ctx}");
+    assert_eq!(reply["structuredContent"]["in_reply_to"], mid, "{ctx}");
+    assert_eq!(
+        reply["structuredContent"]["sender"]["instance_id"], b_id,
+        "{ctx}"
+    );
+    assert!(text(reply).contains("\nAll 12 unit tests pass.\n"), "{ctx}");
+    assert!(
+        !text(reply).contains("(this sender cannot be replied to)"),
+        "{ctx}"
+    );
+    let rid = reply["structuredContent"]["message_id"].as_str().unwrap();
+    assert_eq!(
+        text(&o["complete_reply"]),
+        format!("completed {rid}."),
+        "{ctx}"
+    );
+    assert_eq!(
+        o["inbox_a_after"]["structuredContent"]["status"], "empty",
+        "{ctx}"
+    );
+
+    assert_eq!(
+        o["unknown_tool"],
+        json!({"code": INVALID_PARAMS, "message": "Unknown tool: no_such_tool"}),
+        "{ctx}"
+    );
+
+    // The SDK closed both sessions: their instances are gone, and so are
+    // their manifests. Only the third instance remains.
+    wait_gone(a["pid"].as_u64().unwrap() as u32, "session A");
+    wait_gone(b["pid"].as_u64().unwrap() as u32, "session B");
+    let left = manifests(&env.registry);
+    assert_eq!(left, vec![c.manifest_path.clone()], "{ctx}");
+}
