@@ -566,7 +566,7 @@ impl Foreground {
         self.shared
             .manifest
             .lock()
-            .expect("manifest poisoned")
+            .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 

@@ -8,6 +8,7 @@ pub mod config;
 pub mod digest;
 pub mod error;
 pub mod events;
+pub mod failpoint;
 pub mod glob;
 pub mod instance;
 pub mod mcp;

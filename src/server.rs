@@ -224,7 +224,10 @@ impl Shared {
 
     pub fn set_state(&self, s: State) {
         self.state.store(s as u8, Ordering::SeqCst);
-        self.manifest.lock().expect("manifest poisoned").state = s.as_str().to_string();
+        self.manifest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .state = s.as_str().to_string();
     }
 }
 
@@ -262,14 +265,25 @@ pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
         let spawned = std::thread::Builder::new()
             .name("baton-conn".into())
             .spawn(move || {
+                // Counted down even if the thread panics: a panic closes
+                // this connection only.
+                let _guard = ConnectionGuard(Arc::clone(&s));
                 let _ = s.events.send(Event::Connected);
                 serve_connection(stream, cred.pid, &s);
-                s.connections.fetch_sub(1, Ordering::SeqCst);
-                let _ = s.events.send(Event::Disconnected);
             });
         if spawned.is_err() {
             shared.connections.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+}
+
+/// Ends a connection's accounting when its thread ends, however it ends.
+struct ConnectionGuard(Arc<Shared>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+        let _ = self.0.events.send(Event::Disconnected);
     }
 }
 
@@ -289,7 +303,7 @@ fn refuse_over_cap(mut stream: UnixStream, cap: usize, timeout: Duration) {
 type Writer = Arc<Mutex<UnixStream>>;
 
 fn write_line(w: &Writer, line: &[u8]) -> bool {
-    let mut stream = w.lock().expect("writer poisoned");
+    let mut stream = w.lock().unwrap_or_else(|e| e.into_inner());
     wire::write_all(&mut stream, line).is_ok()
 }
 
@@ -387,6 +401,7 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
                         Err(e) => Some(wire::error_line(&id, e.code, &e.message, e.data)),
                     }
                 } else {
+                    let _ = crate::failpoint::hit("dispatch");
                     let r = dispatch(shared, &method, params, peer_pid);
                     if method == "initialize" && r.is_ok() {
                         initialized = true;
@@ -609,7 +624,7 @@ fn subscribe(
             // for falling behind: the client learns by EOF instead of
             // waiting on a silent connection, and the reader sees EOF and
             // unsubscribes.
-            let s = w.lock().expect("writer poisoned");
+            let s = w.lock().unwrap_or_else(|e| e.into_inner());
             let _ = s.shutdown(std::net::Shutdown::Both);
         });
     Ok(sub.id)
@@ -642,7 +657,7 @@ fn dispatch(
         })),
         "agent/info" => {
             let mut info =
-                serde_json::to_value(&*shared.manifest.lock().expect("manifest poisoned"))
+                serde_json::to_value(&*shared.manifest.lock().unwrap_or_else(|e| e.into_inner()))
                     .expect("serializes");
             let c = shared.spool.counts();
             info["queue"] = json!({
@@ -687,7 +702,11 @@ fn initialize(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Rpc
             data: Some(json!({"supported": [1]})),
         });
     }
-    let manifest = shared.manifest.lock().expect("manifest poisoned").clone();
+    let manifest = shared
+        .manifest
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     Ok(json!({
         "protocol_version": 1,
         "server": {"name": "baton", "version": env!("CARGO_PKG_VERSION")},
@@ -830,6 +849,9 @@ pub fn deliver(
     wire: &str,
 ) -> Result<Value, RpcError> {
     let result = check_and_admit(shared, &req, peer_pid, wire);
+    if result.status == "accepted" {
+        let _ = crate::failpoint::hit("before-answer");
+    }
     let from = result.from.clone().unwrap_or_else(|| {
         req.sender_instance_id
             .clone()

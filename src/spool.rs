@@ -8,6 +8,7 @@
 
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
+use crate::failpoint;
 use crate::sys;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -127,6 +128,9 @@ struct Entry {
     /// Order key in the inbox: steer before queue, then sequence.
     key: (u8, u64),
     summary: Summary,
+    /// When it last entered the queue (epoch seconds): accepted, or
+    /// requeued by the operator. `--ttl` counts from here.
+    queued_at: u64,
 }
 
 /// What `inbox/list` shows of a task without reading its file.
@@ -428,6 +432,12 @@ impl Spool {
         Ok(Ok(spool))
     }
 
+    /// The index; a panic elsewhere while it was held does not take the
+    /// spool down with it (every update leaves the index consistent).
+    fn idx(&self) -> std::sync::MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -461,7 +471,7 @@ impl Spool {
         if moved && self.fsync {
             self.sync(&["processing", "interrupted"])?;
         }
-        let mut idx = self.index.lock().expect("spool index poisoned");
+        let mut idx = self.idx();
         let mut max_seq = 0;
         for (sub, place) in [
             ("inbox", Place::Inbox),
@@ -499,7 +509,15 @@ impl Spool {
                 };
                 let mode = task.as_ref().map_or("queue", |t| t.mode.as_str());
                 let key = order_key(mode, seq);
+                // A requeue touches the file: its time outlives a restart.
+                let touched = fs::symlink_metadata(self.path(sub, &name))
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_secs());
+                let queued_at = task.as_ref().map_or(0, |t| t.accepted_at).max(touched);
                 let entry = Entry {
+                    queued_at,
                     digest: task.as_ref().map(|t| t.digest.clone()),
                     place,
                     file: name.clone(),
@@ -542,6 +560,7 @@ impl Spool {
                 file: name.clone(),
                 sender_id: None,
                 key: (1, 0),
+                queued_at: 0,
                 summary: Summary {
                     message_id: id.to_string(),
                     sender: Sender::default(),
@@ -630,7 +649,7 @@ impl Spool {
         paused: impl Fn() -> bool,
         announce: impl FnOnce(usize),
     ) -> Result<Admission> {
-        let mut idx = self.index.lock().expect("spool index poisoned");
+        let mut idx = self.idx();
         if let Some(e) = idx.entries.get(&task.message_id) {
             return Ok(match &e.digest {
                 Some(d) if *d != task.digest => Admission::Reused,
@@ -673,6 +692,7 @@ impl Spool {
                 file: name,
                 sender_id: task.sender.instance_id.clone(),
                 key,
+                queued_at: task.accepted_at,
                 summary: summary(&task),
             },
         );
@@ -695,18 +715,26 @@ impl Spool {
                 .custom_flags(sys::O_NOFOLLOW)
                 .open(&tmp)?;
             f.write_all(&bytes)?;
+            failpoint::hit("after-write")?;
             if self.fsync {
                 f.sync_all()?;
             }
+            failpoint::hit("after-file-fsync")?;
             drop(f);
             fs::rename(&tmp, self.path("inbox", name))?;
+            failpoint::hit("after-rename")?;
+            failpoint::hit("before-dir-fsync")?;
             if self.fsync {
                 sync_dir(&self.dir.join("inbox"))?;
             }
             Ok(())
         })();
         if let Err(e) = result {
+            // Nothing is acknowledged, so nothing may stay: a failed fsync
+            // is never retried on the same descriptor, the task is refused
+            // and a retry writes a new file.
             let _ = fs::remove_file(&tmp);
+            let _ = fs::remove_file(self.path("inbox", name));
             return Err(Error::io("store task in", &self.dir, e));
         }
         Ok(())
@@ -714,14 +742,14 @@ impl Spool {
 
     /// The task a claim would take next: its id and summary.
     pub fn peek(&self) -> Option<Summary> {
-        let idx = self.index.lock().expect("spool index poisoned");
+        let idx = self.idx();
         let id = idx.inbox.values().next()?;
         Some(idx.entries[id].summary.clone())
     }
 
     /// The oldest queued steer task from a sender instance.
     pub fn first_steer_from(&self, sender: &str) -> Option<Summary> {
-        let idx = self.index.lock().expect("spool index poisoned");
+        let idx = self.idx();
         idx.inbox
             .iter()
             .filter(|((rank, _), _)| *rank == 0)
@@ -742,7 +770,7 @@ impl Spool {
     }
 
     fn claim_where(&self, want: Option<&str>) -> Result<Claim> {
-        let mut idx = self.index.lock().expect("spool index poisoned");
+        let mut idx = self.idx();
         let found = match want {
             None => idx.inbox.iter().next().map(|(k, id)| (*k, id.clone())),
             Some(w) => idx
@@ -792,7 +820,7 @@ impl Spool {
 
     /// Finishes a processing task: receipt first, then the payload goes.
     pub fn finish(&self, message_id: &str, outcome: &str) -> Result<()> {
-        let mut idx = self.index.lock().expect("spool index poisoned");
+        let mut idx = self.idx();
         let Some(e) = idx.entries.get(message_id).cloned() else {
             return Err(Error::Usage(format!("no task {message_id} in the spool")));
         };
@@ -853,7 +881,7 @@ impl Spool {
 
     /// Puts an interrupted task back at its original place in the queue.
     pub fn requeue(&self, message_id: &str) -> Result<()> {
-        let mut idx = self.index.lock().expect("spool index poisoned");
+        let mut idx = self.idx();
         let (e, sub) = match idx.entries.get(message_id) {
             Some(e) if e.place == Place::Interrupted => (e.clone(), "interrupted"),
             // A rejected task goes back only if its data could be read.
@@ -865,8 +893,15 @@ impl Spool {
             }
         };
         let from = self.path(sub, &e.file);
-        fs::rename(&from, self.path("inbox", &e.file))
-            .map_err(|err| Error::io("requeue", &from, err))?;
+        let to = self.path("inbox", &e.file);
+        fs::rename(&from, &to).map_err(|err| Error::io("requeue", &from, err))?;
+        // It waits afresh: `--ttl` counts from now, across restarts too.
+        let now = SystemTime::now();
+        let _ = OpenOptions::new()
+            .write(true)
+            .custom_flags(sys::O_NOFOLLOW)
+            .open(&to)
+            .and_then(|f| f.set_modified(now));
         if self.fsync {
             self.sync(&[sub, "inbox"])?;
         }
@@ -874,28 +909,31 @@ impl Spool {
         if let Some(s) = &e.sender_id {
             *idx.inflight.entry(s.clone()).or_default() += 1;
         }
-        idx.entries.get_mut(message_id).expect("indexed").place = Place::Inbox;
+        let entry = idx.entries.get_mut(message_id).expect("indexed");
+        entry.place = Place::Inbox;
+        entry.queued_at = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         Ok(())
     }
 
     /// Whether a task was set aside for the operator: `interrupted/`, or
     /// `rejected/` with data that can be read back.
     pub fn is_set_aside(&self, message_id: &str) -> bool {
-        let idx = self.index.lock().expect("spool index poisoned");
+        let idx = self.idx();
         idx.entries.get(message_id).is_some_and(|e| {
             e.place == Place::Interrupted || (e.place == Place::Rejected && e.digest.is_some())
         })
     }
 
-    /// Moves queued tasks older than `ttl` seconds to `rejected/`; returns
-    /// their ids. Their ids stay known, so a retry is not run either.
+    /// Moves tasks queued for `ttl` seconds or more (since they were
+    /// accepted or requeued) to `rejected/`; returns their ids. Their ids
+    /// stay known, so a retry is not run either.
     pub fn expire(&self, ttl: u64) -> Vec<String> {
-        let mut idx = self.index.lock().expect("spool index poisoned");
+        let mut idx = self.idx();
         let cutoff = now_secs().saturating_sub(ttl);
         let old: Vec<((u8, u64), String)> = idx
             .inbox
             .iter()
-            .filter(|(_, id)| idx.entries[*id].summary.accepted_at <= cutoff)
+            .filter(|(_, id)| idx.entries[*id].queued_at <= cutoff)
             .map(|(k, id)| (*k, id.clone()))
             .collect();
         let mut out = Vec::new();
@@ -919,25 +957,22 @@ impl Spool {
         out
     }
 
-    /// When the oldest queued task was accepted (epoch seconds).
+    /// When the task queued longest entered the queue (epoch seconds).
     pub fn oldest_queued(&self) -> Option<u64> {
-        let idx = self.index.lock().expect("spool index poisoned");
-        idx.inbox
-            .values()
-            .map(|id| idx.entries[id].summary.accepted_at)
-            .min()
+        let idx = self.idx();
+        idx.inbox.values().map(|id| idx.entries[id].queued_at).min()
     }
 
     /// Whether a task is currently in `processing/`.
     pub fn is_processing(&self, message_id: &str) -> bool {
-        let idx = self.index.lock().expect("spool index poisoned");
+        let idx = self.idx();
         idx.entries
             .get(message_id)
             .is_some_and(|e| e.place == Place::Processing)
     }
 
     pub fn counts(&self) -> Counts {
-        let idx = self.index.lock().expect("spool index poisoned");
+        let idx = self.idx();
         Counts {
             queued: idx.inbox.len(),
             processing: idx.processing,
@@ -952,7 +987,7 @@ impl Spool {
     /// Queued tasks in claim order, then processing, interrupted and
     /// rejected ones.
     pub fn list(&self) -> Listing {
-        let idx = self.index.lock().expect("spool index poisoned");
+        let idx = self.idx();
         let queued = idx
             .inbox
             .values()
