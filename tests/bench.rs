@@ -1,0 +1,1134 @@
+//! `make bench` and `make bench-smoke`: baton's performance against
+//! baselines measured in the same run, as one table.
+//!
+//! A plain binary (`harness = false`) that does nothing unless asked, so
+//! that plain `cargo test` builds it but runs no benchmark: `cargo test
+//! --release --test bench -- --full` is the real run (it exits non-zero
+//! when a ratio misses its target by more than 25%), `-- --smoke` the same
+//! rows with small counts, which only checks that every row produced a
+//! number. Row ids after the flag (`-- --full 1 5`) run only those rows.
+//! `--oneshot SOCKET` makes it the one-shot client that stands in for
+//! socat when socat is missing.
+//!
+//! Each row is a function that starts what it needs in a private world
+//! (registry, state home and temporary directory of its own) and stops
+//! every instance it started, by pid, before the next row. See
+//! docs/performance.md for what each row means and a recorded run.
+
+#[path = "bench/net.rs"]
+mod net;
+#[path = "bench/world.rs"]
+mod world;
+
+use net::{Floor, LineClient, Store, check_accepted, send_line, subscribe_line};
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+use world::{Instance, World, run_timed};
+
+/// Counts for one run.
+struct Scale {
+    full: bool,
+    /// Row 1: measured round trips per system, in interleaved blocks.
+    rt_tasks: usize,
+    rt_blocks: usize,
+    rt_warmup: usize,
+    /// Row 1e: round trips with the largest default body.
+    big_tasks: usize,
+    /// Row 2.
+    durable_tasks: usize,
+    durable_blocks: usize,
+    /// Row 3: tasks per sender (8 senders).
+    tput_each: usize,
+    /// Row 4.
+    send_peers: usize,
+    send_runs: usize,
+    /// Row 5.
+    list_sizes: [usize; 3],
+    stale: usize,
+    list_runs: usize,
+    /// Row 6.
+    idle: Duration,
+    watchers: usize,
+    /// Row 7.
+    turn_rate_tasks: usize,
+    turn_latency_tasks: usize,
+}
+
+const FULL: Scale = Scale {
+    full: true,
+    rt_tasks: 20_000,
+    rt_blocks: 4,
+    rt_warmup: 500,
+    big_tasks: 2_000,
+    durable_tasks: 3_000,
+    durable_blocks: 3,
+    tput_each: 500,
+    send_peers: 50,
+    send_runs: 30,
+    list_sizes: [10, 100, 500],
+    stale: 1_000,
+    list_runs: 5,
+    idle: Duration::from_secs(10),
+    watchers: 10,
+    turn_rate_tasks: 500,
+    turn_latency_tasks: 200,
+};
+
+const SMOKE: Scale = Scale {
+    full: false,
+    rt_tasks: 400,
+    rt_blocks: 2,
+    rt_warmup: 20,
+    big_tasks: 20,
+    durable_tasks: 40,
+    durable_blocks: 2,
+    tput_each: 10,
+    send_peers: 5,
+    send_runs: 3,
+    list_sizes: [2, 4, 8],
+    stale: 50,
+    list_runs: 1,
+    idle: Duration::from_secs(1),
+    watchers: 10,
+    turn_rate_tasks: 20,
+    turn_latency_tasks: 10,
+};
+
+/// The body of an ordinary task.
+const BODY_BYTES: usize = 200;
+/// The largest body baton accepts by default (BATON_MAX_MESSAGE_BYTES).
+const BIG_BODY_BYTES: usize = 16_000;
+/// Concurrent senders of row 3.
+const SENDERS: usize = 8;
+/// Instances started at once when many are needed.
+const START_BATCH: usize = 25;
+/// Row 6: the idle budget.
+const RSS_BUDGET: f64 = 4.0 * 1024.0 * 1024.0;
+/// Regressions: a ratio past its target by more than this fails the run.
+const SLACK: f64 = 1.25;
+
+fn body(bytes: usize) -> String {
+    let mut s = String::from("benchmark task: review the change and report back. ");
+    while s.len() < bytes {
+        s.push('x');
+    }
+    s.truncate(bytes);
+    s
+}
+
+/// One measured figure.
+#[derive(Clone, Copy)]
+enum Fig {
+    Time(Duration),
+    /// Per second.
+    Rate(f64),
+    Bytes(f64),
+    Count(f64),
+}
+
+impl Fig {
+    /// What the ratio compares: higher is worse.
+    fn cost(self) -> f64 {
+        match self {
+            Fig::Time(d) => d.as_secs_f64(),
+            Fig::Rate(r) => 1.0 / r,
+            Fig::Bytes(b) | Fig::Count(b) => b,
+        }
+    }
+
+    fn show(self) -> String {
+        match self {
+            Fig::Time(d) => {
+                let s = d.as_secs_f64();
+                if s < 1e-3 {
+                    format!("{:.1} µs", s * 1e6)
+                } else if s < 1.0 {
+                    format!("{:.2} ms", s * 1e3)
+                } else {
+                    format!("{s:.2} s")
+                }
+            }
+            Fig::Rate(r) => format!("{r:.0}/s"),
+            Fig::Bytes(b) => format!("{:.2} MiB", b / 1024.0 / 1024.0),
+            Fig::Count(c) => format!("{c:.0}"),
+        }
+    }
+}
+
+enum Target {
+    /// Informational.
+    None,
+    /// The ratio must be at most this.
+    Ratio(f64),
+    /// baton's figure must be zero.
+    Zero,
+    /// baton's figure must be under this time.
+    Under(Duration),
+}
+
+struct Row {
+    id: String,
+    what: String,
+    baton: Option<Fig>,
+    base: Option<Fig>,
+    target: Target,
+}
+
+fn row(id: &str, what: &str, baton: Fig, base: Fig, target: Target) -> Row {
+    Row {
+        id: id.into(),
+        what: what.into(),
+        baton: Some(baton),
+        base: Some(base),
+        target,
+    }
+}
+
+impl Row {
+    fn ratio(&self) -> Option<f64> {
+        let (b, base) = (self.baton?.cost(), self.base?.cost());
+        (base > 0.0).then(|| b / base)
+    }
+
+    /// `ok`, `miss` (within the slack), `FAIL`, or `info`.
+    fn verdict(&self) -> &'static str {
+        let Some(b) = self.baton else {
+            return "FAIL";
+        };
+        let grade = |value: f64, limit: f64| {
+            if value <= limit {
+                "ok"
+            } else if value <= limit * SLACK {
+                "miss"
+            } else {
+                "FAIL"
+            }
+        };
+        match self.target {
+            Target::None => "info",
+            Target::Ratio(t) => match self.ratio() {
+                Some(r) => grade(r, t),
+                None => "FAIL",
+            },
+            Target::Zero => {
+                if b.cost() == 0.0 {
+                    "ok"
+                } else {
+                    "FAIL"
+                }
+            }
+            Target::Under(d) => grade(b.cost(), d.as_secs_f64()),
+        }
+    }
+
+    fn target_text(&self) -> String {
+        match self.target {
+            Target::None => "-".into(),
+            Target::Ratio(t) => format!("≤ {t:.2}×"),
+            Target::Zero => "= 0".into(),
+            Target::Under(d) => format!("< {}", Fig::Time(d).show()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------
+// Statistics
+
+fn sorted(v: &[Duration]) -> Vec<Duration> {
+    let mut s = v.to_vec();
+    s.sort();
+    s
+}
+
+/// Nearest-rank percentile.
+fn pct(v: &[Duration], p: f64) -> Duration {
+    let s = sorted(v);
+    if s.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
+    s[rank.clamp(1, s.len()) - 1]
+}
+
+fn median(v: &[Duration]) -> Duration {
+    pct(v, 50.0)
+}
+
+fn mean(v: &[Duration]) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    v.iter().sum::<Duration>() / v.len() as u32
+}
+
+// ---------------------------------------------------------------------
+// Shared measuring loops
+
+/// Round trips on persistent connections, interleaved in blocks so that
+/// background noise falls on every system alike. `systems[0]` is baton
+/// (its answers must say `accepted`); the others are floors that echo.
+/// Returns, per system, the measured round trips in sending order.
+fn interleaved(
+    systems: &mut [&mut LineClient],
+    target: &str,
+    body: &str,
+    tag: &str,
+    warmup: usize,
+    total: usize,
+    blocks: usize,
+) -> Result<Vec<Vec<Duration>>, String> {
+    let mut seq = 0u64;
+    let mut one = |c: &mut LineClient, baton: bool| -> Result<Duration, String> {
+        seq += 1;
+        let line = send_line(seq, &format!("{tag}{seq}"), target, body);
+        let t0 = Instant::now();
+        let answer = c
+            .round_trip(&line)
+            .map_err(|e| format!("round trip: {e}"))?;
+        let dt = t0.elapsed();
+        if baton {
+            check_accepted(answer)?;
+        }
+        Ok(dt)
+    };
+    for (i, c) in systems.iter_mut().enumerate() {
+        for _ in 0..warmup {
+            one(c, i == 0)?;
+        }
+    }
+    let mut out: Vec<Vec<Duration>> = vec![Vec::with_capacity(total); systems.len()];
+    let per_block = total.div_ceil(blocks.max(1));
+    let mut done = 0;
+    while done < total {
+        let n = per_block.min(total - done);
+        for (i, c) in systems.iter_mut().enumerate() {
+            for _ in 0..n {
+                out[i].push(one(c, i == 0)?);
+            }
+        }
+        done += n;
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------
+// Rows
+
+/// Row 1: round trip on tmpfs with fsync off, against the floor (create,
+/// write, rename, echo) and a bare echo; also how it grows with the queue
+/// and with the body.
+fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
+    let mut w = World::new(
+        false,
+        &[("BATON_FSYNC", "off"), ("BATON_MAX_QUEUE", "100000")],
+    )?;
+    let inst = w.start(&["rt".into()], &[])?.remove(0);
+    let floor = Floor::start(
+        w.root().join("floor.sock"),
+        Store::Files {
+            dir: w.root().join("floor"),
+            durable: false,
+        },
+    )?;
+    let echo = Floor::start(w.root().join("echo.sock"), Store::Echo)?;
+    let mut b = LineClient::baton(&inst.socket)?;
+    let mut f = LineClient::connect(&floor.path).map_err(|e| e.to_string())?;
+    let mut e = LineClient::connect(&echo.path).map_err(|e| e.to_string())?;
+    let small = body(BODY_BYTES);
+    let r = interleaved(
+        &mut [&mut b, &mut f, &mut e],
+        &inst.id,
+        &small,
+        "m",
+        sc.rt_warmup,
+        sc.rt_tasks,
+        sc.rt_blocks,
+    )?;
+    let big = body(BIG_BODY_BYTES);
+    let rb = interleaved(
+        &mut [&mut b, &mut f],
+        &inst.id,
+        &big,
+        "big",
+        sc.rt_warmup.min(sc.big_tasks),
+        sc.big_tasks,
+        2,
+    )?;
+    drop(b);
+    w.stop_all();
+    let tenth = (r[0].len() / 10).max(1);
+    let (first, last) = (&r[0][..tenth], &r[0][r[0].len() - tenth..]);
+    Ok(vec![
+        row(
+            "1",
+            &format!(
+                "round trip p50, tmpfs, fsync off, {} tasks; floor: create+write+rename, echo",
+                sc.rt_tasks
+            ),
+            Fig::Time(median(&r[0])),
+            Fig::Time(median(&r[1])),
+            Target::Ratio(1.5),
+        ),
+        row(
+            "1b",
+            "round trip p99, same run; floor p99",
+            Fig::Time(pct(&r[0], 99.0)),
+            Fig::Time(pct(&r[1], 99.0)),
+            Target::None,
+        ),
+        row(
+            "1c",
+            "round trip p50, same run; bare echo",
+            Fig::Time(median(&r[0])),
+            Fig::Time(median(&r[2])),
+            Target::None,
+        ),
+        row(
+            "1d",
+            &format!(
+                "round trip p50, {}-{} queued; 0-{} queued",
+                sc.rt_warmup + sc.rt_tasks - tenth,
+                sc.rt_warmup + sc.rt_tasks,
+                tenth
+            ),
+            Fig::Time(median(last)),
+            Fig::Time(median(first)),
+            Target::None,
+        ),
+        row(
+            "1e",
+            &format!(
+                "round trip p50, {BIG_BODY_BYTES}-byte body, {} tasks; floor, same body",
+                sc.big_tasks
+            ),
+            Fig::Time(median(&rb[0])),
+            Fig::Time(median(&rb[1])),
+            Target::None,
+        ),
+    ])
+}
+
+/// Row 2: durable round trip on disk, against the floor doing write,
+/// fsync, rename and a directory fsync on the same disk.
+fn row_durable(sc: &Scale) -> Result<Vec<Row>, String> {
+    let mut w = World::new(
+        true,
+        &[("BATON_FSYNC", "on"), ("BATON_MAX_QUEUE", "100000")],
+    )?;
+    let inst = w.start(&["durable".into()], &[])?.remove(0);
+    let floor_dir = w.state.join("floor");
+    let floor = Floor::start(
+        w.root().join("floor.sock"),
+        Store::Files {
+            dir: floor_dir,
+            durable: true,
+        },
+    )?;
+    let mut b = LineClient::baton(&inst.socket)?;
+    let mut f = LineClient::connect(&floor.path).map_err(|e| e.to_string())?;
+    let r = interleaved(
+        &mut [&mut b, &mut f],
+        &inst.id,
+        &body(BODY_BYTES),
+        "d",
+        sc.rt_warmup.min(100),
+        sc.durable_tasks,
+        sc.durable_blocks,
+    )?;
+    drop(b);
+    w.stop_all();
+    Ok(vec![
+        row(
+            "2",
+            &format!(
+                "durable round trip p50, disk, {} tasks; floor: +fsync, dir fsync",
+                sc.durable_tasks
+            ),
+            Fig::Time(median(&r[0])),
+            Fig::Time(median(&r[1])),
+            Target::Ratio(1.3),
+        ),
+        row(
+            "2b",
+            "durable round trip p99, same run; floor p99",
+            Fig::Time(pct(&r[0], 99.0)),
+            Fig::Time(pct(&r[1], 99.0)),
+            Target::None,
+        ),
+    ])
+}
+
+/// Row 3: durable throughput with 8 concurrent senders, against 8 raw
+/// writer threads doing the floor's durable steps in a loop.
+fn row_throughput(sc: &Scale) -> Result<Vec<Row>, String> {
+    let mut w = World::new(
+        true,
+        &[("BATON_FSYNC", "on"), ("BATON_MAX_QUEUE", "100000")],
+    )?;
+    let inst = w.start(&["tput".into()], &[])?.remove(0);
+    let small = body(BODY_BYTES);
+    let mut clients = Vec::new();
+    for _ in 0..SENDERS {
+        clients.push(LineClient::baton(&inst.socket)?);
+    }
+    let barrier = Barrier::new(SENDERS + 1);
+    let each = sc.tput_each;
+    let (wall, results) = thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter_mut()
+            .enumerate()
+            .map(|(k, c)| {
+                let (barrier, small, id) = (&barrier, &small, &inst.id);
+                s.spawn(move || -> Result<(), String> {
+                    barrier.wait();
+                    for i in 0..each {
+                        let line = send_line(i as u64, &format!("t{k}-{i}"), id, small);
+                        let a = c.round_trip(&line).map_err(|e| e.to_string())?;
+                        check_accepted(a)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t0 = Instant::now();
+        let results: Vec<Result<(), String>> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("sender panicked".into())))
+            .collect();
+        (t0.elapsed(), results)
+    });
+    for r in results {
+        r?;
+    }
+    drop(clients);
+    let baton_rate = (SENDERS * each) as f64 / wall.as_secs_f64();
+    let line = send_line(1, "raw", &inst.id, &small);
+    let raw_rate = net::raw_writers(&w.state.join("raw"), SENDERS, each, &line)?;
+    w.stop_all();
+    Ok(vec![row(
+        "3",
+        &format!("durable tasks/s, {SENDERS} senders x {each}; {SENDERS} raw writer threads"),
+        Fig::Rate(baton_rate),
+        Fig::Rate(raw_rate),
+        Target::Ratio(1.0),
+    )])
+}
+
+fn have_socat() -> bool {
+    Command::new("socat")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Row 4: `baton send NAME -` as a whole process, the name resolved among
+/// the live instances, against socat (or the Rust one-shot client)
+/// delivering the same task to the same instance.
+fn row_send(sc: &Scale) -> Result<Vec<Row>, String> {
+    let mut w = World::new(
+        false,
+        &[("BATON_FSYNC", "off"), ("BATON_MAX_QUEUE", "100000")],
+    )?;
+    let mut names = vec!["target".to_string()];
+    names.extend((1..sc.send_peers).map(|i| format!("peer-{i:03}")));
+    let all = w.start_batched(&names, &["--ephemeral-spool"], START_BATCH)?;
+    let target = all[0].clone();
+    let socat = have_socat();
+    let small = body(BODY_BYTES);
+    let timeout = Duration::from_secs(30);
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for run in 0..sc.send_runs {
+        let mut cmd = w.cmd();
+        cmd.args(["send", "target", "-"]);
+        let (wall, out) = run_timed(&mut cmd, small.as_bytes(), timeout)
+            .map_err(|e| format!("baton send: {e}"))?;
+        if !net::contains(&out, b"accepted") {
+            return Err(format!(
+                "baton send printed {}",
+                String::from_utf8_lossy(&out)
+            ));
+        }
+        ours.push(wall);
+        let mut input = net::init_line(1);
+        input.extend(send_line(2, &format!("oneshot-{run}"), &target.id, &small));
+        let mut cmd = if socat {
+            let mut c = Command::new("socat");
+            c.args(["-t", "5", "-"])
+                .arg(format!("UNIX-CONNECT:{}", target.socket.display()));
+            c
+        } else {
+            let mut c = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
+            c.arg("--oneshot").arg(&target.socket);
+            c
+        };
+        let (wall, out) =
+            run_timed(&mut cmd, &input, timeout).map_err(|e| format!("one-shot client: {e}"))?;
+        check_accepted(&out)?;
+        theirs.push(wall);
+    }
+    w.stop_all();
+    Ok(vec![row(
+        "4",
+        &format!(
+            "`baton send NAME -`, median of {}, {} live; {}, same task",
+            sc.send_runs,
+            sc.send_peers,
+            if socat { "socat" } else { "Rust one-shot" }
+        ),
+        Fig::Time(median(&ours)),
+        Fig::Time(median(&theirs)),
+        Target::Ratio(1.5),
+    )])
+}
+
+/// Writes `count` stale manifests (pid gone; half with no socket, half
+/// with a socket nobody listens on) that sort after every live one.
+fn plant_stale(reg: &Path, count: usize) -> Result<(), String> {
+    for i in 0..count {
+        // Past any pid_max (at most 2^22), so kill(pid, 0) says ESRCH.
+        let pid = 999_990_000 + i as u64;
+        let id = format!("{pid}-{:016}", i);
+        let path = reg.join(format!("a-{id}.json"));
+        if path.exists() {
+            continue;
+        }
+        let socket = reg.join(format!("a-{id}.sock"));
+        let m = serde_json::json!({
+            "protocol": 1, "instance_id": id, "pid": pid, "project": format!("stale-{i}"),
+            "name": format!("stale-{i}"), "workspace": "/nonexistent/stale", "session_id": "",
+            "profile": "coding", "model": "", "socket": socket.display().to_string(),
+            "state": "ready", "started_at": 1_700_000_000u64, "wire": "jsonrpc",
+            "baton_version": "0.1.0",
+        });
+        fs::write(&path, serde_json::to_vec(&m).expect("serializes"))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if i % 2 == 0 && !socket.exists() {
+            // Bound, then closed: connecting is refused (a kill -9 leftover).
+            drop(
+                std::os::unix::net::UnixListener::bind(&socket)
+                    .map_err(|e| format!("{}: {e}", socket.display()))?,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Median wall time of `baton list`, and the number of live instances
+/// `baton list --json` shows.
+fn time_list(w: &World, runs: usize) -> Result<(Duration, usize), String> {
+    let timeout = Duration::from_secs(60);
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        let mut cmd = w.cmd();
+        cmd.arg("list");
+        times.push(run_timed(&mut cmd, b"", timeout)?.0);
+    }
+    let mut cmd = w.cmd();
+    cmd.args(["list", "--json"]);
+    let (_, out) = run_timed(&mut cmd, b"", timeout)?;
+    let v: Value = serde_json::from_slice(&out).map_err(|e| format!("list --json: {e}"))?;
+    let n = v.as_array().map_or(0, Vec::len);
+    Ok((median(&times), n))
+}
+
+/// Row 5: `baton list` with more and more live instances, and stale
+/// manifests beside them.
+fn row_list(sc: &Scale) -> Result<Vec<Row>, String> {
+    let mut w = World::new(
+        false,
+        &[("BATON_FSYNC", "off"), ("BATON_MAX_QUEUE", "100000")],
+    )?;
+    let [small, mid, large] = sc.list_sizes;
+    let mut live = 0;
+    let mut grow = |w: &mut World, to: usize| -> Result<(), String> {
+        let names: Vec<String> = (live..to).map(|i| format!("n-{i:04}")).collect();
+        let t0 = Instant::now();
+        w.start_batched(&names, &["--ephemeral-spool"], START_BATCH)?;
+        eprintln!(
+            "bench:   started {} instances ({live} -> {to} live) in {:.1} s",
+            to - live,
+            t0.elapsed().as_secs_f64()
+        );
+        live = to;
+        Ok(())
+    };
+    let check = |n: usize, want: usize| {
+        if n == want {
+            Ok(())
+        } else {
+            Err(format!("baton list shows {n} live instances, not {want}"))
+        }
+    };
+    grow(&mut w, small)?;
+    let (alone, n) = time_list(&w, sc.list_runs)?;
+    check(n, small)?;
+    // Every instance removes stale entries when it starts: plant them
+    // again after each growth.
+    plant_stale(&w.reg, sc.stale)?;
+    let (t_small, n) = time_list(&w, sc.list_runs)?;
+    check(n, small)?;
+    grow(&mut w, mid)?;
+    plant_stale(&w.reg, sc.stale)?;
+    let (t_mid, n) = time_list(&w, sc.list_runs)?;
+    check(n, mid)?;
+    grow(&mut w, large)?;
+    plant_stale(&w.reg, sc.stale)?;
+    let (t_large, n) = time_list(&w, sc.list_runs)?;
+    check(n, large)?;
+    w.stop_all();
+    let stale = sc.stale;
+    Ok(vec![
+        row(
+            "5",
+            &format!("`baton list`, {small} live + {stale} stale; {small} live alone"),
+            Fig::Time(t_small),
+            Fig::Time(alone),
+            Target::Under(Duration::from_secs(2)),
+        ),
+        row(
+            "5b",
+            &format!("`baton list`, {mid} live + {stale} stale; {small} live + {stale} stale"),
+            Fig::Time(t_mid),
+            Fig::Time(t_small),
+            Target::None,
+        ),
+        row(
+            "5c",
+            &format!("`baton list`, {large} live + {stale} stale; {small} live + {stale} stale"),
+            Fig::Time(t_large),
+            Fig::Time(t_small),
+            Target::Ratio(20.0),
+        ),
+    ])
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> Result<u64, String> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or("bad /proc stat")?;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat(5); `after` starts at field 3.
+    let utime: u64 = f.get(11).and_then(|s| s.parse().ok()).ok_or("no utime")?;
+    let stime: u64 = f.get(12).and_then(|s| s.parse().ok()).ok_or("no stime")?;
+    Ok(utime + stime)
+}
+
+/// A field of /proc/PID/status, its first number.
+fn status_field(pid: u32, field: &str) -> Result<u64, String> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or(format!("no {field} in /proc/{pid}/status"))
+}
+
+/// Row 6: an idle instance with attached watchers.
+fn row_idle(sc: &Scale) -> Result<Vec<Row>, String> {
+    let mut w = World::new(false, &[("BATON_FSYNC", "off")])?;
+    let inst = w.start(&["idle".into()], &[])?.remove(0);
+    thread::sleep(Duration::from_millis(200));
+    let bare_rss = status_field(inst.pid, "VmRSS:")? as f64 * 1024.0;
+    let mut watchers = Vec::new();
+    for _ in 0..sc.watchers {
+        let mut c = LineClient::baton(&inst.socket)?;
+        let a = c
+            .round_trip(&subscribe_line(1))
+            .map_err(|e| format!("subscribe: {e}"))?;
+        if !net::contains(a, b"\"subscribed\":true") {
+            return Err(format!("subscribe answered {}", String::from_utf8_lossy(a)));
+        }
+        watchers.push(c);
+    }
+    thread::sleep(Duration::from_millis(500));
+    let t0 = cpu_ticks(inst.pid)?;
+    thread::sleep(sc.idle);
+    let ticks = cpu_ticks(inst.pid)? - t0;
+    let rss = status_field(inst.pid, "VmRSS:")? as f64 * 1024.0;
+    let threads = status_field(inst.pid, "Threads:")?;
+    // main (foreground), accept, signals; per watcher its connection
+    // thread and its event forwarder.
+    let needed = 3 + 2 * sc.watchers;
+    drop(watchers);
+    w.stop_all();
+    let secs = sc.idle.as_secs_f64();
+    let n = sc.watchers;
+    Ok(vec![
+        row(
+            "6",
+            &format!("idle {secs:.0} s, {n} watchers: CPU ticks; zero"),
+            Fig::Count(ticks as f64),
+            Fig::Count(0.0),
+            Target::Zero,
+        ),
+        row(
+            "6b",
+            &format!("idle, {n} watchers: RSS; 4 MiB budget"),
+            Fig::Bytes(rss),
+            Fig::Bytes(RSS_BUDGET),
+            Target::Ratio(1.0),
+        ),
+        row(
+            "6c",
+            &format!("idle, {n} watchers: threads; 3 + 2 per watcher"),
+            Fig::Count(threads as f64),
+            Fig::Count(needed as f64),
+            Target::Ratio(1.0),
+        ),
+        row(
+            "6d",
+            "idle, no watcher: RSS; 4 MiB budget",
+            Fig::Bytes(bare_rss),
+            Fig::Bytes(RSS_BUDGET),
+            Target::None,
+        ),
+    ])
+}
+
+/// (kind, message_id, time) of each event a subscriber hears.
+type Heard = (String, String, f64);
+
+/// Row 7: tasks through an `--exec true` agent, against `sh -c true`
+/// spawned in a loop here.
+fn row_turns(sc: &Scale) -> Result<Vec<Row>, String> {
+    let mut w = World::new(
+        false,
+        &[("BATON_FSYNC", "off"), ("BATON_MAX_QUEUE", "100000")],
+    )?;
+    let inst: Instance = w.start(&["turns".into()], &["--exec", "true"])?.remove(0);
+    let mut sub = LineClient::baton(&inst.socket)?;
+    let a = sub
+        .round_trip(&subscribe_line(1))
+        .map_err(|e| format!("subscribe: {e}"))?;
+    if !net::contains(a, b"\"subscribed\":true") {
+        return Err(format!("subscribe answered {}", String::from_utf8_lossy(a)));
+    }
+    let (tx, rx) = crossbeam_channel::unbounded::<Heard>();
+    // Ends when the instance closes the connection (at stop_all) or after
+    // the client's read deadline.
+    thread::spawn(move || {
+        while let Ok(line) = sub.read_line() {
+            let Ok(v) = serde_json::from_slice::<Value>(line) else {
+                continue;
+            };
+            let p = &v["params"];
+            if v["method"] != "event" {
+                continue;
+            }
+            let heard = (
+                p["kind"].as_str().unwrap_or("").to_string(),
+                p["message_id"].as_str().unwrap_or("").to_string(),
+                p["time"].as_f64().unwrap_or(0.0),
+            );
+            if tx.send(heard).is_err() {
+                break;
+            }
+        }
+    });
+    let mut c = LineClient::baton(&inst.socket)?;
+    let small = body(BODY_BYTES);
+    let wait = Duration::from_secs(30);
+    let mut send = |id: &str| -> Result<(), String> {
+        let a = c
+            .round_trip(&send_line(1, id, &inst.id, &small))
+            .map_err(|e| e.to_string())?;
+        check_accepted(a)
+    };
+    // Latency: one task at a time.
+    let mut latency = Vec::new();
+    for i in 0..sc.turn_latency_tasks {
+        let id = format!("lat{i}");
+        send(&id)?;
+        let (mut accepted, mut started) = (None, None);
+        loop {
+            let (kind, mid, time) = rx
+                .recv_timeout(wait)
+                .map_err(|_| format!("no turn.finished for {id} within {wait:?}"))?;
+            if mid != id {
+                continue;
+            }
+            match kind.as_str() {
+                "message.accepted" => accepted = Some(time),
+                "turn.started" => started = Some(time),
+                "turn.finished" => break,
+                _ => {}
+            }
+        }
+        match (accepted, started) {
+            (Some(a), Some(s)) => latency.push(Duration::from_secs_f64((s - a).max(0.0))),
+            _ => return Err(format!("no accepted/started events for {id}")),
+        }
+    }
+    // Rate: a queue of tasks, back to back.
+    let n = sc.turn_rate_tasks;
+    for i in 0..n {
+        send(&format!("rate{i}"))?;
+    }
+    let (mut first_start, mut last_finish, mut finished) = (f64::MAX, 0f64, 0);
+    while finished < n {
+        let (kind, mid, time) = rx
+            .recv_timeout(wait)
+            .map_err(|_| format!("only {finished} of {n} turns finished within {wait:?}"))?;
+        if !mid.starts_with("rate") {
+            continue;
+        }
+        match kind.as_str() {
+            "turn.started" => first_start = first_start.min(time),
+            "turn.finished" => {
+                finished += 1;
+                last_finish = last_finish.max(time);
+            }
+            _ => {}
+        }
+    }
+    let span = (last_finish - first_start).max(1e-3);
+    let baton_rate = n as f64 / span;
+    w.stop_all();
+
+    // The baseline: sh -c true with piped stdio, spawned and waited for.
+    let mut spawn_times = Vec::new();
+    let t0 = Instant::now();
+    for _ in 0..n {
+        let s = Instant::now();
+        let mut child = Command::new("/bin/sh")
+            .args(["-c", "true"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("sh: {e}"))?;
+        spawn_times.push(s.elapsed());
+        child.wait().map_err(|e| format!("sh: {e}"))?;
+    }
+    let sh_rate = n as f64 / t0.elapsed().as_secs_f64();
+    Ok(vec![
+        row(
+            "7",
+            &format!("--exec true turns/s, {n} queued; sh -c true spawned in a loop"),
+            Fig::Rate(baton_rate),
+            Fig::Rate(sh_rate),
+            Target::None,
+        ),
+        row(
+            "7b",
+            &format!(
+                "accepted -> turn.started, mean of {}; spawning sh",
+                sc.turn_latency_tasks
+            ),
+            Fig::Time(mean(&latency)),
+            Fig::Time(mean(&spawn_times)),
+            Target::None,
+        ),
+    ])
+}
+
+// ---------------------------------------------------------------------
+// The run
+
+fn first_line_with(path: &str, prefix: &str) -> Option<String> {
+    let text = fs::read_to_string(path).ok()?;
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+/// The filesystem type of the mount that holds `path`.
+fn fs_type(path: &Path) -> String {
+    let Ok(mounts) = fs::read_to_string("/proc/mounts") else {
+        return "?".into();
+    };
+    let path = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 2 && path.starts_with(f[1])).then(|| (f[1].len(), f[2].to_string()))
+        })
+        .max()
+        .map_or("?".into(), |(_, t)| t)
+}
+
+fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn machine() -> String {
+    let cpu = first_line_with("/proc/cpuinfo", "model name").unwrap_or_else(|| "?".into());
+    let cores = thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let mem = first_line_with("/proc/meminfo", "MemTotal").unwrap_or_else(|| "?".into());
+    let disk = world::disk_base();
+    let _ = fs::create_dir_all(&disk);
+    format!(
+        "machine: {cpu}, {cores} cores, {mem} RAM, Linux {kernel}\n\
+         tmpfs: {} ({}); disk: {} ({})\n\
+         baton: {}",
+        world::tmpfs_base().display(),
+        fs_type(&world::tmpfs_base()),
+        disk.display(),
+        fs_type(&disk),
+        world::baton_bin().display(),
+    )
+}
+
+fn table(rows: &[Row]) -> String {
+    let head = [
+        "row", "measure", "baton", "baseline", "ratio", "target", "result",
+    ];
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.id.clone(),
+                r.what.clone(),
+                r.baton.map_or("-".into(), Fig::show),
+                r.base.map_or("-".into(), Fig::show),
+                r.ratio().map_or("-".into(), |x| format!("{x:.2}×")),
+                r.target_text(),
+                r.verdict().to_string(),
+            ]
+        })
+        .collect();
+    let mut width = head.map(|h| h.chars().count());
+    for c in &cells {
+        for (i, s) in c.iter().enumerate() {
+            width[i] = width[i].max(s.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |c: &[String]| {
+        let mut l = String::new();
+        for (i, s) in c.iter().enumerate() {
+            let pad = width[i] - s.chars().count();
+            // Numbers right-aligned, words left-aligned.
+            if (2..=5).contains(&i) {
+                let _ = write!(l, "{}{s}  ", " ".repeat(pad));
+            } else {
+                let _ = write!(l, "{s}{}  ", " ".repeat(pad));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&head.map(String::from));
+    for c in &cells {
+        line(c);
+    }
+    out
+}
+
+type RowFn = fn(&Scale) -> Result<Vec<Row>, String>;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--oneshot") {
+        let code = net::oneshot(args.get(1).map_or("", String::as_str));
+        std::process::exit(code);
+    }
+    let sc = if args.iter().any(|a| a == "--full") {
+        &FULL
+    } else if args.iter().any(|a| a == "--smoke") {
+        &SMOKE
+    } else {
+        // Plain `cargo test`: benchmarks are run only on request.
+        eprintln!("bench: nothing run; use make bench (--full) or make bench-smoke (--smoke)");
+        return;
+    };
+    let only: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let all: [(&str, RowFn); 7] = [
+        ("1", row_round_trip),
+        ("2", row_durable),
+        ("3", row_throughput),
+        ("4", row_send),
+        ("5", row_list),
+        ("6", row_idle),
+        ("7", row_turns),
+    ];
+    let started = Instant::now();
+    let load_before = loadavg();
+    let mut rows = Vec::new();
+    for (id, f) in all {
+        if !only.is_empty() && !only.iter().any(|o| *o == id) {
+            continue;
+        }
+        eprintln!("bench: row {id} ...");
+        let t0 = Instant::now();
+        let r = std::panic::catch_unwind(|| f(sc));
+        let r = match r {
+            Ok(r) => r,
+            Err(p) => Err(p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panicked".into())),
+        };
+        match r {
+            Ok(v) => rows.extend(v),
+            Err(e) => {
+                eprintln!("bench: row {id} failed: {e}");
+                rows.push(Row {
+                    id: id.into(),
+                    what: format!("error: {e}"),
+                    baton: None,
+                    base: None,
+                    target: Target::None,
+                });
+            }
+        }
+        eprintln!("bench: row {id} took {:.1} s", t0.elapsed().as_secs_f64());
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "baton benchmarks ({}), {:.0} s, load average {} before, {} after",
+        if sc.full { "full" } else { "smoke" },
+        started.elapsed().as_secs_f64(),
+        load_before,
+        loadavg()
+    );
+    let _ = writeln!(out, "{}", machine());
+    let _ = writeln!(
+        out,
+        "measure; baseline. ratio = baton's cost / the baseline's (rates: baseline / baton): above 1, baton is slower.\n\
+         result: ok, miss (within {:.0}% of the target), FAIL (past it; `make bench` exits 1), info (no target)\n",
+        (SLACK - 1.0) * 100.0
+    );
+    out.push_str(&table(&rows));
+    print!("{out}");
+    let missing = rows.iter().any(|r| r.baton.is_none() || r.base.is_none());
+    let failed: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.verdict() == "FAIL")
+        .map(|r| r.id.as_str())
+        .collect();
+    if missing {
+        eprintln!("bench: some rows produced no number");
+        std::process::exit(1);
+    }
+    if sc.full && !failed.is_empty() {
+        eprintln!(
+            "bench: rows {} miss their targets by more than {:.0}%",
+            failed.join(", "),
+            (SLACK - 1.0) * 100.0
+        );
+        std::process::exit(1);
+    }
+}
