@@ -507,6 +507,30 @@ pub fn discover(dirs: &[RegistryDir], exclude: Option<&str>, timeout: Duration) 
             Candidate::Ok(m, w) if Some(m.instance_id.as_str()) == exclude => {
                 let _ = (m, w);
             }
+            // A wake socket outlives the instances served on it (systemd
+            // keeps listening): its answer says nothing about this one, and
+            // a ping would start the agent again. A manifest on it whose pid
+            // is gone (left by a crash) is stale.
+            Candidate::Ok(m, w)
+                if w == Wire::Jsonrpc
+                    && m.socket.ends_with(&format!("/w-{}.sock", m.name))
+                    && sys::pid_status(m.pid) == sys::PidStatus::Gone =>
+            {
+                found.skipped.push(Skipped {
+                    path: manifest_path(
+                        Path::new(&m.socket).parent().unwrap_or(Path::new("/")),
+                        &m.instance_id,
+                    ),
+                    instance_id: Some(m.instance_id.clone()),
+                    problem: format!(
+                        "stale: its instance (pid {}) is gone; the wake socket stays",
+                        m.pid
+                    ),
+                    manifest: Some(m),
+                    stale: true,
+                    wire: w,
+                });
+            }
             Candidate::Ok(m, w) => to_ping.push((m, w)),
             Candidate::Bad(s) => found.skipped.push(s),
         }

@@ -601,6 +601,9 @@ fn store(
             format!("the spool could not store the task: {e}"),
         ),
     };
+    // Every answer names the spool's owner, as a live receiver's does.
+    let mut r = r;
+    r["target"] = json!({"name": known.name, "workspace": known.workspace});
     if r["status"] == "stored" {
         wake(registry_dir, &known.name);
     }

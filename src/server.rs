@@ -235,6 +235,8 @@ impl Shared {
 /// wakes it. It blocks in `accept`: an idle instance uses no CPU.
 pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
     let me = sys::euid();
+    // Refusals of other users are logged at most once a second.
+    let mut last_refusal: Option<std::time::Instant> = None;
     for conn in listener.incoming() {
         if shared.stopping.load(Ordering::SeqCst) {
             break;
@@ -249,7 +251,17 @@ pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
         };
         let cred = match sys::peer_cred(&stream) {
             Ok(c) if c.uid == me => c,
-            _ => continue,
+            Ok(c) => {
+                if last_refusal.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    last_refusal = Some(std::time::Instant::now());
+                    eprintln!(
+                        "baton: refused a connection from uid {} (not uid {me}) before reading from it",
+                        c.uid
+                    );
+                }
+                continue;
+            }
+            Err(_) => continue,
         };
         let n = shared.connections.fetch_add(1, Ordering::SeqCst);
         if n >= shared.config.max_connections {

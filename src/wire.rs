@@ -60,6 +60,11 @@ impl LineReader {
         &self.buf[self.start..self.end]
     }
 
+    /// The bytes allocated for the buffer: never more than `max + 1`.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Takes exactly `n` more bytes (buffered ones first) within
     /// `timeout`; the caller bounds `n`.
     pub fn read_exact_within(&mut self, n: usize, timeout: Duration) -> Result<Vec<u8>, ReadError> {
@@ -169,6 +174,8 @@ impl LineReader {
         let limit = self.max + 1;
         if self.end == self.buf.len() && self.buf.len() < limit {
             let want = (self.buf.len() * 2).max(4096).min(limit);
+            // `resize` alone may double the allocation past the limit.
+            self.buf.reserve_exact(want - self.buf.len());
             self.buf.resize(want, 0);
         }
     }

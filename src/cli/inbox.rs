@@ -146,6 +146,8 @@ fn print_list(r: &Value) {
         ("queued", "queued"),
         ("processing", "processing"),
         ("interrupted", "interrupted"),
+        // Expired or bad tasks, which the operator may requeue or discard.
+        ("rejected", "rejected"),
     ] {
         for t in r.get(key).and_then(Value::as_array).into_iter().flatten() {
             let sender = &t["sender"];

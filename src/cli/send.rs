@@ -245,13 +245,16 @@ fn report(args: &Args, r: &Value) -> Result<ExitCode> {
                 .into_iter()
                 .flatten()
                 .map(|c| {
-                    format!(
-                        "\n  {}  pid {}  {}  {}",
-                        escape(c["name"].as_str().unwrap_or("")),
-                        c["pid"],
-                        escape(c["workspace"].as_str().unwrap_or("")),
-                        c["instance_id"].as_str().unwrap_or("")
-                    )
+                    let name = escape(c["name"].as_str().unwrap_or(""));
+                    let workspace = escape(c["workspace"].as_str().unwrap_or(""));
+                    // A spool of a stopped agent has no pid and no id.
+                    match c["pid"].as_u64() {
+                        Some(pid) => format!(
+                            "\n  {name}  pid {pid}  {workspace}  {}",
+                            c["instance_id"].as_str().unwrap_or("")
+                        ),
+                        None => format!("\n  {name}  not running  {workspace}"),
+                    }
                 })
                 .collect();
             let list = if peers.is_empty() {
