@@ -7,6 +7,7 @@ mod control;
 mod docs;
 mod lifecycle;
 mod mcp;
+mod offline;
 mod protocol;
 mod registry;
 mod spool;
