@@ -241,7 +241,13 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     for note in &spool.recovery_notes {
         eprintln!("baton: {note}");
     }
-    write_meta(&spool_dir, &name, &workspace, !opts.no_offline)?;
+    write_meta(
+        &spool_dir,
+        &name,
+        &workspace,
+        !opts.no_offline,
+        &opts.policy,
+    )?;
 
     // Stale entries of dead instances go before we add our own.
     let ours = vec![registry::RegistryDir {
@@ -487,7 +493,13 @@ fn sweep_ephemeral_spools() {
 
 /// `meta.json` lets senders and `list --offline` find a named spool. It is
 /// rewritten at every start, so `--no-offline` takes effect and lasts.
-fn write_meta(dir: &Path, name: &str, workspace: &Path, offline: bool) -> Result<()> {
+fn write_meta(
+    dir: &Path,
+    name: &str,
+    workspace: &Path,
+    offline: bool,
+    policy: &Policy,
+) -> Result<()> {
     let path = dir.join("meta.json");
     let created_at = fs::read(&path)
         .ok()
@@ -499,6 +511,9 @@ fn write_meta(dir: &Path, name: &str, workspace: &Path, offline: bool) -> Result
         "workspace": workspace.display().to_string(),
         "created_at": created_at,
         "offline": offline,
+        // Offline senders apply the agent's own sender rules.
+        "accept_from": policy.accept_from,
+        "deny_from": policy.deny_from,
     });
     let tmp = dir.join("tmp").join("meta.json");
     let _ = fs::remove_file(&tmp);

@@ -111,6 +111,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
             ready: ready_tx,
             stop: stop_rx,
         }),
+        ttl: config.ttl,
         ..ServeOptions::default()
     };
     let (done_tx, done_rx) = chan::bounded::<Result<()>>(1);

@@ -391,6 +391,17 @@ pub struct KnownSpool {
     /// Whether senders may store tasks in it while its name is not running.
     pub offline: bool,
     pub queued: usize,
+    /// The agent's `--accept-from` / `--deny-from`, applied by senders.
+    #[serde(skip)]
+    pub policy: crate::server::Policy,
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_str().map(str::to_string))
+        .collect()
 }
 
 /// Every named spool under the state home (`$XDG_STATE_HOME/baton/spool`).
@@ -430,6 +441,10 @@ pub fn known_spools() -> Vec<KnownSpool> {
             workspace: workspace.to_string(),
             offline: meta["offline"].as_bool().unwrap_or(true),
             queued,
+            policy: crate::server::Policy {
+                accept_from: strings(&meta["accept_from"]),
+                deny_from: strings(&meta["deny_from"]),
+            },
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name).then(a.workspace.cmp(&b.workspace)));
@@ -561,6 +576,15 @@ fn store(
         max_queue: config.max_queue,
         max_inflight: config.max_inflight,
     };
+    // The agent's own sender rules, as its listener would apply them.
+    if let Some(why) = known.policy.check(
+        task.sender.name.as_deref().unwrap_or(""),
+        task.sender.workspace.as_deref().unwrap_or(""),
+    ) {
+        let mut v = outcome("denied", &id, why);
+        v["target"] = json!({"name": known.name, "workspace": known.workspace});
+        return v;
+    }
     let r = match s.admit(task, limits, || false, |_| {}) {
         Ok(Admission::Accepted { queue_position }) => {
             let mut hub = crate::events::Hub::open(s.dir());

@@ -27,7 +27,7 @@ const HELP: &str = "commands:
   /send TARGET MESSAGE    hand a task to another instance (id or name)
   /approve [ID] /deny [ID]  answer a task waiting for approval (also y / n)
   /inbox                  queued and interrupted tasks
-  /requeue ID /discard ID   an interrupted task
+  /requeue ID /discard ID   an interrupted or expired task
   /help /quit
 a line without a slash is a local turn; Esc cancels the running turn;
 PgUp/PgDn scroll";
@@ -601,7 +601,7 @@ fn status_text(st: &Value) -> String {
 
 fn inbox_text(r: &Value) -> String {
     let mut out = Vec::new();
-    for place in ["queued", "processing", "interrupted"] {
+    for place in ["queued", "processing", "interrupted", "rejected"] {
         for t in r[place].as_array().into_iter().flatten() {
             out.push(format!(
                 "{place:<11} {}  from {}",

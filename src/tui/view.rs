@@ -261,7 +261,7 @@ impl View {
                     .unwrap_or("")
                     .to_string();
                 let status = s("status");
-                if matches!(status.as_str(), "accepted" | "duplicate") {
+                if matches!(status.as_str(), "accepted" | "duplicate" | "stored") {
                     let pos = ev
                         .get("queue_position")
                         .map(|p| format!(" at position {p}"))
@@ -295,6 +295,7 @@ impl View {
                 self.waiting.retain(|(w, _)| *w != id);
             }
             "state.changed" => self.push(Role::System, format!("state: {}", s("state"))),
+            "task.expired" => self.push(Role::Refusal, format!("task {id} expired: {}", s("text"))),
             "notice" => self.push(Role::System, s("text")),
             "instance.started" => self.push(
                 Role::System,
