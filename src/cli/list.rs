@@ -10,6 +10,9 @@ use serde_json::{Value, json};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "list", 0)?;
+    if let Some(via) = args.value("via") {
+        return remote(args, via);
+    }
     let found = target::discover(config)?;
     if args.flag("offline") {
         return offline(args, &found);
@@ -164,5 +167,75 @@ fn offline(args: &Args, found: &registry::Discovery) -> Result<ExitCode> {
         ["NAME", "QUEUED", "OFFLINE_DELIVERY", "WORKSPACE"],
         &rows,
     ));
+    Ok(ExitCode::Ok)
+}
+
+/// `list --via 'ssh host'`: the remote `baton list --json`, shown here.
+fn remote(args: &Args, via: &str) -> Result<ExitCode> {
+    let mut remote_args = vec!["baton", "list", "--json"];
+    if args.flag("all") {
+        remote_args.push("--all");
+    }
+    if args.flag("offline") {
+        remote_args.push("--offline");
+    }
+    let out = super::bridge::via_command(via, &remote_args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| crate::error::Error::Transport(format!("cannot run {}: {e}", escape(via))))?;
+    if !out.status.success() {
+        return Err(crate::error::Error::Transport(format!(
+            "{} baton list failed: {}",
+            escape(via),
+            escape(String::from_utf8_lossy(&out.stderr).trim())
+        )));
+    }
+    let items: Vec<Value> = serde_json::from_slice(&out.stdout)
+        .map_err(|e| crate::error::Error::Transport(format!("the remote list is not JSON: {e}")))?;
+    if args.flag("json") {
+        emit_json(&Value::Array(items));
+        return Ok(ExitCode::Ok);
+    }
+    if args.flag("offline") {
+        let rows: Vec<[String; 4]> = items
+            .iter()
+            .map(|v| {
+                [
+                    escape(v["name"].as_str().unwrap_or("")).into_owned(),
+                    v["queued"].to_string(),
+                    if v["offline"] == true { "yes" } else { "no" }.to_string(),
+                    escape(v["workspace"].as_str().unwrap_or("")).into_owned(),
+                ]
+            })
+            .collect();
+        emit(&table(
+            ["NAME", "QUEUED", "OFFLINE_DELIVERY", "WORKSPACE"],
+            &rows,
+        ));
+        return Ok(ExitCode::Ok);
+    }
+    let rows: Vec<[String; 6]> = items
+        .iter()
+        .filter(|v| v.get("problem").is_none())
+        .map(|v| {
+            let s = |k: &str| escape(v[k].as_str().unwrap_or("")).into_owned();
+            [
+                s("name"),
+                v["pid"].to_string(),
+                s("state"),
+                s("instance_id"),
+                s("wire"),
+                s("workspace"),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        eprintln!("baton: no live instances there");
+    } else {
+        emit(&table(
+            ["NAME", "PID", "STATE", "ID", "WIRE", "WORKSPACE"],
+            &rows,
+        ));
+    }
     Ok(ExitCode::Ok)
 }

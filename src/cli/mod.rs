@@ -3,6 +3,8 @@
 
 mod args;
 mod attach;
+mod bridge;
+mod completions;
 mod control;
 mod inbox;
 mod list;
@@ -117,7 +119,7 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "list",
-        usage: "baton list [--json] [--all] [--offline]",
+        usage: "baton list [--json] [--all] [--offline] [--via CMD]",
         summary: "list live instances (name, pid, state, id, workspace)",
         opts: &[
             JSON,
@@ -129,13 +131,17 @@ pub const COMMANDS: &[Command] = &[
                 "offline",
                 "show known names that are not running, with their queued counts",
             ),
+            value(
+                "via",
+                "list the instances of another host through CMD (e.g. 'ssh host')",
+            ),
             HELP,
         ],
         run: list::run,
     },
     Command {
         name: "send",
-        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer]\n       baton send --reply [MESSAGE|-]    (inside a turn: answer its sender)",
+        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer] [--via CMD]\n       baton send --reply [MESSAGE|-]    (inside a turn: answer its sender)",
         summary: "deliver a task to an instance (exact id or unique name); MESSAGE or stdin",
         opts: &[
             JSON,
@@ -150,6 +156,10 @@ pub const COMMANDS: &[Command] = &[
             value(
                 "mode",
                 "queue (default, FIFO) or steer (ahead of queued tasks)",
+            ),
+            value(
+                "via",
+                "deliver on another host through CMD (e.g. 'ssh host'), with baton bridge there",
             ),
             HELP,
         ],
@@ -243,6 +253,20 @@ pub const COMMANDS: &[Command] = &[
             HELP,
         ],
         run: mcp::run,
+    },
+    Command {
+        name: "bridge",
+        usage: "baton bridge [TARGET]",
+        summary: "join stdin and stdout to an instance's socket (for ssh host baton bridge NAME)",
+        opts: &[HELP],
+        run: bridge::run,
+    },
+    Command {
+        name: "completions",
+        usage: "baton completions bash|zsh|fish",
+        summary: "print a shell completion script",
+        opts: &[HELP],
+        run: completions::run,
     },
     Command {
         name: "gc",

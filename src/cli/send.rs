@@ -106,6 +106,9 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         ));
     };
     let body = body(args.positional.get(1).map(String::as_str), config)?;
+    if let Some(via) = args.value("via") {
+        return remote(args, config, via, target_arg, &body, mode);
+    }
     if let Some((_, mut conn)) = inside(config) {
         let mut params = json!({"target": target_arg, "body": body, "mode": mode});
         if let Some(t) = turn_token() {
@@ -120,6 +123,36 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         return report(args, &r);
     }
     plain(args, config, target_arg, &body, mode)
+}
+
+/// `--via 'ssh host'`: the same delivery through `baton bridge` there.
+fn remote(
+    args: &Args,
+    config: &Config,
+    via: &str,
+    target_arg: &str,
+    body: &str,
+    mode: &str,
+) -> Result<ExitCode> {
+    let message_id = match args.value("message-id") {
+        Some(id) => id.to_string(),
+        None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
+    };
+    let mut r = super::bridge::Remote::open(via, target_arg, config)?;
+    let instance = r.hello["instance"].clone();
+    let id = instance["instance_id"].as_str().unwrap_or("").to_string();
+    let params = json!({
+        "message_id": message_id,
+        "target_instance_id": id,
+        "body": body,
+        "sender": {},
+        "hop": 0,
+        "mode": mode,
+    });
+    relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
+    let mut result = r.call("message/send", params)?;
+    result["target"] = json!({"instance_id": id, "name": instance["name"]});
+    report(args, &result)
 }
 
 /// A send from a plain command line: resolve, deliver, retry once.
