@@ -250,12 +250,7 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     )?;
 
     // Stale entries of dead instances go before we add our own.
-    let ours = vec![registry::RegistryDir {
-        path: dir.clone(),
-        wire: registry::Wire::Jsonrpc,
-    }];
-    let found = registry::discover(&ours, None, config.io_timeout);
-    registry::remove_stale(&dir, &found.skipped);
+    registry::collect_stale(&dir);
 
     let was_activated = activated.is_some();
     let listener = match activated {
@@ -644,7 +639,11 @@ impl Foreground {
         {
             at.push(t + EPHEMERAL_GRACE);
         }
-        if let (Some(ttl), Some(oldest)) = (self.opts.ttl, self.spool().oldest_queued()) {
+        // Only with --ttl: finding the oldest task walks the whole queue,
+        // and this runs at every turn of the foreground loop.
+        if let Some(ttl) = self.opts.ttl
+            && let Some(oldest) = self.spool().oldest_queued()
+        {
             let due = (oldest + ttl.as_secs()).saturating_sub(spool::now_secs());
             at.push(Instant::now() + Duration::from_secs(due) + Duration::from_millis(10));
         }

@@ -610,6 +610,51 @@ fn ping_peer(
     })
 }
 
+/// Finds and removes the stale entries of our own registry without
+/// pinging anyone alive: only an entry whose pid is gone is looked at, and
+/// it is stale if its socket is missing or refuses connections (or is a
+/// wake socket, which outlives its instances). Startup and `gc` use this,
+/// so starting one instance among many costs no pings. Returns the ids
+/// removed.
+pub fn collect_stale(dir: &Path) -> Vec<String> {
+    let reg = RegistryDir {
+        path: dir.to_path_buf(),
+        wire: Wire::Jsonrpc,
+    };
+    let mut candidates = Vec::new();
+    scan(&reg, &mut candidates);
+    let mut stale = Vec::new();
+    for c in candidates {
+        let Candidate::Ok(m, wire) = c else {
+            continue;
+        };
+        if sys::pid_status(m.pid) != sys::PidStatus::Gone {
+            continue;
+        }
+        let socket = Path::new(&m.socket);
+        let is_wake = socket != socket_path(dir, &m.instance_id);
+        let dead = is_wake
+            || match std::os::unix::net::UnixStream::connect(socket) {
+                Ok(_) => false,
+                Err(e) => matches!(
+                    e.raw_os_error(),
+                    Some(sys::ECONNREFUSED) | Some(sys::ENOENT)
+                ),
+            };
+        if dead {
+            stale.push(Skipped {
+                path: manifest_path(dir, &m.instance_id),
+                instance_id: Some(m.instance_id.clone()),
+                problem: "stale".into(),
+                manifest: Some(m),
+                stale: true,
+                wire,
+            });
+        }
+    }
+    remove_stale(dir, &stale)
+}
+
 /// Removes the files of stale entries in `dir` (never the directory
 /// itself): only names in the grammar, owned by us, of the right type.
 pub fn remove_stale(dir: &Path, skipped: &[Skipped]) -> Vec<String> {

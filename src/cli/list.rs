@@ -113,12 +113,7 @@ pub fn table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
 pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "gc", 0)?;
     let dir = registry::ensure_dir(config)?;
-    let ours = [registry::RegistryDir {
-        path: dir.clone(),
-        wire: registry::Wire::Jsonrpc,
-    }];
-    let found = registry::discover(&ours, None, config.io_timeout);
-    let removed = registry::remove_stale(&dir, &found.skipped);
+    let removed = registry::collect_stale(&dir);
     if args.flag("json") {
         emit_json(&json!({"removed": removed}));
     } else if removed.is_empty() {
