@@ -488,6 +488,17 @@ fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) {
 /// sorts the live ones by name (case-insensitive) then pid. `exclude` is
 /// the caller's own instance id.
 pub fn discover(dirs: &[RegistryDir], exclude: Option<&str>, timeout: Duration) -> Discovery {
+    discover_matching(dirs, exclude, timeout, &|_| true)
+}
+
+/// Like `discover`, but pings only the candidates `keep` accepts (the
+/// others are left out): resolving one name need not ping everyone.
+pub fn discover_matching(
+    dirs: &[RegistryDir],
+    exclude: Option<&str>,
+    timeout: Duration,
+    keep: &dyn Fn(&Manifest) -> bool,
+) -> Discovery {
     let mut candidates = Vec::new();
     for d in dirs {
         scan(d, &mut candidates);
@@ -531,7 +542,8 @@ pub fn discover(dirs: &[RegistryDir], exclude: Option<&str>, timeout: Duration) 
                     wire: w,
                 });
             }
-            Candidate::Ok(m, w) => to_ping.push((m, w)),
+            Candidate::Ok(m, w) if keep(&m) => to_ping.push((m, w)),
+            Candidate::Ok(..) => {}
             Candidate::Bad(s) => found.skipped.push(s),
         }
     }

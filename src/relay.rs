@@ -476,7 +476,17 @@ pub fn route(
 ) -> Route {
     let deadline = std::time::Instant::now() + RACE_WAIT;
     loop {
-        let found = registry::discover(&registry::scan_dirs(registry_dir), None, config.io_timeout);
+        let dirs = registry::scan_dirs(registry_dir);
+        // Ping only what the target can name; everyone is pinged only to
+        // list candidates when that finds nothing.
+        let named = registry::discover_matching(&dirs, None, config.io_timeout, &|m| {
+            m.instance_id == target || m.name == target
+        });
+        let found = match resolve(&named, target) {
+            Resolved::One(p) => return Route::Live(p),
+            Resolved::Ambiguous(_) => named,
+            Resolved::NoMatch(_) => registry::discover(&dirs, None, config.io_timeout),
+        };
         let all = match resolve(&found, target) {
             Resolved::One(p) => return Route::Live(p),
             Resolved::Ambiguous(many) => {

@@ -243,7 +243,9 @@ impl World {
                 ));
             }
             if !pending.is_empty() {
-                thread::sleep(Duration::from_millis(5));
+                // Finer polling when one start is being timed.
+                let poll = if names.len() == 1 { 1 } else { 5 };
+                thread::sleep(Duration::from_millis(poll));
             }
         }
         Ok(found.into_iter().map(|i| i.expect("found")).collect())
