@@ -8,10 +8,19 @@ prefix ?= /usr/local
 bindir ?= $(prefix)/bin
 datarootdir ?= $(prefix)/share
 mandir ?= $(datarootdir)/man
+man1dir ?= $(mandir)/man1
+man7dir ?= $(mandir)/man7
+# Where each shell looks for a package's completions. zsh: its
+# site-functions directory, which zsh's $fpath has for its own prefix and
+# (on Debian too) for /usr/local; Debian packages set
+# zshcompdir=/usr/share/zsh/vendor-completions.
+bashcompdir ?= $(datarootdir)/bash-completion/completions
+zshcompdir ?= $(datarootdir)/zsh/site-functions
+fishcompdir ?= $(datarootdir)/fish/vendor_completions.d
 
 RELEASE := target/release/baton
 
-.PHONY: all build demo test check install uninstall clean
+.PHONY: all build demo test test-slow bench bench-smoke check dist install uninstall clean
 
 all: build
 
@@ -23,20 +32,72 @@ build:
 demo: build
 	sh tests/demo.sh $(RELEASE)
 
+# The reliability suite (tests/reliability.rs) needs baton built with its
+# fail points; `test` runs its fast part, `test-slow` the long runs (a
+# 500-cycle crash loop, 8 senders x 10,000 tasks: about three minutes).
 test:
 	$(CARGO) test $(CARGOFLAGS)
+	$(CARGO) test $(CARGOFLAGS) --features failpoints --test reliability
 
+test-slow:
+	BATON_SLOW=1 $(CARGO) test $(CARGOFLAGS) --features failpoints --test reliability -- _slow
+
+# One table of baton against baselines measured in the same run (see
+# docs/performance.md); exits 1 when a ratio misses its target by more
+# than 25%. Takes a few minutes and is noisy, so CI runs only the smoke
+# version, which checks that every row produces a number.
+bench:
+	$(CARGO) test --release $(CARGOFLAGS) --test bench -- --full
+
+bench-smoke:
+	$(CARGO) test $(CARGOFLAGS) --test bench -- --smoke
+
+# The packaging checks (.ci/package-check) build the dist tarball offline
+# in a temporary directory, install it into a DESTDIR and compare the
+# files, and look at what cargo package would publish.
 check:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy $(CARGOFLAGS) --all-targets -- -D warnings
 	$(CARGO) test $(CARGOFLAGS)
+	CARGO="$(CARGO)" sh .ci/package-check
 
+# The program, its manual pages, and the completions the installed program
+# prints (so they complete the name it is installed as). See
+# docs/packaging.md.
 install: build
-	install -Dm755 $(RELEASE) $(DESTDIR)$(bindir)/$(BIN)
-	install -Dm644 man/baton.1 $(DESTDIR)$(mandir)/man1/$(BIN).1
+	install -d "$(DESTDIR)$(bindir)" "$(DESTDIR)$(man1dir)" "$(DESTDIR)$(man7dir)" \
+		"$(DESTDIR)$(bashcompdir)" "$(DESTDIR)$(zshcompdir)" "$(DESTDIR)$(fishcompdir)"
+	install -m 755 $(RELEASE) "$(DESTDIR)$(bindir)/$(BIN)"
+	install -m 644 man/baton.1 "$(DESTDIR)$(man1dir)/$(BIN).1"
+	install -m 644 man/baton-protocol.7 "$(DESTDIR)$(man7dir)/baton-protocol.7"
+	"$(DESTDIR)$(bindir)/$(BIN)" completions bash > "$(DESTDIR)$(bashcompdir)/$(BIN)"
+	"$(DESTDIR)$(bindir)/$(BIN)" completions zsh > "$(DESTDIR)$(zshcompdir)/_$(BIN)"
+	"$(DESTDIR)$(bindir)/$(BIN)" completions fish > "$(DESTDIR)$(fishcompdir)/$(BIN).fish"
+	chmod 644 "$(DESTDIR)$(bashcompdir)/$(BIN)" "$(DESTDIR)$(zshcompdir)/_$(BIN)" \
+		"$(DESTDIR)$(fishcompdir)/$(BIN).fish"
 
 uninstall:
-	rm -f $(DESTDIR)$(bindir)/$(BIN) $(DESTDIR)$(mandir)/man1/$(BIN).1
+	rm -f "$(DESTDIR)$(bindir)/$(BIN)" "$(DESTDIR)$(man1dir)/$(BIN).1" \
+		"$(DESTDIR)$(man7dir)/baton-protocol.7" "$(DESTDIR)$(bashcompdir)/$(BIN)" \
+		"$(DESTDIR)$(zshcompdir)/_$(BIN)" "$(DESTDIR)$(fishcompdir)/$(BIN).fish"
+
+VERSION = $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | sed -n 1p)
+DIST = baton-$(VERSION)
+
+# A source tarball for distro builders, target/dist/baton-VERSION.tar.gz:
+# the sources, every crate they need vendored (cargo vendor reaches
+# crates.io for that, once, here) and a .cargo/config.toml that points
+# cargo at them, so it builds with CARGOFLAGS="--locked --offline".
+# tests/fuzz (a cargo-fuzz crate of its own) is left out.
+dist:
+	rm -rf target/dist/$(DIST) target/dist/$(DIST).tar.gz
+	mkdir -p target/dist/$(DIST)/.cargo
+	tar -cf - --exclude=__pycache__ --exclude=tests/fuzz Cargo.toml Cargo.lock LICENSE-MIT LICENSE-APACHE \
+		README.md Makefile src tests man docs .ci | tar -xf - -C target/dist/$(DIST)
+	cd target/dist/$(DIST) && $(CARGO) vendor --locked --versioned-dirs vendor > .cargo/config.toml
+	tar -C target/dist -cf - $(DIST) | gzip -9n > target/dist/$(DIST).tar.gz
+	rm -rf target/dist/$(DIST)
+	@echo target/dist/$(DIST).tar.gz
 
 clean:
 	$(CARGO) clean

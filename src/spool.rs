@@ -115,7 +115,6 @@ enum Place {
     Processing,
     Interrupted,
     Rejected,
-    Done,
 }
 
 #[derive(Clone, Debug)]
@@ -457,6 +456,32 @@ impl Spool {
             let p = self.path("tmp", &name);
             fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
         }
+        // A crash during `finish`, after the receipt landed in done/ but
+        // before the payload was removed, leaves both: the task finished,
+        // so the payload goes now rather than being set aside (and maybe
+        // requeued and run a second time).
+        let mut finished = false;
+        for sub in ["processing", "interrupted", "rejected"] {
+            for name in list(&self.dir.join(sub))? {
+                let Some((_, id)) = parse_file_name(&name) else {
+                    continue;
+                };
+                let receipt: Option<Receipt> = read_bounded(&self.path("done", &receipt_name(id)))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok());
+                if receipt.is_some_and(|r| r.message_id == id) {
+                    let p = self.path(sub, &name);
+                    fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+                    notes.push(format!(
+                        "{sub}/{name} had finished (its receipt is in done/); removed"
+                    ));
+                    finished = true;
+                }
+            }
+        }
+        if finished && self.fsync {
+            self.sync(&["processing", "interrupted", "rejected"])?;
+        }
         // Work that was mid-turn is never rerun on its own.
         let mut moved = false;
         for name in list(&self.dir.join("processing"))? {
@@ -540,35 +565,23 @@ impl Spool {
                 idx.entries.insert(id, entry);
             }
         }
+        // Finished tasks stay out of the index: a retry finds their
+        // receipt on disk (`receipt_digest`), so memory does not grow
+        // with every task ever run.
         let mut receipts = Vec::new();
         for name in list(&self.dir.join("done"))? {
-            let Some(id) = name
+            if !name
                 .strip_suffix(".json")
-                .filter(|id| crate::registry::valid_id(id))
-            else {
+                .is_some_and(crate::registry::valid_id)
+            {
                 continue;
-            };
+            }
             let p = self.path("done", &name);
             let r: Option<Receipt> = read_bounded(&p)
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok());
             let finished = r.as_ref().map_or(0, |r| r.finished_at);
-            receipts.push((finished, name.clone()));
-            idx.entries.entry(id.to_string()).or_insert(Entry {
-                digest: r.map(|r| r.digest),
-                place: Place::Done,
-                file: name.clone(),
-                sender_id: None,
-                key: (1, 0),
-                queued_at: 0,
-                summary: Summary {
-                    message_id: id.to_string(),
-                    sender: Sender::default(),
-                    accepted_at: 0,
-                    mode: "queue".into(),
-                    bytes: 0,
-                },
-            });
+            receipts.push((finished, name));
         }
         // Prune only past both bounds: more than RECEIPTS_KEEP receipts,
         // and only those older than RECEIPTS_MIN_AGE, oldest first.
@@ -582,9 +595,6 @@ impl Spool {
                     break;
                 }
                 let _ = fs::remove_file(self.path("done", &name));
-                if let Some(id) = name.strip_suffix(".json") {
-                    idx.entries.remove(id);
-                }
                 idx.receipts -= 1;
             }
         }
@@ -636,6 +646,21 @@ impl Spool {
         Ok(())
     }
 
+    /// The body digest a finished task's receipt records: `None` without a
+    /// receipt, `Some(None)` when it cannot be read back.
+    fn receipt_digest(&self, message_id: &str) -> Option<Option<String>> {
+        match read_bounded(&self.path("done", &receipt_name(message_id))) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(_) => Some(None),
+            Ok(b) => Some(
+                serde_json::from_slice::<Receipt>(&b)
+                    .ok()
+                    .map(|r| r.digest)
+                    .filter(|d| !d.is_empty()),
+            ),
+        }
+    }
+
     /// Offers a task. Checks run in DESIGN §4 order from `duplicate` on;
     /// `paused` is read under the acceptance lock so a pause is exact.
     ///
@@ -650,9 +675,13 @@ impl Spool {
         announce: impl FnOnce(usize),
     ) -> Result<Admission> {
         let mut idx = self.idx();
-        if let Some(e) = idx.entries.get(&task.message_id) {
-            return Ok(match &e.digest {
-                Some(d) if *d != task.digest => Admission::Reused,
+        let known = match idx.entries.get(&task.message_id) {
+            Some(e) => Some(e.digest.clone()),
+            None => self.receipt_digest(&task.message_id),
+        };
+        if let Some(digest) = known {
+            return Ok(match digest {
+                Some(d) if d != task.digest => Admission::Reused,
                 Some(_) => Admission::Duplicate,
                 None => Admission::Unreadable,
             });
@@ -873,9 +902,8 @@ impl Spool {
             }
         }
         idx.receipts += 1;
-        let entry = idx.entries.get_mut(message_id).expect("indexed");
-        entry.place = Place::Done;
-        entry.file = name;
+        // From now on its receipt answers for it (`receipt_digest`).
+        idx.entries.remove(message_id);
         Ok(())
     }
 

@@ -182,9 +182,16 @@ fn the_man_page_names_every_option_and_variable() {
     let man = fs::read_to_string(format!("{ROOT}/man/baton.1")).unwrap();
     for (cmd, opt) in help_options() {
         let roff = format!("\\-\\-{}", opt.replace('-', "\\-"));
+        // In the command's own section, `.SS baton CMD` to the next heading.
+        let head = format!("\n.SS baton {cmd}\n");
+        let start = man
+            .find(&head)
+            .unwrap_or_else(|| panic!("baton.1 has no section {head:?}"));
+        let rest = &man[start + head.len()..];
+        let section = &rest[..rest.find("\n.S").unwrap_or(rest.len())];
         assert!(
-            man.contains(&roff),
-            "baton.1 lacks {roff} (from 'baton help {cmd}')"
+            section.contains(&roff),
+            "the section 'baton {cmd}' of baton.1 lacks {roff} (from 'baton help {cmd}')"
         );
     }
     let mut vars = Vec::new();
@@ -217,5 +224,182 @@ fn collect_vars(path: &std::path::Path, out: &mut Vec<String>) {
                 out.push(v);
             }
         }
+    }
+}
+
+/// What `baton completions SHELL` prints.
+fn completion(shell: &str) -> String {
+    let out = Command::new(baton_bin())
+        .args(["completions", shell])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "baton completions {shell}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The line of a completion script that handles the command `cmd`.
+fn case_line<'a>(script: &'a str, prefix: &str) -> &'a str {
+    script
+        .lines()
+        .find(|l| l.trim_start().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting with {prefix:?} in:\n{script}"))
+}
+
+#[test]
+fn the_completions_name_every_option_of_every_command() {
+    let (bash, zsh, fish) = (completion("bash"), completion("zsh"), completion("fish"));
+    let opts = help_options();
+    assert!(
+        opts.iter().any(|(c, o)| c == "send" && o == "via"),
+        "{opts:?}"
+    );
+    for (cmd, opt) in opts {
+        let words: Vec<&str> = case_line(&bash, &format!("{cmd}) opts=\""))
+            .split(['"', ' '])
+            .collect();
+        assert!(
+            words.contains(&format!("--{opt}").as_str()),
+            "the bash completion lacks --{opt} for {cmd}"
+        );
+        let line = case_line(&zsh, &format!("{cmd}) _arguments "));
+        assert!(
+            line.contains(&format!("'--{opt}[")) || line.contains(&format!("'--{opt}=[")),
+            "the zsh completion lacks --{opt} for {cmd}"
+        );
+        let spec = format!("complete -c baton -n '__fish_seen_subcommand_from {cmd}' -l {opt} ");
+        assert!(
+            fish.lines().any(|l| l.starts_with(&spec)),
+            "the fish completion lacks --{opt} for {cmd}"
+        );
+    }
+}
+
+/// Runs `shell ARGS... FILE` on a script written to a temporary file, in
+/// the world of `env` with `baton` on PATH, and returns what it printed,
+/// failing the test if the shell fails or complains.
+fn run_shell(env: &Env, shell: &str, args: &[&str], script: &str, tail: &str) -> String {
+    let bin = env.root.join("bin");
+    if !bin.exists() {
+        fs::create_dir(&bin).unwrap();
+        std::os::unix::fs::symlink(baton_bin(), bin.join("baton")).unwrap();
+    }
+    let file = env.root.join(format!("baton.{shell}"));
+    fs::write(&file, format!("{script}{tail}")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(shell)
+        .args(args)
+        .arg(&file)
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", env.root.join("home"))
+        .env("BATON_DIR", &env.registry)
+        .env("XDG_STATE_HOME", &env.state)
+        .env("TMPDIR", env.root.join("tmp"))
+        .env("LANG", "C.UTF-8")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{shell} {args:?} on the {shell} completion: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_completions_parse_and_complete_in_their_shells() {
+    // A live instance, whose name completes as a TARGET.
+    let env = Env::new();
+    let ws = env.workspace("demo");
+    let _s = env.serve(&ws, &["--name", "demo"]);
+    // bash: the syntax, then completions the way readline asks for them.
+    if have("bash") {
+        let bash = completion("bash");
+        run_shell(&env, "bash", &["-n"], &bash, "");
+        let got = run_shell(
+            &env,
+            "bash",
+            &[],
+            &bash,
+            "c() { COMP_WORDS=(\"$@\"); COMP_CWORD=$(($# - 1)); _baton; echo \"${COMPREPLY[*]}\"; }\n\
+             c baton send --v\nc baton comp\nc baton completions z\nc baton ping d\n",
+        );
+        assert_eq!(got, "--via\ncompletions\nzsh\ndemo\n");
+    }
+    if have("zsh") {
+        run_shell(&env, "zsh", &["-n"], &completion("zsh"), "");
+    }
+    if have("fish") {
+        let fish = completion("fish");
+        run_shell(&env, "fish", &["-n"], &fish, "");
+        let got = run_shell(
+            &env,
+            "fish",
+            &["--no-config"],
+            &fish,
+            "complete -C 'baton send --v'\ncomplete -C 'baton comp'\ncomplete -C 'baton ping d'\n",
+        );
+        let firsts: Vec<&str> = got.lines().map(|l| l.split('\t').next().unwrap()).collect();
+        assert_eq!(firsts, ["--via", "completions", "demo"], "{got}");
+    }
+}
+
+#[test]
+fn the_man_pages_are_clean_roff() {
+    let pages = [
+        format!("{ROOT}/man/baton.1"),
+        format!("{ROOT}/man/baton-protocol.7"),
+    ];
+    if have("mandoc") {
+        for page in &pages {
+            let out = Command::new("mandoc")
+                .args(["-T", "lint", "-W", "all", page])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && text.is_empty(),
+                "mandoc -T lint -W all {page}:\n{text}"
+            );
+        }
+    }
+    if have("man") {
+        for page in &pages {
+            let out = Command::new("man")
+                .args(["--warnings", "-l", page])
+                .env("MANWIDTH", "80")
+                .env("MAN_KEEP_FORMATTING", "0")
+                .env("LANG", "C.UTF-8")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && err.is_empty() && !out.stdout.is_empty(),
+                "man --warnings -l {page}:\n{err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_protocol_page_names_every_method() {
+    let page = fs::read_to_string(format!("{ROOT}/man/baton-protocol.7")).unwrap();
+    let env = Env::new();
+    let ws = env.workspace("demo");
+    let s = env.serve(&ws, &["--name", "demo"]);
+    let hello = s.client().initialize();
+    let methods = hello["capabilities"].as_array().unwrap();
+    assert!(methods.len() > 5, "{hello}");
+    for m in methods {
+        let m = m.as_str().unwrap();
+        assert!(page.contains(m), "baton-protocol.7 does not name {m}");
     }
 }

@@ -5,12 +5,14 @@ mod util;
 
 mod control;
 mod docs;
+mod hostile;
 mod lifecycle;
 mod mcp;
 mod offline;
 mod protocol;
 mod registry;
 mod spool;
+mod ssh;
 mod tui;
 mod turns;
 mod zcoder;

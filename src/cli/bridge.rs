@@ -119,14 +119,25 @@ impl Remote {
         let id = self.next_id;
         self.next_id += 1;
         let line = crate::wire::request_line(id, method, params);
-        self.input
+        if let Err(e) = self
+            .input
             .write_all(&line)
             .and_then(|()| self.input.flush())
-            .map_err(|e| Error::Transport(format!("the bridge closed: {e}")))?;
+        {
+            return Err(self.ended(format!("the bridge closed: {e}")));
+        }
         loop {
-            let line = self.lines.recv_timeout(self.timeout).map_err(|_| {
-                Error::Transport("no answer through the bridge (is baton installed there, and the target running?)".into())
-            })?;
+            let line = match self.lines.recv_timeout(self.timeout) {
+                Ok(line) => line,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Err(self.ended("the bridge closed without an answer".into()));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    return Err(Error::Transport(
+                        "no answer through the bridge (is baton installed there, and the target running?)".into(),
+                    ));
+                }
+            };
             let Ok(v) = serde_json::from_str::<Value>(&line) else {
                 continue;
             };
@@ -141,6 +152,30 @@ impl Remote {
                 )));
             }
             return Ok(v["result"].clone());
+        }
+    }
+}
+
+impl Remote {
+    /// The error for a bridge that went away: exit status 3 (which ssh
+    /// passes on) is the remote `baton bridge` finding no such target, as
+    /// its message above says, the same as a local send; anything else,
+    /// ssh's own failures included, is a transport failure.
+    fn ended(&mut self, what: String) -> Error {
+        let deadline = std::time::Instant::now() + self.timeout.min(Duration::from_secs(5));
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status.code(),
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                _ => break None,
+            }
+        };
+        match status {
+            Some(3) => Error::NoTarget("the remote baton bridge found no such target".into()),
+            Some(n) => Error::Transport(format!("{what} (exit status {n})")),
+            None => Error::Transport(what),
         }
     }
 }

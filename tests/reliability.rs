@@ -1,0 +1,141 @@
+//! The reliability suite: crash loop, fail points, load and limits,
+//! lifecycle (DESIGN §4, §5, §9), against the real binary built with
+//! `--features failpoints`.
+//!
+//! `cargo test --features failpoints --test reliability` (part of `make
+//! test`) runs the fast tests; the slow ones, named `*_slow` (8 × 10,000
+//! tasks, a 500-cycle crash loop), run only with `BATON_SLOW=1` and
+//! otherwise say that they were skipped. `make test-slow` runs just those.
+//! Tests that measure time or CPU take `common::serial()` so that they do
+//! not run at the same time.
+
+#[path = "util/mod.rs"]
+mod util;
+
+#[path = "reliability/common.rs"]
+mod common;
+#[path = "reliability/crash.rs"]
+mod crash;
+#[path = "reliability/faults.rs"]
+mod faults;
+#[path = "reliability/lifecycle.rs"]
+mod lifecycle;
+#[path = "reliability/load.rs"]
+mod load;
+
+// Crash loop.
+
+#[test]
+fn crash_loop_100_cycles() {
+    let _serial = common::serial();
+    crash::crash_loop("crash_loop_100_cycles", 100);
+}
+
+#[test]
+fn crash_loop_500_cycles_slow() {
+    if !common::slow("crash_loop_500_cycles_slow") {
+        return;
+    }
+    let _serial = common::serial();
+    crash::crash_loop("crash_loop_500_cycles_slow", 500);
+}
+
+// Fail points: exit and panic at each step, error at each step of storing.
+
+macro_rules! fail_point_tests {
+    ($($name:ident: $point:expr;)*) => {
+        mod fail_points {
+            use crate::faults;
+            $(
+                mod $name {
+                    use super::faults;
+                    #[test]
+                    fn exit() {
+                        faults::exit_at($point);
+                    }
+                    #[test]
+                    fn panic() {
+                        faults::panic_at($point);
+                    }
+                }
+            )*
+        }
+    };
+}
+
+fail_point_tests! {
+    after_write: "after-write";
+    after_file_fsync: "after-file-fsync";
+    after_rename: "after-rename";
+    before_dir_fsync: "before-dir-fsync";
+    before_answer: "before-answer";
+}
+
+#[test]
+fn fail_point_errors_refuse_and_leave_no_file() {
+    for point in faults::STORE_POINTS {
+        faults::error_at(point);
+    }
+    faults::error_before_answer_is_ignored();
+}
+
+#[test]
+fn a_panic_in_dispatch_closes_only_its_connection() {
+    faults::dispatch_panic();
+}
+
+#[test]
+fn a_panic_while_answering_closes_only_its_connection() {
+    faults::answer_panic_closes_only_its_connection();
+}
+
+// Load and limits.
+
+#[test]
+fn load_8_senders_x_10000_slow() {
+    let test = "load_8_senders_x_10000_slow";
+    if !common::slow(test) || !common::have_proc(test) {
+        return;
+    }
+    let _serial = common::serial();
+    load::load(test, 8, 10_000);
+}
+
+#[test]
+fn load_8_senders_x_500() {
+    let test = "load_8_senders_x_500";
+    if !common::have_proc(test) {
+        return;
+    }
+    let _serial = common::serial();
+    load::load(test, 8, 500);
+}
+
+#[test]
+fn sixteen_descriptors_and_50_clients() {
+    let test = "sixteen_descriptors_and_50_clients";
+    if !common::have_proc(test) {
+        return;
+    }
+    let _serial = common::serial();
+    load::fd_limit(test);
+}
+
+#[test]
+fn idle_and_trickling_clients_do_not_delay_others() {
+    let _serial = common::serial();
+    load::idle_and_trickling("idle_and_trickling_clients_do_not_delay_others");
+}
+
+// Lifecycle.
+
+#[test]
+fn sigterm_during_a_burst() {
+    let _serial = common::serial();
+    lifecycle::sigterm_during_burst("sigterm_during_a_burst");
+}
+
+#[test]
+fn a_second_instance_never_deletes_a_live_socket() {
+    lifecycle::second_instance("a_second_instance_never_deletes_a_live_socket");
+}

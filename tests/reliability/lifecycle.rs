@@ -1,0 +1,266 @@
+//! Stopping (DESIGN §9): SIGTERM in the middle of a burst of sends, and a
+//! second instance next to a live one.
+
+use crate::common::{Conn, Inst, Start, body_for, cmd, spool, spool_dir};
+use crate::util::Env;
+use serde_json::json;
+use std::collections::HashMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// SIGTERM while four senders send as fast as they can: the manifest goes
+/// before the socket, every task that was answered `accepted` is in the
+/// spool, the socket is unlinked, and the exit is 0 within 2 s.
+pub fn sigterm_during_burst(test: &str) {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let mut inst = Inst::start(
+        &env,
+        &ws,
+        Start {
+            vars: &[("BATON_MAX_QUEUE", "100000")],
+            args: &["--name", "burst"],
+            nofile: None,
+        },
+    );
+    let (socket, manifest, target) = (
+        inst.socket().to_path_buf(),
+        inst.ready().manifest.clone(),
+        inst.id().to_string(),
+    );
+    // Watches both paths as fast as it can: the first poll at which each
+    // was missing.
+    let watch_stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (socket, manifest, stop) = (socket.clone(), manifest.clone(), Arc::clone(&watch_stop));
+        thread::spawn(move || {
+            let (mut polls, mut m_gone, mut s_gone) = (0u64, None, None);
+            while !stop.load(Ordering::SeqCst) && (m_gone.is_none() || s_gone.is_none()) {
+                polls += 1;
+                if m_gone.is_none() && fs::symlink_metadata(&manifest).is_err() {
+                    m_gone = Some(polls);
+                }
+                if s_gone.is_none() && fs::symlink_metadata(&socket).is_err() {
+                    s_gone = Some(polls);
+                }
+            }
+            (m_gone, s_gone, polls)
+        })
+    };
+    let accepted: Arc<Mutex<HashMap<usize, Vec<String>>>> = Arc::default();
+    let senders: Vec<_> = (0..4)
+        .map(|s| {
+            let (socket, target, accepted) =
+                (socket.clone(), target.clone(), Arc::clone(&accepted));
+            thread::spawn(move || {
+                let mut k = 0u64;
+                // Reconnects until the socket is gone.
+                while let Ok(mut c) = Conn::connect(&socket, Duration::from_secs(5)) {
+                    if c.init().is_err() {
+                        continue;
+                    }
+                    loop {
+                        let id = format!("b{s}-{k:06}");
+                        let p = json!({"message_id": id, "target_instance_id": target,
+                                       "body": body_for(&id), "sender": {}});
+                        let Ok(r) = c.result("message/send", p) else {
+                            break;
+                        };
+                        assert_eq!(r["status"], "accepted", "{r}");
+                        accepted.lock().unwrap().entry(s).or_default().push(id);
+                        k += 1;
+                    }
+                }
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(400));
+    let before = accepted
+        .lock()
+        .unwrap()
+        .values()
+        .map(Vec::len)
+        .sum::<usize>();
+    let (code, took) = inst.term();
+    for s in senders {
+        s.join().expect("a sender failed");
+    }
+    watch_stop.store(true, Ordering::SeqCst);
+    let (m_gone, s_gone, polls) = watcher.join().unwrap();
+    let accepted = accepted.lock().unwrap();
+    let total: usize = accepted.values().map(Vec::len).sum();
+    eprintln!(
+        "{test}: {total} tasks accepted ({before} before SIGTERM); exit {code} after {} ms; \
+         manifest missing from poll {m_gone:?}, socket from poll {s_gone:?} of {polls}",
+        took.as_millis()
+    );
+    assert_eq!(code, 0, "{}", inst.stderr());
+    assert!(took < Duration::from_secs(2), "exit took {took:?}");
+    assert!(before > 0, "no burst before SIGTERM");
+    assert!(!manifest.exists(), "the manifest is still there");
+    assert!(
+        fs::symlink_metadata(&socket).is_err(),
+        "the socket is still there"
+    );
+    let (m, s) = (m_gone.unwrap(), s_gone.unwrap());
+    assert!(
+        m <= s,
+        "the socket was gone (poll {s}) before the manifest (poll {m})"
+    );
+    let v = spool(&spool_dir(&env, "burst", &ws));
+    for (s, ids) in accepted.iter() {
+        for id in ids {
+            assert_eq!(v.places(id), ["inbox"], "sender {s}: {id}");
+        }
+    }
+    // Nothing else: an unanswered task may be stored, but at most the one
+    // each sender had in flight.
+    assert!(
+        v.items.len() <= total + accepted.len(),
+        "{} files for {total} acceptances",
+        v.items.len()
+    );
+}
+
+fn inode(p: &Path) -> (u64, u64) {
+    let m = fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    (m.dev(), m.ino())
+}
+
+/// Sends SIGCONT to a stopped instance however the test ends.
+struct Cont(u32);
+
+impl Drop for Cont {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is
+        // our child, which is reaped only when its Inst is dropped, after
+        // this guard.
+        unsafe {
+            libc::kill(self.0 as libc::pid_t, libc::SIGCONT);
+        }
+    }
+}
+
+/// A second instance never deletes a live instance's socket (or
+/// manifest): not when it is refused for the same spool, not when the
+/// live one does not answer its ping (stopped with SIGSTOP), not through
+/// `baton gc`, not when it stops. And an instance stopping does not
+/// unlink a socket at its path that is no longer the one it bound.
+pub fn second_instance(test: &str) {
+    let env = Env::new();
+    let ws_a = env.workspace("a");
+    let ws_b = env.workspace("b");
+    let mut a = Inst::start(
+        &env,
+        &ws_a,
+        Start {
+            args: &["--name", "alpha"],
+            ..Start::default()
+        },
+    );
+    let (a_sock, a_manifest) = (a.socket().to_path_buf(), a.ready().manifest.clone());
+    let a_ino = inode(&a_sock);
+    let intact = |what: &str| {
+        assert_eq!(
+            inode(&a_sock),
+            a_ino,
+            "{what}: the live socket was replaced or removed"
+        );
+        assert!(a_manifest.exists(), "{what}: the live manifest was removed");
+    };
+
+    // Same name and workspace: refused (the spool is locked), nothing of
+    // the live one touched.
+    let out = cmd(&env)
+        .args(["serve", "--name", "alpha"])
+        .current_dir(&ws_a)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains(&format!("pid {}", a.pid)), "{err}");
+    intact("a refused second instance");
+    a.conn().ping().unwrap();
+
+    // The live one stops answering (SIGSTOP): a new instance's stale sweep
+    // and `baton gc` must leave it alone, since its pid is alive.
+    a.signal(libc::SIGSTOP);
+    let cont = Cont(a.pid);
+    let quick = [("BATON_IO_TIMEOUT", "0.3")];
+    let t = Instant::now();
+    let mut b = Inst::start(
+        &env,
+        &ws_b,
+        Start {
+            vars: &quick,
+            args: &["--name", "beta"],
+            nofile: None,
+        },
+    );
+    intact("a new instance started next to a stopped one");
+    let gc = cmd(&env)
+        .arg("gc")
+        .env("BATON_IO_TIMEOUT", "0.3")
+        .output()
+        .unwrap();
+    assert_eq!(gc.status.code(), Some(0), "{gc:?}");
+    intact("baton gc");
+    drop(cont);
+    a.conn().ping().unwrap();
+    assert_eq!(b.term().0, 0, "{}", b.stderr());
+    intact("the second instance stopping");
+    eprintln!(
+        "{test}: second instance and gc next to a stopped one took {} ms",
+        t.elapsed().as_millis()
+    );
+
+    // A killed instance's leftovers are removed by the next start (so the
+    // sweep is really running), the live one's are not.
+    let mut c = Inst::start(
+        &env,
+        &ws_b,
+        Start {
+            args: &["--name", "gamma"],
+            ..Start::default()
+        },
+    );
+    let (c_sock, c_manifest) = (c.socket().to_path_buf(), c.ready().manifest.clone());
+    c.kill9();
+    assert!(c_sock.exists() && c_manifest.exists());
+    let mut d = Inst::start(
+        &env,
+        &ws_b,
+        Start {
+            args: &["--name", "delta"],
+            ..Start::default()
+        },
+    );
+    assert!(
+        !c_sock.exists() && !c_manifest.exists(),
+        "the dead instance's socket and manifest were not swept"
+    );
+    intact("a new instance sweeping a dead one");
+    assert_eq!(d.term().0, 0);
+    intact("another instance stopping");
+
+    // Someone else now has a socket at the live one's path: when the
+    // instance stops it leaves that socket alone.
+    fs::remove_file(&a_sock).unwrap();
+    let stranger = UnixListener::bind(&a_sock).unwrap();
+    let s_ino = inode(&a_sock);
+    assert_eq!(a.term().0, 0, "{}", a.stderr());
+    assert_eq!(
+        inode(&a_sock),
+        s_ino,
+        "the instance unlinked a socket it did not bind"
+    );
+    assert!(!a_manifest.exists());
+    drop(stranger);
+    fs::remove_file(&a_sock).unwrap();
+}

@@ -1,0 +1,433 @@
+//! Load and limits: many senders into one draining receiver, a tiny file
+//! descriptor limit, and idle or trickling clients next to a normal one.
+
+use crate::common::{
+    Conn, Inst, ShmDir, Start, body_for, cpu_time, fd_count, percentile, spool_dir_in, status_kib,
+};
+use crate::util::Env;
+use serde_json::json;
+use std::collections::HashSet;
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// `senders` × `each` tasks into one receiver whose agent (a pull client:
+/// `inbox/claim`, then `inbox/complete`) drains them as they come: none
+/// lost, none twice, each sender's in order, and the receiver's memory
+/// sampled throughout.
+///
+/// `BATON_FSYNC=off`, and the spool and registry on tmpfs (`/dev/shm`)
+/// when there is one: on a disk with ~3 ms per fsync and ~2 ms per file
+/// created, the syncs and the files of each task's accept, claim, finish
+/// and the two manifest updates of its turn would make 80,000 tasks take
+/// the better part of an hour. Losing, duplicating or reordering a task,
+/// or the memory it costs, does not depend on the file system (the crash
+/// loop keeps fsync on, on disk).
+pub fn load(test: &str, senders: usize, each: u64) {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let shm = ShmDir::new("load");
+    let (state, registry) = match &shm {
+        Some(d) => (d.0.join("state"), d.0.join("reg")),
+        None => (env.state.clone(), env.registry.clone()),
+    };
+    let (state_s, registry_s) = (state.display().to_string(), registry.display().to_string());
+    let mut inst = Inst::start(
+        &env,
+        &ws,
+        Start {
+            vars: &[
+                ("BATON_FSYNC", "off"),
+                ("BATON_MAX_QUEUE", "1000"),
+                ("XDG_STATE_HOME", &state_s),
+                ("BATON_DIR", &registry_s),
+            ],
+            args: &["--name", "load"],
+            nofile: None,
+        },
+    );
+    let pid = inst.pid;
+    let total = senders as u64 * each;
+    let started = Instant::now();
+    let claimed_n = Arc::new(AtomicU64::new(0));
+    let full = Arc::new(AtomicU64::new(0));
+    let senders_done = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..senders)
+        .map(|s| {
+            let (socket, target) = (inst.socket().to_path_buf(), inst.id().to_string());
+            let (full, done) = (Arc::clone(&full), Arc::clone(&senders_done));
+            thread::spawn(move || {
+                let mut c = Conn::connect(&socket, Duration::from_secs(10)).unwrap();
+                c.init().unwrap();
+                for k in 0..each {
+                    let id = format!("l{s}-{k:06}");
+                    let p = json!({"message_id": id, "target_instance_id": target,
+                                   "body": body_for(&id), "sender": {}});
+                    loop {
+                        let r = c.result("message/send", p.clone()).unwrap();
+                        match r["status"].as_str() {
+                            Some("accepted") => break,
+                            Some("full") => {
+                                // Back off: every refusal is an event the
+                                // receiver's foreground records.
+                                full.fetch_add(1, Ordering::Relaxed);
+                                thread::sleep(Duration::from_millis(20));
+                            }
+                            _ => panic!("sender {s}: {id}: {r}"),
+                        }
+                    }
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    let drainer = {
+        let socket = inst.socket().to_path_buf();
+        let n = Arc::clone(&claimed_n);
+        thread::spawn(move || {
+            let mut c = Conn::connect(&socket, Duration::from_secs(10)).unwrap();
+            c.init().unwrap();
+            let mut claimed = Vec::with_capacity(total as usize);
+            let deadline = Instant::now() + Duration::from_secs(900);
+            let mut next = c.result("inbox/claim", json!({})).unwrap();
+            loop {
+                assert!(Instant::now() < deadline, "draining took over 15 minutes");
+                match next["status"].as_str() {
+                    Some("claimed") => {
+                        let id = next["task"]["message_id"].as_str().unwrap().to_string();
+                        assert_eq!(next["task"]["body"], body_for(&id), "{next}");
+                        let complete = (
+                            "inbox/complete",
+                            json!({"message_id": id, "outcome": "done"}),
+                        );
+                        claimed.push(id);
+                        n.fetch_add(1, Ordering::Relaxed);
+                        if claimed.len() as u64 == total {
+                            let done = c.result(complete.0, complete.1).unwrap();
+                            assert_eq!(done["status"], "completed", "{done}");
+                            break;
+                        }
+                        // The completion and the next claim in one write.
+                        let r = c.pipeline(&[complete, ("inbox/claim", json!({}))]).unwrap();
+                        assert_eq!(r[0]["status"], "completed", "{}", r[0]);
+                        next = r[1].clone();
+                    }
+                    Some("empty") => {
+                        thread::sleep(Duration::from_millis(1));
+                        next = c.result("inbox/claim", json!({})).unwrap();
+                    }
+                    _ => panic!("claim: {next}"),
+                }
+            }
+            claimed
+        })
+    };
+    // The receiver's resident memory against progress.
+    let mut samples: Vec<(u64, u64)> = Vec::new();
+    while !drainer.is_finished() {
+        samples.push((claimed_n.load(Ordering::Relaxed), status_kib(pid, "VmRSS")));
+        thread::sleep(Duration::from_millis(100));
+    }
+    for w in workers {
+        w.join().expect("a sender failed");
+    }
+    let claimed = drainer.join().expect("the drainer failed");
+    let elapsed = started.elapsed();
+    let peak = status_kib(pid, "VmHWM");
+    let end_rss = status_kib(pid, "VmRSS");
+    assert!(inst.is_running());
+    assert_eq!(inst.term().0, 0, "{}", inst.stderr());
+
+    // None lost, none twice, each sender's in order.
+    assert_eq!(claimed.len() as u64, total);
+    let unique: HashSet<&String> = claimed.iter().collect();
+    assert_eq!(unique.len(), claimed.len(), "a task was claimed twice");
+    for s in 0..senders {
+        let prefix = format!("l{s}-");
+        let ks: Vec<u64> = claimed
+            .iter()
+            .filter_map(|id| id.strip_prefix(&prefix))
+            .map(|k| k.parse().unwrap())
+            .collect();
+        assert_eq!(ks.len() as u64, each, "sender {s}");
+        assert!(
+            ks.iter().enumerate().all(|(i, &k)| i as u64 == k),
+            "sender {s}'s tasks were claimed out of order"
+        );
+    }
+    // Nothing left but a receipt for each (counted, not parsed: the crash
+    // loop and the fail-point tests check receipts).
+    let dir = spool_dir_in(&state, "load", &ws);
+    let count = |sub: &str| std::fs::read_dir(dir.join(sub)).unwrap().count();
+    for sub in ["tmp", "inbox", "processing", "interrupted", "rejected"] {
+        assert_eq!(count(sub), 0, "{sub}/ is not empty");
+    }
+    assert_eq!(count("done") as u64, total);
+
+    // Memory: at a tenth of the way, at the end, and the peak.
+    let at = |frac: f64| {
+        samples
+            .iter()
+            .find(|(n, _)| *n as f64 >= total as f64 * frac)
+            .map_or(0, |s| s.1)
+    };
+    let (early, late) = (at(0.1), at(0.9));
+    eprintln!(
+        "{test}: {total} tasks from {senders} senders in {:.1} s ({:.0}/s, spool on {}), {} `full` answers; \
+         receiver RSS (KiB) {early} at 10%, {} at 25%, {} at 50%, {} at 75%, {late} at 90%, \
+         {end_rss} at the end, peak {peak}",
+        elapsed.as_secs_f64(),
+        total as f64 / elapsed.as_secs_f64(),
+        if shm.is_some() {
+            "tmpfs"
+        } else {
+            "the test's temporary directory"
+        },
+        full.load(Ordering::Relaxed),
+        at(0.25),
+        at(0.5),
+        at(0.75),
+    );
+    // Flat: the queue is bounded (BATON_MAX_QUEUE), finished tasks are
+    // known by their receipts on disk, so between a tenth and nine tenths
+    // of the way the receiver may grow by allocator noise (2 MiB) and 64
+    // bytes a task at most. (Keeping every finished id in memory cost
+    // about 1.1 KB a task.)
+    let between = total as f64 * 0.8;
+    let grown = late.saturating_sub(early) as f64 * 1024.0;
+    eprintln!(
+        "{test}: growth from 10% to 90%: {:.0} KiB, {:.0} bytes per task",
+        grown / 1024.0,
+        grown / between
+    );
+    assert!(
+        grown <= 2.0 * 1024.0 * 1024.0 + 64.0 * between,
+        "the receiver grew by {:.0} KiB over {between} tasks",
+        grown / 1024.0
+    );
+    assert!(peak < 64 * 1024, "peak RSS {peak} KiB");
+}
+
+/// RLIMIT_NOFILE of 16 and 50 clients: the instance runs out of
+/// descriptors, neither exits nor spins (its CPU time over two seconds
+/// of it stays small), and once the clients leave a new one is answered
+/// within a second.
+pub fn fd_limit(test: &str) {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let mut inst = Inst::start(
+        &env,
+        &ws,
+        Start {
+            vars: &[],
+            args: &["--name", "fdl"],
+            nofile: Some(16),
+        },
+    );
+    let pid = inst.pid;
+    let idle_fds = fd_count(pid);
+    let init = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocol_version":1,"client":{"name":"n","version":"0"}}}
+"#;
+    let mut clients = Vec::new();
+    for _ in 0..50 {
+        let mut s = UnixStream::connect(inst.socket()).expect("connect");
+        s.write_all(init).unwrap();
+        clients.push(s);
+    }
+    thread::sleep(Duration::from_millis(500));
+    let busy_fds = fd_count(pid);
+    let cpu0 = cpu_time(pid);
+    let window = Duration::from_secs(2);
+    thread::sleep(window);
+    let cpu = cpu_time(pid) - cpu0;
+    assert!(inst.is_running(), "the instance exited:\n{}", inst.stderr());
+    let mut answered = 0;
+    for s in &mut clients {
+        s.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 512];
+        if matches!(s.read(&mut b), Ok(n) if n > 0) {
+            answered += 1;
+        }
+    }
+    eprintln!(
+        "{test}: {idle_fds} descriptors idle, {busy_fds} with 50 clients (limit 16); \
+         {answered} of 50 answered; CPU {} ms over {} ms",
+        cpu.as_millis(),
+        window.as_millis()
+    );
+    assert!(
+        cpu < Duration::from_millis(200),
+        "the instance used {cpu:?} of CPU in {window:?} while out of descriptors: it spins"
+    );
+    drop(clients);
+    let left = Instant::now();
+    let mut last_err = String::new();
+    let ok = loop {
+        let attempt = (|| -> std::io::Result<()> {
+            let mut c = Conn::connect(inst.socket(), Duration::from_secs(1))?;
+            c.init()?;
+            c.ping()
+        })();
+        match attempt {
+            Ok(()) => break true,
+            Err(e) => last_err = e.to_string(),
+        }
+        if left.elapsed() > Duration::from_secs(1) {
+            break false;
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let took = left.elapsed();
+    assert!(
+        ok && took <= Duration::from_secs(1),
+        "a new client was not answered within 1 s of the others leaving ({took:?}): {last_err}"
+    );
+    eprintln!(
+        "{test}: a new client was answered {} ms after the 50 left",
+        took.as_millis()
+    );
+    // Descriptors are free again: a task can be stored.
+    let mut c = inst.conn();
+    let r = c
+        .result("message/send", inst.msg("fd-1", &body_for("fd-1")))
+        .unwrap();
+    assert_eq!(r["status"], "accepted", "{r}");
+    drop(c);
+    assert!(inst.is_running());
+    assert_eq!(inst.term().0, 0, "{}", inst.stderr());
+}
+
+/// A fresh client's connect, initialize and ping, `n` times, `gap` apart.
+fn round_trips(socket: &std::path::Path, n: usize, gap: Duration) -> Vec<Duration> {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            let mut c = Conn::connect(socket, Duration::from_secs(5)).unwrap();
+            c.init().unwrap();
+            c.ping().unwrap();
+            let d = t.elapsed();
+            drop(c);
+            thread::sleep(gap);
+            d
+        })
+        .collect()
+}
+
+/// 64 idle connections (half of them initialized) and one client that
+/// trickles a request at one byte a second (and is cut off by the line
+/// deadline, then comes back) do not delay a normal client.
+///
+/// Tolerance: the normal client's median round trip (connect, initialize,
+/// ping) stays within 2× the median measured with no other clients (before
+/// and after) plus 2 ms, its 90th percentile within 3× plus 5 ms, and no
+/// round trip takes 500 ms, where waiting behind the trickler would cost a
+/// second or more.
+/// `BATON_MAX_CONNECTIONS` is 100, so that the 66 connections fit under the
+/// cap (64 by default).
+pub fn idle_and_trickling(test: &str) {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let mut inst = Inst::start(
+        &env,
+        &ws,
+        Start {
+            vars: &[("BATON_MAX_CONNECTIONS", "100")],
+            args: &["--name", "idle"],
+            nofile: None,
+        },
+    );
+    let socket = inst.socket().to_path_buf();
+    let gap = Duration::from_millis(40);
+    round_trips(&socket, 5, gap);
+    // Alone before and after the crowd, so that a change in the machine's
+    // own load during the test does not pass for a delay.
+    let mut base = round_trips(&socket, 25, gap);
+
+    let mut idle_raw = Vec::new();
+    let mut idle_init = Vec::new();
+    for i in 0..64 {
+        if i % 2 == 0 {
+            idle_raw.push(UnixStream::connect(&socket).unwrap());
+        } else {
+            idle_init.push(inst.conn());
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let cut_off = Arc::new(Mutex::new(Vec::<String>::new()));
+    let trickler = {
+        let (socket, stop, cut_off) = (socket.clone(), Arc::clone(&stop), Arc::clone(&cut_off));
+        thread::spawn(move || {
+            let req = br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{}}"#;
+            while !stop.load(Ordering::SeqCst) {
+                let mut s = UnixStream::connect(&socket).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                for b in req.iter() {
+                    if stop.load(Ordering::SeqCst) || s.write_all(&[*b]).is_err() {
+                        break;
+                    }
+                    let mut buf = [0u8; 512];
+                    match s.read(&mut buf) {
+                        Ok(n) => {
+                            // The line deadline: an error line, then EOF.
+                            cut_off
+                                .lock()
+                                .unwrap()
+                                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                            break;
+                        }
+                        Err(e)
+                            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                        Err(_) => break,
+                    }
+                }
+            }
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    let loaded = round_trips(&socket, 80, gap);
+    stop.store(true, Ordering::SeqCst);
+    trickler.join().unwrap();
+    // The idle connections were held open all along.
+    for c in idle_init.iter_mut().take(4) {
+        c.ping().unwrap();
+    }
+    drop((idle_raw, idle_init));
+    thread::sleep(Duration::from_millis(200));
+    base.extend(round_trips(&socket, 25, gap));
+    assert!(inst.is_running());
+    assert_eq!(inst.term().0, 0, "{}", inst.stderr());
+
+    let cut = cut_off.lock().unwrap().clone();
+    let (b50, b90, bmax) = (
+        percentile(&base, 0.5),
+        percentile(&base, 0.9),
+        percentile(&base, 1.0),
+    );
+    let (l50, l90, lmax) = (
+        percentile(&loaded, 0.5),
+        percentile(&loaded, 0.9),
+        percentile(&loaded, 1.0),
+    );
+    eprintln!(
+        "{test}: round trip alone p50 {b50:.2} ms p90 {b90:.2} ms max {bmax:.2} ms; \
+         with 64 idle + 1 trickling p50 {l50:.2} ms p90 {l90:.2} ms max {lmax:.2} ms; \
+         the trickler was cut off {} times",
+        cut.len()
+    );
+    assert!(
+        !cut.is_empty() && cut.iter().all(|l| l.contains("-32000")),
+        "the trickler should be cut off by the line deadline: {cut:?}"
+    );
+    assert!(
+        l50 <= 2.0 * b50 + 2.0,
+        "median {l50:.2} ms vs {b50:.2} ms alone"
+    );
+    assert!(
+        l90 <= 3.0 * b90 + 5.0,
+        "p90 {l90:.2} ms vs {b90:.2} ms alone"
+    );
+    assert!(lmax < 500.0, "a round trip took {lmax:.2} ms");
+}
