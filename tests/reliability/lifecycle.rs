@@ -9,7 +9,6 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -34,25 +33,8 @@ pub fn sigterm_during_burst(test: &str) {
         inst.ready().manifest.clone(),
         inst.id().to_string(),
     );
-    // Watches both paths as fast as it can: the first poll at which each
-    // was missing.
-    let watch_stop = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (socket, manifest, stop) = (socket.clone(), manifest.clone(), Arc::clone(&watch_stop));
-        thread::spawn(move || {
-            let (mut polls, mut m_gone, mut s_gone) = (0u64, None, None);
-            while !stop.load(Ordering::SeqCst) && (m_gone.is_none() || s_gone.is_none()) {
-                polls += 1;
-                if m_gone.is_none() && fs::symlink_metadata(&manifest).is_err() {
-                    m_gone = Some(polls);
-                }
-                if s_gone.is_none() && fs::symlink_metadata(&socket).is_err() {
-                    s_gone = Some(polls);
-                }
-            }
-            (m_gone, s_gone, polls)
-        })
-    };
+    // The kernel records the order of removals in the registry.
+    let removals = Removals::watch(socket.parent().unwrap());
     let accepted: Arc<Mutex<HashMap<usize, Vec<String>>>> = Arc::default();
     let senders: Vec<_> = (0..4)
         .map(|s| {
@@ -91,13 +73,15 @@ pub fn sigterm_during_burst(test: &str) {
     for s in senders {
         s.join().expect("a sender failed");
     }
-    watch_stop.store(true, Ordering::SeqCst);
-    let (m_gone, s_gone, polls) = watcher.join().unwrap();
+    let removed = removals.names();
     let accepted = accepted.lock().unwrap();
     let total: usize = accepted.values().map(Vec::len).sum();
+    let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    let (m_name, s_name) = (name(&manifest), name(&socket));
+    let at = |n: &str| removed.iter().position(|r| r == n);
     eprintln!(
         "{test}: {total} tasks accepted ({before} before SIGTERM); exit {code} after {} ms; \
-         manifest missing from poll {m_gone:?}, socket from poll {s_gone:?} of {polls}",
+         removals in the registry, in order: {removed:?}",
         took.as_millis()
     );
     assert_eq!(code, 0, "{}", inst.stderr());
@@ -108,11 +92,10 @@ pub fn sigterm_during_burst(test: &str) {
         fs::symlink_metadata(&socket).is_err(),
         "the socket is still there"
     );
-    let (m, s) = (m_gone.unwrap(), s_gone.unwrap());
-    assert!(
-        m <= s,
-        "the socket was gone (poll {s}) before the manifest (poll {m})"
-    );
+    match (at(&m_name), at(&s_name)) {
+        (Some(m), Some(s)) => assert!(m < s, "the socket went before the manifest: {removed:?}"),
+        other => panic!("removals not seen ({other:?}): {removed:?}"),
+    }
     let v = spool(&spool_dir(&env, "burst", &ws));
     for (s, ids) in accepted.iter() {
         for id in ids {
@@ -126,6 +109,69 @@ pub fn sigterm_during_burst(test: &str) {
         "{} files for {total} acceptances",
         v.items.len()
     );
+}
+
+/// An inotify watch on a directory: the names removed from it, in the
+/// order the kernel saw the removals.
+struct Removals {
+    fd: libc::c_int,
+}
+
+impl Removals {
+    fn watch(dir: &Path) -> Removals {
+        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: plain system calls; `path` is a valid C string for the
+        // duration of the call and the descriptor is ours until `drop`.
+        unsafe {
+            let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
+            assert!(
+                fd >= 0,
+                "inotify_init1: {}",
+                std::io::Error::last_os_error()
+            );
+            let wd = libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_DELETE);
+            assert!(
+                wd >= 0,
+                "inotify_add_watch: {}",
+                std::io::Error::last_os_error()
+            );
+            Removals { fd }
+        }
+    }
+
+    /// Everything recorded so far.
+    fn names(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // SAFETY: reads into a buffer we own, within its length.
+            let n = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return out;
+            }
+            let mut off = 0;
+            let head = std::mem::size_of::<libc::inotify_event>();
+            while off + head <= n as usize {
+                // SAFETY: the kernel wrote a whole event header here; it may
+                // be unaligned in our byte buffer, hence read_unaligned.
+                let ev: libc::inotify_event =
+                    unsafe { std::ptr::read_unaligned(buf[off..].as_ptr().cast()) };
+                let name = &buf[off + head..off + head + ev.len as usize];
+                let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                out.push(String::from_utf8_lossy(&name[..end]).into_owned());
+                off += head + ev.len as usize;
+            }
+        }
+    }
+}
+
+impl Drop for Removals {
+    fn drop(&mut self) {
+        // SAFETY: closes the descriptor this value owns.
+        unsafe {
+            libc::close(self.fd);
+        }
+    }
 }
 
 fn inode(p: &Path) -> (u64, u64) {
