@@ -175,22 +175,6 @@ pub const METHODS: &[&str] = &[
     "turn/local",
 ];
 
-/// Methods the foreground answers.
-const FOREGROUND: &[&str] = &[
-    "control/pause",
-    "control/resume",
-    "control/status",
-    "inbox/list",
-    "inbox/claim",
-    "inbox/complete",
-    "inbox/requeue",
-    "inbox/discard",
-    "relay/send",
-    "approval/respond",
-    "turn/cancel",
-    "turn/local",
-];
-
 impl Shared {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -683,8 +667,9 @@ fn dispatch(
             let req = SendRequest::from_params(&params)?;
             deliver(shared, req, peer_pid, "jsonrpc")
         }
-        m if FOREGROUND.contains(&m) => ask_foreground(shared, m, params),
-        _ => unreachable!("every listed method is handled"),
+        // Every other listed method needs the agent's state: the
+        // foreground answers it (events/subscribe never reaches here).
+        m => ask_foreground(shared, m, params),
     }
 }
 

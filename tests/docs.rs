@@ -2,29 +2,12 @@
 //! docs/protocol.md replays against a real instance with the answers it
 //! shows, and man/baton.1 names every option and every `BATON_*` variable.
 
-use crate::util::{Env, baton_bin};
+use crate::util::{Env, baton_bin, have};
 use serde_json::Value;
 use std::fs;
 use std::process::{Command, Stdio};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-/// Whether a tool this test needs is on PATH; when it is not, the test is
-/// skipped, except under BATON_REQUIRE_ALL=1 where that is a failure.
-fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        if std::env::var("BATON_REQUIRE_ALL").as_deref() == Ok("1") {
-            panic!("{tool} is required (BATON_REQUIRE_ALL=1) but not installed");
-        }
-        eprintln!("skipped: {tool} is not installed");
-    }
-    found
-}
 
 /// Replaces the digits that follow each occurrence of `prefix` with `0`.
 fn zero_after(s: &str, prefix: &str) -> String {

@@ -7,7 +7,7 @@
 //! terminal modes after `/quit`, the transcript after a restart, and
 //! `baton attach` answering an approval with `y`.
 
-use crate::util::{Env, Served, baton_bin, manifests};
+use crate::util::{Env, Served, baton_bin, have, manifests};
 use baton::tui::term::{Memory, Style, Terminal};
 use baton::tui::view::{Editor, Role, View};
 use serde_json::{Value, json};
@@ -534,23 +534,6 @@ fn the_editor_keys_edit_the_line_and_walk_the_history() {
 
 // ---------------------------------------------------------------------------
 // End to end in a private tmux server.
-
-/// Whether a tool this test needs is on PATH; when it is not, the test is
-/// skipped, except under BATON_REQUIRE_ALL=1 where that is a failure.
-fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        if std::env::var("BATON_REQUIRE_ALL").as_deref() == Ok("1") {
-            panic!("{tool} is required (BATON_REQUIRE_ALL=1) but not installed");
-        }
-        eprintln!("skipped: {tool} is not installed");
-    }
-    found
-}
 
 const WAIT: Duration = Duration::from_secs(15);
 

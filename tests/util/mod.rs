@@ -741,3 +741,22 @@ impl Served {
         m["state"].as_str().expect("manifest state").to_string()
     }
 }
+
+/// Whether a tool a test needs is on PATH; when it is not, the test is
+/// skipped with a printed reason, except under BATON_REQUIRE_ALL=1 (as in
+/// CI) where a missing tool is a failure.
+#[allow(dead_code)]
+pub fn have(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        if std::env::var("BATON_REQUIRE_ALL").as_deref() == Ok("1") {
+            panic!("{tool} is required (BATON_REQUIRE_ALL=1) but not installed");
+        }
+        eprintln!("skipped: {tool} is not installed");
+    }
+    found
+}
