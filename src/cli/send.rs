@@ -82,6 +82,12 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         )));
     }
     if args.flag("reply") {
+        if args.value("via").is_some() {
+            return Err(Error::Usage(
+                "send: --reply answers the current turn's sender here, so it does not take --via"
+                    .into(),
+            ));
+        }
         super::at_most(args, "send", 1)?;
         let body = body(args.positional.first().map(String::as_str), config)?;
         let (Some(token), Some((_, mut conn))) = (turn_token(), inside(config)) else {

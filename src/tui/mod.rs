@@ -67,7 +67,7 @@ pub fn interactive(opts: ServeOptions, config: Config) -> Result<()> {
 
 /// `baton attach TARGET`: the view on a running instance.
 pub fn attach(socket: PathBuf, id: String, config: &Config) -> Result<()> {
-    if !termion::is_tty(&std::io::stdout()) {
+    if !termion::is_tty(&std::io::stdout()) || !termion::is_tty(&std::io::stdin()) {
         return Err(Error::Usage("attach: the view needs a terminal".into()));
     }
     run_view(Some(socket), id, None, config)
