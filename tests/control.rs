@@ -5,13 +5,12 @@
 //! that leave or stall), `--ephemeral`, steer follow-ups for pull agents,
 //! and transcript rotation.
 
-use crate::util::{Env, RawClient, Served, manifests, wait_until};
+use crate::util::{Env, RawClient, Served, manifests, me_as_instance, wait_until};
 use serde_json::{Value, json};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -24,11 +23,6 @@ const SYSADMIN_AUTO: &str = "baton: serve: --approve auto with --profile sysadmi
 /// `src/events.rs` `ROTATE_BYTES`.
 const ROTATE_BYTES: u64 = 4 * 1024 * 1024;
 const WAIT: Duration = Duration::from_secs(10);
-
-fn next_n() -> usize {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
-}
 
 /// Calls `method` and returns its `result`, panicking on an error.
 #[track_caller]
@@ -135,31 +129,6 @@ fn wait_receipt(spool: &Path, id: &str) -> Value {
         path.exists()
     });
     serde_json::from_slice(&fs::read(&path).unwrap()).unwrap()
-}
-
-/// A valid manifest for a pretend instance whose pid is this test process,
-/// so a connection from this process is a verified sender; returns its id.
-fn me_as_instance(registry: &Path, name: &str, workspace: &str) -> String {
-    let pid = std::process::id();
-    let id = format!("{pid}-{}", 200_000_000_000u64 + next_n() as u64);
-    let m = json!({
-        "protocol": 1,
-        "instance_id": id,
-        "pid": pid,
-        "project": name,
-        "name": name,
-        "workspace": workspace,
-        "session_id": "",
-        "profile": "coding",
-        "model": "",
-        "socket": registry.join(format!("a-{id}.sock")),
-        "state": "ready",
-        "started_at": 1_700_000_000u64,
-        "wire": "jsonrpc",
-        "baton_version": "0.1.0",
-    });
-    fs::write(registry.join(format!("a-{id}.json")), m.to_string()).unwrap();
-    id
 }
 
 fn steer(mut params: Value) -> Value {

@@ -4,13 +4,12 @@
 //! JSON-RPC error code, framing bounds and deadlines, slow clients, and the
 //! `baton send` command line on top of it.
 
-use crate::util::{Env, RawClient, Served, wait_until};
+use crate::util::{Env, RawClient, Served, fake_manifest, me_as_instance, wait_until};
 use serde_json::{Value, json};
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -28,11 +27,6 @@ const REUSED: &str = "message_id reused with a different body";
 const DUPLICATE: &str = "this message_id was already accepted with the same body";
 const PAUSED: &str = "the instance is paused";
 const NO_ACCEPT: &str = "sender matches no --accept-from pattern";
-
-fn next_n() -> usize {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
-}
 
 /// Sends `message/send` and returns its `result`.
 fn send(c: &mut RawClient, params: Value) -> Value {
@@ -57,36 +51,6 @@ fn assert_accepted(r: &Value, position: u64) {
     assert_eq!(r["status"], "accepted", "{r}");
     assert_eq!(r["queue_position"], position, "{r}");
     assert!(r.get("reason").is_none(), "{r}");
-}
-
-/// Writes a valid manifest for a pretend instance into `registry`, as
-/// `src/registry.rs` `parse_manifest` wants it; returns its instance id.
-fn fake_manifest(registry: &Path, pid: u32, name: &str, workspace: &str) -> String {
-    let id = format!("{pid}-{}", 100_000_000_000u64 + next_n() as u64);
-    let m = json!({
-        "protocol": 1,
-        "instance_id": id,
-        "pid": pid,
-        "project": name,
-        "name": name,
-        "workspace": workspace,
-        "session_id": "",
-        "profile": "coding",
-        "model": "",
-        "socket": registry.join(format!("a-{id}.sock")),
-        "state": "ready",
-        "started_at": 1_700_000_000u64,
-        "wire": "jsonrpc",
-        "baton_version": "0.1.0",
-    });
-    fs::write(registry.join(format!("a-{id}.json")), m.to_string()).unwrap();
-    id
-}
-
-/// A verified sender: a manifest naming this test process, which is the
-/// connection's peer.
-fn me_as_instance(registry: &Path, name: &str, workspace: &str) -> String {
-    fake_manifest(registry, std::process::id(), name, workspace)
 }
 
 /// This process's working directory as the kernel reports it.

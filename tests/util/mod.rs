@@ -760,3 +760,40 @@ pub fn have(tool: &str) -> bool {
     }
     found
 }
+
+/// Writes a valid manifest for a pretend instance with `pid` into
+/// `registry`, as `parse_manifest` wants it (its socket need not exist:
+/// sender verification does not ping); returns its instance id.
+#[allow(dead_code)]
+pub fn fake_manifest(registry: &Path, pid: u32, name: &str, workspace: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let id = format!(
+        "{pid}-{}",
+        100_000_000_000u64 + N.fetch_add(1, Ordering::Relaxed) as u64
+    );
+    let m = json!({
+        "protocol": 1,
+        "instance_id": id,
+        "pid": pid,
+        "project": name,
+        "name": name,
+        "workspace": workspace,
+        "session_id": "",
+        "profile": "coding",
+        "model": "",
+        "socket": registry.join(format!("a-{id}.sock")),
+        "state": "ready",
+        "started_at": 1_700_000_000u64,
+        "wire": "jsonrpc",
+        "baton_version": "0.1.0",
+    });
+    fs::write(registry.join(format!("a-{id}.json")), m.to_string()).unwrap();
+    id
+}
+
+/// A verified sender: a manifest naming this test process, which is then
+/// the peer of its connections.
+#[allow(dead_code)]
+pub fn me_as_instance(registry: &Path, name: &str, workspace: &str) -> String {
+    fake_manifest(registry, std::process::id(), name, workspace)
+}
