@@ -98,6 +98,9 @@ pub const KILL_GRACE: Duration = Duration::from_secs(2);
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// `--ephemeral`: the grace period after the last client left.
 pub const EPHEMERAL_GRACE: Duration = Duration::from_secs(1);
+/// How long `control/pause` waits for acceptances already past their
+/// checks to be stored (each takes one file sync and one directory sync).
+const SETTLE_WAIT: Duration = Duration::from_secs(10);
 
 /// What the approval policy says of a queued task.
 enum Gate {
@@ -792,6 +795,11 @@ impl Foreground {
             "control/pause" | "control/resume" => {
                 let pause = method == "control/pause";
                 let changed = self.shared.paused.swap(pause, Ordering::SeqCst) != pause;
+                if pause {
+                    // Acceptances that passed the check before the pause
+                    // finish storing first: the pause is exact.
+                    self.spool().settle(SETTLE_WAIT);
+                }
                 self.refresh();
                 Ok(json!({"state": self.shared.state().as_str(), "changed": changed}))
             }

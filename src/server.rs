@@ -973,18 +973,25 @@ fn check_and_admit(
     let Some(hop) = req.hop else {
         return refuse("invalid", reason::BAD_HOP);
     };
-    let sender = match verify_sender(shared, req, peer_pid) {
+    // A plain sender's working directory as the kernel reports it, read
+    // once: it is both recorded and what the policy judges.
+    let cwd = match req.sender_instance_id {
+        None => peer_pid
+            .and_then(sys::process_cwd)
+            .map(|p| p.display().to_string()),
+        Some(_) => None,
+    };
+    let sender = match verify_sender(shared, req, peer_pid, cwd.clone()) {
         Ok(s) => s,
         Err(why) => return refuse("invalid", format!("{}: {why}", reason::NOT_VERIFIED)),
     };
     // Only verified identity is matched: a plain sender's name and claimed
     // workspace are self-reported, so it is judged by its working
-    // directory as the kernel reports it.
+    // directory.
     let (policy_name, policy_workspace) = if sender.instance_id.is_some() {
         (sender.name.clone(), sender.workspace.clone())
     } else {
-        let cwd = peer_pid.and_then(sys::process_cwd);
-        (None, cwd.map(|p| p.display().to_string()))
+        (None, cwd)
     };
     if let Some(why) = shared.policy.check(
         policy_name.as_deref().unwrap_or(""),
@@ -1080,11 +1087,9 @@ fn verify_sender(
     shared: &Shared,
     req: &SendRequest,
     peer_pid: Option<u32>,
+    cwd: Option<String>,
 ) -> Result<Sender, String> {
     let Some(id) = &req.sender_instance_id else {
-        let cwd = peer_pid
-            .and_then(sys::process_cwd)
-            .map(|p| p.display().to_string());
         // A name is only what a verified manifest says; a plain sender is
         // shown as such, with its kernel-reported pid and directory.
         return Ok(Sender {

@@ -2,21 +2,25 @@
 //!
 //! Files move `tmp/ → inbox/ → processing/ → (receipt in done/)`; a task is
 //! acknowledged only after its file is renamed into `inbox/` and the
-//! directory is synced. Acceptance is serialized by one mutex that also
-//! guards the in-memory index (ids, digests, order, per-sender counts), which
-//! is rebuilt from the directories at open.
+//! directory is synced. One mutex guards the in-memory index (ids, digests,
+//! order, per-sender counts), which is rebuilt from the directories at open.
+//! An acceptance takes it twice: to check and reserve (id, sequence number,
+//! queue slot), and, once the file is durable, to index and announce the
+//! task. The writing and syncing in between run outside it, so concurrent
+//! acceptances write in parallel and share directory syncs (`DirSync`).
 
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::sys;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
+use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long an instance waits for a spool lock an offline sender holds.
@@ -150,6 +154,123 @@ struct Index {
     processing: usize,
     inflight: HashMap<String, usize>,
     receipts: usize,
+    /// A 64-bit hash of every id with a receipt in `done/`: a new id (the
+    /// common case) is known to have none without a lookup on disk. A hit
+    /// reads the receipt, so a collision costs a read, never a refusal.
+    finished: HashSet<u64>,
+    /// Ids reserved by an acceptance that is storing its file right now,
+    /// with their order keys: they count against the limits, make a
+    /// second offer of the same id wait for the first one's outcome, and
+    /// keep a claim from overtaking them (`wait_for_head`).
+    pending: HashMap<String, (u8, u64)>,
+    /// Threads waiting on `Spool::settled`: without any, a settling
+    /// acceptance skips the wake-up call.
+    waiting: usize,
+}
+
+/// Group commit of the `inbox/` directory sync: an acceptance that renamed
+/// its file waits for a sync that *started* after its rename. While one
+/// sync runs, the acceptances that arrive queue behind it and the next one
+/// covers them all, so N concurrent senders cost far fewer than N syncs.
+#[derive(Default)]
+struct DirSync {
+    state: Mutex<SyncState>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct SyncState {
+    /// Syncs started so far; they run one at a time and finish in order.
+    started: u64,
+    finished: u64,
+    running: bool,
+    /// Calls so far (for the tests).
+    arrived: u64,
+    /// The last sync that failed, and why.
+    failed: Option<(u64, String)>,
+}
+
+impl DirSync {
+    fn lock(&self) -> MutexGuard<'_, SyncState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns once a `run` (a sync of the directory) that started after
+    /// this call has succeeded. A failure of that sync, or of any later
+    /// one before this caller looked, fails it: after a failed sync
+    /// nothing says the rename reached the disk.
+    fn sync(&self, run: impl Fn() -> std::io::Result<()>) -> std::io::Result<()> {
+        let mut st = self.lock();
+        st.arrived += 1;
+        let covering = st.started + 1;
+        loop {
+            if st.finished >= covering {
+                return match &st.failed {
+                    Some((n, why)) if *n >= covering => Err(std::io::Error::other(format!(
+                        "syncing the directory failed: {why}"
+                    ))),
+                    _ => Ok(()),
+                };
+            }
+            if st.running {
+                st = self.done.wait(st).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            st.running = true;
+            st.started += 1;
+            let this = st.started;
+            drop(st);
+            let result = run();
+            st = self.lock();
+            st.running = false;
+            st.finished = this;
+            if let Err(e) = &result {
+                st.failed = Some((this, e.to_string()));
+            }
+            self.done.notify_all();
+        }
+    }
+}
+
+/// An acceptance between its reservation and its answer. Dropped before
+/// it is settled (an error, or a panic while storing), it gives the
+/// reservation back.
+struct Reservation<'a> {
+    spool: &'a Spool,
+    id: String,
+    seq: u64,
+    /// Whether the sequence number may go back: only after a failed store
+    /// that left no file behind (never after a panic).
+    give_back: bool,
+    sender: Option<String>,
+    settled: bool,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let mut idx = self.spool.idx();
+        idx.pending.remove(&self.id);
+        // The number goes back if no later one was taken, so sequence
+        // numbers stay dense across refusals; a file left with it would
+        // share its place in the queue with the next task.
+        if self.give_back && idx.next_seq == self.seq + 1 {
+            idx.next_seq = self.seq;
+        }
+        if let Some(s) = &self.sender {
+            release(&mut idx.inflight, s);
+        }
+        self.spool.wake_settled(idx);
+    }
+}
+
+/// The key of an id in `Index::finished`.
+fn id_hash(id: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
 }
 
 /// An open, locked spool.
@@ -158,6 +279,9 @@ pub struct Spool {
     fsync: bool,
     ephemeral: bool,
     index: Mutex<Index>,
+    /// Signalled whenever a reservation settles (`Index::pending`).
+    settled: Condvar,
+    dir_sync: DirSync,
     /// Held for the spool's whole life; the flock goes with it.
     _lock: File,
     /// Problems found while opening (bad files moved to `rejected/`).
@@ -423,7 +547,13 @@ impl Spool {
                 processing: 0,
                 inflight: HashMap::new(),
                 receipts: 0,
+                finished: HashSet::new(),
+                pending: HashMap::new(),
+                waiting: 0,
             }),
+            settled: Condvar::new(),
+            dir_sync: DirSync::default(),
+
             _lock: lock,
             recovery_notes: Vec::new(),
         };
@@ -433,7 +563,7 @@ impl Spool {
 
     /// The index; a panic elsewhere while it was held does not take the
     /// spool down with it (every update leaves the index consistent).
-    fn idx(&self) -> std::sync::MutexGuard<'_, Index> {
+    fn idx(&self) -> MutexGuard<'_, Index> {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -570,12 +700,13 @@ impl Spool {
         // with every task ever run.
         let mut receipts = Vec::new();
         for name in list(&self.dir.join("done"))? {
-            if !name
+            let Some(id) = name
                 .strip_suffix(".json")
-                .is_some_and(crate::registry::valid_id)
-            {
+                .filter(|id| crate::registry::valid_id(id))
+            else {
                 continue;
-            }
+            };
+            idx.finished.insert(id_hash(id));
             let p = self.path("done", &name);
             let r: Option<Receipt> = read_bounded(&p)
                 .ok()
@@ -594,7 +725,11 @@ impl Spool {
                 if finished >= cutoff {
                     break;
                 }
-                let _ = fs::remove_file(self.path("done", &name));
+                if fs::remove_file(self.path("done", &name)).is_ok()
+                    && let Some(id) = name.strip_suffix(".json")
+                {
+                    idx.finished.remove(&id_hash(id));
+                }
                 idx.receipts -= 1;
             }
         }
@@ -648,7 +783,10 @@ impl Spool {
 
     /// The body digest a finished task's receipt records: `None` without a
     /// receipt, `Some(None)` when it cannot be read back.
-    fn receipt_digest(&self, message_id: &str) -> Option<Option<String>> {
+    fn receipt_digest(&self, idx: &Index, message_id: &str) -> Option<Option<String>> {
+        if !idx.finished.contains(&id_hash(message_id)) {
+            return None;
+        }
         match read_bounded(&self.path("done", &receipt_name(message_id))) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(_) => Some(None),
@@ -662,11 +800,13 @@ impl Spool {
     }
 
     /// Offers a task. Checks run in DESIGN §4 order from `duplicate` on;
-    /// `paused` is read under the acceptance lock so a pause is exact.
+    /// `paused` is read under the index lock, and `settle` lets a pause
+    /// wait for the acceptances that passed it.
     ///
-    /// `announce` runs under the same lock once the task is stored, so
-    /// whoever announces an acceptance does so before any claim can see
-    /// the task.
+    /// The checks reserve the id, a sequence number and a queue slot; the
+    /// file is written and synced outside the lock; then, under it again,
+    /// the task is indexed and `announce` runs, so whoever announces an
+    /// acceptance does so before any claim can see the task.
     pub fn admit(
         &self,
         mut task: Task,
@@ -675,9 +815,15 @@ impl Spool {
         announce: impl FnOnce(usize),
     ) -> Result<Admission> {
         let mut idx = self.idx();
+        // The same id being stored right now: its outcome decides ours.
+        while idx.pending.contains_key(&task.message_id) {
+            idx.waiting += 1;
+            idx = self.settled.wait(idx).unwrap_or_else(|e| e.into_inner());
+            idx.waiting -= 1;
+        }
         let known = match idx.entries.get(&task.message_id) {
             Some(e) => Some(e.digest.clone()),
-            None => self.receipt_digest(&task.message_id),
+            None => self.receipt_digest(&idx, &task.message_id),
         };
         if let Some(digest) = known {
             return Ok(match digest {
@@ -697,7 +843,7 @@ impl Spool {
                 });
             }
         }
-        if idx.inbox.len() + idx.processing >= limits.max_queue {
+        if idx.inbox.len() + idx.processing + idx.pending.len() >= limits.max_queue {
             return Ok(Admission::Full {
                 limit: limits.max_queue,
             });
@@ -705,14 +851,31 @@ impl Spool {
         self.lease(&mut idx)
             .map_err(|e| Error::io("write", &self.dir.join("sequence"), e))?;
         task.seq = idx.next_seq;
-        let name = file_name(task.seq, &task.message_id);
-        self.store(&task, &name)?;
         idx.next_seq += 1;
-        let key = order_key(&task.mode, task.seq);
-        idx.inbox.insert(key, task.message_id.clone());
+        idx.pending
+            .insert(task.message_id.clone(), order_key(&task.mode, task.seq));
         if let Some(s) = &task.sender.instance_id {
             *idx.inflight.entry(s.clone()).or_default() += 1;
         }
+        drop(idx);
+        let mut reservation = Reservation {
+            spool: self,
+            id: task.message_id.clone(),
+            seq: task.seq,
+            give_back: false,
+            sender: task.sender.instance_id.clone(),
+            settled: false,
+        };
+        let name = file_name(task.seq, &task.message_id);
+        if let Err((e, clean)) = self.store(&task, &name) {
+            reservation.give_back = clean;
+            return Err(e);
+        }
+        let mut idx = self.idx();
+        reservation.settled = true;
+        idx.pending.remove(&task.message_id);
+        let key = order_key(&task.mode, task.seq);
+        idx.inbox.insert(key, task.message_id.clone());
         idx.entries.insert(
             task.message_id.clone(),
             Entry {
@@ -727,13 +890,63 @@ impl Spool {
         );
         let queue_position = idx.inbox.len() + idx.processing;
         announce(queue_position);
+        self.wake_settled(idx);
         Ok(Admission::Accepted { queue_position })
     }
 
-    /// Write, fsync, rename into `inbox/`, fsync the directory. On any
-    /// failure the temporary file is removed and nothing is acknowledged; a
-    /// failed fsync is never retried on the same descriptor.
-    fn store(&self, task: &Task, name: &str) -> Result<()> {
+    /// Waits while an acceptance still storing its file comes before the
+    /// head of the queue, so that tasks are handed out in acceptance
+    /// order. Each such wait lasts one file and one directory sync.
+    fn wait_for_head<'a>(&'a self, mut idx: MutexGuard<'a, Index>) -> MutexGuard<'a, Index> {
+        loop {
+            let head = idx.inbox.keys().next().copied();
+            let first_pending = idx.pending.values().min().copied();
+            match (head, first_pending) {
+                (Some(h), Some(p)) if p < h => {
+                    idx.waiting += 1;
+                    idx = self.settled.wait(idx).unwrap_or_else(|e| e.into_inner());
+                    idx.waiting -= 1;
+                }
+                _ => return idx,
+            }
+        }
+    }
+
+    fn wake_settled(&self, idx: MutexGuard<'_, Index>) {
+        let anyone = idx.waiting > 0;
+        drop(idx);
+        if anyone {
+            self.settled.notify_all();
+        }
+    }
+
+    /// Waits, up to `max`, until every acceptance that passed its checks
+    /// has been answered: after a pause, then, no task is answered
+    /// `accepted` that the pause did not see stored.
+    pub fn settle(&self, max: Duration) {
+        let deadline = Instant::now() + max;
+        let mut idx = self.idx();
+        while !idx.pending.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            idx.waiting += 1;
+            idx = self
+                .settled
+                .wait_timeout(idx, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            idx.waiting -= 1;
+        }
+    }
+
+    /// Write, fsync, rename into `inbox/`, fsync the directory (shared with
+    /// concurrent acceptances). On any failure the file is removed and
+    /// nothing is acknowledged; a failed fsync is never retried on the
+    /// same descriptor.
+    /// The error says whether the cleanup left no file behind.
+    fn store(&self, task: &Task, name: &str) -> std::result::Result<(), (Error, bool)> {
         let tmp = self.path("tmp", name);
         let bytes = serde_json::to_vec(task).expect("a task always serializes");
         let result = (|| -> std::io::Result<()> {
@@ -754,24 +967,29 @@ impl Spool {
             failpoint::hit("after-rename")?;
             failpoint::hit("before-dir-fsync")?;
             if self.fsync {
-                sync_dir(&self.dir.join("inbox"))?;
+                // A fresh descriptor for every sync: a failed one is never
+                // retried on the same descriptor.
+                let inbox = self.dir.join("inbox");
+                self.dir_sync.sync(|| sync_dir(&inbox))?;
             }
             Ok(())
         })();
         if let Err(e) = result {
-            // Nothing is acknowledged, so nothing may stay: a failed fsync
-            // is never retried on the same descriptor, the task is refused
-            // and a retry writes a new file.
-            let _ = fs::remove_file(&tmp);
-            let _ = fs::remove_file(self.path("inbox", name));
-            return Err(Error::io("store task in", &self.dir, e));
+            // Nothing is acknowledged, so nothing may stay: the task is
+            // refused and a retry writes a new file.
+            let gone = |r: std::io::Result<()>| {
+                r.is_ok() || r.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            };
+            let clean =
+                gone(fs::remove_file(&tmp)) & gone(fs::remove_file(self.path("inbox", name)));
+            return Err((Error::io("store task in", &self.dir, e), clean));
         }
         Ok(())
     }
 
     /// The task a claim would take next: its id and summary.
     pub fn peek(&self) -> Option<Summary> {
-        let idx = self.idx();
+        let idx = self.wait_for_head(self.idx());
         let id = idx.inbox.values().next()?;
         Some(idx.entries[id].summary.clone())
     }
@@ -799,7 +1017,10 @@ impl Spool {
     }
 
     fn claim_where(&self, want: Option<&str>) -> Result<Claim> {
-        let mut idx = self.idx();
+        let mut idx = match want {
+            None => self.wait_for_head(self.idx()),
+            Some(_) => self.idx(),
+        };
         let found = match want {
             None => idx.inbox.iter().next().map(|(k, id)| (*k, id.clone())),
             Some(w) => idx
@@ -902,6 +1123,7 @@ impl Spool {
             }
         }
         idx.receipts += 1;
+        idx.finished.insert(id_hash(message_id));
         // From now on its receipt answers for it (`receipt_digest`).
         idx.entries.remove(message_id);
         Ok(())
@@ -1212,6 +1434,144 @@ mod tests {
             panic!()
         };
         assert_eq!(t.message_id, "good");
+        drop(s);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn dir_syncs_are_shared_by_callers_that_wait_together() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let ds = DirSync::default();
+        let runs = AtomicU64::new(0);
+        let release = AtomicBool::new(false);
+        let run = || {
+            runs.fetch_add(1, Ordering::SeqCst);
+            while !release.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(())
+        };
+        std::thread::scope(|s| {
+            // The first caller's sync is running and held.
+            let first = s.spawn(|| ds.sync(run));
+            while runs.load(Ordering::SeqCst) == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Four more arrive while it runs: none of them may count on
+            // it, and one sync after it covers them all.
+            let later: Vec<_> = (0..4).map(|_| s.spawn(|| ds.sync(run))).collect();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while ds.lock().arrived < 5 {
+                assert!(Instant::now() < deadline, "callers did not arrive");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(runs.load(Ordering::SeqCst), 1);
+            release.store(true, Ordering::SeqCst);
+            first.join().unwrap().unwrap();
+            for t in later {
+                t.join().unwrap().unwrap();
+            }
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "five callers, two syncs");
+    }
+
+    #[test]
+    fn a_failed_dir_sync_fails_every_caller_it_covered() {
+        let ds = DirSync::default();
+        ds.sync(|| Ok(())).unwrap();
+        let e = ds
+            .sync(|| Err(std::io::Error::other("disk on fire")))
+            .unwrap_err();
+        assert!(e.to_string().contains("disk on fire"), "{e}");
+        // A caller that arrives afterwards gets a sync of its own.
+        ds.sync(|| Ok(())).unwrap();
+        assert_eq!(ds.lock().started, 3);
+    }
+
+    #[test]
+    fn one_of_many_concurrent_offers_of_an_id_is_accepted() {
+        let dir = tmpdir("same-id");
+        let s = Spool::open(&dir, true, false).unwrap();
+        let limits = Limits {
+            max_queue: 100,
+            max_inflight: 0,
+        };
+        let answers: Vec<Admission> = std::thread::scope(|sc| {
+            let ts: Vec<_> = (0..8)
+                .map(|_| sc.spawn(|| s.admit(task("same", "a"), limits, || false, |_| {})))
+                .collect();
+            ts.into_iter().map(|t| t.join().unwrap().unwrap()).collect()
+        });
+        let accepted = answers
+            .iter()
+            .filter(|a| matches!(a, Admission::Accepted { .. }))
+            .count();
+        let dups = answers
+            .iter()
+            .filter(|a| **a == Admission::Duplicate)
+            .count();
+        assert_eq!((accepted, dups), (1, 7), "{answers:?}");
+        assert_eq!(list(&dir.join("inbox")).unwrap().len(), 1);
+        drop(s);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_claim_waits_for_an_earlier_acceptance_still_storing() {
+        let dir = tmpdir("order");
+        let s = Spool::open(&dir, false, false).unwrap();
+        s.admit(task("later", "b"), LIMITS, || false, |_| {})
+            .unwrap();
+        // An acceptance with an earlier sequence number, between its
+        // reservation and its answer.
+        s.idx().pending.insert("earlier".into(), (1, 0));
+        std::thread::scope(|sc| {
+            let claim = sc.spawn(|| s.claim());
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!claim.is_finished(), "the claim overtook a pending task");
+            // Its store failed: the reservation goes, the claim goes on.
+            drop(Reservation {
+                spool: &s,
+                id: "earlier".into(),
+                seq: 0,
+                give_back: false,
+                sender: None,
+                settled: false,
+            });
+            let Claim::Task(t) = claim.join().unwrap().unwrap() else {
+                panic!("no task claimed")
+            };
+            assert_eq!(t.message_id, "later");
+        });
+        drop(s);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn settle_waits_for_pending_acceptances_and_no_longer_than_asked() {
+        let dir = tmpdir("settle");
+        let s = Spool::open(&dir, false, false).unwrap();
+        let t0 = Instant::now();
+        s.settle(Duration::from_secs(10));
+        assert!(t0.elapsed() < Duration::from_secs(5), "nothing was pending");
+        s.idx().pending.insert("p".into(), (1, 0));
+        let t0 = Instant::now();
+        s.settle(Duration::from_millis(200));
+        assert!(t0.elapsed() >= Duration::from_millis(200));
+        std::thread::scope(|sc| {
+            let waiter = sc.spawn(|| s.settle(Duration::from_secs(10)));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!waiter.is_finished());
+            drop(Reservation {
+                spool: &s,
+                id: "p".into(),
+                seq: 0,
+                give_back: false,
+                sender: None,
+                settled: false,
+            });
+            waiter.join().unwrap();
+        });
         drop(s);
         fs::remove_dir_all(&dir).unwrap();
     }

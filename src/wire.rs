@@ -41,6 +41,9 @@ pub struct LineReader {
     end: usize,
     max: usize,
     line_started: Option<Instant>,
+    /// The read timeout last set on the socket, so that a steady idle
+    /// limit costs one `setsockopt` per connection, not one per line.
+    timeout_set: Option<Option<Duration>>,
 }
 
 impl LineReader {
@@ -52,7 +55,18 @@ impl LineReader {
             end: 0,
             max,
             line_started: None,
+            timeout_set: None,
         }
+    }
+
+    fn set_timeout(&mut self, timeout: Option<Duration>) -> Result<(), ReadError> {
+        if self.timeout_set != Some(timeout) {
+            self.stream
+                .set_read_timeout(timeout)
+                .map_err(ReadError::Io)?;
+            self.timeout_set = Some(timeout);
+        }
+        Ok(())
     }
 
     /// Bytes already read but not yet returned as part of a line.
@@ -79,9 +93,7 @@ impl LineReader {
             if left.is_zero() {
                 return Err(ReadError::LineTimeout);
             }
-            self.stream
-                .set_read_timeout(Some(left))
-                .map_err(ReadError::Io)?;
+            self.set_timeout(Some(left))?;
             let want = (n - out.len()).min(chunk.len());
             match self.stream.read(&mut chunk[..want]) {
                 Ok(0) => return Err(ReadError::Truncated),
@@ -133,9 +145,7 @@ impl LineReader {
                 },
                 None => idle,
             };
-            self.stream
-                .set_read_timeout(timeout)
-                .map_err(ReadError::Io)?;
+            self.set_timeout(timeout)?;
             self.make_room();
             match self.stream.read(&mut self.buf[self.end..]) {
                 Ok(0) if self.start == self.end => return Err(ReadError::Eof),

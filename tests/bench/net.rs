@@ -207,8 +207,15 @@ pub fn store_file(dir: &Path, name: &str, data: &[u8], durable: bool) -> io::Res
 }
 
 /// The raw loop: `writers` threads each storing `each` files durably in
-/// `dir` as fast as they can. Returns files per second.
-pub fn raw_writers(dir: &Path, writers: usize, each: usize, data: &[u8]) -> Result<f64, String> {
+/// `dir` as fast as they can, files `from..from + each` of each. Returns
+/// the wall time.
+pub fn raw_writers(
+    dir: &Path,
+    writers: usize,
+    from: usize,
+    each: usize,
+    data: &[u8],
+) -> Result<Duration, String> {
     for d in [dir.to_path_buf(), dir.join("tmp"), dir.join("inbox")] {
         crate::world::mkdir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
@@ -217,7 +224,7 @@ pub fn raw_writers(dir: &Path, writers: usize, each: usize, data: &[u8]) -> Resu
         let handles: Vec<_> = (0..writers)
             .map(|w| {
                 s.spawn(move || {
-                    for i in 0..each {
+                    for i in from..from + each {
                         store_file(dir, &format!("w{w}-{i:08}.json"), data, true)?;
                     }
                     Ok(())
@@ -233,7 +240,7 @@ pub fn raw_writers(dir: &Path, writers: usize, each: usize, data: &[u8]) -> Resu
     for r in results {
         r.map_err(|e| format!("raw writer: {e}"))?;
     }
-    Ok((writers * each) as f64 / wall.as_secs_f64())
+    Ok(wall)
 }
 
 /// The Rust one-shot client (`--oneshot SOCKET`), the baseline of `baton
