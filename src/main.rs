@@ -2,5 +2,6 @@
 //! command line's result to an exit status.
 
 fn main() {
+    baton::sys::limit_malloc_arenas();
     std::process::exit(baton::cli::main());
 }

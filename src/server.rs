@@ -303,7 +303,36 @@ fn write_line(w: &Writer, line: &[u8]) -> bool {
     wire::write_all(&mut stream, line).is_ok()
 }
 
+/// The process at the other end of a connection.
+pub struct Peer {
+    /// The kernel's peer pid, where the platform reports it.
+    pub pid: Option<u32>,
+    /// Its working directory, read from the kernel once per connection,
+    /// when a plain sender first needs it.
+    cwd: std::cell::OnceCell<Option<String>>,
+}
+
+impl Peer {
+    pub fn new(pid: Option<u32>) -> Peer {
+        Peer {
+            pid,
+            cwd: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn cwd(&self) -> Option<String> {
+        self.cwd
+            .get_or_init(|| {
+                self.pid
+                    .and_then(sys::process_cwd)
+                    .map(|p| p.display().to_string())
+            })
+            .clone()
+    }
+}
+
 fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) {
+    let peer = Peer::new(peer_pid);
     let cfg = &shared.config;
     if stream.set_write_timeout(Some(cfg.io_timeout)).is_err() {
         return;
@@ -361,7 +390,7 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
             }
         };
         if first && line.starts_with(wire::ZCODER_MAGIC) {
-            zcoder_request(shared, &mut reader, &out, &line, peer_pid);
+            zcoder_request(shared, &mut reader, &out, &line, &peer);
             break;
         }
         first = false;
@@ -398,7 +427,7 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
                     }
                 } else {
                     let _ = crate::failpoint::hit("dispatch");
-                    let r = dispatch(shared, &method, params, peer_pid);
+                    let r = dispatch(shared, &method, params, &peer);
                     if method == "initialize" && r.is_ok() {
                         initialized = true;
                     }
@@ -447,7 +476,7 @@ fn zcoder_request(
     reader: &mut LineReader,
     out: &Writer,
     header: &[u8],
-    peer_pid: Option<u32>,
+    peer: &Peer,
 ) {
     let cfg = &shared.config;
     let n = match wire::zcoder_length(header, cfg.max_bytes) {
@@ -467,13 +496,13 @@ fn zcoder_request(
         }
     };
     let ack = match wire::parse_flat(&payload) {
-        Ok(obj) => zcoder_answer(shared, &obj, peer_pid),
+        Ok(obj) => zcoder_answer(shared, &obj, peer),
         Err(_) => zcoder_ack("", "invalid", None, shared),
     };
     write_line(out, &ack);
 }
 
-fn zcoder_answer(shared: &Shared, obj: &Map<String, Value>, peer_pid: Option<u32>) -> Vec<u8> {
+fn zcoder_answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
     let message_id = obj
         .get("message_id")
         .and_then(Value::as_str)
@@ -493,7 +522,7 @@ fn zcoder_answer(shared: &Shared, obj: &Map<String, Value>, peer_pid: Option<u32
             let Some(req) = zcoder_send_request(obj) else {
                 return ack("invalid");
             };
-            match deliver(shared, req, peer_pid, "zcoder") {
+            match deliver(shared, req, peer, "zcoder") {
                 Ok(r) => {
                     let status = match r["status"].as_str().unwrap_or("invalid") {
                         // zcoder has no word for these; the transcript
@@ -626,12 +655,7 @@ fn subscribe(
     Ok(sub.id)
 }
 
-fn dispatch(
-    shared: &Shared,
-    method: &str,
-    params: Value,
-    peer_pid: Option<u32>,
-) -> Result<Value, RpcError> {
+fn dispatch(shared: &Shared, method: &str, params: Value, peer: &Peer) -> Result<Value, RpcError> {
     if !METHODS.contains(&method) {
         return Err(RpcError::new(
             wire::METHOD_NOT_FOUND,
@@ -665,7 +689,7 @@ fn dispatch(
         }
         "message/send" => {
             let req = SendRequest::from_params(&params)?;
-            deliver(shared, req, peer_pid, "jsonrpc")
+            deliver(shared, req, peer, "jsonrpc")
         }
         // Every other listed method needs the agent's state: the
         // foreground answers it (events/subscribe never reaches here).
@@ -842,10 +866,11 @@ pub mod reason {
 pub fn deliver(
     shared: &Shared,
     req: SendRequest,
-    peer_pid: Option<u32>,
+    peer: &Peer,
     wire: &str,
 ) -> Result<Value, RpcError> {
-    let result = check_and_admit(shared, &req, peer_pid, wire);
+    let peer_pid = peer.pid;
+    let result = check_and_admit(shared, &req, peer, wire);
     if result.status == "accepted" {
         let _ = crate::failpoint::hit("before-answer");
     }
@@ -906,13 +931,9 @@ fn refuse(status: &'static str, reason: impl Into<String>) -> Outcome {
     }
 }
 
-fn check_and_admit(
-    shared: &Shared,
-    req: &SendRequest,
-    peer_pid: Option<u32>,
-    wire: &str,
-) -> Outcome {
+fn check_and_admit(shared: &Shared, req: &SendRequest, peer: &Peer, wire: &str) -> Outcome {
     let cfg = &shared.config;
+    let peer_pid = peer.pid;
     if req.target_instance_id != shared.instance_id {
         return refuse(
             "wrong_target",
@@ -973,12 +994,10 @@ fn check_and_admit(
     let Some(hop) = req.hop else {
         return refuse("invalid", reason::BAD_HOP);
     };
-    // A plain sender's working directory as the kernel reports it, read
-    // once: it is both recorded and what the policy judges.
+    // A plain sender's working directory as the kernel reports it: it is
+    // both recorded and what the policy judges.
     let cwd = match req.sender_instance_id {
-        None => peer_pid
-            .and_then(sys::process_cwd)
-            .map(|p| p.display().to_string()),
+        None => peer.cwd(),
         Some(_) => None,
     };
     let sender = match verify_sender(shared, req, peer_pid, cwd.clone()) {

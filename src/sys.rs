@@ -119,6 +119,22 @@ pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
     }
 }
 
+/// Caps glibc's malloc arenas at two. By default each thread that
+/// allocates may get an arena of its own (up to eight per core), and each
+/// keeps resident memory; an instance's threads (one per connection and
+/// per watcher) are mostly idle, so they share. `MALLOC_ARENA_MAX` in the
+/// environment still wins. Elsewhere this does nothing.
+pub fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets an allocator parameter; it is called
+        // at start, before any other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
+    }
+}
+
 /// The longest socket path `bind` accepts here (`sun_path` less the NUL).
 pub fn max_socket_path() -> usize {
     // SAFETY: sockaddr_un is plain old data; a zeroed value is valid.

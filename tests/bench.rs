@@ -43,8 +43,9 @@ struct Scale {
     /// Row 2.
     durable_tasks: usize,
     durable_blocks: usize,
-    /// Row 3: tasks per sender (8 senders).
+    /// Row 3: tasks per sender (8 senders), in interleaved blocks.
     tput_each: usize,
+    tput_blocks: usize,
     /// Row 4.
     send_peers: usize,
     send_runs: usize,
@@ -69,6 +70,7 @@ const FULL: Scale = Scale {
     durable_tasks: 3_000,
     durable_blocks: 3,
     tput_each: 600,
+    tput_blocks: 6,
     send_peers: 50,
     send_runs: 30,
     list_sizes: [10, 100, 500],
@@ -89,6 +91,7 @@ const SMOKE: Scale = Scale {
     durable_tasks: 40,
     durable_blocks: 2,
     tput_each: 10,
+    tput_blocks: 2,
     send_peers: 5,
     send_runs: 3,
     list_sizes: [2, 4, 8],
@@ -470,7 +473,7 @@ fn row_durable(sc: &Scale) -> Result<Vec<Row>, String> {
 
 /// Row 3: durable throughput with 8 concurrent senders, against 8 raw
 /// writer threads doing the floor's durable steps in a loop. The two run
-/// in alternating blocks (`durable_blocks` of each), so that the disk's
+/// in alternating blocks (`tput_blocks` of each), so that the disk's
 /// slow and fast minutes fall on both.
 fn row_throughput(sc: &Scale) -> Result<Vec<Row>, String> {
     let mut w = World::new(
@@ -483,7 +486,7 @@ fn row_throughput(sc: &Scale) -> Result<Vec<Row>, String> {
     for _ in 0..SENDERS {
         clients.push(LineClient::baton(&inst.socket)?);
     }
-    let blocks = sc.durable_blocks.max(1);
+    let blocks = sc.tput_blocks.max(1);
     let each = (sc.tput_each / blocks).max(1);
     let raw_line = send_line(1, "raw", &inst.id, &small);
     let (mut baton_wall, mut raw_wall) = (Duration::ZERO, Duration::ZERO);

@@ -1188,3 +1188,73 @@ fn the_transcript_rotates_within_its_bound_and_log_reads_both_files() {
     assert_contiguous(&seqs, from);
     assert_eq!(logged.last().unwrap()["kind"], "instance.started");
 }
+
+/// A pause is exact under concurrent senders: once `control/pause` has
+/// answered, the queue holds exactly the tasks answered `accepted`, no
+/// matter when their answers arrive, and every later offer is `paused`.
+/// (Acceptances write and sync outside the index lock; the pause waits
+/// for those that passed the check before it.)
+#[test]
+fn pause_is_exact_while_senders_race_it() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = env.serve_with(
+        &ws,
+        &[("BATON_FSYNC", "on"), ("BATON_MAX_QUEUE", "100000")],
+        &["--name", "px"],
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (queued_at_pause, answers) = thread::scope(|s| {
+        let senders: Vec<_> = (0..4)
+            .map(|k| {
+                let (inst, stop) = (&inst, &stop);
+                s.spawn(move || {
+                    let mut c = inst.client();
+                    let mut out = Vec::new();
+                    for i in 0..2000u64 {
+                        let r = c.call(i + 10, "message/send", inst.msg(&format!("s{k}-{i}"), "x"));
+                        let status = r["result"]["status"].as_str().unwrap_or("?").to_string();
+                        let done = status == "paused";
+                        out.push(status);
+                        if done || stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            break;
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        let mut control = inst.client();
+        wait_until("some acceptances", Duration::from_secs(10), || {
+            let l = control.call(1, "inbox/list", json!({}));
+            l["result"]["queued"]
+                .as_array()
+                .is_some_and(|q| q.len() >= 20)
+        });
+        let p = control.call(2, "control/pause", json!({}));
+        assert_eq!(p["result"]["state"], "paused", "{p}");
+        let l = control.call(3, "inbox/list", json!({}));
+        let queued = l["result"]["queued"].as_array().map_or(0, Vec::len);
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let answers: Vec<Vec<String>> = senders.into_iter().map(|t| t.join().unwrap()).collect();
+        (queued, answers)
+    });
+    let accepted = answers
+        .iter()
+        .flatten()
+        .filter(|s| *s == "accepted")
+        .count();
+    assert_eq!(
+        queued_at_pause, accepted,
+        "queued when the pause answered vs answered accepted: {answers:?}"
+    );
+    for a in &answers {
+        // Each sender: accepted answers, then (if it reached the pause) one `paused`.
+        let (last, rest) = a.split_last().unwrap();
+        assert!(rest.iter().all(|s| s == "accepted"), "{a:?}");
+        assert!(matches!(last.as_str(), "accepted" | "paused"), "{a:?}");
+    }
+    let mut c = inst.client();
+    let r = c.call(9, "message/send", inst.msg("after", "x"));
+    assert_eq!(r["result"]["status"], "paused", "{r}");
+}
