@@ -817,9 +817,7 @@ impl Spool {
         let mut idx = self.idx();
         // The same id being stored right now: its outcome decides ours.
         while idx.pending.contains_key(&task.message_id) {
-            idx.waiting += 1;
-            idx = self.settled.wait(idx).unwrap_or_else(|e| e.into_inner());
-            idx.waiting -= 1;
+            idx = self.wait_settled(idx);
         }
         let known = match idx.entries.get(&task.message_id) {
             Some(e) => Some(e.digest.clone()),
@@ -903,13 +901,19 @@ impl Spool {
             let first_pending = idx.pending.values().min().copied();
             match (head, first_pending) {
                 (Some(h), Some(p)) if p < h => {
-                    idx.waiting += 1;
-                    idx = self.settled.wait(idx).unwrap_or_else(|e| e.into_inner());
-                    idx.waiting -= 1;
+                    idx = self.wait_settled(idx);
                 }
                 _ => return idx,
             }
         }
+    }
+
+    /// Waits once for a reservation to settle.
+    fn wait_settled<'a>(&'a self, mut idx: MutexGuard<'a, Index>) -> MutexGuard<'a, Index> {
+        idx.waiting += 1;
+        idx = self.settled.wait(idx).unwrap_or_else(|e| e.into_inner());
+        idx.waiting -= 1;
+        idx
     }
 
     fn wake_settled(&self, idx: MutexGuard<'_, Index>) {
