@@ -40,6 +40,14 @@ struct Subscriber {
     controller: bool,
 }
 
+impl Subscriber {
+    /// Queues a line; false when the subscriber is gone or has
+    /// `SUBSCRIBER_BACKLOG` lines waiting already.
+    fn offer(&self, line: &Line) -> bool {
+        self.tx.len() < SUBSCRIBER_BACKLOG && self.tx.send(Arc::clone(line)).is_ok()
+    }
+}
+
 /// Sequence numbers, the transcript and the subscribers.
 pub struct Hub {
     dir: PathBuf,
@@ -102,8 +110,7 @@ impl Hub {
         self.append(&line);
         if !self.subs.is_empty() {
             let note = Arc::new(crate::wire::notification_line("event", event));
-            self.subs
-                .retain(|s| s.tx.try_send(Arc::clone(&note)).is_ok());
+            self.subs.retain(|s| s.offer(&note));
         }
         seq
     }
@@ -127,7 +134,10 @@ impl Hub {
 
     /// Adds a subscriber; it will receive every event from `next_seq` on.
     pub fn subscribe(&mut self, controller: bool) -> Subscription {
-        let (tx, rx) = chan::bounded(SUBSCRIBER_BACKLOG);
+        // Unbounded with a length check rather than bounded: a bounded
+        // channel allocates all its slots up front (64 KiB per
+        // subscriber), an unbounded one grows with what is waiting.
+        let (tx, rx) = chan::unbounded();
         let id = self.next_sub;
         self.next_sub += 1;
         self.subs.push(Subscriber { id, tx, controller });
@@ -151,7 +161,7 @@ impl Hub {
             if !s.controller || only.is_some_and(|o| o != s.id) {
                 return true;
             }
-            let ok = s.tx.try_send(Arc::clone(&line)).is_ok();
+            let ok = s.offer(&line);
             n += ok as usize;
             ok
         });
