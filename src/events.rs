@@ -1,8 +1,9 @@
 //! The event stream of an instance (DESIGN §4, §6): every event gets a
 //! sequence number, is appended to the JSONL transcript in the spool
-//! (bounded by rotation), and is fanned out to live subscribers. Only the
-//! foreground emits; subscribers that fall behind are dropped, never waited
-//! for.
+//! (bounded by rotation), and is fanned out to live subscribers. The
+//! foreground emits, and so do connection threads for what they decide
+//! alone (a task accepted or refused); one lock orders them all.
+//! Subscribers that fall behind are dropped, never waited for.
 
 use crossbeam_channel as chan;
 use serde_json::{Map, Value, json};
@@ -48,8 +49,16 @@ impl Subscriber {
     }
 }
 
-/// Sequence numbers, the transcript and the subscribers.
+/// Sequence numbers, the transcript and the subscribers, behind one lock
+/// so that sequence numbers, transcript lines and what subscribers hear
+/// are in the same order. Callers never hold another lock taken after
+/// this one: the spool's index lock may be held while emitting (an
+/// acceptance is emitted while its task is indexed), never the reverse.
 pub struct Hub {
+    inner: std::sync::Mutex<Inner>,
+}
+
+struct Inner {
     dir: PathBuf,
     file: Option<File>,
     size: u64,
@@ -69,6 +78,43 @@ pub fn now() -> f64 {
 impl Hub {
     /// Opens the transcript in `dir`, continuing its sequence numbers.
     pub fn open(dir: &Path) -> Hub {
+        Hub {
+            inner: std::sync::Mutex::new(Inner::open(dir)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records one event and sends it to every subscriber. Returns its
+    /// sequence number.
+    pub fn emit(&self, kind: &str, fields: Value) -> u64 {
+        self.lock().emit(kind, fields)
+    }
+
+    /// Adds a subscriber; it will receive every event from `next_seq` on.
+    pub fn subscribe(&self, controller: bool) -> Subscription {
+        self.lock().subscribe(controller)
+    }
+
+    pub fn unsubscribe(&self, id: u64) {
+        self.lock().subs.retain(|s| s.id != id);
+    }
+
+    /// Sends a prepared line (a server-to-client request) to controllers
+    /// only, or to the one controller `only`. Returns how many received it.
+    pub fn send_to_controllers(&self, line: &[u8], only: Option<u64>) -> usize {
+        self.lock().send_to_controllers(line, only)
+    }
+
+    pub fn controllers(&self) -> usize {
+        self.lock().subs.iter().filter(|s| s.controller).count()
+    }
+}
+
+impl Inner {
+    fn open(dir: &Path) -> Inner {
         let path = dir.join(TRANSCRIPT);
         let last = last_seq(&path).or_else(|| last_seq(&dir.join(TRANSCRIPT_OLD)));
         let file = open_append(&path);
@@ -82,7 +128,7 @@ impl Hub {
                 path.display()
             );
         }
-        Hub {
+        Inner {
             dir: dir.to_path_buf(),
             file,
             size,
@@ -92,9 +138,7 @@ impl Hub {
         }
     }
 
-    /// Records one event and sends it to every subscriber. Returns its
-    /// sequence number.
-    pub fn emit(&mut self, kind: &str, fields: Value) -> u64 {
+    fn emit(&mut self, kind: &str, fields: Value) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         let mut obj = Map::new();
@@ -132,8 +176,7 @@ impl Hub {
         }
     }
 
-    /// Adds a subscriber; it will receive every event from `next_seq` on.
-    pub fn subscribe(&mut self, controller: bool) -> Subscription {
+    fn subscribe(&mut self, controller: bool) -> Subscription {
         // Unbounded with a length check rather than bounded: a bounded
         // channel allocates all its slots up front (64 KiB per
         // subscriber), an unbounded one grows with what is waiting.
@@ -148,13 +191,7 @@ impl Hub {
         }
     }
 
-    pub fn unsubscribe(&mut self, id: u64) {
-        self.subs.retain(|s| s.id != id);
-    }
-
-    /// Sends a prepared line (a server-to-client request) to controllers
-    /// only, or to the one controller `only`. Returns how many received it.
-    pub fn send_to_controllers(&mut self, line: &[u8], only: Option<u64>) -> usize {
+    fn send_to_controllers(&mut self, line: &[u8], only: Option<u64>) -> usize {
         let line = Arc::new(line.to_vec());
         let mut n = 0;
         self.subs.retain(|s| {
@@ -166,10 +203,6 @@ impl Hub {
             ok
         });
         n
-    }
-
-    pub fn controllers(&self) -> usize {
-        self.subs.iter().filter(|s| s.controller).count()
     }
 }
 
@@ -238,7 +271,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("baton-events-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
-        let mut hub = Hub::open(&dir);
+        let hub = Hub::open(&dir);
         let sub = hub.subscribe(false);
         assert_eq!(sub.next_seq, 1);
         for i in 0..3 {
@@ -246,10 +279,10 @@ mod tests {
         }
         assert_eq!(sub.rx.len(), 3);
         drop(hub);
-        let mut hub = Hub::open(&dir);
+        let hub = Hub::open(&dir);
         assert_eq!(hub.emit("notice", json!({})), 4);
         // Force a rotation and check replay spans both files.
-        hub.size = ROTATE_BYTES;
+        hub.lock().size = ROTATE_BYTES;
         assert_eq!(hub.emit("notice", json!({})), 5);
         assert!(dir.join(TRANSCRIPT_OLD).exists());
         let mut seen = Vec::new();
@@ -267,7 +300,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("baton-events-full-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
-        let mut hub = Hub::open(&dir);
+        let hub = Hub::open(&dir);
         let _slow = hub.subscribe(true);
         for _ in 0..=SUBSCRIBER_BACKLOG {
             hub.emit("notice", json!({}));

@@ -139,7 +139,7 @@ struct Foreground {
     /// zcoder's registry directory and our socket there, with `--zcoder`.
     zcoder: Option<(PathBuf, PathBuf)>,
     workspace: PathBuf,
-    hub: Hub,
+    hub: Arc<Hub>,
     events_tx: chan::Sender<Event>,
     origin: Origin,
     open: Vec<OpenTask>,
@@ -288,6 +288,10 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     };
     let (events_tx, events_rx) = chan::unbounded();
     let worker_tx = events_tx.clone();
+    // Opened, and the start recorded, before the listener runs: connection
+    // threads emit into it from their first acceptance.
+    let hub = Arc::new(Hub::open(spool.dir()));
+    started(&hub, &manifest, &opts, &spool);
     let shared = Arc::new(Shared::new(
         config.clone(),
         id.clone(),
@@ -296,6 +300,7 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         dir.clone(),
         opts.policy.clone(),
         paused,
+        Arc::clone(&hub),
         events_tx,
     ));
     let accept_done = start_accept(listener, &shared)?;
@@ -322,7 +327,6 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         socket.display()
     );
 
-    let hub = Hub::open(spool.dir());
     let mut fg = Foreground {
         shared: Arc::clone(&shared),
         origin: Origin {
@@ -350,7 +354,6 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         seen_client: false,
         idle_since: None,
     };
-    fg.started(&spool);
     // A label, because `break` inside `select!` would only leave the macro.
     'run: loop {
         // Every acceptance is announced before its task can be claimed, so
@@ -359,7 +362,12 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
         while let Ok(ev) = events_rx.try_recv() {
             fg.handle(ev);
         }
+        // Set before the queue is looked at, so that an acceptance either
+        // is seen by `pump` or sees the flag and wakes us (both sides use
+        // the spool's lock and sequentially consistent flag accesses).
+        fg.publish_wait();
         fg.pump();
+        fg.publish_wait();
         let timer = match fg.next_timer() {
             Some(at) => chan::at(at),
             None => chan::never(),
@@ -405,6 +413,35 @@ pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
     }
     spool.remove_if_ephemeral();
     Ok(())
+}
+
+/// The first events of a run: the start, and what recovery found.
+fn started(hub: &Hub, m: &Manifest, opts: &ServeOptions, spool: &Spool) {
+    hub.emit(
+        "instance.started",
+        json!({
+            "instance_id": m.instance_id,
+            "name": m.name,
+            "pid": m.pid,
+            "workspace": m.workspace,
+            "mode": if opts.exec.is_some() { "exec" } else { "pull" },
+            "approve": opts.approve.as_str(),
+            "state": m.state,
+        }),
+    );
+    for note in &spool.recovery_notes {
+        hub.emit("notice", json!({"text": note}));
+    }
+    let c = spool.counts();
+    if c.interrupted > 0 {
+        hub.emit(
+            "notice",
+            json!({"text": format!(
+                "{} interrupted task(s) wait for the operator: baton inbox requeue|discard",
+                c.interrupted
+            )}),
+        );
+    }
 }
 
 /// Says clearly when a socket path cannot be bound, before `bind` fails
@@ -546,33 +583,16 @@ fn signal_channel() -> Result<chan::Receiver<i32>> {
 }
 
 impl Foreground {
-    fn started(&mut self, spool: &Spool) {
-        let m = self.manifest();
-        self.hub.emit(
-            "instance.started",
-            json!({
-                "instance_id": m.instance_id,
-                "name": m.name,
-                "pid": m.pid,
-                "workspace": m.workspace,
-                "mode": if self.opts.exec.is_some() { "exec" } else { "pull" },
-                "approve": self.opts.approve.as_str(),
-                "state": m.state,
-            }),
-        );
-        for note in &spool.recovery_notes {
-            self.hub.emit("notice", json!({"text": note}));
-        }
-        let c = spool.counts();
-        if c.interrupted > 0 {
-            self.hub.emit(
-                "notice",
-                json!({"text": format!(
-                    "{} interrupted task(s) wait for the operator: baton inbox requeue|discard",
-                    c.interrupted
-                )}),
-            );
-        }
+    /// Tells connection threads whether a newly accepted task would make
+    /// the foreground act: start a turn, put it to the approval policy, or
+    /// arm the `--ttl` timer. A running turn or a pause ends with a look
+    /// at the queue anyway.
+    fn publish_wait(&self) {
+        let waits = self.opts.ttl.is_some()
+            || (self.running.is_none()
+                && !self.paused()
+                && (self.opts.exec.is_some() || self.opts.approve != Approve::Auto));
+        self.shared.wake_on_accept.store(waits, Ordering::SeqCst);
     }
 
     fn manifest(&self) -> Manifest {
@@ -702,41 +722,8 @@ impl Foreground {
 
     fn handle(&mut self, ev: Event) {
         match ev {
-            Event::Accepted {
-                message_id,
-                from,
-                pid,
-                queue_position,
-                mode,
-                body,
-                sender_id,
-                workspace,
-            } => {
-                let kind = if from == LOCAL {
-                    "local.input"
-                } else {
-                    "message.accepted"
-                };
-                self.hub.emit(
-                    kind,
-                    json!({"message_id": message_id, "from": from, "pid": pid,
-                           "queue_position": queue_position, "mode": mode, "body": body,
-                           "sender_id": sender_id, "workspace": workspace}),
-                );
-            }
-            Event::Refused {
-                message_id,
-                status,
-                reason,
-                from,
-                pid,
-            } => {
-                self.hub.emit(
-                    "message.rejected",
-                    json!({"message_id": message_id, "status": status, "reason": reason,
-                           "from": from, "pid": pid}),
-                );
-            }
+            // The loop looks at the queue after every event.
+            Event::Queued => {}
             Event::Call {
                 method,
                 params,
@@ -1636,28 +1623,27 @@ impl Foreground {
             pid: Some(std::process::id()),
             ..spool::Sender::default()
         };
-        let task = spool::new_task(&id, &text, sender, 0, None, "queue", None, "local");
+        let task = spool::new_task(&id, &text, sender.clone(), 0, None, "queue", None, "local");
         let limits = spool::Limits {
             max_queue: self.shared.config.max_queue,
             max_inflight: 0,
         };
-        let events = self.events_tx.clone();
-        let (body, mid) = (text.clone(), id.clone());
         let r = self.shared.spool.admit(
             task,
             limits,
             || false,
             |queue_position| {
-                let _ = events.send(Event::Accepted {
-                    message_id: mid,
-                    from: LOCAL.into(),
-                    pid: Some(std::process::id()),
+                server::emit_accepted(
+                    &self.hub,
+                    "local.input",
+                    &id,
+                    LOCAL,
+                    sender.pid,
                     queue_position,
-                    mode: "queue".into(),
-                    body,
-                    sender_id: None,
-                    workspace: None,
-                });
+                    "queue",
+                    &text,
+                    &sender,
+                );
             },
         );
         Ok(match r {

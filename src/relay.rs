@@ -597,7 +597,7 @@ fn store(
     }
     let r = match s.admit(task, limits, || false, |_| {}) {
         Ok(Admission::Accepted { queue_position }) => {
-            let mut hub = crate::events::Hub::open(s.dir());
+            let hub = crate::events::Hub::open(s.dir());
             hub.emit(
                 "message.accepted",
                 json!({"message_id": id, "from": from, "pid": std::process::id(),

@@ -5,7 +5,7 @@
 //! asked of the foreground over that channel and never done here.
 
 use crate::config::Config;
-use crate::events::{self, Subscription};
+use crate::events::{self, Hub, Subscription};
 use crate::glob::glob_match;
 use crate::registry::{self, Manifest};
 use crate::spool::{self, Admission, Limits, Sender, Spool};
@@ -70,24 +70,9 @@ impl Policy {
 
 /// What connection threads tell the foreground.
 pub enum Event {
-    Accepted {
-        message_id: String,
-        from: String,
-        pid: Option<u32>,
-        queue_position: usize,
-        mode: String,
-        /// What the operator's view shows of the task.
-        body: String,
-        sender_id: Option<String>,
-        workspace: Option<String>,
-    },
-    Refused {
-        message_id: String,
-        status: String,
-        reason: String,
-        from: String,
-        pid: Option<u32>,
-    },
+    /// A task was accepted while the foreground waits for one (see
+    /// `Shared::wake_on_accept`); its event is emitted already.
+    Queued,
     /// A request only the foreground may answer.
     Call {
         method: String,
@@ -150,6 +135,14 @@ pub struct Shared {
     pub registry: PathBuf,
     pub policy: Policy,
     pub stopping: AtomicBool,
+    /// The event stream; connection threads emit acceptances and
+    /// refusals into it themselves.
+    pub hub: Arc<Hub>,
+    /// Set by the foreground while a new task would make it act (start a
+    /// turn, ask for an approval, arm a `--ttl` timer). Otherwise an
+    /// acceptance does not wake it: it looks at the queue again whenever
+    /// it next wakes for its own reasons.
+    pub wake_on_accept: AtomicBool,
     connections: AtomicUsize,
     events: chan::Sender<Event>,
 }
@@ -185,6 +178,7 @@ impl Shared {
         registry: PathBuf,
         policy: Policy,
         paused: bool,
+        hub: Arc<Hub>,
         events: chan::Sender<Event>,
     ) -> Shared {
         Shared {
@@ -197,6 +191,8 @@ impl Shared {
             registry,
             policy,
             stopping: AtomicBool::new(false),
+            hub,
+            wake_on_accept: AtomicBool::new(true),
             connections: AtomicUsize::new(0),
             events,
         }
@@ -881,13 +877,7 @@ pub fn deliver(
     });
     if result.status == "error" {
         let reason = result.reason.unwrap_or_default();
-        let _ = shared.events.send(Event::Refused {
-            message_id: req.message_id.clone(),
-            status: "error".into(),
-            reason: reason.clone(),
-            from,
-            pid: peer_pid,
-        });
+        refused(shared, &req.message_id, "error", &reason, &from, peer_pid);
         return Err(RpcError::new(
             wire::INTERNAL_ERROR,
             format!("internal error: {reason}; the task was not accepted"),
@@ -901,17 +891,61 @@ pub fn deliver(
     if let Some(r) = &result.reason {
         out["reason"] = json!(r);
     }
-    // An acceptance was announced under the spool lock (see `admit`).
-    if result.status != "accepted" {
-        let _ = shared.events.send(Event::Refused {
-            message_id: req.message_id.clone(),
-            status: result.status.to_string(),
-            reason: result.reason.clone().unwrap_or_default(),
-            from,
-            pid: peer_pid,
-        });
+    // An acceptance was emitted under the spool lock (see `admit`).
+    if result.status == "accepted" {
+        if shared.wake_on_accept.load(Ordering::SeqCst) {
+            let _ = shared.events.send(Event::Queued);
+        }
+    } else {
+        let reason = result.reason.as_deref().unwrap_or_default();
+        refused(
+            shared,
+            &req.message_id,
+            result.status,
+            reason,
+            &from,
+            peer_pid,
+        );
     }
     Ok(out)
+}
+
+fn refused(
+    shared: &Shared,
+    message_id: &str,
+    status: &str,
+    reason: &str,
+    from: &str,
+    pid: Option<u32>,
+) {
+    shared.hub.emit(
+        "message.rejected",
+        json!({"message_id": message_id, "status": status, "reason": reason,
+               "from": from, "pid": pid}),
+    );
+}
+
+/// Emits the event of an accepted task. It is called while the task is
+/// indexed, under the spool's lock, so the event precedes anything done
+/// with the task.
+#[allow(clippy::too_many_arguments)]
+pub fn emit_accepted(
+    hub: &Hub,
+    kind: &str,
+    message_id: &str,
+    from: &str,
+    pid: Option<u32>,
+    queue_position: usize,
+    mode: &str,
+    body: &str,
+    sender: &Sender,
+) {
+    hub.emit(
+        kind,
+        json!({"message_id": message_id, "from": from, "pid": pid,
+               "queue_position": queue_position, "mode": mode, "body": body,
+               "sender_id": sender.instance_id, "workspace": sender.workspace}),
+    );
 }
 
 struct Outcome {
@@ -1051,21 +1085,19 @@ fn check_and_admit(shared: &Shared, req: &SendRequest, peer: &Peer, wire: &str) 
     };
     let sender_id = task.sender.instance_id.clone().unwrap_or_default();
     let from = crate::turn::display_name(&task.sender);
-    let (claimed_id, workspace) = (
-        task.sender.instance_id.clone(),
-        task.sender.workspace.clone(),
-    );
+    let recorded = task.sender.clone();
     let announce = |queue_position| {
-        let _ = shared.events.send(Event::Accepted {
-            message_id: req.message_id.clone(),
-            from: from.clone(),
-            pid: peer_pid,
+        emit_accepted(
+            &shared.hub,
+            "message.accepted",
+            &req.message_id,
+            &from,
+            peer_pid,
             queue_position,
-            mode: req.mode.clone(),
-            body: req.body.clone(),
-            sender_id: claimed_id,
-            workspace,
-        });
+            &req.mode,
+            &req.body,
+            &recorded,
+        );
     };
     let mut outcome = match shared.spool.admit(
         task,

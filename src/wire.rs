@@ -124,7 +124,7 @@ impl LineReader {
         let mut scanned = 0;
         loop {
             let pending = &self.buf[self.start + scanned..self.end];
-            if let Some(i) = pending.iter().position(|&b| b == b'\n') {
+            if let Some(i) = find_newline(pending) {
                 let line_end = self.start + scanned + i;
                 if line_end - self.start > self.max {
                     return Err(ReadError::TooLarge);
@@ -212,6 +212,26 @@ pub enum Incoming {
         code: i64,
         message: String,
     },
+}
+
+/// The index of the first `\n` in `s`, looked for eight bytes at a time
+/// (a byte loop costs more than the rest of reading a large line).
+fn find_newline(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const NL: u64 = ONES * b'\n' as u64;
+    let mut words = s.chunks_exact(8);
+    let mut at = 0;
+    for w in &mut words {
+        // A zero byte of `x` is a newline of `w`; the expression is
+        // nonzero exactly when `x` has a zero byte.
+        let x = u64::from_le_bytes(w.try_into().expect("8 bytes")) ^ NL;
+        if x.wrapping_sub(ONES) & !x & HIGH != 0 {
+            break;
+        }
+        at += 8;
+    }
+    s[at..].iter().position(|&b| b == b'\n').map(|i| at + i)
 }
 
 fn valid_id(id: &Value) -> bool {
@@ -464,6 +484,29 @@ mod tests {
         b.write_all(data).unwrap();
         drop(b);
         LineReader::new(a, max)
+    }
+
+    #[test]
+    fn newline_search_finds_the_first_at_every_offset() {
+        for len in 0..40 {
+            for nl in 0..len {
+                let mut s = vec![b'x'; len];
+                s[nl] = b'\n';
+                // Bytes that differ from a newline in one bit, and a
+                // second newline after the first.
+                if nl + 1 < len {
+                    s[nl + 1] = b'\n';
+                }
+                if nl > 0 {
+                    s[nl - 1] = b'\n' ^ 0x80;
+                }
+                assert_eq!(find_newline(&s), Some(nl), "len {len}, newline at {nl}");
+            }
+            let none: Vec<u8> = (0..len)
+                .map(|i| if i % 2 == 0 { 0x8a } else { 0x0b })
+                .collect();
+            assert_eq!(find_newline(&none), None, "len {len}");
+        }
     }
 
     #[test]

@@ -446,6 +446,25 @@ fn decide_by_reply(ctl: &mut RawClient, rid: &str, decision: &str) {
     ctl.send_line(reply.to_string().as_bytes());
 }
 
+/// A pull agent that asks: a task sent over a connection that stays open,
+/// with nothing else going on, still reaches the controller at once.
+#[test]
+fn a_pull_agent_asks_its_controller_about_a_task_as_it_arrives() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = env.serve(&ws, &["--approve", "ask"]);
+    let mut ctl = inst.client();
+    let sub = call(&mut ctl, "events/subscribe", json!({"controller": true}));
+    assert_eq!(sub["subscribed"], true, "{sub}");
+    let mut c = inst.client();
+    assert_accepted(&send(&mut c, inst.msg("pull-1", "ask me")), 1);
+    let seen = read_until(&mut ctl, "approval/request", |m| {
+        m["method"] == "approval/request"
+    });
+    request_id(seen.last().unwrap(), "pull-1");
+    drop((c, ctl));
+}
+
 #[test]
 fn controllers_get_approval_requests_and_answer_them_by_id() {
     let env = Env::new();

@@ -831,6 +831,25 @@ fn manager(
 
 // 5. Expiry, requeue and discard; --no-offline; list --offline.
 
+/// A task sent to a running, idle pull agent expires on time although
+/// nothing else happens there (the sender's connection stays open): its
+/// acceptance arms the `--ttl` timer.
+#[test]
+fn a_task_accepted_by_an_idle_agent_expires_on_time() {
+    let env = Env::new();
+    let ws = env.workspace("w7b");
+    let mut s = env.serve(&ws, &["--name", "idle", "--ttl", "1"]);
+    let spool = spool_of(&env, "idle");
+    let mut c = s.client();
+    let r = s.send(&mut c, "x1", "expire me");
+    assert_eq!(r["status"], "accepted", "{r}");
+    wait_until("the task to expire", T, || {
+        ids_in(&spool, "rejected") == ["x1"] && events(&spool, "task.expired").len() == 1
+    });
+    drop(c);
+    assert_eq!(s.term(), 0, "{}", s.stderr());
+}
+
 #[test]
 fn expired_tasks_are_set_aside_and_the_operator_requeues_or_discards_them() {
     let env = Env::new();
