@@ -6,7 +6,8 @@
 //! Subscribers that fall behind are dropped, never waited for.
 
 use crossbeam_channel as chan;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -88,8 +89,22 @@ impl Hub {
     }
 
     /// Records one event and sends it to every subscriber. Returns its
-    /// sequence number.
+    /// sequence number. `fields` is an object; its own `seq`, `time` or
+    /// `kind` would be dropped.
     pub fn emit(&self, kind: &str, fields: Value) -> u64 {
+        let mut fields = match fields {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        for k in ["seq", "time", "kind"] {
+            fields.remove(k);
+        }
+        self.lock().emit(kind, &fields)
+    }
+
+    /// `emit` for fields that serialize as a struct with none of those
+    /// three names, written without building a JSON tree (an acceptance).
+    pub fn emit_fields<T: Serialize>(&self, kind: &str, fields: &T) -> u64 {
         self.lock().emit(kind, fields)
     }
 
@@ -138,22 +153,32 @@ impl Inner {
         }
     }
 
-    fn emit(&mut self, kind: &str, fields: Value) -> u64 {
+    fn emit<T: Serialize>(&mut self, kind: &str, fields: &T) -> u64 {
+        /// An event as recorded: its number, time and kind, then its fields.
+        #[derive(Serialize)]
+        struct Numbered<'a, T> {
+            seq: u64,
+            time: f64,
+            kind: &'a str,
+            #[serde(flatten)]
+            fields: &'a T,
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let mut obj = Map::new();
-        obj.insert("seq".into(), json!(seq));
-        obj.insert("time".into(), json!(now()));
-        obj.insert("kind".into(), json!(kind));
-        if let Value::Object(f) = fields {
-            obj.extend(f);
-        }
-        let event = Value::Object(obj);
-        let mut line = serde_json::to_vec(&event).expect("serializes");
+        let event = Numbered {
+            seq,
+            time: now(),
+            kind,
+            fields,
+        };
+        let mut line = serde_json::to_vec(&event).expect("an event serializes");
         line.push(b'\n');
         self.append(&line);
         if !self.subs.is_empty() {
-            let note = Arc::new(crate::wire::notification_line("event", event));
+            let note = Arc::new(crate::wire::notification_with_params(
+                "event",
+                &line[..line.len() - 1],
+            ));
             self.subs.retain(|s| s.offer(&note));
         }
         seq
@@ -265,6 +290,7 @@ pub fn replay(dir: &Path, since: u64, until: u64, mut each: impl FnMut(&[u8]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn sequence_continues_across_reopen_and_rotation_keeps_order() {

@@ -393,6 +393,17 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
+        if initialized && let Some((id, req)) = fast_send(&line) {
+            let _ = crate::failpoint::hit("dispatch");
+            let answer = match deliver(shared, req, &peer, "jsonrpc") {
+                Ok(v) => wire::result_line(&id, v),
+                Err(e) => wire::error_line(&id, e.code, &e.message, e.data),
+            };
+            if !write_line(&out, &answer) {
+                break;
+            }
+            continue;
+        }
         let answer = match wire::classify(&line) {
             Incoming::Invalid { id, code, message } => {
                 Some(wire::error_line(&id, code, &message, None))
@@ -781,7 +792,7 @@ fn ask_foreground(
 
 /// A `message/send` request with well-typed fields; values are not yet
 /// checked.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct SendRequest {
     pub message_id: String,
     pub target_instance_id: String,
@@ -793,6 +804,75 @@ pub struct SendRequest {
     pub hop: Option<u64>,
     pub in_reply_to: Option<String>,
     pub mode: String,
+}
+
+/// A well-formed `message/send` request read straight into its fields,
+/// without building a JSON tree: the common request on a busy connection.
+/// `None` for anything else and for anything unusual (a duplicate key, a
+/// wrong type, a null or missing id, a bad `jsonrpc`, a negative hop),
+/// which then takes the general path with its exact errors. What this
+/// accepts, the general path reads to the same `SendRequest`.
+fn fast_send(line: &[u8]) -> Option<(Value, SendRequest)> {
+    use serde::Deserialize;
+    use std::borrow::Cow;
+    type Text<'a> = Option<Cow<'a, str>>;
+    #[derive(Deserialize)]
+    struct Frame<'a> {
+        #[serde(borrow)]
+        jsonrpc: Cow<'a, str>,
+        id: Option<Value>,
+        #[serde(borrow)]
+        method: Cow<'a, str>,
+        #[serde(borrow)]
+        params: Params<'a>,
+    }
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        message_id: Cow<'a, str>,
+        #[serde(borrow)]
+        target_instance_id: Cow<'a, str>,
+        #[serde(borrow)]
+        body: Cow<'a, str>,
+        #[serde(borrow)]
+        sender: From<'a>,
+        hop: Option<u64>,
+        #[serde(borrow, default)]
+        in_reply_to: Text<'a>,
+        #[serde(borrow, default)]
+        mode: Text<'a>,
+    }
+    #[derive(Deserialize)]
+    struct From<'a> {
+        #[serde(borrow, default)]
+        instance_id: Text<'a>,
+        #[serde(borrow, default)]
+        name: Text<'a>,
+        #[serde(borrow, default)]
+        workspace: Text<'a>,
+    }
+    let f: Frame = serde_json::from_slice(line).ok()?;
+    if f.jsonrpc != "2.0" || f.method != "message/send" {
+        return None;
+    }
+    let id =
+        f.id.filter(|id| matches!(id, Value::String(_) | Value::Number(_)))?;
+    let p = f.params;
+    let own = |t: Text| t.map(Cow::into_owned);
+    Some((
+        id,
+        SendRequest {
+            message_id: p.message_id.into_owned(),
+            target_instance_id: p.target_instance_id.into_owned(),
+            body: p.body.into_owned(),
+            sender_instance_id: own(p.sender.instance_id),
+            sender_name: own(p.sender.name),
+            sender_workspace: own(p.sender.workspace),
+            hop: Some(p.hop.unwrap_or(0)),
+            in_reply_to: own(p.in_reply_to),
+            mode: own(p.mode).unwrap_or_else(|| "queue".into()),
+        },
+    ))
 }
 
 fn get_str(p: &Map<String, Value>, k: &str, prefix: &str) -> Result<Option<String>, RpcError> {
@@ -940,11 +1020,29 @@ pub fn emit_accepted(
     body: &str,
     sender: &Sender,
 ) {
-    hub.emit(
+    #[derive(serde::Serialize)]
+    struct Accepted<'a> {
+        message_id: &'a str,
+        from: &'a str,
+        pid: Option<u32>,
+        queue_position: usize,
+        mode: &'a str,
+        body: &'a str,
+        sender_id: &'a Option<String>,
+        workspace: &'a Option<String>,
+    }
+    hub.emit_fields(
         kind,
-        json!({"message_id": message_id, "from": from, "pid": pid,
-               "queue_position": queue_position, "mode": mode, "body": body,
-               "sender_id": sender.instance_id, "workspace": sender.workspace}),
+        &Accepted {
+            message_id,
+            from,
+            pid,
+            queue_position,
+            mode,
+            body,
+            sender_id: &sender.instance_id,
+            workspace: &sender.workspace,
+        },
     );
 }
 
@@ -1173,4 +1271,61 @@ fn verify_sender(
         });
     }
     Err(format!("no manifest for instance {id} in the registry"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The general path's reading of a line, when it is a `message/send`
+    /// request with well-typed params.
+    fn general(line: &str) -> Option<(Value, SendRequest)> {
+        match wire::classify(line.as_bytes()) {
+            Incoming::Request { id, method, params } if method == "message/send" => {
+                let Value::Object(p) = params else {
+                    return None;
+                };
+                SendRequest::from_params(&p).ok().map(|r| (id, r))
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_fast_send_path_reads_what_the_general_path_reads() {
+        let ok = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m1","target_instance_id":"t","body":"hi","sender":{},"hop":0}}"#,
+            r#"{"params":{"sender":{"instance_id":"a","name":"n","workspace":"/w","x":1},"body":"a\"b\n\u00e9","target_instance_id":"t","message_id":"m2","mode":"steer","in_reply_to":"r","extra":[1]},"method":"message/send","id":"s","jsonrpc":"2.0","result":1}"#,
+            r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"message/send","params":{"message_id":"m3","target_instance_id":"t","body":"b","sender":{"name":null},"mode":null,"in_reply_to":null,"hop":null}}"#,
+            r#" {"jsonrpc":"2.0","id":-1.5,"method":"message/send","params":{"message_id":"","target_instance_id":"","body":"","sender":{}}} "#,
+        ];
+        for line in ok {
+            let fast = fast_send(line.as_bytes()).unwrap_or_else(|| panic!("not fast: {line}"));
+            assert_eq!(Some(fast), general(line), "{line}");
+        }
+        // Left to the general path, which answers each with its own
+        // result or error.
+        let slow = [
+            r#"{"jsonrpc":"2.0","id":null,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":true,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","message_id":"n","target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{},"hop":-1}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{},"hop":1.0}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":null}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":null,"target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":7,"sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{"name":5}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":[]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}} x"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"\ud800","sender":{}}}"#,
+        ];
+        for line in slow {
+            assert!(fast_send(line.as_bytes()).is_none(), "fast: {line}");
+        }
+    }
 }

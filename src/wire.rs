@@ -289,7 +289,22 @@ pub fn classify(line: &[u8]) -> Incoming {
 
 /// A result line, `\n` included.
 pub fn result_line(id: &Value, result: Value) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
+    // The keys in the order a JSON map would give them, without building
+    // one: this is every answer's line.
+    #[derive(serde::Serialize)]
+    struct Answer<'a> {
+        id: &'a Value,
+        jsonrpc: &'static str,
+        result: &'a Value,
+    }
+    let mut out = serde_json::to_vec(&Answer {
+        id,
+        jsonrpc: "2.0",
+        result: &result,
+    })
+    .expect("a Value always serializes");
+    out.push(b'\n');
+    out
 }
 
 /// An error line, `\n` included.
@@ -304,6 +319,19 @@ pub fn error_line(id: &Value, code: i64, message: &str, data: Option<Value>) -> 
 /// A notification line from the server, `\n` included.
 pub fn notification_line(method: &str, params: Value) -> Vec<u8> {
     line(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+}
+
+/// A notification line whose params are serialized already (an event as
+/// the transcript holds it), `\n` included: `notification_line` with those
+/// params, their keys in the order given.
+pub fn notification_with_params(method: &str, params: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(params.len() + method.len() + 48);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    out.extend_from_slice(&serde_json::to_vec(method).expect("a string serializes"));
+    out.extend_from_slice(b",\"params\":");
+    out.extend_from_slice(params);
+    out.extend_from_slice(b"}\n");
+    out
 }
 
 /// A request line, `\n` included.
@@ -507,6 +535,24 @@ mod tests {
                 .collect();
             assert_eq!(find_newline(&none), None, "len {len}");
         }
+    }
+
+    #[test]
+    fn a_result_line_is_the_line_of_its_json_object() {
+        let (id, result) = (json!("a"), json!({"status": "accepted", "n": [1, 2]}));
+        let want = line(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+        assert_eq!(result_line(&id, result), want);
+    }
+
+    #[test]
+    fn a_notification_around_serialized_params_is_the_same_notification() {
+        let params = br#"{"seq":3,"time":1.5,"kind":"notice","text":"a \"b\""}"#;
+        let line = notification_with_params("event", params);
+        assert_eq!(line.last(), Some(&b'\n'));
+        let parsed: Value = serde_json::from_slice(&line).unwrap();
+        let p: Value = serde_json::from_slice(params).unwrap();
+        let want: Value = serde_json::from_slice(&notification_line("event", p)).unwrap();
+        assert_eq!(parsed, want);
     }
 
     #[test]
