@@ -66,6 +66,8 @@ struct Inner {
     next_seq: u64,
     next_sub: u64,
     subs: Vec<Subscriber>,
+    /// Lines numbered and not yet written (see `Hub::record`).
+    pending: Vec<Vec<u8>>,
 }
 
 /// Seconds since the epoch, with milliseconds.
@@ -99,18 +101,33 @@ impl Hub {
         for k in ["seq", "time", "kind"] {
             fields.remove(k);
         }
-        self.lock().emit(kind, &fields)
+        let mut hub = self.lock();
+        let seq = hub.number(kind, &fields);
+        hub.flush();
+        seq
     }
 
-    /// `emit` for fields that serialize as a struct with none of those
-    /// three names, written without building a JSON tree (an acceptance).
-    pub fn emit_fields<T: Serialize>(&self, kind: &str, fields: &T) -> u64 {
-        self.lock().emit(kind, fields)
+    /// Numbers and records an event now, but writes it to the transcript
+    /// and to subscribers only at the next `flush` or `emit`: a connection
+    /// thread records an acceptance under the spool's lock, answers its
+    /// client, and then flushes. Every event is still written in `seq`
+    /// order. `fields` serialize as a struct with none of the names `seq`,
+    /// `time` and `kind`.
+    pub fn record<T: Serialize>(&self, kind: &str, fields: &T) -> u64 {
+        self.lock().number(kind, fields)
+    }
+
+    /// Writes the events recorded and not yet written.
+    pub fn flush(&self) {
+        self.lock().flush();
     }
 
     /// Adds a subscriber; it will receive every event from `next_seq` on.
     pub fn subscribe(&self, controller: bool) -> Subscription {
-        self.lock().subscribe(controller)
+        let mut hub = self.lock();
+        // What a subscriber is told precedes it is in the transcript.
+        hub.flush();
+        hub.subscribe(controller)
     }
 
     pub fn unsubscribe(&self, id: u64) {
@@ -150,10 +167,12 @@ impl Inner {
             next_seq: last.map_or(1, |s| s + 1),
             next_sub: 1,
             subs: Vec::new(),
+            pending: Vec::new(),
         }
     }
 
-    fn emit<T: Serialize>(&mut self, kind: &str, fields: &T) -> u64 {
+    /// Gives an event its number and time and queues its line.
+    fn number<T: Serialize>(&mut self, kind: &str, fields: &T) -> u64 {
         /// An event as recorded: its number, time and kind, then its fields.
         #[derive(Serialize)]
         struct Numbered<'a, T> {
@@ -173,15 +192,25 @@ impl Inner {
         };
         let mut line = serde_json::to_vec(&event).expect("an event serializes");
         line.push(b'\n');
-        self.append(&line);
-        if !self.subs.is_empty() {
-            let note = Arc::new(crate::wire::notification_with_params(
-                "event",
-                &line[..line.len() - 1],
-            ));
-            self.subs.retain(|s| s.offer(&note));
-        }
+        self.pending.push(line);
         seq
+    }
+
+    /// Appends the queued lines to the transcript and sends them to the
+    /// subscribers, in order.
+    fn flush(&mut self) {
+        let mut lines = std::mem::take(&mut self.pending);
+        for line in lines.drain(..) {
+            self.append(&line);
+            if !self.subs.is_empty() {
+                let note = Arc::new(crate::wire::notification_with_params(
+                    "event",
+                    &line[..line.len() - 1],
+                ));
+                self.subs.retain(|s| s.offer(&note));
+            }
+        }
+        self.pending = lines;
     }
 
     fn append(&mut self, line: &[u8]) {
@@ -228,6 +257,12 @@ impl Inner {
             ok
         });
         n
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 

@@ -1646,6 +1646,7 @@ impl Foreground {
                 );
             },
         );
+        self.hub.flush();
         Ok(match r {
             Ok(spool::Admission::Accepted { queue_position }) => {
                 json!({"status": "accepted", "message_id": id, "queue_position": queue_position})

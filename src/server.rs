@@ -274,6 +274,9 @@ struct ConnectionGuard(Arc<Shared>);
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
+        // An acceptance recorded but not yet written, if the thread ended
+        // between the two.
+        self.0.hub.flush();
         self.0.connections.fetch_sub(1, Ordering::SeqCst);
         let _ = self.0.events.send(Event::Disconnected);
     }
@@ -293,6 +296,21 @@ fn refuse_over_cap(mut stream: UnixStream, cap: usize, timeout: Duration) {
 /// The writing half of a connection, shared by the thread that answers
 /// requests and the one that forwards events.
 type Writer = Arc<Mutex<UnixStream>>;
+
+/// Writes an answer, then the events its request recorded (an
+/// acceptance): the client is not kept waiting for the transcript. If the
+/// socket cannot take the whole answer at once, the events go first, so a
+/// slow client never holds them back.
+fn answer_then_flush(shared: &Shared, w: &Writer, line: &[u8]) -> bool {
+    let mut stream = w.lock().unwrap_or_else(|e| e.into_inner());
+    let sent = sys::send_nowait(&stream, line);
+    shared.hub.flush();
+    match sent {
+        Ok(n) if n == line.len() => true,
+        Ok(n) => wire::write_all(&mut stream, &line[n..]).is_ok(),
+        Err(_) => false,
+    }
+}
 
 fn write_line(w: &Writer, line: &[u8]) -> bool {
     let mut stream = w.lock().unwrap_or_else(|e| e.into_inner());
@@ -399,7 +417,7 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
                 Ok(v) => wire::result_line(&id, v),
                 Err(e) => wire::error_line(&id, e.code, &e.message, e.data),
             };
-            if !write_line(&out, &answer) {
+            if !answer_then_flush(shared, &out, &answer) {
                 break;
             }
             continue;
@@ -446,7 +464,7 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
             }
         };
         if let Some(a) = answer
-            && !write_line(&out, &a)
+            && !answer_then_flush(shared, &out, &a)
         {
             break;
         }
@@ -506,7 +524,7 @@ fn zcoder_request(
         Ok(obj) => zcoder_answer(shared, &obj, peer),
         Err(_) => zcoder_ack("", "invalid", None, shared),
     };
-    write_line(out, &ack);
+    answer_then_flush(shared, out, &ack);
 }
 
 fn zcoder_answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
@@ -1005,9 +1023,9 @@ fn refused(
     );
 }
 
-/// Emits the event of an accepted task. It is called while the task is
+/// Records the event of an accepted task. It is called while the task is
 /// indexed, under the spool's lock, so the event precedes anything done
-/// with the task.
+/// with the task; the caller flushes the `Hub` once it has answered.
 #[allow(clippy::too_many_arguments)]
 pub fn emit_accepted(
     hub: &Hub,
@@ -1031,7 +1049,7 @@ pub fn emit_accepted(
         sender_id: &'a Option<String>,
         workspace: &'a Option<String>,
     }
-    hub.emit_fields(
+    hub.record(
         kind,
         &Accepted {
             message_id,

@@ -1,12 +1,40 @@
 //! The only place that calls libc: thin, safe wrappers over the few system
 //! calls std does not expose (peer credentials, flock, umask, kill(0),
-//! the sun_path limit, the working directory of a peer).
+//! the sun_path limit, the working directory of a peer, a send that does
+//! not wait).
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+
+/// Writes what the socket takes now, without waiting: the number of bytes
+/// written, 0 when its buffer is full.
+pub fn send_nowait(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: the pointer and length describe `bytes`, which outlives
+        // the call; the descriptor is owned by `stream`.
+        let n = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                // Rust ignores SIGPIPE, so a gone peer is EPIPE.
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return Ok(0),
+            _ => return Err(e),
+        }
+    }
+}
 
 /// `O_NOFOLLOW`, for `OpenOptionsExt::custom_flags`.
 pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;

@@ -64,7 +64,7 @@ struct Scale {
 const FULL: Scale = Scale {
     full: true,
     rt_tasks: 20_000,
-    rt_blocks: 4,
+    rt_blocks: 20,
     rt_warmup: 500,
     big_tasks: 2_000,
     durable_tasks: 3_000,

@@ -899,6 +899,73 @@ fn subscribers_that_leave_or_stall_do_not_disturb_the_instance() {
     assert_eq!(call(&mut c, "ping", json!({}))["status"], "pong");
 }
 
+/// A sender that stops reading its answers holds back no event: every task
+/// it got accepted is heard by a watcher while the instance still waits to
+/// write that sender's answers.
+#[test]
+fn a_sender_that_stops_reading_holds_back_no_event() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = env.serve_with(
+        &ws,
+        &[("BATON_IO_TIMEOUT", "30"), ("BATON_MAX_QUEUE", "100000")],
+        &[],
+    );
+    let mut watch = inst.client();
+    let sub = call(&mut watch, "events/subscribe", json!({}));
+    assert_eq!(sub["subscribed"], true, "{sub}");
+    let mut stalled = inst.client();
+    stalled
+        .stream()
+        .set_write_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let stalled_socket = stalled.stream().try_clone().unwrap();
+    // Sends until the instance stops reading it (its answers fill the
+    // socket), and never reads an answer.
+    let lines: Vec<u8> = (0..20_000)
+        .flat_map(|i| {
+            let mut l = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": i,
+                "method": "message/send", "params": inst.msg(&format!("st-{i}"), "x")}))
+            .unwrap();
+            l.push(b'\n');
+            l
+        })
+        .collect();
+    let writer = thread::spawn(move || {
+        let _ = stalled.try_send_raw(&lines);
+        stalled
+    });
+    // The queue stops growing once the instance waits on the answers. It
+    // is watched in the spool: an answer to anyone else would write the
+    // pending events too.
+    let mut c = inst.client();
+    let inbox = spool_of(&mut c).join("inbox");
+    let mut last = (usize::MAX, Instant::now());
+    wait_until("the queue to stop growing", WAIT, || {
+        let q = fs::read_dir(&inbox).unwrap().count();
+        if q != last.0 {
+            last = (q, Instant::now());
+        }
+        q > 0 && last.1.elapsed() > Duration::from_millis(700)
+    });
+    let accepted = last.0;
+    assert!(accepted < 20_000, "the sender was never stalled");
+    let mut heard = 0;
+    while heard < accepted {
+        let m = watch.read_json();
+        assert_eq!(m["method"], "event", "{m}");
+        match m["params"]["kind"].as_str() {
+            Some("message.accepted") => heard += 1,
+            Some("message.rejected") => panic!("a refusal: {m}"),
+            _ => {}
+        }
+    }
+    assert_eq!(inst.queued(&mut c), accepted as u64);
+    let _ = stalled_socket.shutdown(std::net::Shutdown::Both);
+    drop(writer.join());
+    drop((c, watch));
+}
+
 #[test]
 fn a_subscriber_that_falls_behind_is_cut_off_not_left_hanging() {
     let env = Env::new();
