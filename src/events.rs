@@ -12,7 +12,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The live transcript file in a spool.
@@ -40,6 +40,8 @@ struct Subscriber {
     id: u64,
     tx: chan::Sender<Line>,
     controller: bool,
+    /// The first sequence number it hears live; earlier ones it replays.
+    from: u64,
 }
 
 impl Subscriber {
@@ -50,24 +52,41 @@ impl Subscriber {
     }
 }
 
-/// Sequence numbers, the transcript and the subscribers, behind one lock
-/// so that sequence numbers, transcript lines and what subscribers hear
-/// are in the same order. Callers never hold another lock taken after
-/// this one: the spool's index lock may be held while emitting (an
-/// acceptance is emitted while its task is indexed), never the reverse.
+/// Sequence numbers, the transcript and the subscribers. An event is
+/// numbered and its line queued under a short lock (`Queue`), which may be
+/// taken while the spool's index lock is held (an acceptance is numbered
+/// while its task is indexed), never the reverse. The lines are written to
+/// the transcript and fanned out by one flusher at a time, outside that
+/// lock, in `seq` order: a caller that finds a flush running leaves its
+/// lines to it, so no thread waits for another's transcript write and
+/// nobody holds the index lock across one.
 pub struct Hub {
-    inner: std::sync::Mutex<Inner>,
+    queue: Mutex<Queue>,
+    /// Signalled after a flush writes, when someone waits (`subscribe`).
+    written: Condvar,
+    out: Mutex<Out>,
 }
 
-struct Inner {
+struct Queue {
+    next_seq: u64,
+    /// Numbered lines not yet written, with their sequence numbers.
+    pending: Vec<(u64, Vec<u8>)>,
+    /// A flush is running; it writes whatever is pending when it looks.
+    flushing: bool,
+    /// Every line up to this sequence number is written.
+    written: u64,
+    /// Callers waiting on `Hub::written`.
+    waiting: usize,
+}
+
+/// The transcript and the subscribers: touched by the flusher, and by the
+/// few calls that change the subscribers.
+struct Out {
     dir: PathBuf,
     file: Option<File>,
     size: u64,
-    next_seq: u64,
     next_sub: u64,
     subs: Vec<Subscriber>,
-    /// Lines numbered and not yet written (see `Hub::record`).
-    pending: Vec<Vec<u8>>,
 }
 
 /// Seconds since the epoch, with milliseconds.
@@ -78,75 +97,13 @@ pub fn now() -> f64 {
     (d.as_millis() as f64) / 1000.0
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Hub {
     /// Opens the transcript in `dir`, continuing its sequence numbers.
     pub fn open(dir: &Path) -> Hub {
-        Hub {
-            inner: std::sync::Mutex::new(Inner::open(dir)),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Records one event and sends it to every subscriber. Returns its
-    /// sequence number. `fields` is an object; its own `seq`, `time` or
-    /// `kind` would be dropped.
-    pub fn emit(&self, kind: &str, fields: Value) -> u64 {
-        let mut fields = match fields {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        };
-        for k in ["seq", "time", "kind"] {
-            fields.remove(k);
-        }
-        let mut hub = self.lock();
-        let seq = hub.number(kind, &fields);
-        hub.flush();
-        seq
-    }
-
-    /// Numbers and records an event now, but writes it to the transcript
-    /// and to subscribers only at the next `flush` or `emit`: a connection
-    /// thread records an acceptance under the spool's lock, answers its
-    /// client, and then flushes. Every event is still written in `seq`
-    /// order. `fields` serialize as a struct with none of the names `seq`,
-    /// `time` and `kind`.
-    pub fn record<T: Serialize>(&self, kind: &str, fields: &T) -> u64 {
-        self.lock().number(kind, fields)
-    }
-
-    /// Writes the events recorded and not yet written.
-    pub fn flush(&self) {
-        self.lock().flush();
-    }
-
-    /// Adds a subscriber; it will receive every event from `next_seq` on.
-    pub fn subscribe(&self, controller: bool) -> Subscription {
-        let mut hub = self.lock();
-        // What a subscriber is told precedes it is in the transcript.
-        hub.flush();
-        hub.subscribe(controller)
-    }
-
-    pub fn unsubscribe(&self, id: u64) {
-        self.lock().subs.retain(|s| s.id != id);
-    }
-
-    /// Sends a prepared line (a server-to-client request) to controllers
-    /// only, or to the one controller `only`. Returns how many received it.
-    pub fn send_to_controllers(&self, line: &[u8], only: Option<u64>) -> usize {
-        self.lock().send_to_controllers(line, only)
-    }
-
-    pub fn controllers(&self) -> usize {
-        self.lock().subs.iter().filter(|s| s.controller).count()
-    }
-}
-
-impl Inner {
-    fn open(dir: &Path) -> Inner {
         let path = dir.join(TRANSCRIPT);
         let last = last_seq(&path).or_else(|| last_seq(&dir.join(TRANSCRIPT_OLD)));
         let file = open_append(&path);
@@ -160,19 +117,48 @@ impl Inner {
                 path.display()
             );
         }
-        Inner {
-            dir: dir.to_path_buf(),
-            file,
-            size,
-            next_seq: last.map_or(1, |s| s + 1),
-            next_sub: 1,
-            subs: Vec::new(),
-            pending: Vec::new(),
+        let next_seq = last.map_or(1, |s| s + 1);
+        Hub {
+            queue: Mutex::new(Queue {
+                next_seq,
+                pending: Vec::new(),
+                flushing: false,
+                written: next_seq - 1,
+                waiting: 0,
+            }),
+            written: Condvar::new(),
+            out: Mutex::new(Out {
+                dir: dir.to_path_buf(),
+                file,
+                size,
+                next_sub: 1,
+                subs: Vec::new(),
+            }),
         }
     }
 
-    /// Gives an event its number and time and queues its line.
-    fn number<T: Serialize>(&mut self, kind: &str, fields: &T) -> u64 {
+    /// Records one event and sends it to every subscriber. Returns its
+    /// sequence number. `fields` is an object; its own `seq`, `time` or
+    /// `kind` would be dropped.
+    pub fn emit(&self, kind: &str, fields: Value) -> u64 {
+        let mut fields = match fields {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        for k in ["seq", "time", "kind"] {
+            fields.remove(k);
+        }
+        let seq = self.record(kind, &fields);
+        self.flush();
+        seq
+    }
+
+    /// Numbers and queues an event, to be written to the transcript and to
+    /// subscribers by the next `flush` (or `emit`) of anyone: a connection
+    /// thread records an acceptance under the spool's lock, answers its
+    /// client, and then flushes. `fields` serialize as a struct with none
+    /// of the names `seq`, `time` and `kind`.
+    pub fn record<T: Serialize>(&self, kind: &str, fields: &T) -> u64 {
         /// An event as recorded: its number, time and kind, then its fields.
         #[derive(Serialize)]
         struct Numbered<'a, T> {
@@ -182,8 +168,9 @@ impl Inner {
             #[serde(flatten)]
             fields: &'a T,
         }
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        let mut q = lock(&self.queue);
+        let seq = q.next_seq;
+        q.next_seq += 1;
         let event = Numbered {
             seq,
             time: now(),
@@ -192,25 +179,100 @@ impl Inner {
         };
         let mut line = serde_json::to_vec(&event).expect("an event serializes");
         line.push(b'\n');
-        self.pending.push(line);
+        q.pending.push((seq, line));
         seq
     }
 
-    /// Appends the queued lines to the transcript and sends them to the
-    /// subscribers, in order.
-    fn flush(&mut self) {
-        let mut lines = std::mem::take(&mut self.pending);
-        for line in lines.drain(..) {
+    /// Sees that every queued event gets written: writes them, or leaves
+    /// them to the flush that is running, which looks again before it ends.
+    pub fn flush(&self) {
+        let mut q = lock(&self.queue);
+        if q.flushing || q.pending.is_empty() {
+            return;
+        }
+        q.flushing = true;
+        let mut lines = Vec::new();
+        while !q.pending.is_empty() {
+            std::mem::swap(&mut lines, &mut q.pending);
+            drop(q);
+            let last = lines.last().map(|(seq, _)| *seq);
+            lock(&self.out).write(lines.drain(..));
+            q = lock(&self.queue);
+            q.written = last.unwrap_or(q.written);
+            if q.waiting > 0 {
+                self.written.notify_all();
+            }
+        }
+        q.flushing = false;
+    }
+
+    /// Adds a subscriber; it will receive every event from `next_seq` on,
+    /// and every earlier one is in the transcript when this returns.
+    pub fn subscribe(&self, controller: bool) -> Subscription {
+        // Registered while nothing can be numbered, so it hears live every
+        // line from `next_seq` on: a batch being written holds only
+        // earlier ones. (The flusher never takes `queue` while it holds
+        // `out`, so this order of the two locks is safe.)
+        let sub = {
+            let q = lock(&self.queue);
+            lock(&self.out).subscribe(controller, q.next_seq)
+        };
+        let next_seq = sub.next_seq;
+        self.flush();
+        let mut q = lock(&self.queue);
+        q.waiting += 1;
+        while q.written + 1 < next_seq {
+            q = self.written.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+        q.waiting -= 1;
+        sub
+    }
+
+    pub fn unsubscribe(&self, id: u64) {
+        lock(&self.out).subs.retain(|s| s.id != id);
+    }
+
+    /// Sends a prepared line (a server-to-client request) to controllers
+    /// only, or to the one controller `only`. Returns how many received it.
+    pub fn send_to_controllers(&self, line: &[u8], only: Option<u64>) -> usize {
+        let line = Arc::new(line.to_vec());
+        let mut n = 0;
+        lock(&self.out).subs.retain(|s| {
+            if !s.controller || only.is_some_and(|o| o != s.id) {
+                return true;
+            }
+            let ok = s.offer(&line);
+            n += ok as usize;
+            ok
+        });
+        n
+    }
+
+    pub fn controllers(&self) -> usize {
+        lock(&self.out).subs.iter().filter(|s| s.controller).count()
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+impl Out {
+    /// Appends lines to the transcript and sends them to the subscribers
+    /// that hear them live, in order.
+    fn write(&mut self, lines: impl Iterator<Item = (u64, Vec<u8>)>) {
+        for (seq, line) in lines {
             self.append(&line);
-            if !self.subs.is_empty() {
+            if self.subs.iter().any(|s| s.from <= seq) {
                 let note = Arc::new(crate::wire::notification_with_params(
                     "event",
                     &line[..line.len() - 1],
                 ));
-                self.subs.retain(|s| s.offer(&note));
+                self.subs.retain(|s| s.from > seq || s.offer(&note));
             }
         }
-        self.pending = lines;
     }
 
     fn append(&mut self, line: &[u8]) {
@@ -230,39 +292,24 @@ impl Inner {
         }
     }
 
-    fn subscribe(&mut self, controller: bool) -> Subscription {
+    fn subscribe(&mut self, controller: bool, from: u64) -> Subscription {
         // Unbounded with a length check rather than bounded: a bounded
         // channel allocates all its slots up front (64 KiB per
         // subscriber), an unbounded one grows with what is waiting.
         let (tx, rx) = chan::unbounded();
         let id = self.next_sub;
         self.next_sub += 1;
-        self.subs.push(Subscriber { id, tx, controller });
+        self.subs.push(Subscriber {
+            id,
+            tx,
+            controller,
+            from,
+        });
         Subscription {
             id,
-            next_seq: self.next_seq,
+            next_seq: from,
             rx,
         }
-    }
-
-    fn send_to_controllers(&mut self, line: &[u8], only: Option<u64>) -> usize {
-        let line = Arc::new(line.to_vec());
-        let mut n = 0;
-        self.subs.retain(|s| {
-            if !s.controller || only.is_some_and(|o| o != s.id) {
-                return true;
-            }
-            let ok = s.offer(&line);
-            n += ok as usize;
-            ok
-        });
-        n
-    }
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.flush();
     }
 }
 
@@ -343,7 +390,7 @@ mod tests {
         let hub = Hub::open(&dir);
         assert_eq!(hub.emit("notice", json!({})), 4);
         // Force a rotation and check replay spans both files.
-        hub.lock().size = ROTATE_BYTES;
+        lock(&hub.out).size = ROTATE_BYTES;
         assert_eq!(hub.emit("notice", json!({})), 5);
         assert!(dir.join(TRANSCRIPT_OLD).exists());
         let mut seen = Vec::new();
@@ -353,6 +400,67 @@ mod tests {
             true
         });
         assert_eq!(seen, [2, 3, 4]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Threads numbering and flushing at once, and a subscriber joining
+    /// midway: the transcript holds every event once, in order, and what
+    /// the subscriber replays plus what it hears live is every event once.
+    #[test]
+    fn concurrent_flushes_write_in_order_and_a_late_subscriber_misses_nothing() {
+        let dir = std::env::temp_dir().join(format!("baton-events-race-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let hub = Arc::new(Hub::open(&dir));
+        let (threads, each) = (4, 500_usize);
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let hub = Arc::clone(&hub);
+                std::thread::spawn(move || {
+                    for i in 0..each {
+                        hub.record("notice", &json!({"t": t, "i": i}));
+                        if i % 3 == 0 {
+                            hub.emit("notice", json!({"t": t}));
+                        } else {
+                            hub.flush();
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let sub = hub.subscribe(false);
+        let mut replayed = Vec::new();
+        replay(&dir, 1, sub.next_seq, |l| {
+            let v: Value = serde_json::from_slice(l).unwrap();
+            replayed.push(v["seq"].as_u64().unwrap());
+            true
+        });
+        for w in workers {
+            w.join().unwrap();
+        }
+        hub.flush();
+        let total = (threads * (each + each.div_ceil(3))) as u64;
+        let live: Vec<u64> = sub
+            .rx
+            .try_iter()
+            .map(|l| {
+                let v: Value = serde_json::from_slice(&l).unwrap();
+                v["params"]["seq"].as_u64().unwrap()
+            })
+            .collect();
+        let heard: Vec<u64> = replayed.into_iter().chain(live).collect();
+        assert_eq!(heard, (1..=total).collect::<Vec<_>>());
+        let text = fs::read_to_string(dir.join(TRANSCRIPT)).unwrap();
+        let written: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["seq"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(written, (1..=total).collect::<Vec<_>>());
         fs::remove_dir_all(&dir).unwrap();
     }
 
