@@ -67,12 +67,21 @@ pub struct Hub {
     out: Mutex<Out>,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flushing {
+    Idle,
+    /// A flush is running; it writes whatever is pending when it looks.
+    Active,
+    /// A bounded flush left lines behind and asked for a `flush`, which
+    /// takes over; until then the lines wait.
+    Handed,
+}
+
 struct Queue {
     next_seq: u64,
     /// Numbered lines not yet written, with their sequence numbers.
     pending: Vec<(u64, Vec<u8>)>,
-    /// A flush is running; it writes whatever is pending when it looks.
-    flushing: bool,
+    flushing: Flushing,
     /// Every line up to this sequence number is written.
     written: u64,
     /// Callers waiting on `Hub::written`.
@@ -122,7 +131,7 @@ impl Hub {
             queue: Mutex::new(Queue {
                 next_seq,
                 pending: Vec::new(),
-                flushing: false,
+                flushing: Flushing::Idle,
                 written: next_seq - 1,
                 waiting: 0,
             }),
@@ -186,13 +195,37 @@ impl Hub {
     /// Sees that every queued event gets written: writes them, or leaves
     /// them to the flush that is running, which looks again before it ends.
     pub fn flush(&self) {
-        let mut q = lock(&self.queue);
-        if q.flushing || q.pending.is_empty() {
+        let q = lock(&self.queue);
+        if q.flushing == Flushing::Active || (q.flushing == Flushing::Idle && q.pending.is_empty())
+        {
             return;
         }
-        q.flushing = true;
+        self.drain(q, usize::MAX);
+    }
+
+    /// A connection thread's flush: one batch at most, so that under load
+    /// one sender is not kept writing everybody's lines. If more came
+    /// meanwhile, `hand_over` must see that someone calls `flush` soon (the
+    /// foreground), which writes them.
+    pub fn flush_once(&self, hand_over: impl FnOnce()) {
+        let q = lock(&self.queue);
+        if q.flushing != Flushing::Idle || q.pending.is_empty() {
+            return;
+        }
+        if !self.drain(q, 1) {
+            hand_over();
+        }
+    }
+
+    /// Writes batches of pending lines until none is left (true) or
+    /// `batches` are written; then the flush is `Handed` on (false).
+    fn drain<'a>(&'a self, mut q: MutexGuard<'a, Queue>, batches: usize) -> bool {
+        q.flushing = Flushing::Active;
         let mut lines = Vec::new();
-        while !q.pending.is_empty() {
+        for _ in 0..batches {
+            if q.pending.is_empty() {
+                break;
+            }
             std::mem::swap(&mut lines, &mut q.pending);
             drop(q);
             let last = lines.last().map(|(seq, _)| *seq);
@@ -203,7 +236,13 @@ impl Hub {
                 self.written.notify_all();
             }
         }
-        q.flushing = false;
+        let done = q.pending.is_empty();
+        q.flushing = if done {
+            Flushing::Idle
+        } else {
+            Flushing::Handed
+        };
+        done
     }
 
     /// Adds a subscriber; it will receive every event from `next_seq` on,
@@ -255,7 +294,9 @@ impl Hub {
 
 impl Drop for Hub {
     fn drop(&mut self) {
-        self.flush();
+        // Nobody else can be flushing now.
+        let q = lock(&self.queue);
+        self.drain(q, usize::MAX);
     }
 }
 
@@ -413,21 +454,32 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let hub = Arc::new(Hub::open(&dir));
         let (threads, each) = (4, 500_usize);
+        // Plays the foreground: takes over what bounded flushes hand on.
+        let (handed, hand) = chan::unbounded::<()>();
+        let foreground = {
+            let hub = Arc::clone(&hub);
+            std::thread::spawn(move || {
+                for () in hand {
+                    hub.flush();
+                }
+            })
+        };
         let workers: Vec<_> = (0..threads)
             .map(|t| {
-                let hub = Arc::clone(&hub);
+                let (hub, handed) = (Arc::clone(&hub), handed.clone());
                 std::thread::spawn(move || {
                     for i in 0..each {
                         hub.record("notice", &json!({"t": t, "i": i}));
-                        if i % 3 == 0 {
-                            hub.emit("notice", json!({"t": t}));
-                        } else {
-                            hub.flush();
+                        match i % 3 {
+                            0 => drop(hub.emit("notice", json!({"t": t}))),
+                            1 => hub.flush(),
+                            _ => hub.flush_once(|| handed.send(()).unwrap()),
                         }
                     }
                 })
             })
             .collect();
+        drop(handed);
         std::thread::sleep(std::time::Duration::from_millis(2));
         let sub = hub.subscribe(false);
         let mut replayed = Vec::new();
@@ -439,7 +491,8 @@ mod tests {
         for w in workers {
             w.join().unwrap();
         }
-        hub.flush();
+        foreground.join().unwrap();
+        // No flush here: every line must be written already.
         let total = (threads * (each + each.div_ceil(3))) as u64;
         let live: Vec<u64> = sub
             .rx

@@ -724,6 +724,7 @@ impl Foreground {
         match ev {
             // The loop looks at the queue after every event.
             Event::Queued => {}
+            Event::Flush => self.hub.flush(),
             Event::Call {
                 method,
                 params,

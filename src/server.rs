@@ -71,8 +71,11 @@ impl Policy {
 /// What connection threads tell the foreground.
 pub enum Event {
     /// A task was accepted while the foreground waits for one (see
-    /// `Shared::wake_on_accept`); its event is emitted already.
+    /// `Shared::wake_on_accept`); its event is recorded already.
     Queued,
+    /// A connection thread left queued events to the foreground to write
+    /// (see `Hub::flush_once`).
+    Flush,
     /// A request only the foreground may answer.
     Call {
         method: String,
@@ -304,7 +307,9 @@ type Writer = Arc<Mutex<UnixStream>>;
 fn answer_then_flush(shared: &Shared, w: &Writer, line: &[u8]) -> bool {
     let mut stream = w.lock().unwrap_or_else(|e| e.into_inner());
     let sent = sys::send_nowait(&stream, line);
-    shared.hub.flush();
+    shared.hub.flush_once(|| {
+        let _ = shared.events.send(Event::Flush);
+    });
     match sent {
         Ok(n) if n == line.len() => true,
         Ok(n) => wire::write_all(&mut stream, &line[n..]).is_ok(),

@@ -70,7 +70,7 @@ const FULL: Scale = Scale {
     durable_tasks: 3_000,
     durable_blocks: 3,
     tput_each: 600,
-    tput_blocks: 6,
+    tput_blocks: 12,
     send_peers: 50,
     send_runs: 30,
     list_sizes: [10, 100, 500],
