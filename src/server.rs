@@ -1,8 +1,9 @@
 //! The listener (DESIGN §4): one blocking accept thread, one thread per
 //! connection with read and write deadlines. Connection threads validate,
-//! store accepted tasks in the spool, answer, and tell the foreground
-//! through a channel; anything that needs agent state (control, inbox) is
-//! asked of the foreground over that channel and never done here.
+//! store accepted tasks in the spool, record the acceptance or refusal in
+//! the event `Hub`, and answer; they wake the foreground only when it
+//! waits for tasks. Anything that needs agent state (control, inbox) is
+//! asked of the foreground over its channel and never done here.
 
 use crate::config::Config;
 use crate::events::{self, Hub, Subscription};
