@@ -8,7 +8,8 @@
 //! rows with small counts, which only checks that every row produced a
 //! number. Row ids after the flag (`-- --full 1 5`) run only those rows.
 //! `--oneshot SOCKET` makes it the one-shot client that stands in for
-//! socat when socat is missing.
+//! socat when socat is missing; `--floor-server SOCKET DIR` makes it row
+//! 1's floor server in a process of its own (row 1f).
 //!
 //! Each row is a function that starts what it needs in a private world
 //! (registry, state home and temporary directory of its own) and stops
@@ -323,6 +324,48 @@ fn interleaved(
 // ---------------------------------------------------------------------
 // Rows
 
+/// Row 1's floor server run as a process of its own (this binary with
+/// `--floor-server`), so that its hand-offs with the client cross a
+/// process boundary as baton's do. Killed, by pid, on drop.
+struct FloorProcess {
+    path: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl FloorProcess {
+    fn start(path: &Path, dir: &Path) -> Result<FloorProcess, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let child = Command::new(exe)
+            .arg("--floor-server")
+            .arg(path)
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("floor server: {e}"))?;
+        let p = FloorProcess {
+            path: path.to_path_buf(),
+            child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(path).is_err() {
+            if Instant::now() > deadline {
+                return Err("the floor server did not listen within 10 s".into());
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        Ok(p)
+    }
+}
+
+impl Drop for FloorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
 /// Row 1: round trip on tmpfs with fsync off, against the floor (create,
 /// write, rename, echo) and a bare echo; also how it grows with the queue
 /// and with the body.
@@ -340,12 +383,14 @@ fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
         },
     )?;
     let echo = Floor::start(w.root().join("echo.sock"), Store::Echo)?;
+    let apart = FloorProcess::start(&w.root().join("apart.sock"), &w.root().join("apart"))?;
     let mut b = LineClient::baton(&inst.socket)?;
     let mut f = LineClient::connect(&floor.path).map_err(|e| e.to_string())?;
     let mut e = LineClient::connect(&echo.path).map_err(|e| e.to_string())?;
+    let mut fp = LineClient::connect(&apart.path).map_err(|e| e.to_string())?;
     let small = body(BODY_BYTES);
     let r = interleaved(
-        &mut [&mut b, &mut f, &mut e],
+        &mut [&mut b, &mut f, &mut e, &mut fp],
         &inst.id,
         &small,
         "m",
@@ -367,7 +412,8 @@ fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
         sc.big_tasks,
         2,
     )?;
-    drop((b, bb));
+    drop((b, bb, fp));
+    drop(apart);
     w.stop_all();
     let tenth = (r[0].len() / 10).max(1);
     let (first, last) = (&r[0][..tenth], &r[0][r[0].len() - tenth..]);
@@ -406,6 +452,13 @@ fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
             ),
             Fig::Time(median(last)),
             Fig::Time(median(first)),
+            Target::None,
+        ),
+        row(
+            "1f",
+            "round trip p50, same run; the floor as a process of its own",
+            Fig::Time(median(&r[0])),
+            Fig::Time(median(&r[3])),
             Target::None,
         ),
         row(
@@ -1146,6 +1199,24 @@ fn main() {
     if args.first().map(String::as_str) == Some("--oneshot") {
         let code = net::oneshot(args.get(1).map_or("", String::as_str));
         std::process::exit(code);
+    }
+    if let [flag, socket, dir] = &args[..]
+        && flag == "--floor-server"
+    {
+        let store = Store::Files {
+            dir: dir.into(),
+            durable: false,
+        };
+        match Floor::start(socket.into(), store) {
+            // Serves until the harness kills it.
+            Ok(_floor) => loop {
+                thread::sleep(Duration::from_secs(3600));
+            },
+            Err(e) => {
+                eprintln!("bench: floor server: {e}");
+                std::process::exit(2);
+            }
+        }
     }
     let sc = if args.iter().any(|a| a == "--full") {
         &FULL
