@@ -257,13 +257,21 @@ impl Hub {
             lock(&self.out).subscribe(controller, q.next_seq)
         };
         let next_seq = sub.next_seq;
-        self.flush();
         let mut q = lock(&self.queue);
-        q.waiting += 1;
         while q.written + 1 < next_seq {
-            q = self.written.wait(q).unwrap_or_else(|e| e.into_inner());
+            if q.flushing == Flushing::Active {
+                // Woken after each batch the flusher writes.
+                q.waiting += 1;
+                q = self.written.wait(q).unwrap_or_else(|e| e.into_inner());
+                q.waiting -= 1;
+            } else {
+                // Nobody writes (or a bounded flush handed its rest on,
+                // perhaps to this very thread): write them here.
+                self.drain(q, usize::MAX);
+                q = lock(&self.queue);
+            }
         }
-        q.waiting -= 1;
+        drop(q);
         sub
     }
 
@@ -454,14 +462,27 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let hub = Arc::new(Hub::open(&dir));
         let (threads, each) = (4, 500_usize);
-        // Plays the foreground: takes over what bounded flushes hand on.
+        // Plays the foreground: takes over what bounded flushes hand on,
+        // and subscribes midway, as the real one does, so a subscribe that
+        // waited for a flush handed to its own thread would hang here.
         let (handed, hand) = chan::unbounded::<()>();
+        let (subscribed, sub_rx) = chan::bounded(1);
         let foreground = {
-            let hub = Arc::clone(&hub);
+            let (hub, dir) = (Arc::clone(&hub), dir.clone());
             std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                let sub = hub.subscribe(false);
+                let mut replayed = Vec::new();
+                replay(&dir, 1, sub.next_seq, |l| {
+                    let v: Value = serde_json::from_slice(l).unwrap();
+                    replayed.push(v["seq"].as_u64().unwrap());
+                    true
+                });
+                subscribed.send(()).unwrap();
                 for () in hand {
                     hub.flush();
                 }
+                (sub, replayed)
             })
         };
         let workers: Vec<_> = (0..threads)
@@ -480,18 +501,13 @@ mod tests {
             })
             .collect();
         drop(handed);
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let sub = hub.subscribe(false);
-        let mut replayed = Vec::new();
-        replay(&dir, 1, sub.next_seq, |l| {
-            let v: Value = serde_json::from_slice(l).unwrap();
-            replayed.push(v["seq"].as_u64().unwrap());
-            true
-        });
+        sub_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("subscribe returned within 10 s");
         for w in workers {
             w.join().unwrap();
         }
-        foreground.join().unwrap();
+        let (sub, replayed) = foreground.join().unwrap();
         // No flush here: every line must be written already.
         let total = (threads * (each + each.div_ceil(3))) as u64;
         let live: Vec<u64> = sub
@@ -514,6 +530,44 @@ mod tests {
             })
             .collect();
         assert_eq!(written, (1..=total).collect::<Vec<_>>());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The foreground both subscribes and takes over the flushes handed to
+    /// it: a subscribe waiting for a flush that ends by handing its rest on
+    /// must write that rest itself, not wait for its own thread.
+    #[test]
+    fn a_subscribe_takes_over_a_flush_handed_on_while_it_waits() {
+        let dir = std::env::temp_dir().join(format!("baton-events-hand-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let hub = Arc::new(Hub::open(&dir));
+        hub.record("notice", &json!({"i": 1}));
+        // As if a bounded flush were running.
+        lock(&hub.queue).flushing = Flushing::Active;
+        let (tx, rx) = chan::bounded(1);
+        let h = Arc::clone(&hub);
+        std::thread::spawn(move || tx.send(h.subscribe(false).next_seq).unwrap());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while lock(&hub.queue).waiting == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "subscribe never waited"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // The flush ends with lines left, handing them on.
+        {
+            let mut q = lock(&hub.queue);
+            q.flushing = Flushing::Handed;
+            hub.written.notify_all();
+        }
+        let next = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("subscribe returned within 10 s");
+        assert_eq!(next, 2);
+        let text = fs::read_to_string(dir.join(TRANSCRIPT)).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
         fs::remove_dir_all(&dir).unwrap();
     }
 
