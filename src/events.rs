@@ -423,11 +423,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn sequence_continues_across_reopen_and_rotation_keeps_order() {
-        let dir = std::env::temp_dir().join(format!("baton-events-{}", std::process::id()));
+    /// An empty directory of this test process's own.
+    fn fresh_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("baton-events-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn sequence_continues_across_reopen_and_rotation_keeps_order() {
+        let dir = fresh_dir("seq");
         let hub = Hub::open(&dir);
         let sub = hub.subscribe(false);
         assert_eq!(sub.next_seq, 1);
@@ -457,9 +463,7 @@ mod tests {
     /// the subscriber replays plus what it hears live is every event once.
     #[test]
     fn concurrent_flushes_write_in_order_and_a_late_subscriber_misses_nothing() {
-        let dir = std::env::temp_dir().join(format!("baton-events-race-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("race");
         let hub = Arc::new(Hub::open(&dir));
         let (threads, each) = (4, 500_usize);
         // Plays the foreground: takes over what bounded flushes hand on,
@@ -538,9 +542,7 @@ mod tests {
     /// must write that rest itself, not wait for its own thread.
     #[test]
     fn a_subscribe_takes_over_a_flush_handed_on_while_it_waits() {
-        let dir = std::env::temp_dir().join(format!("baton-events-hand-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("hand");
         let hub = Arc::new(Hub::open(&dir));
         hub.record("notice", &json!({"i": 1}));
         // As if a bounded flush were running.
@@ -573,9 +575,7 @@ mod tests {
 
     #[test]
     fn a_full_subscriber_is_dropped_not_waited_for() {
-        let dir = std::env::temp_dir().join(format!("baton-events-full-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("full");
         let hub = Hub::open(&dir);
         let _slow = hub.subscribe(true);
         for _ in 0..=SUBSCRIBER_BACKLOG {
