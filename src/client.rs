@@ -137,7 +137,7 @@ impl Connection {
                     ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => ClientError::Closed,
                     ReadError::TooLarge => ClientError::Protocol("answer too large".into()),
                 })?;
-            let v: Value = serde_json::from_slice(&line)
+            let v: Value = serde_json::from_slice(line)
                 .map_err(|e| ClientError::Protocol(format!("answer is not JSON: {e}")))?;
             if v.get("method").is_some() {
                 continue;
@@ -180,7 +180,7 @@ impl Connection {
         let mut reader = self.reader;
         std::thread::spawn(move || {
             while let Ok(line) = reader.read_line(None, Duration::from_secs(3600)) {
-                let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                let Ok(v) = serde_json::from_slice::<Value>(line) else {
                     continue;
                 };
                 if tx.send(v).is_err() {

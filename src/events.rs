@@ -186,7 +186,8 @@ impl Hub {
             kind,
             fields,
         };
-        let mut line = serde_json::to_vec(&event).expect("an event serializes");
+        let mut line = Vec::with_capacity(512);
+        serde_json::to_writer(&mut line, &event).expect("an event serializes");
         line.push(b'\n');
         q.pending.push((seq, line));
         seq

@@ -1624,7 +1624,7 @@ impl Foreground {
             pid: Some(std::process::id()),
             ..spool::Sender::default()
         };
-        let task = spool::new_task(&id, &text, sender.clone(), 0, None, "queue", None, "local");
+        let task = spool::new_task(&id, text, sender, 0, None, "queue", None, "local");
         let limits = spool::Limits {
             max_queue: self.shared.config.max_queue,
             max_inflight: 0,
@@ -1633,17 +1633,14 @@ impl Foreground {
             task,
             limits,
             || false,
-            |queue_position| {
+            |task, queue_position| {
                 server::emit_accepted(
                     &self.hub,
                     "local.input",
-                    &id,
+                    task,
                     LOCAL,
-                    sender.pid,
+                    task.sender.pid,
                     queue_position,
-                    "queue",
-                    &text,
-                    &sender,
                 );
             },
         );

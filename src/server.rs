@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::events::{self, Hub, Subscription};
 use crate::glob::glob_match;
 use crate::registry::{self, Manifest};
-use crate::spool::{self, Admission, Limits, Sender, Spool};
+use crate::spool::{self, Admission, Limits, Sender, Spool, Task};
 use crate::sys;
 use crate::turn::TurnEvent;
 use crate::wire::{self, Incoming, LineReader, ReadError};
@@ -410,17 +410,18 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
             }
         };
         if first && line.starts_with(wire::ZCODER_MAGIC) {
-            zcoder_request(shared, &mut reader, &out, &line, &peer);
+            let header = line.to_vec();
+            zcoder_request(shared, &mut reader, &out, &header, &peer);
             break;
         }
         first = false;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        if initialized && let Some((id, req)) = fast_send(&line) {
+        if initialized && let Some((id, req)) = fast_send(line) {
             let _ = crate::failpoint::hit("dispatch");
             let answer = match deliver(shared, req, &peer, "jsonrpc") {
-                Ok(v) => wire::result_line(&id, v),
+                Ok(v) => wire::result_line(&id, &v),
                 Err(e) => wire::error_line(&id, e.code, &e.message, e.data),
             };
             if !answer_then_flush(shared, &out, &answer) {
@@ -428,7 +429,7 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
             }
             continue;
         }
-        let answer = match wire::classify(&line) {
+        let answer = match wire::classify(line) {
             Incoming::Invalid { id, code, message } => {
                 Some(wire::error_line(&id, code, &message, None))
             }
@@ -463,7 +464,7 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
                         initialized = true;
                     }
                     Some(match r {
-                        Ok(v) => wire::result_line(&id, v),
+                        Ok(v) => wire::result_line(&id, &v),
                         Err(e) => wire::error_line(&id, e.code, &e.message, e.data),
                     })
                 }
@@ -555,13 +556,18 @@ fn zcoder_answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<
             };
             match deliver(shared, req, peer, "zcoder") {
                 Ok(r) => {
-                    let status = match r["status"].as_str().unwrap_or("invalid") {
+                    let status = match r.status {
                         // zcoder has no word for these; the transcript
                         // keeps the precise status.
                         "hop_limit" | "inflight_full" | "denied" => "invalid",
                         s => s,
                     };
-                    zcoder_ack(&message_id, status, r["queue_position"].as_u64(), shared)
+                    zcoder_ack(
+                        &message_id,
+                        status,
+                        r.queue_position.map(|p| p as u64),
+                        shared,
+                    )
                 }
                 // Storage failed: nothing was accepted; `full` tells a
                 // zcoder sender to try again later.
@@ -652,7 +658,7 @@ fn subscribe(
         .recv_timeout(shared.config.io_timeout.max(Duration::from_secs(5)))
         .map_err(|_| RpcError::new(wire::INTERNAL_ERROR, "the instance did not answer in time"))?;
     let result = json!({"subscribed": true, "next_seq": sub.next_seq, "controller": controller});
-    if !write_line(out, &wire::result_line(id, result)) {
+    if !write_line(out, &wire::result_line(id, &result)) {
         return Ok(sub.id);
     }
     if let Some(since) = since {
@@ -720,7 +726,8 @@ fn dispatch(shared: &Shared, method: &str, params: Value, peer: &Peer) -> Result
         }
         "message/send" => {
             let req = SendRequest::from_params(&params)?;
-            deliver(shared, req, peer, "jsonrpc")
+            let d = deliver(shared, req, peer, "jsonrpc")?;
+            Ok(serde_json::to_value(d).expect("an answer always serializes"))
         }
         // Every other listed method needs the agent's state: the
         // foreground answers it (events/subscribe never reaches here).
@@ -960,6 +967,19 @@ pub mod reason {
         "message_id was accepted before, but its stored record cannot be read to compare bodies";
 }
 
+/// The result of `message/send`: its members in the order a JSON map
+/// gives them.
+#[derive(Debug, serde::Serialize)]
+pub struct Delivery {
+    pub message_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub state: &'static str,
+    pub status: &'static str,
+}
+
 /// Runs every acceptance check of DESIGN §4 in order and, if all pass,
 /// stores the task. Used by both wires. A spool that cannot store the task
 /// is not a delivery outcome but an internal error: nothing was accepted.
@@ -968,39 +988,21 @@ pub fn deliver(
     req: SendRequest,
     peer: &Peer,
     wire: &str,
-) -> Result<Value, RpcError> {
-    let peer_pid = peer.pid;
-    let result = check_and_admit(shared, &req, peer, wire);
+) -> Result<Delivery, RpcError> {
+    let mut req = req;
+    let result = check_and_admit(shared, &mut req, peer, wire);
     if result.status == "accepted" {
         let _ = crate::failpoint::hit("before-answer");
-    }
-    let from = result.from.clone().unwrap_or_else(|| {
-        req.sender_instance_id
-            .clone()
-            .unwrap_or_else(|| "(cli)".into())
-    });
-    if result.status == "error" {
-        let reason = result.reason.unwrap_or_default();
-        refused(shared, &req.message_id, "error", &reason, &from, peer_pid);
-        return Err(RpcError::new(
-            wire::INTERNAL_ERROR,
-            format!("internal error: {reason}; the task was not accepted"),
-        ));
-    }
-    let state = shared.state().as_str();
-    let mut out = json!({"status": result.status, "message_id": req.message_id, "state": state});
-    if let Some(p) = result.queue_position {
-        out["queue_position"] = json!(p);
-    }
-    if let Some(r) = &result.reason {
-        out["reason"] = json!(r);
-    }
-    // An acceptance was emitted under the spool lock (see `admit`).
-    if result.status == "accepted" {
+        // The acceptance was recorded under the spool lock (see `admit`).
         if shared.wake_on_accept.load(Ordering::SeqCst) {
             let _ = shared.events.send(Event::Queued);
         }
     } else {
+        let from = result.from.unwrap_or_else(|| {
+            req.sender_instance_id
+                .clone()
+                .unwrap_or_else(|| "(cli)".into())
+        });
         let reason = result.reason.as_deref().unwrap_or_default();
         refused(
             shared,
@@ -1008,10 +1010,22 @@ pub fn deliver(
             result.status,
             reason,
             &from,
-            peer_pid,
+            peer.pid,
         );
+        if result.status == "error" {
+            return Err(RpcError::new(
+                wire::INTERNAL_ERROR,
+                format!("internal error: {reason}; the task was not accepted"),
+            ));
+        }
     }
-    Ok(out)
+    Ok(Delivery {
+        message_id: req.message_id,
+        queue_position: result.queue_position,
+        reason: result.reason,
+        state: shared.state().as_str(),
+        status: result.status,
+    })
 }
 
 fn refused(
@@ -1032,17 +1046,13 @@ fn refused(
 /// Records the event of an accepted task. It is called while the task is
 /// indexed, under the spool's lock, so the event precedes anything done
 /// with the task; the caller flushes the `Hub` once it has answered.
-#[allow(clippy::too_many_arguments)]
 pub fn emit_accepted(
     hub: &Hub,
     kind: &str,
-    message_id: &str,
+    task: &Task,
     from: &str,
     pid: Option<u32>,
     queue_position: usize,
-    mode: &str,
-    body: &str,
-    sender: &Sender,
 ) {
     #[derive(serde::Serialize)]
     struct Accepted<'a> {
@@ -1058,14 +1068,14 @@ pub fn emit_accepted(
     hub.record(
         kind,
         &Accepted {
-            message_id,
+            message_id: &task.message_id,
             from,
             pid,
             queue_position,
-            mode,
-            body,
-            sender_id: &sender.instance_id,
-            workspace: &sender.workspace,
+            mode: &task.mode,
+            body: &task.body,
+            sender_id: &task.sender.instance_id,
+            workspace: &task.sender.workspace,
         },
     );
 }
@@ -1087,7 +1097,8 @@ fn refuse(status: &'static str, reason: impl Into<String>) -> Outcome {
     }
 }
 
-fn check_and_admit(shared: &Shared, req: &SendRequest, peer: &Peer, wire: &str) -> Outcome {
+/// Takes the body out of `req` when the task is built.
+fn check_and_admit(shared: &Shared, req: &mut SendRequest, peer: &Peer, wire: &str) -> Outcome {
     let cfg = &shared.config;
     let peer_pid = peer.pid;
     if req.target_instance_id != shared.instance_id {
@@ -1193,7 +1204,7 @@ fn check_and_admit(shared: &Shared, req: &SendRequest, peer: &Peer, wire: &str) 
     }
     let task = spool::new_task(
         &req.message_id,
-        &req.body,
+        std::mem::take(&mut req.body),
         sender,
         hop,
         req.in_reply_to.clone(),
@@ -1207,18 +1218,14 @@ fn check_and_admit(shared: &Shared, req: &SendRequest, peer: &Peer, wire: &str) 
     };
     let sender_id = task.sender.instance_id.clone().unwrap_or_default();
     let from = crate::turn::display_name(&task.sender);
-    let recorded = task.sender.clone();
-    let announce = |queue_position| {
+    let announce = |task: &Task, queue_position| {
         emit_accepted(
             &shared.hub,
             "message.accepted",
-            &req.message_id,
+            task,
             &from,
             peer_pid,
             queue_position,
-            &req.mode,
-            &req.body,
-            &recorded,
         );
     };
     let mut outcome = match shared.spool.admit(

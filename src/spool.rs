@@ -127,13 +127,19 @@ struct Entry {
     digest: Option<String>,
     place: Place,
     file: String,
-    sender_id: Option<String>,
     /// Order key in the inbox: steer before queue, then sequence.
     key: (u8, u64),
     summary: Summary,
     /// When it last entered the queue (epoch seconds): accepted, or
     /// requeued by the operator. `--ttl` counts from here.
     queued_at: u64,
+}
+
+impl Entry {
+    /// The verified sender's instance id, if it had one.
+    fn sender_id(&self) -> Option<&str> {
+        self.summary.sender.instance_id.as_deref()
+    }
 }
 
 /// What `inbox/list` shows of a task without reading its file.
@@ -327,7 +333,22 @@ pub fn now_secs() -> u64 {
 }
 
 fn file_name(seq: u64, id: &str) -> String {
-    format!("{seq:0width$}-{id}.json", width = SEQ_WIDTH)
+    // By hand rather than `format!`: one of these per accepted task.
+    if seq >= 10u64.pow(SEQ_WIDTH as u32) {
+        return format!("{seq}-{id}.json");
+    }
+    let mut digits = [b'0'; SEQ_WIDTH];
+    let mut n = seq;
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    let mut name = String::with_capacity(SEQ_WIDTH + id.len() + 6);
+    name.push_str(std::str::from_utf8(&digits).expect("ASCII digits"));
+    name.push('-');
+    name.push_str(id);
+    name.push_str(".json");
+    name
 }
 
 fn parse_file_name(name: &str) -> Option<(u64, &str)> {
@@ -575,8 +596,17 @@ impl Spool {
         self.ephemeral
     }
 
+    /// `<dir>/<sub>/<name>`, built in one allocation (one per accepted
+    /// task goes through here twice).
     fn path(&self, sub: &str, name: &str) -> PathBuf {
-        self.dir.join(sub).join(name)
+        let dir = self.dir.as_os_str();
+        let mut p = std::ffi::OsString::with_capacity(dir.len() + sub.len() + name.len() + 2);
+        p.push(dir);
+        p.push("/");
+        p.push(sub);
+        p.push("/");
+        p.push(name);
+        PathBuf::from(p)
     }
 
     fn recover(&mut self) -> Result<()> {
@@ -676,7 +706,6 @@ impl Spool {
                     digest: task.as_ref().map(|t| t.digest.clone()),
                     place,
                     file: name.clone(),
-                    sender_id: task.as_ref().and_then(|t| t.sender.instance_id.clone()),
                     key,
                     summary: task.as_ref().map(summary).unwrap_or(Summary {
                         message_id: id.clone(),
@@ -688,8 +717,8 @@ impl Spool {
                 };
                 if place == Place::Inbox {
                     idx.inbox.insert(key, id.clone());
-                    if let Some(s) = &entry.sender_id {
-                        *idx.inflight.entry(s.clone()).or_default() += 1;
+                    if let Some(s) = entry.sender_id() {
+                        *idx.inflight.entry(s.to_owned()).or_default() += 1;
                     }
                 }
                 idx.entries.insert(id, entry);
@@ -812,7 +841,7 @@ impl Spool {
         mut task: Task,
         limits: Limits,
         paused: impl Fn() -> bool,
-        announce: impl FnOnce(usize),
+        announce: impl FnOnce(&Task, usize),
     ) -> Result<Admission> {
         let mut idx = self.idx();
         // The same id being stored right now: its outcome decides ours.
@@ -872,22 +901,30 @@ impl Spool {
         let mut idx = self.idx();
         reservation.settled = true;
         idx.pending.remove(&task.message_id);
+        let queue_position = idx.inbox.len() + 1 + idx.processing;
+        // Under the lock, with the task indexed just below: no claim can
+        // see it before it is announced.
+        announce(&task, queue_position);
         let key = order_key(&task.mode, task.seq);
+        let summary = Summary {
+            bytes: task.body.len(),
+            message_id: task.message_id.clone(),
+            sender: task.sender,
+            accepted_at: task.accepted_at,
+            mode: task.mode,
+        };
         idx.inbox.insert(key, task.message_id.clone());
         idx.entries.insert(
-            task.message_id.clone(),
+            task.message_id,
             Entry {
-                digest: Some(task.digest.clone()),
+                digest: Some(task.digest),
                 place: Place::Inbox,
                 file: name,
-                sender_id: task.sender.instance_id.clone(),
                 key,
                 queued_at: task.accepted_at,
-                summary: summary(&task),
+                summary,
             },
         );
-        let queue_position = idx.inbox.len() + idx.processing;
-        announce(queue_position);
         self.wake_settled(idx);
         Ok(Admission::Accepted { queue_position })
     }
@@ -952,7 +989,8 @@ impl Spool {
     /// The error says whether the cleanup left no file behind.
     fn store(&self, task: &Task, name: &str) -> std::result::Result<(), (Error, bool)> {
         let tmp = self.path("tmp", name);
-        let bytes = serde_json::to_vec(task).expect("a task always serializes");
+        let mut bytes = Vec::with_capacity(task.body.len() + 512);
+        serde_json::to_writer(&mut bytes, task).expect("a task always serializes");
         let result = (|| -> std::io::Result<()> {
             let mut f = OpenOptions::new()
                 .write(true)
@@ -1005,7 +1043,7 @@ impl Spool {
             .iter()
             .filter(|((rank, _), _)| *rank == 0)
             .map(|(_, id)| &idx.entries[id])
-            .find(|e| e.sender_id.as_deref() == Some(sender))
+            .find(|e| e.sender_id() == Some(sender))
             .map(|e| e.summary.clone())
     }
 
@@ -1061,7 +1099,7 @@ impl Spool {
                 fs::rename(&to, &rej).map_err(|e| Error::io("move to rejected/", &to, e))?;
                 let e = idx.entries.get_mut(&id).expect("indexed");
                 e.place = Place::Rejected;
-                if let Some(s) = e.sender_id.clone() {
+                if let Some(s) = e.sender_id().map(String::from) {
                     release(&mut idx.inflight, &s);
                 }
                 Ok(Claim::Rejected {
@@ -1122,7 +1160,7 @@ impl Spool {
         write.map_err(|err| Error::io("finish task in", &self.dir, err))?;
         if e.place == Place::Processing {
             idx.processing -= 1;
-            if let Some(s) = &e.sender_id {
+            if let Some(s) = e.sender_id() {
                 release(&mut idx.inflight, s);
             }
         }
@@ -1160,8 +1198,8 @@ impl Spool {
             self.sync(&[sub, "inbox"])?;
         }
         idx.inbox.insert(e.key, message_id.to_string());
-        if let Some(s) = &e.sender_id {
-            *idx.inflight.entry(s.clone()).or_default() += 1;
+        if let Some(s) = e.sender_id() {
+            *idx.inflight.entry(s.to_owned()).or_default() += 1;
         }
         let entry = idx.entries.get_mut(message_id).expect("indexed");
         entry.place = Place::Inbox;
@@ -1200,7 +1238,7 @@ impl Spool {
             idx.inbox.remove(&key);
             let e = idx.entries.get_mut(&id).expect("indexed");
             e.place = Place::Rejected;
-            if let Some(s) = e.sender_id.clone() {
+            if let Some(s) = e.sender_id().map(String::from) {
                 release(&mut idx.inflight, &s);
             }
             out.push(id);
@@ -1294,7 +1332,7 @@ fn list(dir: &Path) -> Result<Vec<String>> {
 #[allow(clippy::too_many_arguments)]
 pub fn new_task(
     message_id: &str,
-    body: &str,
+    body: impl Into<String>,
     sender: Sender,
     hop: u64,
     in_reply_to: Option<String>,
@@ -1302,9 +1340,11 @@ pub fn new_task(
     peer_pid: Option<u32>,
     wire: &str,
 ) -> Task {
+    let body = body.into();
     Task {
         message_id: message_id.to_string(),
-        body: body.to_string(),
+        digest: sha256_hex(body.as_bytes()),
+        body,
         sender,
         hop,
         in_reply_to,
@@ -1312,7 +1352,6 @@ pub fn new_task(
         accepted_at: now_secs(),
         peer_pid,
         wire: wire.to_string(),
-        digest: sha256_hex(body.as_bytes()),
         seq: 0,
     }
 }
@@ -1350,33 +1389,44 @@ mod tests {
     };
 
     #[test]
+    fn file_names_are_the_zero_padded_sequence_then_the_id() {
+        for seq in [0, 7, 1234567, 10u64.pow(16) - 1, 10u64.pow(16), u64::MAX] {
+            assert_eq!(
+                file_name(seq, "a.b-c"),
+                format!("{seq:0width$}-a.b-c.json", width = SEQ_WIDTH)
+            );
+        }
+        assert_eq!(parse_file_name(&file_name(42, "x")), Some((42, "x")));
+    }
+
+    #[test]
     fn accept_claim_finish_and_duplicates() {
         let dir = tmpdir("acf");
         let s = Spool::open(&dir, false, false).unwrap();
         let never = || false;
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never, |_| {}).unwrap(),
+            s.admit(task("x-1", "a"), LIMITS, never, |_, _| {}).unwrap(),
             Admission::Accepted { queue_position: 1 }
         );
         assert_eq!(
-            s.admit(task("1", "b"), LIMITS, never, |_| {}).unwrap(),
+            s.admit(task("1", "b"), LIMITS, never, |_, _| {}).unwrap(),
             Admission::Accepted { queue_position: 2 }
         );
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never, |_| {}).unwrap(),
+            s.admit(task("x-1", "a"), LIMITS, never, |_, _| {}).unwrap(),
             Admission::Duplicate
         );
         assert_eq!(
-            s.admit(task("x-1", "z"), LIMITS, never, |_| {}).unwrap(),
+            s.admit(task("x-1", "z"), LIMITS, never, |_, _| {}).unwrap(),
             Admission::Reused
         );
         assert_eq!(
-            s.admit(task("p", "a"), LIMITS, || true, |_| {}).unwrap(),
+            s.admit(task("p", "a"), LIMITS, || true, |_, _| {}).unwrap(),
             Admission::Paused
         );
-        s.admit(task("3", "c"), LIMITS, never, |_| {}).unwrap();
+        s.admit(task("3", "c"), LIMITS, never, |_, _| {}).unwrap();
         assert_eq!(
-            s.admit(task("4", "d"), LIMITS, never, |_| {}).unwrap(),
+            s.admit(task("4", "d"), LIMITS, never, |_, _| {}).unwrap(),
             Admission::Full { limit: 3 }
         );
         let Claim::Task(t) = s.claim().unwrap() else {
@@ -1385,13 +1435,13 @@ mod tests {
         assert_eq!(t.message_id, "x-1");
         s.finish("x-1", "done").unwrap();
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never, |_| {}).unwrap(),
+            s.admit(task("x-1", "a"), LIMITS, never, |_, _| {}).unwrap(),
             Admission::Duplicate
         );
         drop(s);
         let s = Spool::open(&dir, false, false).unwrap();
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never, |_| {}).unwrap(),
+            s.admit(task("x-1", "a"), LIMITS, never, |_, _| {}).unwrap(),
             Admission::Duplicate
         );
         let Claim::Task(t) = s.claim().unwrap() else {
@@ -1426,7 +1476,7 @@ mod tests {
     fn corrupt_inbox_file_goes_to_rejected() {
         let dir = tmpdir("bad");
         let s = Spool::open(&dir, false, false).unwrap();
-        s.admit(task("good", "a"), LIMITS, || false, |_| {})
+        s.admit(task("good", "a"), LIMITS, || false, |_, _| {})
             .unwrap();
         drop(s);
         let bad = dir.join("inbox").join(file_name(0, "bad"));
@@ -1502,7 +1552,7 @@ mod tests {
         };
         let answers: Vec<Admission> = std::thread::scope(|sc| {
             let ts: Vec<_> = (0..8)
-                .map(|_| sc.spawn(|| s.admit(task("same", "a"), limits, || false, |_| {})))
+                .map(|_| sc.spawn(|| s.admit(task("same", "a"), limits, || false, |_, _| {})))
                 .collect();
             ts.into_iter().map(|t| t.join().unwrap().unwrap()).collect()
         });
@@ -1524,7 +1574,7 @@ mod tests {
     fn a_claim_waits_for_an_earlier_acceptance_still_storing() {
         let dir = tmpdir("order");
         let s = Spool::open(&dir, false, false).unwrap();
-        s.admit(task("later", "b"), LIMITS, || false, |_| {})
+        s.admit(task("later", "b"), LIMITS, || false, |_, _| {})
             .unwrap();
         // An acceptance with an earlier sequence number, between its
         // reservation and its answer.

@@ -120,7 +120,7 @@ impl LineReader {
         &mut self,
         idle: Option<Duration>,
         line_timeout: Duration,
-    ) -> Result<Vec<u8>, ReadError> {
+    ) -> Result<&[u8], ReadError> {
         let mut scanned = 0;
         loop {
             let pending = &self.buf[self.start + scanned..self.end];
@@ -129,10 +129,10 @@ impl LineReader {
                 if line_end - self.start > self.max {
                     return Err(ReadError::TooLarge);
                 }
-                let line = self.buf[self.start..line_end].to_vec();
+                let start = self.start;
                 self.start = line_end + 1;
                 self.line_started = (self.start < self.end).then(Instant::now);
-                return Ok(line);
+                return Ok(&self.buf[start..line_end]);
             }
             scanned = self.end - self.start;
             if scanned > self.max {
@@ -288,21 +288,25 @@ pub fn classify(line: &[u8]) -> Incoming {
 }
 
 /// A result line, `\n` included.
-pub fn result_line(id: &Value, result: Value) -> Vec<u8> {
+pub fn result_line<T: serde::Serialize>(id: &Value, result: &T) -> Vec<u8> {
     // The keys in the order a JSON map would give them, without building
     // one: this is every answer's line.
     #[derive(serde::Serialize)]
-    struct Answer<'a> {
+    struct Answer<'a, T> {
         id: &'a Value,
         jsonrpc: &'static str,
-        result: &'a Value,
+        result: &'a T,
     }
-    let mut out = serde_json::to_vec(&Answer {
-        id,
-        jsonrpc: "2.0",
-        result: &result,
-    })
-    .expect("a Value always serializes");
+    let mut out = Vec::with_capacity(256);
+    serde_json::to_writer(
+        &mut out,
+        &Answer {
+            id,
+            jsonrpc: "2.0",
+            result,
+        },
+    )
+    .expect("an answer always serializes");
     out.push(b'\n');
     out
 }
@@ -541,7 +545,7 @@ mod tests {
     fn a_result_line_is_the_line_of_its_json_object() {
         let (id, result) = (json!("a"), json!({"status": "accepted", "n": [1, 2]}));
         let want = line(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
-        assert_eq!(result_line(&id, result), want);
+        assert_eq!(result_line(&id, &result), want);
     }
 
     #[test]
