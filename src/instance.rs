@@ -1631,6 +1631,7 @@ impl Foreground {
         };
         let r = self.shared.spool.admit(
             task,
+            None,
             limits,
             || false,
             |task, queue_position| {
@@ -1638,6 +1639,7 @@ impl Foreground {
                     &self.hub,
                     "local.input",
                     task,
+                    None,
                     LOCAL,
                     task.sender.pid,
                     queue_position,

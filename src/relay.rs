@@ -595,7 +595,7 @@ fn store(
         v["target"] = json!({"name": known.name, "workspace": known.workspace});
         return v;
     }
-    let r = match s.admit(task, limits, || false, |_, _| {}) {
+    let r = match s.admit(task, None, limits, || false, |_, _| {}) {
         Ok(Admission::Accepted { queue_position }) => {
             let hub = crate::events::Hub::open(s.dir());
             hub.emit(

@@ -14,6 +14,7 @@ use crate::sys;
 use crate::turn::TurnEvent;
 use crate::wire::{self, Incoming, LineReader, ReadError};
 use crossbeam_channel as chan;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -418,9 +419,9 @@ fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) 
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        if initialized && let Some((id, req)) = fast_send(line) {
+        if initialized && let Some((id, req, body)) = fast_send(line) {
             let _ = crate::failpoint::hit("dispatch");
-            let answer = match deliver(shared, req, &peer, "jsonrpc") {
+            let answer = match deliver(shared, req, Some(body), &peer, "jsonrpc") {
                 Ok(v) => wire::result_line(&id, &v),
                 Err(e) => wire::error_line(&id, e.code, &e.message, e.data),
             };
@@ -554,7 +555,7 @@ fn zcoder_answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<
             let Some(req) = zcoder_send_request(obj) else {
                 return ack("invalid");
             };
-            match deliver(shared, req, peer, "zcoder") {
+            match deliver(shared, req, None, peer, "zcoder") {
                 Ok(r) => {
                     let status = match r.status {
                         // zcoder has no word for these; the transcript
@@ -726,7 +727,7 @@ fn dispatch(shared: &Shared, method: &str, params: Value, peer: &Peer) -> Result
         }
         "message/send" => {
             let req = SendRequest::from_params(&params)?;
-            let d = deliver(shared, req, peer, "jsonrpc")?;
+            let d = deliver(shared, req, None, peer, "jsonrpc")?;
             Ok(serde_json::to_value(d).expect("an answer always serializes"))
         }
         // Every other listed method needs the agent's state: the
@@ -842,8 +843,10 @@ pub struct SendRequest {
 /// `None` for anything else and for anything unusual (a duplicate key, a
 /// wrong type, a null or missing id, a bad `jsonrpc`, a negative hop),
 /// which then takes the general path with its exact errors. What this
-/// accepts, the general path reads to the same `SendRequest`.
-fn fast_send(line: &[u8]) -> Option<(Value, SendRequest)> {
+/// accepts, the general path reads to the same `SendRequest`. Also returns
+/// the body as the line spelled it, a JSON string that the task file and
+/// the event then copy instead of escaping the body again.
+fn fast_send(line: &[u8]) -> Option<(Value, SendRequest, &RawValue)> {
     use serde::Deserialize;
     use std::borrow::Cow;
     type Text<'a> = Option<Cow<'a, str>>;
@@ -864,7 +867,7 @@ fn fast_send(line: &[u8]) -> Option<(Value, SendRequest)> {
         #[serde(borrow)]
         target_instance_id: Cow<'a, str>,
         #[serde(borrow)]
-        body: Cow<'a, str>,
+        body: &'a RawValue,
         #[serde(borrow)]
         sender: From<'a>,
         hop: Option<u64>,
@@ -889,13 +892,15 @@ fn fast_send(line: &[u8]) -> Option<(Value, SendRequest)> {
     let id =
         f.id.filter(|id| matches!(id, Value::String(_) | Value::Number(_)))?;
     let p = f.params;
+    // A string, or the general path says what it is instead.
+    let body: String = serde_json::from_str(p.body.get()).ok()?;
     let own = |t: Text| t.map(Cow::into_owned);
     Some((
         id,
         SendRequest {
             message_id: p.message_id.into_owned(),
             target_instance_id: p.target_instance_id.into_owned(),
-            body: p.body.into_owned(),
+            body,
             sender_instance_id: own(p.sender.instance_id),
             sender_name: own(p.sender.name),
             sender_workspace: own(p.sender.workspace),
@@ -903,6 +908,7 @@ fn fast_send(line: &[u8]) -> Option<(Value, SendRequest)> {
             in_reply_to: own(p.in_reply_to),
             mode: own(p.mode).unwrap_or_else(|| "queue".into()),
         },
+        p.body,
     ))
 }
 
@@ -981,16 +987,18 @@ pub struct Delivery {
 }
 
 /// Runs every acceptance check of DESIGN §4 in order and, if all pass,
-/// stores the task. Used by both wires. A spool that cannot store the task
+/// stores the task. Used by both wires. `body_json`, when the caller has
+/// it, is the body as a JSON string. A spool that cannot store the task
 /// is not a delivery outcome but an internal error: nothing was accepted.
 pub fn deliver(
     shared: &Shared,
     req: SendRequest,
+    body_json: Option<&RawValue>,
     peer: &Peer,
     wire: &str,
 ) -> Result<Delivery, RpcError> {
     let mut req = req;
-    let result = check_and_admit(shared, &mut req, peer, wire);
+    let result = check_and_admit(shared, &mut req, body_json, peer, wire);
     if result.status == "accepted" {
         let _ = crate::failpoint::hit("before-answer");
         // The acceptance was recorded under the spool lock (see `admit`).
@@ -1050,6 +1058,7 @@ pub fn emit_accepted(
     hub: &Hub,
     kind: &str,
     task: &Task,
+    body_json: Option<&RawValue>,
     from: &str,
     pid: Option<u32>,
     queue_position: usize,
@@ -1061,7 +1070,7 @@ pub fn emit_accepted(
         pid: Option<u32>,
         queue_position: usize,
         mode: &'a str,
-        body: &'a str,
+        body: spool::Body<'a>,
         sender_id: &'a Option<String>,
         workspace: &'a Option<String>,
     }
@@ -1073,7 +1082,7 @@ pub fn emit_accepted(
             pid,
             queue_position,
             mode: &task.mode,
-            body: &task.body,
+            body: spool::Body::new(&task.body, body_json),
             sender_id: &task.sender.instance_id,
             workspace: &task.sender.workspace,
         },
@@ -1098,7 +1107,13 @@ fn refuse(status: &'static str, reason: impl Into<String>) -> Outcome {
 }
 
 /// Takes the body out of `req` when the task is built.
-fn check_and_admit(shared: &Shared, req: &mut SendRequest, peer: &Peer, wire: &str) -> Outcome {
+fn check_and_admit(
+    shared: &Shared,
+    req: &mut SendRequest,
+    body_json: Option<&RawValue>,
+    peer: &Peer,
+    wire: &str,
+) -> Outcome {
     let cfg = &shared.config;
     let peer_pid = peer.pid;
     if req.target_instance_id != shared.instance_id {
@@ -1202,6 +1217,16 @@ fn check_and_admit(shared: &Shared, req: &mut SendRequest, peer: &Peer, wire: &s
             )
         };
     }
+    // The body's JSON text, escaped once (or as the line spelled it) for
+    // both the task file and the event.
+    let escaped;
+    let body_json = match body_json {
+        Some(b) => b,
+        None => {
+            escaped = serde_json::value::to_raw_value(&req.body).expect("a string serializes");
+            &*escaped
+        }
+    };
     let task = spool::new_task(
         &req.message_id,
         std::mem::take(&mut req.body),
@@ -1223,6 +1248,7 @@ fn check_and_admit(shared: &Shared, req: &mut SendRequest, peer: &Peer, wire: &s
             &shared.hub,
             "message.accepted",
             task,
+            Some(body_json),
             &from,
             peer_pid,
             queue_position,
@@ -1230,6 +1256,7 @@ fn check_and_admit(shared: &Shared, req: &mut SendRequest, peer: &Peer, wire: &s
     };
     let mut outcome = match shared.spool.admit(
         task,
+        Some(body_json),
         limits,
         || shared.paused.load(Ordering::SeqCst),
         announce,
@@ -1331,8 +1358,19 @@ mod tests {
             r#" {"jsonrpc":"2.0","id":-1.5,"method":"message/send","params":{"message_id":"","target_instance_id":"","body":"","sender":{}}} "#,
         ];
         for line in ok {
-            let fast = fast_send(line.as_bytes()).unwrap_or_else(|| panic!("not fast: {line}"));
-            assert_eq!(Some(fast), general(line), "{line}");
+            let (id, req, body) =
+                fast_send(line.as_bytes()).unwrap_or_else(|| panic!("not fast: {line}"));
+            // The body's JSON text as the line spelled it, which the task
+            // file and the event copy.
+            assert_eq!(
+                serde_json::from_str::<String>(body.get()).unwrap(),
+                req.body
+            );
+            assert!(
+                line.contains(&format!(r#""body":{}"#, body.get())),
+                "{line}"
+            );
+            assert_eq!(Some((id, req)), general(line), "{line}");
         }
         // Left to the general path, which answers each with its own
         // result or error.
@@ -1350,6 +1388,8 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b"}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":null,"target_instance_id":"t","body":"b","sender":{}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":7,"sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":null,"sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":["b"],"sender":{}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{"name":5}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":[]}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}} x"#,

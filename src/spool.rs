@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::sys;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::hash::{Hash, Hasher};
@@ -76,6 +77,60 @@ pub struct Task {
     /// SHA-256 of the body, hex.
     pub digest: String,
     pub seq: u64,
+}
+
+/// A body on its way into a task file or an event: its text, or its JSON
+/// string already escaped (as a request line spelled it), which is copied
+/// rather than escaped again.
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(untagged)]
+pub enum Body<'a> {
+    Text(&'a str),
+    Json(&'a RawValue),
+}
+
+impl<'a> Body<'a> {
+    /// `json` must be the JSON string of `text`.
+    pub fn new(text: &'a str, json: Option<&'a RawValue>) -> Body<'a> {
+        json.map_or(Body::Text(text), Body::Json)
+    }
+}
+
+/// A task as its file holds it: `Task`'s fields in `Task`'s order, with
+/// the body as a `Body`.
+#[derive(Serialize)]
+struct TaskFile<'a> {
+    message_id: &'a str,
+    body: Body<'a>,
+    sender: &'a Sender,
+    hop: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_reply_to: &'a Option<String>,
+    mode: &'a str,
+    accepted_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer_pid: Option<u32>,
+    wire: &'a str,
+    digest: &'a str,
+    seq: u64,
+}
+
+impl<'a> TaskFile<'a> {
+    fn new(t: &'a Task, body_json: Option<&'a RawValue>) -> TaskFile<'a> {
+        TaskFile {
+            message_id: &t.message_id,
+            body: Body::new(&t.body, body_json),
+            sender: &t.sender,
+            hop: t.hop,
+            in_reply_to: &t.in_reply_to,
+            mode: &t.mode,
+            accepted_at: t.accepted_at,
+            peer_pid: t.peer_pid,
+            wire: &t.wire,
+            digest: &t.digest,
+            seq: t.seq,
+        }
+    }
 }
 
 /// The receipt kept in `done/` after a task finished.
@@ -839,6 +894,7 @@ impl Spool {
     pub fn admit(
         &self,
         mut task: Task,
+        body_json: Option<&RawValue>,
         limits: Limits,
         paused: impl Fn() -> bool,
         announce: impl FnOnce(&Task, usize),
@@ -894,7 +950,7 @@ impl Spool {
             settled: false,
         };
         let name = file_name(task.seq, &task.message_id);
-        if let Err((e, clean)) = self.store(&task, &name) {
+        if let Err((e, clean)) = self.store(&TaskFile::new(&task, body_json), &name) {
             reservation.give_back = clean;
             return Err(e);
         }
@@ -987,9 +1043,13 @@ impl Spool {
     /// nothing is acknowledged; a failed fsync is never retried on the
     /// same descriptor.
     /// The error says whether the cleanup left no file behind.
-    fn store(&self, task: &Task, name: &str) -> std::result::Result<(), (Error, bool)> {
+    fn store(&self, task: &TaskFile, name: &str) -> std::result::Result<(), (Error, bool)> {
         let tmp = self.path("tmp", name);
-        let mut bytes = Vec::with_capacity(task.body.len() + 512);
+        let body = match task.body {
+            Body::Text(t) => t.len(),
+            Body::Json(j) => j.get().len(),
+        };
+        let mut bytes = Vec::with_capacity(body + 512);
         serde_json::to_writer(&mut bytes, task).expect("a task always serializes");
         let result = (|| -> std::io::Result<()> {
             let mut f = OpenOptions::new()
@@ -1389,6 +1449,36 @@ mod tests {
     };
 
     #[test]
+    fn a_task_file_is_the_task_whichever_way_its_body_comes() {
+        let mut t = task("m", "a\"b\n\u{e9}\u{1b}");
+        t.in_reply_to = Some("r".into());
+        t.peer_pid = Some(7);
+        let text = serde_json::to_string(&TaskFile::new(&t, None)).unwrap();
+        assert_eq!(text, serde_json::to_string(&t).unwrap());
+        let escaped = serde_json::value::to_raw_value(&t.body).unwrap();
+        let json = serde_json::to_string(&TaskFile::new(&t, Some(&escaped))).unwrap();
+        assert_eq!(json, text);
+        // As a sender may spell it: other escapes, the same string.
+        let spelled = RawValue::from_string(r#""a\"b\n\u00e9\u001b""#.into()).unwrap();
+        let other = serde_json::to_string(&TaskFile::new(&t, Some(&spelled))).unwrap();
+        assert_ne!(other, text);
+        assert_eq!(serde_json::from_str::<Task>(&other).unwrap(), t);
+
+        // Stored that way and claimed, it is the same task.
+        let dir = tmpdir("spelled");
+        let s = Spool::open(&dir, false, false).unwrap();
+        let t = task("m2", "a\"b\n\u{e9}\u{1b}");
+        let r = s.admit(t.clone(), Some(&spelled), LIMITS, || false, |_, _| {});
+        assert_eq!(r.unwrap(), Admission::Accepted { queue_position: 1 });
+        let Claim::Task(got) = s.claim().unwrap() else {
+            panic!("no task")
+        };
+        assert_eq!(*got, Task { seq: got.seq, ..t });
+        drop(s);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn file_names_are_the_zero_padded_sequence_then_the_id() {
         for seq in [0, 7, 1234567, 10u64.pow(16) - 1, 10u64.pow(16), u64::MAX] {
             assert_eq!(
@@ -1405,28 +1495,35 @@ mod tests {
         let s = Spool::open(&dir, false, false).unwrap();
         let never = || false;
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never, |_, _| {}).unwrap(),
+            s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
+                .unwrap(),
             Admission::Accepted { queue_position: 1 }
         );
         assert_eq!(
-            s.admit(task("1", "b"), LIMITS, never, |_, _| {}).unwrap(),
+            s.admit(task("1", "b"), None, LIMITS, never, |_, _| {})
+                .unwrap(),
             Admission::Accepted { queue_position: 2 }
         );
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never, |_, _| {}).unwrap(),
+            s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
+                .unwrap(),
             Admission::Duplicate
         );
         assert_eq!(
-            s.admit(task("x-1", "z"), LIMITS, never, |_, _| {}).unwrap(),
+            s.admit(task("x-1", "z"), None, LIMITS, never, |_, _| {})
+                .unwrap(),
             Admission::Reused
         );
         assert_eq!(
-            s.admit(task("p", "a"), LIMITS, || true, |_, _| {}).unwrap(),
+            s.admit(task("p", "a"), None, LIMITS, || true, |_, _| {})
+                .unwrap(),
             Admission::Paused
         );
-        s.admit(task("3", "c"), LIMITS, never, |_, _| {}).unwrap();
+        s.admit(task("3", "c"), None, LIMITS, never, |_, _| {})
+            .unwrap();
         assert_eq!(
-            s.admit(task("4", "d"), LIMITS, never, |_, _| {}).unwrap(),
+            s.admit(task("4", "d"), None, LIMITS, never, |_, _| {})
+                .unwrap(),
             Admission::Full { limit: 3 }
         );
         let Claim::Task(t) = s.claim().unwrap() else {
@@ -1435,13 +1532,15 @@ mod tests {
         assert_eq!(t.message_id, "x-1");
         s.finish("x-1", "done").unwrap();
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never, |_, _| {}).unwrap(),
+            s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
+                .unwrap(),
             Admission::Duplicate
         );
         drop(s);
         let s = Spool::open(&dir, false, false).unwrap();
         assert_eq!(
-            s.admit(task("x-1", "a"), LIMITS, never, |_, _| {}).unwrap(),
+            s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
+                .unwrap(),
             Admission::Duplicate
         );
         let Claim::Task(t) = s.claim().unwrap() else {
@@ -1476,7 +1575,7 @@ mod tests {
     fn corrupt_inbox_file_goes_to_rejected() {
         let dir = tmpdir("bad");
         let s = Spool::open(&dir, false, false).unwrap();
-        s.admit(task("good", "a"), LIMITS, || false, |_, _| {})
+        s.admit(task("good", "a"), None, LIMITS, || false, |_, _| {})
             .unwrap();
         drop(s);
         let bad = dir.join("inbox").join(file_name(0, "bad"));
@@ -1552,7 +1651,7 @@ mod tests {
         };
         let answers: Vec<Admission> = std::thread::scope(|sc| {
             let ts: Vec<_> = (0..8)
-                .map(|_| sc.spawn(|| s.admit(task("same", "a"), limits, || false, |_, _| {})))
+                .map(|_| sc.spawn(|| s.admit(task("same", "a"), None, limits, || false, |_, _| {})))
                 .collect();
             ts.into_iter().map(|t| t.join().unwrap().unwrap()).collect()
         });
@@ -1574,7 +1673,7 @@ mod tests {
     fn a_claim_waits_for_an_earlier_acceptance_still_storing() {
         let dir = tmpdir("order");
         let s = Spool::open(&dir, false, false).unwrap();
-        s.admit(task("later", "b"), LIMITS, || false, |_, _| {})
+        s.admit(task("later", "b"), None, LIMITS, || false, |_, _| {})
             .unwrap();
         // An acceptance with an earlier sequence number, between its
         // reservation and its answer.

@@ -1361,3 +1361,45 @@ fn help_works_with_a_broken_environment() {
     let out = env.run_with(&[("BATON_MAX_QUEUE", "0")], None, &["list"], None);
     assert_eq!(out.status, 2, "{out:?}");
 }
+
+/// A body is the string its JSON spells, whatever the escapes: a task sent
+/// with escapes other than baton's own is stored, announced and claimed as
+/// that string (the task file and the event copy the line's spelling), and
+/// the same string spelled baton's way is the same body.
+#[test]
+fn a_body_is_its_string_whatever_its_escapes() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = env.serve(&ws, &[]);
+    let mut c = inst.client();
+    let body = "A\u{e9}\n\"\u{1b}\u{7f}";
+    let spelled = r#""\u0041\u00e9\n\"\u001b\u007F""#;
+    let params = inst.msg("e1", "BODY").to_string();
+    let params = params.replace(r#""BODY""#, spelled);
+    c.send_line(
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{params}}}"#)
+            .as_bytes(),
+    );
+    let r = c.read_json();
+    assert_accepted(&r["result"], 1);
+    assert_refused(&send(&mut c, inst.msg("e1", body)), "duplicate", DUPLICATE);
+
+    let transcript = spool_dir(&env).join("transcript.jsonl");
+    let accepted = || -> Option<Value> {
+        fs::read_to_string(&transcript)
+            .ok()?
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("a transcript line is JSON"))
+            .find(|e| e["kind"] == "message.accepted" && e["message_id"] == "e1")
+    };
+    wait_until(
+        "the acceptance in the transcript",
+        Duration::from_secs(10),
+        || accepted().is_some(),
+    );
+    assert_eq!(accepted().unwrap()["body"], body);
+
+    let r = c.call(3, "inbox/claim", json!({}));
+    assert_eq!(r["result"]["task"]["message_id"], "e1", "{r}");
+    assert_eq!(r["result"]["task"]["body"], body, "{r}");
+}
