@@ -78,10 +78,14 @@ pub fn tmpfs_base() -> PathBuf {
     }
 }
 
-/// Where disk benchmarks put their files: Cargo's scratch directory for
-/// integration tests, on the disk the repository is on.
+/// Where disk benchmarks put their files: `BATON_BENCH_DISK` when set (to
+/// measure the disk spools will live on), else Cargo's scratch directory
+/// for integration tests, on the disk the repository is on.
 pub fn disk_base() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+    match std::env::var_os("BATON_BENCH_DISK") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+    }
 }
 
 /// A started instance, as its manifest describes it.
