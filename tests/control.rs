@@ -5,7 +5,9 @@
 //! that leave or stall), `--ephemeral`, steer follow-ups for pull agents,
 //! and transcript rotation.
 
-use crate::util::{Env, RawClient, Served, manifests, me_as_instance, wait_until};
+use crate::util::{
+    Env, RawClient, Served, lines_of, manifests, me_as_instance, transcript, wait_until,
+};
 use serde_json::{Value, json};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -84,21 +86,6 @@ fn respond(c: &mut RawClient, id: &str, decision: &str) -> Value {
 /// A file's text, or "" when it does not exist.
 fn text_of(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_default()
-}
-
-/// Every line of one transcript file, parsed.
-fn lines_of(path: &Path) -> Vec<Value> {
-    text_of(path)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line ({e}): {l}")))
-        .collect()
-}
-
-/// The whole recorded transcript, the older generation first.
-fn transcript(spool: &Path) -> Vec<Value> {
-    let mut all = lines_of(&spool.join("transcript.1.jsonl"));
-    all.extend(lines_of(&spool.join("transcript.jsonl")));
-    all
 }
 
 /// Recorded events of `kind` about task `id`.

@@ -4,7 +4,7 @@
 //! JSON-RPC error code, framing bounds and deadlines, slow clients, and the
 //! `baton send` command line on top of it.
 
-use crate::util::{Env, RawClient, Served, fake_manifest, me_as_instance, wait_until};
+use crate::util::{Env, RawClient, Served, fake_manifest, me_as_instance, transcript, wait_until};
 use serde_json::{Value, json};
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
@@ -1384,12 +1384,10 @@ fn a_body_is_its_string_whatever_its_escapes() {
     assert_accepted(&r["result"], 1);
     assert_refused(&send(&mut c, inst.msg("e1", body)), "duplicate", DUPLICATE);
 
-    let transcript = spool_dir(&env).join("transcript.jsonl");
-    let accepted = || -> Option<Value> {
-        fs::read_to_string(&transcript)
-            .ok()?
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).expect("a transcript line is JSON"))
+    let spool = spool_dir(&env);
+    let accepted = || {
+        transcript(&spool)
+            .into_iter()
             .find(|e| e["kind"] == "message.accepted" && e["message_id"] == "e1")
     };
     wait_until(

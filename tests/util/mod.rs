@@ -797,3 +797,22 @@ pub fn fake_manifest(registry: &Path, pid: u32, name: &str, workspace: &str) -> 
 pub fn me_as_instance(registry: &Path, name: &str, workspace: &str) -> String {
     fake_manifest(registry, std::process::id(), name, workspace)
 }
+
+/// Every line of one transcript file, parsed; none when the file does not
+/// exist. A line that is not JSON fails the test.
+#[allow(dead_code)]
+pub fn lines_of(path: &Path) -> Vec<Value> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line ({e}): {l}")))
+        .collect()
+}
+
+/// A spool's whole recorded transcript, the older generation first.
+#[allow(dead_code)]
+pub fn transcript(spool: &Path) -> Vec<Value> {
+    let mut all = lines_of(&spool.join("transcript.1.jsonl"));
+    all.extend(lines_of(&spool.join("transcript.jsonl")));
+    all
+}
