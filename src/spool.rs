@@ -490,13 +490,14 @@ fn parse_task(bytes: &[u8], id: &str) -> std::result::Result<Task, String> {
     Ok(task)
 }
 
-fn summary(task: &Task) -> Summary {
+/// What the index keeps of a task (the rest is in its file).
+fn summary(task: Task) -> Summary {
     Summary {
-        message_id: task.message_id.clone(),
-        sender: task.sender.clone(),
-        accepted_at: task.accepted_at,
-        mode: task.mode.clone(),
         bytes: task.body.len(),
+        message_id: task.message_id,
+        sender: task.sender,
+        accepted_at: task.accepted_at,
+        mode: task.mode,
     }
 }
 
@@ -756,13 +757,15 @@ impl Spool {
                     .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                     .map_or(0, |d| d.as_secs());
                 let queued_at = task.as_ref().map_or(0, |t| t.accepted_at).max(touched);
+                let mut task = task;
+                let digest = task.as_mut().map(|t| std::mem::take(&mut t.digest));
                 let entry = Entry {
                     queued_at,
-                    digest: task.as_ref().map(|t| t.digest.clone()),
+                    digest,
                     place,
                     file: name.clone(),
                     key,
-                    summary: task.as_ref().map(summary).unwrap_or(Summary {
+                    summary: task.map(summary).unwrap_or(Summary {
                         message_id: id.clone(),
                         sender: Sender::default(),
                         accepted_at: 0,
@@ -962,23 +965,19 @@ impl Spool {
         // see it before it is announced.
         announce(&task, queue_position);
         let key = order_key(&task.mode, task.seq);
-        let summary = Summary {
-            bytes: task.body.len(),
-            message_id: task.message_id.clone(),
-            sender: task.sender,
-            accepted_at: task.accepted_at,
-            mode: task.mode,
-        };
-        idx.inbox.insert(key, task.message_id.clone());
+        let id = task.message_id.clone();
+        let digest = std::mem::take(&mut task.digest);
+        let queued_at = task.accepted_at;
+        idx.inbox.insert(key, id.clone());
         idx.entries.insert(
-            task.message_id,
+            id,
             Entry {
-                digest: Some(task.digest),
+                digest: Some(digest),
                 place: Place::Inbox,
                 file: name,
                 key,
-                queued_at: task.accepted_at,
-                summary,
+                queued_at,
+                summary: summary(task),
             },
         );
         self.wake_settled(idx);
