@@ -11,7 +11,6 @@ use crate::glob::glob_match;
 use crate::registry::{self, Manifest};
 use crate::spool::{self, Admission, Limits, Sender, Spool, Task};
 use crate::sys;
-use crate::turn::TurnEvent;
 use crate::wire::{self, Incoming, LineReader, ReadError};
 use crossbeam_channel as chan;
 use serde_json::value::RawValue;
@@ -99,8 +98,6 @@ pub enum Event {
     /// A connection was accepted, or ended (for `--ephemeral`).
     Connected,
     Disconnected,
-    /// The handler of the running turn reported.
-    Turn(TurnEvent),
     /// A send made on the agent's behalf finished (for the transcript).
     Relayed {
         result: Value,

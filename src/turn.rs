@@ -2,9 +2,9 @@
 //! reads, and for `--exec` agents the handler process: `sh -c CMD` in its
 //! own process group, the envelope on stdin, its output streamed back in
 //! bounded pieces, its exit reported. Everything here reports to the
-//! foreground through the event channel; nothing here decides anything.
+//! foreground as `TurnEvent`s on a channel of their own, and knows nothing
+//! of the server; nothing here decides anything.
 
-use crate::server::Event;
 use crate::spool::Task;
 use crossbeam_channel as chan;
 use std::io::{self, Read, Write};
@@ -58,7 +58,7 @@ pub struct ExecSpec<'a> {
 }
 
 /// Starts the handler; returns its pid, which is also its process group.
-pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<Event>) -> io::Result<u32> {
+pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<u32> {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(spec.command)
@@ -91,11 +91,11 @@ pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<Event>) -> io::Result<u32>
             Ok(st) => (st.code(), st.signal()),
             Err(_) => (None, None),
         };
-        let _ = events.send(Event::Turn(TurnEvent::Exited {
+        let _ = events.send(TurnEvent::Exited {
             token: t3,
             code,
             signal,
-        }));
+        });
     });
     Ok(pid)
 }
@@ -108,7 +108,7 @@ fn pump(
     stream: &'static str,
     token: String,
     capture: Option<usize>,
-    events: chan::Sender<Event>,
+    events: chan::Sender<TurnEvent>,
 ) {
     let mut buf = vec![0u8; CHUNK];
     let mut pending: Vec<u8> = Vec::new();
@@ -134,11 +134,11 @@ fn pump(
             pending.extend_from_slice(&chunk[..streamed]);
             let text = take_utf8(&mut pending);
             if !text.is_empty() {
-                let _ = events.send(Event::Turn(TurnEvent::Output {
+                let _ = events.send(TurnEvent::Output {
                     token: token.clone(),
                     stream,
                     text,
-                }));
+                });
             }
         }
         if streamed < n {
@@ -150,23 +150,23 @@ fn pump(
         }
     }
     if !pending.is_empty() {
-        let _ = events.send(Event::Turn(TurnEvent::Output {
+        let _ = events.send(TurnEvent::Output {
             token: token.clone(),
             stream,
             text: String::from_utf8_lossy(&pending).into_owned(),
-        }));
+        });
     }
     if tail.len() > TAIL_BYTES {
         tail.drain(..tail.len() - TAIL_BYTES);
     }
-    let _ = events.send(Event::Turn(TurnEvent::StreamDone {
+    let _ = events.send(TurnEvent::StreamDone {
         token,
         stream,
         total,
         dropped,
         tail: String::from_utf8_lossy(&tail).into_owned(),
         captured,
-    }));
+    });
 }
 
 /// Takes the longest valid UTF-8 prefix out of `pending` (invalid bytes

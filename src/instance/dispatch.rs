@@ -1,0 +1,302 @@
+//! The foreground answers every event and call without blocking: what
+//! takes time (a pause settling, a send, a handler) is waited for on a
+//! helper thread that reports back on a channel of the loop. Here the
+//! events are dispatched, the calls answered, the state recomputed and
+//! published, and the timers armed.
+
+use super::{Approve, EPHEMERAL_GRACE, Foreground, Reply};
+use crate::registry::{self, Manifest};
+use crate::server::{Event, RpcError, State};
+use crate::spool::{self, Spool};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How long a pause waits for acceptances already past their checks to be
+/// stored (each takes one file sync and one directory sync).
+const SETTLE_WAIT: Duration = Duration::from_secs(10);
+
+/// A `control/pause` whose earlier acceptances are stored: it can be
+/// answered.
+pub(super) struct Settled {
+    reply: Reply,
+    changed: bool,
+}
+
+impl Foreground {
+    /// Tells connection threads whether a newly accepted task would make
+    /// the foreground act: start a turn, put it to the approval policy, or
+    /// arm the `--ttl` timer. A running turn or a pause ends with a look
+    /// at the queue anyway.
+    pub(super) fn publish_wait(&self) {
+        let waits = self.opts.ttl.is_some()
+            || (self.running.is_none()
+                && !self.paused()
+                && (self.opts.exec.is_some() || self.opts.approve != Approve::Auto));
+        self.shared.wake_on_accept.store(waits, Ordering::SeqCst);
+    }
+
+    fn manifest(&self) -> Manifest {
+        self.shared
+            .manifest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(super) fn spool(&self) -> &Spool {
+        &self.shared.spool
+    }
+
+    pub(super) fn paused(&self) -> bool {
+        self.shared.paused.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn new_message_id(&mut self) -> String {
+        let n = self.next_out;
+        self.next_out += 1;
+        format!("{}-{n}", self.shared.instance_id)
+    }
+
+    /// Recomputes the state; publishes the manifest and an event when it
+    /// changed. Waiting for an approval is not busy.
+    pub(super) fn refresh(&mut self) {
+        let want = if self.paused() {
+            State::Paused
+        } else if self.running.is_some() || !self.open.is_empty() {
+            State::Busy
+        } else {
+            State::Ready
+        };
+        if want == self.shared.state() {
+            return;
+        }
+        self.shared.set_state(want);
+        let m = self.manifest();
+        if let Err(e) = registry::publish(&self.dir, &m) {
+            eprintln!("baton: {e}");
+        }
+        if let Some((zdir, zsock)) = &self.zcoder {
+            let z = registry::zcoder_manifest(&m, zsock);
+            if let Err(e) = registry::publish_value(zdir, &m.instance_id, &z) {
+                eprintln!("baton: {e}");
+            }
+        }
+        self.hub
+            .emit("state.changed", json!({"state": want.as_str()}));
+    }
+
+    /// The earliest moment a timer must fire.
+    pub(super) fn next_timer(&self) -> Option<Instant> {
+        let mut at: Vec<Instant> = Vec::new();
+        if let Some(r) = &self.running {
+            at.extend(r.deadline.filter(|_| r.ended_by.is_none()));
+            at.extend(r.kill_at);
+            at.extend(r.drain_until);
+        }
+        if self.opts.ephemeral {
+            at.extend(self.idle_since.map(|t| t + EPHEMERAL_GRACE));
+        }
+        // Only with --ttl: finding the oldest task walks the whole queue,
+        // and this runs at every turn of the foreground loop.
+        let ttl_due = self
+            .opts
+            .ttl
+            .and_then(|ttl| Some(self.spool().oldest_queued()? + ttl.as_secs()));
+        if let Some(due) = ttl_due {
+            let left = due.saturating_sub(spool::now_secs());
+            at.push(Instant::now() + Duration::from_secs(left) + Duration::from_millis(10));
+        }
+        at.into_iter().min()
+    }
+
+    /// `--ttl`: sets aside what waited too long, visibly.
+    pub(super) fn expire(&mut self) {
+        let Some(ttl) = self.opts.ttl else {
+            return;
+        };
+        for id in self.shared.spool.expire(ttl.as_secs()) {
+            self.asked.remove(&id);
+            self.approved.remove(&id);
+            self.hub.emit(
+                "task.expired",
+                json!({"message_id": id, "reason": "expired",
+                       "text": format!("waited longer than --ttl {} s; moved to rejected/", ttl.as_secs())}),
+            );
+        }
+    }
+
+    /// Handles due timers; true when an ephemeral instance should stop.
+    pub(super) fn on_timer(&mut self) -> bool {
+        self.expire();
+        let now = Instant::now();
+        self.turn_timers(now);
+        self.opts.ephemeral
+            && self.clients == 0
+            && self.idle_since.is_some_and(|t| t + EPHEMERAL_GRACE <= now)
+    }
+
+    pub(super) fn handle(&mut self, ev: Event) {
+        match ev {
+            // The loop looks at the queue after every event.
+            Event::Queued => {}
+            Event::Flush => self.hub.flush(),
+            Event::Call {
+                method,
+                params,
+                reply,
+            } => match method.as_str() {
+                "relay/send" => self.relay_send(&params, reply),
+                "control/pause" => self.pause(reply),
+                _ => {
+                    let r = self.call(&method, &params);
+                    let _ = reply.send(r);
+                }
+            },
+            Event::Subscribe { controller, reply } => {
+                let sub = self.hub.subscribe(controller);
+                let sub_id = sub.id;
+                let _ = reply.send(sub);
+                if controller {
+                    // A controller that comes late still hears what waits;
+                    // the others were asked already.
+                    let waiting: Vec<String> = self.asked.keys().cloned().collect();
+                    for id in waiting {
+                        self.send_approval_request(&id, Some(sub_id));
+                    }
+                }
+            }
+            Event::Unsubscribe { id } => self.hub.unsubscribe(id),
+            Event::ClientReply { reply } => self.client_reply(&reply),
+            Event::Connected => {
+                self.clients += 1;
+                self.seen_client = true;
+                self.idle_since = None;
+            }
+            Event::Disconnected => {
+                self.clients = self.clients.saturating_sub(1);
+                if self.clients == 0 && self.seen_client {
+                    self.idle_since = Some(Instant::now());
+                }
+            }
+            Event::Relayed { result, reply_of } => {
+                let mut fields = result;
+                if let Some(r) = reply_of {
+                    fields["reply_of"] = json!(r);
+                }
+                self.hub.emit("relay.sent", fields);
+            }
+        }
+    }
+
+    fn call(
+        &mut self,
+        method: &str,
+        params: &Map<String, Value>,
+    ) -> std::result::Result<Value, RpcError> {
+        match method {
+            "control/resume" => {
+                let changed = self.shared.paused.swap(false, Ordering::SeqCst);
+                self.refresh();
+                Ok(json!({"state": self.shared.state().as_str(), "changed": changed}))
+            }
+            "control/status" => Ok(self.status()),
+            "inbox/list" => {
+                let l = self.spool().list();
+                let waiting: Vec<&String> = self.asked.keys().collect();
+                Ok(json!({"queued": l.queued, "processing": l.processing,
+                          "interrupted": l.interrupted, "rejected": l.rejected,
+                          "awaiting_approval": waiting}))
+            }
+            "inbox/claim" => Ok(self.claim()),
+            "inbox/complete" => self.complete(params),
+            "inbox/requeue" | "inbox/discard" => self.interrupted(method, params),
+            "approval/respond" => self.approval_respond(params),
+            "turn/cancel" => self.cancel(params),
+            "turn/local" => self.local(params),
+            _ => Err(RpcError::new(
+                crate::wire::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+            )),
+        }
+    }
+
+    /// `control/pause`. The flag is set at once: from here on every offer
+    /// is refused at its check (read under the spool's index lock), and no
+    /// task is claimed or started. Offers that passed the check before it
+    /// are still storing, and the pause is exact: it is answered only once
+    /// they are stored and queued, so the queue it answers over holds
+    /// exactly the tasks answered `accepted`. That wait (one file and one
+    /// directory sync each, bounded by `SETTLE_WAIT`) is a helper thread's;
+    /// the foreground goes on, and answers when it reports (`answer_pause`).
+    fn pause(&mut self, reply: Reply) {
+        let changed = !self.shared.paused.swap(true, Ordering::SeqCst);
+        let spool = Arc::clone(&self.shared.spool);
+        let pauses = self.pauses_tx.clone();
+        let settled = Settled {
+            reply: reply.clone(),
+            changed,
+        };
+        let spawned = std::thread::Builder::new()
+            .name("baton-settle".into())
+            .spawn(move || {
+                spool.settle(SETTLE_WAIT);
+                let _ = pauses.send(settled);
+            });
+        if let Err(e) = spawned {
+            // The last resort: the foreground waits itself.
+            self.hub.emit(
+                "notice",
+                json!({"text": format!("cannot start a settle thread: {e}")}),
+            );
+            self.spool().settle(SETTLE_WAIT);
+            self.answer_pause(Settled { reply, changed });
+        }
+    }
+
+    /// Answers a `control/pause` once the acceptances before it are stored.
+    /// The state is published here, after them, as when the foreground
+    /// waited itself; a `control/resume` that came meanwhile wins, and the
+    /// answer says so.
+    pub(super) fn answer_pause(&mut self, settled: Settled) {
+        self.refresh();
+        let state = self.shared.state().as_str();
+        let _ = settled
+            .reply
+            .send(Ok(json!({"state": state, "changed": settled.changed})));
+    }
+
+    fn status(&self) -> Value {
+        let m = self.manifest();
+        let c = self.spool().counts();
+        let turn = self.running.as_ref().map(|r| {
+            json!({"message_id": r.task.message_id, "pid": r.pid,
+                   "seconds": r.started.elapsed().as_secs_f64()})
+        });
+        json!({
+            "instance_id": m.instance_id,
+            "name": m.name,
+            "pid": m.pid,
+            "workspace": m.workspace,
+            "profile": m.profile,
+            "model": m.model,
+            "socket": m.socket,
+            "state": self.shared.state().as_str(),
+            "paused": self.paused(),
+            "started_at": m.started_at,
+            "spool": self.spool().dir().display().to_string(),
+            "mode": if self.opts.exec.is_some() { "exec" } else { "pull" },
+            "approve": self.opts.approve.as_str(),
+            "open_task": self.open.first().map(|o| o.task.message_id.clone()),
+            "turn": turn,
+            "awaiting_approval": self.asked.keys().collect::<Vec<_>>(),
+            "queue": {
+                "queued": c.queued,
+                "processing": c.processing,
+                "interrupted": c.interrupted,
+                "max": self.shared.config.max_queue,
+            },
+        })
+    }
+}

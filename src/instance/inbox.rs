@@ -1,0 +1,209 @@
+//! A pull agent has at most one task open at a time: `inbox/claim` hands
+//! out the next approved task only when none is open (a `steer` task from
+//! the open task's sender joins its turn instead), and `inbox/complete`
+//! ends it. Here too: putting interrupted tasks back, or discarding them.
+
+use super::{Foreground, OpenTask, opt_str_param, str_param};
+use crate::sanitize::escape;
+use crate::server::{self, RpcError};
+use crate::spool::{Claim, Task};
+use crate::turn;
+use serde_json::{Map, Value, json};
+
+use super::approval::Gate;
+
+impl Foreground {
+    /// Pull mode: hands out the next task and opens its turn.
+    pub(super) fn claim(&mut self) -> Value {
+        if self.opts.exec.is_some() {
+            return json!({"status": "invalid",
+                          "reason": "this instance runs its tasks with --exec; there is nothing to claim"});
+        }
+        if self.paused() {
+            return json!({"status": "paused", "reason": server::reason::PAUSED});
+        }
+        let mut rejected = Vec::new();
+        let result = loop {
+            // A steer task from the sender of the open task joins its turn,
+            // wherever it waits in the queue.
+            let follow_up = self.open.first().and_then(|o| {
+                let sender = o.task.sender.instance_id.as_deref()?;
+                let steer = self.spool().first_steer_from(sender)?;
+                Some((steer, o.token.clone()))
+            });
+            if let (None, Some(o)) = (&follow_up, self.open.first()) {
+                let id = o.task.message_id.clone();
+                break json!({
+                    "status": "busy",
+                    "message_id": id,
+                    "reason": format!("task {id} is still open: complete it first"),
+                });
+            }
+            let next = match &follow_up {
+                Some((steer, _)) => match self.gate(steer) {
+                    Gate::Go => Some(steer.message_id.clone()),
+                    Gate::Wait => None,
+                    Gate::Denied => continue,
+                },
+                None => self.approved_head(),
+            };
+            let Some(id) = next else {
+                let waiting = follow_up
+                    .as_ref()
+                    .map(|(s, _)| s.message_id.clone())
+                    .or_else(|| self.asked.keys().next().cloned());
+                break match waiting {
+                    Some(w) => json!({"status": "awaiting_approval", "message_id": w,
+                                      "reason": format!("task {w} waits for approval")}),
+                    None => json!({"status": "empty"}),
+                };
+            };
+            self.approved.remove(&id);
+            match self.spool().claim_id(&id) {
+                Ok(Claim::Task(task)) => {
+                    let token = follow_up.map_or_else(Self::new_token, |(_, t)| t);
+                    break self.open_turn(*task, token);
+                }
+                Ok(Claim::Empty) => break json!({"status": "empty"}),
+                Ok(Claim::Rejected { message_id, reason }) => {
+                    eprintln!(
+                        "baton: task {message_id} is bad data and went to rejected/: {reason}"
+                    );
+                    self.hub.emit(
+                        "task.rejected",
+                        json!({"message_id": message_id, "reason": reason}),
+                    );
+                    rejected.push(json!({"message_id": message_id, "reason": reason}));
+                }
+                Err(e) => {
+                    break json!({"status": "error", "reason": e.to_string()});
+                }
+            }
+        };
+        self.refresh();
+        let mut result = result;
+        if !rejected.is_empty() {
+            result["rejected"] = Value::Array(rejected);
+        }
+        result
+    }
+
+    /// Opens the turn of a claimed task (or adds it to the open turn whose
+    /// token it gets) and says so.
+    fn open_turn(&mut self, task: Task, token: String) -> Value {
+        let envelope = turn::envelope(&task, task.sender.instance_id.is_some());
+        let follows = self.open.first().map(|o| o.task.message_id.clone());
+        self.hub.emit(
+            "task.claimed",
+            json!({"message_id": task.message_id, "from": turn::display_name(&task.sender),
+                   "follow_up_of": follows}),
+        );
+        let v = json!({
+            "status": "claimed",
+            "task": {
+                "message_id": task.message_id,
+                "body": task.body,
+                "sender": task.sender,
+                "hop": task.hop,
+                "in_reply_to": task.in_reply_to,
+                "mode": task.mode,
+                "accepted_at": task.accepted_at,
+                "wire": task.wire,
+                "envelope": envelope,
+                "turn": token,
+                "follow_up_of": follows,
+            },
+        });
+        self.open.push(OpenTask { task, token });
+        v
+    }
+
+    /// Puts an interrupted task back in the queue, or discards it with a
+    /// receipt (so a retry of its id stays a duplicate).
+    pub(super) fn interrupted(
+        &mut self,
+        method: &str,
+        params: &Map<String, Value>,
+    ) -> std::result::Result<Value, RpcError> {
+        let id = str_param(params, "message_id")?;
+        if !self.spool().is_set_aside(&id) {
+            return Ok(json!({
+                "status": "invalid",
+                "message_id": id,
+                "reason": format!("no interrupted or rejected task {}", escape(&id)),
+            }));
+        }
+        let (r, status) = if method == "inbox/requeue" {
+            (self.spool().requeue(&id), "requeued")
+        } else {
+            (self.spool().finish(&id, "discarded"), "discarded")
+        };
+        Ok(match r {
+            Ok(()) => {
+                self.hub
+                    .emit(&format!("task.{status}"), json!({"message_id": id}));
+                json!({"status": status, "message_id": id})
+            }
+            Err(e) => json!({"status": "error", "message_id": id, "reason": e.to_string()}),
+        })
+    }
+
+    pub(super) fn complete(
+        &mut self,
+        params: &Map<String, Value>,
+    ) -> std::result::Result<Value, RpcError> {
+        let id = str_param(params, "message_id")?;
+        let outcome = opt_str_param(params, "outcome")?.unwrap_or_else(|| "done".into());
+        let reply = opt_str_param(params, "reply")?;
+        let invalid =
+            |reason: String| Ok(json!({"status": "invalid", "message_id": id, "reason": reason}));
+        if !matches!(outcome.as_str(), "done" | "failed") {
+            return invalid("outcome is not done or failed".into());
+        }
+        let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
+            return invalid(format!("task {} is not open here", escape(&id)));
+        };
+        if let Err(e) = self.spool().finish(&id, &outcome) {
+            return Ok(json!({"status": "error", "message_id": id, "reason": e.to_string()}));
+        }
+        let open = self.open.remove(pos);
+        self.hub.emit(
+            "turn.finished",
+            json!({"message_id": id, "outcome": outcome}),
+        );
+        let mut result = json!({"status": "completed", "message_id": id, "outcome": outcome});
+        if let Some(body) = reply {
+            result["reply"] = self.reply_from(open, &id, body);
+        }
+        self.refresh();
+        Ok(result)
+    }
+
+    /// `inbox/complete` with `reply`: the reply goes out like `baton send
+    /// --reply` from the turn just completed. The foreground never waits on
+    /// the network: the reply's outcome goes to the transcript
+    /// (`relay.sent`), and the answer only says it is being sent.
+    fn reply_from(&mut self, open: OpenTask, id: &str, body: String) -> Value {
+        let mut p = Map::new();
+        p.insert("body".into(), json!(body));
+        p.insert("reply".into(), json!(true));
+        p.insert("turn".into(), json!(open.token));
+        self.open.push(open);
+        let plan = self.plan_send(&p);
+        self.open.pop();
+        match plan {
+            Ok(Ok(out)) => {
+                let sending = json!({"status": "sending", "message_id": out.message_id});
+                self.spawn_send(out, Some(id.to_string()), None);
+                sending
+            }
+            Ok(Err(refusal)) => {
+                let mut r = refusal.clone();
+                r["reply_of"] = json!(id);
+                self.hub.emit("relay.sent", r);
+                refusal
+            }
+            Err(e) => json!({"status": "invalid", "reason": e.message}),
+        }
+    }
+}

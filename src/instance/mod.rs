@@ -1,0 +1,276 @@
+//! The foreground of `baton serve` (DESIGN §2, §6, §9): only the foreground
+//! claims tasks, runs turns, asks for approvals, changes the instance's
+//! state and writes the transcript. This room holds what `baton serve` was
+//! asked to be, the foreground's state, and `serve`: startup, one `select!`
+//! over listener events, turn reports, settled pauses, signals and timers,
+//! and shutdown in order.
+//!
+//! The foreground's methods live by concern: `startup` (sockets, spool,
+//! manifest, signals), `dispatch` (events, calls, state, timers),
+//! `approval`, `turns` (exec turns, local turns, cancelling), `inbox` (the
+//! pull inbox) and `outbound` (sends made on the agent's behalf).
+
+mod approval;
+mod dispatch;
+mod inbox;
+mod outbound;
+mod startup;
+mod turns;
+
+use crate::config::Config;
+use crate::error::Result;
+use crate::events::Hub;
+use crate::registry;
+use crate::relay::Origin;
+use crate::server::{Event, Policy, RpcError, Shared};
+use crate::spool::{self, Task};
+use crate::turn::TurnEvent;
+use crossbeam_channel::{self as chan, select};
+use serde_json::{Map, Value, json};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How a task is approved before it runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Approve {
+    #[default]
+    Auto,
+    Ask,
+    Deny,
+}
+
+impl Approve {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Approve::Auto => "auto",
+            Approve::Ask => "ask",
+            Approve::Deny => "deny",
+        }
+    }
+}
+
+/// What `baton serve` was asked to be.
+#[derive(Clone, Debug, Default)]
+pub struct ServeOptions {
+    pub name: Option<String>,
+    pub workspace: Option<PathBuf>,
+    pub profile: String,
+    pub model: String,
+    pub paused: bool,
+    pub ephemeral_spool: bool,
+    pub policy: Policy,
+    /// `--exec CMD`: run each task through `sh -c CMD`.
+    pub exec: Option<String>,
+    /// `--reply`: send the handler's stdout back to the sender.
+    pub reply: bool,
+    pub turn_timeout: Option<Duration>,
+    pub approve: Approve,
+    /// `--ephemeral`: exit about a second after the last client left.
+    pub ephemeral: bool,
+    /// `--zcoder`: also publish in zcoder's registry, with a second socket.
+    pub zcoder: bool,
+    /// For an instance run inside another front end (`baton mcp`).
+    pub embedded: Option<Embedded>,
+    /// `--ttl`: queued tasks older than this are set aside as expired.
+    pub ttl: Option<Duration>,
+    /// `--no-offline`: senders may not store tasks while this name is not
+    /// running (kept in the spool's meta.json).
+    pub no_offline: bool,
+}
+
+/// How a front end that runs an instance on a thread of its own learns it
+/// is ready and tells it to stop.
+#[derive(Clone, Debug)]
+pub struct Embedded {
+    /// Receives the instance id and socket once peers can find it.
+    pub ready: chan::Sender<(String, PathBuf)>,
+    /// A message (or a closed channel) stops the instance.
+    pub stop: chan::Receiver<()>,
+}
+
+/// How the operator's own input is named as a sender: not a valid instance
+/// name, so no peer can claim it.
+pub const LOCAL: &str = "(local)";
+
+fn is_local(s: &spool::Sender) -> bool {
+    s.instance_id.is_none() && s.name.as_deref() == Some(LOCAL)
+}
+
+/// SIGTERM to SIGKILL, for a handler that is being ended.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+/// After the handler exited, how long its output may take to drain (a
+/// background child may hold the pipes open).
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// `--ephemeral`: the grace period after the last client left.
+pub const EPHEMERAL_GRACE: Duration = Duration::from_secs(1);
+
+/// The answer channel of a call the foreground answers.
+type Reply = chan::Sender<std::result::Result<Value, RpcError>>;
+
+/// A task an agent claimed (pull mode) and has not completed.
+struct OpenTask {
+    task: Task,
+    token: String,
+}
+
+/// The handler process of the running turn (exec mode).
+struct Running {
+    task: Task,
+    token: String,
+    pid: u32,
+    started: Instant,
+    deadline: Option<Instant>,
+    kill_at: Option<Instant>,
+    drain_until: Option<Instant>,
+    ended_by: Option<&'static str>,
+    exit: Option<(Option<i32>, Option<i32>)>,
+    streams_open: u8,
+    bytes: HashMap<&'static str, (u64, u64)>,
+    captured: Option<Vec<u8>>,
+}
+
+struct Foreground {
+    shared: Arc<Shared>,
+    opts: ServeOptions,
+    dir: PathBuf,
+    socket: PathBuf,
+    /// zcoder's registry directory and our socket there, with `--zcoder`.
+    zcoder: Option<(PathBuf, PathBuf)>,
+    workspace: PathBuf,
+    hub: Arc<Hub>,
+    /// For sender threads, which report as `Event::Relayed`.
+    events_tx: chan::Sender<Event>,
+    /// For the threads of a handler, which report as `TurnEvent`s.
+    turns_tx: chan::Sender<TurnEvent>,
+    /// For the threads that wait for a pause to settle.
+    pauses_tx: chan::Sender<dispatch::Settled>,
+    origin: Origin,
+    open: Vec<OpenTask>,
+    running: Option<Running>,
+    /// Tasks approved and not yet started.
+    approved: HashSet<String>,
+    /// Tasks waiting for an approval, and the ids of the requests sent.
+    asked: HashMap<String, Vec<String>>,
+    requests: HashMap<String, String>,
+    next_request: u64,
+    next_out: u64,
+    clients: usize,
+    seen_client: bool,
+    idle_since: Option<Instant>,
+}
+
+/// What the foreground waits on, besides its timers.
+struct Inputs {
+    events: chan::Receiver<Event>,
+    turns: chan::Receiver<TurnEvent>,
+    pauses: chan::Receiver<dispatch::Settled>,
+    signals: chan::Receiver<i32>,
+    stop: chan::Receiver<()>,
+}
+
+/// Runs an instance until SIGTERM, SIGINT or SIGHUP.
+pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
+    let startup::Started {
+        mut fg,
+        inputs,
+        listeners,
+    } = startup::start(opts, config)?;
+    fg.run(&inputs);
+    fg.shut_down(&inputs, &listeners);
+    Ok(())
+}
+
+impl Foreground {
+    /// The loop, until a signal, the front end or `--ephemeral` stops the
+    /// instance.
+    fn run(&mut self, inputs: &Inputs) {
+        loop {
+            // Every acceptance is announced before its task can be claimed,
+            // so draining first keeps the transcript in order: accepted,
+            // then started.
+            while let Ok(ev) = inputs.events.try_recv() {
+                self.handle(ev);
+            }
+            // Set before the queue is looked at, so that an acceptance
+            // either is seen by `pump` or sees the flag and wakes us (both
+            // sides use the spool's lock and sequentially consistent flag
+            // accesses).
+            self.publish_wait();
+            self.pump();
+            self.publish_wait();
+            let timer = match self.next_timer() {
+                Some(at) => chan::at(at),
+                None => chan::never(),
+            };
+            select! {
+                recv(inputs.events) -> ev => match ev {
+                    Ok(ev) => self.handle(ev),
+                    Err(_) => return,
+                },
+                recv(inputs.turns) -> ev => {
+                    if let Ok(ev) = ev {
+                        self.turn_event(ev);
+                    }
+                },
+                recv(inputs.pauses) -> settled => {
+                    if let Ok(settled) = settled {
+                        self.answer_pause(settled);
+                    }
+                },
+                recv(inputs.signals) -> sig => {
+                    self.hub.emit("notice", json!({"text": format!("stopping on signal {}", sig.unwrap_or(0))}));
+                    return;
+                },
+                recv(inputs.stop) -> _ => {
+                    self.hub.emit("notice", json!({"text": "stopping: the front end closed"}));
+                    return;
+                },
+                recv(timer) -> _ => {
+                    if self.on_timer() {
+                        self.hub.emit("notice", json!({"text": "no client for a second: ephemeral instance stopping"}));
+                        return;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Shutdown, in the order of DESIGN §9.
+    fn shut_down(&mut self, inputs: &Inputs, listeners: &startup::Listeners) {
+        let id = self.shared.instance_id.clone();
+        registry::unpublish(&self.dir, &id);
+        if let Some((zdir, _)) = &self.zcoder {
+            registry::unpublish(zdir, &id);
+        }
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.interrupt_turn(&inputs.turns);
+        listeners.close(&self.socket, self.zcoder.as_ref().map(|(_, s)| s));
+        self.shared.spool.remove_if_ephemeral();
+    }
+}
+
+fn str_param(params: &Map<String, Value>, k: &str) -> std::result::Result<String, RpcError> {
+    opt_str_param(params, k)?.ok_or_else(|| {
+        RpcError::new(
+            crate::wire::INVALID_PARAMS,
+            format!("invalid params: {k} is missing"),
+        )
+    })
+}
+
+fn opt_str_param(
+    params: &Map<String, Value>,
+    k: &str,
+) -> std::result::Result<Option<String>, RpcError> {
+    match params.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(RpcError::new(
+            crate::wire::INVALID_PARAMS,
+            format!("invalid params: {k} must be a string"),
+        )),
+    }
+}

@@ -1,0 +1,214 @@
+//! A send made on the agent's behalf inside a relayed turn goes only back
+//! to the verified sender of that turn's task, one hop further: the guards
+//! that need the turn (its scope, hop and reply target) are decided here
+//! on the foreground, and the delivery runs on a sender thread that
+//! reports as `Event::Relayed`. This covers `relay/send`, `--reply` and
+//! the reply of `inbox/complete`.
+
+use super::{Foreground, Reply, is_local, opt_str_param, str_param};
+use crate::registry;
+use crate::relay::{self, Outbound};
+use crate::sanitize::escape;
+use crate::server::{self, Event, RpcError};
+use crate::spool::Task;
+use crate::turn;
+use serde_json::{Map, Value, json};
+
+/// A planned send, or the refusal to answer with instead.
+type Plan = std::result::Result<Outbound, Value>;
+
+impl Foreground {
+    /// `--reply`: the handler's stdout goes back to the sender.
+    pub(super) fn reply_with_stdout(&mut self, task: &Task, stdout: Vec<u8>) {
+        let id = &task.message_id;
+        let Some(sender) = task.sender.instance_id.clone() else {
+            self.hub.emit(
+                "notice",
+                json!({"message_id": id, "text": "no reply: the sender is a plain command line, which cannot be replied to"}),
+            );
+            return;
+        };
+        let limit = self.shared.config.max_message_bytes;
+        if stdout.len() > limit {
+            self.hub.emit(
+                "notice",
+                json!({"message_id": id, "text": format!(
+                    "no reply: the handler printed more than {limit} bytes (BATON_MAX_MESSAGE_BYTES)"
+                )}),
+            );
+            return;
+        }
+        let body = String::from_utf8_lossy(&stdout).into_owned();
+        if body.trim().is_empty() {
+            self.hub.emit(
+                "notice",
+                json!({"message_id": id, "text": "no reply: the handler printed nothing"}),
+            );
+            return;
+        }
+        let out = Outbound {
+            target: sender.clone(),
+            body,
+            message_id: self.new_message_id(),
+            hop: task.hop + 1,
+            in_reply_to: Some(id.clone()),
+            mode: "queue".into(),
+            only: Some(sender),
+            scope: "a reply".into(),
+        };
+        self.spawn_send(out, Some(id.clone()), None);
+    }
+
+    /// Delivers on a worker thread; the result goes to the transcript and,
+    /// for `relay/send`, to the waiting caller.
+    pub(super) fn spawn_send(
+        &mut self,
+        out: Outbound,
+        reply_of: Option<String>,
+        caller: Option<Reply>,
+    ) {
+        let origin = self.origin.clone();
+        let events = self.events_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("baton-send".into())
+            .spawn(move || {
+                let result = relay::send_as(&origin, &out);
+                if let Some(c) = caller {
+                    let _ = c.send(Ok(result.clone()));
+                }
+                let _ = events.send(Event::Relayed { result, reply_of });
+            });
+        if let Err(e) = spawned {
+            self.hub.emit(
+                "notice",
+                json!({"text": format!("cannot start a sender thread: {e}")}),
+            );
+        }
+    }
+
+    /// `relay/send`: the sender-side guards need the turn, so they are
+    /// decided here; the delivery itself runs on a worker thread.
+    pub(super) fn relay_send(&mut self, params: &Map<String, Value>, reply: Reply) {
+        let plan = self.plan_send(params);
+        match plan {
+            Ok(Ok(out)) => {
+                let reply_of = out.in_reply_to.clone();
+                self.spawn_send(out, reply_of, Some(reply));
+            }
+            Ok(Err(refusal)) => {
+                self.hub.emit("relay.sent", refusal.clone());
+                let _ = reply.send(Ok(refusal));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// The task a turn token names: the running turn or an open one.
+    fn task_of_turn(&self, token: &str) -> Option<&Task> {
+        if let Some(r) = self.running.as_ref().filter(|r| r.token == token) {
+            return Some(&r.task);
+        }
+        self.open.iter().find(|o| o.token == token).map(|o| &o.task)
+    }
+
+    /// Plans a `relay/send`: a send in a relayed turn goes back to that
+    /// turn's verified sender, one hop further; any other (a local turn,
+    /// or no turn) goes to any target at hop 0.
+    pub(super) fn plan_send(
+        &mut self,
+        params: &Map<String, Value>,
+    ) -> std::result::Result<Plan, RpcError> {
+        let body = str_param(params, "body")?;
+        let turn = opt_str_param(params, "turn")?;
+        let target = opt_str_param(params, "target")?;
+        let mode = opt_str_param(params, "mode")?.unwrap_or_else(|| "queue".into());
+        let is_reply = match params.get("reply") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(RpcError::new(
+                    crate::wire::INVALID_PARAMS,
+                    "invalid params: reply must be a boolean",
+                ));
+            }
+        };
+        let message_id = match opt_str_param(params, "message_id")? {
+            Some(id) if registry::valid_id(&id) => id,
+            Some(_) => {
+                let id = self.new_message_id();
+                return Ok(Err(json!({"status": "invalid", "message_id": id,
+                                     "reason": server::reason::BAD_MESSAGE_ID})));
+            }
+            None => self.new_message_id(),
+        };
+        let refuse = |status: &str, reason: String| {
+            Ok(Err(
+                json!({"status": status, "message_id": message_id, "reason": reason}),
+            ))
+        };
+        if !matches!(mode.as_str(), "queue" | "steer") {
+            return refuse("invalid", "mode is not queue or steer".into());
+        }
+        let task = match &turn {
+            Some(t) => match self.task_of_turn(t) {
+                Some(task) => Some(task.clone()),
+                None => return refuse("denied", "the turn token names no open turn here".into()),
+            },
+            None => None,
+        };
+        let task = task.filter(|t| !is_local(&t.sender));
+        let Some(task) = task else {
+            // A local turn (the operator, a script with BATON_SOCKET): any
+            // target, hop 0.
+            if is_reply {
+                return refuse("invalid", "a reply needs the turn it answers (turn)".into());
+            }
+            let Some(target) = target else {
+                return Err(missing_target());
+            };
+            return Ok(Ok(Outbound {
+                target,
+                body,
+                message_id,
+                hop: 0,
+                in_reply_to: None,
+                mode,
+                only: None,
+                scope: String::new(),
+            }));
+        };
+        let from = turn::display_name(&task.sender);
+        let Some(sender) = task.sender.instance_id.clone() else {
+            return refuse(
+                "denied",
+                format!(
+                    "this turn runs a task from {from}, a plain command line, which cannot be sent to"
+                ),
+            );
+        };
+        let target = match (is_reply, target) {
+            (true, _) => sender.clone(),
+            (false, Some(t)) => t,
+            (false, None) => return Err(missing_target()),
+        };
+        Ok(Ok(Outbound {
+            target,
+            body,
+            message_id,
+            hop: task.hop + 1,
+            in_reply_to: Some(task.message_id.clone()),
+            mode,
+            only: Some(sender),
+            scope: format!("this turn runs a task relayed from {}", escape(&from)),
+        }))
+    }
+}
+
+fn missing_target() -> RpcError {
+    RpcError::new(
+        crate::wire::INVALID_PARAMS,
+        "invalid params: target is missing",
+    )
+}

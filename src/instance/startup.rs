@@ -1,0 +1,540 @@
+//! Peers find an instance only once it accepts connections: startup binds
+//! the sockets, opens the spool and records the start before it publishes
+//! the manifest, and a socket is unlinked at exit only while it still is
+//! the one we bound. Also here: `meta.json`, the sweep of dead ephemeral
+//! spools, and the signal channel.
+
+use super::dispatch::Settled;
+use super::{Foreground, Inputs, ServeOptions};
+use crate::config::{Config, Relay};
+use crate::error::{Error, Result};
+use crate::events::Hub;
+use crate::registry::{self, Manifest};
+use crate::relay::Origin;
+use crate::server::{self, Event, Policy, Shared};
+use crate::spool::{self, Spool};
+use crate::sys;
+use crate::turn::TurnEvent;
+use crossbeam_channel as chan;
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A running instance, ready for its loop.
+pub(super) struct Started {
+    pub(super) fg: Foreground,
+    pub(super) inputs: Inputs,
+    pub(super) listeners: Listeners,
+}
+
+/// Where the instance lives, decided before anything is created.
+struct Place {
+    dir: PathBuf,
+    workspace: PathBuf,
+    name: String,
+    id: String,
+    /// Under socket activation, the listener passed on fd 3.
+    activated: Option<UnixListener>,
+    socket: PathBuf,
+    /// zcoder's registry directory and our socket there, with `--zcoder`.
+    zcoder: Option<(PathBuf, PathBuf)>,
+}
+
+/// The listening sockets, bound and not yet accepting.
+struct Bound {
+    listener: UnixListener,
+    was_activated: bool,
+    meta: fs::Metadata,
+    zcoder: Option<(UnixListener, fs::Metadata)>,
+}
+
+/// The accept loops, for shutdown.
+pub(super) struct Listeners {
+    was_activated: bool,
+    meta: fs::Metadata,
+    done: chan::Receiver<()>,
+    zcoder: Option<(chan::Receiver<()>, fs::Metadata)>,
+}
+
+/// Startup, in the order of DESIGN §9.
+pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
+    sys::set_umask(0o077);
+    if config.relay == Relay::Off {
+        return Err(Error::Env(
+            "BATON_RELAY=off: the relay is disabled, so serve does not start".into(),
+        ));
+    }
+    let mut place = place(&opts, &config)?;
+    let spool = open_spool(&opts, &config, &place)?;
+    // Stale entries of dead instances go before we add our own.
+    registry::collect_stale(&place.dir);
+    let bound = bind(&mut place)?;
+    let paused = opts.paused || config.relay == Relay::Paused;
+    let manifest = manifest(&place, &opts, paused);
+    let (events_tx, events) = chan::unbounded();
+    // Opened, and the start recorded, before the listener runs: connection
+    // threads emit into it from their first acceptance.
+    let hub = Arc::new(Hub::open(spool.dir()));
+    started(&hub, &manifest, &opts, &spool);
+    let shared = Arc::new(Shared::new(
+        config.clone(),
+        place.id.clone(),
+        spool,
+        manifest.clone(),
+        place.dir.clone(),
+        opts.policy.clone(),
+        paused,
+        Arc::clone(&hub),
+        events_tx.clone(),
+    ));
+    let listeners = bound.accept(&shared)?;
+    let signals = signal_channel()?;
+    // The listener is accepting: only now may peers find us.
+    registry::publish(&place.dir, &manifest)?;
+    if let Some((zdir, zsock)) = &place.zcoder {
+        registry::publish_value(
+            zdir,
+            &place.id,
+            &registry::zcoder_manifest(&manifest, zsock),
+        )?;
+    }
+    let stop = match &opts.embedded {
+        Some(e) => {
+            let _ = e.ready.send((place.id.clone(), place.socket.clone()));
+            e.stop.clone()
+        }
+        None => chan::never(),
+    };
+    eprintln!(
+        "baton: {} ({}) serving {} on {}",
+        place.name,
+        place.id,
+        place.workspace.display(),
+        place.socket.display()
+    );
+    let (fg, turns, pauses) = foreground(place, opts, config, shared, hub, events_tx);
+    let inputs = Inputs {
+        events,
+        turns,
+        pauses,
+        signals,
+        stop,
+    };
+    Ok(Started {
+        fg,
+        inputs,
+        listeners,
+    })
+}
+
+/// The foreground's starting state, and the receivers of its turn and
+/// pause channels.
+fn foreground(
+    place: Place,
+    opts: ServeOptions,
+    config: Config,
+    shared: Arc<Shared>,
+    hub: Arc<Hub>,
+    events_tx: chan::Sender<Event>,
+) -> (
+    Foreground,
+    chan::Receiver<TurnEvent>,
+    chan::Receiver<Settled>,
+) {
+    let (turns_tx, turns) = chan::unbounded();
+    let (pauses_tx, pauses) = chan::unbounded();
+    let fg = Foreground {
+        shared,
+        origin: Origin {
+            config,
+            registry: place.dir.clone(),
+            instance_id: place.id,
+            name: place.name,
+            workspace: place.workspace.display().to_string(),
+        },
+        opts,
+        dir: place.dir,
+        socket: place.socket,
+        zcoder: place.zcoder,
+        workspace: place.workspace,
+        hub,
+        events_tx,
+        turns_tx,
+        pauses_tx,
+        open: Vec::new(),
+        running: None,
+        approved: HashSet::new(),
+        asked: HashMap::new(),
+        requests: HashMap::new(),
+        next_request: 1,
+        next_out: 1,
+        clients: 0,
+        seen_client: false,
+        idle_since: None,
+    };
+    (fg, turns, pauses)
+}
+
+/// Resolves the registry, workspace, name, id and sockets, and checks
+/// them; creates nothing but the registry directories.
+fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
+    let dir = registry::ensure_dir(config)?;
+    let workspace = workspace(opts)?;
+    let name = match &opts.name {
+        Some(n) if registry::valid_name(n) => n.clone(),
+        Some(n) => {
+            return Err(Error::Usage(format!(
+                "--name {}: a name must match [A-Za-z0-9_.-]{{1,64}}",
+                crate::sanitize::escape(n)
+            )));
+        }
+        None => registry::default_name(&workspace),
+    };
+    let id = registry::new_instance_id()?;
+    // Under socket activation the listener already exists (fd 3): its
+    // path, a wake socket in the registry, is the instance's socket.
+    let activated = match &opts.embedded {
+        None => sys::activated_listener(),
+        Some(_) => None,
+    };
+    let socket = match &activated {
+        Some(l) => activated_path(l, &dir, &name)?,
+        None => registry::socket_path(&dir, &id),
+    };
+    check_socket_path(&socket, "BATON_DIR")?;
+    // `--zcoder`: a second socket in zcoder's registry, so that zcoder
+    // instances find this one and can deliver to it.
+    let zcoder = match opts.zcoder {
+        true => {
+            let zdir = registry::ensure_private_dir(&registry::zcoder_dir(), "zcoder registry")?;
+            // The same directory would need two sockets of one name, and
+            // would leave the first bound when the second failed.
+            if zdir == dir {
+                return Err(Error::Env(format!(
+                    "--zcoder: zcoder's registry {} is baton's own registry: point ZCODER_RELAY_DIR or BATON_DIR elsewhere",
+                    zdir.display()
+                )));
+            }
+            let zsock = registry::socket_path(&zdir, &id);
+            check_socket_path(&zsock, "ZCODER_RELAY_DIR")?;
+            Some((zdir, zsock))
+        }
+        false => None,
+    };
+    Ok(Place {
+        dir,
+        workspace,
+        name,
+        id,
+        activated,
+        socket,
+        zcoder,
+    })
+}
+
+/// The workspace, resolved: `--workspace` or the current directory.
+fn workspace(opts: &ServeOptions) -> Result<PathBuf> {
+    let workspace = match &opts.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir().map_err(|e| Error::io("read", Path::new("."), e))?,
+    };
+    let workspace =
+        fs::canonicalize(&workspace).map_err(|e| Error::io("resolve workspace", &workspace, e))?;
+    if !workspace.is_dir() {
+        return Err(Error::Env(format!(
+            "workspace {} is not a directory",
+            workspace.display()
+        )));
+    }
+    Ok(workspace)
+}
+
+/// The path of a socket-activated listener, which must be the name's wake
+/// socket for peers to find it.
+fn activated_path(l: &UnixListener, dir: &Path, name: &str) -> Result<PathBuf> {
+    let path = l
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+        .ok_or_else(|| Error::Env("the socket passed on fd 3 has no path".into()))?;
+    let expected = crate::relay::wake_socket(dir, name);
+    if path != expected {
+        return Err(Error::Env(format!(
+            "the activated socket is {}, but an instance named {name} must listen on {} to be found",
+            path.display(),
+            expected.display()
+        )));
+    }
+    Ok(path)
+}
+
+/// Opens (and recovers) the spool and rewrites its `meta.json`.
+fn open_spool(opts: &ServeOptions, config: &Config, place: &Place) -> Result<Arc<Spool>> {
+    sweep_ephemeral_spools();
+    let spool_dir = if opts.ephemeral_spool {
+        runtime_base().join(format!("baton-spool-{}-{}", sys::uid(), place.id))
+    } else {
+        spool::spool_dir(&spool::state_home()?, &place.name, &place.workspace)
+    };
+    let spool = Arc::new(Spool::open(&spool_dir, config.fsync, opts.ephemeral_spool)?);
+    for note in &spool.recovery_notes {
+        eprintln!("baton: {note}");
+    }
+    write_meta(
+        &spool_dir,
+        &place.name,
+        &place.workspace,
+        !opts.no_offline,
+        &opts.policy,
+    )?;
+    Ok(spool)
+}
+
+/// Binds the sockets (or takes the activated one).
+fn bind(place: &mut Place) -> Result<Bound> {
+    let activated = place.activated.take();
+    let was_activated = activated.is_some();
+    let socket = &place.socket;
+    let listener = match activated {
+        Some(l) => l,
+        None => UnixListener::bind(socket).map_err(|e| Error::io("listen on", socket, e))?,
+    };
+    let meta = fs::symlink_metadata(socket).map_err(|e| Error::io("inspect", socket, e))?;
+    let zcoder = match &place.zcoder {
+        Some((_, zsock)) => {
+            let l = UnixListener::bind(zsock).map_err(|e| Error::io("listen on", zsock, e))?;
+            let meta = fs::symlink_metadata(zsock).map_err(|e| Error::io("inspect", zsock, e))?;
+            Some((l, meta))
+        }
+        None => None,
+    };
+    Ok(Bound {
+        listener,
+        was_activated,
+        meta,
+        zcoder,
+    })
+}
+
+impl Bound {
+    /// Starts an accept loop on each socket.
+    fn accept(self, shared: &Arc<Shared>) -> Result<Listeners> {
+        let done = start_accept(self.listener, shared)?;
+        let zcoder = match self.zcoder {
+            Some((l, meta)) => Some((start_accept(l, shared)?, meta)),
+            None => None,
+        };
+        Ok(Listeners {
+            was_activated: self.was_activated,
+            meta: self.meta,
+            done,
+            zcoder,
+        })
+    }
+}
+
+impl Listeners {
+    /// Stops listening on `socket` and, with `--zcoder`, on `zsock`.
+    pub(super) fn close(&self, socket: &Path, zsock: Option<&PathBuf>) {
+        // An activated socket belongs to the service manager, which keeps
+        // listening on it to start the agent again.
+        if !self.was_activated {
+            close_listener(socket, &self.meta, &self.done);
+        }
+        if let (Some(zsock), Some((zdone, zmeta))) = (zsock, &self.zcoder) {
+            close_listener(zsock, zmeta, zdone);
+        }
+    }
+}
+
+fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
+    Manifest {
+        protocol: registry::PROTOCOL,
+        instance_id: place.id.clone(),
+        pid: std::process::id(),
+        project: place.name.clone(),
+        name: place.name.clone(),
+        workspace: place.workspace.display().to_string(),
+        session_id: String::new(),
+        profile: opts.profile.clone(),
+        model: opts.model.clone(),
+        socket: place.socket.display().to_string(),
+        state: if paused { "paused" } else { "ready" }.into(),
+        started_at: spool::now_secs(),
+        wire: "jsonrpc".into(),
+        baton_version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+/// The first events of a run: the start, and what recovery found.
+fn started(hub: &Hub, m: &Manifest, opts: &ServeOptions, spool: &Spool) {
+    hub.emit(
+        "instance.started",
+        json!({
+            "instance_id": m.instance_id,
+            "name": m.name,
+            "pid": m.pid,
+            "workspace": m.workspace,
+            "mode": if opts.exec.is_some() { "exec" } else { "pull" },
+            "approve": opts.approve.as_str(),
+            "state": m.state,
+        }),
+    );
+    for note in &spool.recovery_notes {
+        hub.emit("notice", json!({"text": note}));
+    }
+    let c = spool.counts();
+    if c.interrupted > 0 {
+        hub.emit(
+            "notice",
+            json!({"text": format!(
+                "{} interrupted task(s) wait for the operator: baton inbox requeue|discard",
+                c.interrupted
+            )}),
+        );
+    }
+}
+
+/// Says clearly when a socket path cannot be bound, before `bind` fails
+/// with a bare error.
+fn check_socket_path(socket: &Path, variable: &str) -> Result<()> {
+    let limit = sys::max_socket_path();
+    let len = socket.as_os_str().len();
+    if len > limit {
+        return Err(Error::Env(format!(
+            "socket path {} is {len} bytes, over the {limit}-byte limit of sun_path: choose a shorter {variable}",
+            socket.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs an accept loop on its own thread; the receiver hears when it ends.
+fn start_accept(listener: UnixListener, shared: &Arc<Shared>) -> Result<chan::Receiver<()>> {
+    let (tx, rx) = chan::bounded::<()>(1);
+    let s = Arc::clone(shared);
+    std::thread::Builder::new()
+        .name("baton-accept".into())
+        .spawn(move || {
+            server::accept_loop(listener, s);
+            let _ = tx.send(());
+        })
+        .map_err(|e| Error::Env(format!("cannot start the listener thread: {e}")))?;
+    Ok(rx)
+}
+
+/// Stops an accept loop and unlinks its socket, only if the path still is
+/// the socket we bound. Connecting would otherwise reach nothing or a
+/// stranger, and the thread is left to end with the process.
+fn close_listener(socket: &Path, bound: &fs::Metadata, done: &chan::Receiver<()>) {
+    let ours = fs::symlink_metadata(socket)
+        .is_ok_and(|now| now.dev() == bound.dev() && now.ino() == bound.ino());
+    if !ours {
+        return;
+    }
+    // The wake-up connect runs on its own thread and the wait is bounded:
+    // a full backlog cannot hang shutdown.
+    let wake = socket.to_path_buf();
+    let _ = std::thread::Builder::new()
+        .name("baton-wake".into())
+        .spawn(move || UnixStream::connect(wake).map(drop));
+    let _ = done.recv_timeout(Duration::from_secs(1));
+    let _ = fs::remove_file(socket);
+}
+
+fn runtime_base() -> PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .or_else(|| std::env::var_os("TMPDIR"))
+        .filter(|v| !v.is_empty() && Path::new(v).is_absolute())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// Removes the ephemeral spools of instances that died without cleaning
+/// up (`kill -9`): ours by owner and name, their pid gone.
+fn sweep_ephemeral_spools() {
+    let base = runtime_base();
+    let prefix = format!("baton-spool-{}-", sys::uid());
+    let Ok(rd) = fs::read_dir(&base) else {
+        return;
+    };
+    for e in rd.filter_map(|e| e.ok()) {
+        let Ok(name) = e.file_name().into_string() else {
+            continue;
+        };
+        let Some(id) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let pid = id.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let path = base.join(&name);
+        let ours = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == sys::euid());
+        if ours
+            && registry::valid_id(id)
+            && pid.is_some_and(|p| sys::pid_status(p) == sys::PidStatus::Gone)
+        {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// `meta.json` lets senders and `list --offline` find a named spool. It is
+/// rewritten at every start, so `--no-offline` takes effect and lasts.
+fn write_meta(
+    dir: &Path,
+    name: &str,
+    workspace: &Path,
+    offline: bool,
+    policy: &Policy,
+) -> Result<()> {
+    let path = dir.join("meta.json");
+    let created_at = fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v.get("created_at").and_then(Value::as_u64))
+        .unwrap_or_else(spool::now_secs);
+    let meta = json!({
+        "name": name,
+        "workspace": workspace.display().to_string(),
+        "created_at": created_at,
+        "offline": offline,
+        // Offline senders apply the agent's own sender rules.
+        "accept_from": policy.accept_from,
+        "deny_from": policy.deny_from,
+    });
+    let tmp = dir.join("tmp").join("meta.json");
+    let _ = fs::remove_file(&tmp);
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(&serde_json::to_vec(&meta).expect("serializes")))
+        .and_then(|()| fs::rename(&tmp, &path))
+        .map_err(|e| Error::io("write", &path, e))
+}
+
+/// SIGTERM, SIGINT and SIGHUP as a channel the foreground can select on.
+fn signal_channel() -> Result<chan::Receiver<i32>> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(|e| Error::Env(format!("cannot install signal handlers: {e}")))?;
+    let (tx, rx) = chan::bounded(4);
+    std::thread::Builder::new()
+        .name("baton-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if tx.send(sig).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|e| Error::Env(format!("cannot start the signal thread: {e}")))?;
+    Ok(rx)
+}

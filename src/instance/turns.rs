@@ -1,0 +1,390 @@
+//! At most one handler runs at a time, and its task is finished only once
+//! the handler exited and its output drained (or, at shutdown, it is left
+//! in `processing/` to show up as interrupted). Here exec turns start, the
+//! reports of their threads (`TurnEvent`, on the foreground's own turn
+//! channel) are applied, timeouts and cancels end them, and the
+//! operator's own lines (`turn/local`) become tasks.
+
+use super::{
+    DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Running, is_local, opt_str_param, str_param,
+};
+use crate::registry;
+use crate::sanitize::escape;
+use crate::server::{self, RpcError};
+use crate::spool::{self, Claim, Task};
+use crate::sys;
+use crate::turn::{self, TurnEvent};
+use crossbeam_channel as chan;
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::time::Instant;
+
+impl Foreground {
+    pub(super) fn new_token() -> String {
+        registry::random_digits(24).unwrap_or_else(|_| format!("{:?}", Instant::now()))
+    }
+
+    /// Exec mode: starts the next turn when nothing runs.
+    pub(super) fn pump(&mut self) {
+        self.expire();
+        if self.running.is_some() || self.paused() {
+            return;
+        }
+        if self.opts.exec.is_none() {
+            // A pull agent's next task is put to the approval policy now,
+            // so a controller hears of it before the agent asks for it.
+            if self.opts.approve != super::Approve::Auto && self.open.is_empty() {
+                self.approved_head();
+            }
+            return;
+        }
+        let Some(id) = self.approved_head() else {
+            return;
+        };
+        self.approved.remove(&id);
+        match self.spool().claim_id(&id) {
+            Ok(Claim::Task(task)) => self.start_turn(*task),
+            Ok(Claim::Rejected { message_id, reason }) => {
+                self.hub.emit(
+                    "task.rejected",
+                    json!({"message_id": message_id, "reason": reason}),
+                );
+            }
+            Ok(Claim::Empty) => {}
+            Err(e) => {
+                self.hub.emit("notice", json!({"text": e.to_string()}));
+            }
+        }
+    }
+
+    fn turn_env(&self, task: &Task, token: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("BATON_SOCKET", self.socket.display().to_string()),
+            ("BATON_TURN", token.to_string()),
+            ("BATON_MESSAGE_ID", task.message_id.clone()),
+            (
+                "BATON_SENDER_ID",
+                task.sender.instance_id.clone().unwrap_or_default(),
+            ),
+            ("BATON_SENDER_NAME", turn::display_name(&task.sender)),
+            // Only an instance id is a sender one can reply to.
+        ]
+    }
+
+    fn start_turn(&mut self, task: Task) {
+        let token = Self::new_token();
+        let command = self.opts.exec.clone().expect("exec mode");
+        let reply_possible = task.sender.instance_id.is_some();
+        let spec = turn::ExecSpec {
+            command: &command,
+            workspace: &self.workspace,
+            envelope: if is_local(&task.sender) {
+                format!("{}\n", task.body)
+            } else {
+                turn::envelope(&task, reply_possible)
+            },
+            env: self.turn_env(&task, &token),
+            token: token.clone(),
+            capture: self
+                .opts
+                .reply
+                .then_some(self.shared.config.max_message_bytes),
+        };
+        let id = task.message_id.clone();
+        match turn::spawn(spec, self.turns_tx.clone()) {
+            Ok(pid) => {
+                let now = Instant::now();
+                self.hub.emit(
+                    "turn.started",
+                    json!({"message_id": id, "pid": pid, "from": turn::display_name(&task.sender),
+                           "sender_id": task.sender.instance_id, "hop": task.hop}),
+                );
+                self.running = Some(Running {
+                    task,
+                    token,
+                    pid,
+                    started: now,
+                    deadline: self.opts.turn_timeout.map(|t| now + t),
+                    kill_at: None,
+                    drain_until: None,
+                    ended_by: None,
+                    exit: None,
+                    streams_open: 2,
+                    bytes: HashMap::new(),
+                    captured: None,
+                });
+            }
+            Err(e) => {
+                let _ = self.spool().finish(&id, "failed");
+                self.hub.emit(
+                    "turn.finished",
+                    json!({"message_id": id, "outcome": "failed",
+                           "error": format!("cannot start the handler: {e}")}),
+                );
+            }
+        }
+        self.refresh();
+    }
+
+    /// Applies what a thread of the running handler reported; reports of
+    /// an earlier turn are ignored.
+    pub(super) fn turn_event(&mut self, ev: TurnEvent) {
+        let token = match &ev {
+            TurnEvent::Output { token, .. }
+            | TurnEvent::StreamDone { token, .. }
+            | TurnEvent::Exited { token, .. }
+            | TurnEvent::SpawnFailed { token, .. } => token.clone(),
+        };
+        let Some(r) = self.running.as_mut().filter(|r| r.token == token) else {
+            return;
+        };
+        let id = r.task.message_id.clone();
+        match ev {
+            TurnEvent::Output { stream, text, .. } => {
+                self.hub.emit(
+                    "turn.output",
+                    json!({"message_id": id, "stream": stream, "text": text}),
+                );
+            }
+            TurnEvent::StreamDone {
+                stream,
+                total,
+                dropped,
+                tail,
+                captured,
+                ..
+            } => {
+                r.streams_open = r.streams_open.saturating_sub(1);
+                r.bytes.insert(stream, (total, dropped));
+                if captured.is_some() {
+                    r.captured = captured;
+                }
+                if dropped > 0 {
+                    self.hub.emit(
+                        "turn.output",
+                        json!({"message_id": id, "stream": stream, "text": tail, "tail": true,
+                               "dropped": dropped}),
+                    );
+                }
+            }
+            TurnEvent::Exited { code, signal, .. } => {
+                r.exit = Some((code, signal));
+                r.kill_at = None;
+                if r.streams_open > 0 {
+                    r.drain_until = Some(Instant::now() + DRAIN_GRACE);
+                }
+            }
+            TurnEvent::SpawnFailed { error, .. } => {
+                r.exit = Some((None, None));
+                r.streams_open = 0;
+                self.hub
+                    .emit("notice", json!({"message_id": id, "text": error}));
+            }
+        }
+        self.maybe_finish();
+    }
+
+    /// The running turn's due timers: its timeout, the SIGKILL after the
+    /// grace period, the end of the drain.
+    pub(super) fn turn_timers(&mut self, now: Instant) {
+        let Some(r) = &mut self.running else {
+            return;
+        };
+        if r.ended_by.is_none() && r.deadline.is_some_and(|d| d <= now) {
+            r.ended_by = Some("timeout");
+            let _ = sys::kill_group(r.pid, sys::SIGTERM);
+            r.kill_at = Some(now + KILL_GRACE);
+            let id = r.task.message_id.clone();
+            self.hub.emit(
+                "notice",
+                json!({"message_id": id, "text": "turn timed out: SIGTERM sent to its process group"}),
+            );
+        } else if r.kill_at.is_some_and(|k| k <= now) {
+            r.kill_at = None;
+            let _ = sys::kill_group(r.pid, sys::SIGKILL);
+        } else if r.drain_until.is_some_and(|d| d <= now) {
+            // The handler exited but something it started still holds
+            // its output open: the turn is over all the same.
+            r.streams_open = 0;
+            r.drain_until = None;
+            let _ = sys::kill_group(r.pid, sys::SIGKILL);
+            self.maybe_finish();
+        }
+    }
+
+    /// Ends the turn once the handler exited and its output drained.
+    fn maybe_finish(&mut self) {
+        let done = self
+            .running
+            .as_ref()
+            .is_some_and(|r| r.exit.is_some() && r.streams_open == 0);
+        if !done {
+            return;
+        }
+        let r = self.running.take().expect("checked");
+        let (code, signal) = r.exit.expect("checked");
+        let outcome = r
+            .ended_by
+            .unwrap_or(if code == Some(0) { "done" } else { "failed" });
+        let id = r.task.message_id.clone();
+        if let Err(e) = self.spool().finish(&id, outcome) {
+            self.hub
+                .emit("notice", json!({"message_id": id, "text": e.to_string()}));
+        }
+        let (out_total, out_dropped) = r.bytes.get("stdout").copied().unwrap_or_default();
+        let (err_total, err_dropped) = r.bytes.get("stderr").copied().unwrap_or_default();
+        self.hub.emit(
+            "turn.finished",
+            json!({
+                "message_id": id,
+                "outcome": outcome,
+                "exit_code": code,
+                "signal": signal,
+                "duration_ms": r.started.elapsed().as_millis() as u64,
+                "stdout_bytes": out_total,
+                "stderr_bytes": err_total,
+                "dropped_bytes": out_dropped + err_dropped,
+            }),
+        );
+        if self.opts.reply && outcome == "done" {
+            self.reply_with_stdout(&r.task, r.captured.unwrap_or_default());
+        }
+        self.refresh();
+    }
+
+    pub(super) fn cancel(
+        &mut self,
+        params: &Map<String, Value>,
+    ) -> std::result::Result<Value, RpcError> {
+        let want = opt_str_param(params, "message_id")?;
+        let wanted = |id: &str| want.as_ref().is_none_or(|w| w == id);
+        if let Some(r) = self.running.as_mut().filter(|r| wanted(&r.task.message_id)) {
+            let id = r.task.message_id.clone();
+            if r.ended_by.is_none() {
+                r.ended_by = Some("cancelled");
+                let _ = sys::kill_group(r.pid, sys::SIGTERM);
+                r.kill_at = Some(Instant::now() + KILL_GRACE);
+                self.hub.emit(
+                    "notice",
+                    json!({"message_id": id, "text": "turn cancelled: SIGTERM sent to its process group"}),
+                );
+            }
+            return Ok(json!({"status": "cancelling", "message_id": id}));
+        }
+        if let Some(pos) = self.open.iter().position(|o| wanted(&o.task.message_id)) {
+            let id = self.open[pos].task.message_id.clone();
+            if let Err(e) = self.spool().finish(&id, "cancelled") {
+                return Ok(json!({"status": "error", "message_id": id, "reason": e.to_string()}));
+            }
+            self.open.remove(pos);
+            self.hub.emit(
+                "turn.finished",
+                json!({"message_id": id, "outcome": "cancelled"}),
+            );
+            self.refresh();
+            return Ok(json!({"status": "cancelled", "message_id": id}));
+        }
+        let reason = match (&want, &self.running) {
+            (Some(w), Some(r)) => format!(
+                "task {} is not the running turn ({} is)",
+                escape(w),
+                r.task.message_id
+            ),
+            (Some(w), None) if !self.open.is_empty() => {
+                format!("task {} is not an open turn here", escape(w))
+            }
+            _ => "no turn is running".to_string(),
+        };
+        Ok(json!({"status": "invalid", "message_id": want, "reason": reason}))
+    }
+
+    /// `turn/local`: a line the operator typed. With `--exec` it becomes a
+    /// task of its own, queued like any other; otherwise it is only noted.
+    pub(super) fn local(
+        &mut self,
+        params: &Map<String, Value>,
+    ) -> std::result::Result<Value, RpcError> {
+        let text = str_param(params, "text")?;
+        if text.trim().is_empty() {
+            return Ok(json!({"status": "invalid", "reason": server::reason::EMPTY_BODY}));
+        }
+        if self.opts.exec.is_none() {
+            self.hub.emit(
+                "local.input",
+                json!({"from": LOCAL, "body": text, "noted": true}),
+            );
+            return Ok(json!({"status": "noted",
+                             "reason": "this instance has no --exec handler: the line is noted in the transcript"}));
+        }
+        let id = self.new_message_id();
+        let sender = spool::Sender {
+            name: Some(LOCAL.into()),
+            pid: Some(std::process::id()),
+            ..spool::Sender::default()
+        };
+        let task = spool::new_task(&id, text, sender, 0, None, "queue", None, "local");
+        let limits = spool::Limits {
+            max_queue: self.shared.config.max_queue,
+            max_inflight: 0,
+        };
+        let r = self.shared.spool.admit(
+            task,
+            None,
+            limits,
+            || false,
+            |task, queue_position| {
+                server::emit_accepted(
+                    &self.hub,
+                    "local.input",
+                    task,
+                    None,
+                    LOCAL,
+                    task.sender.pid,
+                    queue_position,
+                );
+            },
+        );
+        self.hub.flush();
+        Ok(match r {
+            Ok(spool::Admission::Accepted { queue_position }) => {
+                json!({"status": "accepted", "message_id": id, "queue_position": queue_position})
+            }
+            Ok(spool::Admission::Full { limit }) => json!({"status": "full", "message_id": id,
+                "reason": format!("the queue is full: {limit} tasks waiting or running (BATON_MAX_QUEUE)")}),
+            Ok(other) => {
+                json!({"status": "invalid", "message_id": id, "reason": format!("{other:?}")})
+            }
+            Err(e) => json!({"status": "error", "message_id": id, "reason": e.to_string()}),
+        })
+    }
+
+    /// At shutdown: the running handler is ended; its task stays in
+    /// `processing/` and shows up as interrupted at the next start.
+    /// Ends the handler with SIGTERM, and SIGKILL if it is still there
+    /// after the grace period (its exit is watched on `turns`).
+    pub(super) fn interrupt_turn(&mut self, turns: &chan::Receiver<TurnEvent>) {
+        let Some(r) = self.running.take() else {
+            return;
+        };
+        let _ = sys::kill_group(r.pid, sys::SIGTERM);
+        let deadline = Instant::now() + KILL_GRACE;
+        let mut exited = r.exit.is_some();
+        while !exited {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match turns.recv_timeout(left) {
+                Ok(TurnEvent::Exited { token, .. }) if token == r.token => {
+                    exited = true;
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        if !exited {
+            let _ = sys::kill_group(r.pid, sys::SIGKILL);
+        }
+        self.hub.emit(
+            "turn.finished",
+            json!({"message_id": r.task.message_id, "outcome": "interrupted"}),
+        );
+    }
+}
