@@ -9,6 +9,7 @@ pub mod digest;
 pub mod error;
 pub mod events;
 pub mod failpoint;
+pub mod files;
 pub mod glob;
 pub mod instance;
 pub mod mcp;

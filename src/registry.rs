@@ -6,12 +6,13 @@
 use crate::client;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::files::{self, DirError};
 use crate::sys;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs::{self, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -139,38 +140,7 @@ pub fn zcoder_dir() -> PathBuf {
 /// Checks a registry directory without following a symlink: a real
 /// directory, ours, private, and neither `/` nor `$HOME`.
 pub fn check_dir(path: &Path) -> std::result::Result<(), String> {
-    let meta = fs::symlink_metadata(path).map_err(|e| e.to_string())?;
-    if meta.file_type().is_symlink() {
-        return Err("is a symlink".into());
-    }
-    if !meta.is_dir() {
-        return Err("is not a directory".into());
-    }
-    let same = |other: &Path| {
-        fs::metadata(other).is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
-    };
-    if same(Path::new("/")) {
-        return Err("is the root directory".into());
-    }
-    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty())
-        && same(Path::new(&home))
-    {
-        return Err("is your home directory".into());
-    }
-    let me = sys::euid();
-    if meta.uid() != me {
-        return Err(format!(
-            "is owned by uid {}, not by you (uid {me})",
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "has mode {:04o}, which gives group or other access (it must be 0700)",
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
+    files::private_dir(path, false).map_err(|e| e.to_string())
 }
 
 /// Creates (mode 0700) and checks the registry directory, returning its
@@ -182,25 +152,12 @@ pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
 /// Creates (mode 0700) and checks a registry directory (`what` names it
 /// in errors), returning its canonical path.
 pub fn ensure_private_dir(path: &Path, what: &str) -> Result<PathBuf> {
-    let path = path.to_path_buf();
-    let refuse = |reason: String| {
-        Error::Env(format!(
-            "unsafe {what} directory {}: {reason}",
-            path.display()
-        ))
-    };
-    match fs::DirBuilder::new().mode(0o700).create(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => {
-            return Err(Error::Env(format!(
-                "cannot create {what} directory {}: {e}",
-                path.display()
-            )));
-        }
-    }
-    check_dir(&path).map_err(refuse)?;
-    fs::canonicalize(&path).map_err(|e| Error::io("resolve", &path, e))
+    let shown = path.display();
+    files::private_dir(path, true).map_err(|e| match e {
+        DirError::Create(e) => Error::Env(format!("cannot create {what} directory {shown}: {e}")),
+        e => Error::Env(format!("unsafe {what} directory {shown}: {e}")),
+    })?;
+    fs::canonicalize(path).map_err(|e| Error::io("resolve", path, e))
 }
 
 /// The directories discovery scans: ours, and zcoder's when it exists and
@@ -211,14 +168,14 @@ pub fn scan_dirs(ours: &Path) -> Vec<RegistryDir> {
         wire: Wire::Jsonrpc,
     }];
     let z = zcoder_dir();
-    if check_dir(&z).is_ok()
-        && let Ok(z) = fs::canonicalize(&z)
-        && z != ours
-    {
-        dirs.push(RegistryDir {
-            path: z,
-            wire: Wire::Zcoder,
-        });
+    if check_dir(&z).is_ok() {
+        match fs::canonicalize(&z) {
+            Ok(z) if z != ours => dirs.push(RegistryDir {
+                path: z,
+                wire: Wire::Zcoder,
+            }),
+            _ => {}
+        }
     }
     dirs
 }
@@ -263,18 +220,7 @@ pub fn publish_value(dir: &Path, id: &str, m: &Value) -> Result<()> {
     let tmp = dir.join(format!("t-{id}.tmp"));
     let dest = manifest_path(dir, id);
     let bytes = serde_json::to_vec(m).expect("a manifest serializes");
-    let _ = fs::remove_file(&tmp);
-    let write = (|| -> std::io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(sys::O_NOFOLLOW)
-            .open(&tmp)?;
-        f.write_all(&bytes)?;
-        fs::rename(&tmp, &dest)
-    })();
-    write.map_err(|e| {
+    files::write_private(&tmp, &dest, &bytes, false).map_err(|e| {
         let _ = fs::remove_file(&tmp);
         Error::io("publish manifest", &dest, e)
     })
@@ -504,50 +450,89 @@ pub fn discover_matching(
         scan(d, &mut candidates);
     }
     let mut found = Discovery::default();
+    let to_ping = triage(candidates, exclude, keep, &mut found.skipped);
+    let results = ping_all(&to_ping, timeout);
+    for ((mut m, w), r) in to_ping.into_iter().zip(results) {
+        match r {
+            Ok(state) => {
+                m.state = state;
+                found.peers.push(Peer {
+                    manifest: m,
+                    wire: w,
+                });
+            }
+            Err((problem, unreachable)) => {
+                let stale = unreachable && sys::pid_status(m.pid) == sys::PidStatus::Gone;
+                let problem = if stale {
+                    format!("stale: {problem} and pid {} is gone", m.pid)
+                } else {
+                    problem
+                };
+                found.skipped.push(skipped_peer(m, w, problem, stale));
+            }
+        }
+    }
+    found.peers.sort_by(|a, b| {
+        a.manifest
+            .name
+            .to_lowercase()
+            .cmp(&b.manifest.name.to_lowercase())
+            .then(a.manifest.pid.cmp(&b.manifest.pid))
+    });
+    found
+}
+
+/// Sorts scanned candidates: the ones to ping are returned; bad ones and
+/// those stale without a ping go to `skipped`; the caller's own entry and
+/// those `keep` refuses are left out.
+fn triage(
+    candidates: Vec<Candidate>,
+    exclude: Option<&str>,
+    keep: &dyn Fn(&Manifest) -> bool,
+    skipped: &mut Vec<Skipped>,
+) -> Vec<(Manifest, Wire)> {
     let mut to_ping = Vec::new();
     // An instance published in both registries is one peer: its native
     // entry comes first (ours is scanned first) and wins.
     let mut seen = std::collections::HashSet::new();
     for c in candidates {
-        if let Candidate::Ok(m, _) = &c
-            && !seen.insert(m.instance_id.clone())
-        {
+        let (m, w) = match c {
+            Candidate::Ok(m, w) => (m, w),
+            Candidate::Bad(s) => {
+                skipped.push(s);
+                continue;
+            }
+        };
+        if !seen.insert(m.instance_id.clone()) || Some(m.instance_id.as_str()) == exclude {
             continue;
         }
-        match c {
-            Candidate::Ok(m, w) if Some(m.instance_id.as_str()) == exclude => {
-                let _ = (m, w);
-            }
-            // A wake socket outlives the instances served on it (systemd
-            // keeps listening): its answer says nothing about this one, and
-            // a ping would start the agent again. A manifest on it whose pid
-            // is gone (left by a crash) is stale.
-            Candidate::Ok(m, w)
-                if w == Wire::Jsonrpc
-                    && m.socket.ends_with(&format!("/w-{}.sock", m.name))
-                    && sys::pid_status(m.pid) == sys::PidStatus::Gone =>
-            {
-                found.skipped.push(Skipped {
-                    path: manifest_path(
-                        Path::new(&m.socket).parent().unwrap_or(Path::new("/")),
-                        &m.instance_id,
-                    ),
-                    instance_id: Some(m.instance_id.clone()),
-                    problem: format!(
-                        "stale: its instance (pid {}) is gone; the wake socket stays",
-                        m.pid
-                    ),
-                    manifest: Some(m),
-                    stale: true,
-                    wire: w,
-                });
-            }
-            Candidate::Ok(m, w) if keep(&m) => to_ping.push((m, w)),
-            Candidate::Ok(..) => {}
-            Candidate::Bad(s) => found.skipped.push(s),
+        // A wake socket outlives the instances served on it (systemd
+        // keeps listening): its answer says nothing about this one, and
+        // a ping would start the agent again. A manifest on it whose pid
+        // is gone (left by a crash) is stale.
+        if w == Wire::Jsonrpc
+            && m.socket.ends_with(&format!("/w-{}.sock", m.name))
+            && sys::pid_status(m.pid) == sys::PidStatus::Gone
+        {
+            let problem = format!(
+                "stale: its instance (pid {}) is gone; the wake socket stays",
+                m.pid
+            );
+            skipped.push(skipped_peer(m, w, problem, true));
+        } else if keep(&m) {
+            to_ping.push((m, w));
         }
     }
-    let results: Vec<_> = to_ping
+    to_ping
+}
+
+/// Pings the peers, at most `PING_CONCURRENCY` at a time; the answers
+/// come back in the peers' order.
+fn ping_all(
+    peers: &[(Manifest, Wire)],
+    timeout: Duration,
+) -> Vec<std::result::Result<String, (String, bool)>> {
+    peers
         .chunks(PING_CONCURRENCY)
         .flat_map(|chunk| {
             std::thread::scope(|s| {
@@ -564,44 +549,22 @@ pub fn discover_matching(
                     .collect::<Vec<_>>()
             })
         })
-        .collect();
-    for ((mut m, w), r) in to_ping.into_iter().zip(results) {
-        match r {
-            Ok(state) => {
-                m.state = state;
-                found.peers.push(Peer {
-                    manifest: m,
-                    wire: w,
-                });
-            }
-            Err((problem, unreachable)) => {
-                let stale = unreachable && sys::pid_status(m.pid) == sys::PidStatus::Gone;
-                found.skipped.push(Skipped {
-                    path: manifest_path(
-                        Path::new(&m.socket).parent().unwrap_or(Path::new("/")),
-                        &m.instance_id,
-                    ),
-                    instance_id: Some(m.instance_id.clone()),
-                    problem: if stale {
-                        format!("stale: {problem} and pid {} is gone", m.pid)
-                    } else {
-                        problem
-                    },
-                    manifest: Some(m),
-                    stale,
-                    wire: w,
-                });
-            }
-        }
+        .collect()
+}
+
+/// A valid manifest that discovery did not list, and why.
+fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool) -> Skipped {
+    Skipped {
+        path: manifest_path(
+            Path::new(&m.socket).parent().unwrap_or(Path::new("/")),
+            &m.instance_id,
+        ),
+        instance_id: Some(m.instance_id.clone()),
+        problem,
+        manifest: Some(m),
+        stale,
+        wire,
     }
-    found.peers.sort_by(|a, b| {
-        a.manifest
-            .name
-            .to_lowercase()
-            .cmp(&b.manifest.name.to_lowercase())
-            .then(a.manifest.pid.cmp(&b.manifest.pid))
-    });
-    found
 }
 
 /// Pings one peer; on failure returns the problem and whether the socket
@@ -682,16 +645,10 @@ pub fn remove_stale(dir: &Path, skipped: &[Skipped]) -> Vec<String> {
         let spath = socket_path(dir, id);
         let me = sys::euid();
         let mut gone = false;
-        if let Ok(meta) = fs::symlink_metadata(&mpath)
-            && meta.is_file()
-            && meta.uid() == me
-        {
+        if fs::symlink_metadata(&mpath).is_ok_and(|m| m.is_file() && m.uid() == me) {
             gone = fs::remove_file(&mpath).is_ok();
         }
-        if let Ok(meta) = fs::symlink_metadata(&spath)
-            && meta.file_type().is_socket()
-            && meta.uid() == me
-        {
+        if fs::symlink_metadata(&spath).is_ok_and(|m| m.file_type().is_socket() && m.uid() == me) {
             gone |= fs::remove_file(&spath).is_ok();
         }
         if gone {

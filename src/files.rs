@@ -1,0 +1,192 @@
+//! A private file appears under its name whole or not at all, and a
+//! directory that holds private state is ours alone: one way to write such
+//! a file (a mode-0600 temporary file, renamed into place) and one check of
+//! such a directory, shared by the registry and the spool.
+//!
+//! Syncing the directory after a rename is left to the caller: the spool
+//! shares its `inbox/` syncs among concurrent acceptances (`DirSync`), and
+//! the registry does not sync at all.
+
+use crate::sys;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+/// How far `write_private_fresh` has got, for a caller's fail points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The bytes are written, not yet synced.
+    Written,
+    /// The file is as durable as asked; the rename comes next.
+    Renaming,
+}
+
+/// Writes `bytes` to `tmp`, syncs it if `fsync`, and renames it to
+/// `dest`, removing first whatever an earlier failure left at `tmp`.
+/// `tmp` must be on `dest`'s file system.
+pub fn write_private(tmp: &Path, dest: &Path, bytes: &[u8], fsync: bool) -> io::Result<()> {
+    let _ = fs::remove_file(tmp);
+    write_private_fresh(tmp, dest, bytes, fsync, |_| Ok(()))
+}
+
+/// Like `write_private` for a `tmp` name nothing may hold: anything there
+/// (a symlink planted on it, say) refuses the write. `tmp` is created
+/// mode 0600, never through a symlink; `at` runs at each `Step`, and an
+/// error from it stops the write there.
+pub fn write_private_fresh(
+    tmp: &Path,
+    dest: &Path,
+    bytes: &[u8],
+    fsync: bool,
+    at: impl Fn(Step) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut f = create_private(tmp)?;
+    f.write_all(bytes)?;
+    at(Step::Written)?;
+    if fsync {
+        f.sync_all()?;
+    }
+    at(Step::Renaming)?;
+    drop(f);
+    fs::rename(tmp, dest)
+}
+
+fn create_private(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(path)
+}
+
+/// Why a directory cannot hold private state.
+#[derive(Debug)]
+pub enum DirError {
+    /// It was missing and could not be created.
+    Create(io::Error),
+    /// It could not be looked at.
+    Inspect(io::Error),
+    /// It is there but not ours alone; the reason reads after the path
+    /// ("is a symlink").
+    Unsafe(String),
+}
+
+impl fmt::Display for DirError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DirError::Create(e) | DirError::Inspect(e) => e.fmt(f),
+            DirError::Unsafe(reason) => f.write_str(reason),
+        }
+    }
+}
+
+/// Creates `path` with mode 0700 when `create` says so and it is missing,
+/// then checks it without following a symlink: a directory, neither `/`
+/// nor `$HOME`, owned by the effective uid, with no group or other
+/// permission bits.
+pub fn private_dir(path: &Path, create: bool) -> Result<(), DirError> {
+    if create {
+        match fs::DirBuilder::new().mode(0o700).create(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(DirError::Create(e)),
+        }
+    }
+    let meta = fs::symlink_metadata(path).map_err(DirError::Inspect)?;
+    let refuse = |reason: String| Err(DirError::Unsafe(reason));
+    if meta.file_type().is_symlink() {
+        return refuse("is a symlink".into());
+    }
+    if !meta.is_dir() {
+        return refuse("is not a directory".into());
+    }
+    let same = |other: &Path| {
+        fs::metadata(other).is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
+    };
+    if same(Path::new("/")) {
+        return refuse("is the root directory".into());
+    }
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
+    if home.is_some_and(|h| same(Path::new(&h))) {
+        return refuse("is your home directory".into());
+    }
+    let me = sys::euid();
+    if meta.uid() != me {
+        return refuse(format!(
+            "is owned by uid {}, not by you (uid {me})",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return refuse(format!(
+            "has mode {:04o}, which gives group or other access (it must be 0700)",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::PathBuf;
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("baton-files-test-{}-{tag}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        p
+    }
+
+    #[test]
+    fn a_private_write_replaces_a_leftover_and_lands_whole_with_mode_0600() {
+        let dir = tmpdir("write");
+        private_dir(&dir, true).unwrap();
+        let (tmp, dest) = (dir.join("t.tmp"), dir.join("f.json"));
+        fs::write(&tmp, b"left by a crash").unwrap();
+        write_private(&tmp, &dest, b"{}", true).unwrap();
+        assert_eq!(fs::read(&dest).unwrap(), b"{}");
+        assert!(!tmp.exists());
+        assert_eq!(fs::metadata(&dest).unwrap().mode() & 0o777, 0o600);
+
+        // A fresh name that is taken refuses the write.
+        std::os::unix::fs::symlink(&dest, &tmp).unwrap();
+        let e = write_private_fresh(&tmp, &dest, b"[]", false, |_| Ok(())).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        fs::remove_file(&tmp).unwrap();
+
+        let e = write_private_fresh(&tmp, &dest, b"[]", false, |s| match s {
+            Step::Written => Err(io::Error::other("stop")),
+            Step::Renaming => Ok(()),
+        })
+        .unwrap_err();
+        assert_eq!(e.to_string(), "stop");
+        assert_eq!(fs::read(&dest).unwrap(), b"{}", "the old file stays whole");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_private_dir_is_created_0700_and_an_open_one_is_refused() {
+        let dir = tmpdir("dir");
+        assert!(matches!(
+            private_dir(&dir, false),
+            Err(DirError::Inspect(_))
+        ));
+        private_dir(&dir, true).unwrap();
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o750)).unwrap();
+        let e = private_dir(&dir, true).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "has mode 0750, which gives group or other access (it must be 0700)"
+        );
+        let file = dir.join("f");
+        fs::write(&file, b"").unwrap();
+        let e = private_dir(&file, false).unwrap_err().to_string();
+        assert_eq!(e, "is not a directory");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,208 @@
+//! A task leaves the queue only by rename, and a finished one leaves its
+//! receipt in `done/` before its payload goes, so a crash in between can
+//! never run it twice. Claim, finish, requeue and expiry.
+
+use super::dirsync::sync_dir;
+use super::index::{Place, id_hash, release};
+use super::taskfile::{parse_task, read_bounded, receipt_name};
+use super::{Claim, Receipt, Spool, now_secs};
+use crate::error::{Error, Result};
+use crate::files;
+use crate::sys;
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+impl Spool {
+    /// Moves the oldest inbox entry to `processing/` and reads it back.
+    pub fn claim(&self) -> Result<Claim> {
+        self.claim_where(None)
+    }
+
+    /// Claims one particular queued task (one that was approved while
+    /// another jumped ahead of it).
+    pub fn claim_id(&self, message_id: &str) -> Result<Claim> {
+        self.claim_where(Some(message_id))
+    }
+
+    fn claim_where(&self, want: Option<&str>) -> Result<Claim> {
+        let mut idx = match want {
+            None => self.wait_for_head(self.idx()),
+            Some(_) => self.idx(),
+        };
+        let found = match want {
+            None => idx.inbox.iter().next().map(|(k, id)| (*k, id.clone())),
+            Some(w) => idx
+                .entries
+                .get(w)
+                .filter(|e| e.place == Place::Inbox)
+                .map(|e| (e.key, w.to_string())),
+        };
+        let Some((key, id)) = found else {
+            return Ok(Claim::Empty);
+        };
+        idx.inbox.remove(&key);
+        let file = idx.entries[&id].file.clone();
+        let from = self.path("inbox", &file);
+        let to = self.path("processing", &file);
+        if let Err(e) = fs::rename(&from, &to) {
+            idx.inbox.insert(key, id);
+            return Err(Error::io("claim", &from, e));
+        }
+        if self.fsync {
+            self.sync(&["inbox", "processing"])?;
+        }
+        let parsed = read_bounded(&to)
+            .map_err(|e| e.to_string())
+            .and_then(|b| parse_task(&b, &id));
+        match parsed {
+            Ok(task) => {
+                idx.processing += 1;
+                idx.entries.get_mut(&id).expect("indexed").place = Place::Processing;
+                Ok(Claim::Task(Box::new(task)))
+            }
+            Err(reason) => {
+                let rej = self.path("rejected", &file);
+                fs::rename(&to, &rej).map_err(|e| Error::io("move to rejected/", &to, e))?;
+                let e = idx.entries.get_mut(&id).expect("indexed");
+                e.place = Place::Rejected;
+                if let Some(s) = e.sender_id().map(String::from) {
+                    release(&mut idx.inflight, &s);
+                }
+                Ok(Claim::Rejected {
+                    message_id: id,
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// Finishes a processing task: receipt first, then the payload goes.
+    pub fn finish(&self, message_id: &str, outcome: &str) -> Result<()> {
+        let mut idx = self.idx();
+        let Some(e) = idx.entries.get(message_id).cloned() else {
+            return Err(Error::Usage(format!("no task {message_id} in the spool")));
+        };
+        let sub = match e.place {
+            Place::Processing => "processing",
+            Place::Interrupted => "interrupted",
+            Place::Rejected if outcome == "discarded" => "rejected",
+            _ => {
+                return Err(Error::Usage(format!(
+                    "task {message_id} is not being processed"
+                )));
+            }
+        };
+        let receipt = Receipt {
+            message_id: message_id.to_string(),
+            digest: e.digest.clone().unwrap_or_default(),
+            outcome: outcome.to_string(),
+            finished_at: now_secs(),
+        };
+        let name = receipt_name(message_id);
+        let tmp = self.path("tmp", &format!("receipt-{name}"));
+        let dest = self.path("done", &name);
+        let write = (|| -> std::io::Result<()> {
+            let bytes = serde_json::to_vec(&receipt).expect("serializes");
+            files::write_private(&tmp, &dest, &bytes, self.fsync)?;
+            if self.fsync {
+                sync_dir(&self.dir.join("done"))?;
+            }
+            fs::remove_file(self.path(sub, &e.file))?;
+            if self.fsync {
+                sync_dir(&self.dir.join(sub))?;
+            }
+            Ok(())
+        })();
+        write.map_err(|err| Error::io("finish task in", &self.dir, err))?;
+        if e.place == Place::Processing {
+            idx.processing -= 1;
+            if let Some(s) = e.sender_id() {
+                release(&mut idx.inflight, s);
+            }
+        }
+        idx.receipts += 1;
+        idx.finished.insert(id_hash(message_id));
+        // From now on its receipt answers for it (`receipt_digest`).
+        idx.entries.remove(message_id);
+        Ok(())
+    }
+
+    /// Puts an interrupted task back at its original place in the queue.
+    pub fn requeue(&self, message_id: &str) -> Result<()> {
+        let mut idx = self.idx();
+        let (e, sub) = match idx.entries.get(message_id) {
+            Some(e) if e.place == Place::Interrupted => (e.clone(), "interrupted"),
+            // A rejected task goes back only if its data could be read.
+            Some(e) if e.place == Place::Rejected && e.digest.is_some() => (e.clone(), "rejected"),
+            _ => {
+                return Err(Error::Usage(format!(
+                    "no interrupted or rejected task {message_id}"
+                )));
+            }
+        };
+        let from = self.path(sub, &e.file);
+        let to = self.path("inbox", &e.file);
+        fs::rename(&from, &to).map_err(|err| Error::io("requeue", &from, err))?;
+        // It waits afresh: `--ttl` counts from now, across restarts too.
+        let now = SystemTime::now();
+        let _ = OpenOptions::new()
+            .write(true)
+            .custom_flags(sys::O_NOFOLLOW)
+            .open(&to)
+            .and_then(|f| f.set_modified(now));
+        if self.fsync {
+            self.sync(&[sub, "inbox"])?;
+        }
+        idx.inbox.insert(e.key, message_id.to_string());
+        if let Some(s) = e.sender_id() {
+            *idx.inflight.entry(s.to_owned()).or_default() += 1;
+        }
+        let entry = idx.entries.get_mut(message_id).expect("indexed");
+        entry.place = Place::Inbox;
+        entry.queued_at = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        Ok(())
+    }
+
+    /// Whether a task was set aside for the operator: `interrupted/`, or
+    /// `rejected/` with data that can be read back.
+    pub fn is_set_aside(&self, message_id: &str) -> bool {
+        let idx = self.idx();
+        idx.entries.get(message_id).is_some_and(|e| {
+            e.place == Place::Interrupted || (e.place == Place::Rejected && e.digest.is_some())
+        })
+    }
+
+    /// Moves tasks queued for `ttl` seconds or more (since they were
+    /// accepted or requeued) to `rejected/`; returns their ids. Their ids
+    /// stay known, so a retry is not run either.
+    pub fn expire(&self, ttl: u64) -> Vec<String> {
+        let mut idx = self.idx();
+        let cutoff = now_secs().saturating_sub(ttl);
+        let old: Vec<((u8, u64), String)> = idx
+            .inbox
+            .iter()
+            .filter(|(_, id)| idx.entries[*id].queued_at <= cutoff)
+            .map(|(k, id)| (*k, id.clone()))
+            .collect();
+        let mut out = Vec::new();
+        for (key, id) in old {
+            let file = idx.entries[&id].file.clone();
+            let from = self.path("inbox", &file);
+            if fs::rename(&from, self.path("rejected", &file)).is_err() {
+                continue;
+            }
+            idx.inbox.remove(&key);
+            let e = idx.entries.get_mut(&id).expect("indexed");
+            e.place = Place::Rejected;
+            if let Some(s) = e.sender_id().map(String::from) {
+                release(&mut idx.inflight, &s);
+            }
+            out.push(id);
+        }
+        if !out.is_empty() && self.fsync {
+            let _ = self.sync(&["inbox", "rejected"]);
+        }
+        out
+    }
+}

@@ -1,0 +1,405 @@
+//! A task is acknowledged only once its file is whole in `inbox/` and,
+//! with fsync on, that directory is synced: the crash-safe, rename-based
+//! queue of one instance (DESIGN §5).
+//!
+//! Files move `tmp/ → inbox/ → processing/ → (receipt in done/)`. One mutex
+//! guards the in-memory index (ids, digests, order, per-sender counts),
+//! which is rebuilt from the directories at open. An acceptance takes it
+//! twice: to check and reserve (id, sequence number, queue slot), and, once
+//! the file is durable, to index and announce the task. The writing and
+//! syncing in between run outside it, so concurrent acceptances write in
+//! parallel and share directory syncs (`DirSync`).
+//!
+//! This file holds the public types and opening; the rooms: `admit`
+//! (acceptance), `claim` (claim, finish, requeue, expire), `index` (the
+//! in-memory index and what reads it), `recover` (rebuilding it at open),
+//! `taskfile` (the files' names and contents), `dirsync` (shared directory
+//! syncs) and `meta` (`meta.json`).
+
+mod admit;
+mod claim;
+mod dirsync;
+mod index;
+mod meta;
+mod recover;
+mod taskfile;
+
+pub use meta::Meta;
+pub use taskfile::Body;
+
+use crate::digest::sha256_hex;
+use crate::error::{Error, Result};
+use crate::files::{self, DirError};
+use crate::sys;
+use dirsync::{DirSync, sync_dir};
+use index::Index;
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long an instance waits for a spool lock an offline sender holds.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+const DIRS: [&str; 6] = [
+    "tmp",
+    "inbox",
+    "processing",
+    "done",
+    "rejected",
+    "interrupted",
+];
+
+/// Receipts are kept for at least this many tasks and this long.
+pub const RECEIPTS_KEEP: usize = 10_000;
+pub const RECEIPTS_MIN_AGE: u64 = 7 * 24 * 3600;
+
+/// Who sent a task, as the receiver recorded it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Sender {
+    /// The sender instance id, present only when verified.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub instance_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub workspace: Option<String>,
+    /// The kernel's peer pid for the connection that delivered the task.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pid: Option<u32>,
+}
+
+/// One task as stored in the spool: the accepted request plus what the
+/// receiver learned.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Task {
+    pub message_id: String,
+    pub body: String,
+    pub sender: Sender,
+    pub hop: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub in_reply_to: Option<String>,
+    pub mode: String,
+    pub accepted_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub peer_pid: Option<u32>,
+    pub wire: String,
+    /// SHA-256 of the body, hex.
+    pub digest: String,
+    pub seq: u64,
+}
+
+/// The receipt kept in `done/` after a task finished.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Receipt {
+    pub message_id: String,
+    pub digest: String,
+    pub outcome: String,
+    pub finished_at: u64,
+}
+
+/// What the spool says about a task offered for acceptance.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admission {
+    Accepted {
+        queue_position: usize,
+    },
+    Duplicate,
+    Reused,
+    /// The id is known but its digest could not be read back.
+    Unreadable,
+    Paused,
+    InflightFull {
+        limit: usize,
+    },
+    Full {
+        limit: usize,
+    },
+}
+
+/// Limits the spool enforces at acceptance.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_queue: usize,
+    pub max_inflight: usize,
+}
+
+/// What `inbox/list` shows of a task without reading its file.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub message_id: String,
+    pub sender: Sender,
+    pub accepted_at: u64,
+    pub mode: String,
+    pub bytes: usize,
+}
+
+/// A task handed to the agent by `claim`.
+#[derive(Debug)]
+pub enum Claim {
+    Task(Box<Task>),
+    Empty,
+    /// The oldest entry was bad data and went to `rejected/`.
+    Rejected {
+        message_id: String,
+        reason: String,
+    },
+}
+
+/// The tasks of a spool by place.
+#[derive(Debug, Serialize)]
+pub struct Listing {
+    pub queued: Vec<Summary>,
+    pub processing: Vec<Summary>,
+    pub interrupted: Vec<Summary>,
+    pub rejected: Vec<Summary>,
+}
+
+/// Counts of tasks by place.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct Counts {
+    pub queued: usize,
+    pub processing: usize,
+    pub interrupted: usize,
+}
+
+/// An open, locked spool.
+pub struct Spool {
+    dir: PathBuf,
+    fsync: bool,
+    ephemeral: bool,
+    index: Mutex<Index>,
+    /// Signalled whenever a reservation settles (`Index::pending`).
+    settled: Condvar,
+    dir_sync: DirSync,
+    /// Held for the spool's whole life; the flock goes with it.
+    _lock: File,
+    /// Problems found while opening (bad files moved to `rejected/`).
+    pub recovery_notes: Vec<String>,
+}
+
+/// The spool directory for a name and a canonical workspace under the
+/// state home.
+pub fn spool_dir(state_home: &Path, name: &str, workspace: &Path) -> PathBuf {
+    let hash = sha256_hex(workspace.as_os_str().as_encoded_bytes());
+    state_home
+        .join("baton")
+        .join("spool")
+        .join(format!("{name}-{}", &hash[..16]))
+}
+
+/// `$XDG_STATE_HOME`, or `~/.local/state`.
+pub fn state_home() -> Result<PathBuf> {
+    if let Some(v) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(v);
+        if !p.is_absolute() {
+            return Err(Error::Env(format!(
+                "XDG_STATE_HOME={} is not an absolute path",
+                p.display()
+            )));
+        }
+        return Ok(p);
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(h) if Path::new(&h).is_absolute() => Ok(PathBuf::from(h).join(".local/state")),
+        _ => Err(Error::Env(
+            "neither XDG_STATE_HOME nor HOME is set to an absolute path: no place for the spool"
+                .into(),
+        )),
+    }
+}
+
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Builds a task from an accepted request.
+#[allow(clippy::too_many_arguments)]
+pub fn new_task(
+    message_id: &str,
+    body: impl Into<String>,
+    sender: Sender,
+    hop: u64,
+    in_reply_to: Option<String>,
+    mode: &str,
+    peer_pid: Option<u32>,
+    wire: &str,
+) -> Task {
+    let body = body.into();
+    Task {
+        message_id: message_id.to_string(),
+        digest: sha256_hex(body.as_bytes()),
+        body,
+        sender,
+        hop,
+        in_reply_to,
+        mode: mode.to_string(),
+        accepted_at: now_secs(),
+        peer_pid,
+        wire: wire.to_string(),
+        seq: 0,
+    }
+}
+
+/// Checks that an existing directory is ours alone and not a symlink.
+pub fn check_private_dir(path: &Path, what: &str) -> Result<()> {
+    private_dir(path, false, what)
+}
+
+/// `files::private_dir`, its refusal worded for the spool: `what` names
+/// the directory.
+fn private_dir(path: &Path, create: bool, what: &str) -> Result<()> {
+    files::private_dir(path, create).map_err(|e| match e {
+        DirError::Create(e) => Error::io("create directory", path, e),
+        DirError::Inspect(e) => Error::io("inspect", path, e),
+        DirError::Unsafe(reason) => Error::Env(format!("{what} {}: {reason}", path.display())),
+    })
+}
+
+/// Opens and takes the spool's lock file, waiting up to `wait` for a
+/// holder to let go, and writes our pid in it; `Err(holder pid)` when it
+/// stayed held.
+fn take_lock(dir: &Path, wait: Duration) -> Result<std::result::Result<File, String>> {
+    let lock_path = dir.join("lock");
+    let mut lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(&lock_path)
+        .map_err(|e| Error::io("open lock file", &lock_path, e))?;
+    // An offline sender holds the lock only while it stores one task:
+    // an instance that starts meanwhile waits for it, briefly.
+    let deadline = Instant::now() + wait;
+    while !sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &lock_path, e))? {
+        if Instant::now() >= deadline {
+            let mut holder = String::new();
+            let _ = lock.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Ok(Err(if holder.is_empty() {
+                "?".into()
+            } else {
+                holder.to_string()
+            }));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    lock.set_len(0)
+        .map_err(|e| Error::io("write", &lock_path, e))?;
+    writeln!(lock, "{}", std::process::id()).map_err(|e| Error::io("write", &lock_path, e))?;
+    Ok(Ok(lock))
+}
+
+impl Spool {
+    /// Opens (creating if needed) and locks a spool, then recovers it:
+    /// `tmp/` swept, `processing/` moved to `interrupted/`, index rebuilt.
+    pub fn open(dir: &Path, fsync: bool, ephemeral: bool) -> Result<Spool> {
+        match Spool::open_inner(dir, fsync, ephemeral, true, LOCK_WAIT)? {
+            Ok(spool) => Ok(spool),
+            Err(holder) => Err(Error::Env(format!(
+                "spool {} is in use by pid {holder}: another instance with the same name and workspace is running",
+                dir.display(),
+            ))),
+        }
+    }
+
+    /// Opens an existing spool for offline delivery: never creates one,
+    /// and `None` when its lock is held (its instance is running, or
+    /// another sender is storing right now).
+    pub fn open_offline(dir: &Path, fsync: bool) -> Result<Option<Spool>> {
+        if fs::symlink_metadata(dir.join("meta.json")).is_err() {
+            return Err(Error::Env(format!("{} is not a spool", dir.display())));
+        }
+        Ok(Spool::open_inner(dir, fsync, false, false, Duration::ZERO)?.ok())
+    }
+
+    /// `Err(holder pid)` when the lock stayed held for `wait`.
+    fn open_inner(
+        dir: &Path,
+        fsync: bool,
+        ephemeral: bool,
+        create: bool,
+        wait: Duration,
+    ) -> Result<std::result::Result<Spool, String>> {
+        if let Some(parent) = dir.parent().filter(|_| create) {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| Error::io("create directory", parent, e))?;
+        }
+        private_dir(dir, create, "spool")?;
+        let lock = match take_lock(dir, wait)? {
+            Ok(lock) => lock,
+            Err(holder) => return Ok(Err(holder)),
+        };
+        for d in DIRS {
+            private_dir(&dir.join(d), true, "spool directory")?;
+        }
+        let mut spool = Spool {
+            dir: dir.to_path_buf(),
+            fsync,
+            ephemeral,
+            index: Mutex::new(Index::new()),
+            settled: Condvar::new(),
+            dir_sync: DirSync::default(),
+            _lock: lock,
+            recovery_notes: Vec::new(),
+        };
+        spool.recover()?;
+        Ok(Ok(spool))
+    }
+
+    /// The index; a panic elsewhere while it was held does not take the
+    /// spool down with it (every update leaves the index consistent).
+    fn idx(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn is_ephemeral(&self) -> bool {
+        self.ephemeral
+    }
+
+    /// `<dir>/<sub>/<name>`, built in one allocation (one per accepted
+    /// task goes through here twice).
+    fn path(&self, sub: &str, name: &str) -> PathBuf {
+        let dir = self.dir.as_os_str();
+        let mut p = std::ffi::OsString::with_capacity(dir.len() + sub.len() + name.len() + 2);
+        p.push(dir);
+        p.push("/");
+        p.push(sub);
+        p.push("/");
+        p.push(name);
+        PathBuf::from(p)
+    }
+
+    fn sync(&self, subs: &[&str]) -> Result<()> {
+        for s in subs {
+            let p = self.dir.join(s);
+            sync_dir(&p).map_err(|e| Error::io("sync directory", &p, e))?;
+        }
+        Ok(())
+    }
+
+    /// Removes an ephemeral spool directory; persistent spools are kept.
+    pub fn remove_if_ephemeral(&self) {
+        if self.ephemeral {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,229 @@
+//! After open, nothing is half-done: `tmp/` is empty, `processing/` is
+//! empty, a finished task has a receipt and no payload, and the index is
+//! rebuilt from what the directories hold, bad data set aside in
+//! `rejected/`. Recovery runs in five phases, in this order, before the
+//! spool takes any task.
+
+use super::index::{Entry, Index, Place, id_hash, order_key, summary};
+use super::taskfile::{list, parse_file_name, parse_task, read_bounded, receipt_name};
+use super::{RECEIPTS_KEEP, RECEIPTS_MIN_AGE, Receipt, Sender, Spool, Summary, now_secs};
+use crate::error::{Error, Result};
+use std::fs;
+use std::time::UNIX_EPOCH;
+
+impl Spool {
+    pub(super) fn recover(&mut self) -> Result<()> {
+        let mut notes = Vec::new();
+        self.sweep_tmp()?;
+        self.remove_finished_payloads(&mut notes)?;
+        self.interrupt_processing(&mut notes)?;
+        let mut idx = self.idx();
+        let max_seq = self.index_tasks(&mut idx, &mut notes)?;
+        self.index_receipts(&mut idx)?;
+        let seq_path = self.dir.join("sequence");
+        let stored: u64 = read_bounded(&seq_path)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        idx.next_seq = stored.max(max_seq + 1).max(1);
+        idx.leased_to = idx.next_seq;
+        drop(idx);
+        self.recovery_notes = notes;
+        Ok(())
+    }
+
+    /// Phase 1. A crash between create and rename leaves only
+    /// unacknowledged data.
+    fn sweep_tmp(&self) -> Result<()> {
+        for name in list(&self.dir.join("tmp"))? {
+            let p = self.path("tmp", &name);
+            fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+        }
+        Ok(())
+    }
+
+    /// Phase 2. A crash during `finish`, after the receipt landed in done/
+    /// but before the payload was removed, leaves both: the task finished,
+    /// so the payload goes now rather than being set aside (and maybe
+    /// requeued and run a second time).
+    fn remove_finished_payloads(&self, notes: &mut Vec<String>) -> Result<()> {
+        let mut finished = false;
+        for sub in ["processing", "interrupted", "rejected"] {
+            for name in list(&self.dir.join(sub))? {
+                let Some((_, id)) = parse_file_name(&name) else {
+                    continue;
+                };
+                let receipt: Option<Receipt> = read_bounded(&self.path("done", &receipt_name(id)))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok());
+                if receipt.is_some_and(|r| r.message_id == id) {
+                    let p = self.path(sub, &name);
+                    fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+                    notes.push(format!(
+                        "{sub}/{name} had finished (its receipt is in done/); removed"
+                    ));
+                    finished = true;
+                }
+            }
+        }
+        if finished && self.fsync {
+            self.sync(&["processing", "interrupted", "rejected"])?;
+        }
+        Ok(())
+    }
+
+    /// Phase 3. Work that was mid-turn is never rerun on its own.
+    fn interrupt_processing(&self, notes: &mut Vec<String>) -> Result<()> {
+        let mut moved = false;
+        for name in list(&self.dir.join("processing"))? {
+            let from = self.path("processing", &name);
+            let to = self.path("interrupted", &name);
+            fs::rename(&from, &to).map_err(|e| Error::io("move to interrupted/", &from, e))?;
+            notes.push(format!(
+                "task file {name} was mid-turn and is now in interrupted/"
+            ));
+            moved = true;
+        }
+        if moved && self.fsync {
+            self.sync(&["processing", "interrupted"])?;
+        }
+        Ok(())
+    }
+
+    /// Phase 4. Indexes the task files of `inbox/`, `interrupted/` and
+    /// `rejected/`; returns the highest sequence number among them.
+    fn index_tasks(&self, idx: &mut Index, notes: &mut Vec<String>) -> Result<u64> {
+        let mut max_seq = 0;
+        for (sub, place) in [
+            ("inbox", Place::Inbox),
+            ("interrupted", Place::Interrupted),
+            ("rejected", Place::Rejected),
+        ] {
+            for name in list(&self.dir.join(sub))? {
+                let Some((seq, id)) = parse_file_name(&name) else {
+                    if place != Place::Rejected {
+                        let from = self.path(sub, &name);
+                        let to = self.path("rejected", &name);
+                        let _ = fs::rename(&from, &to);
+                        notes.push(format!(
+                            "{sub}/{name} is not a task file name; moved to rejected/"
+                        ));
+                    }
+                    continue;
+                };
+                max_seq = max_seq.max(seq);
+                let id = id.to_string();
+                let entry = self.read_entry(sub, place, &name, seq, &id, notes)?;
+                if entry.place == Place::Inbox {
+                    idx.inbox.insert(entry.key, id.clone());
+                    if let Some(s) = entry.sender_id() {
+                        *idx.inflight.entry(s.to_owned()).or_default() += 1;
+                    }
+                }
+                idx.entries.insert(id, entry);
+            }
+        }
+        Ok(max_seq)
+    }
+
+    /// The index entry of the task file `sub/name`; one that cannot be
+    /// read back outside `rejected/` moves there.
+    fn read_entry(
+        &self,
+        sub: &str,
+        place: Place,
+        name: &str,
+        seq: u64,
+        id: &str,
+        notes: &mut Vec<String>,
+    ) -> Result<Entry> {
+        let parsed = read_bounded(&self.path(sub, name))
+            .map_err(|e| e.to_string())
+            .and_then(|b| parse_task(&b, id));
+        let (task, place) = match parsed {
+            Ok(t) => (Some(t), place),
+            Err(reason) if place != Place::Rejected => {
+                let from = self.path(sub, name);
+                let to = self.path("rejected", name);
+                fs::rename(&from, &to).map_err(|e| Error::io("move to rejected/", &from, e))?;
+                notes.push(format!("{sub}/{name}: {reason}; moved to rejected/"));
+                (None, Place::Rejected)
+            }
+            Err(_) => (None, Place::Rejected),
+        };
+        let mode = task.as_ref().map_or("queue", |t| t.mode.as_str());
+        let key = order_key(mode, seq);
+        // A requeue touches the file: its time outlives a restart.
+        let touched = fs::symlink_metadata(self.path(sub, name))
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        let queued_at = task.as_ref().map_or(0, |t| t.accepted_at).max(touched);
+        let mut task = task;
+        let digest = task.as_mut().map(|t| std::mem::take(&mut t.digest));
+        Ok(Entry {
+            queued_at,
+            digest,
+            place,
+            file: name.to_string(),
+            key,
+            summary: task.map(summary).unwrap_or(Summary {
+                message_id: id.to_string(),
+                sender: Sender::default(),
+                accepted_at: 0,
+                mode: "queue".into(),
+                bytes: 0,
+            }),
+        })
+    }
+
+    /// Phase 5. Finished tasks stay out of the index: a retry finds their
+    /// receipt on disk (`receipt_digest`), so memory does not grow with
+    /// every task ever run. Only a hash of each id is kept, and receipts
+    /// past both bounds are pruned.
+    fn index_receipts(&self, idx: &mut Index) -> Result<()> {
+        let mut receipts = Vec::new();
+        for name in list(&self.dir.join("done"))? {
+            let Some(id) = name
+                .strip_suffix(".json")
+                .filter(|id| crate::registry::valid_id(id))
+            else {
+                continue;
+            };
+            idx.finished.insert(id_hash(id));
+            let p = self.path("done", &name);
+            let r: Option<Receipt> = read_bounded(&p)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            let finished = r.as_ref().map_or(0, |r| r.finished_at);
+            receipts.push((finished, name));
+        }
+        idx.receipts = receipts.len();
+        self.prune_receipts(idx, receipts);
+        Ok(())
+    }
+
+    /// Prunes only past both bounds: more than RECEIPTS_KEEP receipts, and
+    /// only those older than RECEIPTS_MIN_AGE, oldest first. `receipts`
+    /// are (finished at, file name) pairs.
+    fn prune_receipts(&self, idx: &mut Index, mut receipts: Vec<(u64, String)>) {
+        if receipts.len() <= RECEIPTS_KEEP {
+            return;
+        }
+        receipts.sort();
+        let cutoff = now_secs().saturating_sub(RECEIPTS_MIN_AGE);
+        let excess = receipts.len() - RECEIPTS_KEEP;
+        for (finished, name) in receipts.into_iter().take(excess) {
+            if finished >= cutoff {
+                break;
+            }
+            let removed = fs::remove_file(self.path("done", &name)).is_ok();
+            if let (true, Some(id)) = (removed, name.strip_suffix(".json")) {
+                idx.finished.remove(&id_hash(id));
+            }
+            idx.receipts -= 1;
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! A task file is whole or absent, and named for its place in the queue:
+//! `<sequence, 16 digits>-<id>.json`, holding the task as JSON whose body
+//! matches its digest. What the files say and how they are read back
+//! (bounded, never through a symlink); the spool only renames them.
+
+use super::{Sender, Task};
+use crate::digest::sha256_hex;
+use crate::error::{Error, Result};
+use crate::sys;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use std::fs::{self, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+pub(super) const SEQ_WIDTH: usize = 16;
+
+/// The largest spool file read back; anything bigger is bad data.
+const MAX_TASK_FILE: u64 = 4 * 1024 * 1024;
+
+/// A body on its way into a task file or an event: its text, or its JSON
+/// string already escaped (as a request line spelled it), which is copied
+/// rather than escaped again.
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(untagged)]
+pub enum Body<'a> {
+    Text(&'a str),
+    Json(&'a RawValue),
+}
+
+impl<'a> Body<'a> {
+    /// `json` must be the JSON string of `text`.
+    pub fn new(text: &'a str, json: Option<&'a RawValue>) -> Body<'a> {
+        json.map_or(Body::Text(text), Body::Json)
+    }
+}
+
+/// A task as its file holds it: `Task`'s fields in `Task`'s order, with
+/// the body as a `Body`.
+#[derive(Serialize)]
+pub(super) struct TaskFile<'a> {
+    message_id: &'a str,
+    pub(super) body: Body<'a>,
+    sender: &'a Sender,
+    hop: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_reply_to: &'a Option<String>,
+    mode: &'a str,
+    accepted_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer_pid: Option<u32>,
+    wire: &'a str,
+    digest: &'a str,
+    seq: u64,
+}
+
+impl<'a> TaskFile<'a> {
+    pub(super) fn new(t: &'a Task, body_json: Option<&'a RawValue>) -> TaskFile<'a> {
+        TaskFile {
+            message_id: &t.message_id,
+            body: Body::new(&t.body, body_json),
+            sender: &t.sender,
+            hop: t.hop,
+            in_reply_to: &t.in_reply_to,
+            mode: &t.mode,
+            accepted_at: t.accepted_at,
+            peer_pid: t.peer_pid,
+            wire: &t.wire,
+            digest: &t.digest,
+            seq: t.seq,
+        }
+    }
+}
+
+pub(super) fn file_name(seq: u64, id: &str) -> String {
+    // By hand rather than `format!`: one of these per accepted task.
+    if seq >= 10u64.pow(SEQ_WIDTH as u32) {
+        return format!("{seq}-{id}.json");
+    }
+    let mut digits = [b'0'; SEQ_WIDTH];
+    let mut n = seq;
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    let mut name = String::with_capacity(SEQ_WIDTH + id.len() + 6);
+    name.push_str(std::str::from_utf8(&digits).expect("ASCII digits"));
+    name.push('-');
+    name.push_str(id);
+    name.push_str(".json");
+    name
+}
+
+pub(super) fn parse_file_name(name: &str) -> Option<(u64, &str)> {
+    let stem = name.strip_suffix(".json")?;
+    let (seq, id) = stem.split_once('-')?;
+    if seq.len() != SEQ_WIDTH || !crate::registry::valid_id(id) {
+        return None;
+    }
+    Some((seq.parse().ok()?, id))
+}
+
+pub(super) fn receipt_name(id: &str) -> String {
+    format!("{id}.json")
+}
+
+/// Reads a small file without following a symlink in its last component.
+pub(super) fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(path)?;
+    let mut out = Vec::new();
+    (&mut f).take(MAX_TASK_FILE + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > MAX_TASK_FILE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "file is larger than any task",
+        ));
+    }
+    Ok(out)
+}
+
+/// Parses and checks a task file: valid JSON, the id in its name, and a
+/// body that matches its digest.
+pub(super) fn parse_task(bytes: &[u8], id: &str) -> std::result::Result<Task, String> {
+    let task: Task = serde_json::from_slice(bytes).map_err(|e| format!("not a task: {e}"))?;
+    if task.message_id != id {
+        return Err(format!(
+            "file name says {id:?} but the task says {:?}",
+            task.message_id
+        ));
+    }
+    if sha256_hex(task.body.as_bytes()) != task.digest {
+        return Err("body does not match its digest".into());
+    }
+    Ok(task)
+}
+
+/// Names of the regular files in a spool subdirectory, sorted.
+pub(super) fn list(dir: &Path) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| Error::io("read directory", dir, e))? {
+        let entry = entry.map_err(|e| Error::io("read directory", dir, e))?;
+        if let Ok(name) = entry.file_name().into_string() {
+            out.push(name);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_are_the_zero_padded_sequence_then_the_id() {
+        for seq in [0, 7, 1234567, 10u64.pow(16) - 1, 10u64.pow(16), u64::MAX] {
+            assert_eq!(
+                file_name(seq, "a.b-c"),
+                format!("{seq:0width$}-a.b-c.json", width = SEQ_WIDTH)
+            );
+        }
+        assert_eq!(parse_file_name(&file_name(42, "x")), Some((42, "x")));
+    }
+}

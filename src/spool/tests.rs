@@ -1,0 +1,255 @@
+//! The spool's unit tests: acceptance, claims and recovery together.
+
+use super::index::Reservation;
+use super::taskfile::{TaskFile, file_name, list};
+use super::*;
+use serde_json::value::RawValue;
+use std::time::{Duration, Instant};
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!(
+        "baton-spool-test-{}-{tag}-{}",
+        std::process::id(),
+        now_secs()
+    ));
+    let _ = fs::remove_dir_all(&p);
+    p
+}
+
+fn task(id: &str, body: &str) -> Task {
+    new_task(
+        id,
+        body,
+        Sender::default(),
+        0,
+        None,
+        "queue",
+        None,
+        "jsonrpc",
+    )
+}
+
+const LIMITS: Limits = Limits {
+    max_queue: 3,
+    max_inflight: 4,
+};
+
+#[test]
+fn a_task_file_is_the_task_whichever_way_its_body_comes() {
+    let mut t = task("m", "a\"b\n\u{e9}\u{1b}");
+    t.in_reply_to = Some("r".into());
+    t.peer_pid = Some(7);
+    let text = serde_json::to_string(&TaskFile::new(&t, None)).unwrap();
+    assert_eq!(text, serde_json::to_string(&t).unwrap());
+    let escaped = serde_json::value::to_raw_value(&t.body).unwrap();
+    let json = serde_json::to_string(&TaskFile::new(&t, Some(&escaped))).unwrap();
+    assert_eq!(json, text);
+    // As a sender may spell it: other escapes, the same string.
+    let spelled = RawValue::from_string(r#""a\"b\n\u00e9\u001b""#.into()).unwrap();
+    let other = serde_json::to_string(&TaskFile::new(&t, Some(&spelled))).unwrap();
+    assert_ne!(other, text);
+    assert_eq!(serde_json::from_str::<Task>(&other).unwrap(), t);
+
+    // Stored that way and claimed, it is the same task.
+    let dir = tmpdir("spelled");
+    let s = Spool::open(&dir, false, false).unwrap();
+    let t = task("m2", "a\"b\n\u{e9}\u{1b}");
+    let r = s.admit(t.clone(), Some(&spelled), LIMITS, || false, |_, _| {});
+    assert_eq!(r.unwrap(), Admission::Accepted { queue_position: 1 });
+    let Claim::Task(got) = s.claim().unwrap() else {
+        panic!("no task")
+    };
+    assert_eq!(*got, Task { seq: got.seq, ..t });
+    drop(s);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn accept_claim_finish_and_duplicates() {
+    let dir = tmpdir("acf");
+    let s = Spool::open(&dir, false, false).unwrap();
+    let never = || false;
+    assert_eq!(
+        s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
+            .unwrap(),
+        Admission::Accepted { queue_position: 1 }
+    );
+    assert_eq!(
+        s.admit(task("1", "b"), None, LIMITS, never, |_, _| {})
+            .unwrap(),
+        Admission::Accepted { queue_position: 2 }
+    );
+    assert_eq!(
+        s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
+            .unwrap(),
+        Admission::Duplicate
+    );
+    assert_eq!(
+        s.admit(task("x-1", "z"), None, LIMITS, never, |_, _| {})
+            .unwrap(),
+        Admission::Reused
+    );
+    assert_eq!(
+        s.admit(task("p", "a"), None, LIMITS, || true, |_, _| {})
+            .unwrap(),
+        Admission::Paused
+    );
+    s.admit(task("3", "c"), None, LIMITS, never, |_, _| {})
+        .unwrap();
+    assert_eq!(
+        s.admit(task("4", "d"), None, LIMITS, never, |_, _| {})
+            .unwrap(),
+        Admission::Full { limit: 3 }
+    );
+    let Claim::Task(t) = s.claim().unwrap() else {
+        panic!()
+    };
+    assert_eq!(t.message_id, "x-1");
+    s.finish("x-1", "done").unwrap();
+    assert_eq!(
+        s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
+            .unwrap(),
+        Admission::Duplicate
+    );
+    drop(s);
+    let s = Spool::open(&dir, false, false).unwrap();
+    assert_eq!(
+        s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
+            .unwrap(),
+        Admission::Duplicate
+    );
+    let Claim::Task(t) = s.claim().unwrap() else {
+        panic!()
+    };
+    assert_eq!(t.message_id, "1");
+    drop(s);
+    // "1" was mid-turn when the spool closed: it is interrupted now.
+    let s = Spool::open(&dir, false, false).unwrap();
+    assert_eq!(s.counts().interrupted, 1);
+    let Claim::Task(t) = s.claim().unwrap() else {
+        panic!()
+    };
+    assert_eq!(t.message_id, "3");
+    drop(s);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn second_open_is_refused_naming_the_pid() {
+    let dir = tmpdir("lock");
+    let _s = Spool::open(&dir, false, false).unwrap();
+    let e = Spool::open(&dir, false, false).err().unwrap().to_string();
+    assert!(
+        e.contains(&format!("in use by pid {}", std::process::id())),
+        "{e}"
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn corrupt_inbox_file_goes_to_rejected() {
+    let dir = tmpdir("bad");
+    let s = Spool::open(&dir, false, false).unwrap();
+    s.admit(task("good", "a"), None, LIMITS, || false, |_, _| {})
+        .unwrap();
+    drop(s);
+    let bad = dir.join("inbox").join(file_name(0, "bad"));
+    fs::write(&bad, b"{oops").unwrap();
+    let s = Spool::open(&dir, false, false).unwrap();
+    assert_eq!(s.recovery_notes.len(), 1, "{:?}", s.recovery_notes);
+    assert!(dir.join("rejected").join(file_name(0, "bad")).exists());
+    let Claim::Task(t) = s.claim().unwrap() else {
+        panic!()
+    };
+    assert_eq!(t.message_id, "good");
+    drop(s);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn one_of_many_concurrent_offers_of_an_id_is_accepted() {
+    let dir = tmpdir("same-id");
+    let s = Spool::open(&dir, true, false).unwrap();
+    let limits = Limits {
+        max_queue: 100,
+        max_inflight: 0,
+    };
+    let answers: Vec<Admission> = std::thread::scope(|sc| {
+        let ts: Vec<_> = (0..8)
+            .map(|_| sc.spawn(|| s.admit(task("same", "a"), None, limits, || false, |_, _| {})))
+            .collect();
+        ts.into_iter().map(|t| t.join().unwrap().unwrap()).collect()
+    });
+    let accepted = answers
+        .iter()
+        .filter(|a| matches!(a, Admission::Accepted { .. }))
+        .count();
+    let dups = answers
+        .iter()
+        .filter(|a| **a == Admission::Duplicate)
+        .count();
+    assert_eq!((accepted, dups), (1, 7), "{answers:?}");
+    assert_eq!(list(&dir.join("inbox")).unwrap().len(), 1);
+    drop(s);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_claim_waits_for_an_earlier_acceptance_still_storing() {
+    let dir = tmpdir("order");
+    let s = Spool::open(&dir, false, false).unwrap();
+    s.admit(task("later", "b"), None, LIMITS, || false, |_, _| {})
+        .unwrap();
+    // An acceptance with an earlier sequence number, between its
+    // reservation and its answer.
+    s.idx().pending.insert("earlier".into(), (1, 0));
+    std::thread::scope(|sc| {
+        let claim = sc.spawn(|| s.claim());
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!claim.is_finished(), "the claim overtook a pending task");
+        // Its store failed: the reservation goes, the claim goes on.
+        drop(Reservation {
+            spool: &s,
+            id: "earlier".into(),
+            seq: 0,
+            give_back: false,
+            sender: None,
+            settled: false,
+        });
+        let Claim::Task(t) = claim.join().unwrap().unwrap() else {
+            panic!("no task claimed")
+        };
+        assert_eq!(t.message_id, "later");
+    });
+    drop(s);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn settle_waits_for_pending_acceptances_and_no_longer_than_asked() {
+    let dir = tmpdir("settle");
+    let s = Spool::open(&dir, false, false).unwrap();
+    let t0 = Instant::now();
+    s.settle(Duration::from_secs(10));
+    assert!(t0.elapsed() < Duration::from_secs(5), "nothing was pending");
+    s.idx().pending.insert("p".into(), (1, 0));
+    let t0 = Instant::now();
+    s.settle(Duration::from_millis(200));
+    assert!(t0.elapsed() >= Duration::from_millis(200));
+    std::thread::scope(|sc| {
+        let waiter = sc.spawn(|| s.settle(Duration::from_secs(10)));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished());
+        drop(Reservation {
+            spool: &s,
+            id: "p".into(),
+            seq: 0,
+            give_back: false,
+            sender: None,
+            settled: false,
+        });
+        waiter.join().unwrap();
+    });
+    drop(s);
+    fs::remove_dir_all(&dir).unwrap();
+}
