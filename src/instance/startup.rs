@@ -16,11 +16,10 @@ use crate::spool::{self, Spool};
 use crate::sys;
 use crate::turn::TurnEvent;
 use crossbeam_channel as chan;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::{HashMap, HashSet};
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -492,32 +491,22 @@ fn write_meta(
     offline: bool,
     policy: &Policy,
 ) -> Result<()> {
-    let path = dir.join("meta.json");
-    let created_at = fs::read(&path)
+    // A meta.json that cannot be read (first start, or damaged) gets a
+    // new creation time; the rest is this start's.
+    let created_at = spool::Meta::read(dir)
         .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .and_then(|v| v.get("created_at").and_then(Value::as_u64))
+        .and_then(|m| m.created_at)
         .unwrap_or_else(spool::now_secs);
-    let meta = json!({
-        "name": name,
-        "workspace": workspace.display().to_string(),
-        "created_at": created_at,
-        "offline": offline,
+    spool::Meta {
+        accept_from: policy.accept_from.clone(),
+        created_at: Some(created_at),
+        deny_from: policy.deny_from.clone(),
+        name: name.to_string(),
         // Offline senders apply the agent's own sender rules.
-        "accept_from": policy.accept_from,
-        "deny_from": policy.deny_from,
-    });
-    let tmp = dir.join("tmp").join("meta.json");
-    let _ = fs::remove_file(&tmp);
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(sys::O_NOFOLLOW)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(&serde_json::to_vec(&meta).expect("serializes")))
-        .and_then(|()| fs::rename(&tmp, &path))
-        .map_err(|e| Error::io("write", &path, e))
+        offline,
+        workspace: workspace.display().to_string(),
+    }
+    .write(dir)
 }
 
 /// SIGTERM, SIGINT and SIGHUP as a channel the foreground can select on.
