@@ -338,8 +338,10 @@ pub fn notification_with_params(method: &str, params: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A request line, `\n` included.
-pub fn request_line(id: u64, method: &str, params: Value) -> Vec<u8> {
+/// A request line, `\n` included. The id is any JSON id: clients number
+/// their requests, an instance names its approval requests.
+pub fn request_line(id: impl Into<Value>, method: &str, params: Value) -> Vec<u8> {
+    let id: Value = id.into();
     line(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
 }
 

@@ -66,13 +66,12 @@ impl Foreground {
     pub(super) fn send_approval_request(&mut self, message_id: &str, only: Option<u64>) {
         let rid = format!("approval-{}", self.next_request);
         self.next_request += 1;
-        let line = crate::wire::notification_line("approval/request", json!({}));
         // A request, not a notification: it carries an id the reply names.
-        let mut req: Value = serde_json::from_slice(&line).expect("json");
-        req["id"] = json!(rid);
-        req["params"] = json!({"message_id": message_id});
-        let mut bytes = serde_json::to_vec(&req).expect("serializes");
-        bytes.push(b'\n');
+        let bytes = crate::wire::request_line(
+            rid.as_str(),
+            "approval/request",
+            json!({"message_id": message_id}),
+        );
         if self.hub.send_to_controllers(&bytes, only) > 0 {
             self.requests.insert(rid.clone(), message_id.to_string());
             if let Some(v) = self.asked.get_mut(message_id) {
