@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use std::fmt;
 use std::io;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(Debug)]
@@ -189,6 +189,73 @@ impl Connection {
             }
         });
         Ok((result, rx, self.stream))
+    }
+}
+
+/// A connection to one instance for a front end that makes calls now and
+/// then: opened when first needed, and reopened once per call when the
+/// instance had closed it (its idle timeout).
+pub struct Reconnecting {
+    socket: PathBuf,
+    timeout: Duration,
+    conn: Option<Connection>,
+}
+
+/// Why a call through `Reconnecting` failed.
+#[derive(Debug)]
+pub enum CallError {
+    /// No connection could be opened (or initialized).
+    Open(ClientError),
+    /// The instance answered with a JSON-RPC error.
+    Rpc { code: i64, message: String },
+    /// The reopened connection failed too.
+    Transport(ClientError),
+}
+
+impl Reconnecting {
+    pub fn new(socket: PathBuf, timeout: Duration) -> Reconnecting {
+        Reconnecting {
+            socket,
+            timeout,
+            conn: None,
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// One call; a connection that broke is dropped and the call made
+    /// once more on a new one.
+    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, CallError> {
+        for attempt in 0..2 {
+            if self.conn.is_none() {
+                self.conn =
+                    Some(Connection::open(&self.socket, self.timeout).map_err(CallError::Open)?);
+            }
+            let conn = self.conn.as_mut().expect("just opened");
+            match conn.call(method, params.clone()) {
+                Ok(r) => return Ok(r),
+                Err(ClientError::Rpc { code, message }) => {
+                    return Err(CallError::Rpc { code, message });
+                }
+                Err(e) if attempt == 1 => return Err(CallError::Transport(e)),
+                Err(_) => self.conn = None,
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Subscribes to events on a connection of its own, which stays open
+    /// for the rest of the process (the subscription lives as long as its
+    /// stream).
+    pub fn subscribe(
+        &self,
+        params: Value,
+    ) -> Result<crossbeam_channel::Receiver<Value>, ClientError> {
+        let (_, rx, stream) = Connection::open(&self.socket, self.timeout)?.subscribe(params)?;
+        std::mem::forget(stream);
+        Ok(rx)
     }
 }
 

@@ -4,18 +4,17 @@
 //! instance's socket, like every other front end. stdout carries only
 //! JSON-RPC messages, one per line; everything else goes to stderr.
 
-use crate::client::{ClientError, Connection};
+use crate::client::{CallError, Reconnecting};
 use crate::config::Config;
-use crate::error::{Error, Result};
-use crate::instance::{self, Approve, Embedded, ServeOptions};
+use crate::embedded;
+use crate::error::Result;
+use crate::instance::{Approve, ServeOptions};
 use crate::registry;
 use crate::sanitize::escape;
 use crate::wire;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// Protocol revisions this server speaks, newest first.
 pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -83,9 +82,8 @@ pub struct McpOptions {
 /// The adapter's state between messages.
 struct Adapter {
     config: Config,
-    socket: PathBuf,
+    client: Reconnecting,
     id: String,
-    conn: Option<Connection>,
     initialized: bool,
     /// The tasks taken with `check_inbox` and not completed, with their
     /// turn tokens. A steer follow-up joins its task's turn, so two may be
@@ -95,8 +93,6 @@ struct Adapter {
 
 /// Runs the MCP server until stdin closes or the instance stops.
 pub fn run(opts: McpOptions, config: Config) -> Result<()> {
-    let (ready_tx, ready_rx) = chan::bounded(1);
-    let (stop_tx, stop_rx) = chan::bounded::<()>(1);
     let serve = ServeOptions {
         name: opts.name,
         workspace: None,
@@ -107,42 +103,22 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         },
         profile: opts.profile,
         model: String::new(),
-        embedded: Some(Embedded {
-            ready: ready_tx,
-            stop: stop_rx,
-        }),
         ttl: config.ttl,
         ..ServeOptions::default()
     };
-    let (done_tx, done_rx) = chan::bounded::<Result<()>>(1);
-    let cfg = config.clone();
-    std::thread::Builder::new()
-        .name("baton-instance".into())
-        .spawn(move || {
-            let _ = done_tx.send(instance::serve(serve, cfg));
-        })
-        .map_err(|e| Error::Env(format!("cannot start the instance thread: {e}")))?;
-    let (id, socket) = select! {
-        recv(ready_rx) -> r => r.map_err(|_| Error::Env("the instance did not start".into()))?,
-        recv(done_rx) -> r => {
-            return match r {
-                Ok(Err(e)) => Err(e),
-                _ => Err(Error::Env("the instance stopped before it was ready".into())),
-            };
-        },
-        default(Duration::from_secs(15)) => {
-            return Err(Error::Env("the instance did not start within 15 s".into()));
-        },
-    };
-    eprintln!("baton mcp: serving MCP on stdio as instance {id}");
+    let instance = embedded::start(serve, &config)?;
+    eprintln!(
+        "baton mcp: serving MCP on stdio as instance {}",
+        instance.id
+    );
 
     let lines = stdin_lines();
-    let mut events = subscribe(&socket, &config);
+    let client = Reconnecting::new(instance.socket.clone(), config.io_timeout);
+    let mut events = subscribe(&client);
     let mut a = Adapter {
         config,
-        socket,
-        id,
-        conn: None,
+        client,
+        id: instance.id.clone(),
         initialized: false,
         open: Vec::new(),
     };
@@ -163,7 +139,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
                 // selecting on a closed channel, which would spin.
                 Err(_) => events = chan::never(),
             },
-            recv(done_rx) -> r => {
+            recv(instance.done) -> r => {
                 if let Ok(Err(e)) = r {
                     eprintln!("baton mcp: the instance stopped: {e}");
                 }
@@ -172,8 +148,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         }
     }
     // stdin closed: the session is over; the instance unpublishes itself.
-    drop(stop_tx);
-    let _ = done_rx.recv_timeout(Duration::from_secs(10));
+    instance.stop();
     Ok(())
 }
 
@@ -223,18 +198,11 @@ fn stdin_lines() -> chan::Receiver<std::result::Result<String, String>> {
 }
 
 /// Events of our own instance, to tell the host when a task arrives.
-fn subscribe(socket: &Path, config: &Config) -> chan::Receiver<Value> {
-    match Connection::open(socket, config.io_timeout).and_then(|c| c.subscribe(json!({}))) {
-        Ok((_, rx, stream)) => {
-            // The stream must stay open for the subscription to live.
-            std::mem::forget(stream);
-            rx
-        }
-        Err(e) => {
-            eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
-            chan::never()
-        }
-    }
+fn subscribe(client: &Reconnecting) -> chan::Receiver<Value> {
+    client.subscribe(json!({})).unwrap_or_else(|e| {
+        eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
+        chan::never()
+    })
 }
 
 fn write_message(v: &Value) {
@@ -372,24 +340,14 @@ impl Adapter {
     /// One call to our instance; the connection is reopened once if the
     /// instance closed it (its idle timeout).
     fn call(&mut self, method: &str, params: Value) -> std::result::Result<Value, String> {
-        for attempt in 0..2 {
-            if self.conn.is_none() {
-                self.conn = Some(
-                    Connection::open(&self.socket, self.config.io_timeout)
-                        .map_err(|e| format!("the instance does not answer: {e}"))?,
-                );
+        self.client.call(method, params).map_err(|e| match e {
+            CallError::Open(e) | CallError::Transport(e) => {
+                format!("the instance does not answer: {e}")
             }
-            let conn = self.conn.as_mut().expect("just opened");
-            match conn.call(method, params.clone()) {
-                Ok(r) => return Ok(r),
-                Err(ClientError::Rpc { code, message }) => {
-                    return Err(format!("the instance answered error {code}: {message}"));
-                }
-                Err(e) if attempt == 1 => return Err(format!("the instance does not answer: {e}")),
-                Err(_) => self.conn = None,
+            CallError::Rpc { code, message } => {
+                format!("the instance answered error {code}: {message}")
             }
-        }
-        unreachable!("the loop returns")
+        })
     }
 
     fn list_agents(&mut self) -> Value {

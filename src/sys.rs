@@ -5,8 +5,9 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 
 /// Writes what the socket takes now, without waiting: the number of bytes
@@ -165,9 +166,7 @@ pub fn limit_malloc_arenas() {
 
 /// The longest socket path `bind` accepts here (`sun_path` less the NUL).
 pub fn max_socket_path() -> usize {
-    // SAFETY: sockaddr_un is plain old data; a zeroed value is valid.
-    let addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_path.len() - 1
+    std::mem::size_of::<libc::sockaddr_un>() - std::mem::offset_of!(libc::sockaddr_un, sun_path) - 1
 }
 
 /// The working directory of another process, where the platform exposes it.
@@ -198,10 +197,9 @@ pub fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
 }
 
 /// The listening socket systemd passed (socket activation): fd 3, when
-/// `LISTEN_PID` is this process and `LISTEN_FDS` is at least 1. The
-/// variables are removed so that children do not see them.
-pub fn activated_listener() -> Option<std::os::unix::net::UnixListener> {
-    use std::os::fd::FromRawFd;
+/// `LISTEN_PID` is this process, `LISTEN_FDS` is at least 1 and fd 3 is a
+/// socket. The variables are removed so that children do not see them.
+pub fn activated_listener() -> Option<UnixListener> {
     let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
     let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
     if pid != std::process::id() || fds < 1 {
@@ -214,20 +212,20 @@ pub fn activated_listener() -> Option<std::os::unix::net::UnixListener> {
         std::env::remove_var("LISTEN_FDS");
         std::env::remove_var("LISTEN_FDNAMES");
     }
-    const FD: i32 = 3;
-    let mut st: libc::stat = unsafe_zeroed_stat();
-    // SAFETY: fstat writes into `st`, valid memory of the right type.
-    if unsafe { libc::fstat(FD, &mut st) } != 0 || (st.st_mode & libc::S_IFMT) != libc::S_IFSOCK {
-        return None;
+    const FD: RawFd = 3;
+    // SAFETY: LISTEN_PID naming this process means the manager passed fd 3
+    // open, for this process to own (the socket-activation protocol), and
+    // nothing else here takes it; it is owned once, and handed back
+    // unclosed below unless it is a socket.
+    let file = File::from(unsafe { OwnedFd::from_raw_fd(FD) });
+    match file.metadata() {
+        Ok(m) if m.file_type().is_socket() => Some(UnixListener::from(OwnedFd::from(file))),
+        _ => {
+            // Not ours to close: left as it was found.
+            let _ = file.into_raw_fd();
+            None
+        }
     }
-    // SAFETY: the manager handed fd 3 to this process as a listening
-    // socket; we take ownership of it exactly once.
-    Some(unsafe { std::os::unix::net::UnixListener::from_raw_fd(FD) })
-}
-
-fn unsafe_zeroed_stat() -> libc::stat {
-    // SAFETY: libc::stat is plain old data; all-zero is a valid value.
-    unsafe { std::mem::zeroed() }
 }
 
 pub const SIGTERM: i32 = libc::SIGTERM;

@@ -1250,9 +1250,8 @@ fn main() {
         let code = net::oneshot(args.get(1).map_or("", String::as_str));
         std::process::exit(code);
     }
-    if let [flag, socket, dir] = &args[..]
-        && flag == "--floor-server"
-    {
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    if let ["--floor-server", socket, dir] = words[..] {
         let store = Store::Files {
             dir: dir.into(),
             durable: false,

@@ -1,11 +1,12 @@
 //! `baton inbox list|claim|complete`: the pull side of an instance.
 
 use super::args::Args;
-use super::list::table;
 use super::{emit, emit_json, target};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
+use crate::registry;
 use crate::sanitize::{escape, escape_multiline};
+use crate::text::table;
 use serde_json::{Value, json};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
@@ -14,8 +15,38 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             "inbox: say list, claim or complete (see 'baton help inbox')".into(),
         ));
     };
+    let (target_arg, params) = request(args, action)?;
+    let peer = target::resolve(config, target_arg.map(String::as_str))?;
+    let mut conn = target::connect(config, &peer)?;
+    let r = conn
+        .call(&format!("inbox/{action}"), params)
+        .map_err(|e| target::transport(&peer, e))?;
+    let status = r.get("status").and_then(Value::as_str).unwrap_or("");
+    let reason = escape(r.get("reason").and_then(Value::as_str).unwrap_or("")).into_owned();
+    let code = match (action, status) {
+        ("list", _)
+        | ("claim", "claimed" | "empty")
+        | ("complete", "completed")
+        | ("requeue", "requeued")
+        | ("discard", "discarded") => ExitCode::Ok,
+        _ => ExitCode::Refused,
+    };
+    if args.flag("json") {
+        emit_json(&r);
+        return Ok(code);
+    }
+    match action {
+        "list" => print_list(&r),
+        "claim" => print_claim(&r, status, &reason, &peer),
+        _ => print_outcome(&r, action, status, &reason),
+    }
+    Ok(code)
+}
+
+/// The target the command names, if any, and the call's params.
+fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a String>, Value)> {
     let rest = &args.positional[1..];
-    let (target_arg, method, params) = match action {
+    match action {
         "list" | "claim" => {
             if rest.len() > 1 {
                 return Err(Error::Usage(format!(
@@ -23,7 +54,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
                     escape(&rest[1])
                 )));
             }
-            (rest.first(), format!("inbox/{action}"), json!({}))
+            Ok((rest.first(), json!({})))
         }
         "complete" | "requeue" | "discard" => {
             let (t, id) = match rest {
@@ -48,96 +79,78 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
                     params["reply"] = json!(reply);
                 }
             }
-            (t, format!("inbox/{action}"), params)
+            Ok((t, params))
         }
-        other => {
-            return Err(Error::Usage(format!(
-                "inbox: unknown action {}: use list, claim, complete, requeue or discard",
-                escape(other)
-            )));
-        }
-    };
-    let peer = target::resolve(config, target_arg.map(String::as_str))?;
-    let mut conn = target::connect(config, &peer)?;
-    let r = conn
-        .call(&method, params)
-        .map_err(|e| target::transport(&peer, e))?;
-    let status = r.get("status").and_then(Value::as_str).unwrap_or("");
-    let reason = escape(r.get("reason").and_then(Value::as_str).unwrap_or("")).into_owned();
-    let code = match (action, status) {
-        ("list", _)
-        | ("claim", "claimed" | "empty")
-        | ("complete", "completed")
-        | ("requeue", "requeued")
-        | ("discard", "discarded") => ExitCode::Ok,
-        _ => ExitCode::Refused,
-    };
-    if args.flag("json") {
-        emit_json(&r);
-        return Ok(code);
+        other => Err(Error::Usage(format!(
+            "inbox: unknown action {}: use list, claim, complete, requeue or discard",
+            escape(other)
+        ))),
     }
-    match action {
-        "list" => print_list(&r),
-        "claim" => {
-            for rej in r
-                .get("rejected")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+}
+
+/// `inbox claim`: the envelope on stdout, how to reply on stderr.
+fn print_claim(r: &Value, status: &str, reason: &str, peer: &registry::Peer) {
+    for rej in r
+        .get("rejected")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        eprintln!(
+            "baton: a bad task file went to rejected/: {}",
+            escape(&rej.to_string())
+        );
+    }
+    match status {
+        "claimed" => {
+            let t = &r["task"];
+            emit(&escape_multiline(t["envelope"].as_str().unwrap_or("")));
+            if t["sender"].get("instance_id").is_some_and(Value::is_string) {
+                let id = escape(t["message_id"].as_str().unwrap_or("")).into_owned();
                 eprintln!(
-                    "baton: a bad task file went to rejected/: {}",
-                    escape(&rej.to_string())
+                    "baton: to reply: baton inbox complete {} {id} --reply TEXT, or inside the turn BATON_SOCKET={} BATON_TURN={} baton send --reply TEXT",
+                    escape(&peer.manifest.name),
+                    escape(&peer.manifest.socket),
+                    t["turn"].as_str().unwrap_or("")
                 );
             }
-            match status {
-                "claimed" => {
-                    let t = &r["task"];
-                    emit(&escape_multiline(t["envelope"].as_str().unwrap_or("")));
-                    if t["sender"].get("instance_id").is_some_and(Value::is_string) {
-                        let id = escape(t["message_id"].as_str().unwrap_or("")).into_owned();
-                        eprintln!(
-                            "baton: to reply: baton inbox complete {} {id} --reply TEXT, or inside the turn BATON_SOCKET={} BATON_TURN={} baton send --reply TEXT",
-                            escape(&peer.manifest.name),
-                            escape(&peer.manifest.socket),
-                            t["turn"].as_str().unwrap_or("")
-                        );
-                    }
+        }
+        "empty" => eprintln!("baton: the inbox is empty"),
+        _ => eprintln!("baton: cannot claim: {status}: {reason}"),
+    }
+}
+
+/// `inbox complete|requeue|discard`: what became of the task (and its
+/// reply).
+fn print_outcome(r: &Value, action: &str, status: &str, reason: &str) {
+    match status {
+        "completed" => {
+            emit(&format!(
+                "completed {} ({})\n",
+                escape(r["message_id"].as_str().unwrap_or("")),
+                r["outcome"].as_str().unwrap_or("")
+            ));
+            if let Some(reply) = r.get("reply") {
+                let st = reply["status"].as_str().unwrap_or("");
+                match st {
+                    "sending" => emit(&format!(
+                        "reply {} sent to the sender; its outcome is in 'baton log'\n",
+                        escape(reply["message_id"].as_str().unwrap_or(""))
+                    )),
+                    _ => eprintln!(
+                        "baton: reply not sent: {}: {}",
+                        escape(st),
+                        escape(reply["reason"].as_str().unwrap_or(""))
+                    ),
                 }
-                "empty" => eprintln!("baton: the inbox is empty"),
-                _ => eprintln!("baton: cannot claim: {status}: {reason}"),
             }
         }
-        _ => match status {
-            "completed" => {
-                emit(&format!(
-                    "completed {} ({})\n",
-                    escape(r["message_id"].as_str().unwrap_or("")),
-                    r["outcome"].as_str().unwrap_or("")
-                ));
-                if let Some(reply) = r.get("reply") {
-                    let st = reply["status"].as_str().unwrap_or("");
-                    match st {
-                        "sending" => emit(&format!(
-                            "reply {} sent to the sender; its outcome is in 'baton log'\n",
-                            escape(reply["message_id"].as_str().unwrap_or(""))
-                        )),
-                        _ => eprintln!(
-                            "baton: reply not sent: {}: {}",
-                            escape(st),
-                            escape(reply["reason"].as_str().unwrap_or(""))
-                        ),
-                    }
-                }
-            }
-            "requeued" | "discarded" => emit(&format!(
-                "{status} {}\n",
-                escape(r["message_id"].as_str().unwrap_or(""))
-            )),
-            _ => eprintln!("baton: cannot {action}: {status}: {reason}"),
-        },
+        "requeued" | "discarded" => emit(&format!(
+            "{status} {}\n",
+            escape(r["message_id"].as_str().unwrap_or(""))
+        )),
+        _ => eprintln!("baton: cannot {action}: {status}: {reason}"),
     }
-    Ok(code)
 }
 
 fn print_list(r: &Value) {

@@ -6,6 +6,7 @@ use crate::config::Config;
 use crate::error::{ExitCode, Result};
 use crate::registry;
 use crate::sanitize::escape;
+use crate::text::table;
 use serde_json::{Value, json};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
@@ -30,9 +31,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
                     None => json!({}),
                 };
                 v["path"] = json!(s.path.display().to_string());
-                if v.get("instance_id").is_none()
-                    && let Some(id) = &s.instance_id
-                {
+                if let (None, Some(id)) = (v.get("instance_id"), &s.instance_id) {
                     v["instance_id"] = json!(id);
                 }
                 v["wire"] = json!(s.wire.as_str());
@@ -76,38 +75,6 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::Ok)
-}
-
-/// Left-aligned columns; the last column is not padded.
-pub fn table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
-    let mut width = [0usize; N];
-    for (i, h) in head.iter().enumerate() {
-        width[i] = h.chars().count();
-    }
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            width[i] = width[i].max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: Vec<&str>| {
-        let mut l = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            if i + 1 == N {
-                l.push_str(c);
-            } else {
-                l.push_str(c);
-                l.push_str(&" ".repeat(width[i] - c.chars().count() + 2));
-            }
-        }
-        out.push_str(l.trim_end());
-        out.push('\n');
-    };
-    line(head.to_vec());
-    for r in rows {
-        line(r.iter().map(String::as_str).collect());
-    }
-    out
 }
 
 pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {

@@ -17,7 +17,6 @@ mod watch;
 
 pub use args::Opt;
 use args::{Args, switch, value};
-pub use list::table;
 
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};

@@ -73,8 +73,9 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             escape(mode)
         )));
     }
-    if let Some(id) = args.value("message-id")
-        && !registry::valid_id(id)
+    if let Some(id) = args
+        .value("message-id")
+        .filter(|id| !registry::valid_id(id))
     {
         return Err(Error::Usage(format!(
             "send: --message-id {}: an id must match [A-Za-z0-9_.-]{{1,100}}",

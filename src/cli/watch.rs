@@ -16,12 +16,7 @@ pub fn format_event(ev: &Value) -> String {
     let t = ev.get("time").and_then(Value::as_f64).unwrap_or(0.0) as u64;
     let (h, m, s) = ((t / 3600) % 24, (t / 60) % 60, t % 60);
     let kind = ev.get("kind").and_then(Value::as_str).unwrap_or("?");
-    let str_of = |k: &str| {
-        ev.get(k)
-            .and_then(Value::as_str)
-            .map(|s| escape(s).into_owned())
-            .unwrap_or_default()
-    };
+    let str_of = |k: &str| str_field(ev, k);
     let id = str_of("message_id");
     let detail = match kind {
         "message.accepted" => format!(
@@ -38,45 +33,9 @@ pub fn format_event(ev: &Value) -> String {
             str_of("reason")
         ),
         "turn.started" => format!("{id} from {} (handler pid {})", str_of("from"), ev["pid"]),
-        "turn.output" => {
-            let text = ev.get("text").and_then(Value::as_str).unwrap_or("");
-            let mut d = format!("{id} {}: ", str_of("stream"));
-            if let Some(n) = ev.get("dropped").and_then(Value::as_u64) {
-                d.push_str(&format!("[{n} bytes dropped; the tail follows] "));
-            }
-            d.push_str(&escape_multiline(text.trim_end_matches('\n')));
-            d
-        }
-        "turn.finished" => {
-            let mut d = format!("{id} {}", str_of("outcome"));
-            if let Some(c) = ev.get("exit_code").filter(|c| !c.is_null()) {
-                d.push_str(&format!(", exit {c}"));
-            }
-            if let Some(sig) = ev.get("signal").filter(|c| !c.is_null()) {
-                d.push_str(&format!(", signal {sig}"));
-            }
-            if let Some(ms) = ev.get("duration_ms").and_then(Value::as_u64) {
-                d.push_str(&format!(", {:.3} s", ms as f64 / 1000.0));
-            }
-            d
-        }
-        "relay.sent" => {
-            let to = ev
-                .get("target")
-                .and_then(|t| t.get("name"))
-                .and_then(Value::as_str)
-                .map(|s| escape(s).into_owned())
-                .unwrap_or_else(|| "?".into());
-            let mut d = format!("{id} to {to}: {}", str_of("status"));
-            let r = str_of("reason");
-            if !r.is_empty() {
-                d.push_str(&format!(": {r}"));
-            }
-            if let Some(of) = ev.get("reply_of").and_then(Value::as_str) {
-                d.push_str(&format!(" (reply to {})", escape(of)));
-            }
-            d
-        }
+        "turn.output" => turn_output(ev, &id),
+        "turn.finished" => turn_finished(ev, &id),
+        "relay.sent" => relay_sent(ev, &id),
         "state.changed" => str_of("state"),
         "instance.started" => format!(
             "{} ({}) pid {} in {}: {} mode, approve {}, {}",
@@ -106,17 +65,70 @@ pub fn format_event(ev: &Value) -> String {
             }
             d
         }
-        _ => {
-            let mut rest = ev.clone();
-            if let Value::Object(o) = &mut rest {
-                for k in ["seq", "time", "kind"] {
-                    o.remove(k);
-                }
-            }
-            escape(&rest.to_string()).into_owned()
-        }
+        _ => unknown_event(ev),
     };
     format!("{h:02}:{m:02}:{s:02} {kind:<18} {detail}\n")
+}
+
+/// A string field of an event, escaped; empty when it is missing.
+fn str_field(ev: &Value, k: &str) -> String {
+    ev.get(k)
+        .and_then(Value::as_str)
+        .map(|s| escape(s).into_owned())
+        .unwrap_or_default()
+}
+
+fn turn_output(ev: &Value, id: &str) -> String {
+    let text = ev.get("text").and_then(Value::as_str).unwrap_or("");
+    let mut d = format!("{id} {}: ", str_field(ev, "stream"));
+    if let Some(n) = ev.get("dropped").and_then(Value::as_u64) {
+        d.push_str(&format!("[{n} bytes dropped; the tail follows] "));
+    }
+    d.push_str(&escape_multiline(text.trim_end_matches('\n')));
+    d
+}
+
+fn turn_finished(ev: &Value, id: &str) -> String {
+    let mut d = format!("{id} {}", str_field(ev, "outcome"));
+    if let Some(c) = ev.get("exit_code").filter(|c| !c.is_null()) {
+        d.push_str(&format!(", exit {c}"));
+    }
+    if let Some(sig) = ev.get("signal").filter(|c| !c.is_null()) {
+        d.push_str(&format!(", signal {sig}"));
+    }
+    if let Some(ms) = ev.get("duration_ms").and_then(Value::as_u64) {
+        d.push_str(&format!(", {:.3} s", ms as f64 / 1000.0));
+    }
+    d
+}
+
+fn relay_sent(ev: &Value, id: &str) -> String {
+    let to = ev
+        .get("target")
+        .and_then(|t| t.get("name"))
+        .and_then(Value::as_str)
+        .map(|s| escape(s).into_owned())
+        .unwrap_or_else(|| "?".into());
+    let mut d = format!("{id} to {to}: {}", str_field(ev, "status"));
+    let r = str_field(ev, "reason");
+    if !r.is_empty() {
+        d.push_str(&format!(": {r}"));
+    }
+    if let Some(of) = ev.get("reply_of").and_then(Value::as_str) {
+        d.push_str(&format!(" (reply to {})", escape(of)));
+    }
+    d
+}
+
+/// A kind this version does not know: its fields, as JSON.
+fn unknown_event(ev: &Value) -> String {
+    let mut rest = ev.clone();
+    if let Value::Object(o) = &mut rest {
+        for k in ["seq", "time", "kind"] {
+            o.remove(k);
+        }
+    }
+    escape(&rest.to_string()).into_owned()
 }
 
 fn subscribe(

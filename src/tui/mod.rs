@@ -7,16 +7,16 @@
 pub mod term;
 pub mod view;
 
-use crate::client::Connection;
+use crate::client::{CallError, Connection, Reconnecting};
 use crate::config::{Config, Relay};
+use crate::embedded;
 use crate::error::{Error, Result};
-use crate::instance::{self, Embedded, ServeOptions};
+use crate::instance::{self, ServeOptions};
 use crate::registry;
 use crate::sanitize::escape;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use std::time::Duration;
 use term::{Terminal, Tty};
 use view::{Role, View};
 
@@ -46,7 +46,7 @@ pub fn interactive(opts: ServeOptions, config: Config) -> Result<()> {
     if config.relay == Relay::Off {
         warning = Some("BATON_RELAY=off: the relay is off; this is a local console".to_string());
     } else {
-        match start_instance(opts, &config) {
+        match embedded::start(opts, &config) {
             Ok(r) => running = Some(r),
             Err(e) => {
                 warning = Some(format!(
@@ -55,12 +55,11 @@ pub fn interactive(opts: ServeOptions, config: Config) -> Result<()> {
             }
         }
     }
-    let socket = running.as_ref().map(|r: &Running| r.socket.clone());
+    let socket = running.as_ref().map(|r| r.socket.clone());
     let id = running.as_ref().map(|r| r.id.clone()).unwrap_or_default();
     let result = run_view(socket, id, warning, &config);
     if let Some(r) = running {
-        drop(r.stop);
-        let _ = r.done.recv_timeout(Duration::from_secs(10));
+        r.stop();
     }
     result
 }
@@ -71,41 +70,6 @@ pub fn attach(socket: PathBuf, id: String, config: &Config) -> Result<()> {
         return Err(Error::Usage("attach: the view needs a terminal".into()));
     }
     run_view(Some(socket), id, None, config)
-}
-
-struct Running {
-    socket: PathBuf,
-    id: String,
-    stop: chan::Sender<()>,
-    done: chan::Receiver<Result<()>>,
-}
-
-fn start_instance(mut opts: ServeOptions, config: &Config) -> Result<Running> {
-    let (ready_tx, ready_rx) = chan::bounded(1);
-    let (stop, stop_rx) = chan::bounded::<()>(1);
-    opts.embedded = Some(Embedded {
-        ready: ready_tx,
-        stop: stop_rx,
-    });
-    let (done_tx, done) = chan::bounded(1);
-    let cfg = config.clone();
-    std::thread::Builder::new()
-        .name("baton-instance".into())
-        .spawn(move || {
-            let _ = done_tx.send(instance::serve(opts, cfg));
-        })
-        .map_err(|e| Error::Env(format!("cannot start the instance thread: {e}")))?;
-    select! {
-        recv(ready_rx) -> r => {
-            let (id, socket) = r.map_err(|_| Error::Env("the instance did not start".into()))?;
-            Ok(Running { socket, id, stop, done })
-        },
-        recv(done) -> r => Err(match r {
-            Ok(Err(e)) => e,
-            _ => Error::Env("the instance stopped before it was ready".into()),
-        }),
-        default(Duration::from_secs(15)) => Err(Error::Env("the instance did not start within 15 s".into())),
-    }
 }
 
 /// What the view's loop waits for.
@@ -147,39 +111,24 @@ fn signal_channel() -> Result<chan::Receiver<Input>> {
     Ok(rx)
 }
 
-/// The view's connection to its instance, reopened once if it was closed.
+/// The view's connection to its instance, reopened once if it was closed;
+/// `None` for a local console.
 struct Control {
-    socket: Option<PathBuf>,
+    client: Option<Reconnecting>,
     id: String,
     config: Config,
-    conn: Option<Connection>,
 }
 
 impl Control {
     fn call(&mut self, method: &str, params: Value) -> std::result::Result<Value, String> {
-        let Some(socket) = self.socket.clone() else {
+        let Some(client) = &mut self.client else {
             return Err("the relay is unavailable".into());
         };
-        for attempt in 0..2 {
-            if self.conn.is_none() {
-                self.conn = Some(
-                    Connection::open(&socket, self.config.io_timeout)
-                        .map_err(|e| format!("the instance does not answer: {e}"))?,
-                );
-            }
-            match self
-                .conn
-                .as_mut()
-                .expect("open")
-                .call(method, params.clone())
-            {
-                Ok(v) => return Ok(v),
-                Err(crate::client::ClientError::Rpc { message, .. }) => return Err(message),
-                Err(e) if attempt == 1 => return Err(e.to_string()),
-                Err(_) => self.conn = None,
-            }
-        }
-        unreachable!("the loop returns")
+        client.call(method, params).map_err(|e| match e {
+            CallError::Open(e) => format!("the instance does not answer: {e}"),
+            CallError::Rpc { message, .. } => message,
+            CallError::Transport(e) => e.to_string(),
+        })
     }
 }
 
@@ -194,20 +143,13 @@ fn run_view(
         ..View::default()
     };
     let mut ctl = Control {
-        socket: socket.clone(),
+        client: socket.map(|s| Reconnecting::new(s, config.io_timeout)),
         id,
         config: config.clone(),
-        conn: None,
     };
-    let events = match &socket {
-        Some(s) => match Connection::open(s, config.io_timeout)
-            .and_then(|c| c.subscribe(json!({"since": 1})))
-        {
-            Ok((_, rx, stream)) => {
-                // The subscription lives as long as its stream is open.
-                std::mem::forget(stream);
-                rx
-            }
+    let events = match &ctl.client {
+        Some(c) => match c.subscribe(json!({"since": 1})) {
+            Ok(rx) => rx,
             Err(e) => {
                 view.push(Role::Refusal, format!("no event stream: {e}"));
                 chan::never()
@@ -242,9 +184,7 @@ fn run_view(
                 _ => break,
             },
             recv(signals) -> s => {
-                if let Ok(Input::Signal(sig)) = s
-                    && sig != signal_hook::consts::SIGWINCH
-                {
+                if matches!(s, Ok(Input::Signal(sig)) if sig != signal_hook::consts::SIGWINCH) {
                     break;
                 }
             },
@@ -280,7 +220,7 @@ fn run_view(
 }
 
 fn refresh_header(ctl: &mut Control, view: &mut View) {
-    if ctl.socket.is_none() {
+    if ctl.client.is_none() {
         view.header.name = "local console".into();
         view.header.state = "no relay".into();
         return;
@@ -386,31 +326,11 @@ fn submit(
         None => (line, ""),
     };
     if !cmd.starts_with('/') {
-        if ctl.socket.is_none() {
-            view.push(
-                Role::Local,
-                format!("{line}\n(noted: the relay is unavailable)"),
-            );
-            return false;
-        }
-        // The instance records the line as local.input; the view shows it
-        // from the event stream like everything else.
-        match ctl.call("turn/local", json!({"text": line})) {
-            Ok(r) if matches!(r["status"].as_str(), Some("accepted" | "noted")) => {}
-            Ok(r) => view.push(
-                Role::Refusal,
-                format!(
-                    "not run: {}: {}",
-                    r["status"].as_str().unwrap_or(""),
-                    r["reason"].as_str().unwrap_or("")
-                ),
-            ),
-            Err(e) => view.push(Role::Refusal, e),
-        }
+        local_line(line, view, ctl);
         return false;
     }
     let relay_needed = !matches!(cmd, "/help" | "/quit");
-    if relay_needed && ctl.socket.is_none() {
+    if relay_needed && ctl.client.is_none() {
         view.push(
             Role::Refusal,
             format!(
@@ -435,65 +355,8 @@ fn submit(
                 let _ = tx.send(list_agents(&config, &me));
             });
         }
-        "/agents" => match rest {
-            "" => match ctl.call("control/status", json!({})) {
-                Ok(st) => view.push(Role::System, status_text(&st)),
-                Err(e) => view.push(Role::Refusal, e),
-            },
-            "pause" | "resume" => match ctl.call(&format!("control/{rest}"), json!({})) {
-                Ok(r) => view.push(
-                    Role::System,
-                    format!("relay {}", r["state"].as_str().unwrap_or("")),
-                ),
-                Err(e) => view.push(Role::Refusal, e),
-            },
-            other => view.push(
-                Role::Refusal,
-                format!("/agents {}: use pause or resume", escape(other)),
-            ),
-        },
-        "/send" => {
-            let Some((target, message)) = rest.split_once(' ') else {
-                view.push(Role::Refusal, "usage: /send TARGET MESSAGE");
-                return false;
-            };
-            let (target, message) = (target.to_string(), message.trim().to_string());
-            let socket = ctl.socket.clone().expect("checked");
-            let config = ctl.config.clone();
-            let tx = work.clone();
-            view.push(Role::Local, format!("/send {target} {message}"));
-            std::thread::spawn(move || {
-                let r = Connection::open(&socket, config.io_timeout).and_then(|mut c| {
-                    c.call("relay/send", json!({"target": target, "body": message}))
-                });
-                let lines = match r {
-                    // The outcome also arrives as relay.sent; a refusal
-                    // before any delivery is shown here as well.
-                    Ok(v) if v["status"] == "no_target" => vec![(
-                        Role::Refusal,
-                        format!(
-                            "{}; candidates: {}",
-                            v["reason"].as_str().unwrap_or(""),
-                            v["candidates"]
-                                .as_array()
-                                .map(|c| c
-                                    .iter()
-                                    .map(|p| format!(
-                                        "{} ({})",
-                                        p["name"].as_str().unwrap_or(""),
-                                        p["instance_id"].as_str().unwrap_or("")
-                                    ))
-                                    .collect::<Vec<_>>()
-                                    .join(", "))
-                                .unwrap_or_default()
-                        ),
-                    )],
-                    Ok(_) => vec![],
-                    Err(e) => vec![(Role::Refusal, format!("send failed: {e}"))],
-                };
-                let _ = tx.send(lines);
-            });
-        }
+        "/agents" => agents_command(rest, view, ctl),
+        "/send" => send_command(rest, view, ctl, work),
         "/approve" | "/deny" => {
             let id = if rest.is_empty() {
                 match view.waiting.first() {
@@ -517,37 +380,136 @@ fn submit(
             Ok(r) => view.push(Role::System, inbox_text(&r)),
             Err(e) => view.push(Role::Refusal, e),
         },
-        "/requeue" | "/discard" => {
-            if rest.is_empty() {
-                view.push(Role::Refusal, format!("usage: {cmd} ID"));
-                return false;
-            }
-            match ctl.call(&format!("inbox/{}", &cmd[1..]), json!({"message_id": rest})) {
-                Ok(r) => view.push(
-                    if r["status"] == "requeued" || r["status"] == "discarded" {
-                        Role::System
-                    } else {
-                        Role::Refusal
-                    },
-                    format!(
-                        "{} {}{}",
-                        r["status"].as_str().unwrap_or(""),
-                        rest,
-                        r["reason"]
-                            .as_str()
-                            .map(|x| format!(": {x}"))
-                            .unwrap_or_default()
-                    ),
-                ),
-                Err(e) => view.push(Role::Refusal, e),
-            }
-        }
+        "/requeue" | "/discard" => requeue_or_discard(cmd, rest, view, ctl),
         other => view.push(
             Role::Refusal,
             format!("unknown command {}: /help lists them", escape(other)),
         ),
     }
     false
+}
+
+/// A line without a slash: a local turn.
+fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
+    if ctl.client.is_none() {
+        view.push(
+            Role::Local,
+            format!("{line}\n(noted: the relay is unavailable)"),
+        );
+        return;
+    }
+    // The instance records the line as local.input; the view shows it
+    // from the event stream like everything else.
+    match ctl.call("turn/local", json!({"text": line})) {
+        Ok(r) if matches!(r["status"].as_str(), Some("accepted" | "noted")) => {}
+        Ok(r) => view.push(
+            Role::Refusal,
+            format!(
+                "not run: {}: {}",
+                r["status"].as_str().unwrap_or(""),
+                r["reason"].as_str().unwrap_or("")
+            ),
+        ),
+        Err(e) => view.push(Role::Refusal, e),
+    }
+}
+
+/// `/agents [pause|resume]`.
+fn agents_command(rest: &str, view: &mut View, ctl: &mut Control) {
+    match rest {
+        "" => match ctl.call("control/status", json!({})) {
+            Ok(st) => view.push(Role::System, status_text(&st)),
+            Err(e) => view.push(Role::Refusal, e),
+        },
+        "pause" | "resume" => match ctl.call(&format!("control/{rest}"), json!({})) {
+            Ok(r) => view.push(
+                Role::System,
+                format!("relay {}", r["state"].as_str().unwrap_or("")),
+            ),
+            Err(e) => view.push(Role::Refusal, e),
+        },
+        other => view.push(
+            Role::Refusal,
+            format!("/agents {}: use pause or resume", escape(other)),
+        ),
+    }
+}
+
+/// `/send TARGET MESSAGE`, on a worker: a send may wait on the target.
+fn send_command(
+    rest: &str,
+    view: &mut View,
+    ctl: &mut Control,
+    work: &chan::Sender<Vec<(Role, String)>>,
+) {
+    let Some((target, message)) = rest.split_once(' ') else {
+        view.push(Role::Refusal, "usage: /send TARGET MESSAGE");
+        return;
+    };
+    let (target, message) = (target.to_string(), message.trim().to_string());
+    let socket = ctl.client.as_ref().expect("checked").socket().to_path_buf();
+    let config = ctl.config.clone();
+    let tx = work.clone();
+    view.push(Role::Local, format!("/send {target} {message}"));
+    std::thread::spawn(move || {
+        let r = Connection::open(&socket, config.io_timeout)
+            .and_then(|mut c| c.call("relay/send", json!({"target": target, "body": message})));
+        let lines = match r {
+            // The outcome also arrives as relay.sent; a refusal
+            // before any delivery is shown here as well.
+            Ok(v) if v["status"] == "no_target" => vec![(Role::Refusal, no_target_text(&v))],
+            Ok(_) => vec![],
+            Err(e) => vec![(Role::Refusal, format!("send failed: {e}"))],
+        };
+        let _ = tx.send(lines);
+    });
+}
+
+/// A `no_target` answer with the candidates it names.
+fn no_target_text(v: &Value) -> String {
+    format!(
+        "{}; candidates: {}",
+        v["reason"].as_str().unwrap_or(""),
+        v["candidates"]
+            .as_array()
+            .map(|c| c
+                .iter()
+                .map(|p| format!(
+                    "{} ({})",
+                    p["name"].as_str().unwrap_or(""),
+                    p["instance_id"].as_str().unwrap_or("")
+                ))
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
+    )
+}
+
+/// `/requeue ID` and `/discard ID`.
+fn requeue_or_discard(cmd: &str, rest: &str, view: &mut View, ctl: &mut Control) {
+    if rest.is_empty() {
+        view.push(Role::Refusal, format!("usage: {cmd} ID"));
+        return;
+    }
+    match ctl.call(&format!("inbox/{}", &cmd[1..]), json!({"message_id": rest})) {
+        Ok(r) => view.push(
+            if r["status"] == "requeued" || r["status"] == "discarded" {
+                Role::System
+            } else {
+                Role::Refusal
+            },
+            format!(
+                "{} {}{}",
+                r["status"].as_str().unwrap_or(""),
+                rest,
+                r["reason"]
+                    .as_str()
+                    .map(|x| format!(": {x}"))
+                    .unwrap_or_default()
+            ),
+        ),
+        Err(e) => view.push(Role::Refusal, e),
+    }
 }
 
 /// `/list-agents`: never waits on an agent or a turn, only on pings.
@@ -576,7 +538,7 @@ fn list_agents(config: &Config, me: &str) -> Vec<(Role, String)> {
         .collect();
     vec![(
         Role::System,
-        crate::cli::table(["NAME", "PID", "STATE", "ID", "WORKSPACE"], &rows)
+        crate::text::table(["NAME", "PID", "STATE", "ID", "WORKSPACE"], &rows)
             .trim_end()
             .to_string(),
     )]

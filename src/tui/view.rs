@@ -204,7 +204,7 @@ impl View {
 
     /// Adds what an event means to the transcript, and tracks approvals.
     pub fn apply_event(&mut self, ev: &Value) {
-        let s = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let s = |k: &str| field(ev, k);
         let id = s("message_id");
         match s("kind").as_str() {
             "local.input" => {
@@ -214,20 +214,7 @@ impl View {
                 }
                 self.push(Role::Local, t);
             }
-            "message.accepted" => {
-                let ws = s("workspace");
-                let pid = ev.get("pid").map(|p| p.to_string()).unwrap_or_default();
-                self.push(
-                    Role::Relay,
-                    format!(
-                        "task {id} from {} (pid {pid}{}{}):\n{}",
-                        s("from"),
-                        if ws.is_empty() { "" } else { ", " },
-                        ws,
-                        s("body")
-                    ),
-                );
-            }
+            "message.accepted" => self.push(Role::Relay, accepted_text(ev, &id)),
             "message.rejected" => self.push(
                 Role::Refusal,
                 format!(
@@ -238,14 +225,7 @@ impl View {
                 ),
             ),
             "turn.started" => self.push(Role::System, format!("turn {id} started")),
-            "turn.output" => {
-                let mut t = s("text");
-                if let Some(n) = ev.get("dropped").and_then(Value::as_u64) {
-                    t = format!("[{n} bytes dropped; the tail follows]\n{t}");
-                }
-                let t = t.strip_suffix('\n').unwrap_or(&t).to_string();
-                self.push(Role::Output, t);
-            }
+            "turn.output" => self.push(Role::Output, output_text(ev)),
             "turn.finished" => {
                 let mut t = format!("turn {id} {}", s("outcome"));
                 if let Some(c) = ev.get("exit_code").filter(|c| !c.is_null()) {
@@ -254,25 +234,8 @@ impl View {
                 self.push(Role::System, t);
             }
             "relay.sent" => {
-                let to = ev
-                    .get("target")
-                    .and_then(|t| t.get("name"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                let status = s("status");
-                if matches!(status.as_str(), "accepted" | "duplicate" | "stored") {
-                    let pos = ev
-                        .get("queue_position")
-                        .map(|p| format!(" at position {p}"))
-                        .unwrap_or_default();
-                    self.push(Role::System, format!("sent {id} to {to}: {status}{pos}"));
-                } else {
-                    self.push(
-                        Role::Refusal,
-                        format!("not sent {id} to {to}: {status}: {}", s("reason")),
-                    );
-                }
+                let (role, text) = relay_sent_entry(ev, &id);
+                self.push(role, text);
             }
             "approval.requested" => {
                 let from = s("from");
@@ -421,6 +384,56 @@ impl View {
     }
 }
 
+/// A string field of an event; empty when it is missing.
+fn field(ev: &Value, k: &str) -> String {
+    ev.get(k).and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+/// `message.accepted`: who sent the task, from where, and its body.
+fn accepted_text(ev: &Value, id: &str) -> String {
+    let ws = field(ev, "workspace");
+    let pid = ev.get("pid").map(|p| p.to_string()).unwrap_or_default();
+    format!(
+        "task {id} from {} (pid {pid}{}{}):\n{}",
+        field(ev, "from"),
+        if ws.is_empty() { "" } else { ", " },
+        ws,
+        field(ev, "body")
+    )
+}
+
+/// `turn.output`: the text, after a note of what was dropped.
+fn output_text(ev: &Value) -> String {
+    let mut t = field(ev, "text");
+    if let Some(n) = ev.get("dropped").and_then(Value::as_u64) {
+        t = format!("[{n} bytes dropped; the tail follows]\n{t}");
+    }
+    t.strip_suffix('\n').unwrap_or(&t).to_string()
+}
+
+/// `relay.sent`: where the task went, or why it did not.
+fn relay_sent_entry(ev: &Value, id: &str) -> (Role, String) {
+    let to = ev
+        .get("target")
+        .and_then(|t| t.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let status = field(ev, "status");
+    if matches!(status.as_str(), "accepted" | "duplicate" | "stored") {
+        let pos = ev
+            .get("queue_position")
+            .map(|p| format!(" at position {p}"))
+            .unwrap_or_default();
+        (Role::System, format!("sent {id} to {to}: {status}{pos}"))
+    } else {
+        (
+            Role::Refusal,
+            format!("not sent {id} to {to}: {status}: {}", field(ev, "reason")),
+        )
+    }
+}
+
 /// Cuts a line to `width` characters.
 fn fit(s: &str, width: usize) -> String {
     s.chars().take(width).collect()
@@ -437,11 +450,15 @@ fn wrap(s: &str, width: usize) -> Vec<String> {
     while start < chars.len() {
         let mut end = (start + width).min(chars.len());
         // A line that ends right before a space needs no earlier cut.
-        if end < chars.len()
-            && chars[end] != ' '
-            && let Some(sp) = chars[start..end].iter().rposition(|&c| c == ' ')
-            && sp > 0
-        {
+        let cut = if end < chars.len() && chars[end] != ' ' {
+            chars[start..end]
+                .iter()
+                .rposition(|&c| c == ' ')
+                .filter(|&sp| sp > 0)
+        } else {
+            None
+        };
+        if let Some(sp) = cut {
             end = start + sp + 1;
         }
         out.push(

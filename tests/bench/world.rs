@@ -230,9 +230,10 @@ impl World {
                 }
             }
             for child in &mut self.children[first..] {
-                if let Some((_, log)) = pending.get(&child.id())
-                    && let Ok(Some(status)) = child.try_wait()
-                {
+                let Some((_, log)) = pending.get(&child.id()) else {
+                    continue;
+                };
+                if let Ok(Some(status)) = child.try_wait() {
                     return Err(format!(
                         "baton serve exited with {status} before publishing its manifest: {}",
                         fs::read_to_string(log).unwrap_or_default().trim()

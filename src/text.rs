@@ -1,0 +1,51 @@
+//! Plain text laid out for a terminal: the command line's tables and the
+//! view's. Callers escape untrusted cells first (`sanitize`).
+
+/// Left-aligned columns; the last column is not padded.
+pub fn table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
+    let mut width = [0usize; N];
+    for (i, h) in head.iter().enumerate() {
+        width[i] = h.chars().count();
+    }
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            width[i] = width[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == N {
+                l.push_str(c);
+            } else {
+                l.push_str(c);
+                l.push_str(&" ".repeat(width[i] - c.chars().count() + 2));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(head.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table;
+
+    #[test]
+    fn columns_align_on_the_widest_cell_and_the_last_is_not_padded() {
+        let rows = [
+            ["agent-one".to_string(), "7".to_string(), "/w".to_string()],
+            ["b".to_string(), "12345".to_string(), String::new()],
+        ];
+        assert_eq!(
+            table(["NAME", "PID", "WORKSPACE"], &rows),
+            "NAME       PID    WORKSPACE\nagent-one  7      /w\nb          12345\n"
+        );
+    }
+}
