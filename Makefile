@@ -20,7 +20,7 @@ fishcompdir ?= $(datarootdir)/fish/vendor_completions.d
 
 RELEASE := target/release/baton
 
-.PHONY: all build demo test test-slow bench bench-smoke check dist install uninstall clean
+.PHONY: all build demo test test-slow bench bench-smoke check distro-check dist install uninstall clean
 
 all: build
 
@@ -83,21 +83,37 @@ uninstall:
 
 VERSION = $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | sed -n 1p)
 DIST = baton-$(VERSION)
+# Every file in the tarball gets this mtime: $SOURCE_DATE_EPOCH when set
+# (Debian and Fedora set it), else the last commit's time, else
+# Cargo.toml's mtime (a tree unpacked from a dist tarball).
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || stat -c %Y Cargo.toml)
+# Sorted names, one owner, fixed modes and mtime, no gzip timestamp: two
+# runs give the same bytes. GNU tar.
+REPRO_TAR = tar --sort=name --owner=0 --group=0 --numeric-owner \
+	--mode=u+rwX,go=rX --mtime=@$(SOURCE_DATE_EPOCH) --format=gnu
 
 # A source tarball for distro builders, target/dist/baton-VERSION.tar.gz:
 # the sources, every crate they need vendored (cargo vendor reaches
 # crates.io for that, once, here) and a .cargo/config.toml that points
 # cargo at them, so it builds with CARGOFLAGS="--locked --offline".
-# tests/fuzz (a cargo-fuzz crate of its own) is left out.
+# tests/fuzz (a cargo-fuzz crate of its own) is left out. Reproducible:
+# make distro-check builds it twice and compares.
 dist:
 	rm -rf target/dist/$(DIST) target/dist/$(DIST).tar.gz
 	mkdir -p target/dist/$(DIST)/.cargo
 	tar -cf - --exclude=__pycache__ --exclude=tests/fuzz Cargo.toml Cargo.lock LICENSE-MIT LICENSE-APACHE \
 		README.md Makefile src tests man docs .ci | tar -xf - -C target/dist/$(DIST)
 	cd target/dist/$(DIST) && $(CARGO) vendor --locked --versioned-dirs vendor > .cargo/config.toml
-	tar -C target/dist -cf - $(DIST) | gzip -9n > target/dist/$(DIST).tar.gz
+	$(REPRO_TAR) -C target/dist -cf - $(DIST) | gzip -9n > target/dist/$(DIST).tar.gz
 	rm -rf target/dist/$(DIST)
 	@echo target/dist/$(DIST).tar.gz
+
+# Debian's own toolchain (rustc-web 1.85, called by path) and Debian 13's
+# crate versions in a scratch copy: the whole suite, a type-check for the
+# BSDs and macOS, and reproducible release builds and dist tarballs. See
+# .ci/distro-check and docs/packaging.md.
+distro-check:
+	sh .ci/distro-check
 
 clean:
 	$(CARGO) clean
