@@ -73,28 +73,33 @@ impl Terminal for Memory {
 /// A real terminal: raw mode and the alternate screen for the view's
 /// life. Dropping it restores cooked mode, the main screen and the cursor.
 pub struct Tty {
-    out: termion::screen::AlternateScreen<termion::raw::RawTerminal<io::Stdout>>,
+    out: termion::raw::RawTerminal<io::Stdout>,
 }
 
+/// The bytes that enter the alternate screen (xterm's private mode 1049,
+/// written here rather than through termion, whose API for it changed
+/// between the 1.5 and 2 releases that baton builds with).
+const ALTERNATE: &str = "\x1b[?1049h";
+
 /// The bytes that leave the alternate screen and show the cursor; written
-/// by the panic hook too, so a panic message is readable.
+/// on drop, and by the panic hook too, so a panic message is readable.
 pub const RESTORE: &str = "\x1b[?25h\x1b[?1049l";
 
 impl Tty {
     pub fn open() -> io::Result<Tty> {
         use termion::raw::IntoRawMode;
-        use termion::screen::IntoAlternateScreen;
-        let raw = io::stdout().into_raw_mode()?;
-        let mut out = raw.into_alternate_screen()?;
-        write!(out, "{}", termion::cursor::Hide)?;
+        let mut out = io::stdout().into_raw_mode()?;
+        write!(out, "{ALTERNATE}{}", termion::cursor::Hide)?;
         out.flush()?;
         Ok(Tty { out })
     }
 }
 
 impl Drop for Tty {
+    /// Leaves the alternate screen; the raw terminal's own drop, after
+    /// this, puts the terminal back in cooked mode.
     fn drop(&mut self) {
-        let _ = write!(self.out, "{}", termion::cursor::Show);
+        let _ = write!(self.out, "{RESTORE}");
         let _ = self.out.flush();
     }
 }
