@@ -6,10 +6,11 @@
 use crate::config::{Config, Relay};
 use crate::error::{Error, Result};
 use crate::events::Hub;
+use crate::glob::Policy;
 use crate::registry::{self, Manifest};
 use crate::relay::{self, Origin, Outbound};
 use crate::sanitize::escape;
-use crate::server::{self, Event, Policy, RpcError, Shared, State};
+use crate::server::{self, Event, RpcError, Shared, State};
 use crate::spool::{self, Claim, Spool, Task};
 use crate::sys;
 use crate::turn::{self, TurnEvent};

@@ -17,6 +17,7 @@ pub mod relay;
 pub mod sanitize;
 pub mod server;
 pub mod spool;
+pub mod status;
 pub mod sys;
 pub mod tui;
 pub mod turn;
