@@ -8,7 +8,7 @@ use crate::client::{ClientError, Connection};
 use crate::config::Config;
 use crate::registry::{self, Discovery, Peer, RegistryDir, Wire};
 use crate::sanitize::escape;
-use crate::server::{self, Receiver, Verdict};
+use crate::server::{self, NotStored, Receiver, Verdict};
 use crate::spool::{Spool, Task};
 use crate::status::Status;
 use serde_json::{Value, json};
@@ -558,7 +558,11 @@ pub fn route(
                     ),
                 ));
             }
-            Err(e) => return Route::Done(outcome(Status::Invalid, message_id, e.to_string())),
+            // Not a verdict on the task either: nothing was stored.
+            Err(e) => {
+                let failed = outcome(Status::Transport, message_id, NotStored(e).message());
+                return Route::Done(with_target(failed, spool.target()));
+            }
         }
     }
 }
@@ -612,15 +616,11 @@ fn offline_spool(target: &str, message_id: &str, live: &[Peer]) -> Result<KnownS
 }
 
 /// Stores one task in an offline spool with the receiver's own checks,
-/// records it in that spool's transcript, and wakes the agent if it has a
-/// wake socket.
+/// records it in that spool's transcript as a live receiver would (marked
+/// `stored`), and wakes the agent if it has a wake socket. A spool that
+/// cannot store the task is an error, not a verdict: `transport`.
 fn store(config: &Config, registry_dir: &Path, s: &Spool, known: &KnownSpool, task: Task) -> Value {
     let id = task.message_id.clone();
-    let (from, body, mode) = (
-        crate::turn::display_name(&task.sender),
-        task.body.clone(),
-        task.mode.clone(),
-    );
     // The agent's own sender rules, as its listener would apply them.
     if let Some(why) = known.policy.check(
         task.sender.name.as_deref().unwrap_or(""),
@@ -632,25 +632,23 @@ fn store(config: &Config, registry_dir: &Path, s: &Spool, known: &KnownSpool, ta
         max_queue: config.max_queue,
         max_inflight: config.max_inflight,
     };
-    let admitted = s.admit(task, None, limits, || false, |_, _| {});
-    let verdict = server::admission_verdict(admitted, Receiver::Offline { name: &known.name });
-    let stored_at = match &verdict {
-        Ok(v) if v.status == Status::Stored => v.queue_position,
-        _ => None,
-    };
-    if let Some(queue_position) = stored_at {
+    let from = crate::turn::display_name(&task.sender);
+    let pid = Some(std::process::id());
+    // Under the spool's lock, as a live receiver records an acceptance.
+    let announce = |task: &Task, queue_position| {
         let hub = crate::events::Hub::open(s.dir());
-        hub.emit(
-            "message.accepted",
-            json!({"message_id": id, "from": from, "pid": std::process::id(),
-                   "queue_position": queue_position, "mode": mode, "body": body,
-                   "stored": true}),
-        );
+        let event = server::Accepted::new(task, None, &from, pid, queue_position).stored();
+        hub.record("message.accepted", &event);
+        hub.flush();
+    };
+    let admitted = s.admit(task, None, limits, || false, announce);
+    let verdict = server::admission_verdict(admitted, Receiver::Offline { name: &known.name });
+    if matches!(&verdict, Ok(v) if v.status == Status::Stored) {
         wake(registry_dir, &known.name);
     }
     let r = match verdict {
         Ok(v) => verdict_json(&id, v),
-        Err(e) => outcome(Status::Invalid, &id, e.to_string()),
+        Err(e) => outcome(Status::Transport, &id, e.message()),
     };
     // Every answer names the spool's owner, as a live receiver's does.
     with_target(r, known.target())

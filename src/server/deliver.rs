@@ -267,6 +267,9 @@ pub struct Accepted<'a> {
     body: spool::Body<'a>,
     sender_id: &'a Option<String>,
     workspace: &'a Option<String>,
+    /// Set by an offline sender that stored the task itself.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stored: bool,
 }
 
 impl<'a> Accepted<'a> {
@@ -286,6 +289,15 @@ impl<'a> Accepted<'a> {
             body: spool::Body::new(&task.body, body_json),
             sender_id: &task.sender.instance_id,
             workspace: &task.sender.workspace,
+            stored: false,
+        }
+    }
+
+    /// The event as an offline sender records it (docs/protocol.md §8).
+    pub fn stored(self) -> Accepted<'a> {
+        Accepted {
+            stored: true,
+            ..self
         }
     }
 }
@@ -337,14 +349,15 @@ pub enum Receiver<'a> {
     Offline { name: &'a str },
 }
 
-/// A spool that could not store a task (a full disk, an I/O error). Never
-/// a verdict on the task: nothing was stored, and the sender may retry
-/// with the same id.
+/// A spool that could not store a task (a full disk, an I/O error, a
+/// spool that cannot be opened). Never a verdict on the task: nothing was
+/// stored, and the sender may retry with the same id.
 #[derive(Debug)]
 pub struct NotStored(pub Error);
 
 impl NotStored {
-    /// What the sender is told: the -32603 message of a live receiver.
+    /// What the sender is told: the -32603 message of a live receiver, and
+    /// the `transport` reason of an offline sender.
     pub fn message(&self) -> String {
         format!("internal error: {self}; the task was not accepted")
     }
