@@ -4,7 +4,8 @@
 //! registers `events/subscribe` and forwards events, and asks the
 //! foreground over its channel for every other method.
 
-use super::deliver::{self, SendRequest, deliver};
+use super::deliver::deliver;
+use super::request::{self, SendRequest};
 use super::{Event, METHODS, RpcError, Shared, bad_type, missing, zcoder};
 use crate::events;
 use crate::sys;
@@ -176,7 +177,7 @@ impl Session<'_> {
         // The common request, read without a JSON tree once the
         // connection said hello.
         let fast = if self.initialized {
-            deliver::fast_send(line)
+            request::fast_send(line)
         } else {
             None
         };

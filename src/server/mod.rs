@@ -5,21 +5,23 @@
 //!
 //! The rooms: this file holds what the threads share (`Shared`, the
 //! `Event`s they send the foreground) and the accept loop; `conn` reads
-//! requests and answers them; `deliver` runs the ordered checks of
-//! `message/send` and stores accepted tasks in the spool, recording the
-//! acceptance or refusal in the event `Hub`; `zcoder` answers zcoder's
-//! frame. Connection threads wake the foreground only when it waits for
-//! tasks.
+//! requests and answers them; `request` reads a `message/send` request;
+//! `deliver` runs its ordered checks and stores accepted tasks in the
+//! spool, recording the acceptance or refusal in the event `Hub`; `zcoder`
+//! answers zcoder's frame. Connection threads wake the foreground only
+//! when it waits for tasks.
 
 mod conn;
 mod deliver;
+mod request;
 mod zcoder;
 
 pub use conn::Peer;
 pub use deliver::{
-    Accepted, Delivery, NotStored, Receiver, SendRequest, Verdict, admission_verdict, deliver,
-    emit_accepted, reason,
+    Accepted, Delivery, NotStored, Receiver, Verdict, admission_verdict, deliver, emit_accepted,
+    reason,
 };
+pub use request::SendRequest;
 
 use crate::config::Config;
 use crate::events::{Hub, Subscription};

@@ -6,7 +6,8 @@
 
 use super::Shared;
 use super::conn::{Peer, Writer, answer_then_flush, write_line};
-use super::deliver::{SendRequest, deliver};
+use super::deliver::deliver;
+use super::request::SendRequest;
 use crate::registry;
 use crate::status::Status;
 use crate::wire::{self, LineReader, ReadError};
