@@ -1,4 +1,5 @@
-//! Shell-style glob matching for `--accept-from` / `--deny-from` patterns.
+//! Shell-style glob matching for `--accept-from` / `--deny-from` patterns,
+//! and the sender `Policy` those patterns make.
 //!
 //! Patterns are matched against whole agent names or workspace paths:
 //!
@@ -85,6 +86,27 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     }
 
     tokens[p..].iter().all(|tok| *tok == Token::Star)
+}
+
+/// `--accept-from` / `--deny-from` patterns.
+#[derive(Clone, Debug, Default)]
+pub struct Policy {
+    pub accept_from: Vec<String>,
+    pub deny_from: Vec<String>,
+}
+
+impl Policy {
+    /// `Some(reason)` when a sender with this name and workspace is denied.
+    pub fn check(&self, name: &str, workspace: &str) -> Option<String> {
+        let hit = |p: &String| glob_match(p, name) || glob_match(p, workspace);
+        if let Some(p) = self.deny_from.iter().find(|p| hit(p)) {
+            return Some(format!("sender matches --deny-from {p}"));
+        }
+        if !self.accept_from.is_empty() && !self.accept_from.iter().any(hit) {
+            return Some("sender matches no --accept-from pattern".into());
+        }
+        None
+    }
 }
 
 /// Parses `pattern` into tokens. Never fails: anything that is not valid

@@ -19,6 +19,7 @@ pub mod relay;
 pub mod sanitize;
 pub mod server;
 pub mod spool;
+pub mod status;
 pub mod sys;
 pub mod text;
 pub mod tui;

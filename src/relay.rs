@@ -8,6 +8,9 @@ use crate::client::{ClientError, Connection};
 use crate::config::Config;
 use crate::registry::{self, Discovery, Peer, RegistryDir, Wire};
 use crate::sanitize::escape;
+use crate::server::{self, NotStored, Receiver, Verdict};
+use crate::spool::{Spool, Task};
+use crate::status::Status;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -168,7 +171,7 @@ pub fn deliver_zcoder(
     let size = serde_json::to_vec(&req).expect("serializes").len();
     if size > ZCODER_MAX_BYTES {
         return Ok(json!({
-            "status": "invalid",
+            "status": Status::Invalid,
             "message_id": message_id,
             "reason": format!(
                 "the zcoder frame would carry {size} bytes, over zcoder's limit of {ZCODER_MAX_BYTES}"
@@ -188,7 +191,7 @@ pub fn deliver_zcoder(
                 r[k] = v.clone();
             }
         }
-        if !matches!(status, "accepted" | "duplicate") {
+        if !matches!(status.parse(), Ok(Status::Accepted | Status::Duplicate)) {
             r["reason"] = json!(format!("the zcoder instance answered {}", escape(status)));
         }
         Ok(r)
@@ -223,8 +226,14 @@ pub struct Outbound {
     pub scope: String,
 }
 
-fn outcome(status: &str, message_id: &str, reason: String) -> Value {
+fn outcome(status: Status, message_id: &str, reason: String) -> Value {
     json!({"status": status, "message_id": message_id, "reason": reason})
+}
+
+/// `v`, naming the target it was meant for.
+fn with_target(mut v: Value, target: Value) -> Value {
+    v["target"] = target;
+    v
 }
 
 /// Runs the sender-side guards, resolves the target and delivers. The
@@ -232,13 +241,30 @@ fn outcome(status: &str, message_id: &str, reason: String) -> Value {
 /// `invalid`, `no_target` (with `candidates`), `transport` or
 /// `unsupported`.
 pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
-    let id = out.message_id.as_str();
     if let Err(why) = check_body(&origin.config, &out.body) {
-        return outcome("invalid", id, why);
+        return outcome(Status::Invalid, &out.message_id, why);
     }
+    let peer = match find_target(origin, out) {
+        Ok(peer) => peer,
+        Err(done) => return done,
+    };
+    if let Err(refusal) = check_scope(origin, out, &peer) {
+        return refusal;
+    }
+    if peer.wire == Wire::Zcoder {
+        to_zcoder(origin, out, &peer)
+    } else {
+        to_native(origin, out, &peer)
+    }
+}
+
+/// The live peer the send goes to; `Err` with the result when there is
+/// none, or when the task was stored for a stopped agent instead.
+fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
+    let id = out.message_id.as_str();
     // A relayed turn may answer only its sender instance, which a stored
     // task for a name is not: offline delivery is for local sends.
-    let peer = if out.only.is_none() {
+    if out.only.is_none() {
         let make = || {
             let sender = crate::spool::Sender {
                 instance_id: Some(origin.instance_id.clone()),
@@ -257,78 +283,98 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
                 "jsonrpc",
             )
         };
-        match route(&origin.config, &origin.registry, &out.target, id, &make) {
-            Route::Live(p) => *p,
-            Route::Done(v) => return v,
+        return match route(&origin.config, &origin.registry, &out.target, id, &make) {
+            Route::Live(p) => Ok(*p),
+            Route::Done(v) => Err(v),
+        };
+    }
+    let dirs: Vec<RegistryDir> = registry::scan_dirs(&origin.registry);
+    let found = registry::discover(&dirs, None, origin.config.io_timeout);
+    match resolve(&found, &out.target) {
+        Resolved::One(p) => Ok(*p),
+        Resolved::NoMatch(all) | Resolved::Ambiguous(all) => {
+            let mut v = outcome(
+                Status::NoTarget,
+                id,
+                format!(
+                    "no single live instance has the id or name {}",
+                    escape(&out.target)
+                ),
+            );
+            v["candidates"] = candidate_json(&all);
+            Err(v)
         }
-    } else {
-        let dirs: Vec<RegistryDir> = registry::scan_dirs(&origin.registry);
-        let found = registry::discover(&dirs, None, origin.config.io_timeout);
-        match resolve(&found, &out.target) {
-            Resolved::One(p) => *p,
-            Resolved::NoMatch(all) | Resolved::Ambiguous(all) => {
-                let mut v = outcome(
-                    "no_target",
-                    id,
-                    format!(
-                        "no single live instance has the id or name {}",
-                        escape(&out.target)
-                    ),
-                );
-                v["candidates"] = candidate_json(&all);
-                return v;
-            }
-        }
-    };
+    }
+}
+
+/// No send to this instance itself, and during a relayed turn none but to
+/// its sender.
+fn check_scope(origin: &Origin, out: &Outbound, peer: &Peer) -> Result<(), Value> {
     let m = &peer.manifest;
     if m.instance_id == origin.instance_id {
-        return outcome(
-            "denied",
-            id,
+        return Err(outcome(
+            Status::Denied,
+            &out.message_id,
             "a send to this instance itself is refused".into(),
-        );
+        ));
     }
-    if let Some(only) = &out.only
-        && *only != m.instance_id
-    {
-        return outcome(
-            "denied",
-            id,
+    match &out.only {
+        Some(only) if *only != m.instance_id => Err(outcome(
+            Status::Denied,
+            &out.message_id,
             format!(
                 "{}: only its sender {only} may be sent to, not {} ({})",
                 out.scope,
                 escape(&m.name),
                 m.instance_id
             ),
-        );
+        )),
+        _ => Ok(()),
     }
-    let target = json!({"instance_id": m.instance_id, "name": m.name});
-    if peer.wire == Wire::Zcoder {
-        let sender = ZcoderSender {
-            instance_id: &origin.instance_id,
-            project: &origin.name,
-            workspace: &origin.workspace,
-        };
-        return match deliver_zcoder(&origin.config, &peer, id, &out.body, Some(sender)) {
-            Ok(mut r) => {
-                r["target"] = target;
-                r
-            }
-            Err(e) => {
-                let mut v = outcome(
-                    "transport",
-                    id,
-                    format!(
-                        "{} ({}): {e}; the task may or may not have arrived",
-                        escape(&m.name),
-                        m.instance_id
-                    ),
-                );
-                v["target"] = target;
-                v
-            }
-        };
-    }
+}
+
+/// The target of a result from a live peer.
+fn peer_target(peer: &Peer) -> Value {
+    json!({"instance_id": peer.manifest.instance_id, "name": peer.manifest.name})
+}
+
+/// The result of a send that failed in transport twice.
+fn transport_failure(peer: &Peer, message_id: &str, e: &ClientError) -> Value {
+    let m = &peer.manifest;
+    outcome(
+        Status::Transport,
+        message_id,
+        format!(
+            "{} ({}): {e}; the task may or may not have arrived",
+            escape(&m.name),
+            m.instance_id
+        ),
+    )
+}
+
+/// Delivers to a zcoder peer, as this instance.
+fn to_zcoder(origin: &Origin, out: &Outbound, peer: &Peer) -> Value {
+    let sender = ZcoderSender {
+        instance_id: &origin.instance_id,
+        project: &origin.name,
+        workspace: &origin.workspace,
+    };
+    let r = match deliver_zcoder(
+        &origin.config,
+        peer,
+        &out.message_id,
+        &out.body,
+        Some(sender),
+    ) {
+        Ok(r) => r,
+        Err(e) => transport_failure(peer, &out.message_id, &e),
+    };
+    with_target(r, peer_target(peer))
+}
+
+/// Delivers to a native peer with `message/send`, as this instance.
+fn to_native(origin: &Origin, out: &Outbound, peer: &Peer) -> Value {
+    let (m, id) = (&peer.manifest, out.message_id.as_str());
     let mut params = json!({
         "message_id": id,
         "target_instance_id": m.instance_id,
@@ -345,40 +391,22 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
         params["in_reply_to"] = json!(r);
     }
     if let Err(why) = check_frame(&origin.config, &params) {
-        return outcome("invalid", id, why);
+        return outcome(Status::Invalid, id, why);
     }
-    match deliver(&origin.config, &peer, &params) {
-        Ok(mut r) => {
-            r["target"] = target;
-            r
-        }
-        Err(ClientError::Rpc { code, message }) => {
-            let mut v = outcome(
-                "transport",
-                id,
-                format!(
-                    "{} answered error {code}: {}",
-                    escape(&m.name),
-                    escape(&message)
-                ),
-            );
-            v["target"] = target;
-            v
-        }
-        Err(e) => {
-            let mut v = outcome(
-                "transport",
-                id,
-                format!(
-                    "{} ({}): {e}; the task may or may not have arrived",
-                    escape(&m.name),
-                    m.instance_id
-                ),
-            );
-            v["target"] = target;
-            v
-        }
-    }
+    let r = match deliver(&origin.config, peer, &params) {
+        Ok(r) => r,
+        Err(ClientError::Rpc { code, message }) => outcome(
+            Status::Transport,
+            id,
+            format!(
+                "{} answered error {code}: {}",
+                escape(&m.name),
+                escape(&message)
+            ),
+        ),
+        Err(e) => transport_failure(peer, id, &e),
+    };
+    with_target(r, peer_target(peer))
 }
 
 /// A spool a name has on this machine, found through its `meta.json`.
@@ -393,7 +421,14 @@ pub struct KnownSpool {
     pub queued: usize,
     /// The agent's `--accept-from` / `--deny-from`, applied by senders.
     #[serde(skip)]
-    pub policy: crate::server::Policy,
+    pub policy: crate::glob::Policy,
+}
+
+impl KnownSpool {
+    /// How a sender's result names this spool's owner.
+    fn target(&self) -> Value {
+        json!({"name": self.name, "workspace": self.workspace})
+    }
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -441,7 +476,7 @@ pub fn known_spools() -> Vec<KnownSpool> {
             workspace: workspace.to_string(),
             offline: meta["offline"].as_bool().unwrap_or(true),
             queued,
-            policy: crate::server::Policy {
+            policy: crate::glob::Policy {
                 accept_from: strings(&meta["accept_from"]),
                 deny_from: strings(&meta["deny_from"]),
             },
@@ -472,7 +507,7 @@ pub fn route(
     registry_dir: &Path,
     target: &str,
     message_id: &str,
-    make_task: &dyn Fn() -> crate::spool::Task,
+    make_task: &dyn Fn() -> Task,
 ) -> Route {
     let deadline = std::time::Instant::now() + RACE_WAIT;
     loop {
@@ -491,7 +526,7 @@ pub fn route(
             Resolved::One(p) => return Route::Live(p),
             Resolved::Ambiguous(many) => {
                 let mut v = outcome(
-                    "no_target",
+                    Status::NoTarget,
                     message_id,
                     format!("the name {} is ambiguous: pick one by id", escape(target)),
                 );
@@ -500,51 +535,14 @@ pub fn route(
             }
             Resolved::NoMatch(all) => all,
         };
-        let spools: Vec<KnownSpool> = known_spools()
-            .into_iter()
-            .filter(|s| s.name == target)
-            .collect();
-        let no_target = || {
-            let mut v = outcome(
-                "no_target",
-                message_id,
-                format!("no live instance has the id or name {}", escape(target)),
-            );
-            v["candidates"] = candidate_json(&all);
-            v
+        let spool = match offline_spool(target, message_id, &all) {
+            Ok(spool) => spool,
+            Err(done) => return Route::Done(done),
         };
-        let spool = match spools.as_slice() {
-            [] => return Route::Done(no_target()),
-            [one] => one,
-            many => {
-                let mut v = outcome(
-                    "no_target",
-                    message_id,
-                    format!(
-                        "{} is not running and several spools have that name: start the one you mean",
-                        escape(target)
-                    ),
-                );
-                v["candidates"] = Value::Array(
-                    many.iter()
-                        .map(|s| json!({"name": s.name, "workspace": s.workspace, "pid": null, "instance_id": ""}))
-                        .collect(),
-                );
-                return Route::Done(v);
+        match Spool::open_offline(&spool.dir, config.fsync) {
+            Ok(Some(s)) => {
+                return Route::Done(store(config, registry_dir, &s, &spool, make_task()));
             }
-        };
-        if !spool.offline {
-            return Route::Done(outcome(
-                "denied",
-                message_id,
-                format!(
-                    "{} is not running and does not take offline delivery (serve --no-offline)",
-                    escape(target)
-                ),
-            ));
-        }
-        match crate::spool::Spool::open_offline(&spool.dir, config.fsync) {
-            Ok(Some(s)) => return Route::Done(store(config, registry_dir, &s, spool, make_task())),
             Ok(None) if std::time::Instant::now() < deadline => {
                 // Its instance is starting (or another sender is storing):
                 // look again for the live instance.
@@ -552,7 +550,7 @@ pub fn route(
             }
             Ok(None) => {
                 return Route::Done(outcome(
-                    "transport",
+                    Status::Transport,
                     message_id,
                     format!(
                         "{}'s spool stayed locked but no live instance answered; try again",
@@ -560,86 +558,111 @@ pub fn route(
                     ),
                 ));
             }
-            Err(e) => return Route::Done(outcome("invalid", message_id, e.to_string())),
+            // Not a verdict on the task either: nothing was stored.
+            Err(e) => {
+                let failed = outcome(Status::Transport, message_id, NotStored(e).message());
+                return Route::Done(with_target(failed, spool.target()));
+            }
         }
     }
 }
 
+/// The one spool of a name no live instance has, if it takes offline
+/// delivery; `Err` with the result otherwise. `live` lists every live
+/// instance, the candidates when there is no such spool.
+fn offline_spool(target: &str, message_id: &str, live: &[Peer]) -> Result<KnownSpool, Value> {
+    let mut spools: Vec<KnownSpool> = known_spools()
+        .into_iter()
+        .filter(|s| s.name == target)
+        .collect();
+    if spools.is_empty() {
+        let mut v = outcome(
+            Status::NoTarget,
+            message_id,
+            format!("no live instance has the id or name {}", escape(target)),
+        );
+        v["candidates"] = candidate_json(live);
+        return Err(v);
+    }
+    if spools.len() > 1 {
+        let mut v = outcome(
+            Status::NoTarget,
+            message_id,
+            format!(
+                "{} is not running and several spools have that name: start the one you mean",
+                escape(target)
+            ),
+        );
+        v["candidates"] = Value::Array(
+            spools
+                .iter()
+                .map(|s| json!({"name": s.name, "workspace": s.workspace, "pid": null, "instance_id": ""}))
+                .collect(),
+        );
+        return Err(v);
+    }
+    let spool = spools.pop().expect("one spool");
+    if !spool.offline {
+        return Err(outcome(
+            Status::Denied,
+            message_id,
+            format!(
+                "{} is not running and does not take offline delivery (serve --no-offline)",
+                escape(target)
+            ),
+        ));
+    }
+    Ok(spool)
+}
+
 /// Stores one task in an offline spool with the receiver's own checks,
-/// records it in that spool's transcript, and wakes the agent if it has a
-/// wake socket.
-fn store(
-    config: &Config,
-    registry_dir: &Path,
-    s: &crate::spool::Spool,
-    known: &KnownSpool,
-    task: crate::spool::Task,
-) -> Value {
-    use crate::spool::Admission;
+/// records it in that spool's transcript as a live receiver would (marked
+/// `stored`), and wakes the agent if it has a wake socket. A spool that
+/// cannot store the task is an error, not a verdict: `transport`.
+fn store(config: &Config, registry_dir: &Path, s: &Spool, known: &KnownSpool, task: Task) -> Value {
     let id = task.message_id.clone();
-    let (from, body, mode) = (
-        crate::turn::display_name(&task.sender),
-        task.body.clone(),
-        task.mode.clone(),
-    );
-    let limits = crate::spool::Limits {
-        max_queue: config.max_queue,
-        max_inflight: config.max_inflight,
-    };
     // The agent's own sender rules, as its listener would apply them.
     if let Some(why) = known.policy.check(
         task.sender.name.as_deref().unwrap_or(""),
         task.sender.workspace.as_deref().unwrap_or(""),
     ) {
-        let mut v = outcome("denied", &id, why);
-        v["target"] = json!({"name": known.name, "workspace": known.workspace});
-        return v;
+        return with_target(outcome(Status::Denied, &id, why), known.target());
     }
-    let r = match s.admit(task, None, limits, || false, |_, _| {}) {
-        Ok(Admission::Accepted { queue_position }) => {
-            let hub = crate::events::Hub::open(s.dir());
-            hub.emit(
-                "message.accepted",
-                json!({"message_id": id, "from": from, "pid": std::process::id(),
-                       "queue_position": queue_position, "mode": mode, "body": body,
-                       "stored": true}),
-            );
-            json!({
-                "status": "stored",
-                "message_id": id,
-                "queue_position": queue_position,
-                "reason": format!("{} is not running; the task waits in its spool and runs when it starts", known.name),
-                "target": {"name": known.name, "workspace": known.workspace},
-            })
-        }
-        Ok(Admission::Duplicate) => json!({"status": "duplicate", "message_id": id,
-            "reason": crate::server::reason::DUPLICATE}),
-        Ok(Admission::Reused) => outcome("invalid", &id, crate::server::reason::REUSED.into()),
-        Ok(Admission::Unreadable) => {
-            outcome("invalid", &id, crate::server::reason::UNREADABLE.into())
-        }
-        Ok(Admission::Paused) => outcome("paused", &id, crate::server::reason::PAUSED.into()),
-        Ok(Admission::InflightFull { limit }) => outcome(
-            "inflight_full",
-            &id,
-            format!("this sender already has {limit} tasks in flight there (BATON_MAX_INFLIGHT)"),
-        ),
-        Ok(Admission::Full { limit }) => outcome(
-            "full",
-            &id,
-            format!("the queue is full: {limit} tasks waiting or running (BATON_MAX_QUEUE)"),
-        ),
-        Err(e) => outcome(
-            "invalid",
-            &id,
-            format!("the spool could not store the task: {e}"),
-        ),
+    let limits = crate::spool::Limits {
+        max_queue: config.max_queue,
+        max_inflight: config.max_inflight,
+    };
+    let from = crate::turn::display_name(&task.sender);
+    let pid = Some(std::process::id());
+    // Under the spool's lock, as a live receiver records an acceptance.
+    let announce = |task: &Task, queue_position| {
+        let hub = crate::events::Hub::open(s.dir());
+        let event = server::Accepted::new(task, None, &from, pid, queue_position).stored();
+        hub.record("message.accepted", &event);
+        hub.flush();
+    };
+    let admitted = s.admit(task, None, limits, || false, announce);
+    let verdict = server::admission_verdict(admitted, Receiver::Offline { name: &known.name });
+    if matches!(&verdict, Ok(v) if v.status == Status::Stored) {
+        wake(registry_dir, &known.name);
+    }
+    let r = match verdict {
+        Ok(v) => verdict_json(&id, v),
+        Err(e) => outcome(Status::Transport, &id, e.message()),
     };
     // Every answer names the spool's owner, as a live receiver's does.
-    let mut r = r;
-    r["target"] = json!({"name": known.name, "workspace": known.workspace});
-    if r["status"] == "stored" {
-        wake(registry_dir, &known.name);
+    with_target(r, known.target())
+}
+
+/// An offline sender's result: the verdict, spelled as a live receiver's
+/// result spells it, without the receiver's `state`.
+fn verdict_json(message_id: &str, v: Verdict) -> Value {
+    let mut r = json!({"status": v.status, "message_id": message_id});
+    if let Some(p) = v.queue_position {
+        r["queue_position"] = json!(p);
+    }
+    if let Some(why) = v.reason {
+        r["reason"] = json!(why);
     }
     r
 }

@@ -512,6 +512,128 @@ fn the_queue_limit_holds_for_stored_tasks() {
     assert!(ids_in(&spool, "tmp").is_empty());
 }
 
+/// The `message.accepted` event of `id` in a spool's transcript, without
+/// its `seq` and `time`.
+fn accepted_event(spool: &Path, id: &str) -> Value {
+    let mut found: Vec<Value> = events(spool, "message.accepted")
+        .into_iter()
+        .filter(|e| e["message_id"] == id)
+        .collect();
+    assert_eq!(found.len(), 1, "message.accepted of {id}: {found:?}");
+    let mut e = found.pop().unwrap();
+    let fields = e.as_object_mut().unwrap();
+    fields.remove("seq");
+    fields.remove("time");
+    e
+}
+
+#[test]
+fn a_stored_task_is_recorded_in_the_live_shape_marked_stored() {
+    let env = Env::new();
+    let ws = env.workspace("w-shape");
+    let from = env.workspace("sender-dir");
+    let send_from = |id: &str| {
+        let body = format!("task {id}");
+        let out = env.run_with(
+            &[],
+            Some(&from),
+            &["send", "shape", &body, "--message-id", id],
+            None,
+        );
+        assert_eq!(out.status, 0, "{out:?}");
+        out
+    };
+    // Live: the instance records the acceptance.
+    let mut s = env.serve(&ws, &["--name", "shape"]);
+    let live = send_from("live-1");
+    assert_eq!(s.term(), 0, "{}", s.stderr());
+    let spool = spool_of(&env, "shape");
+    let expected = |id: &str, pid: u32, position: u64| {
+        json!({
+            "kind": "message.accepted",
+            "message_id": id,
+            "from": "(cli)",
+            "pid": pid,
+            "queue_position": position,
+            "mode": "queue",
+            "body": format!("task {id}"),
+            "sender_id": null,
+            "workspace": from.display().to_string(),
+        })
+    };
+    assert_eq!(
+        accepted_event(&spool, "live-1"),
+        expected("live-1", live.pid, 1)
+    );
+    // Stopped: the sender records the same event, marked as stored.
+    let stored = send_from("stored-1");
+    assert_eq!(stored.stdout, stored_line("shape", "stored-1", 2));
+    let mut want = expected("stored-1", stored.pid, 2);
+    want["stored"] = json!(true);
+    assert_eq!(accepted_event(&spool, "stored-1"), want);
+}
+
+/// A sender's answer when the spool of a stopped agent fails it: exit
+/// status 4 and `transport`, whose reason names the spool's error.
+fn assert_not_stored(env: &Env, ws: &Path, id: &str) -> String {
+    let out = send(env, &[], "broken", id, true);
+    assert_eq!(out.status, 4, "{out:?}");
+    let r = parse(&out);
+    assert_eq!(r["status"], "transport", "{r}");
+    assert_eq!(r["message_id"], id, "{r}");
+    assert_eq!(
+        r["target"],
+        json!({"name": "broken", "workspace": ws.display().to_string()})
+    );
+    let reason = r["reason"].as_str().unwrap().to_string();
+    assert!(
+        reason.starts_with("internal error: the spool could not store the task: ")
+            && reason.ends_with("; the task was not accepted"),
+        "{reason}"
+    );
+    let out = send(env, &[], "broken", id, false);
+    assert_eq!(out.status, 4, "{out:?}");
+    assert_eq!(out.stdout, "");
+    assert_eq!(out.stderr, format!("baton: {reason}\n"));
+    reason
+}
+
+#[test]
+fn a_spool_that_cannot_store_an_offline_task_is_an_error_not_a_verdict() {
+    let env = Env::new();
+    let ws = env.workspace("w-broken");
+    run_once(&env, &ws, &["--name", "broken"]);
+    let spool = spool_of(&env, "broken");
+    // The spool opens, but storing fails: `sequence` is a directory, so
+    // the sequence lease cannot be renamed over it (EISDIR even for root,
+    // for whom permission bits mean nothing).
+    let sequence = spool.join("sequence");
+    match fs::remove_file(&sequence) {
+        Err(e) if e.kind() != ErrorKind::NotFound => panic!("remove {}: {e}", sequence.display()),
+        _ => {}
+    }
+    fs::DirBuilder::new().mode(0o700).create(&sequence).unwrap();
+    let reason = assert_not_stored(&env, &ws, "b1");
+    assert!(reason.contains("sequence"), "{reason}");
+    fs::remove_dir(&sequence).unwrap();
+    // The spool cannot even be opened: tmp/ is a file (it held what the
+    // failed lease left, which the next open would have removed).
+    let tmp = spool.join("tmp");
+    fs::remove_dir_all(&tmp).unwrap();
+    fs::write(&tmp, b"").unwrap();
+    let reason = assert_not_stored(&env, &ws, "b1");
+    assert!(reason.contains("tmp"), "{reason}");
+    assert!(events(&spool, "message.accepted").is_empty());
+    // Nothing was stored: once the spool works again, the same id is
+    // stored, not called a duplicate.
+    fs::remove_file(&tmp).unwrap();
+    fs::DirBuilder::new().mode(0o700).create(&tmp).unwrap();
+    let out = send(&env, &[], "broken", "b1", false);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stdout, stored_line("broken", "b1", 1));
+    assert_eq!(ids_in(&spool, "inbox"), ["b1"]);
+}
+
 #[test]
 fn concurrent_senders_into_one_offline_spool_lose_and_double_nothing() {
     const THREADS: usize = 2;

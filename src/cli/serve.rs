@@ -3,8 +3,8 @@
 use super::args::Args;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
+use crate::glob::Policy;
 use crate::instance::{self, Approve, ServeOptions};
-use crate::server::Policy;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,0 +1,439 @@
+//! A connection thread answers its own requests and never touches agent
+//! state: it reads lines under the deadlines of DESIGN §4, says hello
+//! (`initialize`, `ping`, `agent/info`), delivers `message/send` itself,
+//! registers `events/subscribe` and forwards events, and asks the
+//! foreground over its channel for every other method.
+
+use super::deliver::deliver;
+use super::request::{self, SendRequest};
+use super::{Event, METHODS, RpcError, Shared, bad_type, missing, zcoder};
+use crate::events;
+use crate::sys;
+use crate::wire::{self, Incoming, LineReader, ReadError};
+use crossbeam_channel as chan;
+use serde_json::{Map, Value, json};
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The writing half of a connection, shared by the thread that answers
+/// requests and the one that forwards events.
+pub(super) type Writer = Arc<Mutex<UnixStream>>;
+
+/// Writes an answer, then the events its request recorded (an
+/// acceptance): the client is not kept waiting for the transcript. If the
+/// socket cannot take the whole answer at once, the events go first, so a
+/// slow client never holds them back.
+pub(super) fn answer_then_flush(shared: &Shared, w: &Writer, line: &[u8]) -> bool {
+    let mut stream = w.lock().unwrap_or_else(|e| e.into_inner());
+    let sent = sys::send_nowait(&stream, line);
+    shared.hub.flush_once(|| {
+        let _ = shared.events.send(Event::Flush);
+    });
+    match sent {
+        Ok(n) if n == line.len() => true,
+        Ok(n) => wire::write_all(&mut stream, &line[n..]).is_ok(),
+        Err(_) => false,
+    }
+}
+
+pub(super) fn write_line(w: &Writer, line: &[u8]) -> bool {
+    let mut stream = w.lock().unwrap_or_else(|e| e.into_inner());
+    wire::write_all(&mut stream, line).is_ok()
+}
+
+/// The process at the other end of a connection.
+pub struct Peer {
+    /// The kernel's peer pid, where the platform reports it.
+    pub pid: Option<u32>,
+    /// Its working directory, read from the kernel once per connection,
+    /// when a plain sender first needs it.
+    cwd: std::cell::OnceCell<Option<String>>,
+}
+
+impl Peer {
+    pub fn new(pid: Option<u32>) -> Peer {
+        Peer {
+            pid,
+            cwd: std::cell::OnceCell::new(),
+        }
+    }
+
+    pub(super) fn cwd(&self) -> Option<String> {
+        self.cwd
+            .get_or_init(|| {
+                self.pid
+                    .and_then(sys::process_cwd)
+                    .map(|p| p.display().to_string())
+            })
+            .clone()
+    }
+}
+
+/// Serves one connection until its peer leaves, a deadline passes or an
+/// answer cannot be written.
+pub(super) fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) {
+    let peer = Peer::new(peer_pid);
+    let cfg = &shared.config;
+    if stream.set_write_timeout(Some(cfg.io_timeout)).is_err() {
+        return;
+    }
+    let Ok(input) = stream.try_clone() else {
+        return;
+    };
+    let out: Writer = Arc::new(Mutex::new(stream));
+    let mut reader = LineReader::new(input, cfg.max_bytes);
+    let mut session = Session {
+        shared,
+        out: &out,
+        peer: &peer,
+        initialized: false,
+        subscription: None,
+    };
+    let mut first = true;
+    loop {
+        // A subscriber waits for events, not requests: no idle limit.
+        let idle = session.subscription.is_none().then_some(cfg.idle_timeout);
+        let line = match reader.read_line(idle, cfg.io_timeout) {
+            Ok(l) => l,
+            Err(e) => {
+                let zcoder = first && reader.buffered().starts_with(b"ZCODER");
+                answer_read_error(shared, &out, &e, zcoder);
+                break;
+            }
+        };
+        if first && line.starts_with(wire::ZCODER_MAGIC) {
+            let header = line.to_vec();
+            zcoder::request(shared, &mut reader, &out, &header, &peer);
+            break;
+        }
+        first = false;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let Some(answer) = session.answer(line) else {
+            continue;
+        };
+        if !answer_then_flush(shared, &out, &answer) {
+            break;
+        }
+    }
+    if let Some(id) = session.subscription {
+        let _ = shared.events.send(Event::Unsubscribe { id });
+    }
+}
+
+/// Says why a line could not be read, while an answer is still possible:
+/// in zcoder's framing if the line was the start of a zcoder header.
+fn answer_read_error(shared: &Shared, out: &Writer, e: &ReadError, zcoder: bool) {
+    let cfg = &shared.config;
+    let message = match e {
+        ReadError::TooLarge => Some((
+            wire::INVALID_REQUEST,
+            format!(
+                "frame too large: a line may hold at most {} bytes",
+                cfg.max_bytes
+            ),
+        )),
+        ReadError::Idle => Some((
+            wire::CONNECTION_ERROR,
+            format!(
+                "idle timeout: no request for {} s",
+                cfg.idle_timeout.as_secs_f64()
+            ),
+        )),
+        ReadError::LineTimeout => Some((
+            wire::CONNECTION_ERROR,
+            format!(
+                "read timeout: a line must complete within {} s of its first byte",
+                cfg.io_timeout.as_secs_f64()
+            ),
+        )),
+        ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => None,
+    };
+    if zcoder {
+        // A zcoder header that never completed: answer in its own
+        // framing while an answer is still possible.
+        if message.is_some() {
+            write_line(out, &zcoder::invalid(shared));
+        }
+    } else if let Some((code, msg)) = message {
+        write_line(out, &wire::error_line(&Value::Null, code, &msg, None));
+    }
+}
+
+/// What one connection has said so far.
+struct Session<'a> {
+    shared: &'a Shared,
+    out: &'a Writer,
+    peer: &'a Peer,
+    initialized: bool,
+    subscription: Option<u64>,
+}
+
+impl Session<'_> {
+    /// The answer to one line that is not blank, if it gets one.
+    fn answer(&mut self, line: &[u8]) -> Option<Vec<u8>> {
+        // The common request, read without a JSON tree once the
+        // connection said hello.
+        let fast = if self.initialized {
+            request::fast_send(line)
+        } else {
+            None
+        };
+        if let Some((id, req, body)) = fast {
+            let _ = crate::failpoint::hit("dispatch");
+            let r = deliver(self.shared, req, Some(body), self.peer, "jsonrpc");
+            return Some(answer_line(&id, r));
+        }
+        match wire::classify(line) {
+            Incoming::Invalid { id, code, message } => {
+                Some(wire::error_line(&id, code, &message, None))
+            }
+            Incoming::Notification { .. } => None,
+            Incoming::Reply { reply } => {
+                // Replies count only on a connection that said hello.
+                if self.initialized {
+                    let _ = self.shared.events.send(Event::ClientReply { reply });
+                }
+                None
+            }
+            Incoming::Request { id, method, params } => self.request(&id, &method, params),
+        }
+    }
+
+    fn request(&mut self, id: &Value, method: &str, params: Value) -> Option<Vec<u8>> {
+        if !self.initialized && method != "initialize" {
+            return Some(wire::error_line(
+                id,
+                wire::NOT_INITIALIZED,
+                "not initialized: the first request must be initialize",
+                None,
+            ));
+        }
+        if method == "events/subscribe" {
+            let already = self.subscription.is_some();
+            return match subscribe(self.shared, self.out, id, params, already) {
+                Ok(sub) => {
+                    self.subscription = Some(sub);
+                    None
+                }
+                Err(e) => Some(wire::error_line(id, e.code, &e.message, e.data)),
+            };
+        }
+        let _ = crate::failpoint::hit("dispatch");
+        let r = dispatch(self.shared, method, params, self.peer);
+        if method == "initialize" && r.is_ok() {
+            self.initialized = true;
+        }
+        Some(answer_line(id, r))
+    }
+}
+
+/// A request's answer line: its result, or its error.
+fn answer_line<T: serde::Serialize>(id: &Value, r: Result<T, RpcError>) -> Vec<u8> {
+    match r {
+        Ok(v) => wire::result_line(id, &v),
+        Err(e) => wire::error_line(id, e.code, &e.message, e.data),
+    }
+}
+
+/// Registers a subscriber with the foreground, answers, replays recorded
+/// events from `since`, then forwards live ones on a thread of its own.
+fn subscribe(
+    shared: &Shared,
+    out: &Writer,
+    id: &Value,
+    params: Value,
+    already: bool,
+) -> Result<u64, RpcError> {
+    let Value::Object(params) = params else {
+        return Err(RpcError::new(
+            wire::INVALID_PARAMS,
+            "invalid params: params must be an object",
+        ));
+    };
+    let since = match params.get("since") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .ok_or_else(|| bad_type("since", "a non-negative integer"))?,
+        ),
+    };
+    let controller = match params.get("controller") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(bad_type("controller", "a boolean")),
+    };
+    if already {
+        return Err(RpcError::new(
+            wire::INVALID_REQUEST,
+            "invalid request: this connection is already subscribed",
+        ));
+    }
+    let (tx, rx) = chan::bounded(1);
+    if shared
+        .events
+        .send(Event::Subscribe {
+            controller,
+            reply: tx,
+        })
+        .is_err()
+    {
+        return Err(RpcError::new(
+            wire::INTERNAL_ERROR,
+            "the instance is shutting down",
+        ));
+    }
+    let sub = rx
+        .recv_timeout(shared.config.io_timeout.max(Duration::from_secs(5)))
+        .map_err(|_| RpcError::new(wire::INTERNAL_ERROR, "the instance did not answer in time"))?;
+    let result = json!({"subscribed": true, "next_seq": sub.next_seq, "controller": controller});
+    if !write_line(out, &wire::result_line(id, &result)) {
+        return Ok(sub.id);
+    }
+    if let Some(since) = since {
+        events::replay(
+            shared.spool.dir(),
+            since,
+            sub.next_seq,
+            |line| match serde_json::from_slice::<Value>(line) {
+                Ok(ev) => write_line(out, &wire::notification_line("event", ev)),
+                Err(_) => true,
+            },
+        );
+    }
+    let w = Arc::clone(out);
+    let live = sub.rx;
+    let _ = std::thread::Builder::new()
+        .name("baton-events".into())
+        .spawn(move || {
+            for line in live.iter() {
+                if !write_line(&w, &line) {
+                    break;
+                }
+            }
+            // A write failed, or the foreground dropped this subscriber
+            // for falling behind: the client learns by EOF instead of
+            // waiting on a silent connection, and the reader sees EOF and
+            // unsubscribes.
+            let s = w.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        });
+    Ok(sub.id)
+}
+
+fn dispatch(shared: &Shared, method: &str, params: Value, peer: &Peer) -> Result<Value, RpcError> {
+    if !METHODS.contains(&method) {
+        return Err(RpcError::new(
+            wire::METHOD_NOT_FOUND,
+            format!("method not found: {}", crate::sanitize::escape(method)),
+        ));
+    }
+    let Value::Object(params) = params else {
+        return Err(RpcError::new(
+            wire::INVALID_PARAMS,
+            "invalid params: params must be an object",
+        ));
+    };
+    match method {
+        "initialize" => initialize(shared, &params),
+        "ping" => Ok(json!({
+            "status": "pong",
+            "instance_id": shared.instance_id,
+            "state": shared.state().as_str(),
+        })),
+        "agent/info" => {
+            let mut info =
+                serde_json::to_value(&*shared.manifest.lock().unwrap_or_else(|e| e.into_inner()))
+                    .expect("serializes");
+            let c = shared.spool.counts();
+            info["queue"] = json!({
+                "queued": c.queued,
+                "processing": c.processing,
+                "max": shared.config.max_queue,
+            });
+            Ok(info)
+        }
+        "message/send" => {
+            let req = SendRequest::from_params(&params)?;
+            let d = deliver(shared, req, None, peer, "jsonrpc")?;
+            Ok(serde_json::to_value(d).expect("an answer always serializes"))
+        }
+        // Every other listed method needs the agent's state: the
+        // foreground answers it (events/subscribe never reaches here).
+        m => ask_foreground(shared, m, params),
+    }
+}
+
+fn initialize(shared: &Shared, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    let version = match params.get("protocol_version") {
+        Some(v) if v.is_u64() || v.is_i64() => v.clone(),
+        Some(_) => return Err(bad_type("protocol_version", "an integer")),
+        None => return Err(missing("protocol_version")),
+    };
+    match params.get("client") {
+        Some(Value::Object(c)) => {
+            for k in ["name", "version"] {
+                match c.get(k) {
+                    Some(Value::String(_)) => {}
+                    Some(_) => return Err(bad_type(&format!("client.{k}"), "a string")),
+                    None => return Err(missing(&format!("client.{k}"))),
+                }
+            }
+        }
+        Some(_) => return Err(bad_type("client", "an object")),
+        None => return Err(missing("client")),
+    }
+    if version != json!(1) {
+        return Err(RpcError {
+            code: wire::UNSUPPORTED_PROTOCOL,
+            message: format!("unsupported protocol version {version}"),
+            data: Some(json!({"supported": [1]})),
+        });
+    }
+    let manifest = shared
+        .manifest
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    Ok(json!({
+        "protocol_version": 1,
+        "server": {"name": "baton", "version": env!("CARGO_PKG_VERSION")},
+        "instance": manifest,
+        "capabilities": METHODS,
+    }))
+}
+
+fn ask_foreground(
+    shared: &Shared,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<Value, RpcError> {
+    let (tx, rx) = chan::bounded(1);
+    let call = Event::Call {
+        method: method.to_string(),
+        params,
+        reply: tx,
+    };
+    if shared.events.send(call).is_err() {
+        return Err(RpcError::new(
+            wire::INTERNAL_ERROR,
+            "the instance is shutting down",
+        ));
+    }
+    // relay/send discovers, then delivers with one retry, each bounded by
+    // the I/O timeout.
+    let wait = if method == "relay/send" {
+        shared.config.io_timeout * 4 + Duration::from_secs(5)
+    } else {
+        shared.config.io_timeout.max(Duration::from_secs(5))
+    };
+    match rx.recv_timeout(wait) {
+        Ok(r) => r,
+        Err(_) => Err(RpcError::new(
+            wire::INTERNAL_ERROR,
+            "the instance did not answer in time",
+        )),
+    }
+}

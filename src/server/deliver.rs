@@ -1,0 +1,596 @@
+//! Every delivery passes the same checks in the same order (DESIGN §4,
+//! docs/protocol.md §5), on either wire, and a task is stored only once
+//! all of them pass. Here live the checks with sender verification and
+//! policy, the one reading of what the spool says about an offered task
+//! (`admission_verdict`, which the offline path in `relay` shares), and
+//! the events that record the outcome.
+
+use super::request::SendRequest;
+use super::{Event, Peer, RpcError, Shared};
+use crate::error::Error;
+use crate::events::Hub;
+use crate::registry;
+use crate::spool::{self, Admission, Limits, Sender, Task};
+use crate::status::Status;
+use crate::wire;
+use serde_json::json;
+use serde_json::value::RawValue;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+/// Exact reasons, shared with the tests and docs/protocol.md.
+pub mod reason {
+    pub const BAD_MESSAGE_ID: &str = "message_id does not match [A-Za-z0-9_.-]{1,100}";
+    pub const EMPTY_BODY: &str = "body is empty";
+    pub const BAD_SENDER_ID: &str = "sender.instance_id does not match [A-Za-z0-9_.-]{1,100}";
+    pub const BAD_SENDER_NAME: &str = "sender.name does not match [A-Za-z0-9_.-]{1,64}";
+    pub const BAD_SENDER_WORKSPACE: &str =
+        "sender.workspace is not an absolute path of at most 4096 bytes";
+    pub const BAD_IN_REPLY_TO: &str = "in_reply_to does not match [A-Za-z0-9_.-]{1,100}";
+    pub const BAD_MODE: &str = "mode is not queue or steer";
+    pub const BAD_HOP: &str = "hop is negative";
+    pub const NOT_VERIFIED: &str = "sender not verified";
+    pub const REUSED: &str = "message_id reused with a different body";
+    pub const DUPLICATE: &str = "this message_id was already accepted with the same body";
+    pub const PAUSED: &str = "the instance is paused";
+    pub const UNREADABLE: &str =
+        "message_id was accepted before, but its stored record cannot be read to compare bodies";
+}
+
+/// The result of `message/send`: its members in the order a JSON map
+/// gives them.
+#[derive(Debug, serde::Serialize)]
+pub struct Delivery {
+    pub message_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub state: &'static str,
+    pub status: Status,
+}
+
+/// Runs every acceptance check of DESIGN §4 in order and, if all pass,
+/// stores the task. Used by both wires. `body_json`, when the caller has
+/// it, is the body as a JSON string. A spool that cannot store the task
+/// is not a delivery outcome but an internal error: nothing was accepted.
+pub fn deliver(
+    shared: &Shared,
+    req: SendRequest,
+    body_json: Option<&RawValue>,
+    peer: &Peer,
+    wire: &str,
+) -> Result<Delivery, RpcError> {
+    let mut req = req;
+    let Outcome { verdict, from } = check_and_admit(shared, &mut req, body_json, peer, wire);
+    let from = || {
+        from.unwrap_or_else(|| {
+            req.sender_instance_id
+                .clone()
+                .unwrap_or_else(|| "(cli)".into())
+        })
+    };
+    let verdict = match verdict {
+        Ok(v) if v.status == Status::Accepted => {
+            let _ = crate::failpoint::hit("before-answer");
+            // The acceptance was recorded under the spool lock (see `admit`).
+            if shared.wake_on_accept.load(Ordering::SeqCst) {
+                let _ = shared.events.send(Event::Queued);
+            }
+            v
+        }
+        Ok(v) => {
+            let reason = v.reason.as_deref().unwrap_or_default();
+            refused(shared, &req.message_id, v.status, reason, &from(), peer.pid);
+            v
+        }
+        Err(e) => {
+            let reason = e.to_string();
+            refused(
+                shared,
+                &req.message_id,
+                Status::Error,
+                &reason,
+                &from(),
+                peer.pid,
+            );
+            return Err(RpcError::new(wire::INTERNAL_ERROR, e.message()));
+        }
+    };
+    Ok(Delivery {
+        message_id: req.message_id,
+        queue_position: verdict.queue_position,
+        reason: verdict.reason,
+        state: shared.state().as_str(),
+        status: verdict.status,
+    })
+}
+
+fn refused(
+    shared: &Shared,
+    message_id: &str,
+    status: Status,
+    reason: &str,
+    from: &str,
+    pid: Option<u32>,
+) {
+    shared.hub.emit(
+        "message.rejected",
+        json!({"message_id": message_id, "status": status, "reason": reason,
+               "from": from, "pid": pid}),
+    );
+}
+
+/// The fields of an acceptance event (`message.accepted`, and the
+/// instance's `local.input`), in the order they are recorded.
+#[derive(serde::Serialize)]
+pub struct Accepted<'a> {
+    message_id: &'a str,
+    from: &'a str,
+    pid: Option<u32>,
+    queue_position: usize,
+    mode: &'a str,
+    body: spool::Body<'a>,
+    sender_id: &'a Option<String>,
+    workspace: &'a Option<String>,
+    /// Set by an offline sender that stored the task itself.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stored: bool,
+}
+
+impl<'a> Accepted<'a> {
+    pub fn new(
+        task: &'a Task,
+        body_json: Option<&'a RawValue>,
+        from: &'a str,
+        pid: Option<u32>,
+        queue_position: usize,
+    ) -> Accepted<'a> {
+        Accepted {
+            message_id: &task.message_id,
+            from,
+            pid,
+            queue_position,
+            mode: &task.mode,
+            body: spool::Body::new(&task.body, body_json),
+            sender_id: &task.sender.instance_id,
+            workspace: &task.sender.workspace,
+            stored: false,
+        }
+    }
+
+    /// The event as an offline sender records it (docs/protocol.md §8).
+    pub fn stored(self) -> Accepted<'a> {
+        Accepted {
+            stored: true,
+            ..self
+        }
+    }
+}
+
+/// Records the event of an accepted task. It is called while the task is
+/// indexed, under the spool's lock, so the event precedes anything done
+/// with the task; the caller flushes the `Hub` once it has answered.
+pub fn emit_accepted(
+    hub: &Hub,
+    kind: &str,
+    task: &Task,
+    body_json: Option<&RawValue>,
+    from: &str,
+    pid: Option<u32>,
+    queue_position: usize,
+) {
+    hub.record(
+        kind,
+        &Accepted::new(task, body_json, from, pid, queue_position),
+    );
+}
+
+/// What an offered task came to, as its sender is told.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub status: Status,
+    pub queue_position: Option<usize>,
+    pub reason: Option<String>,
+}
+
+impl Verdict {
+    fn with_reason(status: Status, reason: impl Into<String>) -> Verdict {
+        Verdict {
+            status,
+            queue_position: None,
+            reason: Some(reason.into()),
+        }
+    }
+}
+
+/// Who judged an offered task, for the words of the verdict.
+#[derive(Clone, Copy, Debug)]
+pub enum Receiver<'a> {
+    /// A live instance, answering the sender with this instance id (empty
+    /// for a plain sender, which no in-flight window applies to).
+    Live { sender_id: &'a str },
+    /// An offline sender, storing into the spool of the stopped agent of
+    /// this name (docs/protocol.md §8): its acceptance is `stored`.
+    Offline { name: &'a str },
+}
+
+/// A spool that could not store a task (a full disk, an I/O error, a
+/// spool that cannot be opened). Never a verdict on the task: nothing was
+/// stored, and the sender may retry with the same id.
+#[derive(Debug)]
+pub struct NotStored(pub Error);
+
+impl NotStored {
+    /// What the sender is told: the -32603 message of a live receiver, and
+    /// the `transport` reason of an offline sender.
+    pub fn message(&self) -> String {
+        format!("internal error: {self}; the task was not accepted")
+    }
+}
+
+impl fmt::Display for NotStored {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the spool could not store the task: {}", self.0)
+    }
+}
+
+impl std::error::Error for NotStored {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// The one reading of what `Spool::admit` returned, for a live receiver
+/// (checks 14 to 18 of `message/send`) and an offline sender alike.
+pub fn admission_verdict(
+    admitted: crate::error::Result<Admission>,
+    receiver: Receiver<'_>,
+) -> Result<Verdict, NotStored> {
+    Ok(match admitted.map_err(NotStored)? {
+        Admission::Accepted { queue_position } => match receiver {
+            Receiver::Live { .. } => Verdict {
+                status: Status::Accepted,
+                queue_position: Some(queue_position),
+                reason: None,
+            },
+            Receiver::Offline { name } => Verdict {
+                status: Status::Stored,
+                queue_position: Some(queue_position),
+                reason: Some(format!(
+                    "{name} is not running; the task waits in its spool and runs when it starts"
+                )),
+            },
+        },
+        Admission::Duplicate => Verdict::with_reason(Status::Duplicate, reason::DUPLICATE),
+        Admission::Reused => Verdict::with_reason(Status::Invalid, reason::REUSED),
+        Admission::Unreadable => Verdict::with_reason(Status::Invalid, reason::UNREADABLE),
+        Admission::Paused => Verdict::with_reason(Status::Paused, reason::PAUSED),
+        Admission::InflightFull { limit } => Verdict::with_reason(
+            Status::InflightFull,
+            match receiver {
+                Receiver::Live { sender_id } => format!(
+                    "sender {sender_id} already has {limit} tasks in flight here (BATON_MAX_INFLIGHT)"
+                ),
+                Receiver::Offline { .. } => format!(
+                    "this sender already has {limit} tasks in flight there (BATON_MAX_INFLIGHT)"
+                ),
+            },
+        ),
+        Admission::Full { limit } => Verdict::with_reason(
+            Status::Full,
+            format!("the queue is full: {limit} tasks waiting or running (BATON_MAX_QUEUE)"),
+        ),
+    })
+}
+
+/// What the checks came to, and the sender as shown once it is known.
+struct Outcome {
+    verdict: Result<Verdict, NotStored>,
+    from: Option<String>,
+}
+
+fn refuse(status: Status, reason: impl Into<String>) -> Outcome {
+    Outcome {
+        verdict: Ok(Verdict::with_reason(status, reason)),
+        from: None,
+    }
+}
+
+/// A refusal past verification, which names the sender as verified, as an
+/// acceptance does.
+fn refuse_verified(sender: &Sender, status: Status, reason: String) -> Outcome {
+    Outcome {
+        from: Some(crate::turn::display_name(sender)),
+        ..refuse(status, reason)
+    }
+}
+
+/// Takes the body out of `req` when the task is built.
+fn check_and_admit(
+    shared: &Shared,
+    req: &mut SendRequest,
+    body_json: Option<&RawValue>,
+    peer: &Peer,
+    wire: &str,
+) -> Outcome {
+    let hop = match check_values(shared, req) {
+        Ok(hop) => hop,
+        Err(refusal) => return refusal,
+    };
+    let sender = match check_sender(shared, req, peer, hop) {
+        Ok(sender) => sender,
+        Err(refusal) => return refusal,
+    };
+    admit(shared, req, sender, hop, body_json, peer, wire)
+}
+
+/// Checks 1 to 10: the values of the request, in order; the hop.
+fn check_values(shared: &Shared, req: &SendRequest) -> Result<u64, Outcome> {
+    let cfg = &shared.config;
+    if req.target_instance_id != shared.instance_id {
+        return Err(refuse(
+            Status::WrongTarget,
+            format!(
+                "this is instance {}, not {}",
+                shared.instance_id,
+                crate::sanitize::escape(&req.target_instance_id)
+            ),
+        ));
+    }
+    if !registry::valid_id(&req.message_id) {
+        return Err(refuse(Status::Invalid, reason::BAD_MESSAGE_ID));
+    }
+    if req.body.trim().is_empty() {
+        return Err(refuse(Status::Invalid, reason::EMPTY_BODY));
+    }
+    if req.body.len() > cfg.max_message_bytes {
+        return Err(refuse(
+            Status::Invalid,
+            format!(
+                "body is {} bytes, over the limit of {} (BATON_MAX_MESSAGE_BYTES)",
+                req.body.len(),
+                cfg.max_message_bytes
+            ),
+        ));
+    }
+    let bad_id = |s: &Option<String>| s.as_deref().is_some_and(|s| !registry::valid_id(s));
+    if bad_id(&req.sender_instance_id) {
+        return Err(refuse(Status::Invalid, reason::BAD_SENDER_ID));
+    }
+    if req
+        .sender_name
+        .as_deref()
+        .is_some_and(|s| !registry::valid_name(s))
+    {
+        return Err(refuse(Status::Invalid, reason::BAD_SENDER_NAME));
+    }
+    if req
+        .sender_workspace
+        .as_deref()
+        .is_some_and(|w| !w.starts_with('/') || w.len() > 4096)
+    {
+        return Err(refuse(Status::Invalid, reason::BAD_SENDER_WORKSPACE));
+    }
+    if bad_id(&req.in_reply_to) {
+        return Err(refuse(Status::Invalid, reason::BAD_IN_REPLY_TO));
+    }
+    if !matches!(req.mode.as_str(), "queue" | "steer") {
+        return Err(refuse(Status::Invalid, reason::BAD_MODE));
+    }
+    req.hop
+        .ok_or_else(|| refuse(Status::Invalid, reason::BAD_HOP))
+}
+
+/// Checks 11 to 13: the sender verifies, the policy allows it, the hop is
+/// within the limit. The recorded sender.
+fn check_sender(
+    shared: &Shared,
+    req: &SendRequest,
+    peer: &Peer,
+    hop: u64,
+) -> Result<Sender, Outcome> {
+    let cfg = &shared.config;
+    // A plain sender's working directory as the kernel reports it: it is
+    // both recorded and what the policy judges.
+    let cwd = match req.sender_instance_id {
+        None => peer.cwd(),
+        Some(_) => None,
+    };
+    let sender = verify_sender(shared, req, peer.pid, cwd.clone())
+        .map_err(|why| refuse(Status::Invalid, format!("{}: {why}", reason::NOT_VERIFIED)))?;
+    // Only verified identity is matched: a plain sender's name and claimed
+    // workspace are self-reported, so it is judged by its working
+    // directory.
+    let (policy_name, policy_workspace) = if sender.instance_id.is_some() {
+        (sender.name.clone(), sender.workspace.clone())
+    } else {
+        (None, cwd)
+    };
+    if let Some(why) = shared.policy.check(
+        policy_name.as_deref().unwrap_or(""),
+        policy_workspace.as_deref().unwrap_or(""),
+    ) {
+        return Err(refuse_verified(&sender, Status::Denied, why));
+    }
+    if cfg.max_hops > 0 && hop > cfg.max_hops {
+        let why = format!(
+            "hop {hop} is over the limit of {} (BATON_MAX_HOPS)",
+            cfg.max_hops
+        );
+        return Err(refuse_verified(&sender, Status::HopLimit, why));
+    }
+    Ok(sender)
+}
+
+/// Checks 14 to 18, which the spool runs under its lock: builds the task,
+/// offers it, and records its acceptance before anyone can claim it.
+fn admit(
+    shared: &Shared,
+    req: &mut SendRequest,
+    sender: Sender,
+    hop: u64,
+    body_json: Option<&RawValue>,
+    peer: &Peer,
+    wire: &str,
+) -> Outcome {
+    let cfg = &shared.config;
+    // The body's JSON text, escaped once (or as the line spelled it) for
+    // both the task file and the event.
+    let escaped;
+    let body_json = match body_json {
+        Some(b) => b,
+        None => {
+            escaped = serde_json::value::to_raw_value(&req.body).expect("a string serializes");
+            &*escaped
+        }
+    };
+    let task = spool::new_task(
+        &req.message_id,
+        std::mem::take(&mut req.body),
+        sender,
+        hop,
+        req.in_reply_to.clone(),
+        &req.mode,
+        peer.pid,
+        wire,
+    );
+    let limits = Limits {
+        max_queue: cfg.max_queue,
+        max_inflight: cfg.max_inflight,
+    };
+    let sender_id = task.sender.instance_id.clone().unwrap_or_default();
+    let from = crate::turn::display_name(&task.sender);
+    let announce = |task: &Task, queue_position| {
+        emit_accepted(
+            &shared.hub,
+            "message.accepted",
+            task,
+            Some(body_json),
+            &from,
+            peer.pid,
+            queue_position,
+        );
+    };
+    let admitted = shared.spool.admit(
+        task,
+        Some(body_json),
+        limits,
+        || shared.paused.load(Ordering::SeqCst),
+        announce,
+    );
+    Outcome {
+        verdict: admission_verdict(
+            admitted,
+            Receiver::Live {
+                sender_id: &sender_id,
+            },
+        ),
+        from: Some(from),
+    }
+}
+
+/// Builds the recorded sender. A claimed instance id must have a manifest
+/// in a scanned registry that passes the discovery checks and names the
+/// connection's peer pid.
+fn verify_sender(
+    shared: &Shared,
+    req: &SendRequest,
+    peer_pid: Option<u32>,
+    cwd: Option<String>,
+) -> Result<Sender, String> {
+    let Some(id) = &req.sender_instance_id else {
+        // A name is only what a verified manifest says; a plain sender is
+        // shown as such, with its kernel-reported pid and directory.
+        return Ok(Sender {
+            instance_id: None,
+            name: None,
+            workspace: cwd.or_else(|| req.sender_workspace.clone()),
+            pid: peer_pid,
+        });
+    };
+    let Some(pid) = peer_pid else {
+        return Err("this platform does not report the peer pid".into());
+    };
+    for dir in &registry::scan_dirs(&shared.registry) {
+        let path: PathBuf = registry::manifest_path(&dir.path, id);
+        if !path.exists() && std::fs::symlink_metadata(&path).is_err() {
+            continue;
+        }
+        let m = registry::read_manifest(dir, &path)?;
+        if m.pid != pid {
+            return Err(format!(
+                "instance {id} has pid {}, but the connection comes from pid {pid}",
+                m.pid
+            ));
+        }
+        return Ok(Sender {
+            instance_id: Some(m.instance_id),
+            name: Some(m.name),
+            workspace: Some(m.workspace),
+            pid: Some(pid),
+        });
+    }
+    Err(format!("no manifest for instance {id} in the registry"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn an_admission_reads_alike_live_and_offline_but_a_storage_error_is_no_verdict() {
+        let live = Receiver::Live { sender_id: "s-1" };
+        let offline = Receiver::Offline { name: "keeper" };
+        let read = |a: Admission, r| admission_verdict(Ok(a), r).unwrap();
+        let same = || {
+            [
+                (Admission::Duplicate, Status::Duplicate),
+                (Admission::Reused, Status::Invalid),
+                (Admission::Unreadable, Status::Invalid),
+                (Admission::Paused, Status::Paused),
+                (Admission::InflightFull { limit: 2 }, Status::InflightFull),
+                (Admission::Full { limit: 3 }, Status::Full),
+            ]
+        };
+        for ((a, status), (b, _)) in same().into_iter().zip(same()) {
+            let (l, o) = (read(a, live), read(b, offline));
+            assert_eq!((l.status, o.status), (status, status));
+            assert_eq!((l.queue_position, o.queue_position), (None, None));
+            assert!(l.reason.is_some() && o.reason.is_some(), "{l:?}");
+        }
+        let accepted = || Admission::Accepted { queue_position: 4 };
+        assert_eq!(
+            read(accepted(), live),
+            Verdict {
+                status: Status::Accepted,
+                queue_position: Some(4),
+                reason: None
+            }
+        );
+        let stored = read(accepted(), offline);
+        assert_eq!(
+            (stored.status, stored.queue_position),
+            (Status::Stored, Some(4))
+        );
+        let eio = || {
+            Error::io(
+                "write",
+                Path::new("/s/tmp/x"),
+                std::io::Error::from_raw_os_error(5),
+            )
+        };
+        for r in [live, offline] {
+            let e = admission_verdict(Err(eio()), r).unwrap_err();
+            assert!(
+                e.message().starts_with(
+                    "internal error: the spool could not store the task: write /s/tmp/x: "
+                ) && e.message().ends_with("; the task was not accepted"),
+                "{}",
+                e.message()
+            );
+        }
+    }
+}

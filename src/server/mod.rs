@@ -1,0 +1,306 @@
+//! Connection threads never touch agent state: the listener (DESIGN §4)
+//! is one blocking accept thread and one thread per connection, with read
+//! and write deadlines, and anything that needs the agent's state
+//! (control, inbox, relay) is asked of the foreground over its channel.
+//!
+//! The rooms: this file holds what the threads share (`Shared`, the
+//! `Event`s they send the foreground) and the accept loop; `conn` reads
+//! requests and answers them; `request` reads a `message/send` request;
+//! `deliver` runs its ordered checks and stores accepted tasks in the
+//! spool, recording the acceptance or refusal in the event `Hub`; `zcoder`
+//! answers zcoder's frame. Connection threads wake the foreground only
+//! when it waits for tasks.
+
+mod conn;
+mod deliver;
+mod request;
+mod zcoder;
+
+pub use conn::Peer;
+pub use deliver::{
+    Accepted, Delivery, NotStored, Receiver, Verdict, admission_verdict, deliver, emit_accepted,
+    reason,
+};
+pub use request::SendRequest;
+
+use crate::config::Config;
+use crate::events::{Hub, Subscription};
+use crate::glob::Policy;
+use crate::registry::Manifest;
+use crate::spool::Spool;
+use crate::sys;
+use crate::wire;
+use crossbeam_channel as chan;
+use serde_json::{Map, Value};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The instance state published to peers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    Ready = 0,
+    Busy = 1,
+    Paused = 2,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Ready => "ready",
+            State::Busy => "busy",
+            State::Paused => "paused",
+        }
+    }
+
+    fn from_u8(n: u8) -> State {
+        match n {
+            1 => State::Busy,
+            2 => State::Paused,
+            _ => State::Ready,
+        }
+    }
+}
+
+/// What connection threads tell the foreground.
+pub enum Event {
+    /// A task was accepted while the foreground waits for one (see
+    /// `Shared::wake_on_accept`); its event is recorded already.
+    Queued,
+    /// A connection thread left queued events to the foreground to write
+    /// (see `Hub::flush_once`).
+    Flush,
+    /// A request only the foreground may answer.
+    Call {
+        method: String,
+        params: Map<String, Value>,
+        reply: chan::Sender<Result<Value, RpcError>>,
+    },
+    /// `events/subscribe`: the foreground registers the subscriber.
+    Subscribe {
+        controller: bool,
+        reply: chan::Sender<Subscription>,
+    },
+    Unsubscribe {
+        id: u64,
+    },
+    /// A client's reply to a request the server sent it.
+    ClientReply {
+        reply: Map<String, Value>,
+    },
+    /// A connection was accepted, or ended (for `--ephemeral`).
+    Connected,
+    Disconnected,
+    /// A send made on the agent's behalf finished (for the transcript).
+    Relayed {
+        result: Value,
+        reply_of: Option<String>,
+    },
+}
+
+/// A JSON-RPC error to answer with.
+#[derive(Debug)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+}
+
+/// State shared by the listener threads; written by the foreground only
+/// through atomics and the manifest snapshot.
+pub struct Shared {
+    pub config: Config,
+    pub instance_id: String,
+    pub spool: Arc<Spool>,
+    pub state: AtomicU8,
+    pub paused: AtomicBool,
+    pub manifest: Mutex<Manifest>,
+    /// Our registry directory; the directories scanned for senders are
+    /// derived from it each time, so a zcoder registry created later counts.
+    pub registry: PathBuf,
+    pub policy: Policy,
+    pub stopping: AtomicBool,
+    /// The event stream; connection threads emit acceptances and
+    /// refusals into it themselves.
+    pub hub: Arc<Hub>,
+    /// Set by the foreground while a new task would make it act (start a
+    /// turn, ask for an approval, arm a `--ttl` timer). Otherwise an
+    /// acceptance does not wake it: it looks at the queue again whenever
+    /// it next wakes for its own reasons.
+    pub wake_on_accept: AtomicBool,
+    connections: AtomicUsize,
+    events: chan::Sender<Event>,
+}
+
+/// Methods this version answers, as `initialize` lists them.
+pub const METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "agent/info",
+    "message/send",
+    "control/pause",
+    "control/resume",
+    "control/status",
+    "inbox/list",
+    "inbox/claim",
+    "inbox/complete",
+    "inbox/requeue",
+    "inbox/discard",
+    "relay/send",
+    "events/subscribe",
+    "approval/respond",
+    "turn/cancel",
+    "turn/local",
+];
+
+impl Shared {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: Config,
+        instance_id: String,
+        spool: Arc<Spool>,
+        manifest: Manifest,
+        registry: PathBuf,
+        policy: Policy,
+        paused: bool,
+        hub: Arc<Hub>,
+        events: chan::Sender<Event>,
+    ) -> Shared {
+        Shared {
+            config,
+            instance_id,
+            spool,
+            state: AtomicU8::new(if paused { State::Paused } else { State::Ready } as u8),
+            paused: AtomicBool::new(paused),
+            manifest: Mutex::new(manifest),
+            registry,
+            policy,
+            stopping: AtomicBool::new(false),
+            hub,
+            wake_on_accept: AtomicBool::new(true),
+            connections: AtomicUsize::new(0),
+            events,
+        }
+    }
+
+    pub fn state(&self) -> State {
+        State::from_u8(self.state.load(Ordering::SeqCst))
+    }
+
+    pub fn set_state(&self, s: State) {
+        self.state.store(s as u8, Ordering::SeqCst);
+        self.manifest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .state = s.as_str().to_string();
+    }
+}
+
+/// Runs the accept loop until `shared.stopping` is set and a connection
+/// wakes it. It blocks in `accept`: an idle instance uses no CPU.
+pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
+    let me = sys::euid();
+    // Refusals of other users are logged at most once a second.
+    let mut last_refusal: Option<std::time::Instant> = None;
+    for conn in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let stream = match conn {
+            Ok(s) => s,
+            Err(_) => {
+                // EMFILE and friends: back off instead of spinning.
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let cred = match sys::peer_cred(&stream) {
+            Ok(c) if c.uid == me => c,
+            Ok(c) => {
+                if last_refusal.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    last_refusal = Some(std::time::Instant::now());
+                    eprintln!(
+                        "baton: refused a connection from uid {} (not uid {me}) before reading from it",
+                        c.uid
+                    );
+                }
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let n = shared.connections.fetch_add(1, Ordering::SeqCst);
+        if n >= shared.config.max_connections {
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+            refuse_over_cap(
+                stream,
+                shared.config.max_connections,
+                shared.config.io_timeout,
+            );
+            continue;
+        }
+        let s = Arc::clone(&shared);
+        let spawned = std::thread::Builder::new()
+            .name("baton-conn".into())
+            .spawn(move || {
+                // Counted down even if the thread panics: a panic closes
+                // this connection only.
+                let _guard = ConnectionGuard(Arc::clone(&s));
+                let _ = s.events.send(Event::Connected);
+                conn::serve_connection(stream, cred.pid, &s);
+            });
+        if spawned.is_err() {
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Ends a connection's accounting when its thread ends, however it ends.
+struct ConnectionGuard(Arc<Shared>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        // An acceptance recorded but not yet written, if the thread ended
+        // between the two.
+        self.0.hub.flush();
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+        let _ = self.0.events.send(Event::Disconnected);
+    }
+}
+
+fn refuse_over_cap(mut stream: UnixStream, cap: usize, timeout: Duration) {
+    let _ = stream.set_write_timeout(Some(timeout));
+    let line = wire::error_line(
+        &Value::Null,
+        wire::CONNECTION_ERROR,
+        &format!("too many connections: the limit is {cap}"),
+        None,
+    );
+    let _ = wire::write_all(&mut stream, &line);
+}
+
+fn missing(field: &str) -> RpcError {
+    RpcError::new(
+        wire::INVALID_PARAMS,
+        format!("invalid params: {field} is missing"),
+    )
+}
+
+fn bad_type(field: &str, want: &str) -> RpcError {
+    RpcError::new(
+        wire::INVALID_PARAMS,
+        format!("invalid params: {field} must be {want}"),
+    )
+}

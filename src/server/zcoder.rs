@@ -1,0 +1,148 @@
+//! A zcoder connection gets exactly one answer, in zcoder's own frame and
+//! with zcoder's statuses only (docs/zcoder.md): its header names the
+//! payload's length, the payload is read exactly, an `enqueue` goes
+//! through the same delivery checks as `message/send`, and the connection
+//! closes.
+
+use super::Shared;
+use super::conn::{Peer, Writer, answer_then_flush, write_line};
+use super::deliver::deliver;
+use super::request::SendRequest;
+use crate::registry;
+use crate::status::Status;
+use crate::wire::{self, LineReader, ReadError};
+use serde_json::{Map, Value, json};
+
+/// What a ping is answered when it reaches its target.
+const PONG: &str = "pong";
+
+/// An ack frame: `pong`, or one of zcoder's statuses.
+pub(super) fn ack_frame(
+    message_id: &str,
+    status: &str,
+    queue_position: Option<u64>,
+    shared: &Shared,
+) -> Vec<u8> {
+    let mut ack = json!({
+        "protocol": 1,
+        "type": "ack",
+        "message_id": message_id,
+        "status": status,
+        "state": shared.state().as_str(),
+    });
+    if let Some(p) = queue_position {
+        ack["queue_position"] = json!(p);
+    }
+    wire::zcoder_frame(&serde_json::to_vec(&ack).expect("serializes"))
+}
+
+/// The ack of a frame that cannot be read as a request.
+pub(super) fn invalid(shared: &Shared) -> Vec<u8> {
+    ack_frame("", Status::Invalid.as_str(), None, shared)
+}
+
+/// One zcoder request on a connection whose first line was its header:
+/// read exactly the declared payload, answer one frame, close.
+pub(super) fn request(
+    shared: &Shared,
+    reader: &mut LineReader,
+    out: &Writer,
+    header: &[u8],
+    peer: &Peer,
+) {
+    let cfg = &shared.config;
+    let n = match wire::zcoder_length(header, cfg.max_bytes) {
+        Ok(n) => n,
+        Err(_) => {
+            write_line(out, &invalid(shared));
+            return;
+        }
+    };
+    let payload = match reader.read_exact_within(n, cfg.io_timeout) {
+        Ok(p) => p,
+        // The peer is gone: no answer is possible.
+        Err(ReadError::Truncated | ReadError::Io(_)) => return,
+        Err(_) => {
+            write_line(out, &invalid(shared));
+            return;
+        }
+    };
+    let ack = match wire::parse_flat(&payload) {
+        Ok(obj) => answer(shared, &obj, peer),
+        Err(_) => invalid(shared),
+    };
+    answer_then_flush(shared, out, &ack);
+}
+
+fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
+    let message_id = obj
+        .get("message_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let ack = |status: &str| ack_frame(&message_id, status, None, shared);
+    if obj.get("protocol") != Some(&json!(1)) {
+        return ack(Status::Unsupported.as_str());
+    }
+    match obj.get("type").and_then(Value::as_str) {
+        Some("ping") => match obj.get("target_instance_id") {
+            Some(Value::String(t)) if *t != shared.instance_id => ack(Status::WrongTarget.as_str()),
+            None | Some(Value::String(_)) => ack(PONG),
+            Some(_) => ack(Status::Invalid.as_str()),
+        },
+        Some("enqueue") => {
+            let Some(req) = send_request(obj) else {
+                return ack(Status::Invalid.as_str());
+            };
+            match deliver(shared, req, None, peer, "zcoder") {
+                Ok(r) => {
+                    let status = match r.status {
+                        // zcoder has no word for these; the transcript
+                        // keeps the precise status.
+                        Status::HopLimit | Status::InflightFull | Status::Denied => Status::Invalid,
+                        s => s,
+                    };
+                    ack_frame(
+                        &message_id,
+                        status.as_str(),
+                        r.queue_position.map(|p| p as u64),
+                        shared,
+                    )
+                }
+                // Storage failed: nothing was accepted; `full` tells a
+                // zcoder sender to try again later.
+                Err(_) => ack(Status::Full.as_str()),
+            }
+        }
+        _ => ack(Status::Unsupported.as_str()),
+    }
+}
+
+/// Maps a zcoder `enqueue` onto `message/send`'s request; `None` when a
+/// field has the wrong type.
+fn send_request(obj: &Map<String, Value>) -> Option<SendRequest> {
+    let s = |k: &str| -> Option<Option<String>> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Some(None),
+            Some(Value::String(v)) => Some(Some(v.clone())),
+            Some(_) => None,
+        }
+    };
+    for k in ["sender_pid", "created_at"] {
+        if obj.get(k).is_some_and(|v| !v.is_null() && !v.is_u64()) {
+            return None;
+        }
+    }
+    let project = s("sender_project")?;
+    Some(SendRequest {
+        message_id: s("message_id")??,
+        target_instance_id: s("target_instance_id")??,
+        body: s("body")??,
+        sender_instance_id: s("sender_instance_id")?,
+        sender_name: project.map(|p| registry::default_name(std::path::Path::new(&p))),
+        sender_workspace: s("sender_workspace")?,
+        hop: Some(0),
+        in_reply_to: None,
+        mode: "queue".into(),
+    })
+}

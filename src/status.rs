@@ -1,0 +1,182 @@
+//! A delivery status has one spelling on every wire and one exit code:
+//! this enum is the only place either is written down. It covers what a
+//! receiver answers to `message/send` (docs/protocol.md §5), what a sender
+//! adds on its side (`stored`, `no_target`, `transport`: §3 `relay/send`,
+//! §8 offline delivery), zcoder's `unsupported` (§9), and `error`, which a
+//! `message.rejected` event carries when the spool failed to store a task
+//! (answered -32603: an internal error, never a verdict).
+
+use crate::error::ExitCode;
+use std::fmt;
+use std::str::FromStr;
+
+/// What became of one task offered for delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// In the receiver's spool; carries `queue_position`.
+    Accepted,
+    /// The same id and body were accepted before; nothing new was stored.
+    Duplicate,
+    /// Senders only: the name is not running, and the task waits in its
+    /// spool.
+    Stored,
+    /// A value is wrong, the sender is not verified, or the id was reused
+    /// with another body.
+    Invalid,
+    /// The receiver is not the instance the sender meant.
+    WrongTarget,
+    /// A sender policy (or a sender-side guard) refuses the send.
+    Denied,
+    /// `hop` is over `BATON_MAX_HOPS`.
+    HopLimit,
+    /// The receiver is paused.
+    Paused,
+    /// The sender already has `BATON_MAX_INFLIGHT` unfinished tasks there.
+    InflightFull,
+    /// The receiver's queue holds `BATON_MAX_QUEUE` tasks.
+    Full,
+    /// Senders only: no single instance or spool has the name.
+    NoTarget,
+    /// Senders only: the task could not be handed over (the connection
+    /// failed, or the receiver answered an error); it may be retried with
+    /// the same id.
+    Transport,
+    /// A zcoder receiver did not understand the frame.
+    Unsupported,
+    /// The spool failed to store the task (recorded in `message.rejected`
+    /// only; the sender gets an error, never this as a verdict).
+    Error,
+}
+
+impl Status {
+    /// Every status, in the order of the table in docs/protocol.md.
+    pub const ALL: [Status; 14] = [
+        Status::Accepted,
+        Status::Duplicate,
+        Status::Stored,
+        Status::Invalid,
+        Status::WrongTarget,
+        Status::Denied,
+        Status::HopLimit,
+        Status::Paused,
+        Status::InflightFull,
+        Status::Full,
+        Status::NoTarget,
+        Status::Transport,
+        Status::Unsupported,
+        Status::Error,
+    ];
+
+    /// The wire spelling, the same as serde's.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Accepted => "accepted",
+            Status::Duplicate => "duplicate",
+            Status::Stored => "stored",
+            Status::Invalid => "invalid",
+            Status::WrongTarget => "wrong_target",
+            Status::Denied => "denied",
+            Status::HopLimit => "hop_limit",
+            Status::Paused => "paused",
+            Status::InflightFull => "inflight_full",
+            Status::Full => "full",
+            Status::NoTarget => "no_target",
+            Status::Transport => "transport",
+            Status::Unsupported => "unsupported",
+            Status::Error => "error",
+        }
+    }
+
+    /// The exit status of `baton send` for a result with this status
+    /// (baton(1)): 0 when the task is, or was, in the receiver's care.
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            Status::Accepted | Status::Duplicate | Status::Stored => ExitCode::Ok,
+            Status::NoTarget => ExitCode::NoTarget,
+            Status::Transport => ExitCode::Transport,
+            Status::Invalid
+            | Status::WrongTarget
+            | Status::Denied
+            | Status::HopLimit
+            | Status::Paused
+            | Status::InflightFull
+            | Status::Full
+            | Status::Unsupported
+            | Status::Error => ExitCode::Refused,
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A string that spells no status.
+#[derive(Debug, PartialEq, Eq)]
+pub struct UnknownStatus(pub String);
+
+impl fmt::Display for UnknownStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown delivery status {:?}", self.0)
+    }
+}
+
+impl std::error::Error for UnknownStatus {}
+
+impl FromStr for Status {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Status, UnknownStatus> {
+        Status::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_parse_and_display_spell_every_status_alike() {
+        for st in Status::ALL {
+            let wire = serde_json::to_value(st).unwrap();
+            assert_eq!(wire, serde_json::json!(st.as_str()));
+            assert_eq!(serde_json::from_value::<Status>(wire).unwrap(), st);
+            assert_eq!(st.as_str().parse::<Status>(), Ok(st));
+            assert_eq!(st.to_string(), st.as_str());
+        }
+        assert_eq!(
+            "Accepted".parse::<Status>(),
+            Err(UnknownStatus("Accepted".into()))
+        );
+        assert!(serde_json::from_str::<Status>(r#""pong""#).is_err());
+    }
+
+    #[test]
+    fn exit_codes_are_those_of_baton_send() {
+        let code = |s: &str| s.parse::<Status>().unwrap().exit_code();
+        for s in ["accepted", "duplicate", "stored"] {
+            assert_eq!(code(s), ExitCode::Ok, "{s}");
+        }
+        assert_eq!(code("no_target"), ExitCode::NoTarget);
+        assert_eq!(code("transport"), ExitCode::Transport);
+        for s in [
+            "invalid",
+            "wrong_target",
+            "denied",
+            "hop_limit",
+            "paused",
+            "inflight_full",
+            "full",
+            "unsupported",
+            "error",
+        ] {
+            assert_eq!(code(s), ExitCode::Refused, "{s}");
+        }
+    }
+}
