@@ -1129,6 +1129,10 @@ fn trickle(socket: PathBuf, ready: Arc<Barrier>) -> Trickled {
                     closed_after: Some(start.elapsed()),
                 };
             }
+            // A read with a timeout returns EINTR when the whole process is
+            // stopped and resumed (a frozen container, say), with no
+            // signal handler involved: read again.
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => panic!("trickler read: {e}"),
         }
     }
