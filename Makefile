@@ -35,12 +35,31 @@ demo: build
 # The reliability suite (tests/reliability.rs) needs baton built with its
 # fail points; `test` runs its fast part, `test-slow` the long runs (a
 # 500-cycle crash loop, 8 senders x 10,000 tasks: about three minutes).
+# A slow test skips itself without BATON_SLOW=1, and one that ran to its
+# end prints `slow test ran: NAME`; `test-slow` counts those lines in its
+# log and fails when none ran, or (under BATON_REQUIRE_ALL=1, as in CI)
+# when fewer ran than `--list` names.
+RELIABILITY = $(CARGO) test $(CARGOFLAGS) --features failpoints --test reliability
+SLOW_LOG = target/test-slow.log
+
 test:
 	$(CARGO) test $(CARGOFLAGS)
-	$(CARGO) test $(CARGOFLAGS) --features failpoints --test reliability
+	$(RELIABILITY)
 
 test-slow:
-	BATON_SLOW=1 $(CARGO) test $(CARGOFLAGS) --features failpoints --test reliability -- _slow
+	mkdir -p target
+	{ BATON_SLOW=1 $(RELIABILITY) -- _slow 2>&1 || echo "test-slow: cargo test failed (exit $$?)"; } | tee $(SLOW_LOG)
+	@set -eu; \
+	if grep -q '^test-slow: cargo test failed' $(SLOW_LOG); then exit 1; fi; \
+	listed=$$($(RELIABILITY) -- _slow --list 2>/dev/null | grep -c ': test$$' || true); \
+	ran=$$(grep -o 'slow test ran: [A-Za-z0-9_]*' $(SLOW_LOG) | sort -u | wc -l | tr -d ' '); \
+	echo "test-slow: $$ran of $$listed slow tests ran"; \
+	if [ "$$ran" -eq 0 ]; then \
+		echo "test-slow: BATON_SLOW=1 ran no slow test" >&2; exit 1; \
+	fi; \
+	if [ "$$ran" -lt "$$listed" ] && [ "$${BATON_REQUIRE_ALL:-}" = 1 ]; then \
+		echo "test-slow: a slow test skipped itself (BATON_REQUIRE_ALL=1)" >&2; exit 1; \
+	fi
 
 # One table of baton against baselines measured in the same run (see
 # docs/performance.md); exits 1 when a ratio misses its target by more

@@ -6,12 +6,13 @@
 //! and transcript rotation.
 
 use crate::util::{
-    Env, RawClient, Served, lines_of, manifests, me_as_instance, transcript, wait_until,
+    Env, RawClient, event_is, lines_of, manifests, me_as_instance, transcript, transcript_until,
+    wait_until,
 };
 use serde_json::{Value, json};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -45,12 +46,6 @@ fn send(c: &mut RawClient, params: Value) -> Value {
 fn assert_accepted(r: &Value, position: u64) {
     assert_eq!(r["status"], "accepted", "{r}");
     assert_eq!(r["queue_position"], position, "{r}");
-}
-
-/// The instance's spool directory, as `control/status` reports it.
-fn spool_of(c: &mut RawClient) -> PathBuf {
-    let s = call(c, "control/status", json!({}));
-    PathBuf::from(s["spool"].as_str().unwrap_or_else(|| panic!("{s}")))
 }
 
 /// `inbox/list`'s `awaiting_approval`.
@@ -90,22 +85,37 @@ fn text_of(path: &Path) -> String {
 
 /// Recorded events of `kind` about task `id`.
 fn events(spool: &Path, kind: &str, id: &str) -> Vec<Value> {
-    transcript(spool)
-        .into_iter()
-        .filter(|e| e["kind"] == kind && e["message_id"] == id)
+    of(&transcript(spool), kind, id)
+}
+
+/// The events of `kind` about task `id` among `events`.
+fn of(events: &[Value], kind: &str, id: &str) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| event_is(e, kind, id))
+        .cloned()
         .collect()
 }
 
-/// Recorded events of `kind` about task `id`, once there is one (the
-/// receipt is written before the event).
+/// Sends `params` again, for a task the instance has already decided
+/// about, and returns the transcript up to the `message.rejected` that
+/// records the `duplicate` answer. The retry goes out after a call the
+/// instance's loop answered (`inbox/list`), so everything the loop did
+/// with the task until then (asking, denying, starting a turn, an event
+/// written twice) is recorded before that event: a test that asserts
+/// that something did not happen looks there.
 #[track_caller]
-fn wait_events(spool: &Path, kind: &str, id: &str) -> Vec<Value> {
-    wait_until(&format!("a {kind} event for {id}"), WAIT, || {
-        !events(spool, kind, id).is_empty()
-    });
-    // One more look, so a duplicate written just after is seen too.
-    thread::sleep(Duration::from_millis(50));
-    events(spool, kind, id)
+fn upto_duplicate(c: &mut RawClient, spool: &Path, params: Value) -> Vec<Value> {
+    queued_ids(c);
+    let id = params["message_id"].as_str().unwrap().to_string();
+    let r = send(c, params);
+    assert_eq!(r["status"], "duplicate", "{r}");
+    transcript_until(
+        spool,
+        &format!("the duplicate of {id} refused"),
+        WAIT,
+        |e| event_is(e, "message.rejected", &id) && e["status"] == "duplicate",
+    )
 }
 
 /// The receipt `done/<id>.json`, once it exists.
@@ -156,20 +166,6 @@ fn read_until(c: &mut RawClient, what: &str, mut stop: impl FnMut(&Value) -> boo
     panic!("no {what} in {} messages", seen.len());
 }
 
-/// Waits up to `timeout` for the instance to exit; its exit code.
-fn wait_exit(inst: &mut Served, timeout: Duration) -> Option<i32> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(st) = inst.proc.child.try_wait().unwrap() {
-            return st.code();
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// A child this test started itself; killed and reaped when dropped.
 struct Guard(Child);
 
@@ -191,7 +187,7 @@ fn ask_waits_without_blocking_acceptance_and_approve_or_deny_decide() {
     let ran = ws.join("ran.txt");
     let inst = env.serve(&ws, &["--exec", RECORD, "--approve", "ask"]);
     let mut c = inst.client();
-    let spool = spool_of(&mut c);
+    let spool = inst.spool();
 
     let r = send(&mut c, inst.msg("ask-1", "first"));
     assert_accepted(&r, 1);
@@ -201,7 +197,10 @@ fn ask_waits_without_blocking_acceptance_and_approve_or_deny_decide() {
     });
 
     // Waiting is not running: nothing ran for a second and the instance
-    // stays ready.
+    // stays ready. Once approval.requested is recorded nothing is due
+    // until someone decides, so no event marks the moment by which an
+    // unapproved turn would have started on its own (a timer, say):
+    // watching for a while is the only way to see that none does.
     thread::sleep(Duration::from_secs(1));
     assert!(
         !ran.exists(),
@@ -245,7 +244,11 @@ fn ask_waits_without_blocking_acceptance_and_approve_or_deny_decide() {
     wait_until("ask-2 to wait for approval", WAIT, || {
         awaiting(&mut c) == ["ask-2"]
     });
-    thread::sleep(Duration::from_millis(500));
+    // The loop answered that after it had come to ask-2 and asked: had it
+    // started ask-2's turn instead, or as well, the turn would show here.
+    let st = call(&mut c, "control/status", json!({}));
+    assert_eq!(st["turn"], Value::Null, "{st}");
+    assert!(events(&spool, "turn.started", "ask-2").is_empty());
     assert_eq!(text_of(&ran), "ask-1\n");
     assert_eq!(call(&mut c, "ping", json!({}))["state"], "ready");
     let resolved = events(&spool, "approval.resolved", "ask-1");
@@ -261,12 +264,6 @@ fn ask_waits_without_blocking_acceptance_and_approve_or_deny_decide() {
     let receipt = wait_receipt(&spool, "ask-2");
     assert_eq!(receipt["outcome"], "denied", "{receipt}");
     assert_eq!(receipt["message_id"], "ask-2", "{receipt}");
-    let denied = events(&spool, "task.denied", "ask-2");
-    assert_eq!(denied.len(), 1, "{denied:?}");
-    assert_eq!(denied[0]["by"], "approval/respond");
-    thread::sleep(Duration::from_millis(300));
-    assert_eq!(text_of(&ran), "ask-1\n");
-    assert!(events(&spool, "turn.started", "ask-2").is_empty());
     assert!(awaiting(&mut c).is_empty());
     assert!(queued_ids(&mut c).is_empty());
     // Decided once; a second answer and a retried send change nothing.
@@ -274,12 +271,16 @@ fn ask_waits_without_blocking_acceptance_and_approve_or_deny_decide() {
         respond(&mut c, "ask-2", "approve")["reason"],
         "no task ask-2 is waiting for approval"
     );
-    assert_eq!(
-        send(&mut c, inst.msg("ask-2", "second"))["status"],
-        "duplicate"
-    );
-    thread::sleep(Duration::from_millis(300));
+    let upto = upto_duplicate(&mut c, &spool, inst.msg("ask-2", "second"));
+    let denied = of(&upto, "task.denied", "ask-2");
+    assert_eq!(denied.len(), 1, "{denied:?}");
+    assert_eq!(denied[0]["by"], "approval/respond");
+    assert_eq!(of(&upto, "approval.requested", "ask-2").len(), 1);
+    assert_eq!(of(&upto, "message.accepted", "ask-2").len(), 1);
+    assert!(of(&upto, "turn.started", "ask-2").is_empty());
     assert_eq!(text_of(&ran), "ask-1\n");
+    assert!(awaiting(&mut c).is_empty());
+    assert!(queued_ids(&mut c).is_empty());
 }
 
 #[test]
@@ -289,7 +290,7 @@ fn approve_deny_never_runs_anything() {
     let ran = ws.join("ran.txt");
     let inst = env.serve(&ws, &["--exec", RECORD, "--approve", "deny"]);
     let mut c = inst.client();
-    let spool = spool_of(&mut c);
+    let spool = inst.spool();
 
     // Positions vary: the first may be refused before the second comes.
     for id in ["deny-1", "deny-2"] {
@@ -298,12 +299,14 @@ fn approve_deny_never_runs_anything() {
     }
     for id in ["deny-1", "deny-2"] {
         assert_eq!(wait_receipt(&spool, id)["outcome"], "denied");
-        let denied = wait_events(&spool, "task.denied", id);
+    }
+    let upto = upto_duplicate(&mut c, &spool, inst.msg("deny-2", "do it"));
+    for id in ["deny-1", "deny-2"] {
+        let denied = of(&upto, "task.denied", id);
         assert_eq!(denied.len(), 1, "{denied:?}");
         assert_eq!(denied[0]["by"], "--approve deny");
-        assert!(events(&spool, "turn.started", id).is_empty());
+        assert!(of(&upto, "turn.started", id).is_empty());
     }
-    thread::sleep(Duration::from_millis(300));
     assert!(!ran.exists(), "{}", text_of(&ran));
     assert!(queued_ids(&mut c).is_empty());
     assert!(awaiting(&mut c).is_empty());
@@ -347,7 +350,11 @@ fn sysadmin_profile_asks_and_takes_auto_only_with_yes() {
     wait_until("sys-1 to wait for approval", WAIT, || {
         awaiting(&mut c) == ["sys-1"]
     });
-    thread::sleep(Duration::from_millis(500));
+    // The loop answered that after it had come to sys-1 and asked: had it
+    // started sys-1's turn instead, or as well, the turn would show here.
+    let st = call(&mut c, "control/status", json!({}));
+    assert_eq!(st["turn"], Value::Null, "{st}");
+    assert!(events(&inst.spool(), "turn.started", "sys-1").is_empty());
     assert!(!asking.join("ran.txt").exists());
 
     // With --yes, auto is taken at its word.
@@ -459,7 +466,7 @@ fn controllers_get_approval_requests_and_answer_them_by_id() {
     let ran = ws.join("ran.txt");
     let inst = env.serve(&ws, &["--exec", RECORD, "--approve", "ask"]);
     let mut c = inst.client();
-    let spool = spool_of(&mut c);
+    let spool = inst.spool();
 
     // A controller that was there first.
     let mut ctl = inst.client();
@@ -478,15 +485,24 @@ fn controllers_get_approval_requests_and_answer_them_by_id() {
             .any(|m| is_event(m, "approval.requested", "ctl-1")),
         "the event comes before the request: {seen:?}"
     );
-    thread::sleep(Duration::from_millis(300));
+    // The loop asked, and answers this after it did: had it started
+    // ctl-1's turn instead, or as well, the turn would show here.
+    assert_eq!(awaiting(&mut c), ["ctl-1"]);
+    let st = call(&mut c, "control/status", json!({}));
+    assert_eq!(st["turn"], Value::Null, "{st}");
     assert!(!ran.exists());
 
-    // An answer to a request never sent is dropped without an answer.
+    // An answer to a request never sent is dropped without an answer. The
+    // controller's connection hands the reply to the loop before it reads
+    // the ping, so the loop has dealt with the reply before it answers the
+    // next call from anyone.
     decide_by_reply(&mut ctl, "approval-999", "approve");
     assert_eq!(ctl.call(8, "ping", json!({}))["result"]["status"], "pong");
-    thread::sleep(Duration::from_millis(300));
-    assert!(!ran.exists());
     assert_eq!(awaiting(&mut c), ["ctl-1"]);
+    let st = call(&mut c, "control/status", json!({}));
+    assert_eq!(st["turn"], Value::Null, "{st}");
+    assert!(events(&spool, "approval.resolved", "ctl-1").is_empty());
+    assert!(!ran.exists());
 
     decide_by_reply(&mut ctl, &rid, "approve");
     let seen = read_until(&mut ctl, "turn.finished of ctl-1", |m| {
@@ -520,9 +536,6 @@ fn controllers_get_approval_requests_and_answer_them_by_id() {
     let rid = request_id(&first, "ctl-2");
     decide_by_reply(&mut late, &rid, "deny");
     assert_eq!(wait_receipt(&spool, "ctl-2")["outcome"], "denied");
-    let denied = wait_events(&spool, "task.denied", "ctl-2");
-    assert_eq!(denied.len(), 1, "{denied:?}");
-    assert_eq!(denied[0]["by"], "approval/request");
     let seen = read_until(&mut plain, "task.denied of ctl-2", |m| {
         is_event(m, "task.denied", "ctl-2")
     });
@@ -535,7 +548,11 @@ fn controllers_get_approval_requests_and_answer_them_by_id() {
             .any(|m| is_event(m, "approval.resolved", "ctl-2")),
         "{seen:?}"
     );
-    thread::sleep(Duration::from_millis(300));
+    let upto = upto_duplicate(&mut c, &spool, inst.msg("ctl-2", "and me"));
+    let denied = of(&upto, "task.denied", "ctl-2");
+    assert_eq!(denied.len(), 1, "{denied:?}");
+    assert_eq!(denied[0]["by"], "approval/request");
+    assert!(of(&upto, "turn.started", "ctl-2").is_empty());
     assert_eq!(text_of(&ran), "ctl-1\n");
 }
 
@@ -584,7 +601,7 @@ fn watch_approve_prompts_and_answers_from_stdin() {
         &["--exec", RECORD, "--approve", "ask", "--name", "watched"],
     );
     let mut c = inst.client();
-    let spool = spool_of(&mut c);
+    let spool = inst.spool();
 
     let out_path = env.root.join("watch.out");
     let err_path = env.root.join("watch.err");
@@ -633,7 +650,9 @@ fn watch_approve_prompts_and_answers_from_stdin() {
     wait_until("watch to say it denied", WAIT, || {
         text_of(&err_path).contains("baton: deny w-2\n")
     });
-    thread::sleep(Duration::from_millis(300));
+    let upto = upto_duplicate(&mut c, &spool, inst.msg("w-2", "not me"));
+    assert_eq!(of(&upto, "task.denied", "w-2").len(), 1, "{upto:?}");
+    assert!(of(&upto, "turn.started", "w-2").is_empty());
     assert_eq!(text_of(&ran), "w-1\n");
     assert!(
         watch.0.try_wait().unwrap().is_none(),
@@ -654,7 +673,7 @@ fn events_of_a_task_arrive_in_order_and_replay_matches_the_transcript() {
     let ws = env.workspace("ws");
     let inst = env.serve(&ws, &["--exec", "printf 'hello\\n'", "--name", "ev"]);
     let mut c = inst.client();
-    let spool = spool_of(&mut c);
+    let spool = inst.spool();
 
     let mut sub = inst.client();
     let r = call(&mut sub, "events/subscribe", json!({}));
@@ -786,7 +805,7 @@ fn subscribers_that_leave_or_stall_do_not_disturb_the_instance() {
         &["--exec", handler],
     );
     let mut c = inst.client();
-    let spool = spool_of(&mut c);
+    let spool = inst.spool();
 
     // One that leaves at once, one that never reads again, one that reads
     // a little and leaves, and one that keeps up.
@@ -865,7 +884,10 @@ fn subscribers_that_leave_or_stall_do_not_disturb_the_instance() {
     }
 
     // The stalled one was cut off (its writes timed out) rather than
-    // waited for: buffered events, then end of stream.
+    // waited for: buffered events, then end of stream. Nothing records the
+    // cut (it is not an event), and reading now would unstall it: waiting
+    // out BATON_IO_TIMEOUT (1 s) is the only way to be sure its write
+    // deadline has passed.
     thread::sleep(Duration::from_millis(1500));
     let mut got = 0usize;
     let mut buffered = 0usize;
@@ -926,7 +948,7 @@ fn a_sender_that_stops_reading_holds_back_no_event() {
     // is watched in the spool: an answer to anyone else would write the
     // pending events too.
     let mut c = inst.client();
-    let inbox = spool_of(&mut c).join("inbox");
+    let inbox = inst.spool().join("inbox");
     let mut last = (usize::MAX, Instant::now());
     wait_until("the queue to stop growing", WAIT, || {
         let q = fs::read_dir(&inbox).unwrap().count();
@@ -966,7 +988,7 @@ fn a_subscriber_that_falls_behind_is_cut_off_not_left_hanging() {
         &["--exec", handler],
     );
     let mut c = inst.client();
-    let spool = spool_of(&mut c);
+    let spool = inst.spool();
     let mut slow = inst.client();
     let first = call(&mut slow, "events/subscribe", json!({}))["next_seq"]
         .as_u64()
@@ -1016,6 +1038,9 @@ fn ephemeral_waits_for_a_first_client_and_exits_a_second_after_the_last() {
     let env = Env::new();
     let ws = env.workspace("ws");
     let mut inst = env.serve(&ws, &["--ephemeral"]);
+    // An instance that waits for its first client records nothing while it
+    // waits: no event marks the moment it would have given up by, so a
+    // while (twice the one-second grace) is watched.
     thread::sleep(Duration::from_secs(2));
     assert!(inst.is_running(), "exited with no client ever seen");
 
@@ -1023,7 +1048,7 @@ fn ephemeral_waits_for_a_first_client_and_exits_a_second_after_the_last() {
     assert_eq!(call(&mut c, "ping", json!({}))["status"], "pong");
     drop(c);
     let left = Instant::now();
-    let code = wait_exit(&mut inst, Duration::from_secs(5));
+    let code = inst.wait_exit(Duration::from_secs(5));
     let took = left.elapsed();
     assert_eq!(code, Some(0), "{}", inst.stderr());
     assert!(took >= Duration::from_millis(800), "exited after {took:?}");
@@ -1039,6 +1064,9 @@ fn ephemeral_reconnect_inside_the_grace_period_cancels_the_exit() {
 
     let c = inst.client();
     drop(c);
+    // Inside the one-second grace, and then past it: clients coming and
+    // going are not events, so nothing recorded marks the moment the
+    // instance would have exited by; time is the only measure.
     thread::sleep(Duration::from_millis(300));
     let mut c = inst.client();
     thread::sleep(Duration::from_secs(2));
@@ -1048,7 +1076,7 @@ fn ephemeral_reconnect_inside_the_grace_period_cancels_the_exit() {
 
     drop(c);
     assert_eq!(
-        wait_exit(&mut inst, Duration::from_secs(5)),
+        inst.wait_exit(Duration::from_secs(5)),
         Some(0),
         "{}",
         inst.stderr()
@@ -1139,7 +1167,7 @@ fn steer_goes_ahead_and_joins_the_open_turn_of_its_sender() {
         call(&mut c, "inbox/claim", json!({})),
         json!({"status": "empty"})
     );
-    let spool = spool_of(&mut c);
+    let spool = inst.spool();
     let claimed = events(&spool, "task.claimed", "s-a");
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0]["follow_up_of"], "t-1");
@@ -1193,7 +1221,7 @@ fn the_transcript_rotates_within_its_bound_and_log_reads_both_files() {
     let vars = [("BATON_FSYNC", "off")];
     let mut inst = env.serve_with(&ws, &vars, &["--name", "rot", "--exec", handler]);
     let mut c = inst.client();
-    let spool = spool_of(&mut c);
+    let spool = inst.spool();
     let (cur, old) = (
         spool.join("transcript.jsonl"),
         spool.join("transcript.1.jsonl"),
@@ -1236,8 +1264,7 @@ fn the_transcript_rotates_within_its_bound_and_log_reads_both_files() {
     let next = seqs.last().unwrap() + 2;
     let after_fill = fill_to(&cur, ROTATE_BYTES - 64, next);
     let inst2 = env.serve_with(&ws, &vars, &["--name", "rot", "--exec", handler]);
-    let mut c2 = inst2.client();
-    assert_eq!(spool_of(&mut c2), spool);
+    assert_eq!(inst2.spool(), spool);
     let kept = lines_of(&old);
     assert_eq!(
         kept[0]["seq"],

@@ -35,51 +35,11 @@ use baton::server::{METHODS, SendRequest};
 use baton::wire::{self, FrameError, Incoming, LineReader, ReadError};
 use serde_json::{Map, Value, json};
 
-use crate::util::{Env, Served, wait_until};
+use crate::util::{Env, Rng, Served, wait_until};
 
 // ---------------------------------------------------------------------
 // The generator: a seeded PRNG and structure-aware inputs.
 // ---------------------------------------------------------------------
-
-/// xorshift64*: tiny, fast, and the same sequence for the same seed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        // One splitmix64 step, so that small seeds give a lively state;
-        // xorshift must never hold 0.
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform enough in `0..n`; `n > 0`.
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn one_in(&mut self, n: usize) -> bool {
-        self.below(n) == 0
-    }
-
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.below(xs.len())]
-    }
-
-    fn byte(&mut self) -> u8 {
-        (self.next() >> 56) as u8
-    }
-}
 
 /// The seed of this run: `BATON_FUZZ_SEED` (decimal or 0x-hex), else the
 /// clock.

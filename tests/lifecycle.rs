@@ -30,7 +30,9 @@ fn an_idle_instance_does_not_wake_up() {
     let env = Env::new();
     let ws = env.workspace("idle");
     let s = env.serve(&ws, &["--name", "idle"]);
-    // Let startup settle, then watch for two seconds.
+    // Let startup settle, then watch for two seconds. Not waking up is the
+    // absence of anything at all, which no event can mark: a window of
+    // time is the only way to watch for it.
     std::thread::sleep(Duration::from_millis(300));
     let before = wakeups(s.proc.pid());
     std::thread::sleep(Duration::from_secs(2));

@@ -1027,22 +1027,9 @@ fn missed_line_deadline_gets_one_error_then_close() {
     assert!(took >= Duration::from_millis(250), "error after {took:?}");
     assert!(took < Duration::from_secs(2), "error after {took:?}");
 
-    // On a fresh connection, before anything else; and a line that keeps
-    // trickling in still has to finish within the deadline of its first byte.
-    let mut c = RawClient::connect(&inst.socket).unwrap();
-    let start = Instant::now();
-    let mut closed = false;
-    for b in br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"# {
-        if c.try_send_raw(&[*b]).is_err() {
-            closed = true;
-            break;
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-    let v = read_obj(&mut c);
-    assert_error(&v, Value::Null, -32000, want);
-    assert_eq!(c.read_line(), None);
-    assert!(closed || start.elapsed() >= Duration::from_millis(250));
+    // A line that keeps trickling in on a fresh connection, before anything
+    // else, still has to finish within the deadline of its first byte:
+    // slow_clients_do_not_delay_others_and_are_dropped.
 
     // A complete line between pauses is fine: the deadline is per line.
     let mut c = inst.client();
@@ -1142,6 +1129,10 @@ fn trickle(socket: PathBuf, ready: Arc<Barrier>) -> Trickled {
                     closed_after: Some(start.elapsed()),
                 };
             }
+            // A read with a timeout returns EINTR when the whole process is
+            // stopped and resumed (a frozen container, say), with no
+            // signal handler involved: read again.
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => panic!("trickler read: {e}"),
         }
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::util::{Env, Output, Proc, Served, manifests, wait_manifest, wait_until};
+use crate::util::{Env, Output, Proc, Served, manifests, wait_manifest};
 
 /// How long a `baton serve` that must refuse to start may take to exit.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -92,11 +92,12 @@ fn ids(items: &[Value]) -> Vec<&str> {
 /// Waits (bounded) for a process that must stop on its own, and returns
 /// its exit code.
 fn wait_exit(proc: &mut Proc) -> i32 {
-    wait_until("baton to exit on its own", EXIT_TIMEOUT, || {
-        !proc.is_running()
-    });
-    // Already exited, so this only collects the status.
-    proc.term()
+    proc.wait_exit(EXIT_TIMEOUT).unwrap_or_else(|| {
+        panic!(
+            "baton still running {EXIT_TIMEOUT:?} after it should have exited on its own:\n{}",
+            proc.stderr()
+        )
+    })
 }
 
 /// Lets baton create the registry (as `list` does) and returns its
@@ -753,7 +754,6 @@ fn socket_path_over_sun_path_is_refused_before_binding() {
         out.stderr
     );
     let socket = format!("{}/a-{pid}-{nonce}.sock", dir.display());
-    assert!(socket.len() > SUN_PATH_MAX);
     let expected = format!(
         "baton: socket path {socket} is {} bytes, over the {SUN_PATH_MAX}-byte limit of sun_path: \
          choose a shorter BATON_DIR\n",
@@ -1068,10 +1068,7 @@ fn sigint_shuts_down_like_sigterm() {
     let mut a = env.serve(&ws, &["--name", "int"]);
     let manifest = env.registry.join(format!("a-{}.json", a.id));
     assert!(exists(&manifest) && exists(&a.socket));
-    // SAFETY: kill(2) on our own unreaped child.
-    unsafe {
-        libc::kill(a.proc.pid() as libc::pid_t, libc::SIGINT);
-    }
+    a.signal(libc::SIGINT);
     assert_eq!(wait_exit(&mut a.proc), 0);
     assert!(!exists(&manifest) && !exists(&a.socket));
 }

@@ -5,15 +5,14 @@
 //! `cargo test --features failpoints --test reliability` (part of `make
 //! test`) runs the fast tests; the slow ones, named `*_slow` (8 × 10,000
 //! tasks, a 500-cycle crash loop), run only with `BATON_SLOW=1` and
-//! otherwise say that they were skipped. `make test-slow` runs just those.
-//! Tests that measure time or CPU take `common::serial()` so that they do
-//! not run at the same time.
+//! otherwise say that they were skipped; one that ran to the end says
+//! `slow test ran: NAME`, which `make test-slow` counts. `make test-slow`
+//! runs just those. Tests that measure time or CPU take `serial()` so that
+//! they do not run at the same time. The helpers are in
+//! `util::reliability`.
 
-#[path = "util/mod.rs"]
 mod util;
 
-#[path = "reliability/common.rs"]
-mod common;
 #[path = "reliability/crash.rs"]
 mod crash;
 #[path = "reliability/faults.rs"]
@@ -25,18 +24,20 @@ mod load;
 
 // Crash loop.
 
+use util::reliability::{have_proc, serial, slow};
+
 #[test]
 fn crash_loop_100_cycles() {
-    let _serial = common::serial();
+    let _serial = serial();
     crash::crash_loop("crash_loop_100_cycles", 100);
 }
 
 #[test]
 fn crash_loop_500_cycles_slow() {
-    if !common::slow("crash_loop_500_cycles_slow") {
+    let Some(_ran) = slow("crash_loop_500_cycles_slow") else {
         return;
-    }
-    let _serial = common::serial();
+    };
+    let _serial = serial();
     crash::crash_loop("crash_loop_500_cycles_slow", 500);
 }
 
@@ -94,36 +95,39 @@ fn a_panic_while_answering_closes_only_its_connection() {
 #[test]
 fn load_8_senders_x_10000_slow() {
     let test = "load_8_senders_x_10000_slow";
-    if !common::slow(test) || !common::have_proc(test) {
+    if !have_proc(test) {
         return;
     }
-    let _serial = common::serial();
+    let Some(_ran) = slow(test) else {
+        return;
+    };
+    let _serial = serial();
     load::load(test, 8, 10_000);
 }
 
 #[test]
 fn load_8_senders_x_500() {
     let test = "load_8_senders_x_500";
-    if !common::have_proc(test) {
+    if !have_proc(test) {
         return;
     }
-    let _serial = common::serial();
+    let _serial = serial();
     load::load(test, 8, 500);
 }
 
 #[test]
 fn sixteen_descriptors_and_50_clients() {
     let test = "sixteen_descriptors_and_50_clients";
-    if !common::have_proc(test) {
+    if !have_proc(test) {
         return;
     }
-    let _serial = common::serial();
+    let _serial = serial();
     load::fd_limit(test);
 }
 
 #[test]
 fn idle_and_trickling_clients_do_not_delay_others() {
-    let _serial = common::serial();
+    let _serial = serial();
     load::idle_and_trickling("idle_and_trickling_clients_do_not_delay_others");
 }
 
@@ -131,7 +135,7 @@ fn idle_and_trickling_clients_do_not_delay_others() {
 
 #[test]
 fn sigterm_during_a_burst() {
-    let _serial = common::serial();
+    let _serial = serial();
     lifecycle::sigterm_during_burst("sigterm_during_a_burst");
 }
 

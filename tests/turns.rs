@@ -4,10 +4,12 @@
 //! instances, and the bounds on a handler: time, output volume and memory,
 //! streaming, and `turn/cancel`.
 
-use crate::util::{Env, Output, RawClient, Served, baton_bin, wait_until};
+use crate::util::{
+    self, Env, Output, RawClient, Served, baton_bin, event_is as is, transcript, wait_until,
+};
 use serde_json::{Value, json};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// Bound for anything that should take well under a second.
@@ -59,33 +61,6 @@ fn handler(env: &Env, name: &str, script: &str) -> String {
     format!("sh {}", sh_quote(&path))
 }
 
-/// The spool directory of an instance, as `control/status` reports it.
-fn spool_of(s: &Served) -> PathBuf {
-    let mut c = s.client();
-    let r = c.call(2, "control/status", json!({}));
-    PathBuf::from(
-        r["result"]["spool"]
-            .as_str()
-            .unwrap_or_else(|| panic!("control/status has no spool: {r}")),
-    )
-}
-
-/// Every event recorded in a spool's transcript (both generations), oldest
-/// first; a torn last line is skipped.
-fn transcript(spool: &Path) -> Vec<Value> {
-    let mut out = Vec::new();
-    for name in ["transcript.1.jsonl", "transcript.jsonl"] {
-        let Ok(text) = fs::read_to_string(spool.join(name)) else {
-            continue;
-        };
-        out.extend(
-            text.lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok()),
-        );
-    }
-    out
-}
-
 /// `baton log TARGET --json`: one event per line.
 fn log_json(env: &Env, s: &Served) -> Vec<Value> {
     let out = env.run(&["log", "--json", &s.id]);
@@ -94,10 +69,6 @@ fn log_json(env: &Env, s: &Served) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("baton log line {l:?}: {e}")))
         .collect()
-}
-
-fn is(ev: &Value, kind: &str, id: &str) -> bool {
-    ev["kind"] == kind && ev["message_id"] == id
 }
 
 /// The one event of `kind` for `id`; panics if there is not exactly one.
@@ -113,15 +84,12 @@ fn one(events: &[Value], kind: &str, id: &str) -> Value {
 }
 
 /// Waits until the transcript has an event matching `pred`; returns it.
+#[track_caller]
 fn wait_event(spool: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let mut hit = None;
-    wait_until(what, WAIT, || {
-        hit = transcript(spool).into_iter().find(|e| pred(e));
-        hit.is_some()
-    });
-    hit.unwrap()
+    util::wait_event(spool, what, WAIT, pred)
 }
 
+#[track_caller]
 fn wait_finished(spool: &Path, id: &str) -> Value {
     wait_event(spool, &format!("turn.finished for {id}"), |e| {
         is(e, "turn.finished", id)
@@ -220,7 +188,7 @@ fn an_exec_handler_reads_the_exact_envelope_and_its_turn_environment() {
             "cat > \"in-$BATON_MESSAGE_ID\"; env | grep '^BATON_' | sort > \"env-$BATON_MESSAGE_ID\"",
         ],
     );
-    let spool = spool_of(&b);
+    let spool = b.spool();
     let body = "say \"hi\" and 'bye' \\ back\\slash\n\
                 second line\twith a tab\n\
                 *?[ glob ] $HOME `date` ; & <b>\u{1} control\n\
@@ -309,7 +277,7 @@ fn replies_and_in_turn_sends_reach_only_the_verified_sender() {
     let exec = handler(&env, "bravo", &script);
     let bw = env.workspace("bravo");
     let b = env.serve(&bw, &["--name", "bravo", "--reply", "--exec", &exec]);
-    let spool = spool_of(&b);
+    let spool = b.spool();
     let outcome = |kind: &str, m: &str| -> (i32, Value) {
         let code: i32 = read(&bw.join(format!("{kind}-{m}.code")))
             .trim()
@@ -447,7 +415,7 @@ fn a_reply_loop_between_two_exec_agents_stops_at_the_hop_limit() {
         &hops,
         &["--name", "yankee", "--reply", "--exec", exec],
     );
-    let (xs, ys) = (spool_of(&x), spool_of(&y));
+    let (xs, ys) = (x.spool(), y.spool());
 
     // yankee (a local send, hop 0) hands xray a task; every turn replies.
     let (out, r) = send_as(&env, &y, "xray", "ping");
@@ -530,7 +498,7 @@ fn the_inflight_window_counts_a_verified_senders_unfinished_tasks() {
         &[("BATON_MAX_INFLIGHT", "1")],
         &["--name", "romeo", "--exec", "cat > /dev/null; sleep 30"],
     );
-    let rs = spool_of(&r);
+    let rs = r.spool();
 
     let (out, first) = send_as(&env, &a, "romeo", "first");
     assert_eq!(out.status, 0, "{out:?}");
@@ -564,7 +532,7 @@ fn the_inflight_window_counts_a_verified_senders_unfinished_tasks() {
     assert_eq!(rej["status"], "inflight_full", "{rej}");
     assert_eq!(rej["from"], "alpha", "{rej}");
     // alpha records the outcome of its send once its worker reports back.
-    let sent = wait_event(&spool_of(&a), "alpha's relay.sent", |e| {
+    let sent = wait_event(&a.spool(), "alpha's relay.sent", |e| {
         is(e, "relay.sent", second_id)
     });
     assert_eq!(sent["status"], "inflight_full", "{sent}");
@@ -580,7 +548,7 @@ fn a_hung_handler_times_out_and_the_next_task_runs() {
         &env.workspace("tango"),
         &["--name", "tango", "--turn-timeout", "0.5", "--exec", exec],
     );
-    let spool = spool_of(&s);
+    let spool = s.spool();
     let mut c = s.client();
     assert_eq!(s.send(&mut c, "hang", "sleep")["status"], "accepted");
     assert_eq!(s.send(&mut c, "next", "be quick")["status"], "accepted");
@@ -631,7 +599,7 @@ fn a_flood_of_output_keeps_transcript_and_memory_bounded() {
         &env.workspace("foxtrot"),
         &["--name", "foxtrot", "--exec", &exec],
     );
-    let spool = spool_of(&s);
+    let spool = s.spool();
     let mut c = s.client();
     let base = rss_kib(s.pid());
     assert_eq!(s.send(&mut c, "flood", "print a lot")["status"], "accepted");
@@ -697,7 +665,7 @@ fn output_streams_into_the_transcript_while_the_handler_runs() {
     let w = env.workspace("sierra");
     let exec = "cat > /dev/null; echo first; while [ ! -e go ]; do sleep 0.05; done; echo second";
     let s = env.serve(&w, &["--name", "sierra", "--exec", exec]);
-    let spool = spool_of(&s);
+    let spool = s.spool();
     let mut c = s.client();
     assert_eq!(
         s.send(&mut c, "slow", "take your time")["status"],
@@ -743,7 +711,7 @@ fn turn_cancel_ends_the_running_handler_and_the_queue_goes_on() {
         &env.workspace("charlie"),
         &["--name", "charlie", "--exec", exec],
     );
-    let spool = spool_of(&s);
+    let spool = s.spool();
     let mut c = s.client();
     for id in ["long", "q1", "q2"] {
         assert_eq!(s.send(&mut c, id, "work")["status"], "accepted");

@@ -321,7 +321,15 @@ fn serve_one(mut conn: UnixStream, state: &Mutex<PeerState>, id: &str, dir: &Pat
             // A client that closes with part of the ack unread makes the
             // kernel report a reset here instead of EOF.
             let mut more = [0u8; 64];
-            rec.after_ack = match conn.read(&mut more) {
+            // (EINTR comes without a signal handler when the whole process
+            // is stopped and resumed: read again.)
+            let read = loop {
+                match conn.read(&mut more) {
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    r => break r,
+                }
+            };
+            rec.after_ack = match read {
                 Ok(0) => Ok(()),
                 Ok(n) => Err(format!("the client sent {n} more bytes")),
                 Err(e) if e.kind() == ErrorKind::ConnectionReset => {

@@ -3,8 +3,10 @@
 //! and after every kill the spool is checked against what was
 //! acknowledged (DESIGN §5: never lost, at most once, in order).
 
-use crate::common::{Inst, Rng, Start, body_for, logging_handler, read_spool, runs, spool_dir};
-use crate::util::Env;
+use crate::util::reliability::{
+    body_for, env, logging_handler, percentile, read_spool, runs, seeded_rng, spool, spool_dir,
+};
+use crate::util::{RawClient, Serve, published, wait_until};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -81,8 +83,8 @@ fn sender(s: usize, coord: Arc<Coord>, acked: Arc<Vec<AtomicU64>>, counts: Arc<C
             }
         };
         let mut session = || -> std::io::Result<()> {
-            let mut c = crate::common::Conn::connect(&socket, Duration::from_secs(10))?;
-            c.init()?;
+            let mut c = RawClient::connect_timeout(&socket, Duration::from_secs(10))?;
+            c.try_initialize()?;
             loop {
                 if coord.state.lock().unwrap().generation != generation {
                     return Ok(());
@@ -92,7 +94,7 @@ fn sender(s: usize, coord: Arc<Coord>, acked: Arc<Vec<AtomicU64>>, counts: Arc<C
                 let p = json!({"message_id": mid, "target_instance_id": id, "body": body, "sender": {}});
                 // No answer (the receiver died): retried. A JSON-RPC error
                 // from a live receiver is a failure of the test.
-                let r = match c.call("message/send", p) {
+                let r = match c.try_call("message/send", p) {
                     Ok(r) => r,
                     Err(e) => {
                         counts.lost_answers.fetch_add(1, Ordering::Relaxed);
@@ -279,8 +281,8 @@ fn check(dir: &Path, log: &Path, acked: &[u64], cycle: usize, strict: bool) -> L
 /// last kill included), the rest while tasks are accepted, run and
 /// finished.
 pub fn crash_loop(test: &str, cycles: usize) {
-    let mut rng = Rng::new(test);
-    let env = Env::new();
+    let mut rng = seeded_rng(test);
+    let env = env();
     let ws = env.workspace("ws");
     let log = env.root.join("runs.log");
     let handler = logging_handler(&log);
@@ -325,10 +327,9 @@ pub fn crash_loop(test: &str, cycles: usize) {
     let mut killed_before_ready = 0;
     let mut swept_checks = 0;
     for cycle in 0..cycles {
-        let mut inst = Inst::spawn(
-            &env,
+        let mut inst = env.spawn_serve(
             &ws,
-            Start {
+            Serve {
                 vars: &vars,
                 args: &args,
                 nofile: None,
@@ -336,10 +337,15 @@ pub fn crash_loop(test: &str, cycles: usize) {
         );
         let t0 = Instant::now();
         let kill_at = t0 + Duration::from_millis(rng.upto(KILL_WINDOW_MS));
-        let mut published = false;
+        let mut ready = false;
         while Instant::now() < kill_at {
-            if !published && inst.poll_ready() {
-                published = true;
+            let manifest = if ready {
+                None
+            } else {
+                published(&env.registry, inst.pid())
+            };
+            if let Some(manifest) = manifest {
+                ready = true;
                 startup.push(t0.elapsed());
                 // Recovery ran before the manifest was published: what an
                 // earlier kill left in tmp/ is gone. (`sequence` is a lease
@@ -363,7 +369,7 @@ pub fn crash_loop(test: &str, cycles: usize) {
                 }
                 let mut st = coord.state.lock().unwrap();
                 st.generation += 1;
-                st.target = Some((inst.socket().to_path_buf(), inst.id().to_string()));
+                st.target = Some((manifest.socket, manifest.id));
                 coord.cv.notify_all();
             }
             if !inst.is_running() {
@@ -371,7 +377,7 @@ pub fn crash_loop(test: &str, cycles: usize) {
             }
             thread::sleep(Duration::from_micros(500));
         }
-        if !published {
+        if !ready {
             killed_before_ready += 1;
         }
         inst.kill9();
@@ -415,29 +421,20 @@ pub fn crash_loop(test: &str, cycles: usize) {
         t.join().expect("a sender panicked");
     }
     let final_acked: Vec<u64> = acked.iter().map(|a| a.load(Ordering::SeqCst)).collect();
-    let mut inst = Inst::start(
-        &env,
-        &ws,
-        Start {
-            vars: &vars,
-            args: &args,
-            nofile: None,
-        },
-    );
+    let mut inst = env.serve_with(&ws, &vars, &args);
     let swept = read_spool(&dir).map(|v| v.tmp).unwrap_or_default();
     let left: Vec<_> = swept.iter().filter(|n| unswept.contains(*n)).collect();
     assert!(
         left.is_empty(),
         "tmp/ not swept at the last start: {left:?}"
     );
-    let mut c = inst.conn();
-    crate::common::wait_for("the inbox to drain", Duration::from_secs(60), || {
-        c.queue().unwrap() == (0, 0)
+    let mut c = inst.client();
+    wait_until("the inbox to drain", Duration::from_secs(60), || {
+        c.try_queue().unwrap() == (0, 0)
     });
     drop(c);
-    let (code, _) = inst.term();
-    assert_eq!(code, 0, "{}", inst.stderr());
-    let view = crate::common::spool(&dir);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+    let view = spool(&dir);
     assert!(
         view.tmp.is_empty(),
         "tmp/ not empty after a clean stop: {:?}",
@@ -450,8 +447,8 @@ pub fn crash_loop(test: &str, cycles: usize) {
     if !startup.is_empty() {
         eprintln!(
             "{test}: start to manifest: p50 {:.1} ms, p90 {:.1} ms",
-            crate::common::percentile(&startup, 0.5),
-            crate::common::percentile(&startup, 0.9)
+            percentile(&startup, 0.5),
+            percentile(&startup, 0.9)
         );
     }
     let interrupted = view.in_place("interrupted").len();

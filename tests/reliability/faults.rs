@@ -1,12 +1,10 @@
 //! Fail points (`BATON_FAILPOINT=NAME:ACTION`, src/failpoint.rs) at each
 //! step of storing a task, and a panic in a connection thread.
 
-use crate::common::{
-    Conn, Inst, Start, body_for, logging_handler, runs, spool, spool_dir, wait_for,
-};
-use crate::util::Env;
+use crate::util::reliability::{body_for, env, logging_handler, runs, spool, spool_dir};
+use crate::util::{Env, RawClient, Served, wait_until};
 use serde_json::{Value, json};
-use std::io::Write;
+use std::io::{self, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,6 +16,26 @@ pub const STORE_POINTS: [&str; 4] = [
     "after-rename",
     "before-dir-fsync",
 ];
+
+/// Asserts that a call got no answer because the server closed the
+/// connection: not an answer, and not a connection left open and silent
+/// (a timeout).
+#[track_caller]
+fn assert_hung_up(r: io::Result<Value>, what: &str) {
+    match r {
+        Err(e) if e.kind() == ErrorKind::UnexpectedEof => {}
+        other => panic!("{what}: expected the connection to close unanswered, got {other:?}"),
+    }
+}
+
+/// Asserts that the server has closed `c`: end of stream, nothing more.
+#[track_caller]
+fn assert_closed(c: &mut RawClient, what: &str) {
+    match c.try_read_line() {
+        Ok(None) => {}
+        other => panic!("{what}: expected the connection to be closed, got {other:?}"),
+    }
+}
 
 /// Whether the task file was already renamed into `inbox/` at `point`.
 fn in_inbox_at(point: &str) -> bool {
@@ -34,7 +52,7 @@ struct Case {
 
 impl Case {
     fn new() -> Case {
-        let env = Env::new();
+        let env = env();
         let ws = env.workspace("ws");
         let log = env.root.join("runs.log");
         let handler = logging_handler(&log);
@@ -51,7 +69,7 @@ impl Case {
     /// With a fail point the instance is a pull agent that nobody pulls
     /// from, so a stored task stays where the failure left it; without
     /// one it runs every task through the logging handler.
-    fn start(&self, failpoint: Option<&str>) -> Inst {
+    fn start(&self, failpoint: Option<&str>) -> Served {
         let fp;
         let (vars, args): (&[(&str, &str)], &[&str]) = match failpoint {
             Some(f) => {
@@ -60,15 +78,7 @@ impl Case {
             }
             None => (&[], &["--name", "fp", "--exec", &self.handler]),
         };
-        Inst::start(
-            &self.env,
-            &self.ws,
-            Start {
-                vars,
-                args,
-                nofile: None,
-            },
-        )
+        self.env.serve_with(&self.ws, vars, args)
     }
 
     fn count_runs(&self, id: &str) -> usize {
@@ -87,24 +97,24 @@ impl Case {
                 "tmp/{name} not swept at restart"
             );
         }
-        let mut c = inst.conn();
+        let mut c = inst.client();
         let r = c
-            .result("message/send", inst.msg(id, &body_for(id)))
+            .try_result("message/send", inst.msg(id, &body_for(id)))
             .unwrap();
         assert_eq!(r["status"], want, "retry of {id}: {r}");
         let receipt = self.dir.join("done").join(format!("{id}.json"));
-        wait_for(&format!("{id} to run"), Duration::from_secs(10), || {
+        wait_until(&format!("{id} to run"), Duration::from_secs(10), || {
             receipt.exists()
         });
         let r = c
-            .result("message/send", inst.msg(id, &body_for(id)))
+            .try_result("message/send", inst.msg(id, &body_for(id)))
             .unwrap();
         assert_eq!(r["status"], "duplicate", "second retry of {id}: {r}");
-        wait_for("the queue to be idle", Duration::from_secs(10), || {
-            c.queue().unwrap() == (0, 0)
+        wait_until("the queue to be idle", Duration::from_secs(10), || {
+            c.try_queue().unwrap() == (0, 0)
         });
         drop(c);
-        assert_eq!(inst.term().0, 0, "{}", inst.stderr());
+        assert_eq!(inst.term(), 0, "{}", inst.stderr());
         assert_eq!(self.count_runs(id), 1, "{id} ran {:?}", runs(&self.log));
         let v = spool(&self.dir);
         assert_eq!(v.places(id), ["done"], "{v:?}");
@@ -124,9 +134,9 @@ pub fn exit_at(point: &str) {
     let case = Case::new();
     let mut inst = case.start(Some(&format!("{point}:exit")));
     let id = format!("x-{point}");
-    let mut c = inst.conn();
-    let r = c.call("message/send", inst.msg(&id, &body_for(&id)));
-    assert!(r.is_err(), "{point}:exit answered {r:?}");
+    let mut c = inst.client();
+    let r = c.try_call("message/send", inst.msg(&id, &body_for(&id)));
+    assert_hung_up(r, &format!("{point}:exit"));
     let code = inst.wait_exit(Duration::from_secs(5));
     assert_eq!(code, Some(86), "{point}:exit: {}", inst.stderr());
     let v = spool(&case.dir);
@@ -153,28 +163,28 @@ pub fn panic_at(point: &str) {
     let case = Case::new();
     let mut inst = case.start(Some(&format!("{point}:panic")));
     let id = format!("p-{point}");
-    let mut other = inst.conn();
-    let mut c = inst.conn();
-    let r = c.call("message/send", inst.msg(&id, &body_for(&id)));
-    assert!(r.is_err(), "{point}:panic answered {r:?}");
+    let mut other = inst.client();
+    let mut c = inst.client();
+    let r = c.try_call("message/send", inst.msg(&id, &body_for(&id)));
+    assert_hung_up(r, &format!("{point}:panic"));
     assert!(inst.is_running(), "{}", inst.stderr());
     // The other connection, and new ones, still work; the spool's lock,
     // held during the panic, is usable.
-    other.ping().unwrap();
-    let mut fresh = inst.conn();
-    fresh.ping().unwrap();
+    other.try_ping().unwrap();
+    let mut fresh = inst.client();
+    fresh.try_ping().unwrap();
     // Only a panic after the task was stored and indexed leaves it
     // queued; one left in inbox/ by a panic after the rename is unknown
     // to this process until a restart.
     let queued = u64::from(point == "before-answer");
-    assert_eq!(fresh.queue().unwrap(), (queued, 0));
+    assert_eq!(fresh.try_queue().unwrap(), (queued, 0));
     assert!(
         inst.stderr().contains(&format!("fail point {point}")),
         "{}",
         inst.stderr()
     );
     drop((other, fresh, c));
-    assert_eq!(inst.term().0, 0, "{}", inst.stderr());
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
     let v = spool(&case.dir);
     if in_inbox_at(point) {
         assert_eq!(v.places(&id), ["inbox"], "{v:?}");
@@ -198,10 +208,10 @@ pub fn error_at(point: &str) {
     let case = Case::new();
     let mut inst = case.start(Some(&format!("{point}:error")));
     let id = format!("e-{point}");
-    let mut c = inst.conn();
+    let mut c = inst.client();
     for attempt in 0..2 {
         let r = c
-            .call("message/send", inst.msg(&id, &body_for(&id)))
+            .try_call("message/send", inst.msg(&id, &body_for(&id)))
             .unwrap();
         assert_eq!(r["error"]["code"], -32603, "attempt {attempt}: {r}");
         let msg = r["error"]["message"].as_str().unwrap_or("");
@@ -213,10 +223,10 @@ pub fn error_at(point: &str) {
         );
     }
     // The connection stays usable: an internal error does not close it.
-    c.ping().unwrap();
-    assert_eq!(c.queue().unwrap(), (0, 0));
+    c.try_ping().unwrap();
+    assert_eq!(c.try_queue().unwrap(), (0, 0));
     drop(c);
-    assert_eq!(inst.term().0, 0, "{}", inst.stderr());
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
     assert_eq!(case.count_runs(&id), 0);
     case.retry_runs_once(&id, "accepted", &[]);
 }
@@ -227,13 +237,13 @@ pub fn error_before_answer_is_ignored() {
     let case = Case::new();
     let mut inst = case.start(Some("before-answer:error"));
     let id = "e-before-answer";
-    let mut c = inst.conn();
+    let mut c = inst.client();
     let r = c
-        .result("message/send", inst.msg(id, &body_for(id)))
+        .try_result("message/send", inst.msg(id, &body_for(id)))
         .unwrap();
     assert_eq!(r["status"], "accepted", "{r}");
     drop(c);
-    assert_eq!(inst.term().0, 0);
+    assert_eq!(inst.term(), 0);
     assert_eq!(spool(&case.dir).places(id), ["inbox"]);
     case.retry_runs_once(id, "duplicate", &[]);
 }
@@ -259,49 +269,39 @@ fn zcoder_ping(socket: &Path) -> Value {
 /// lines that do not reach dispatch are answered, and zcoder's ping,
 /// which does not go through dispatch, gets its pong); the process lives.
 pub fn dispatch_panic() {
-    let env = Env::new();
+    let env = env();
     let ws = env.workspace("ws");
-    let mut inst = Inst::start(
-        &env,
+    let mut inst = env.serve_with(
         &ws,
-        Start {
-            vars: &[("BATON_FAILPOINT", "dispatch:panic")],
-            args: &["--name", "dp"],
-            nofile: None,
-        },
+        &[("BATON_FAILPOINT", "dispatch:panic")],
+        &["--name", "dp"],
     );
-    let mut before = Conn::connect(inst.socket(), Duration::from_secs(5)).unwrap();
-    let mut victim = Conn::connect(inst.socket(), Duration::from_secs(5)).unwrap();
-    let r = victim.init();
-    assert!(
-        r.is_err(),
-        "initialize answered under dispatch:panic: {r:?}"
-    );
-    assert!(
-        matches!(victim.read_line(), Ok(None) | Err(_)),
-        "the panicking connection is closed"
-    );
+    let socket = inst.socket.clone();
+    let connect = || RawClient::connect(&socket).unwrap();
+    let mut before = connect();
+    let mut victim = connect();
+    assert_hung_up(victim.try_initialize(), "initialize under dispatch:panic");
+    assert_closed(&mut victim, "the panicking connection");
     assert!(inst.is_running());
     // The connection opened before the panic is still served.
-    let r = before.call("ping", json!({})).unwrap();
+    let r = before.try_call("ping", json!({})).unwrap();
     assert_eq!(r["error"]["code"], -32010, "{r}");
-    before.send_raw(b"{not json\n").unwrap();
-    let l: Value = serde_json::from_str(&before.read_line().unwrap().unwrap()).unwrap();
+    before.try_send_raw(b"{not json\n").unwrap();
+    let l: Value = serde_json::from_str(&before.read_line().unwrap()).unwrap();
     assert_eq!(l["error"]["code"], -32700, "{l}");
     // New connections too, on both wires.
-    let mut after = Conn::connect(inst.socket(), Duration::from_secs(5)).unwrap();
-    let r = after.call("agent/info", json!({})).unwrap();
+    let mut after = connect();
+    let r = after.try_call("agent/info", json!({})).unwrap();
     assert_eq!(r["error"]["code"], -32010, "{r}");
-    let pong = zcoder_ping(inst.socket());
+    let pong = zcoder_ping(&socket);
     assert_eq!(pong["status"], "pong", "{pong}");
     // Each panic closed only its own connection: five in a row, and the
     // instance is still there.
-    for _ in 0..5 {
-        let mut c = Conn::connect(inst.socket(), Duration::from_secs(5)).unwrap();
-        assert!(c.init().is_err());
+    for n in 0..5 {
+        assert_hung_up(connect().try_initialize(), &format!("panic {n}"));
     }
     assert!(inst.is_running());
-    let r = before.call("ping", json!({})).unwrap();
+    let r = before.try_call("ping", json!({})).unwrap();
     assert_eq!(r["error"]["code"], -32010, "{r}");
     assert!(
         inst.stderr().contains("fail point dispatch"),
@@ -309,49 +309,43 @@ pub fn dispatch_panic() {
         inst.stderr()
     );
     drop((before, after));
-    assert_eq!(inst.term().0, 0, "{}", inst.stderr());
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
 }
 
 /// A panic while answering an accepted `message/send`
 /// (`before-answer:panic`): that connection closes without an answer,
 /// every other connection and new ones go on, JSON-RPC pings answered.
 pub fn answer_panic_closes_only_its_connection() {
-    let env = Env::new();
+    let env = env();
     let ws = env.workspace("ws");
-    let mut inst = Inst::start(
-        &env,
+    let mut inst = env.serve_with(
         &ws,
-        Start {
-            vars: &[("BATON_FAILPOINT", "before-answer:panic")],
-            args: &["--name", "ap"],
-            nofile: None,
-        },
+        &[("BATON_FAILPOINT", "before-answer:panic")],
+        &["--name", "ap"],
     );
-    let mut others: Vec<Conn> = (0..3).map(|_| inst.conn()).collect();
+    let mut others: Vec<RawClient> = (0..3).map(|_| inst.client()).collect();
     for n in 0..3 {
         let id = format!("ap-{n}");
-        let mut c = inst.conn();
-        assert!(
-            c.call("message/send", inst.msg(&id, &body_for(&id)))
-                .is_err()
-        );
-        assert!(matches!(c.read_line(), Ok(None) | Err(_)));
+        let mut c = inst.client();
+        let r = c.try_call("message/send", inst.msg(&id, &body_for(&id)));
+        assert_hung_up(r, &format!("{id} under before-answer:panic"));
+        assert_closed(&mut c, &format!("the connection that sent {id}"));
         for o in &mut others {
-            o.ping().unwrap();
+            o.try_ping().unwrap();
         }
-        let mut fresh = inst.conn();
-        fresh.ping().unwrap();
+        let mut fresh = inst.client();
+        fresh.try_ping().unwrap();
         // It was stored before the panic: a retry is a duplicate, which is
         // answered (the point fires only for acceptances).
         let r = fresh
-            .result("message/send", inst.msg(&id, &body_for(&id)))
+            .try_result("message/send", inst.msg(&id, &body_for(&id)))
             .unwrap();
         assert_eq!(r["status"], "duplicate", "{r}");
-        assert_eq!(fresh.queue().unwrap(), (n + 1, 0));
+        assert_eq!(fresh.try_queue().unwrap(), (n + 1, 0));
     }
     assert!(inst.is_running());
     drop(others);
-    assert_eq!(inst.term().0, 0, "{}", inst.stderr());
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
     let v = spool(&spool_dir(&env, "ap", &ws));
     assert_eq!(v.in_place("inbox").len(), 3, "{v:?}");
 }

@@ -1,23 +1,34 @@
-//! Shared harness for baton's integration tests.
+//! Shared harness for baton's integration tests, both targets
+//! (`tests/tests.rs` and `tests/reliability.rs`).
 //!
 //! Every test gets a private world (`Env`): its own registry, state and home
 //! directories under a fresh temporary directory, and a scrubbed environment
 //! so nothing from the developer's real setup leaks in. Around that sit
-//! bounded process runners, a guard for long-running `baton serve`
-//! processes, and a raw line client for speaking JSON-RPC to a socket
-//! directly. Everything that waits has a deadline, so a hung baton fails
-//! the test with a message instead of hanging CI.
+//! bounded process runners, guards for long-running `baton serve`
+//! processes (`process`), a raw line client for speaking JSON-RPC to a
+//! socket directly (`client`), and readers of what an instance records
+//! (its transcript, its manifests). `reliability` holds what only the
+//! crash, fault and load tests need. Everything that waits has a
+//! deadline, so a hung baton fails the test with a message instead of
+//! hanging CI.
 //!
 //! Not every test binary uses every helper, hence the `dead_code` allowances.
 
-use std::collections::VecDeque;
+mod client;
+mod process;
+#[allow(dead_code)]
+pub mod reliability;
+
+pub use client::RawClient;
+#[allow(unused_imports)]
+pub use process::{Proc, Serve, Served, published};
+
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind, Write};
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,13 +37,7 @@ use serde_json::{Value, json};
 
 /// How long a one-shot `baton` invocation may run before it is killed.
 const RUN_TIMEOUT: Duration = Duration::from_secs(20);
-/// Grace period a `Proc` gets after SIGTERM when dropped.
-const DROP_GRACE: Duration = Duration::from_secs(3);
-/// How long `Proc::term` waits for an orderly exit.
-const TERM_TIMEOUT: Duration = Duration::from_secs(5);
-/// Read/write timeout on `RawClient` sockets.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long `wait_manifest` waits for the registry to settle.
+/// How long `wait_manifest` and `Env::serve` wait for the registry.
 const MANIFEST_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(10);
 
@@ -44,9 +49,15 @@ pub struct TempDir {
 
 #[allow(dead_code)]
 impl TempDir {
+    /// A fresh directory in the system's temporary directory.
     pub fn new() -> TempDir {
+        TempDir::new_in(&std::env::temp_dir())
+            .unwrap_or_else(|e| panic!("cannot create a temp dir: {e}"))
+    }
+
+    /// A fresh directory (mode 0700) in `base`.
+    pub fn new_in(base: &Path) -> io::Result<TempDir> {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let base = std::env::temp_dir();
         loop {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
             // Only the sub-second part of the clock: it already separates
@@ -58,11 +69,11 @@ impl TempDir {
                 .unwrap_or(0);
             let path = base.join(format!("baton-test-{}-{n}-{nanos}", std::process::id()));
             match make_private_dir(&path) {
-                Ok(()) => return TempDir { path },
+                Ok(()) => return Ok(TempDir { path }),
                 // A leftover from an earlier run with a recycled pid: pick
                 // the next counter value rather than share its contents.
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-                Err(e) => panic!("cannot create temp dir {}: {e}", path.display()),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -106,7 +117,7 @@ pub struct Output {
 }
 
 /// Exit code in the shell's convention, so signals are distinguishable.
-fn exit_code(status: ExitStatus) -> i32 {
+pub fn exit_code(status: ExitStatus) -> i32 {
     match status.code() {
         Some(code) => code,
         None => 128 + status.signal().unwrap_or(0),
@@ -121,6 +132,10 @@ pub struct Env {
     pub registry: PathBuf,
     /// `root/state`, used as `XDG_STATE_HOME`.
     pub state: PathBuf,
+    /// The binary every command of this world runs.
+    bin: PathBuf,
+    /// The number of the next output file `fresh_file` makes.
+    files: AtomicUsize,
 }
 
 #[allow(dead_code)]
@@ -137,12 +152,20 @@ impl Env {
             root,
             registry,
             state,
+            bin: baton_bin(),
+            files: AtomicUsize::new(0),
         }
+    }
+
+    /// The same world, running `bin` instead of Cargo's `baton`.
+    pub fn with_bin(mut self, bin: &Path) -> Env {
+        self.bin = bin.to_path_buf();
+        self
     }
 
     /// A `Command` for the baton binary that sees only this world.
     pub fn cmd(&self) -> Command {
-        let mut cmd = Command::new(baton_bin());
+        let mut cmd = Command::new(&self.bin);
         cmd.env_clear();
         if let Some(path) = std::env::var_os("PATH") {
             cmd.env("PATH", path);
@@ -235,34 +258,17 @@ impl Env {
         }
     }
 
-    /// Starts a long-running baton (normally `serve`) in `workspace`.
-    pub fn spawn(&self, args: &[&str], workspace: &Path) -> Proc {
-        self.spawn_with(&[], args, workspace)
+    /// Makes `root/<rel>` (a workspace directory) and returns its canonical path.
+    pub fn workspace(&self, rel: &str) -> PathBuf {
+        let p = self.root.join(rel);
+        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+        fs::canonicalize(&p).unwrap()
     }
 
-    /// Like `spawn`, with `vars` added to the scrubbed environment.
-    fn spawn_with(&self, vars: &[(&str, &str)], args: &[&str], workspace: &Path) -> Proc {
-        let (stdout_path, out) = self.fresh_file("serve", "out");
-        let (stderr_path, err) = self.fresh_file("serve", "err");
-        let child = self
-            .cmd()
-            .envs(vars.iter().copied())
-            .args(args)
-            .current_dir(workspace)
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn baton {args:?}: {e}"));
-        Proc {
-            child,
-            stdout_path,
-            stderr_path,
-        }
-    }
-
-    /// Creates `root/<prefix>-<n>.<ext>` for the lowest unused `n`.
+    /// Creates `root/<prefix>-<n>.<ext>` for an unused `n`.
     fn fresh_file(&self, prefix: &str, ext: &str) -> (PathBuf, File) {
-        for n in 0.. {
+        loop {
+            let n = self.files.fetch_add(1, Ordering::Relaxed);
             let path = self.root.join(format!("{prefix}-{n}.{ext}"));
             match OpenOptions::new().write(true).create_new(true).open(&path) {
                 Ok(file) => return (path, file),
@@ -270,7 +276,6 @@ impl Env {
                 Err(e) => panic!("cannot create {}: {e}", path.display()),
             }
         }
-        unreachable!("ran out of file names")
     }
 }
 
@@ -281,112 +286,10 @@ fn read_lossy(path: &Path) -> String {
     }
 }
 
-/// Guard for a long-running baton process: stops it when dropped.
-#[allow(dead_code)]
-pub struct Proc {
-    pub child: Child,
-    stdout_path: PathBuf,
-    stderr_path: PathBuf,
-}
-
-#[allow(dead_code)]
-impl Proc {
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Everything the process has written to stdout so far.
-    pub fn stdout(&self) -> String {
-        read_lossy(&self.stdout_path)
-    }
-
-    /// Everything the process has written to stderr so far.
-    pub fn stderr(&self) -> String {
-        read_lossy(&self.stderr_path)
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Kills the process with SIGKILL, as a crash would, and reaps it.
-    /// Panics if it has not been reaped within 5 s.
-    pub fn kill9(&mut self) {
-        if self.is_running() {
-            self.signal(libc::SIGKILL);
-        }
-        if self.wait_for_exit(TERM_TIMEOUT).is_none() {
-            panic!(
-                "baton (pid {}) not reaped {TERM_TIMEOUT:?} after SIGKILL",
-                self.pid()
-            );
-        }
-    }
-
-    /// Sends SIGTERM and returns the exit code (128 + signal if the signal
-    /// itself ended it). Panics if the process is still running after 5 s.
-    pub fn term(&mut self) -> i32 {
-        if self.is_running() {
-            self.signal(libc::SIGTERM);
-        }
-        match self.wait_for_exit(TERM_TIMEOUT) {
-            Some(status) => exit_code(status),
-            None => {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "baton (pid {}) ignored SIGTERM for {TERM_TIMEOUT:?}; killed.\nstderr:\n{}",
-                    self.pid(),
-                    self.stderr()
-                );
-            }
-        }
-    }
-
-    /// Polls for exit until `timeout`; `None` if it is still running.
-    fn wait_for_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => return Some(status),
-                Ok(None) if Instant::now() < deadline => thread::sleep(POLL),
-                Ok(None) | Err(_) => return None,
-            }
-        }
-    }
-
-    /// Sends `sig` to the child. Callers must have just seen it running:
-    /// only then is the pid guaranteed not to have been reaped and reused.
-    fn signal(&self, sig: libc::c_int) {
-        let Ok(pid) = libc::pid_t::try_from(self.child.id()) else {
-            return;
-        };
-        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
-        // own unreaped child, so the signal cannot reach another process.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if !self.is_running() {
-            return;
-        }
-        // SIGTERM first so baton gets to clean up its socket and manifest,
-        // which keeps a failing test from leaving litter behind.
-        self.signal(libc::SIGTERM);
-        if self.wait_for_exit(DROP_GRACE).is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// Polls `f` every 10 ms until it returns true; panics naming `what` if
 /// that takes longer than `timeout`.
 #[allow(dead_code)]
+#[track_caller]
 pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     loop {
@@ -398,151 +301,6 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
         }
         thread::sleep(POLL);
     }
-}
-
-/// A JSON-RPC-over-lines client that does no validation of its own, so
-/// tests can send anything, including malformed input.
-#[allow(dead_code)]
-pub struct RawClient {
-    stream: UnixStream,
-    buf: Vec<u8>,
-    /// Server-initiated messages (notifications and requests) that arrived
-    /// while `call` was waiting for its response; `read_json` returns them
-    /// first so nothing is lost.
-    backlog: VecDeque<Value>,
-}
-
-#[allow(dead_code)]
-impl RawClient {
-    pub fn connect(path: impl AsRef<Path>) -> io::Result<RawClient> {
-        let stream = UnixStream::connect(path)?;
-        stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-        stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
-        Ok(RawClient {
-            stream,
-            buf: Vec::new(),
-            backlog: VecDeque::new(),
-        })
-    }
-
-    /// The underlying socket, for tests that need to shut down one half or
-    /// change timeouts.
-    pub fn stream(&self) -> &UnixStream {
-        &self.stream
-    }
-
-    /// Sends `bytes` followed by `\n`. Panics on a write error.
-    pub fn send_line(&mut self, bytes: &[u8]) {
-        let mut line = Vec::with_capacity(bytes.len() + 1);
-        line.extend_from_slice(bytes);
-        line.push(b'\n');
-        self.send_raw(&line);
-    }
-
-    /// Sends `bytes` exactly as given. Panics on a write error.
-    pub fn send_raw(&mut self, bytes: &[u8]) {
-        if let Err(e) = self.try_send_raw(bytes) {
-            panic!("writing {} bytes to server: {e}", bytes.len());
-        }
-    }
-
-    /// Sends `bytes` exactly as given, reporting failure instead of
-    /// panicking, for tests that expect the server to hang up mid-write.
-    pub fn try_send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.stream.write_all(bytes)?;
-        self.stream.flush()
-    }
-
-    /// Reads the next line, without its `\n`. Returns `None` once the server
-    /// has closed the connection (a final unterminated fragment is returned
-    /// first). Panics if nothing arrives within 5 s.
-    pub fn read_line(&mut self) -> Option<String> {
-        loop {
-            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
-                let mut line: Vec<u8> = self.buf.drain(..=pos).collect();
-                line.pop();
-                return Some(utf8_line(line));
-            }
-            let mut chunk = [0u8; 8192];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => {
-                    if self.buf.is_empty() {
-                        return None;
-                    }
-                    return Some(utf8_line(std::mem::take(&mut self.buf)));
-                }
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                // A server that closes with our data still unread makes the
-                // kernel report a reset; for a test that is just a hang-up.
-                Err(e) if e.kind() == ErrorKind::ConnectionReset => return None,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    panic!(
-                        "no line from server within {CLIENT_TIMEOUT:?}; buffered so far: {:?}",
-                        String::from_utf8_lossy(&self.buf)
-                    );
-                }
-                Err(e) => panic!("reading from server: {e}"),
-            }
-        }
-    }
-
-    /// Reads the next message as JSON. Panics on EOF or invalid JSON.
-    pub fn read_json(&mut self) -> Value {
-        if let Some(msg) = self.backlog.pop_front() {
-            return msg;
-        }
-        self.read_json_from_socket()
-    }
-
-    fn read_json_from_socket(&mut self) -> Value {
-        let Some(line) = self.read_line() else {
-            panic!("server closed the connection while a message was expected");
-        };
-        serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("server sent invalid JSON ({e}): {line:?}"))
-    }
-
-    /// Sends a request and returns the whole response object. Messages the
-    /// server initiates in the meantime are kept for `read_json`. Panics if
-    /// the next response carries a different id.
-    pub fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
-        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.send_line(request.to_string().as_bytes());
-        loop {
-            let msg = self.read_json_from_socket();
-            let is_response = msg.get("id").is_some() && msg.get("method").is_none();
-            if !is_response {
-                self.backlog.push_back(msg);
-                continue;
-            }
-            assert_eq!(
-                msg["id"],
-                json!(id),
-                "response to {method} (id {id}) has the wrong id: {msg}"
-            );
-            return msg;
-        }
-    }
-
-    /// Performs the protocol handshake and returns its `result`.
-    pub fn initialize(&mut self) -> Value {
-        let params = json!({"protocol_version": 1, "client": {"name": "test", "version": "0"}});
-        let response = self.call(0, "initialize", params);
-        match response.get("result") {
-            Some(result) => result.clone(),
-            None => panic!("initialize failed: {response}"),
-        }
-    }
-}
-
-fn utf8_line(bytes: Vec<u8>) -> String {
-    String::from_utf8(bytes).unwrap_or_else(|e| {
-        panic!(
-            "server sent a non-UTF-8 line: {:?}",
-            String::from_utf8_lossy(e.as_bytes())
-        )
-    })
 }
 
 /// The agent manifests (`a-*.json`) currently in `registry`, sorted. A
@@ -583,162 +341,6 @@ pub fn wait_manifest(registry: &Path, count: usize) -> Vec<PathBuf> {
             );
         }
         thread::sleep(POLL);
-    }
-}
-
-/// A running `baton serve` and what its manifest says. Dropping it stops
-/// the process as dropping its `Proc` does.
-#[allow(dead_code)]
-pub struct Served {
-    pub proc: Proc,
-    pub id: String,
-    pub socket: PathBuf,
-    /// The canonical registry directory the instance publishes in (its
-    /// socket's directory).
-    pub registry: PathBuf,
-    pub workspace: PathBuf,
-    /// The instance's own manifest file.
-    pub manifest_path: PathBuf,
-    /// The manifest as it was when the instance was first seen.
-    pub manifest: Value,
-}
-
-#[allow(dead_code)]
-impl Env {
-    /// Makes `root/<rel>` (a workspace directory) and returns its canonical path.
-    pub fn workspace(&self, rel: &str) -> PathBuf {
-        let p = self.root.join(rel);
-        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
-        fs::canonicalize(&p).unwrap()
-    }
-
-    /// Starts `baton serve <args>` in `workspace` and waits (10 s bound)
-    /// until its own manifest is published.
-    pub fn serve(&self, workspace: &Path, args: &[&str]) -> Served {
-        self.serve_with(workspace, &[], args)
-    }
-
-    /// Like `serve`, with `vars` added to the scrubbed environment.
-    pub fn serve_with(&self, workspace: &Path, vars: &[(&str, &str)], args: &[&str]) -> Served {
-        let mut full = vec!["serve"];
-        full.extend_from_slice(args);
-        let mut proc = self.spawn_with(vars, &full, workspace);
-        let pid = proc.pid();
-        let deadline = Instant::now() + MANIFEST_TIMEOUT;
-        loop {
-            let mine = manifests(&self.registry).into_iter().find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&format!("a-{pid}-")))
-            });
-            if let Some(path) = mine
-                && let Ok(bytes) = fs::read(&path)
-                && let Ok(manifest) = serde_json::from_slice::<Value>(&bytes)
-            {
-                let id = manifest["instance_id"].as_str().unwrap().to_string();
-                let socket = PathBuf::from(manifest["socket"].as_str().unwrap());
-                let registry = socket.parent().unwrap().to_path_buf();
-                return Served {
-                    proc,
-                    id,
-                    socket,
-                    registry,
-                    workspace: workspace.to_path_buf(),
-                    manifest_path: path,
-                    manifest,
-                };
-            }
-            if !proc.is_running() {
-                panic!(
-                    "baton serve {args:?} (extra env {vars:?}) exited early:\n{}",
-                    proc.stderr()
-                );
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "baton serve {args:?} (extra env {vars:?}) published no manifest in \
-                     {MANIFEST_TIMEOUT:?}:\n{}",
-                    proc.stderr()
-                );
-            }
-            thread::sleep(POLL);
-        }
-    }
-}
-
-#[allow(dead_code)]
-impl Served {
-    pub fn pid(&self) -> u32 {
-        self.proc.pid()
-    }
-
-    /// Everything the instance has written to stderr so far.
-    pub fn stderr(&self) -> String {
-        self.proc.stderr()
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        self.proc.is_running()
-    }
-
-    /// An orderly stop; see `Proc::term`.
-    pub fn term(&mut self) -> i32 {
-        self.proc.term()
-    }
-
-    /// A crash; see `Proc::kill9`.
-    pub fn kill9(&mut self) {
-        self.proc.kill9()
-    }
-
-    /// A raw client on this instance's socket, already initialized.
-    pub fn client(&self) -> RawClient {
-        let mut c = RawClient::connect(&self.socket)
-            .unwrap_or_else(|e| panic!("connect {}: {e}", self.socket.display()));
-        c.initialize();
-        c
-    }
-
-    /// `message/send` params for this instance from a plain sender (no
-    /// instance id).
-    pub fn msg(&self, id: &str, body: &str) -> Value {
-        json!({"message_id": id, "target_instance_id": self.id, "body": body, "sender": {}})
-    }
-
-    /// `message/send` params for this instance from a sender claiming
-    /// `sender_id`.
-    pub fn msg_from(&self, id: &str, body: &str, sender_id: &str) -> Value {
-        json!({
-            "message_id": id,
-            "target_instance_id": self.id,
-            "body": body,
-            "sender": {"instance_id": sender_id},
-        })
-    }
-
-    /// `message/send` with a plain sender; returns the `result` object.
-    pub fn send(&self, c: &mut RawClient, id: &str, body: &str) -> Value {
-        let r = c.call(1, "message/send", self.msg(id, body));
-        r.get("result")
-            .cloned()
-            .unwrap_or_else(|| panic!("no result: {r}"))
-    }
-
-    /// `agent/info`'s `queue.queued`.
-    pub fn queued(&self, c: &mut RawClient) -> u64 {
-        let r = c.call(50, "agent/info", json!({}));
-        r["result"]["queue"]["queued"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("agent/info has no queue.queued: {r}"))
-    }
-
-    /// The `state` field of this instance's manifest file now, as peers
-    /// see it.
-    pub fn manifest_state(&self) -> String {
-        let bytes = fs::read(&self.manifest_path)
-            .unwrap_or_else(|e| panic!("read {}: {e}", self.manifest_path.display()));
-        let m: Value = serde_json::from_slice(&bytes).expect("the manifest is JSON");
-        m["state"].as_str().expect("manifest state").to_string()
     }
 }
 
@@ -799,11 +401,16 @@ pub fn me_as_instance(registry: &Path, name: &str, workspace: &str) -> String {
 }
 
 /// Every line of one transcript file, parsed; none when the file does not
-/// exist. A line that is not JSON fails the test.
+/// exist. A last line without its newline is still being written and is
+/// left out; any other line that is not JSON fails the test.
 #[allow(dead_code)]
 pub fn lines_of(path: &Path) -> Vec<Value> {
-    fs::read_to_string(path)
-        .unwrap_or_default()
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let complete = match text.rfind('\n') {
+        Some(end) => &text[..end],
+        None => "",
+    };
+    complete
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line ({e}): {l}")))
         .collect()
@@ -815,4 +422,100 @@ pub fn transcript(spool: &Path) -> Vec<Value> {
     let mut all = lines_of(&spool.join("transcript.1.jsonl"));
     all.extend(lines_of(&spool.join("transcript.jsonl")));
     all
+}
+
+/// Whether `e` is an event of `kind` about task `id`.
+#[allow(dead_code)]
+pub fn event_is(e: &Value, kind: &str, id: &str) -> bool {
+    e["kind"] == kind && e["message_id"] == id
+}
+
+/// Waits (up to `timeout`) until the transcript holds an event matching
+/// `pred`, and returns the transcript up to and including the first such
+/// event. The transcript is written in `seq` order, so everything the
+/// instance recorded before that event is in it: a test that asserts
+/// something did *not* happen waits for the event that marks the moment
+/// it would have happened by, then looks at what came before.
+#[allow(dead_code)]
+#[track_caller]
+pub fn transcript_until(
+    spool: &Path,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let mut upto = Vec::new();
+    wait_until(what, timeout, || {
+        let all = transcript(spool);
+        match all.iter().position(&pred) {
+            Some(i) => {
+                upto = all[..=i].to_vec();
+                true
+            }
+            None => false,
+        }
+    });
+    upto
+}
+
+/// Waits (up to `timeout`) until the transcript holds an event matching
+/// `pred`, and returns that event.
+#[allow(dead_code)]
+#[track_caller]
+pub fn wait_event(
+    spool: &Path,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut upto = transcript_until(spool, what, timeout, pred);
+    upto.pop().expect("the event that was waited for")
+}
+
+/// xorshift64*: a tiny generator that gives the same sequence for the same
+/// seed, so a failing randomized test can be replayed.
+#[allow(dead_code)]
+pub struct Rng(u64);
+
+#[allow(dead_code)]
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        // One splitmix64 step, so that small seeds give a lively state;
+        // xorshift must never hold 0.
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Rng((z ^ (z >> 31)) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform enough in `0..n`; `n > 0`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// Uniform enough in `0..=max`.
+    pub fn upto(&mut self, max: u64) -> u64 {
+        self.next() % (max + 1)
+    }
+
+    pub fn one_in(&mut self, n: usize) -> bool {
+        self.below(n) == 0
+    }
+
+    pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len())]
+    }
+
+    pub fn byte(&mut self) -> u8 {
+        (self.next() >> 56) as u8
+    }
 }

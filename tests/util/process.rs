@@ -1,0 +1,407 @@
+//! Long-running baton processes a test starts: `Proc`, a guard that stops
+//! its process (by pid, while it is still our unreaped child) when dropped,
+//! and `Served`, a `baton serve` together with what its manifest says.
+
+use std::fs;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Env, MANIFEST_TIMEOUT, POLL, RawClient, exit_code, manifests, read_lossy};
+
+/// Grace period a `Proc` gets after SIGTERM when dropped.
+const DROP_GRACE: Duration = Duration::from_secs(3);
+/// How long `Proc::term` and `Proc::kill9` wait for the exit.
+const TERM_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Guard for a long-running baton process: stops it when dropped.
+#[allow(dead_code)]
+pub struct Proc {
+    pub child: Child,
+    stdout_path: PathBuf,
+    stderr_path: PathBuf,
+}
+
+#[allow(dead_code)]
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything the process has written to stdout so far.
+    pub fn stdout(&self) -> String {
+        read_lossy(&self.stdout_path)
+    }
+
+    /// Everything the process has written to stderr so far.
+    pub fn stderr(&self) -> String {
+        read_lossy(&self.stderr_path)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends `sig` if the process is still running. Only then is the pid
+    /// guaranteed to be ours: an unreaped child's pid cannot be reused.
+    pub fn signal(&mut self, sig: libc::c_int) {
+        if !self.is_running() {
+            return;
+        }
+        let Ok(pid) = libc::pid_t::try_from(self.child.id()) else {
+            return;
+        };
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
+        // own unreaped child, so the signal cannot reach another process.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+
+    /// Polls for the exit until `timeout`; its exit code (128 + signal if
+    /// a signal ended it), or `None` if it is still running.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return Some(exit_code(status)),
+                Ok(None) if Instant::now() < deadline => thread::sleep(POLL),
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// Kills the process with SIGKILL, as a crash would, and reaps it.
+    /// Panics if it has not been reaped within 5 s.
+    pub fn kill9(&mut self) {
+        self.signal(libc::SIGKILL);
+        if self.wait_exit(TERM_TIMEOUT).is_none() {
+            panic!(
+                "baton (pid {}) not reaped {TERM_TIMEOUT:?} after SIGKILL",
+                self.pid()
+            );
+        }
+    }
+
+    /// Sends SIGTERM and returns the exit code (128 + signal if the signal
+    /// itself ended it). Panics if the process is still running after 5 s.
+    pub fn term(&mut self) -> i32 {
+        self.signal(libc::SIGTERM);
+        match self.wait_exit(TERM_TIMEOUT) {
+            Some(code) => code,
+            None => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "baton (pid {}) ignored SIGTERM for {TERM_TIMEOUT:?}; killed.\nstderr:\n{}",
+                    self.pid(),
+                    self.stderr()
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if !self.is_running() {
+            return;
+        }
+        // SIGTERM first so baton gets to clean up its socket and manifest,
+        // which keeps a failing test from leaving litter behind; SIGCONT
+        // before it, for a test that stopped the process.
+        self.signal(libc::SIGCONT);
+        self.signal(libc::SIGTERM);
+        if self.wait_exit(DROP_GRACE).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// How to start `baton serve`: `vars` added to the scrubbed environment,
+/// the arguments after `serve`, and optionally an RLIMIT_NOFILE for it.
+#[allow(dead_code)]
+#[derive(Clone, Copy, Default)]
+pub struct Serve<'a> {
+    pub vars: &'a [(&'a str, &'a str)],
+    pub args: &'a [&'a str],
+    pub nofile: Option<u64>,
+}
+
+#[allow(dead_code)]
+impl Env {
+    /// Starts a long-running baton (normally `serve`) in `workspace`.
+    pub fn spawn(&self, args: &[&str], workspace: &Path) -> Proc {
+        self.spawn_with(&[], args, workspace, None)
+    }
+
+    /// Like `spawn`, with `vars` added to the scrubbed environment and, if
+    /// given, RLIMIT_NOFILE set to `nofile`.
+    fn spawn_with(
+        &self,
+        vars: &[(&str, &str)],
+        args: &[&str],
+        workspace: &Path,
+        nofile: Option<u64>,
+    ) -> Proc {
+        let (stdout_path, out) = self.fresh_file("serve", "out");
+        let (stderr_path, err) = self.fresh_file("serve", "err");
+        let mut cmd = self.cmd();
+        cmd.envs(vars.iter().copied())
+            .args(args)
+            .current_dir(workspace)
+            .stdout(out)
+            .stderr(err);
+        if let Some(limit) = nofile {
+            // SAFETY: setrlimit is async-signal-safe and touches no memory
+            // of the parent; this runs in the child between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: limit as libc::rlim_t,
+                        rlim_max: limit as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn baton {args:?}: {e}"));
+        Proc {
+            child,
+            stdout_path,
+            stderr_path,
+        }
+    }
+
+    /// Starts `baton serve` as `s` says, without waiting for it; see
+    /// `published` for when it is there.
+    pub fn spawn_serve(&self, workspace: &Path, s: Serve<'_>) -> Proc {
+        let mut full = vec!["serve"];
+        full.extend_from_slice(s.args);
+        self.spawn_with(s.vars, &full, workspace, s.nofile)
+    }
+
+    /// The registry an instance started with `vars` publishes in: their
+    /// `BATON_DIR`, else this world's.
+    pub fn registry_for(&self, vars: &[(&str, &str)]) -> PathBuf {
+        vars.iter()
+            .rev()
+            .find(|(k, _)| *k == "BATON_DIR")
+            .map_or_else(|| self.registry.clone(), |(_, v)| PathBuf::from(v))
+    }
+
+    /// Starts `baton serve <args>` in `workspace` and waits (10 s bound)
+    /// until its own manifest is published.
+    pub fn serve(&self, workspace: &Path, args: &[&str]) -> Served {
+        self.serve_opts(
+            workspace,
+            Serve {
+                args,
+                ..Serve::default()
+            },
+        )
+    }
+
+    /// Like `serve`, with `vars` added to the scrubbed environment.
+    pub fn serve_with(&self, workspace: &Path, vars: &[(&str, &str)], args: &[&str]) -> Served {
+        self.serve_opts(
+            workspace,
+            Serve {
+                vars,
+                args,
+                nofile: None,
+            },
+        )
+    }
+
+    /// Like `serve`, started as `s` says.
+    pub fn serve_opts(&self, workspace: &Path, s: Serve<'_>) -> Served {
+        let mut proc = self.spawn_serve(workspace, s);
+        let registry = self.registry_for(s.vars);
+        let deadline = Instant::now() + MANIFEST_TIMEOUT;
+        loop {
+            if let Some(p) = published(&registry, proc.pid()) {
+                return Served {
+                    proc,
+                    id: p.id,
+                    registry: p.socket.parent().unwrap().to_path_buf(),
+                    socket: p.socket,
+                    workspace: workspace.to_path_buf(),
+                    manifest_path: p.path,
+                    manifest: p.manifest,
+                };
+            }
+            if !proc.is_running() {
+                panic!(
+                    "baton serve {:?} (extra env {:?}) exited early:\n{}",
+                    s.args,
+                    s.vars,
+                    proc.stderr()
+                );
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "baton serve {:?} (extra env {:?}) published no manifest in \
+                     {MANIFEST_TIMEOUT:?}:\n{}",
+                    s.args,
+                    s.vars,
+                    proc.stderr()
+                );
+            }
+            thread::sleep(POLL);
+        }
+    }
+}
+
+/// A manifest an instance published.
+#[allow(dead_code)]
+pub struct Published {
+    pub id: String,
+    pub socket: PathBuf,
+    /// The manifest file.
+    pub path: PathBuf,
+    pub manifest: Value,
+}
+
+/// Looks once in `registry` for the manifest of the instance with `pid`.
+#[allow(dead_code)]
+pub fn published(registry: &Path, pid: u32) -> Option<Published> {
+    let prefix = format!("a-{pid}-");
+    manifests(registry).into_iter().find_map(|path| {
+        let name = path.file_name()?.to_str()?;
+        if !name.starts_with(&prefix) {
+            return None;
+        }
+        let manifest: Value = serde_json::from_slice(&fs::read(&path).ok()?).ok()?;
+        Some(Published {
+            id: manifest["instance_id"].as_str()?.to_string(),
+            socket: PathBuf::from(manifest["socket"].as_str()?),
+            path,
+            manifest,
+        })
+    })
+}
+
+/// A running `baton serve` and what its manifest says. Dropping it stops
+/// the process as dropping its `Proc` does.
+#[allow(dead_code)]
+pub struct Served {
+    pub proc: Proc,
+    pub id: String,
+    pub socket: PathBuf,
+    /// The canonical registry directory the instance publishes in (its
+    /// socket's directory).
+    pub registry: PathBuf,
+    pub workspace: PathBuf,
+    /// The instance's own manifest file.
+    pub manifest_path: PathBuf,
+    /// The manifest as it was when the instance was first seen.
+    pub manifest: Value,
+}
+
+#[allow(dead_code)]
+impl Served {
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
+    /// Everything the instance has written to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.proc.stderr()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.proc.is_running()
+    }
+
+    /// An orderly stop; see `Proc::term`.
+    pub fn term(&mut self) -> i32 {
+        self.proc.term()
+    }
+
+    /// A crash; see `Proc::kill9`.
+    pub fn kill9(&mut self) {
+        self.proc.kill9()
+    }
+
+    /// See `Proc::signal`.
+    pub fn signal(&mut self, sig: libc::c_int) {
+        self.proc.signal(sig)
+    }
+
+    /// See `Proc::wait_exit`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        self.proc.wait_exit(timeout)
+    }
+
+    /// A raw client on this instance's socket, already initialized.
+    pub fn client(&self) -> RawClient {
+        let mut c = RawClient::connect(&self.socket)
+            .unwrap_or_else(|e| panic!("connect {}: {e}", self.socket.display()));
+        c.initialize();
+        c
+    }
+
+    /// The instance's spool directory, as `control/status` reports it.
+    pub fn spool(&self) -> PathBuf {
+        let r = self.client().call(2, "control/status", json!({}));
+        PathBuf::from(
+            r["result"]["spool"]
+                .as_str()
+                .unwrap_or_else(|| panic!("control/status has no spool: {r}")),
+        )
+    }
+
+    /// `message/send` params for this instance from a plain sender (no
+    /// instance id).
+    pub fn msg(&self, id: &str, body: &str) -> Value {
+        json!({"message_id": id, "target_instance_id": self.id, "body": body, "sender": {}})
+    }
+
+    /// `message/send` params for this instance from a sender claiming
+    /// `sender_id`.
+    pub fn msg_from(&self, id: &str, body: &str, sender_id: &str) -> Value {
+        json!({
+            "message_id": id,
+            "target_instance_id": self.id,
+            "body": body,
+            "sender": {"instance_id": sender_id},
+        })
+    }
+
+    /// `message/send` with a plain sender; returns the `result` object.
+    pub fn send(&self, c: &mut RawClient, id: &str, body: &str) -> Value {
+        let r = c.call(1, "message/send", self.msg(id, body));
+        r.get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("no result: {r}"))
+    }
+
+    /// `agent/info`'s `queue.queued`.
+    pub fn queued(&self, c: &mut RawClient) -> u64 {
+        let r = c.call(50, "agent/info", json!({}));
+        r["result"]["queue"]["queued"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("agent/info has no queue.queued: {r}"))
+    }
+
+    /// The `state` field of this instance's manifest file now, as peers
+    /// see it.
+    pub fn manifest_state(&self) -> String {
+        let bytes = fs::read(&self.manifest_path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", self.manifest_path.display()));
+        let m: Value = serde_json::from_slice(&bytes).expect("the manifest is JSON");
+        m["state"].as_str().expect("manifest state").to_string()
+    }
+}
