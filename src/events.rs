@@ -257,7 +257,12 @@ impl Hub {
             let q = lock(&self.queue);
             lock(&self.out).subscribe(controller, q.next_seq)
         };
-        let next_seq = sub.next_seq;
+        self.written_before(sub.next_seq);
+        sub
+    }
+
+    /// Returns once every line numbered before `next_seq` is written.
+    fn written_before(&self, next_seq: u64) {
         let mut q = lock(&self.queue);
         while q.written + 1 < next_seq {
             if q.flushing == Flushing::Active {
@@ -272,8 +277,6 @@ impl Hub {
                 q = lock(&self.queue);
             }
         }
-        drop(q);
-        sub
     }
 
     pub fn unsubscribe(&self, id: u64) {
@@ -282,7 +285,12 @@ impl Hub {
 
     /// Sends a prepared line (a server-to-client request) to controllers
     /// only, or to the one controller `only`. Returns how many received it.
+    /// It follows every event recorded before it (a controller hears of
+    /// `approval.requested` before the request), even while another
+    /// thread's flush is writing that event.
     pub fn send_to_controllers(&self, line: &[u8], only: Option<u64>) -> usize {
+        let next_seq = lock(&self.queue).next_seq;
+        self.written_before(next_seq);
         let line = Arc::new(line.to_vec());
         let mut n = 0;
         lock(&self.out).subs.retain(|s| {
@@ -571,6 +579,39 @@ mod tests {
         assert_eq!(next, 2);
         let text = fs::read_to_string(dir.join(TRANSCRIPT)).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A request to controllers, sent while another thread's flush is
+    /// still writing an earlier event, reaches them after that event.
+    #[test]
+    fn a_controller_request_follows_the_events_recorded_before_it() {
+        let dir = fresh_dir("request");
+        let hub = Arc::new(Hub::open(&dir));
+        let ctl = hub.subscribe(true);
+        hub.record("approval.requested", &json!({"message_id": "m"}));
+        // Another thread's flush has begun and not yet written the event.
+        lock(&hub.queue).flushing = Flushing::Active;
+        let flusher = {
+            let hub = Arc::clone(&hub);
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let q = lock(&hub.queue);
+                hub.drain(q, usize::MAX);
+            })
+        };
+        assert_eq!(hub.send_to_controllers(b"request\n", None), 1);
+        flusher.join().unwrap();
+        let first = ctl
+            .rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&first).contains("approval.requested"),
+            "the request came first: {}",
+            String::from_utf8_lossy(&first)
+        );
+        assert_eq!(ctl.rx.recv().unwrap().as_slice(), b"request\n");
         fs::remove_dir_all(&dir).unwrap();
     }
 
