@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::instance::{Approve, ServeOptions};
 use crate::registry;
 use crate::sanitize::escape;
+use crate::status::Status;
 use crate::wire;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
@@ -404,7 +405,8 @@ impl Adapter {
             Ok(r) => r,
             Err(e) => return tool_result(e, true, None),
         };
-        let status = r["status"].as_str().unwrap_or("");
+        let spelled = r["status"].as_str().unwrap_or("");
+        let status = spelled.parse::<Status>().ok();
         let id = r["message_id"].as_str().unwrap_or("");
         let who = match (
             r["target"]["name"].as_str(),
@@ -414,26 +416,25 @@ impl Adapter {
             _ => escape(target).into_owned(),
         };
         let text = match status {
-            "accepted" => format!(
+            Some(Status::Accepted) => format!(
                 "accepted: task {id} is queued at position {} on {who}. Acceptance is not completion: the other agent has not done anything yet.",
                 r["queue_position"]
             ),
-            "duplicate" => format!("duplicate: {who} had already accepted task {id}."),
+            Some(Status::Duplicate) => {
+                format!("duplicate: {who} had already accepted task {id}.")
+            }
             // Offline delivery: the task is in the named agent's spool.
-            "stored" => format!(
+            Some(Status::Stored) => format!(
                 "stored: {who} is not running; task {id} waits in its spool at position {} and runs when it starts. Acceptance is not completion.",
                 r["queue_position"]
             ),
             _ => format!(
-                "not delivered: {status}: {}",
+                "not delivered: {spelled}: {}",
                 r["reason"].as_str().unwrap_or("")
             ),
         };
-        tool_result(
-            text,
-            !matches!(status, "accepted" | "duplicate" | "stored"),
-            Some(r),
-        )
+        let delivered = status.is_some_and(Status::delivered);
+        tool_result(text, !delivered, Some(r))
     }
 
     fn check_inbox(&mut self) -> Value {

@@ -88,6 +88,12 @@ impl Status {
         }
     }
 
+    /// Whether the task is, or was, in the receiver's care: `accepted`,
+    /// `duplicate` or `stored`.
+    pub fn delivered(self) -> bool {
+        matches!(self, Status::Accepted | Status::Duplicate | Status::Stored)
+    }
+
     /// The exit status of `baton send` for a result with this status
     /// (baton(1)): 0 when the task is, or was, in the receiver's care.
     pub fn exit_code(self) -> ExitCode {

@@ -634,6 +634,44 @@ fn a_spool_that_cannot_store_an_offline_task_is_an_error_not_a_verdict() {
     assert_eq!(ids_in(&spool, "inbox"), ["b1"]);
 }
 
+/// The live path gives the same answer as the offline one above: a
+/// running agent whose spool cannot store a task answers an internal
+/// error, and `baton send` reports it as `transport` (exit 4, send it
+/// again), not as a refusal of the task.
+#[test]
+fn a_live_spool_that_cannot_store_a_task_is_an_error_not_a_verdict() {
+    let env = Env::new();
+    let ws = env.workspace("w-live-broken");
+    let mut s = env.serve(&ws, &["--name", "broken"]);
+    let spool = s.spool();
+    // tmp/ is a file: the task file cannot be created.
+    let tmp = spool.join("tmp");
+    fs::remove_dir_all(&tmp).unwrap();
+    fs::write(&tmp, b"").unwrap();
+    let out = send(&env, &[], "broken", "l1", true);
+    assert_eq!(out.status, 4, "{out:?}");
+    let r = parse(&out);
+    assert_eq!(r["status"], "transport", "{r}");
+    assert_eq!(r["message_id"], "l1", "{r}");
+    let reason = r["reason"].as_str().unwrap().to_string();
+    assert!(
+        reason.starts_with("internal error: the spool could not store the task: ")
+            && reason.ends_with("; the task was not accepted"),
+        "{reason}"
+    );
+    let out = send(&env, &[], "broken", "l1", false);
+    assert_eq!(out.status, 4, "{out:?}");
+    assert_eq!(out.stderr, format!("baton: {reason}\n"));
+    // Nothing was stored: once the spool works again, the same id is
+    // accepted, not called a duplicate.
+    fs::remove_file(&tmp).unwrap();
+    fs::DirBuilder::new().mode(0o700).create(&tmp).unwrap();
+    let out = send(&env, &[], "broken", "l1", true);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(parse(&out)["status"], "accepted", "{out:?}");
+    s.term();
+}
+
 #[test]
 fn concurrent_senders_into_one_offline_spool_lose_and_double_nothing() {
     const THREADS: usize = 2;

@@ -11,6 +11,8 @@ use crate::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer};
 use crate::relay;
 use crate::sanitize::escape;
+use crate::status::Status;
+use crate::wire;
 use serde_json::{Value, json};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -221,7 +223,17 @@ fn plain(
         "mode": mode,
     });
     relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
-    let mut result = relay::deliver(config, &peer, &params).map_err(|e| match e {
+    let delivered = match relay::deliver(config, &peer, &params) {
+        // The receiver could not store the task (its spool failed): not a
+        // verdict on the task, which was not accepted and may be sent
+        // again, as when a stopped agent's spool fails (relay::route).
+        Err(ClientError::Rpc {
+            code: wire::INTERNAL_ERROR,
+            message,
+        }) => Ok(json!({"status": Status::Transport, "message_id": message_id, "reason": message})),
+        other => other,
+    };
+    let mut result = delivered.map_err(|e| match e {
         ClientError::Rpc { .. } => target::transport(&peer, e),
         e => Error::Transport(format!(
             "send to {} ({}) failed twice: {e}; the task may or may not have arrived: retry with --message-id {message_id}",
@@ -239,15 +251,13 @@ fn target_of(peer: &Peer) -> Value {
 
 /// Prints a delivery result and maps its status to the exit code.
 fn report(args: &Args, r: &Value) -> Result<ExitCode> {
-    let status = r.get("status").and_then(Value::as_str).unwrap_or("");
+    let spelled = r.get("status").and_then(Value::as_str).unwrap_or("");
+    // A status this version does not know (a zcoder peer's, say) is a
+    // refusal, shown as it was spelled.
+    let status = spelled.parse::<Status>().ok();
     let id = escape(r.get("message_id").and_then(Value::as_str).unwrap_or("")).into_owned();
     let reason = escape(r.get("reason").and_then(Value::as_str).unwrap_or("")).into_owned();
-    let code = match status {
-        "accepted" | "duplicate" | "stored" => ExitCode::Ok,
-        "no_target" => ExitCode::NoTarget,
-        "transport" => ExitCode::Transport,
-        _ => ExitCode::Refused,
-    };
+    let code = status.map_or(ExitCode::Refused, Status::exit_code);
     if args.flag("json") {
         emit_json(r);
         return Ok(code);
@@ -262,23 +272,23 @@ fn report(args: &Args, r: &Value) -> Result<ExitCode> {
         _ => "the receiver".into(),
     };
     match status {
-        "accepted" => emit(&format!(
+        Some(Status::Accepted) => emit(&format!(
             "accepted: {who} queued message {id} at position {}\n",
             r.get("queue_position")
                 .map(Value::to_string)
                 .unwrap_or_default()
         )),
-        "duplicate" => emit(&format!(
+        Some(Status::Duplicate) => emit(&format!(
             "duplicate: {who} had already accepted message {id}\n"
         )),
-        "stored" => emit(&format!(
+        Some(Status::Stored) => emit(&format!(
             "stored: {} is not running; message {id} waits in its spool at position {} and runs when it starts\n",
             escape(t["name"].as_str().unwrap_or("")),
             r.get("queue_position")
                 .map(Value::to_string)
                 .unwrap_or_default()
         )),
-        "no_target" => {
+        Some(Status::NoTarget) => {
             let peers: Vec<String> = r
                 .get("candidates")
                 .and_then(Value::as_array)
@@ -304,13 +314,13 @@ fn report(args: &Args, r: &Value) -> Result<ExitCode> {
             };
             eprintln!("baton: {reason}; {list}");
         }
-        "transport" => eprintln!("baton: {reason}"),
-        "denied" | "invalid" | "unsupported" if t.is_null() => {
-            eprintln!("baton: not sent: {}: {reason}", escape(status))
+        Some(Status::Transport) => eprintln!("baton: {reason}"),
+        Some(Status::Denied | Status::Invalid | Status::Unsupported) if t.is_null() => {
+            eprintln!("baton: not sent: {}: {reason}", escape(spelled))
         }
         _ => eprintln!(
             "baton: {who} refused message {id}: {}: {reason}",
-            escape(status)
+            escape(spelled)
         ),
     }
     Ok(code)

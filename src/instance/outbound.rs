@@ -11,6 +11,7 @@ use crate::relay::{self, Outbound};
 use crate::sanitize::escape;
 use crate::server::{self, Event, RpcError};
 use crate::spool::Task;
+use crate::status::Status;
 use crate::turn;
 use serde_json::{Map, Value, json};
 
@@ -138,23 +139,28 @@ impl Foreground {
             Some(id) if registry::valid_id(&id) => id,
             Some(_) => {
                 let id = self.new_message_id();
-                return Ok(Err(json!({"status": "invalid", "message_id": id,
+                return Ok(Err(json!({"status": Status::Invalid, "message_id": id,
                                      "reason": server::reason::BAD_MESSAGE_ID})));
             }
             None => self.new_message_id(),
         };
-        let refuse = |status: &str, reason: String| {
+        let refuse = |status: Status, reason: String| {
             Ok(Err(
                 json!({"status": status, "message_id": message_id, "reason": reason}),
             ))
         };
         if !matches!(mode.as_str(), "queue" | "steer") {
-            return refuse("invalid", "mode is not queue or steer".into());
+            return refuse(Status::Invalid, "mode is not queue or steer".into());
         }
         let task = match &turn {
             Some(t) => match self.task_of_turn(t) {
                 Some(task) => Some(task.clone()),
-                None => return refuse("denied", "the turn token names no open turn here".into()),
+                None => {
+                    return refuse(
+                        Status::Denied,
+                        "the turn token names no open turn here".into(),
+                    );
+                }
             },
             None => None,
         };
@@ -163,7 +169,10 @@ impl Foreground {
             // A local turn (the operator, a script with BATON_SOCKET): any
             // target, hop 0.
             if is_reply {
-                return refuse("invalid", "a reply needs the turn it answers (turn)".into());
+                return refuse(
+                    Status::Invalid,
+                    "a reply needs the turn it answers (turn)".into(),
+                );
             }
             let Some(target) = target else {
                 return Err(missing_target());
@@ -182,7 +191,7 @@ impl Foreground {
         let from = turn::display_name(&task.sender);
         let Some(sender) = task.sender.instance_id.clone() else {
             return refuse(
-                "denied",
+                Status::Denied,
                 format!(
                     "this turn runs a task from {from}, a plain command line, which cannot be sent to"
                 ),

@@ -12,6 +12,7 @@ use crate::registry;
 use crate::sanitize::escape;
 use crate::server::{self, RpcError};
 use crate::spool::{self, Claim, Task};
+use crate::status::Status;
 use crate::sys;
 use crate::turn::{self, TurnEvent};
 use crossbeam_channel as chan;
@@ -306,7 +307,7 @@ impl Foreground {
     ) -> std::result::Result<Value, RpcError> {
         let text = str_param(params, "text")?;
         if text.trim().is_empty() {
-            return Ok(json!({"status": "invalid", "reason": server::reason::EMPTY_BODY}));
+            return Ok(json!({"status": Status::Invalid, "reason": server::reason::EMPTY_BODY}));
         }
         if self.opts.exec.is_none() {
             self.hub.emit(
@@ -345,17 +346,19 @@ impl Foreground {
             },
         );
         self.hub.flush();
-        Ok(match r {
-            Ok(spool::Admission::Accepted { queue_position }) => {
-                json!({"status": "accepted", "message_id": id, "queue_position": queue_position})
-            }
-            Ok(spool::Admission::Full { limit }) => json!({"status": "full", "message_id": id,
-                "reason": format!("the queue is full: {limit} tasks waiting or running (BATON_MAX_QUEUE)")}),
-            Ok(other) => {
-                json!({"status": "invalid", "message_id": id, "reason": format!("{other:?}")})
-            }
-            Err(e) => json!({"status": "error", "message_id": id, "reason": e.to_string()}),
-        })
+        // The same reading as a peer's task gets (only `accepted` and
+        // `full` can happen: the id is new, and pause does not hold back
+        // the operator); a spool that fails is an error, not a verdict.
+        let verdict = server::admission_verdict(r, server::Receiver::Live { sender_id: "" })
+            .map_err(|e| RpcError::new(crate::wire::INTERNAL_ERROR, e.message()))?;
+        let mut answer = json!({"status": verdict.status, "message_id": id});
+        if let Some(p) = verdict.queue_position {
+            answer["queue_position"] = json!(p);
+        }
+        if let Some(reason) = verdict.reason {
+            answer["reason"] = json!(reason);
+        }
+        Ok(answer)
     }
 
     /// At shutdown: the running handler is ended; its task stays in

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::instance::{self, ServeOptions};
 use crate::registry;
 use crate::sanitize::escape;
+use crate::status::Status;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -401,7 +402,7 @@ fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
     // The instance records the line as local.input; the view shows it
     // from the event stream like everything else.
     match ctl.call("turn/local", json!({"text": line})) {
-        Ok(r) if matches!(r["status"].as_str(), Some("accepted" | "noted")) => {}
+        Ok(r) if r["status"] == Status::Accepted.as_str() || r["status"] == "noted" => {}
         Ok(r) => view.push(
             Role::Refusal,
             format!(
@@ -457,7 +458,9 @@ fn send_command(
         let lines = match r {
             // The outcome also arrives as relay.sent; a refusal
             // before any delivery is shown here as well.
-            Ok(v) if v["status"] == "no_target" => vec![(Role::Refusal, no_target_text(&v))],
+            Ok(v) if v["status"] == Status::NoTarget.as_str() => {
+                vec![(Role::Refusal, no_target_text(&v))]
+            }
             Ok(_) => vec![],
             Err(e) => vec![(Role::Refusal, format!("send failed: {e}"))],
         };

@@ -5,6 +5,7 @@
 
 use super::term::{Frame, Line, Style};
 use crate::sanitize::escape;
+use crate::status::Status;
 use serde_json::Value;
 
 /// The transcript keeps at most this many entries in memory.
@@ -420,7 +421,8 @@ fn relay_sent_entry(ev: &Value, id: &str) -> (Role, String) {
         .unwrap_or("")
         .to_string();
     let status = field(ev, "status");
-    if matches!(status.as_str(), "accepted" | "duplicate" | "stored") {
+    let delivered = status.parse::<Status>().is_ok_and(Status::delivered);
+    if delivered {
         let pos = ev
             .get("queue_position")
             .map(|p| format!(" at position {p}"))
