@@ -191,6 +191,95 @@ impl LineReader {
     }
 }
 
+/// A method an instance answers (docs/protocol.md §3), parsed once from
+/// the request line. The methods that need the agent's state are a `Call`
+/// of their own, which only the foreground answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Initialize,
+    Ping,
+    AgentInfo,
+    MessageSend,
+    EventsSubscribe,
+    Foreground(Call),
+}
+
+/// The methods the foreground answers: it alone holds the agent's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    ControlPause,
+    ControlResume,
+    ControlStatus,
+    InboxList,
+    InboxClaim,
+    InboxComplete,
+    InboxRequeue,
+    InboxDiscard,
+    RelaySend,
+    ApprovalRespond,
+    TurnCancel,
+    TurnLocal,
+}
+
+impl Method {
+    /// Every method, in the order `initialize` lists them as capabilities.
+    pub const ALL: [Method; 17] = [
+        Method::Initialize,
+        Method::Ping,
+        Method::AgentInfo,
+        Method::MessageSend,
+        Method::Foreground(Call::ControlPause),
+        Method::Foreground(Call::ControlResume),
+        Method::Foreground(Call::ControlStatus),
+        Method::Foreground(Call::InboxList),
+        Method::Foreground(Call::InboxClaim),
+        Method::Foreground(Call::InboxComplete),
+        Method::Foreground(Call::InboxRequeue),
+        Method::Foreground(Call::InboxDiscard),
+        Method::Foreground(Call::RelaySend),
+        Method::EventsSubscribe,
+        Method::Foreground(Call::ApprovalRespond),
+        Method::Foreground(Call::TurnCancel),
+        Method::Foreground(Call::TurnLocal),
+    ];
+
+    /// The method a request names; `None` for one this version lacks.
+    pub fn parse(name: &str) -> Option<Method> {
+        Method::ALL.into_iter().find(|m| m.as_str() == name)
+    }
+
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Initialize => "initialize",
+            Method::Ping => "ping",
+            Method::AgentInfo => "agent/info",
+            Method::MessageSend => "message/send",
+            Method::EventsSubscribe => "events/subscribe",
+            Method::Foreground(c) => c.as_str(),
+        }
+    }
+}
+
+impl Call {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Call::ControlPause => "control/pause",
+            Call::ControlResume => "control/resume",
+            Call::ControlStatus => "control/status",
+            Call::InboxList => "inbox/list",
+            Call::InboxClaim => "inbox/claim",
+            Call::InboxComplete => "inbox/complete",
+            Call::InboxRequeue => "inbox/requeue",
+            Call::InboxDiscard => "inbox/discard",
+            Call::RelaySend => "relay/send",
+            Call::ApprovalRespond => "approval/respond",
+            Call::TurnCancel => "turn/cancel",
+            Call::TurnLocal => "turn/local",
+        }
+    }
+}
+
 /// One object read from a native connection, classified as DESIGN §4 says.
 #[derive(Debug)]
 pub enum Incoming {
@@ -512,6 +601,19 @@ pub fn write_all(stream: &mut UnixStream, bytes: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_method_parses_from_its_own_name_only() {
+        for m in Method::ALL {
+            assert_eq!(Method::parse(m.as_str()), Some(m));
+        }
+        let names: std::collections::BTreeSet<&str> =
+            Method::ALL.iter().map(|m| m.as_str()).collect();
+        assert_eq!(names.len(), Method::ALL.len());
+        for other in ["", "Ping", "control/", "inbox/wait", "ping "] {
+            assert_eq!(Method::parse(other), None, "{other:?}");
+        }
+    }
 
     fn reader_with(data: &[u8], max: usize) -> LineReader {
         let (a, mut b) = UnixStream::pair().unwrap();

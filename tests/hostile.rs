@@ -31,7 +31,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use baton::server::{METHODS, SendRequest};
+use baton::server::SendRequest;
+use baton::wire::Method;
 use baton::wire::{self, FrameError, Incoming, LineReader, ReadError};
 use serde_json::{Map, Value, json};
 
@@ -246,7 +247,7 @@ const RAW_BYTES: &[&[u8]] = &[
 
 /// The methods a line names: every real one and some that are not.
 fn method_pool() -> Vec<&'static str> {
-    let mut m: Vec<&str> = METHODS.to_vec();
+    let mut m: Vec<&str> = Method::ALL.iter().map(|m| m.as_str()).collect();
     m.extend([
         "",
         "unknown",

@@ -4,10 +4,12 @@
 //! events are dispatched, the calls answered, the state recomputed and
 //! published, and the timers armed.
 
+use super::inbox::Interrupted;
 use super::{Approve, EPHEMERAL_GRACE, Foreground, Reply};
 use crate::registry::{self, Manifest};
-use crate::server::{Event, RpcError, State};
+use crate::server::{Event, State};
 use crate::spool::{self, Spool};
+use crate::wire::Call;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -146,14 +148,7 @@ impl Foreground {
                 method,
                 params,
                 reply,
-            } => match method.as_str() {
-                "relay/send" => self.relay_send(&params, reply),
-                "control/pause" => self.pause(reply),
-                _ => {
-                    let r = self.call(&method, &params);
-                    let _ = reply.send(r);
-                }
-            },
+            } => self.call(method, &params, reply),
             Event::Subscribe { controller, reply } => {
                 let sub = self.hub.subscribe(controller);
                 let sub_id = sub.id;
@@ -190,36 +185,34 @@ impl Foreground {
         }
     }
 
-    fn call(
-        &mut self,
-        method: &str,
-        params: &Map<String, Value>,
-    ) -> std::result::Result<Value, RpcError> {
-        match method {
-            "control/resume" => {
+    /// Answers a call on `reply`: at once, or, for `relay/send` and
+    /// `control/pause`, once their helper thread reports.
+    fn call(&mut self, method: Call, params: &Map<String, Value>, reply: Reply) {
+        let answer = match method {
+            Call::RelaySend => return self.relay_send(params, reply),
+            Call::ControlPause => return self.pause(reply),
+            Call::ControlResume => {
                 let changed = self.shared.paused.swap(false, Ordering::SeqCst);
                 self.refresh();
                 Ok(json!({"state": self.shared.state().as_str(), "changed": changed}))
             }
-            "control/status" => Ok(self.status()),
-            "inbox/list" => {
+            Call::ControlStatus => Ok(self.status()),
+            Call::InboxList => {
                 let l = self.spool().list();
                 let waiting: Vec<&String> = self.asked.keys().collect();
                 Ok(json!({"queued": l.queued, "processing": l.processing,
                           "interrupted": l.interrupted, "rejected": l.rejected,
                           "awaiting_approval": waiting}))
             }
-            "inbox/claim" => Ok(self.claim()),
-            "inbox/complete" => self.complete(params),
-            "inbox/requeue" | "inbox/discard" => self.interrupted(method, params),
-            "approval/respond" => self.approval_respond(params),
-            "turn/cancel" => self.cancel(params),
-            "turn/local" => self.local(params),
-            _ => Err(RpcError::new(
-                crate::wire::METHOD_NOT_FOUND,
-                format!("method not found: {method}"),
-            )),
-        }
+            Call::InboxClaim => Ok(self.claim()),
+            Call::InboxComplete => self.complete(params),
+            Call::InboxRequeue => self.interrupted(Interrupted::Requeue, params),
+            Call::InboxDiscard => self.interrupted(Interrupted::Discard, params),
+            Call::ApprovalRespond => self.approval_respond(params),
+            Call::TurnCancel => self.cancel(params),
+            Call::TurnLocal => self.local(params),
+        };
+        let _ = reply.send(answer);
     }
 
     /// `control/pause`. The flag is set at once: from here on every offer

@@ -12,6 +12,13 @@ use serde_json::{Map, Value, json};
 
 use super::approval::Gate;
 
+/// What `inbox/requeue` and `inbox/discard` do with a set-aside task.
+#[derive(Clone, Copy)]
+pub(super) enum Interrupted {
+    Requeue,
+    Discard,
+}
+
 impl Foreground {
     /// Pull mode: hands out the next task and opens its turn.
     pub(super) fn claim(&mut self) -> Value {
@@ -122,7 +129,7 @@ impl Foreground {
     /// receipt (so a retry of its id stays a duplicate).
     pub(super) fn interrupted(
         &mut self,
-        method: &str,
+        what: Interrupted,
         params: &Map<String, Value>,
     ) -> std::result::Result<Value, RpcError> {
         let id = str_param(params, "message_id")?;
@@ -133,10 +140,9 @@ impl Foreground {
                 "reason": format!("no interrupted or rejected task {}", escape(&id)),
             }));
         }
-        let (r, status) = if method == "inbox/requeue" {
-            (self.spool().requeue(&id), "requeued")
-        } else {
-            (self.spool().finish(&id, "discarded"), "discarded")
+        let (r, status) = match what {
+            Interrupted::Requeue => (self.spool().requeue(&id), "requeued"),
+            Interrupted::Discard => (self.spool().finish(&id, "discarded"), "discarded"),
         };
         Ok(match r {
             Ok(()) => {

@@ -6,10 +6,10 @@
 
 use super::deliver::deliver;
 use super::request::{self, SendRequest};
-use super::{Event, METHODS, RpcError, Shared, bad_type, missing, zcoder};
+use super::{Event, RpcError, Shared, bad_type, missing, zcoder};
 use crate::events;
 use crate::sys;
-use crate::wire::{self, Incoming, LineReader, ReadError};
+use crate::wire::{self, Call, Incoming, LineReader, Method, ReadError};
 use crossbeam_channel as chan;
 use serde_json::{Map, Value, json};
 use std::os::unix::net::UnixStream;
@@ -202,8 +202,9 @@ impl Session<'_> {
         }
     }
 
-    fn request(&mut self, id: &Value, method: &str, params: Value) -> Option<Vec<u8>> {
-        if !self.initialized && method != "initialize" {
+    fn request(&mut self, id: &Value, name: &str, params: Value) -> Option<Vec<u8>> {
+        let method = Method::parse(name);
+        if !self.initialized && method != Some(Method::Initialize) {
             return Some(wire::error_line(
                 id,
                 wire::NOT_INITIALIZED,
@@ -211,7 +212,11 @@ impl Session<'_> {
                 None,
             ));
         }
-        if method == "events/subscribe" {
+        let Some(method) = method else {
+            let message = format!("method not found: {}", crate::sanitize::escape(name));
+            return Some(wire::error_line(id, wire::METHOD_NOT_FOUND, &message, None));
+        };
+        if method == Method::EventsSubscribe {
             let already = self.subscription.is_some();
             return match subscribe(self.shared, self.out, id, params, already) {
                 Ok(sub) => {
@@ -223,7 +228,7 @@ impl Session<'_> {
         }
         let _ = crate::failpoint::hit("dispatch");
         let r = dispatch(self.shared, method, params, self.peer);
-        if method == "initialize" && r.is_ok() {
+        if method == Method::Initialize && r.is_ok() {
             self.initialized = true;
         }
         Some(answer_line(id, r))
@@ -323,13 +328,12 @@ fn subscribe(
     Ok(sub.id)
 }
 
-fn dispatch(shared: &Shared, method: &str, params: Value, peer: &Peer) -> Result<Value, RpcError> {
-    if !METHODS.contains(&method) {
-        return Err(RpcError::new(
-            wire::METHOD_NOT_FOUND,
-            format!("method not found: {}", crate::sanitize::escape(method)),
-        ));
-    }
+fn dispatch(
+    shared: &Shared,
+    method: Method,
+    params: Value,
+    peer: &Peer,
+) -> Result<Value, RpcError> {
     let Value::Object(params) = params else {
         return Err(RpcError::new(
             wire::INVALID_PARAMS,
@@ -337,13 +341,13 @@ fn dispatch(shared: &Shared, method: &str, params: Value, peer: &Peer) -> Result
         ));
     };
     match method {
-        "initialize" => initialize(shared, &params),
-        "ping" => Ok(json!({
+        Method::Initialize => initialize(shared, &params),
+        Method::Ping => Ok(json!({
             "status": "pong",
             "instance_id": shared.instance_id,
             "state": shared.state().as_str(),
         })),
-        "agent/info" => {
+        Method::AgentInfo => {
             let mut info =
                 serde_json::to_value(&*shared.manifest.lock().unwrap_or_else(|e| e.into_inner()))
                     .expect("serializes");
@@ -355,14 +359,15 @@ fn dispatch(shared: &Shared, method: &str, params: Value, peer: &Peer) -> Result
             });
             Ok(info)
         }
-        "message/send" => {
+        Method::MessageSend => {
             let req = SendRequest::from_params(&params)?;
             let d = deliver(shared, req, None, peer, "jsonrpc")?;
             Ok(serde_json::to_value(d).expect("an answer always serializes"))
         }
-        // Every other listed method needs the agent's state: the
-        // foreground answers it (events/subscribe never reaches here).
-        m => ask_foreground(shared, m, params),
+        // Every other method needs the agent's state: the foreground
+        // answers it.
+        Method::Foreground(call) => ask_foreground(shared, call, params),
+        Method::EventsSubscribe => unreachable!("a subscription is taken before dispatch"),
     }
 }
 
@@ -401,18 +406,18 @@ fn initialize(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Rpc
         "protocol_version": 1,
         "server": {"name": "baton", "version": env!("CARGO_PKG_VERSION")},
         "instance": manifest,
-        "capabilities": METHODS,
+        "capabilities": Method::ALL.map(Method::as_str),
     }))
 }
 
 fn ask_foreground(
     shared: &Shared,
-    method: &str,
+    method: Call,
     params: Map<String, Value>,
 ) -> Result<Value, RpcError> {
     let (tx, rx) = chan::bounded(1);
     let call = Event::Call {
-        method: method.to_string(),
+        method,
         params,
         reply: tx,
     };
@@ -424,7 +429,7 @@ fn ask_foreground(
     }
     // relay/send discovers, then delivers with one retry, each bounded by
     // the I/O timeout.
-    let wait = if method == "relay/send" {
+    let wait = if method == Call::RelaySend {
         shared.config.io_timeout * 4 + Duration::from_secs(5)
     } else {
         shared.config.io_timeout.max(Duration::from_secs(5))

@@ -75,7 +75,7 @@ pub enum Event {
     Flush,
     /// A request only the foreground may answer.
     Call {
-        method: String,
+        method: crate::wire::Call,
         params: Map<String, Value>,
         reply: chan::Sender<Result<Value, RpcError>>,
     },
@@ -144,27 +144,6 @@ pub struct Shared {
     connections: AtomicUsize,
     events: chan::Sender<Event>,
 }
-
-/// Methods this version answers, as `initialize` lists them.
-pub const METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "agent/info",
-    "message/send",
-    "control/pause",
-    "control/resume",
-    "control/status",
-    "inbox/list",
-    "inbox/claim",
-    "inbox/complete",
-    "inbox/requeue",
-    "inbox/discard",
-    "relay/send",
-    "events/subscribe",
-    "approval/respond",
-    "turn/cancel",
-    "turn/local",
-];
 
 impl Shared {
     #[allow(clippy::too_many_arguments)]
