@@ -431,14 +431,6 @@ impl KnownSpool {
     }
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|x| x.as_str().map(str::to_string))
-        .collect()
-}
-
 /// Every named spool under the state home (`$XDG_STATE_HOME/baton/spool`).
 pub fn known_spools() -> Vec<KnownSpool> {
     let Ok(home) = crate::spool::state_home() else {
@@ -454,17 +446,12 @@ pub fn known_spools() -> Vec<KnownSpool> {
         if crate::spool::check_private_dir(&dir, "spool").is_err() {
             continue;
         }
-        let Some(meta) = std::fs::read(dir.join("meta.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        else {
+        // Bounded and not through a symlink; a spool without a readable
+        // meta.json names nobody.
+        let Ok(meta) = crate::spool::Meta::read(&dir) else {
             continue;
         };
-        let (Some(name), Some(workspace)) = (meta["name"].as_str(), meta["workspace"].as_str())
-        else {
-            continue;
-        };
-        if !registry::valid_name(name) {
+        if !registry::valid_name(&meta.name) {
             continue;
         }
         let queued = std::fs::read_dir(dir.join("inbox"))
@@ -472,13 +459,13 @@ pub fn known_spools() -> Vec<KnownSpool> {
             .unwrap_or(0);
         out.push(KnownSpool {
             dir,
-            name: name.to_string(),
-            workspace: workspace.to_string(),
-            offline: meta["offline"].as_bool().unwrap_or(true),
+            name: meta.name,
+            workspace: meta.workspace,
+            offline: meta.offline,
             queued,
             policy: crate::glob::Policy {
-                accept_from: strings(&meta["accept_from"]),
-                deny_from: strings(&meta["deny_from"]),
+                accept_from: meta.accept_from,
+                deny_from: meta.deny_from,
             },
         });
     }
