@@ -282,7 +282,8 @@ fn take_lock(dir: &Path, wait: Duration) -> Result<std::result::Result<File, Str
     while !sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &lock_path, e))? {
         if Instant::now() >= deadline {
             let mut holder = String::new();
-            let _ = lock.read_to_string(&mut holder);
+            // It holds a pid; a longer file is not ours to read whole.
+            let _ = (&lock).take(64).read_to_string(&mut holder);
             let holder = holder.trim();
             return Ok(Err(if holder.is_empty() {
                 "?".into()
