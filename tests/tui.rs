@@ -741,12 +741,13 @@ fn manifest(env: &Env, name: &str) -> Value {
     let deadline = Instant::now() + WAIT;
     loop {
         for path in manifests(&env.registry) {
-            if let Ok(m) = fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()))
-                && m["name"] == name
-                && m["pid"].as_u64().is_some_and(|p| !gone(p as u32))
-            {
+            let live = fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .filter(|m| {
+                    m["name"] == name && m["pid"].as_u64().is_some_and(|p| !gone(p as u32))
+                });
+            if let Some(m) = live {
                 return m;
             }
         }
