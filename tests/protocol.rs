@@ -805,6 +805,53 @@ fn the_direct_send_path_refuses_what_the_general_path_refuses() {
     assert_eq!(inst.queued(&mut c), 0);
 }
 
+/// Issue 17: a reply to an `approval/request` counts only on a connection
+/// that completed `initialize` (subscribed or not), as section 1 now says;
+/// one on a connection that never did is dropped.
+#[test]
+fn approval_replies_count_only_on_a_connection_that_completed_initialize() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = env.serve(&ws, &["--approve", "ask"]);
+    let mut ctl = inst.client();
+    let sub = ctl.call(1, "events/subscribe", json!({"controller": true}));
+    assert_eq!(sub["result"]["controller"], true, "{sub}");
+    let mut c = inst.client();
+    assert_eq!(
+        send(&mut c, inst.msg("ask-1", "may I"))["status"],
+        "accepted"
+    );
+    let rid = loop {
+        let m = ctl.read_json();
+        if m["method"] == "approval/request" {
+            break m["id"].as_str().expect("a string id").to_string();
+        }
+    };
+    let awaiting = |c: &mut RawClient| {
+        let l = c.call(2, "inbox/list", json!({}));
+        l["result"]["awaiting_approval"].clone()
+    };
+    let reply = json!({"jsonrpc": "2.0", "id": rid, "result": {"decision": "approve"}});
+
+    // Never initialized: dropped, no answer. The next line's answer shows
+    // the reply was read before the decision is looked at.
+    let mut stranger = RawClient::connect(&inst.socket).unwrap();
+    stranger.send_line(reply.to_string().as_bytes());
+    let r = stranger.call(3, "ping", json!({}));
+    assert_eq!(r["error"]["code"], -32010, "{r}");
+    assert_eq!(awaiting(&mut c), json!(["ask-1"]));
+
+    // Initialized, not subscribed: it counts.
+    let mut other = inst.client();
+    other.send_line(reply.to_string().as_bytes());
+    assert_eq!(awaiting(&mut other), json!([]));
+    let claimed = c.call(4, "inbox/claim", json!({}));
+    assert_eq!(
+        claimed["result"]["task"]["message_id"], "ask-1",
+        "{claimed}"
+    );
+}
+
 #[test]
 fn envelope_and_params_errors_keep_the_connection() {
     let env = Env::new();
