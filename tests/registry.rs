@@ -1012,6 +1012,32 @@ fn discovery_reads_at_most_1024_valid_manifests_and_says_how_many_it_did_not() {
     assert!(out.stdout.starts_with("accepted: "), "{out:?}");
 }
 
+/// A registry directory of more than 16384 entries is listed only that
+/// far, and the scan says so; an exact id is still found.
+#[test]
+fn a_registry_past_16384_entries_is_listed_that_far_and_says_so() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    for k in 0..16_400 {
+        fs::write(reg.join(format!("x-{k}")), b"").unwrap();
+    }
+    let served = env.serve(&env.workspace("among"), &[]);
+    let listed = list_json(&env, None, &[]);
+    let note = listed
+        .iter()
+        .find(|v| v.get("unlisted").is_some())
+        .unwrap_or_else(|| panic!("no note of the entries left unlisted: {listed:?}"));
+    assert_eq!(note["unlisted"], true, "{note}");
+    assert_eq!(note["path"], json!(s(&reg)), "{note}");
+    let problem = note["problem"].as_str().unwrap();
+    assert!(
+        problem.ends_with(" not looked at, nor any entry past the first 16384 of the directory"),
+        "{problem}"
+    );
+    let out = send_to(&env, &served.id, b"found by id");
+    assert_eq!(out.status, 0, "{out:?}");
+}
+
 /// Sets a file's modification time `age` into the past.
 fn age(path: &Path, age: Duration) {
     let f = OpenOptions::new().write(true).open(path).unwrap();
