@@ -239,7 +239,9 @@ impl Adapter {
             return None;
         }
         match wire::classify(line.as_bytes()) {
-            wire::Incoming::Invalid { id, code, message } => Some(error(&id, code, &message)),
+            wire::Incoming::Invalid { id, code, message } => {
+                Some(error(&id.to_value(), code, &message))
+            }
             wire::Incoming::Reply { .. } => None,
             wire::Incoming::Notification { method } => {
                 if method == "notifications/initialized" {
@@ -248,6 +250,7 @@ impl Adapter {
                 None
             }
             wire::Incoming::Request { id, method, params } => {
+                let id = id.to_value();
                 Some(match self.request(&method, params) {
                     Ok(r) => ok(&id, r),
                     Err((code, message)) => error(&id, code, &message),

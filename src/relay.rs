@@ -289,6 +289,9 @@ fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
         };
     }
     let dirs: Vec<RegistryDir> = registry::scan_dirs(&origin.registry);
+    if let Some(p) = registry::find_id(&dirs, &out.target, origin.config.io_timeout) {
+        return Ok(p);
+    }
     let found = registry::discover(&dirs, None, origin.config.io_timeout);
     match resolve(&found, &out.target) {
         Resolved::One(p) => Ok(*p),
@@ -499,6 +502,10 @@ pub fn route(
     let deadline = std::time::Instant::now() + RACE_WAIT;
     loop {
         let dirs = registry::scan_dirs(registry_dir);
+        // An exact id needs no scan: its manifest is read directly.
+        if let Some(p) = registry::find_id(&dirs, target, config.io_timeout) {
+            return Route::Live(Box::new(p));
+        }
         // Ping only what the target can name; everyone is pinged only to
         // list candidates when that finds nothing.
         let named = registry::discover_matching(&dirs, None, config.io_timeout, &|m| {

@@ -682,6 +682,176 @@ fn handshake_errors() {
     );
 }
 
+/// Issue 17: an id is echoed as its request spelled it, on both readers
+/// of `message/send` and in errors: a 30-digit integer used to come back
+/// as `1.2345678901234568e+29`, and `-0` as `-0.0`.
+#[test]
+fn request_ids_are_echoed_exactly_as_spelled() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = env.serve(&ws, &[]);
+    let ids = [
+        "123456789012345678901234567890",
+        "-0",
+        "1E2",
+        "1.50",
+        "-12345678901234567890123.4560e-3",
+        r#""\u0041\u00e9""#,
+    ];
+    let echoes = |answer: &str, id: &str| {
+        assert!(
+            answer.contains(&format!(r#""id":{id},"#)),
+            "id {id} not echoed as spelled: {answer}"
+        );
+    };
+    let hello = r#"{"protocol_version":1,"client":{"name":"t","version":"0"}}"#;
+    for (n, id) in ids.iter().enumerate() {
+        let mut c = RawClient::connect(&inst.socket).unwrap();
+        let mut exchange = |line: String| -> String {
+            c.send_line(line.as_bytes());
+            c.read_line().expect("an answer")
+        };
+        // Before the handshake: -32010.
+        let a = exchange(format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#));
+        assert!(a.contains("-32010"), "{a}");
+        echoes(&a, id);
+        // A malformed request: -32600.
+        let a = exchange(format!(r#"{{"jsonrpc":"1.0","id":{id},"method":"ping"}}"#));
+        assert!(a.contains("-32600"), "{a}");
+        echoes(&a, id);
+        let a = exchange(format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{hello}}}"#
+        ));
+        assert!(a.contains(r#""result""#), "{a}");
+        echoes(&a, id);
+        let msg = |mid: String, extra: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"message/send","params":{{"message_id":"{mid}","target_instance_id":"{}","body":"b","sender":{{}}{extra}}}}}"#,
+                inst.id
+            )
+        };
+        // The fast path, and the general one (an unknown member).
+        for (path, extra) in [("fast", ""), ("general", r#","x":1"#)] {
+            let a = exchange(msg(format!("m-{n}-{path}"), extra));
+            assert!(a.contains(r#""status":"accepted""#), "{path}: {a}");
+            echoes(&a, id);
+        }
+        // Errors of both kinds after the handshake.
+        let a = exchange(format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"message/send","params":{{"message_id":"m","sender":{{}}}}}}"#
+        ));
+        assert!(a.contains("-32602"), "{a}");
+        echoes(&a, id);
+        let a = exchange(format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"no/such"}}"#
+        ));
+        assert!(a.contains("-32601"), "{a}");
+        echoes(&a, id);
+        let a = exchange(format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#));
+        assert!(a.contains(r#""status":"pong""#), "{a}");
+        echoes(&a, id);
+    }
+}
+
+/// Issue 17: the direct `message/send` reader refuses what the general
+/// reader refuses. serde_json skips an unknown member without the checks
+/// it makes on a value it reads, so nesting past its limit of 128, a
+/// number out of range or a lone surrogate in one was accepted directly,
+/// and the same line without the fast path's shape was -32700.
+#[test]
+fn the_direct_send_path_refuses_what_the_general_path_refuses() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = env.serve(&ws, &[]);
+    let mut c = RawClient::connect(&inst.socket).unwrap();
+    c.initialize();
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let members = [
+        format!(r#""x":{deep}"#),
+        r#""x":1e400"#.to_string(),
+        r#""x":"\ud800""#.to_string(),
+    ];
+    for (n, member) in members.iter().enumerate() {
+        for (at, line) in [
+            (
+                "top",
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{n},"method":"message/send",{member},"params":{{"message_id":"d{n}","target_instance_id":"{}","body":"b","sender":{{}}}}}}"#,
+                    inst.id
+                ),
+            ),
+            (
+                "params",
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{n},"method":"message/send","params":{{"message_id":"d{n}","target_instance_id":"{}","body":"b","sender":{{}},{member}}}}}"#,
+                    inst.id
+                ),
+            ),
+            (
+                "sender",
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{n},"method":"message/send","params":{{"message_id":"d{n}","target_instance_id":"{}","body":"b","sender":{{{member}}}}}}}"#,
+                    inst.id
+                ),
+            ),
+        ] {
+            c.send_line(line.as_bytes());
+            let a = c.read_json();
+            assert_eq!(a["error"]["code"], -32700, "{at}: {a}");
+            assert_eq!(a["id"], Value::Null, "{at}: {a}");
+        }
+    }
+    // Nothing was accepted, and the connection still serves.
+    assert_eq!(inst.queued(&mut c), 0);
+}
+
+/// Issue 17: a reply to an `approval/request` counts only on a connection
+/// that completed `initialize` (subscribed or not), as section 1 now says;
+/// one on a connection that never did is dropped.
+#[test]
+fn approval_replies_count_only_on_a_connection_that_completed_initialize() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = env.serve(&ws, &["--approve", "ask"]);
+    let mut ctl = inst.client();
+    let sub = ctl.call(1, "events/subscribe", json!({"controller": true}));
+    assert_eq!(sub["result"]["controller"], true, "{sub}");
+    let mut c = inst.client();
+    assert_eq!(
+        send(&mut c, inst.msg("ask-1", "may I"))["status"],
+        "accepted"
+    );
+    let rid = loop {
+        let m = ctl.read_json();
+        if m["method"] == "approval/request" {
+            break m["id"].as_str().expect("a string id").to_string();
+        }
+    };
+    let awaiting = |c: &mut RawClient| {
+        let l = c.call(2, "inbox/list", json!({}));
+        l["result"]["awaiting_approval"].clone()
+    };
+    let reply = json!({"jsonrpc": "2.0", "id": rid, "result": {"decision": "approve"}});
+
+    // Never initialized: dropped, no answer. The next line's answer shows
+    // the reply was read before the decision is looked at.
+    let mut stranger = RawClient::connect(&inst.socket).unwrap();
+    stranger.send_line(reply.to_string().as_bytes());
+    let r = stranger.call(3, "ping", json!({}));
+    assert_eq!(r["error"]["code"], -32010, "{r}");
+    assert_eq!(awaiting(&mut c), json!(["ask-1"]));
+
+    // Initialized, not subscribed: it counts.
+    let mut other = inst.client();
+    other.send_line(reply.to_string().as_bytes());
+    assert_eq!(awaiting(&mut other), json!([]));
+    let claimed = c.call(4, "inbox/claim", json!({}));
+    assert_eq!(
+        claimed["result"]["task"]["message_id"], "ask-1",
+        "{claimed}"
+    );
+}
+
 #[test]
 fn envelope_and_params_errors_keep_the_connection() {
     let env = Env::new();

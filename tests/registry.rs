@@ -915,22 +915,260 @@ fn shutdown_copes_with_its_socket_already_gone() {
     assert!(!exists(&reg.join(format!("a-{}.json", served.id))));
 }
 
+/// Writes `n` files named as manifests of the ids `0-<k>`, which sort
+/// before every real id, holding `bytes`.
+fn junk_manifests(reg: &Path, n: usize, bytes: &[u8]) -> Vec<PathBuf> {
+    (0..n)
+        .map(|k| write_manifest(reg, &format!("0-{k:016}"), bytes))
+        .collect()
+}
+
+/// Sends a task to `target` with `baton send`, and returns its output.
+fn send_to(env: &Env, target: &str, body: &[u8]) -> Output {
+    env.run_stdin(&["send", target, "-"], body)
+}
+
+/// Issue 17: 1,024 malformed manifests used up the scan's bound, so that
+/// `baton list` saw no live instance and even a send by exact id failed.
 #[test]
-fn discovery_scans_at_most_1024_manifests_and_says_so() {
+fn junk_manifests_do_not_hide_live_instances() {
     let env = Env::new();
     let reg = make_registry(&env);
-    for n in 0..1030 {
-        write_manifest(&reg, &format!("{}-000000000000", 100_000 + n), b"{}");
-    }
+    junk_manifests(&reg, 1100, b"{}");
+    let served = env.serve(&env.workspace("live"), &[]);
+
+    assert_eq!(ids(&list_json(&env, None, &[])), [served.id.as_str()]);
+    let out = env.run(&["list"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.contains(&served.id), "{out:?}");
+    // No scan was cut short: junk costs a look, not a place.
+    assert!(!out.stderr.contains("not looked at"), "{out:?}");
     let all = list_json(&env, None, &["--all"]);
-    let notes: Vec<&Value> = all
+    assert_eq!(all.len(), 1 + 1100, "the live one and every junk file");
+
+    for target in [served.id.as_str(), "live"] {
+        let out = send_to(&env, target, b"through the junk");
+        assert_eq!(out.status, 0, "send {target}: {out:?}");
+        assert!(out.stdout.starts_with("accepted: "), "{out:?}");
+    }
+}
+
+/// Discovery reads at most 1024 valid manifests per directory, however
+/// many junk files come first, and says how many it did not look at; an
+/// exact id is found past the bound, since its manifest is read directly.
+#[test]
+fn discovery_reads_at_most_1024_valid_manifests_and_says_how_many_it_did_not() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    let junk = junk_manifests(&reg, 300, b"not json");
+    // Valid manifests of pid 1, which is alive, whose ids sort before any
+    // real one and whose sockets are missing: each is pinged and skipped.
+    for k in 0..1030 {
+        let id = format!("1-{k:016}");
+        write_manifest(
+            &reg,
+            &id,
+            fake_manifest(&reg, &id, "filler").to_string().as_bytes(),
+        );
+    }
+    let served = env.serve(&env.workspace("last"), &[]);
+    // Not looked at: six fillers and the live instance's own manifest.
+    let problem =
+        "7 manifests not looked at: discovery reads at most 1024 valid manifests per directory";
+
+    let listed = list_json(&env, None, &[]);
+    assert_eq!(
+        listed,
+        [json!({
+            "path": s(&reg),
+            "wire": "jsonrpc",
+            "problem": problem,
+            "not_looked_at": 7,
+            "unlisted": false,
+        })]
+    );
+    let all = list_json(&env, None, &["--all"]);
+    assert_eq!(
+        all.len(),
+        300 + 1024 + 1,
+        "every manifest looked at, and the note"
+    );
+    assert_eq!(all.last(), listed.last());
+    assert_eq!(all[0]["path"], json!(s(&junk[0])), "{}", all[0]);
+
+    let out = env.run(&["list"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(
+        out.stderr,
+        format!(
+            "baton: {}: {problem}\nbaton: no other live instances\n",
+            reg.display()
+        )
+    );
+
+    // The instance past the bound is still reached by its id.
+    let out = send_to(&env, &served.id, b"past the bound");
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.starts_with("accepted: "), "{out:?}");
+}
+
+/// A registry directory of more than 16384 entries is listed only that
+/// far, and the scan says so; an exact id is still found.
+#[test]
+fn a_registry_past_16384_entries_is_listed_that_far_and_says_so() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    for k in 0..16_400 {
+        fs::write(reg.join(format!("x-{k}")), b"").unwrap();
+    }
+    let served = env.serve(&env.workspace("among"), &[]);
+    let listed = list_json(&env, None, &[]);
+    let note = listed
         .iter()
-        .filter(|v| v["problem"] == "1030 manifests; only the first 1024 were scanned")
+        .find(|v| v.get("unlisted").is_some())
+        .unwrap_or_else(|| panic!("no note of the entries left unlisted: {listed:?}"));
+    assert_eq!(note["unlisted"], true, "{note}");
+    assert_eq!(note["path"], json!(s(&reg)), "{note}");
+    let problem = note["problem"].as_str().unwrap();
+    assert!(
+        problem.ends_with(" not looked at, nor any entry past the first 16384 of the directory"),
+        "{problem}"
+    );
+    let out = send_to(&env, &served.id, b"found by id");
+    assert_eq!(out.status, 0, "{out:?}");
+}
+
+/// Sets a file's modification time `age` into the past.
+fn age(path: &Path, age: Duration) {
+    let f = OpenOptions::new().write(true).open(path).unwrap();
+    f.set_modified(SystemTime::now() - age).unwrap();
+}
+
+/// Issue 17: `baton gc`, and `baton serve` at start, remove manifests that
+/// do not parse once they are a minute old; nothing else of the kind.
+#[test]
+fn gc_and_serve_remove_manifests_that_do_not_parse_once_a_minute_old() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    let two_minutes = Duration::from_secs(120);
+    let old = |id: &str, bytes: &[u8]| {
+        let p = write_manifest(&reg, id, bytes);
+        age(&p, two_minutes);
+        p
+    };
+    let garbage = old("0-1", b"not json");
+    let empty = old("0-2", b"");
+    let array = old("0-3", b"[1, 2]");
+    let cut = old("0-4", b"{\"protocol\": 1, \"pid\":");
+    // Kept: too young, a JSON object (of another version, say), over
+    // 16 KiB (never read), a symlink, a directory, a name outside the
+    // grammar.
+    let young = write_manifest(&reg, "0-5", b"not json");
+    let object = old("0-6", br#"{"protocol": 2}"#);
+    let big = old("0-7", &vec![b'x'; MAX_MANIFEST + 1]);
+    let target = env.root.join("target.json");
+    fs::write(&target, b"not json").unwrap();
+    age(&target, two_minutes);
+    let link = reg.join("a-0-8.json");
+    symlink(&target, &link).unwrap();
+    let dir = reg.join("a-0-9.json");
+    fs::create_dir(&dir).unwrap();
+    let odd = reg.join("a-0 10.json");
+    fs::write(&odd, b"not json").unwrap();
+    age(&odd, two_minutes);
+
+    let gc = json_of(&env.run(&["gc", "--json"]), "gc --json");
+    let removed = [&garbage, &empty, &array, &cut];
+    assert_eq!(
+        gc,
+        json!({"removed": [], "malformed": removed.map(|p| s(p))}),
+    );
+    for p in removed {
+        assert!(!exists(p), "gc left {}", p.display());
+    }
+    for p in [&young, &object, &big, &link, &dir, &odd, &target] {
+        assert!(exists(p), "gc removed {}", p.display());
+    }
+    assert_eq!(fs::read(&target).unwrap(), b"not json");
+
+    // The text form, and `serve` at start.
+    let again = old("0-11", b"}");
+    let out = env.run(&["gc"]);
+    assert_eq!(
+        out.stdout,
+        format!("removed malformed manifest {}\n", again.display()),
+        "{out:?}"
+    );
+    let at_start = old("0-12", b"\x00\xff");
+    let served = env.serve(&env.workspace("fresh"), &[]);
+    assert!(!exists(&at_start), "serve left a malformed manifest");
+    assert!(exists(&young) && exists(&object));
+    assert_eq!(ids(&list_json(&env, None, &[])), [served.id.as_str()]);
+}
+
+/// Issue 17: discovery lstats a manifest's socket: a symlink
+/// `a-<id>.sock` pointing out of the registry is never connected to, by
+/// `list`, by a send to its id, or by `gc`; a socket path that is not a
+/// socket is skipped too.
+#[test]
+fn discovery_never_follows_a_symlinked_socket_out_of_the_registry() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    let outside = env.root.join("outside.sock");
+    let listener = UnixListener::bind(&outside).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let sleeper = Sleeper::start();
+    let live_id = format!("{}-1717171717171717", sleeper.pid());
+    let dead_id = format!("{}-1818181818181818", dead_pid());
+    let file_id = format!("{}-1919191919191919", sleeper.pid());
+    for (id, name) in [
+        (&live_id, "astray"),
+        (&dead_id, "ghost"),
+        (&file_id, "plain"),
+    ] {
+        write_manifest(
+            &reg,
+            id,
+            fake_manifest(&reg, id, name).to_string().as_bytes(),
+        );
+    }
+    for id in [&live_id, &dead_id] {
+        symlink(&outside, reg.join(format!("a-{id}.sock"))).unwrap();
+    }
+    fs::write(reg.join(format!("a-{file_id}.sock")), b"").unwrap();
+
+    let all = list_json(&env, None, &["--all"]);
+    let problems: BTreeMap<&str, &str> = all
+        .iter()
+        .map(|v| {
+            (
+                v["instance_id"].as_str().unwrap(),
+                v["problem"].as_str().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(notes.len(), 1, "{:?}", &all[all.len().saturating_sub(2)..]);
-    // Every scanned one is reported, and no more than the bound.
-    assert_eq!(all.len(), 1024 + 1);
-    assert!(list_json(&env, None, &[]).is_empty());
+    assert_eq!(
+        problems,
+        BTreeMap::from([
+            (live_id.as_str(), "socket is a symlink"),
+            (dead_id.as_str(), "socket is a symlink"),
+            (file_id.as_str(), "socket is not a socket"),
+        ])
+    );
+    let out = send_to(&env, &live_id, b"astray");
+    assert_eq!(out.status, 3, "{out:?}");
+    let gc = json_of(&env.run(&["gc", "--json"]), "gc --json");
+    assert_eq!(
+        gc,
+        json!({"removed": []}),
+        "a symlinked socket is not provably dead"
+    );
+    assert!(exists(&reg.join(format!("a-{dead_id}.json"))));
+
+    match listener.accept() {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        other => panic!("something connected through the symlink: {other:?}"),
+    }
 }
 
 /// A stand-in for a zcoder instance: answers each `ZCODER-AGENT/1` ping

@@ -39,8 +39,26 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
                 out.push(v);
             }
         }
+        // A truncated scan says so with or without `--all`: what it did
+        // not look at may be what the reader is looking for.
+        for t in &found.truncated {
+            out.push(json!({
+                "path": t.path.display().to_string(),
+                "wire": t.wire.as_str(),
+                "problem": t.problem(),
+                "not_looked_at": t.not_looked_at,
+                "unlisted": t.unlisted,
+            }));
+        }
         emit_json(&Value::Array(out));
         return Ok(ExitCode::Ok);
+    }
+    for t in &found.truncated {
+        eprintln!(
+            "baton: {}: {}",
+            escape(&t.path.display().to_string()),
+            t.problem()
+        );
     }
     if found.peers.is_empty() {
         eprintln!("baton: no other live instances");
@@ -80,14 +98,27 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
 pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "gc", 0)?;
     let dir = registry::ensure_dir(config)?;
-    let removed = registry::collect_stale(&dir);
+    let collected = registry::collect_stale(&dir);
+    let malformed: Vec<String> = collected
+        .malformed
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
     if args.flag("json") {
-        emit_json(&json!({"removed": removed}));
-    } else if removed.is_empty() {
+        let mut out = json!({"removed": collected.removed});
+        // Only when there were any: the answer keeps its shape otherwise.
+        if !malformed.is_empty() {
+            out["malformed"] = json!(malformed);
+        }
+        emit_json(&out);
+    } else if collected.removed.is_empty() && malformed.is_empty() {
         eprintln!("baton: no stale entries in {}", dir.display());
     } else {
-        for id in &removed {
+        for id in &collected.removed {
             emit(&format!("removed stale instance {id}\n"));
+        }
+        for path in &malformed {
+            emit(&format!("removed malformed manifest {}\n", escape(path)));
         }
     }
     Ok(ExitCode::Ok)
@@ -157,6 +188,10 @@ fn remote(args: &Args, via: &str) -> Result<ExitCode> {
     if args.flag("json") {
         emit_json(&Value::Array(items));
         return Ok(ExitCode::Ok);
+    }
+    for t in items.iter().filter(|v| v.get("not_looked_at").is_some()) {
+        let s = |k: &str| escape(t[k].as_str().unwrap_or("")).into_owned();
+        eprintln!("baton: {}: {}", s("path"), s("problem"));
     }
     if args.flag("offline") {
         let rows: Vec<[String; 4]> = items

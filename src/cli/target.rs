@@ -58,6 +58,10 @@ fn candidates(peers: &[&Peer]) -> String {
 pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
     let dir = registry::ensure_dir(config)?;
     let dirs = registry::scan_dirs(&dir);
+    // An exact id needs no scan: its manifest is read directly.
+    if let Some(p) = target.and_then(|t| registry::find_id(&dirs, t, config.io_timeout)) {
+        return Ok(p);
+    }
     let found = registry::discover(&dirs, None, config.io_timeout);
     let all: Vec<&Peer> = found.peers.iter().collect();
     let pick = |matches: Vec<&Peer>, what: String| -> Result<Peer> {

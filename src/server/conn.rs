@@ -9,7 +9,7 @@ use super::request::{self, SendRequest};
 use super::{Event, RpcError, Shared, bad_type, missing, zcoder};
 use crate::events;
 use crate::sys;
-use crate::wire::{self, Call, Incoming, LineReader, Method, ReadError};
+use crate::wire::{self, Call, Id, Incoming, LineReader, Method, ReadError};
 use crossbeam_channel as chan;
 use serde_json::{Map, Value, json};
 use std::os::unix::net::UnixStream;
@@ -202,7 +202,7 @@ impl Session<'_> {
         }
     }
 
-    fn request(&mut self, id: &Value, name: &str, params: Value) -> Option<Vec<u8>> {
+    fn request(&mut self, id: &Id, name: &str, params: Value) -> Option<Vec<u8>> {
         let method = Method::parse(name);
         if !self.initialized && method != Some(Method::Initialize) {
             return Some(wire::error_line(
@@ -236,7 +236,7 @@ impl Session<'_> {
 }
 
 /// A request's answer line: its result, or its error.
-fn answer_line<T: serde::Serialize>(id: &Value, r: Result<T, RpcError>) -> Vec<u8> {
+fn answer_line<T: serde::Serialize>(id: &Id, r: Result<T, RpcError>) -> Vec<u8> {
     match r {
         Ok(v) => wire::result_line(id, &v),
         Err(e) => wire::error_line(id, e.code, &e.message, e.data),
@@ -248,7 +248,7 @@ fn answer_line<T: serde::Serialize>(id: &Value, r: Result<T, RpcError>) -> Vec<u
 fn subscribe(
     shared: &Shared,
     out: &Writer,
-    id: &Value,
+    id: &Id,
     params: Value,
     already: bool,
 ) -> Result<u64, RpcError> {

@@ -5,6 +5,7 @@
 //! checked here; the values are `deliver`'s to judge.
 
 use super::{RpcError, bad_type, missing};
+use crate::wire::Id;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -26,27 +27,36 @@ pub struct SendRequest {
 
 /// A well-formed `message/send` request read straight into its fields,
 /// without building a JSON tree: the common request on a busy connection.
-/// `None` for anything else and for anything unusual (a duplicate key, a
-/// wrong type, a null or missing id, a bad `jsonrpc`, a negative hop),
-/// which then takes the general path with its exact errors. What this
-/// accepts, the general path reads to the same `SendRequest`. Also returns
-/// the body as the line spelled it, a JSON string that the task file and
-/// the event then copy instead of escaping the body again.
-pub(super) fn fast_send(line: &[u8]) -> Option<(Value, SendRequest, &RawValue)> {
+/// `None` for anything else and for anything unusual (a member it does not
+/// know, a duplicate key, a wrong type, a null or missing id, a bad
+/// `jsonrpc`, a negative hop), which then takes the general path with its
+/// exact errors. It skips no member unread: serde_json skips a value it
+/// is not asked to read without the checks it makes on one it reads (no
+/// nesting limit, no range check on numbers, lone surrogates and invalid
+/// UTF-8 in strings let through), so a line with an unknown member goes to
+/// the general path, and the id and body, taken raw, are read again by the
+/// general parser. So what this accepts, the general path reads to the
+/// same `SendRequest`. Also returns the id and the body as the line spelled
+/// them: the id is echoed so, and the body is a JSON string that the task
+/// file and the event copy instead of escaping it again.
+pub(super) fn fast_send(line: &[u8]) -> Option<(Id, SendRequest, &RawValue)> {
     use serde::Deserialize;
     use std::borrow::Cow;
     type Text<'a> = Option<Cow<'a, str>>;
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     struct Frame<'a> {
         #[serde(borrow)]
         jsonrpc: Cow<'a, str>,
-        id: Option<Value>,
+        #[serde(borrow)]
+        id: Option<&'a RawValue>,
         #[serde(borrow)]
         method: Cow<'a, str>,
         #[serde(borrow)]
         params: Params<'a>,
     }
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     struct Params<'a> {
         #[serde(borrow)]
         message_id: Cow<'a, str>,
@@ -63,6 +73,7 @@ pub(super) fn fast_send(line: &[u8]) -> Option<(Value, SendRequest, &RawValue)> 
         mode: Text<'a>,
     }
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     struct From<'a> {
         #[serde(borrow, default)]
         instance_id: Text<'a>,
@@ -75,8 +86,7 @@ pub(super) fn fast_send(line: &[u8]) -> Option<(Value, SendRequest, &RawValue)> 
     if f.jsonrpc != "2.0" || f.method != "message/send" {
         return None;
     }
-    let id =
-        f.id.filter(|id| matches!(id, Value::String(_) | Value::Number(_)))?;
+    let id = Id::from_raw(f.id?).filter(|id| !id.is_null())?;
     let p = f.params;
     // A string, or the general path says what it is instead.
     let body: String = serde_json::from_str(p.body.get()).ok()?;
@@ -147,8 +157,8 @@ mod tests {
 
     /// The general path's reading of a line, when it is a `message/send`
     /// request with well-typed params.
-    fn general(line: &str) -> Option<(Value, SendRequest)> {
-        match wire::classify(line.as_bytes()) {
+    fn general(line: &[u8]) -> Option<(Id, SendRequest)> {
+        match wire::classify(line) {
             Incoming::Request { id, method, params } if method == "message/send" => {
                 let Value::Object(p) = params else {
                     return None;
@@ -159,28 +169,74 @@ mod tests {
         }
     }
 
+    /// A `message/send` line with `extra` spliced in at the top level and
+    /// into `params` and `sender`.
+    fn with(top: &str, params: &str, sender: &str) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"message/send"{top},"params":{{"message_id":"m","target_instance_id":"t","body":"b"{params},"sender":{{"name":"n"{sender}}}}}}}"#
+        )
+    }
+
+    /// Whatever the fast path reads, the general path reads the same; the
+    /// fast path's id is spelled as the line spelled it.
+    fn agree(line: &[u8]) -> bool {
+        let Some((id, req, body)) = fast_send(line) else {
+            return false;
+        };
+        let text = String::from_utf8_lossy(line);
+        // The body's JSON text as the line spelled it, which the task
+        // file and the event copy.
+        assert_eq!(
+            serde_json::from_str::<String>(body.get()).unwrap(),
+            req.body
+        );
+        assert!(
+            text.contains(&format!(r#""body":{}"#, body.get())),
+            "{text}"
+        );
+        // `d"` ends the key whether spelled `id` or `\u0069d`.
+        assert!(text.contains(&format!(r#"d":{}"#, id.get())), "{text}");
+        assert_eq!(Some((id, req)), general(line), "{text}");
+        true
+    }
+
     #[test]
     fn the_fast_send_path_reads_what_the_general_path_reads() {
         let ok = [
             r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"m1","target_instance_id":"t","body":"hi","sender":{},"hop":0}}"#,
-            r#"{"params":{"sender":{"instance_id":"a","name":"n","workspace":"/w","x":1},"body":"a\"b\n\u00e9","target_instance_id":"t","message_id":"m2","mode":"steer","in_reply_to":"r","extra":[1]},"method":"message/send","id":"s","jsonrpc":"2.0","result":1}"#,
+            r#"{"params":{"sender":{"instance_id":"a","name":"n","workspace":"/w"},"body":"a\"b\n\u00e9","target_instance_id":"t","message_id":"m2","mode":"steer","in_reply_to":"r"},"method":"message/send","id":"s","jsonrpc":"2.0"}"#,
             r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"message/send","params":{"message_id":"m3","target_instance_id":"t","body":"b","sender":{"name":null},"mode":null,"in_reply_to":null,"hop":null}}"#,
             r#" {"jsonrpc":"2.0","id":-1.5,"method":"message/send","params":{"message_id":"","target_instance_id":"","body":"","sender":{}}} "#,
+            // Ids that a number type would respell.
+            r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":-0,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1E2,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":"\u0041\ud83d\ude00","method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            // Keys spelled with escapes are the same keys.
+            r#"{"jsonrpc":"2.0","\u0069d":2,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
         ];
         for line in ok {
-            let (id, req, body) =
-                fast_send(line.as_bytes()).unwrap_or_else(|| panic!("not fast: {line}"));
-            // The body's JSON text as the line spelled it, which the task
-            // file and the event copy.
-            assert_eq!(
-                serde_json::from_str::<String>(body.get()).unwrap(),
-                req.body
-            );
+            assert!(agree(line.as_bytes()), "not fast: {line}");
+        }
+        // Left to the general path, which reads them (a member the fast
+        // path does not know is read only there).
+        let general_only = [
+            r#"{"params":{"sender":{"instance_id":"a","name":"n","workspace":"/w","x":1},"body":"a\"b\n\u00e9","target_instance_id":"t","message_id":"m2","mode":"steer","in_reply_to":"r","extra":[1]},"method":"message/send","id":"s","jsonrpc":"2.0","result":1}"#,
+            &with(r#","x":{"a":[1,{"b":null}]}"#, "", ""),
+            &with("", r#","x":"\ud83d\ude00""#, ""),
+            &with("", "", r#","x":1e308"#),
+            &with(
+                &format!(r#","x":{}{}"#, "[".repeat(120), "]".repeat(120)),
+                "",
+                "",
+            ),
+        ];
+        for line in general_only {
+            assert!(fast_send(line.as_bytes()).is_none(), "fast: {line}");
             assert!(
-                line.contains(&format!(r#""body":{}"#, body.get())),
-                "{line}"
+                general(line.as_bytes()).is_some(),
+                "general refused: {line}"
             );
-            assert_eq!(Some((id, req)), general(line), "{line}");
         }
         // Left to the general path, which answers each with its own
         // result or error.
@@ -207,6 +263,66 @@ mod tests {
         ];
         for line in slow {
             assert!(fast_send(line.as_bytes()).is_none(), "fast: {line}");
+        }
+        // Lines the general path refuses outright, which the fast path
+        // must refuse too: what serde_json lets through in a value it
+        // skips and refuses in one it reads (nesting past its limit of
+        // 128, a number out of range, a lone surrogate, invalid UTF-8),
+        // also in the id and the body, which the fast path takes raw.
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let mut refused: Vec<Vec<u8>> = [
+            &with(&format!(r#","x":{}"#, deep(200)), "", ""),
+            &with(&format!(r#","x":{}"#, deep(127)), "", ""),
+            &with("", &format!(r#","x":{}"#, deep(126)), ""),
+            &with("", "", &format!(r#","x":{}"#, deep(125))),
+            &with(r#","x":1e400"#, "", ""),
+            &with("", r#","x":-1e400"#, ""),
+            &with("", "", &format!(r#","x":{}"#, "9".repeat(400))),
+            &with(r#","x":"\ud800""#, "", ""),
+            &with("", r#","x":"\udc00""#, ""),
+            &with("", "", r#","x":{"\ud800":1}"#),
+            r#"{"jsonrpc":"2.0","id":1e400,"method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":"\udfff","method":"message/send","params":{"message_id":"m","target_instance_id":"t","body":"b","sender":{}}}"#,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{},"method":"message/send","params":{{"message_id":"m","target_instance_id":"t","body":"b","sender":{{}}}}}}"#,
+                deep(200)
+            ),
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message_id":"m","target_instance_id":"t","body":{},"sender":{{}}}}}}"#,
+                deep(200)
+            ),
+        ]
+        .iter()
+        .map(|l| l.as_bytes().to_vec())
+        .collect();
+        let bad_utf8 = |at: &str| {
+            let mut l = with(at, "", "").into_bytes();
+            let i = l.windows(3).position(|w| w == b"\xc3\xa9\"").unwrap();
+            l[i] = 0xff;
+            l
+        };
+        refused.push(bad_utf8(r#","x":"é""#));
+        refused.push({
+            let mut l = with("", "", "").into_bytes();
+            let i = l.windows(5).position(|w| w == b"\"n\"}}").unwrap();
+            l[i + 1] = 0xff;
+            l
+        });
+        for line in &refused {
+            let text = String::from_utf8_lossy(line);
+            assert!(general(line).is_none(), "general read: {text}");
+            assert!(fast_send(line).is_none(), "fast: {text}");
+        }
+        // Growing nesting around the limit: `agree` fails if the fast path
+        // reads a line the general path reads otherwise or not at all.
+        for n in 120..135 {
+            for line in [
+                with(&format!(r#","x":{}"#, deep(n)), "", ""),
+                with("", &format!(r#","x":{}"#, deep(n)), ""),
+                with("", "", &format!(r#","x":{}"#, deep(n))),
+            ] {
+                agree(line.as_bytes());
+            }
         }
     }
 }

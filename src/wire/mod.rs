@@ -1,6 +1,14 @@
 //! Framing on the socket: bounded, deadline-checked JSON-RPC 2.0 lines, the
-//! classification of one incoming object, and the zcoder frame
-//! (`ZCODER-AGENT/1 <n>\n` plus n bytes of flat JSON).
+//! classification of one incoming object with its id as spelled, answer
+//! lines, and (in `zcoder`) the zcoder frame.
+
+mod id;
+mod zcoder;
+
+pub use id::Id;
+pub use zcoder::{
+    FrameError, ZCODER_MAGIC, parse_flat, read_zcoder_frame, zcoder_frame, zcoder_length,
+};
 
 use serde_json::{Map, Value, json};
 use std::io::{self, Read, Write};
@@ -284,7 +292,7 @@ impl Call {
 #[derive(Debug)]
 pub enum Incoming {
     Request {
-        id: Value,
+        id: Id,
         method: String,
         params: Value,
     },
@@ -297,7 +305,7 @@ pub enum Incoming {
     },
     /// Not a valid request: answer with this error (`id` may be null).
     Invalid {
-        id: Value,
+        id: Id,
         code: i64,
         message: String,
     },
@@ -323,17 +331,18 @@ fn find_newline(s: &[u8]) -> Option<usize> {
     s[at..].iter().position(|&b| b == b'\n').map(|i| at + i)
 }
 
-fn valid_id(id: &Value) -> bool {
+pub(super) fn valid_id(id: &Value) -> bool {
     matches!(id, Value::String(_) | Value::Number(_) | Value::Null)
 }
 
-/// Classifies one line.
+/// Classifies one line. The general parser decides what the line is; the
+/// id is then taken as the line spelled it.
 pub fn classify(line: &[u8]) -> Incoming {
     let value: Value = match serde_json::from_slice(line) {
         Ok(v) => v,
         Err(e) => {
             return Incoming::Invalid {
-                id: Value::Null,
+                id: Id::null(),
                 code: PARSE_ERROR,
                 message: format!("parse error: {e}"),
             };
@@ -341,22 +350,22 @@ pub fn classify(line: &[u8]) -> Incoming {
     };
     let Value::Object(mut obj) = value else {
         return Incoming::Invalid {
-            id: Value::Null,
+            id: Id::null(),
             code: INVALID_REQUEST,
             message: "invalid request: not a JSON object".into(),
         };
-    };
-    let id = obj.get("id").cloned();
-    let echo = id.clone().filter(valid_id).unwrap_or(Value::Null);
-    let invalid = |message: &str| Incoming::Invalid {
-        id: echo.clone(),
-        code: INVALID_REQUEST,
-        message: format!("invalid request: {message}"),
     };
     let has_method = obj.contains_key("method");
     if !has_method && (obj.contains_key("result") || obj.contains_key("error")) {
         return Incoming::Reply { reply: obj };
     }
+    let id = obj.get("id").cloned();
+    let echo = id::echo_id(line, id.as_ref());
+    let invalid = |message: &str| Incoming::Invalid {
+        id: echo.clone(),
+        code: INVALID_REQUEST,
+        message: format!("invalid request: {message}"),
+    };
     let method = match obj.remove("method") {
         Some(Value::String(m)) => m,
         Some(_) => return invalid("\"method\" is not a string"),
@@ -368,45 +377,71 @@ pub fn classify(line: &[u8]) -> Incoming {
     match id {
         None => Incoming::Notification { method },
         Some(id) if !valid_id(&id) => invalid("\"id\" must be a string, a number or null"),
-        Some(id) => Incoming::Request {
-            id,
+        Some(_) => Incoming::Request {
+            id: echo,
             method,
             params: obj.remove("params").unwrap_or(Value::Object(Map::new())),
         },
     }
 }
 
-/// A result line, `\n` included.
-pub fn result_line<T: serde::Serialize>(id: &Value, result: &T) -> Vec<u8> {
+/// A result line, `\n` included. `id` is the request's `Id` (echoed as
+/// spelled) or a `Value` (`Value::Null` when the id is unknown).
+pub fn result_line<I, T>(id: &I, result: &T) -> Vec<u8>
+where
+    I: serde::Serialize + ?Sized,
+    T: serde::Serialize + ?Sized,
+{
     // The keys in the order a JSON map would give them, without building
     // one: this is every answer's line.
     #[derive(serde::Serialize)]
-    struct Answer<'a, T> {
-        id: &'a Value,
+    struct Answer<'a, I: ?Sized, T: ?Sized> {
+        id: &'a I,
         jsonrpc: &'static str,
         result: &'a T,
     }
-    let mut out = Vec::with_capacity(256);
-    serde_json::to_writer(
-        &mut out,
-        &Answer {
-            id,
-            jsonrpc: "2.0",
-            result,
-        },
-    )
-    .expect("an answer always serializes");
-    out.push(b'\n');
-    out
+    to_line(&Answer {
+        id,
+        jsonrpc: "2.0",
+        result,
+    })
 }
 
-/// An error line, `\n` included.
-pub fn error_line(id: &Value, code: i64, message: &str, data: Option<Value>) -> Vec<u8> {
-    let mut error = json!({"code": code, "message": message});
-    if let Some(data) = data {
-        error["data"] = data;
+/// An error line, `\n` included; `id` as for `result_line`.
+pub fn error_line<I>(id: &I, code: i64, message: &str, data: Option<Value>) -> Vec<u8>
+where
+    I: serde::Serialize + ?Sized,
+{
+    // The keys in the order a JSON map would give them.
+    #[derive(serde::Serialize)]
+    struct Error<'a> {
+        code: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<Value>,
+        message: &'a str,
     }
-    line(&json!({"jsonrpc": "2.0", "id": id, "error": error}))
+    #[derive(serde::Serialize)]
+    struct Answer<'a, I: ?Sized> {
+        error: Error<'a>,
+        id: &'a I,
+        jsonrpc: &'static str,
+    }
+    to_line(&Answer {
+        error: Error {
+            code,
+            data,
+            message,
+        },
+        id,
+        jsonrpc: "2.0",
+    })
+}
+
+fn to_line<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    serde_json::to_writer(&mut out, v).expect("an answer always serializes");
+    out.push(b'\n');
+    out
 }
 
 /// A notification line from the server, `\n` included.
@@ -438,158 +473,6 @@ fn line(v: &Value) -> Vec<u8> {
     let mut out = serde_json::to_vec(v).expect("a Value always serializes");
     out.push(b'\n');
     out
-}
-
-/// The magic that starts a zcoder connection.
-pub const ZCODER_MAGIC: &[u8] = b"ZCODER-AGENT/1 ";
-
-/// Encodes one zcoder frame.
-pub fn zcoder_frame(payload: &[u8]) -> Vec<u8> {
-    let mut out = format!("ZCODER-AGENT/1 {}\n", payload.len()).into_bytes();
-    out.extend_from_slice(payload);
-    out
-}
-
-/// Why a zcoder frame could not be read.
-#[derive(Debug, PartialEq, Eq)]
-pub enum FrameError {
-    BadHeader(String),
-    TooLarge(usize),
-    Short,
-    Timeout,
-    Io(String),
-    NotFlat(String),
-}
-
-impl std::fmt::Display for FrameError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FrameError::BadHeader(m) => write!(f, "bad frame header: {m}"),
-            FrameError::TooLarge(n) => write!(f, "frame of {n} bytes is over the limit"),
-            FrameError::Short => f.write_str("frame payload ended early"),
-            FrameError::Timeout => f.write_str("frame not completed within the I/O timeout"),
-            FrameError::Io(m) => write!(f, "read failed: {m}"),
-            FrameError::NotFlat(m) => write!(f, "payload is not one flat JSON object: {m}"),
-        }
-    }
-}
-
-/// Reads one zcoder frame (magic, decimal length, `\n`, payload) within a
-/// deadline. `prefix` holds bytes already read from the stream.
-pub fn read_zcoder_frame(
-    stream: &mut UnixStream,
-    prefix: &[u8],
-    max: usize,
-    timeout: Duration,
-) -> Result<Map<String, Value>, FrameError> {
-    let deadline = Instant::now() + timeout;
-    let mut got = prefix.to_vec();
-    // The header is the magic, at most 8 digits (max is 16 MiB) and `\n`.
-    let header_max = ZCODER_MAGIC.len() + 9;
-    let header_end = loop {
-        if let Some(i) = got.iter().position(|&b| b == b'\n') {
-            break i;
-        }
-        if got.len() >= header_max {
-            return Err(FrameError::BadHeader("no newline after the length".into()));
-        }
-        let mut byte = [0u8; 64];
-        let want = (header_max - got.len()).min(byte.len());
-        let n = read_some(stream, &mut byte[..want], deadline)?;
-        if n == 0 {
-            return Err(FrameError::BadHeader(
-                "connection closed in the header".into(),
-            ));
-        }
-        got.extend_from_slice(&byte[..n]);
-    };
-    let n = zcoder_length(&got[..header_end], max)?;
-    let mut payload = got[header_end + 1..].to_vec();
-    if payload.len() > n {
-        payload.truncate(n);
-    }
-    let already = payload.len();
-    payload.resize(n, 0);
-    let mut filled = already;
-    while filled < n {
-        let k = read_some(stream, &mut payload[filled..], deadline)?;
-        if k == 0 {
-            return Err(FrameError::Short);
-        }
-        filled += k;
-    }
-    parse_flat(&payload)
-}
-
-/// The payload length a zcoder header line (without its `\n`) declares:
-/// decimal, 1 to `max`.
-pub fn zcoder_length(header: &[u8], max: usize) -> Result<usize, FrameError> {
-    if !header.starts_with(ZCODER_MAGIC) {
-        return Err(FrameError::BadHeader("missing ZCODER-AGENT/1".into()));
-    }
-    let digits = &header[ZCODER_MAGIC.len()..];
-    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
-        return Err(FrameError::BadHeader(
-            "length is not a decimal number".into(),
-        ));
-    }
-    let n: usize = std::str::from_utf8(digits)
-        .expect("ascii digits")
-        .parse()
-        .expect("at most 8 digits");
-    if n == 0 {
-        return Err(FrameError::BadHeader("length is zero".into()));
-    }
-    if n > max {
-        return Err(FrameError::TooLarge(n));
-    }
-    Ok(n)
-}
-
-fn read_some(
-    stream: &mut UnixStream,
-    buf: &mut [u8],
-    deadline: Instant,
-) -> Result<usize, FrameError> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(FrameError::Timeout);
-        }
-        stream
-            .set_read_timeout(Some(left))
-            .map_err(|e| FrameError::Io(e.to_string()))?;
-        match stream.read(buf) {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(FrameError::Timeout);
-            }
-            Err(e) => return Err(FrameError::Io(e.to_string())),
-        }
-    }
-}
-
-/// Parses a payload that must be one JSON object whose values are all
-/// scalars (zcoder's parser reads nothing else).
-pub fn parse_flat(payload: &[u8]) -> Result<Map<String, Value>, FrameError> {
-    let v: Value =
-        serde_json::from_slice(payload).map_err(|e| FrameError::NotFlat(e.to_string()))?;
-    let Value::Object(obj) = v else {
-        return Err(FrameError::NotFlat("not an object".into()));
-    };
-    if let Some((k, _)) = obj
-        .iter()
-        .find(|(_, v)| matches!(v, Value::Object(_) | Value::Array(_)))
-    {
-        return Err(FrameError::NotFlat(format!("field {k:?} is nested")));
-    }
-    Ok(obj)
 }
 
 /// Writes all of `bytes`, bounded by the stream's write timeout.
@@ -650,6 +533,22 @@ mod tests {
         let (id, result) = (json!("a"), json!({"status": "accepted", "n": [1, 2]}));
         let want = line(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
         assert_eq!(result_line(&id, &result), want);
+    }
+
+    #[test]
+    fn an_error_line_is_the_line_of_its_json_object() {
+        for data in [None, Some(json!({"supported": [1]}))] {
+            let mut error = json!({"code": -32011, "message": "m \"q\""});
+            if let Some(d) = &data {
+                error["data"] = d.clone();
+            }
+            for id in [json!(7), json!("s"), Value::Null] {
+                let want = line(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
+                assert_eq!(error_line(&id, -32011, "m \"q\"", data.clone()), want);
+                let raw = Id::from_value(&id);
+                assert_eq!(error_line(&raw, -32011, "m \"q\"", data.clone()), want);
+            }
+        }
     }
 
     #[test]
@@ -754,43 +653,5 @@ mod tests {
                 ..
             }
         ));
-    }
-
-    #[test]
-    fn zcoder_frame_round_trip_and_refusals() {
-        let t = Duration::from_secs(1);
-        let frame = zcoder_frame(br#"{"type":"ping","protocol":1}"#);
-        let (mut a, mut b) = UnixStream::pair().unwrap();
-        b.write_all(&frame).unwrap();
-        let obj = read_zcoder_frame(&mut a, b"", 65536, t).unwrap();
-        assert_eq!(obj["type"], "ping");
-
-        let cases: &[(&[u8], FrameError)] = &[
-            (
-                b"ZCODER-AGENT/1 0\n",
-                FrameError::BadHeader("length is zero".into()),
-            ),
-            (
-                b"ZCODER-AGENT/1 1x\n",
-                FrameError::BadHeader("length is not a decimal number".into()),
-            ),
-            (b"ZCODER-AGENT/1 70000\n", FrameError::TooLarge(70000)),
-            (b"ZCODER-AGENT/1 10\n{}", FrameError::Short),
-            (
-                b"ZCODER-AGENT/1 8\n{\"a\":[]}",
-                FrameError::NotFlat("field \"a\" is nested".into()),
-            ),
-        ];
-        for (input, want) in cases {
-            let (mut a, mut b) = UnixStream::pair().unwrap();
-            b.write_all(input).unwrap();
-            drop(b);
-            assert_eq!(
-                &read_zcoder_frame(&mut a, b"", 65536, t).unwrap_err(),
-                want,
-                "{}",
-                String::from_utf8_lossy(input)
-            );
-        }
     }
 }

@@ -1,0 +1,148 @@
+//! Cleanup of our own registry (`baton gc`, and `baton serve` at start):
+//! only names of our grammar, owned by us, of the right type, and only
+//! what is provably dead, or a manifest that does not parse.
+
+use super::discover::{Candidate, Skipped, check_socket, scan};
+use super::{MAX_MANIFEST, RegistryDir, Wire, manifest_path, socket_path, valid_id};
+use crate::sys;
+use std::fs::{self, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// How old a manifest that does not parse must be before it is removed:
+/// baton renames a whole manifest into place, but another writer may be
+/// writing one in place.
+pub const MALFORMED_AGE: Duration = Duration::from_secs(60);
+
+/// What a cleanup removed.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// The ids of stale entries (their manifest, their socket).
+    pub removed: Vec<String>,
+    /// Manifests that did not parse.
+    pub malformed: Vec<PathBuf>,
+}
+
+/// Finds and removes the stale entries of our own registry without
+/// pinging anyone alive: only an entry whose pid is gone is looked at, and
+/// it is stale if its socket is missing or refuses connections (or is a
+/// wake socket, which outlives its instances). Startup and `gc` use this,
+/// so starting one instance among many costs no pings. Manifests that do
+/// not parse go too, once `MALFORMED_AGE` old.
+pub fn collect_stale(dir: &Path) -> Collected {
+    let reg = RegistryDir {
+        path: dir.to_path_buf(),
+        wire: Wire::Jsonrpc,
+    };
+    let mut candidates = Vec::new();
+    scan(&reg, &mut candidates);
+    let mut stale = Vec::new();
+    let mut malformed = Vec::new();
+    for c in candidates {
+        let (m, wire) = match c {
+            Candidate::Ok(m, wire) => (m, wire),
+            Candidate::Bad(s) => {
+                if remove_malformed(dir, &s) {
+                    malformed.push(s.path);
+                }
+                continue;
+            }
+        };
+        if sys::pid_status(m.pid) != sys::PidStatus::Gone {
+            continue;
+        }
+        let socket = Path::new(&m.socket);
+        let is_wake = socket != socket_path(dir, &m.instance_id);
+        // Never through a symlink: connecting could reach out of the
+        // registry, and the entry is not provably dead.
+        let dead = is_wake
+            || (check_socket(&m).is_ok()
+                && match std::os::unix::net::UnixStream::connect(socket) {
+                    Ok(_) => false,
+                    Err(e) => matches!(
+                        e.raw_os_error(),
+                        Some(sys::ECONNREFUSED) | Some(sys::ENOENT)
+                    ),
+                });
+        if dead {
+            stale.push(Skipped {
+                path: manifest_path(dir, &m.instance_id),
+                instance_id: Some(m.instance_id.clone()),
+                problem: "stale".into(),
+                manifest: Some(m),
+                stale: true,
+                wire,
+            });
+        }
+    }
+    Collected {
+        removed: remove_stale(dir, &stale),
+        malformed,
+    }
+}
+
+/// Removes the files of stale entries in `dir` (never the directory
+/// itself): only names in the grammar, owned by us, of the right type.
+pub fn remove_stale(dir: &Path, skipped: &[Skipped]) -> Vec<String> {
+    let mut removed = Vec::new();
+    for s in skipped
+        .iter()
+        .filter(|s| s.stale && s.wire == Wire::Jsonrpc)
+    {
+        let Some(id) = s.instance_id.as_deref().filter(|id| valid_id(id)) else {
+            continue;
+        };
+        let mpath = manifest_path(dir, id);
+        let spath = socket_path(dir, id);
+        let me = sys::euid();
+        let mut gone = false;
+        if fs::symlink_metadata(&mpath).is_ok_and(|m| m.is_file() && m.uid() == me) {
+            gone = fs::remove_file(&mpath).is_ok();
+        }
+        if fs::symlink_metadata(&spath).is_ok_and(|m| m.file_type().is_socket() && m.uid() == me) {
+            gone |= fs::remove_file(&spath).is_ok();
+        }
+        if gone {
+            removed.push(id.to_string());
+        }
+    }
+    removed
+}
+
+/// Removes a skipped manifest of `dir` if it does not parse as a JSON
+/// object at all and was last written `MALFORMED_AGE` ago or more: a
+/// regular file `a-<id>.json` (an id of our grammar), owned by us, at most
+/// 16 KiB. One that parses but fails a check (another protocol version,
+/// say) is kept. Returns whether it was removed.
+fn remove_malformed(dir: &Path, s: &Skipped) -> bool {
+    let Some(id) = s.instance_id.as_deref().filter(|id| valid_id(id)) else {
+        return false;
+    };
+    let path = manifest_path(dir, id);
+    let Ok(meta) = fs::symlink_metadata(&path) else {
+        return false;
+    };
+    let old = meta
+        .modified()
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .is_some_and(|age| age >= MALFORMED_AGE);
+    if path != s.path
+        || !meta.is_file()
+        || meta.uid() != sys::euid()
+        || meta.len() > MAX_MANIFEST
+        || !old
+    {
+        return false;
+    }
+    let mut bytes = Vec::new();
+    let read = OpenOptions::new()
+        .read(true)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(&path)
+        .and_then(|f| f.take(MAX_MANIFEST + 1).read_to_end(&mut bytes));
+    let parses = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes);
+    read.is_ok() && parses.is_err() && fs::remove_file(&path).is_ok()
+}

@@ -1,0 +1,359 @@
+//! Discovery (docs/protocol.md §7): a bounded scan of the registry
+//! directories, concurrent pings, and the verdict on each manifest; an
+//! exact instance id is found without a scan.
+
+use super::{
+    MAX_CANDIDATES, MAX_ENTRIES, Manifest, RegistryDir, Wire, manifest_path, read_manifest,
+    valid_id,
+};
+use crate::client;
+use crate::sys;
+use serde::Serialize;
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Pings run at most this many at a time.
+const PING_CONCURRENCY: usize = 64;
+
+/// A live peer.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub manifest: Manifest,
+    pub wire: Wire,
+}
+
+/// A manifest that discovery did not list, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct Skipped {
+    pub path: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<Manifest>,
+    pub problem: String,
+    #[serde(skip)]
+    pub stale: bool,
+    #[serde(skip)]
+    pub wire: Wire,
+}
+
+/// A directory whose scan stopped before its end, and how far.
+#[derive(Clone, Debug, Serialize)]
+pub struct Truncated {
+    pub path: PathBuf,
+    pub wire: Wire,
+    /// Manifests listed but not read: `MAX_CANDIDATES` valid ones came
+    /// first.
+    pub not_looked_at: usize,
+    /// The directory held more than `MAX_ENTRIES` entries: those past
+    /// them were not even listed.
+    pub unlisted: bool,
+}
+
+impl Truncated {
+    /// What was left out, in a sentence.
+    pub fn problem(&self) -> String {
+        let n = self.not_looked_at;
+        let manifests = if n == 1 { "manifest" } else { "manifests" };
+        if self.unlisted {
+            format!(
+                "{n} {manifests} not looked at, nor any entry past the first {MAX_ENTRIES} of the directory"
+            )
+        } else {
+            format!(
+                "{n} {manifests} not looked at: discovery reads at most {MAX_CANDIDATES} valid manifests per directory"
+            )
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Discovery {
+    pub peers: Vec<Peer>,
+    pub skipped: Vec<Skipped>,
+    /// The directories whose scan was cut short.
+    pub truncated: Vec<Truncated>,
+}
+
+pub(super) enum Candidate {
+    Ok(Manifest, Wire),
+    Bad(Skipped),
+}
+
+/// Reads `file`, the manifest of `id` in `dir`, into a candidate.
+fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
+    match read_manifest(dir, &file) {
+        Ok(m) => Candidate::Ok(m, dir.wire),
+        Err(problem) => Candidate::Bad(Skipped {
+            path: file,
+            instance_id: valid_id(id).then(|| id.to_string()),
+            manifest: None,
+            problem,
+            stale: false,
+            wire: dir.wire,
+        }),
+    }
+}
+
+/// Lists at most `MAX_ENTRIES` entries of a directory, then reads its
+/// manifests (`a-*.json`) in byte order until `MAX_CANDIDATES` of them are
+/// valid: a file that is not a manifest costs a look, never a place, and
+/// the scan stays bounded in time however full the directory is.
+pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Truncated> {
+    let Ok(entries) = fs::read_dir(&dir.path) else {
+        return None;
+    };
+    let mut names = Vec::new();
+    let mut unlisted = false;
+    for (listed, entry) in entries.enumerate() {
+        if listed == MAX_ENTRIES {
+            unlisted = true;
+            break;
+        }
+        let Some(name) = entry.ok().and_then(|e| e.file_name().into_string().ok()) else {
+            continue;
+        };
+        let is_manifest = name
+            .strip_prefix("a-")
+            .is_some_and(|rest| rest.ends_with(".json"));
+        if is_manifest {
+            names.push(name);
+        }
+    }
+    names.sort_unstable();
+    let mut valid = 0;
+    let mut looked = 0;
+    for name in &names {
+        if valid == MAX_CANDIDATES {
+            break;
+        }
+        looked += 1;
+        let id = &name[2..name.len() - 5];
+        let c = candidate(dir, dir.path.join(name), id);
+        if matches!(c, Candidate::Ok(..)) {
+            valid += 1;
+        }
+        out.push(c);
+    }
+    let not_looked_at = names.len() - looked;
+    (not_looked_at > 0 || unlisted).then(|| Truncated {
+        path: dir.path.clone(),
+        wire: dir.wire,
+        not_looked_at,
+        unlisted,
+    })
+}
+
+/// Scans the directories, pings every valid candidate concurrently, and
+/// sorts the live ones by name (case-insensitive) then pid. `exclude` is
+/// the caller's own instance id.
+pub fn discover(dirs: &[RegistryDir], exclude: Option<&str>, timeout: Duration) -> Discovery {
+    discover_matching(dirs, exclude, timeout, &|_| true)
+}
+
+/// Like `discover`, but pings only the candidates `keep` accepts (the
+/// others are left out): resolving one name need not ping everyone.
+pub fn discover_matching(
+    dirs: &[RegistryDir],
+    exclude: Option<&str>,
+    timeout: Duration,
+    keep: &dyn Fn(&Manifest) -> bool,
+) -> Discovery {
+    let mut candidates = Vec::new();
+    let mut truncated = Vec::new();
+    for d in dirs {
+        truncated.extend(scan(d, &mut candidates));
+    }
+    let mut found = settle(candidates, exclude, timeout, keep);
+    found.truncated = truncated;
+    found
+}
+
+/// The live instance with exactly this id, found without a scan: its
+/// manifest is `a-<id>.json`, read directly in each directory (ours
+/// first), so no number of other files in the registry can hide it.
+pub fn find_id(dirs: &[RegistryDir], id: &str, timeout: Duration) -> Option<Peer> {
+    if !valid_id(id) {
+        return None;
+    }
+    let candidates = dirs
+        .iter()
+        .map(|d| (d, manifest_path(&d.path, id)))
+        .filter(|(_, file)| fs::symlink_metadata(file).is_ok())
+        .map(|(d, file)| candidate(d, file, id))
+        .collect();
+    settle(candidates, None, timeout, &|_| true).peers.pop()
+}
+
+/// Pings the candidates `keep` accepts and sorts the live ones by name
+/// (case-insensitive) then pid.
+fn settle(
+    candidates: Vec<Candidate>,
+    exclude: Option<&str>,
+    timeout: Duration,
+    keep: &dyn Fn(&Manifest) -> bool,
+) -> Discovery {
+    let mut found = Discovery::default();
+    let to_ping = triage(candidates, exclude, keep, &mut found.skipped);
+    let results = ping_all(&to_ping, timeout);
+    for ((mut m, w), r) in to_ping.into_iter().zip(results) {
+        match r {
+            Ok(state) => {
+                m.state = state;
+                found.peers.push(Peer {
+                    manifest: m,
+                    wire: w,
+                });
+            }
+            Err((problem, unreachable)) => {
+                let stale = unreachable && sys::pid_status(m.pid) == sys::PidStatus::Gone;
+                let problem = if stale {
+                    format!("stale: {problem} and pid {} is gone", m.pid)
+                } else {
+                    problem
+                };
+                found.skipped.push(skipped_peer(m, w, problem, stale));
+            }
+        }
+    }
+    found.peers.sort_by(|a, b| {
+        a.manifest
+            .name
+            .to_lowercase()
+            .cmp(&b.manifest.name.to_lowercase())
+            .then(a.manifest.pid.cmp(&b.manifest.pid))
+    });
+    found
+}
+
+/// Sorts scanned candidates: the ones to ping are returned; bad ones and
+/// those stale without a ping go to `skipped`; the caller's own entry and
+/// those `keep` refuses are left out.
+fn triage(
+    candidates: Vec<Candidate>,
+    exclude: Option<&str>,
+    keep: &dyn Fn(&Manifest) -> bool,
+    skipped: &mut Vec<Skipped>,
+) -> Vec<(Manifest, Wire)> {
+    let mut to_ping = Vec::new();
+    // An instance published in both registries is one peer: its native
+    // entry comes first (ours is scanned first) and wins.
+    let mut seen = std::collections::HashSet::new();
+    for c in candidates {
+        let (m, w) = match c {
+            Candidate::Ok(m, w) => (m, w),
+            Candidate::Bad(s) => {
+                skipped.push(s);
+                continue;
+            }
+        };
+        if !seen.insert(m.instance_id.clone()) || Some(m.instance_id.as_str()) == exclude {
+            continue;
+        }
+        // A wake socket outlives the instances served on it (systemd
+        // keeps listening): its answer says nothing about this one, and
+        // a ping would start the agent again. A manifest on it whose pid
+        // is gone (left by a crash) is stale.
+        if w == Wire::Jsonrpc
+            && m.socket.ends_with(&format!("/w-{}.sock", m.name))
+            && sys::pid_status(m.pid) == sys::PidStatus::Gone
+        {
+            let problem = format!(
+                "stale: its instance (pid {}) is gone; the wake socket stays",
+                m.pid
+            );
+            skipped.push(skipped_peer(m, w, problem, true));
+        } else if keep(&m) {
+            to_ping.push((m, w));
+        }
+    }
+    to_ping
+}
+
+/// Pings the peers, at most `PING_CONCURRENCY` at a time; the answers
+/// come back in the peers' order.
+fn ping_all(
+    peers: &[(Manifest, Wire)],
+    timeout: Duration,
+) -> Vec<std::result::Result<String, (String, bool)>> {
+    peers
+        .chunks(PING_CONCURRENCY)
+        .flat_map(|chunk| {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .map(|(m, w)| s.spawn(move || ping_peer(m, *w, timeout)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or(Err(("ping thread failed".into(), false)))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect()
+}
+
+/// A valid manifest that discovery did not list, and why.
+fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool) -> Skipped {
+    Skipped {
+        path: manifest_path(
+            Path::new(&m.socket).parent().unwrap_or(Path::new("/")),
+            &m.instance_id,
+        ),
+        instance_id: Some(m.instance_id.clone()),
+        problem,
+        manifest: Some(m),
+        stale,
+        wire,
+    }
+}
+
+/// Pings one peer; on failure returns the problem and whether the socket
+/// was missing or refused connections (a sign of a dead instance).
+fn ping_peer(
+    m: &Manifest,
+    wire: Wire,
+    timeout: Duration,
+) -> std::result::Result<String, (String, bool)> {
+    check_socket(m).map_err(|problem| (problem, false))?;
+    let socket = Path::new(&m.socket);
+    let r = match wire {
+        Wire::Jsonrpc => client::ping(socket, &m.instance_id, timeout),
+        Wire::Zcoder => client::zcoder_ping(socket, &m.instance_id, timeout),
+    };
+    r.map_err(|e| {
+        let unreachable = e.is_unreachable();
+        (e.to_string(), unreachable)
+    })
+}
+
+/// Whether discovery may connect to a manifest's socket: not a symlink
+/// (which could lead out of the registry), a socket, and ours unless it is
+/// a wake socket (a service manager's). A missing one is for the ping to
+/// find, which then tells a dead instance by it.
+pub(super) fn check_socket(m: &Manifest) -> Result<(), String> {
+    let path = Path::new(&m.socket);
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("socket: {e}")),
+    };
+    if meta.file_type().is_symlink() {
+        return Err("socket is a symlink".into());
+    }
+    if !meta.file_type().is_socket() {
+        return Err("socket is not a socket".into());
+    }
+    let own = path
+        .file_name()
+        .is_some_and(|n| *n == *format!("a-{}.sock", m.instance_id));
+    if own && meta.uid() != sys::euid() {
+        return Err(format!("socket is owned by uid {}", meta.uid()));
+    }
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! One manifest (docs/protocol.md §7): its fields, and reading one file
+//! as untrusted data, bounded and checked field by field.
+
+use super::{
+    MAX_MANIFEST, PROTOCOL, RegistryDir, Wire, default_name, socket_path, valid_id, valid_name,
+};
+use crate::sys;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fs::{self, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+const MAX_FIELD: usize = 4096;
+
+/// One instance's manifest, exactly the fields of DESIGN §3.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Manifest {
+    pub protocol: u64,
+    pub instance_id: String,
+    pub pid: u32,
+    pub project: String,
+    pub name: String,
+    pub workspace: String,
+    pub session_id: String,
+    pub profile: String,
+    pub model: String,
+    pub socket: String,
+    pub state: String,
+    pub started_at: u64,
+    pub wire: String,
+    pub baton_version: String,
+}
+
+/// Reads and validates one manifest file; `Err` names the problem.
+pub fn read_manifest(dir: &RegistryDir, file: &Path) -> std::result::Result<Manifest, String> {
+    let meta = fs::symlink_metadata(file).map_err(|e| e.to_string())?;
+    if meta.file_type().is_symlink() {
+        return Err("manifest is a symlink".into());
+    }
+    if !meta.is_file() {
+        return Err("manifest is not a regular file".into());
+    }
+    if meta.uid() != sys::euid() {
+        return Err(format!("manifest is owned by uid {}", meta.uid()));
+    }
+    if meta.len() > MAX_MANIFEST {
+        return Err(format!("manifest is {} bytes, over 16 KiB", meta.len()));
+    }
+    let mut bytes = Vec::new();
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(file)
+        .and_then(|f| f.take(MAX_MANIFEST + 1).read_to_end(&mut bytes))
+        .map_err(|e| e.to_string())?;
+    let id = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("a-"))
+        .and_then(|n| n.strip_suffix(".json"))
+        .ok_or("manifest name is not a-<id>.json")?;
+    parse_manifest(dir, id, &bytes)
+}
+
+/// Validates every field of a manifest as data.
+pub fn parse_manifest(
+    dir: &RegistryDir,
+    id: &str,
+    bytes: &[u8],
+) -> std::result::Result<Manifest, String> {
+    if bytes.len() as u64 > MAX_MANIFEST {
+        return Err("manifest is over 16 KiB".into());
+    }
+    let obj = crate::wire::parse_flat(bytes).map_err(|e| format!("manifest: {e}"))?;
+    let string = |k: &str, required: bool| -> std::result::Result<String, String> {
+        match obj.get(k) {
+            Some(Value::String(s)) if s.len() <= MAX_FIELD => Ok(s.clone()),
+            Some(Value::String(_)) => Err(format!("field {k} is too long")),
+            None if !required => Ok(String::new()),
+            Some(Value::Null) if !required => Ok(String::new()),
+            None => Err(format!("field {k} is missing")),
+            Some(_) => Err(format!("field {k} is not a string")),
+        }
+    };
+    let integer = |k: &str| -> std::result::Result<u64, String> {
+        obj.get(k)
+            .ok_or(format!("field {k} is missing"))?
+            .as_u64()
+            .ok_or(format!("field {k} is not a non-negative integer"))
+    };
+    if integer("protocol")? != PROTOCOL {
+        return Err("unsupported protocol".into());
+    }
+    let instance_id = string("instance_id", true)?;
+    if instance_id != id || !valid_id(&instance_id) {
+        return Err("instance_id does not match the file name".into());
+    }
+    let pid = integer("pid")?;
+    if pid == 0 || pid > i32::MAX as u64 || !instance_id.starts_with(&format!("{pid}-")) {
+        return Err("pid does not match the instance id".into());
+    }
+    let project = string("project", true)?;
+    let mut name = string("name", dir.wire == Wire::Jsonrpc)?;
+    if name.is_empty() {
+        name = default_name(Path::new(&project));
+    }
+    if !valid_name(&name) {
+        return Err("name does not match [A-Za-z0-9_.-]{1,64}".into());
+    }
+    let workspace = string("workspace", true)?;
+    if !workspace.starts_with('/') {
+        return Err("workspace is not an absolute path".into());
+    }
+    let session_id = match obj.get("session_id") {
+        Some(Value::Number(n)) => n.to_string(),
+        _ => string("session_id", false)?,
+    };
+    let profile = string("profile", true)?;
+    if !matches!(profile.as_str(), "coding" | "sysadmin") {
+        return Err("profile is not coding or sysadmin".into());
+    }
+    let model = string("model", false)?;
+    let socket = string("socket", true)?;
+    // A socket-activated agent listens on its name's wake socket.
+    let wake =
+        dir.wire == Wire::Jsonrpc && Path::new(&socket) == dir.path.join(format!("w-{name}.sock"));
+    if Path::new(&socket) != socket_path(&dir.path, &instance_id) && !wake {
+        return Err("socket is not <registry>/a-<id>.sock".into());
+    }
+    let state = string("state", true)?;
+    if !matches!(state.as_str(), "ready" | "busy" | "paused") {
+        return Err("state is not ready, busy or paused".into());
+    }
+    let started_at = integer("started_at")?;
+    let wire = match dir.wire {
+        Wire::Zcoder => "zcoder".to_string(),
+        Wire::Jsonrpc => {
+            let w = string("wire", true)?;
+            if w != "jsonrpc" {
+                return Err("wire is not jsonrpc".into());
+            }
+            w
+        }
+    };
+    Ok(Manifest {
+        protocol: PROTOCOL,
+        instance_id,
+        pid: pid as u32,
+        project,
+        name,
+        workspace,
+        session_id,
+        profile,
+        model,
+        socket,
+        state,
+        started_at,
+        wire,
+        baton_version: string("baton_version", false)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn zcoder_manifest_is_accepted_without_baton_fields() {
+        let dir = RegistryDir {
+            path: PathBuf::from("/run/user/1000/zcoder-agents"),
+            wire: Wire::Zcoder,
+        };
+        let bytes = br#"{"protocol":1,"instance_id":"42302-18473291","pid":42302,
+            "project":"weekly digest","workspace":"/work/weekly-digest",
+            "session_id":"1788012120_10392","profile":"coding","model":"qwen3-coder",
+            "socket":"/run/user/1000/zcoder-agents/a-42302-18473291.sock",
+            "state":"ready","started_at":1788012102}"#;
+        let m = parse_manifest(&dir, "42302-18473291", bytes).unwrap();
+        assert_eq!(m.name, "weekly_digest");
+        assert_eq!(m.wire, "zcoder");
+        let e = parse_manifest(
+            &RegistryDir {
+                path: PathBuf::from("/elsewhere"),
+                wire: Wire::Zcoder,
+            },
+            "42302-18473291",
+            bytes,
+        )
+        .unwrap_err();
+        assert_eq!(e, "socket is not <registry>/a-<id>.sock");
+    }
+}

@@ -1,0 +1,281 @@
+//! The shared registry directory (DESIGN §3): choosing and checking it,
+//! publishing and removing this instance's manifest; `manifest` reads one
+//! manifest, `discover` finds the live peers (bounded scan, an exact id
+//! without one, concurrent pings), `clean` removes stale entries, zcoder's
+//! registry included where it applies.
+
+mod clean;
+mod discover;
+mod manifest;
+
+pub use clean::{Collected, MALFORMED_AGE, collect_stale, remove_stale};
+pub use discover::{Discovery, Peer, Skipped, Truncated, discover, discover_matching, find_id};
+pub use manifest::{Manifest, parse_manifest, read_manifest};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::files::{self, DirError};
+use crate::sys;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+pub const PROTOCOL: u64 = 1;
+pub const MAX_MANIFEST: u64 = 16 * 1024;
+/// Valid manifests read per directory: junk does not count.
+pub const MAX_CANDIDATES: usize = 1024;
+/// Directory entries listed per directory, whatever they are: a bound on
+/// the scan's time, generous beside the two files of each of
+/// `MAX_CANDIDATES` instances.
+pub const MAX_ENTRIES: usize = 16 * 1024;
+
+/// `[A-Za-z0-9_.-]{1,100}`: instance ids and message ids.
+pub fn valid_id(s: &str) -> bool {
+    (1..=100).contains(&s.len()) && s.bytes().all(id_byte)
+}
+
+/// `[A-Za-z0-9_.-]{1,64}`: names.
+pub fn valid_name(s: &str) -> bool {
+    (1..=64).contains(&s.len()) && s.bytes().all(id_byte)
+}
+
+fn id_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+}
+
+/// The default name: the workspace's basename, every character outside the
+/// name grammar replaced by `_`, cut to 64 bytes.
+pub fn default_name(workspace: &Path) -> String {
+    let base = workspace
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut name: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii() && id_byte(c as u8) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        name = "root".into();
+    }
+    name
+}
+
+/// Which wire a peer speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Wire {
+    Jsonrpc,
+    Zcoder,
+}
+
+impl Wire {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wire::Jsonrpc => "jsonrpc",
+            Wire::Zcoder => "zcoder",
+        }
+    }
+}
+
+/// A registry directory to scan, and the wire its instances speak.
+#[derive(Clone, Debug)]
+pub struct RegistryDir {
+    pub path: PathBuf,
+    pub wire: Wire,
+}
+
+/// The registry directory the configuration selects, before any check.
+pub fn chosen_dir(config: &Config) -> PathBuf {
+    if let Some(d) = &config.dir {
+        return d.clone();
+    }
+    if let Some(r) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        let r = PathBuf::from(r);
+        if r.is_absolute() {
+            return r.join("baton");
+        }
+    }
+    tmp_base().join(format!("baton-{}", sys::uid()))
+}
+
+fn tmp_base() -> PathBuf {
+    std::env::var_os("TMPDIR")
+        .filter(|v| !v.is_empty() && Path::new(v).is_absolute())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// zcoder's own registry directory, chosen as zcoder chooses it.
+pub fn zcoder_dir() -> PathBuf {
+    let absolute = |v: &std::ffi::OsString| !v.is_empty() && Path::new(v).is_absolute();
+    if let Some(d) = std::env::var_os("ZCODER_RELAY_DIR").filter(absolute) {
+        return PathBuf::from(d);
+    }
+    if let Some(r) = std::env::var_os("XDG_RUNTIME_DIR").filter(absolute) {
+        return PathBuf::from(r).join("zcoder-agents");
+    }
+    tmp_base().join(format!("zcoder-{}-agents", sys::uid()))
+}
+
+/// Checks a registry directory without following a symlink: a real
+/// directory, ours, private, and neither `/` nor `$HOME`.
+pub fn check_dir(path: &Path) -> std::result::Result<(), String> {
+    files::private_dir(path, false).map_err(|e| e.to_string())
+}
+
+/// Creates (mode 0700) and checks the registry directory, returning its
+/// canonical path.
+pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
+    ensure_private_dir(&chosen_dir(config), "registry")
+}
+
+/// Creates (mode 0700) and checks a registry directory (`what` names it
+/// in errors), returning its canonical path.
+pub fn ensure_private_dir(path: &Path, what: &str) -> Result<PathBuf> {
+    let shown = path.display();
+    files::private_dir(path, true).map_err(|e| match e {
+        DirError::Create(e) => Error::Env(format!("cannot create {what} directory {shown}: {e}")),
+        e => Error::Env(format!("unsafe {what} directory {shown}: {e}")),
+    })?;
+    fs::canonicalize(path).map_err(|e| Error::io("resolve", path, e))
+}
+
+/// The directories discovery scans: ours, and zcoder's when it exists and
+/// passes the same checks.
+pub fn scan_dirs(ours: &Path) -> Vec<RegistryDir> {
+    let mut dirs = vec![RegistryDir {
+        path: ours.to_path_buf(),
+        wire: Wire::Jsonrpc,
+    }];
+    let z = zcoder_dir();
+    if check_dir(&z).is_ok() {
+        match fs::canonicalize(&z) {
+            Ok(z) if z != ours => dirs.push(RegistryDir {
+                path: z,
+                wire: Wire::Zcoder,
+            }),
+            _ => {}
+        }
+    }
+    dirs
+}
+
+pub fn manifest_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("a-{id}.json"))
+}
+
+pub fn socket_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("a-{id}.sock"))
+}
+
+/// Writes a manifest to a temporary file and renames it into place.
+pub fn publish(dir: &Path, m: &Manifest) -> Result<()> {
+    publish_value(
+        dir,
+        &m.instance_id,
+        &serde_json::to_value(m).expect("serializes"),
+    )
+}
+
+/// The manifest zcoder reads: exactly its own fields, the socket being the
+/// one in its directory.
+pub fn zcoder_manifest(m: &Manifest, socket: &Path) -> Value {
+    serde_json::json!({
+        "protocol": m.protocol,
+        "instance_id": m.instance_id,
+        "pid": m.pid,
+        "project": m.project,
+        "workspace": m.workspace,
+        "session_id": m.session_id,
+        "profile": m.profile,
+        "model": m.model,
+        "socket": socket.display().to_string(),
+        "state": m.state,
+        "started_at": m.started_at,
+    })
+}
+
+/// Publishes any flat manifest object atomically as `a-<id>.json`.
+pub fn publish_value(dir: &Path, id: &str, m: &Value) -> Result<()> {
+    let tmp = dir.join(format!("t-{id}.tmp"));
+    let dest = manifest_path(dir, id);
+    let bytes = serde_json::to_vec(m).expect("a manifest serializes");
+    files::write_private(&tmp, &dest, &bytes, false).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io("publish manifest", &dest, e)
+    })
+}
+
+pub fn unpublish(dir: &Path, id: &str) {
+    let _ = fs::remove_file(manifest_path(dir, id));
+}
+
+/// A fresh instance id: `<pid>-<nonce>`, the nonce 16 decimal digits from
+/// `/dev/urandom`.
+pub fn new_instance_id() -> Result<String> {
+    Ok(format!("{}-{}", std::process::id(), random_digits(16)?))
+}
+
+/// `n` random decimal digits from `/dev/urandom`.
+pub fn random_digits(n: usize) -> Result<String> {
+    let mut f = fs::File::open("/dev/urandom")
+        .map_err(|e| Error::io("open", Path::new("/dev/urandom"), e))?;
+    let mut out = String::with_capacity(n);
+    let mut buf = [0u8; 64];
+    while out.len() < n {
+        f.read_exact(&mut buf)
+            .map_err(|e| Error::io("read", Path::new("/dev/urandom"), e))?;
+        // Rejection sampling keeps the digits uniform.
+        for b in buf.iter().filter(|&&b| b < 250) {
+            if out.len() == n {
+                break;
+            }
+            out.push((b'0' + b % 10) as char);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grammar() {
+        assert!(valid_id("42302-18473291"));
+        assert!(valid_id(&"a".repeat(100)));
+        assert!(!valid_id(&"a".repeat(101)));
+        assert!(!valid_id(""));
+        assert!(!valid_id("a b"));
+        assert!(!valid_id("a/b"));
+        assert!(valid_name(&"n".repeat(64)));
+        assert!(!valid_name(&"n".repeat(65)));
+    }
+
+    #[test]
+    fn default_names() {
+        assert_eq!(default_name(Path::new("/w/weekly digest")), "weekly_digest");
+        assert_eq!(default_name(Path::new("/w/été")), "_t_");
+        assert_eq!(default_name(Path::new("/")), "root");
+        assert_eq!(
+            default_name(Path::new(&format!("/{}", "x".repeat(80)))).len(),
+            64
+        );
+    }
+
+    #[test]
+    fn nonce_is_digits() {
+        let d = random_digits(16).unwrap();
+        assert_eq!(d.len(), 16);
+        assert!(d.bytes().all(|b| b.is_ascii_digit()));
+    }
+}
