@@ -1,11 +1,11 @@
 //! The only place that calls libc: thin, safe wrappers over the few system
 //! calls std does not expose (peer credentials, flock, umask, kill(0),
 //! the sun_path limit, the working directory of a peer, a send that does
-//! not wait).
+//! not wait, waiting on a pipe or a stop signal).
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -194,6 +194,68 @@ pub fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// What `wait_ready` saw.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ready {
+    /// The descriptor can be read (or written) without blocking, or it
+    /// hung up or failed: the read or write that follows says which.
+    Io,
+    /// `stop` is readable or hung up: whoever waits should stop.
+    Stop,
+}
+
+/// Waits, without a deadline, until `fd` can be read (written, with
+/// `write`) or `stop` is readable or hung up; `stop` wins when both are.
+pub fn wait_ready(fd: BorrowedFd<'_>, write: bool, stop: BorrowedFd<'_>) -> io::Result<Ready> {
+    let events = if write { libc::POLLOUT } else { libc::POLLIN };
+    let mut fds = [
+        libc::pollfd {
+            fd: stop.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfd
+        // for the call, and both descriptors are borrowed, so open.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if rc >= 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(if fds[0].revents != 0 {
+        Ready::Stop
+    } else {
+        Ready::Io
+    })
+}
+
+/// Sets `O_NONBLOCK` on the open file description behind `fd` (for a
+/// pipe, this end only).
+pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fcntl(F_GETFL) only reads the flags of a descriptor that is
+    // borrowed, so open.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above; F_SETFL changes only the status flags.
+    let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The listening socket systemd passed (socket activation): fd 3, when

@@ -4,14 +4,22 @@
 //! bounded pieces, its exit reported. Everything here reports to the
 //! foreground as `TurnEvent`s on a channel of their own, and knows nothing
 //! of the server; nothing here decides anything.
+//!
+//! The threads of a handler end with its turn, not with whatever holds its
+//! pipes: dropping the `Handler` stops them, and they close our ends of the
+//! pipes, even while a daemon the handler started keeps its ends open.
 
 use crate::spool::Task;
+use crate::sys::{self, Ready};
 use crossbeam_channel as chan;
 use std::borrow::Cow;
 use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 /// Output bytes per stream that become `turn.output` events; past this the
 /// output is counted as dropped and only a tail is kept.
@@ -58,8 +66,19 @@ pub struct ExecSpec<'a> {
     pub capture: Option<usize>,
 }
 
-/// Starts the handler; returns its pid, which is also its process group.
-pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<u32> {
+/// A started handler. Dropping it ends its turn for baton: the threads
+/// that feed its stdin and read its output stop and close our ends of the
+/// pipes (the thread that waits for its exit ends with the leader).
+pub struct Handler {
+    /// The leader's pid, which is also its process group.
+    pub pid: u32,
+    /// The other end is polled by those threads; closing this one is
+    /// their signal to stop.
+    _stop: UnixStream,
+}
+
+/// Starts the handler.
+pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<Handler> {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(spec.command)
@@ -71,22 +90,23 @@ pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
+    // Created close-on-exec (std's default): the handler never holds it.
+    let (stop, stopped) = UnixStream::pair()?;
+    let stopped = Arc::new(stopped);
     let mut child = cmd.spawn()?;
     let pid = child.id();
-    let mut stdin = child.stdin.take().expect("piped");
+    let stdin = child.stdin.take().expect("piped");
     let envelope = spec.envelope;
-    // A handler that never reads stdin only blocks this thread, which ends
-    // with EPIPE when the handler exits.
-    std::thread::spawn(move || {
-        let _ = stdin.write_all(envelope.as_bytes());
-    });
+    let s0 = Arc::clone(&stopped);
+    std::thread::spawn(move || feed(stdin, envelope.as_bytes(), &s0));
     let stdout = child.stdout.take().expect("piped");
     let stderr = child.stderr.take().expect("piped");
     let (t1, t2, t3) = (spec.token.clone(), spec.token.clone(), spec.token);
     let (e1, e2) = (events.clone(), events.clone());
     let capture = spec.capture;
-    std::thread::spawn(move || pump(stdout, "stdout", t1, capture, e1));
-    std::thread::spawn(move || pump(stderr, "stderr", t2, None, e2));
+    let s1 = Arc::clone(&stopped);
+    std::thread::spawn(move || pump(stdout, "stdout", t1, capture, e1, &s1));
+    std::thread::spawn(move || pump(stderr, "stderr", t2, None, e2, &stopped));
     std::thread::spawn(move || {
         let (code, signal) = match child.wait() {
             Ok(st) => (st.code(), st.signal()),
@@ -98,18 +118,49 @@ pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<
             signal,
         });
     });
-    Ok(pid)
+    Ok(Handler { pid, _stop: stop })
 }
 
-/// Reads one stream to EOF with bounded memory: the first
-/// `STREAM_EVENT_BYTES` become events, the rest is counted and only its
-/// last `TAIL_BYTES` kept.
+/// Writes the envelope to the handler's stdin without ever blocking past
+/// the turn: a handler that does not read it (or a daemon that holds its
+/// stdin) costs a thread only until the turn ends.
+fn feed(mut w: impl Write + AsFd, mut rest: &[u8], stop: &UnixStream) {
+    if sys::set_nonblocking(w.as_fd()).is_err() {
+        // Blocks until the handler reads it or exits (EPIPE).
+        let _ = w.write_all(rest);
+        return;
+    }
+    while !rest.is_empty() {
+        if !matches!(
+            sys::wait_ready(w.as_fd(), true, stop.as_fd()),
+            Ok(Ready::Io)
+        ) {
+            return;
+        }
+        match w.write(rest) {
+            Ok(0) => return,
+            Ok(n) => rest = &rest[n..],
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) => {}
+            // EPIPE: the handler exited (Rust ignores SIGPIPE).
+            Err(_) => return,
+        }
+    }
+}
+
+/// Reads one stream to EOF, or until the turn ends, with bounded memory:
+/// the first `STREAM_EVENT_BYTES` become events, the rest is counted and
+/// only its last `TAIL_BYTES` kept.
 fn pump(
-    mut r: impl Read,
+    mut r: impl Read + AsFd,
     stream: &'static str,
     token: String,
     capture: Option<usize>,
     events: chan::Sender<TurnEvent>,
+    stop: &UnixStream,
 ) {
     let mut buf = vec![0u8; CHUNK];
     let mut pending: Vec<u8> = Vec::new();
@@ -118,6 +169,12 @@ fn pump(
     let mut tail: Vec<u8> = Vec::new();
     let mut captured: Option<Vec<u8>> = capture.map(|_| Vec::new());
     loop {
+        if !matches!(
+            sys::wait_ready(r.as_fd(), false, stop.as_fd()),
+            Ok(Ready::Io)
+        ) {
+            break;
+        }
         let n = match r.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,

@@ -2,11 +2,12 @@
 //! envelope and environment an `--exec` handler gets, where replies and
 //! in-turn sends may go, the hop limit and the in-flight window between real
 //! instances, and the bounds on a handler: time, output volume and memory,
-//! streaming, and `turn/cancel`. A body cannot forge an envelope of its
-//! own.
+//! streaming, `turn/cancel`, and what a daemonizing handler costs. A body
+//! cannot forge an envelope of its own.
 
 use crate::util::{
-    self, Env, Output, RawClient, Served, baton_bin, event_is as is, transcript, wait_until,
+    self, Env, Leftovers, Output, RawClient, Served, baton_bin, event_is as is, pid_alive,
+    transcript, wait_until,
 };
 use serde_json::{Value, json};
 use std::fs;
@@ -771,6 +772,84 @@ fn turn_cancel_ends_the_running_handler_and_the_queue_goes_on() {
         "{r}"
     );
     assert_eq!(s.queued(&mut c), 0);
+}
+
+/// Open descriptors and threads of a process.
+fn fds_and_threads(pid: u32) -> (usize, usize) {
+    let count = |d: &str| {
+        fs::read_dir(format!("/proc/{pid}/{d}"))
+            .unwrap_or_else(|e| panic!("/proc/{pid}/{d}: {e}"))
+            .count()
+    };
+    (count("fd"), count("task"))
+}
+
+/// Issue 17: a handler that daemonizes (`setsid cmd &`, keeping the
+/// handler's stdout and stderr) cost one reader thread and a pipe per
+/// stream per turn until the daemon exited, so descriptors ran out after
+/// a few hundred turns. Once the turn is over (its drain grace passed),
+/// baton closes its ends and the threads end.
+#[test]
+fn a_handler_that_daemonizes_leaks_no_thread_or_descriptor() {
+    const TURNS: usize = 6;
+    let test = "a_handler_that_daemonizes_leaks_no_thread_or_descriptor";
+    if !util::reliability::have_proc(test) || !util::have("setsid") {
+        return;
+    }
+    let env = Env::new();
+    let daemons = Leftovers(env.root.join("daemons"));
+    let script = format!(
+        "cat > /dev/null\n\
+         if [ \"$BATON_MESSAGE_ID\" != plain ]; then\n\
+         setsid sh -c 'echo $$ >> \"$0\"; exec sleep 60' {} &\n\
+         fi\n\
+         echo ran\n",
+        sh_quote(&daemons.0)
+    );
+    let exec = handler(&env, "daemonize", &script);
+    let s = env.serve(
+        &env.workspace("delta"),
+        &["--name", "delta", "--exec", &exec],
+    );
+    let spool = s.spool();
+    let mut c = s.client();
+    assert_eq!(s.send(&mut c, "plain", "warm up")["status"], "accepted");
+    wait_finished(&spool, "plain");
+    std::thread::sleep(Duration::from_millis(300));
+    let (fds0, threads0) = fds_and_threads(s.pid());
+
+    for i in 0..TURNS {
+        let id = format!("daemon-{i}");
+        assert_eq!(s.send(&mut c, &id, "start a daemon")["status"], "accepted");
+    }
+    for i in 0..TURNS {
+        let fin = wait_finished(&spool, &format!("daemon-{i}"));
+        assert_eq!(fin["outcome"], "done", "{fin}");
+    }
+    // The daemons still hold their ends of the pipes.
+    let pids = daemons.pids();
+    assert_eq!(pids.len(), TURNS, "one daemon per turn: {pids:?}");
+    assert!(pids.iter().all(|p| pid_alive(*p)), "{pids:?}");
+
+    // A connection thread may still be ending; a small margin, far below
+    // the two descriptors and two threads each turn used to keep.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (fds, threads) = fds_and_threads(s.pid());
+        if fds <= fds0 + 2 && threads <= threads0 + 2 {
+            eprintln!(
+                "after {TURNS} daemonizing turns: {fds} descriptors and {threads} threads, \
+                 against {fds0} and {threads0} before them"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after {TURNS} daemonizing turns the instance has {fds} descriptors and \
+             {threads} threads, against {fds0} and {threads0} before them"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Byte offsets of every `agent_relay` tag in `text`, as docs/protocol.md

@@ -93,17 +93,17 @@ impl Foreground {
         };
         let id = task.message_id.clone();
         match turn::spawn(spec, self.turns_tx.clone()) {
-            Ok(pid) => {
+            Ok(handler) => {
                 let now = Instant::now();
                 self.hub.emit(
                     "turn.started",
-                    json!({"message_id": id, "pid": pid, "from": turn::display_name(&task.sender),
+                    json!({"message_id": id, "pid": handler.pid, "from": turn::display_name(&task.sender),
                            "sender_id": task.sender.instance_id, "hop": task.hop}),
                 );
                 self.running = Some(Running {
                     task,
                     token,
-                    pid,
+                    handler,
                     started: now,
                     deadline: self.opts.turn_timeout.map(|t| now + t),
                     kill_at: None,
@@ -193,7 +193,7 @@ impl Foreground {
         };
         if r.ended_by.is_none() && r.deadline.is_some_and(|d| d <= now) {
             r.ended_by = Some("timeout");
-            let _ = sys::kill_group(r.pid, sys::SIGTERM);
+            let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
             r.kill_at = Some(now + KILL_GRACE);
             let id = r.task.message_id.clone();
             self.hub.emit(
@@ -202,13 +202,13 @@ impl Foreground {
             );
         } else if r.kill_at.is_some_and(|k| k <= now) {
             r.kill_at = None;
-            let _ = sys::kill_group(r.pid, sys::SIGKILL);
+            let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
         } else if r.drain_until.is_some_and(|d| d <= now) {
             // The handler exited but something it started still holds
             // its output open: the turn is over all the same.
             r.streams_open = 0;
             r.drain_until = None;
-            let _ = sys::kill_group(r.pid, sys::SIGKILL);
+            let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
             self.maybe_finish();
         }
     }
@@ -263,7 +263,7 @@ impl Foreground {
             let id = r.task.message_id.clone();
             if r.ended_by.is_none() {
                 r.ended_by = Some("cancelled");
-                let _ = sys::kill_group(r.pid, sys::SIGTERM);
+                let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
                 r.kill_at = Some(Instant::now() + KILL_GRACE);
                 self.hub.emit(
                     "notice",
@@ -369,7 +369,7 @@ impl Foreground {
         let Some(r) = self.running.take() else {
             return;
         };
-        let _ = sys::kill_group(r.pid, sys::SIGTERM);
+        let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
         let deadline = Instant::now() + KILL_GRACE;
         let mut exited = r.exit.is_some();
         while !exited {
@@ -383,7 +383,7 @@ impl Foreground {
             }
         }
         if !exited {
-            let _ = sys::kill_group(r.pid, sys::SIGKILL);
+            let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
         }
         self.hub.emit(
             "turn.finished",
