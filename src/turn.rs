@@ -77,7 +77,8 @@ pub struct Handler {
     _stop: UnixStream,
 }
 
-/// Starts the handler.
+/// Starts the handler: the leader dies with the thread that starts it
+/// (`sys::die_with_parent`), so a killed instance takes it along.
 pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<Handler> {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
@@ -90,6 +91,7 @@ pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
+    sys::die_with_parent(&mut cmd);
     // Created close-on-exec (std's default): the handler never holds it.
     let (stop, stopped) = UnixStream::pair()?;
     let stopped = Arc::new(stopped);
