@@ -1,14 +1,16 @@
 //! The only place that calls libc: thin, safe wrappers over the few system
 //! calls std does not expose (peer credentials, flock, umask, kill(0),
 //! the sun_path limit, the working directory of a peer, a send that does
-//! not wait).
+//! not wait, waiting on a pipe or a stop signal, a child that dies with
+//! its parent), and what /proc says about other processes.
 
 use std::fs::File;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::process::Command;
 
 /// Writes what the socket takes now, without waiting: the number of bytes
 /// written, 0 when its buffer is full.
@@ -194,6 +196,151 @@ pub fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// What `wait_ready` saw.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ready {
+    /// The descriptor can be read (or written) without blocking, or it
+    /// hung up or failed: the read or write that follows says which.
+    Io,
+    /// `stop` is readable or hung up: whoever waits should stop.
+    Stop,
+}
+
+/// Waits, without a deadline, until `fd` can be read (written, with
+/// `write`) or `stop` is readable or hung up; `stop` wins when both are.
+pub fn wait_ready(fd: BorrowedFd<'_>, write: bool, stop: BorrowedFd<'_>) -> io::Result<Ready> {
+    let events = if write { libc::POLLOUT } else { libc::POLLIN };
+    let mut fds = [
+        libc::pollfd {
+            fd: stop.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfd
+        // for the call, and both descriptors are borrowed, so open.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if rc >= 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(if fds[0].revents != 0 {
+        Ready::Stop
+    } else {
+        Ready::Io
+    })
+}
+
+/// Sets `O_NONBLOCK` on the open file description behind `fd` (for a
+/// pipe, this end only).
+pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fcntl(F_GETFL) only reads the flags of a descriptor that is
+    // borrowed, so open.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above; F_SETFL changes only the status flags.
+    let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes the process `cmd` starts die with SIGKILL when the thread that
+/// starts it ends (`PR_SET_PDEATHSIG`, Linux): when the instance dies, even
+/// of SIGKILL, its handler's leader goes with it. A parent that died
+/// before the setting took effect is caught by comparing `getppid`
+/// afterwards: the child then fails to start. Elsewhere this does nothing.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    let hook = move || {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and touches
+        // no memory; it is async-signal-safe, as this hook must be.
+        let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: getppid has no preconditions and cannot fail.
+        if unsafe { libc::getppid() } != parent {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed: it calls prctl and getppid,
+    // allocates nothing (an `io::Error` from an errno does not) and takes
+    // no lock.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn die_with_parent(_cmd: &mut Command) {}
+
+/// A process as `/proc/PID/stat` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcEntry {
+    pub pid: u32,
+    pub pgid: u32,
+    pub sid: u32,
+    pub zombie: bool,
+}
+
+/// Every process `/proc` lists (Linux); none where there is no `/proc`.
+pub fn processes() -> Vec<ProcEntry> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(process)
+        .collect()
+}
+
+/// `/proc/PID/stat`, read bounded: `pid (comm) state ppid pgrp session …`,
+/// where comm may hold anything but ends at the last `)`.
+pub fn process(pid: u32) -> Option<ProcEntry> {
+    let mut stat = String::new();
+    File::open(format!("/proc/{pid}/stat"))
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut stat)
+        .ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().take(4).collect();
+    Some(ProcEntry {
+        pid,
+        zombie: *f.first()? == "Z",
+        pgid: f.get(2)?.parse().ok()?,
+        sid: f.get(3)?.parse().ok()?,
+    })
+}
+
+/// Whether the environment process `pid` started with holds `entry`
+/// (`NAME=value`) exactly. False when it cannot be read (another user's
+/// process, or no `/proc`); only the first 4 MiB are looked at.
+pub fn environ_has(pid: u32, entry: &str) -> bool {
+    let mut env = Vec::new();
+    let read = File::open(format!("/proc/{pid}/environ"))
+        .and_then(|f| f.take(4 << 20).read_to_end(&mut env));
+    read.is_ok() && env.split(|b| *b == 0).any(|e| e == entry.as_bytes())
 }
 
 /// The listening socket systemd passed (socket activation): fd 3, when

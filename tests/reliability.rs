@@ -41,6 +41,16 @@ fn crash_loop_500_cycles_slow() {
     crash::crash_loop("crash_loop_500_cycles_slow", 500);
 }
 
+// Handlers die with their instance.
+
+#[test]
+fn a_handler_dies_with_its_instance() {
+    if !have_proc("a_handler_dies_with_its_instance") {
+        return;
+    }
+    crash::handler_dies_with_its_instance("a_handler_dies_with_its_instance");
+}
+
 // Fail points: exit and panic at each step, error at each step of storing.
 
 macro_rules! fail_point_tests {

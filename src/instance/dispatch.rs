@@ -264,7 +264,7 @@ impl Foreground {
         let m = self.manifest();
         let c = self.spool().counts();
         let turn = self.running.as_ref().map(|r| {
-            json!({"message_id": r.task.message_id, "pid": r.pid,
+            json!({"message_id": r.task.message_id, "pid": r.handler.pid,
                    "seconds": r.started.elapsed().as_secs_f64()})
         });
         json!({

@@ -121,7 +121,8 @@ struct OpenTask {
 struct Running {
     task: Task,
     token: String,
-    pid: u32,
+    /// Dropped when the turn ends, which closes our ends of its pipes.
+    handler: crate::turn::Handler,
     started: Instant,
     deadline: Option<Instant>,
     kill_at: Option<Instant>,

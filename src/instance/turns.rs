@@ -92,18 +92,18 @@ impl Foreground {
                 .then_some(self.shared.config.max_message_bytes),
         };
         let id = task.message_id.clone();
-        match turn::spawn(spec, self.turns_tx.clone()) {
-            Ok(pid) => {
+        match self.spawn_handler(spec) {
+            Ok(handler) => {
                 let now = Instant::now();
                 self.hub.emit(
                     "turn.started",
-                    json!({"message_id": id, "pid": pid, "from": turn::display_name(&task.sender),
+                    json!({"message_id": id, "pid": handler.pid, "from": turn::display_name(&task.sender),
                            "sender_id": task.sender.instance_id, "hop": task.hop}),
                 );
                 self.running = Some(Running {
                     task,
                     token,
-                    pid,
+                    handler,
                     started: now,
                     deadline: self.opts.turn_timeout.map(|t| now + t),
                     kill_at: None,
@@ -193,7 +193,7 @@ impl Foreground {
         };
         if r.ended_by.is_none() && r.deadline.is_some_and(|d| d <= now) {
             r.ended_by = Some("timeout");
-            let _ = sys::kill_group(r.pid, sys::SIGTERM);
+            let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
             r.kill_at = Some(now + KILL_GRACE);
             let id = r.task.message_id.clone();
             self.hub.emit(
@@ -202,13 +202,13 @@ impl Foreground {
             );
         } else if r.kill_at.is_some_and(|k| k <= now) {
             r.kill_at = None;
-            let _ = sys::kill_group(r.pid, sys::SIGKILL);
+            let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
         } else if r.drain_until.is_some_and(|d| d <= now) {
             // The handler exited but something it started still holds
             // its output open: the turn is over all the same.
             r.streams_open = 0;
             r.drain_until = None;
-            let _ = sys::kill_group(r.pid, sys::SIGKILL);
+            let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
             self.maybe_finish();
         }
     }
@@ -232,6 +232,7 @@ impl Foreground {
             self.hub
                 .emit("notice", json!({"message_id": id, "text": e.to_string()}));
         }
+        self.spool().clear_handler();
         let (out_total, out_dropped) = r.bytes.get("stdout").copied().unwrap_or_default();
         let (err_total, err_dropped) = r.bytes.get("stderr").copied().unwrap_or_default();
         self.hub.emit(
@@ -263,7 +264,7 @@ impl Foreground {
             let id = r.task.message_id.clone();
             if r.ended_by.is_none() {
                 r.ended_by = Some("cancelled");
-                let _ = sys::kill_group(r.pid, sys::SIGTERM);
+                let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
                 r.kill_at = Some(Instant::now() + KILL_GRACE);
                 self.hub.emit(
                     "notice",
@@ -363,13 +364,14 @@ impl Foreground {
 
     /// At shutdown: the running handler is ended; its task stays in
     /// `processing/` and shows up as interrupted at the next start.
-    /// Ends the handler with SIGTERM, and SIGKILL if it is still there
-    /// after the grace period (its exit is watched on `turns`).
+    /// Ends the handler with SIGTERM, and its whole group with SIGKILL once
+    /// the leader exited or the grace period passed (its exit is watched
+    /// on `turns`): nothing of an interrupted turn runs on.
     pub(super) fn interrupt_turn(&mut self, turns: &chan::Receiver<TurnEvent>) {
         let Some(r) = self.running.take() else {
             return;
         };
-        let _ = sys::kill_group(r.pid, sys::SIGTERM);
+        let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
         let deadline = Instant::now() + KILL_GRACE;
         let mut exited = r.exit.is_some();
         while !exited {
@@ -382,12 +384,38 @@ impl Foreground {
                 Err(_) => break,
             }
         }
-        if !exited {
-            let _ = sys::kill_group(r.pid, sys::SIGKILL);
-        }
+        let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
+        self.spool().clear_handler();
         self.hub.emit(
             "turn.finished",
             json!({"message_id": r.task.message_id, "outcome": "interrupted"}),
         );
+    }
+
+    /// Starts the handler, recording it in the spool first by its turn's
+    /// token and then by its process group, so that whoever opens the
+    /// spool after this instance died kills what is left of it
+    /// (`Spool::record_handler`). Without the record, no handler runs.
+    fn spawn_handler(&self, spec: turn::ExecSpec<'_>) -> crate::error::Result<turn::Handler> {
+        let spool = self.spool();
+        let token = spec.token.clone();
+        spool.record_handler(&token, None)?;
+        let handler = match turn::spawn(spec, self.turns_tx.clone()) {
+            Ok(h) => h,
+            Err(e) => {
+                spool.clear_handler();
+                return Err(crate::error::Error::io(
+                    "run",
+                    std::path::Path::new("/bin/sh"),
+                    e,
+                ));
+            }
+        };
+        if let Err(e) = spool.record_handler(&token, Some(handler.pid)) {
+            let _ = sys::kill_group(handler.pid, sys::SIGKILL);
+            spool.clear_handler();
+            return Err(e);
+        }
+        Ok(handler)
     }
 }

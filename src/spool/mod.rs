@@ -19,6 +19,7 @@
 mod admit;
 mod claim;
 mod dirsync;
+mod handler;
 mod index;
 mod meta;
 mod recover;

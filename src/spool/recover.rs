@@ -14,6 +14,7 @@ use std::time::UNIX_EPOCH;
 impl Spool {
     pub(super) fn recover(&mut self) -> Result<()> {
         let mut notes = Vec::new();
+        self.kill_recorded_handler(&mut notes);
         self.sweep_tmp()?;
         self.remove_finished_payloads(&mut notes)?;
         self.interrupt_processing(&mut notes)?;

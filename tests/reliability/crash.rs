@@ -1,7 +1,9 @@
 //! The crash loop: senders keep handing sequence-numbered tasks to a
 //! receiver that is killed with SIGKILL at a random moment and restarted,
 //! and after every kill the spool is checked against what was
-//! acknowledged (DESIGN §5: never lost, at most once, in order).
+//! acknowledged (DESIGN §5: never lost, at most once, in order). And a
+//! handler does not outlive its killed instance: an interrupted task did
+//! not finish.
 
 use crate::util::reliability::{
     body_for, env, logging_handler, percentile, read_spool, runs, seeded_rng, spool, spool_dir,
@@ -472,4 +474,115 @@ pub fn crash_loop(test: &str, cycles: usize) {
     );
     assert!(counts.lost_answers.load(Ordering::Relaxed) > 0);
     assert!(interrupted + cut_short_seen > 0);
+}
+
+/// SIGKILL to every process of group `pgid` still there when dropped,
+/// however the test ends: a group id is not reused while it has members.
+struct KillGroup(u32);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        let members = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter(|stat| {
+                let rest = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                f.len() > 2 && f[0] != "Z" && f[2].parse::<u32>().ok() == Some(self.0)
+            })
+            .count();
+        if members > 0 && self.0 > 1 {
+            // SAFETY: kill(2) has no memory-safety preconditions; the group
+            // is the handler's of this test and still has members.
+            unsafe {
+                libc::kill(-(self.0 as libc::pid_t), libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Issue 17: a handler outlived `kill -9` of its instance and finished its
+/// work while the task was reported interrupted (and a requeue ran it
+/// again). Now its leader dies with the instance, and what it started in
+/// its group is killed by the next open of the spool: neither marker
+/// below is ever written, and the restarted instance reports the task
+/// interrupted.
+pub fn handler_dies_with_its_instance(test: &str) {
+    let env = env();
+    let ws = env.workspace("hotel");
+    let q = |p: &Path| format!("'{}'", p.to_str().unwrap());
+    let (pids, leader_mark, child_mark) = (
+        env.root.join("pids"),
+        env.root.join("leader-finished"),
+        env.root.join("child-finished"),
+    );
+    // The leader (`sh -c` running this) finishes 2 s into the turn; the
+    // child it starts in its group, 6 s into it.
+    let exec = format!(
+        "cat > /dev/null; echo $$ >> {pids}; \
+         sh -c 'echo $$ >> \"$0\"; sleep 6; touch \"$1\"' {pids} {child} & \
+         sleep 2; touch {leader}; wait",
+        pids = q(&pids),
+        child = q(&child_mark),
+        leader = q(&leader_mark),
+    );
+    let args = ["--name", "hotel", "--exec", exec.as_str()];
+    let mut first = env.serve(&ws, &args);
+    let mut c = first.client();
+    assert_eq!(first.send(&mut c, "t-1", "work")["status"], "accepted");
+    let mut recorded = Vec::new();
+    wait_until(
+        "the handler and its child to start",
+        Duration::from_secs(15),
+        || {
+            recorded = std::fs::read_to_string(&pids)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.parse::<u32>().ok())
+                .collect();
+            recorded.len() == 2
+        },
+    );
+    let leader = recorded[0];
+    let _group = KillGroup(leader);
+    first.kill9();
+    let killed = Instant::now();
+    drop(c);
+
+    // Past the leader's 2 s, with no instance running: it died with its
+    // instance.
+    thread::sleep(Duration::from_secs(3));
+    assert!(
+        !leader_mark.exists(),
+        "{test}: the handler finished its work after its instance was killed"
+    );
+    // The next open of the spool kills the rest of its group.
+    let mut second = env.serve(&ws, &args);
+    let mut c = second.client();
+    let status = c.call(2, "control/status", json!({}));
+    assert_eq!(status["result"]["queue"]["interrupted"], 1, "{status}");
+    let list = c.call(3, "inbox/list", json!({}));
+    assert_eq!(
+        list["result"]["interrupted"][0]["message_id"], "t-1",
+        "{list}"
+    );
+
+    // Past the child's 6 s.
+    thread::sleep(Duration::from_secs(8).saturating_sub(killed.elapsed()));
+    assert!(
+        !child_mark.exists(),
+        "{test}: a process the handler started finished its work after its instance was killed"
+    );
+    let notes = second.stderr();
+    assert!(
+        notes.contains(&format!("process group {leader} killed")),
+        "{test}: the restart kills the handler's group:\n{notes}"
+    );
+    assert!(
+        notes.contains("was mid-turn and is now in interrupted/"),
+        "{test}:\n{notes}"
+    );
+    assert_eq!(second.term(), 0);
 }

@@ -519,3 +519,49 @@ impl Rng {
         (self.next() >> 56) as u8
     }
 }
+
+/// Processes a test's handlers leave behind on purpose (daemons, or the
+/// children of a handler whose instance was killed), by the pids they
+/// wrote one a line to `path`; each still running is killed with SIGKILL
+/// when the guard is dropped, however the test ends.
+#[allow(dead_code)]
+pub struct Leftovers(pub PathBuf);
+
+#[allow(dead_code)]
+impl Leftovers {
+    /// The pids written so far.
+    pub fn pids(&self) -> Vec<u32> {
+        fs::read_to_string(&self.0)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+}
+
+/// Whether a process other than a zombie has `pid`.
+#[allow(dead_code)]
+pub fn pid_alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| Some(s[s.rfind(')')? + 1..].trim_start().starts_with('Z')))
+        .is_some_and(|zombie| !zombie)
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for pid in self.pids() {
+            let Ok(pid) = libc::pid_t::try_from(pid) else {
+                continue;
+            };
+            if pid > 1 && pid_alive(pid as u32) {
+                // SAFETY: kill(2) has no memory-safety preconditions; the
+                // pid is one a handler of this test wrote moments ago and
+                // that is still running.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! A handler dies with its instance: while a turn runs, `handler.json` in
+//! the spool names its process group, and whoever opens the spool next
+//! (the restarted instance, or an offline sender) kills what is left of
+//! that group before the task is called interrupted. The group's leader
+//! has already died with the instance (`sys::die_with_parent`); this takes
+//! what it started in its group. So an interrupted task did not finish.
+//!
+//! The record is written twice per turn: with the turn's token before the
+//! handler starts, then with its process group. A group is only killed
+//! when one of its processes still carries `BATON_TURN=<token>` in the
+//! environment it started with: a recycled group id is never ours. Not
+//! synced: the record only has to outlive the instance, not the machine,
+//! which would take the handler along. Only Linux has the `/proc` to
+//! check with; elsewhere nothing is killed at recovery.
+
+use super::Spool;
+use crate::error::{Error, Result};
+use crate::files;
+use crate::sys;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fs;
+
+const RECORD: &str = "handler.json";
+
+#[derive(Serialize, Deserialize)]
+struct Record {
+    token: String,
+    /// The instance's session: the handler's group is in it, and a
+    /// daemon the handler started (`setsid`) is not.
+    sid: Option<u32>,
+    /// Known once the handler started.
+    pgid: Option<u32>,
+}
+
+impl Spool {
+    /// Records the running handler: its turn's `token` before it starts,
+    /// then its process group `pgid`.
+    pub fn record_handler(&self, token: &str, pgid: Option<u32>) -> Result<()> {
+        let rec = Record {
+            token: token.to_string(),
+            sid: sys::process(std::process::id()).map(|p| p.sid),
+            pgid,
+        };
+        let bytes = serde_json::to_vec(&rec).expect("a record serializes");
+        let (tmp, dest) = (self.path("tmp", RECORD), self.dir.join(RECORD));
+        files::write_private(&tmp, &dest, &bytes, false).map_err(|e| Error::io("write", &dest, e))
+    }
+
+    /// The turn is over: nothing to kill at the next open.
+    pub fn clear_handler(&self) {
+        let _ = fs::remove_file(self.dir.join(RECORD));
+    }
+
+    /// Recovery, before `processing/` becomes `interrupted/`: SIGKILL to
+    /// the recorded handler's group if it is still there and ours.
+    pub(super) fn kill_recorded_handler(&self, notes: &mut Vec<String>) {
+        let path = self.dir.join(RECORD);
+        let Ok(bytes) = super::taskfile::read_bounded(&path) else {
+            return;
+        };
+        if let Ok(rec) = serde_json::from_slice::<Record>(&bytes) {
+            for pgid in groups_of(&rec) {
+                if sys::kill_group(pgid, sys::SIGKILL).is_ok() {
+                    notes.push(format!(
+                        "the handler of an interrupted turn was still running: process group {pgid} killed"
+                    ));
+                }
+            }
+        }
+        let _ = fs::remove_file(&path);
+    }
+}
+
+/// The groups to kill: those with a live process that carries the turn's
+/// token, and that are the recorded group or (if the instance died before
+/// it recorded one) a group of the instance's session whose leader, the
+/// handler, is gone. Never our own group (a `baton send` the handler ran
+/// into this spool is in it).
+fn groups_of(rec: &Record) -> BTreeSet<u32> {
+    let procs = sys::processes();
+    let leader_gone = |pgid: u32| !procs.iter().any(|p| p.pid == pgid && !p.zombie);
+    let own = sys::process(std::process::id()).map(|p| p.pgid);
+    let entry = format!("BATON_TURN={}", rec.token);
+    let mut groups = BTreeSet::new();
+    for p in procs
+        .iter()
+        .filter(|p| !p.zombie && p.pgid > 1 && Some(p.pgid) != own)
+    {
+        let candidate = match rec.pgid {
+            Some(pgid) => p.pgid == pgid,
+            None => rec.sid == Some(p.sid) && leader_gone(p.pgid),
+        };
+        if candidate && !groups.contains(&p.pgid) && sys::environ_has(p.pid, &entry) {
+            groups.insert(p.pgid);
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Child, Command};
+    use std::time::{Duration, Instant};
+
+    /// A process group whose leader, our child, exits at once and leaves
+    /// a `sleep` behind in it, with `BATON_TURN=token`; killed when dropped.
+    struct Orphaned(Child);
+
+    impl Orphaned {
+        fn start(token: &str) -> Orphaned {
+            let mut child = Command::new("/bin/sh")
+                .args(["-c", "sleep 30 & exit 0"])
+                .env("BATON_TURN", token)
+                .process_group(0)
+                .spawn()
+                .unwrap();
+            child.wait().unwrap();
+            let pgid = child.id();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !sys::processes().iter().any(|p| p.pgid == pgid) {
+                assert!(Instant::now() < deadline, "no sleep in group {pgid}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Orphaned(child)
+        }
+
+        fn pgid(&self) -> u32 {
+            self.0.id()
+        }
+    }
+
+    impl Drop for Orphaned {
+        fn drop(&mut self) {
+            let _ = sys::kill_group(self.pgid(), sys::SIGKILL);
+        }
+    }
+
+    fn record(token: &str, pgid: Option<u32>) -> Record {
+        Record {
+            token: token.into(),
+            sid: sys::process(std::process::id()).map(|p| p.sid),
+            pgid,
+        }
+    }
+
+    #[test]
+    fn only_a_group_that_carries_the_turns_token_is_killed() {
+        if sys::process(std::process::id()).is_none() {
+            return; // no /proc: nothing is ever killed
+        }
+        let ours = Orphaned::start("111");
+        let other = Orphaned::start("222");
+        let pgid = ours.pgid();
+        let want = BTreeSet::from([pgid]);
+        // Recorded by group, or only by token (the instance died before
+        // it recorded the group): found either way.
+        assert_eq!(groups_of(&record("111", Some(pgid))), want);
+        assert_eq!(groups_of(&record("111", None)), want);
+        // A group without the token is not ours, even under the recorded
+        // id (a recycled one); nor is one of another session.
+        assert!(groups_of(&record("333", Some(pgid))).is_empty());
+        assert!(groups_of(&record("111", Some(other.pgid()))).is_empty());
+        let mut elsewhere = record("111", None);
+        elsewhere.sid = elsewhere.sid.map(|s| s + 1);
+        assert!(groups_of(&elsewhere).is_empty());
+    }
+}
