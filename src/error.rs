@@ -49,6 +49,15 @@ impl Error {
         }
     }
 
+    /// What ran short, when this is an I/O error that says a resource is
+    /// short for now (`sys::shortage`): no verdict on the data at hand.
+    pub fn shortage(&self) -> Option<&'static str> {
+        match self {
+            Error::Io { source, .. } => crate::sys::shortage(source),
+            _ => None,
+        }
+    }
+
     pub fn exit_code(&self) -> ExitCode {
         match self {
             Error::Usage(_) | Error::Env(_) | Error::Io { .. } => ExitCode::Usage,

@@ -1,7 +1,10 @@
-//! A private file appears under its name whole or not at all, and a
-//! directory that holds private state is ours alone: one way to write such
-//! a file (a mode-0600 temporary file, renamed into place) and one check of
-//! such a directory, shared by the registry and the spool.
+//! A private file appears under its name whole or not at all, is read
+//! back without ever waiting on what stands in its place, and a directory
+//! that holds private state is ours alone: one way to write such a file (a
+//! mode-0600 temporary file, renamed into place), one way to read one back
+//! (non-blocking, never through a symlink, a regular file or nothing,
+//! bounded), and one check of such a directory, shared by the registry and
+//! the spool.
 //!
 //! Syncing the directory after a rename is left to the caller: the spool
 //! shares its `inbox/` syncs among concurrent acceptances (`DirSync`), and
@@ -9,9 +12,9 @@
 
 use crate::sys;
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::fs::{self, File, FileType, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 /// How far `write_private_fresh` has got, for a caller's fail points.
@@ -60,6 +63,57 @@ fn create_private(path: &Path) -> io::Result<File> {
         .mode(0o600)
         .custom_flags(sys::O_NOFOLLOW)
         .open(path)
+}
+
+/// Reads a small file back, at most `max` bytes. The open never waits
+/// (`O_NONBLOCK`: a FIFO, a device or a socket planted on the name does not
+/// hang the reader) and never follows a symlink in the last component
+/// (`O_NOFOLLOW`); what was opened must be a regular file (checked on the
+/// descriptor, so nothing can swap it in between), or the error, of kind
+/// `InvalidData`, says what it is. A file longer than `max` is refused
+/// the same way.
+pub fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
+        .open(path)?;
+    let kind = f.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("it is {}, not a regular file", kind_of(kind)),
+        ));
+    }
+    let mut out = Vec::new();
+    f.take(max + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("it is larger than {max} bytes"),
+        ));
+    }
+    Ok(out)
+}
+
+/// What a file type is, in words ("a FIFO").
+pub fn kind_of(t: FileType) -> &'static str {
+    if t.is_file() {
+        "a regular file"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symlink"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "an unknown kind of file"
+    }
 }
 
 /// Why a directory cannot hold private state.
@@ -165,6 +219,28 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.to_string(), "stop");
         assert_eq!(fs::read(&dest).unwrap(), b"{}", "the old file stays whole");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_read_back_takes_only_a_regular_file_within_its_bound() {
+        let dir = tmpdir("read");
+        private_dir(&dir, true).unwrap();
+        let file = dir.join("f.json");
+        fs::write(&file, b"0123456789").unwrap();
+        assert_eq!(read_regular(&file, 10).unwrap(), b"0123456789");
+        let e = read_regular(&file, 9).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert_eq!(e.to_string(), "it is larger than 9 bytes");
+        let sub = dir.join("d");
+        fs::create_dir(&sub).unwrap();
+        let e = read_regular(&sub, 10).unwrap_err();
+        assert_eq!(e.to_string(), "it is a directory, not a regular file");
+        let link = dir.join("l");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert!(read_regular(&link, 10).is_err(), "never through a symlink");
+        let gone = read_regular(&dir.join("none"), 10).unwrap_err();
+        assert_eq!(gone.kind(), io::ErrorKind::NotFound);
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -100,6 +100,47 @@ fn a_panic_while_answering_closes_only_its_connection() {
     faults::answer_panic_closes_only_its_connection();
 }
 
+// Temporary errors are not verdicts (issue 17).
+
+#[test]
+fn descriptors_run_out_while_a_pull_agent_claims() {
+    if !have_proc("descriptors_run_out_while_a_pull_agent_claims") {
+        return;
+    }
+    // Descriptors run out by design: not while another test measures.
+    let _serial = serial();
+    for fsync in ["on", "off"] {
+        faults::pull_claim_out_of_descriptors(fsync);
+    }
+}
+
+#[test]
+fn descriptors_run_out_while_an_exec_agent_starts_a_turn() {
+    if !have_proc("descriptors_run_out_while_an_exec_agent_starts_a_turn") {
+        return;
+    }
+    // Descriptors run out by design: not while another test measures.
+    let _serial = serial();
+    faults::exec_turn_out_of_descriptors();
+}
+
+#[test]
+fn a_handler_that_cannot_be_started_for_now_runs_later_once() {
+    for errno in ["emfile", "eagain", "enomem"] {
+        faults::handler_spawn_short(errno);
+    }
+}
+
+#[test]
+fn a_claim_whose_sync_fails_leaves_the_task_queued() {
+    faults::claim_sync_fails_once();
+}
+
+#[test]
+fn a_full_disk_at_start_serves_what_is_queued() {
+    faults::full_disk_at_start();
+}
+
 // Load and limits.
 
 #[test]

@@ -1,7 +1,9 @@
 //! The spool (DESIGN §5) and the pull side of an instance (`inbox/*`,
 //! `control/*`, `baton inbox`): crash safety under `kill -9`, FIFO order
 //! with a busy receiver, the queue limit, pause and resume, steer, the
-//! CLI's inbox commands, and where spools live and when they go away.
+//! CLI's inbox commands, where spools live and when they go away, and
+//! odd files (a FIFO or a directory where a file should be) set aside,
+//! never waited on.
 
 use std::fs;
 use std::io::{ErrorKind, Write};
@@ -732,4 +734,239 @@ fn persistent_spool_survives_sigterm_and_is_locked_while_live() {
     let r = send(&mut c, &srv.id, "k-1", "survive a restart", "queue");
     assert_eq!(r["status"], "duplicate", "{r}");
     assert_eq!(claim(&mut c), json!({"status": "empty"}));
+}
+
+// Odd files (issue 17): a FIFO, a directory or a device where the spool
+// expects a file is set aside (or refused) and never waited on.
+
+/// The reason an instance gives for an id whose record cannot be read.
+const REASON_UNREADABLE: &str =
+    "message_id was accepted before, but its stored record cannot be read to compare bodies";
+
+/// Makes a FIFO at `path`, as someone (or something) might plant one.
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    let e = std::io::Error::last_os_error();
+    assert_eq!(r, 0, "mkfifo {}: {e}", path.display());
+}
+
+fn is_fifo(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_fifo())
+}
+
+/// The name of task `id`'s file in `dir`.
+fn task_file(dir: &Path, id: &str) -> String {
+    let suffix = format!("-{id}.json");
+    names(dir)
+        .into_iter()
+        .find(|n| n.ends_with(&suffix))
+        .unwrap_or_else(|| panic!("no file of {id} in {}", dir.display()))
+}
+
+#[test]
+fn a_fifo_in_place_of_a_receipt_is_never_waited_on() {
+    let env = Env::new();
+    let ws = env.workspace("fifo-receipt");
+    let mut inst = env.serve(&ws, &["--name", "fr"]);
+    let mut c = inst.client();
+    assert_eq!(
+        send(&mut c, &inst.id, "r-1", "first", "queue")["status"],
+        "accepted"
+    );
+    claim_expect(&mut c, "r-1");
+    complete_expect(&mut c, "r-1");
+    let spool = persistent_spool(&env, "fr", &ws);
+    let receipt = spool.join("done").join("r-1.json");
+    fs::remove_file(&receipt).unwrap();
+    mkfifo(&receipt);
+
+    // A resend reads r-1's record to compare bodies: it is answered (the
+    // record cannot be read), within the client's 5 s, and so is
+    // everyone else.
+    let r = send(&mut c, &inst.id, "r-1", "first", "queue");
+    assert_eq!(r["status"], "invalid", "{r}");
+    assert_eq!(r["reason"], REASON_UNREADABLE, "{r}");
+    let mut other = inst.client();
+    let r = send(&mut other, &inst.id, "r-2", "second", "queue");
+    assert_eq!(r["status"], "accepted", "{r}");
+    assert_eq!(ping_state(&mut other), "ready");
+    drop((c, other));
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+
+    // At start every receipt is read: the instance starts, says what it
+    // found, and the FIFO keeps its id's place.
+    let mut again = env.serve(&ws, &["--name", "fr"]);
+    let said = again.stderr();
+    assert!(
+        said.contains("done/r-1.json cannot be read (it is a FIFO, not a regular file)"),
+        "{said}"
+    );
+    assert!(is_fifo(&receipt));
+    let mut c = again.client();
+    let r = send(&mut c, &again.id, "r-1", "first", "queue");
+    assert_eq!(r["reason"], REASON_UNREADABLE, "{r}");
+    claim_expect(&mut c, "r-2");
+    complete_expect(&mut c, "r-2");
+    drop(c);
+    assert_eq!(again.term(), 0, "{}", again.stderr());
+}
+
+#[test]
+fn a_fifo_in_place_of_a_task_file_is_set_aside_at_claim_and_at_start() {
+    let env = Env::new();
+    let ws = env.workspace("fifo-task");
+    let mut inst = env.serve(&ws, &["--name", "ft"]);
+    let mut c = inst.client();
+    for id in ["t-1", "t-2", "t-3"] {
+        let r = send(&mut c, &inst.id, id, &format!("body of {id}"), "queue");
+        assert_eq!(r["status"], "accepted", "{r}");
+    }
+    let spool = persistent_spool(&env, "ft", &ws);
+    let inbox = spool.join("inbox");
+    let t1 = task_file(&inbox, "t-1");
+    fs::remove_file(inbox.join(&t1)).unwrap();
+    mkfifo(&inbox.join(&t1));
+
+    // The claim finds a FIFO where t-1's file was: set aside, and t-2 is
+    // handed out in the same answer.
+    let r = claim_expect(&mut c, "t-2");
+    assert_eq!(
+        r["rejected"],
+        json!([{"message_id": "t-1", "reason": "it is a FIFO, not a regular file"}]),
+        "{r}"
+    );
+    assert!(is_fifo(&spool.join("rejected").join(&t1)));
+    complete_expect(&mut c, "t-2");
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+
+    // At start: t-3's file is a FIFO too, and t-1's FIFO is in rejected/.
+    let t3 = task_file(&inbox, "t-3");
+    fs::remove_file(inbox.join(&t3)).unwrap();
+    mkfifo(&inbox.join(&t3));
+    let mut again = env.serve(&ws, &["--name", "ft"]);
+    let said = again.stderr();
+    assert!(
+        said.contains(&format!(
+            "inbox/{t3}: it is a FIFO, not a regular file; moved to rejected/{t3}"
+        )),
+        "{said}"
+    );
+    assert!(is_fifo(&spool.join("rejected").join(&t3)));
+    let mut c = again.client();
+    let list = rpc(&mut c, "inbox/list", json!({}));
+    assert_eq!(listed(&list, "queued"), Vec::<String>::new(), "{list}");
+    assert_eq!(listed(&list, "rejected"), ["t-1", "t-3"], "{list}");
+    assert_eq!(claim(&mut c)["status"], "empty");
+    drop(c);
+    assert_eq!(again.term(), 0, "{}", again.stderr());
+}
+
+#[test]
+fn fifos_in_place_of_meta_json_and_the_transcript_stall_nothing_and_are_set_aside() {
+    let env = Env::new();
+    let ws = env.workspace("fifo-meta");
+    let mut inst = env.serve(&ws, &["--name", "fm"]);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+    let spool = persistent_spool(&env, "fm", &ws);
+    let meta = spool.join("meta.json");
+    fs::remove_file(&meta).unwrap();
+    mkfifo(&meta);
+
+    // Offline senders and `list --offline` read meta.json: without it
+    // the name is unknown, which they say at once.
+    let started = std::time::Instant::now();
+    let out = env.run(&["list", "--offline"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(!out.stdout.contains("fm"), "{out:?}");
+    let out = env.run_stdin(&["send", "fm", "-"], b"hello");
+    assert_eq!(out.status, 3, "{out:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    // The instance sets it aside and writes a new one.
+    let mut again = env.serve(&ws, &["--name", "fm"]);
+    let said = again.stderr();
+    assert!(
+        said.contains("meta.json is a FIFO, not a regular file; moved to rejected/meta.json"),
+        "{said}"
+    );
+    assert!(is_fifo(&spool.join("rejected").join("meta.json")));
+    assert!(fs::symlink_metadata(&meta).unwrap().is_file());
+    assert_eq!(again.term(), 0, "{}", again.stderr());
+    let out = env.run_stdin(&["send", "fm", "-"], b"hello");
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.starts_with("stored"), "{out:?}");
+
+    // The transcript is appended to by the offline sender and the
+    // instance: a FIFO there is set aside by whichever opens the spool.
+    let transcript = spool.join("transcript.jsonl");
+    fs::remove_file(&transcript).unwrap();
+    mkfifo(&transcript);
+    let out = env.run_stdin(&["send", "fm", "-"], b"hello again");
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(is_fifo(&spool.join("rejected").join("transcript.jsonl")));
+    assert!(fs::symlink_metadata(&transcript).unwrap().is_file());
+    mkfifo(&spool.join("transcript.1.jsonl"));
+    let mut third = env.serve(&ws, &["--name", "fm"]);
+    assert!(is_fifo(&spool.join("rejected").join("transcript.1.jsonl")));
+    let mut c = third.client();
+    let r = claim(&mut c);
+    assert_eq!(
+        r["task"]["body"], "hello",
+        "the stored tasks are queued: {r}"
+    );
+    drop(c);
+    assert_eq!(third.term(), 0, "{}", third.stderr());
+}
+
+#[test]
+fn a_directory_in_tmp_is_set_aside_and_the_instance_starts() {
+    let env = Env::new();
+    let ws = env.workspace("dir-in-tmp");
+    let mut inst = env.serve(&ws, &["--name", "dt"]);
+    let mut c = inst.client();
+    for id in ["d-1", "d-2"] {
+        let r = send(&mut c, &inst.id, id, &format!("body of {id}"), "queue");
+        assert_eq!(r["status"], "accepted", "{r}");
+    }
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+    let spool = persistent_spool(&env, "dt", &ws);
+    let tmp = spool.join("tmp");
+    fs::create_dir(tmp.join("junk")).unwrap();
+    fs::write(tmp.join("junk").join("kept"), b"not ours").unwrap();
+    mkfifo(&tmp.join("pipe"));
+    fs::write(tmp.join("0000000000000099-x.json"), b"{\"half").unwrap();
+
+    let mut again = env.serve(&ws, &["--name", "dt"]);
+    let said = again.stderr();
+    for (name, kind) in [("junk", "a directory"), ("pipe", "a FIFO")] {
+        assert!(
+            said.contains(&format!(
+                "tmp/{name} is {kind}, not a file baton writes; moved to rejected/{name}"
+            )),
+            "{said}"
+        );
+    }
+    assert_eq!(names(&tmp), Vec::<String>::new(), "tmp/ is swept");
+    let rejected = spool.join("rejected");
+    assert_eq!(
+        fs::read(rejected.join("junk").join("kept")).unwrap(),
+        b"not ours"
+    );
+    assert!(is_fifo(&rejected.join("pipe")));
+    let mut c = again.client();
+    for id in ["d-1", "d-2"] {
+        claim_expect(&mut c, id);
+        complete_expect(&mut c, id);
+    }
+    drop(c);
+    assert_eq!(again.term(), 0, "{}", again.stderr());
 }

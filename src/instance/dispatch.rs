@@ -100,6 +100,7 @@ impl Foreground {
         if self.opts.ephemeral {
             at.extend(self.idle_since.map(|t| t + EPHEMERAL_GRACE));
         }
+        at.extend(self.retry_at());
         // Only with --ttl: finding the oldest task walks the whole queue,
         // and this runs at every turn of the foreground loop.
         let ttl_due = self

@@ -68,6 +68,7 @@ impl Foreground {
             self.approved.remove(&id);
             match self.spool().claim_id(&id) {
                 Ok(Claim::Task(task)) => {
+                    self.supplied();
                     let token = follow_up.map_or_else(Self::new_token, |(_, t)| t);
                     break self.open_turn(*task, token);
                 }
@@ -82,9 +83,7 @@ impl Foreground {
                     );
                     rejected.push(json!({"message_id": message_id, "reason": reason}));
                 }
-                Err(e) => {
-                    break json!({"status": "error", "reason": e.to_string()});
-                }
+                Err(e) => break self.claim_failed(&id, &e),
             }
         };
         self.refresh();

@@ -11,6 +11,7 @@
 //! pull inbox) and `outbound` (sends made on the agent's behalf).
 
 mod approval;
+mod backoff;
 mod dispatch;
 mod inbox;
 mod outbound;
@@ -162,6 +163,9 @@ struct Foreground {
     clients: usize,
     seen_client: bool,
     idle_since: Option<Instant>,
+    /// A resource that ran short while handing out a task, until one is
+    /// handed out again.
+    short: Option<backoff::Shortage>,
 }
 
 /// What the foreground waits on, besides its timers.

@@ -177,6 +177,7 @@ fn foreground(
         clients: 0,
         seen_client: false,
         idle_since: None,
+        short: None,
     };
     (fg, turns, pauses)
 }
@@ -282,18 +283,25 @@ fn open_spool(opts: &ServeOptions, config: &Config, place: &Place) -> Result<Arc
     } else {
         spool::spool_dir(&spool::state_home()?, &place.name, &place.workspace)
     };
-    let spool = Arc::new(Spool::open(&spool_dir, config.fsync, opts.ephemeral_spool)?);
-    for note in &spool.recovery_notes {
-        eprintln!("baton: {note}");
-    }
-    write_meta(
+    let mut spool = Spool::open(&spool_dir, config.fsync, opts.ephemeral_spool)?;
+    let meta = write_meta(
         &spool_dir,
         &place.name,
         &place.workspace,
         !opts.no_offline,
         &opts.policy,
-    )?;
-    Ok(spool)
+    );
+    // A full disk is no reason to leave queued tasks unserved: the
+    // instance starts, and what it cannot store it refuses, as ever.
+    if let Err(e) = meta {
+        spool.recovery_notes.push(format!(
+            "{e}: starting anyway, serving the tasks already queued; offline senders may not find this spool, and new tasks are refused while they cannot be stored"
+        ));
+    }
+    for note in &spool.recovery_notes {
+        eprintln!("baton: {}", crate::sanitize::escape(note));
+    }
+    Ok(Arc::new(spool))
 }
 
 /// Binds the sockets (or takes the activated one).

@@ -39,6 +39,9 @@ impl Foreground {
             }
             return;
         }
+        if self.backing_off(Instant::now()) {
+            return;
+        }
         let Some(id) = self.approved_head() else {
             return;
         };
@@ -53,7 +56,10 @@ impl Foreground {
             }
             Ok(Claim::Empty) => {}
             Err(e) => {
-                self.hub.emit("notice", json!({"text": e.to_string()}));
+                if e.shortage().is_none() {
+                    self.hub.emit("notice", json!({"text": e.to_string()}));
+                }
+                self.claim_failed(&id, &e);
             }
         }
     }
@@ -92,8 +98,12 @@ impl Foreground {
                 .then_some(self.shared.config.max_message_bytes),
         };
         let id = task.message_id.clone();
-        match self.spawn_handler(spec) {
+        let spawned = crate::failpoint::hit("handler-spawn")
+            .map_err(|e| crate::error::Error::io("run", std::path::Path::new("/bin/sh"), e))
+            .and_then(|()| self.spawn_handler(spec));
+        match spawned {
             Ok(handler) => {
+                self.supplied();
                 let now = Instant::now();
                 self.hub.emit(
                     "turn.started",
@@ -114,6 +124,11 @@ impl Foreground {
                     bytes: HashMap::new(),
                     captured: None,
                 });
+            }
+            // Not the task's fault: it goes back to its place in the queue.
+            Err(e) if e.shortage().is_some() => {
+                let what = e.shortage().expect("checked");
+                self.put_back(&id, what, &format!("cannot start the handler: {e}"));
             }
             Err(e) => {
                 let _ = self.spool().finish(&id, "failed");

@@ -11,8 +11,10 @@ use super::{Admission, Limits, Receipt, Spool, Task};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::files::{self, Step};
+use crate::sys;
 use serde_json::value::RawValue;
 use std::fs;
+use std::sync::MutexGuard;
 
 /// How many sequence numbers one write of the `sequence` file reserves.
 const SEQ_LEASE: u64 = 1024;
@@ -34,15 +36,7 @@ impl Spool {
         paused: impl Fn() -> bool,
         announce: impl FnOnce(&Task, usize),
     ) -> Result<Admission> {
-        let mut idx = self.idx();
-        // The same id being stored right now: its outcome decides ours.
-        while idx.pending.contains_key(&task.message_id) {
-            idx = self.wait_settled(idx);
-        }
-        let known = match idx.entries.get(&task.message_id) {
-            Some(e) => Some(e.digest.clone()),
-            None => self.receipt_digest(&idx, &task.message_id),
-        };
+        let (mut idx, known) = self.known(&task.message_id)?;
         if let Some(digest) = known {
             return Ok(match digest {
                 Some(d) if d != task.digest => Admission::Reused,
@@ -138,14 +132,44 @@ impl Spool {
         Ok(())
     }
 
-    /// The body digest a finished task's receipt records: `None` without a
-    /// receipt, `Some(None)` when it cannot be read back.
-    fn receipt_digest(&self, idx: &Index, message_id: &str) -> Option<Option<String>> {
-        if !idx.finished.contains(&id_hash(message_id)) {
-            return None;
+    /// Whether `message_id` was offered before: `Some` with its body's
+    /// digest (`None` when it cannot be read back), and the index, locked,
+    /// as it was when that was decided. The same id being stored right now
+    /// decides by its outcome. A receipt is read without the lock, so no
+    /// acceptance waits on another's read; a read that ran short of a
+    /// resource is an error, not a verdict.
+    fn known(&self, message_id: &str) -> Result<(MutexGuard<'_, Index>, Option<Option<String>>)> {
+        let mut idx = self.idx();
+        loop {
+            while idx.pending.contains_key(message_id) {
+                idx = self.wait_settled(idx);
+            }
+            if let Some(e) = idx.entries.get(message_id) {
+                let digest = e.digest.clone();
+                return Ok((idx, Some(digest)));
+            }
+            if !idx.finished.contains(&id_hash(message_id)) {
+                return Ok((idx, None));
+            }
+            drop(idx);
+            let receipt = self.receipt_digest(message_id)?;
+            idx = self.idx();
+            // Only an acceptance of the same id can have changed what is
+            // known of it meanwhile (receipts are pruned only at open).
+            if !idx.pending.contains_key(message_id) && !idx.entries.contains_key(message_id) {
+                return Ok((idx, receipt));
+            }
         }
-        match read_bounded(&self.path("done", &receipt_name(message_id))) {
+    }
+
+    /// The body digest a finished task's receipt records: `None` without a
+    /// receipt, `Some(None)` when it cannot be read back (it is bad data,
+    /// or not a regular file).
+    fn receipt_digest(&self, message_id: &str) -> Result<Option<Option<String>>> {
+        let path = self.path("done", &receipt_name(message_id));
+        Ok(match read_bounded(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) if sys::shortage(&e).is_some() => return Err(Error::io("read", &path, e)),
             Err(_) => Some(None),
             Ok(b) => Some(
                 serde_json::from_slice::<Receipt>(&b)
@@ -153,7 +177,7 @@ impl Spool {
                     .map(|r| r.digest)
                     .filter(|d| !d.is_empty()),
             ),
-        }
+        })
     }
 
     /// Write, fsync, rename into `inbox/`, fsync the directory (shared with

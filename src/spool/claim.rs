@@ -7,6 +7,7 @@ use super::index::{Place, id_hash, release};
 use super::taskfile::{parse_task, read_bounded, receipt_name};
 use super::{Claim, Receipt, Spool, now_secs};
 use crate::error::{Error, Result};
+use crate::failpoint;
 use crate::files;
 use crate::sys;
 use std::fs::{self, OpenOptions};
@@ -26,55 +27,123 @@ impl Spool {
     }
 
     fn claim_where(&self, want: Option<&str>) -> Result<Claim> {
-        let mut idx = match want {
-            None => self.wait_for_head(self.idx()),
-            Some(_) => self.idx(),
+        let (key, id, file) = {
+            let idx = match want {
+                None => self.wait_for_head(self.idx()),
+                Some(_) => self.idx(),
+            };
+            let found = match want {
+                None => idx.inbox.iter().next().map(|(k, id)| (*k, id.clone())),
+                Some(w) => idx
+                    .entries
+                    .get(w)
+                    .filter(|e| e.place == Place::Inbox)
+                    .map(|e| (e.key, w.to_string())),
+            };
+            let Some((key, id)) = found else {
+                return Ok(Claim::Empty);
+            };
+            let file = idx.entries[&id].file.clone();
+            (key, id, file)
         };
-        let found = match want {
-            None => idx.inbox.iter().next().map(|(k, id)| (*k, id.clone())),
-            Some(w) => idx
-                .entries
-                .get(w)
-                .filter(|e| e.place == Place::Inbox)
-                .map(|e| (e.key, w.to_string())),
-        };
-        let Some((key, id)) = found else {
-            return Ok(Claim::Empty);
-        };
-        idx.inbox.remove(&key);
-        let file = idx.entries[&id].file.clone();
+        // Read and checked where it waits, without the lock: only the
+        // foreground claims, requeues and expires, so the task stays put
+        // meanwhile. A resource that ran short is no verdict on the task:
+        // it stays queued, in its place.
         let from = self.path("inbox", &file);
-        let to = self.path("processing", &file);
-        if let Err(e) = fs::rename(&from, &to) {
-            idx.inbox.insert(key, id);
-            return Err(Error::io("claim", &from, e));
+        let parsed = match read_bounded(&from) {
+            Err(e) if sys::shortage(&e).is_some() => return Err(Error::io("read", &from, e)),
+            Err(e) => Err(e.to_string()),
+            Ok(b) => parse_task(&b, &id),
+        };
+        if self.idx().inbox.get(&key).is_none_or(|i| *i != id) {
+            return Ok(Claim::Empty);
         }
-        if self.fsync {
-            self.sync(&["inbox", "processing"])?;
-        }
-        let parsed = read_bounded(&to)
-            .map_err(|e| e.to_string())
-            .and_then(|b| parse_task(&b, &id));
         match parsed {
             Ok(task) => {
-                idx.processing += 1;
-                idx.entries.get_mut(&id).expect("indexed").place = Place::Processing;
+                self.take(key, &id, &file)?;
                 Ok(Claim::Task(Box::new(task)))
             }
-            Err(reason) => {
-                let rej = self.path("rejected", &file);
-                fs::rename(&to, &rej).map_err(|e| Error::io("move to rejected/", &to, e))?;
-                let e = idx.entries.get_mut(&id).expect("indexed");
-                e.place = Place::Rejected;
-                if let Some(s) = e.sender_id().map(String::from) {
-                    release(&mut idx.inflight, &s);
-                }
-                Ok(Claim::Rejected {
-                    message_id: id,
-                    reason,
-                })
+            Err(reason) => self.reject(key, &id, &file, reason),
+        }
+    }
+
+    /// Moves a checked task from `inbox/` to `processing/`. A move that
+    /// cannot be made durable is undone, and the task stays queued.
+    fn take(&self, key: (u8, u64), id: &str, file: &str) -> Result<()> {
+        let from = self.path("inbox", file);
+        let mut idx = self.idx();
+        fs::rename(&from, self.path("processing", file))
+            .map_err(|e| Error::io("claim", &from, e))?;
+        idx.inbox.remove(&key);
+        idx.processing += 1;
+        idx.entries.get_mut(id).expect("indexed").place = Place::Processing;
+        drop(idx);
+        if self.fsync {
+            let synced = failpoint::hit("claim-sync")
+                .map_err(|e| Error::io("sync directory", &self.dir, e))
+                .and_then(|()| self.sync(&["inbox", "processing"]));
+            if let Err(e) = synced {
+                // Best effort: the error says what went wrong either way.
+                let _ = self.unclaim(id);
+                return Err(e);
             }
         }
+        Ok(())
+    }
+
+    /// Sets a queued task whose file is bad data aside in `rejected/`.
+    fn reject(&self, key: (u8, u64), id: &str, file: &str, reason: String) -> Result<Claim> {
+        let mut idx = self.idx();
+        // A file that is gone leaves nothing to move, and must not stay
+        // at the head of the queue.
+        let aside = match fs::symlink_metadata(self.path("inbox", file)) {
+            Ok(_) => self.set_aside("inbox", file)?,
+            Err(_) => file.to_string(),
+        };
+        idx.inbox.remove(&key);
+        let e = idx.entries.get_mut(id).expect("indexed");
+        e.place = Place::Rejected;
+        e.file = aside;
+        if let Some(s) = e.sender_id().map(String::from) {
+            release(&mut idx.inflight, &s);
+        }
+        drop(idx);
+        if self.fsync {
+            let _ = self.sync(&["inbox", "rejected"]);
+        }
+        Ok(Claim::Rejected {
+            message_id: id.to_string(),
+            reason,
+        })
+    }
+
+    /// Puts a claimed task back where it waited in the queue, as if it had
+    /// never been claimed: its handler could not be started for want of a
+    /// resource, which is no verdict on the task.
+    pub fn unclaim(&self, message_id: &str) -> Result<()> {
+        let mut idx = self.idx();
+        let Some(e) = idx
+            .entries
+            .get(message_id)
+            .filter(|e| e.place == Place::Processing)
+            .cloned()
+        else {
+            return Err(Error::Usage(format!(
+                "task {message_id} is not being processed"
+            )));
+        };
+        let from = self.path("processing", &e.file);
+        fs::rename(&from, self.path("inbox", &e.file))
+            .map_err(|err| Error::io("put back", &from, err))?;
+        idx.processing -= 1;
+        idx.inbox.insert(e.key, message_id.to_string());
+        idx.entries.get_mut(message_id).expect("indexed").place = Place::Inbox;
+        drop(idx);
+        if self.fsync {
+            self.sync(&["processing", "inbox"])?;
+        }
+        Ok(())
     }
 
     /// Finishes a processing task: receipt first, then the payload goes.
@@ -148,7 +217,7 @@ impl Spool {
         let now = SystemTime::now();
         let _ = OpenOptions::new()
             .write(true)
-            .custom_flags(sys::O_NOFOLLOW)
+            .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
             .open(&to)
             .and_then(|f| f.set_modified(now));
         if self.fsync {

@@ -41,7 +41,8 @@ pub struct Meta {
 }
 
 impl Meta {
-    /// Reads `<dir>/meta.json` (bounded, not through a symlink).
+    /// Reads `<dir>/meta.json` (bounded, not through a symlink, never
+    /// waiting on a FIFO or a device in its place).
     pub fn read(dir: &Path) -> Result<Meta> {
         let path = dir.join("meta.json");
         let bytes = read_bounded(&path).map_err(|e| Error::io("read", &path, e))?;
@@ -53,7 +54,10 @@ impl Meta {
     pub fn write(&self, dir: &Path) -> Result<()> {
         let path = dir.join("meta.json");
         let bytes = serde_json::to_vec(self).expect("meta serializes");
-        files::write_private(&dir.join("tmp").join("meta.json"), &path, &bytes, false)
+        crate::failpoint::hit("meta-write")
+            .and_then(|()| {
+                files::write_private(&dir.join("tmp").join("meta.json"), &path, &bytes, false)
+            })
             .map_err(|e| Error::io("write", &path, e))
     }
 }

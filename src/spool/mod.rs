@@ -30,6 +30,7 @@ pub use taskfile::Body;
 
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
+use crate::failpoint;
 use crate::files::{self, DirError};
 use crate::sys;
 use dirsync::{DirSync, sync_dir};
@@ -264,9 +265,12 @@ fn private_dir(path: &Path, create: bool, what: &str) -> Result<()> {
 }
 
 /// Opens and takes the spool's lock file, waiting up to `wait` for a
-/// holder to let go, and writes our pid in it; `Err(holder pid)` when it
-/// stayed held.
-fn take_lock(dir: &Path, wait: Duration) -> Result<std::result::Result<File, String>> {
+/// holder to let go, and writes our pid in it (with a note when that
+/// fails); `Err(holder pid)` when it stayed held.
+fn take_lock(
+    dir: &Path,
+    wait: Duration,
+) -> Result<std::result::Result<(File, Option<String>), String>> {
     let lock_path = dir.join("lock");
     let mut lock = OpenOptions::new()
         .read(true)
@@ -274,9 +278,20 @@ fn take_lock(dir: &Path, wait: Duration) -> Result<std::result::Result<File, Str
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .custom_flags(sys::O_NOFOLLOW)
+        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
         .open(&lock_path)
         .map_err(|e| Error::io("open lock file", &lock_path, e))?;
+    let kind = lock
+        .metadata()
+        .map_err(|e| Error::io("inspect", &lock_path, e))?
+        .file_type();
+    if !kind.is_file() {
+        return Err(Error::Env(format!(
+            "spool lock file {} is {}, not a regular file: move it away",
+            lock_path.display(),
+            files::kind_of(kind)
+        )));
+    }
     // An offline sender holds the lock only while it stores one task:
     // an instance that starts meanwhile waits for it, briefly.
     let deadline = Instant::now() + wait;
@@ -294,10 +309,20 @@ fn take_lock(dir: &Path, wait: Duration) -> Result<std::result::Result<File, Str
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    lock.set_len(0)
-        .map_err(|e| Error::io("write", &lock_path, e))?;
-    writeln!(lock, "{}", std::process::id()).map_err(|e| Error::io("write", &lock_path, e))?;
-    Ok(Ok(lock))
+    // The pid only tells a second instance who holds the lock: a full
+    // disk that refuses it does not keep the spool from being served.
+    let pid = (|| {
+        failpoint::hit("lock-write")?;
+        lock.set_len(0)?;
+        writeln!(lock, "{}", std::process::id())
+    })();
+    let note = pid.err().map(|e| {
+        format!(
+            "cannot write our pid in {} ({e}): a second instance will not be told who holds the spool",
+            lock_path.display()
+        )
+    });
+    Ok(Ok((lock, note)))
 }
 
 impl Spool {
@@ -339,8 +364,8 @@ impl Spool {
                 .map_err(|e| Error::io("create directory", parent, e))?;
         }
         private_dir(dir, create, "spool")?;
-        let lock = match take_lock(dir, wait)? {
-            Ok(lock) => lock,
+        let (lock, note) = match take_lock(dir, wait)? {
+            Ok(taken) => taken,
             Err(holder) => return Ok(Err(holder)),
         };
         for d in DIRS {
@@ -357,6 +382,7 @@ impl Spool {
             recovery_notes: Vec::new(),
         };
         spool.recover()?;
+        spool.recovery_notes.extend(note);
         Ok(Ok(spool))
     }
 
@@ -385,6 +411,26 @@ impl Spool {
         p.push("/");
         p.push(name);
         PathBuf::from(p)
+    }
+
+    /// Moves `<sub>/<name>` into `rejected/`, set aside for the operator
+    /// and never deleted: under its own name, or, when something is there
+    /// already, `<name>.1`, `<name>.2`... Returns the name it has there.
+    fn set_aside(&self, sub: &str, name: &str) -> Result<String> {
+        self.set_aside_path(&self.path(sub, name), name)
+    }
+
+    /// `set_aside` for the file at `from`, named `name`.
+    fn set_aside_path(&self, from: &Path, name: &str) -> Result<String> {
+        let mut aside = name.to_string();
+        let mut n = 0;
+        while fs::symlink_metadata(self.path("rejected", &aside)).is_ok() {
+            n += 1;
+            aside = format!("{name}.{n}");
+        }
+        fs::rename(from, self.path("rejected", &aside))
+            .map_err(|e| Error::io("move to rejected/", from, e))?;
+        Ok(aside)
     }
 
     fn sync(&self, subs: &[&str]) -> Result<()> {

@@ -2,44 +2,103 @@
 //! empty, a finished task has a receipt and no payload, and the index is
 //! rebuilt from what the directories hold, bad data set aside in
 //! `rejected/`. Recovery runs in five phases, in this order, before the
-//! spool takes any task.
+//! spool takes any task. It never waits on what stands in a file's place
+//! (a FIFO, a device), and a resource that runs short meanwhile (EMFILE,
+//! EIO...) fails the open, leaving every file where it was: only bytes
+//! that are really bad are set aside.
 
 use super::index::{Entry, Index, Place, id_hash, order_key, summary};
 use super::taskfile::{list, parse_file_name, parse_task, read_bounded, receipt_name};
 use super::{RECEIPTS_KEEP, RECEIPTS_MIN_AGE, Receipt, Sender, Spool, Summary, now_secs};
 use crate::error::{Error, Result};
+use crate::files;
+use crate::sys;
 use std::fs;
+use std::path::Path;
 use std::time::UNIX_EPOCH;
+
+/// Reads a spool file at open: `Ok(Err(why))` when its bytes cannot be
+/// had (bad data, not a regular file, gone), an error when a resource
+/// ran short.
+fn read_at_open(path: &Path) -> Result<std::result::Result<Vec<u8>, String>> {
+    match read_bounded(path) {
+        Ok(b) => Ok(Ok(b)),
+        Err(e) if sys::shortage(&e).is_some() => Err(Error::io("read", path, e)),
+        Err(e) => Ok(Err(e.to_string())),
+    }
+}
 
 impl Spool {
     pub(super) fn recover(&mut self) -> Result<()> {
         let mut notes = Vec::new();
         self.kill_recorded_handler(&mut notes);
-        self.sweep_tmp()?;
+        self.set_aside_odd_files(&mut notes)?;
+        self.sweep_tmp(&mut notes)?;
         self.remove_finished_payloads(&mut notes)?;
         self.interrupt_processing(&mut notes)?;
-        let mut idx = self.idx();
+        // Built apart and put in place whole: no file is read under the
+        // index lock.
+        let mut idx = Index::new();
         let max_seq = self.index_tasks(&mut idx, &mut notes)?;
-        self.index_receipts(&mut idx)?;
+        self.index_receipts(&mut idx, &mut notes)?;
         let seq_path = self.dir.join("sequence");
-        let stored: u64 = read_bounded(&seq_path)
+        let stored: u64 = read_at_open(&seq_path)?
             .ok()
             .and_then(|b| String::from_utf8(b).ok())
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0);
         idx.next_seq = stored.max(max_seq + 1).max(1);
         idx.leased_to = idx.next_seq;
-        drop(idx);
+        *self.idx() = idx;
         self.recovery_notes = notes;
         Ok(())
     }
 
+    /// Before the phases: `meta.json` is replaced whole, by rename, and
+    /// the transcript (`events`) is appended to; what stands in their
+    /// place and is not a regular file (a FIFO, a directory, a symlink) is
+    /// not baton's, and is set aside rather than replaced, or waited on.
+    /// (`sequence` is only read without waiting: what is not a regular
+    /// file there reads as no lease.)
+    fn set_aside_odd_files(&self, notes: &mut Vec<String>) -> Result<()> {
+        for name in ["meta.json", "transcript.jsonl", "transcript.1.jsonl"] {
+            let p = self.dir.join(name);
+            let Ok(kind) = fs::symlink_metadata(&p).map(|m| m.file_type()) else {
+                continue;
+            };
+            if !kind.is_file() {
+                let aside = self.set_aside_path(&p, name)?;
+                notes.push(format!(
+                    "{name} is {}, not a regular file; moved to rejected/{aside}",
+                    files::kind_of(kind)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Phase 1. A crash between create and rename leaves only
-    /// unacknowledged data.
-    fn sweep_tmp(&self) -> Result<()> {
+    /// unacknowledged data, in files; anything else (a directory, a FIFO)
+    /// is not baton's, and is set aside rather than deleted.
+    fn sweep_tmp(&self, notes: &mut Vec<String>) -> Result<()> {
         for name in list(&self.dir.join("tmp"))? {
             let p = self.path("tmp", &name);
-            fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+            let kind = fs::symlink_metadata(&p).map(|m| m.file_type());
+            match kind {
+                Ok(k) if !k.is_file() && !k.is_symlink() => {
+                    let aside = self.set_aside("tmp", &name)?;
+                    notes.push(format!(
+                        "tmp/{name} is {}, not a file baton writes; moved to rejected/{aside}",
+                        files::kind_of(k)
+                    ));
+                }
+                _ => match fs::remove_file(&p) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(Error::io("remove", &p, e));
+                    }
+                    _ => {}
+                },
+            }
         }
         Ok(())
     }
@@ -55,11 +114,16 @@ impl Spool {
                 let Some((_, id)) = parse_file_name(&name) else {
                     continue;
                 };
-                let receipt: Option<Receipt> = read_bounded(&self.path("done", &receipt_name(id)))
+                let p = self.path(sub, &name);
+                // Only a task file can be a payload; anything else is set
+                // aside when it is indexed.
+                if !fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+                    continue;
+                }
+                let receipt: Option<Receipt> = read_at_open(&self.path("done", &receipt_name(id)))?
                     .ok()
                     .and_then(|b| serde_json::from_slice(&b).ok());
                 if receipt.is_some_and(|r| r.message_id == id) {
-                    let p = self.path(sub, &name);
                     fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
                     notes.push(format!(
                         "{sub}/{name} had finished (its receipt is in done/); removed"
@@ -104,11 +168,9 @@ impl Spool {
             for name in list(&self.dir.join(sub))? {
                 let Some((seq, id)) = parse_file_name(&name) else {
                     if place != Place::Rejected {
-                        let from = self.path(sub, &name);
-                        let to = self.path("rejected", &name);
-                        let _ = fs::rename(&from, &to);
+                        let aside = self.set_aside(sub, &name)?;
                         notes.push(format!(
-                            "{sub}/{name} is not a task file name; moved to rejected/"
+                            "{sub}/{name} is not a task file name; moved to rejected/{aside}"
                         ));
                     }
                     continue;
@@ -139,24 +201,26 @@ impl Spool {
         id: &str,
         notes: &mut Vec<String>,
     ) -> Result<Entry> {
-        let parsed = read_bounded(&self.path(sub, name))
-            .map_err(|e| e.to_string())
-            .and_then(|b| parse_task(&b, id));
+        let parsed = read_at_open(&self.path(sub, name))?.and_then(|b| parse_task(&b, id));
+        let mut file = name.to_string();
         let (task, place) = match parsed {
             Ok(t) => (Some(t), place),
             Err(reason) if place != Place::Rejected => {
-                let from = self.path(sub, name);
-                let to = self.path("rejected", name);
-                fs::rename(&from, &to).map_err(|e| Error::io("move to rejected/", &from, e))?;
-                notes.push(format!("{sub}/{name}: {reason}; moved to rejected/"));
+                file = self.set_aside(sub, name)?;
+                notes.push(format!("{sub}/{name}: {reason}; moved to rejected/{file}"));
                 (None, Place::Rejected)
             }
             Err(_) => (None, Place::Rejected),
         };
+        let sub = if place == Place::Rejected {
+            "rejected"
+        } else {
+            sub
+        };
         let mode = task.as_ref().map_or("queue", |t| t.mode.as_str());
         let key = order_key(mode, seq);
         // A requeue touches the file: its time outlives a restart.
-        let touched = fs::symlink_metadata(self.path(sub, name))
+        let touched = fs::symlink_metadata(self.path(sub, &file))
             .ok()
             .and_then(|m| m.modified().ok())
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
@@ -168,7 +232,7 @@ impl Spool {
             queued_at,
             digest,
             place,
-            file: name.to_string(),
+            file,
             key,
             summary: task.map(summary).unwrap_or(Summary {
                 message_id: id.to_string(),
@@ -184,7 +248,7 @@ impl Spool {
     /// receipt on disk (`receipt_digest`), so memory does not grow with
     /// every task ever run. Only a hash of each id is kept, and receipts
     /// past both bounds are pruned.
-    fn index_receipts(&self, idx: &mut Index) -> Result<()> {
+    fn index_receipts(&self, idx: &mut Index, notes: &mut Vec<String>) -> Result<()> {
         let mut receipts = Vec::new();
         for name in list(&self.dir.join("done"))? {
             let Some(id) = name
@@ -195,9 +259,18 @@ impl Spool {
             };
             idx.finished.insert(id_hash(id));
             let p = self.path("done", &name);
-            let r: Option<Receipt> = read_bounded(&p)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
+            // A receipt that is not a regular file stays: its id is kept
+            // (a resend is refused as unreadable, never run again), which
+            // moving it away would forget.
+            let r: Option<Receipt> = match read_at_open(&p)? {
+                Ok(b) => serde_json::from_slice(&b).ok(),
+                Err(why) => {
+                    notes.push(format!(
+                        "done/{name} cannot be read ({why}): a resend of its id is refused as unreadable"
+                    ));
+                    None
+                }
+            };
             let finished = r.as_ref().map_or(0, |r| r.finished_at);
             receipts.push((finished, name));
         }

@@ -1,17 +1,16 @@
 //! A task file is whole or absent, and named for its place in the queue:
 //! `<sequence, 16 digits>-<id>.json`, holding the task as JSON whose body
 //! matches its digest. What the files say and how they are read back
-//! (bounded, never through a symlink); the spool only renames them.
+//! (bounded, never through a symlink, never waiting on a FIFO or a
+//! device in a file's place); the spool only renames them.
 
 use super::{Sender, Task};
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
-use crate::sys;
+use crate::files;
 use serde::Serialize;
 use serde_json::value::RawValue;
-use std::fs::{self, OpenOptions};
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
 use std::path::Path;
 
 pub(super) const SEQ_WIDTH: usize = 16;
@@ -105,21 +104,10 @@ pub(super) fn receipt_name(id: &str) -> String {
     format!("{id}.json")
 }
 
-/// Reads a small file without following a symlink in its last component.
+/// Reads a spool file back (bounded; never waiting on, nor following, what
+/// stands in its place: `files::read_regular`).
 pub(super) fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut f = OpenOptions::new()
-        .read(true)
-        .custom_flags(sys::O_NOFOLLOW)
-        .open(path)?;
-    let mut out = Vec::new();
-    (&mut f).take(MAX_TASK_FILE + 1).read_to_end(&mut out)?;
-    if out.len() as u64 > MAX_TASK_FILE {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "file is larger than any task",
-        ));
-    }
-    Ok(out)
+    files::read_regular(path, MAX_TASK_FILE)
 }
 
 /// Parses and checks a task file: valid JSON, the id in its name, and a

@@ -1,8 +1,10 @@
 //! Fail points (`BATON_FAILPOINT=NAME:ACTION`, src/failpoint.rs) at each
-//! step of storing a task, and a panic in a connection thread.
+//! step of storing a task, and a panic in a connection thread; resources
+//! that run short (descriptors under a low RLIMIT_NOFILE, a handler that
+//! cannot be started, a full disk at start).
 
-use crate::util::reliability::{body_for, env, logging_handler, runs, spool, spool_dir};
-use crate::util::{Env, RawClient, Served, wait_until};
+use crate::util::reliability::{body_for, env, fd_count, logging_handler, runs, spool, spool_dir};
+use crate::util::{Env, RawClient, Serve, Served, transcript, wait_event, wait_until};
 use serde_json::{Value, json};
 use std::io::{self, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
@@ -348,4 +350,345 @@ pub fn answer_panic_closes_only_its_connection() {
     assert_eq!(inst.term(), 0, "{}", inst.stderr());
     let v = spool(&spool_dir(&env, "ap", &ws));
     assert_eq!(v.in_place("inbox").len(), 3, "{v:?}");
+}
+
+// Temporary errors are not verdicts (issue 17): a resource that runs short
+// leaves every task queued, in its place, said once; the task is handed
+// out, and runs once, when the resource is back.
+
+/// The `notice` events of a spool's transcript about a shortage (the ones
+/// that say it started, then the ones that say it is over).
+fn shortage_notices(dir: &Path) -> (Vec<Value>, Vec<Value>) {
+    let notices: Vec<Value> = transcript(dir)
+        .into_iter()
+        .filter(|e| e["kind"] == "notice")
+        .collect();
+    let started = notices
+        .iter()
+        .filter(|e| e["shortage"].is_string())
+        .cloned()
+        .collect();
+    let over = notices
+        .iter()
+        .filter(|e| {
+            e["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("no longer"))
+        })
+        .cloned()
+        .collect();
+    (started, over)
+}
+
+/// The message ids of one list of `inbox/list`.
+fn listed(list: &Value, key: &str) -> Vec<String> {
+    list[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("inbox/list has no {key}: {list}"))
+        .iter()
+        .map(|t| t["message_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Connects clients, each initialized, until the instance holds `limit`
+/// descriptors, its RLIMIT_NOFILE: from then on it cannot open a file.
+fn use_up_descriptors(inst: &Served, limit: usize) -> Vec<RawClient> {
+    let mut fillers = Vec::new();
+    wait_until(
+        "the instance to use up its descriptors",
+        Duration::from_secs(10),
+        || {
+            if fd_count(inst.pid()) >= limit {
+                return true;
+            }
+            fillers.push(inst.client());
+            false
+        },
+    );
+    assert_eq!(fd_count(inst.pid()), limit, "descriptors in use");
+    fillers
+}
+
+/// Stops `n` fillers and waits until the instance closed their sockets.
+fn give_back(inst: &Served, fillers: &mut Vec<RawClient>, n: usize) {
+    let before = fd_count(inst.pid());
+    fillers.truncate(fillers.len() - n);
+    wait_until(
+        "the instance to close the connections",
+        Duration::from_secs(5),
+        || fd_count(inst.pid()) <= before - n,
+    );
+}
+
+/// A pull agent out of descriptors (RLIMIT_NOFILE reached; `fsync` is
+/// `on` or `off`): every claim answers a temporary error that says what
+/// ran short, the tasks stay queued in order (in `inbox/`, listed, none
+/// in `processing/` or `rejected/`), the shortage is said once; with one
+/// descriptor back the tasks are claimed in order.
+pub fn pull_claim_out_of_descriptors(fsync: &str) {
+    let env = env();
+    let ws = env.workspace("ws");
+    let limit = 40;
+    let inst = env.serve_opts(
+        &ws,
+        Serve {
+            vars: &[("BATON_FSYNC", fsync)],
+            args: &["--name", "fdp"],
+            nofile: Some(limit as u64),
+        },
+    );
+    let dir = spool_dir(&env, "fdp", &ws);
+    let ids = ["d-1", "d-2", "d-3"];
+    let mut c = inst.client();
+    // d-0 ran before: a resend reads its receipt.
+    for id in ["d-0"].iter().chain(&ids) {
+        assert_eq!(inst.send(&mut c, id, &body_for(id))["status"], "accepted");
+    }
+    let r = c.try_result("inbox/claim", json!({})).unwrap();
+    assert_eq!(r["task"]["message_id"], "d-0", "{r}");
+    let done = json!({"message_id": "d-0"});
+    assert_eq!(
+        c.try_result("inbox/complete", done).unwrap()["status"],
+        "completed"
+    );
+    let mut fillers = use_up_descriptors(&inst, limit);
+    // Neither is a resend refused because its receipt cannot be opened
+    // now: the sender gets an error and may send again.
+    let r = c
+        .try_call("message/send", inst.msg("d-0", &body_for("d-0")))
+        .unwrap();
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    for attempt in 0..3 {
+        let r = c.try_result("inbox/claim", json!({})).unwrap();
+        let l = c.try_result("inbox/list", json!({})).unwrap();
+        assert_eq!(
+            listed(&l, "queued"),
+            ids,
+            "attempt {attempt}: {l}\nclaim: {r}"
+        );
+        assert!(listed(&l, "processing").is_empty(), "{l}");
+        assert!(listed(&l, "rejected").is_empty(), "{l}");
+        assert_eq!(r["status"], "error", "attempt {attempt}: {r}");
+        assert_eq!(r["temporary"], true, "attempt {attempt}: {r}");
+        let reason = r["reason"].as_str().unwrap();
+        assert!(reason.contains("out of file descriptors"), "{reason}");
+        assert!(reason.contains("the task stays queued"), "{reason}");
+    }
+    let v = spool(&dir);
+    assert_eq!(v.in_place("inbox").len(), 3, "{v:?}");
+    assert!(v.in_place("processing").is_empty() && v.rejected.is_empty());
+    give_back(&inst, &mut fillers, 1);
+    assert_eq!(
+        inst.send(&mut c, "d-0", &body_for("d-0"))["status"],
+        "duplicate"
+    );
+    for id in ids {
+        let r = c.try_result("inbox/claim", json!({})).unwrap();
+        assert_eq!(r["status"], "claimed", "{r}");
+        assert_eq!(r["task"]["message_id"], id, "{r}");
+        assert_eq!(r["task"]["body"], body_for(id), "{r}");
+        let r = c
+            .try_result("inbox/complete", json!({"message_id": id}))
+            .unwrap();
+        assert_eq!(r["status"], "completed", "{r}");
+    }
+    let (started, over) = shortage_notices(&dir);
+    assert_eq!(started.len(), 1, "said once: {started:?}");
+    assert_eq!(over.len(), 1, "{over:?}");
+    let said = inst
+        .stderr()
+        .lines()
+        .filter(|l| l.starts_with("baton: out of file descriptors"))
+        .count();
+    assert_eq!(said, 1, "{}", inst.stderr());
+    drop((fillers, c));
+    let mut inst = inst;
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+    let v = spool(&dir);
+    for id in ["d-0"].iter().chain(&ids) {
+        assert_eq!(v.places(id), ["done"], "{v:?}");
+    }
+}
+
+/// An exec agent out of descriptors when its queue resumes: the claim
+/// fails, the tasks stay queued, the agent backs off (said once) and
+/// runs each task once, in order, when the descriptors are back.
+pub fn exec_turn_out_of_descriptors() {
+    let case = Case::new();
+    // Two tasks stored while no handler runs them.
+    let mut first = case.env.serve(&case.ws, &["--name", "fp"]);
+    let ids = ["x-1", "x-2"];
+    let mut c = first.client();
+    for id in ids {
+        assert_eq!(first.send(&mut c, id, &body_for(id))["status"], "accepted");
+    }
+    drop(c);
+    assert_eq!(first.term(), 0, "{}", first.stderr());
+    let limit = 40;
+    let inst = case.env.serve_opts(
+        &case.ws,
+        Serve {
+            vars: &[("BATON_FSYNC", "on")],
+            args: &["--name", "fp", "--exec", &case.handler, "--paused"],
+            nofile: Some(limit as u64),
+        },
+    );
+    let mut c = inst.client();
+    let mut fillers = use_up_descriptors(&inst, limit);
+    let r = c.try_result("control/resume", json!({})).unwrap();
+    assert_eq!(r["changed"], true, "{r}");
+    // Backing off: the retries (50 ms, doubling to 1 s) fail the same way
+    // and are not said again. No event marks a retry: this is a window
+    // of time.
+    std::thread::sleep(Duration::from_millis(1500));
+    let l = c.try_result("inbox/list", json!({})).unwrap();
+    assert_eq!(listed(&l, "queued"), ids, "{l}");
+    assert!(listed(&l, "processing").is_empty(), "{l}");
+    assert!(runs(&case.log).is_empty());
+    wait_event(
+        &case.dir,
+        "the shortage notice",
+        Duration::from_secs(5),
+        |e| e["shortage"].is_string(),
+    );
+    let all = fillers.len();
+    give_back(&inst, &mut fillers, all);
+    wait_until("both tasks to run", Duration::from_secs(10), || {
+        ids.iter()
+            .all(|id| case.dir.join("done").join(format!("{id}.json")).exists())
+    });
+    assert_eq!(runs(&case.log), ids);
+    let (started, over) = shortage_notices(&case.dir);
+    assert_eq!(started.len(), 1, "said once: {started:?}");
+    assert_eq!(over.len(), 1, "{over:?}");
+    drop(c);
+    let mut inst = inst;
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+    let v = spool(&case.dir);
+    for id in ids {
+        assert_eq!(v.places(id), ["done"], "{v:?}");
+        assert_eq!(v.done[id]["outcome"], "done", "{v:?}");
+    }
+}
+
+/// A handler that cannot be started for want of a resource
+/// (`handler-spawn:<errno>*3`, the first three starts fail): the task is
+/// put back in its place, not finished `failed`; it runs once, before the
+/// next task, and a resend is a duplicate.
+pub fn handler_spawn_short(errno: &str) {
+    let case = Case::new();
+    let fp = format!("handler-spawn:{errno}*3");
+    let mut inst = case.env.serve_with(
+        &case.ws,
+        &[("BATON_FAILPOINT", &fp)],
+        &["--name", "fp", "--exec", &case.handler],
+    );
+    let ids = ["s-1", "s-2"];
+    let mut c = inst.client();
+    for id in ids {
+        assert_eq!(inst.send(&mut c, id, &body_for(id))["status"], "accepted");
+    }
+    wait_until("both tasks to run", Duration::from_secs(10), || {
+        ids.iter()
+            .all(|id| case.dir.join("done").join(format!("{id}.json")).exists())
+    });
+    assert_eq!(runs(&case.log), ids, "{fp}");
+    for id in ids {
+        let r = inst.send(&mut c, id, &body_for(id));
+        assert_eq!(r["status"], "duplicate", "{fp}: {r}");
+    }
+    let failed: Vec<Value> = transcript(&case.dir)
+        .into_iter()
+        .filter(|e| e["kind"] == "turn.finished" && e["outcome"] != "done")
+        .collect();
+    assert!(failed.is_empty(), "{fp}: {failed:?}");
+    let (started, over) = shortage_notices(&case.dir);
+    assert_eq!(started.len(), 1, "{fp}: said once: {started:?}");
+    assert_eq!(over.len(), 1, "{fp}: {over:?}");
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+    assert_eq!(runs(&case.log), ids, "{fp}");
+}
+
+/// A full disk at start (`lock-write`, `meta-write` and `after-write`
+/// fail with ENOSPC): the instance starts anyway, says so, runs what was
+/// queued, and refuses what it cannot store with -32603.
+pub fn full_disk_at_start() {
+    let case = Case::new();
+    let mut first = case.env.serve(&case.ws, &["--name", "fp"]);
+    let ids = ["q-1", "q-2"];
+    let mut c = first.client();
+    for id in ids {
+        assert_eq!(first.send(&mut c, id, &body_for(id))["status"], "accepted");
+    }
+    drop(c);
+    assert_eq!(first.term(), 0, "{}", first.stderr());
+    let full = "lock-write:enospc,meta-write:enospc,after-write:enospc";
+    let mut inst = case.env.serve_with(
+        &case.ws,
+        &[("BATON_FAILPOINT", full)],
+        &["--name", "fp", "--exec", &case.handler],
+    );
+    let said = inst.stderr();
+    assert!(said.contains("No space left on device"), "{said}");
+    assert!(said.contains("starting anyway"), "{said}");
+    wait_event(&case.dir, "the notice", Duration::from_secs(5), |e| {
+        e["kind"] == "notice"
+            && e["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("starting anyway"))
+    });
+    wait_until("the queued tasks to run", Duration::from_secs(10), || {
+        ids.iter()
+            .all(|id| case.dir.join("done").join(format!("{id}.json")).exists())
+    });
+    assert_eq!(runs(&case.log), ids);
+    let mut c = inst.client();
+    let r = c
+        .try_call("message/send", inst.msg("q-3", &body_for("q-3")))
+        .unwrap();
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+    // With room again, the refused task is accepted and runs once.
+    case.retry_runs_once("q-3", "accepted", &[]);
+}
+
+/// A claim whose directory sync fails after the rename
+/// (`claim-sync:eio*1`): the move is undone, the claim answers a
+/// temporary error, the task is listed where it was, and the next claim
+/// hands it out.
+pub fn claim_sync_fails_once() {
+    let case = Case::new();
+    let mut inst = case.env.serve_with(
+        &case.ws,
+        &[
+            ("BATON_FAILPOINT", "claim-sync:eio*1"),
+            ("BATON_FSYNC", "on"),
+        ],
+        &["--name", "fp"],
+    );
+    let ids = ["c-1", "c-2"];
+    let mut c = inst.client();
+    for id in ids {
+        assert_eq!(inst.send(&mut c, id, &body_for(id))["status"], "accepted");
+    }
+    let r = c.try_result("inbox/claim", json!({})).unwrap();
+    let l = c.try_result("inbox/list", json!({})).unwrap();
+    assert_eq!(listed(&l, "queued"), ids, "{l}\nclaim: {r}");
+    assert!(listed(&l, "processing").is_empty(), "{l}");
+    assert_eq!(r["temporary"], true, "{r}");
+    assert!(r["reason"].as_str().unwrap().contains("EIO"), "{r}");
+    assert_eq!(spool(&case.dir).in_place("inbox").len(), 2);
+    for id in ids {
+        let r = c.try_result("inbox/claim", json!({})).unwrap();
+        assert_eq!(r["task"]["message_id"], id, "{r}");
+        let done = json!({"message_id": id});
+        assert_eq!(
+            c.try_result("inbox/complete", done).unwrap()["status"],
+            "completed"
+        );
+    }
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
 }

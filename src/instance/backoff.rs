@@ -1,0 +1,105 @@
+//! A resource that runs short (file descriptors, memory, processes, a
+//! failing device) is no verdict on a task: the task stays queued, in its
+//! place; the shortage is said once, on standard error and as a `notice`;
+//! an exec agent tries again after a delay that grows (a deadline in the
+//! loop's `select!`, never a sleep), and the first task handed out after
+//! it says that it is over.
+
+use super::Foreground;
+use crate::error::Error;
+use crate::sanitize::escape;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// The first delay before an exec agent tries again, and the longest.
+const FIRST_RETRY: Duration = Duration::from_millis(50);
+const LAST_RETRY: Duration = Duration::from_secs(1);
+
+/// A shortage that was said and is not over yet.
+pub(super) struct Shortage {
+    what: &'static str,
+    delay: Duration,
+    retry_at: Instant,
+}
+
+impl Foreground {
+    /// Notes that `what` ran short (`error` says where); says so only when
+    /// it starts, and pushes the next try back.
+    pub(super) fn short_of(&mut self, what: &'static str, error: &str) {
+        let now = Instant::now();
+        match &mut self.short {
+            Some(s) if s.what == what => {
+                s.delay = (s.delay * 2).min(LAST_RETRY);
+                s.retry_at = now + s.delay;
+            }
+            _ => {
+                let text = format!(
+                    "{what}: {error}; queued tasks stay queued and are handed out once it is back"
+                );
+                eprintln!("baton: {}", escape(&text));
+                self.hub
+                    .emit("notice", json!({"text": text, "shortage": what}));
+                self.short = Some(Shortage {
+                    what,
+                    delay: FIRST_RETRY,
+                    retry_at: now + FIRST_RETRY,
+                });
+            }
+        }
+    }
+
+    /// A task was handed out: a shortage said before is over, and that is
+    /// said too.
+    pub(super) fn supplied(&mut self) {
+        if let Some(s) = self.short.take() {
+            let text = format!("no longer {}: tasks are handed out again", s.what);
+            eprintln!("baton: {text}");
+            self.hub.emit("notice", json!({"text": text}));
+        }
+    }
+
+    /// Whether an exec agent waits before it tries to start a task again.
+    pub(super) fn backing_off(&self, now: Instant) -> bool {
+        self.short.as_ref().is_some_and(|s| s.retry_at > now)
+    }
+
+    /// When an exec agent tries again, while that is still to come (pull
+    /// agents try when they claim). A try that is due needs no timer: the
+    /// loop tries at its next pass, or once the turn that runs or the
+    /// pause is over.
+    pub(super) fn retry_at(&self) -> Option<Instant> {
+        self.opts.exec.as_ref()?;
+        let at = self.short.as_ref()?.retry_at;
+        (at > Instant::now()).then_some(at)
+    }
+
+    /// A claim of `id` failed and left the task queued: it stays
+    /// approved. What `inbox/claim` answers.
+    pub(super) fn claim_failed(&mut self, id: &str, e: &Error) -> Value {
+        self.approved.insert(id.to_string());
+        match e.shortage() {
+            Some(what) => {
+                self.short_of(what, &e.to_string());
+                json!({"status": "error", "temporary": true,
+                       "reason": format!("{what}: {e}; the task stays queued: claim again later")})
+            }
+            None => json!({"status": "error", "reason": e.to_string()}),
+        }
+    }
+
+    /// The handler of a claimed task could not be started for want of
+    /// `what`: the task goes back to its place in the queue, still
+    /// approved.
+    pub(super) fn put_back(&mut self, id: &str, what: &'static str, error: &str) {
+        if let Err(e) = self.spool().unclaim(id) {
+            self.hub.emit(
+                "notice",
+                json!({"message_id": id, "text": format!(
+                    "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
+                )}),
+            );
+        }
+        self.approved.insert(id.to_string());
+        self.short_of(what, error);
+    }
+}
