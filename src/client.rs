@@ -21,6 +21,13 @@ pub enum ClientError {
     Protocol(String),
     /// A JSON-RPC error from the instance.
     Rpc { code: i64, message: String },
+    /// The instance refused the connection (or a subscription) for its
+    /// connection cap. A refused connection is told which instance
+    /// refused it, and in what state.
+    TooManyConnections {
+        instance_id: Option<String>,
+        state: Option<String>,
+    },
 }
 
 impl ClientError {
@@ -50,6 +57,9 @@ impl fmt::Display for ClientError {
             ClientError::Closed => f.write_str("connection closed before the answer"),
             ClientError::Protocol(m) => write!(f, "protocol error: {m}"),
             ClientError::Rpc { code, message } => write!(f, "error {code}: {message}"),
+            ClientError::TooManyConnections { .. } => {
+                f.write_str("refused the connection: too many connections")
+            }
         }
     }
 }
@@ -85,10 +95,19 @@ impl Connection {
             timeout,
             hello: Value::Null,
         };
-        c.hello = c.call(
+        let id = c.next_id();
+        let hello = wire::request_line(
+            id,
             "initialize",
             json!({"protocol_version": 1, "client": {"name": "baton", "version": env!("CARGO_PKG_VERSION")}}),
-        )?;
+        );
+        match c.send_raw(&hello) {
+            // A connection refused for the cap may be closed before the
+            // request lands; the line saying so is still there to read.
+            Ok(()) | Err(ClientError::Closed) => {}
+            Err(e) => return Err(e),
+        }
+        c.hello = c.answer(id)?;
         Ok(c)
     }
 
@@ -146,14 +165,7 @@ impl Connection {
                 if v.get("id").and_then(Value::as_u64).is_some_and(|i| i != id) {
                     continue;
                 }
-                return Err(ClientError::Rpc {
-                    code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
-                    message: err
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                });
+                return Err(rpc_error(err));
             }
             if v.get("id").and_then(Value::as_u64) != Some(id) {
                 continue;
@@ -163,6 +175,31 @@ impl Connection {
                 _ => Err(ClientError::Protocol("answer has no result object".into())),
             };
         }
+    }
+}
+
+/// The error of an error answer.
+fn rpc_error(err: &Value) -> ClientError {
+    let code = err.get("code").and_then(Value::as_i64).unwrap_or(0);
+    if code == wire::TOO_MANY_CONNECTIONS {
+        let data = |k: &str| {
+            err.get("data")
+                .and_then(|d| d.get(k))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        return ClientError::TooManyConnections {
+            instance_id: data("instance_id"),
+            state: data("state"),
+        };
+    }
+    ClientError::Rpc {
+        code,
+        message: err
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
     }
 }
 
@@ -261,8 +298,18 @@ impl Reconnecting {
 
 /// Pings a native instance and checks that it is `expected_id`; returns
 /// its state.
+///
+/// An instance that refuses the connection for its cap is alive: it says
+/// which instance it is and its state, and that is the answer.
 pub fn ping(socket: &Path, expected_id: &str, timeout: Duration) -> Result<String, ClientError> {
-    let mut c = Connection::open(socket, timeout)?;
+    let mut c = match Connection::open(socket, timeout) {
+        Ok(c) => c,
+        Err(ClientError::TooManyConnections {
+            instance_id: Some(id),
+            state: Some(state),
+        }) if id == expected_id => return state_of(&json!({"state": state})),
+        Err(e) => return Err(e),
+    };
     let r = c.call("ping", json!({}))?;
     let id = r.get("instance_id").and_then(Value::as_str).unwrap_or("");
     if id != expected_id {

@@ -3,7 +3,8 @@
 //! (bounded by rotation), and is fanned out to live subscribers. The
 //! foreground emits, and so do connection threads for what they decide
 //! alone (a task accepted or refused); one lock orders them all.
-//! Subscribers that fall behind are dropped, never waited for.
+//! Subscribers that fall behind are dropped, never waited for, and what
+//! they had queued is freed when they are.
 
 use crossbeam_channel as chan;
 use serde::Serialize;
@@ -12,6 +13,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -22,33 +24,96 @@ pub const TRANSCRIPT_OLD: &str = "transcript.1.jsonl";
 /// A transcript rotates when it grows past this size, so the two files
 /// together stay under twice this.
 pub const ROTATE_BYTES: u64 = 4 * 1024 * 1024;
-/// Events a subscriber may have waiting before it is dropped.
+/// Lines a subscriber may have waiting before it is dropped.
 pub const SUBSCRIBER_BACKLOG: usize = 4096;
+/// Bytes a subscriber may have waiting before it is dropped, counting the
+/// line its connection is writing; a line longer than this is still
+/// queued for a subscriber with nothing waiting.
+pub const SUBSCRIBER_BYTES: usize = 4 * 1024 * 1024;
 
 /// One encoded line for subscribers (an `event` notification or a server
 /// request), `\n` included, shared by every subscriber.
 pub type Line = Arc<Vec<u8>>;
 
-/// A live subscriber: a connection thread drains `rx`.
+/// A live subscriber: a connection thread drains `rx`, and tells
+/// `backlog` of every line it is done with.
 pub struct Subscription {
     pub id: u64,
     pub next_seq: u64,
     pub rx: chan::Receiver<Line>,
+    pub backlog: Arc<Backlog>,
+}
+
+/// What one subscriber has waiting, shared by the hub, which queues its
+/// lines, and the connection thread that writes them.
+#[derive(Default)]
+pub struct Backlog {
+    /// Bytes queued and not yet written.
+    bytes: AtomicUsize,
+    /// Set once the subscriber is dropped (or its connection failed):
+    /// nothing more is queued or written.
+    cut: AtomicBool,
+}
+
+impl Backlog {
+    /// A line taken from the queue was written (or given up on).
+    pub fn done(&self, line: &[u8]) {
+        self.bytes.fetch_sub(line.len(), Ordering::SeqCst);
+    }
+
+    pub fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::SeqCst)
+    }
+
+    /// Stops the subscriber from the connection's side (a write failed).
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::SeqCst)
+    }
 }
 
 struct Subscriber {
     id: u64,
     tx: chan::Sender<Line>,
+    /// The queue's own end, to empty it when the subscriber is dropped
+    /// while its connection thread is still writing.
+    rx: chan::Receiver<Line>,
+    backlog: Arc<Backlog>,
     controller: bool,
     /// The first sequence number it hears live; earlier ones it replays.
     from: u64,
 }
 
 impl Subscriber {
-    /// Queues a line; false when the subscriber is gone or has
-    /// `SUBSCRIBER_BACKLOG` lines waiting already.
+    /// Queues a line; false when the subscriber is gone, cut off, or has
+    /// `SUBSCRIBER_BACKLOG` lines or `SUBSCRIBER_BYTES` waiting already.
     fn offer(&self, line: &Line) -> bool {
-        self.tx.len() < SUBSCRIBER_BACKLOG && self.tx.send(Arc::clone(line)).is_ok()
+        if self.backlog.is_cut() || self.tx.len() >= SUBSCRIBER_BACKLOG {
+            return false;
+        }
+        let held = self.backlog.bytes.fetch_add(line.len(), Ordering::SeqCst);
+        if (held > 0 && held + line.len() > SUBSCRIBER_BYTES)
+            || self.tx.send(Arc::clone(line)).is_err()
+        {
+            self.backlog.done(line);
+            return false;
+        }
+        true
+    }
+}
+
+impl Drop for Subscriber {
+    /// A subscriber that is dropped (it fell behind, or its connection
+    /// ended) gets nothing more, and the lines it had waiting are freed at
+    /// once rather than when its connection thread gets to them.
+    fn drop(&mut self) {
+        self.backlog.cut();
+        for line in self.rx.try_iter() {
+            self.backlog.done(&line);
+        }
     }
 }
 
@@ -357,9 +422,12 @@ impl Out {
         let (tx, rx) = chan::unbounded();
         let id = self.next_sub;
         self.next_sub += 1;
+        let backlog = Arc::new(Backlog::default());
         self.subs.push(Subscriber {
             id,
             tx,
+            rx: rx.clone(),
+            backlog: Arc::clone(&backlog),
             controller,
             from,
         });
@@ -367,6 +435,7 @@ impl Out {
             id,
             next_seq: from,
             rx,
+            backlog,
         }
     }
 }
@@ -615,15 +684,59 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Dropped for its lines, and what it had queued is freed at once:
+    /// its connection thread finds nothing more to write.
     #[test]
     fn a_full_subscriber_is_dropped_not_waited_for() {
         let dir = fresh_dir("full");
         let hub = Hub::open(&dir);
-        let _slow = hub.subscribe(true);
+        let slow = hub.subscribe(true);
         for _ in 0..=SUBSCRIBER_BACKLOG {
             hub.emit("notice", json!({}));
         }
         assert_eq!(hub.controllers(), 0);
+        assert!(slow.backlog.is_cut());
+        assert_eq!(slow.rx.len(), 0, "the dropped subscriber's lines are kept");
+        assert_eq!(slow.backlog.bytes(), 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Dropped for its bytes, long before its lines: 64 KiB events fill
+    /// `SUBSCRIBER_BYTES` in 64 lines; a line the connection has taken
+    /// still counts until it is written; one line longer than the bound
+    /// still reaches a subscriber with nothing waiting.
+    #[test]
+    fn a_subscriber_is_dropped_at_its_byte_bound() {
+        let dir = fresh_dir("bytes");
+        let hub = Hub::open(&dir);
+        let slow = hub.subscribe(false);
+        let ok = hub.subscribe(false);
+        let big = "b".repeat(64 * 1024);
+        let mut queued = 0;
+        while !slow.backlog.is_cut() {
+            assert!(queued < 200, "{queued} lines of 64 KiB queued");
+            hub.emit("notice", json!({"text": big}));
+            queued += 1;
+            // One subscriber keeps up, writing each line as it comes.
+            let line = ok.rx.try_recv().unwrap();
+            ok.backlog.done(&line);
+        }
+        assert!((60..=70).contains(&queued), "cut after {queued} lines");
+        assert_eq!(slow.rx.len(), 0);
+        assert!(!ok.backlog.is_cut());
+        // A line taken but not yet written counts.
+        hub.emit("notice", json!({"text": big}));
+        let taken = ok.rx.try_recv().unwrap();
+        let huge = "h".repeat(SUBSCRIBER_BYTES + 1);
+        hub.emit("notice", json!({"text": huge}));
+        assert!(
+            ok.backlog.is_cut(),
+            "a second line past the bound was queued"
+        );
+        ok.backlog.done(&taken);
+        let alone = hub.subscribe(false);
+        hub.emit("notice", json!({"text": huge}));
+        assert_eq!(alone.rx.len(), 1, "a long line for an idle subscriber");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

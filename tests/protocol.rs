@@ -1218,11 +1218,14 @@ fn connections_past_the_cap_get_one_error_then_close() {
     let b = inst.client();
 
     let mut third = RawClient::connect(&inst.socket).unwrap();
-    let v = read_obj(&mut third);
+    let mut v = read_obj(&mut third);
+    // It names the instance, which is alive.
+    let data = v["error"].as_object_mut().unwrap().remove("data").unwrap();
+    assert_eq!(data, json!({"instance_id": inst.id, "state": "ready"}));
     assert_error(
         &v,
         Value::Null,
-        -32000,
+        -32001,
         "too many connections: the limit is 2",
     );
     assert_eq!(third.read_line(), None, "the connection must close");
@@ -1247,7 +1250,7 @@ fn connections_past_the_cap_get_one_error_then_close() {
             served = Some(c);
             return true;
         }
-        assert_eq!(v["error"]["code"], -32000, "{v}");
+        assert_eq!(v["error"]["code"], -32001, "{v}");
         false
     });
     assert_pings(served.as_mut().unwrap(), 2);

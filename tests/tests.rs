@@ -7,6 +7,7 @@ mod control;
 mod docs;
 mod hostile;
 mod lifecycle;
+mod limits;
 mod mcp;
 mod offline;
 mod protocol;

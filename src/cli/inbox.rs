@@ -1,13 +1,22 @@
 //! `baton inbox list|claim|complete`: the pull side of an instance.
+//! `list` reads every page of `inbox/list` and shows them as one.
 
 use super::args::Args;
 use super::{emit, emit_json, target};
+use crate::client::Connection;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry;
 use crate::sanitize::{escape, escape_multiline};
 use crate::text::table;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+use std::collections::{HashMap, HashSet};
+
+/// The places of `inbox/list`, each an array of task summaries.
+const PLACES: [&str; 4] = ["queued", "processing", "interrupted", "rejected"];
+/// How often `inbox list` starts over when the task its next page would
+/// follow left the inbox meanwhile.
+const LIST_ATTEMPTS: usize = 5;
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let Some(action) = args.positional.first().map(String::as_str) else {
@@ -18,9 +27,12 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let (target_arg, params) = request(args, action)?;
     let peer = target::resolve(config, target_arg.map(String::as_str))?;
     let mut conn = target::connect(config, &peer)?;
-    let r = conn
-        .call(&format!("inbox/{action}"), params)
-        .map_err(|e| target::transport(&peer, e))?;
+    let r = if action == "list" {
+        list_all(&mut conn, &peer)?
+    } else {
+        conn.call(&format!("inbox/{action}"), params)
+            .map_err(|e| target::transport(&peer, e))?
+    };
     let status = r.get("status").and_then(Value::as_str).unwrap_or("");
     let reason = escape(r.get("reason").and_then(Value::as_str).unwrap_or("")).into_owned();
     let code = match (action, status) {
@@ -86,6 +98,89 @@ fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a String>, Valu
             escape(other)
         ))),
     }
+}
+
+/// Every page of `inbox/list`, as one listing: the members of a page
+/// without `next`. A task listed twice (it moved while the pages were
+/// read) is shown where it was seen last.
+fn list_all(conn: &mut Connection, peer: &registry::Peer) -> Result<Value> {
+    for _ in 0..LIST_ATTEMPTS {
+        if let Some(all) = list_pages(conn, peer)? {
+            return Ok(all);
+        }
+    }
+    Err(Error::Transport(format!(
+        "{}: the inbox kept changing while it was listed; try again",
+        escape(&peer.manifest.name)
+    )))
+}
+
+/// The pages from the first to the last; None when the task a page was
+/// to follow left the inbox meanwhile.
+fn list_pages(conn: &mut Connection, peer: &registry::Peer) -> Result<Option<Value>> {
+    let mut seen: Vec<Option<(&str, Value)>> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
+    let mut waiting = HashSet::new();
+    let mut after: Option<String> = None;
+    loop {
+        let params = match &after {
+            Some(a) => json!({"after": a}),
+            None => json!({}),
+        };
+        let r = conn
+            .call("inbox/list", params)
+            .map_err(|e| target::transport(peer, e))?;
+        if r.get("status").is_some() {
+            return Ok(None);
+        }
+        let mut n = 0;
+        for place in PLACES {
+            for t in r.get(place).and_then(Value::as_array).into_iter().flatten() {
+                let id = t["message_id"].as_str().unwrap_or("").to_string();
+                if let Some(earlier) = at.insert(id, seen.len()) {
+                    seen[earlier] = None;
+                }
+                seen.push(Some((place, t.clone())));
+                n += 1;
+            }
+        }
+        let ids = r.get("awaiting_approval").and_then(Value::as_array);
+        waiting.extend(
+            ids.into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string),
+        );
+        match r.get("next").and_then(Value::as_str) {
+            None => break,
+            Some(_) if n == 0 => {
+                return Err(Error::Transport(format!(
+                    "{}: inbox/list answered a page without tasks that is not the last",
+                    escape(&peer.manifest.name)
+                )));
+            }
+            Some(next) => after = Some(next.to_string()),
+        }
+    }
+    let mut all: Map<String, Value> = PLACES
+        .iter()
+        .map(|p| (p.to_string(), Value::Array(Vec::new())))
+        .collect();
+    let mut asked = Vec::new();
+    for (place, t) in seen.into_iter().flatten() {
+        if place == "queued"
+            && t["message_id"]
+                .as_str()
+                .is_some_and(|id| waiting.contains(id))
+        {
+            asked.push(t["message_id"].clone());
+        }
+        if let Some(Value::Array(v)) = all.get_mut(place) {
+            v.push(t);
+        }
+    }
+    all.insert("awaiting_approval".into(), Value::Array(asked));
+    Ok(Some(Value::Object(all)))
 }
 
 /// `inbox claim`: the envelope on stdout, how to reply on stderr.
@@ -155,14 +250,10 @@ fn print_outcome(r: &Value, action: &str, status: &str, reason: &str) {
 
 fn print_list(r: &Value) {
     let mut rows = Vec::new();
-    for (place, key) in [
-        ("queued", "queued"),
-        ("processing", "processing"),
-        ("interrupted", "interrupted"),
-        // Expired or bad tasks, which the operator may requeue or discard.
-        ("rejected", "rejected"),
-    ] {
-        for t in r.get(key).and_then(Value::as_array).into_iter().flatten() {
+    // `rejected`: expired or bad tasks, which the operator may requeue or
+    // discard.
+    for place in PLACES {
+        for t in r.get(place).and_then(Value::as_array).into_iter().flatten() {
             let sender = &t["sender"];
             let from = sender
                 .get("name")

@@ -234,7 +234,9 @@ fn plain(
         other => other,
     };
     let mut result = delivered.map_err(|e| match e {
-        ClientError::Rpc { .. } => target::transport(&peer, e),
+        ClientError::Rpc { .. } | ClientError::TooManyConnections { .. } => {
+            target::transport(&peer, e)
+        }
         e => Error::Transport(format!(
             "send to {} ({}) failed twice: {e}; the task may or may not have arrived: retry with --message-id {message_id}",
             escape(&peer.manifest.name),

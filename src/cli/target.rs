@@ -151,6 +151,10 @@ pub fn connect(config: &Config, peer: &Peer) -> Result<Connection> {
 
 pub fn transport(peer: &Peer, e: ClientError) -> Error {
     match e {
+        ClientError::TooManyConnections { .. } => Error::Transport(format!(
+            "{} refused the connection: too many connections",
+            escape(&peer.manifest.name)
+        )),
         ClientError::Rpc { code, message } => Error::Refused(format!(
             "{} answered error {code}: {}",
             escape(&peer.manifest.name),

@@ -7,9 +7,9 @@
 use super::inbox::Interrupted;
 use super::{Approve, EPHEMERAL_GRACE, Foreground, Reply};
 use crate::registry::{self, Manifest};
-use crate::server::{Event, State};
+use crate::server::{Event, RpcError, State};
 use crate::spool::{self, Spool};
-use crate::wire::Call;
+use crate::wire::{self, Call};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,6 +18,20 @@ use std::time::{Duration, Instant};
 /// How long a pause waits for acceptances already past their checks to be
 /// stored (each takes one file sync and one directory sync).
 const SETTLE_WAIT: Duration = Duration::from_secs(10);
+
+/// The tasks an `inbox/list` page holds when `limit` does not say (fewer
+/// when they would make its result longer than `LIST_RESULT_BYTES`).
+const LIST_LIMIT: usize = 1000;
+/// The most an `inbox/list` result holds, in bytes as it is written: its
+/// summaries and ids stop this much short, which leaves room for the
+/// members' names and `next`.
+const LIST_RESULT_BYTES: usize = 1024 * 1024;
+const LIST_ROOM: usize = 1024;
+/// The order `inbox/list` pages walk the places in: a claim, an expiry
+/// and a requeue move a task to an earlier place, so a task that is not
+/// yet listed cannot move back past the page's end, and a moved `after`
+/// makes tasks be listed again, not skipped.
+const LIST_ORDER: [&str; 4] = ["processing", "rejected", "interrupted", "queued"];
 
 /// A `control/pause` whose earlier acceptances are stored: it can be
 /// answered.
@@ -198,13 +212,7 @@ impl Foreground {
                 Ok(json!({"state": self.shared.state().as_str(), "changed": changed}))
             }
             Call::ControlStatus => Ok(self.status()),
-            Call::InboxList => {
-                let l = self.spool().list();
-                let waiting: Vec<&String> = self.asked.keys().collect();
-                Ok(json!({"queued": l.queued, "processing": l.processing,
-                          "interrupted": l.interrupted, "rejected": l.rejected,
-                          "awaiting_approval": waiting}))
-            }
+            Call::InboxList => self.inbox_list(params),
             Call::InboxClaim => Ok(self.claim()),
             Call::InboxComplete => self.complete(params),
             Call::InboxRequeue => self.interrupted(Interrupted::Requeue, params),
@@ -259,6 +267,71 @@ impl Foreground {
         let _ = settled
             .reply
             .send(Ok(json!({"state": state, "changed": settled.changed})));
+    }
+
+    /// `inbox/list`: one page of the tasks after `after`, at most `limit`
+    /// of them and `LIST_RESULT_BYTES` in all, with the next page's
+    /// `after` in `next` (null on the last page).
+    fn inbox_list(&self, params: &Map<String, Value>) -> Result<Value, RpcError> {
+        let bad = |field: &str, want: &str| {
+            RpcError::new(
+                wire::INVALID_PARAMS,
+                format!("invalid params: {field} must be {want}"),
+            )
+        };
+        let limit = match params.get("limit") {
+            None | Some(Value::Null) => LIST_LIMIT,
+            Some(v) => match v.as_u64() {
+                Some(n) if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
+                _ => return Err(bad("limit", "a positive integer")),
+            },
+        };
+        let after = match params.get("after") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.as_str()),
+            Some(_) => return Err(bad("after", "a string")),
+        };
+        let l = self.spool().list();
+        let mut tasks = [l.processing, l.rejected, l.interrupted, l.queued]
+            .into_iter()
+            .zip(LIST_ORDER)
+            .flat_map(|(v, place)| v.into_iter().map(move |t| (place, t)));
+        if let Some(id) = after {
+            if !tasks.any(|(_, t)| t.message_id == id) {
+                return Ok(json!({"status": "invalid", "message_id": id,
+                                 "reason": format!("task {id} is not listed (it left the inbox): list again from the start")}));
+            }
+        }
+        let mut page: Map<String, Value> = LIST_ORDER
+            .iter()
+            .map(|p| (p.to_string(), Value::Array(Vec::new())))
+            .collect();
+        let (mut waiting, mut bytes, mut taken) = (Vec::new(), 0, 0);
+        let mut last: Option<String> = None;
+        let mut next = Value::Null;
+        for (place, t) in tasks {
+            let summary = serde_json::to_value(&t).expect("a summary serializes");
+            let asked = place == "queued" && self.asked.contains_key(&t.message_id);
+            // Each with its comma; an id in `awaiting_approval` too.
+            let mut size = summary.to_string().len() + 1;
+            if asked {
+                size += json!(t.message_id).to_string().len() + 1;
+            }
+            if taken == limit || (taken > 0 && bytes + size > LIST_RESULT_BYTES - LIST_ROOM) {
+                next = json!(last);
+                break;
+            }
+            if asked {
+                waiting.push(json!(t.message_id));
+            }
+            if let Some(Value::Array(v)) = page.get_mut(place) {
+                v.push(summary);
+            }
+            (bytes, taken, last) = (bytes + size, taken + 1, Some(t.message_id));
+        }
+        page.insert("awaiting_approval".into(), Value::Array(waiting));
+        page.insert("next".into(), next);
+        Ok(Value::Object(page))
     }
 
     fn status(&self) -> Value {

@@ -6,40 +6,109 @@
 
 use super::deliver::deliver;
 use super::request::{self, SendRequest};
+use super::slots::INIT_TIMEOUT;
 use super::{Event, RpcError, Shared, bad_type, missing, zcoder};
-use crate::events;
+use crate::events::{self, Subscription};
 use crate::sys;
 use crate::wire::{self, Call, Id, Incoming, LineReader, Method, ReadError};
 use crossbeam_channel as chan;
 use serde_json::{Map, Value, json};
+use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 
 /// The writing half of a connection, shared by the thread that answers
-/// requests and the one that forwards events.
-pub(super) type Writer = Arc<Mutex<UnixStream>>;
+/// requests and the one that forwards events. Each line must be written
+/// whole within `timeout` (`BATON_IO_TIMEOUT`), however many `send` calls
+/// it takes: a client that reads, but too slowly, is cut off like one that
+/// does not read at all.
+pub(super) struct Out {
+    stream: Mutex<UnixStream>,
+    timeout: Duration,
+}
+
+pub(super) type Writer = Arc<Out>;
+
+impl Out {
+    pub(super) fn new(stream: UnixStream, timeout: Duration) -> Writer {
+        Arc::new(Out {
+            stream: Mutex::new(stream),
+            timeout,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, UnixStream> {
+        self.stream.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Says why the connection ends and ends it, without waiting: false
+    /// (and nothing done) while a thread is writing to it.
+    pub(super) fn close_now(&self, line: &[u8]) -> bool {
+        let stream = match self.stream.try_lock() {
+            Ok(s) => s,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        let _ = sys::send_nowait(&stream, line);
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        true
+    }
+
+    fn shutdown(&self) {
+        let _ = self.lock().shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// What one blocking `send` of a line that did not fit at once may carry.
+/// Linux gives each buffer a `send` allocates (32 KiB of data at most) the
+/// whole send timeout afresh, so a large `send` could outlast its timeout
+/// many times over while a client reads slowly; one this small waits for
+/// one buffer only.
+const SLOW_SEND: usize = 16 * 1024;
+
+/// Writes `bytes` whole by `deadline`: at once if the socket takes them,
+/// else in as many small `send` calls as it takes, each allowed only what
+/// is left of the time.
+fn write_by(stream: &mut UnixStream, bytes: &[u8], deadline: Instant) -> io::Result<()> {
+    let mut rest = &bytes[sys::send_nowait(stream, bytes)?..];
+    while !rest.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        stream.set_write_timeout(Some(left))?;
+        match stream.write(&rest[..rest.len().min(SLOW_SEND)]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
 
 /// Writes an answer, then the events its request recorded (an
 /// acceptance): the client is not kept waiting for the transcript. If the
 /// socket cannot take the whole answer at once, the events go first, so a
 /// slow client never holds them back.
 pub(super) fn answer_then_flush(shared: &Shared, w: &Writer, line: &[u8]) -> bool {
-    let mut stream = w.lock().unwrap_or_else(|e| e.into_inner());
+    let mut stream = w.lock();
     let sent = sys::send_nowait(&stream, line);
     shared.hub.flush_once(|| {
         let _ = shared.events.send(Event::Flush);
     });
     match sent {
         Ok(n) if n == line.len() => true,
-        Ok(n) => wire::write_all(&mut stream, &line[n..]).is_ok(),
+        Ok(n) => write_by(&mut stream, &line[n..], Instant::now() + w.timeout).is_ok(),
         Err(_) => false,
     }
 }
 
+/// Writes one line whole within the write deadline.
 pub(super) fn write_line(w: &Writer, line: &[u8]) -> bool {
-    let mut stream = w.lock().unwrap_or_else(|e| e.into_inner());
-    wire::write_all(&mut stream, line).is_ok()
+    let mut stream = w.lock();
+    write_by(&mut stream, line, Instant::now() + w.timeout).is_ok()
 }
 
 /// The process at the other end of a connection.
@@ -70,52 +139,87 @@ impl Peer {
     }
 }
 
-/// Serves one connection until its peer leaves, a deadline passes or an
-/// answer cannot be written.
-pub(super) fn serve_connection(stream: UnixStream, peer_pid: Option<u32>, shared: &Shared) {
+/// Serves one connection, in connection slot `slot`, until its peer
+/// leaves, a deadline passes or an answer cannot be written.
+pub(super) fn serve_connection(
+    stream: UnixStream,
+    peer_pid: Option<u32>,
+    shared: &Shared,
+    slot: u64,
+) {
     let peer = Peer::new(peer_pid);
     let cfg = &shared.config;
-    if stream.set_write_timeout(Some(cfg.io_timeout)).is_err() {
-        return;
-    }
     let Ok(input) = stream.try_clone() else {
         return;
     };
-    let out: Writer = Arc::new(Mutex::new(stream));
+    let out = Out::new(stream, cfg.io_timeout);
+    shared.slots.started(slot, &out);
+    let init_by = Instant::now() + INIT_TIMEOUT;
     let mut reader = LineReader::new(input, cfg.max_bytes);
     let mut session = Session {
         shared,
         out: &out,
         peer: &peer,
+        slot,
         initialized: false,
         subscription: None,
+        close: false,
     };
     let mut first = true;
     loop {
-        // A subscriber waits for events, not requests: no idle limit.
-        let idle = session.subscription.is_none().then_some(cfg.idle_timeout);
-        let line = match reader.read_line(idle, cfg.io_timeout) {
+        // A subscriber waits for events, not requests: no idle limit. A
+        // connection that has not initialized has until `init_by`.
+        let idle = match (session.initialized, session.subscription) {
+            (true, Some(_)) => None,
+            (true, None) => Some(cfg.idle_timeout),
+            (false, _) => Some(
+                cfg.idle_timeout
+                    .min(init_by.saturating_duration_since(Instant::now())),
+            ),
+        };
+        let read = match idle {
+            Some(d) if d.is_zero() => Err(ReadError::Idle),
+            _ => reader.read_line(idle, cfg.io_timeout),
+        };
+        let line = match read {
             Ok(l) => l,
+            Err(ReadError::Idle) if !session.initialized && Instant::now() >= init_by => {
+                let message = format!(
+                    "initialize timeout: no initialize within {} s of connecting",
+                    INIT_TIMEOUT.as_secs()
+                );
+                let line = wire::error_line(&Value::Null, wire::CONNECTION_ERROR, &message, None);
+                write_line(&out, &line);
+                break;
+            }
             Err(e) => {
                 let zcoder = first && reader.buffered().starts_with(b"ZCODER");
                 answer_read_error(shared, &out, &e, zcoder);
                 break;
             }
         };
+        // While it handles a line, a connection that has not initialized
+        // does not give way to a new one.
+        let pending = !session.initialized;
+        if pending && !shared.slots.busy(slot, true) {
+            break;
+        }
         if first && line.starts_with(wire::ZCODER_MAGIC) {
             let header = line.to_vec();
             zcoder::request(shared, &mut reader, &out, &header, &peer);
             break;
         }
         first = false;
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let Some(answer) = session.answer(line) else {
-            continue;
+        let answer = if line.iter().all(u8::is_ascii_whitespace) {
+            None
+        } else {
+            session.answer(line)
         };
-        if !answer_then_flush(shared, &out, &answer) {
+        if answer.is_some_and(|a| !answer_then_flush(shared, &out, &a)) || session.close {
             break;
+        }
+        if pending {
+            shared.slots.busy(slot, false);
         }
     }
     if let Some(id) = session.subscription {
@@ -167,8 +271,12 @@ struct Session<'a> {
     shared: &'a Shared,
     out: &'a Writer,
     peer: &'a Peer,
+    /// Its connection slot.
+    slot: u64,
     initialized: bool,
     subscription: Option<u64>,
+    /// Close the connection once the answer is written.
+    close: bool,
 }
 
 impl Session<'_> {
@@ -218,18 +326,22 @@ impl Session<'_> {
         };
         if method == Method::EventsSubscribe {
             let already = self.subscription.is_some();
-            return match subscribe(self.shared, self.out, id, params, already) {
+            return match subscribe(self.shared, self.out, id, params, already, self.slot) {
                 Ok(sub) => {
                     self.subscription = Some(sub);
                     None
                 }
-                Err(e) => Some(wire::error_line(id, e.code, &e.message, e.data)),
+                Err(e) => {
+                    self.close = e.code == wire::TOO_MANY_CONNECTIONS;
+                    Some(wire::error_line(id, e.code, &e.message, e.data))
+                }
             };
         }
         let _ = crate::failpoint::hit("dispatch");
         let r = dispatch(self.shared, method, params, self.peer);
-        if method == Method::Initialize && r.is_ok() {
+        if method == Method::Initialize && r.is_ok() && !self.initialized {
             self.initialized = true;
+            self.shared.slots.initialized(self.slot);
         }
         Some(answer_line(id, r))
     }
@@ -245,12 +357,15 @@ fn answer_line<T: serde::Serialize>(id: &Id, r: Result<T, RpcError>) -> Vec<u8> 
 
 /// Registers a subscriber with the foreground, answers, replays recorded
 /// events from `since`, then forwards live ones on a thread of its own.
+/// Refused, and the connection closed, when subscribers hold all the
+/// slots they may.
 fn subscribe(
     shared: &Shared,
     out: &Writer,
     id: &Id,
     params: Value,
     already: bool,
+    slot: u64,
 ) -> Result<u64, RpcError> {
     let Value::Object(params) = params else {
         return Err(RpcError::new(
@@ -276,23 +391,16 @@ fn subscribe(
             "invalid request: this connection is already subscribed",
         ));
     }
-    let (tx, rx) = chan::bounded(1);
-    if shared
-        .events
-        .send(Event::Subscribe {
-            controller,
-            reply: tx,
-        })
-        .is_err()
-    {
+    if !shared.slots.subscribe(slot) {
         return Err(RpcError::new(
-            wire::INTERNAL_ERROR,
-            "the instance is shutting down",
+            wire::TOO_MANY_CONNECTIONS,
+            format!(
+                "too many subscribers: the limit is {}",
+                shared.slots.max_subscribers()
+            ),
         ));
     }
-    let sub = rx
-        .recv_timeout(shared.config.io_timeout.max(Duration::from_secs(5)))
-        .map_err(|_| RpcError::new(wire::INTERNAL_ERROR, "the instance did not answer in time"))?;
+    let sub = register(shared, controller).inspect_err(|_| shared.slots.unsubscribe(slot))?;
     let result = json!({"subscribed": true, "next_seq": sub.next_seq, "controller": controller});
     if !write_line(out, &wire::result_line(id, &result)) {
         return Ok(sub.id);
@@ -308,24 +416,53 @@ fn subscribe(
             },
         );
     }
+    let id = sub.id;
     let w = Arc::clone(out);
-    let live = sub.rx;
     let _ = std::thread::Builder::new()
         .name("baton-events".into())
-        .spawn(move || {
-            for line in live.iter() {
-                if !write_line(&w, &line) {
-                    break;
-                }
-            }
-            // A write failed, or the foreground dropped this subscriber
-            // for falling behind: the client learns by EOF instead of
-            // waiting on a silent connection, and the reader sees EOF and
-            // unsubscribes.
-            let s = w.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        });
-    Ok(sub.id)
+        .spawn(move || forward(sub, &w));
+    Ok(id)
+}
+
+/// Asks the foreground to register a subscriber.
+fn register(shared: &Shared, controller: bool) -> Result<Subscription, RpcError> {
+    let (tx, rx) = chan::bounded(1);
+    if shared
+        .events
+        .send(Event::Subscribe {
+            controller,
+            reply: tx,
+        })
+        .is_err()
+    {
+        return Err(RpcError::new(
+            wire::INTERNAL_ERROR,
+            "the instance is shutting down",
+        ));
+    }
+    rx.recv_timeout(shared.config.io_timeout.max(Duration::from_secs(5)))
+        .map_err(|_| RpcError::new(wire::INTERNAL_ERROR, "the instance did not answer in time"))
+}
+
+/// Writes a subscriber's live lines as they come, until a write fails or
+/// the hub drops the subscriber (it fell behind), which empties its queue:
+/// the line being written is the last. Then the client learns by EOF
+/// instead of waiting on a silent connection, and the reader sees EOF and
+/// unsubscribes.
+fn forward(sub: Subscription, w: &Writer) {
+    let backlog = sub.backlog;
+    for line in sub.rx.iter() {
+        let ok = !backlog.is_cut() && write_line(w, &line);
+        backlog.done(&line);
+        if !ok {
+            break;
+        }
+    }
+    backlog.cut();
+    for line in sub.rx.try_iter() {
+        backlog.done(&line);
+    }
+    w.shutdown();
 }
 
 fn dispatch(

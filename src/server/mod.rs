@@ -4,16 +4,18 @@
 //! (control, inbox, relay) is asked of the foreground over its channel.
 //!
 //! The rooms: this file holds what the threads share (`Shared`, the
-//! `Event`s they send the foreground) and the accept loop; `conn` reads
-//! requests and answers them; `request` reads a `message/send` request;
-//! `deliver` runs its ordered checks and stores accepted tasks in the
-//! spool, recording the acceptance or refusal in the event `Hub`; `zcoder`
-//! answers zcoder's frame. Connection threads wake the foreground only
-//! when it waits for tasks.
+//! `Event`s they send the foreground) and the accept loop; `slots` holds
+//! the connections to the cap; `conn` reads requests and answers them;
+//! `request` reads a `message/send` request; `deliver` runs its ordered
+//! checks and stores accepted tasks in the spool, recording the
+//! acceptance or refusal in the event `Hub`; `zcoder` answers zcoder's
+//! frame. Connection threads wake the foreground only when it waits for
+//! tasks.
 
 mod conn;
 mod deliver;
 mod request;
+mod slots;
 mod zcoder;
 
 pub use conn::Peer;
@@ -32,9 +34,9 @@ use crate::sys;
 use crate::wire;
 use crossbeam_channel as chan;
 use serde_json::{Map, Value};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -141,7 +143,7 @@ pub struct Shared {
     /// acceptance does not wake it: it looks at the queue again whenever
     /// it next wakes for its own reasons.
     pub wake_on_accept: AtomicBool,
-    connections: AtomicUsize,
+    slots: slots::Slots,
     events: chan::Sender<Event>,
 }
 
@@ -158,6 +160,7 @@ impl Shared {
         hub: Arc<Hub>,
         events: chan::Sender<Event>,
     ) -> Shared {
+        let slots = slots::Slots::new(config.max_connections);
         Shared {
             config,
             instance_id,
@@ -170,7 +173,7 @@ impl Shared {
             stopping: AtomicBool::new(false),
             hub,
             wake_on_accept: AtomicBool::new(true),
-            connections: AtomicUsize::new(0),
+            slots,
             events,
         }
     }
@@ -220,54 +223,53 @@ pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
             }
             Err(_) => continue,
         };
-        let n = shared.connections.fetch_add(1, Ordering::SeqCst);
-        if n >= shared.config.max_connections {
-            shared.connections.fetch_sub(1, Ordering::SeqCst);
-            refuse_over_cap(
-                stream,
-                shared.config.max_connections,
-                shared.config.io_timeout,
-            );
+        let Some(slot) = shared.slots.admit(&|| too_many_connections(&shared)) else {
+            // Never waits: a client that does not read loses the line.
+            let _ = sys::send_nowait(&stream, &too_many_connections(&shared));
             continue;
-        }
+        };
         let s = Arc::clone(&shared);
         let spawned = std::thread::Builder::new()
             .name("baton-conn".into())
             .spawn(move || {
-                // Counted down even if the thread panics: a panic closes
-                // this connection only.
-                let _guard = ConnectionGuard(Arc::clone(&s));
+                // Released even if the thread panics: a panic closes this
+                // connection only.
+                let _guard = ConnectionGuard(Arc::clone(&s), slot);
                 let _ = s.events.send(Event::Connected);
-                conn::serve_connection(stream, cred.pid, &s);
+                conn::serve_connection(stream, cred.pid, &s, slot);
             });
         if spawned.is_err() {
-            shared.connections.fetch_sub(1, Ordering::SeqCst);
+            shared.slots.release(slot);
         }
     }
 }
 
 /// Ends a connection's accounting when its thread ends, however it ends.
-struct ConnectionGuard(Arc<Shared>);
+struct ConnectionGuard(Arc<Shared>, u64);
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         // An acceptance recorded but not yet written, if the thread ended
         // between the two.
         self.0.hub.flush();
-        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+        self.0.slots.release(self.1);
         let _ = self.0.events.send(Event::Disconnected);
     }
 }
 
-fn refuse_over_cap(mut stream: UnixStream, cap: usize, timeout: Duration) {
-    let _ = stream.set_write_timeout(Some(timeout));
-    let line = wire::error_line(
+/// The line a connection refused for the cap gets (and one that gives way
+/// to a new connection): it names the instance, so a client that pinged
+/// it knows it is alive.
+fn too_many_connections(shared: &Shared) -> Vec<u8> {
+    wire::error_line(
         &Value::Null,
-        wire::CONNECTION_ERROR,
-        &format!("too many connections: the limit is {cap}"),
-        None,
-    );
-    let _ = wire::write_all(&mut stream, &line);
+        wire::TOO_MANY_CONNECTIONS,
+        &format!("too many connections: the limit is {}", shared.slots.cap()),
+        Some(serde_json::json!({
+            "instance_id": shared.instance_id,
+            "state": shared.state().as_str(),
+        })),
+    )
 }
 
 fn missing(field: &str) -> RpcError {

@@ -21,6 +21,8 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 pub const CONNECTION_ERROR: i64 = -32000;
+/// Refused for the connection cap, or a subscribe for the subscriber cap.
+pub const TOO_MANY_CONNECTIONS: i64 = -32001;
 pub const NOT_INITIALIZED: i64 = -32010;
 pub const UNSUPPORTED_PROTOCOL: i64 = -32011;
 
