@@ -350,7 +350,8 @@ pub fn crash_loop(test: &str, cycles: usize) {
                 ready = true;
                 startup.push(t0.elapsed());
                 // Recovery ran before the manifest was published: what an
-                // earlier kill left in tmp/ is gone. (`sequence` is a lease
+                // earlier kill left in tmp/ is gone. (`sequence`, a lease,
+                // and `handler.json`, the running handler's record, are
                 // written through tmp/ again at any time.)
                 let now: BTreeSet<String> = read_spool(&dir)
                     .map(|v| v.tmp.into_iter().collect())
@@ -408,7 +409,11 @@ pub fn crash_loop(test: &str, cycles: usize) {
         }
         let now: Vec<u64> = acked.iter().map(|a| a.load(Ordering::SeqCst)).collect();
         let left = check(&dir, &log, &now, cycle, false);
-        unswept.extend(left.tmp.into_iter().filter(|n| n != "sequence"));
+        unswept.extend(
+            left.tmp
+                .into_iter()
+                .filter(|n| n != "sequence" && n != "handler.json"),
+        );
         cut_short_seen += left.cut_short.len();
         cut_short.extend(left.cut_short);
     }
