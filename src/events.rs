@@ -440,19 +440,20 @@ impl Out {
     }
 }
 
+/// The transcript for appending: a regular file or nothing (a FIFO or
+/// anything else planted in its place is never waited on, and the
+/// transcript is off).
 fn open_append(path: &Path) -> Option<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(crate::sys::O_NOFOLLOW)
-        .open(path)
-        .ok()
+    crate::files::open_regular(
+        path,
+        OpenOptions::new().create(true).append(true).mode(0o600),
+    )
+    .ok()
 }
 
 /// The sequence number of the last complete line of a transcript file.
 fn last_seq(path: &Path) -> Option<u64> {
-    let mut f = File::open(path).ok()?;
+    let mut f = crate::files::open_regular(path, OpenOptions::new().read(true)).ok()?;
     let len = f.metadata().ok()?.len();
     let start = len.saturating_sub(64 * 1024);
     f.seek(SeekFrom::Start(start)).ok()?;
@@ -469,7 +470,8 @@ fn last_seq(path: &Path) -> Option<u64> {
 /// that do not parse (a torn last line) are skipped.
 pub fn replay(dir: &Path, since: u64, until: u64, mut each: impl FnMut(&[u8]) -> bool) {
     for name in [TRANSCRIPT_OLD, TRANSCRIPT] {
-        let Ok(f) = File::open(dir.join(name)) else {
+        let Ok(f) = crate::files::open_regular(&dir.join(name), OpenOptions::new().read(true))
+        else {
             continue;
         };
         for line in BufReader::new(f).split(b'\n') {

@@ -73,17 +73,7 @@ fn create_private(path: &Path) -> io::Result<File> {
 /// `InvalidData`, says what it is. A file longer than `max` is refused
 /// the same way.
 pub fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
-        .open(path)?;
-    let kind = f.metadata()?.file_type();
-    if !kind.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("it is {}, not a regular file", kind_of(kind)),
-        ));
-    }
+    let f = open_regular(path, OpenOptions::new().read(true))?;
     let mut out = Vec::new();
     f.take(max + 1).read_to_end(&mut out)?;
     if out.len() as u64 > max {
@@ -93,6 +83,24 @@ pub fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
         ));
     }
     Ok(out)
+}
+
+/// Opens a file as `opts` say, never through a symlink and never waiting
+/// on what stands at `path` (`O_NONBLOCK`: a FIFO opens at once), and
+/// only if the opened file is a regular one; otherwise the error, of kind
+/// `InvalidData`, says what it is.
+pub fn open_regular(path: &Path, opts: &mut OpenOptions) -> io::Result<File> {
+    let f = opts
+        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
+        .open(path)?;
+    let kind = f.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("it is {}, not a regular file", kind_of(kind)),
+        ));
+    }
+    Ok(f)
 }
 
 /// What a file type is, in words ("a FIFO").

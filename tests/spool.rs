@@ -865,6 +865,35 @@ fn a_fifo_in_place_of_a_task_file_is_set_aside_at_claim_and_at_start() {
     assert_eq!(again.term(), 0, "{}", again.stderr());
 }
 
+/// A FIFO planted in place of the transcript while the instance runs
+/// (after its start set odd files aside) is never opened as one: reading
+/// the log answers at once, and the instance goes on accepting.
+#[test]
+fn a_fifo_planted_as_the_transcript_while_running_is_never_waited_on() {
+    let env = Env::new();
+    let ws = env.workspace("fifo-live");
+    let mut inst = env.serve(&ws, &["--name", "fl"]);
+    let out = env.run_stdin(&["send", "fl", "-"], b"first");
+    assert_eq!(out.status, 0, "{out:?}");
+    let spool = persistent_spool(&env, "fl", &ws);
+    let transcript = spool.join("transcript.jsonl");
+    fs::remove_file(&transcript).unwrap();
+    mkfifo(&transcript);
+    let started = std::time::Instant::now();
+    let out = env.run(&["log", "fl"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let out = env.run_stdin(&["send", "fl", "-"], b"second");
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.starts_with("accepted"), "{out:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(is_fifo(&transcript));
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+}
+
 #[test]
 fn fifos_in_place_of_meta_json_and_the_transcript_stall_nothing_and_are_set_aside() {
     let env = Env::new();

@@ -8,7 +8,7 @@ use crate::error::{Error, ExitCode, Result};
 use crate::sanitize::{escape, escape_multiline};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 
 /// One event as a line of text: `HH:MM:SS kind details`, times in UTC,
 /// every untrusted string escaped.
@@ -152,9 +152,12 @@ fn print(args: &Args, ev: &Value) {
     }
 }
 
+/// The id of the ping that marks the end of the replay.
+const REPLAYED: &str = "replayed";
+
 /// `baton log`: every recorded event, then exit.
 pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
-    let (result, rx, _stream) = subscribe(args, config, "log", json!({"since": 1}))?;
+    let (result, rx, mut stream) = subscribe(args, config, "log", json!({"since": 1}))?;
     let last = result
         .get("next_seq")
         .and_then(Value::as_u64)
@@ -163,7 +166,16 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     if last == 0 {
         return Ok(ExitCode::Ok);
     }
+    // The instance replays the transcript before it reads the next
+    // request, so the answer to this ping follows every recorded event
+    // there is: when the transcript lacks the last ones (rotated away,
+    // set aside, its writes failed), the log ends there, not at the next
+    // live event.
+    let _ = stream.write_all(&crate::wire::request_line(REPLAYED, "ping", json!({})));
     for msg in rx.iter() {
+        if msg.get("id").and_then(Value::as_str) == Some(REPLAYED) {
+            break;
+        }
         if msg.get("method").and_then(Value::as_str) != Some("event") {
             continue;
         }
