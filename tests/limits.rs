@@ -1,7 +1,7 @@
 //! What one instance holds for its clients stays bounded (issue 17): a
 //! subscriber's queue of events, the answers a client asks for and does
-//! not read, and the connection slots, which neither silent connections
-//! nor subscribers can take from a sender or a control call.
+//! not read, and the connection slots, which neither silent nor idle
+//! connections nor subscribers can take from a sender or a control call.
 //!
 //! Memory is tested as a bound on the instance's peak resident size
 //! (`VmHWM` in `/proc`), with a wide margin, never as a timing.
@@ -10,6 +10,7 @@ use crate::util::reliability::{fd_count, have_proc, status_kib};
 use crate::util::{Env, RawClient, Served, wait_until};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
@@ -484,6 +485,45 @@ fn connections_that_never_initialize_cannot_lock_out_a_sender() {
     assert_eq!(silent[0].read_line(), None);
 }
 
+/// 64 connections (the default cap) that said `initialize` and then stay
+/// idle, one of them pinging now and then, cannot keep a sender or a
+/// control call out: the one idle longest gives way, told why and that it
+/// may reconnect, and `baton send` and `baton status` succeed at once; the
+/// one that pinged is still served. (They used to refuse every new
+/// connection until their idle deadline, and could reconnect.)
+#[test]
+fn connections_that_initialize_and_idle_cannot_lock_out_a_sender() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = env.serve(&ws, &["--name", "idled"]);
+    let mut idle: Vec<RawClient> = (0..64).map(|_| inst.client()).collect();
+    // The first pings: it is now the one idle the shortest time.
+    thread::sleep(Duration::from_millis(20));
+    assert_eq!(call(&mut idle[0], "ping", json!({}))["status"], "pong");
+    let t = Instant::now();
+    let out = env.run(&["send", "idled", "through"]);
+    assert_eq!(out.status, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.starts_with("accepted: idled"), "{}", out.stdout);
+    let out = env.run(&["status", "idled"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the sender got through after {took:?}"
+    );
+    // The second, idle longest, gave way first: one line, then the close.
+    let v = read_obj(&mut idle[1]);
+    assert_eq!(v["id"], Value::Null, "{v}");
+    assert_eq!(v["error"]["code"], TOO_MANY_CONNECTIONS, "{v}");
+    assert_eq!(
+        v["error"]["message"],
+        "closed to make room: too many connections (the limit is 64); reconnect when needed"
+    );
+    assert_eq!(v["error"]["data"]["instance_id"], json!(inst.id), "{v}");
+    assert_eq!(idle[1].read_line(), None);
+    assert_eq!(call(&mut idle[0], "ping", json!({}))["status"], "pong");
+}
+
 /// A connection that says nothing is closed once `INIT_TIMEOUT` has passed,
 /// with one -32000 line, long before the idle deadline (30 s).
 #[test]
@@ -547,28 +587,67 @@ fn subscribers_cannot_take_the_slots_kept_for_senders() {
     assert_eq!(v["params"]["kind"], "message.accepted", "{v}");
 }
 
-/// When every slot is held by a connection that said hello, a new one is
-/// refused with one -32001 line naming the instance, and the CLI says
-/// exactly that the target refused the connection (exit 4); `baton list`
-/// still lists it.
+/// A connection that asks for answers and reads none, until the instance
+/// stops reading it: writing an answer, it is in the middle of a request
+/// until `BATON_IO_TIMEOUT`, and keeps its slot.
+fn stuck_writing(inst: &Served) -> UnixStream {
+    let mut s = UnixStream::connect(&inst.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let hello = json!({"protocol_version": 1, "client": {"name": "t", "version": "0"}});
+    s.write_all(&request(0, "initialize", hello)).unwrap();
+    let mut line = String::new();
+    BufReader::new(s.try_clone().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("\"result\""), "{line}");
+    s.set_nonblocking(true).unwrap();
+    let pings = request(1, "ping", json!({})).repeat(256);
+    let mut at = 0;
+    // Stuck once the socket has taken nothing for half a second: an
+    // instance still reading would have made room by then.
+    let mut stalled: Option<Instant> = None;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match s.write(&pings[at..]) {
+            Ok(n) => {
+                at = (at + n) % pings.len();
+                stalled = None;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if stalled.get_or_insert_with(Instant::now).elapsed() >= Duration::from_millis(500)
+                {
+                    return s;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("writing pings: {e}"),
+        }
+        assert!(Instant::now() < deadline, "the instance read every ping");
+    }
+}
+
+/// When every slot is held by a subscriber or a connection in the middle
+/// of a request (none of which gives way), a new one is refused with one
+/// -32001 line naming the instance, and the CLI says exactly that the
+/// target refused the connection (exit 4); `baton list` still lists it.
 #[test]
 fn a_client_refused_for_the_cap_is_told_so() {
     let env = Env::new();
     let ws = env.workspace("ws");
     let inst = env.serve_with(
         &ws,
-        &[("BATON_MAX_CONNECTIONS", "8")],
+        &[("BATON_MAX_CONNECTIONS", "8"), ("BATON_IO_TIMEOUT", "30")],
         &["--name", "capped"],
     );
-    // 7 subscribers (the most of 8) and one other client.
-    let mut held: Vec<RawClient> = (0..7)
+    // 7 subscribers (the most of 8) and one client whose answers wait.
+    let subscribers: Vec<RawClient> = (0..7)
         .map(|_| {
             let mut c = inst.client();
             call(&mut c, "events/subscribe", json!({}));
             c
         })
         .collect();
-    held.push(inst.client());
+    let stuck = stuck_writing(&inst);
     let mut c = RawClient::connect(&inst.socket).unwrap();
     let v = read_obj(&mut c);
     assert_eq!(v["id"], Value::Null, "{v}");
@@ -599,8 +678,8 @@ fn a_client_refused_for_the_cap_is_told_so() {
         out.stdout,
         out.stderr
     );
-    // One leaves: the others get through again.
-    held.pop();
+    // The stuck one leaves: the others get through again.
+    drop(stuck);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let out = env.run(&["send", "capped", "hello"]);
@@ -610,5 +689,5 @@ fn a_client_refused_for_the_cap_is_told_so() {
         assert!(Instant::now() < deadline, "{}", out.stderr);
         thread::sleep(Duration::from_millis(50));
     }
-    drop(held);
+    drop(subscribers);
 }

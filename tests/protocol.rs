@@ -1214,8 +1214,14 @@ fn connections_past_the_cap_get_one_error_then_close() {
     let env = Env::new();
     let ws = env.workspace("ws");
     let inst = env.serve_with(&ws, &[("BATON_MAX_CONNECTIONS", "2")], &[]);
+    // Subscribers, which never give way to a new connection (an idle
+    // connection that is not one does: limits::connections_that_*).
     let mut a = inst.client();
-    let b = inst.client();
+    let mut b = inst.client();
+    for c in [&mut a, &mut b] {
+        let r = c.call(9, "events/subscribe", json!({}));
+        assert_eq!(r["result"]["subscribed"], true, "{r}");
+    }
 
     let mut third = RawClient::connect(&inst.socket).unwrap();
     let mut v = read_obj(&mut third);

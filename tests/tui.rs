@@ -437,6 +437,58 @@ fn hostile_peer_text_is_escaped_on_screen() {
     assert_clean(&screen, "40x10");
 }
 
+/// `/inbox` with more than a page (1001 tasks; a page holds at most
+/// 1000) shows every task, the last one too, and the count in each place
+/// at the bottom of the screen. (It used to show the first page only.)
+#[test]
+fn inbox_shows_every_page() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = env.serve_with(
+        &ws,
+        &[("BATON_FSYNC", "off"), ("BATON_MAX_QUEUE", "2000")],
+        &["--name", "full"],
+    );
+    let mut c = inst.client();
+    let ids: Vec<String> = (0..1001).map(|i| format!("task-{i:04}")).collect();
+    for chunk in ids.chunks(64) {
+        let reqs: Vec<(&str, Value)> = chunk
+            .iter()
+            .map(|id| ("message/send", inst.msg(id, "b")))
+            .collect();
+        for r in c.try_pipeline(&reqs).unwrap() {
+            assert_eq!(r["status"], "accepted", "{r}");
+        }
+    }
+    let mut pages = 0;
+    let text = baton::tui::inbox_listing(&mut |params| {
+        pages += 1;
+        let r = c.call(100 + pages, "inbox/list", params);
+        Ok(r["result"].clone())
+    })
+    .unwrap();
+    assert_eq!(pages, 2);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1002, "{}", &text[text.len() - 200..]);
+    for (line, id) in lines.iter().zip(&ids) {
+        assert_eq!(*line, format!("queued      {id}  from (cli)"));
+    }
+    let mut view = headed();
+    view.push(Role::System, text.clone());
+    let screen = draw(&view, 80, 10).screen();
+    let shown: Vec<&str> = screen.iter().map(|l| l.trim()).collect();
+    // The last line of the transcript, above the status and input rows.
+    assert_eq!(
+        shown[shown.len() - 3],
+        "1001 tasks: 1001 queued, 0 processing, 0 interrupted, 0 rejected",
+        "{shown:#?}"
+    );
+    assert!(
+        shown.iter().any(|l| l.ends_with("task-1000  from (cli)")),
+        "{shown:#?}"
+    );
+}
+
 #[test]
 fn the_editor_keys_edit_the_line_and_walk_the_history() {
     let mut e = Editor::default();

@@ -149,8 +149,13 @@ pub(super) fn serve_connection(
 ) {
     let peer = Peer::new(peer_pid);
     let cfg = &shared.config;
-    let Ok(input) = stream.try_clone() else {
-        return;
+    let input = match stream.try_clone() {
+        Ok(input) => input,
+        Err(e) => {
+            // Never waits: a client that does not read loses the line.
+            let _ = sys::send_nowait(&stream, &no_descriptor(&e));
+            return;
+        }
     };
     let out = Out::new(stream, cfg.io_timeout);
     shared.slots.started(slot, &out);
@@ -198,10 +203,10 @@ pub(super) fn serve_connection(
                 break;
             }
         };
-        // While it handles a line, a connection that has not initialized
-        // does not give way to a new one.
-        let pending = !session.initialized;
-        if pending && !shared.slots.busy(slot, true) {
+        // While it handles a line, a connection does not give way to a
+        // new one; a subscriber never does.
+        let open = session.subscription.is_none();
+        if open && !shared.slots.busy(slot, true) {
             break;
         }
         if first && line.starts_with(wire::ZCODER_MAGIC) {
@@ -218,13 +223,25 @@ pub(super) fn serve_connection(
         if answer.is_some_and(|a| !answer_then_flush(shared, &out, &a)) || session.close {
             break;
         }
-        if pending {
+        if open {
             shared.slots.busy(slot, false);
         }
     }
     if let Some(id) = session.subscription {
         let _ = shared.events.send(Event::Unsubscribe { id });
     }
+}
+
+/// The line for a connection whose thread could not get a second
+/// descriptor for it (its reading half): -32603, naming the shortage in
+/// the words `inbox/claim` uses (protocol §4), so the client knows to try
+/// again.
+fn no_descriptor(e: &io::Error) -> Vec<u8> {
+    let message = match sys::shortage(e) {
+        Some(what) => format!("{what}: try again"),
+        None => format!("cannot serve the connection: {e}"),
+    };
+    wire::error_line(&Value::Null, wire::INTERNAL_ERROR, &message, None)
 }
 
 /// Says why a line could not be read, while an answer is still possible:

@@ -223,7 +223,7 @@ pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
             }
             Err(_) => continue,
         };
-        let Some(slot) = shared.slots.admit(&|| too_many_connections(&shared)) else {
+        let Some(slot) = shared.slots.admit(&|why| gave_way(&shared, why)) else {
             // Never waits: a client that does not read loses the line.
             let _ = sys::send_nowait(&stream, &too_many_connections(&shared));
             continue;
@@ -257,9 +257,29 @@ impl Drop for ConnectionGuard {
     }
 }
 
-/// The line a connection refused for the cap gets (and one that gives way
-/// to a new connection): it names the instance, so a client that pinged
-/// it knows it is alive.
+/// The line a connection that gives way to a new one gets: one that had
+/// not initialized is told what a refused one is; one that had, that it
+/// may come back.
+fn gave_way(shared: &Shared, why: slots::GaveWay) -> Vec<u8> {
+    match why {
+        slots::GaveWay::Uninitialized => too_many_connections(shared),
+        slots::GaveWay::Idle => wire::error_line(
+            &Value::Null,
+            wire::TOO_MANY_CONNECTIONS,
+            &format!(
+                "closed to make room: too many connections (the limit is {}); reconnect when needed",
+                shared.slots.cap()
+            ),
+            Some(serde_json::json!({
+                "instance_id": shared.instance_id,
+                "state": shared.state().as_str(),
+            })),
+        ),
+    }
+}
+
+/// The line a connection refused for the cap gets: it names the
+/// instance, so a client that pinged it knows it is alive.
 fn too_many_connections(shared: &Shared) -> Vec<u8> {
     wire::error_line(
         &Value::Null,

@@ -1,32 +1,43 @@
 //! The connection slots (protocol §1): at most `BATON_MAX_CONNECTIONS`
-//! connections at once, so that neither silent connections nor
-//! subscribers can keep a sender or a control call out. Subscribers may
-//! hold all but a reserve of an eighth of the slots. A connection that has
-//! not yet said `initialize` holds its slot only until a new connection
-//! needs it: when every slot is taken, the oldest such connection that is
-//! not in the middle of a request gives way, told why (and it must say
-//! `initialize` within `INIT_TIMEOUT` anyway).
+//! connections at once, and no set of clients can hold them all against a
+//! sender or a control call. Subscribers may hold all but a reserve of an
+//! eighth of the slots. Every other connection holds its slot only until a
+//! new connection needs it: when every slot is taken, one that is idle
+//! (not handling a request, not writing a line) gives way, told why. The
+//! oldest that has not said `initialize` goes first (and it must say it
+//! within `INIT_TIMEOUT` anyway), then the one idle longest.
 
 use super::conn::Writer;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a new connection has to complete `initialize`.
 pub const INIT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What a connection in a slot has said so far.
-enum Role {
-    /// Not initialized: it gives way to a new connection unless `busy`
-    /// (handling a line it sent). `out` is how it is told and closed;
-    /// none until its thread has started.
-    Pending {
-        out: Option<Writer>,
-        busy: bool,
-    },
-    /// Initialized, not a subscriber.
-    Member,
-    Subscriber,
+/// Why a connection gave way to a new one: the line it is told depends on
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GaveWay {
+    /// It had not said `initialize`.
+    Uninitialized,
+    /// It had said `initialize` and was the one idle longest.
+    Idle,
+}
+
+/// A connection in a slot: what it has said so far, and whether it may
+/// give way.
+struct Slot {
+    /// How it is told and closed; none until its thread has started.
+    out: Option<Writer>,
+    /// Handling a line it sent, until the answer is written: it does not
+    /// give way.
+    busy: bool,
+    initialized: bool,
+    /// Subscribers never give way; they have their share instead.
+    subscriber: bool,
+    /// When it connected or last finished a line.
+    since: Instant,
 }
 
 pub struct Slots {
@@ -37,8 +48,42 @@ pub struct Slots {
 struct Inner {
     next_id: u64,
     /// By connection number: oldest first.
-    held: BTreeMap<u64, Role>,
+    held: BTreeMap<u64, Slot>,
     subscribers: usize,
+}
+
+impl Inner {
+    /// Closes the connection that gives way to a new one, telling it why:
+    /// the oldest idle one that has not initialized, else the one idle
+    /// longest. None when every connection is busy or a subscriber.
+    fn make_room(&self, refusal: &dyn Fn(GaveWay) -> Vec<u8>) -> Option<u64> {
+        let mut pending = Vec::new();
+        let mut idle = Vec::new();
+        for (&id, slot) in &self.held {
+            let Some(out) = &slot.out else { continue };
+            if slot.busy || slot.subscriber {
+                continue;
+            }
+            if slot.initialized {
+                idle.push((slot.since, id, out));
+            } else {
+                pending.push((id, out));
+            }
+        }
+        idle.sort_by_key(|&(since, id, _)| (since, id));
+        let pending = pending
+            .into_iter()
+            .map(|(id, out)| (id, out, GaveWay::Uninitialized));
+        let idle = idle
+            .into_iter()
+            .map(|(_, id, out)| (id, out, GaveWay::Idle));
+        // One that is writing a line (an error before it closes) is left
+        // alone: it is ending anyway.
+        pending
+            .chain(idle)
+            .find(|&(_, out, why)| out.close_now(&refusal(why)))
+            .map(|(id, _, _)| id)
+    }
 }
 
 impl Slots {
@@ -66,31 +111,28 @@ impl Slots {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A slot for a new connection: a free one, or the one of the oldest
-    /// idle connection that has not initialized, which is sent the
-    /// `refusal` line and closed. None when every slot is held by a connection that has
-    /// initialized or is handling a request.
-    pub fn admit(&self, refusal: &dyn Fn() -> Vec<u8>) -> Option<u64> {
+    /// A slot for a new connection: a free one, or the one of a connection
+    /// that gives way (`Inner::make_room`), which is sent its `refusal`
+    /// line and closed. None when every slot is held by a subscriber or a
+    /// connection handling a request.
+    pub fn admit(&self, refusal: &dyn Fn(GaveWay) -> Vec<u8>) -> Option<u64> {
         let mut inner = self.lock();
         if inner.held.len() >= self.cap {
-            let oldest = inner.held.iter().find_map(|(&id, role)| match role {
-                Role::Pending {
-                    out: Some(out),
-                    busy: false,
-                } => out.close_now(&refusal()).then_some(id),
-                _ => None,
-            });
             // Its thread sees the socket shut down and ends; the slot is
             // the new connection's already.
-            inner.held.remove(&oldest?);
+            let gone = inner.make_room(refusal)?;
+            inner.held.remove(&gone);
         }
         let id = inner.next_id;
         inner.next_id += 1;
         inner.held.insert(
             id,
-            Role::Pending {
+            Slot {
                 out: None,
                 busy: false,
+                initialized: false,
+                subscriber: false,
+                since: Instant::now(),
             },
         );
         Some(id)
@@ -99,31 +141,32 @@ impl Slots {
     /// The connection's thread has its writer: from now on it can be made
     /// to give way.
     pub fn started(&self, id: u64, out: &Writer) {
-        if let Some(Role::Pending { out: o, .. }) = self.lock().held.get_mut(&id) {
-            *o = Some(std::sync::Arc::clone(out));
+        if let Some(slot) = self.lock().held.get_mut(&id) {
+            slot.out = Some(std::sync::Arc::clone(out));
         }
     }
 
-    /// A connection that has not initialized is handling a line (`true`),
-    /// or waits for the next one (`false`). False when it has given way
-    /// meanwhile: it must not act on the line.
+    /// The connection is handling a line (`true`), or has written its
+    /// answer and waits for the next one (`false`). False when it has
+    /// given way meanwhile: it must not act on the line.
     pub fn busy(&self, id: u64, busy: bool) -> bool {
         match self.lock().held.get_mut(&id) {
-            Some(Role::Pending { busy: b, .. }) => {
-                *b = busy;
+            Some(slot) => {
+                slot.busy = busy;
+                if !busy {
+                    slot.since = Instant::now();
+                }
                 true
             }
-            Some(_) => true,
             None => false,
         }
     }
 
-    /// The connection initialized: it keeps its slot.
+    /// The connection initialized: from now on it gives way only to
+    /// connections that did too, when it is the one idle longest.
     pub fn initialized(&self, id: u64) {
-        if let Some(role) = self.lock().held.get_mut(&id) {
-            if matches!(role, Role::Pending { .. }) {
-                *role = Role::Member;
-            }
+        if let Some(slot) = self.lock().held.get_mut(&id) {
+            slot.initialized = true;
         }
     }
 
@@ -135,7 +178,7 @@ impl Slots {
             return false;
         }
         match inner.held.get_mut(&id) {
-            Some(role @ Role::Member) => *role = Role::Subscriber,
+            Some(slot) if slot.initialized && !slot.subscriber => slot.subscriber = true,
             _ => return false,
         }
         inner.subscribers += 1;
@@ -145,16 +188,18 @@ impl Slots {
     /// A subscription that the foreground could not register.
     pub fn unsubscribe(&self, id: u64) {
         let mut inner = self.lock();
-        if let Some(role @ Role::Subscriber) = inner.held.get_mut(&id) {
-            *role = Role::Member;
-            inner.subscribers -= 1;
+        if let Some(slot) = inner.held.get_mut(&id) {
+            if slot.subscriber {
+                slot.subscriber = false;
+                inner.subscribers -= 1;
+            }
         }
     }
 
     /// The connection ended (or gave way, when this does nothing).
     pub fn release(&self, id: u64) {
         let mut inner = self.lock();
-        if let Some(Role::Subscriber) = inner.held.remove(&id) {
+        if inner.held.remove(&id).is_some_and(|slot| slot.subscriber) {
             inner.subscribers -= 1;
         }
     }
@@ -170,7 +215,7 @@ mod tests {
     /// A started connection in a new slot, and its client's end.
     fn connect(slots: &Slots) -> (u64, UnixStream) {
         let (server, client) = UnixStream::pair().unwrap();
-        let id = slots.admit(&Vec::new).unwrap();
+        let id = slots.admit(&|_| Vec::new()).unwrap();
         slots.started(id, &Out::new(server, Duration::from_secs(1)));
         (id, client)
     }
@@ -185,17 +230,59 @@ mod tests {
         assert!(slots.busy(b, true));
         assert!(slots.busy(b, false));
         assert!(slots.busy(c, true));
-        // a said hello, c is handling a line: b gives way, told why.
-        let d = slots.admit(&|| b"full\n".to_vec()).unwrap();
+        // a said hello, c is handling a line: b, which did not say hello,
+        // gives way first, told why.
+        let d = slots
+            .admit(&|why| format!("{why:?}\n").into_bytes())
+            .unwrap();
         let mut told = String::new();
         b_client.read_to_string(&mut told).unwrap();
-        assert_eq!(told, "full\n");
+        assert_eq!(told, "Uninitialized\n");
         assert!(!slots.busy(b, true), "b gave way: it must not go on");
         slots.release(b);
-        // d has not started, so nobody can give way now.
-        assert_eq!(slots.admit(&Vec::new), None);
+        // a is handling a line too, and d has not started: nobody can give
+        // way now.
+        assert!(slots.busy(a, true));
+        assert_eq!(slots.admit(&|_| Vec::new()), None);
         slots.release(d);
-        assert!(slots.admit(&Vec::new).is_some());
+        assert!(slots.admit(&|_| Vec::new()).is_some());
+    }
+
+    #[test]
+    fn the_connection_idle_longest_gives_way_and_subscribers_never_do() {
+        let slots = Slots::new(4);
+        let (a, mut a_client) = connect(&slots);
+        let (b, mut b_client) = connect(&slots);
+        let (c, _c) = connect(&slots);
+        let (d, _d) = connect(&slots);
+        for id in [a, b, c, d] {
+            slots.initialized(id);
+        }
+        assert!(slots.subscribe(d));
+        // a finishes a line after b, c and d: b has been idle longest.
+        for id in [b, c, a] {
+            std::thread::sleep(Duration::from_millis(2));
+            assert!(slots.busy(id, true));
+            assert!(slots.busy(id, false));
+        }
+        let why = |why: GaveWay| format!("{why:?}\n").into_bytes();
+        let e = slots.admit(&why).unwrap();
+        let mut told = String::new();
+        b_client.read_to_string(&mut told).unwrap();
+        assert_eq!(told, "Idle\n");
+        assert!(!slots.busy(b, true), "b gave way: it must not go on");
+        // Then c; then a, once c is handling a line.
+        assert!(slots.busy(c, true));
+        let f = slots.admit(&why).unwrap();
+        told.clear();
+        a_client.read_to_string(&mut told).unwrap();
+        assert_eq!(told, "Idle\n");
+        // Left: d subscribes, c is busy, e and f have not started.
+        assert_eq!(slots.admit(&why), None);
+        for id in [c, d, e, f] {
+            slots.release(id);
+        }
+        assert!(slots.admit(&why).is_some());
     }
 
     #[test]
@@ -203,8 +290,10 @@ mod tests {
         let slots = Slots::new(16);
         assert_eq!(slots.max_subscribers(), 14);
         // Full of connections that have not started: none can give way.
-        let ids: Vec<u64> = (0..16).map(|_| slots.admit(&Vec::new).unwrap()).collect();
-        assert_eq!(slots.admit(&Vec::new), None);
+        let ids: Vec<u64> = (0..16)
+            .map(|_| slots.admit(&|_| Vec::new()).unwrap())
+            .collect();
+        assert_eq!(slots.admit(&|_| Vec::new()), None);
         for &id in &ids {
             slots.initialized(id);
         }
@@ -214,8 +303,8 @@ mod tests {
         slots.release(ids[0]);
         assert!(slots.subscribe(ids[15]), "a released subscriber's place");
         slots.release(ids[1]);
-        assert!(slots.admit(&Vec::new).is_some());
-        assert!(slots.admit(&Vec::new).is_some());
-        assert_eq!(slots.admit(&Vec::new), None);
+        assert!(slots.admit(&|_| Vec::new()).is_some());
+        assert!(slots.admit(&|_| Vec::new()).is_some());
+        assert_eq!(slots.admit(&|_| Vec::new()), None);
     }
 }
