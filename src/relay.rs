@@ -160,12 +160,19 @@ pub fn deliver_zcoder(
         "body": body,
         "created_at": crate::spool::now_secs(),
     });
-    if let Some(s) = sender {
-        req["sender_instance_id"] = json!(s.instance_id);
-        req["sender_pid"] = json!(std::process::id());
-        req["sender_project"] = json!(s.project);
-        req["sender_workspace"] = json!(s.workspace);
+    // zcoder requires a sender id and pid in every enqueue (as context:
+    // it does not look them up). A plain command line is not an instance,
+    // so it says so: `cli-<pid>`, which no instance id can be.
+    let pid = std::process::id();
+    match sender {
+        Some(s) => {
+            req["sender_instance_id"] = json!(s.instance_id);
+            req["sender_project"] = json!(s.project);
+            req["sender_workspace"] = json!(s.workspace);
+        }
+        None => req["sender_instance_id"] = json!(registry::plain_sender_id(pid)),
     }
+    req["sender_pid"] = json!(pid);
     // zcoder's own frame bound (ZCODER_RELAY_MAX_BYTES, 65536 unless its
     // user changed it): a bigger frame would only be refused there.
     let size = serde_json::to_vec(&req).expect("serializes").len();
@@ -289,12 +296,19 @@ fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
         };
     }
     let dirs: Vec<RegistryDir> = registry::scan_dirs(&origin.registry);
-    if let Some(p) = registry::find_id(&dirs, &out.target, origin.config.io_timeout) {
-        return Ok(p);
-    }
-    let found = registry::discover(&dirs, None, origin.config.io_timeout);
-    match resolve(&found, &out.target) {
-        Resolved::One(p) => Ok(*p),
+    let found = registry::find_id(&dirs, &out.target, origin.config.io_timeout)
+        .map(|p| Resolved::One(Box::new(p)))
+        .unwrap_or_else(|| {
+            resolve(
+                &registry::discover(&dirs, None, origin.config.io_timeout),
+                &out.target,
+            )
+        });
+    match found {
+        Resolved::One(p) => match live(&origin.config, p, id) {
+            Route::Live(p) => Ok(*p),
+            Route::Done(v) => Err(v),
+        },
         Resolved::NoMatch(all) | Resolved::Ambiguous(all) => {
             let mut v = outcome(
                 Status::NoTarget,
@@ -504,7 +518,7 @@ pub fn route(
         let dirs = registry::scan_dirs(registry_dir);
         // An exact id needs no scan: its manifest is read directly.
         if let Some(p) = registry::find_id(&dirs, target, config.io_timeout) {
-            return Route::Live(Box::new(p));
+            return live(config, Box::new(p), message_id);
         }
         // Ping only what the target can name; everyone is pinged only to
         // list candidates when that finds nothing.
@@ -512,12 +526,12 @@ pub fn route(
             m.instance_id == target || m.name == target
         });
         let found = match resolve(&named, target) {
-            Resolved::One(p) => return Route::Live(p),
+            Resolved::One(p) => return live(config, p, message_id),
             Resolved::Ambiguous(_) => named,
             Resolved::NoMatch(_) => registry::discover(&dirs, None, config.io_timeout),
         };
         let all = match resolve(&found, target) {
-            Resolved::One(p) => return Route::Live(p),
+            Resolved::One(p) => return live(config, p, message_id),
             Resolved::Ambiguous(many) => {
                 let mut v = outcome(
                     Status::NoTarget,
@@ -559,6 +573,18 @@ pub fn route(
             }
         }
     }
+}
+
+/// A resolved peer to deliver to, unless it is unresponsive: its pid is
+/// there but it did not answer the ping in time. That is a transport
+/// failure, never a reason to store the task in its spool (whose lock the
+/// stopped instance holds anyway).
+fn live(config: &Config, p: Box<Peer>, message_id: &str) -> Route {
+    if p.unresponsive() {
+        let failed = outcome(Status::Transport, message_id, p.silence(config.io_timeout));
+        return Route::Done(with_target(failed, peer_target(&p)));
+    }
+    Route::Live(p)
 }
 
 /// The one spool of a name no live instance has, if it takes offline

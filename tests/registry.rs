@@ -1310,3 +1310,82 @@ fn sigint_shuts_down_like_sigterm() {
     assert_eq!(wait_exit(&mut a.proc), 0);
     assert!(!exists(&manifest) && !exists(&a.socket));
 }
+
+/// Issue 18: an instance stopped with SIGSTOP (its pid alive, its socket
+/// silent) is unresponsive, not missing: `ping` and `send` fail in
+/// transport (exit 4) saying so, `list` shows it, and a send never falls
+/// back to storing the task in its spool.
+#[test]
+fn issue_18_a_stopped_instance_is_unresponsive_not_missing() {
+    let env = Env::new();
+    let ws = env.workspace("slow");
+    let mut slow = env.serve(&ws, &["--name", "slow"]);
+    let spool = spool_of(&env, "slow");
+    let quick = [("BATON_IO_TIMEOUT", "0.5")];
+    let run = |args: &[&str]| env.run_with(&quick, None, args, None);
+    slow.proc.signal(libc::SIGSTOP);
+    let silent = format!("baton: slow ({}) did not answer within 0.5 s\n", slow.id);
+
+    for target in ["slow", slow.id.as_str()] {
+        let out = run(&["ping", target]);
+        assert_eq!(
+            (out.status, out.stderr.as_str()),
+            (4, silent.as_str()),
+            "{out:?}"
+        );
+    }
+    let out = run(&["status", "slow"]);
+    assert_eq!(
+        (out.status, out.stderr.as_str()),
+        (4, silent.as_str()),
+        "{out:?}"
+    );
+
+    let out = run(&["list", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let listed: Vec<Value> = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["instance_id"], slow.id.as_str());
+    assert_eq!(listed[0]["state"], "unresponsive");
+    let out = run(&["list"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(
+        out.stdout
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("slow ") && l.contains(" unresponsive ")),
+        "{out:?}"
+    );
+
+    let out = run(&["send", "slow", "while stopped", "--message-id", "m-1"]);
+    assert_eq!(
+        (out.status, out.stderr.as_str()),
+        (4, silent.as_str()),
+        "{out:?}"
+    );
+    let out = run(&[
+        "send",
+        "slow",
+        "while stopped",
+        "--message-id",
+        "m-2",
+        "--json",
+    ]);
+    assert_eq!(out.status, 4, "{out:?}");
+    let r: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(r["status"], "transport");
+    assert_eq!(r["target"]["instance_id"], slow.id.as_str());
+    let inbox = fs::read_dir(spool.join("inbox"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(
+        inbox, 0,
+        "a send to a stopped instance stored a task in its spool"
+    );
+
+    // Resumed, it answers again.
+    slow.proc.signal(libc::SIGCONT);
+    let out = run(&["ping", "slow"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(slow.term(), 0);
+}

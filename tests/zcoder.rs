@@ -199,9 +199,11 @@ impl Conn {
 struct PeerState {
     paused: bool,
     max_queue: usize,
-    /// zcoder's sender check (seed, "Receiving an agent turn"): the sender
-    /// id begins with the sender pid, its manifest is in this registry with
-    /// that pid, and the process is alive.
+    /// The stricter sender check the seed also describes ("Receiving an
+    /// agent turn"): the sender id begins with the sender pid, its manifest
+    /// is in this registry with that pid, and the process is alive. Off by
+    /// default: zcoder's listener checks the sender fields' presence and
+    /// form only ("sender metadata is useful context, not trusted proof").
     strict: bool,
     /// Store the next enqueue but close without an ack, as a listener that
     /// died after storing would.
@@ -406,7 +408,7 @@ impl PeerState {
         else {
             return "invalid";
         };
-        if self.strict && !verified(req, dir) {
+        if !sender_fields_valid(req) || (self.strict && !verified(req, dir)) {
             return "invalid";
         }
         if self.queue.iter().any(|(m, _)| m == message_id) {
@@ -424,7 +426,16 @@ impl PeerState {
     }
 }
 
-/// zcoder's sender check.
+/// What zcoder's listener requires of every enqueue's sender, as context
+/// (it looks neither up): a `sender_instance_id` of the id grammar and a
+/// positive integer `sender_pid`.
+fn sender_fields_valid(req: &Map<String, Value>) -> bool {
+    let id = req.get("sender_instance_id").and_then(Value::as_str);
+    let pid = req.get("sender_pid").and_then(Value::as_u64);
+    id.is_some_and(valid_id) && pid.is_some_and(|p| p > 0)
+}
+
+/// The seed's stricter sender check.
 fn verified(req: &Map<String, Value>, dir: &Path) -> bool {
     let (Some(sid), Some(pid)) = (
         req.get("sender_instance_id").and_then(Value::as_str),
@@ -833,7 +844,8 @@ fn baton_sends_to_a_zcoder_peer() {
             "accepted"
         ]
     );
-    // Plain sends carry no sender identity; all carry zcoder's fields.
+    // Plain sends name the command line as their sender (`cli-<pid>`, its
+    // own pid), as zcoder requires; all carry zcoder's fields.
     let plain: BTreeSet<&str> = [
         "protocol",
         "type",
@@ -841,6 +853,8 @@ fn baton_sends_to_a_zcoder_peer() {
         "target_instance_id",
         "body",
         "created_at",
+        "sender_instance_id",
+        "sender_pid",
     ]
     .into();
     for c in &enqueues[..enqueues.len() - 1] {
@@ -848,6 +862,8 @@ fn baton_sends_to_a_zcoder_peer() {
         assert_eq!(keys(req), plain, "{req:?}");
         assert_eq!(req["protocol"], 1);
         assert_eq!(req["target_instance_id"], peer.id.as_str());
+        let pid = req["sender_pid"].as_u64().unwrap();
+        assert_eq!(req["sender_instance_id"], format!("cli-{pid}"), "{req:?}");
     }
     for c in &enqueues[..2] {
         let at = c.field("created_at").as_u64().unwrap();
@@ -858,12 +874,7 @@ fn baton_sends_to_a_zcoder_peer() {
     }
     let relayed = enqueues.last().unwrap().request.as_ref().unwrap();
     let mut full = plain.clone();
-    full.extend([
-        "sender_instance_id",
-        "sender_pid",
-        "sender_project",
-        "sender_workspace",
-    ]);
+    full.extend(["sender_project", "sender_workspace"]);
     assert_eq!(keys(relayed), full, "{relayed:?}");
     assert_eq!(relayed["sender_instance_id"], a.id.as_str());
     assert_eq!(relayed["sender_pid"], a.pid());
@@ -1726,4 +1737,147 @@ fn zcoder_flag_refuses_baton_s_own_registry() {
     );
     // Nothing was bound or published.
     assert_eq!(fs::read_dir(&env.registry).unwrap().count(), 0);
+}
+
+// ---------------------------------------------------------------------
+// Issue 18.
+
+/// zcoder refuses an enqueue without well-formed sender fields, so a plain
+/// `baton send` names itself `cli-<its pid>`, with its pid; and a baton
+/// instance that receives such a frame takes the sender as the plain one
+/// it is instead of failing to verify an instance.
+#[test]
+fn issue_18_plain_send_carries_the_sender_fields_zcoder_requires() {
+    let env = Env::new();
+    let zdir = zcoder_dir(&env);
+    let peer = ZPeer::start(&zdir, "weekly digest", "/work/app/services/weekly-digest");
+
+    // The stand-in refuses what zcoder refuses (it answers, then waits for
+    // its client to close).
+    let to_peer = |req: &Value| -> Value {
+        let mut c = UnixStream::connect(&peer.socket).unwrap();
+        c.set_read_timeout(Some(T)).unwrap();
+        c.write_all(&frame(req.to_string().as_bytes())).unwrap();
+        let ack = read_frame(&mut c).unwrap().expect("an ack");
+        Value::Object(flat_object(&ack).unwrap())
+    };
+    let bare = enqueue(&peer.id, "raw-1", "no sender");
+    assert_eq!(to_peer(&bare)["status"], "invalid");
+    let mut zero = bare.clone();
+    zero["sender_instance_id"] = json!("cli-1");
+    zero["sender_pid"] = json!(0);
+    assert_eq!(to_peer(&zero)["status"], "invalid");
+
+    let out = env.run_with(
+        &[("ZCODER_RELAY_DIR", s(&zdir))],
+        None,
+        &[
+            "send",
+            "weekly_digest",
+            "from a shell",
+            "--message-id",
+            "sh-1",
+        ],
+        None,
+    );
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(
+        out.stdout,
+        format!(
+            "accepted: weekly_digest ({}) queued message sh-1 at position 1\n",
+            peer.id
+        )
+    );
+    let log = peer.log();
+    let sent = log.last().unwrap();
+    assert_eq!(sent.status.as_deref(), Some("accepted"));
+    assert_eq!(
+        sent.field("sender_instance_id"),
+        json!(format!("cli-{}", out.pid))
+    );
+    assert_eq!(sent.field("sender_pid"), json!(out.pid));
+    assert_eq!(sent.field("sender_project"), Value::Null);
+
+    // baton receiving `cli-<pid>`: a plain sender, shown by its peer
+    // credentials, on either wire's socket.
+    let ws = env.workspace("digest");
+    let b = env.serve_with(
+        &ws,
+        &[("ZCODER_RELAY_DIR", s(&zdir))],
+        &["--name", "digest"],
+    );
+    let mut from_cli = enqueue(&b.id, "sh-2", "from a baton shell");
+    from_cli["sender_instance_id"] = json!("cli-4242");
+    from_cli["sender_pid"] = json!(4242);
+    assert_ack(
+        &zsend(&b.socket, &from_cli),
+        "sh-2",
+        "accepted",
+        "ready",
+        Some(1),
+    );
+    let (code, c) = baton_json(&env, &zdir, &[], &["inbox", "claim", "digest"]);
+    assert_eq!(code, 0, "{c}");
+    assert_eq!(c["task"]["message_id"], "sh-2");
+    let cwd = std::env::current_dir().unwrap().canonicalize().unwrap();
+    assert_eq!(
+        c["task"]["sender"],
+        json!({"pid": std::process::id(), "workspace": s(&cwd)})
+    );
+}
+
+/// `baton ping` and `baton status` on a zcoder peer use its frame's ping;
+/// what its frame cannot do stays a usage error.
+#[test]
+fn issue_18_ping_and_status_work_on_a_zcoder_peer() {
+    let env = Env::new();
+    let zdir = zcoder_dir(&env);
+    let peer = ZPeer::start(&zdir, "weekly digest", "/work/app/services/weekly-digest");
+    let zvars = [("ZCODER_RELAY_DIR", s(&zdir))];
+
+    let out = env.run_with(&zvars, None, &["ping", "weekly_digest"], None);
+    assert_eq!(out.status, 0, "{out:?}");
+    let prefix = format!("pong from weekly_digest ({}): ready, ", peer.id);
+    assert!(
+        out.stdout.starts_with(&prefix) && out.stdout.ends_with(" ms\n"),
+        "{out:?}"
+    );
+    peer.with(|p| p.paused = true);
+    let (code, r) = baton_json(&env, &zdir, &[], &["ping", &peer.id]);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["status"], "pong");
+    assert_eq!(r["instance_id"], peer.id.as_str());
+    assert_eq!(r["state"], "paused");
+    assert_eq!(r["wire"], "zcoder");
+    assert!(r["round_trip_us"].is_u64(), "{r}");
+
+    let (code, r) = baton_json(&env, &zdir, &[], &["status", "weekly_digest"]);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["instance_id"], peer.id.as_str());
+    assert_eq!(r["name"], "weekly_digest");
+    assert_eq!(r["pid"], std::process::id());
+    assert_eq!(r["state"], "paused", "the ping's state, not the manifest's");
+    assert_eq!(r["workspace"], "/work/app/services/weekly-digest");
+    assert_eq!(r["wire"], "zcoder");
+    let out = env.run_with(&zvars, None, &["status", "weekly_digest"], None);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.contains("state:       paused\n"), "{out:?}");
+    assert!(
+        out.stdout.contains(&format!("instance:    {}\n", peer.id)),
+        "{out:?}"
+    );
+
+    // Every ping was zcoder's, each answered and read to its end.
+    let log = peer.log();
+    assert!(!log.is_empty());
+    for c in &log {
+        assert_eq!(c.kind(), "ping", "{c:?}");
+        assert_eq!(c.status.as_deref(), Some("pong"), "{c:?}");
+        assert!(c.ack_written && c.after_ack.is_ok(), "{c:?}");
+    }
+
+    // Its frame has no pause: still a usage error.
+    let out = env.run_with(&zvars, None, &["pause", "weekly_digest"], None);
+    assert_eq!(out.status, 2, "{out:?}");
+    assert!(out.stderr.contains("is a zcoder instance"), "{out:?}");
 }

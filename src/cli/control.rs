@@ -4,8 +4,10 @@ use super::args::Args;
 use super::{emit, emit_json, target};
 use crate::config::Config;
 use crate::error::{ExitCode, Result};
+use crate::registry::{Peer, Wire};
 use crate::sanitize::escape;
 use serde_json::{Value, json};
+use std::path::Path;
 use std::time::Instant;
 
 fn one_call(
@@ -16,21 +18,36 @@ fn one_call(
 ) -> Result<(crate::registry::Peer, Value)> {
     super::at_most(args, cmd, 1)?;
     let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
-    let mut conn = target::connect(config, &peer)?;
-    let r = conn
-        .call(method, json!({}))
-        .map_err(|e| target::transport(&peer, e))?;
+    let r = call_on(config, &peer, method)?;
     Ok((peer, r))
+}
+
+fn call_on(config: &Config, peer: &Peer, method: &str) -> Result<Value> {
+    let mut conn = target::connect(config, peer)?;
+    conn.call(method, json!({}))
+        .map_err(|e| target::transport(peer, e))
+}
+
+/// A zcoder peer's ping: its frame's `ping`, whose `pong` confirms the id
+/// and carries the state. The answer has the shape of a native one.
+fn zcoder_ping(config: &Config, peer: &Peer) -> Result<Value> {
+    let m = &peer.manifest;
+    let state = crate::client::zcoder_ping(Path::new(&m.socket), &m.instance_id, config.io_timeout)
+        .map_err(|e| target::transport(peer, e))?;
+    Ok(json!({"status": "pong", "instance_id": m.instance_id, "state": state, "wire": "zcoder"}))
 }
 
 pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "ping", 1)?;
     let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
-    let mut conn = target::connect(config, &peer)?;
     let start = Instant::now();
-    let r = conn
-        .call("ping", json!({}))
-        .map_err(|e| target::transport(&peer, e))?;
+    let r = if peer.wire == Wire::Zcoder {
+        zcoder_ping(config, &peer)?
+    } else {
+        let mut conn = target::connect(config, &peer)?;
+        conn.call("ping", json!({}))
+            .map_err(|e| target::transport(&peer, e))?
+    };
     let micros = start.elapsed().as_micros();
     if args.flag("json") {
         let mut r = r;
@@ -48,8 +65,43 @@ pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
     Ok(ExitCode::Ok)
 }
 
+/// A zcoder peer's status: what its manifest says, with the state its
+/// ping answered (its frame has nothing more to ask).
+fn zcoder_status(args: &Args, config: &Config, peer: &Peer) -> Result<ExitCode> {
+    let state = zcoder_ping(config, peer)?["state"].clone();
+    let mut r = serde_json::to_value(&peer.manifest).expect("serializes");
+    r["state"] = state;
+    r["wire"] = json!("zcoder");
+    if args.flag("json") {
+        emit_json(&r);
+        return Ok(ExitCode::Ok);
+    }
+    let s = |k: &str| match r.get(k) {
+        Some(Value::String(s)) if !s.is_empty() => escape(s).into_owned(),
+        Some(Value::String(_) | Value::Null) | None => "-".into(),
+        Some(v) => v.to_string(),
+    };
+    emit(&format!(
+        "name:        {}\ninstance:    {}\npid:         {}\nstate:       {}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nwire:        zcoder (its frame tells no queue, spool or task)\n",
+        s("name"),
+        s("instance_id"),
+        s("pid"),
+        s("state"),
+        s("profile"),
+        s("model"),
+        s("workspace"),
+        s("socket"),
+    ));
+    Ok(ExitCode::Ok)
+}
+
 pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
-    let (_, r) = one_call(args, config, "status", "control/status")?;
+    super::at_most(args, "status", 1)?;
+    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
+    if peer.wire == Wire::Zcoder {
+        return zcoder_status(args, config, &peer);
+    }
+    let r = call_on(config, &peer, "control/status")?;
     if args.flag("json") {
         emit_json(&r);
         return Ok(ExitCode::Ok);

@@ -60,13 +60,13 @@ pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
     let dirs = registry::scan_dirs(&dir);
     // An exact id needs no scan: its manifest is read directly.
     if let Some(p) = target.and_then(|t| registry::find_id(&dirs, t, config.io_timeout)) {
-        return Ok(p);
+        return answering(config, p);
     }
     let found = registry::discover(&dirs, None, config.io_timeout);
     let all: Vec<&Peer> = found.peers.iter().collect();
     let pick = |matches: Vec<&Peer>, what: String| -> Result<Peer> {
         match matches.len() {
-            1 => Ok(matches[0].clone()),
+            1 => answering(config, matches[0].clone()),
             0 => Err(Error::NoTarget(format!("{what}; {}", candidates(&all)))),
             _ => Err(Error::NoTarget(format!(
                 "{what} is ambiguous: pick one by id; {}",
@@ -77,7 +77,7 @@ pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
     match target {
         Some(t) => {
             if let Some(p) = all.iter().find(|p| p.manifest.instance_id == t) {
-                return Ok((*p).clone());
+                return answering(config, (*p).clone());
             }
             let named: Vec<&Peer> = all
                 .iter()
@@ -137,11 +137,21 @@ pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
     }
 }
 
+/// The peer, unless it is unresponsive: its pid is there but its socket
+/// did not answer the ping in time, so nothing can be asked of it now
+/// (exit 4, not "no such instance").
+fn answering(config: &Config, p: Peer) -> Result<Peer> {
+    if p.unresponsive() {
+        return Err(Error::Transport(p.silence(config.io_timeout)));
+    }
+    Ok(p)
+}
+
 /// Opens a native connection to a resolved peer.
 pub fn connect(config: &Config, peer: &Peer) -> Result<Connection> {
     if peer.wire != registry::Wire::Jsonrpc {
         return Err(Error::Usage(format!(
-            "{} is a zcoder instance; this version of baton can list zcoder instances but not control them",
+            "{} is a zcoder instance: its frame has only ping and enqueue, so baton can ping it, show its status and send to it, nothing more",
             escape(&peer.manifest.name)
         )));
     }

@@ -17,11 +17,49 @@ use std::time::Duration;
 /// Pings run at most this many at a time.
 const PING_CONCURRENCY: usize = 64;
 
-/// A live peer.
+/// The state discovery gives a peer whose pid is alive but whose socket
+/// did not answer the ping in time (stopped, or stuck): it is there, not
+/// missing, and nothing can be delivered to it now.
+pub const UNRESPONSIVE: &str = "unresponsive";
+
+/// A live peer: one that answered its ping, or an unresponsive one.
 #[derive(Clone, Debug)]
 pub struct Peer {
     pub manifest: Manifest,
     pub wire: Wire,
+}
+
+impl Peer {
+    /// Whether its pid is alive but its socket did not answer in time.
+    pub fn unresponsive(&self) -> bool {
+        self.manifest.state == UNRESPONSIVE
+    }
+
+    /// What a command says when it needed an answer from an unresponsive
+    /// peer.
+    pub fn silence(&self, timeout: Duration) -> String {
+        format!(
+            "{} ({}) did not answer within {} s",
+            crate::sanitize::escape(&self.manifest.name),
+            self.manifest.instance_id,
+            seconds(timeout)
+        )
+    }
+}
+
+/// A duration in seconds as a person writes it: `2`, `0.5`.
+fn seconds(d: Duration) -> String {
+    let s = format!("{:.3}", d.as_secs_f64());
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Why a ping failed.
+struct PingFailure {
+    problem: String,
+    /// The socket was missing or refused connections.
+    unreachable: bool,
+    /// A connection was made but no answer came in time.
+    timed_out: bool,
 }
 
 /// A manifest that discovery did not list, and why.
@@ -207,12 +245,21 @@ fn settle(
                     wire: w,
                 });
             }
-            Err((problem, unreachable)) => {
-                let stale = unreachable && sys::pid_status(m.pid) == sys::PidStatus::Gone;
+            // A pid that is there with a socket that does not answer is
+            // a peer that is stopped or stuck, not a missing one.
+            Err(f) if f.timed_out && sys::pid_status(m.pid) != sys::PidStatus::Gone => {
+                m.state = UNRESPONSIVE.to_string();
+                found.peers.push(Peer {
+                    manifest: m,
+                    wire: w,
+                });
+            }
+            Err(f) => {
+                let stale = f.unreachable && sys::pid_status(m.pid) == sys::PidStatus::Gone;
                 let problem = if stale {
-                    format!("stale: {problem} and pid {} is gone", m.pid)
+                    format!("stale: {} and pid {} is gone", f.problem, m.pid)
                 } else {
-                    problem
+                    f.problem
                 };
                 found.skipped.push(skipped_peer(m, w, problem, stale));
             }
@@ -277,7 +324,7 @@ fn triage(
 fn ping_all(
     peers: &[(Manifest, Wire)],
     timeout: Duration,
-) -> Vec<std::result::Result<String, (String, bool)>> {
+) -> Vec<std::result::Result<String, PingFailure>> {
     peers
         .chunks(PING_CONCURRENCY)
         .flat_map(|chunk| {
@@ -289,8 +336,11 @@ fn ping_all(
                 handles
                     .into_iter()
                     .map(|h| {
-                        h.join()
-                            .unwrap_or(Err(("ping thread failed".into(), false)))
+                        h.join().unwrap_or(Err(PingFailure {
+                            problem: "ping thread failed".into(),
+                            unreachable: false,
+                            timed_out: false,
+                        }))
                     })
                     .collect::<Vec<_>>()
             })
@@ -313,22 +363,28 @@ fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool) -> Skippe
     }
 }
 
-/// Pings one peer; on failure returns the problem and whether the socket
-/// was missing or refused connections (a sign of a dead instance).
+/// Pings one peer; on failure says why, and whether the socket was
+/// missing or refused connections (a sign of a dead instance) or did not
+/// answer in time (a sign of a stopped one).
 fn ping_peer(
     m: &Manifest,
     wire: Wire,
     timeout: Duration,
-) -> std::result::Result<String, (String, bool)> {
-    check_socket(m).map_err(|problem| (problem, false))?;
+) -> std::result::Result<String, PingFailure> {
+    check_socket(m).map_err(|problem| PingFailure {
+        problem,
+        unreachable: false,
+        timed_out: false,
+    })?;
     let socket = Path::new(&m.socket);
     let r = match wire {
         Wire::Jsonrpc => client::ping(socket, &m.instance_id, timeout),
         Wire::Zcoder => client::zcoder_ping(socket, &m.instance_id, timeout),
     };
-    r.map_err(|e| {
-        let unreachable = e.is_unreachable();
-        (e.to_string(), unreachable)
+    r.map_err(|e| PingFailure {
+        problem: e.to_string(),
+        unreachable: e.is_unreachable(),
+        timed_out: matches!(e, client::ClientError::Timeout),
     })
 }
 

@@ -9,7 +9,9 @@ mod discover;
 mod manifest;
 
 pub use clean::{Collected, MALFORMED_AGE, collect_stale, remove_stale};
-pub use discover::{Discovery, Peer, Skipped, Truncated, discover, discover_matching, find_id};
+pub use discover::{
+    Discovery, Peer, Skipped, Truncated, UNRESPONSIVE, discover, discover_matching, find_id,
+};
 pub use manifest::{Manifest, parse_manifest, read_manifest};
 
 use crate::config::Config;
@@ -34,6 +36,20 @@ pub const MAX_ENTRIES: usize = 16 * 1024;
 /// `[A-Za-z0-9_.-]{1,100}`: instance ids and message ids.
 pub fn valid_id(s: &str) -> bool {
     (1..=100).contains(&s.len()) && s.bytes().all(id_byte)
+}
+
+/// The sender id a plain command line (not an instance) gives in a zcoder
+/// `enqueue`, whose every sender must have one: `cli-<pid>`. No instance
+/// id has that form (they begin with their pid).
+pub fn plain_sender_id(pid: u32) -> String {
+    format!("cli-{pid}")
+}
+
+/// Whether a zcoder sender id is a plain command line's (`cli-<pid>`):
+/// such a sender claims no instance, so there is nothing to verify.
+pub fn is_plain_sender_id(id: &str) -> bool {
+    id.strip_prefix("cli-")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `[A-Za-z0-9_.-]{1,64}`: names.

@@ -138,7 +138,9 @@ fn send_request(obj: &Map<String, Value>) -> Option<SendRequest> {
         message_id: s("message_id")??,
         target_instance_id: s("target_instance_id")??,
         body: s("body")??,
-        sender_instance_id: s("sender_instance_id")?,
+        // A plain command line's `cli-<pid>` names no instance: the
+        // sender is shown as plain, by its peer credentials.
+        sender_instance_id: s("sender_instance_id")?.filter(|id| !registry::is_plain_sender_id(id)),
         sender_name: project.map(|p| registry::default_name(std::path::Path::new(&p))),
         sender_workspace: s("sender_workspace")?,
         hop: Some(0),
