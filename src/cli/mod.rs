@@ -255,9 +255,15 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bridge",
-        usage: "baton bridge [TARGET]",
+        usage: "baton bridge [TARGET] [--offline]",
         summary: "join stdin and stdout to an instance's socket (for ssh host baton bridge NAME)",
-        opts: &[HELP],
+        opts: &[
+            switch(
+                "offline",
+                "when TARGET is not running but has a spool, store each message/send there (stored)",
+            ),
+            HELP,
+        ],
         run: bridge::run,
     },
     Command {
