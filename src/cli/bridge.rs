@@ -177,15 +177,21 @@ pub struct Via {
 impl Via {
     /// Starts `VIA REMOTE ARGS...` through `sh -c`, so VIA may hold options
     /// and REMOTE (`BATON_REMOTE`, default `baton`) a path or an `env`
-    /// prefix; ARGS are quoted for the remote shell.
-    pub fn spawn(via: &str, config: &Config, remote_args: &[&str], stderr: Stdio) -> Result<Via> {
+    /// prefix; ARGS are quoted for the remote shell. With `multiplex`, an
+    /// `ssh ...` VIA shares one connection per VIA (`multiplexed`).
+    pub fn spawn(via: &str, config: &Config, remote_args: &[&str], multiplex: bool) -> Result<Via> {
         let quoted: Vec<String> = remote_args.iter().map(|a| shell_quote(a)).collect();
+        let line = match multiplex {
+            true => multiplexed(via, config),
+            false => None,
+        };
+        let line = line.unwrap_or_else(|| via.to_string());
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c")
-            .arg(format!("{via} {} {}", config.remote, quoted.join(" ")))
+            .arg(format!("{line} {} {}", config.remote, quoted.join(" ")))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(stderr)
+            .stderr(Stdio::inherit())
             .process_group(0);
         let child = cmd
             .spawn()
@@ -213,6 +219,45 @@ impl Drop for Via {
     }
 }
 
+/// VIA when it is `ssh ...`, with ssh's connection sharing added: the
+/// first use opens a master connection that ssh keeps in the background
+/// (`ControlPersist`, 60 s after its last session; ssh detaches it into a
+/// session of its own, the one process that outlives a baton command, by
+/// design), and later uses to the same VIA run over it without a new key
+/// exchange. The socket is `<registry>/ssh-<hash of VIA>`: one per VIA
+/// string, so keys with different forced commands never share a master.
+/// None when VIA is not ssh, sets any Control option itself, or the path
+/// would be too long for a socket.
+fn multiplexed(via: &str, config: &Config) -> Option<String> {
+    let rest = via.trim_start().strip_prefix("ssh ")?;
+    let lower = via.to_ascii_lowercase();
+    if ["controlmaster", "controlpath", "controlpersist"]
+        .iter()
+        .any(|o| lower.contains(o))
+    {
+        return None;
+    }
+    let path = control_path(&registry::ensure_dir(config).ok()?, via);
+    let path = path.to_str()?;
+    // ssh binds a temporary name 17 bytes longer, then renames it.
+    if path.len() + 17 > sys::max_socket_path() {
+        return None;
+    }
+    Some(format!(
+        "ssh -o ControlMaster=auto -o ControlPersist=60 -o {} {rest}",
+        // ssh expands % in ControlPath.
+        shell_quote(&format!("ControlPath={}", path.replace('%', "%%")))
+    ))
+}
+
+/// Where the shared connection of VIA lives: FNV-1a of the VIA string.
+pub fn control_path(registry_dir: &Path, via: &str) -> std::path::PathBuf {
+    let hash = via.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    registry_dir.join(format!("ssh-{hash:016x}"))
+}
+
 /// How long a remote round trip may take: it includes the ssh connection.
 pub fn remote_timeout(config: &Config) -> Duration {
     config.io_timeout.max(Duration::from_secs(10)) * 2
@@ -238,8 +283,9 @@ pub fn run_to_end(
     config: &Config,
     remote_args: &[&str],
     input: &[u8],
+    multiplex: bool,
 ) -> Result<(Option<i32>, Vec<u8>)> {
-    let mut v = Via::spawn(via, config, remote_args, Stdio::inherit())?;
+    let mut v = Via::spawn(via, config, remote_args, multiplex)?;
     let mut stdin = v.child.stdin.take().expect("piped");
     // The remote side may not read it; a closed pipe is no failure.
     let _ = stdin.write_all(input);
@@ -281,13 +327,8 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 impl Remote {
-    pub fn open(via: &str, target: &str, config: &Config) -> Result<Remote> {
-        let mut via = Via::spawn(
-            via,
-            config,
-            &["bridge", "--offline", target],
-            Stdio::inherit(),
-        )?;
+    pub fn open(via: &str, target: &str, config: &Config, multiplex: bool) -> Result<Remote> {
+        let mut via = Via::spawn(via, config, &["bridge", "--offline", target], multiplex)?;
         let input = via.child.stdin.take().expect("piped");
         let out = via.child.stdout.take().expect("piped");
         let (tx, lines) = crossbeam_channel::unbounded();

@@ -180,7 +180,13 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<ExitCode> {
         crate::wire::request_line(2, "ping", serde_json::json!({})),
     ]
     .concat();
-    let (code, out) = super::bridge::run_to_end(via, config, &remote_args, &probe)?;
+    let (code, out) = super::bridge::run_to_end(
+        via,
+        config,
+        &remote_args,
+        &probe,
+        !args.flag("no-multiplex"),
+    )?;
     let items = match serde_json::from_slice::<Vec<Value>>(&out) {
         Ok(items) if code == Some(0) => items,
         _ => match forced_bridge(&out) {

@@ -147,7 +147,7 @@ fn remote(
         Some(id) => id.to_string(),
         None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
     };
-    let mut r = super::bridge::Remote::open(via, target_arg, config)?;
+    let mut r = super::bridge::Remote::open(via, target_arg, config, !args.flag("no-multiplex"))?;
     // What answered: a live instance, or (`bridge --offline`) the remote
     // baton standing in for a stopped agent's spool.
     let instance = r.hello["instance"].clone();

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{Hosts, parse, status_of};
-use crate::util::{Env, TempDir, baton_bin, have};
+use crate::util::{Env, TempDir, baton_bin, have, pid_alive};
 
 const SSHD: &str = "/usr/sbin/sshd";
 /// The bound on every wait here.
@@ -198,6 +198,65 @@ impl Drop for Sshd {
     }
 }
 
+/// The ssh masters `--via` left running for later sends (ControlPersist),
+/// found by their sockets in the local registry and stopped by pid when
+/// this is dropped, however the test ends.
+struct Masters(PathBuf);
+
+impl Masters {
+    fn sockets(&self) -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = fs::read_dir(&self.0)
+            .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        found.retain(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("ssh-"))
+        });
+        found.sort();
+        found
+    }
+
+    /// The pid `ssh -O check` gives for the master on `socket`.
+    fn pid(socket: &Path) -> Option<i32> {
+        let out = Command::new("ssh")
+            .args(["-F", "/dev/null", "-O", "check", "-o"])
+            .arg(format!("ControlPath={}", socket.display()))
+            .arg("127.0.0.1")
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stderr);
+        let rest = &text[text.find("(pid=")? + 5..];
+        rest[..rest.find(')')?].parse().ok()
+    }
+}
+
+impl Drop for Masters {
+    fn drop(&mut self) {
+        for socket in self.sockets() {
+            let Some(pid) = Masters::pid(&socket) else {
+                continue;
+            };
+            // SAFETY: kill(2) has no memory-safety preconditions; the pid
+            // is the ssh master this test's sends started, as ssh says.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + T;
+            while pid_alive(pid as u32) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if pid_alive(pid as u32) {
+                // SAFETY: as above.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
 /// `VIA COMMAND` as an operator types it, with `input` on its stdin; the
 /// lines it answers, until its stdin closes and it exits (bounded).
 fn session(via: &str, command: &str, input: &[u8]) -> Vec<Value> {
@@ -258,6 +317,7 @@ fn a_real_sshd_carries_send_list_bridge_and_a_forced_command_key() {
         h.remote.state.display()
     );
     let sshd = Sshd::start(&forced);
+    let _masters = Masters(h.local.registry.clone());
     let via = sshd.via("user_key", Some(&h.remote));
     let remote = [("BATON_REMOTE", bin)];
     let run = |vars: &[(&str, &str)], args: &[&str]| h.local.run_with(vars, None, args, None);
@@ -378,4 +438,76 @@ fn a_real_sshd_carries_send_list_bridge_and_a_forced_command_key() {
 
     let (mut cf, mut co) = (far.client(), other.client());
     assert_eq!((far.queued(&mut cf), other.queued(&mut co)), (2, 0));
+}
+
+/// Repeated `--via` calls to one host share one ssh connection (a master
+/// kept by ControlPersist, its socket in the registry), unless
+/// `--no-multiplex`; the timings are printed for docs/ssh.md.
+#[test]
+fn repeated_sends_via_ssh_share_one_connection() {
+    if !have_sshd() {
+        return;
+    }
+    let h = Hosts::new();
+    let far = h
+        .remote
+        .serve(&h.remote.workspace("far"), &["--name", "far"]);
+    let sshd = Sshd::start("true");
+    let masters = Masters(h.local.registry.clone());
+    let via = sshd.via("user_key", Some(&h.remote));
+    let bin = baton_bin();
+    let remote = [("BATON_REMOTE", bin.to_str().unwrap())];
+    let send = |via: &str, id: &str, extra: Option<&str>| {
+        let mut args = vec![
+            "send",
+            "--via",
+            via,
+            "far",
+            "shared",
+            "--message-id",
+            id,
+            "--json",
+        ];
+        args.extend(extra);
+        let t = Instant::now();
+        let out = h.local.run_with(&remote, None, &args, None);
+        assert_eq!(
+            (out.status, status_of(&out).as_str()),
+            (0, "accepted"),
+            "{out:?}"
+        );
+        t.elapsed()
+    };
+
+    let first = send(&via, "m1", None);
+    let sockets = masters.sockets();
+    assert_eq!(sockets.len(), 1, "{sockets:?}");
+    let pid = Masters::pid(&sockets[0]).expect("a master on the socket");
+    let second = send(&via, "m2", None);
+    let out = h
+        .local
+        .run_with(&remote, None, &["list", "--via", &via, "--json"], None);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.contains(&far.id), "{out:?}");
+    // The same master, still running, and no other.
+    assert_eq!(masters.sockets(), sockets);
+    assert_eq!(Masters::pid(&sockets[0]), Some(pid));
+
+    // --no-multiplex opens a connection of its own and leaves no master.
+    let other = via.replacen("ssh ", "ssh -o ServerAliveInterval=30 ", 1);
+    let own = send(&other, "m3", Some("--no-multiplex"));
+    assert_eq!(masters.sockets(), sockets);
+    let (mut c, t) = (far.client(), Instant::now());
+    assert_eq!(far.queued(&mut c), 3);
+
+    let plain = Command::new("/bin/sh")
+        .args(["-c", &format!("{other} true")])
+        .stdin(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(plain.success());
+    let ssh_true = t.elapsed();
+    eprintln!(
+        "send --via: first {first:?}, second (shared) {second:?}, unshared {own:?}; ssh host true {ssh_true:?}"
+    );
 }
