@@ -28,6 +28,9 @@ pub struct Config {
     pub idle_timeout: Duration,
     pub fsync: bool,
     pub ttl: Option<Duration>,
+    /// `BATON_REMOTE`: the command `--via` runs baton as on the other
+    /// host, shell words inserted as given (default `baton`).
+    pub remote: String,
 }
 
 impl Default for Config {
@@ -45,6 +48,7 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(30),
             fsync: true,
             ttl: None,
+            remote: "baton".into(),
         }
     }
 }
@@ -120,6 +124,18 @@ impl Config {
         }
         if let Some(v) = get("BATON_TTL")? {
             c.ttl = Some(Duration::from_secs(int("BATON_TTL", &v, 1, u64::MAX / 2)?));
+        }
+        if let Some(v) = get("BATON_REMOTE")? {
+            // One line of shell words for the remote shell: a newline or a
+            // NUL would end or break the command ssh hands it.
+            if v.contains(['\n', '\r', '\0']) || v.trim().is_empty() {
+                return Err(bad(
+                    "BATON_REMOTE",
+                    &v,
+                    "one line naming the remote baton (e.g. /opt/baton/bin/baton)",
+                ));
+            }
+            c.remote = v;
         }
         Ok(c)
     }

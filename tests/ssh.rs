@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::util::{Env, Output, baton_bin};
+mod sshd;
+
+use crate::util::{Env, Leftovers, Output, baton_bin, pid_alive, wait_until};
 
 /// Two private worlds: `remote`, where the instances run, and `local`,
 /// where the commands under test run, with `ssh` standing for a script that
@@ -42,22 +44,17 @@ impl Hosts {
         std::os::unix::fs::symlink(baton_bin(), bin.join("baton")).unwrap();
         // ssh runs "ARGS..." (joined with spaces) with the remote user's
         // shell; so does this, in the remote world's environment.
-        let ssh = bin.join("fake-ssh");
-        fs::write(
-            &ssh,
-            format!(
-                "#!/bin/sh\n\
-                 # stands in for ssh HOST COMMAND...\n\
-                 shift\n\
-                 exec env BATON_DIR='{}' XDG_STATE_HOME='{}' HOME='{}' TMPDIR='{}' /bin/sh -c \"$*\"\n",
-                remote.registry.display(),
-                remote.state.display(),
-                remote.root.join("home").display(),
-                remote.root.join("tmp").display(),
-            ),
-        )
-        .unwrap();
-        fs::set_permissions(&ssh, fs::Permissions::from_mode(0o755)).unwrap();
+        stand_in(&remote, &bin.join("fake-ssh"), None, "\"$*\"");
+        // A key whose authorized_keys line forces `baton bridge far`: sshd
+        // runs that whatever the client asked for.
+        stand_in(&remote, &bin.join("forced-ssh"), None, "'baton bridge far'");
+        // A host where a non-interactive ssh's PATH has no baton.
+        stand_in(
+            &remote,
+            &bin.join("bare-ssh"),
+            Some("/usr/bin:/bin"),
+            "\"$*\"",
+        );
         let path = match std::env::var("PATH") {
             Ok(p) if !p.is_empty() => format!("{}:{p}", bin.display()),
             _ => format!("{}:/usr/bin:/bin", bin.display()),
@@ -89,6 +86,28 @@ impl Hosts {
             "--json",
         ])
     }
+}
+
+/// Writes a stand-in for `ssh HOST COMMAND...` at `at`: it drops HOST and
+/// runs `/bin/sh -c RUN` in the remote world's environment, with PATH
+/// replaced by `path` when given.
+fn stand_in(remote: &Env, at: &std::path::Path, path: Option<&str>, run: &str) {
+    let path = path.map(|p| format!("PATH='{p}' ")).unwrap_or_default();
+    fs::write(
+        at,
+        format!(
+            "#!/bin/sh\n\
+             # stands in for ssh HOST COMMAND...\n\
+             shift\n\
+             exec env {path}BATON_DIR='{}' XDG_STATE_HOME='{}' HOME='{}' TMPDIR='{}' /bin/sh -c {run}\n",
+            remote.registry.display(),
+            remote.state.display(),
+            remote.root.join("home").display(),
+            remote.root.join("tmp").display(),
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(at, fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 /// The same send made locally on the remote host, for comparison.
@@ -330,4 +349,222 @@ fn bridge_to_an_unknown_target_exits_3() {
     let out = h.remote.run(&["bridge", "nobody"]);
     assert_eq!(out.status, 3, "{out:?}");
     assert!(out.stdout.is_empty(), "{out:?}");
+}
+
+fn parse(out: &Output) -> Value {
+    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out:?}"))
+}
+
+/// Issue 18: through a key whose forced command is `baton bridge far`, a
+/// send to `other` reached far and said `accepted`.
+#[test]
+fn send_via_a_forced_command_key_refuses_a_target_it_does_not_reach() {
+    let h = Hosts::new();
+    let far = h
+        .remote
+        .serve(&h.remote.workspace("far"), &["--name", "far"]);
+    let other = h
+        .remote
+        .serve(&h.remote.workspace("other"), &["--name", "other"]);
+    let via = "forced-ssh far.example";
+
+    let wrong = h.run(&[
+        "send",
+        "--via",
+        via,
+        "other",
+        "x",
+        "--message-id",
+        "w1",
+        "--json",
+    ]);
+    assert_eq!(wrong.status, 1, "{wrong:?}");
+    let v = parse(&wrong);
+    assert_eq!(v["status"], json!("wrong_target"), "{v}");
+    assert_eq!(v["target"]["instance_id"], json!(far.id), "{v}");
+    let text = h.run(&[
+        "send",
+        "--via",
+        via,
+        other.id.as_str(),
+        "x",
+        "--message-id",
+        "w2",
+    ]);
+    assert_eq!(text.status, 1, "{text:?}");
+    assert!(
+        text.stderr.contains("wrong_target") && text.stderr.contains(&far.id),
+        "{text:?}"
+    );
+    let (mut cf, mut co) = (far.client(), other.client());
+    assert_eq!((far.queued(&mut cf), other.queued(&mut co)), (0, 0));
+
+    // The target the key does reach, by name or id, is sent to.
+    let right = h.run(&[
+        "send",
+        "--via",
+        via,
+        "far",
+        "x",
+        "--message-id",
+        "r1",
+        "--json",
+    ]);
+    assert_eq!(
+        (right.status, status_of(&right).as_str()),
+        (0, "accepted"),
+        "{right:?}"
+    );
+    let right = h.run(&[
+        "send",
+        "--via",
+        via,
+        far.id.as_str(),
+        "y",
+        "--message-id",
+        "r2",
+    ]);
+    assert_eq!(right.status, 0, "{right:?}");
+    assert_eq!(far.queued(&mut cf), 2);
+
+    // list --via shows the one instance the key reaches, and says why.
+    let list = h.run(&["list", "--via", via, "--json"]);
+    assert_eq!(list.status, 0, "{list:?}");
+    let items: Vec<Value> = serde_json::from_str(list.stdout.trim()).unwrap();
+    assert_eq!(items.len(), 1, "{list:?}");
+    assert_eq!(items[0]["instance_id"], json!(far.id), "{list:?}");
+    assert!(list.stderr.contains("forced command"), "{list:?}");
+    let list = h.run(&["list", "--via", via]);
+    assert_eq!(list.status, 0, "{list:?}");
+    assert!(
+        list.stdout
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("far")),
+        "{list:?}"
+    );
+    assert!(!list.stdout.contains(&other.id), "{list:?}");
+}
+
+/// Issue 18: what a via command starts (ssh, behind the shell that ran it)
+/// outlived a send that gave up on it. The process group goes, whole.
+#[test]
+fn nothing_a_via_command_starts_outlives_the_command() {
+    let h = Hosts::new();
+    let _s = h
+        .remote
+        .serve(&h.remote.workspace("far"), &["--name", "far"]);
+    for (i, cmd) in ["send", "list"].iter().enumerate() {
+        let left = Leftovers(h.local.root.join(format!("left-{i}.pid")));
+        // Like ssh after the shell that started it is gone: a process that
+        // holds on, while the command itself ends without an answer.
+        let via = format!(
+            "sh -c 'echo $$ >> {}; exec sleep 60' >/dev/null 2>&1 </dev/null & sleep 0.2; exit 0; :",
+            left.0.display()
+        );
+        let args: Vec<&str> = match *cmd {
+            "send" => vec!["send", "--via", &via, "far", "x"],
+            _ => vec!["list", "--via", &via],
+        };
+        let out = h.run(&args);
+        assert_eq!(out.status, 4, "{out:?}");
+        let pids = left.pids();
+        assert_eq!(pids.len(), 1, "{cmd}: {out:?}");
+        wait_until(
+            &format!("{cmd} --via: the process its via command started to be gone"),
+            Duration::from_secs(5),
+            || !pid_alive(pids[0]),
+        );
+    }
+}
+
+/// Issue 18: a send through ssh to a stopped agent exited 3 where a local
+/// send stores the task (`stored`, exit 0).
+#[test]
+fn send_via_to_a_stopped_agent_stores_the_task_as_a_local_send_does() {
+    let h = Hosts::new();
+    let ws = h.remote.workspace("far");
+    let mut s = h.remote.serve(&ws, &["--name", "far"]);
+    assert_eq!(s.term(), 0, "{}", s.stderr());
+
+    let out = h.send_via("far", "while away", "m1");
+    assert_eq!(
+        (out.status, status_of(&out).as_str()),
+        (0, "stored"),
+        "{out:?}"
+    );
+    assert_eq!(parse(&out)["queue_position"], json!(1), "{out:?}");
+    let local = send_local(&h.remote, "far", "also away", "m2");
+    assert_eq!((local.status, status_of(&local).as_str()), (0, "stored"));
+    // The same id again is a duplicate, there as here.
+    let again = h.send_via("far", "while away", "m1");
+    let local = send_local(&h.remote, "far", "also away", "m2");
+    assert_eq!(
+        (again.status, status_of(&again)),
+        (local.status, status_of(&local)),
+        "{again:?}"
+    );
+    let text = h.run(&[
+        "send",
+        "--via",
+        &h.via,
+        "far",
+        "third",
+        "--message-id",
+        "m3",
+    ]);
+    assert_eq!(text.status, 0, "{text:?}");
+    assert_eq!(
+        text.stdout,
+        "stored: far is not running; message m3 waits in its spool at position 3 and runs when it starts\n",
+        "{text:?}"
+    );
+    // A name nobody has is still exit 3.
+    let nobody = h.send_via("nobody", "hello", "m4");
+    assert_eq!(nobody.status, 3, "{nobody:?}");
+
+    let s = h.remote.serve(&ws, &["--name", "far"]);
+    let mut c = s.client();
+    assert_eq!(s.queued(&mut c), 3);
+}
+
+/// Issue 18: baton is rarely on a non-interactive ssh's PATH; BATON_REMOTE
+/// names the command that runs it there.
+#[test]
+fn baton_remote_names_the_remote_baton_when_it_is_not_on_path() {
+    let h = Hosts::new();
+    let s = h
+        .remote
+        .serve(&h.remote.workspace("far"), &["--name", "far"]);
+    let via = "bare-ssh far.example";
+    let args = [
+        "send",
+        "--via",
+        via,
+        "far",
+        "x",
+        "--message-id",
+        "b1",
+        "--json",
+    ];
+    let missing = h.run(&args);
+    assert_eq!(missing.status, 4, "{missing:?}");
+    assert!(missing.stderr.contains("BATON_REMOTE"), "{missing:?}");
+
+    let bin = baton_bin();
+    let vars = [
+        ("PATH", h.path.as_str()),
+        ("BATON_REMOTE", bin.to_str().unwrap()),
+    ];
+    let out = h.local.run_with(&vars, None, &args, None);
+    assert_eq!(
+        (out.status, status_of(&out).as_str()),
+        (0, "accepted"),
+        "{out:?}"
+    );
+    let list = h
+        .local
+        .run_with(&vars, None, &["list", "--via", via, "--json"], None);
+    assert_eq!(list.status, 0, "{list:?}");
+    assert!(list.stdout.contains(&s.id), "{list:?}");
 }

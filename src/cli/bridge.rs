@@ -1,22 +1,41 @@
 //! `baton bridge TARGET`: joins stdin and stdout to a local instance's
 //! socket, byte for byte, so `ssh host baton bridge NAME` gives a remote
-//! client a connection that OpenSSH authenticated. `--via` on `send` and
-//! `list` runs a command (`ssh host`) that reaches a remote baton this way.
+//! client a connection that OpenSSH authenticated. With `--offline`, a
+//! TARGET that is not running but has a spool is stood in for: the bridge
+//! answers `initialize` and stores each `message/send` as a local send
+//! would (`stored`). `--via` on `send` and `list` runs a command (`ssh
+//! host`) that reaches a remote baton this way, in a process group of its
+//! own that goes with it.
 
 use super::args::Args;
 use super::target;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
+use crate::relay::{self, Route};
 use crate::sanitize::escape;
+use crate::{registry, sys, wire};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "bridge", 1)?;
-    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
+    let name = args.positional.first().map(String::as_str);
+    let peer = match (target::resolve(config, name), name) {
+        (Ok(peer), _) => peer,
+        (Err(Error::NoTarget(why)), Some(t)) if args.flag("offline") => {
+            // Not running: stand in for its spool, if it has one.
+            if !relay::known_spools().iter().any(|s| s.name == t) {
+                return Err(Error::NoTarget(why));
+            }
+            return offline(config, t);
+        }
+        (Err(e), _) => return Err(e),
+    };
     if peer.wire != crate::registry::Wire::Jsonrpc {
         return Err(Error::Usage(format!(
             "bridge: {} is a zcoder instance; only native instances can be bridged",
@@ -55,10 +74,245 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     Ok(ExitCode::Ok)
 }
 
+/// `bridge --offline NAME` for a NAME that is not running: answers
+/// `initialize` (`instance` null, `offline` naming it) and routes each
+/// `message/send` as a plain local send does: stored in the spool, or
+/// delivered if the agent has started meanwhile.
+fn offline(config: &Config, target: &str) -> Result<ExitCode> {
+    let dir = registry::ensure_dir(config)?;
+    let mut input = std::io::stdin().lock();
+    let mut out = std::io::stdout().lock();
+    loop {
+        let mut line = Vec::new();
+        let limit = config.max_bytes as u64 + 1;
+        let n = (&mut input)
+            .take(limit)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| Error::io("read", Path::new("<stdin>"), e))?;
+        if n == 0 {
+            return Ok(ExitCode::Ok);
+        }
+        let too_long = line.len() > config.max_bytes;
+        let answer = match serde_json::from_slice::<Value>(&line) {
+            _ if too_long => error_line(&Value::Null, wire::INVALID_REQUEST, "line too long"),
+            Err(_) => error_line(&Value::Null, wire::PARSE_ERROR, "not JSON"),
+            // A notification has no answer.
+            Ok(req) if req.get("id").is_none() => continue,
+            Ok(req) => offline_call(config, &dir, target, &req),
+        };
+        if out
+            .write_all(format!("{answer}\n").as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+            || too_long
+        {
+            return Ok(ExitCode::Ok);
+        }
+    }
+}
+
+fn error_line(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// One request to a stopped agent's stand-in.
+fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Value {
+    let id = &req["id"];
+    let p = &req["params"];
+    let result = match req["method"].as_str().unwrap_or("") {
+        "initialize" => json!({
+            "protocol_version": 1,
+            "server": {"name": "baton", "version": env!("CARGO_PKG_VERSION")},
+            "instance": null,
+            "offline": {"name": target},
+        }),
+        "message/send" => {
+            let message_id = p["message_id"].as_str().unwrap_or("");
+            let body = p["body"].as_str().unwrap_or("");
+            let mode = p["mode"].as_str().unwrap_or("queue");
+            if !registry::valid_id(message_id) || !matches!(mode, "queue" | "steer") {
+                return error_line(id, wire::INVALID_PARAMS, "a message_id and mode are wanted");
+            }
+            if let Err(why) = relay::check_body(config, body) {
+                return error_line(id, wire::INVALID_PARAMS, &why);
+            }
+            let make = || super::send::plain_task(message_id, body, mode);
+            match relay::route(config, dir, target, message_id, &make) {
+                Route::Done(v) => v,
+                Route::Live(peer) => {
+                    // It started meanwhile: deliver to it as a local send would.
+                    let mut params = p.clone();
+                    params["target_instance_id"] = json!(peer.manifest.instance_id);
+                    match relay::deliver(config, &peer, &params) {
+                        Ok(mut v) => {
+                            v["target"] = json!({"instance_id": peer.manifest.instance_id, "name": peer.manifest.name});
+                            v
+                        }
+                        Err(e) => {
+                            json!({"status": "transport", "message_id": message_id, "reason": e.to_string()})
+                        }
+                    }
+                }
+            }
+        }
+        m => {
+            let why = format!(
+                "{} is not running: only message/send is taken for it, not {}",
+                escape(target),
+                escape(m)
+            );
+            return error_line(id, wire::METHOD_NOT_FOUND, &why);
+        }
+    };
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// A via command (`sh -c "VIA REMOTE ARGS..."`) running in a process group
+/// of its own: whatever it starts (ssh, behind the shell) is killed with it
+/// when this is dropped, on every path out, a timeout included.
+pub struct Via {
+    child: Child,
+}
+
+impl Via {
+    /// Starts `VIA REMOTE ARGS...` through `sh -c`, so VIA may hold options
+    /// and REMOTE (`BATON_REMOTE`, default `baton`) a path or an `env`
+    /// prefix; ARGS are quoted for the remote shell. With `multiplex`, an
+    /// `ssh ...` VIA shares one connection per VIA (`multiplexed`).
+    pub fn spawn(via: &str, config: &Config, remote_args: &[&str], multiplex: bool) -> Result<Via> {
+        let quoted: Vec<String> = remote_args.iter().map(|a| shell_quote(a)).collect();
+        let line = match multiplex {
+            true => multiplexed(via, config),
+            false => None,
+        };
+        let line = line.unwrap_or_else(|| via.to_string());
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(format!("{line} {} {}", config.remote, quoted.join(" ")))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        let child = cmd
+            .spawn()
+            .map_err(|e| Error::Transport(format!("cannot run {}: {e}", escape(via))))?;
+        Ok(Via { child })
+    }
+
+    /// Waits up to `until` for the command to exit; its status code.
+    fn exit_code(&mut self, until: Instant) -> Option<i32> {
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status.code(),
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+                _ => return None,
+            }
+        }
+    }
+}
+
+impl Drop for Via {
+    fn drop(&mut self) {
+        let _ = sys::kill_group(self.child.id(), sys::SIGKILL);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// VIA when it is `ssh ...`, with ssh's connection sharing added: the
+/// first use opens a master connection that ssh keeps in the background
+/// (`ControlPersist`, 60 s after its last session; ssh detaches it into a
+/// session of its own, the one process that outlives a baton command, by
+/// design), and later uses to the same VIA run over it without a new key
+/// exchange. The socket is `<registry>/ssh-<hash of VIA>`: one per VIA
+/// string, so keys with different forced commands never share a master.
+/// None when VIA is not ssh, sets any Control option itself, or the path
+/// would be too long for a socket.
+fn multiplexed(via: &str, config: &Config) -> Option<String> {
+    let rest = via.trim_start().strip_prefix("ssh ")?;
+    let lower = via.to_ascii_lowercase();
+    if ["controlmaster", "controlpath", "controlpersist"]
+        .iter()
+        .any(|o| lower.contains(o))
+    {
+        return None;
+    }
+    let path = control_path(&registry::ensure_dir(config).ok()?, via);
+    let path = path.to_str()?;
+    // ssh binds a temporary name 17 bytes longer, then renames it.
+    if path.len() + 17 > sys::max_socket_path() {
+        return None;
+    }
+    Some(format!(
+        "ssh -o ControlMaster=auto -o ControlPersist=60 -o {} {rest}",
+        // ssh expands % in ControlPath.
+        shell_quote(&format!("ControlPath={}", path.replace('%', "%%")))
+    ))
+}
+
+/// Where the shared connection of VIA lives: FNV-1a of the VIA string.
+pub fn control_path(registry_dir: &Path, via: &str) -> std::path::PathBuf {
+    let hash = via.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    registry_dir.join(format!("ssh-{hash:016x}"))
+}
+
+/// How long a remote round trip may take: it includes the ssh connection.
+pub fn remote_timeout(config: &Config) -> Duration {
+    config.io_timeout.max(Duration::from_secs(10)) * 2
+}
+
+/// What a remote command that failed to run says about it: exit 127 is a
+/// shell that found no such command.
+pub fn failed(what: &str, code: Option<i32>) -> Error {
+    match code {
+        Some(127) => Error::Transport(format!(
+            "{what} (exit status 127: no baton there on a non-interactive PATH; set BATON_REMOTE to its path)"
+        )),
+        Some(n) => Error::Transport(format!("{what} (exit status {n})")),
+        None => Error::Transport(what.to_string()),
+    }
+}
+
+/// Runs `VIA REMOTE ARGS...` with `input` on its stdin, to its end: the
+/// exit code and stdout. Bounded by `remote_timeout`; the remote's stderr
+/// is passed through.
+pub fn run_to_end(
+    via: &str,
+    config: &Config,
+    remote_args: &[&str],
+    input: &[u8],
+    multiplex: bool,
+) -> Result<(Option<i32>, Vec<u8>)> {
+    let mut v = Via::spawn(via, config, remote_args, multiplex)?;
+    let mut stdin = v.child.stdin.take().expect("piped");
+    // The remote side may not read it; a closed pipe is no failure.
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    let mut stdout = v.child.stdout.take().expect("piped");
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stdout.read_to_end(&mut buf);
+        let _ = tx.send(buf);
+    });
+    let deadline = Instant::now() + remote_timeout(config);
+    let Ok(out) = rx.recv_deadline(deadline) else {
+        return Err(Error::Transport(format!(
+            "no answer from {} within {:?}",
+            escape(via),
+            remote_timeout(config)
+        )));
+    };
+    let code = v.exit_code(deadline);
+    Ok((code, out))
+}
+
 /// A JSON-RPC session with a remote instance through `VIA baton bridge
 /// TARGET` (VIA is typically `ssh host`).
 pub struct Remote {
-    child: Child,
+    via: Via,
     input: ChildStdin,
     lines: crossbeam_channel::Receiver<String>,
     next_id: u64,
@@ -67,28 +321,16 @@ pub struct Remote {
     pub hello: Value,
 }
 
-/// Runs `VIA ARGS...` through `sh -c`, so VIA may hold options.
-pub fn via_command(via: &str, remote_args: &[&str]) -> Command {
-    let quoted: Vec<String> = remote_args.iter().map(|a| shell_quote(a)).collect();
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c").arg(format!("{via} {}", quoted.join(" ")));
-    cmd
-}
-
 /// Quotes one word for a POSIX shell (the remote one, too).
 pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 impl Remote {
-    pub fn open(via: &str, target: &str, config: &Config) -> Result<Remote> {
-        let mut child = via_command(via, &["baton", "bridge", target])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| Error::Transport(format!("cannot run {}: {e}", escape(via))))?;
-        let input = child.stdin.take().expect("piped");
-        let out = child.stdout.take().expect("piped");
+    pub fn open(via: &str, target: &str, config: &Config, multiplex: bool) -> Result<Remote> {
+        let mut via = Via::spawn(via, config, &["bridge", "--offline", target], multiplex)?;
+        let input = via.child.stdin.take().expect("piped");
+        let out = via.child.stdout.take().expect("piped");
         let (tx, lines) = crossbeam_channel::unbounded();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines() {
@@ -98,10 +340,9 @@ impl Remote {
                 }
             }
         });
-        // A remote round trip includes the ssh connection: give it room.
-        let timeout = config.io_timeout.max(Duration::from_secs(10)) * 2;
+        let timeout = remote_timeout(config);
         let mut r = Remote {
-            child,
+            via,
             input,
             lines,
             next_id: 1,
@@ -133,9 +374,10 @@ impl Remote {
                     return Err(self.ended("the bridge closed without an answer".into()));
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    return Err(Error::Transport(
-                        "no answer through the bridge (is baton installed there, and the target running?)".into(),
-                    ));
+                    return Err(Error::Transport(format!(
+                        "no answer through the bridge within {:?} (is baton installed there, and the target running?)",
+                        self.timeout
+                    )));
                 }
             };
             let Ok(v) = serde_json::from_str::<Value>(&line) else {
@@ -162,27 +404,10 @@ impl Remote {
     /// its message above says, the same as a local send; anything else,
     /// ssh's own failures included, is a transport failure.
     fn ended(&mut self, what: String) -> Error {
-        let deadline = std::time::Instant::now() + self.timeout.min(Duration::from_secs(5));
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break status.code(),
-                Ok(None) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                _ => break None,
-            }
-        };
-        match status {
+        let until = Instant::now() + self.timeout.min(Duration::from_secs(5));
+        match self.via.exit_code(until) {
             Some(3) => Error::NoTarget("the remote baton bridge found no such target".into()),
-            Some(n) => Error::Transport(format!("{what} (exit status {n})")),
-            None => Error::Transport(what),
+            code => failed(&what, code),
         }
-    }
-}
-
-impl Drop for Remote {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "list", 0)?;
     if let Some(via) = args.value("via") {
-        return remote(args, via);
+        return remote(args, config, via);
     }
     let found = target::discover(config)?;
     if args.flag("offline") {
@@ -164,27 +164,51 @@ fn offline(args: &Args, found: &registry::Discovery) -> Result<ExitCode> {
 }
 
 /// `list --via 'ssh host'`: the remote `baton list --json`, shown here.
-fn remote(args: &Args, via: &str) -> Result<ExitCode> {
-    let mut remote_args = vec!["baton", "list", "--json"];
+fn remote(args: &Args, config: &Config, via: &str) -> Result<ExitCode> {
+    let mut remote_args = vec!["list", "--json"];
     if args.flag("all") {
         remote_args.push("--all");
     }
     if args.flag("offline") {
         remote_args.push("--offline");
     }
-    let out = super::bridge::via_command(via, &remote_args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| crate::error::Error::Transport(format!("cannot run {}: {e}", escape(via))))?;
-    if !out.status.success() {
-        return Err(crate::error::Error::Transport(format!(
-            "{} baton list failed: {}",
-            escape(via),
-            escape(String::from_utf8_lossy(&out.stderr).trim())
-        )));
-    }
-    let items: Vec<Value> = serde_json::from_slice(&out.stdout)
-        .map_err(|e| crate::error::Error::Transport(format!("the remote list is not JSON: {e}")))?;
+    // `initialize` and `ping` on stdin, which `baton list` ignores: a key
+    // whose forced command is `baton bridge NAME` answers them instead,
+    // and that one instance is what can be listed through it.
+    let probe = [
+        crate::wire::request_line(1, "initialize", serde_json::json!({"protocol_version": 1, "client": {"name": "baton", "version": env!("CARGO_PKG_VERSION")}})),
+        crate::wire::request_line(2, "ping", serde_json::json!({})),
+    ]
+    .concat();
+    let (code, out) = super::bridge::run_to_end(
+        via,
+        config,
+        &remote_args,
+        &probe,
+        !args.flag("no-multiplex"),
+    )?;
+    let items = match serde_json::from_slice::<Vec<Value>>(&out) {
+        Ok(items) if code == Some(0) => items,
+        _ => match forced_bridge(&out) {
+            Some(item) => {
+                eprintln!(
+                    "baton: {} reaches only {}, through a forced command (baton bridge): the other instances there, if any, cannot be listed through it",
+                    escape(via),
+                    escape(item["name"].as_str().unwrap_or(""))
+                );
+                vec![item]
+            }
+            None => {
+                let what = format!("{} baton list failed", escape(via));
+                return Err(match code {
+                    Some(0) => {
+                        crate::error::Error::Transport(format!("{what}: its answer is not a list"))
+                    }
+                    code => super::bridge::failed(&what, code),
+                });
+            }
+        },
+    };
     if args.flag("json") {
         emit_json(&Value::Array(items));
         return Ok(ExitCode::Ok);
@@ -235,4 +259,32 @@ fn remote(args: &Args, via: &str) -> Result<ExitCode> {
         ));
     }
     Ok(ExitCode::Ok)
+}
+
+/// The instance a forced `baton bridge NAME` answered the probe for, as a
+/// `list --json` item.
+fn forced_bridge(out: &[u8]) -> Option<Value> {
+    let answers: Vec<Value> = String::from_utf8_lossy(out)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let result = |id: u64| {
+        answers
+            .iter()
+            .find(|v| v["id"] == id)
+            .map(|v| v["result"].clone())
+    };
+    let instance = result(1)?["instance"].clone();
+    if !instance.is_object() {
+        return None;
+    }
+    let state = result(2).map(|p| p["state"].clone()).unwrap_or(Value::Null);
+    Some(serde_json::json!({
+        "name": instance["name"],
+        "pid": instance["pid"],
+        "state": state,
+        "instance_id": instance["instance_id"],
+        "wire": "jsonrpc",
+        "workspace": instance["workspace"],
+    }))
 }

@@ -39,6 +39,10 @@ const HELP: Opt = Opt {
     help: "show this help",
 };
 const JSON: Opt = switch("json", "print JSON instead of text");
+const NO_MULTIPLEX: Opt = switch(
+    "no-multiplex",
+    "with --via 'ssh ...': open a connection of its own, not ssh's shared one",
+);
 
 pub const COMMANDS: &[Command] = &[
     Command {
@@ -118,7 +122,7 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "list",
-        usage: "baton list [--json] [--all] [--offline] [--via CMD]",
+        usage: "baton list [--json] [--all] [--offline] [--via CMD [--no-multiplex]]",
         summary: "list live instances (name, pid, state, id, workspace)",
         opts: &[
             JSON,
@@ -134,13 +138,14 @@ pub const COMMANDS: &[Command] = &[
                 "via",
                 "list the instances of another host through CMD (e.g. 'ssh host')",
             ),
+            NO_MULTIPLEX,
             HELP,
         ],
         run: list::run,
     },
     Command {
         name: "send",
-        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer] [--via CMD]\n       baton send --reply [MESSAGE|-]    (inside a turn: answer its sender)",
+        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer] [--via CMD [--no-multiplex]]\n       baton send --reply [MESSAGE|-]    (inside a turn: answer its sender)",
         summary: "deliver a task to an instance (exact id or unique name); MESSAGE or stdin",
         opts: &[
             JSON,
@@ -160,6 +165,7 @@ pub const COMMANDS: &[Command] = &[
                 "via",
                 "deliver on another host through CMD (e.g. 'ssh host'), with baton bridge there",
             ),
+            NO_MULTIPLEX,
             HELP,
         ],
         run: send::run,
@@ -255,9 +261,15 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bridge",
-        usage: "baton bridge [TARGET]",
+        usage: "baton bridge [TARGET] [--offline]",
         summary: "join stdin and stdout to an instance's socket (for ssh host baton bridge NAME)",
-        opts: &[HELP],
+        opts: &[
+            switch(
+                "offline",
+                "when TARGET is not running but has a spool, store each message/send there (stored)",
+            ),
+            HELP,
+        ],
         run: bridge::run,
     },
     Command {

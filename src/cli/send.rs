@@ -147,21 +147,66 @@ fn remote(
         Some(id) => id.to_string(),
         None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
     };
-    let mut r = super::bridge::Remote::open(via, target_arg, config)?;
+    let mut r = super::bridge::Remote::open(via, target_arg, config, !args.flag("no-multiplex"))?;
+    // What answered: a live instance, or (`bridge --offline`) the remote
+    // baton standing in for a stopped agent's spool.
     let instance = r.hello["instance"].clone();
+    let live = instance.is_object();
     let id = instance["instance_id"].as_str().unwrap_or("").to_string();
-    let params = json!({
+    let name = match live {
+        true => instance["name"].clone(),
+        false => r.hello["offline"]["name"].clone(),
+    };
+    // A key with a forced command runs its own `baton bridge NAME`,
+    // whatever TARGET was asked for: the answer says who it reached.
+    if id != target_arg && name.as_str() != Some(target_arg) {
+        return wrong_target(args, &message_id, target_arg, &id, &name);
+    }
+    let mut params = json!({
         "message_id": message_id,
-        "target_instance_id": id,
         "body": body,
         "sender": {},
         "hop": 0,
         "mode": mode,
     });
+    if live {
+        params["target_instance_id"] = json!(id);
+    }
     relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
     let mut result = r.call("message/send", params)?;
-    result["target"] = json!({"instance_id": id, "name": instance["name"]});
+    if live {
+        result["target"] = json!({"instance_id": id, "name": name});
+    } else if result.get("target").is_none() {
+        result["target"] = json!({"name": name});
+    }
     report(args, &result)
+}
+
+/// The via command reached another instance than the one named (a key's
+/// forced command): nothing is sent.
+fn wrong_target(
+    args: &Args,
+    message_id: &str,
+    asked: &str,
+    id: &str,
+    name: &Value,
+) -> Result<ExitCode> {
+    let who = format!("{} ({id})", escape(name.as_str().unwrap_or("")));
+    let reason = format!(
+        "the via command reached {who}, not {}; does its key force a command?",
+        escape(asked)
+    );
+    if args.flag("json") {
+        emit_json(&json!({
+            "status": "wrong_target",
+            "message_id": message_id,
+            "reason": reason,
+            "target": {"instance_id": id, "name": name},
+        }));
+    } else {
+        eprintln!("baton: not sent: wrong_target: {reason}");
+    }
+    Ok(ExitCode::Refused)
 }
 
 /// A send from a plain command line: resolve, deliver, retry once.
@@ -177,26 +222,7 @@ fn plain(
         None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
     };
     let dir = registry::ensure_dir(config)?;
-    // A plain sender is recorded as such: its pid and working directory.
-    let make = || {
-        let sender = crate::spool::Sender {
-            pid: Some(std::process::id()),
-            workspace: std::env::current_dir()
-                .ok()
-                .map(|d| d.display().to_string()),
-            ..crate::spool::Sender::default()
-        };
-        crate::spool::new_task(
-            &message_id,
-            body,
-            sender,
-            0,
-            None,
-            mode,
-            Some(std::process::id()),
-            "jsonrpc",
-        )
-    };
+    let make = || plain_task(&message_id, body, mode);
     let peer = match relay::route(config, &dir, target_arg, &message_id, &make) {
         relay::Route::Live(p) => *p,
         relay::Route::Done(v) => return report(args, &v),
@@ -245,6 +271,28 @@ fn plain(
     })?;
     result["target"] = target_of(&peer);
     report(args, &result)
+}
+
+/// The task a plain command line stores in a stopped agent's spool: the
+/// sender is recorded as such, by its pid and working directory.
+pub(super) fn plain_task(message_id: &str, body: &str, mode: &str) -> crate::spool::Task {
+    let sender = crate::spool::Sender {
+        pid: Some(std::process::id()),
+        workspace: std::env::current_dir()
+            .ok()
+            .map(|d| d.display().to_string()),
+        ..crate::spool::Sender::default()
+    };
+    crate::spool::new_task(
+        message_id,
+        body,
+        sender,
+        0,
+        None,
+        mode,
+        Some(std::process::id()),
+        "jsonrpc",
+    )
 }
 
 fn target_of(peer: &Peer) -> Value {
