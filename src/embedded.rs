@@ -44,7 +44,15 @@ pub fn start(mut opts: ServeOptions, config: &Config) -> Result<Instance> {
         .map_err(|e| Error::Env(format!("cannot start the instance thread: {e}")))?;
     select! {
         recv(ready_rx) -> r => {
-            let (id, socket) = r.map_err(|_| Error::Env("the instance did not start".into()))?;
+            // The instance dropped its ready channel as it failed: its
+            // error, which says why (a spool in use names its holder),
+            // is on `done` at once.
+            let Ok((id, socket)) = r else {
+                return Err(match done.recv_timeout(std::time::Duration::from_secs(5)) {
+                    Ok(Err(e)) => e,
+                    _ => Error::Env("the instance did not start".into()),
+                });
+            };
             Ok(Instance { id, socket, done, stop })
         },
         recv(done) -> r => Err(match r {

@@ -23,6 +23,23 @@ pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26
 /// The longest line read from the host.
 const MAX_LINE: usize = 1024 * 1024;
 
+/// The log levels of `logging/setLevel` (RFC 5424 severities, as the MCP
+/// specification lists them), most severe first: index = severity.
+const LEVELS: [&str; 8] = [
+    "emergency",
+    "alert",
+    "critical",
+    "error",
+    "warning",
+    "notice",
+    "info",
+    "debug",
+];
+/// The severity of baton's notifications (`info`).
+const INFO: usize = 6;
+/// How many waiting tasks a session is told of when it starts.
+const WAITING_NOTICES: usize = 20;
+
 const RULES: &str = "Use it only when the user explicitly asked you to contact another agent. \
 Send the smallest self-contained task with the facts it needs; never include secrets, \
 credentials or unrelated conversation history. Acceptance is not completion: an accepted \
@@ -85,7 +102,13 @@ struct Adapter {
     config: Config,
     client: Reconnecting,
     id: String,
+    /// `initialize` was answered: requests are served.
     initialized: bool,
+    /// `notifications/initialized` came: the server may notify.
+    notifying: bool,
+    /// The least severe level the host wants (`logging/setLevel`), as an
+    /// index into `LEVELS`.
+    level: usize,
     /// The tasks taken with `check_inbox` and not completed, with their
     /// turn tokens. A steer follow-up joins its task's turn, so two may be
     /// open at once under one token.
@@ -105,15 +128,22 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         profile: opts.profile,
         model: String::new(),
         ttl: config.ttl,
+        reply_by_tool: true,
         ..ServeOptions::default()
     };
-    let instance = embedded::start(serve, &config)?;
+    let lines = stdin_lines();
+    let instance = match embedded::start(serve, &config) {
+        Ok(i) => i,
+        Err(e) => {
+            refuse_session(&lines, &e.to_string());
+            return Err(e);
+        }
+    };
     eprintln!(
         "baton mcp: serving MCP on stdio as instance {}",
         instance.id
     );
 
-    let lines = stdin_lines();
     let client = Reconnecting::new(instance.socket.clone(), config.io_timeout);
     let mut events = subscribe(&client);
     let mut a = Adapter {
@@ -121,6 +151,8 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         client,
         id: instance.id.clone(),
         initialized: false,
+        notifying: false,
+        level: LEVELS.len() - 1,
         open: Vec::new(),
     };
     loop {
@@ -151,6 +183,22 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
     // stdin closed: the session is over; the instance unpublishes itself.
     instance.stop();
     Ok(())
+}
+
+/// The instance could not start (its spool is in use by another process,
+/// say): the host still gets an answer, an error saying why, for its
+/// first request (`initialize`), and then the server exits. Waits for that
+/// request at most `REFUSE_WAIT`.
+fn refuse_session(lines: &chan::Receiver<std::result::Result<String, String>>, why: &str) {
+    const REFUSE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + REFUSE_WAIT;
+    let message = format!("baton mcp cannot serve this session: {why}");
+    while let Ok(Ok(line)) = lines.recv_deadline(deadline) {
+        if let wire::Incoming::Request { id, .. } = wire::classify(line.as_bytes()) {
+            write_message(&error(&id.to_value(), wire::INTERNAL_ERROR, &message));
+            return;
+        }
+    }
 }
 
 /// Lines from stdin, each bounded; a line past the bound is an `Err` and
@@ -244,8 +292,10 @@ impl Adapter {
             }
             wire::Incoming::Reply { .. } => None,
             wire::Incoming::Notification { method } => {
-                if method == "notifications/initialized" {
+                if method == "notifications/initialized" && !self.notifying {
                     self.initialized = true;
+                    self.notifying = true;
+                    self.announce_waiting();
                 }
                 None
             }
@@ -302,43 +352,78 @@ impl Adapter {
                 "invalid request: initialize first".into(),
             )),
             "tools/list" => Ok(json!({"tools": tools()})),
-            "logging/setLevel" => Ok(json!({})),
-            "tools/call" => {
-                let name = match params.get("name") {
-                    Some(Value::String(n)) => n.clone(),
-                    _ => {
-                        return Err((
-                            wire::INVALID_PARAMS,
-                            "invalid params: name must be a string".into(),
-                        ));
+            "logging/setLevel" => {
+                let level = params.get("level").and_then(Value::as_str);
+                match LEVELS.iter().position(|l| Some(*l) == level) {
+                    Some(i) => {
+                        self.level = i;
+                        Ok(json!({}))
                     }
-                };
-                let args = match params.get("arguments") {
-                    None | Some(Value::Null) => Map::new(),
-                    Some(Value::Object(a)) => a.clone(),
-                    Some(_) => {
-                        return Err((
-                            wire::INVALID_PARAMS,
-                            "invalid params: arguments must be an object".into(),
-                        ));
-                    }
-                };
-                match name.as_str() {
-                    "list_agents" => Ok(self.list_agents()),
-                    "send_agent_message" => Ok(self.send(&args)),
-                    "check_inbox" => Ok(self.check_inbox()),
-                    "complete_task" => Ok(self.complete(&args)),
-                    other => Err((
+                    None => Err((
                         wire::INVALID_PARAMS,
-                        format!("Unknown tool: {}", escape(other)),
+                        format!("invalid params: level must be one of {}", LEVELS.join(", ")),
                     )),
                 }
             }
+            "tools/call" => self.tools_call(&params),
             other => Err((
                 wire::METHOD_NOT_FOUND,
                 format!("method not found: {}", escape(other)),
             )),
         }
+    }
+
+    fn tools_call(
+        &mut self,
+        params: &Map<String, Value>,
+    ) -> std::result::Result<Value, (i64, String)> {
+        let name = match params.get("name") {
+            Some(Value::String(n)) => n.clone(),
+            _ => {
+                return Err((
+                    wire::INVALID_PARAMS,
+                    "invalid params: name must be a string".into(),
+                ));
+            }
+        };
+        let args = match params.get("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(a)) => a.clone(),
+            Some(_) => {
+                return Err((
+                    wire::INVALID_PARAMS,
+                    "invalid params: arguments must be an object".into(),
+                ));
+            }
+        };
+        let Some(tool) = tools()
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["name"] == name.as_str()).cloned())
+        else {
+            return Err((
+                wire::INVALID_PARAMS,
+                format!("Unknown tool: {}", escape(&name)),
+            ));
+        };
+        // Every input schema says `additionalProperties: false`.
+        let known = &tool["inputSchema"]["properties"];
+        if let Some(extra) = args.keys().find(|k| known.get(k.as_str()).is_none()) {
+            return Ok(tool_result(
+                format!(
+                    "Input validation error: {} takes no argument {}",
+                    name,
+                    escape(extra)
+                ),
+                true,
+                None,
+            ));
+        }
+        Ok(match name.as_str() {
+            "list_agents" => self.list_agents(),
+            "send_agent_message" => self.send(&args),
+            "check_inbox" => self.check_inbox(),
+            _ => self.complete(&args),
+        })
     }
 
     /// One call to our instance; the connection is reopened once if the
@@ -453,12 +538,9 @@ impl Adapter {
                 self.open.push((id.clone(), token));
                 let text = format!(
                     "{}\nWhen you are done, call complete_task with message_id \"{id}\"{}.",
-                    // An MCP agent replies through complete_task, so the
-                    // hint names that tool instead of the command line.
-                    t["envelope"].as_str().unwrap_or("").replace(
-                        "[to reply: baton send --reply \"TEXT\"]",
-                        "[to reply: complete_task with a reply]"
-                    ),
+                    // The instance writes the envelope for an MCP agent:
+                    // its reply instruction names complete_task.
+                    t["envelope"].as_str().unwrap_or(""),
                     if t["sender"].get("instance_id").is_some_and(Value::is_string) {
                         " and, if the sender should hear back, a short reply"
                     } else {
@@ -528,40 +610,90 @@ impl Adapter {
             );
         }
         self.open.retain(|(o, _)| o != id);
-        let reply = &r["reply"];
-        let text = match reply["status"].as_str() {
-            None => format!("completed {id}."),
-            Some("sending") => format!("completed {id}; the reply is on its way to the sender."),
-            Some(st) => format!(
-                "completed {id}, but the reply was not sent: {st}: {}",
-                reply["reason"].as_str().unwrap_or("")
-            ),
-        };
-        let failed = reply["status"].as_str().is_some_and(|s| s != "sending");
+        let (text, failed) = reply_text(id, &r["reply"]);
         tool_result(text, failed, Some(r.clone()))
     }
 
     /// Tells the host a task arrived, as a log message hosts can show.
     fn on_event(&mut self, msg: &Value) {
-        if !self.initialized || msg["method"] != "event" {
+        if msg["method"] != "event" {
             return;
         }
         let ev = &msg["params"];
         if ev["kind"] == "message.accepted" {
-            let note = json!({
-                "jsonrpc": "2.0",
-                "method": "notifications/message",
-                "params": {
-                    "level": "info",
-                    "logger": "baton",
-                    "data": format!(
-                        "a task from {} arrived ({}); call check_inbox to take it",
-                        ev["from"].as_str().unwrap_or("?"),
-                        ev["message_id"].as_str().unwrap_or("")
-                    ),
-                },
-            });
-            write_message(&note);
+            self.log_info(format!(
+                "a task from {} arrived ({}); call check_inbox to take it",
+                ev["from"].as_str().unwrap_or("?"),
+                ev["message_id"].as_str().unwrap_or("")
+            ));
         }
+    }
+
+    /// Tells the host of the tasks that waited before the session began,
+    /// which no arrival notice announced (the first `WAITING_NOTICES`).
+    fn announce_waiting(&mut self) {
+        let listed = match self.call("inbox/list", json!({"limit": WAITING_NOTICES})) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("baton mcp: cannot list the waiting tasks: {e}");
+                return;
+            }
+        };
+        let queued = listed["queued"].as_array().cloned().unwrap_or_default();
+        for t in queued {
+            let sender = &t["sender"];
+            let from = sender["name"]
+                .as_str()
+                .or(sender["instance_id"].as_str())
+                .unwrap_or("(cli)");
+            self.log_info(format!(
+                "a task from {} waits ({}); call check_inbox to take it",
+                escape(from),
+                t["message_id"].as_str().unwrap_or("")
+            ));
+        }
+    }
+
+    /// A `notifications/message` at level `info`, if the host has said it
+    /// is ready for notifications and wants that level.
+    fn log_info(&self, data: String) {
+        if !self.notifying || self.level < INFO {
+            return;
+        }
+        write_message(&json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/message",
+            "params": {"level": LEVELS[INFO], "logger": "baton", "data": data},
+        }));
+    }
+}
+
+/// What `complete_task` says of its reply, and whether that is an error:
+/// where the reply went, by its final delivery status.
+fn reply_text(id: &str, reply: &Value) -> (String, bool) {
+    let Some(status) = reply["status"].as_str() else {
+        return (format!("completed {id}."), false);
+    };
+    let rid = reply["message_id"].as_str().unwrap_or("");
+    let reason = reply["reason"].as_str().unwrap_or("");
+    match status.parse::<Status>().ok() {
+        Some(Status::Accepted | Status::Duplicate) => (
+            format!("completed {id}; the reply ({rid}) is in the sender's queue."),
+            false,
+        ),
+        Some(Status::Stored) => (
+            format!(
+                "completed {id}; the sender is not running: the reply ({rid}) waits in its spool and reaches it when it starts."
+            ),
+            false,
+        ),
+        _ if status == "sending" => (
+            format!("completed {id}; the reply ({rid}) is still being sent: {reason}"),
+            false,
+        ),
+        _ => (
+            format!("completed {id}, but the reply was not delivered: {status}: {reason}"),
+            true,
+        ),
     }
 }

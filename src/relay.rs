@@ -231,6 +231,10 @@ pub struct Outbound {
     pub only: Option<String>,
     /// Why `only` is set, for the refusal.
     pub scope: String,
+    /// The name and workspace of `only`, when known: while that instance
+    /// is stopped, the task goes to the spool they own, like any task
+    /// for a stopped agent.
+    pub only_spool: Option<(String, String)>,
 }
 
 fn outcome(status: Status, message_id: &str, reason: String) -> Value {
@@ -292,7 +296,7 @@ fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
         };
         return match route(&origin.config, &origin.registry, &out.target, id, &make) {
             Route::Live(p) => Ok(*p),
-            Route::Done(v) => Err(v),
+            Route::Done(v) => Err(without_self(v, &origin.instance_id)),
         };
     }
     let dirs: Vec<RegistryDir> = registry::scan_dirs(&origin.registry);
@@ -309,6 +313,16 @@ fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
             Route::Live(p) => Ok(*p),
             Route::Done(v) => Err(v),
         },
+        Resolved::NoMatch(_) if out.only.as_deref() == Some(out.target.as_str()) => {
+            match &out.only_spool {
+                Some((name, workspace)) => Err(store_for_stopped(origin, out, name, workspace)),
+                None => Err(outcome(
+                    Status::NoTarget,
+                    id,
+                    format!("{} is not running", escape(&out.target)),
+                )),
+            }
+        }
         Resolved::NoMatch(all) | Resolved::Ambiguous(all) => {
             let mut v = outcome(
                 Status::NoTarget,
@@ -319,9 +333,78 @@ fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
                 ),
             );
             v["candidates"] = candidate_json(&all);
-            Err(v)
+            Err(without_self(v, &origin.instance_id))
         }
     }
+}
+
+/// A `no_target` result without the sender among its candidates: it
+/// cannot be sent to.
+fn without_self(mut v: Value, own_id: &str) -> Value {
+    if let Some(list) = v.get_mut("candidates").and_then(Value::as_array_mut) {
+        list.retain(|c| c["instance_id"] != own_id);
+    }
+    v
+}
+
+/// A task for the stopped instance `only` (a reply to a task it sent):
+/// stored in the spool its name and workspace own, with that spool's
+/// checks but for the in-flight window, which a reply to the spool's own
+/// task does not count against. No such spool, or one that is in use by
+/// another instance of the name, is `no_target`.
+fn store_for_stopped(origin: &Origin, out: &Outbound, name: &str, workspace: &str) -> Value {
+    let id = out.message_id.as_str();
+    let gone = |why: String| outcome(Status::NoTarget, id, why);
+    let Some(known) = known_spools()
+        .into_iter()
+        .find(|s| s.name == name && s.workspace == workspace)
+    else {
+        return gone(format!(
+            "{} ({}) is not running and has no spool here",
+            escape(name),
+            escape(&out.target)
+        ));
+    };
+    if !known.offline {
+        let why = format!(
+            "{} is not running and does not take offline delivery (serve --no-offline)",
+            escape(name)
+        );
+        return with_target(outcome(Status::Denied, id, why), known.target());
+    }
+    let s = match Spool::open_offline(&known.dir, origin.config.fsync) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return gone(format!(
+                "{} ({}) is not running, and its spool is in use by another instance",
+                escape(name),
+                escape(&out.target)
+            ));
+        }
+        Err(e) => {
+            let failed = outcome(Status::Transport, id, NotStored(e).message());
+            return with_target(failed, known.target());
+        }
+    };
+    let sender = crate::spool::Sender {
+        instance_id: Some(origin.instance_id.clone()),
+        name: Some(origin.name.clone()),
+        workspace: Some(origin.workspace.clone()),
+        pid: Some(std::process::id()),
+    };
+    let task = crate::spool::new_task(
+        id,
+        &out.body,
+        sender,
+        out.hop,
+        out.in_reply_to.clone(),
+        &out.mode,
+        Some(std::process::id()),
+        "jsonrpc",
+    );
+    let mut config = origin.config.clone();
+    config.max_inflight = 0;
+    store(&config, &origin.registry, &s, &known, task)
 }
 
 /// No send to this instance itself, and during a relayed turn none but to

@@ -243,10 +243,16 @@ fn take_utf8(pending: &mut Vec<u8>) -> String {
     text
 }
 
+/// The reply instruction for an agent that runs commands.
+pub const REPLY_BY_COMMAND: &str = "baton send --reply \"TEXT\"";
+/// The reply instruction for an agent behind `baton mcp`, which has tools,
+/// not a shell that can reach the turn.
+pub const REPLY_BY_TOOL: &str = "complete_task with a reply";
+
 /// Renders the envelope exactly as DESIGN §6 shows it. Attribute values
 /// are escaped; the body is literal data, except that it cannot open or
 /// close an envelope of its own (`body_text`).
-pub fn envelope(task: &Task, reply_possible: bool) -> String {
+pub fn envelope(task: &Task, reply_by: Option<&str>) -> String {
     let s = &task.sender;
     let pid = s
         .pid
@@ -269,8 +275,8 @@ pub fn envelope(task: &Task, reply_possible: bool) -> String {
     );
     out.push_str(&body_text(&task.body));
     out.push_str("\n\n");
-    if reply_possible {
-        out.push_str("[to reply: baton send --reply \"TEXT\"]\n");
+    if let Some(how) = reply_by {
+        out.push_str(&format!("[to reply: {how}]\n"));
     }
     out.push_str("</agent_relay>\n");
     out
@@ -356,7 +362,7 @@ mod tests {
             Some(42110),
             "jsonrpc",
         );
-        let e = envelope(&t, true);
+        let e = envelope(&t, Some(REPLY_BY_COMMAND));
         assert_eq!(
             e,
             "<agent_relay from=\"user-profiles\" instance=\"42110-1\" pid=\"42110\" \
@@ -369,7 +375,11 @@ mod tests {
              [to reply: baton send --reply \"TEXT\"]\n\
              </agent_relay>\n"
         );
-        assert!(!envelope(&t, false).contains("to reply"));
+        assert!(!envelope(&t, None).contains("to reply"));
+        assert!(
+            envelope(&t, Some(REPLY_BY_TOOL))
+                .ends_with("\n[to reply: complete_task with a reply]\n</agent_relay>\n")
+        );
     }
 
     #[test]

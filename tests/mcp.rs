@@ -672,9 +672,13 @@ fn tool_calls_and_their_exact_errors() {
         json!({"message_id": mid, "reply": "It documents the CLI."}),
     );
     assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(r["structuredContent"]["reply"]["status"], "accepted", "{r}");
+    let rid = r["structuredContent"]["reply"]["message_id"]
+        .as_str()
+        .unwrap();
     assert_eq!(
         text(&r),
-        format!("completed {mid}; the reply is on its way to the sender.")
+        format!("completed {mid}; the reply ({rid}) is in the sender's queue.")
     );
     assert_eq!(r["structuredContent"]["status"], "completed", "{r}");
 
@@ -1115,9 +1119,14 @@ fn a_real_mcp_client_hands_a_task_over() {
         ),
     );
     assert_eq!(o["complete"]["isError"], false, "{ctx}");
+    let sent_reply = &o["complete"]["structuredContent"]["reply"];
+    assert_eq!(sent_reply["status"], "accepted", "{ctx}");
     assert_eq!(
         text(&o["complete"]),
-        format!("completed {mid}; the reply is on its way to the sender.")
+        format!(
+            "completed {mid}; the reply ({}) is in the sender's queue.",
+            sent_reply["message_id"].as_str().unwrap()
+        )
     );
 
     // A's inbox holds the reply, which answers its task.
@@ -1156,4 +1165,296 @@ fn a_real_mcp_client_hands_a_task_over() {
     wait_gone(b["pid"].as_u64().unwrap() as u32, "session B");
     let left = manifests(&env.registry);
     assert_eq!(left, vec![c.manifest_path.clone()], "{ctx}");
+}
+
+/// alpha relays a task to the session `beta` and the session takes it;
+/// returns alpha's client and the task's id.
+fn task_from_alpha(
+    a: &crate::util::Served,
+    b: &mut Mcp,
+    b_id: &str,
+    body: &str,
+) -> (crate::util::RawClient, String) {
+    let mut ac = a.client();
+    let r = ac.call(1, "relay/send", json!({"target": b_id, "body": body}));
+    assert_eq!(r["result"]["status"], "accepted", "{r}");
+    let mid = r["result"]["message_id"].as_str().unwrap().to_string();
+    let r = b.tool("check_inbox", json!({}));
+    assert_eq!(r["structuredContent"]["message_id"], mid.as_str(), "{r}");
+    (ac, mid)
+}
+
+/// Issue 18: a reply to a sender that has stopped was lost (`no_target`
+/// in the transcript) while `complete_task` said it was "sending". It is
+/// stored in the sender's spool, and `complete_task` says so.
+#[test]
+fn a_reply_to_a_stopped_sender_is_stored_and_said_so() {
+    let env = Env::new();
+    let (wa, wb) = (env.workspace("alpha"), env.workspace("beta"));
+    let mut a = env.serve(&wa, &["--name", "alpha"]);
+    let mut b = Mcp::start(&env, &wb, &["--name", "beta"]);
+    b.initialize(NEWEST);
+    let (_, manifest) = b.manifest(&env);
+    let b_id = manifest["instance_id"].as_str().unwrap().to_string();
+    let (ac, mid) = task_from_alpha(&a, &mut b, &b_id, "Count the tests.");
+    drop(ac);
+    assert_eq!(a.term(), 0, "{}", a.stderr());
+
+    let r = b.tool(
+        "complete_task",
+        json!({"message_id": mid, "reply": "There are 12."}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    let reply = &r["structuredContent"]["reply"];
+    assert_eq!(reply["status"], "stored", "{r}");
+    let rid = reply["message_id"].as_str().unwrap();
+    assert_eq!(
+        text(&r),
+        format!(
+            "completed {mid}; the sender is not running: the reply ({rid}) waits in its spool and reaches it when it starts."
+        )
+    );
+    // alpha finds the reply when it starts again.
+    let a = env.serve(&wa, &["--name", "alpha"]);
+    let mut ac = a.client();
+    let got = ac.call(2, "inbox/claim", json!({}));
+    assert_eq!(got["result"]["status"], "claimed", "{got}");
+    assert_eq!(got["result"]["task"]["message_id"], rid, "{got}");
+    assert_eq!(got["result"]["task"]["in_reply_to"], mid.as_str(), "{got}");
+    b.finish();
+}
+
+/// Issue 18: a reply refused for the in-flight window (the session's own
+/// tasks fill it) was dropped with a log line. A reply to a task the
+/// receiver sent does not count against the window.
+#[test]
+fn a_reply_is_not_refused_for_the_in_flight_window() {
+    let env = Env::new();
+    let (wa, wb) = (env.workspace("alpha"), env.workspace("beta"));
+    let a = env.serve_with(&wa, &[("BATON_MAX_INFLIGHT", "1")], &["--name", "alpha"]);
+    let mut b = Mcp::start(&env, &wb, &["--name", "beta"]);
+    b.initialize(NEWEST);
+    let (_, manifest) = b.manifest(&env);
+    let b_id = manifest["instance_id"].as_str().unwrap().to_string();
+    // A task of beta's own fills its window at alpha.
+    let r = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": a.id, "message": "Review my branch."}),
+    );
+    assert_eq!(r["structuredContent"]["status"], "accepted", "{r}");
+    let r = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": a.id, "message": "And the docs."}),
+    );
+    assert_eq!(r["structuredContent"]["status"], "inflight_full", "{r}");
+    let (_ac, mid) = task_from_alpha(&a, &mut b, &b_id, "Count the tests.");
+    // The reply still goes through.
+    let r = b.tool(
+        "complete_task",
+        json!({"message_id": mid, "reply": "There are 12."}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(r["structuredContent"]["reply"]["status"], "accepted", "{r}");
+    let rid = r["structuredContent"]["reply"]["message_id"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        text(&r),
+        format!("completed {mid}; the reply ({rid}) is in the sender's queue.")
+    );
+    b.finish();
+}
+
+/// Issue 18: a reply that cannot be delivered is reported to whoever
+/// wrote it, with its status: `complete_task` is an error naming it.
+#[test]
+fn complete_task_reports_a_reply_that_was_not_delivered() {
+    let env = Env::new();
+    let (wa, wb) = (env.workspace("alpha"), env.workspace("beta"));
+    let mut a = env.serve(&wa, &["--name", "alpha", "--no-offline"]);
+    let mut b = Mcp::start(&env, &wb, &["--name", "beta"]);
+    b.initialize(NEWEST);
+    let (_, manifest) = b.manifest(&env);
+    let b_id = manifest["instance_id"].as_str().unwrap().to_string();
+    let (ac, mid) = task_from_alpha(&a, &mut b, &b_id, "Count the tests.");
+    drop(ac);
+    assert_eq!(a.term(), 0, "{}", a.stderr());
+    let r = b.tool("complete_task", json!({"message_id": mid, "reply": "12."}));
+    assert_eq!(r["isError"], true, "{r}");
+    let reply = &r["structuredContent"]["reply"];
+    assert_eq!(reply["status"], "denied", "{r}");
+    assert_eq!(
+        text(&r),
+        format!(
+            "completed {mid}, but the reply was not delivered: denied: alpha is not running and does not take offline delivery (serve --no-offline)"
+        )
+    );
+    b.finish();
+}
+
+/// Issue 18: the envelope told an MCP agent to run `baton send --reply`
+/// in `structuredContent.envelope` and to call complete_task in the text.
+/// One envelope, naming complete_task.
+#[test]
+fn the_envelope_tells_an_mcp_agent_to_reply_with_complete_task() {
+    let env = Env::new();
+    let (wa, wb) = (env.workspace("alpha"), env.workspace("beta"));
+    let a = env.serve(&wa, &["--name", "alpha"]);
+    let mut b = Mcp::start(&env, &wb, &["--name", "beta"]);
+    b.initialize(NEWEST);
+    let (_, manifest) = b.manifest(&env);
+    let b_id = manifest["instance_id"].as_str().unwrap().to_string();
+    let mut ac = a.client();
+    let r = ac.call(1, "relay/send", json!({"target": b_id, "body": "Hi."}));
+    assert_eq!(r["result"]["status"], "accepted", "{r}");
+    let r = b.tool("check_inbox", json!({}));
+    let envelope = r["structuredContent"]["envelope"].as_str().unwrap();
+    assert!(
+        envelope.ends_with("\n[to reply: complete_task with a reply]\n</agent_relay>\n"),
+        "{envelope}"
+    );
+    assert!(!envelope.contains("baton send"), "{envelope}");
+    assert!(text(&r).starts_with(envelope), "{r}");
+    b.finish();
+}
+
+/// Issue 18: `logging/setLevel "error"` was acknowledged and ignored. A
+/// level above `info` silences the arrival notices; `info` brings them
+/// back; an unknown level is an error.
+#[test]
+fn set_level_is_honoured() {
+    let env = Env::new();
+    let ws = env.workspace("proj");
+    let mut m = Mcp::start(&env, &ws, &["--name", "proj"]);
+    m.initialize(NEWEST);
+    let r = m.request("logging/setLevel", json!({"level": "loud"}));
+    assert_error(
+        &r,
+        INVALID_PARAMS,
+        "invalid params: level must be one of emergency, alert, critical, error, warning, notice, info, debug",
+    );
+    let r = m.request("logging/setLevel", json!({"level": "error"}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    let sent = |env: &Env, body: &str| -> String {
+        let out = env.run(&["send", "proj", body, "--json"]);
+        assert_eq!(out.status, 0, "{out:?}");
+        let v: Value = serde_json::from_str(&out.stdout).unwrap();
+        v["message_id"].as_str().unwrap().to_string()
+    };
+    let quiet = sent(&env, "While it is quiet.");
+    let r = m.request("logging/setLevel", json!({"level": "info"}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    let loud = sent(&env, "Now it is not.");
+    m.wait_note("notifications/message", |p| {
+        p["data"].as_str().is_some_and(|d| d.contains(&loud))
+    });
+    // Events come in order: the first task's notice would have come first.
+    assert!(
+        !m.notes.iter().any(|n| n.to_string().contains(&quiet)),
+        "{:?}",
+        m.notes
+    );
+    m.finish();
+}
+
+/// Issue 18: a task waiting when the session starts produced no notice;
+/// the host hears of it once it sends `notifications/initialized`.
+#[test]
+fn a_task_waiting_at_the_start_is_announced() {
+    let env = Env::new();
+    let ws = env.workspace("proj");
+    let mut s = env.serve(&ws, &["--name", "proj"]);
+    assert_eq!(s.term(), 0, "{}", s.stderr());
+    let out = env.run(&["send", "proj", "Waiting for you.", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["status"], "stored", "{v}");
+    let mid = v["message_id"].as_str().unwrap().to_string();
+    let mut m = Mcp::start(&env, &ws, &["--name", "proj"]);
+    m.initialize(NEWEST);
+    let note = m.wait_note("notifications/message", |p| {
+        p["data"].as_str().is_some_and(|d| d.contains(&mid))
+    });
+    assert_eq!(note["params"]["level"], "info", "{note}");
+    assert_eq!(
+        note["params"]["data"],
+        format!("a task from (cli) waits ({mid}); call check_inbox to take it")
+    );
+    m.finish();
+}
+
+/// Issue 18: `list_agents` took unknown arguments despite
+/// `additionalProperties: false`, and the `no_target` candidates listed
+/// the session itself.
+#[test]
+fn unknown_arguments_are_refused_and_self_is_no_candidate() {
+    let env = Env::new();
+    let (wb, wc) = (env.workspace("beta"), env.workspace("gamma"));
+    let c = env.serve(&wc, &["--name", "gamma"]);
+    let mut b = Mcp::start(&env, &wb, &["--name", "beta"]);
+    b.initialize(NEWEST);
+    let (_, manifest) = b.manifest(&env);
+    let b_id = manifest["instance_id"].as_str().unwrap().to_string();
+    let r = b.tool("list_agents", json!({"verbose": true}));
+    assert_tool_error(
+        &r,
+        "Input validation error: list_agents takes no argument verbose",
+    );
+    let r = b.tool("check_inbox", json!({"all": 1}));
+    assert_tool_error(
+        &r,
+        "Input validation error: check_inbox takes no argument all",
+    );
+    let r = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": "nobody", "message": "Hi.", "mode": "steer"}),
+    );
+    assert_tool_error(
+        &r,
+        "Input validation error: send_agent_message takes no argument mode",
+    );
+    let r = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": "nobody", "message": "Hi."}),
+    );
+    assert_eq!(r["structuredContent"]["status"], "no_target", "{r}");
+    let ids: Vec<&str> = r["structuredContent"]["candidates"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .iter()
+        .map(|x| x["instance_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![c.id.as_str()], "not {b_id}: {r}");
+    b.finish();
+}
+
+/// Issue 18: a second `baton mcp` for a spool in use answered no
+/// `initialize`. It answers with an error naming the process that holds
+/// the spool, and exits.
+#[test]
+fn a_second_session_on_a_spool_in_use_says_who_holds_it() {
+    let env = Env::new();
+    let ws = env.workspace("proj");
+    let mut first = Mcp::start(&env, &ws, &["--name", "proj"]);
+    first.initialize(NEWEST);
+    let mut second = Mcp::start(&env, &ws, &["--name", "proj"]);
+    let r = second.request(
+        "initialize",
+        json!({"protocolVersion": NEWEST, "capabilities": {},
+               "clientInfo": {"name": "baton-tests", "version": "0"}}),
+    );
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("baton mcp cannot serve this session: "),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("pid {}", first.pid())),
+        "{message}"
+    );
+    let status = second.wait_exit();
+    assert_ne!(status.code(), Some(0), "{}", second.stderr());
+    second.drain();
+    first.finish();
 }

@@ -1184,3 +1184,74 @@ fn no_offline_denies_stored_delivery_and_list_offline_shows_names_not_running() 
     assert_eq!(out.stdout, "");
     assert_eq!(out.stderr, "baton: no known names are offline\n");
 }
+
+/// Issue 18: a reply to a sender that has stopped was lost (`no_target`).
+/// A handler's `--reply` to a stopped sender is stored in its spool, and
+/// the transcript says `stored`.
+#[test]
+fn a_handler_reply_to_a_stopped_sender_is_stored() {
+    let env = Env::new();
+    let (wa, wb) = (env.workspace("alpha"), env.workspace("beta"));
+    let go = env.root.join("go");
+    // Answers only once the test says so (bounded: about 10 s).
+    let handler = format!(
+        "for i in $(seq 200); do [ -e '{}' ] && break; sleep 0.05; done; echo 'There are 12.'",
+        go.display()
+    );
+    let mut a = env.serve(&wa, &["--name", "alpha"]);
+    let b = env.serve(&wb, &["--name", "beta", "--exec", &handler, "--reply"]);
+    let r = a.client().call(
+        1,
+        "relay/send",
+        json!({"target": b.id, "body": "Count the tests."}),
+    );
+    assert_eq!(r["result"]["status"], "accepted", "{r}");
+    let mid = r["result"]["message_id"].as_str().unwrap().to_string();
+    let b_spool = b.spool();
+    crate::util::wait_event(&b_spool, "the turn", T, |e| {
+        crate::util::event_is(e, "turn.started", &mid)
+    });
+    assert_eq!(a.term(), 0, "{}", a.stderr());
+    File::create(&go).unwrap();
+    let sent = crate::util::wait_event(&b_spool, "the reply's result", T, |e| {
+        e["kind"] == "relay.sent" && e["reply_of"] == mid.as_str()
+    });
+    assert_eq!(sent["status"], "stored", "{sent}");
+    let rid = sent["message_id"].as_str().unwrap();
+    assert_eq!(
+        ids_in(&spool_of(&env, "alpha"), "inbox"),
+        vec![rid.to_string()]
+    );
+}
+
+/// Issue 18: `baton inbox complete --reply` said the reply was "sending";
+/// it says where the reply went: `stored` for a stopped sender.
+#[test]
+fn inbox_complete_says_where_the_reply_went() {
+    let env = Env::new();
+    let (wa, wb) = (env.workspace("alpha"), env.workspace("beta"));
+    let mut a = env.serve(&wa, &["--name", "alpha"]);
+    let b = env.serve(&wb, &["--name", "beta"]);
+    let r = a.client().call(
+        1,
+        "relay/send",
+        json!({"target": b.id, "body": "Count the tests."}),
+    );
+    assert_eq!(r["result"]["status"], "accepted", "{r}");
+    let mid = r["result"]["message_id"].as_str().unwrap().to_string();
+    let out = env.run(&["inbox", "claim", "beta", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(a.term(), 0, "{}", a.stderr());
+    let out = env.run(&[
+        "inbox", "complete", "beta", &mid, "--reply", "12.", "--json",
+    ]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let v = parse(&out);
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(v["reply"]["status"], "stored", "{v}");
+    let rid = v["reply"]["message_id"].as_str().unwrap();
+    assert_eq!(
+        ids_in(&spool_of(&env, "alpha"), "inbox"),
+        vec![rid.to_string()]
+    );
+}

@@ -120,6 +120,7 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
         embedded: None,
         ttl,
         no_offline: args.flag("no-offline"),
+        reply_by_tool: false,
     };
     Ok(opts)
 }

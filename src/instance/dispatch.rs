@@ -190,18 +190,13 @@ impl Foreground {
                     self.idle_since = Some(Instant::now());
                 }
             }
-            Event::Relayed { result, reply_of } => {
-                let mut fields = result;
-                if let Some(r) = reply_of {
-                    fields["reply_of"] = json!(r);
-                }
-                self.hub.emit("relay.sent", fields);
-            }
+            Event::Relayed { result, reply_of } => self.relayed(result, reply_of),
         }
     }
 
-    /// Answers a call on `reply`: at once, or, for `relay/send` and
-    /// `control/pause`, once their helper thread reports.
+    /// Answers a call on `reply`: at once, or, for `relay/send`,
+    /// `inbox/complete` with a reply and `control/pause`, once their helper
+    /// thread reports.
     fn call(&mut self, method: Call, params: &Map<String, Value>, reply: Reply) {
         let answer = match method {
             Call::RelaySend => return self.relay_send(params, reply),
@@ -214,7 +209,7 @@ impl Foreground {
             Call::ControlStatus => Ok(self.status()),
             Call::InboxList => self.inbox_list(params),
             Call::InboxClaim => Ok(self.claim()),
-            Call::InboxComplete => self.complete(params),
+            Call::InboxComplete => return self.complete(params, reply),
             Call::InboxRequeue => self.interrupted(Interrupted::Requeue, params),
             Call::InboxDiscard => self.interrupted(Interrupted::Discard, params),
             Call::ApprovalRespond => self.approval_respond(params),

@@ -3,7 +3,8 @@
 //! the open task's sender joins its turn instead), and `inbox/complete`
 //! ends it. Here too: putting interrupted tasks back, or discarding them.
 
-use super::{Foreground, OpenTask, opt_str_param, str_param};
+use super::outbound::Waiter;
+use super::{Foreground, OpenTask, Reply, opt_str_param, str_param};
 use crate::sanitize::escape;
 use crate::server::{self, RpcError};
 use crate::spool::{Claim, Task};
@@ -97,7 +98,12 @@ impl Foreground {
     /// Opens the turn of a claimed task (or adds it to the open turn whose
     /// token it gets) and says so.
     fn open_turn(&mut self, task: Task, token: String) -> Value {
-        let envelope = turn::envelope(&task, task.sender.instance_id.is_some());
+        let how = if self.opts.reply_by_tool {
+            turn::REPLY_BY_TOOL
+        } else {
+            turn::REPLY_BY_COMMAND
+        };
+        let envelope = turn::envelope(&task, task.sender.instance_id.is_some().then_some(how));
         let follows = self.open.first().map(|o| o.task.message_id.clone());
         self.hub.emit(
             "task.claimed",
@@ -153,15 +159,39 @@ impl Foreground {
         })
     }
 
-    pub(super) fn complete(
+    /// `inbox/complete`. With `reply`, the answer waits for the reply's
+    /// delivery (on a thread, `Waiter::Complete`), so it says where the
+    /// reply went; the task is finished either way.
+    pub(super) fn complete(&mut self, params: &Map<String, Value>, answer_to: Reply) {
+        match self.finish_open(params) {
+            Err(e) => {
+                let _ = answer_to.send(Err(e));
+            }
+            Ok((answer, None)) => {
+                let _ = answer_to.send(Ok(answer));
+            }
+            Ok((answer, Some((open, body)))) => {
+                self.reply_from(open, body, answer, answer_to);
+            }
+        }
+        self.refresh();
+    }
+
+    /// Finishes an open task: the answer, and the turn and reply text when
+    /// a reply is to go out.
+    fn finish_open(
         &mut self,
         params: &Map<String, Value>,
-    ) -> std::result::Result<Value, RpcError> {
+    ) -> std::result::Result<(Value, Option<(OpenTask, String)>), RpcError> {
         let id = str_param(params, "message_id")?;
         let outcome = opt_str_param(params, "outcome")?.unwrap_or_else(|| "done".into());
         let reply = opt_str_param(params, "reply")?;
-        let invalid =
-            |reason: String| Ok(json!({"status": "invalid", "message_id": id, "reason": reason}));
+        let invalid = |reason: String| {
+            Ok((
+                json!({"status": "invalid", "message_id": id, "reason": reason}),
+                None,
+            ))
+        };
         if !matches!(outcome.as_str(), "done" | "failed") {
             return invalid("outcome is not done or failed".into());
         }
@@ -169,26 +199,24 @@ impl Foreground {
             return invalid(format!("task {} is not open here", escape(&id)));
         };
         if let Err(e) = self.spool().finish(&id, &outcome) {
-            return Ok(json!({"status": "error", "message_id": id, "reason": e.to_string()}));
+            let failed = json!({"status": "error", "message_id": id, "reason": e.to_string()});
+            return Ok((failed, None));
         }
         let open = self.open.remove(pos);
         self.hub.emit(
             "turn.finished",
             json!({"message_id": id, "outcome": outcome}),
         );
-        let mut result = json!({"status": "completed", "message_id": id, "outcome": outcome});
-        if let Some(body) = reply {
-            result["reply"] = self.reply_from(open, &id, body);
-        }
-        self.refresh();
-        Ok(result)
+        let result = json!({"status": "completed", "message_id": id, "outcome": outcome});
+        Ok((result, reply.map(|body| (open, body))))
     }
 
     /// `inbox/complete` with `reply`: the reply goes out like `baton send
-    /// --reply` from the turn just completed. The foreground never waits on
-    /// the network: the reply's outcome goes to the transcript
-    /// (`relay.sent`), and the answer only says it is being sent.
-    fn reply_from(&mut self, open: OpenTask, id: &str, body: String) -> Value {
+    /// --reply` from the turn just completed, on a sender thread, and
+    /// `answer` goes to `answer_to` with the reply's result once it is
+    /// known (bounded by the I/O timeout).
+    fn reply_from(&mut self, open: OpenTask, body: String, mut answer: Value, answer_to: Reply) {
+        let id = open.task.message_id.clone();
         let mut p = Map::new();
         p.insert("body".into(), json!(body));
         p.insert("reply".into(), json!(true));
@@ -198,17 +226,23 @@ impl Foreground {
         self.open.pop();
         match plan {
             Ok(Ok(out)) => {
-                let sending = json!({"status": "sending", "message_id": out.message_id});
-                self.spawn_send(out, Some(id.to_string()), None);
-                sending
+                let waiter = Waiter::Complete {
+                    reply: answer_to,
+                    answer,
+                };
+                self.spawn_send(out, Some(id), Some(waiter));
             }
             Ok(Err(refusal)) => {
                 let mut r = refusal.clone();
                 r["reply_of"] = json!(id);
                 self.hub.emit("relay.sent", r);
-                refusal
+                answer["reply"] = refusal;
+                let _ = answer_to.send(Ok(answer));
             }
-            Err(e) => json!({"status": "invalid", "reason": e.message}),
+            Err(e) => {
+                answer["reply"] = json!({"status": "invalid", "reason": e.message});
+                let _ = answer_to.send(Ok(answer));
+            }
         }
     }
 }

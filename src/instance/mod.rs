@@ -81,6 +81,9 @@ pub struct ServeOptions {
     /// `--no-offline`: senders may not store tasks while this name is not
     /// running (kept in the spool's meta.json).
     pub no_offline: bool,
+    /// The agent replies through MCP's `complete_task` (`baton mcp`), not
+    /// a command: the envelope says so.
+    pub reply_by_tool: bool,
 }
 
 /// How a front end that runs an instance on a thread of its own learns it

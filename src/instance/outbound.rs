@@ -13,7 +13,9 @@ use crate::server::{self, Event, RpcError};
 use crate::spool::Task;
 use crate::status::Status;
 use crate::turn;
+use crossbeam_channel as chan;
 use serde_json::{Map, Value, json};
+use std::time::Duration;
 
 /// A planned send, or the refusal to answer with instead.
 type Plan = std::result::Result<Outbound, Value>;
@@ -56,35 +58,75 @@ impl Foreground {
             mode: "queue".into(),
             only: Some(sender),
             scope: "a reply".into(),
+            only_spool: spool_of(task),
         };
         self.spawn_send(out, Some(id.clone()), None);
     }
 
-    /// Delivers on a worker thread; the result goes to the transcript and,
-    /// for `relay/send`, to the waiting caller.
+    /// Delivers on a worker thread; the result goes to the transcript and
+    /// to whoever waits for it (`Waiter`). The foreground goes on.
     pub(super) fn spawn_send(
         &mut self,
         out: Outbound,
         reply_of: Option<String>,
-        caller: Option<Reply>,
+        waiter: Option<Waiter>,
     ) {
         let origin = self.origin.clone();
         let events = self.events_tx.clone();
+        let (result_tx, result_rx) = chan::bounded::<Value>(1);
+        let message_id = out.message_id.clone();
         let spawned = std::thread::Builder::new()
             .name("baton-send".into())
             .spawn(move || {
                 let result = relay::send_as(&origin, &out);
-                if let Some(c) = caller {
-                    let _ = c.send(Ok(result.clone()));
-                }
+                let _ = result_tx.send(result.clone());
                 let _ = events.send(Event::Relayed { result, reply_of });
             });
         if let Err(e) = spawned {
+            let text = format!("cannot start a sender thread: {e}");
+            self.hub.emit("notice", json!({"text": text}));
+            if let Some(w) = waiter {
+                w.answer(
+                    json!({"status": Status::Transport, "message_id": message_id, "reason": text}),
+                );
+            }
+            return;
+        }
+        let Some(waiter) = waiter else { return };
+        let within = self.shared.config.io_timeout;
+        // The waiting is a thread's own, never the foreground's.
+        let spawned = std::thread::Builder::new()
+            .name("baton-send-wait".into())
+            .spawn(move || waiter.wait(&result_rx, within, &message_id));
+        if let Err(e) = spawned {
             self.hub.emit(
                 "notice",
-                json!({"text": format!("cannot start a sender thread: {e}")}),
+                json!({"text": format!("cannot start a thread to answer a send: {e}")}),
             );
         }
+    }
+
+    /// A sender thread's result, for the transcript. A reply that was not
+    /// delivered is also said as a notice (and on stderr): a handler run
+    /// with `--reply` has exited by then, and the operator is who learns.
+    pub(super) fn relayed(&mut self, result: Value, reply_of: Option<String>) {
+        let mut fields = result;
+        if let Some(r) = &reply_of {
+            fields["reply_of"] = json!(r);
+            let status = fields["status"].as_str().unwrap_or("");
+            let delivered = status.parse::<Status>().is_ok_and(Status::delivered);
+            if !delivered {
+                let text = format!(
+                    "the reply to {} was not delivered: {status}: {}",
+                    escape(r),
+                    escape(fields["reason"].as_str().unwrap_or(""))
+                );
+                eprintln!("baton: {text}");
+                self.hub
+                    .emit("notice", json!({"message_id": r, "text": text}));
+            }
+        }
+        self.hub.emit("relay.sent", fields);
     }
 
     /// `relay/send`: the sender-side guards need the turn, so they are
@@ -94,7 +136,7 @@ impl Foreground {
         match plan {
             Ok(Ok(out)) => {
                 let reply_of = out.in_reply_to.clone();
-                self.spawn_send(out, reply_of, Some(reply));
+                self.spawn_send(out, reply_of, Some(Waiter::Relay(reply)));
             }
             Ok(Err(refusal)) => {
                 self.hub.emit("relay.sent", refusal.clone());
@@ -186,6 +228,7 @@ impl Foreground {
                 mode,
                 only: None,
                 scope: String::new(),
+                only_spool: None,
             }));
         };
         let from = turn::display_name(&task.sender);
@@ -211,8 +254,58 @@ impl Foreground {
             mode,
             only: Some(sender),
             scope: format!("this turn runs a task relayed from {}", escape(&from)),
+            only_spool: spool_of(&task),
         }))
     }
+}
+
+/// Who waits for a send's result, answered from a thread of its own.
+pub(super) enum Waiter {
+    /// `relay/send`: the result is the answer.
+    Relay(Reply),
+    /// `inbox/complete` with a reply: `answer` with the result as its
+    /// `reply`. If the send has not ended within the I/O timeout (less a
+    /// margin, so the caller's own timeout does not run out first), the
+    /// reply is said to be `sending`, and its result goes only to the
+    /// transcript (`relay.sent`).
+    Complete { reply: Reply, answer: Value },
+}
+
+impl Waiter {
+    fn wait(self, result: &chan::Receiver<Value>, io_timeout: Duration, message_id: &str) {
+        let bound = match &self {
+            Waiter::Relay(_) => None,
+            Waiter::Complete { .. } => Some(io_timeout - io_timeout / 5),
+        };
+        let got = match bound {
+            None => result.recv().ok(),
+            Some(b) => result.recv_timeout(b).ok(),
+        };
+        let got = got.unwrap_or_else(|| {
+            json!({"status": "sending", "message_id": message_id,
+                   "reason": "no result within the I/O timeout; the outcome goes to the transcript (relay.sent)"})
+        });
+        self.answer(got);
+    }
+
+    fn answer(self, result: Value) {
+        match self {
+            Waiter::Relay(reply) => {
+                let _ = reply.send(Ok(result));
+            }
+            Waiter::Complete { reply, mut answer } => {
+                answer["reply"] = result;
+                let _ = reply.send(Ok(answer));
+            }
+        }
+    }
+}
+
+/// The name and workspace of a task's sender, whose spool takes what is
+/// sent back while the sender is stopped.
+fn spool_of(task: &Task) -> Option<(String, String)> {
+    let s = &task.sender;
+    Some((s.name.clone()?, s.workspace.clone()?))
 }
 
 fn missing_target() -> RpcError {

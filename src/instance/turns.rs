@@ -88,7 +88,7 @@ impl Foreground {
             envelope: if is_local(&task.sender) {
                 format!("{}\n", task.body)
             } else {
-                turn::envelope(&task, reply_possible)
+                turn::envelope(&task, reply_possible.then_some(turn::REPLY_BY_COMMAND))
             },
             env: self.turn_env(&task, &token),
             token: token.clone(),

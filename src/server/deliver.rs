@@ -456,9 +456,18 @@ fn admit(
         peer.pid,
         wire,
     );
+    // A reply to a task this instance sent (its id starts with ours) is
+    // the answer it waits for: it does not count against its sender's
+    // in-flight window, or a sender with questions queued here could
+    // never answer. The queue limit still holds.
+    let answers_us = task
+        .in_reply_to
+        .as_deref()
+        .and_then(|r| r.strip_prefix(shared.instance_id.as_str()))
+        .is_some_and(|rest| rest.starts_with('-'));
     let limits = Limits {
         max_queue: cfg.max_queue,
-        max_inflight: cfg.max_inflight,
+        max_inflight: if answers_us { 0 } else { cfg.max_inflight },
     };
     let sender_id = task.sender.instance_id.clone().unwrap_or_default();
     let from = crate::turn::display_name(&task.sender);
