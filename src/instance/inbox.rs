@@ -163,7 +163,11 @@ impl Foreground {
     /// delivery (on a thread, `Waiter::Complete`), so it says where the
     /// reply went; the task is finished either way.
     pub(super) fn complete(&mut self, params: &Map<String, Value>, answer_to: Reply) {
-        match self.finish_open(params) {
+        let finished = self.finish_open(params);
+        // The state is published before the answer goes out: a client
+        // that reads the manifest after its answer sees the task ended.
+        self.refresh();
+        match finished {
             Err(e) => {
                 let _ = answer_to.send(Err(e));
             }
@@ -174,7 +178,6 @@ impl Foreground {
                 self.reply_from(open, body, answer, answer_to);
             }
         }
-        self.refresh();
     }
 
     /// Finishes an open task: the answer, and the turn and reply text when
