@@ -18,6 +18,8 @@
 
 #[path = "bench/net.rs"]
 mod net;
+#[path = "bench/sshd.rs"]
+mod sshd;
 #[path = "bench/world.rs"]
 mod world;
 
@@ -60,6 +62,9 @@ struct Scale {
     /// Row 7.
     turn_rate_tasks: usize,
     turn_latency_tasks: usize,
+    /// Row 8: rounds of (first send, second send, plain ssh, ssh over the
+    /// master, unshared send).
+    ssh_rounds: usize,
 }
 
 const FULL: Scale = Scale {
@@ -81,6 +86,7 @@ const FULL: Scale = Scale {
     watchers: 10,
     turn_rate_tasks: 500,
     turn_latency_tasks: 200,
+    ssh_rounds: 20,
 };
 
 const SMOKE: Scale = Scale {
@@ -102,6 +108,7 @@ const SMOKE: Scale = Scale {
     watchers: 10,
     turn_rate_tasks: 20,
     turn_latency_tasks: 10,
+    ssh_rounds: 1,
 };
 
 /// The body of an ordinary task.
@@ -114,6 +121,10 @@ const SENDERS: usize = 8;
 const START_BATCH: usize = 25;
 /// Row 6: the idle budget.
 const RSS_BUDGET: f64 = 4.0 * 1024.0 * 1024.0;
+/// Row 8: the second `send --via ssh` against a fresh `ssh host true`.
+/// Measured at 0.33×; an unshared send reads about 1.0×, twice this and
+/// past the slack, so losing the shared connection fails the run.
+const SSH_TARGET: f64 = 0.5;
 /// Regressions: a ratio past its target by more than this fails the run.
 const SLACK: f64 = 1.25;
 
@@ -182,6 +193,8 @@ struct Row {
     baton: Option<Fig>,
     base: Option<Fig>,
     target: Target,
+    /// Not run: a tool it needs is missing (and not required).
+    skipped: bool,
 }
 
 fn row(id: &str, what: &str, baton: Fig, base: Fig, target: Target) -> Row {
@@ -191,6 +204,19 @@ fn row(id: &str, what: &str, baton: Fig, base: Fig, target: Target) -> Row {
         baton: Some(baton),
         base: Some(base),
         target,
+        skipped: false,
+    }
+}
+
+/// A row that could not run here, saying why.
+fn skipped(id: &str, why: &str) -> Row {
+    Row {
+        id: id.into(),
+        what: format!("skipped: {why}"),
+        baton: None,
+        base: None,
+        target: Target::None,
+        skipped: true,
     }
 }
 
@@ -202,6 +228,9 @@ impl Row {
 
     /// `ok`, `miss` (within the slack), `FAIL`, or `info`.
     fn verdict(&self) -> &'static str {
+        if self.skipped {
+            return "skipped";
+        }
         let Some(b) = self.baton else {
             return "FAIL";
         };
@@ -1109,6 +1138,116 @@ fn row_turns(sc: &Scale) -> Result<Vec<Row>, String> {
     ])
 }
 
+/// Row 8: `baton send --via 'ssh ...'` to an instance through a private
+/// sshd on 127.0.0.1. Each round starts with no master: a first send
+/// (which opens one), the second send (over it; the measured figure), a
+/// plain `ssh ... true` on a fresh connection (the baseline), `ssh ...
+/// true` over the same master, and a `--no-multiplex` send; then the
+/// master is stopped.
+fn row_ssh(sc: &Scale) -> Result<Vec<Row>, String> {
+    if let Some(what) = sshd::missing() {
+        if std::env::var("BATON_REQUIRE_ALL").as_deref() == Ok("1") {
+            return Err(format!(
+                "{what} required (BATON_REQUIRE_ALL=1) but not installed"
+            ));
+        }
+        eprintln!("bench: row 8 skipped: {what} not installed");
+        return Ok(vec![skipped(
+            "8",
+            &format!("`baton send --via ssh`: {what} not installed"),
+        )]);
+    }
+    let mut remote = World::new(
+        false,
+        &[("BATON_FSYNC", "off"), ("BATON_MAX_QUEUE", "100000")],
+    )?;
+    remote.start(&["far".into()], &["--ephemeral-spool"])?;
+    let bin = world::baton_bin();
+    let local = World::new(false, &[("BATON_REMOTE", &bin.display().to_string())])?;
+    let keys = world::Dir::new(&world::tmpfs_base(), "s").map_err(|e| format!("temp dir: {e}"))?;
+    let server = sshd::Sshd::start(&keys)?;
+    let master = sshd::Master {
+        registry: local.reg.clone(),
+    };
+    let via = server.via(&remote.reg, &remote.state);
+    let timeout = Duration::from_secs(30);
+    let send = |id: &str, extra: &[&str]| -> Result<Duration, String> {
+        let mut cmd = local.cmd();
+        cmd.args(["send", "--via", &via, "far", "over ssh", "--message-id", id])
+            .args(extra);
+        let (wall, out) =
+            run_timed(&mut cmd, b"", timeout).map_err(|e| format!("baton send --via: {e}"))?;
+        if !net::contains(&out, b"accepted") {
+            return Err(format!(
+                "baton send --via printed {}",
+                String::from_utf8_lossy(&out)
+            ));
+        }
+        Ok(wall)
+    };
+    // As baton runs the via command: through `sh -c`.
+    let ssh_true = |line: &str| -> Result<Duration, String> {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", &format!("{line} true")]);
+        Ok(run_timed(&mut cmd, b"", timeout)
+            .map_err(|e| format!("{line} true: {e}"))?
+            .0)
+    };
+    let (mut first, mut second, mut plain, mut shared, mut unshared) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..sc.ssh_rounds {
+        master.stop();
+        first.push(send(&format!("r{round}-1"), &[])?);
+        let Some(socket) = master.socket() else {
+            return Err("the first send left no ssh master in the registry".into());
+        };
+        second.push(send(&format!("r{round}-2"), &[])?);
+        plain.push(ssh_true(&via)?);
+        let rest = via.strip_prefix("ssh ").unwrap_or(&via);
+        shared.push(ssh_true(&format!(
+            "ssh -o ControlMaster=no -o 'ControlPath={}' {rest}",
+            socket.display()
+        ))?);
+        unshared.push(send(&format!("r{round}-3"), &["--no-multiplex"])?);
+    }
+    master.stop();
+    drop(server);
+    remote.stop_all();
+    let n = sc.ssh_rounds;
+    Ok(vec![
+        row(
+            "8",
+            &format!(
+                "`baton send --via ssh`, 2nd send (shared connection), median of {n}; fresh `ssh host true`"
+            ),
+            Fig::Time(median(&second)),
+            Fig::Time(median(&plain)),
+            Target::Ratio(SSH_TARGET),
+        ),
+        row(
+            "8b",
+            "2nd send, same run; `ssh host true` over the same master",
+            Fig::Time(median(&second)),
+            Fig::Time(median(&shared)),
+            Target::None,
+        ),
+        row(
+            "8c",
+            "1st send (opens the master), same run; fresh `ssh host true`",
+            Fig::Time(median(&first)),
+            Fig::Time(median(&plain)),
+            Target::None,
+        ),
+        row(
+            "8d",
+            "`--no-multiplex` send, same run; fresh `ssh host true`",
+            Fig::Time(median(&unshared)),
+            Fig::Time(median(&plain)),
+            Target::None,
+        ),
+    ])
+}
+
 // ---------------------------------------------------------------------
 // The run
 
@@ -1207,6 +1346,7 @@ fn table(rows: &[Row], graded: bool) -> String {
                 r.ratio().map_or("-".into(), |x| format!("{x:.2}×")),
                 r.target_text(),
                 match (graded, r.baton.is_some()) {
+                    _ if r.skipped => r.verdict().to_string(),
                     (true, _) => r.verdict().to_string(),
                     (false, true) => "-".into(),
                     (false, false) => "no number".into(),
@@ -1280,13 +1420,14 @@ fn main() {
     // Row 5 runs last: starting 500 instances leaves the machine busy for
     // a while (reaping, removing spools), which would weigh on the rows
     // after it. The table is printed in row order all the same.
-    let all: [(&str, RowFn); 7] = [
+    let all: [(&str, RowFn); 8] = [
         ("1", row_round_trip),
         ("2", row_durable),
         ("3", row_throughput),
         ("4", row_send),
         ("6", row_idle),
         ("7", row_turns),
+        ("8", row_ssh),
         ("5", row_list),
     ];
     let started = Instant::now();
@@ -1317,6 +1458,7 @@ fn main() {
                     baton: None,
                     base: None,
                     target: Target::None,
+                    skipped: false,
                 });
             }
         }
@@ -1355,7 +1497,9 @@ fn main() {
     }
     out.push_str(&table(&rows, sc.full));
     print!("{out}");
-    let missing = rows.iter().any(|r| r.baton.is_none() || r.base.is_none());
+    let missing = rows
+        .iter()
+        .any(|r| !r.skipped && (r.baton.is_none() || r.base.is_none()));
     let failed: Vec<&str> = rows
         .iter()
         .filter(|r| r.verdict() == "FAIL")
