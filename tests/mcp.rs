@@ -975,6 +975,15 @@ fn a_real_mcp_client_hands_a_task_over() {
         env.workspace("gamma"),
     );
     let c = env.serve(&wc, &["--name", "gamma"]);
+    // A task waits in beta's spool before session B starts: beta ran
+    // once, so its spool exists, and is stopped when the task is sent.
+    let mut first_b = env.serve(&wb, &["--name", "beta"]);
+    assert_eq!(first_b.term(), 0, "{}", first_b.stderr());
+    let out = env.run(&["send", "beta", "Waiting for you.", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["status"], "stored", "{v}");
+    let waiting = v["message_id"].as_str().unwrap().to_string();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/session.py");
 
     // The world of env.cmd(), for Python and the servers it starts.
@@ -990,6 +999,7 @@ fn a_real_mcp_client_hands_a_task_over() {
         .arg(crate::util::baton_bin())
         .args([&wa, &wb])
         .arg(&c.id)
+        .arg(&waiting)
         .env_clear()
         .envs(world)
         .envs(py_vars)
@@ -1045,6 +1055,54 @@ fn a_real_mcp_client_hands_a_task_over() {
         assert_eq!(o[s]["serverInfo"]["name"], "baton", "{ctx}");
     }
     assert_eq!(tool_names(&o["tools"]), TOOLS, "{ctx}");
+    assert_eq!(o["faults"], json!([]), "{ctx}");
+
+    // Every log message B's logging callback got also reached its message
+    // handler, as a notification, in the same order.
+    let notes_b = o["notes_b"].as_array().unwrap_or_else(|| panic!("{ctx}"));
+    let logged: Vec<&Value> = notes_b
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .map(|n| &n["params"])
+        .collect();
+    assert_eq!(
+        logged,
+        o["logs_b"].as_array().unwrap().iter().collect::<Vec<_>>(),
+        "{ctx}"
+    );
+    let noticed = |mid: &str| -> Vec<&Value> {
+        notes_b
+            .iter()
+            .filter(|n| n.to_string().contains(mid))
+            .collect()
+    };
+
+    // The task that waited before session B began was announced once the
+    // SDK had sent notifications/initialized: B's first notification.
+    assert_eq!(
+        notes_b.first(),
+        Some(&json!({"method": "notifications/message", "params": {
+            "level": "info", "logger": "baton",
+            "data": format!("a task from (cli) waits ({waiting}); call check_inbox to take it"),
+        }})),
+        "{ctx}"
+    );
+    assert_eq!(noticed(&waiting).len(), 1, "{ctx}");
+    assert_eq!(
+        o["claim_waiting"]["structuredContent"]["message_id"], waiting,
+        "{ctx}"
+    );
+    assert_eq!(
+        text(&o["complete_waiting"]),
+        format!("completed {waiting}."),
+        "{ctx}"
+    );
+
+    // list_agents takes no argument: a tool error, not a listing.
+    assert_tool_error(
+        &o["agents_unknown_argument"],
+        "Input validation error: list_agents takes no argument verbose",
+    );
 
     // A sees B and the third instance, B sees A and the third: not
     // themselves.
@@ -1111,6 +1169,25 @@ fn a_real_mcp_client_hands_a_task_over() {
         text(claim).contains("\nRun the unit tests in your workspace and tell me how many pass.\n"),
         "{ctx}"
     );
+    // The envelope names complete_task as the way to reply, in the text
+    // and in structuredContent, and never `baton send --reply`.
+    let envelope = claim["structuredContent"]["envelope"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{ctx}"));
+    assert!(
+        envelope.ends_with("\n[to reply: complete_task with a reply]\n</agent_relay>\n"),
+        "{ctx}"
+    );
+    assert_eq!(
+        text(claim),
+        format!(
+            "{envelope}\nWhen you are done, call complete_task with message_id \"{mid}\" and, if the sender should hear back, a short reply."
+        ),
+        "{ctx}"
+    );
+    for said in [envelope, text(claim)] {
+        assert!(!said.contains("baton send"), "{ctx}");
+    }
     assert_tool_error(
         &o["denied"],
         &format!(
@@ -1156,6 +1233,30 @@ fn a_real_mcp_client_hands_a_task_over() {
     assert_eq!(
         o["unknown_tool"],
         json!({"code": INVALID_PARAMS, "message": "Unknown tool: no_such_tool"}),
+        "{ctx}"
+    );
+
+    // At level error B's host heard nothing of the task A sent then, not
+    // even after info brought the notices back and the next task's came.
+    assert_eq!(o["set_level_error"], json!({}), "{ctx}");
+    assert_eq!(o["set_level_info"], json!({}), "{ctx}");
+    for s in ["send_quiet", "send_loud"] {
+        assert_eq!(o[s]["structuredContent"]["status"], "accepted", "{ctx}");
+    }
+    let quiet = o["send_quiet"]["structuredContent"]["message_id"]
+        .as_str()
+        .unwrap();
+    let loud = o["send_loud"]["structuredContent"]["message_id"]
+        .as_str()
+        .unwrap();
+    assert_eq!(o["quiet_noticed_in_wait"], Value::Null, "{ctx}");
+    assert_eq!(noticed(quiet), Vec::<&Value>::new(), "{ctx}");
+    assert_eq!(
+        noticed(loud),
+        vec![&json!({"method": "notifications/message", "params": {
+            "level": "info", "logger": "baton",
+            "data": format!("a task from alpha arrived ({loud}); call check_inbox to take it"),
+        }})],
         "{ctx}"
     );
 
