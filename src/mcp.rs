@@ -23,6 +23,10 @@ pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26
 /// The longest line read from the host.
 const MAX_LINE: usize = 1024 * 1024;
 
+/// How many `logging/setLevel` changes are remembered, to judge events
+/// that happened before the last one by the level then.
+const LEVEL_HISTORY: usize = 16;
+
 /// The log levels of `logging/setLevel` (RFC 5424 severities, as the MCP
 /// specification lists them), most severe first: index = severity.
 const LEVELS: [&str; 8] = [
@@ -107,8 +111,10 @@ struct Adapter {
     /// `notifications/initialized` came: the server may notify.
     notifying: bool,
     /// The least severe level the host wants (`logging/setLevel`), as an
-    /// index into `LEVELS`.
-    level: usize,
+    /// index into `LEVELS`, with when it was set (`events::now`): an event
+    /// is notified at the level in force when it happened, not when its
+    /// line reached this thread (the last `LEVEL_HISTORY` changes).
+    levels: Vec<(f64, usize)>,
     /// The tasks taken with `check_inbox` and not completed, with their
     /// turn tokens. A steer follow-up joins its task's turn, so two may be
     /// open at once under one token.
@@ -152,7 +158,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         id: instance.id.clone(),
         initialized: false,
         notifying: false,
-        level: LEVELS.len() - 1,
+        levels: vec![(0.0, LEVELS.len() - 1)],
         open: Vec::new(),
     };
     loop {
@@ -356,7 +362,10 @@ impl Adapter {
                 let level = params.get("level").and_then(Value::as_str);
                 match LEVELS.iter().position(|l| Some(*l) == level) {
                     Some(i) => {
-                        self.level = i;
+                        if self.levels.len() >= LEVEL_HISTORY {
+                            self.levels.remove(0);
+                        }
+                        self.levels.push((crate::events::now(), i));
                         Ok(json!({}))
                     }
                     None => Err((
@@ -621,11 +630,15 @@ impl Adapter {
         }
         let ev = &msg["params"];
         if ev["kind"] == "message.accepted" {
-            self.log_info(format!(
-                "a task from {} arrived ({}); call check_inbox to take it",
-                ev["from"].as_str().unwrap_or("?"),
-                ev["message_id"].as_str().unwrap_or("")
-            ));
+            let at = ev["time"].as_f64().unwrap_or_else(crate::events::now);
+            self.log_info(
+                at,
+                format!(
+                    "a task from {} arrived ({}); call check_inbox to take it",
+                    ev["from"].as_str().unwrap_or("?"),
+                    ev["message_id"].as_str().unwrap_or("")
+                ),
+            );
         }
     }
 
@@ -646,18 +659,29 @@ impl Adapter {
                 .as_str()
                 .or(sender["instance_id"].as_str())
                 .unwrap_or("(cli)");
-            self.log_info(format!(
-                "a task from {} waits ({}); call check_inbox to take it",
-                escape(from),
-                t["message_id"].as_str().unwrap_or("")
-            ));
+            self.log_info(
+                crate::events::now(),
+                format!(
+                    "a task from {} waits ({}); call check_inbox to take it",
+                    escape(from),
+                    t["message_id"].as_str().unwrap_or("")
+                ),
+            );
         }
     }
 
-    /// A `notifications/message` at level `info`, if the host has said it
-    /// is ready for notifications and wants that level.
-    fn log_info(&self, data: String) {
-        if !self.notifying || self.level < INFO {
+    /// A `notifications/message` at level `info` about what happened at
+    /// `at`, if the host has said it is ready for notifications and wanted
+    /// that level then.
+    fn log_info(&self, at: f64, data: String) {
+        let level = self
+            .levels
+            .iter()
+            .rev()
+            .find(|(since, _)| *since <= at)
+            .or(self.levels.first())
+            .map_or(LEVELS.len() - 1, |(_, l)| *l);
+        if !self.notifying || level < INFO {
             return;
         }
         write_message(&json!({
