@@ -14,6 +14,7 @@ mod protocol;
 mod registry;
 mod spool;
 mod ssh;
+mod stopped;
 mod tui;
 mod turns;
 mod zcoder;

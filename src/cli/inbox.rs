@@ -25,7 +25,13 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         ));
     };
     let (target_arg, params) = request(args, action)?;
-    let peer = target::resolve(config, target_arg.map(String::as_str))?;
+    let peer = match target::resolve(config, target_arg.map(String::as_str)) {
+        Ok(peer) => peer,
+        Err(Error::NoTarget(why)) if action == "list" => {
+            return list_stopped(args, config, target_arg.map(String::as_str), why);
+        }
+        Err(e) => return Err(e),
+    };
     let mut conn = target::connect(config, &peer)?;
     let r = if action == "list" {
         list_all(&mut conn, &peer)?
@@ -181,6 +187,26 @@ fn list_pages(conn: &mut Connection, peer: &registry::Peer) -> Result<Option<Val
     }
     all.insert("awaiting_approval".into(), Value::Array(asked));
     Ok(Some(Value::Object(all)))
+}
+
+/// `inbox list` of a stopped agent: its spool's directories as they are,
+/// in the live listing's shape. Nothing is claimed, moved or locked.
+fn list_stopped(
+    args: &Args,
+    config: &Config,
+    target_arg: Option<&str>,
+    why: String,
+) -> Result<ExitCode> {
+    let spool = super::watch::stopped(config, target_arg, why)?;
+    let listing = crate::spool::read_listing(&spool.dir)?;
+    let mut r = serde_json::to_value(&listing).expect("a listing serializes");
+    r["awaiting_approval"] = json!([]);
+    if args.flag("json") {
+        emit_json(&r);
+    } else {
+        print_list(&r);
+    }
+    Ok(ExitCode::Ok)
 }
 
 /// `inbox claim`: the envelope on stdout, how to reply on stderr.

@@ -145,7 +145,7 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "send",
-        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer] [--via CMD [--no-multiplex]]\n       baton send --reply [MESSAGE|-]    (inside a turn: answer its sender)",
+        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer] [--from NAME | --via CMD [--no-multiplex]]\n       baton send --reply [MESSAGE|-]    (inside a turn: answer its sender)",
         summary: "deliver a task to an instance (exact id or unique name); MESSAGE or stdin",
         opts: &[
             JSON,
@@ -160,6 +160,10 @@ pub const COMMANDS: &[Command] = &[
             value(
                 "mode",
                 "queue (default, FIFO) or steer (ahead of queued tasks)",
+            ),
+            value(
+                "from",
+                "send as the live local instance NAME: the receiver sees NAME, replies go to its inbox",
             ),
             value(
                 "via",

@@ -84,6 +84,12 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             escape(id)
         )));
     }
+    if args.value("from").is_some() && (args.flag("reply") || args.value("via").is_some()) {
+        return Err(Error::Usage(
+            "send: --from sends as a live instance on this host, so it takes neither --reply nor --via"
+                .into(),
+        ));
+    }
     if args.flag("reply") {
         if args.value("via").is_some() {
             return Err(Error::Usage(
@@ -115,6 +121,9 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         ));
     };
     let body = body(args.positional.get(1).map(String::as_str), config)?;
+    if let Some(from) = args.value("from") {
+        return from_instance(args, config, from, target_arg, &body, mode);
+    }
     if let Some(via) = args.value("via") {
         return remote(args, config, via, target_arg, &body, mode);
     }
@@ -132,6 +141,34 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         return report(args, &r);
     }
     plain(args, config, target_arg, &body, mode)
+}
+
+/// `--from NAME`: the live local instance NAME sends the task as itself,
+/// through its `relay/send`, as a send with its `$BATON_SOCKET` does: the
+/// receiver sees NAME, a reply goes to NAME's inbox, and NAME's guards
+/// apply. Inside a turn of NAME itself, that turn's scope applies too.
+fn from_instance(
+    args: &Args,
+    config: &Config,
+    from: &str,
+    target_arg: &str,
+    body: &str,
+    mode: &str,
+) -> Result<ExitCode> {
+    let peer = target::resolve(config, Some(from))?;
+    let mut conn = target::connect(config, &peer)?;
+    let mut params = json!({"target": target_arg, "body": body, "mode": mode});
+    let own = target::own_instance_id();
+    if let Some(t) = turn_token().filter(|_| own.as_deref() == Some(&*peer.manifest.instance_id)) {
+        params["turn"] = json!(t);
+    }
+    if let Some(id) = args.value("message-id") {
+        params["message_id"] = json!(id);
+    }
+    let r = conn
+        .call("relay/send", params)
+        .map_err(|e| target::transport(&peer, e))?;
+    report(args, &r)
 }
 
 /// `--via 'ssh host'`: the same delivery through `baton bridge` there.

@@ -5,6 +5,8 @@ use super::args::Args;
 use super::{emit, emit_json, target};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
+use crate::registry;
+use crate::relay::{self, KnownSpool};
 use crate::sanitize::{escape, escape_multiline};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
@@ -155,9 +157,77 @@ fn print(args: &Args, ev: &Value) {
 /// The id of the ping that marks the end of the replay.
 const REPLAYED: &str = "replayed";
 
-/// `baton log`: every recorded event, then exit.
+/// The spool of a stopped agent, when TARGET names no live instance
+/// (`why`) but a spool does: the one spool of that name, or without a name
+/// the one whose workspace is the current directory, that no live instance
+/// serves. Said on stderr, so that `--json` output stays pure. Only each
+/// spool's `meta.json` is read.
+pub(super) fn stopped(config: &Config, target: Option<&str>, why: String) -> Result<KnownSpool> {
+    let dir = registry::ensure_dir(config)?;
+    let live = registry::discover(&registry::scan_dirs(&dir), None, config.io_timeout).peers;
+    let cwd = std::env::current_dir()
+        .and_then(std::fs::canonicalize)
+        .map_err(|e| Error::io("read", std::path::Path::new("."), e))?
+        .display()
+        .to_string();
+    let mut found: Vec<KnownSpool> = relay::known_spools()
+        .into_iter()
+        .filter(|s| target.map_or(s.workspace == cwd, |n| s.name == n))
+        .filter(|s| {
+            !live
+                .iter()
+                .any(|p| p.manifest.name == s.name && p.manifest.workspace == s.workspace)
+        })
+        .collect();
+    if found.len() > 1 {
+        let list: Vec<String> = found
+            .iter()
+            .map(|s| {
+                format!(
+                    "\n  {}  not running  {}",
+                    escape(&s.name),
+                    escape(&s.workspace)
+                )
+            })
+            .collect();
+        return Err(Error::NoTarget(format!(
+            "{why}; several stopped agents' spools match: candidates:{}",
+            list.concat()
+        )));
+    }
+    let Some(spool) = found.pop() else {
+        return Err(Error::NoTarget(why));
+    };
+    eprintln!(
+        "baton: {} is not running; reading its spool",
+        escape(&spool.name)
+    );
+    Ok(spool)
+}
+
+/// `baton log`: every recorded event, then exit; a stopped agent's from
+/// its transcript on disk.
 pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
-    let (result, rx, mut stream) = subscribe(args, config, "log", json!({"since": 1}))?;
+    super::at_most(args, "log", 1)?;
+    let target_arg = args.positional.first().map(String::as_str);
+    let peer = match target::resolve(config, target_arg) {
+        Ok(peer) => peer,
+        Err(Error::NoTarget(why)) => {
+            let spool = stopped(config, target_arg, why)?;
+            crate::events::replay(&spool.dir, 1, u64::MAX, |line| {
+                if let Ok(ev) = serde_json::from_slice::<Value>(line) {
+                    print(args, &ev);
+                }
+                true
+            });
+            return Ok(ExitCode::Ok);
+        }
+        Err(e) => return Err(e),
+    };
+    let conn = target::connect(config, &peer)?;
+    let (result, rx, mut stream) = conn
+        .subscribe(json!({"since": 1}))
+        .map_err(|e| target::transport(&peer, e))?;
     let last = result
         .get("next_seq")
         .and_then(Value::as_u64)

@@ -249,6 +249,51 @@ pub fn new_task(
     }
 }
 
+/// What a stopped agent's spool holds, read from its directories as they
+/// are: no lock, no recovery, nothing created, moved or written, so a
+/// starting instance is never kept waiting and nothing is consumed. Each
+/// file is read without waiting on what stands in its place
+/// (`files::read_regular`); one that cannot be read back is listed by the
+/// id in its name alone, and a name that is not a task file's is skipped.
+pub fn read_listing(dir: &Path) -> Result<Listing> {
+    check_private_dir(dir, "spool")?;
+    let place = |sub: &str| -> Result<Vec<Summary>> {
+        let d = dir.join(sub);
+        if fs::symlink_metadata(&d).is_err() {
+            return Ok(Vec::new());
+        }
+        let mut found = Vec::new();
+        for name in taskfile::list(&d)? {
+            let Some((seq, id)) = taskfile::parse_file_name(&name) else {
+                continue;
+            };
+            let task = taskfile::read_bounded(&d.join(&name))
+                .ok()
+                .and_then(|b| taskfile::parse_task(&b, id).ok());
+            let key = match sub {
+                "inbox" => index::order_key(task.as_ref().map_or("queue", |t| &t.mode), seq),
+                _ => (0, seq),
+            };
+            let summary = task.map(index::summary).unwrap_or(Summary {
+                message_id: id.to_string(),
+                sender: Sender::default(),
+                accepted_at: 0,
+                mode: "queue".into(),
+                bytes: 0,
+            });
+            found.push((key, summary));
+        }
+        found.sort_by_key(|(k, _)| *k);
+        Ok(found.into_iter().map(|(_, s)| s).collect())
+    };
+    Ok(Listing {
+        queued: place("inbox")?,
+        processing: place("processing")?,
+        interrupted: place("interrupted")?,
+        rejected: place("rejected")?,
+    })
+}
+
 /// Checks that an existing directory is ours alone and not a symlink.
 pub fn check_private_dir(path: &Path, what: &str) -> Result<()> {
     private_dir(path, false, what)

@@ -1,0 +1,231 @@
+//! Issue 19: `baton send --from NAME` sends as a live local instance, and a
+//! stopped agent stays readable: `baton log` and `baton inbox list` read its
+//! spool from disk, without a lock, and change nothing there.
+
+use crate::util::{Env, Output, event_is, wait_event, wait_until};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Bound for anything that should take well under a second.
+const T: Duration = Duration::from_secs(10);
+
+fn parse(out: &Output) -> Value {
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {out:?}"))
+}
+
+/// The one spool directory of `name` under the state home.
+fn spool_of(env: &Env, name: &str) -> PathBuf {
+    let root = env.state.join("baton").join("spool");
+    let found: Vec<PathBuf> = fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("read {}: {e}", root.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{name}-")))
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "spools of {name}: {found:?}");
+    found.into_iter().next().unwrap()
+}
+
+/// What is kept of one entry: kind, mode, size, mtime (s, ns) and, for a
+/// regular file, its bytes.
+type Entry = (String, u32, u64, i64, i64, Vec<u8>);
+
+/// Every entry under `dir`, by path.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Entry> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap().filter_map(Result::ok) {
+            let p = e.path();
+            let m = fs::symlink_metadata(&p).unwrap();
+            let t = m.file_type();
+            let kind = if t.is_dir() {
+                todo.push(p.clone());
+                "dir"
+            } else if t.is_fifo() {
+                "fifo"
+            } else if t.is_file() {
+                "file"
+            } else {
+                "other"
+            };
+            let bytes = if t.is_file() {
+                fs::read(&p).unwrap()
+            } else {
+                Vec::new()
+            };
+            out.insert(
+                p,
+                (
+                    kind.to_string(),
+                    m.mode(),
+                    m.size(),
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    bytes,
+                ),
+            );
+        }
+    }
+    out
+}
+
+/// An agent run once and stopped, with two tasks stored in its spool.
+fn stopped_keeper(env: &Env) -> (PathBuf, PathBuf) {
+    let ws = env.workspace("keeper");
+    let mut s = env.serve(&ws, &["--name", "keeper"]);
+    assert_eq!(s.term(), 0, "{}", s.stderr());
+    for id in ["k1", "k2"] {
+        let body = format!("task {id}");
+        let out = env.run(&["send", "keeper", &body, "--message-id", id, "--json"]);
+        assert_eq!(parse(&out)["status"], "stored", "{out:?}");
+    }
+    (ws, spool_of(env, "keeper"))
+}
+
+const STOPPED: &str = "baton: keeper is not running; reading its spool\n";
+
+fn queued_ids(v: &Value) -> Vec<String> {
+    v["queued"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no queued: {v}"))
+        .iter()
+        .map(|t| t["message_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn send_from_sends_as_that_instance_and_the_reply_lands_in_its_inbox() {
+    let env = Env::new();
+    let (wa, wb) = (env.workspace("alpha"), env.workspace("beta"));
+    let a = env.serve(&wa, &["--name", "alpha"]);
+    let b = env.serve(
+        &wb,
+        &[
+            "--name",
+            "beta",
+            "--reply",
+            "--exec",
+            "cat > /dev/null; echo pong",
+        ],
+    );
+    let out = env.run(&["send", "--from", "alpha", "beta", "hi", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let r = parse(&out);
+    assert_eq!(r["status"], "accepted", "{r}");
+    let mid = r["message_id"].as_str().unwrap().to_string();
+    let accepted = wait_event(&b.spool(), "beta accepting the task", T, |e| {
+        event_is(e, "message.accepted", &mid)
+    });
+    assert_eq!(accepted["from"], "alpha", "{accepted}");
+    // The reply goes to alpha, a pull agent: it waits in alpha's inbox.
+    let mut listed = Value::Null;
+    wait_until("the reply in alpha's inbox", T, || {
+        let out = env.run(&["inbox", "list", "alpha", "--json"]);
+        assert_eq!(out.status, 0, "{out:?}");
+        listed = parse(&out);
+        listed["queued"].as_array().is_some_and(|q| !q.is_empty())
+    });
+    let reply = &listed["queued"][0];
+    assert_eq!(reply["sender"]["name"], "beta", "{listed}");
+    assert_eq!(reply["sender"]["instance_id"], b.id.as_str(), "{listed}");
+    // Without --from, a send from alpha's own directory stays plain.
+    let out = env.run_with(&[], Some(&wa), &["send", "beta", "plain", "--json"], None);
+    let mid = parse(&out)["message_id"].as_str().unwrap().to_string();
+    let accepted = wait_event(&b.spool(), "beta accepting the plain task", T, |e| {
+        event_is(e, "message.accepted", &mid)
+    });
+    assert_eq!(accepted["from"], "(cli)", "{accepted}");
+    // --from a name no live instance has: no target, nothing sent.
+    let out = env.run(&["send", "--from", "nobody", "beta", "hi"]);
+    assert_eq!(out.status, 3, "{out:?}");
+    drop((a, b));
+}
+
+#[test]
+fn a_stopped_agents_log_and_inbox_are_read_from_its_spool_and_left_unchanged() {
+    let env = Env::new();
+    let (ws, spool) = stopped_keeper(&env);
+    let before = snapshot(&spool);
+
+    let out = env.run(&["log", "keeper"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stderr, STOPPED, "{out:?}");
+    assert!(out.stdout.contains("instance.started"), "{out:?}");
+    for id in ["k1", "k2"] {
+        assert!(
+            out.stdout
+                .lines()
+                .any(|l| l.contains("message.accepted") && l.contains(id)),
+            "{out:?}"
+        );
+    }
+    let out = env.run_with(&[], Some(&ws), &["log", "--json"], None);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stderr, STOPPED, "{out:?}");
+    let events: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    assert!(events.iter().any(|e| event_is(e, "message.accepted", "k2")));
+
+    let out = env.run_with(&[], Some(&ws), &["inbox", "list"], None);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stderr, STOPPED, "{out:?}");
+    let rows: Vec<&str> = out.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{out:?}");
+    assert!(
+        rows[0].starts_with("queued") && rows[0].contains("k1"),
+        "{out:?}"
+    );
+    assert!(
+        rows[1].starts_with("queued") && rows[1].contains("k2"),
+        "{out:?}"
+    );
+    let out = env.run(&["inbox", "list", "keeper", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stderr, STOPPED, "{out:?}");
+    let v = parse(&out);
+    assert_eq!(queued_ids(&v), ["k1", "k2"], "{v}");
+    assert_eq!(v["queued"][0]["bytes"], 7, "{v}");
+
+    assert_eq!(snapshot(&spool), before, "reading changed the spool");
+    // A name with neither an instance nor a spool is still no target.
+    let out = env.run(&["log", "nobody"]);
+    assert_eq!(out.status, 3, "{out:?}");
+}
+
+#[test]
+fn reading_a_stopped_spool_takes_no_lock_and_waits_on_no_fifo() {
+    let env = Env::new();
+    let (_ws, spool) = stopped_keeper(&env);
+    // Something else holds the spool's lock (a sender storing a task).
+    let lock = fs::File::open(spool.join("lock")).unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
+        0
+    );
+    // A FIFO planted in the inbox under a task file's name.
+    let fifo = spool.join("inbox").join("0000000000009999-fifo.json");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let out = env.run(&["inbox", "list", "keeper", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(queued_ids(&parse(&out)), ["k1", "k2", "fifo"], "{out:?}");
+    let out = env.run(&["log", "keeper"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.contains("k2"), "{out:?}");
+    drop(lock);
+}
