@@ -694,9 +694,11 @@ fn events_of_a_task_arrive_in_order_and_replay_matches_the_transcript() {
         m["params"].clone()
     })
     .collect();
-    // The state goes back to ready after the turn.
-    let next = sub.read_json();
-    live.push(next["params"].clone());
+    // Then its final outcome, and the state goes back to ready.
+    for _ in 0..2 {
+        let next = sub.read_json();
+        live.push(next["params"].clone());
+    }
 
     let seqs: Vec<u64> = live.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     let want: Vec<u64> = (first..first + live.len() as u64).collect();
@@ -719,6 +721,7 @@ fn events_of_a_task_arrive_in_order_and_replay_matches_the_transcript() {
             "state.changed:busy",
             "turn.output",
             "turn.finished",
+            "task.ended",
             "state.changed:ready",
         ],
         "{live:?}"

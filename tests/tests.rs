@@ -10,6 +10,7 @@ mod lifecycle;
 mod limits;
 mod mcp;
 mod offline;
+mod outcomes;
 mod protocol;
 mod registry;
 mod spool;

@@ -84,19 +84,25 @@ impl Foreground {
     fn deny(&mut self, message_id: &str, by: &str) {
         self.asked.remove(message_id);
         self.approved.remove(message_id);
-        match self.spool().claim_id(message_id) {
-            Ok(Claim::Task(_)) => {
-                if let Err(e) = self.spool().finish(message_id, "denied") {
+        let finished = match self.spool().claim_id(message_id) {
+            Ok(Claim::Task(_)) => match self.spool().finish(message_id, "denied") {
+                Ok(()) => true,
+                Err(e) => {
                     self.hub.emit("notice", json!({"text": e.to_string()}));
+                    false
                 }
-            }
-            Ok(_) => {}
+            },
+            Ok(_) => false,
             Err(e) => {
                 self.hub.emit("notice", json!({"text": e.to_string()}));
+                false
             }
-        }
+        };
         self.hub
             .emit("task.denied", json!({"message_id": message_id, "by": by}));
+        if finished {
+            self.ended(message_id, "denied", None);
+        }
     }
 
     fn decide(&mut self, message_id: &str, decision: &str, by: &str) -> Value {

@@ -141,6 +141,7 @@ impl Foreground {
                 json!({"message_id": id, "reason": "expired",
                        "text": format!("waited longer than --ttl {} s; moved to rejected/", ttl.as_secs())}),
             );
+            self.ended(&id, "expired", None);
         }
     }
 
@@ -215,6 +216,7 @@ impl Foreground {
             Call::ApprovalRespond => self.approval_respond(params),
             Call::TurnCancel => self.cancel(params),
             Call::TurnLocal => self.local(params),
+            Call::TaskStatus => self.task_status(params),
         };
         let _ = reply.send(answer);
     }

@@ -3,15 +3,18 @@
 //! the open task's sender joins its turn instead), and `inbox/complete`
 //! ends it. Here too: putting interrupted tasks back, or discarding them.
 
-use super::outbound::Waiter;
+use super::outbound::{Plan, Waiter};
 use super::{Foreground, OpenTask, Reply, opt_str_param, str_param};
 use crate::sanitize::escape;
 use crate::server::{self, RpcError};
-use crate::spool::{Claim, Task};
+use crate::spool::{Claim, ReplyRecord, Task};
 use crate::turn;
 use serde_json::{Map, Value, json};
 
 use super::approval::Gate;
+
+/// `plan_send`'s answer for the reply of `inbox/complete`.
+type PlannedReply = std::result::Result<Plan, RpcError>;
 
 /// What `inbox/requeue` and `inbox/discard` do with a set-aside task.
 #[derive(Clone, Copy)]
@@ -82,6 +85,7 @@ impl Foreground {
                         "task.rejected",
                         json!({"message_id": message_id, "reason": reason}),
                     );
+                    self.ended(&message_id, "rejected", None);
                     rejected.push(json!({"message_id": message_id, "reason": reason}));
                 }
                 Err(e) => break self.claim_failed(&id, &e),
@@ -153,6 +157,9 @@ impl Foreground {
             Ok(()) => {
                 self.hub
                     .emit(&format!("task.{status}"), json!({"message_id": id}));
+                if let Interrupted::Discard = what {
+                    self.ended(&id, "discarded", None);
+                }
                 json!({"status": status, "message_id": id})
             }
             Err(e) => json!({"status": "error", "message_id": id, "reason": e.to_string()}),
@@ -174,18 +181,18 @@ impl Foreground {
             Ok((answer, None)) => {
                 let _ = answer_to.send(Ok(answer));
             }
-            Ok((answer, Some((open, body)))) => {
-                self.reply_from(open, body, answer, answer_to);
+            Ok((answer, Some((id, plan)))) => {
+                self.reply_from(&id, plan, answer, answer_to);
             }
         }
     }
 
-    /// Finishes an open task: the answer, and the turn and reply text when
-    /// a reply is to go out.
+    /// Finishes an open task: the answer, and the planned reply when one
+    /// is to go out (planned first, so the receipt can name its id).
     fn finish_open(
         &mut self,
         params: &Map<String, Value>,
-    ) -> std::result::Result<(Value, Option<(OpenTask, String)>), RpcError> {
+    ) -> std::result::Result<(Value, Option<(String, PlannedReply)>), RpcError> {
         let id = str_param(params, "message_id")?;
         let outcome = opt_str_param(params, "outcome")?.unwrap_or_else(|| "done".into());
         let reply = opt_str_param(params, "reply")?;
@@ -201,32 +208,46 @@ impl Foreground {
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
             return invalid(format!("task {} is not open here", escape(&id)));
         };
-        if let Err(e) = self.spool().finish(&id, &outcome) {
+        let planned = match reply {
+            Some(body) => {
+                let mut p = Map::new();
+                p.insert("body".into(), json!(body));
+                p.insert("reply".into(), json!(true));
+                p.insert("turn".into(), json!(self.open[pos].token));
+                let plan = self.plan_send(&p);
+                let sent_as = match &plan {
+                    Ok(Ok(out)) => Some(out.message_id.clone()),
+                    _ => None,
+                };
+                let record = ReplyRecord {
+                    message_id: sent_as,
+                    body: super::outcome::bounded(&body, self.shared.config.max_message_bytes),
+                };
+                Some((plan, record))
+            }
+            None => None,
+        };
+        let record = planned.as_ref().map(|(_, r)| r.clone());
+        if let Err(e) = self.spool().finish_with(&id, &outcome, record.clone()) {
             let failed = json!({"status": "error", "message_id": id, "reason": e.to_string()});
             return Ok((failed, None));
         }
-        let open = self.open.remove(pos);
+        self.open.remove(pos);
         self.hub.emit(
             "turn.finished",
             json!({"message_id": id, "outcome": outcome}),
         );
+        self.ended(&id, &outcome, record.as_ref());
         let result = json!({"status": "completed", "message_id": id, "outcome": outcome});
-        Ok((result, reply.map(|body| (open, body))))
+        Ok((result, planned.map(|(plan, _)| (id, plan))))
     }
 
     /// `inbox/complete` with `reply`: the reply goes out like `baton send
-    /// --reply` from the turn just completed, on a sender thread, and
-    /// `answer` goes to `answer_to` with the reply's result once it is
-    /// known (bounded by the I/O timeout).
-    fn reply_from(&mut self, open: OpenTask, body: String, mut answer: Value, answer_to: Reply) {
-        let id = open.task.message_id.clone();
-        let mut p = Map::new();
-        p.insert("body".into(), json!(body));
-        p.insert("reply".into(), json!(true));
-        p.insert("turn".into(), json!(open.token));
-        self.open.push(open);
-        let plan = self.plan_send(&p);
-        self.open.pop();
+    /// --reply` from the turn just completed (planned while it was open),
+    /// on a sender thread, and `answer` goes to `answer_to` with the
+    /// reply's result once it is known (bounded by the I/O timeout).
+    fn reply_from(&mut self, id: &str, plan: PlannedReply, mut answer: Value, answer_to: Reply) {
+        let id = id.to_string();
         match plan {
             Ok(Ok(out)) => {
                 let waiter = Waiter::Complete {

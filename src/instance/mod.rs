@@ -15,6 +15,7 @@ mod backoff;
 mod dispatch;
 mod inbox;
 mod outbound;
+mod outcome;
 mod startup;
 mod turns;
 

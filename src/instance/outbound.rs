@@ -10,7 +10,7 @@ use crate::registry;
 use crate::relay::{self, Outbound};
 use crate::sanitize::escape;
 use crate::server::{self, Event, RpcError};
-use crate::spool::Task;
+use crate::spool::{ReplyRecord, Task};
 use crate::status::Status;
 use crate::turn;
 use crossbeam_channel as chan;
@@ -18,40 +18,52 @@ use serde_json::{Map, Value, json};
 use std::time::Duration;
 
 /// A planned send, or the refusal to answer with instead.
-type Plan = std::result::Result<Outbound, Value>;
+pub(super) type Plan = std::result::Result<Outbound, Value>;
+
+/// A `--reply` planned: what the receipt keeps, and the send, or the
+/// notice that says why there is none.
+pub(super) struct StdoutReply {
+    pub(super) record: Option<ReplyRecord>,
+    pub(super) send: std::result::Result<Outbound, String>,
+}
 
 impl Foreground {
-    /// `--reply`: the handler's stdout goes back to the sender.
-    pub(super) fn reply_with_stdout(&mut self, task: &Task, stdout: Vec<u8>) {
+    /// `--reply`: plans sending the handler's stdout back to the sender,
+    /// before the task is finished, so its receipt can name the reply.
+    pub(super) fn plan_stdout_reply(&mut self, task: &Task, stdout: Vec<u8>) -> StdoutReply {
         let id = &task.message_id;
-        let Some(sender) = task.sender.instance_id.clone() else {
-            self.hub.emit(
-                "notice",
-                json!({"message_id": id, "text": "no reply: the sender is a plain command line, which cannot be replied to"}),
-            );
-            return;
-        };
         let limit = self.shared.config.max_message_bytes;
+        let text = String::from_utf8_lossy(&stdout).into_owned();
+        let mut record = (!text.is_empty()).then(|| ReplyRecord {
+            message_id: None,
+            body: super::outcome::bounded(&text, limit),
+        });
+        let Some(sender) = task.sender.instance_id.clone() else {
+            return StdoutReply {
+                record,
+                send: Err(
+                    "no reply: the sender is a plain command line, which cannot be replied to"
+                        .into(),
+                ),
+            };
+        };
         if stdout.len() > limit {
-            self.hub.emit(
-                "notice",
-                json!({"message_id": id, "text": format!(
+            return StdoutReply {
+                record,
+                send: Err(format!(
                     "no reply: the handler printed more than {limit} bytes (BATON_MAX_MESSAGE_BYTES)"
-                )}),
-            );
-            return;
+                )),
+            };
         }
-        let body = String::from_utf8_lossy(&stdout).into_owned();
-        if body.trim().is_empty() {
-            self.hub.emit(
-                "notice",
-                json!({"message_id": id, "text": "no reply: the handler printed nothing"}),
-            );
-            return;
+        if text.trim().is_empty() {
+            return StdoutReply {
+                record,
+                send: Err("no reply: the handler printed nothing".into()),
+            };
         }
         let out = Outbound {
             target: sender.clone(),
-            body,
+            body: text,
             message_id: self.new_message_id(),
             hop: task.hop + 1,
             in_reply_to: Some(id.clone()),
@@ -60,7 +72,28 @@ impl Foreground {
             scope: "a reply".into(),
             only_spool: spool_of(task),
         };
-        self.spawn_send(out, Some(id.clone()), None);
+        if let Some(r) = record.as_mut() {
+            r.message_id = Some(out.message_id.clone());
+        }
+        StdoutReply {
+            record,
+            send: Ok(out),
+        }
+    }
+
+    /// Sends a planned `--reply`, or says why none goes out.
+    pub(super) fn send_stdout_reply(
+        &mut self,
+        id: &str,
+        send: std::result::Result<Outbound, String>,
+    ) {
+        match send {
+            Ok(out) => self.spawn_send(out, Some(id.to_string()), None),
+            Err(text) => {
+                self.hub
+                    .emit("notice", json!({"message_id": id, "text": text}));
+            }
+        }
     }
 
     /// Delivers on a worker thread; the result goes to the transcript and

@@ -397,6 +397,13 @@ fn started(hub: &Hub, m: &Manifest, opts: &ServeOptions, spool: &Spool) {
     for note in &spool.recovery_notes {
         hub.emit("notice", json!({"text": note}));
     }
+    // The same shape as `Foreground::ended`: decided by this open.
+    for (id, outcome) in &spool.ended_at_open {
+        hub.emit(
+            "task.ended",
+            json!({"message_id": id, "outcome": outcome, "reply": null}),
+        );
+    }
     let c = spool.counts();
     if c.interrupted > 0 {
         hub.emit(

@@ -53,6 +53,7 @@ impl Foreground {
                     "task.rejected",
                     json!({"message_id": message_id, "reason": reason}),
                 );
+                self.ended(&message_id, "rejected", None);
             }
             Ok(Claim::Empty) => {}
             Err(e) => {
@@ -131,12 +132,15 @@ impl Foreground {
                 self.put_back(&id, what, &format!("cannot start the handler: {e}"));
             }
             Err(e) => {
-                let _ = self.spool().finish(&id, "failed");
+                let finished = self.spool().finish(&id, "failed").is_ok();
                 self.hub.emit(
                     "turn.finished",
                     json!({"message_id": id, "outcome": "failed",
                            "error": format!("cannot start the handler: {e}")}),
                 );
+                if finished {
+                    self.ended(&id, "failed", None);
+                }
             }
         }
         self.refresh();
@@ -243,10 +247,18 @@ impl Foreground {
             .ended_by
             .unwrap_or(if code == Some(0) { "done" } else { "failed" });
         let id = r.task.message_id.clone();
-        if let Err(e) = self.spool().finish(&id, outcome) {
-            self.hub
-                .emit("notice", json!({"message_id": id, "text": e.to_string()}));
-        }
+        // The reply is planned first, so the receipt can name its id.
+        let reply = (self.opts.reply && outcome == "done")
+            .then(|| self.plan_stdout_reply(&r.task, r.captured.unwrap_or_default()));
+        let record = reply.as_ref().and_then(|p| p.record.clone());
+        let finished = match self.spool().finish_with(&id, outcome, record.clone()) {
+            Ok(()) => true,
+            Err(e) => {
+                self.hub
+                    .emit("notice", json!({"message_id": id, "text": e.to_string()}));
+                false
+            }
+        };
         self.spool().clear_handler();
         let (out_total, out_dropped) = r.bytes.get("stdout").copied().unwrap_or_default();
         let (err_total, err_dropped) = r.bytes.get("stderr").copied().unwrap_or_default();
@@ -263,8 +275,11 @@ impl Foreground {
                 "dropped_bytes": out_dropped + err_dropped,
             }),
         );
-        if self.opts.reply && outcome == "done" {
-            self.reply_with_stdout(&r.task, r.captured.unwrap_or_default());
+        if finished {
+            self.ended(&id, outcome, record.as_ref());
+        }
+        if let Some(plan) = reply {
+            self.send_stdout_reply(&id, plan.send);
         }
         self.refresh();
     }
@@ -298,6 +313,7 @@ impl Foreground {
                 "turn.finished",
                 json!({"message_id": id, "outcome": "cancelled"}),
             );
+            self.ended(&id, "cancelled", None);
             self.refresh();
             return Ok(json!({"status": "cancelled", "message_id": id}));
         }

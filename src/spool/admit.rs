@@ -104,6 +104,7 @@ impl Spool {
                 key,
                 queued_at,
                 summary: summary(task),
+                reason: None,
             },
         );
         self.wake_settled(idx);

@@ -5,7 +5,7 @@
 use super::dirsync::sync_dir;
 use super::index::{Place, id_hash, release};
 use super::taskfile::{parse_task, read_bounded, receipt_name};
-use super::{Claim, Receipt, Spool, now_secs};
+use super::{Claim, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::files;
@@ -105,6 +105,7 @@ impl Spool {
         let e = idx.entries.get_mut(id).expect("indexed");
         e.place = Place::Rejected;
         e.file = aside;
+        e.reason = Some(reason.clone());
         if let Some(s) = e.sender_id().map(String::from) {
             release(&mut idx.inflight, &s);
         }
@@ -148,6 +149,16 @@ impl Spool {
 
     /// Finishes a processing task: receipt first, then the payload goes.
     pub fn finish(&self, message_id: &str, outcome: &str) -> Result<()> {
+        self.finish_with(message_id, outcome, None)
+    }
+
+    /// `finish`, the receipt also remembering the task's reply.
+    pub fn finish_with(
+        &self,
+        message_id: &str,
+        outcome: &str,
+        reply: Option<ReplyRecord>,
+    ) -> Result<()> {
         let mut idx = self.idx();
         let Some(e) = idx.entries.get(message_id).cloned() else {
             return Err(Error::Usage(format!("no task {message_id} in the spool")));
@@ -166,7 +177,8 @@ impl Spool {
             message_id: message_id.to_string(),
             digest: e.digest.clone().unwrap_or_default(),
             outcome: outcome.to_string(),
-            finished_at: now_secs(),
+            finished_at: now_f64(),
+            reply,
         };
         let name = receipt_name(message_id);
         let tmp = self.path("tmp", &format!("receipt-{name}"));
@@ -231,6 +243,39 @@ impl Spool {
         entry.place = Place::Inbox;
         entry.queued_at = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         Ok(())
+    }
+
+    /// Where a task is: its place in the index, else its receipt. The
+    /// receipt is read without the lock (a shortage reads as unreadable:
+    /// the answer is informational, never a verdict on the task).
+    pub fn whereabouts(&self, message_id: &str) -> Whereabouts {
+        {
+            let idx = self.idx();
+            if let Some(e) = idx.entries.get(message_id) {
+                return match e.place {
+                    Place::Inbox => Whereabouts::Queued(idx.inbox.range(..e.key).count() + 1),
+                    Place::Processing => Whereabouts::Processing,
+                    Place::Interrupted => Whereabouts::Interrupted,
+                    Place::Rejected => match (&e.reason, &e.digest) {
+                        (None, Some(_)) => Whereabouts::Expired,
+                        (r, _) => Whereabouts::Rejected(r.clone()),
+                    },
+                };
+            }
+            if !idx.finished.contains(&id_hash(message_id)) {
+                return Whereabouts::Unknown;
+            }
+        }
+        let path = self.path("done", &receipt_name(message_id));
+        match read_bounded(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Whereabouts::Unknown,
+            Err(_) => Whereabouts::Finished(None),
+            Ok(b) => Whereabouts::Finished(
+                serde_json::from_slice::<Receipt>(&b)
+                    .ok()
+                    .filter(|r| r.message_id == message_id),
+            ),
+        }
     }
 
     /// Whether a task was set aside for the operator: `interrupted/`, or

@@ -31,6 +31,8 @@ pub(super) struct Entry {
     /// When it last entered the queue (epoch seconds): accepted, or
     /// requeued by the operator. `--ttl` counts from here.
     pub(super) queued_at: u64,
+    /// Why it went to `rejected/` as bad data, when that is known.
+    pub(super) reason: Option<String>,
 }
 
 impl Entry {

@@ -100,7 +100,39 @@ pub struct Receipt {
     pub message_id: String,
     pub digest: String,
     pub outcome: String,
-    pub finished_at: u64,
+    /// Epoch seconds, with a fraction (receipts before issue 19 hold an
+    /// integer, which reads the same).
+    pub finished_at: f64,
+    /// The reply text the task finished with, if any.
+    #[serde(default)]
+    pub reply: Option<ReplyRecord>,
+}
+
+/// What a receipt remembers of a task's reply: its text (bounded by
+/// `BATON_MAX_MESSAGE_BYTES`) and the reply task's id, `None` when no
+/// reply was sent (a plain command line cannot receive one).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReplyRecord {
+    pub message_id: Option<String>,
+    pub body: String,
+}
+
+/// Where a task is, as `task/status` tells it from the spool alone.
+#[derive(Clone, Debug)]
+pub enum Whereabouts {
+    /// In `inbox/`, at this position in the claim order (1 = next).
+    Queued(usize),
+    /// In `processing/`: a turn runs it, or a pull agent holds it.
+    Processing,
+    Interrupted,
+    /// In `rejected/` after `--ttl`: its data reads back.
+    Expired,
+    /// In `rejected/` as bad data, with the reason when known.
+    Rejected(Option<String>),
+    /// Finished: its receipt (`None` when it cannot be read back).
+    Finished(Option<Receipt>),
+    /// Never accepted here, or its receipt was pruned.
+    Unknown,
 }
 
 /// What the spool says about a task offered for acceptance.
@@ -181,6 +213,10 @@ pub struct Spool {
     _lock: File,
     /// Problems found while opening (bad files moved to `rejected/`).
     pub recovery_notes: Vec<String>,
+    /// The ids of the tasks this open found mid-turn and set aside in
+    /// `interrupted/`, and of those it set aside in `rejected/` as bad
+    /// data: their outcome is decided now (`task.ended`).
+    pub ended_at_open: Vec<(String, &'static str)>,
 }
 
 /// The spool directory for a name and a canonical workspace under the
@@ -212,6 +248,14 @@ pub fn state_home() -> Result<PathBuf> {
                 .into(),
         )),
     }
+}
+
+/// Now, in epoch seconds with a fraction.
+pub fn now_f64() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 pub fn now_secs() -> u64 {
@@ -425,6 +469,7 @@ impl Spool {
             dir_sync: DirSync::default(),
             _lock: lock,
             recovery_notes: Vec::new(),
+            ended_at_open: Vec::new(),
         };
         spool.recover()?;
         spool.recovery_notes.extend(note);

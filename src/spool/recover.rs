@@ -35,11 +35,11 @@ impl Spool {
         self.set_aside_odd_files(&mut notes)?;
         self.sweep_tmp(&mut notes)?;
         self.remove_finished_payloads(&mut notes)?;
-        self.interrupt_processing(&mut notes)?;
+        let mut ended = self.interrupt_processing(&mut notes)?;
         // Built apart and put in place whole: no file is read under the
         // index lock.
         let mut idx = Index::new();
-        let max_seq = self.index_tasks(&mut idx, &mut notes)?;
+        let max_seq = self.index_tasks(&mut idx, &mut notes, &mut ended)?;
         self.index_receipts(&mut idx, &mut notes)?;
         let seq_path = self.dir.join("sequence");
         let stored: u64 = read_at_open(&seq_path)?
@@ -51,6 +51,7 @@ impl Spool {
         idx.leased_to = idx.next_seq;
         *self.idx() = idx;
         self.recovery_notes = notes;
+        self.ended_at_open = ended;
         Ok(())
     }
 
@@ -138,9 +139,11 @@ impl Spool {
         Ok(())
     }
 
-    /// Phase 3. Work that was mid-turn is never rerun on its own.
-    fn interrupt_processing(&self, notes: &mut Vec<String>) -> Result<()> {
+    /// Phase 3. Work that was mid-turn is never rerun on its own. Returns
+    /// the ids of the tasks it set aside, each `interrupted`.
+    fn interrupt_processing(&self, notes: &mut Vec<String>) -> Result<Vec<(String, &'static str)>> {
         let mut moved = false;
+        let mut ended = Vec::new();
         for name in list(&self.dir.join("processing"))? {
             let from = self.path("processing", &name);
             let to = self.path("interrupted", &name);
@@ -148,17 +151,26 @@ impl Spool {
             notes.push(format!(
                 "task file {name} was mid-turn and is now in interrupted/"
             ));
+            if let Some((_, id)) = parse_file_name(&name) {
+                ended.push((id.to_string(), "interrupted"));
+            }
             moved = true;
         }
         if moved && self.fsync {
             self.sync(&["processing", "interrupted"])?;
         }
-        Ok(())
+        Ok(ended)
     }
 
     /// Phase 4. Indexes the task files of `inbox/`, `interrupted/` and
-    /// `rejected/`; returns the highest sequence number among them.
-    fn index_tasks(&self, idx: &mut Index, notes: &mut Vec<String>) -> Result<u64> {
+    /// `rejected/`; returns the highest sequence number among them. A
+    /// queued task set aside as bad data is `rejected` in `ended`.
+    fn index_tasks(
+        &self,
+        idx: &mut Index,
+        notes: &mut Vec<String>,
+        ended: &mut Vec<(String, &'static str)>,
+    ) -> Result<u64> {
         let mut max_seq = 0;
         for (sub, place) in [
             ("inbox", Place::Inbox),
@@ -177,7 +189,15 @@ impl Spool {
                 };
                 max_seq = max_seq.max(seq);
                 let id = id.to_string();
-                let entry = self.read_entry(sub, place, &name, seq, &id, notes)?;
+                let mut entry = self.read_entry(sub, place, &name, seq, &id, notes)?;
+                // A file set aside from `inbox/` is met again in
+                // `rejected/`: the reason found the first time stays.
+                if entry.reason.is_none() {
+                    entry.reason = idx.entries.get(&id).and_then(|o| o.reason.clone());
+                }
+                if place == Place::Inbox && entry.place == Place::Rejected {
+                    ended.push((id.clone(), "rejected"));
+                }
                 if entry.place == Place::Inbox {
                     idx.inbox.insert(entry.key, id.clone());
                     if let Some(s) = entry.sender_id() {
@@ -203,11 +223,13 @@ impl Spool {
     ) -> Result<Entry> {
         let parsed = read_at_open(&self.path(sub, name))?.and_then(|b| parse_task(&b, id));
         let mut file = name.to_string();
+        let mut why = None;
         let (task, place) = match parsed {
             Ok(t) => (Some(t), place),
             Err(reason) if place != Place::Rejected => {
                 file = self.set_aside(sub, name)?;
                 notes.push(format!("{sub}/{name}: {reason}; moved to rejected/{file}"));
+                why = Some(reason);
                 (None, Place::Rejected)
             }
             Err(_) => (None, Place::Rejected),
@@ -229,6 +251,7 @@ impl Spool {
         let mut task = task;
         let digest = task.as_mut().map(|t| std::mem::take(&mut t.digest));
         Ok(Entry {
+            reason: why,
             queued_at,
             digest,
             place,
@@ -271,7 +294,7 @@ impl Spool {
                     None
                 }
             };
-            let finished = r.as_ref().map_or(0, |r| r.finished_at);
+            let finished = r.as_ref().map_or(0, |r| r.finished_at as u64);
             receipts.push((finished, name));
         }
         idx.receipts = receipts.len();

@@ -229,11 +229,12 @@ pub enum Call {
     ApprovalRespond,
     TurnCancel,
     TurnLocal,
+    TaskStatus,
 }
 
 impl Method {
     /// Every method, in the order `initialize` lists them as capabilities.
-    pub const ALL: [Method; 17] = [
+    pub const ALL: [Method; 18] = [
         Method::Initialize,
         Method::Ping,
         Method::AgentInfo,
@@ -251,6 +252,7 @@ impl Method {
         Method::Foreground(Call::ApprovalRespond),
         Method::Foreground(Call::TurnCancel),
         Method::Foreground(Call::TurnLocal),
+        Method::Foreground(Call::TaskStatus),
     ];
 
     /// The method a request names; `None` for one this version lacks.
@@ -286,6 +288,7 @@ impl Call {
             Call::ApprovalRespond => "approval/respond",
             Call::TurnCancel => "turn/cancel",
             Call::TurnLocal => "turn/local",
+            Call::TaskStatus => "task/status",
         }
     }
 }

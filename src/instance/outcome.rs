@@ -1,0 +1,68 @@
+//! What became of a task, for its sender (issue 19): every final outcome
+//! is recorded once as `task.ended`, and `task/status` answers where a
+//! task is from the spool (its place, or its receipt) and the approvals
+//! waiting, so it holds across restarts. Reading a receipt is a local
+//! disk read, which the foreground may do.
+
+use super::{Foreground, str_param};
+use crate::server::RpcError;
+use crate::spool::{ReplyRecord, Whereabouts};
+use serde_json::{Map, Value, json};
+
+impl Foreground {
+    /// Records a task's final outcome at this receiver, with its reply
+    /// when it finished with one.
+    pub(super) fn ended(&self, message_id: &str, outcome: &str, reply: Option<&ReplyRecord>) {
+        self.hub.emit(
+            "task.ended",
+            json!({"message_id": message_id, "outcome": outcome, "reply": reply}),
+        );
+    }
+
+    /// `task/status`.
+    pub(super) fn task_status(
+        &self,
+        params: &Map<String, Value>,
+    ) -> std::result::Result<Value, RpcError> {
+        let id = str_param(params, "message_id")?;
+        let mut v = json!({"message_id": id});
+        let status = match self.spool().whereabouts(&id) {
+            Whereabouts::Queued(_) if self.asked.contains_key(&id) => "awaiting_approval".into(),
+            Whereabouts::Queued(n) => {
+                v["queue_position"] = json!(n);
+                "queued".into()
+            }
+            Whereabouts::Processing => "running".into(),
+            Whereabouts::Interrupted => "interrupted".into(),
+            Whereabouts::Expired => "expired".into(),
+            Whereabouts::Rejected(reason) => {
+                if let Some(r) = reason {
+                    v["reason"] = json!(r);
+                }
+                "rejected".into()
+            }
+            Whereabouts::Finished(Some(r)) => {
+                v["finished_at"] = json!(r.finished_at);
+                v["reply"] = json!(r.reply);
+                r.outcome
+            }
+            Whereabouts::Finished(None) => {
+                v["reason"] = json!("its receipt cannot be read back");
+                "unknown".into()
+            }
+            Whereabouts::Unknown => "unknown".to_string(),
+        };
+        v["status"] = json!(status);
+        Ok(v)
+    }
+}
+
+/// A reply's text as a receipt keeps it: at most `limit` bytes, cut on a
+/// character boundary.
+pub(super) fn bounded(text: &str, limit: usize) -> String {
+    let mut end = text.len().min(limit);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
