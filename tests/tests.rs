@@ -16,4 +16,5 @@ mod spool;
 mod ssh;
 mod tui;
 mod turns;
+mod wait;
 mod zcoder;
