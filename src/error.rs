@@ -18,6 +18,9 @@ pub enum ExitCode {
     NoTarget = 3,
     /// Transport failure or timeout.
     Transport = 4,
+    /// `send --wait --timeout`: the time ran out before the task ended; the
+    /// task is left as it was.
+    WaitTimedOut = 5,
 }
 
 #[derive(Debug)]

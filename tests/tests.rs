@@ -18,4 +18,5 @@ mod ssh;
 mod stopped;
 mod tui;
 mod turns;
+mod wait;
 mod zcoder;

@@ -12,6 +12,7 @@ mod mcp;
 mod send;
 mod serve;
 mod target;
+mod wait;
 mod wake;
 mod watch;
 
@@ -145,7 +146,7 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "send",
-        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer] [--from NAME | --via CMD [--no-multiplex]]\n       baton send --reply [MESSAGE|-]    (inside a turn: answer its sender)",
+        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer] [--wait [--timeout SECONDS]]\n                [--from NAME | --via CMD [--no-multiplex]]\n       baton send --reply [MESSAGE|-]    (inside a turn: answer its sender)",
         summary: "deliver a task to an instance (exact id or unique name); MESSAGE or stdin",
         opts: &[
             JSON,
@@ -160,6 +161,14 @@ pub const COMMANDS: &[Command] = &[
             value(
                 "mode",
                 "queue (default, FIFO) or steer (ahead of queued tasks)",
+            ),
+            switch(
+                "wait",
+                "wait until the task ends at the receiver; print its reply; exit 0 only if done",
+            ),
+            value(
+                "timeout",
+                "with --wait: stop waiting after this many seconds (exit 5; the task stays queued)",
             ),
             value(
                 "from",
@@ -313,7 +322,8 @@ fn overview() -> String {
          without TARGET, the instance of $BATON_SOCKET or the one serving the\n\
          current directory.\n\n\
          exit status: 0 done, 1 refused by the receiver, 2 usage or environment\n\
-         error, 3 no such target or an ambiguous one, 4 transport failure.\n\n\
+         error, 3 no such target or an ambiguous one, 4 transport failure,\n\
+         5 'send --wait --timeout' stopped waiting before the task ended.\n\n\
          'baton help COMMAND' shows a command's options; 'baton --version' the version.\n",
     );
     s

@@ -75,6 +75,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             escape(mode)
         )));
     }
+    super::wait::check(args)?;
     if let Some(id) = args
         .value("message-id")
         .filter(|id| !registry::valid_id(id))
@@ -138,7 +139,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         let r = conn
             .call("relay/send", params)
             .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
-        return report(args, &r);
+        return finish(args, config, &r);
     }
     plain(args, config, target_arg, &body, mode)
 }
@@ -262,8 +263,14 @@ fn plain(
     let make = || plain_task(&message_id, body, mode);
     let peer = match relay::route(config, &dir, target_arg, &message_id, &make) {
         relay::Route::Live(p) => *p,
-        relay::Route::Done(v) => return report(args, &v),
+        relay::Route::Done(v) => return finish(args, config, &v),
     };
+    if peer.wire == registry::Wire::Zcoder && args.flag("wait") {
+        return Err(Error::Usage(format!(
+            "send: {} is a zcoder instance, which cannot say when a task ends: --wait needs a baton receiver",
+            escape(&peer.manifest.name)
+        )));
+    }
     if peer.wire == registry::Wire::Zcoder {
         // A plain command line has no instance for zcoder to verify; the
         // zcoder instance decides what to make of that.
@@ -307,7 +314,15 @@ fn plain(
         )),
     })?;
     result["target"] = target_of(&peer);
-    report(args, &result)
+    finish(args, config, &result)
+}
+
+/// Reports a delivery; with `--wait`, first waits for the task to end.
+fn finish(args: &Args, config: &Config, r: &Value) -> Result<ExitCode> {
+    if args.flag("wait") {
+        return super::wait::run(args, config, r);
+    }
+    report(args, r)
 }
 
 /// The task a plain command line stores in a stopped agent's spool: the
@@ -337,7 +352,7 @@ fn target_of(peer: &Peer) -> Value {
 }
 
 /// Prints a delivery result and maps its status to the exit code.
-fn report(args: &Args, r: &Value) -> Result<ExitCode> {
+pub(super) fn report(args: &Args, r: &Value) -> Result<ExitCode> {
     let spelled = r.get("status").and_then(Value::as_str).unwrap_or("");
     // A status this version does not know (a zcoder peer's, say) is a
     // refusal, shown as it was spelled.
