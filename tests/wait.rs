@@ -544,3 +544,76 @@ fn wait_and_timeout_are_checked_before_anything_is_sent() {
         assert!(out.stderr.contains(says), "{args:?}: {out:?}");
     }
 }
+
+/// End to end, against real instances: an exec agent with `--reply`
+/// answers, and `send --wait` prints the reply and exits 0; a handler
+/// that fails is exit 1 with the outcome in `--json`; a task for a stopped
+/// agent is waited for until `--timeout` (exit 5) and stays queued, and a
+/// later wait for it ends once the agent starts and runs it.
+#[test]
+fn wait_against_real_instances_done_failed_and_stored() {
+    let env = Env::new();
+    let ws = env.workspace("bob");
+    let mut bob = env.serve(
+        &ws,
+        &[
+            "--name",
+            "bob",
+            "--exec",
+            "cat >/dev/null; echo answered",
+            "--reply",
+        ],
+    );
+    let out = env.run(&["send", "--wait", "bob", "hello"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stdout, "answered\n", "{out:?}");
+    assert_eq!(bob.term(), 0, "{}", bob.stderr());
+
+    let ws_f = env.workspace("fails");
+    let mut fails = env.serve(
+        &ws_f,
+        &["--name", "fails", "--exec", "cat >/dev/null; exit 3"],
+    );
+    let out = env.run(&["send", "--wait", "--json", "fails", "x"]);
+    assert_eq!(out.status, 1, "{out:?}");
+    let v = parse(&out.stdout);
+    assert_eq!(v["status"], "accepted", "{v}");
+    assert_eq!(v["outcome"], "failed", "{v}");
+    assert_eq!(v["reply"], Value::Null, "{v}");
+    assert_eq!(fails.term(), 0, "{}", fails.stderr());
+
+    // bob is stopped now: the task is stored, and the wait times out.
+    let out = env.run(&[
+        "send",
+        "--wait",
+        "--timeout",
+        "1",
+        "--json",
+        "--message-id",
+        "later-1",
+        "bob",
+        "later",
+    ]);
+    assert_eq!(out.status, 5, "{out:?}");
+    let v = parse(&out.stdout);
+    assert_eq!(v["status"], "stored", "{v}");
+    assert_eq!(v["outcome"], Value::Null, "{v}");
+    // The same id again is a duplicate; this wait ends once bob runs it.
+    let mut waiter = start_wait(
+        &env,
+        &["--timeout", "20", "--message-id", "later-1", "bob", "later"],
+    );
+    let mut bob = env.serve(
+        &ws,
+        &[
+            "--name",
+            "bob",
+            "--exec",
+            "cat >/dev/null; echo answered later",
+            "--reply",
+        ],
+    );
+    assert_eq!(exited(&mut waiter), 0, "{}", waiter.stderr());
+    assert_eq!(waiter.stdout(), "answered later\n");
+    assert_eq!(bob.term(), 0, "{}", bob.stderr());
+}
