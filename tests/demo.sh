@@ -3,7 +3,8 @@
 # temporary workspaces. alice is an agent that pulls its tasks; bob runs
 # each task through a small shell handler and replies with its output.
 # alice hands bob a task, bob's handler runs it, the reply comes back to
-# alice. Everything lives in a private registry and state directory that is
+# alice; then alice sends bob another task and waits for its answer
+# (send --wait). Everything lives in a private registry and state directory that is
 # removed at the end, and every process started is stopped by pid.
 set -eu
 
@@ -75,6 +76,9 @@ printf '%s\n' "$envelope"
 id=$(printf '%s\n' "$envelope" | sed -n '1s/.* message_id="\([^"]*\)">$/\1/p')
 [ -n "$id" ] || { echo "demo: no reply was claimed" >&2; exit 1; }
 "$baton" inbox complete alice "$id" >/dev/null
+
+step "baton send --from alice --wait bob 'and now?'   # alice waits for bob's answer"
+"$baton" send --from alice --wait --timeout 20 bob 'and now?'
 
 step "baton log bob"
 "$baton" log bob

@@ -66,6 +66,11 @@ fn the_demo_script_hands_a_task_over_and_cleans_up() {
     // The task went to bob, bob's handler ran it in bob's workspace, and
     // its output came back to alice as a reply to that task.
     assert!(stdout.contains("accepted: bob ("), "{stdout}");
+    // alice waited for bob's answer to a second task and printed it.
+    assert!(
+        stdout.contains("alice waits for bob's answer\u{1b}[0m\nbob ran task "),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("; the files here are:\nREADME\nmain.c\n"),
         "{stdout}"

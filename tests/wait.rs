@@ -617,3 +617,33 @@ fn wait_against_real_instances_done_failed_and_stored() {
     assert_eq!(waiter.stdout(), "answered later\n");
     assert_eq!(bob.term(), 0, "{}", bob.stderr());
 }
+
+/// `send --from NAME --wait`: the live instance NAME sends, and the wait
+/// follows the task as for a plain send; the reply is printed and also
+/// lands in NAME's inbox.
+#[test]
+fn wait_works_for_a_send_from_an_instance() {
+    let env = Env::new();
+    let ws_a = env.workspace("alice");
+    let ws_b = env.workspace("bob");
+    let mut alice = env.serve(&ws_a, &["--name", "alice"]);
+    let mut bob = env.serve(
+        &ws_b,
+        &[
+            "--name",
+            "bob",
+            "--exec",
+            "cat >/dev/null; echo from bob",
+            "--reply",
+        ],
+    );
+    let out = env.run(&["send", "--from", "alice", "--wait", "bob", "hi"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stdout, "from bob\n", "{out:?}");
+    wait_until("the reply in alice's inbox", T, || {
+        let l = env.run(&["inbox", "list", "alice", "--json"]);
+        l.stdout.contains("\"bob\"")
+    });
+    assert_eq!(bob.term(), 0, "{}", bob.stderr());
+    assert_eq!(alice.term(), 0, "{}", alice.stderr());
+}

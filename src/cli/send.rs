@@ -169,7 +169,7 @@ fn from_instance(
     let r = conn
         .call("relay/send", params)
         .map_err(|e| target::transport(&peer, e))?;
-    report(args, &r)
+    finish(args, config, &r)
 }
 
 /// `--via 'ssh host'`: the same delivery through `baton bridge` there.
