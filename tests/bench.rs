@@ -56,7 +56,7 @@ struct Scale {
     list_sizes: [usize; 3],
     stale: usize,
     list_runs: usize,
-    /// Row 6.
+    /// Row 6 (and row 9's idle window).
     idle: Duration,
     watchers: usize,
     /// Row 7.
@@ -939,6 +939,30 @@ fn status_field(pid: u32, field: &str) -> Result<u64, String> {
         .ok_or(format!("no {field} in /proc/{pid}/status"))
 }
 
+/// Context switches of all a process's threads (voluntary and not): how
+/// often it woke, which a loop that sleeps between polls shows even when
+/// it uses less than a tick.
+fn wakeups(pid: u32) -> Result<u64, String> {
+    let dir = format!("/proc/{pid}/task");
+    let rd = fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))?;
+    let mut n = 0;
+    for e in rd.filter_map(|e| e.ok()) {
+        // A thread may end between the listing and the read.
+        let Ok(status) = fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        n += status
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+            })
+            .filter_map(|v| v.trim().parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Ok(n)
+}
+
 /// Row 6: an idle instance with attached watchers.
 fn row_idle(sc: &Scale) -> Result<Vec<Row>, String> {
     let mut w = World::new(false, &[("BATON_FSYNC", "off")])?;
@@ -996,6 +1020,96 @@ fn row_idle(sc: &Scale) -> Result<Vec<Row>, String> {
             "idle, no watcher: RSS; 4 MiB budget",
             Fig::Bytes(bare_rss),
             Fig::Bytes(RSS_BUDGET),
+            Target::None,
+        ),
+    ])
+}
+
+/// Row 9: how long `baton send --wait` may take to deliver and subscribe.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Row 9: a `baton send --wait` waiting for a task nobody claims.
+fn row_wait(sc: &Scale) -> Result<Vec<Row>, String> {
+    let mut w = World::new(false, &[("BATON_FSYNC", "off")])?;
+    // Pull mode: nothing claims, so the task stays queued.
+    let inst = w.start(&["waited".into()], &[])?.remove(0);
+    thread::sleep(Duration::from_millis(200));
+    let bare_threads = status_field(inst.pid, "Threads:")?;
+    let log = w.root().join("log").join("send-wait.err");
+    let err = fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut cmd = w.cmd();
+    cmd.args([
+        "send",
+        "--wait",
+        "--message-id",
+        "idle-wait",
+        "waited",
+        "wait for me",
+    ])
+    .stdout(Stdio::null())
+    .stderr(err);
+    let waiter = w.spawn(&mut cmd)?;
+    let said = || fs::read_to_string(&log).unwrap_or_default();
+    // Subscribed: it says the task was accepted and that it waits (after
+    // the delivery), and the instance has the subscribed connection's two
+    // threads (its reader and its event forwarder).
+    let deadline = Instant::now() + SUBSCRIBE_TIMEOUT;
+    loop {
+        let text = said();
+        let waiting =
+            text.contains("accepted: message idle-wait") && text.contains("waiting for it to end");
+        if waiting && status_field(inst.pid, "Threads:")? >= bare_threads + 2 {
+            break;
+        }
+        if !w.running(waiter) {
+            return Err(format!(
+                "baton send --wait exited before waiting: {}",
+                said().trim()
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "baton send --wait did not subscribe within {SUBSCRIBE_TIMEOUT:?}: {}",
+                said().trim()
+            ));
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    // Settle: the one-shot delivery connection's thread ends, the status
+    // answer is read.
+    thread::sleep(Duration::from_millis(500));
+    let (w0, i0, s0) = (cpu_ticks(waiter)?, cpu_ticks(inst.pid)?, wakeups(waiter)?);
+    thread::sleep(sc.idle);
+    let (w1, i1, s1) = (cpu_ticks(waiter)?, cpu_ticks(inst.pid)?, wakeups(waiter)?);
+    // A process that ended uses no CPU either: that would measure nothing.
+    if !w.running(waiter) {
+        return Err(format!(
+            "baton send --wait exited while it should wait: {}",
+            said().trim()
+        ));
+    }
+    w.stop_all();
+    let secs = sc.idle.as_secs_f64();
+    Ok(vec![
+        row(
+            "9",
+            &format!("`baton send --wait`, idle {secs:.0} s on a queued task: CPU ticks; zero"),
+            Fig::Count((w1 - w0) as f64),
+            Fig::Count(0.0),
+            Target::Zero,
+        ),
+        row(
+            "9b",
+            &format!("the instance it waits on, same {secs:.0} s: CPU ticks; zero"),
+            Fig::Count((i1 - i0) as f64),
+            Fig::Count(0.0),
+            Target::None,
+        ),
+        row(
+            "9c",
+            &format!("`baton send --wait`, same {secs:.0} s: wakeups (context switches); zero"),
+            Fig::Count(s1.saturating_sub(s0) as f64),
+            Fig::Count(0.0),
             Target::None,
         ),
     ])
@@ -1420,12 +1534,13 @@ fn main() {
     // Row 5 runs last: starting 500 instances leaves the machine busy for
     // a while (reaping, removing spools), which would weigh on the rows
     // after it. The table is printed in row order all the same.
-    let all: [(&str, RowFn); 8] = [
+    let all: [(&str, RowFn); 9] = [
         ("1", row_round_trip),
         ("2", row_durable),
         ("3", row_throughput),
         ("4", row_send),
         ("6", row_idle),
+        ("9", row_wait),
         ("7", row_turns),
         ("8", row_ssh),
         ("5", row_list),

@@ -270,6 +270,23 @@ impl World {
         Ok(out)
     }
 
+    /// Spawns `cmd` (made by [`World::cmd`]) as a process of this world:
+    /// [`World::stop_all`] stops it with the instances, by pid. Its pid.
+    pub fn spawn(&mut self, cmd: &mut Command) -> Result<u32, String> {
+        let child = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
+        let pid = child.id();
+        self.children.push(child);
+        Ok(pid)
+    }
+
+    /// Whether the process `pid` started in this world has not exited.
+    pub fn running(&mut self, pid: u32) -> bool {
+        self.children
+            .iter_mut()
+            .find(|c| c.id() == pid)
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// Stops every process started in this world, by pid: SIGTERM, a
     /// bounded wait, then SIGKILL and another bounded wait.
     pub fn stop_all(&mut self) {
