@@ -568,3 +568,158 @@ fn baton_remote_names_the_remote_baton_when_it_is_not_on_path() {
     assert_eq!(list.status, 0, "{list:?}");
     assert!(list.stdout.contains(&s.id), "{list:?}");
 }
+
+/// Issue 19: `send --via ... --wait` waits over the same bridge, as a
+/// local `send --wait` does: the reply of an exec agent with `--reply` is
+/// printed (exit 0), another outcome is exit 1, and `--timeout` is exit 5
+/// with the task left queued there.
+#[test]
+fn send_via_wait_prints_the_reply_and_exits_as_a_local_wait() {
+    let h = Hosts::new();
+    let mut bob = h.remote.serve(
+        &h.remote.workspace("bob"),
+        &[
+            "--name",
+            "bob",
+            "--exec",
+            "cat >/dev/null; echo answered",
+            "--reply",
+        ],
+    );
+    let out = h.run(&["send", "--via", &h.via, "--wait", "bob", "hi"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stdout, "answered\n", "{out:?}");
+    assert!(out.stderr.contains("waiting for it to end"), "{out:?}");
+    // The same id again: a duplicate, whose outcome the status answer has.
+    let args = [
+        "send",
+        "--via",
+        &h.via,
+        "--wait",
+        "--json",
+        "--message-id",
+        "w1",
+        "bob",
+        "again",
+    ];
+    for expect in ["accepted", "duplicate"] {
+        let out = h.run(&args);
+        assert_eq!(out.status, 0, "{out:?}");
+        let v = parse(&out);
+        assert_eq!(v["status"], json!(expect), "{v}");
+        assert_eq!(v["outcome"], json!("done"), "{v}");
+        assert_eq!(v["reply"], json!("answered\n"), "{v}");
+        assert_eq!(v["target"]["instance_id"], json!(bob.id), "{v}");
+    }
+    assert_eq!(bob.term(), 0, "{}", bob.stderr());
+
+    let _fails = h.remote.serve(
+        &h.remote.workspace("fails"),
+        &["--name", "fails", "--exec", "cat >/dev/null; exit 3"],
+    );
+    let out = h.run(&["send", "--via", &h.via, "--wait", "--json", "fails", "x"]);
+    assert_eq!(out.status, 1, "{out:?}");
+    let v = parse(&out);
+    assert_eq!(
+        (v["outcome"].clone(), v["reply"].clone()),
+        (json!("failed"), Value::Null),
+        "{v}"
+    );
+
+    // An instance with no handler keeps the task queued; paused, it
+    // still answers the status of what it holds.
+    let far = h
+        .remote
+        .serve(&h.remote.workspace("far"), &["--name", "far"]);
+    let sent = h.send_via("far", "stays", "q1");
+    assert_eq!(status_of(&sent), "accepted", "{sent:?}");
+    assert_eq!(h.remote.run(&["pause", "far"]).status, 0);
+    let started = std::time::Instant::now();
+    let out = h.run(&[
+        "send",
+        "--via",
+        &h.via,
+        "--wait",
+        "--timeout",
+        "1",
+        "--json",
+        "--message-id",
+        "q1",
+        "far",
+        "stays",
+    ]);
+    assert_eq!(out.status, 5, "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{out:?}");
+    let v = parse(&out);
+    assert_eq!(v["timed_out"], json!(true), "{v}");
+    assert_eq!(v["task_status"], json!("queued"), "{v}");
+    assert_eq!(v["outcome"], Value::Null, "{v}");
+    let text = h.run(&[
+        "send",
+        "--via",
+        &h.via,
+        "--wait",
+        "--timeout",
+        "0.5",
+        "--message-id",
+        "q1",
+        "far",
+        "stays",
+    ]);
+    assert_eq!(text.status, 5, "{text:?}");
+    assert!(
+        text.stderr.contains("message q1 is still queued at far"),
+        "{text:?}"
+    );
+    let mut c = far.client();
+    assert_eq!(far.queued(&mut c), 1);
+}
+
+/// Issue 19: a task stored over `--via` for a stopped agent is kept there
+/// and not waited for: exit 1, saying so, with no outcome.
+#[test]
+fn send_via_wait_for_a_stopped_agent_stores_the_task_and_says_it_does_not_wait() {
+    let h = Hosts::new();
+    let ws = h.remote.workspace("far");
+    let mut s = h.remote.serve(&ws, &["--name", "far"]);
+    assert_eq!(s.term(), 0, "{}", s.stderr());
+
+    let out = h.run(&[
+        "send",
+        "--via",
+        &h.via,
+        "--wait",
+        "--json",
+        "--message-id",
+        "s1",
+        "far",
+        "later",
+    ]);
+    assert_eq!(out.status, 1, "{out:?}");
+    let v = parse(&out);
+    assert_eq!(v["status"], json!("stored"), "{v}");
+    assert_eq!(v["outcome"], Value::Null, "{v}");
+    assert_eq!(v["task_status"], json!("stored"), "{v}");
+    let text = h.run(&[
+        "send",
+        "--via",
+        &h.via,
+        "--wait",
+        "--message-id",
+        "s2",
+        "far",
+        "later too",
+    ]);
+    assert_eq!(text.status, 1, "{text:?}");
+    assert!(text.stdout.is_empty(), "{text:?}");
+    assert!(
+        text.stderr
+            .contains("--wait over --via does not wait for a stopped agent"),
+        "{text:?}"
+    );
+
+    // Both are there when it starts.
+    let s = h.remote.serve(&ws, &["--name", "far"]);
+    let mut c = s.client();
+    assert_eq!(s.queued(&mut c), 2);
+}

@@ -532,10 +532,6 @@ fn wait_and_timeout_are_checked_before_anything_is_sent() {
             &["send", "--wait", "rx", "m", "--timeout", "0"],
             "use a number of seconds above 0",
         ),
-        (
-            &["send", "--wait", "--via", "true", "rx", "m"],
-            "--wait does not work with --via",
-        ),
         (&["send", "--wait", "--reply", "m"], "does not take --wait"),
     ];
     for (args, says) in bad {

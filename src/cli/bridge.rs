@@ -5,7 +5,8 @@
 //! answers `initialize` and stores each `message/send` as a local send
 //! would (`stored`). `--via` on `send` and `list` runs a command (`ssh
 //! host`) that reaches a remote baton this way, in a process group of its
-//! own that goes with it.
+//! own that goes with it; `send --via --wait` goes on over the same
+//! session (`Remote::write`, `Remote::lines`) to wait for the task.
 
 use super::args::Args;
 use super::target;
@@ -399,11 +400,25 @@ impl Remote {
 }
 
 impl Remote {
+    /// Writes one request line without waiting for its answer: what
+    /// follows comes through `lines`, with the events of a subscription.
+    pub fn write(&mut self, line: &[u8]) -> Result<()> {
+        if let Err(e) = self.input.write_all(line).and_then(|()| self.input.flush()) {
+            return Err(self.ended(format!("the bridge closed: {e}")));
+        }
+        Ok(())
+    }
+
+    /// The lines the bridge prints, in order; disconnected when it ends.
+    pub fn lines(&self) -> crossbeam_channel::Receiver<String> {
+        self.lines.clone()
+    }
+
     /// The error for a bridge that went away: exit status 3 (which ssh
     /// passes on) is the remote `baton bridge` finding no such target, as
     /// its message above says, the same as a local send; anything else,
     /// ssh's own failures included, is a transport failure.
-    fn ended(&mut self, what: String) -> Error {
+    pub fn ended(&mut self, what: String) -> Error {
         let until = Instant::now() + self.timeout.min(Duration::from_secs(5));
         match self.via.exit_code(until) {
             Some(3) => Error::NoTarget("the remote baton bridge found no such target".into()),

@@ -185,7 +185,8 @@ fn remote(
         Some(id) => id.to_string(),
         None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
     };
-    let mut r = super::bridge::Remote::open(via, target_arg, config, !args.flag("no-multiplex"))?;
+    let multiplex = !args.flag("no-multiplex");
+    let mut r = super::bridge::Remote::open(via, target_arg, config, multiplex)?;
     // What answered: a live instance, or (`bridge --offline`) the remote
     // baton standing in for a stopped agent's spool.
     let instance = r.hello["instance"].clone();
@@ -216,6 +217,23 @@ fn remote(
         result["target"] = json!({"instance_id": id, "name": name});
     } else if result.get("target").is_none() {
         result["target"] = json!({"name": name});
+    }
+    if args.flag("wait") {
+        // The same bridge carries the wait: it joins a live instance's
+        // socket. A stopped agent's stand-in answers no events; the agent
+        // may run by now (it took the task, or starts soon), so ask again
+        // once.
+        let mut live_remote = match live {
+            true => Some(r),
+            false => super::bridge::Remote::open(via, target_arg, config, multiplex)
+                .ok()
+                .filter(|again| {
+                    let i = &again.hello["instance"];
+                    i["instance_id"].as_str() == Some(target_arg)
+                        || i["name"].as_str() == Some(target_arg)
+                }),
+        };
+        return super::wait::run_via(args, &result, live_remote.as_mut());
     }
     report(args, &result)
 }

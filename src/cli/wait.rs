@@ -14,6 +14,7 @@
 //! by SIGINT (the shell sees 130) and the task is left as it was.
 
 use super::args::Args;
+use super::bridge::Remote;
 use super::{emit, emit_json};
 use crate::client::Connection;
 use crate::config::Config;
@@ -79,12 +80,6 @@ pub fn check(args: &Args) -> Result<Option<Duration>> {
                 .into(),
         ));
     }
-    if args.value("via").is_some() {
-        return Err(Error::Usage(
-            "send: --wait does not work with --via yet: send, then follow the task with 'ssh HOST baton watch NAME'"
-                .into(),
-        ));
-    }
     Ok(timeout)
 }
 
@@ -108,11 +103,17 @@ enum Watched {
     Lost,
 }
 
-/// After a delivery: waits for the task when the receiver kept it, then
-/// reports the delivery and the outcome together. A refused delivery is
-/// reported as it is, with no outcome.
-pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
-    let timeout = check(args)?;
+/// A delivery the receiver kept: what to wait for.
+struct Kept {
+    message_id: String,
+    name: String,
+    /// `accepted`, `duplicate` or `stored`.
+    status: String,
+}
+
+/// A delivery the receiver did not keep is reported as it is, with no
+/// outcome (`Err`, the exit code); a kept one is waited for.
+fn kept(args: &Args, delivery: &Value) -> Result<std::result::Result<Kept, ExitCode>> {
     let spelled = delivery.get("status").and_then(Value::as_str).unwrap_or("");
     let kept = matches!(
         spelled.parse::<Status>(),
@@ -127,31 +128,142 @@ pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
             let code = spelled
                 .parse::<Status>()
                 .map_or(ExitCode::Refused, Status::exit_code);
-            return Ok(code);
+            return Ok(Err(code));
         }
-        return super::send::report(args, delivery);
+        return super::send::report(args, delivery).map(Err);
     }
-    let message_id = delivery["message_id"].as_str().unwrap_or("").to_string();
-    let target = &delivery["target"];
-    let name = target["name"]
+    let name = delivery["target"]["name"]
         .as_str()
         .or(args.positional.first().map(String::as_str))
-        .unwrap_or("")
-        .to_string();
+        .unwrap_or("");
+    Ok(Ok(Kept {
+        message_id: delivery["message_id"].as_str().unwrap_or("").to_string(),
+        name: name.to_string(),
+        status: spelled.to_string(),
+    }))
+}
+
+/// Says on stderr (not with `--json`) that the wait begins.
+fn say_waiting(args: &Args, k: &Kept) {
+    if !args.flag("json") {
+        eprintln!(
+            "baton: {}: message {} to {}; waiting for it to end",
+            k.status,
+            escape(&k.message_id),
+            escape(&k.name)
+        );
+    }
+}
+
+/// After a delivery: waits for the task when the receiver kept it, then
+/// reports the delivery and the outcome together. A refused delivery is
+/// reported as it is, with no outcome.
+pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
+    let timeout = check(args)?;
+    let k = match kept(args, delivery)? {
+        Ok(k) => k,
+        Err(code) => return Ok(code),
+    };
+    let target = &delivery["target"];
     let hint = Hint {
         instance_id: target["instance_id"].as_str().map(str::to_string),
         workspace: target["workspace"].as_str().map(str::to_string),
     };
-    if !args.flag("json") {
+    say_waiting(args, &k);
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let end = wait(config, &k.name, &hint, &k.message_id, deadline)?;
+    Ok(show(args, delivery, &k.name, &k.message_id, end))
+}
+
+/// `send --via ... --wait`: after a delivery through the bridge, waits on
+/// the same bridge, which joins stdio to the live instance's socket byte
+/// for byte: subscribe, ask `task/status` once, wait for `task.ended`, as
+/// the local wait does. `remote` is that bridge, or None when no live
+/// instance answers there. Two differences, both documented (docs/ssh.md):
+/// a task kept for a stopped agent (`stored`) is not waited for (there is
+/// no instance to subscribe to, and polling through ssh is not done): it
+/// is reported with no outcome and exit 1; and a bridge that ends before the
+/// outcome (the remote instance stopped, ssh failed) is exit 4, the task
+/// left as it is there.
+pub fn run_via(args: &Args, delivery: &Value, remote: Option<&mut Remote>) -> Result<ExitCode> {
+    let timeout = check(args)?;
+    let k = match kept(args, delivery)? {
+        Ok(k) => k,
+        Err(code) => return Ok(code),
+    };
+    let Some(remote) = remote else {
+        return Ok(stored_via(args, delivery, &k));
+    };
+    say_waiting(args, &k);
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let end = watch_remote(remote, &k, deadline)?;
+    Ok(show(args, delivery, &k.name, &k.message_id, end))
+}
+
+/// A task kept over `--via` for a stopped agent (in its spool there): not
+/// waited for. Exit 1, with `outcome` null and `task_status` `stored` in `--json`.
+fn stored_via(args: &Args, delivery: &Value, k: &Kept) -> ExitCode {
+    if args.flag("json") {
+        let mut r = delivery.clone();
+        r["outcome"] = Value::Null;
+        r["reply"] = Value::Null;
+        r["task_status"] = json!("stored");
+        emit_json(&r);
+    } else {
         eprintln!(
-            "baton: {spelled}: message {} to {}; waiting for it to end",
-            escape(&message_id),
-            escape(&name)
+            "baton: stored: {who} is not running there; message {id} waits in its spool and runs when it starts. \
+             --wait over --via does not wait for a stopped agent: once {who} runs, send the same message again \
+             with --message-id {id} --wait (a duplicate is waited for)",
+            who = escape(&k.name),
+            id = escape(&k.message_id)
         );
     }
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let end = wait(config, &name, &hint, &message_id, deadline)?;
-    Ok(show(args, delivery, &name, &message_id, end))
+    ExitCode::Refused
+}
+
+/// Subscribes to the remote instance's events through the bridge, asks
+/// for the task's status, and waits for its end there.
+fn watch_remote(remote: &mut Remote, k: &Kept, deadline: Option<Instant>) -> Result<End> {
+    // Only live events: the status answer covers what happened before.
+    remote.call("events/subscribe", json!({}))?;
+    let ask = wire::request_line(
+        STATUS_ID,
+        "task/status",
+        json!({"message_id": k.message_id}),
+    );
+    remote.write(&ask)?;
+    let lines = remote.lines();
+    let timer = match deadline {
+        Some(d) => chan::at(d),
+        None => chan::never(),
+    };
+    let mut last: Option<String> = None;
+    loop {
+        select! {
+            recv(lines) -> line => {
+                let Ok(line) = line else {
+                    return Err(remote.ended(format!(
+                        "the bridge closed while waiting; message {} is left as it is at {}",
+                        escape(&k.message_id),
+                        escape(&k.name)
+                    )));
+                };
+                let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
+                match read(&msg, &k.message_id, &mut last)? {
+                    Some(Watched::Ended(end)) => return Ok(end),
+                    Some(Watched::Lost) => {
+                        return Err(Error::Transport(format!(
+                            "the remote instance did not answer task/status (shutting down?); message {} is left as it is at {}",
+                            escape(&k.message_id),
+                            escape(&k.name)
+                        )));
+                    }
+                    None => continue,
+                }
+            },
+            recv(timer) -> _ => return Ok(End::TimedOut(last)),
+        }
+    }
 }
 
 /// Prints how the wait ended and gives the exit code.
