@@ -80,7 +80,14 @@ fn the_demo_script_hands_a_task_over_and_cleans_up() {
         .lines()
         .filter(|l| l.contains("relay.sent") && l.contains("to alice: accepted (reply to "))
         .count();
-    assert_eq!(relayed, 1, "{stdout}");
+    // The reply to the first task; the second task's reply was printed by
+    // `send --wait` above, and its `relay.sent` is recorded when bob's
+    // sender thread reports, which may come after the log was read.
+    assert!((1..=2).contains(&relayed), "{stdout}");
+    assert!(
+        stdout.contains("alice waits for bob's answer\u{1b}[0m\nbob ran task "),
+        "{stdout}"
+    );
     assert!(stdout.contains("turn.finished"), "{stdout}");
     // Everything it made lived under TMPDIR and is gone.
     let left: Vec<_> = fs::read_dir(env.root.join("tmp")).unwrap().collect();
