@@ -17,6 +17,9 @@ use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::io::{Read, Write};
 
+pub mod follow;
+mod tasks;
+
 /// Protocol revisions this server speaks, newest first.
 pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
@@ -61,14 +64,28 @@ fn tools() -> Value {
         {
             "name": "send_agent_message",
             "title": "Send a task to another agent",
-            "description": format!("Hand a task to another agent on this machine, by its exact instance_id from list_agents. {RULES} The result says exactly what happened: accepted with its queue position, or the refusal and its reason."),
+            "description": format!("Hand a task to another agent on this machine, by its exact instance_id from list_agents. {RULES} The result says exactly what happened: accepted with its queue position, or the refusal and its reason. With wait_seconds, it also waits up to that long for the task to end and gives its outcome and reply, or says it is still queued or running (then ask task_status later)."),
             "inputSchema": {
                 "type": "object",
                 "properties": {
                     "target_instance_id": {"type": "string", "description": "The exact instance_id from list_agents."},
                     "message": {"type": "string", "description": "The task: small, self-contained, no secrets."},
+                    "wait_seconds": {"type": "integer", "minimum": 0, "maximum": tasks::MAX_WAIT_SECONDS, "description": "Optional: wait up to this many seconds for the task's outcome and reply. No other request is served while waiting."},
                 },
                 "required": ["target_instance_id", "message"],
+                "additionalProperties": false,
+            },
+        },
+        {
+            "name": "task_status",
+            "title": "Ask what became of a task",
+            "description": "Ask the agent a task was sent to in this session (with send_agent_message) what became of it: queued (with its position), awaiting_approval, running, or how it ended (done, failed, ...) with its reply.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "message_id": {"type": "string", "description": "The message_id send_agent_message gave."},
+                },
+                "required": ["message_id"],
                 "additionalProperties": false,
             },
         },
@@ -119,6 +136,13 @@ struct Adapter {
     /// turn tokens. A steer follow-up joins its task's turn, so two may be
     /// open at once under one token.
     open: Vec<(String, String)>,
+    /// The tasks this session delivered, newest last, with their target's
+    /// name and instance id, for `task_status` (the last `tasks::SENT_KEPT`).
+    sent: Vec<tasks::Sent>,
+    /// The instance's end, if it came while a tool call waited.
+    done: chan::Receiver<Result<()>>,
+    /// It came: the session ends once the call is answered.
+    stopped: Option<Result<()>>,
 }
 
 /// Runs the MCP server until stdin closes or the instance stops.
@@ -160,6 +184,9 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         notifying: false,
         levels: vec![(0.0, LEVELS.len() - 1)],
         open: Vec::new(),
+        sent: Vec::new(),
+        done: instance.done.clone(),
+        stopped: None,
     };
     loop {
         select! {
@@ -167,6 +194,12 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
                 Ok(Ok(line)) => {
                     if let Some(answer) = a.handle_line(&line) {
                         write_message(&answer);
+                    }
+                    if let Some(r) = a.stopped.take() {
+                        if let Err(e) = r {
+                            eprintln!("baton mcp: the instance stopped: {e}");
+                        }
+                        return Ok(());
                     }
                 }
                 Ok(Err(too_long)) => write_message(&error(&Value::Null, wire::INVALID_REQUEST, &too_long)),
@@ -430,6 +463,7 @@ impl Adapter {
         Ok(match name.as_str() {
             "list_agents" => self.list_agents(),
             "send_agent_message" => self.send(&args),
+            "task_status" => self.task_status(&args),
             "check_inbox" => self.check_inbox(),
             _ => self.complete(&args),
         })
@@ -494,6 +528,10 @@ impl Adapter {
                 None,
             );
         };
+        let wait = match tasks::wait_seconds(args) {
+            Ok(w) => w,
+            Err(e) => return tool_result(e, true, None),
+        };
         let mut params = json!({"target": target, "body": message});
         if let Some((_, token)) = self.open.last() {
             params["turn"] = json!(token);
@@ -531,7 +569,14 @@ impl Adapter {
             ),
         };
         let delivered = status.is_some_and(Status::delivered);
-        tool_result(text, !delivered, Some(r))
+        if !delivered {
+            return tool_result(text, true, Some(r));
+        }
+        self.remember(&r, target);
+        match wait {
+            Some(secs) => self.follow(text, secs, r),
+            None => tool_result(text, false, Some(r)),
+        }
     }
 
     fn check_inbox(&mut self) -> Value {

@@ -31,9 +31,10 @@ const PYTHON_TIMEOUT: Duration = Duration::from_secs(150);
 /// The protocol revisions `baton mcp` speaks, newest first.
 const SPOKEN: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 const NEWEST: &str = SPOKEN[0];
-const TOOLS: [&str; 4] = [
+const TOOLS: [&str; 5] = [
     "list_agents",
     "send_agent_message",
+    "task_status",
     "check_inbox",
     "complete_task",
 ];
@@ -486,7 +487,7 @@ fn tool_calls_and_their_exact_errors() {
     assert_eq!(manifest["profile"], "coding");
     assert_eq!(manifest["workspace"], wb.to_str().unwrap());
 
-    // The four tools, each with an object input schema.
+    // The five tools, each with an object input schema.
     let list = b.request("tools/list", json!({}))["result"].clone();
     assert_eq!(tool_names(&list), TOOLS, "{list}");
     for t in list["tools"].as_array().unwrap() {
@@ -1558,4 +1559,164 @@ fn a_second_session_on_a_spool_in_use_says_who_holds_it() {
     assert_ne!(status.code(), Some(0), "{}", second.stderr());
     second.drain();
     first.finish();
+}
+
+/// `send_agent_message` with `wait_seconds` waits for the outcome and the
+/// reply of an exec agent with `--reply`; `task_status` then says done.
+/// A target that keeps the task queued (a pull agent nobody serves) is
+/// "still queued" when the bound passes, which is no error; `task_status`
+/// knows only this session's tasks, and `wait_seconds` is checked.
+#[test]
+fn send_waits_for_the_outcome_and_task_status_follows_it() {
+    let env = Env::new();
+    let (wb, wr, wq) = (
+        env.workspace("beta"),
+        env.workspace("echo"),
+        env.workspace("idle"),
+    );
+    let mut r = env.serve(
+        &wr,
+        &[
+            "--name",
+            "echo",
+            "--exec",
+            "cat >/dev/null; echo hi",
+            "--reply",
+        ],
+    );
+    let mut q = env.serve(&wq, &["--name", "idle"]);
+    let mut b = Mcp::start(&env, &wb, &["--name", "beta"]);
+    b.initialize(NEWEST);
+
+    let list = b.request("tools/list", json!({}))["result"].clone();
+    let tools = list["tools"].as_array().unwrap();
+    let send = tools
+        .iter()
+        .find(|t| t["name"] == "send_agent_message")
+        .unwrap();
+    let w = &send["inputSchema"]["properties"]["wait_seconds"];
+    assert_eq!(
+        (&w["type"], &w["minimum"], &w["maximum"]),
+        (&json!("integer"), &json!(0), &json!(600)),
+        "{send}"
+    );
+    let ts = tools.iter().find(|t| t["name"] == "task_status").unwrap();
+    assert_eq!(ts["inputSchema"]["required"], json!(["message_id"]), "{ts}");
+    assert_eq!(ts["inputSchema"]["additionalProperties"], false, "{ts}");
+
+    let started = Instant::now();
+    let res = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": r.id, "message": "say hi", "wait_seconds": 10}),
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "{res}");
+    assert_eq!(res["isError"], false, "{res}");
+    let sc = &res["structuredContent"];
+    assert_eq!(sc["status"], "accepted", "{res}");
+    assert_eq!(sc["outcome"], "done", "{res}");
+    assert_eq!(sc["reply"], "hi\n", "{res}");
+    assert_eq!(text(&res), "done: hi\n");
+    let mid = sc["message_id"].as_str().unwrap().to_string();
+
+    let st = b.tool("task_status", json!({"message_id": mid}));
+    assert_eq!(st["isError"], false, "{st}");
+    assert_eq!(st["structuredContent"]["status"], "done", "{st}");
+    assert_eq!(st["structuredContent"]["message_id"], mid.as_str(), "{st}");
+    assert_eq!(st["structuredContent"]["reply"]["body"], "hi\n", "{st}");
+    assert_eq!(text(&st), "done: hi\n");
+
+    // Nobody takes the task at idle: still queued after the bound.
+    let started = Instant::now();
+    let res = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": q.id, "message": "wait here", "wait_seconds": 1}),
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(8),
+        "{took:?} {res}"
+    );
+    assert_eq!(res["isError"], false, "{res}");
+    let sc = &res["structuredContent"];
+    assert_eq!(sc["status"], "accepted", "{res}");
+    assert_eq!(sc["outcome"], Value::Null, "{res}");
+    assert_eq!(sc["reply"], Value::Null, "{res}");
+    assert_eq!(sc["task_status"], "queued", "{res}");
+    let qid = sc["message_id"].as_str().unwrap().to_string();
+    assert!(
+        text(&res).ends_with(&format!(
+            "It is still queued after 1 s; call task_status with message_id \"{qid}\" to ask again."
+        )),
+        "{res}"
+    );
+    let st = b.tool("task_status", json!({"message_id": qid}));
+    assert_eq!(st["isError"], false, "{st}");
+    assert_eq!(st["structuredContent"]["status"], "queued", "{st}");
+    assert_eq!(st["structuredContent"]["queue_position"], 1, "{st}");
+    // wait_seconds 0 asks once.
+    let res = b.tool(
+        "send_agent_message",
+        json!({"target_instance_id": "idle", "message": "and this", "wait_seconds": 0}),
+    );
+    assert_eq!(res["isError"], false, "{res}");
+    assert_eq!(res["structuredContent"]["task_status"], "queued", "{res}");
+
+    // Checked arguments.
+    for bad in [json!(601), json!(-1), json!(1.5), json!("5")] {
+        let res = b.tool(
+            "send_agent_message",
+            json!({"target_instance_id": q.id, "message": "x", "wait_seconds": bad}),
+        );
+        assert_tool_error(
+            &res,
+            "Input validation error: wait_seconds must be an integer from 0 to 600",
+        );
+    }
+    let res = b.tool("task_status", json!({"message_id": "not-ours"}));
+    assert_tool_error(
+        &res,
+        "task_status knows only the tasks this session sent with send_agent_message, and not-ours is not one of them.",
+    );
+    let res = b.tool("task_status", json!({"message_id": 7}));
+    assert_tool_error(&res, "Input validation error: message_id must be a string");
+    let res = b.tool("task_status", json!({"message_id": "x", "target": "idle"}));
+    assert_tool_error(
+        &res,
+        "Input validation error: task_status takes no argument target",
+    );
+
+    b.finish();
+    assert_eq!(q.term(), 0, "{}", q.stderr());
+    assert_eq!(r.term(), 0, "{}", r.stderr());
+}
+
+/// A wait in progress does not hold the session past SIGTERM.
+#[test]
+fn sigterm_ends_a_session_that_is_waiting() {
+    let env = Env::new();
+    let (wb, wq) = (env.workspace("beta"), env.workspace("idle"));
+    let mut q = env.serve(&wq, &["--name", "idle"]);
+    let mut b = Mcp::start(&env, &wb, &["--name", "beta"]);
+    b.initialize(NEWEST);
+    b.next_id += 1;
+    let id = json!(b.next_id);
+    let req = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "send_agent_message",
+        "arguments": {"target_instance_id": q.id, "message": "wait here", "wait_seconds": 600},
+    }});
+    b.send_line(&req.to_string());
+    wait_until("the task queued at idle", READ_TIMEOUT, || {
+        q.queued(&mut q.client()) == 1
+    });
+    let started = Instant::now();
+    b.signal(libc::SIGTERM);
+    let status = b.wait_exit();
+    assert_eq!(status.code(), Some(0), "{}", b.stderr());
+    assert!(started.elapsed() < EXIT_TIMEOUT);
+    let r = b.response(&id);
+    assert!(
+        text(&r["result"]).ends_with("The session is ending, so the wait stopped."),
+        "{r}"
+    );
+    assert_eq!(q.term(), 0, "{}", q.stderr());
 }
