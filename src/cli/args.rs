@@ -52,6 +52,24 @@ impl Args {
             .and_then(|(_, v)| v.as_deref())
     }
 
+    /// A duration option given in seconds (a plain decimal number above 0,
+    /// as `--timeout 2.5`), or None when absent; `cmd` names the command
+    /// in the usage error.
+    pub fn seconds(&self, cmd: &str, long: &str) -> Result<Option<std::time::Duration>> {
+        let Some(v) = self.value(long) else {
+            return Ok(None);
+        };
+        match v.parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 && s <= 1e9 && !v.contains(['e', 'E']) => {
+                Ok(Some(std::time::Duration::from_secs_f64(s)))
+            }
+            _ => Err(Error::Usage(format!(
+                "{cmd}: --{long} {}: use a number of seconds above 0",
+                crate::sanitize::escape(v)
+            ))),
+        }
+    }
+
     /// Every value given for a repeatable option, in order.
     pub fn values(&self, long: &str) -> Vec<String> {
         self.given

@@ -48,20 +48,7 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
             "serve: --reply sends the handler's output back, so it needs --exec".into(),
         ));
     }
-    let turn_timeout = match args.value("turn-timeout") {
-        None => None,
-        Some(v) => match v.parse::<f64>() {
-            Ok(s) if s.is_finite() && s > 0.0 && s <= 1e9 && !v.contains(['e', 'E']) => {
-                Some(Duration::from_secs_f64(s))
-            }
-            _ => {
-                return Err(Error::Usage(format!(
-                    "serve: --turn-timeout {}: use a number of seconds above 0",
-                    crate::sanitize::escape(v)
-                )));
-            }
-        },
-    };
+    let turn_timeout = args.seconds("serve", "turn-timeout")?;
     if turn_timeout.is_some() && exec.is_none() {
         return Err(Error::Usage(
             "serve: --turn-timeout bounds handler runs, so it needs --exec".into(),

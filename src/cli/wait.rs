@@ -29,20 +29,7 @@ use std::time::{Duration, Instant};
 /// Checks `--wait` and `--timeout` against the rest of the command line,
 /// before anything is sent.
 pub fn check(args: &Args) -> Result<Option<Duration>> {
-    let timeout = match args.value("timeout") {
-        None => None,
-        Some(v) => match v.parse::<f64>() {
-            Ok(s) if s.is_finite() && s > 0.0 && s <= 1e9 && !v.contains(['e', 'E']) => {
-                Some(Duration::from_secs_f64(s))
-            }
-            _ => {
-                return Err(Error::Usage(format!(
-                    "send: --timeout {}: use a number of seconds above 0",
-                    escape(v)
-                )));
-            }
-        },
-    };
+    let timeout = args.seconds("send", "timeout")?;
     if !args.flag("wait") {
         if timeout.is_some() {
             return Err(Error::Usage(
