@@ -390,23 +390,61 @@ fn listed(list: &Value, key: &str) -> Vec<String> {
         .collect()
 }
 
-/// Connects clients, each initialized, until the instance holds `limit`
-/// descriptors, its RLIMIT_NOFILE: from then on it cannot open a file.
+/// Connects clients, each initialized, until the instance holds all but
+/// one or two of its `limit` descriptors (each connection takes two),
+/// then lowers its soft RLIMIT_NOFILE to what it holds: from then on it
+/// cannot open a file. Lowering the limit, rather than counting on the
+/// last connection to land exactly on it, keeps the case the same
+/// whatever number of descriptors the instance started with.
 fn use_up_descriptors(inst: &Served, limit: usize) -> Vec<RawClient> {
     let mut fillers = Vec::new();
     wait_until(
         "the instance to use up its descriptors",
         Duration::from_secs(10),
         || {
-            if fd_count(inst.pid()) >= limit {
+            if fd_count(inst.pid()) + 2 >= limit {
                 return true;
             }
             fillers.push(inst.client());
             false
         },
     );
-    assert_eq!(fd_count(inst.pid()), limit, "descriptors in use");
+    let held = fd_count(inst.pid());
+    set_soft_nofile(inst.pid(), held as u64);
+    assert_eq!(fd_count(inst.pid()), held, "descriptors in use");
     fillers
+}
+
+/// Sets another process's soft RLIMIT_NOFILE (same user: no privilege).
+fn set_soft_nofile(pid: u32, soft: u64) {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a null new limit only reads the current one into `old`.
+    let r = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            std::ptr::null(),
+            &mut old,
+        )
+    };
+    assert_eq!(r, 0, "prlimit read: {}", io::Error::last_os_error());
+    let new = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: old.rlim_max,
+    };
+    // SAFETY: both pointers are to live rlimit values.
+    let r = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            &new,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(r, 0, "prlimit set: {}", io::Error::last_os_error());
 }
 
 /// Stops `n` fillers and waits until the instance closed their sockets.

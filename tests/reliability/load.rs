@@ -246,14 +246,15 @@ pub fn fd_limit(test: &str) {
         clients.push(s);
     }
     // The instance does run out (otherwise the test proves nothing about
-    // running out): every one of its 16 descriptors is in use.
+    // running out): it holds 16 descriptors, or 15 when it started with
+    // an odd number, too few for one more connection (which takes two).
     let mut busy_fds = idle_fds;
     wait_until(
         "the instance to use up its 16 descriptors",
         Duration::from_secs(5),
         || {
             busy_fds = fd_count(pid);
-            busy_fds == 16
+            busy_fds >= 15
         },
     );
     // Not spinning is the absence of work, which no event marks: it is
