@@ -675,51 +675,142 @@ fn send_via_wait_prints_the_reply_and_exits_as_a_local_wait() {
     assert_eq!(far.queued(&mut c), 1);
 }
 
-/// Issue 19: a task stored over `--via` for a stopped agent is kept there
-/// and not waited for: exit 1, saying so, with no outcome.
+/// Issue 19: a task stored over `--via` for a stopped agent is waited for
+/// until the agent starts there and runs it (`bridge --await` on the
+/// remote side); a wait whose instance stops goes on when it runs again;
+/// `--timeout` ends a wait for a stopped agent with exit 5 and leaves no
+/// bridge behind.
 #[test]
-fn send_via_wait_for_a_stopped_agent_stores_the_task_and_says_it_does_not_wait() {
+fn send_via_wait_for_a_stopped_agent_waits_until_it_runs_the_task() {
     let h = Hosts::new();
     let ws = h.remote.workspace("far");
     let mut s = h.remote.serve(&ws, &["--name", "far"]);
     assert_eq!(s.term(), 0, "{}", s.stderr());
+    let sender = h.local.workspace("sender");
+    let vars = [("PATH", h.path.as_str())];
+    let wait_args = |id: &'static str| -> Vec<String> {
+        [
+            "send",
+            "--via",
+            &h.via,
+            "--wait",
+            "--json",
+            "--message-id",
+            id,
+            "far",
+            "later",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+    };
+    let args: Vec<String> = wait_args("s1");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut w = h.local.spawn_with(&vars, &args, &sender, None);
+    wait_until(
+        "the wait for a stopped agent",
+        Duration::from_secs(20),
+        || {
+            w.stderr()
+                .contains("far is not running there; waiting for it to start")
+        },
+    );
+    let runs = [
+        "--name",
+        "far",
+        "--exec",
+        "cat >/dev/null; echo answered",
+        "--reply",
+    ];
+    let mut far = h.remote.serve(&ws, &runs);
+    assert_eq!(
+        w.wait_exit(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        w.stderr()
+    );
+    let v: Value = serde_json::from_str(w.stdout().trim()).unwrap();
+    assert_eq!(v["status"], json!("stored"), "{v}");
+    assert_eq!(v["outcome"], json!("done"), "{v}");
+    assert_eq!(v["reply"], json!("answered\n"), "{v}");
+    assert_eq!(far.term(), 0, "{}", far.stderr());
 
+    // Accepted by a live agent that keeps it queued (no handler), which
+    // then stops: the wait goes on, and ends when the agent runs again.
+    let mut pull = h.remote.serve(&ws, &["--name", "far"]);
+    let args: Vec<String> = wait_args("s2");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut w = h.local.spawn_with(&vars, &args, &sender, None);
+    let mut c = pull.client();
+    wait_until("the task queued there", Duration::from_secs(20), || {
+        pull.queued(&mut c) == 1
+    });
+    drop(c);
+    assert_eq!(pull.term(), 0, "{}", pull.stderr());
+    wait_until("the wait to notice", Duration::from_secs(20), || {
+        w.stderr().contains("far went away there")
+    });
+    let mut far = h.remote.serve(&ws, &runs);
+    assert_eq!(
+        w.wait_exit(Duration::from_secs(20)),
+        Some(0),
+        "{}",
+        w.stderr()
+    );
+    let v: Value = serde_json::from_str(w.stdout().trim()).unwrap();
+    assert_eq!(
+        (v["status"].clone(), v["outcome"].clone()),
+        (json!("accepted"), json!("done")),
+        "{v}"
+    );
+    assert_eq!(far.term(), 0, "{}", far.stderr());
+
+    // Stopped, with a bound: exit 5, the task kept, no bridge left.
     let out = h.run(&[
         "send",
         "--via",
         &h.via,
         "--wait",
+        "--timeout",
+        "1",
         "--json",
         "--message-id",
-        "s1",
+        "s3",
         "far",
         "later",
     ]);
-    assert_eq!(out.status, 1, "{out:?}");
+    assert_eq!(out.status, 5, "{out:?}");
     let v = parse(&out);
-    assert_eq!(v["status"], json!("stored"), "{v}");
-    assert_eq!(v["outcome"], Value::Null, "{v}");
-    assert_eq!(v["task_status"], json!("stored"), "{v}");
-    let text = h.run(&[
-        "send",
-        "--via",
-        &h.via,
-        "--wait",
-        "--message-id",
-        "s2",
-        "far",
-        "later too",
-    ]);
-    assert_eq!(text.status, 1, "{text:?}");
-    assert!(text.stdout.is_empty(), "{text:?}");
-    assert!(
-        text.stderr
-            .contains("--wait over --via does not wait for a stopped agent"),
-        "{text:?}"
+    assert_eq!(
+        (v["status"].clone(), v["timed_out"].clone()),
+        (json!("stored"), json!(true)),
+        "{v}"
     );
-
-    // Both are there when it starts.
+    assert!(
+        awaiting_bridges(&h.remote).is_empty(),
+        "a bridge --await outlived the command"
+    );
     let s = h.remote.serve(&ws, &["--name", "far"]);
     let mut c = s.client();
-    assert_eq!(s.queued(&mut c), 2);
+    assert_eq!(s.queued(&mut c), 1);
+}
+
+/// The `baton bridge --await` processes of a world (by its registry).
+fn awaiting_bridges(world: &Env) -> Vec<u32> {
+    let registry = format!("BATON_DIR={}", world.registry.display());
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let environ = fs::read(entry.path().join("environ")).unwrap_or_default();
+        let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+        if has(&cmdline, b"bridge\0--await")
+            && environ.split(|b| *b == 0).any(|v| v == registry.as_bytes())
+        {
+            found.push(pid);
+        }
+    }
+    found
 }

@@ -151,6 +151,58 @@ fn send_from_sends_as_that_instance_and_the_reply_lands_in_its_inbox() {
     drop((a, b));
 }
 
+/// `send --from NAME` carries NAME's checks: while NAME runs an exec turn
+/// for a task relayed from another agent, a send from NAME (with no turn
+/// token, from a shell) goes only back to that sender, one hop further,
+/// as a send from inside the turn does; when the turn has ended, any
+/// target again.
+#[test]
+fn send_from_an_agent_in_a_relayed_turn_is_held_to_its_scope() {
+    let env = Env::new();
+    let (wa, wb, wc) = (
+        env.workspace("alpha"),
+        env.workspace("beta"),
+        env.workspace("gamma"),
+    );
+    let go = env.root.join("go");
+    let a = env.serve(&wa, &["--name", "alpha"]);
+    let gate = format!(
+        "cat >/dev/null; while [ ! -e '{}' ]; do sleep 0.05; done",
+        go.display()
+    );
+    let b = env.serve(&wb, &["--name", "beta", "--exec", &gate]);
+    let c = env.serve(&wc, &["--name", "gamma"]);
+    let out = env.run(&["send", "--from", "alpha", "beta", "work", "--json"]);
+    assert_eq!(parse(&out)["status"], "accepted", "{out:?}");
+    wait_event(&b.spool(), "beta's turn", T, |e| {
+        e["kind"] == "turn.started"
+    });
+    let out = env.run(&["send", "--from", "beta", "gamma", "elsewhere", "--json"]);
+    assert_eq!(out.status, 1, "{out:?}");
+    let r = parse(&out);
+    assert_eq!(r["status"], "denied", "{r}");
+    assert!(
+        r["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("relayed from alpha"),
+        "{r}"
+    );
+    let out = env.run(&["send", "--from", "beta", "alpha", "back", "--json"]);
+    assert_eq!(parse(&out)["status"], "accepted", "{out:?}");
+    let mid = parse(&out)["message_id"].as_str().unwrap().to_string();
+    wait_event(&a.spool(), "alpha accepting", T, |e| {
+        event_is(e, "message.accepted", &mid)
+    });
+    fs::write(&go, "").unwrap();
+    wait_event(&b.spool(), "the turn's end", T, |e| {
+        e["kind"] == "turn.finished"
+    });
+    let out = env.run(&["send", "--from", "beta", "gamma", "now", "--json"]);
+    assert_eq!(parse(&out)["status"], "accepted", "{out:?}");
+    drop((a, b, c));
+}
+
 #[test]
 fn a_stopped_agents_log_and_inbox_are_read_from_its_spool_and_left_unchanged() {
     let env = Env::new();

@@ -614,6 +614,48 @@ fn wait_against_real_instances_done_failed_and_stored() {
     assert_eq!(bob.term(), 0, "{}", bob.stderr());
 }
 
+/// The receiver restarting mid-wait, with real instances: accepted and
+/// queued by a pull instance that is then stopped (SIGTERM) and killed
+/// (SIGKILL, after the restart), the wait finds the next instance of the
+/// name and ends when it runs the task.
+#[test]
+fn wait_survives_a_real_receiver_stopping_and_being_killed() {
+    let env = Env::new();
+    let ws = env.workspace("bob");
+    let mut bob = env.serve(&ws, &["--name", "bob"]);
+    let mut waiter = start_wait(&env, &["--message-id", "r-1", "bob", "hi"]);
+    let mut c = bob.client();
+    wait_until("the task queued", T, || bob.queued(&mut c) == 1);
+    drop(c);
+    assert_eq!(bob.term(), 0, "{}", bob.stderr());
+    wait_until("the wait to see bob stopped", T, || {
+        waiter
+            .stderr()
+            .contains("bob is not running; waiting for it to start")
+    });
+    let mut bob = env.serve(&ws, &["--name", "bob"]);
+    // The waiter's connection is two more descriptors in the instance.
+    let fds = |pid: u32| fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    let idle = fds(bob.pid());
+    wait_until("the wait to connect to the new instance", T, || {
+        fds(bob.pid()) >= idle + 2
+    });
+    bob.kill9();
+    let mut bob = env.serve(
+        &ws,
+        &[
+            "--name",
+            "bob",
+            "--exec",
+            "cat >/dev/null; echo ran",
+            "--reply",
+        ],
+    );
+    assert_eq!(exited(&mut waiter), 0, "{}", waiter.stderr());
+    assert_eq!(waiter.stdout(), "ran\n");
+    assert_eq!(bob.term(), 0, "{}", bob.stderr());
+}
+
 /// `send --from NAME --wait`: the live instance NAME sends, and the wait
 /// follows the task as for a plain send; the reply is printed and also
 /// lands in NAME's inbox.

@@ -12,6 +12,7 @@ use super::args::Args;
 use super::target;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
+use crate::registry::Peer;
 use crate::relay::{self, Route};
 use crate::sanitize::escape;
 use crate::{registry, sys, wire};
@@ -25,18 +26,102 @@ use std::time::{Duration, Instant};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "bridge", 1)?;
+    if args.flag("offline") && args.flag("await") {
+        return Err(Error::Usage(
+            "bridge: --offline stands in for a stopped agent and --await waits for it: say one"
+                .into(),
+        ));
+    }
     let name = args.positional.first().map(String::as_str);
+    // Read on a thread of its own from the start, so that `--await` sees
+    // the client leave while it waits, and keeps what it wrote meanwhile.
+    let input = stdin_chunks();
     let peer = match (target::resolve(config, name), name) {
         (Ok(peer), _) => peer,
+        (Err(Error::NoTarget(_)), Some(t)) if args.flag("await") => {
+            return match await_target(config, t, &input)? {
+                Some((peer, held)) => join(&peer, input, held),
+                None => Ok(ExitCode::Ok),
+            };
+        }
         (Err(Error::NoTarget(why)), Some(t)) if args.flag("offline") => {
             // Not running: stand in for its spool, if it has one.
             if !relay::known_spools().iter().any(|s| s.name == t) {
                 return Err(Error::NoTarget(why));
             }
-            return offline(config, t);
+            return offline(
+                config,
+                t,
+                ChunkReader {
+                    rx: input,
+                    chunk: Vec::new(),
+                    at: 0,
+                },
+            );
         }
         (Err(e), _) => return Err(e),
     };
+    join(&peer, input, Vec::new())
+}
+
+/// The bytes of stdin, in chunks, from a thread; disconnected at its end.
+fn stdin_chunks() -> crossbeam_channel::Receiver<Vec<u8>> {
+    let (tx, rx) = crossbeam_channel::bounded(16);
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 8192];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx.send(buf[..n].to_vec()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// How often `bridge --await` reads the registry while its target is not
+/// running: as `send --wait` does for a stored task (docs/decisions.md).
+const AWAIT_EVERY: Duration = Duration::from_secs(1);
+
+/// `bridge --await NAME` while NAME is not running: reads the registry
+/// again once a second until an instance of the name answers (Some), or
+/// until the client closes stdin (None). What the client wrote meanwhile
+/// is kept for the instance.
+fn await_target(
+    config: &Config,
+    name: &str,
+    input: &crossbeam_channel::Receiver<Vec<u8>>,
+) -> Result<Option<(Peer, Vec<u8>)>> {
+    let mut held = Vec::new();
+    loop {
+        crossbeam_channel::select! {
+            recv(input) -> chunk => match chunk {
+                Ok(c) if held.len() + c.len() <= config.max_bytes.saturating_mul(4) => held.extend(c),
+                // The client left, or wrote far more than a first request.
+                _ => return Ok(None),
+            },
+            recv(crossbeam_channel::after(AWAIT_EVERY)) -> _ => match target::resolve(config, Some(name)) {
+                Ok(peer) => return Ok(Some((peer, held))),
+                Err(Error::NoTarget(_)) => {}
+                Err(e) => return Err(e),
+            },
+        }
+    }
+}
+
+/// Joins the client to `peer`'s socket byte for byte: `held` and then the
+/// rest of stdin to the socket, the socket to stdout. Either side closing
+/// ends the bridge.
+fn join(
+    peer: &Peer,
+    input: crossbeam_channel::Receiver<Vec<u8>>,
+    held: Vec<u8>,
+) -> Result<ExitCode> {
     if peer.wire != crate::registry::Wire::Jsonrpc {
         return Err(Error::Usage(format!(
             "bridge: {} is a zcoder instance; only native instances can be bridged",
@@ -48,11 +133,14 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let mut to_socket = stream
         .try_clone()
         .map_err(|e| Error::io("connect to", socket, e))?;
-    // stdin to the socket on a thread; the socket to stdout here. Either
-    // side closing ends the bridge.
     std::thread::spawn(move || {
-        let mut stdin = std::io::stdin().lock();
-        let _ = std::io::copy(&mut stdin, &mut to_socket);
+        if to_socket.write_all(&held).is_ok() {
+            for chunk in input {
+                if to_socket.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        }
         let _ = to_socket.shutdown(std::net::Shutdown::Write);
     });
     let mut from_socket = stream;
@@ -79,9 +167,9 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
 /// `initialize` (`instance` null, `offline` naming it) and routes each
 /// `message/send` as a plain local send does: stored in the spool, or
 /// delivered if the agent has started meanwhile.
-fn offline(config: &Config, target: &str) -> Result<ExitCode> {
+fn offline(config: &Config, target: &str, input: ChunkReader) -> Result<ExitCode> {
     let dir = registry::ensure_dir(config)?;
-    let mut input = std::io::stdin().lock();
+    let mut input = BufReader::new(input);
     let mut out = std::io::stdout().lock();
     loop {
         let mut line = Vec::new();
@@ -109,6 +197,28 @@ fn offline(config: &Config, target: &str) -> Result<ExitCode> {
         {
             return Ok(ExitCode::Ok);
         }
+    }
+}
+
+/// Stdin's chunks, read as a stream again.
+struct ChunkReader {
+    rx: crossbeam_channel::Receiver<Vec<u8>>,
+    chunk: Vec<u8>,
+    at: usize,
+}
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.chunk.len() {
+            match self.rx.recv() {
+                Ok(c) => (self.chunk, self.at) = (c, 0),
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.at);
+        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
     }
 }
 
@@ -328,8 +438,34 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 impl Remote {
+    /// `VIA baton bridge --offline TARGET`: the live instance, or a
+    /// stopped agent's stand-in.
     pub fn open(via: &str, target: &str, config: &Config, multiplex: bool) -> Result<Remote> {
-        let mut via = Via::spawn(via, config, &["bridge", "--offline", target], multiplex)?;
+        let mut r = Remote::start(via, config, &["bridge", "--offline", target], multiplex)?;
+        r.hello = r.call("initialize", hello_params())?;
+        Ok(r)
+    }
+
+    /// `VIA baton bridge --await TARGET`: the live instance named TARGET,
+    /// once one runs there; None if `deadline` passes first (the bridge
+    /// is then killed with its process group).
+    pub fn open_await(
+        via: &str,
+        target: &str,
+        config: &Config,
+        multiplex: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Remote>> {
+        let mut r = Remote::start(via, config, &["bridge", "--await", target], multiplex)?;
+        Ok(r.call_until("initialize", hello_params(), deadline)?
+            .map(|hello| {
+                r.hello = hello;
+                r
+            }))
+    }
+
+    fn start(via: &str, config: &Config, remote_args: &[&str], multiplex: bool) -> Result<Remote> {
+        let mut via = Via::spawn(via, config, remote_args, multiplex)?;
         let input = via.child.stdin.take().expect("piped");
         let out = via.child.stdout.take().expect("piped");
         let (tx, lines) = crossbeam_channel::unbounded();
@@ -341,45 +477,48 @@ impl Remote {
                 }
             }
         });
-        let timeout = remote_timeout(config);
-        let mut r = Remote {
+        Ok(Remote {
             via,
             input,
             lines,
             next_id: 1,
-            timeout,
+            timeout: remote_timeout(config),
             hello: Value::Null,
-        };
-        r.hello = r.call(
-            "initialize",
-            json!({"protocol_version": 1, "client": {"name": "baton", "version": env!("CARGO_PKG_VERSION")}}),
-        )?;
-        Ok(r)
+        })
     }
 
     pub fn call(&mut self, method: &str, params: Value) -> Result<Value> {
+        match self.call_until(method, params, Some(Instant::now() + self.timeout))? {
+            Some(v) => Ok(v),
+            None => Err(Error::Transport(format!(
+                "no answer through the bridge within {:?} (is baton installed there, and the target running?)",
+                self.timeout
+            ))),
+        }
+    }
+
+    /// One request and its answer, or None when `until` passes first.
+    fn call_until(
+        &mut self,
+        method: &str,
+        params: Value,
+        until: Option<Instant>,
+    ) -> Result<Option<Value>> {
         let id = self.next_id;
         self.next_id += 1;
         let line = crate::wire::request_line(id, method, params);
-        if let Err(e) = self
-            .input
-            .write_all(&line)
-            .and_then(|()| self.input.flush())
-        {
-            return Err(self.ended(format!("the bridge closed: {e}")));
-        }
+        self.write(&line)?;
+        let timer = match until {
+            Some(t) => crossbeam_channel::at(t),
+            None => crossbeam_channel::never(),
+        };
         loop {
-            let line = match self.lines.recv_timeout(self.timeout) {
-                Ok(line) => line,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    return Err(self.ended("the bridge closed without an answer".into()));
-                }
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    return Err(Error::Transport(format!(
-                        "no answer through the bridge within {:?} (is baton installed there, and the target running?)",
-                        self.timeout
-                    )));
-                }
+            let line = crossbeam_channel::select! {
+                recv(self.lines) -> line => match line {
+                    Ok(line) => line,
+                    Err(_) => return Err(self.ended("the bridge closed without an answer".into())),
+                },
+                recv(timer) -> _ => return Ok(None),
             };
             let Ok(v) = serde_json::from_str::<Value>(&line) else {
                 continue;
@@ -394,9 +533,14 @@ impl Remote {
                     escape(e["message"].as_str().unwrap_or(""))
                 )));
             }
-            return Ok(v["result"].clone());
+            return Ok(Some(v["result"].clone()));
         }
     }
+}
+
+/// The `initialize` parameters of a bridge session.
+fn hello_params() -> Value {
+    json!({"protocol_version": 1, "client": {"name": "baton", "version": env!("CARGO_PKG_VERSION")}})
 }
 
 impl Remote {

@@ -274,12 +274,16 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bridge",
-        usage: "baton bridge [TARGET] [--offline]",
+        usage: "baton bridge [TARGET] [--offline | --await]",
         summary: "join stdin and stdout to an instance's socket (for ssh host baton bridge NAME)",
         opts: &[
             switch(
                 "offline",
                 "when TARGET is not running but has a spool, store each message/send there (stored)",
+            ),
+            switch(
+                "await",
+                "when TARGET is not running, wait until it runs, then join (send --via --wait)",
             ),
             HELP,
         ],

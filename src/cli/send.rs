@@ -219,21 +219,16 @@ fn remote(
         result["target"] = json!({"name": name});
     }
     if args.flag("wait") {
-        // The same bridge carries the wait: it joins a live instance's
-        // socket. A stopped agent's stand-in answers no events; the agent
-        // may run by now (it took the task, or starts soon), so ask again
-        // once.
-        let mut live_remote = match live {
-            true => Some(r),
-            false => super::bridge::Remote::open(via, target_arg, config, multiplex)
-                .ok()
-                .filter(|again| {
-                    let i = &again.hello["instance"];
-                    i["instance_id"].as_str() == Some(target_arg)
-                        || i["name"].as_str() == Some(target_arg)
-                }),
+        // The same bridge carries the wait when it joins a live instance;
+        // a stopped agent's stand-in answers no events.
+        let reach = super::wait::Reach {
+            via,
+            target: target_arg,
+            config,
+            multiplex,
         };
-        return super::wait::run_via(args, &result, live_remote.as_mut());
+        let first = if live { Some(r) } else { None };
+        return super::wait::run_via(args, &result, first, &reach);
     }
     report(args, &result)
 }

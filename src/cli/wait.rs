@@ -119,93 +119,132 @@ pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
     Ok(show(args, delivery, &k.name, &k.message_id, end))
 }
 
+/// Where `send --via ... --wait` reaches its target: VIA, the target as
+/// asked for, and whether ssh shares a connection.
+pub struct Reach<'a> {
+    pub via: &'a str,
+    pub target: &'a str,
+    pub config: &'a Config,
+    pub multiplex: bool,
+}
+
 /// `send --via ... --wait`: after a delivery through the bridge, waits on
-/// the same bridge, which joins stdio to the live instance's socket byte
-/// for byte: subscribe, ask `task/status` once, wait for `task.ended`, as
-/// the local wait does. `remote` is that bridge, or None when no live
-/// instance answers there. Two differences, both documented (docs/ssh.md):
-/// a task kept for a stopped agent (`stored`) is not waited for (there is
-/// no instance to subscribe to, and polling through ssh is not done): it
-/// is reported with no outcome and exit 1; and a bridge that ends before the
-/// outcome (the remote instance stopped, ssh failed) is exit 4, the task
-/// left as it is there.
-pub fn run_via(args: &Args, delivery: &Value, remote: Option<&mut Remote>) -> Result<ExitCode> {
+/// a bridge, which joins stdio to the live instance's socket byte for
+/// byte: subscribe, ask `task/status` once, wait for `task.ended`, as the
+/// local wait does. `first` is the bridge the task went through when a
+/// live instance took it. With none (the task was `stored` for a stopped
+/// agent), or when a bridge ends before the outcome (the instance
+/// restarted), the wait goes on through `VIA baton bridge --await
+/// TARGET`: the remote baton waits there until an instance of the name
+/// runs (reading its registry once a second, as a local wait for a
+/// stored task does) and then joins. Only a bridge that cannot be opened
+/// at all (ssh fails) ends the wait early: exit 4, the task left as it is.
+pub fn run_via(
+    args: &Args,
+    delivery: &Value,
+    first: Option<Remote>,
+    reach: &Reach,
+) -> Result<ExitCode> {
     let timeout = check(args)?;
     let k = match kept(args, delivery)? {
         Ok(k) => k,
         Err(code) => return Ok(code),
     };
-    let Some(remote) = remote else {
-        return Ok(stored_via(args, delivery, &k));
-    };
     say_waiting(args, &k);
     let deadline = timeout.map(|t| Instant::now() + t);
-    let end = watch_remote(remote, &k, deadline)?;
-    Ok(show(args, delivery, &k.name, &k.message_id, end))
-}
-
-/// A task kept over `--via` for a stopped agent (in its spool there): not
-/// waited for. Exit 1, with `outcome` null and `task_status` `stored` in `--json`.
-fn stored_via(args: &Args, delivery: &Value, k: &Kept) -> ExitCode {
-    if args.flag("json") {
-        let mut r = delivery.clone();
-        r["outcome"] = Value::Null;
-        r["reply"] = Value::Null;
-        r["task_status"] = json!("stored");
-        emit_json(&r);
-    } else {
-        eprintln!(
-            "baton: stored: {who} is not running there; message {id} waits in its spool and runs when it starts. \
-             --wait over --via does not wait for a stopped agent: once {who} runs, send the same message again \
-             with --message-id {id} --wait (a duplicate is waited for)",
-            who = escape(&k.name),
-            id = escape(&k.message_id)
-        );
+    let mut why = "is not running there; waiting for it to start";
+    let mut remote = first;
+    let mut last: Option<String> = None;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let mut r = match remote.take() {
+            Some(r) => r,
+            None => {
+                eprintln!("baton: {} {why}", escape(&k.name));
+                let opened = Remote::open_await(
+                    reach.via,
+                    reach.target,
+                    reach.config,
+                    reach.multiplex,
+                    deadline,
+                )?;
+                match opened {
+                    Some(r) => r,
+                    None => {
+                        return Ok(show(
+                            args,
+                            delivery,
+                            &k.name,
+                            &k.message_id,
+                            End::TimedOut(last),
+                        ));
+                    }
+                }
+            }
+        };
+        let i = &r.hello["instance"];
+        if i["name"].as_str() != Some(k.name.as_str())
+            && i["instance_id"].as_str() != Some(reach.target)
+        {
+            return Err(Error::Refused(format!(
+                "the bridge reached {} while waiting for {}; message {} is left as it is",
+                escape(i["name"].as_str().unwrap_or("a stopped agent's stand-in")),
+                escape(&k.name),
+                escape(&k.message_id)
+            )));
+        }
+        match watch_remote(&mut r, &k, deadline, &mut last)? {
+            Watched::Ended(end) => return Ok(show(args, delivery, &k.name, &k.message_id, end)),
+            Watched::Lost => {
+                drop(r);
+                why = "went away there (restarting?); waiting for it to answer again";
+                let pause = match deadline {
+                    Some(d) => backoff.min(d.saturating_duration_since(Instant::now())),
+                    None => backoff,
+                };
+                std::thread::sleep(pause);
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
     }
-    ExitCode::Refused
 }
 
 /// Subscribes to the remote instance's events through the bridge, asks
-/// for the task's status, and waits for its end there.
-fn watch_remote(remote: &mut Remote, k: &Kept, deadline: Option<Instant>) -> Result<End> {
+/// for the task's status, and waits for its end there: `Lost` when the
+/// bridge ends first (the instance stopped) or the instance cannot answer.
+fn watch_remote(
+    remote: &mut Remote,
+    k: &Kept,
+    deadline: Option<Instant>,
+    last: &mut Option<String>,
+) -> Result<Watched> {
     // Only live events: the status answer covers what happened before.
-    remote.call("events/subscribe", json!({}))?;
+    if remote.call("events/subscribe", json!({})).is_err() {
+        return Ok(Watched::Lost);
+    }
     let ask = wire::request_line(
         STATUS_ID,
         "task/status",
         json!({"message_id": k.message_id}),
     );
-    remote.write(&ask)?;
+    if remote.write(&ask).is_err() {
+        return Ok(Watched::Lost);
+    }
     let lines = remote.lines();
     let timer = match deadline {
         Some(d) => chan::at(d),
         None => chan::never(),
     };
-    let mut last: Option<String> = None;
     loop {
         select! {
             recv(lines) -> line => {
-                let Ok(line) = line else {
-                    return Err(remote.ended(format!(
-                        "the bridge closed while waiting; message {} is left as it is at {}",
-                        escape(&k.message_id),
-                        escape(&k.name)
-                    )));
-                };
+                let Ok(line) = line else { return Ok(Watched::Lost) };
                 let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
-                match read(&msg, &k.message_id, &mut last)? {
-                    Some(Watched::Ended(end)) => return Ok(end),
-                    Some(Watched::Lost) => {
-                        return Err(Error::Transport(format!(
-                            "the remote instance did not answer task/status (shutting down?); message {} is left as it is at {}",
-                            escape(&k.message_id),
-                            escape(&k.name)
-                        )));
-                    }
-                    None => continue,
+                if let Some(w) = read(&msg, &k.message_id, last)? {
+                    return Ok(w);
                 }
             },
-            recv(timer) -> _ => return Ok(End::TimedOut(last)),
+            recv(timer) -> _ => return Ok(Watched::Ended(End::TimedOut(last.clone()))),
         }
     }
 }

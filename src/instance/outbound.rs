@@ -189,6 +189,17 @@ impl Foreground {
         self.open.iter().find(|o| o.token == token).map(|o| &o.task)
     }
 
+    /// The task whose turn a send is made in: the token's, or with no
+    /// token the running exec turn's, which holds a send from this agent
+    /// to its scope all the same (docs/decisions.md). None: the token
+    /// names no open turn.
+    fn scope_of(&self, turn: Option<&str>) -> Option<Option<Task>> {
+        match turn {
+            Some(t) => self.task_of_turn(t).cloned().map(Some),
+            None => Some(self.running.as_ref().map(|r| r.task.clone())),
+        }
+    }
+
     /// Plans a `relay/send`: a send in a relayed turn goes back to that
     /// turn's verified sender, one hop further; any other (a local turn,
     /// or no turn) goes to any target at hop 0.
@@ -227,22 +238,16 @@ impl Foreground {
         if !matches!(mode.as_str(), "queue" | "steer") {
             return refuse(Status::Invalid, "mode is not queue or steer".into());
         }
-        let task = match &turn {
-            Some(t) => match self.task_of_turn(t) {
-                Some(task) => Some(task.clone()),
-                None => {
-                    return refuse(
-                        Status::Denied,
-                        "the turn token names no open turn here".into(),
-                    );
-                }
-            },
-            None => None,
+        let Some(task) = self.scope_of(turn.as_deref()) else {
+            return refuse(
+                Status::Denied,
+                "the turn token names no open turn here".into(),
+            );
         };
         let task = task.filter(|t| !is_local(&t.sender));
         let Some(task) = task else {
-            // A local turn (the operator, a script with BATON_SOCKET): any
-            // target, hop 0.
+            // A local turn (the operator, a script with BATON_SOCKET), or
+            // none: any target, hop 0.
             if is_reply {
                 return refuse(
                     Status::Invalid,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{Hosts, parse, status_of};
-use crate::util::{Env, TempDir, baton_bin, have, pid_alive};
+use crate::util::{Env, TempDir, baton_bin, have, pid_alive, wait_until};
 
 const SSHD: &str = "/usr/sbin/sshd";
 /// The bound on every wait here.
@@ -359,6 +359,39 @@ fn a_real_sshd_carries_send_list_bridge_and_a_forced_command_key() {
         (out.status, status_of(&out).as_str()),
         (0, "stored"),
         "{out:?}"
+    );
+    // --wait for it, bounded: exit 5, and the remote `bridge --await`
+    // (seen while it waits) ends with the session, its stdin closed,
+    // leaving nothing there.
+    let mut w = h.local.spawn_with(
+        &remote,
+        &[
+            "send",
+            "--via",
+            &via,
+            "--wait",
+            "--timeout",
+            "4",
+            "gone",
+            "wait",
+            "--json",
+        ],
+        &h.local.workspace("sender"),
+        None,
+    );
+    wait_until("the remote bridge --await", Duration::from_secs(10), || {
+        !super::awaiting_bridges(&h.remote).is_empty()
+    });
+    assert_eq!(
+        w.wait_exit(Duration::from_secs(15)),
+        Some(5),
+        "{}",
+        w.stderr()
+    );
+    wait_until(
+        "the remote bridge --await to end with its session",
+        Duration::from_secs(10),
+        || super::awaiting_bridges(&h.remote).is_empty(),
     );
     let out = run(&remote, &["send", "--via", &via, "nobody", "x", "--json"]);
     assert_eq!(out.status, 3, "{out:?}");

@@ -143,7 +143,7 @@ impl Env {
 
     /// Like `spawn`, with `vars` added to the scrubbed environment and, if
     /// given, RLIMIT_NOFILE set to `nofile`.
-    fn spawn_with(
+    pub fn spawn_with(
         &self,
         vars: &[(&str, &str)],
         args: &[&str],
