@@ -137,6 +137,65 @@ fn task_status_is_unknown_for_an_id_never_accepted_and_refuses_bad_params() {
     }
 }
 
+/// A verified asker (`sender_instance_id`, checked against the
+/// connection's pid as a sender's claim is) hears about its own tasks
+/// only, queued or finished; an asker that names no instance hears about
+/// any task; a claim that does not hold is -32602.
+#[test]
+fn task_status_answers_a_verified_asker_about_its_own_tasks_only() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let inst = env.serve(&ws, &[]);
+    let me = util::me_as_instance(&inst.registry, "asker", "/");
+    let other = util::fake_manifest(&inst.registry, 1, "init", "/");
+    let mut c = inst.client();
+    let r = c.call(3, "message/send", inst.msg_from("mine", "x", &me));
+    assert_eq!(r["result"]["status"], "accepted", "{r}");
+    send(&inst, &mut c, "plain", "y");
+    let ask = |c: &mut RawClient, id: &str, asker: &str| {
+        let r = c.call(
+            9,
+            "task/status",
+            json!({"message_id": id, "sender_instance_id": asker}),
+        );
+        r.get("result").cloned().unwrap_or_else(|| panic!("{r}"))
+    };
+    let check = |c: &mut RawClient, outcome: &str| {
+        assert_eq!(ask(c, "mine", &me)["status"], outcome);
+        let r = ask(c, "plain", &me);
+        assert_eq!(r["status"], "unknown", "{r}");
+        assert!(
+            r["reason"]
+                .as_str()
+                .unwrap()
+                .contains("asks only about its own tasks"),
+            "{r}"
+        );
+        assert_eq!(status(c, "plain")["status"], outcome);
+        assert_eq!(status(c, "mine")["status"], outcome);
+    };
+    check(&mut c, "queued");
+    let r = c.call(
+        10,
+        "task/status",
+        json!({"message_id": "mine", "sender_instance_id": other}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("pid"),
+        "{r}"
+    );
+    for id in ["mine", "plain"] {
+        let r = c.try_result("inbox/claim", json!({})).unwrap();
+        assert_eq!(r["task"]["message_id"], id, "{r}");
+        let r = c
+            .try_result("inbox/complete", json!({"message_id": id}))
+            .unwrap();
+        assert_eq!(r["status"], "completed", "{r}");
+    }
+    check(&mut c, "done");
+}
+
 #[test]
 fn task_status_tells_awaiting_approval_and_denied() {
     let env = Env::new();

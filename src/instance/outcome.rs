@@ -26,7 +26,24 @@ impl Foreground {
     ) -> std::result::Result<Value, RpcError> {
         let id = str_param(params, "message_id")?;
         let mut v = json!({"message_id": id});
-        let status = match self.spool().whereabouts(&id) {
+        let whereabouts = self.spool().whereabouts(&id);
+        // Checked by the connection (`verify_asker`): a verified asker
+        // hears about its own tasks only.
+        if let Some(asker) = params.get("sender_instance_id").and_then(Value::as_str) {
+            let sender = match &whereabouts {
+                Whereabouts::Finished(Some(r)) => Some(r.sender_instance_id.clone()),
+                Whereabouts::Unknown | Whereabouts::Finished(None) => None,
+                _ => self.spool().sender_of(&id),
+            };
+            if sender.is_some_and(|s| s.as_deref() != Some(asker)) {
+                v["status"] = json!("unknown");
+                v["reason"] = json!(format!(
+                    "instance {asker} did not send it: an instance asks only about its own tasks"
+                ));
+                return Ok(v);
+            }
+        }
+        let status = match whereabouts {
             Whereabouts::Queued(_) if self.asked.contains_key(&id) => "awaiting_approval".into(),
             Whereabouts::Queued(n) => {
                 v["queue_position"] = json!(n);

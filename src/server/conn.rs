@@ -520,6 +520,10 @@ fn dispatch(
         }
         // Every other method needs the agent's state: the foreground
         // answers it.
+        Method::Foreground(Call::TaskStatus) => {
+            verify_asker(shared, &params, peer)?;
+            ask_foreground(shared, Call::TaskStatus, params)
+        }
         Method::Foreground(call) => ask_foreground(shared, call, params),
         Method::EventsSubscribe => unreachable!("a subscription is taken before dispatch"),
     }
@@ -562,6 +566,30 @@ fn initialize(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Rpc
         "instance": manifest,
         "capabilities": Method::ALL.map(Method::as_str),
     }))
+}
+
+/// `task/status` with `sender_instance_id`: the asker says it is that
+/// instance, which is checked as a sender's claim is (deliver.rs); the
+/// foreground then answers it about its own tasks only.
+fn verify_asker(shared: &Shared, params: &Map<String, Value>, peer: &Peer) -> Result<(), RpcError> {
+    let id = match params.get("sender_instance_id") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::String(id)) if crate::registry::valid_id(id) => id,
+        Some(_) => {
+            return Err(RpcError::new(
+                wire::INVALID_PARAMS,
+                "invalid params: sender_instance_id must be an instance id",
+            ));
+        }
+    };
+    super::deliver::verify_instance(shared, id, peer.pid)
+        .map(|_| ())
+        .map_err(|why| {
+            RpcError::new(
+                wire::INVALID_PARAMS,
+                format!("invalid params: sender_instance_id {id}: {why}"),
+            )
+        })
 }
 
 fn ask_foreground(

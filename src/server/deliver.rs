@@ -519,6 +519,23 @@ fn verify_sender(
             pid: peer_pid,
         });
     };
+    let (instance_id, name, workspace) = verify_instance(shared, id, peer_pid)?;
+    Ok(Sender {
+        instance_id: Some(instance_id),
+        name: Some(name),
+        workspace: Some(workspace),
+        pid: peer_pid,
+    })
+}
+
+/// Checks that the connection comes from instance `id`: its manifest, in
+/// a scanned registry that passes the discovery checks, names the
+/// connection's peer pid. Its id, name and workspace.
+pub(super) fn verify_instance(
+    shared: &Shared,
+    id: &str,
+    peer_pid: Option<u32>,
+) -> Result<(String, String, String), String> {
     let Some(pid) = peer_pid else {
         return Err("this platform does not report the peer pid".into());
     };
@@ -534,12 +551,7 @@ fn verify_sender(
                 m.pid
             ));
         }
-        return Ok(Sender {
-            instance_id: Some(m.instance_id),
-            name: Some(m.name),
-            workspace: Some(m.workspace),
-            pid: Some(pid),
-        });
+        return Ok((m.instance_id, m.name, m.workspace));
     }
     Err(format!("no manifest for instance {id} in the registry"))
 }

@@ -179,6 +179,7 @@ impl Spool {
             outcome: outcome.to_string(),
             finished_at: now_f64(),
             reply,
+            sender_instance_id: e.sender_id().map(str::to_string),
         };
         let name = receipt_name(message_id);
         let tmp = self.path("tmp", &format!("receipt-{name}"));
@@ -276,6 +277,15 @@ impl Spool {
                     .filter(|r| r.message_id == message_id),
             ),
         }
+    }
+
+    /// The verified sender's instance id of a task the index holds
+    /// (queued, processing or set aside): `Some(None)` for a plain
+    /// sender, `None` when the index does not hold it.
+    pub fn sender_of(&self, message_id: &str) -> Option<Option<String>> {
+        let idx = self.idx();
+        let e = idx.entries.get(message_id)?;
+        Some(e.sender_id().map(str::to_string))
     }
 
     /// Whether a task was set aside for the operator: `interrupted/`, or

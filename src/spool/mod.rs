@@ -106,6 +106,10 @@ pub struct Receipt {
     /// The reply text the task finished with, if any.
     #[serde(default)]
     pub reply: Option<ReplyRecord>,
+    /// The verified sender's instance id, if it had one: `task/status`
+    /// answers a verified asker about its own tasks only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_instance_id: Option<String>,
 }
 
 /// What a receipt remembers of a task's reply: its text (bounded by
