@@ -227,7 +227,14 @@ fn remote(
             config,
             multiplex,
         };
-        let first = if live { Some(r) } else { None };
+        let first = match live {
+            true => Some(r),
+            // The stand-in's session ends here, not after the wait.
+            false => {
+                drop(r);
+                None
+            }
+        };
         return super::wait::run_via(args, &result, first, &reach);
     }
     report(args, &result)
