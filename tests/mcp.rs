@@ -1462,8 +1462,10 @@ fn set_level_is_honoured() {
         m.notes
     );
     assert!(
-        m.notes.iter().any(|n| n["method"] == "notifications/claude/channel"
-            && n["params"]["meta"]["message_id"] == quiet.as_str()),
+        m.notes
+            .iter()
+            .any(|n| n["method"] == "notifications/claude/channel"
+                && n["params"]["meta"]["message_id"] == quiet.as_str()),
         "{:?}",
         m.notes
     );

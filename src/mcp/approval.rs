@@ -41,7 +41,11 @@ fn describe(task: &Task, instance: &str) -> String {
             escape(id),
             escape(ws)
         ),
-        (Some(id), None) => format!("{} (instance {})", escape(&turn::display_name(s)), escape(id)),
+        (Some(id), None) => format!(
+            "{} (instance {})",
+            escape(&turn::display_name(s)),
+            escape(id)
+        ),
         (None, _) => format!(
             "{} (a command line, not an agent)",
             escape(&turn::display_name(s))
