@@ -17,7 +17,9 @@ use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::io::{Read, Write};
 
+mod approval;
 pub mod follow;
+mod notify;
 mod tasks;
 
 /// Protocol revisions this server speaks, newest first.
@@ -42,16 +44,15 @@ const LEVELS: [&str; 8] = [
     "info",
     "debug",
 ];
-/// The severity of baton's notifications (`info`).
-const INFO: usize = 6;
-/// How many waiting tasks a session is told of when it starts.
-const WAITING_NOTICES: usize = 20;
 
 const RULES: &str = "Use it only when the user explicitly asked you to contact another agent. \
 Send the smallest self-contained task with the facts it needs; never include secrets, \
 credentials or unrelated conversation history. Acceptance is not completion: an accepted \
 task is only queued for the other agent. While you work on a task from check_inbox, you may \
 only send to the agent that sent it.";
+
+/// How tasks for the session show up, for the `instructions`.
+const ARRIVAL: &str = "A task another agent sends you may arrive by itself, as a <channel> event (its message_id and from attributes name it) holding the task's <agent_relay> envelope: take it with check_inbox and finish it with complete_task, as the event says.";
 
 fn tools() -> Value {
     json!([
@@ -139,6 +140,10 @@ struct Adapter {
     /// The tasks this session delivered, newest last, with their target's
     /// name and instance id, for `task_status` (the last `tasks::SENT_KEPT`).
     sent: Vec<tasks::Sent>,
+    /// The tasks pushed on the channel this session (`notify`).
+    pushed: notify::Pushed,
+    /// The instance's spool directory and name, once asked.
+    facts: Option<(std::path::PathBuf, String)>,
     /// The instance's end, if it came while a tool call waited.
     done: chan::Receiver<Result<()>>,
     /// It came: the session ends once the call is answered.
@@ -176,6 +181,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
 
     let client = Reconnecting::new(instance.socket.clone(), config.io_timeout);
     let mut events = subscribe(&client);
+    let pushed = notify::Pushed::new(config.max_queue);
     let mut a = Adapter {
         config,
         client,
@@ -185,6 +191,8 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         levels: vec![(0.0, LEVELS.len() - 1)],
         open: Vec::new(),
         sent: Vec::new(),
+        pushed,
+        facts: None,
         done: instance.done.clone(),
         stopped: None,
     };
@@ -377,10 +385,14 @@ impl Adapter {
                 self.initialized = true;
                 Ok(json!({
                     "protocolVersion": version,
-                    "capabilities": {"tools": {"listChanged": false}, "logging": {}},
+                    "capabilities": {
+                        "tools": {"listChanged": false},
+                        "logging": {},
+                        "experimental": {notify::CHANNEL: {}},
+                    },
                     "serverInfo": {"name": "baton", "title": "baton relay", "version": env!("CARGO_PKG_VERSION")},
                     "instructions": format!(
-                        "This server connects you to other agents on this machine through baton (you are instance {}). {RULES}",
+                        "This server connects you to other agents on this machine through baton (you are instance {}). {RULES} {ARRIVAL}",
                         self.id
                     ),
                 }))
@@ -614,6 +626,11 @@ impl Adapter {
                 false,
                 Some(json!({"status": "empty"})),
             ),
+            "awaiting_approval" => {
+                let id = r["message_id"].as_str().unwrap_or("");
+                let reason = r["reason"].as_str().unwrap_or("");
+                tool_result(self.awaiting_text(id, reason), false, Some(r.clone()))
+            }
             status => tool_result(
                 format!("{status}: {}", r["reason"].as_str().unwrap_or("")),
                 false,
@@ -666,74 +683,6 @@ impl Adapter {
         self.open.retain(|(o, _)| o != id);
         let (text, failed) = reply_text(id, &r["reply"]);
         tool_result(text, failed, Some(r.clone()))
-    }
-
-    /// Tells the host a task arrived, as a log message hosts can show.
-    fn on_event(&mut self, msg: &Value) {
-        if msg["method"] != "event" {
-            return;
-        }
-        let ev = &msg["params"];
-        if ev["kind"] == "message.accepted" {
-            let at = ev["time"].as_f64().unwrap_or_else(crate::events::now);
-            self.log_info(
-                at,
-                format!(
-                    "a task from {} arrived ({}); call check_inbox to take it",
-                    ev["from"].as_str().unwrap_or("?"),
-                    ev["message_id"].as_str().unwrap_or("")
-                ),
-            );
-        }
-    }
-
-    /// Tells the host of the tasks that waited before the session began,
-    /// which no arrival notice announced (the first `WAITING_NOTICES`).
-    fn announce_waiting(&mut self) {
-        let listed = match self.call("inbox/list", json!({"limit": WAITING_NOTICES})) {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("baton mcp: cannot list the waiting tasks: {e}");
-                return;
-            }
-        };
-        let queued = listed["queued"].as_array().cloned().unwrap_or_default();
-        for t in queued {
-            let sender = &t["sender"];
-            let from = sender["name"]
-                .as_str()
-                .or(sender["instance_id"].as_str())
-                .unwrap_or("(cli)");
-            self.log_info(
-                crate::events::now(),
-                format!(
-                    "a task from {} waits ({}); call check_inbox to take it",
-                    escape(from),
-                    t["message_id"].as_str().unwrap_or("")
-                ),
-            );
-        }
-    }
-
-    /// A `notifications/message` at level `info` about what happened at
-    /// `at`, if the host has said it is ready for notifications and wanted
-    /// that level then.
-    fn log_info(&self, at: f64, data: String) {
-        let level = self
-            .levels
-            .iter()
-            .rev()
-            .find(|(since, _)| *since <= at)
-            .or(self.levels.first())
-            .map_or(LEVELS.len() - 1, |(_, l)| *l);
-        if !self.notifying || level < INFO {
-            return;
-        }
-        write_message(&json!({
-            "jsonrpc": "2.0",
-            "method": "notifications/message",
-            "params": {"level": LEVELS[INFO], "logger": "baton", "data": data},
-        }));
     }
 }
 

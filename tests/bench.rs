@@ -16,6 +16,8 @@
 //! every instance it started, by pid, before the next row. See
 //! docs/performance.md for what each row means and a recorded run.
 
+#[path = "bench/channel.rs"]
+mod channel;
 #[path = "bench/net.rs"]
 mod net;
 #[path = "bench/sshd.rs"]
@@ -1534,13 +1536,14 @@ fn main() {
     // Row 5 runs last: starting 500 instances leaves the machine busy for
     // a while (reaping, removing spools), which would weigh on the rows
     // after it. The table is printed in row order all the same.
-    let all: [(&str, RowFn); 9] = [
+    let all: [(&str, RowFn); 10] = [
         ("1", row_round_trip),
         ("2", row_durable),
         ("3", row_throughput),
         ("4", row_send),
         ("6", row_idle),
         ("9", row_wait),
+        ("10", channel::row_channel),
         ("7", row_turns),
         ("8", row_ssh),
         ("5", row_list),

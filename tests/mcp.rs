@@ -9,6 +9,8 @@
 //! `tests/mcp/session.py`; it is skipped with a reason when python3 or the
 //! package is missing, and fails instead under BATON_REQUIRE_ALL=1.
 
+mod channel;
+
 use crate::util::{Env, manifests, wait_until};
 use serde_json::{Value, json};
 use std::ffi::OsString;
@@ -1451,8 +1453,19 @@ fn set_level_is_honoured() {
         p["data"].as_str().is_some_and(|d| d.contains(&loud))
     });
     // Events come in order: the first task's notice would have come first.
+    // (The channel push is no log message: the level does not apply to it.)
     assert!(
-        !m.notes.iter().any(|n| n.to_string().contains(&quiet)),
+        !m.notes
+            .iter()
+            .any(|n| n["method"] == "notifications/message" && n.to_string().contains(&quiet)),
+        "{:?}",
+        m.notes
+    );
+    assert!(
+        m.notes
+            .iter()
+            .any(|n| n["method"] == "notifications/claude/channel"
+                && n["params"]["meta"]["message_id"] == quiet.as_str()),
         "{:?}",
         m.notes
     );

@@ -342,6 +342,31 @@ pub fn read_listing(dir: &Path) -> Result<Listing> {
     })
 }
 
+/// The tasks with these ids that wait in `inbox/`, read as `read_listing`
+/// reads (no lock, nothing moved), for a front end that shows a queued
+/// task's body. One that left the queue, or cannot be read back, is not
+/// returned.
+pub fn read_queued(dir: &Path, ids: &[&str]) -> Result<Vec<Task>> {
+    check_private_dir(dir, "spool")?;
+    let inbox = dir.join("inbox");
+    let mut found = Vec::new();
+    for name in taskfile::list(&inbox)? {
+        let Some((_, id)) = taskfile::parse_file_name(&name) else {
+            continue;
+        };
+        if !ids.contains(&id) {
+            continue;
+        }
+        if let Some(task) = taskfile::read_bounded(&inbox.join(&name))
+            .ok()
+            .and_then(|b| taskfile::parse_task(&b, id).ok())
+        {
+            found.push(task);
+        }
+    }
+    Ok(found)
+}
+
 /// Checks that an existing directory is ours alone and not a symlink.
 pub fn check_private_dir(path: &Path, what: &str) -> Result<()> {
     private_dir(path, false, what)

@@ -1,0 +1,263 @@
+//! What `baton mcp` tells its host unasked, once the host has sent
+//! `notifications/initialized`. For each task that arrives for the
+//! session's instance (and each that waited before the session began):
+//!
+//! - `notifications/claude/channel` (Claude Code's channel convention),
+//!   whose `content` is the task's envelope, so that a host that honours
+//!   it starts a turn with the task. Each task is pushed once a session.
+//! - `notifications/message` at level `info`, a log line for hosts
+//!   without channels, which then learn of the task at their next
+//!   `check_inbox`.
+//!
+//! Both follow the instance's events (`message.accepted`): nothing polls.
+
+use super::{Adapter, LEVELS, write_message};
+use crate::sanitize::escape;
+use crate::spool::{self, Sender, Task};
+use crate::turn;
+use serde_json::{Value, json};
+use std::collections::{HashSet, VecDeque};
+
+/// The key of `capabilities.experimental` that makes the server a
+/// channel for Claude Code.
+pub const CHANNEL: &str = "claude/channel";
+/// The notification that pushes a task.
+const CHANNEL_METHOD: &str = "notifications/claude/channel";
+/// The severity of baton's log notifications (`info`).
+const INFO: usize = 6;
+/// How many waiting tasks a session is told of in log lines when it
+/// starts (all of them are pushed on the channel).
+const WAITING_NOTICES: usize = 20;
+/// How many tasks one `inbox/list` page asks for.
+const PAGE: usize = 100;
+
+/// The ids of the tasks pushed this session: one is pushed once. An id
+/// leaves the set when its task is claimed or ends, and the oldest leaves
+/// past `cap` (the queue's bound), so the set stays as small as the queue.
+pub struct Pushed {
+    ids: HashSet<String>,
+    order: VecDeque<String>,
+    cap: usize,
+}
+
+impl Pushed {
+    pub fn new(cap: usize) -> Pushed {
+        Pushed {
+            ids: HashSet::new(),
+            order: VecDeque::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// Records `id`; false if it was pushed already.
+    fn first(&mut self, id: &str) -> bool {
+        if self.ids.contains(id) {
+            return false;
+        }
+        if self.order.len() >= self.cap {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+        self.ids.insert(id.to_string());
+        self.order.push_back(id.to_string());
+        true
+    }
+
+    fn forget(&mut self, id: &str) {
+        if self.ids.remove(id) {
+            self.order.retain(|o| o != id);
+        }
+    }
+}
+
+/// The task a `message.accepted` event describes, as its envelope shows
+/// it: the event carries the body and the sender as recorded.
+fn arrived(ev: &Value) -> Option<Task> {
+    let id = ev["message_id"].as_str()?;
+    let body = ev["body"].as_str()?;
+    let from = ev["from"].as_str().unwrap_or("");
+    let instance_id = ev["sender_id"].as_str().map(str::to_string);
+    // `from` is the sender's display name: its name, its instance id, or
+    // `(cli)` for a command line, which has neither.
+    let name = (instance_id.is_some() || from != "(cli)").then(|| from.to_string());
+    let sender = Sender {
+        instance_id,
+        name,
+        workspace: ev["workspace"].as_str().map(str::to_string),
+        pid: ev["pid"].as_u64().and_then(|p| u32::try_from(p).ok()),
+    };
+    Some(Task {
+        message_id: id.to_string(),
+        body: body.to_string(),
+        sender,
+        hop: 0,
+        in_reply_to: None,
+        mode: ev["mode"].as_str().unwrap_or("queue").to_string(),
+        accepted_at: 0,
+        peer_pid: None,
+        wire: String::new(),
+        digest: String::new(),
+        seq: 0,
+    })
+}
+
+/// What a push says: the envelope `check_inbox` gives, then how to take
+/// and finish the task.
+pub fn content(task: &Task) -> String {
+    let replyable = task.sender.instance_id.is_some();
+    let envelope = turn::envelope(task, replyable.then_some(turn::REPLY_BY_TOOL));
+    format!(
+        "{envelope}Take it with check_inbox (tasks come in queue order); when you are done, call complete_task with message_id \"{}\"{}.",
+        task.message_id,
+        if replyable {
+            " and, if the sender should hear back, a short reply"
+        } else {
+            " (this sender cannot be replied to)"
+        }
+    )
+}
+
+impl Adapter {
+    /// An event of the instance: a task that arrived is pushed and logged.
+    pub(super) fn on_event(&mut self, msg: &Value) {
+        if msg["method"] != "event" {
+            return;
+        }
+        let ev = &msg["params"];
+        match ev["kind"].as_str() {
+            Some("message.accepted") => {
+                if let Some(task) = arrived(ev) {
+                    self.push(&task);
+                }
+                let at = ev["time"].as_f64().unwrap_or_else(crate::events::now);
+                self.log_info(
+                    at,
+                    format!(
+                        "a task from {} arrived ({}); call check_inbox to take it",
+                        ev["from"].as_str().unwrap_or("?"),
+                        ev["message_id"].as_str().unwrap_or("")
+                    ),
+                );
+            }
+            Some("task.claimed" | "task.ended") => {
+                if let Some(id) = ev["message_id"].as_str() {
+                    self.pushed.forget(id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Pushes a task on the channel, once, if the host is ready.
+    fn push(&mut self, task: &Task) {
+        if !self.notifying || !self.pushed.first(&task.message_id) {
+            return;
+        }
+        write_message(&json!({
+            "jsonrpc": "2.0",
+            "method": CHANNEL_METHOD,
+            "params": {
+                "content": content(task),
+                "meta": {
+                    "message_id": task.message_id,
+                    "from": turn::display_name(&task.sender),
+                },
+            },
+        }));
+    }
+
+    /// The host sent `notifications/initialized`: the tasks that waited
+    /// before, which no event announced, are pushed (all) and logged (the
+    /// first `WAITING_NOTICES`), in queue order.
+    pub(super) fn announce_waiting(&mut self) {
+        let mut after: Option<String> = None;
+        let mut logged = 0;
+        loop {
+            let mut params = json!({"limit": PAGE});
+            if let Some(a) = &after {
+                params["after"] = json!(a);
+            }
+            let listed = match self.call("inbox/list", params) {
+                Ok(l) if l.get("status").is_none() => l,
+                Ok(l) => {
+                    eprintln!("baton mcp: cannot list the waiting tasks: {l}");
+                    return;
+                }
+                Err(e) => {
+                    eprintln!("baton mcp: cannot list the waiting tasks: {e}");
+                    return;
+                }
+            };
+            let queued = listed["queued"].as_array().cloned().unwrap_or_default();
+            self.push_listed(&queued);
+            for t in queued.iter().take(WAITING_NOTICES.saturating_sub(logged)) {
+                let sender = &t["sender"];
+                let from = sender["name"]
+                    .as_str()
+                    .or(sender["instance_id"].as_str())
+                    .unwrap_or("(cli)");
+                self.log_info(
+                    crate::events::now(),
+                    format!(
+                        "a task from {} waits ({}); call check_inbox to take it",
+                        escape(from),
+                        t["message_id"].as_str().unwrap_or("")
+                    ),
+                );
+                logged += 1;
+            }
+            match listed["next"].as_str() {
+                Some(next) => after = Some(next.to_string()),
+                None => return,
+            }
+        }
+    }
+
+    /// Pushes the listed tasks, read from the spool (a listing has no
+    /// bodies), in the listing's order.
+    fn push_listed(&mut self, queued: &[Value]) {
+        let ids: Vec<&str> = queued
+            .iter()
+            .filter_map(|t| t["message_id"].as_str())
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let Some(dir) = self.spool_dir() else {
+            return;
+        };
+        let mut tasks = match spool::read_queued(&dir, &ids) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("baton mcp: cannot read the waiting tasks: {e}");
+                return;
+            }
+        };
+        tasks.sort_by_key(|t| ids.iter().position(|i| *i == t.message_id));
+        for t in &tasks {
+            self.push(t);
+        }
+    }
+
+    /// A `notifications/message` at level `info` about what happened at
+    /// `at`, if the host has said it is ready for notifications and wanted
+    /// that level then.
+    pub(super) fn log_info(&self, at: f64, data: String) {
+        let level = self
+            .levels
+            .iter()
+            .rev()
+            .find(|(since, _)| *since <= at)
+            .or(self.levels.first())
+            .map_or(LEVELS.len() - 1, |(_, l)| *l);
+        if !self.notifying || level < INFO {
+            return;
+        }
+        write_message(&json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/message",
+            "params": {"level": LEVELS[INFO], "logger": "baton", "data": data},
+        }));
+    }
+}
