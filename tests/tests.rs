@@ -6,6 +6,7 @@ mod util;
 mod control;
 mod docs;
 mod hostile;
+mod inbox_wait;
 mod lifecycle;
 mod limits;
 mod mcp;
