@@ -5,6 +5,7 @@ mod util;
 
 mod control;
 mod docs;
+mod hooks;
 mod hostile;
 mod inbox_wait;
 mod lifecycle;
