@@ -16,6 +16,8 @@
 //! every instance it started, by pid, before the next row. See
 //! docs/performance.md for what each row means and a recorded run.
 
+#[path = "bench/inbox_wait.rs"]
+mod inbox_wait;
 #[path = "bench/net.rs"]
 mod net;
 #[path = "bench/sshd.rs"]
@@ -1504,6 +1506,10 @@ fn main() {
         let code = net::oneshot(args.get(1).map_or("", String::as_str));
         std::process::exit(code);
     }
+    if args.first().map(String::as_str) == Some("--subscriber") {
+        let code = inbox_wait::subscriber(args.get(1).map_or("", String::as_str));
+        std::process::exit(code);
+    }
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     if let ["--floor-server", socket, dir] = words[..] {
         let store = Store::Files {
@@ -1534,13 +1540,14 @@ fn main() {
     // Row 5 runs last: starting 500 instances leaves the machine busy for
     // a while (reaping, removing spools), which would weigh on the rows
     // after it. The table is printed in row order all the same.
-    let all: [(&str, RowFn); 9] = [
+    let all: [(&str, RowFn); 10] = [
         ("1", row_round_trip),
         ("2", row_durable),
         ("3", row_throughput),
         ("4", row_send),
         ("6", row_idle),
         ("9", row_wait),
+        ("11", inbox_wait::row_inbox_wait),
         ("7", row_turns),
         ("8", row_ssh),
         ("5", row_list),

@@ -42,16 +42,37 @@ fn switches(pid: u32) -> u64 {
     n
 }
 
-/// Starts `baton inbox wait ARGS` in `dir` and returns once it holds its
-/// subscription (the client's reader thread, its second thread) and has
-/// had time to look at the inbox; it must still be waiting then.
-fn start_wait(env: &Env, dir: &Path, args: &[&str]) -> Proc {
+/// The instance's thread count once it holds still (two reads 50 ms
+/// apart agree): threads of connections that just closed are gone.
+fn settled_threads(pid: u32) -> u64 {
+    let mut last = threads(pid);
+    let deadline = Instant::now() + T;
+    loop {
+        thread::sleep(Duration::from_millis(50));
+        let now = threads(pid);
+        if now == last || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// Starts `baton inbox wait ARGS` in `dir` and returns once the instance
+/// holds its subscription (a subscribed connection's two threads: its
+/// reader and its event forwarder) and its look at the inbox (a
+/// connection of its own) is over; it must still be waiting then.
+fn start_wait(env: &Env, inst: &Served, dir: &Path, args: &[&str]) -> Proc {
+    let pid = inst.pid();
+    let base = settled_threads(pid);
     let mut full = vec!["inbox", "wait"];
     full.extend_from_slice(args);
     let mut w = env.spawn(&full, dir);
-    subscribed(&mut w);
-    // The look at the inbox (one connection of its own) follows.
-    thread::sleep(Duration::from_millis(200));
+    wait_until("the wait to subscribe", T, || {
+        threads(pid) >= base + 2 || !w.is_running()
+    });
+    wait_until("the look at the inbox to end", T, || {
+        settled_threads(pid) == base + 2 || !w.is_running()
+    });
     assert!(
         w.is_running(),
         "inbox wait exited early: {}{}",
@@ -59,14 +80,6 @@ fn start_wait(env: &Env, dir: &Path, args: &[&str]) -> Proc {
         w.stderr()
     );
     w
-}
-
-/// Waits until the wait's subscription's reader thread runs.
-fn subscribed(w: &mut Proc) {
-    let pid = w.pid();
-    wait_until("the wait to subscribe", T, || {
-        threads(pid) >= 2 || !w.is_running()
-    });
 }
 
 fn send(inst: &Served, id: &str, body: &str) {
@@ -122,7 +135,7 @@ fn a_task_that_arrives_wakes_the_wait() {
     let env = Env::new();
     let ws = env.workspace("ws");
     let inst = env.serve(&ws, &["--name", "puller"]);
-    let mut w = start_wait(&env, &ws, &[]);
+    let mut w = start_wait(&env, &inst, &ws, &[]);
     send(&inst, "late", "wake up");
     assert_eq!(w.wait_exit(T), Some(0), "{}", w.stderr());
     assert_eq!(
@@ -137,7 +150,7 @@ fn the_wait_makes_no_wakeups_while_nothing_arrives() {
     let env = Env::new();
     let ws = env.workspace("ws");
     let inst = env.serve(&ws, &[]);
-    let mut w = start_wait(&env, &ws, &[]);
+    let mut w = start_wait(&env, &inst, &ws, &[]);
     let before = switches(w.pid());
     thread::sleep(Duration::from_millis(1500));
     let after = switches(w.pid());
@@ -193,7 +206,7 @@ fn an_approval_wakes_the_wait() {
     let ws = env.workspace("ws");
     let inst = env.serve(&ws, &["--approve", "ask"]);
     send(&inst, "asked", "may I");
-    let mut w = start_wait(&env, &ws, &[]);
+    let mut w = start_wait(&env, &inst, &ws, &[]);
     let r = call(
         &mut inst.client(),
         "approval/respond",
@@ -211,7 +224,7 @@ fn a_paused_instance_has_nothing_to_claim_until_it_resumes() {
     let inst = env.serve(&ws, &[]);
     send(&inst, "held", "later");
     call(&mut inst.client(), "control/pause", json!({}));
-    let mut w = start_wait(&env, &ws, &[]);
+    let mut w = start_wait(&env, &inst, &ws, &[]);
     call(&mut inst.client(), "control/resume", json!({}));
     assert_eq!(w.wait_exit(T), Some(0), "{}", w.stderr());
     assert!(w.stdout().contains("next: held"), "{}", w.stdout());
@@ -229,7 +242,7 @@ fn a_requeued_task_wakes_the_wait() {
     );
     inst.kill9();
     let inst = env.serve(&ws, &["--name", "rq"]);
-    let mut w = start_wait(&env, &ws, &["rq"]);
+    let mut w = start_wait(&env, &inst, &ws, &["rq"]);
     let r = call(
         &mut inst.client(),
         "inbox/requeue",
@@ -263,7 +276,7 @@ fn target_names_the_instance_from_anywhere() {
         None,
     );
     assert_eq!(out.status, 5, "{}{}", out.stdout, out.stderr);
-    let mut w = start_wait(&env, &elsewhere, &["beta"]);
+    let mut w = start_wait(&env, &ib, &elsewhere, &["beta"]);
     send(&ib, "for-beta", "y");
     assert_eq!(w.wait_exit(T), Some(0), "{}", w.stderr());
     assert!(
@@ -282,17 +295,16 @@ fn the_wait_follows_the_instance_across_a_restart() {
     let env = Env::new();
     let ws = env.workspace("ws");
     let mut inst = env.serve(&ws, &["--name", "phoenix"]);
-    let mut w = start_wait(&env, &ws, &[]);
+    let mut w = start_wait(&env, &inst, &ws, &[]);
     inst.term();
     wait_until("the note that it waits for a restart", T, || {
         w.stderr()
             .contains("phoenix is not running; waiting for it to start")
     });
     assert!(w.is_running(), "{}", w.stderr());
-    wait_until("the subscription to end", T, || threads(w.pid()) == 1);
     let inst = env.serve(&ws, &["--name", "phoenix"]);
-    // Found again within the registry's one-second re-read.
-    subscribed(&mut w);
+    // Found again within the registry's one-second re-read; the task is
+    // either seen by its look or wakes it.
     send(&inst, "after", "back");
     assert_eq!(w.wait_exit(T), Some(0), "{}", w.stderr());
     assert!(w.stdout().contains("next: after"), "{}", w.stdout());
@@ -349,7 +361,7 @@ fn ctrl_c_ends_the_wait_and_leaves_the_inbox_alone() {
     let env = Env::new();
     let ws = env.workspace("ws");
     let inst = env.serve(&ws, &[]);
-    let mut w = start_wait(&env, &ws, &[]);
+    let mut w = start_wait(&env, &inst, &ws, &[]);
     w.signal(libc::SIGINT);
     assert_eq!(w.wait_exit(T), Some(130), "{}", w.stderr());
     send(&inst, "kept", "still here");

@@ -6,7 +6,8 @@
 //! It does not poll. It subscribes to the instance's events first, then
 //! asks once (`control/status`, `inbox/list`, on a second connection) what
 //! already waits, so an arrival in between is not missed; then it waits
-//! for an event. Under `--approve auto` a `message.accepted` is the wake-up
+//! for an event, read by the waiting thread itself (one blocking read,
+//! bounded by `--timeout`). Under `--approve auto` a `message.accepted` is the wake-up
 //! itself; an event that may make a queued task claimable without saying
 //! which (`task.requeued`, an approving `approval.resolved`, a resume) is
 //! followed by the same one question. A lost subscription (the instance
@@ -25,9 +26,10 @@ use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer};
 use crate::sanitize::escape;
-use crossbeam_channel::{self as chan, select};
+use crate::wire::{self, LineReader, ReadError};
 use serde_json::{Value, json};
 use std::collections::HashSet;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -206,6 +208,82 @@ fn find(config: &Config, who: &Who) -> Result<Option<Peer>> {
         .find(|p| p.wire == registry::Wire::Jsonrpc && !p.unresponsive()))
 }
 
+/// The longest event line read: an event carries a body, escaped.
+const MAX_EVENT: usize = 128 * 1024 * 1024;
+
+/// A subscribed connection, read by the thread that waits: no reader
+/// thread and no channel between the event and the exit.
+struct Subscription {
+    reader: LineReader,
+    io_timeout: Duration,
+}
+
+/// What the subscription gave next.
+enum Next {
+    Event(Value),
+    TimedOut,
+    Closed,
+}
+
+impl Subscription {
+    /// Connects, says `initialize` and `events/subscribe` (only live
+    /// events: the look that follows covers what came before), and reads
+    /// both answers.
+    fn open(socket: &Path, io_timeout: Duration) -> std::result::Result<Subscription, String> {
+        let mut stream = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
+        stream
+            .set_write_timeout(Some(io_timeout))
+            .map_err(|e| e.to_string())?;
+        let reader = stream.try_clone().map_err(|e| e.to_string())?;
+        let mut sub = Subscription {
+            reader: LineReader::new(reader, MAX_EVENT),
+            io_timeout,
+        };
+        let hello = json!({"protocol_version": 1,
+                           "client": {"name": "baton", "version": env!("CARGO_PKG_VERSION")}});
+        let mut lines = wire::request_line(1, "initialize", hello);
+        lines.extend(wire::request_line(2, "events/subscribe", json!({})));
+        wire::write_all(&mut stream, &lines).map_err(|e| format!("write: {e}"))?;
+        loop {
+            let line = sub
+                .reader
+                .read_line(Some(io_timeout), io_timeout)
+                .map_err(|e| format!("no answer to events/subscribe: {e:?}"))?;
+            let v: Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+            if let Some(err) = v.get("error") {
+                return Err(escape(err["message"].as_str().unwrap_or("")).into_owned());
+            }
+            if v["id"] == 2 {
+                return match v["result"]["subscribed"].as_bool() {
+                    Some(true) => Ok(sub),
+                    _ => Err(format!(
+                        "events/subscribe answered {}",
+                        escape(&v.to_string())
+                    )),
+                };
+            }
+        }
+    }
+
+    /// The next line, until the deadline.
+    fn next(&mut self, deadline: Option<Instant>) -> Next {
+        loop {
+            let idle = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if idle.is_some_and(|d| d.is_zero()) {
+                return Next::TimedOut;
+            }
+            match self.reader.read_line(idle, self.io_timeout) {
+                Ok(line) => match serde_json::from_slice(line) {
+                    Ok(v) => return Next::Event(v),
+                    Err(_) => continue,
+                },
+                Err(ReadError::Idle) => return Next::TimedOut,
+                Err(_) => return Next::Closed,
+            }
+        }
+    }
+}
+
 /// Subscribes to one instance's events, looks once at what waits, and
 /// waits for an event that makes a task claimable.
 fn watch(
@@ -215,78 +293,46 @@ fn watch(
     backoff: &mut Duration,
 ) -> Result<Watched> {
     let socket = Path::new(&peer.manifest.socket);
-    let lost = |e| {
-        Ok(Watched::Lost {
-            error: target::transport(peer, e),
-            watched: false,
-        })
-    };
-    let conn = match Connection::open(socket, config.io_timeout) {
-        Ok(c) => c,
-        Err(e) => return lost(e),
-    };
-    // Only live events: the look that follows covers what came before.
-    let (_, rx, stream) = match conn.subscribe(json!({})) {
+    let mut sub = match Subscription::open(socket, config.io_timeout) {
         Ok(s) => s,
-        Err(e) => return lost(e),
-    };
-    let watched = wait_events(config, peer, &rx, deadline, backoff);
-    // The reader thread holds its own descriptor: end the connection.
-    let _ = stream.shutdown(std::net::Shutdown::Both);
-    watched
-}
-
-/// The subscribed part of `watch`: one look, then the events.
-fn wait_events(
-    config: &Config,
-    peer: &Peer,
-    rx: &chan::Receiver<Value>,
-    deadline: Option<Instant>,
-    backoff: &mut Duration,
-) -> Result<Watched> {
-    let mut seen = match look(config, peer) {
-        Ok(s) => s,
-        Err(error @ Error::Transport(_)) => {
+        Err(why) => {
             return Ok(Watched::Lost {
-                error,
+                error: Error::Transport(format!(
+                    "{} ({}): cannot subscribe to its events: {why}",
+                    escape(&peer.manifest.name),
+                    peer.manifest.instance_id
+                )),
                 watched: false,
             });
         }
+    };
+    let lost = |error, watched| Ok(Watched::Lost { error, watched });
+    let mut seen = match look(config, peer) {
+        Ok(s) => s,
+        Err(error @ Error::Transport(_)) => return lost(error, false),
         Err(e) => return Err(e),
     };
     *backoff = BACKOFF_FIRST;
-    let timer = match deadline {
-        Some(d) => chan::at(d),
-        None => chan::never(),
-    };
     loop {
         if let Some(w) = seen.waiting.take() {
             return Ok(Watched::Woke(w));
         }
-        select! {
-            recv(rx) -> msg => {
-                let Ok(msg) = msg else {
-                    return Ok(Watched::Lost {
-                        error: Error::Transport(format!(
-                            "{} closed the connection",
-                            escape(&peer.manifest.name)
-                        )),
-                        watched: true,
-                    });
-                };
-                if !on_event(&msg, &mut seen) {
-                    continue;
-                }
-                seen = match look(config, peer) {
-                    Ok(s) => s,
-                    Err(error @ Error::Transport(_)) => {
-                        return Ok(Watched::Lost { error, watched: true });
-                    }
-                    Err(e) => return Err(e),
-                };
-            },
-            recv(timer) -> _ => return Ok(Watched::TimedOut),
+        let msg = match sub.next(deadline) {
+            Next::Event(v) => v,
+            Next::TimedOut => return Ok(Watched::TimedOut),
+            Next::Closed => {
+                let why = format!("{} closed the connection", escape(&peer.manifest.name));
+                return lost(Error::Transport(why), true);
+            }
+        };
+        if !on_event(&msg, &mut seen) {
+            continue;
         }
+        seen = match look(config, peer) {
+            Ok(s) => s,
+            Err(error @ Error::Transport(_)) => return lost(error, true),
+            Err(e) => return Err(e),
+        };
     }
 }
 
