@@ -18,6 +18,8 @@
 
 #[path = "bench/channel.rs"]
 mod channel;
+#[path = "bench/inbox_wait.rs"]
+mod inbox_wait;
 #[path = "bench/net.rs"]
 mod net;
 #[path = "bench/sshd.rs"]
@@ -1506,6 +1508,10 @@ fn main() {
         let code = net::oneshot(args.get(1).map_or("", String::as_str));
         std::process::exit(code);
     }
+    if args.first().map(String::as_str) == Some("--subscriber") {
+        let code = inbox_wait::subscriber(args.get(1).map_or("", String::as_str));
+        std::process::exit(code);
+    }
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     if let ["--floor-server", socket, dir] = words[..] {
         let store = Store::Files {
@@ -1544,6 +1550,7 @@ fn main() {
         ("6", row_idle),
         ("9", row_wait),
         ("10", channel::row_channel),
+        ("11", inbox_wait::row_inbox_wait),
         ("7", row_turns),
         ("8", row_ssh),
         ("5", row_list),

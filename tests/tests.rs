@@ -5,7 +5,9 @@ mod util;
 
 mod control;
 mod docs;
+mod hooks;
 mod hostile;
+mod inbox_wait;
 mod lifecycle;
 mod limits;
 mod mcp;

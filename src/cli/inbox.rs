@@ -1,5 +1,6 @@
-//! `baton inbox list|claim|complete`: the pull side of an instance.
-//! `list` reads every page of `inbox/list` and shows them as one.
+//! `baton inbox list|claim|complete|requeue|discard`: the pull side of an
+//! instance. `list` reads every page of `inbox/list` and shows them as one.
+//! `wait` is cli::inbox_wait.
 
 use super::args::Args;
 use super::{emit, emit_json, target};
@@ -24,6 +25,15 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             "inbox: say list, claim or complete (see 'baton help inbox')".into(),
         ));
     };
+    if action == "wait" {
+        return super::inbox_wait::run(args, config);
+    }
+    if args.flag("timeout") {
+        return Err(Error::Usage(format!(
+            "inbox {}: --timeout is for inbox wait",
+            escape(action)
+        )));
+    }
     let (target_arg, params) = request(args, action)?;
     let peer = match target::resolve(config, target_arg.map(String::as_str)) {
         Ok(peer) => peer,
@@ -100,7 +110,7 @@ fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a String>, Valu
             Ok((t, params))
         }
         other => Err(Error::Usage(format!(
-            "inbox: unknown action {}: use list, claim, complete, requeue or discard",
+            "inbox: unknown action {}: use list, claim, wait, complete, requeue or discard",
             escape(other)
         ))),
     }
@@ -109,7 +119,7 @@ fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a String>, Valu
 /// Every page of `inbox/list`, as one listing: the members of a page
 /// without `next`. A task listed twice (it moved while the pages were
 /// read) is shown where it was seen last.
-fn list_all(conn: &mut Connection, peer: &registry::Peer) -> Result<Value> {
+pub(super) fn list_all(conn: &mut Connection, peer: &registry::Peer) -> Result<Value> {
     for _ in 0..LIST_ATTEMPTS {
         if let Some(all) = list_pages(conn, peer)? {
             return Ok(all);

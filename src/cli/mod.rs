@@ -7,6 +7,7 @@ mod bridge;
 mod completions;
 mod control;
 mod inbox;
+mod inbox_wait;
 mod list;
 mod mcp;
 mod send;
@@ -213,10 +214,14 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "inbox",
-        usage: "baton inbox list|claim [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--reply TEXT] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
-        summary: "see queued tasks, claim the next one, complete it; requeue or discard interrupted ones",
+        usage: "baton inbox list|claim [TARGET] [--json]\n       baton inbox wait [--timeout SECONDS] [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--reply TEXT] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
+        summary: "see queued tasks, wait for one, claim the next one, complete it; requeue or discard interrupted ones",
         opts: &[
             JSON,
+            value(
+                "timeout",
+                "for wait: give up after SECONDS when no task waits (exit 5)",
+            ),
             value("outcome", "done (default) or failed, for complete"),
             value(
                 "reply",
