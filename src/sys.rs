@@ -451,6 +451,8 @@ pub struct Civil {
 }
 
 /// `epoch` (seconds) in the local time zone (`TZ`, else the system's).
+// time_t is 64 bits here, 32 on some other targets.
+#[allow(clippy::useless_conversion)]
 pub fn local_time(epoch: i64) -> Option<Civil> {
     let t: libc::time_t = epoch.try_into().ok()?;
     // SAFETY: an all-zero `tm` is valid (its one pointer, tm_zone, null).
@@ -474,6 +476,7 @@ pub fn local_time(epoch: i64) -> Option<Civil> {
 /// The epoch seconds of a local wall-clock time (`mktime`; in a daylight
 /// saving change the C library picks one of the two readings). None when
 /// it is out of range.
+#[allow(clippy::useless_conversion)]
 pub fn local_to_epoch(c: Civil) -> Option<i64> {
     // SAFETY: an all-zero `tm` is valid (its one pointer, tm_zone, null).
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };

@@ -3,11 +3,13 @@
 
 mod util;
 
+mod approve;
 mod control;
 mod docs;
 mod hostile;
 mod lifecycle;
 mod limits;
+mod log;
 mod mcp;
 mod offline;
 mod outcomes;

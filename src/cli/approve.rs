@@ -227,9 +227,15 @@ mod tests {
         assert!(a.answer(ans("y")).unwrap().is_none());
         assert!(a.answer(ans("no")).unwrap().is_none());
         let d1 = a.request(w("approval-1", "t-1")).unwrap();
-        assert_eq!((d1.message_id.as_str(), d1.decision), ("t-1", Decision::Approve));
+        assert_eq!(
+            (d1.message_id.as_str(), d1.decision),
+            ("t-1", Decision::Approve)
+        );
         let d2 = a.request(w("approval-2", "t-2")).unwrap();
-        assert_eq!((d2.message_id.as_str(), d2.decision), ("t-2", Decision::Deny));
+        assert_eq!(
+            (d2.message_id.as_str(), d2.decision),
+            ("t-2", Decision::Deny)
+        );
         assert!(a.request(w("approval-3", "t-3")).is_none());
         assert_eq!(a.next_waiting(), Some("t-3"));
     }
@@ -239,7 +245,11 @@ mod tests {
         let mut a = Approvals::default();
         assert!(a.request(w("r1", "abc-1")).is_none());
         assert!(a.request(w("r2", "abc-2")).is_none());
-        assert!(a.answer(ans("y abc")).unwrap_err().contains("more than one"));
+        assert!(
+            a.answer(ans("y abc"))
+                .unwrap_err()
+                .contains("more than one")
+        );
         let d = a.answer(ans("n abc-2")).unwrap().unwrap();
         assert_eq!((d.rid, d.decision), (json!("r2"), Decision::Deny));
         // An id not waiting yet is kept for its request.
@@ -259,6 +269,9 @@ mod tests {
         let d = describe(&p);
         assert!(d.contains("from:  alice, workspace /w\\e, pid 7"), "{d}");
         assert!(d.contains("body:  30 bytes, 7 lines"), "{d}");
-        assert!(d.contains("  | a\n  | b\\u{7}\n  | … 5 more lines\n"), "{d}");
+        assert!(
+            d.contains("  | a\n  | b\\u{7}\n  | … 5 more lines\n"),
+            "{d}"
+        );
     }
 }

@@ -309,7 +309,10 @@ fn local_input(ev: &Value, id: &str) -> String {
 fn task_ended(ev: &Value, id: &str) -> String {
     let mut d = format!("{id} {}", str_field(ev, "outcome"));
     if let Some(reply) = ev.get("reply").filter(|r| r.is_object()) {
-        let bytes = reply.get("body").and_then(Value::as_str).map_or(0, str::len);
+        let bytes = reply
+            .get("body")
+            .and_then(Value::as_str)
+            .map_or(0, str::len);
         match reply.get("message_id").and_then(Value::as_str) {
             Some(rid) => d.push_str(&format!(", reply {} ({bytes} bytes)", escape(rid))),
             None => d.push_str(&format!(", reply kept, not sent ({bytes} bytes)")),
@@ -421,7 +424,10 @@ mod tests {
         let mut doc_sorted = documented.clone();
         listed.sort();
         doc_sorted.sort();
-        assert_eq!(listed, doc_sorted, "KINDS and protocol.md's event table differ");
+        assert_eq!(
+            listed, doc_sorted,
+            "KINDS and protocol.md's event table differ"
+        );
         let clock = Clock::new(true);
         for kind in KINDS {
             let ev = json!({"seq": 1, "time": 0.0, "kind": kind, "message_id": "t-1",
@@ -469,10 +475,22 @@ mod tests {
             parse_since("2026-11-29T18:05:20Z", &clock, now),
             Ok(1_795_975_520)
         );
-        assert_eq!(parse_since("2026-11-29 18:05", &clock, now), Ok(1_795_975_500));
+        assert_eq!(
+            parse_since("2026-11-29 18:05", &clock, now),
+            Ok(1_795_975_500)
+        );
         assert_eq!(parse_since("2026-11-29", &clock, now), Ok(1_795_910_400));
         assert_eq!(parse_since("18:05", &clock, now), Ok(1_795_975_500));
-        for bad in ["", "m", "-5m", "10x", "2026-13-01", "25:00", "2026-1-1", "yesterday"] {
+        for bad in [
+            "",
+            "m",
+            "-5m",
+            "10x",
+            "2026-13-01",
+            "25:00",
+            "2026-1-1",
+            "yesterday",
+        ] {
             let e = parse_since(bad, &clock, now).unwrap_err();
             assert!(e.contains("use an age"), "{bad}: {e}");
         }

@@ -130,8 +130,12 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     let clock = Clock::new(args.flag("utc"));
     let filter = Filter::from_args(args, &clock)?;
     if args.flag("follow") {
-        let (result, rx, stream) =
-            subscribe(args, config, "log", json!({"controller": false, "since": 1}))?;
+        let (result, rx, stream) = subscribe(
+            args,
+            config,
+            "log",
+            json!({"controller": false, "since": 1}),
+        )?;
         let last = next_seq(&result).saturating_sub(1);
         let replay = (last, filter);
         return follow(args, &clock, rx, stream, false, Some(replay));
@@ -250,11 +254,7 @@ fn follow(
     approve: bool,
     replay: Option<(u64, Filter)>,
 ) -> Result<ExitCode> {
-    let lines = if approve {
-        read_stdin()
-    } else {
-        chan::never()
-    };
+    let lines = if approve { read_stdin() } else { chan::never() };
     let mut approvals = Approvals::default();
     let mut stdin_open = approve;
     loop {
@@ -347,9 +347,19 @@ fn decide(stream: &mut std::os::unix::net::UnixStream, d: &Decided, how: &str) -
     let mut bytes = serde_json::to_vec(&reply).expect("serializes");
     bytes.push(b'\n');
     if crate::wire::write_all(stream, &bytes).is_err() {
-        return Err(Error::Transport("the instance closed the connection".into()));
+        return Err(Error::Transport(
+            "the instance closed the connection".into(),
+        ));
     }
-    let how = if how.is_empty() { String::new() } else { format!(" ({how})") };
-    eprintln!("baton: {} {}{how}", d.decision.as_str(), escape(&d.message_id));
+    let how = if how.is_empty() {
+        String::new()
+    } else {
+        format!(" ({how})")
+    };
+    eprintln!(
+        "baton: {} {}{how}",
+        d.decision.as_str(),
+        escape(&d.message_id)
+    );
     Ok(())
 }

@@ -57,8 +57,7 @@ impl Decider {
 fn valid_by(s: &str) -> bool {
     !s.trim().is_empty()
         && s.len() <= MAX_BY
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' '))
 }
 
@@ -219,11 +218,7 @@ impl Foreground {
             mode: "queue".into(),
             only: Some(sender),
             scope: "a denial notice".into(),
-            only_spool: task
-                .sender
-                .name
-                .clone()
-                .zip(task.sender.workspace.clone()),
+            only_spool: task.sender.name.clone().zip(task.sender.workspace.clone()),
         };
         self.spawn_send(out, Some(task.message_id.clone()), None);
     }
@@ -280,7 +275,9 @@ impl Foreground {
             return;
         };
         let result = reply.get("result");
-        let decision = result.and_then(|r| r.get("decision")).and_then(Value::as_str);
+        let decision = result
+            .and_then(|r| r.get("decision"))
+            .and_then(Value::as_str);
         let kind = result
             .and_then(|r| r.get("by"))
             .and_then(Value::as_str)
