@@ -361,7 +361,8 @@ pub fn command_help(c: &Command) -> String {
     let mut s = format!("usage: {}\n\n{}\n\noptions:\n", c.usage, c.summary);
     for o in c.opts {
         let flag = match (o.short, o.takes_value) {
-            (Some(sh), _) => format!("-{sh}, --{}", o.long),
+            (Some(sh), true) => format!("-{sh}, --{} VALUE", o.long),
+            (Some(sh), false) => format!("-{sh}, --{}", o.long),
             (None, true) => format!("--{} VALUE", o.long),
             (None, false) => format!("--{}", o.long),
         };
