@@ -2,6 +2,23 @@
 //! shared registry directory, Unix-domain sockets and a crash-safe spool.
 //! `docs/ARCHITECTURE.md` maps the modules.
 
+// Every line baton writes to stderr goes out in one write(2): std's
+// `eprintln!` writes a formatted message piece by piece to the unbuffered
+// stderr, so a handler's pipe that baton writes into (the instance turns
+// each read into a `turn.output` event) showed one error as five entries.
+// These shadow std's macros in the whole crate.
+macro_rules! eprintln {
+    ($($arg:tt)+) => {
+        $crate::stderr_once(&format!("{}\n", format_args!($($arg)+)))
+    };
+}
+
+macro_rules! eprint {
+    ($($arg:tt)+) => {
+        $crate::stderr_once(&format!($($arg)+))
+    };
+}
+
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -25,3 +42,13 @@ pub mod text;
 pub mod tui;
 pub mod turn;
 pub mod wire;
+
+/// Writes `text` to stderr in one write(2) (the kernel may still split a
+/// write to a pipe beyond `PIPE_BUF`; error lines are far shorter). Where
+/// std's `eprintln!` panics, a stderr that is gone is ignored: it must not
+/// end the process.
+#[doc(hidden)]
+pub fn stderr_once(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}

@@ -2,7 +2,7 @@
 //! calls std does not expose (peer credentials, flock, umask, kill(0),
 //! the sun_path limit, the working directory of a peer, a send that does
 //! not wait, waiting on a pipe or a stop signal, a child that dies with
-//! its parent), and what /proc says about other processes.
+//! its parent, local time), and what /proc says about other processes.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -436,4 +436,62 @@ mod tests {
         let n = max_socket_path();
         assert!((90..=1023).contains(&n), "{n}");
     }
+}
+
+/// A date and time of day on the wall clock, as `struct tm` holds it but
+/// with the month from 1 and the full year.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Civil {
+    pub year: i32,
+    pub month: u32,
+    pub day: u32,
+    pub hour: u32,
+    pub minute: u32,
+    pub second: u32,
+}
+
+/// `epoch` (seconds) in the local time zone (`TZ`, else the system's).
+// time_t is 64 bits here, 32 on some other targets.
+#[allow(clippy::useless_conversion)]
+pub fn local_time(epoch: i64) -> Option<Civil> {
+    let t: libc::time_t = epoch.try_into().ok()?;
+    // SAFETY: an all-zero `tm` is valid (its one pointer, tm_zone, null).
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers point to live values of the right types;
+    // localtime_r writes only into `tm` and is thread-safe.
+    let r = unsafe { libc::localtime_r(&t, &mut tm) };
+    if r.is_null() {
+        return None;
+    }
+    Some(Civil {
+        year: tm.tm_year + 1900,
+        month: u32::try_from(tm.tm_mon + 1).ok()?,
+        day: u32::try_from(tm.tm_mday).ok()?,
+        hour: u32::try_from(tm.tm_hour).ok()?,
+        minute: u32::try_from(tm.tm_min).ok()?,
+        second: u32::try_from(tm.tm_sec).ok()?,
+    })
+}
+
+/// The epoch seconds of a local wall-clock time (`mktime`; in a daylight
+/// saving change the C library picks one of the two readings). None when
+/// it is out of range.
+#[allow(clippy::useless_conversion)]
+pub fn local_to_epoch(c: Civil) -> Option<i64> {
+    // SAFETY: an all-zero `tm` is valid (its one pointer, tm_zone, null).
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    tm.tm_year = c.year - 1900;
+    tm.tm_mon = i32::try_from(c.month).ok()? - 1;
+    tm.tm_mday = i32::try_from(c.day).ok()?;
+    tm.tm_hour = i32::try_from(c.hour).ok()?;
+    tm.tm_min = i32::try_from(c.minute).ok()?;
+    tm.tm_sec = i32::try_from(c.second).ok()?;
+    tm.tm_isdst = -1;
+    // SAFETY: `tm` is a live, initialized struct; mktime reads and
+    // normalizes it in place.
+    let t = unsafe { libc::mktime(&mut tm) };
+    if t == -1 {
+        return None;
+    }
+    Some(i64::from(t))
 }

@@ -3,6 +3,7 @@
 
 mod util;
 
+mod approve;
 mod control;
 mod docs;
 mod hooks;
@@ -10,6 +11,7 @@ mod hostile;
 mod inbox_wait;
 mod lifecycle;
 mod limits;
+mod log;
 mod mcp;
 mod offline;
 mod outcomes;

@@ -1,6 +1,7 @@
 //! The command line (DESIGN §8): one table of commands, each in its own
 //! file with a `run`, and the one place where errors become exit codes.
 
+mod approve;
 mod args;
 mod attach;
 mod bridge;
@@ -9,6 +10,7 @@ mod control;
 mod inbox;
 mod inbox_wait;
 mod list;
+mod log;
 mod mcp;
 mod send;
 mod serve;
@@ -41,6 +43,10 @@ const HELP: Opt = Opt {
     help: "show this help",
 };
 const JSON: Opt = switch("json", "print JSON instead of text");
+const UTC: Opt = switch(
+    "utc",
+    "show times in UTC (default: local time, with the date when it is not today)",
+);
 const NO_MULTIPLEX: Opt = switch(
     "no-multiplex",
     "with --via 'ssh ...': open a connection of its own, not ssh's shared one",
@@ -240,24 +246,45 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "log",
-        usage: "baton log [TARGET] [--json]",
+        usage: "baton log [TARGET] [--json] [--utc] [-n N] [--since WHEN] [--follow]",
         summary: "print an instance's transcript: every event it recorded",
-        opts: &[JSON, HELP],
+        opts: &[
+            JSON,
+            UTC,
+            Opt {
+                long: "lines",
+                short: Some('n'),
+                takes_value: true,
+                help: "only the last N events",
+            },
+            value(
+                "since",
+                "only events from WHEN on: an age (30s, 10m, 2h, 1d), a date, a date and time, or a time today",
+            ),
+            Opt {
+                long: "follow",
+                short: Some('f'),
+                takes_value: false,
+                help: "then go on with the live events, as 'baton watch'",
+            },
+            HELP,
+        ],
         run: watch::log,
     },
     Command {
         name: "watch",
-        usage: "baton watch [TARGET] [--json] [--since SEQ] [--approve]",
+        usage: "baton watch [TARGET] [--json] [--utc] [--since SEQ] [--approve]",
         summary: "follow an instance's events live; --approve answers its approval requests",
         opts: &[
             JSON,
+            UTC,
             value(
                 "since",
                 "first replay the recorded events from this sequence number",
             ),
             switch(
                 "approve",
-                "be a controller: answer each approval request with y or n on stdin",
+                "be a controller: answer each approval request on stdin with y or n (or y ID, n ID)",
             ),
             HELP,
         ],
@@ -343,7 +370,8 @@ pub fn command_help(c: &Command) -> String {
     let mut s = format!("usage: {}\n\n{}\n\noptions:\n", c.usage, c.summary);
     for o in c.opts {
         let flag = match (o.short, o.takes_value) {
-            (Some(sh), _) => format!("-{sh}, --{}", o.long),
+            (Some(sh), true) => format!("-{sh}, --{} VALUE", o.long),
+            (Some(sh), false) => format!("-{sh}, --{}", o.long),
             (None, true) => format!("--{} VALUE", o.long),
             (None, false) => format!("--{}", o.long),
         };

@@ -1,137 +1,19 @@
 //! `baton log` and `baton watch`: an instance's transcript, recorded or
 //! live, and answering approvals from a terminal.
 
+use super::approve::{self, Approvals, Decided, Waiting};
 use super::args::Args;
+use super::log::{Clock, format_event, parse_since};
 use super::{emit, emit_json, target};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry;
 use crate::relay::{self, KnownSpool};
-use crate::sanitize::{escape, escape_multiline};
+use crate::sanitize::escape;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
+use std::collections::VecDeque;
 use std::io::{BufRead, Write};
-
-/// One event as a line of text: `HH:MM:SS kind details`, times in UTC,
-/// every untrusted string escaped.
-pub fn format_event(ev: &Value) -> String {
-    let t = ev.get("time").and_then(Value::as_f64).unwrap_or(0.0) as u64;
-    let (h, m, s) = ((t / 3600) % 24, (t / 60) % 60, t % 60);
-    let kind = ev.get("kind").and_then(Value::as_str).unwrap_or("?");
-    let str_of = |k: &str| str_field(ev, k);
-    let id = str_of("message_id");
-    let detail = match kind {
-        "message.accepted" => format!(
-            "{id} from {} (pid {}), queue position {}",
-            str_of("from"),
-            ev["pid"],
-            ev["queue_position"]
-        ),
-        "message.rejected" => format!(
-            "{id} from {} (pid {}): {}: {}",
-            str_of("from"),
-            ev["pid"],
-            str_of("status"),
-            str_of("reason")
-        ),
-        "turn.started" => format!("{id} from {} (handler pid {})", str_of("from"), ev["pid"]),
-        "turn.output" => turn_output(ev, &id),
-        "turn.finished" => turn_finished(ev, &id),
-        "relay.sent" => relay_sent(ev, &id),
-        "state.changed" => str_of("state"),
-        "instance.started" => format!(
-            "{} ({}) pid {} in {}: {} mode, approve {}, {}",
-            str_of("name"),
-            str_of("instance_id"),
-            ev["pid"],
-            str_of("workspace"),
-            str_of("mode"),
-            str_of("approve"),
-            str_of("state")
-        ),
-        "task.claimed" => {
-            let mut d = format!("{id} from {}", str_of("from"));
-            if let Some(of) = ev.get("follow_up_of").and_then(Value::as_str) {
-                d.push_str(&format!(", a follow-up of {}", escape(of)));
-            }
-            d
-        }
-        "task.denied" => format!("{id} by {}", str_of("by")),
-        "task.rejected" => format!("{id}: {}", str_of("reason")),
-        "approval.requested" => format!("{id} from {} waits for approval", str_of("from")),
-        "approval.resolved" => format!("{id} {} by {}", str_of("decision"), str_of("by")),
-        "notice" => {
-            let mut d = str_of("text");
-            if !id.is_empty() {
-                d = format!("{id}: {d}");
-            }
-            d
-        }
-        _ => unknown_event(ev),
-    };
-    format!("{h:02}:{m:02}:{s:02} {kind:<18} {detail}\n")
-}
-
-/// A string field of an event, escaped; empty when it is missing.
-fn str_field(ev: &Value, k: &str) -> String {
-    ev.get(k)
-        .and_then(Value::as_str)
-        .map(|s| escape(s).into_owned())
-        .unwrap_or_default()
-}
-
-fn turn_output(ev: &Value, id: &str) -> String {
-    let text = ev.get("text").and_then(Value::as_str).unwrap_or("");
-    let mut d = format!("{id} {}: ", str_field(ev, "stream"));
-    if let Some(n) = ev.get("dropped").and_then(Value::as_u64) {
-        d.push_str(&format!("[{n} bytes dropped; the tail follows] "));
-    }
-    d.push_str(&escape_multiline(text.trim_end_matches('\n')));
-    d
-}
-
-fn turn_finished(ev: &Value, id: &str) -> String {
-    let mut d = format!("{id} {}", str_field(ev, "outcome"));
-    if let Some(c) = ev.get("exit_code").filter(|c| !c.is_null()) {
-        d.push_str(&format!(", exit {c}"));
-    }
-    if let Some(sig) = ev.get("signal").filter(|c| !c.is_null()) {
-        d.push_str(&format!(", signal {sig}"));
-    }
-    if let Some(ms) = ev.get("duration_ms").and_then(Value::as_u64) {
-        d.push_str(&format!(", {:.3} s", ms as f64 / 1000.0));
-    }
-    d
-}
-
-fn relay_sent(ev: &Value, id: &str) -> String {
-    let to = ev
-        .get("target")
-        .and_then(|t| t.get("name"))
-        .and_then(Value::as_str)
-        .map(|s| escape(s).into_owned())
-        .unwrap_or_else(|| "?".into());
-    let mut d = format!("{id} to {to}: {}", str_field(ev, "status"));
-    let r = str_field(ev, "reason");
-    if !r.is_empty() {
-        d.push_str(&format!(": {r}"));
-    }
-    if let Some(of) = ev.get("reply_of").and_then(Value::as_str) {
-        d.push_str(&format!(" (reply to {})", escape(of)));
-    }
-    d
-}
-
-/// A kind this version does not know: its fields, as JSON.
-fn unknown_event(ev: &Value) -> String {
-    let mut rest = ev.clone();
-    if let Value::Object(o) = &mut rest {
-        for k in ["seq", "time", "kind"] {
-            o.remove(k);
-        }
-    }
-    escape(&rest.to_string()).into_owned()
-}
 
 fn subscribe(
     args: &Args,
@@ -146,11 +28,11 @@ fn subscribe(
         .map_err(|e| target::transport(&peer, e))
 }
 
-fn print(args: &Args, ev: &Value) {
+fn print(args: &Args, clock: &Clock, ev: &Value) {
     if args.flag("json") {
         emit_json(ev);
     } else {
-        emit(&format_event(ev));
+        emit(&format_event(ev, clock));
     }
 }
 
@@ -205,21 +87,80 @@ pub(super) fn stopped(config: &Config, target: Option<&str>, why: String) -> Res
     Ok(spool)
 }
 
-/// `baton log`: every recorded event, then exit; a stopped agent's from
-/// its transcript on disk.
+/// Which recorded events `baton log` shows: the last `last` of them
+/// (`-n`), from the time `since` on (`--since`).
+#[derive(Clone, Copy)]
+struct Filter {
+    last: Option<u64>,
+    since: Option<f64>,
+}
+
+impl Filter {
+    fn from_args(args: &Args, clock: &Clock) -> Result<Filter> {
+        let last = match args.value("lines") {
+            None => None,
+            Some(n) => Some(n.parse::<u64>().map_err(|_| {
+                Error::Usage(format!(
+                    "log: -n {}: use a number of events (0 or more)",
+                    escape(n)
+                ))
+            })?),
+        };
+        let now = crate::spool::now_secs() as i64;
+        let since = match args.value("since") {
+            None => None,
+            Some(w) => Some(
+                parse_since(w, clock, now).map_err(|e| Error::Usage(format!("log: {e}")))? as f64,
+            ),
+        };
+        Ok(Filter { last, since })
+    }
+
+    fn by_time(&self, ev: &Value) -> bool {
+        let t = ev.get("time").and_then(Value::as_f64).unwrap_or(0.0);
+        self.since.is_none_or(|s| t >= s)
+    }
+}
+
+/// `baton log`: the recorded events, then exit (a stopped agent's from
+/// its transcript on disk); with `--follow`, then the live ones, as
+/// `baton watch`.
 pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "log", 1)?;
+    let clock = Clock::new(args.flag("utc"));
+    let filter = Filter::from_args(args, &clock)?;
+    if args.flag("follow") {
+        let (result, rx, stream) = subscribe(
+            args,
+            config,
+            "log",
+            json!({"controller": false, "since": 1}),
+        )?;
+        let last = next_seq(&result).saturating_sub(1);
+        let replay = (last, filter);
+        return follow(args, &clock, rx, stream, false, Some(replay));
+    }
     let target_arg = args.positional.first().map(String::as_str);
     let peer = match target::resolve(config, target_arg) {
         Ok(peer) => peer,
         Err(Error::NoTarget(why)) => {
             let spool = stopped(config, target_arg, why)?;
+            let keep = filter.last.map_or(usize::MAX, |n| n as usize);
+            let mut shown: VecDeque<Value> = VecDeque::new();
             crate::events::replay(&spool.dir, 1, u64::MAX, |line| {
                 if let Ok(ev) = serde_json::from_slice::<Value>(line) {
-                    print(args, &ev);
+                    if filter.by_time(&ev) && keep > 0 {
+                        if shown.len() == keep {
+                            shown.pop_front();
+                        }
+                        shown.push_back(ev);
+                    }
                 }
                 true
             });
+            for ev in &shown {
+                print(args, &clock, ev);
+            }
             return Ok(ExitCode::Ok);
         }
         Err(e) => return Err(e),
@@ -228,14 +169,11 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     let (result, rx, mut stream) = conn
         .subscribe(json!({"since": 1}))
         .map_err(|e| target::transport(&peer, e))?;
-    let last = result
-        .get("next_seq")
-        .and_then(Value::as_u64)
-        .unwrap_or(1)
-        .saturating_sub(1);
+    let last = next_seq(&result).saturating_sub(1);
     if last == 0 {
         return Ok(ExitCode::Ok);
     }
+    let first = filter.last.map_or(1, |n| last.saturating_sub(n) + 1);
     // The instance replays the transcript before it reads the next
     // request, so the answer to this ping follows every recorded event
     // there is: when the transcript lacks the last ones (rotated away,
@@ -254,13 +192,22 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
         if seq > last {
             break;
         }
-        print(args, ev);
+        if seq >= first && filter.by_time(ev) {
+            print(args, &clock, ev);
+        }
         if seq == last {
             return Ok(ExitCode::Ok);
         }
     }
     // Rotation may have removed the oldest events; what exists was shown.
     Ok(ExitCode::Ok)
+}
+
+fn next_seq(subscribed: &Value) -> u64 {
+    subscribed
+        .get("next_seq")
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
 }
 
 /// `baton watch`: live events until the instance goes away; with
@@ -277,22 +224,38 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
         })?;
         params["since"] = json!(n);
     }
-    let (_, rx, mut stream) = subscribe(args, config, "watch", params)?;
-    let (lines_tx, lines) = chan::unbounded::<String>();
-    if approve {
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                let Ok(line) = line else { break };
-                if lines_tx.send(line).is_err() {
-                    break;
-                }
+    let clock = Clock::new(args.flag("utc"));
+    let (_, rx, stream) = subscribe(args, config, "watch", params)?;
+    follow(args, &clock, rx, stream, approve, None)
+}
+
+/// Reads the operator's answers on a thread of its own.
+fn read_stdin() -> chan::Receiver<String> {
+    let (tx, rx) = chan::unbounded::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
             }
-        });
-    } else {
-        drop(lines_tx);
-    }
-    // Approval requests waiting for an answer, oldest first.
-    let mut waiting: std::collections::VecDeque<(Value, String)> = Default::default();
+        }
+    });
+    rx
+}
+
+/// Prints events as they come until the instance goes away; `replay`
+/// (the last recorded seq and `log`'s filter) limits the recorded ones.
+/// With `approve`, answers approval requests from stdin.
+fn follow(
+    args: &Args,
+    clock: &Clock,
+    rx: chan::Receiver<Value>,
+    mut stream: std::os::unix::net::UnixStream,
+    approve: bool,
+    replay: Option<(u64, Filter)>,
+) -> Result<ExitCode> {
+    let lines = if approve { read_stdin() } else { chan::never() };
+    let mut approvals = Approvals::default();
     let mut stdin_open = approve;
     loop {
         let input = if stdin_open {
@@ -307,11 +270,26 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
                     return Ok(ExitCode::Ok);
                 };
                 match msg.get("method").and_then(Value::as_str) {
-                    Some("event") => print(args, &msg["params"]),
+                    Some("event") => {
+                        let ev = &msg["params"];
+                        if shown(ev, replay) {
+                            print(args, clock, ev);
+                        }
+                        if approve && ev["kind"] == "approval.resolved" {
+                            approvals.resolved(ev["message_id"].as_str().unwrap_or(""));
+                        }
+                    }
                     Some("approval/request") if approve => {
-                        let id = msg["params"]["message_id"].as_str().unwrap_or("").to_string();
-                        eprint!("approve task {}? [y/n] ", escape(&id));
-                        waiting.push_back((msg["id"].clone(), id));
+                        let params = &msg["params"];
+                        eprint!("{}", approve::describe(params));
+                        let w = Waiting {
+                            rid: msg["id"].clone(),
+                            message_id: params["message_id"].as_str().unwrap_or("").to_string(),
+                        };
+                        match approvals.request(w) {
+                            Some(d) => decide(&mut stream, &d, "an answer read before")?,
+                            None => prompt(&approvals),
+                        }
                     }
                     _ => {}
                 }
@@ -321,21 +299,67 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
                     stdin_open = false;
                     continue;
                 };
-                let Some((rid, id)) = waiting.pop_front() else {
-                    continue;
+                let answer = match approve::parse_answer(&line) {
+                    Ok(Some(a)) => a,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        eprintln!("baton: {e}");
+                        continue;
+                    }
                 };
-                let decision = match line.trim() {
-                    "y" | "yes" => "approve",
-                    _ => "deny",
-                };
-                let reply = json!({"jsonrpc": "2.0", "id": rid, "result": {"decision": decision}});
-                let mut bytes = serde_json::to_vec(&reply).expect("serializes");
-                bytes.push(b'\n');
-                if crate::wire::write_all(&mut stream, &bytes).is_err() {
-                    return Err(Error::Transport("the instance closed the connection".into()));
+                match approvals.answer(answer) {
+                    Ok(Some(d)) => {
+                        decide(&mut stream, &d, "")?;
+                        prompt(&approvals);
+                    }
+                    Ok(None) => {}
+                    Err(e) => eprintln!("baton: {e}"),
                 }
-                eprintln!("baton: {decision} {}", escape(&id));
             },
         }
     }
+}
+
+/// Whether a recorded event passes `log`'s filter; live ones always do.
+fn shown(ev: &Value, replay: Option<(u64, Filter)>) -> bool {
+    let Some((last, filter)) = replay else {
+        return true;
+    };
+    let seq = ev.get("seq").and_then(Value::as_u64).unwrap_or(0);
+    if seq > last {
+        return true;
+    }
+    let first = filter.last.map_or(1, |n| last.saturating_sub(n) + 1);
+    seq >= first && filter.by_time(ev)
+}
+
+fn prompt(approvals: &Approvals) {
+    if let Some(id) = approvals.next_waiting() {
+        eprint!("approve task {}? [y/n] ", escape(id));
+    }
+}
+
+/// Sends a decision as the reply to its request, naming this client
+/// `watch` (the instance adds our pid).
+fn decide(stream: &mut std::os::unix::net::UnixStream, d: &Decided, how: &str) -> Result<()> {
+    let reply = json!({"jsonrpc": "2.0", "id": d.rid,
+                       "result": {"decision": d.decision.as_str(), "by": "watch"}});
+    let mut bytes = serde_json::to_vec(&reply).expect("serializes");
+    bytes.push(b'\n');
+    if crate::wire::write_all(stream, &bytes).is_err() {
+        return Err(Error::Transport(
+            "the instance closed the connection".into(),
+        ));
+    }
+    let how = if how.is_empty() {
+        String::new()
+    } else {
+        format!(" ({how})")
+    };
+    eprintln!(
+        "baton: {} {}{how}",
+        d.decision.as_str(),
+        escape(&d.message_id)
+    );
+    Ok(())
 }

@@ -164,7 +164,8 @@ impl Foreground {
                 method,
                 params,
                 reply,
-            } => self.call(method, &params, reply),
+                pid,
+            } => self.call(method, &params, reply, pid),
             Event::Subscribe { controller, reply } => {
                 let sub = self.hub.subscribe(controller);
                 let sub_id = sub.id;
@@ -174,12 +175,12 @@ impl Foreground {
                     // the others were asked already.
                     let waiting: Vec<String> = self.asked.keys().cloned().collect();
                     for id in waiting {
-                        self.send_approval_request(&id, Some(sub_id));
+                        self.send_approval_request(&id, Some(sub_id), None);
                     }
                 }
             }
             Event::Unsubscribe { id } => self.hub.unsubscribe(id),
-            Event::ClientReply { reply } => self.client_reply(&reply),
+            Event::ClientReply { reply, pid } => self.client_reply(&reply, pid),
             Event::Connected => {
                 self.clients += 1;
                 self.seen_client = true;
@@ -198,7 +199,7 @@ impl Foreground {
     /// Answers a call on `reply`: at once, or, for `relay/send`,
     /// `inbox/complete` with a reply and `control/pause`, once their helper
     /// thread reports.
-    fn call(&mut self, method: Call, params: &Map<String, Value>, reply: Reply) {
+    fn call(&mut self, method: Call, params: &Map<String, Value>, reply: Reply, pid: Option<u32>) {
         let answer = match method {
             Call::RelaySend => return self.relay_send(params, reply),
             Call::ControlPause => return self.pause(reply),
@@ -213,7 +214,7 @@ impl Foreground {
             Call::InboxComplete => return self.complete(params, reply),
             Call::InboxRequeue => self.interrupted(Interrupted::Requeue, params),
             Call::InboxDiscard => self.interrupted(Interrupted::Discard, params),
-            Call::ApprovalRespond => self.approval_respond(params),
+            Call::ApprovalRespond => self.approval_respond(params, pid),
             Call::TurnCancel => self.cancel(params),
             Call::TurnLocal => self.local(params),
             Call::TaskStatus => self.task_status(params),

@@ -319,7 +319,8 @@ impl Session<'_> {
             Incoming::Reply { reply } => {
                 // Replies count only on a connection that said hello.
                 if self.initialized {
-                    let _ = self.shared.events.send(Event::ClientReply { reply });
+                    let pid = self.peer.pid;
+                    let _ = self.shared.events.send(Event::ClientReply { reply, pid });
                 }
                 None
             }
@@ -522,9 +523,9 @@ fn dispatch(
         // answers it.
         Method::Foreground(Call::TaskStatus) => {
             verify_asker(shared, &params, peer)?;
-            ask_foreground(shared, Call::TaskStatus, params)
+            ask_foreground(shared, Call::TaskStatus, params, peer.pid)
         }
-        Method::Foreground(call) => ask_foreground(shared, call, params),
+        Method::Foreground(call) => ask_foreground(shared, call, params, peer.pid),
         Method::EventsSubscribe => unreachable!("a subscription is taken before dispatch"),
     }
 }
@@ -596,12 +597,14 @@ fn ask_foreground(
     shared: &Shared,
     method: Call,
     params: Map<String, Value>,
+    pid: Option<u32>,
 ) -> Result<Value, RpcError> {
     let (tx, rx) = chan::bounded(1);
     let call = Event::Call {
         method,
         params,
         reply: tx,
+        pid,
     };
     if shared.events.send(call).is_err() {
         return Err(RpcError::new(

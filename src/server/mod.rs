@@ -80,6 +80,8 @@ pub enum Event {
         method: crate::wire::Call,
         params: Map<String, Value>,
         reply: chan::Sender<Result<Value, RpcError>>,
+        /// The caller's peer pid (who answered an approval).
+        pid: Option<u32>,
     },
     /// `events/subscribe`: the foreground registers the subscriber.
     Subscribe {
@@ -92,6 +94,7 @@ pub enum Event {
     /// A client's reply to a request the server sent it.
     ClientReply {
         reply: Map<String, Value>,
+        pid: Option<u32>,
     },
     /// A connection was accepted, or ended (for `--ephemeral`).
     Connected,

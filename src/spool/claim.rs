@@ -288,6 +288,22 @@ impl Spool {
         Some(e.sender_id().map(str::to_string))
     }
 
+    /// A queued task read back where it waits, without claiming it (for
+    /// an approval request's context). None when it is not queued or its
+    /// file cannot be read now.
+    pub fn queued_task(&self, message_id: &str) -> Option<super::Task> {
+        let file = {
+            let idx = self.idx();
+            let e = idx.entries.get(message_id)?;
+            if e.place != Place::Inbox {
+                return None;
+            }
+            e.file.clone()
+        };
+        let bytes = read_bounded(&self.path("inbox", &file)).ok()?;
+        parse_task(&bytes, message_id).ok()
+    }
+
     /// Whether a task was set aside for the operator: `interrupted/`, or
     /// `rejected/` with data that can be read back.
     pub fn is_set_aside(&self, message_id: &str) -> bool {

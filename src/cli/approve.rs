@@ -1,0 +1,277 @@
+//! `baton watch --approve`: the operator's answers, matched to approval
+//! requests. An answer is `y`/`yes` or `n`/`no`, alone (the oldest request
+//! waiting) or with a task id or a unique prefix of one (`y ID`). Answers
+//! read before a request waits are kept in order, so a piped
+//! `printf 'y\nn\n'` answers the first request y and the second n.
+
+use crate::sanitize::escape;
+use serde_json::Value;
+use std::collections::VecDeque;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Deny,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+/// One line the operator typed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub decision: Decision,
+    /// A task id, or the start of one.
+    pub id: Option<String>,
+}
+
+/// What the answers say: `y`, `yes`, `n`, `no` (any case), then an
+/// optional task id. Blank lines say nothing.
+pub fn parse_answer(line: &str) -> Result<Option<Answer>, String> {
+    let mut words = line.split_whitespace();
+    let Some(word) = words.next() else {
+        return Ok(None);
+    };
+    let decision = match word.to_ascii_lowercase().as_str() {
+        "y" | "yes" => Decision::Approve,
+        "n" | "no" => Decision::Deny,
+        _ => {
+            return Err(format!(
+                "not an answer: {}: type y or n, or y ID / n ID",
+                escape(line.trim())
+            ));
+        }
+    };
+    let id = words.next().map(str::to_string);
+    if let Some(extra) = words.next() {
+        return Err(format!(
+            "not an answer: {}: one task id at most ({} is one too many)",
+            escape(line.trim()),
+            escape(extra)
+        ));
+    }
+    Ok(Some(Answer { decision, id }))
+}
+
+/// A request waiting for the operator: the request's id (echoed in the
+/// reply) and the task's id.
+pub struct Waiting {
+    pub rid: Value,
+    pub message_id: String,
+}
+
+/// A decision to send: which request, for which task.
+#[derive(Debug)]
+pub struct Decided {
+    pub rid: Value,
+    pub message_id: String,
+    pub decision: Decision,
+}
+
+/// The requests that wait and the answers that came first.
+#[derive(Default)]
+pub struct Approvals {
+    waiting: VecDeque<Waiting>,
+    early: VecDeque<Answer>,
+}
+
+impl Approvals {
+    /// A request arrived: an answer read before it decides it at once (one
+    /// naming its id first, else the oldest without an id); otherwise it
+    /// waits.
+    pub fn request(&mut self, w: Waiting) -> Option<Decided> {
+        let pos = self
+            .early
+            .iter()
+            .position(|a| a.id.as_deref().is_some_and(|p| w.message_id.starts_with(p)))
+            .or_else(|| self.early.iter().position(|a| a.id.is_none()));
+        match pos.and_then(|i| self.early.remove(i)) {
+            Some(a) => Some(Decided {
+                rid: w.rid,
+                message_id: w.message_id,
+                decision: a.decision,
+            }),
+            None => {
+                self.waiting.push_back(w);
+                None
+            }
+        }
+    }
+
+    /// The operator answered: the request it decides, or `None` when it is
+    /// kept for a request still to come. An id prefix that matches more
+    /// than one waiting task is an error.
+    pub fn answer(&mut self, a: Answer) -> Result<Option<Decided>, String> {
+        let i = match &a.id {
+            None => (!self.waiting.is_empty()).then_some(0),
+            Some(p) => {
+                let hits: Vec<usize> = (0..self.waiting.len())
+                    .filter(|&i| self.waiting[i].message_id.starts_with(p.as_str()))
+                    .collect();
+                if hits.len() > 1 {
+                    let ids: Vec<String> = hits
+                        .iter()
+                        .map(|&i| escape(&self.waiting[i].message_id).into_owned())
+                        .collect();
+                    return Err(format!(
+                        "{} matches more than one waiting task: {}",
+                        escape(p),
+                        ids.join(", ")
+                    ));
+                }
+                hits.first().copied()
+            }
+        };
+        match i.and_then(|i| self.waiting.remove(i)) {
+            Some(w) => Ok(Some(Decided {
+                rid: w.rid,
+                message_id: w.message_id,
+                decision: a.decision,
+            })),
+            None => {
+                self.early.push_back(a);
+                Ok(None)
+            }
+        }
+    }
+
+    /// A task was decided elsewhere (another controller, the view): its
+    /// request no longer waits here.
+    pub fn resolved(&mut self, message_id: &str) {
+        self.waiting.retain(|w| w.message_id != message_id);
+    }
+
+    /// The oldest request still waiting, for the prompt.
+    pub fn next_waiting(&self) -> Option<&str> {
+        self.waiting.front().map(|w| w.message_id.as_str())
+    }
+}
+
+/// What the operator reads before deciding: who sent the task, from
+/// where, its mode, size and first lines (all escaped).
+pub fn describe(params: &Value) -> String {
+    let s = |k: &str| {
+        params
+            .get(k)
+            .and_then(Value::as_str)
+            .map(|v| escape(v).into_owned())
+    };
+    let id = s("message_id").unwrap_or_default();
+    let mut out = format!("task {id} waits for approval\n");
+    let from = s("from").unwrap_or_else(|| "?".into());
+    let mut who = format!("  from:  {from}");
+    if let Some(ws) = s("workspace") {
+        who.push_str(&format!(", workspace {ws}"));
+    }
+    if let Some(pid) = params.get("pid").and_then(Value::as_u64) {
+        who.push_str(&format!(", pid {pid}"));
+    }
+    out.push_str(&who);
+    out.push('\n');
+    if let Some(mode) = s("mode") {
+        out.push_str(&format!("  mode:  {mode}\n"));
+    }
+    if let Some(bytes) = params.get("bytes").and_then(Value::as_u64) {
+        let lines = params.get("lines").and_then(Value::as_u64).unwrap_or(0);
+        let plural = if lines == 1 { "" } else { "s" };
+        out.push_str(&format!("  body:  {bytes} bytes, {lines} line{plural}\n"));
+    }
+    if let Some(ex) = params.get("excerpt").and_then(Value::as_str) {
+        let shown = ex.lines().count() as u64;
+        for l in ex.lines() {
+            out.push_str(&format!("  | {}\n", escape(l)));
+        }
+        let lines = params.get("lines").and_then(Value::as_u64).unwrap_or(0);
+        if lines > shown {
+            out.push_str(&format!("  | … {} more lines\n", lines - shown));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn w(rid: &str, id: &str) -> Waiting {
+        Waiting {
+            rid: json!(rid),
+            message_id: id.into(),
+        }
+    }
+
+    fn ans(line: &str) -> Answer {
+        parse_answer(line).unwrap().unwrap()
+    }
+
+    #[test]
+    fn answers_parse() {
+        assert_eq!(parse_answer("  ").unwrap(), None);
+        assert_eq!(ans("Y").decision, Decision::Approve);
+        assert_eq!(ans("no").decision, Decision::Deny);
+        assert_eq!(ans("n abc").id.as_deref(), Some("abc"));
+        assert!(parse_answer("maybe").unwrap_err().contains("type y or n"));
+        assert!(parse_answer("y a b").is_err());
+    }
+
+    #[test]
+    fn early_answers_apply_in_order() {
+        let mut a = Approvals::default();
+        assert!(a.answer(ans("y")).unwrap().is_none());
+        assert!(a.answer(ans("no")).unwrap().is_none());
+        let d1 = a.request(w("approval-1", "t-1")).unwrap();
+        assert_eq!(
+            (d1.message_id.as_str(), d1.decision),
+            ("t-1", Decision::Approve)
+        );
+        let d2 = a.request(w("approval-2", "t-2")).unwrap();
+        assert_eq!(
+            (d2.message_id.as_str(), d2.decision),
+            ("t-2", Decision::Deny)
+        );
+        assert!(a.request(w("approval-3", "t-3")).is_none());
+        assert_eq!(a.next_waiting(), Some("t-3"));
+    }
+
+    #[test]
+    fn answers_by_id_and_prefix() {
+        let mut a = Approvals::default();
+        assert!(a.request(w("r1", "abc-1")).is_none());
+        assert!(a.request(w("r2", "abc-2")).is_none());
+        assert!(
+            a.answer(ans("y abc"))
+                .unwrap_err()
+                .contains("more than one")
+        );
+        let d = a.answer(ans("n abc-2")).unwrap().unwrap();
+        assert_eq!((d.rid, d.decision), (json!("r2"), Decision::Deny));
+        // An id not waiting yet is kept for its request.
+        assert!(a.answer(ans("y zz")).unwrap().is_none());
+        assert!(a.request(w("r3", "other")).is_none());
+        let d = a.request(w("r4", "zz-9")).unwrap();
+        assert_eq!(d.decision, Decision::Approve);
+        a.resolved("abc-1");
+        a.resolved("other");
+        assert_eq!(a.next_waiting(), None);
+    }
+
+    #[test]
+    fn describe_shows_context_escaped() {
+        let p = json!({"message_id": "t-1", "from": "alice", "workspace": "/w\x1b", "pid": 7,
+                       "mode": "queue", "bytes": 30, "lines": 7, "excerpt": "a\nb\x07"});
+        let d = describe(&p);
+        assert!(d.contains("from:  alice, workspace /w\\e, pid 7"), "{d}");
+        assert!(d.contains("body:  30 bytes, 7 lines"), "{d}");
+        assert!(
+            d.contains("  | a\n  | b\\u{7}\n  | … 5 more lines\n"),
+            "{d}"
+        );
+    }
+}

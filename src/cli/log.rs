@@ -1,0 +1,498 @@
+//! Events as lines people read, for `baton log` and `baton watch`: every
+//! kind in protocol.md gets its own line (`KINDS`), times are local (the
+//! date shown when it is not today) or UTC, every untrusted string is
+//! escaped, and a multi-line text continues under an indent so it never
+//! looks like an entry of its own. Also `log --since WHEN`.
+
+use crate::sanitize::{escape, escape_multiline};
+use crate::sys::{self, Civil};
+use serde_json::Value;
+
+/// Every event kind `format_event` gives a line of its own (any other
+/// shows its fields as JSON); a test checks it against the table in
+/// docs/protocol.md.
+pub const KINDS: &[&str] = &[
+    "instance.started",
+    "message.accepted",
+    "local.input",
+    "task.expired",
+    "message.rejected",
+    "task.claimed",
+    "task.denied",
+    "task.rejected",
+    "task.requeued",
+    "task.ended",
+    "task.discarded",
+    "turn.started",
+    "turn.output",
+    "turn.finished",
+    "relay.sent",
+    "state.changed",
+    "approval.requested",
+    "approval.resolved",
+    "notice",
+];
+
+/// How times are shown: the local time zone or UTC, and today's date in
+/// it (a time on another day shows its date).
+pub struct Clock {
+    utc: bool,
+    today: (i32, u32, u32),
+}
+
+impl Clock {
+    pub fn new(utc: bool) -> Clock {
+        let mut c = Clock {
+            utc,
+            today: (0, 0, 0),
+        };
+        let now = c.civil(crate::spool::now_secs() as i64);
+        c.today = (now.year, now.month, now.day);
+        c
+    }
+
+    fn civil(&self, t: i64) -> Civil {
+        let local = if self.utc { None } else { sys::local_time(t) };
+        local.unwrap_or_else(|| utc_civil(t))
+    }
+
+    /// `HH:MM:SS`, or `YYYY-MM-DD HH:MM:SS` on another day.
+    pub fn stamp(&self, time: f64) -> String {
+        let c = self.civil(time.floor() as i64);
+        let hms = format!("{:02}:{:02}:{:02}", c.hour, c.minute, c.second);
+        if (c.year, c.month, c.day) == self.today {
+            hms
+        } else {
+            format!("{:04}-{:02}-{:02} {hms}", c.year, c.month, c.day)
+        }
+    }
+
+    /// The epoch seconds of a wall-clock time in this clock's zone.
+    fn epoch(&self, c: Civil) -> Option<i64> {
+        if self.utc {
+            Some(utc_epoch(c))
+        } else {
+            sys::local_to_epoch(c)
+        }
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(y: i32, m: u32, d: u32) -> i64 {
+    let y = i64::from(y) - i64::from(m <= 2);
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn utc_epoch(c: Civil) -> i64 {
+    days_from_civil(c.year, c.month, c.day) * 86_400
+        + i64::from(c.hour) * 3600
+        + i64::from(c.minute) * 60
+        + i64::from(c.second)
+}
+
+fn utc_civil(t: i64) -> Civil {
+    let days = t.div_euclid(86_400);
+    let secs = t.rem_euclid(86_400) as u32;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = (yoe + era * 400 + i64::from(month <= 2)) as i32;
+    Civil {
+        year,
+        month,
+        day,
+        hour: secs / 3600,
+        minute: secs / 60 % 60,
+        second: secs % 60,
+    }
+}
+
+/// What `log --since` accepts, for its error.
+const SINCE_FORMS: &str = "use an age (30s, 10m, 2h, 1d), a date (2026-12-01), a date and time \
+     (2026-12-01T09:30 or 2026-12-01 09:30:15; a final Z for UTC) or a time today (09:30)";
+
+/// `log --since WHEN` as epoch seconds: an age before `now`, or a date
+/// and time on `clock`'s wall clock (a final `Z`: UTC).
+pub fn parse_since(when: &str, clock: &Clock, now: i64) -> Result<i64, String> {
+    let bad = || format!("--since {}: {SINCE_FORMS}", escape(when));
+    let w = when.trim();
+    if let Some(unit) = w.chars().last().and_then(|c| match c {
+        's' => Some(1),
+        'm' => Some(60),
+        'h' => Some(3600),
+        'd' => Some(86_400),
+        _ => None,
+    }) {
+        let n: i64 = w[..w.len() - 1]
+            .parse()
+            .ok()
+            .filter(|n| (0..=100_000 * 86_400).contains(n))
+            .ok_or_else(bad)?;
+        return Ok(now - n * unit);
+    }
+    let (w, utc) = match w.strip_suffix('Z') {
+        Some(rest) => (rest, true),
+        None => (w, clock.utc),
+    };
+    let clock = Clock {
+        utc,
+        today: clock.today,
+    };
+    let (date, time) = match w.split_once(['T', ' ']) {
+        Some((d, t)) => (Some(d), Some(t)),
+        None if w.contains('-') => (Some(w), None),
+        None => (None, Some(w)),
+    };
+    let (year, month, day) = match date {
+        Some(d) => parse_date(d).ok_or_else(bad)?,
+        None => {
+            let c = clock.civil(now);
+            (c.year, c.month, c.day)
+        }
+    };
+    let (hour, minute, second) = match time {
+        Some(t) => parse_time(t).ok_or_else(bad)?,
+        None => (0, 0, 0),
+    };
+    let c = Civil {
+        year,
+        month,
+        day,
+        hour,
+        minute,
+        second,
+    };
+    clock.epoch(c).ok_or_else(bad)
+}
+
+fn parse_date(d: &str) -> Option<(i32, u32, u32)> {
+    let mut it = d.split('-');
+    let (y, m, dd) = (it.next()?, it.next()?, it.next()?);
+    if it.next().is_some() || y.len() != 4 || m.len() != 2 || dd.len() != 2 {
+        return None;
+    }
+    let (y, m, dd): (i32, u32, u32) = (y.parse().ok()?, m.parse().ok()?, dd.parse().ok()?);
+    ((1..=12).contains(&m) && (1..=31).contains(&dd)).then_some((y, m, dd))
+}
+
+fn parse_time(t: &str) -> Option<(u32, u32, u32)> {
+    let parts: Vec<&str> = t.split(':').collect();
+    if !(2..=3).contains(&parts.len()) || parts.iter().any(|p| p.len() != 2) {
+        return None;
+    }
+    let num = |s: &str| s.parse::<u32>().ok();
+    let (h, m) = (num(parts[0])?, num(parts[1])?);
+    let s = match parts.get(2) {
+        Some(s) => num(s)?,
+        None => 0,
+    };
+    (h < 24 && m < 60 && s < 60).then_some((h, m, s))
+}
+
+/// One event as text: `TIME kind details`, each further line of the
+/// details indented past the time.
+pub fn format_event(ev: &Value, clock: &Clock) -> String {
+    let stamp = clock.stamp(ev.get("time").and_then(Value::as_f64).unwrap_or(0.0));
+    let kind = escape(ev.get("kind").and_then(Value::as_str).unwrap_or("?")).into_owned();
+    let detail = detail(ev, &kind);
+    let indent = format!("\n{}", " ".repeat(stamp.chars().count() + 1));
+    let detail = detail.trim_end_matches('\n').replace('\n', &indent);
+    format!("{stamp} {kind:<18} {detail}\n")
+}
+
+/// The details of one event: its fields as JSON for a kind not in
+/// `KINDS`.
+fn detail(ev: &Value, kind: &str) -> String {
+    if !KINDS.contains(&kind) {
+        return unknown_event(ev);
+    }
+    let s = |k: &str| str_field(ev, k);
+    let id = s("message_id");
+    match kind {
+        "message.accepted" => message_accepted(ev, &id),
+        "message.rejected" => format!(
+            "{id} from {} (pid {}): {}: {}",
+            s("from"),
+            ev["pid"],
+            s("status"),
+            s("reason")
+        ),
+        "local.input" => local_input(ev, &id),
+        "turn.started" => format!("{id} from {} (handler pid {})", s("from"), ev["pid"]),
+        "turn.output" => turn_output(ev, &id),
+        "turn.finished" => turn_finished(ev, &id),
+        "relay.sent" => relay_sent(ev, &id),
+        "state.changed" => s("state"),
+        "instance.started" => format!(
+            "{} ({}) pid {} in {}: {} mode, approve {}, {}",
+            s("name"),
+            s("instance_id"),
+            ev["pid"],
+            s("workspace"),
+            s("mode"),
+            s("approve"),
+            s("state")
+        ),
+        "task.claimed" => {
+            let mut d = format!("{id} from {}", s("from"));
+            if let Some(of) = ev.get("follow_up_of").and_then(Value::as_str) {
+                d.push_str(&format!(", a follow-up of {}", escape(of)));
+            }
+            d
+        }
+        "task.denied" => format!("{id} by {}", by(ev)),
+        "task.rejected" => format!("{id}: {}", s("reason")),
+        "task.expired" => format!("{id}: {}", s("text")),
+        "task.requeued" => format!("{id} is queued again (inbox requeue)"),
+        "task.discarded" => format!("{id} was discarded (inbox discard)"),
+        "task.ended" => task_ended(ev, &id),
+        "approval.requested" => approval_requested(ev, &id),
+        "approval.resolved" => format!("{id} {} by {}", s("decision"), by(ev)),
+        "notice" if id.is_empty() => s("text"),
+        "notice" => format!("{id}: {}", s("text")),
+        _ => unknown_event(ev),
+    }
+}
+
+/// A string field of an event, escaped; empty when it is missing.
+fn str_field(ev: &Value, k: &str) -> String {
+    ev.get(k)
+        .and_then(Value::as_str)
+        .map(|s| escape(s).into_owned())
+        .unwrap_or_default()
+}
+
+/// Who decided on an approval: `watch (pid 1234)`.
+fn by(ev: &Value) -> String {
+    let mut d = str_field(ev, "by");
+    if let Some(pid) = ev.get("by_pid").and_then(Value::as_u64) {
+        d.push_str(&format!(" (pid {pid})"));
+    }
+    d
+}
+
+fn message_accepted(ev: &Value, id: &str) -> String {
+    let mut d = format!(
+        "{id} from {} (pid {}), queue position {}",
+        str_field(ev, "from"),
+        ev["pid"],
+        ev["queue_position"]
+    );
+    if ev.get("mode").and_then(Value::as_str) == Some("steer") {
+        d.push_str(", steer");
+    }
+    if ev.get("stored").and_then(Value::as_bool) == Some(true) {
+        d.push_str(", stored while the instance was stopped");
+    }
+    d
+}
+
+fn local_input(ev: &Value, id: &str) -> String {
+    let body = str_field(ev, "body");
+    if ev.get("noted").and_then(Value::as_bool) == Some(true) {
+        return format!("noted (no --exec handler): {body}");
+    }
+    format!("{id} queued at position {}: {body}", ev["queue_position"])
+}
+
+fn task_ended(ev: &Value, id: &str) -> String {
+    let mut d = format!("{id} {}", str_field(ev, "outcome"));
+    if let Some(reply) = ev.get("reply").filter(|r| r.is_object()) {
+        let bytes = reply
+            .get("body")
+            .and_then(Value::as_str)
+            .map_or(0, str::len);
+        match reply.get("message_id").and_then(Value::as_str) {
+            Some(rid) => d.push_str(&format!(", reply {} ({bytes} bytes)", escape(rid))),
+            None => d.push_str(&format!(", reply kept, not sent ({bytes} bytes)")),
+        }
+    }
+    d
+}
+
+fn approval_requested(ev: &Value, id: &str) -> String {
+    let mut d = format!("{id} from {}", str_field(ev, "from"));
+    let ws = str_field(ev, "workspace");
+    if !ws.is_empty() {
+        d.push_str(&format!(" in {ws}"));
+    }
+    if let Some(mode) = ev.get("mode").and_then(Value::as_str) {
+        d.push_str(&format!(", {}", escape(mode)));
+    }
+    if let Some(b) = ev.get("bytes").and_then(Value::as_u64) {
+        d.push_str(&format!(", {b} bytes"));
+    }
+    d.push_str(" waits for approval");
+    d
+}
+
+fn turn_output(ev: &Value, id: &str) -> String {
+    let text = ev.get("text").and_then(Value::as_str).unwrap_or("");
+    let mut d = format!("{id} {}: ", str_field(ev, "stream"));
+    if let Some(n) = ev.get("dropped").and_then(Value::as_u64) {
+        d.push_str(&format!("[{n} bytes dropped; the tail follows] "));
+    }
+    d.push_str(&escape_multiline(text.trim_end_matches('\n')));
+    d
+}
+
+fn turn_finished(ev: &Value, id: &str) -> String {
+    let mut d = format!("{id} {}", str_field(ev, "outcome"));
+    if let Some(c) = ev.get("exit_code").filter(|c| !c.is_null()) {
+        d.push_str(&format!(", exit {c}"));
+    }
+    if let Some(sig) = ev.get("signal").filter(|c| !c.is_null()) {
+        d.push_str(&format!(", signal {sig}"));
+    }
+    if let Some(ms) = ev.get("duration_ms").and_then(Value::as_u64) {
+        d.push_str(&format!(", {:.3} s", ms as f64 / 1000.0));
+    }
+    let e = str_field(ev, "error");
+    if !e.is_empty() {
+        d.push_str(&format!(": {e}"));
+    }
+    d
+}
+
+fn relay_sent(ev: &Value, id: &str) -> String {
+    let to = ev
+        .get("target")
+        .and_then(|t| t.get("name"))
+        .and_then(Value::as_str)
+        .map(|s| escape(s).into_owned())
+        .unwrap_or_else(|| "?".into());
+    let mut d = format!("{id} to {to}: {}", str_field(ev, "status"));
+    let r = str_field(ev, "reason");
+    if !r.is_empty() {
+        d.push_str(&format!(": {r}"));
+    }
+    if let Some(of) = ev.get("reply_of").and_then(Value::as_str) {
+        d.push_str(&format!(" (reply to {})", escape(of)));
+    }
+    d
+}
+
+/// A kind this version does not know: its fields, as JSON.
+fn unknown_event(ev: &Value) -> String {
+    let mut rest = ev.clone();
+    if let Value::Object(o) = &mut rest {
+        for k in ["seq", "time", "kind"] {
+            o.remove(k);
+        }
+    }
+    escape(&rest.to_string()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The kinds in protocol.md's table of events.
+    fn documented_kinds() -> Vec<String> {
+        let doc = include_str!("../../docs/protocol.md");
+        let table = doc
+            .split("| kind | other fields | when |")
+            .nth(1)
+            .expect("protocol.md has the table of event kinds");
+        let mut kinds: Vec<String> = table
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .filter_map(|l| l.split('`').nth(1).map(str::to_string))
+            .collect();
+        kinds.dedup();
+        kinds
+    }
+
+    #[test]
+    fn every_documented_kind_has_a_line() {
+        let documented = documented_kinds();
+        assert!(documented.len() >= 19, "{documented:?}");
+        let mut listed: Vec<String> = KINDS.iter().map(|k| k.to_string()).collect();
+        let mut doc_sorted = documented.clone();
+        listed.sort();
+        doc_sorted.sort();
+        assert_eq!(
+            listed, doc_sorted,
+            "KINDS and protocol.md's event table differ"
+        );
+        let clock = Clock::new(true);
+        for kind in KINDS {
+            let ev = json!({"seq": 1, "time": 0.0, "kind": kind, "message_id": "t-1",
+                            "zzz_unknown_member": 1});
+            let line = format_event(&ev, &clock);
+            assert!(
+                !line.contains("zzz_unknown_member"),
+                "{kind} has no line of its own: {line}"
+            );
+        }
+        let odd = format_event(&json!({"time": 0.0, "kind": "x.new", "a": 1}), &clock);
+        assert!(odd.contains("{\"a\":1}"), "{odd}");
+    }
+
+    #[test]
+    fn continuation_lines_are_indented_past_the_time() {
+        let clock = Clock::new(true);
+        let now = crate::spool::now_secs() as f64;
+        let ev = json!({"time": now, "kind": "turn.output", "message_id": "t-1",
+                        "stream": "stdout", "text": "one\ntwo\n"});
+        let line = format_event(&ev, &clock);
+        let lines: Vec<&str> = line.lines().collect();
+        assert_eq!(lines.len(), 2, "{line}");
+        assert!(lines[0].ends_with("t-1 stdout: one"), "{line}");
+        assert_eq!(lines[1], "         two", "{line}");
+    }
+
+    #[test]
+    fn utc_dates_and_times() {
+        let clock = Clock {
+            utc: true,
+            today: (2026, 12, 1),
+        };
+        assert_eq!(clock.stamp(1_795_975_520.5), "2026-11-29 18:05:20");
+        let c = utc_civil(1_795_975_520);
+        assert_eq!(utc_epoch(c), 1_795_975_520);
+        assert_eq!(utc_civil(0).year, 1970);
+        assert_eq!(utc_epoch(utc_civil(-86_401)), -86_401);
+        let now = 1_795_975_520;
+        assert_eq!(parse_since("10m", &clock, now), Ok(now - 600));
+        assert_eq!(parse_since("2h", &clock, now), Ok(now - 7200));
+        assert_eq!(parse_since("1d", &clock, now), Ok(now - 86_400));
+        assert_eq!(parse_since("30s", &clock, now), Ok(now - 30));
+        assert_eq!(
+            parse_since("2026-11-29T18:05:20Z", &clock, now),
+            Ok(1_795_975_520)
+        );
+        assert_eq!(
+            parse_since("2026-11-29 18:05", &clock, now),
+            Ok(1_795_975_500)
+        );
+        assert_eq!(parse_since("2026-11-29", &clock, now), Ok(1_795_910_400));
+        assert_eq!(parse_since("18:05", &clock, now), Ok(1_795_975_500));
+        for bad in [
+            "",
+            "m",
+            "-5m",
+            "10x",
+            "2026-13-01",
+            "25:00",
+            "2026-1-1",
+            "yesterday",
+        ] {
+            let e = parse_since(bad, &clock, now).unwrap_err();
+            assert!(e.contains("use an age"), "{bad}: {e}");
+        }
+    }
+}
