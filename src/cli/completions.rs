@@ -10,10 +10,72 @@ use super::{COMMANDS, emit};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 
-/// Commands whose positional argument is a TARGET.
+/// Commands whose positional argument is a live TARGET.
 const TARGETED: &[&str] = &[
-    "send", "ping", "status", "pause", "resume", "inbox", "log", "watch", "attach", "bridge",
+    "send", "ping", "status", "pause", "resume", "log", "watch", "attach", "bridge", "stop",
 ];
+/// Commands whose positional argument is a name baton knows a spool of
+/// (`baton list --offline`).
+const SPOOL_NAMED: &[&str] = &["forget", "wake"];
+/// `inbox`'s actions: its first positional argument; a TARGET follows.
+pub const INBOX_ACTIONS: &[&str] = &["list", "claim", "complete", "requeue", "discard", "wait"];
+
+/// What the value of an option completes to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Values {
+    /// A fixed list (`args::choices`, which the commands check against).
+    Words(&'static [&'static str]),
+    /// The names and ids of live instances.
+    Targets,
+    /// A tmux pane (`serve --tmux-pane`).
+    Panes,
+    /// A directory.
+    Dirs,
+}
+
+/// How an option's value completes, by its long name; `None`: free text.
+fn values(long: &str) -> Option<Values> {
+    if let Some(words) = super::args::choices(long) {
+        return Some(Values::Words(words));
+    }
+    match long {
+        "from" | "attach" => Some(Values::Targets),
+        "tmux-pane" => Some(Values::Panes),
+        "workspace" => Some(Values::Dirs),
+        _ => None,
+    }
+}
+
+/// The options of `cmd` (empty: `baton` without a command, which takes
+/// serve's).
+fn opts_of(cmd: &str) -> &'static [super::Opt] {
+    let cmd = if cmd.is_empty() { "serve" } else { cmd };
+    COMMANDS
+        .iter()
+        .find(|c| c.name == cmd)
+        .map_or(&[], |c| c.opts)
+}
+
+/// Every spelling of an option: `--long`, and `-s` when it has one.
+fn spellings(o: &super::Opt) -> Vec<String> {
+    let mut v = vec![format!("--{}", o.long)];
+    v.extend(o.short.map(|c| format!("-{c}")));
+    v
+}
+
+/// Every value-taking option of every command that completes its value,
+/// once per long name.
+fn completed_options() -> Vec<(super::Opt, Values)> {
+    let mut out: Vec<(super::Opt, Values)> = Vec::new();
+    for o in COMMANDS.iter().flat_map(|c| c.opts) {
+        if let (true, Some(v)) = (o.takes_value, values(o.long)) {
+            if !out.iter().any(|(seen, _)| seen.long == o.long) {
+                out.push((*o, v));
+            }
+        }
+    }
+    out
+}
 
 pub fn run(args: &Args, _: &Config) -> Result<ExitCode> {
     super::at_most(args, "completions", 1)?;
@@ -42,12 +104,14 @@ fn names() -> Vec<&'static str> {
     COMMANDS.iter().map(|c| c.name).collect()
 }
 
-fn longs(cmd: &str) -> Vec<String> {
-    COMMANDS
+/// The spellings of `cmd`'s options; with `valued`, only those that
+/// take a value.
+fn spelled(cmd: &str, valued: bool) -> Vec<String> {
+    opts_of(cmd)
         .iter()
-        .find(|c| c.name == cmd)
-        .map(|c| c.opts.iter().map(|o| format!("--{}", o.long)).collect())
-        .unwrap_or_default()
+        .filter(|o| !valued || o.takes_value)
+        .flat_map(spellings)
+        .collect()
 }
 
 /// The command name to complete: the basename this binary was run as, when
@@ -79,34 +143,85 @@ fn targets_sh(prog: &str) -> String {
     format!("{prog} list 2>/dev/null | awk 'NR>1 {{print $1; print $4}}'")
 }
 
+/// The names with a spool: `baton list --offline`.
+fn spools_sh(prog: &str) -> String {
+    format!("{prog} list --offline 2>/dev/null | awk 'NR>1 {{print $1}}'")
+}
+
+/// tmux's panes, when a tmux server runs.
+const PANES_SH: &str = "tmux list-panes -a -F '#{pane_id}' 2>/dev/null";
+
+/// The words a shell command prints, as a bash completion.
+fn bash_words(sh: &str) -> String {
+    format!("COMPREPLY=($(compgen -W \"$({sh})\" -- \"$cur\"))")
+}
+
+fn bash_values(prog: &str, v: Values) -> String {
+    match v {
+        Values::Words(w) => format!("COMPREPLY=($(compgen -W \"{}\" -- \"$cur\"))", w.join(" ")),
+        Values::Targets => bash_words(&targets_sh(prog)),
+        Values::Panes => bash_words(PANES_SH),
+        Values::Dirs => "COMPREPLY=($(compgen -d -- \"$cur\"))".into(),
+    }
+}
+
 fn bash(prog: &str) -> String {
-    let mut cases = String::new();
+    let mut cases = format!(
+        "        -*) opts=\"{}\" vals=\" {} \" ;;\n",
+        spelled("", false).join(" "),
+        spelled("", true).join(" ")
+    );
     for c in COMMANDS {
         cases.push_str(&format!(
-            "        {}) opts=\"{}\" ;;\n",
+            "        {}) opts=\"{}\" vals=\" {} \" ;;\n",
             c.name,
-            longs(c.name).join(" ")
+            spelled(c.name, false).join(" "),
+            spelled(c.name, true).join(" ")
+        ));
+    }
+    let mut value_cases = String::new();
+    for (o, v) in completed_options() {
+        value_cases.push_str(&format!(
+            "            {}) {} ;;\n",
+            spellings(&o).join("|"),
+            bash_values(prog, v)
         ));
     }
     format!(
         r#"# bash completion for {prog}; generated by `{prog} completions bash`.
 _{func}() {{
-    local cur cmd opts
+    local cur prev cmd opts vals i w n=0
     cur=${{COMP_WORDS[COMP_CWORD]}}
+    prev=${{COMP_WORDS[COMP_CWORD-1]}}
     if [ "$COMP_CWORD" -eq 1 ]; then
         COMPREPLY=($(compgen -W "{commands} {serve_opts}" -- "$cur"))
         return
     fi
     cmd=${{COMP_WORDS[1]}}
     case $cmd in
-{cases}        *) opts="" ;;
+{cases}        *) opts="" vals=" " ;;
     esac
+    if [[ $vals == *" $prev "* ]]; then
+        case $prev in
+{value_cases}        esac
+        return
+    fi
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
         return
     fi
+    for ((i = 2; i < COMP_CWORD; i++)); do
+        w=${{COMP_WORDS[i]}}
+        if [[ $w == -* ]]; then
+            [[ $vals == *" $w "* ]] && i=$((i + 1))
+        else
+            n=$((n + 1))
+        fi
+    done
     case $cmd in
-        {targeted}) COMPREPLY=($(compgen -W "$({targets})" -- "$cur")) ;;
+        inbox) if [ "$n" -eq 0 ]; then COMPREPLY=($(compgen -W "{actions}" -- "$cur")); else {targets}; fi ;;
+        {targeted}) {targets} ;;
+        {spool_named}) {spools} ;;
         completions) COMPREPLY=($(compgen -W "bash zsh fish" -- "$cur")) ;;
         help) COMPREPLY=($(compgen -W "{commands}" -- "$cur")) ;;
     esac
@@ -116,42 +231,73 @@ complete -F _{func} {prog}
         prog = prog,
         func = ident(prog),
         commands = names().join(" "),
-        serve_opts = longs("serve").join(" "),
+        serve_opts = spelled("", false).join(" "),
         cases = cases,
+        value_cases = value_cases,
+        actions = INBOX_ACTIONS.join(" "),
         targeted = TARGETED.join("|"),
-        targets = targets_sh(prog),
+        targets = bash_words(&targets_sh(prog)),
+        spool_named = SPOOL_NAMED.join("|"),
+        spools = bash_words(&spools_sh(prog)),
     )
 }
 
+/// An option's `_arguments` specs (one per spelling).
+fn zsh_specs(prog: &str, o: &super::Opt) -> Vec<String> {
+    let help = o.help.replace('\'', "").replace(['[', ']', ':'], " ");
+    let action = match values(o.long) {
+        Some(Values::Words(w)) => format!("({})", w.join(" ")),
+        Some(Values::Targets) => format!("_{}_targets", ident(prog)),
+        Some(Values::Panes) => format!("_{}_panes", ident(prog)),
+        Some(Values::Dirs) => "_directories".into(),
+        None => String::new(),
+    };
+    spellings(o)
+        .iter()
+        .map(|s| match (o.takes_value, s.starts_with("--")) {
+            (true, true) => format!("'{s}=[{help}]:{}:{action}'", o.long),
+            (true, false) => format!("'{s}[{help}]:{}:{action}'", o.long),
+            (false, _) => format!("'{s}[{help}]'"),
+        })
+        .collect()
+}
+
+fn zsh_positional(prog: &str, cmd: &str) -> String {
+    let f = ident(prog);
+    if cmd == "inbox" {
+        return format!(
+            " ':action:({})' '*:target:_{f}_targets'",
+            INBOX_ACTIONS.join(" ")
+        );
+    }
+    if TARGETED.contains(&cmd) {
+        return format!(" '*:target:_{f}_targets'");
+    }
+    if SPOOL_NAMED.contains(&cmd) {
+        return format!(" ':name:_{f}_spools'");
+    }
+    match cmd {
+        "completions" => " ':shell:(bash zsh fish)'".to_string(),
+        "help" => format!(" ':command:({})'", names().join(" ")),
+        _ => String::new(),
+    }
+}
+
 fn zsh(prog: &str) -> String {
+    let specs = |cmd: &str| -> String {
+        opts_of(cmd)
+            .iter()
+            .flat_map(|o| zsh_specs(prog, o))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     let mut cases = String::new();
     for c in COMMANDS {
-        let opts: Vec<String> = c
-            .opts
-            .iter()
-            .map(|o| {
-                let help = o.help.replace('\'', "").replace(['[', ']', ':'], " ");
-                if o.takes_value {
-                    format!("'--{}=[{}]:value:'", o.long, help)
-                } else {
-                    format!("'--{}[{}]'", o.long, help)
-                }
-            })
-            .collect();
-        let target = if TARGETED.contains(&c.name) {
-            format!(" '*:target:_{}_targets'", ident(prog))
-        } else {
-            match c.name {
-                "completions" => " ':shell:(bash zsh fish)'".to_string(),
-                "help" => format!(" ':command:({})'", names().join(" ")),
-                _ => String::new(),
-            }
-        };
         cases.push_str(&format!(
             "        {}) _arguments {}{} ;;\n",
             c.name,
-            opts.join(" "),
-            target
+            specs(c.name),
+            zsh_positional(prog, c.name)
         ));
     }
     let commands: Vec<String> = COMMANDS
@@ -166,11 +312,26 @@ _{func}_targets() {{
     targets=(${{(f)"$({targets})"}})
     _describe 'target' targets
 }}
+_{func}_spools() {{
+    local -a names
+    names=(${{(f)"$({spools})"}})
+    _describe 'name' names
+}}
+_{func}_panes() {{
+    local -a panes
+    panes=(${{(f)"$({panes})"}})
+    _describe 'pane' panes
+}}
 _{func}() {{
+    if [[ $words[2] == -* ]]; then
+        _arguments {serve_specs}
+        return
+    fi
     if (( CURRENT == 2 )); then
         local -a commands
         commands=({commands})
         _describe 'command' commands
+        [[ $PREFIX == -* ]] && _arguments {serve_specs}
         return
     fi
     local cmd=$words[2]
@@ -183,9 +344,31 @@ _{func} "$@"
         prog = prog,
         func = ident(prog),
         targets = targets_sh(prog),
+        spools = spools_sh(prog),
+        panes = PANES_SH,
+        serve_specs = specs(""),
         commands = commands.join(" "),
         cases = cases,
     )
+}
+
+/// An option's fish `complete` arguments after its condition.
+fn fish_opt(prog: &str, o: &super::Opt) -> String {
+    let mut out = format!("-l {}", o.long);
+    if let Some(c) = o.short {
+        out.push_str(&format!(" -s {c}"));
+    }
+    let list = |sh: &str| format!(" -x -a '({})'", sh.replace('\'', "\\'"));
+    match (o.takes_value, values(o.long)) {
+        (false, _) => {}
+        (true, None) => out.push_str(" -r"),
+        (true, Some(Values::Words(w))) => out.push_str(&format!(" -x -a '{}'", w.join(" "))),
+        (true, Some(Values::Targets)) => out.push_str(&list(&targets_sh(prog))),
+        (true, Some(Values::Panes)) => out.push_str(&list(PANES_SH)),
+        (true, Some(Values::Dirs)) => out.push_str(" -x -a '(__fish_complete_directories)'"),
+    }
+    out.push_str(&format!(" -d '{}'", o.help.replace('\'', "\\'")));
+    out
 }
 
 fn fish(prog: &str) -> String {
@@ -193,6 +376,12 @@ fn fish(prog: &str) -> String {
         "# fish completion for {prog}; generated by `{prog} completions fish`.\n\
          complete -c {prog} -f\n"
     );
+    for o in opts_of("") {
+        out.push_str(&format!(
+            "complete -c {prog} -n '__fish_use_subcommand' {}\n",
+            fish_opt(prog, o)
+        ));
+    }
     for c in COMMANDS {
         out.push_str(&format!(
             "complete -c {prog} -n '__fish_use_subcommand' -a {} -d '{}'\n",
@@ -201,21 +390,54 @@ fn fish(prog: &str) -> String {
         ));
         for o in c.opts {
             out.push_str(&format!(
-                "complete -c {prog} -n '__fish_seen_subcommand_from {}' -l {}{} -d '{}'\n",
+                "complete -c {prog} -n '__fish_seen_subcommand_from {}' {}\n",
                 c.name,
-                o.long,
-                if o.takes_value { " -r" } else { "" },
-                o.help.replace('\'', "\\'")
+                fish_opt(prog, o)
             ));
         }
     }
+    let actions = INBOX_ACTIONS.join(" ");
+    out.push_str(&format!(
+        "complete -c {prog} -n '__fish_seen_subcommand_from inbox; and not __fish_seen_subcommand_from {actions}' -a '{actions}'\n"
+    ));
+    out.push_str(&format!(
+        "complete -c {prog} -n '__fish_seen_subcommand_from inbox; and __fish_seen_subcommand_from {actions}' -a '({})'\n",
+        targets_sh(prog).replace('\'', "\\'")
+    ));
     out.push_str(&format!(
         "complete -c {prog} -n '__fish_seen_subcommand_from {}' -a '({})'\n",
         TARGETED.join(" "),
         targets_sh(prog).replace('\'', "\\'")
     ));
     out.push_str(&format!(
+        "complete -c {prog} -n '__fish_seen_subcommand_from {}' -a '({})'\n",
+        SPOOL_NAMED.join(" "),
+        spools_sh(prog).replace('\'', "\\'")
+    ));
+    out.push_str(&format!(
         "complete -c {prog} -n '__fish_seen_subcommand_from completions' -a 'bash zsh fish'\n"
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_values_completed_are_the_ones_the_usage_lines_give() {
+        let mut seen = 0;
+        for c in COMMANDS {
+            for o in c.opts {
+                if let (true, Some(Values::Words(words))) = (o.takes_value, values(o.long)) {
+                    let spelled = format!("--{} {}", o.long, words.join("|"));
+                    assert!(c.usage.contains(&spelled), "{}: {spelled}", c.name);
+                    seen += 1;
+                }
+            }
+        }
+        // serve --profile and --approve, mcp --profile, send --mode,
+        // inbox --outcome.
+        assert!(seen >= 5, "{seen}");
+    }
 }
