@@ -3,6 +3,7 @@
 
 mod util;
 
+mod commands;
 mod control;
 mod docs;
 mod hostile;
