@@ -6,7 +6,10 @@
 //! completions for that name.
 
 use super::args::Args;
-use super::{COMMANDS, emit};
+use super::{COMMANDS, Command, emit};
+
+/// The command table a script is generated from.
+type Table = &'static [Command];
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 
@@ -48,12 +51,9 @@ fn values(long: &str) -> Option<Values> {
 
 /// The options of `cmd` (empty: `baton` without a command, which takes
 /// serve's).
-fn opts_of(cmd: &str) -> &'static [super::Opt] {
+fn opts_of(t: Table, cmd: &str) -> &'static [super::Opt] {
     let cmd = if cmd.is_empty() { "serve" } else { cmd };
-    COMMANDS
-        .iter()
-        .find(|c| c.name == cmd)
-        .map_or(&[], |c| c.opts)
+    t.iter().find(|c| c.name == cmd).map_or(&[], |c| c.opts)
 }
 
 /// Every spelling of an option: `--long`, and `-s` when it has one.
@@ -65,9 +65,9 @@ fn spellings(o: &super::Opt) -> Vec<String> {
 
 /// Every value-taking option of every command that completes its value,
 /// once per long name.
-fn completed_options() -> Vec<(super::Opt, Values)> {
+fn completed_options(t: Table) -> Vec<(super::Opt, Values)> {
     let mut out: Vec<(super::Opt, Values)> = Vec::new();
-    for o in COMMANDS.iter().flat_map(|c| c.opts) {
+    for o in t.iter().flat_map(|c| c.opts) {
         if let (true, Some(v)) = (o.takes_value, values(o.long)) {
             if !out.iter().any(|(seen, _)| seen.long == o.long) {
                 out.push((*o, v));
@@ -81,9 +81,9 @@ pub fn run(args: &Args, _: &Config) -> Result<ExitCode> {
     super::at_most(args, "completions", 1)?;
     let prog = prog();
     let script = match args.positional.first().map(String::as_str) {
-        Some("bash") => bash(&prog),
-        Some("zsh") => zsh(&prog),
-        Some("fish") => fish(&prog),
+        Some("bash") => bash(COMMANDS, &prog),
+        Some("zsh") => zsh(COMMANDS, &prog),
+        Some("fish") => fish(COMMANDS, &prog),
         Some(other) => {
             return Err(Error::Usage(format!(
                 "completions: {}: use bash, zsh or fish",
@@ -100,14 +100,14 @@ pub fn run(args: &Args, _: &Config) -> Result<ExitCode> {
     Ok(ExitCode::Ok)
 }
 
-fn names() -> Vec<&'static str> {
-    COMMANDS.iter().map(|c| c.name).collect()
+fn names(t: Table) -> Vec<&'static str> {
+    t.iter().map(|c| c.name).collect()
 }
 
 /// The spellings of `cmd`'s options; with `valued`, only those that
 /// take a value.
-fn spelled(cmd: &str, valued: bool) -> Vec<String> {
-    opts_of(cmd)
+fn spelled(t: Table, cmd: &str, valued: bool) -> Vec<String> {
+    opts_of(t, cmd)
         .iter()
         .filter(|o| !valued || o.takes_value)
         .flat_map(spellings)
@@ -165,22 +165,22 @@ fn bash_values(prog: &str, v: Values) -> String {
     }
 }
 
-fn bash(prog: &str) -> String {
+fn bash(t: Table, prog: &str) -> String {
     let mut cases = format!(
         "        -*) opts=\"{}\" vals=\" {} \" ;;\n",
-        spelled("", false).join(" "),
-        spelled("", true).join(" ")
+        spelled(t, "", false).join(" "),
+        spelled(t, "", true).join(" ")
     );
-    for c in COMMANDS {
+    for c in t {
         cases.push_str(&format!(
             "        {}) opts=\"{}\" vals=\" {} \" ;;\n",
             c.name,
-            spelled(c.name, false).join(" "),
-            spelled(c.name, true).join(" ")
+            spelled(t, c.name, false).join(" "),
+            spelled(t, c.name, true).join(" ")
         ));
     }
     let mut value_cases = String::new();
-    for (o, v) in completed_options() {
+    for (o, v) in completed_options(t) {
         value_cases.push_str(&format!(
             "            {}) {} ;;\n",
             spellings(&o).join("|"),
@@ -230,8 +230,8 @@ complete -F _{func} {prog}
 "#,
         prog = prog,
         func = ident(prog),
-        commands = names().join(" "),
-        serve_opts = spelled("", false).join(" "),
+        commands = names(t).join(" "),
+        serve_opts = spelled(t, "", false).join(" "),
         cases = cases,
         value_cases = value_cases,
         actions = INBOX_ACTIONS.join(" "),
@@ -262,7 +262,7 @@ fn zsh_specs(prog: &str, o: &super::Opt) -> Vec<String> {
         .collect()
 }
 
-fn zsh_positional(prog: &str, cmd: &str) -> String {
+fn zsh_positional(t: Table, prog: &str, cmd: &str) -> String {
     let f = ident(prog);
     if cmd == "inbox" {
         return format!(
@@ -278,29 +278,29 @@ fn zsh_positional(prog: &str, cmd: &str) -> String {
     }
     match cmd {
         "completions" => " ':shell:(bash zsh fish)'".to_string(),
-        "help" => format!(" ':command:({})'", names().join(" ")),
+        "help" => format!(" ':command:({})'", names(t).join(" ")),
         _ => String::new(),
     }
 }
 
-fn zsh(prog: &str) -> String {
+fn zsh(t: Table, prog: &str) -> String {
     let specs = |cmd: &str| -> String {
-        opts_of(cmd)
+        opts_of(t, cmd)
             .iter()
             .flat_map(|o| zsh_specs(prog, o))
             .collect::<Vec<_>>()
             .join(" ")
     };
     let mut cases = String::new();
-    for c in COMMANDS {
+    for c in t {
         cases.push_str(&format!(
             "        {}) _arguments {}{} ;;\n",
             c.name,
             specs(c.name),
-            zsh_positional(prog, c.name)
+            zsh_positional(t, prog, c.name)
         ));
     }
-    let commands: Vec<String> = COMMANDS
+    let commands: Vec<String> = t
         .iter()
         .map(|c| format!("'{}:{}'", c.name, c.summary.replace(['\'', ':'], " ")))
         .collect();
@@ -371,18 +371,18 @@ fn fish_opt(prog: &str, o: &super::Opt) -> String {
     out
 }
 
-fn fish(prog: &str) -> String {
+fn fish(t: Table, prog: &str) -> String {
     let mut out = format!(
         "# fish completion for {prog}; generated by `{prog} completions fish`.\n\
          complete -c {prog} -f\n"
     );
-    for o in opts_of("") {
+    for o in opts_of(t, "") {
         out.push_str(&format!(
             "complete -c {prog} -n '__fish_use_subcommand' {}\n",
             fish_opt(prog, o)
         ));
     }
-    for c in COMMANDS {
+    for c in t {
         out.push_str(&format!(
             "complete -c {prog} -n '__fish_use_subcommand' -a {} -d '{}'\n",
             c.name,
@@ -439,5 +439,103 @@ mod tests {
         // serve --profile and --approve, mcp --profile, send --mode,
         // inbox --outcome.
         assert!(seen >= 5, "{seen}");
+    }
+
+    fn never(_: &Args, _: &Config) -> Result<ExitCode> {
+        Ok(ExitCode::Ok)
+    }
+
+    /// A table with the options being added elsewhere (`serve
+    /// --tmux-pane`, `baton -a/--attach`, `log -n --utc --follow`, `inbox
+    /// wait --timeout`): the scripts complete them as soon as a command's
+    /// table has them.
+    const FUTURE: &[Command] = &[
+        Command {
+            name: "serve",
+            usage: "",
+            summary: "",
+            opts: &[
+                super::super::args::value("tmux-pane", "the pane"),
+                super::super::args::value("profile", "coding or sysadmin"),
+                super::super::Opt {
+                    long: "attach",
+                    short: Some('a'),
+                    takes_value: false,
+                    help: "attach",
+                },
+            ],
+            run: never,
+        },
+        Command {
+            name: "log",
+            usage: "",
+            summary: "",
+            opts: &[
+                super::super::Opt {
+                    long: "lines",
+                    short: Some('n'),
+                    takes_value: true,
+                    help: "the last N",
+                },
+                super::super::args::switch("utc", "UTC"),
+                super::super::args::switch("follow", "follow"),
+                super::super::args::value("since", "since"),
+            ],
+            run: never,
+        },
+        Command {
+            name: "inbox",
+            usage: "",
+            summary: "",
+            opts: &[super::super::args::value("timeout", "seconds")],
+            run: never,
+        },
+    ];
+
+    #[test]
+    fn options_added_to_the_table_are_completed() {
+        let bash = bash(FUTURE, "baton");
+        // baton's own options are serve's, short ones too.
+        assert!(
+            bash.contains(" --tmux-pane --profile --attach -a\""),
+            "{bash}"
+        );
+        assert!(bash.contains("            --tmux-pane) COMPREPLY=($(compgen -W \"$(tmux list-panes -a -F '#{pane_id}' 2>/dev/null)\""), "{bash}");
+        assert!(bash.contains("        log) opts=\"--lines -n --utc --follow --since\" vals=\" --lines -n --since \" ;;"), "{bash}");
+        assert!(
+            bash.contains("        inbox) opts=\"--timeout\" vals=\" --timeout \" ;;"),
+            "{bash}"
+        );
+        assert!(
+            bash.contains("list claim complete requeue discard wait"),
+            "{bash}"
+        );
+        let zsh = zsh(FUTURE, "baton");
+        assert!(
+            zsh.contains("'--tmux-pane=[the pane]:tmux-pane:_baton_panes'"),
+            "{zsh}"
+        );
+        assert!(
+            zsh.contains("'-n[the last N]:lines:'") && zsh.contains("'--utc[UTC]'"),
+            "{zsh}"
+        );
+        assert!(zsh.contains("'-a[attach]'"), "{zsh}");
+        let fish = fish(FUTURE, "baton");
+        assert!(
+            fish.contains(
+                "complete -c baton -n '__fish_use_subcommand' -l attach -s a -d 'attach'"
+            ),
+            "{fish}"
+        );
+        assert!(
+            fish.contains(
+                "-n '__fish_seen_subcommand_from serve' -l tmux-pane -x -a '(tmux list-panes"
+            ),
+            "{fish}"
+        );
+        assert!(
+            fish.contains("-n '__fish_seen_subcommand_from log' -l lines -s n -r -d"),
+            "{fish}"
+        );
     }
 }
