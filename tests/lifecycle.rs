@@ -73,7 +73,9 @@ fn the_demo_script_hands_a_task_over_and_cleans_up() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("\nbob ran a task from alice; the files here are:\nREADME\nmain.c\n\n$ baton log bob"),
+        stdout.contains(
+            "\nbob ran a task from alice; the files here are:\nREADME\nmain.c\n\n$ baton log bob"
+        ),
         "{stdout}"
     );
     assert!(stdout.contains("<agent_relay from=\"bob\""), "{stdout}");
@@ -91,14 +93,23 @@ fn the_demo_script_hands_a_task_over_and_cleans_up() {
         stdout.contains("[to reply: baton inbox complete alice "),
         "{stdout}"
     );
-    assert!(stdout.contains("\n$ baton stop bob\nstopped bob ("), "{stdout}");
+    assert!(
+        stdout.contains("\n$ baton stop bob\nstopped bob ("),
+        "{stdout}"
+    );
     // Plain, short output: no terminal escapes, no line over 100
     // characters, on stdout or stderr.
     let stderr = String::from_utf8_lossy(&out.stderr);
     for text in [&stdout, &stderr] {
-        assert!(!text.contains('\u{1b}'), "an escape in the demo's output:\n{text}");
+        assert!(
+            !text.contains('\u{1b}'),
+            "an escape in the demo's output:\n{text}"
+        );
         for line in text.lines() {
-            assert!(line.chars().count() <= 100, "a long line in the demo's output: {line}");
+            assert!(
+                line.chars().count() <= 100,
+                "a long line in the demo's output: {line}"
+            );
         }
     }
     // Everything it made lived under TMPDIR and is gone.
