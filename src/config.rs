@@ -13,6 +13,21 @@ pub enum Relay {
     Paused,
 }
 
+/// The default body limit, which is also zcoder's own (fixed) limit.
+pub const DEFAULT_MESSAGE_BYTES: usize = 16000;
+/// The highest `BATON_MAX_MESSAGE_BYTES` allowed.
+pub const MAX_MESSAGE_BYTES_CEILING: u64 = 1_048_576;
+
+/// The refusal of a body over the limit: its size (`size` bytes, which may
+/// read "more than N" when it was not all read), and how to raise the limit.
+pub fn body_too_large(size: &str, limit: usize) -> String {
+    format!(
+        "the message is {size} bytes, over the body limit of {limit} bytes: raise it with \
+         BATON_MAX_MESSAGE_BYTES (at most {MAX_MESSAGE_BYTES_CEILING}) for the sender and the \
+         receiving instance alike; zcoder peers keep their limit of 16,000 bytes"
+    )
+}
+
 /// Limits and switches shared by every part of an instance and the CLI.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -39,7 +54,7 @@ impl Default for Config {
             dir: None,
             relay: Relay::On,
             max_bytes: 65536,
-            max_message_bytes: 16000,
+            max_message_bytes: DEFAULT_MESSAGE_BYTES,
             max_queue: 16,
             max_inflight: 4,
             max_hops: 8,
@@ -95,7 +110,8 @@ impl Config {
             c.max_bytes = int("BATON_MAX_BYTES", &v, 1024, 16_777_216)? as usize;
         }
         if let Some(v) = get("BATON_MAX_MESSAGE_BYTES")? {
-            c.max_message_bytes = int("BATON_MAX_MESSAGE_BYTES", &v, 1, 1_048_576)? as usize;
+            c.max_message_bytes =
+                int("BATON_MAX_MESSAGE_BYTES", &v, 1, MAX_MESSAGE_BYTES_CEILING)? as usize;
         }
         if let Some(v) = get("BATON_MAX_QUEUE")? {
             c.max_queue = int("BATON_MAX_QUEUE", &v, 1, 100_000)? as usize;
@@ -220,6 +236,25 @@ mod tests {
         assert!(with(&[("BATON_IO_TIMEOUT", "0.05")]).is_err());
         assert!(with(&[("BATON_IO_TIMEOUT", "inf")]).is_err());
         assert!(with(&[("BATON_IO_TIMEOUT", "1e1")]).is_err());
+    }
+
+    #[test]
+    fn the_body_limit_error_says_how_to_raise_it() {
+        let e = body_too_large("20000", 16000);
+        assert!(e.starts_with("the message is 20000 bytes, over the body limit of 16000 bytes"));
+        assert!(
+            e.contains("BATON_MAX_MESSAGE_BYTES (at most 1048576)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("zcoder peers keep their limit of 16,000 bytes"),
+            "{e}"
+        );
+        // The ceiling it names is the one the variable is checked against.
+        let max = MAX_MESSAGE_BYTES_CEILING.to_string();
+        assert!(with(&[("BATON_MAX_MESSAGE_BYTES", &max)]).is_ok());
+        let over = (MAX_MESSAGE_BYTES_CEILING + 1).to_string();
+        assert!(with(&[("BATON_MAX_MESSAGE_BYTES", &over)]).is_err());
     }
 
     #[test]

@@ -93,10 +93,9 @@ pub fn check_body(config: &Config, body: &str) -> Result<(), String> {
         return Err("the message is empty".into());
     }
     if body.len() > config.max_message_bytes {
-        return Err(format!(
-            "the message is {} bytes, over the body limit of {} bytes (BATON_MAX_MESSAGE_BYTES)",
-            body.len(),
-            config.max_message_bytes
+        return Err(crate::config::body_too_large(
+            &body.len().to_string(),
+            config.max_message_bytes,
         ));
     }
     Ok(())

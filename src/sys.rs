@@ -212,6 +212,22 @@ pub fn process_cwd(pid: u32) -> Option<PathBuf> {
     }
 }
 
+/// Sends `sig` to the process `pid` (never a group: 0 and values that
+/// would read as negative are refused).
+pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad pid"));
+    }
+    // SAFETY: kill has no memory-safety preconditions; a positive pid
+    // names one process.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Sends `sig` to every process in the process group `pgid`.
 pub fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
     if pgid == 0 || pgid > i32::MAX as u32 {

@@ -245,6 +245,12 @@ fn take_utf8(pending: &mut Vec<u8>) -> String {
 
 /// The reply instruction for an agent that runs commands.
 pub const REPLY_BY_COMMAND: &str = "baton send --reply \"TEXT\"";
+/// The reply instruction for a task claimed with `baton inbox claim`,
+/// where no turn's environment reaches the agent's shell: complete it with
+/// a reply, naming the instance (`name`) and the task.
+pub fn reply_by_inbox(name: &str, message_id: &str) -> String {
+    format!("baton inbox complete {name} {message_id} --reply \"TEXT\"")
+}
 /// The reply instruction for an agent behind `baton mcp`, which has tools,
 /// not a shell that can reach the turn.
 pub const REPLY_BY_TOOL: &str = "complete_task with a reply";

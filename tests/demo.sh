@@ -5,7 +5,9 @@
 # alice hands bob a task, bob's handler runs it, the reply comes back to
 # alice; then alice sends bob another task and waits for its answer
 # (send --wait). Everything lives in a private registry and state directory that is
-# removed at the end, and every process started is stopped by pid.
+# removed at the end, and every process started is stopped by pid. The
+# output is plain text (no terminal escapes) in lines of 100 characters at
+# most, so it reads the same piped, logged or on a terminal.
 set -eu
 
 baton=${1:-target/release/baton}
@@ -31,11 +33,14 @@ printf '# bob\n' >"$work/bob/README"
 # bob's handler: the envelope arrives on stdin; stdout is the reply.
 cat >"$work/handler.sh" <<'HANDLER'
 cat >/dev/null
-echo "bob ran task $BATON_MESSAGE_ID from $BATON_SENDER_NAME; the files here are:"
+echo "bob ran a task from $BATON_SENDER_NAME; the files here are:"
 ls
 HANDLER
 
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+step() { printf '\n$ %s\n' "$*"; }
+
+# Cuts lines to 100 characters (a transcript line can be longer).
+short() { awk '{ if (length($0) > 100) $0 = substr($0, 1, 97) "..."; print }'; }
 
 # Waits (5 s at most) until an instance with this name answers.
 wait_for() {
@@ -53,13 +58,12 @@ pids="$pids $!"
 pids="$pids $!"
 wait_for alice
 wait_for bob
-alice_socket=$("$baton" status alice --json | sed -n 's/.*"socket":"\([^"]*\)".*/\1/p')
 
 step baton list
-"$baton" list
+"$baton" list | short
 
-step "BATON_SOCKET=<alice's socket> baton send bob 'list the files in your workspace'   # as alice"
-BATON_SOCKET=$alice_socket "$baton" send bob 'list the files in your workspace'
+step "baton send --from alice bob 'list the files in your workspace'"
+"$baton" send --from alice --message-id task-1 bob 'list the files in your workspace'
 
 step "# bob's handler runs; its output goes back to alice as a reply"
 i=0
@@ -68,22 +72,25 @@ until "$baton" inbox list alice --json | grep -q '"message_id"'; do
 	[ $i -le 100 ] || { echo "demo: no reply reached alice" >&2; exit 1; }
 	sleep 0.05
 done
-"$baton" inbox list alice
+"$baton" inbox list alice | short
 
 step "baton inbox claim alice     # alice's agent reads the reply"
 envelope=$("$baton" inbox claim alice)
-printf '%s\n' "$envelope"
+printf '%s\n' "$envelope" | short
 id=$(printf '%s\n' "$envelope" | sed -n '1s/.* message_id="\([^"]*\)">$/\1/p')
 [ -n "$id" ] || { echo "demo: no reply was claimed" >&2; exit 1; }
 "$baton" inbox complete alice "$id" >/dev/null
 
 step "baton send --from alice --wait bob 'and now?'   # alice waits for bob's answer"
-"$baton" send --from alice --wait --timeout 20 bob 'and now?'
+"$baton" send --from alice --message-id task-2 --wait --timeout 20 bob 'and now?'
 
 step "baton log bob"
-"$baton" log bob
+"$baton" log bob | short
 
 step "baton log alice"
-"$baton" log alice
+"$baton" log alice | short
 
-printf '\ndemo: done; stopping alice and bob and removing %s\n' "$work"
+step "baton stop bob"
+"$baton" stop bob
+
+printf '\ndemo: done; stopping alice and removing the demo directory\n'

@@ -296,25 +296,69 @@ fn run_shell(env: &Env, shell: &str, args: &[&str], script: &str, tail: &str) ->
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// What each shell must complete (the words typed, then the completions
+/// in order), in a world with a live `demo` and a stopped `gone`.
+const COMPLETE: &[(&str, &str)] = &[
+    ("baton send --v", "--via"),
+    ("baton comp", "completions"),
+    ("baton completions z", "zsh"),
+    ("baton ping d", "demo"),
+    // inbox: its actions first, live targets after the action.
+    ("baton inbox ", "claim complete discard list requeue wait"),
+    (
+        "baton inbox --json ",
+        "claim complete discard list requeue wait",
+    ),
+    ("baton inbox claim d", "demo"),
+    // The values of options that take one of a few.
+    ("baton serve --profile s", "sysadmin"),
+    ("baton --profile c", "coding"),
+    ("baton mcp --profile ", "coding sysadmin"),
+    ("baton serve --approve a", "ask auto"),
+    ("baton send --mode ", "queue steer"),
+    ("baton inbox complete --outcome ", "done failed"),
+    ("baton send --from d", "demo"),
+    // stop takes a live instance, forget a stopped one.
+    ("baton st", "status stop"),
+    ("baton stop d", "demo"),
+    ("baton forget g", "gone"),
+    ("baton forget --y", "--yes"),
+    ("baton --prof", "--profile"),
+];
+
 #[test]
 fn the_completions_parse_and_complete_in_their_shells() {
-    // A live instance, whose name completes as a TARGET.
+    // A live instance, whose name completes as a TARGET, and a stopped
+    // one, whose name completes for forget.
     let env = Env::new();
+    let gone_ws = env.workspace("gone");
+    env.serve(&gone_ws, &["--name", "gone"]).term();
     let ws = env.workspace("demo");
     let _s = env.serve(&ws, &["--name", "demo"]);
+    let sorted = |words: &str| {
+        let mut w: Vec<&str> = words.split_whitespace().collect();
+        w.sort_unstable();
+        w.join(" ")
+    };
+    let want: Vec<String> = COMPLETE.iter().map(|(_, w)| sorted(w)).collect();
     // bash: the syntax, then completions the way readline asks for them.
     if have("bash") {
         let bash = completion("bash");
         run_shell(&env, "bash", &["-n"], &bash, "");
-        let got = run_shell(
-            &env,
-            "bash",
-            &[],
-            &bash,
-            "c() { COMP_WORDS=(\"$@\"); COMP_CWORD=$(($# - 1)); _baton; echo \"${COMPREPLY[*]}\"; }\n\
-             c baton send --v\nc baton comp\nc baton completions z\nc baton ping d\n",
+        let mut calls = String::from(
+            "c() { COMP_WORDS=(\"$@\"); COMP_CWORD=$(($# - 1)); _baton; echo \"${COMPREPLY[*]}\"; }\n",
         );
-        assert_eq!(got, "--via\ncompletions\nzsh\ndemo\n");
+        for (typed, _) in COMPLETE {
+            // A trailing space starts an empty word.
+            let words: Vec<&str> = typed.split(' ').collect();
+            let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+            calls.push_str(&format!("c {}\n", quoted.join(" ")));
+        }
+        let got = run_shell(&env, "bash", &[], &bash, &calls);
+        let got: Vec<String> = got.lines().map(sorted).collect();
+        for (i, (typed, _)) in COMPLETE.iter().enumerate() {
+            assert_eq!(got[i], want[i], "bash completes {typed:?}");
+        }
     }
     if have("zsh") {
         run_shell(&env, "zsh", &["-n"], &completion("zsh"), "");
@@ -322,15 +366,46 @@ fn the_completions_parse_and_complete_in_their_shells() {
     if have("fish") {
         let fish = completion("fish");
         run_shell(&env, "fish", &["-n"], &fish, "");
-        let got = run_shell(
-            &env,
-            "fish",
-            &["--no-config"],
-            &fish,
-            "complete -C 'baton send --v'\ncomplete -C 'baton comp'\ncomplete -C 'baton ping d'\n",
-        );
-        let firsts: Vec<&str> = got.lines().map(|l| l.split('\t').next().unwrap()).collect();
-        assert_eq!(firsts, ["--via", "completions", "demo"], "{got}");
+        let calls: String = COMPLETE
+            .iter()
+            .map(|(typed, _)| format!("echo (complete -C '{typed}' | cut -f1)\n"))
+            .collect();
+        let got = run_shell(&env, "fish", &["--no-config"], &fish, &calls);
+        let got: Vec<String> = got.lines().map(sorted).collect();
+        for (i, (typed, _)) in COMPLETE.iter().enumerate() {
+            assert_eq!(got[i], want[i], "fish completes {typed:?}");
+        }
+    }
+}
+
+/// zsh completes through `_arguments`, which needs an interactive shell:
+/// its specs are checked as written, and they must parse.
+#[test]
+fn the_zsh_completion_names_inbox_actions_and_option_values() {
+    let zsh = completion("zsh");
+    let inbox = case_line(&zsh, "inbox) _arguments ");
+    assert!(
+        inbox.contains(
+            "':action:(list claim complete requeue discard wait)' '*:target:_baton_targets'"
+        ),
+        "{inbox}"
+    );
+    assert!(case_line(&zsh, "stop) _arguments ").contains("'*:target:_baton_targets'"));
+    let forget = case_line(&zsh, "forget) _arguments ");
+    assert!(
+        forget.contains("':name:_baton_spools'") && forget.contains("'--yes["),
+        "{forget}"
+    );
+    for (cmd, spec) in [
+        ("serve", ":profile:(coding sysadmin)'"),
+        ("serve", ":approve:(auto ask deny)'"),
+        ("mcp", ":profile:(coding sysadmin)'"),
+        ("send", ":mode:(queue steer)'"),
+        ("send", ":from:_baton_targets'"),
+        ("inbox", ":outcome:(done failed)'"),
+    ] {
+        let line = case_line(&zsh, &format!("{cmd}) _arguments "));
+        assert!(line.contains(spec), "zsh {cmd} lacks {spec}: {line}");
     }
 }
 

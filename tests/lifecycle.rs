@@ -68,11 +68,14 @@ fn the_demo_script_hands_a_task_over_and_cleans_up() {
     assert!(stdout.contains("accepted: bob ("), "{stdout}");
     // alice waited for bob's answer to a second task and printed it.
     assert!(
-        stdout.contains("alice waits for bob's answer\u{1b}[0m\nbob ran task "),
+        stdout.contains("alice waits for bob's answer\nbaton: accepted: message task-2 to bob")
+            || stdout.contains("alice waits for bob's answer\nbob ran a task "),
         "{stdout}"
     );
     assert!(
-        stdout.contains("; the files here are:\nREADME\nmain.c\n"),
+        stdout.contains(
+            "\nbob ran a task from alice; the files here are:\nREADME\nmain.c\n\n$ baton log bob"
+        ),
         "{stdout}"
     );
     assert!(stdout.contains("<agent_relay from=\"bob\""), "{stdout}");
@@ -84,11 +87,31 @@ fn the_demo_script_hands_a_task_over_and_cleans_up() {
     // `send --wait` above, and its `relay.sent` is recorded when bob's
     // sender thread reports, which may come after the log was read.
     assert!((1..=2).contains(&relayed), "{stdout}");
+    assert!(stdout.contains("turn.finished"), "{stdout}");
+    // The claimed reply says how to answer it from a shell.
     assert!(
-        stdout.contains("alice waits for bob's answer\u{1b}[0m\nbob ran task "),
+        stdout.contains("[to reply: baton inbox complete alice "),
         "{stdout}"
     );
-    assert!(stdout.contains("turn.finished"), "{stdout}");
+    assert!(
+        stdout.contains("\n$ baton stop bob\nstopped bob ("),
+        "{stdout}"
+    );
+    // Plain, short output: no terminal escapes, no line over 100
+    // characters, on stdout or stderr.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for text in [&stdout, &stderr] {
+        assert!(
+            !text.contains('\u{1b}'),
+            "an escape in the demo's output:\n{text}"
+        );
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "a long line in the demo's output: {line}"
+            );
+        }
+    }
     // Everything it made lived under TMPDIR and is gone.
     let left: Vec<_> = fs::read_dir(env.root.join("tmp")).unwrap().collect();
     assert!(left.is_empty(), "the demo left {left:?}");

@@ -558,7 +558,9 @@ fn tool_calls_and_their_exact_errors() {
     );
     assert_tool_error(
         &r,
-        "not delivered: invalid: the message is 16001 bytes, over the body limit of 16000 bytes (BATON_MAX_MESSAGE_BYTES)",
+        "not delivered: invalid: the message is 16001 bytes, over the body limit of 16000 bytes: \
+         raise it with BATON_MAX_MESSAGE_BYTES (at most 1048576) for the sender and the receiving \
+         instance alike; zcoder peers keep their limit of 16,000 bytes",
     );
     let r = b.tool("send_agent_message", json!({"target_instance_id": c.id}));
     assert_tool_error(

@@ -888,7 +888,7 @@ fn baton_wake_without_a_wake_socket_is_no_target() {
     make_registry(&env);
     let path = env.registry.join("w-ghost.sock");
     let want = format!(
-        "baton: ghost has no wake socket at {} that accepts connections (see docs/systemd.md)\n",
+        "baton: ghost is not running and has no wake socket at {} that accepts connections (see docs/systemd.md)\n",
         path.display()
     );
     let out = env.run(&["wake", "ghost"]);

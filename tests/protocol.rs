@@ -593,6 +593,15 @@ fn cli_send_to_an_ambiguous_name_lists_both() {
     assert_eq!(b.queued(&mut b.client()), 1);
 }
 
+/// The body limit's refusal (`config::body_too_large`).
+fn too_large(size: &str, limit: usize) -> String {
+    format!(
+        "the message is {size} bytes, over the body limit of {limit} bytes: raise it with \
+         BATON_MAX_MESSAGE_BYTES (at most 1048576) for the sender and the receiving instance \
+         alike; zcoder peers keep their limit of 16,000 bytes"
+    )
+}
+
 #[test]
 fn cli_send_checks_the_body_limit_before_sending() {
     let env = Env::new();
@@ -605,13 +614,13 @@ fn cli_send_checks_the_body_limit_before_sending() {
     assert_eq!(out.status, 2, "{out:?}");
     assert_eq!(
         out.stderr,
-        "baton: send: the message is 101 bytes, over the body limit of 100 bytes (BATON_MAX_MESSAGE_BYTES)\n"
+        format!("baton: send: {}\n", too_large("101", 100))
     );
     let out = env.run_with(&limit, None, &["send", "big", "-"], Some(body.as_bytes()));
     assert_eq!(out.status, 2, "{out:?}");
     assert_eq!(
         out.stderr,
-        "baton: send: the message is more than 100 bytes, over the body limit of 100 bytes (BATON_MAX_MESSAGE_BYTES)\n"
+        format!("baton: send: {}\n", too_large("101", 100))
     );
     // Empty after trimming: a usage error too.
     let out = env.run_with(&limit, None, &["send", "big", "  \n"], None);

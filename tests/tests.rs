@@ -4,6 +4,7 @@
 mod util;
 
 mod approve;
+mod commands;
 mod control;
 mod docs;
 mod hooks;

@@ -358,13 +358,12 @@ fn replies_and_in_turn_sends_reach_only_the_verified_sender() {
         assert_eq!(t["sender"]["instance_id"], b.id.as_str(), "{t}");
         assert_eq!(t["sender"]["name"], "bravo", "{t}");
         assert_eq!(t["sender"]["pid"], b.pid(), "{t}");
-        assert!(
-            t["envelope"]
-                .as_str()
-                .unwrap()
-                .contains("[to reply: baton send --reply \"TEXT\"]"),
-            "{t}"
+        // Claimed from a shell, the task says how to answer it there.
+        let hint = format!(
+            "[to reply: baton inbox complete alpha {} --reply \"TEXT\"]",
+            t["message_id"].as_str().unwrap()
         );
+        assert!(t["envelope"].as_str().unwrap().contains(&hint), "{t}");
     }
     // charlie never heard of it.
     let mut cc = c.client();

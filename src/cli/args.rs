@@ -5,6 +5,53 @@
 use crate::error::{Error, Result};
 use std::ffi::OsString;
 
+/// The values `--profile` takes (serve, mcp).
+pub const PROFILES: &[&str] = &["coding", "sysadmin"];
+/// The values `serve --approve` takes.
+pub const APPROVALS: &[&str] = &["auto", "ask", "deny"];
+/// The values `send --mode` takes.
+pub const MODES: &[&str] = &["queue", "steer"];
+/// The values `inbox complete --outcome` takes.
+pub const OUTCOMES: &[&str] = &["done", "failed"];
+
+/// The fixed values an option takes, for its check and its completion.
+pub fn choices(long: &str) -> Option<&'static [&'static str]> {
+    match long {
+        "profile" => Some(PROFILES),
+        "approve" => Some(APPROVALS),
+        "mode" => Some(MODES),
+        "outcome" => Some(OUTCOMES),
+        _ => None,
+    }
+}
+
+/// The rule an instance name follows, as errors state it.
+pub const NAME_RULE: &str = "a name is 1 to 64 of A-Z a-z 0-9 _ . - and not . or ..";
+
+/// Checks a NAME argument (`--name`, `wake NAME`...) against the name
+/// rules (`registry::valid_name`); `what` is how the error names it.
+pub fn check_name(what: &str, name: &str) -> Result<()> {
+    if crate::registry::valid_name(name) {
+        return Ok(());
+    }
+    let shown = if name.is_empty() {
+        "(empty)".into()
+    } else {
+        crate::sanitize::escape(name).into_owned()
+    };
+    Err(Error::Usage(format!("{what} {shown}: {NAME_RULE}")))
+}
+
+/// The prefix a command's usage errors start with: `serve: `, or nothing
+/// for `baton` itself (whose errors `baton: ` already introduces).
+fn prefix(cmd: &str) -> String {
+    if cmd.is_empty() {
+        String::new()
+    } else {
+        format!("{cmd}: ")
+    }
+}
+
 /// One option a command accepts.
 #[derive(Clone, Copy, Debug)]
 pub struct Opt {
@@ -80,7 +127,8 @@ impl Args {
     }
 }
 
-/// Parses `argv` (without the program and command names) against `opts`.
+/// Parses `argv` (without the program and command names) against `opts`;
+/// `cmd` is the command's name, or empty for `baton` without a command.
 pub fn parse(cmd: &str, argv: &[OsString], opts: &[Opt]) -> Result<Args> {
     let mut args = Args::default();
     let mut it = argv.iter();
@@ -88,7 +136,8 @@ pub fn parse(cmd: &str, argv: &[OsString], opts: &[Opt]) -> Result<Args> {
     while let Some(raw) = it.next() {
         let Some(arg) = raw.to_str() else {
             return Err(Error::Usage(format!(
-                "{cmd}: argument {:?} is not valid UTF-8",
+                "{}argument {:?} is not valid UTF-8",
+                prefix(cmd),
                 raw
             )));
         };
@@ -128,19 +177,25 @@ pub fn parse(cmd: &str, argv: &[OsString], opts: &[Opt]) -> Result<Args> {
                     Some(Some(v)) => Some(v.to_string()),
                     Some(None) => {
                         return Err(Error::Usage(format!(
-                            "{cmd}: the value of --{} is not valid UTF-8",
+                            "{}the value of --{} is not valid UTF-8",
+                            prefix(cmd),
                             opt.long
                         )));
                     }
                     None => {
-                        return Err(Error::Usage(format!("{cmd}: --{} needs a value", opt.long)));
+                        return Err(Error::Usage(format!(
+                            "{}--{} needs a value",
+                            prefix(cmd),
+                            opt.long
+                        )));
                     }
                 },
             }
         } else {
             if inline.is_some() {
                 return Err(Error::Usage(format!(
-                    "{cmd}: --{} takes no value",
+                    "{}--{} takes no value",
+                    prefix(cmd),
                     opt.long
                 )));
             }
@@ -152,9 +207,15 @@ pub fn parse(cmd: &str, argv: &[OsString], opts: &[Opt]) -> Result<Args> {
 }
 
 fn unknown(cmd: &str, arg: &str) -> Error {
+    let arg = crate::sanitize::escape(arg);
+    if cmd.is_empty() {
+        // `baton [serve options]`: its options are serve's.
+        return Error::Usage(format!(
+            "unknown option {arg} (see 'baton --help', and 'baton help serve' for the options baton takes without a command)"
+        ));
+    }
     Error::Usage(format!(
-        "{cmd}: unknown option {} (see 'baton help {cmd}')",
-        crate::sanitize::escape(arg)
+        "{cmd}: unknown option {arg} (see 'baton help {cmd}')"
     ))
 }
 
@@ -205,5 +266,32 @@ mod tests {
             p(&["--json=1"]).unwrap_err().to_string(),
             "t: --json takes no value"
         );
+    }
+
+    #[test]
+    fn baton_without_a_command_has_no_prefix_of_its_own() {
+        let argv = |v: &[&str]| -> Vec<OsString> { v.iter().map(OsString::from).collect() };
+        assert_eq!(
+            parse("", &argv(&["--name"]), OPTS).unwrap_err().to_string(),
+            "--name needs a value"
+        );
+        let e = parse("", &argv(&["-x"]), OPTS).unwrap_err().to_string();
+        assert!(
+            e.starts_with("unknown option -x (see 'baton --help'"),
+            "{e}"
+        );
+        assert!(!e.contains("help baton"), "{e}");
+    }
+
+    #[test]
+    fn names_follow_the_rules() {
+        for bad in ["", ".", "..", "a/b", "a b", &"n".repeat(65)] {
+            let e = check_name("--name", bad).unwrap_err().to_string();
+            assert!(e.starts_with("--name "), "{e}");
+            assert!(e.ends_with(NAME_RULE), "{e}");
+        }
+        for good in ["a", "a.b", "...", ".a", "a-b_c", &"n".repeat(64)] {
+            assert!(check_name("--name", good).is_ok(), "{good}");
+        }
     }
 }

@@ -65,7 +65,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     }
     match action {
         "list" => print_list(&r),
-        "claim" => print_claim(&r, status, &reason, &peer),
+        "claim" => print_claim(&r, status, &reason),
         _ => print_outcome(&r, action, status, &reason),
     }
     Ok(code)
@@ -219,8 +219,8 @@ fn list_stopped(
     Ok(ExitCode::Ok)
 }
 
-/// `inbox claim`: the envelope on stdout, how to reply on stderr.
-fn print_claim(r: &Value, status: &str, reason: &str, peer: &registry::Peer) {
+/// `inbox claim`: the envelope on stdout (it says how to reply).
+fn print_claim(r: &Value, status: &str, reason: &str) {
     for rej in r
         .get("rejected")
         .and_then(Value::as_array)
@@ -235,16 +235,8 @@ fn print_claim(r: &Value, status: &str, reason: &str, peer: &registry::Peer) {
     match status {
         "claimed" => {
             let t = &r["task"];
+            // The envelope says how to reply ([to reply: ...]).
             emit(&escape_multiline(t["envelope"].as_str().unwrap_or("")));
-            if t["sender"].get("instance_id").is_some_and(Value::is_string) {
-                let id = escape(t["message_id"].as_str().unwrap_or("")).into_owned();
-                eprintln!(
-                    "baton: to reply: baton inbox complete {} {id} --reply TEXT, or inside the turn BATON_SOCKET={} BATON_TURN={} baton send --reply TEXT",
-                    escape(&peer.manifest.name),
-                    escape(&peer.manifest.socket),
-                    t["turn"].as_str().unwrap_or("")
-                );
-            }
         }
         "empty" => eprintln!("baton: the inbox is empty"),
         _ => eprintln!("baton: cannot claim: {status}: {reason}"),

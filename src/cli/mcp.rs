@@ -7,8 +7,11 @@ use crate::mcp::{self, McpOptions};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "mcp", 0)?;
+    if let Some(name) = args.value("name") {
+        super::args::check_name("mcp: --name", name)?;
+    }
     let profile = args.value("profile").unwrap_or("coding");
-    if !matches!(profile, "coding" | "sysadmin") {
+    if !super::args::PROFILES.contains(&profile) {
         return Err(Error::Usage(format!(
             "mcp: --profile {}: use coding or sysadmin",
             crate::sanitize::escape(profile)

@@ -14,6 +14,7 @@ mod log;
 mod mcp;
 mod send;
 mod serve;
+mod stop;
 mod target;
 mod wait;
 mod wake;
@@ -245,6 +246,36 @@ pub const COMMANDS: &[Command] = &[
         run: wake::run,
     },
     Command {
+        name: "stop",
+        usage: "baton stop NAME [--timeout SECONDS]",
+        summary: "stop a running instance (SIGTERM to its pid, once it answers as that instance)",
+        opts: &[
+            value(
+                "timeout",
+                "wait at most this many seconds for it to exit (default 10)",
+            ),
+            HELP,
+        ],
+        run: stop::stop,
+    },
+    Command {
+        name: "forget",
+        usage: "baton forget NAME [--workspace DIR] [--yes]",
+        summary: "remove a stopped name's spool, after showing what it holds",
+        opts: &[
+            value(
+                "workspace",
+                "the spool of NAME for this workspace, when several have that name",
+            ),
+            switch(
+                "yes",
+                "remove without asking (needed when stdin is not a terminal)",
+            ),
+            HELP,
+        ],
+        run: stop::forget,
+    },
+    Command {
         name: "log",
         usage: "baton log [TARGET] [--json] [--utc] [-n N] [--since WHEN] [--follow]",
         summary: "print an instance's transcript: every event it recorded",
@@ -443,7 +474,7 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
     // and the interactive view on it.
     if argv.is_empty() || first.starts_with('-') {
         let cmd = &COMMANDS[0];
-        let args = args::parse("baton", argv, cmd.opts)?;
+        let args = args::parse("", argv, cmd.opts)?;
         if args.flag("help") {
             emit(&overview());
             return Ok(ExitCode::Ok);

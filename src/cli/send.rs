@@ -14,44 +14,61 @@ use crate::sanitize::escape;
 use crate::status::Status;
 use crate::wire;
 use serde_json::{Value, json};
-use std::io::Read;
+use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 
-/// Reads the body from the argument or stdin, never more than one byte
-/// past the limit.
-fn read_body(arg: Option<&str>, limit: usize) -> Result<String> {
-    match arg {
-        Some(m) if m != "-" => Ok(m.to_string()),
-        _ => {
-            let mut buf = Vec::new();
-            std::io::stdin()
-                .lock()
-                .take(limit as u64 + 1)
-                .read_to_end(&mut buf)
-                .map_err(|e| Error::io("read", Path::new("<stdin>"), e))?;
-            String::from_utf8(buf)
-                .map_err(|_| Error::Usage("send: the message on stdin is not valid UTF-8".into()))
-        }
+/// How far past the limit stdin is read, only to count its size, when the
+/// body is too large (an endless stream is not read to its end).
+const COUNT_PAST_LIMIT: u64 = 64 << 20;
+
+/// Reads the body from the argument or stdin: `(body, size)`, where the
+/// body holds no more than one byte past the limit and `size` is its whole
+/// size in bytes (a lower bound when stdin went on past the count).
+fn read_body(arg: Option<&str>, limit: usize) -> Result<(String, Option<u64>)> {
+    if let Some(m) = arg.filter(|m| *m != "-") {
+        return Ok((m.to_string(), Some(m.len() as u64)));
     }
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprintln!("baton: reading the task from stdin (end with Ctrl-D)");
+    }
+    let mut stdin = stdin.lock();
+    let mut buf = Vec::new();
+    let err = |e| Error::io("read", Path::new("<stdin>"), e);
+    (&mut stdin)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut buf)
+        .map_err(err)?;
+    let mut size = Some(buf.len() as u64);
+    if buf.len() > limit {
+        let rest = std::io::copy(
+            &mut (&mut stdin).take(COUNT_PAST_LIMIT),
+            &mut std::io::sink(),
+        )
+        .map_err(err)?;
+        size = (rest < COUNT_PAST_LIMIT).then_some(buf.len() as u64 + rest);
+    }
+    let body = String::from_utf8(buf)
+        .map_err(|_| Error::Usage("send: the message on stdin is not valid UTF-8".into()))?;
+    Ok((body, size))
 }
 
 /// The body, checked against the body bound before anything is sent.
 fn body(arg: Option<&str>, config: &Config) -> Result<String> {
-    let body = read_body(arg, config.max_message_bytes)?;
-    if body.trim().is_empty() {
-        return Err(Error::Usage("send: the message is empty".into()));
-    }
-    if body.len() > config.max_message_bytes {
-        // stdin is read only to one byte past the limit, so its true size
-        // is unknown.
-        let size = match arg {
-            Some(m) if m != "-" => body.len().to_string(),
-            _ => format!("more than {}", config.max_message_bytes),
+    let limit = config.max_message_bytes;
+    let (body, size) = read_body(arg, limit)?;
+    if body.len() > limit {
+        let size = match size {
+            Some(n) => n.to_string(),
+            None => format!("more than {}", limit as u64 + COUNT_PAST_LIMIT),
         };
         return Err(Error::Usage(format!(
-            "send: the message is {size} bytes, over the body limit of {} bytes (BATON_MAX_MESSAGE_BYTES)",
-            config.max_message_bytes
+            "send: {}",
+            crate::config::body_too_large(&size, limit)
         )));
+    }
+    if body.trim().is_empty() {
+        return Err(Error::Usage("send: the message is empty".into()));
     }
     Ok(body)
 }
@@ -69,7 +86,7 @@ fn turn_token() -> Option<String> {
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let mode = args.value("mode").unwrap_or("queue");
-    if !matches!(mode, "queue" | "steer") {
+    if !super::args::MODES.contains(&mode) {
         return Err(Error::Usage(format!(
             "send: --mode {}: use queue or steer",
             escape(mode)
@@ -99,12 +116,16 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             ));
         }
         super::at_most(args, "send", 1)?;
+        // Outside a turn there is nothing to answer: say so before
+        // reading a body from stdin.
+        let outside = "send: --reply answers the task of the current turn, so it works only inside one ($BATON_SOCKET and $BATON_TURN are set there); to answer a task claimed with 'baton inbox claim', use 'baton inbox complete ID --reply TEXT'";
+        let has_socket = std::env::var_os("BATON_SOCKET").is_some_and(|s| !s.is_empty());
+        if turn_token().is_none() || !has_socket {
+            return Err(Error::Usage(outside.into()));
+        }
         let body = body(args.positional.first().map(String::as_str), config)?;
         let (Some(token), Some((_, mut conn))) = (turn_token(), inside(config)) else {
-            return Err(Error::Usage(
-                "send: --reply answers the task of the current turn, so it works only inside one ($BATON_SOCKET and $BATON_TURN)"
-                    .into(),
-            ));
+            return Err(Error::Usage(outside.into()));
         };
         let mut params = json!({"reply": true, "body": body, "turn": token, "mode": mode});
         if let Some(id) = args.value("message-id") {
@@ -121,6 +142,12 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             "send: TARGET is missing (see 'baton help send')".into(),
         ));
     };
+    if target_arg.trim().is_empty() {
+        return Err(Error::Usage(format!(
+            "send: TARGET {:?} is empty: name an instance by its id or name",
+            target_arg
+        )));
+    }
     let body = body(args.positional.get(1).map(String::as_str), config)?;
     if let Some(from) = args.value("from") {
         return from_instance(args, config, from, target_arg, &body, mode);

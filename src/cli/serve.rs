@@ -26,8 +26,11 @@ pub fn interactive(args: &Args, config: &Config) -> Result<ExitCode> {
 /// The instance `serve`'s options describe.
 pub fn options(args: &Args) -> Result<ServeOptions> {
     super::at_most(args, "serve", 0)?;
+    if let Some(name) = args.value("name") {
+        super::args::check_name("serve: --name", name)?;
+    }
     let profile = args.value("profile").unwrap_or("coding");
-    if !matches!(profile, "coding" | "sysadmin") {
+    if !super::args::PROFILES.contains(&profile) {
         return Err(Error::Usage(format!(
             "serve: --profile {}: use coding or sysadmin",
             crate::sanitize::escape(profile)

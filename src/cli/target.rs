@@ -56,6 +56,12 @@ fn candidates(peers: &[&Peer]) -> String {
 
 /// Resolves TARGET among live peers.
 pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
+    if target.is_some_and(|t| t.trim().is_empty()) {
+        return Err(Error::Usage(format!(
+            "TARGET {:?} is empty: name an instance by its id or name",
+            target.unwrap_or("")
+        )));
+    }
     let dir = registry::ensure_dir(config)?;
     let dirs = registry::scan_dirs(&dir);
     // An exact id needs no scan: its manifest is read directly.

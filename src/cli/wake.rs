@@ -15,27 +15,21 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let Some(name) = args.positional.first() else {
         return Err(Error::Usage("wake: NAME is missing".into()));
     };
-    if !registry::valid_name(name) {
-        return Err(Error::Usage(format!(
-            "wake: {}: a name must match [A-Za-z0-9_.-]{{1,64}}",
-            escape(name)
-        )));
-    }
+    super::args::check_name("wake:", name)?;
     let dir = registry::ensure_dir(config)?;
+    // An agent that already runs needs no waking, wake socket or not.
+    if running(config, &dir, name) {
+        return Ok(ExitCode::Ok);
+    }
     if !relay::wake(&dir, name) {
         return Err(Error::NoTarget(format!(
-            "{name} has no wake socket at {} that accepts connections (see docs/systemd.md)",
+            "{name} is not running and has no wake socket at {} that accepts connections (see docs/systemd.md)",
             relay::wake_socket(&dir, name).display()
         )));
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let found = registry::discover(&registry::scan_dirs(&dir), None, config.io_timeout);
-        if let Some(p) = found.peers.iter().find(|p| p.manifest.name == *name) {
-            emit(&format!(
-                "{name} is running: pid {}, instance {}\n",
-                p.manifest.pid, p.manifest.instance_id
-            ));
+        if running(config, &dir, name) {
             return Ok(ExitCode::Ok);
         }
         if Instant::now() >= deadline {
@@ -45,4 +39,19 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Whether a live instance has this name; if so, says so.
+fn running(config: &Config, dir: &std::path::Path, name: &str) -> bool {
+    let found = registry::discover(&registry::scan_dirs(dir), None, config.io_timeout);
+    let Some(p) = found.peers.iter().find(|p| p.manifest.name == name) else {
+        return false;
+    };
+    emit(&format!(
+        "{} is running: pid {}, instance {}\n",
+        escape(name),
+        p.manifest.pid,
+        p.manifest.instance_id
+    ));
+    true
 }

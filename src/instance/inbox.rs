@@ -103,11 +103,11 @@ impl Foreground {
     /// token it gets) and says so.
     fn open_turn(&mut self, task: Task, token: String) -> Value {
         let how = if self.opts.reply_by_tool {
-            turn::REPLY_BY_TOOL
+            turn::REPLY_BY_TOOL.to_string()
         } else {
-            turn::REPLY_BY_COMMAND
+            turn::reply_by_inbox(&self.origin.name, &task.message_id)
         };
-        let envelope = turn::envelope(&task, task.sender.instance_id.is_some().then_some(how));
+        let envelope = turn::envelope(&task, task.sender.instance_id.is_some().then_some(&*how));
         let follows = self.open.first().map(|o| o.task.message_id.clone());
         self.hub.emit(
             "task.claimed",

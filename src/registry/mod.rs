@@ -52,9 +52,9 @@ pub fn is_plain_sender_id(id: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// `[A-Za-z0-9_.-]{1,64}`: names.
+/// `[A-Za-z0-9_.-]{1,64}`, other than `.` and `..`: names.
 pub fn valid_name(s: &str) -> bool {
-    (1..=64).contains(&s.len()) && s.bytes().all(id_byte)
+    (1..=64).contains(&s.len()) && s.bytes().all(id_byte) && s != "." && s != ".."
 }
 
 fn id_byte(b: u8) -> bool {
@@ -275,6 +275,7 @@ mod tests {
         assert!(!valid_id("a/b"));
         assert!(valid_name(&"n".repeat(64)));
         assert!(!valid_name(&"n".repeat(65)));
+        assert!(!valid_name(".") && !valid_name("..") && valid_name("..."));
     }
 
     #[test]

@@ -1,0 +1,283 @@
+//! `baton stop NAME` ends a running instance (SIGTERM, after checking that
+//! the pid its manifest names is that instance); `baton forget NAME`
+//! removes a stopped name's spool, under the spool's lock.
+
+use super::args::Args;
+use super::{emit, target};
+use crate::config::Config;
+use crate::error::{Error, ExitCode, Result};
+use crate::registry::{self, Peer};
+use crate::relay::{self, KnownSpool};
+use crate::sanitize::escape;
+use crate::sys;
+use serde_json::{Value, json};
+use std::fs::{self, OpenOptions};
+use std::io::{BufRead, IsTerminal, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long `stop` waits for the instance to exit, without `--timeout`.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
+    super::at_most(args, "stop", 1)?;
+    let Some(name) = args.positional.first() else {
+        return Err(Error::Usage(
+            "stop: NAME is missing: name the instance to stop (its name or id)".into(),
+        ));
+    };
+    let wait = args.seconds("stop", "timeout")?.unwrap_or(STOP_WAIT);
+    let peer = target::resolve(config, Some(name))?;
+    let pid = verified_pid(config, &peer)?;
+    let who = format!(
+        "{} ({}, pid {pid})",
+        escape(&peer.manifest.name),
+        peer.manifest.instance_id
+    );
+    match sys::signal(pid, sys::SIGTERM) {
+        Ok(()) => {}
+        Err(_) if sys::pid_status(pid) == sys::PidStatus::Gone => {
+            emit(&format!("{who} had already exited\n"));
+            return Ok(ExitCode::Ok);
+        }
+        Err(e) => {
+            return Err(Error::Env(format!("stop: cannot signal {who}: {e}")));
+        }
+    }
+    let deadline = Instant::now() + wait;
+    while !exited(&peer, pid) {
+        if Instant::now() >= deadline {
+            return Err(Error::Transport(format!(
+                "stop: sent SIGTERM to {who}, which has not exited after {} s (a turn may still be ending); see 'baton status {}'",
+                wait.as_secs_f64(),
+                peer.manifest.instance_id
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    emit(&format!("stopped {who}\n"));
+    Ok(ExitCode::Ok)
+}
+
+/// The pid to signal: the manifest's, once the instance has answered on
+/// its socket with that id and that pid (it reports its own), so that a
+/// stale manifest whose pid was reused never gets another process killed.
+/// The check is the same on every platform: it needs no `/proc`.
+fn verified_pid(config: &Config, peer: &Peer) -> Result<u32> {
+    let m = &peer.manifest;
+    let mut conn = target::connect(config, peer)?;
+    let r = conn
+        .call("control/status", json!({}))
+        .map_err(|e| target::transport(peer, e))?;
+    let same_id = r.get("instance_id").and_then(Value::as_str) == Some(&*m.instance_id);
+    let same_pid = r.get("pid").and_then(Value::as_u64) == Some(u64::from(m.pid));
+    if !same_id || !same_pid || m.pid == 0 {
+        return Err(Error::NoTarget(format!(
+            "stop: {}'s manifest names pid {} and instance {}, but its socket answers as {} pid {}: not signalling",
+            escape(&m.name),
+            m.pid,
+            m.instance_id,
+            escape(&r["instance_id"].to_string()),
+            r["pid"]
+        )));
+    }
+    Ok(m.pid)
+}
+
+/// Whether the instance has exited: its pid is gone or a zombie (where
+/// `/proc` tells), else (no `/proc`) its manifest is gone and its socket
+/// refuses connections.
+fn exited(peer: &Peer, pid: u32) -> bool {
+    if sys::pid_status(pid) == sys::PidStatus::Gone {
+        return true;
+    }
+    if Path::new("/proc/self/stat").exists() {
+        return sys::process(pid).is_some_and(|p| p.zombie);
+    }
+    let socket = Path::new(&peer.manifest.socket);
+    let manifest = socket
+        .parent()
+        .map(|d| registry::manifest_path(d, &peer.manifest.instance_id));
+    manifest.is_some_and(|m| fs::symlink_metadata(m).is_err())
+        && std::os::unix::net::UnixStream::connect(socket).is_err()
+}
+
+pub fn forget(args: &Args, config: &Config) -> Result<ExitCode> {
+    super::at_most(args, "forget", 1)?;
+    let Some(name) = args.positional.first() else {
+        return Err(Error::Usage(
+            "forget: NAME is missing: name the stopped agent whose spool to remove".into(),
+        ));
+    };
+    super::args::check_name("forget:", name)?;
+    let spool = find_spool(args, config, name)?;
+    let held = Holdings::read(&spool.dir)?;
+    emit(&format!(
+        "{} (workspace {}) holds {}\nspool: {}\n",
+        escape(&spool.name),
+        escape(&spool.workspace),
+        held,
+        escape(&spool.dir.display().to_string())
+    ));
+    if !args.flag("yes") && !confirm(&spool)? {
+        eprintln!("baton: nothing was removed");
+        return Ok(ExitCode::Refused);
+    }
+    remove(&spool, &held)?;
+    emit(&format!(
+        "forgot {}: its spool is removed\n",
+        escape(&spool.name)
+    ));
+    Ok(ExitCode::Ok)
+}
+
+/// The one stopped spool of this name (and `--workspace`, if given).
+fn find_spool(args: &Args, config: &Config, name: &str) -> Result<KnownSpool> {
+    let workspace = match args.value("workspace") {
+        Some(w) => Some(
+            fs::canonicalize(w)
+                .map_err(|e| Error::io("find workspace", Path::new(w), e))?
+                .display()
+                .to_string(),
+        ),
+        None => None,
+    };
+    let dir = registry::ensure_dir(config)?;
+    let live = registry::discover(&registry::scan_dirs(&dir), None, config.io_timeout).peers;
+    let mut spools: Vec<KnownSpool> = relay::known_spools()
+        .into_iter()
+        .filter(|s| s.name == name && workspace.as_ref().is_none_or(|w| *w == s.workspace))
+        .collect();
+    let running = |s: &KnownSpool| {
+        live.iter()
+            .find(|p| p.manifest.name == s.name && p.manifest.workspace == s.workspace)
+            .cloned()
+    };
+    // A running agent's spool is never removed; when it is the only one
+    // of this name, say that it runs.
+    let runs: Vec<Peer> = spools.iter().filter_map(running).collect();
+    spools.retain(|s| running(s).is_none());
+    if let (true, Some(p)) = (spools.is_empty(), runs.first()) {
+        return Err(Error::Env(format!(
+            "forget: {} is running (pid {}, instance {}): stop it first with 'baton stop {}'",
+            escape(name),
+            p.manifest.pid,
+            p.manifest.instance_id,
+            p.manifest.instance_id
+        )));
+    }
+    match spools.len() {
+        1 => Ok(spools.pop().expect("one spool")),
+        0 => Err(Error::NoTarget(format!(
+            "forget: no spool has the name {}{}; 'baton list --offline' shows the names baton knows",
+            escape(name),
+            workspace
+                .map(|w| format!(" and the workspace {}", escape(&w)))
+                .unwrap_or_default()
+        ))),
+        _ => {
+            let list: Vec<String> = spools
+                .iter()
+                .map(|s| format!("\n  {}  {}", escape(&s.name), escape(&s.workspace)))
+                .collect();
+            Err(Error::NoTarget(format!(
+                "forget: several spools have the name {}: pick one with --workspace DIR; candidates:{}",
+                escape(name),
+                list.concat()
+            )))
+        }
+    }
+}
+
+/// What a spool holds, by place.
+#[derive(PartialEq, Eq)]
+struct Holdings {
+    queued: usize,
+    processing: usize,
+    interrupted: usize,
+    rejected: usize,
+    done: usize,
+}
+
+impl Holdings {
+    fn read(dir: &Path) -> Result<Holdings> {
+        let l = crate::spool::read_listing(dir)?;
+        let done = fs::read_dir(dir.join("done")).map_or(0, |r| r.filter_map(|e| e.ok()).count());
+        Ok(Holdings {
+            queued: l.queued.len(),
+            processing: l.processing.len(),
+            interrupted: l.interrupted.len(),
+            rejected: l.rejected.len(),
+            done,
+        })
+    }
+}
+
+impl std::fmt::Display for Holdings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} queued, {} processing, {} interrupted, {} rejected and {} done (receipts)",
+            self.queued, self.processing, self.interrupted, self.rejected, self.done
+        )
+    }
+}
+
+/// Asks on the terminal; refuses without one (scripts pass `--yes`).
+fn confirm(spool: &KnownSpool) -> Result<bool> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err(Error::Usage(format!(
+            "forget: standard input is not a terminal, so nobody can confirm: add --yes to remove {}'s spool",
+            escape(&spool.name)
+        )));
+    }
+    eprint!(
+        "baton: remove {}'s spool and everything in it? [y/N] ",
+        escape(&spool.name)
+    );
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    stdin
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| Error::io("read", Path::new("<stdin>"), e))?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}
+
+/// Removes the spool while holding its lock, so that neither its agent
+/// (starting meanwhile) nor a sender storing a task has it open; what it
+/// holds must still be what was shown.
+fn remove(spool: &KnownSpool, shown: &Holdings) -> Result<()> {
+    let dir = &spool.dir;
+    crate::spool::check_private_dir(dir, "spool")?;
+    let lock_path = dir.join("lock");
+    let lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
+        .open(&lock_path)
+        .map_err(|e| Error::io("open lock file", &lock_path, e))?;
+    if !sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &lock_path, e))? {
+        return Err(Error::Env(format!(
+            "forget: {}'s spool is in use (its agent is starting or running, or a sender is storing a task): nothing was removed; try again",
+            escape(&spool.name)
+        )));
+    }
+    if Holdings::read(dir)? != *shown {
+        return Err(Error::Env(format!(
+            "forget: {}'s spool changed since it was shown: nothing was removed; run forget again",
+            escape(&spool.name)
+        )));
+    }
+    // meta.json first: from then on it is no spool to a sender.
+    let meta = dir.join("meta.json");
+    fs::remove_file(&meta).map_err(|e| Error::io("remove", &meta, e))?;
+    fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))?;
+    drop(lock);
+    Ok(())
+}
