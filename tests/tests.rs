@@ -17,6 +17,7 @@ mod spool;
 mod ssh;
 mod stopped;
 mod tui;
+mod tui_work;
 mod turns;
 mod wait;
 mod zcoder;

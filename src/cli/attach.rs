@@ -52,12 +52,10 @@ fn here(args: &Args, config: &Config) -> Result<(PathBuf, String, Vec<Peer>)> {
     let dir = registry::ensure_dir(config)?;
     let want = ws.display().to_string();
     // Only the manifests of this workspace are pinged.
-    let found = registry::discover_matching(
-        &registry::scan_dirs(&dir),
-        None,
-        config.io_timeout,
-        &|m| m.workspace == want,
-    );
+    let found =
+        registry::discover_matching(&registry::scan_dirs(&dir), None, config.io_timeout, &|m| {
+            m.workspace == want
+        });
     let peers = found
         .peers
         .into_iter()
@@ -106,7 +104,11 @@ pub fn here_attach(args: &Args, config: &Config) -> Result<ExitCode> {
         several => Err(Error::NoTarget(format!(
             "several instances serve {}: {}; pick one with --name NAME or 'baton attach ID'",
             escape(&ws.display().to_string()),
-            several.iter().map(|p| describe(p)).collect::<Vec<_>>().join(", ")
+            several
+                .iter()
+                .map(|p| describe(p))
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }

@@ -99,8 +99,23 @@ pub fn colour_wanted(no_color: Option<&std::ffi::OsStr>) -> bool {
 /// Terminal types the view draws on without asking terminfo: the ANSI
 /// family, whose cursor and attribute codes the view writes.
 const ANSI_FAMILY: [&str; 17] = [
-    "xterm", "screen", "tmux", "rxvt", "linux", "vt100", "vt102", "vt220", "ansi", "alacritty",
-    "kitty", "foot", "st-", "konsole", "gnome", "putty", "wezterm",
+    "xterm",
+    "screen",
+    "tmux",
+    "rxvt",
+    "linux",
+    "vt100",
+    "vt102",
+    "vt220",
+    "ansi",
+    "alacritty",
+    "kitty",
+    "foot",
+    "st-",
+    "konsole",
+    "gnome",
+    "putty",
+    "wezterm",
 ];
 
 /// Why the view cannot draw on a terminal of type `term` (`$TERM`), or

@@ -362,8 +362,7 @@ impl View {
                 .unwrap_or_default()
         };
         let from = ev.get("from");
-        let name = from
-            .and_then(|f| f.get("name").and_then(Value::as_str).or_else(|| f.as_str()));
+        let name = from.and_then(|f| f.get("name").and_then(Value::as_str).or_else(|| f.as_str()));
         let ws = from
             .and_then(|f| f.get("workspace"))
             .or_else(|| ev.get("workspace"))
@@ -390,13 +389,20 @@ impl View {
         let h = &self.header;
         // The whole id: it is what `baton attach ID` and `/send ID` take.
         let mut t = format!(
-            " baton  {} ({})  {}  {}  queued {}  interrupted {}",
+            " {} ({})  {}  {}  queued {}  interrupted {}",
             h.name, h.id, h.profile, h.state, h.queued, h.interrupted
         );
         if !h.model.is_empty() {
             t.push_str(&format!("  {}", h.model));
         }
-        fit(&escape(&t), width)
+        let t = escape(&t);
+        // The "baton" label goes first when the line is too long.
+        let branded = format!(" baton {t}");
+        if branded.chars().count() <= width {
+            branded
+        } else {
+            fit(&t, width)
+        }
     }
 
     /// The transcript as screen lines of at most `width` characters.
@@ -543,10 +549,9 @@ pub fn approval_prompt(w: &Waiting) -> String {
 /// body's first lines (escaped when drawn, like every entry).
 pub fn approval_text(w: &Waiting) -> String {
     let mut t = format!(
-        "task {} from {} waits for approval: y or n, or /approve {} (/deny {})",
+        "task {} from {} waits for approval: y or n, or /approve {}",
         w.id,
         approval_about(w),
-        w.id,
         w.id
     );
     for line in w.excerpt.lines() {

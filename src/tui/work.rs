@@ -39,10 +39,7 @@ pub fn claim(view: &mut View, call: Call) {
         "empty" => view.push(Role::System, "the inbox is empty: nothing to claim"),
         "awaiting_approval" => view.push(
             Role::System,
-            format!(
-                "{reason}: y or n, or /approve {}",
-                text(&r, "message_id")
-            ),
+            format!("{reason}: y or n, or /approve {}", text(&r, "message_id")),
         ),
         "busy" => view.push(
             Role::Refusal,
