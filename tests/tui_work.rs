@@ -615,6 +615,18 @@ fn bare_baton_offers_to_attach_where_an_instance_serves_the_directory() {
         tmux.line(window, "/quit");
         ends_with_status(&tmux, window, 0);
     }
+    // With the relay off there is nothing to attach through: the local
+    // console opens, as before.
+    tmux.window(
+        "off",
+        &format!(
+            "cd '{}'\nBATON_RELAY=off \"$BATON\"\necho \"rc=$?\"",
+            ws.display()
+        ),
+    );
+    tmux.wait_for("off", "local console");
+    tmux.line("off", "/quit");
+    ends_with_status(&tmux, "off", 0);
     assert!(h.is_running(), "the views stopped the instance");
     assert_eq!(
         crate::util::manifests(&env.registry).len(),

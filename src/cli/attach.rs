@@ -4,7 +4,7 @@
 
 use super::args::{Args, Opt};
 use super::target;
-use crate::config::Config;
+use crate::config::{Config, Relay};
 use crate::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer, Wire};
 use crate::sanitize::escape;
@@ -118,7 +118,14 @@ pub fn here_attach(args: &Args, config: &Config) -> Result<ExitCode> {
 /// to attach to it instead, before the screen is touched; elsewhere an
 /// error that names it. None: nothing serves it, start one.
 pub fn offer(args: &Args, config: &Config) -> Result<Option<ExitCode>> {
-    let (ws, name, peers) = here(args, config)?;
+    // With the relay off, or a registry that cannot be read, `baton`
+    // opens its local console as before; the view says why.
+    if config.relay == Relay::Off {
+        return Ok(None);
+    }
+    let Ok((ws, name, peers)) = here(args, config) else {
+        return Ok(None);
+    };
     let Some(peer) = peers.iter().find(|p| p.manifest.name == name) else {
         return Ok(None);
     };
