@@ -22,6 +22,7 @@ mod spool;
 mod ssh;
 mod stopped;
 mod tui;
+mod tui_work;
 mod turns;
 mod wait;
 mod zcoder;

@@ -43,14 +43,18 @@ fn headed() -> View {
     view
 }
 
+/// The header at 80 columns, where the "baton" label does not fit too.
 const HEADER: &str =
-    " baton  alpha (4242-1111222)  coding  ready  queued 3  interrupted 1  model-x";
+    " alpha (4242-1111222233334444)  coding  ready  queued 3  interrupted 1  model-x";
 
 #[test]
-fn the_header_shows_name_short_id_profile_state_counts_and_model() {
+fn the_header_shows_name_id_profile_state_counts_and_model() {
     let term = draw(&headed(), 80, 24);
     assert_eq!(term.screen()[0], HEADER);
     assert_eq!(term.last.lines[0].style, Style::Header);
+    // With the room, the label leads; the id is always whole.
+    let term = draw(&headed(), 100, 24);
+    assert_eq!(term.screen()[0], format!(" baton {HEADER}"));
 
     // Without a model label the header ends at the counts.
     let mut view = headed();
@@ -61,7 +65,7 @@ fn the_header_shows_name_short_id_profile_state_counts_and_model() {
     let term = draw(&view, 80, 24);
     assert_eq!(
         term.screen()[0],
-        " baton  alpha (4242-1111222)  coding  paused  queued 0  interrupted 0"
+        " baton  alpha (4242-1111222233334444)  coding  paused  queued 0  interrupted 0"
     );
 
     // A narrow screen cuts the header to its width.
@@ -283,7 +287,11 @@ fn an_80x24_screen_has_header_transcript_status_and_input_rows() {
         screen[2],
         "* task m-9 from beta waits for approval: y or n, or /approve m-9"
     );
-    assert_eq!(view.waiting, [("m-9".to_string(), "beta".to_string())]);
+    assert_eq!(view.waiting.len(), 1);
+    assert_eq!(
+        (view.waiting[0].id.as_str(), view.waiting[0].from.as_str()),
+        ("m-9", "beta")
+    );
     // The oldest waiting task is asked about first; answering it moves on.
     view.apply_event(&json!({"kind": "approval.requested", "message_id": "m-10", "from": "gamma"}));
     assert_eq!(
@@ -411,7 +419,7 @@ fn hostile_peer_text_is_escaped_on_screen() {
     let screen = draw(&view, 80, 24).screen();
     assert_clean(&screen, "80x24");
     assert!(
-        screen[0].starts_with(" baton  al\\epha (4242-1111222)  coding"),
+        screen[0].starts_with(" al\\epha (4242-1111222233334444)  coding"),
         "{:?}",
         screen[0]
     );
@@ -587,10 +595,10 @@ fn the_editor_keys_edit_the_line_and_walk_the_history() {
 // ---------------------------------------------------------------------------
 // End to end in a private tmux server.
 
-const WAIT: Duration = Duration::from_secs(15);
+pub(crate) const WAIT: Duration = Duration::from_secs(15);
 
 /// Waits for `child` up to 10 s, killing it after that.
-fn finish(mut child: Child, what: &str) -> std::process::Output {
+pub(crate) fn finish(mut child: Child, what: &str) -> std::process::Output {
     let deadline = Instant::now() + Duration::from_secs(10);
     while matches!(child.try_wait(), Ok(None)) {
         if Instant::now() >= deadline {
@@ -604,7 +612,7 @@ fn finish(mut child: Child, what: &str) -> std::process::Output {
 }
 
 /// Whether `pid` is gone (or only a zombie left for someone to reap).
-fn gone(pid: u32) -> bool {
+pub(crate) fn gone(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
@@ -617,15 +625,15 @@ fn gone(pid: u32) -> bool {
 /// directory), with a script per window so each pane sees exactly the test
 /// world's environment. Dropping it kills the server and then every baton
 /// it was told about that is still alive.
-struct Tmux<'a> {
+pub(crate) struct Tmux<'a> {
     env: &'a Env,
     socket: String,
-    pids: Vec<u32>,
+    pub(crate) pids: Vec<u32>,
 }
 
 impl<'a> Tmux<'a> {
     /// Starts the server with one 100x30 window running `script`.
-    fn start(env: &'a Env, window: &str, script: &str) -> Tmux<'a> {
+    pub(crate) fn start(env: &'a Env, window: &str, script: &str) -> Tmux<'a> {
         static N: AtomicUsize = AtomicUsize::new(0);
         let socket = format!(
             "baton-tui-{}-{}",
@@ -662,7 +670,7 @@ impl<'a> Tmux<'a> {
     }
 
     /// Writes `root/<window>.sh`: the test world's environment, then `body`.
-    fn script(&self, window: &str, body: &str) -> PathBuf {
+    pub(crate) fn script(&self, window: &str, body: &str) -> PathBuf {
         let root = self.env.root.path();
         let path = root.join(format!("{window}.sh"));
         let q = |p: &Path| format!("'{}'", p.display());
@@ -695,7 +703,7 @@ impl<'a> Tmux<'a> {
     }
 
     /// Runs one tmux command (10 s bound) and returns its stdout.
-    fn run(&self, args: &[&str]) -> String {
+    pub(crate) fn run(&self, args: &[&str]) -> String {
         let child = self.cmd().args(args).spawn().expect("spawn tmux");
         let out = finish(child, &format!("tmux {args:?}"));
         assert!(
@@ -706,7 +714,7 @@ impl<'a> Tmux<'a> {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    fn window(&self, window: &str, script: &str) {
+    pub(crate) fn window(&self, window: &str, script: &str) {
         let path = self.script(window, script);
         self.run(&[
             "new-window",
@@ -719,24 +727,24 @@ impl<'a> Tmux<'a> {
     }
 
     /// The pane's screen as text.
-    fn screen(&self, window: &str) -> String {
+    pub(crate) fn screen(&self, window: &str) -> String {
         self.run(&["capture-pane", "-p", "-t", &format!("t:{window}")])
     }
 
     /// Types `text` and presses Enter.
-    fn line(&self, window: &str, text: &str) {
+    pub(crate) fn line(&self, window: &str, text: &str) {
         let target = format!("t:{window}");
         self.run(&["send-keys", "-t", &target, "-l", text]);
         self.run(&["send-keys", "-t", &target, "Enter"]);
     }
 
-    fn key(&self, window: &str, key: &str) {
+    pub(crate) fn key(&self, window: &str, key: &str) {
         self.run(&["send-keys", "-t", &format!("t:{window}"), key]);
     }
 
     /// Polls the pane until `ok` holds for its screen (15 s bound) and
     /// returns that screen; on timeout, fails showing it.
-    fn wait(&self, window: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait(&self, window: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + WAIT;
         loop {
             let screen = self.screen(window);
@@ -754,7 +762,7 @@ impl<'a> Tmux<'a> {
 
     /// Waits until the pane shows `needle` (with runs of blanks, line ends
     /// included, collapsed to one space, so wrapping does not matter).
-    fn wait_for(&self, window: &str, needle: &str) -> String {
+    pub(crate) fn wait_for(&self, window: &str, needle: &str) -> String {
         let want = flat(needle);
         self.wait(window, &format!("{needle:?}"), |s| flat(s).contains(&want))
     }
@@ -784,12 +792,12 @@ impl Drop for Tmux<'_> {
 }
 
 /// Runs of blanks (line ends included) collapsed to one space.
-fn flat(s: &str) -> String {
+pub(crate) fn flat(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// The manifest of the live instance called `name`, waiting for it (15 s).
-fn manifest(env: &Env, name: &str) -> Value {
+pub(crate) fn manifest(env: &Env, name: &str) -> Value {
     let deadline = Instant::now() + WAIT;
     loop {
         for path in manifests(&env.registry) {
@@ -811,7 +819,7 @@ fn manifest(env: &Env, name: &str) -> Value {
 }
 
 /// The message id in the first line of `screen` holding `before` ID `after`.
-fn id_between(screen: &str, before: &str, after: &str) -> String {
+pub(crate) fn id_between(screen: &str, before: &str, after: &str) -> String {
     flat(screen)
         .split(before)
         .skip(1)
@@ -822,7 +830,7 @@ fn id_between(screen: &str, before: &str, after: &str) -> String {
         .unwrap_or_else(|| panic!("no {before:?}ID{after:?} in:\n{screen}"))
 }
 
-fn wait_file(path: &Path) -> String {
+pub(crate) fn wait_file(path: &Path) -> String {
     let deadline = Instant::now() + WAIT;
     while !path.exists() {
         if Instant::now() >= deadline {
@@ -875,15 +883,11 @@ fn two_interactive_instances_relay_pause_quit_cleanly_and_reload_the_transcript(
     tmux.pids.extend([pid_a as u32, pid_b as u32]);
     let id_a = ma["instance_id"].as_str().unwrap().to_string();
     let id_b = mb["instance_id"].as_str().unwrap().to_string();
-    let short = |id: &str| id.chars().take(12).collect::<String>();
 
     // Each view: the header, the status row, the input line, 30 rows.
     let screen = tmux.wait_for(
         "alpha",
-        &format!(
-            "baton alpha ({}) coding ready queued 0 interrupted 0",
-            short(&id_a)
-        ),
+        &format!("baton alpha ({}) coding ready queued 0 interrupted 0", id_a),
     );
     let rows: Vec<&str> = screen.lines().collect();
     assert_eq!(rows.len(), 30, "{screen}");
@@ -893,7 +897,7 @@ fn two_interactive_instances_relay_pause_quit_cleanly_and_reload_the_transcript(
     tmux.wait_for("alpha", &format!("* alpha started in {}", ws_a.display()));
     tmux.wait_for(
         "beta",
-        &format!("baton beta ({}) coding ready queued 0", short(&id_b)),
+        &format!("baton beta ({}) coding ready queued 0", id_b),
     );
 
     // /list-agents in alpha lists beta (and not alpha itself).
@@ -905,7 +909,7 @@ fn two_interactive_instances_relay_pause_quit_cleanly_and_reload_the_transcript(
         .unwrap_or_else(|| panic!("no row for beta:\n{screen}"));
     assert_eq!(
         flat(row),
-        format!("beta {pid_b} ready {} {}", short(&id_b), ws_b.display()),
+        format!("beta {pid_b} ready {} {}", id_b, ws_b.display()),
         "{screen}"
     );
     assert!(
@@ -917,11 +921,27 @@ fn two_interactive_instances_relay_pause_quit_cleanly_and_reload_the_transcript(
         "{screen}"
     );
 
-    // /send delivers; beta shows the task with its sender and the output.
-    tmux.line("alpha", "/send beta hello-from-alpha");
+    // A target that is no one: the candidates are beta with its whole id,
+    // never alpha itself.
+    tmux.line("alpha", "/send nosuch x");
+    let screen = tmux.wait_for("alpha", "no_target: ");
+    let refusal = flat(&screen);
+    let refusal = &refusal[refusal.find("no_target: ").unwrap()..];
+    assert!(
+        refusal.contains(&format!("candidates: beta ({id_b})")),
+        "{screen}"
+    );
+    assert!(
+        !refusal.contains(&id_a),
+        "alpha among its candidates:\n{screen}"
+    );
+
+    // /send delivers to the id /list-agents showed; beta shows the task
+    // with its sender and the output.
+    tmux.line("alpha", &format!("/send {id_b} hello-from-alpha"));
     let screen = tmux.wait_for("alpha", " to beta: accepted at position");
     assert!(
-        flat(&screen).contains("> /send beta hello-from-alpha"),
+        flat(&screen).contains(&format!("> /send {id_b} hello-from-alpha")),
         "{screen}"
     );
     let id1 = id_between(&screen, "* sent ", "to beta: accepted");
@@ -965,10 +985,7 @@ fn two_interactive_instances_relay_pause_quit_cleanly_and_reload_the_transcript(
     // shown in alpha as not sent.
     tmux.line("beta", "/agents pause");
     tmux.wait_for("beta", "* relay paused");
-    tmux.wait_for(
-        "beta",
-        &format!("baton beta ({}) coding paused", short(&id_b)),
-    );
+    tmux.wait_for("beta", &format!("baton beta ({}) coding paused", id_b));
     tmux.line("alpha", "/send beta the-third-one");
     let screen = tmux.wait_for("alpha", " to beta: paused: ");
     let id3 = id_between(&screen, "! not sent ", "to beta: paused");
@@ -1035,25 +1052,43 @@ fn attach_answers_a_waiting_approval_with_y() {
         "view",
         &format!("cd '{}'\nexec \"$BATON\" attach h", ws.display()),
     );
-    tmux.wait_for(
-        "view",
-        &format!("baton h ({}) coding ready queued 0", &h.id[..12]),
-    );
+    tmux.wait_for("view", &format!("baton h ({}) coding ready queued 0", h.id));
 
-    let out = env.run(&["send", "h", "please run it", "--json"]);
+    let out = env.run_with(
+        &[],
+        Some(&ws),
+        &["send", "h", "please run it", "--json"],
+        None,
+    );
     assert_eq!(out.status, 0, "{}", out.stderr);
     let sent: Value = serde_json::from_str(&out.stdout).unwrap();
     let id = sent["message_id"].as_str().unwrap().to_string();
-    let prompt = format!("approve task {id} from (cli)? [y/n]");
+    // The prompt and the entry say who sent it, from where, the mode, the
+    // size and the body's first lines.
+    let about = format!("(cli) ({}), mode queue, 13 bytes", ws.display());
+    let prompt = format!("approve task {id} from {about}? [y/n]");
     let screen = tmux.wait("view", &format!("{prompt:?}"), |s| {
-        s.lines().nth(28).is_some_and(|l| l.trim_end() == prompt)
+        s.lines()
+            .nth(28)
+            .is_some_and(|l| prompt.starts_with(l.trim_end()) && l.len() > 60)
     });
     let flat_screen = flat(&screen);
     assert!(
         flat_screen.contains(&format!("<< task {id} from (cli) (pid {}", out.pid)),
         "{screen}"
     );
-    assert!(flat_screen.contains("please run it"), "{screen}");
+    assert!(
+        flat_screen.contains(&format!(
+            "* task {id} from {about} waits for approval: y or n, or /approve {id} please run it"
+        )),
+        "{screen}"
+    );
+    let rows: Vec<&str> = screen.lines().collect();
+    let at = rows
+        .iter()
+        .position(|l| l.ends_with(&format!("or /approve {id}")))
+        .unwrap_or_else(|| panic!("no approval entry:\n{screen}"));
+    assert_eq!(rows[at + 1].trim_end(), "    please run it", "{screen}");
     assert!(
         !flat_screen.contains("ran-it"),
         "ran before approval:\n{screen}"

@@ -90,6 +90,11 @@ impl Args {
         self.given.iter().any(|(l, _)| *l == long)
     }
 
+    /// The long names of the options given, in order.
+    pub fn options_given(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.given.iter().map(|(l, _)| *l)
+    }
+
     /// The last value given for an option.
     pub fn value(&self, long: &str) -> Option<&str> {
         self.given

@@ -379,6 +379,8 @@ fn overview() -> String {
     let mut s = String::from(
         "baton: hand tasks between agent processes on this host\n\n\
          usage: baton [serve options]    an instance for this directory, with its view\n\
+         \x20      baton -a|--attach [--name NAME] [--workspace DIR]\n\
+         \x20                               the view on the instance serving this directory\n\
          \x20      baton COMMAND [ARGS]\n\ncommands:\n",
     );
     for c in COMMANDS {
@@ -474,12 +476,22 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
     // and the interactive view on it.
     if argv.is_empty() || first.starts_with('-') {
         let cmd = &COMMANDS[0];
-        let args = args::parse("", argv, cmd.opts)?;
+        let mut opts = cmd.opts.to_vec();
+        opts.push(attach::ATTACH);
+        let args = args::parse("", argv, &opts)?;
         if args.flag("help") {
             emit(&overview());
             return Ok(ExitCode::Ok);
         }
         let config = Config::from_env()?;
+        // `baton -a`: the view on the instance serving this directory;
+        // bare `baton` offers that too rather than start a second one.
+        if args.flag("attach") {
+            return attach::here_attach(&args, &config);
+        }
+        if let Some(code) = attach::offer(&args, &config)? {
+            return Ok(code);
+        }
         return serve::interactive(&args, &config);
     }
     let (cmd, rest) = {

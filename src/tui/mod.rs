@@ -4,8 +4,12 @@
 //! the view is a client of the instance's socket (events, control,
 //! approvals, relay/send), so there is one view code path.
 
+mod inbox;
 pub mod term;
 pub mod view;
+pub mod work;
+
+pub use inbox::inbox_listing;
 
 use crate::client::{CallError, Connection, Reconnecting};
 use crate::config::{Config, Relay};
@@ -22,14 +26,17 @@ use term::{Terminal, Tty};
 use view::{Role, View};
 
 const HELP: &str = "commands:
-  /list-agents            the other live instances
+  /list-agents            the other live instances (their ids work with /send)
   /agents                 this instance's relay status
   /agents pause|resume    refuse new tasks / accept them again
   /send TARGET MESSAGE    hand a task to another instance (id or name)
   /approve [ID] /deny [ID]  answer a task waiting for approval (also y / n)
+  /claim                  take the next task (an instance without --exec)
+  /reply TEXT             answer the task claimed last and complete it
+  /complete [ID] [--failed]  complete a claimed task (default: the last)
   /inbox                  every task in the inbox, then the counts
   /requeue ID /discard ID   an interrupted or expired task
-  /help /quit
+  /help /quit             (/quit warns once while tasks wait)
 a line without a slash is a local turn; Esc cancels the running turn;
 PgUp/PgDn scroll";
 
@@ -41,6 +48,9 @@ pub fn interactive(opts: ServeOptions, config: Config) -> Result<()> {
             "baton: not a terminal, so no interactive view; serving this directory in the foreground (Ctrl-C stops)"
         );
         return instance::serve(opts, config);
+    }
+    if let Some(why) = term::check_term() {
+        return Err(Error::Env(why));
     }
     let mut warning = None;
     let mut running = None;
@@ -58,7 +68,7 @@ pub fn interactive(opts: ServeOptions, config: Config) -> Result<()> {
     }
     let socket = running.as_ref().map(|r| r.socket.clone());
     let id = running.as_ref().map(|r| r.id.clone()).unwrap_or_default();
-    let result = run_view(socket, id, warning, &config);
+    let result = run_view(socket, id, warning, &config, true);
     if let Some(r) = running {
         r.stop();
     }
@@ -70,7 +80,10 @@ pub fn attach(socket: PathBuf, id: String, config: &Config) -> Result<()> {
     if !termion::is_tty(&std::io::stdout()) || !termion::is_tty(&std::io::stdin()) {
         return Err(Error::Usage("attach: the view needs a terminal".into()));
     }
-    run_view(Some(socket), id, None, config)
+    if let Some(why) = term::check_term() {
+        return Err(Error::Env(why));
+    }
+    run_view(Some(socket), id, None, config, false)
 }
 
 /// What the view's loop waits for.
@@ -118,6 +131,8 @@ struct Control {
     client: Option<Reconnecting>,
     id: String,
     config: Config,
+    /// The instance runs in this process and stops with the view.
+    embedded: bool,
 }
 
 impl Control {
@@ -138,15 +153,15 @@ fn run_view(
     id: String,
     warning: Option<String>,
     config: &Config,
+    embedded: bool,
 ) -> Result<()> {
-    let mut view = View {
-        warning,
-        ..View::default()
-    };
+    let mut view = View::default();
+    view.warning = warning;
     let mut ctl = Control {
         client: socket.map(|s| Reconnecting::new(s, config.io_timeout)),
         id,
         config: config.clone(),
+        embedded,
     };
     let events = match &ctl.client {
         Some(c) => match c.subscribe(json!({"since": 1})) {
@@ -254,7 +269,7 @@ fn handle_key(
             return submit(line.trim(), view, ctl, work);
         }
         Key::Char(c @ ('y' | 'n')) if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
-            let id = view.waiting[0].0.clone();
+            let id = view.waiting[0].id.clone();
             decide(view, ctl, &id, if c == 'y' { "approve" } else { "deny" });
         }
         Key::Char('\t') => view.editor.insert(' '),
@@ -297,7 +312,7 @@ fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
         json!({"message_id": id, "decision": decision}),
     ) {
         Ok(r) if r["status"] == "approved" || r["status"] == "denied" => {
-            view.waiting.retain(|(w, _)| w != id);
+            view.waiting.retain(|w| w.id != id);
         }
         Ok(r) => view.push(
             Role::Refusal,
@@ -326,6 +341,9 @@ fn submit(
         Some((c, r)) => (c, r.trim()),
         None => (line, ""),
     };
+    if !matches!(cmd, "/quit" | "/exit") {
+        view.quit_armed = false;
+    }
     if !cmd.starts_with('/') {
         local_line(line, view, ctl);
         return false;
@@ -345,7 +363,13 @@ fn submit(
         return false;
     }
     match cmd {
-        "/quit" | "/exit" => return true,
+        "/quit" | "/exit" => {
+            let status = ctl.call("control/status", json!({})).ok();
+            return work::quit(view, status.as_ref(), ctl.embedded);
+        }
+        "/claim" => work::claim(view, &mut |m, p| ctl.call(m, p)),
+        "/complete" => work::complete(rest, view, &mut |m, p| ctl.call(m, p)),
+        "/reply" => reply_command(rest, view, ctl, work),
         "/help" => view.push(Role::System, HELP),
         "/list-agents" => {
             // Discovery pings peers: a worker does it, the view stays live.
@@ -361,7 +385,7 @@ fn submit(
         "/approve" | "/deny" => {
             let id = if rest.is_empty() {
                 match view.waiting.first() {
-                    Some((id, _)) => id.clone(),
+                    Some(w) => w.id.clone(),
                     None => {
                         view.push(Role::System, "no task is waiting for approval");
                         return false;
@@ -456,11 +480,8 @@ fn send_command(
         let r = Connection::open(&socket, config.io_timeout)
             .and_then(|mut c| c.call("relay/send", json!({"target": target, "body": message})));
         let lines = match r {
-            // The outcome also arrives as relay.sent; a refusal
-            // before any delivery is shown here as well.
-            Ok(v) if v["status"] == Status::NoTarget.as_str() => {
-                vec![(Role::Refusal, no_target_text(&v))]
-            }
+            // The outcome arrives as relay.sent, with the candidates of
+            // a `no_target`.
             Ok(_) => vec![],
             Err(e) => vec![(Role::Refusal, format!("send failed: {e}"))],
         };
@@ -468,24 +489,29 @@ fn send_command(
     });
 }
 
-/// A `no_target` answer with the candidates it names.
-fn no_target_text(v: &Value) -> String {
-    format!(
-        "{}; candidates: {}",
-        v["reason"].as_str().unwrap_or(""),
-        v["candidates"]
-            .as_array()
-            .map(|c| c
-                .iter()
-                .map(|p| format!(
-                    "{} ({})",
-                    p["name"].as_str().unwrap_or(""),
-                    p["instance_id"].as_str().unwrap_or("")
-                ))
-                .collect::<Vec<_>>()
-                .join(", "))
-            .unwrap_or_default()
-    )
+/// `/reply TEXT`, on a worker: completing with a reply may wait on the
+/// sender's instance (up to four fifths of `BATON_IO_TIMEOUT`).
+fn reply_command(
+    rest: &str,
+    view: &mut View,
+    ctl: &mut Control,
+    work: &chan::Sender<Vec<(Role, String)>>,
+) {
+    let params = match work::reply_params(rest, view) {
+        Ok(p) => p,
+        Err(e) => return view.push(Role::Refusal, e),
+    };
+    let id = params["message_id"].as_str().unwrap_or("").to_string();
+    let socket = ctl.client.as_ref().expect("checked").socket().to_path_buf();
+    let config = ctl.config.clone();
+    let tx = work.clone();
+    view.push(Role::Local, format!("/reply {rest}"));
+    std::thread::spawn(move || {
+        let r = Connection::open(&socket, config.io_timeout)
+            .and_then(|mut c| c.call("inbox/complete", params))
+            .map_err(|e| e.to_string());
+        let _ = tx.send(work::reply_outcome(&id, r));
+    });
 }
 
 /// `/requeue ID` and `/discard ID`.
@@ -534,7 +560,8 @@ fn list_agents(config: &Config, me: &str) -> Vec<(Role, String)> {
                 m.name.clone(),
                 m.pid.to_string(),
                 m.state.clone(),
-                m.instance_id.chars().take(12).collect(),
+                // The whole id: a prefix is no target `/send` accepts.
+                m.instance_id.clone(),
                 m.workspace.clone(),
             ]
         })
@@ -562,99 +589,4 @@ fn status_text(st: &Value) -> String {
         st["queue"]["interrupted"],
         s("socket")
     )
-}
-
-/// The places of `inbox/list`, in the order `/inbox` shows them.
-const PLACES: [&str; 4] = ["queued", "processing", "interrupted", "rejected"];
-
-/// How often `/inbox` starts over when the task its next page would
-/// follow left the inbox meanwhile (as `baton inbox list` does).
-const LIST_ATTEMPTS: usize = 5;
-
-/// `/inbox`: the whole inbox, read a page at a time through `call` (one
-/// `inbox/list` with the params given), one line a task and then the
-/// count in each place. An operator who asks for the inbox means all of
-/// it, not its first 1000 tasks or 1 MiB; the view scrolls.
-pub fn inbox_listing(
-    call: &mut dyn FnMut(Value) -> std::result::Result<Value, String>,
-) -> std::result::Result<String, String> {
-    for _ in 0..LIST_ATTEMPTS {
-        if let Some(tasks) = inbox_pages(call)? {
-            return Ok(inbox_text(&tasks));
-        }
-    }
-    Err("the inbox kept changing while it was listed; try /inbox again".into())
-}
-
-/// Every task of the pages from the first to the last, with its place; a
-/// task listed twice (it moved meanwhile) where it was seen last. None
-/// when the task a page was to follow left the inbox meanwhile.
-fn inbox_pages(
-    call: &mut dyn FnMut(Value) -> std::result::Result<Value, String>,
-) -> std::result::Result<Option<Vec<(&'static str, Value)>>, String> {
-    let mut seen: Vec<Option<(&'static str, Value)>> = Vec::new();
-    let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    let mut after: Option<String> = None;
-    loop {
-        let params = match &after {
-            Some(a) => json!({"after": a}),
-            None => json!({}),
-        };
-        let mut r = call(params)?;
-        if r.get("status").is_some() {
-            return Ok(None);
-        }
-        let mut n = 0;
-        for place in PLACES {
-            let Some(Value::Array(tasks)) = r.get_mut(place).map(Value::take) else {
-                continue;
-            };
-            for t in tasks {
-                let id = t["message_id"].as_str().unwrap_or("").to_string();
-                if let Some(earlier) = at.insert(id, seen.len()) {
-                    seen[earlier] = None;
-                }
-                seen.push(Some((place, t)));
-                n += 1;
-            }
-        }
-        match r.get("next").and_then(Value::as_str) {
-            None => break,
-            Some(_) if n == 0 => {
-                return Err("inbox/list answered a page without tasks that is not the last".into());
-            }
-            Some(next) => after = Some(next.to_string()),
-        }
-    }
-    let mut tasks: Vec<(&'static str, Value)> = seen.into_iter().flatten().collect();
-    // Stable: each place keeps its order.
-    tasks.sort_by_key(|(place, _)| PLACES.iter().position(|p| p == place));
-    Ok(Some(tasks))
-}
-
-fn inbox_text(tasks: &[(&'static str, Value)]) -> String {
-    if tasks.is_empty() {
-        return "the inbox is empty".into();
-    }
-    let mut out: Vec<String> = tasks
-        .iter()
-        .map(|(place, t)| {
-            format!(
-                "{place:<11} {}  from {}",
-                t["message_id"].as_str().unwrap_or(""),
-                t["sender"]["name"].as_str().unwrap_or("(cli)")
-            )
-        })
-        .collect();
-    let counts: Vec<String> = PLACES
-        .iter()
-        .map(|p| format!("{} {p}", tasks.iter().filter(|(q, _)| q == p).count()))
-        .collect();
-    out.push(format!(
-        "{} task{}: {}",
-        tasks.len(),
-        if tasks.len() == 1 { "" } else { "s" },
-        counts.join(", ")
-    ));
-    out.join("\n")
 }

@@ -70,10 +70,119 @@ impl Terminal for Memory {
     }
 }
 
+/// The codes that start a line of `style`: attributes and the 8 basic
+/// colours only, which every ANSI terminal has (no 256-colour codes), and
+/// no colour at all when `colour` is false (`NO_COLOR`).
+pub fn style_codes(style: Style, colour: bool) -> &'static str {
+    match (style, colour) {
+        (Style::Normal, _) => "",
+        (Style::Header, _) => "\x1b[7m",
+        (Style::Local, _) => "\x1b[1m",
+        (Style::Output, _) => "\x1b[2m",
+        (_, false) => "",
+        (Style::Relay, true) => "\x1b[36m",
+        (Style::System, true) => "\x1b[33m",
+        (Style::Refusal, true) => "\x1b[31m",
+        (Style::Prompt, true) => "\x1b[32m",
+    }
+}
+
+/// Ends a line's style.
+const RESET: &str = "\x1b[0m";
+
+/// Whether colour is wanted: not when `NO_COLOR` is set to anything but
+/// the empty string (no-color.org).
+pub fn colour_wanted(no_color: Option<&std::ffi::OsStr>) -> bool {
+    no_color.is_none_or(|v| v.is_empty())
+}
+
+/// Terminal types the view draws on without asking terminfo: the ANSI
+/// family, whose cursor and attribute codes the view writes.
+const ANSI_FAMILY: [&str; 17] = [
+    "xterm",
+    "screen",
+    "tmux",
+    "rxvt",
+    "linux",
+    "vt100",
+    "vt102",
+    "vt220",
+    "ansi",
+    "alacritty",
+    "kitty",
+    "foot",
+    "st-",
+    "konsole",
+    "gnome",
+    "putty",
+    "wezterm",
+];
+
+/// Why the view cannot draw on a terminal of type `term` (`$TERM`), or
+/// None when it can: a type that cannot move the cursor (`dumb`,
+/// `unknown`, none at all), or one neither of the ANSI family nor known
+/// to terminfo (`has_terminfo`).
+pub fn unusable_term(term: Option<&str>, has_terminfo: &dyn Fn(&str) -> bool) -> Option<String> {
+    let why = match term {
+        None | Some("") => "TERM is not set".to_string(),
+        Some(t @ ("dumb" | "unknown")) => format!("TERM={t} cannot move the cursor"),
+        Some(t) if ANSI_FAMILY.iter().any(|f| t.starts_with(f)) || has_terminfo(t) => {
+            return None;
+        }
+        Some(t) => format!(
+            "TERM={} is no terminal type baton knows, and terminfo has no entry for it",
+            crate::sanitize::escape(t)
+        ),
+    };
+    Some(format!(
+        "the view needs a terminal that can move the cursor, and {why}: 'baton watch' or 'baton log' follow an instance line by line, 'baton inbox' takes its tasks and 'baton serve' runs one without the view"
+    ))
+}
+
+/// Whether a terminfo entry for `term` exists where ncurses looks.
+pub fn has_terminfo(term: &str) -> bool {
+    use std::path::PathBuf;
+    let Some(first) = term.bytes().next() else {
+        return false;
+    };
+    if term.contains('/') {
+        return false;
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os("TERMINFO") {
+        dirs.push(d.into());
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(h).join(".terminfo"));
+    }
+    if let Some(list) = std::env::var_os("TERMINFO_DIRS") {
+        dirs.extend(std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()));
+    }
+    for d in [
+        "/etc/terminfo",
+        "/lib/terminfo",
+        "/usr/share/terminfo",
+        "/usr/lib/terminfo",
+        "/usr/local/share/terminfo",
+    ] {
+        dirs.push(d.into());
+    }
+    let subs = [(first as char).to_string(), format!("{first:02x}")];
+    dirs.iter()
+        .any(|d| subs.iter().any(|s| d.join(s).join(term).is_file()))
+}
+
+/// The view's refusal for this process's terminal type, if any.
+pub fn check_term() -> Option<String> {
+    let term = std::env::var("TERM").ok();
+    unusable_term(term.as_deref(), &has_terminfo)
+}
+
 /// A real terminal: raw mode and the alternate screen for the view's
 /// life. Dropping it restores cooked mode, the main screen and the cursor.
 pub struct Tty {
     out: termion::raw::RawTerminal<io::Stdout>,
+    colour: bool,
 }
 
 /// The bytes that enter the alternate screen (xterm's private mode 1049,
@@ -91,7 +200,8 @@ impl Tty {
         let mut out = io::stdout().into_raw_mode()?;
         write!(out, "{ALTERNATE}{}", termion::cursor::Hide)?;
         out.flush()?;
-        Ok(Tty { out })
+        let colour = colour_wanted(std::env::var_os("NO_COLOR").as_deref());
+        Ok(Tty { out, colour })
     }
 }
 
@@ -110,7 +220,7 @@ impl Terminal for Tty {
     }
 
     fn draw(&mut self, frame: &Frame) -> io::Result<()> {
-        use termion::{clear, color, cursor, style};
+        use termion::{clear, cursor};
         let mut buf = Vec::new();
         write!(buf, "{}", cursor::Hide)?;
         for (i, line) in frame.lines.iter().enumerate() {
@@ -120,18 +230,9 @@ impl Terminal for Tty {
                 cursor::Goto(1, i as u16 + 1),
                 clear::CurrentLine
             )?;
-            match line.style {
-                Style::Normal => {}
-                Style::Header => write!(buf, "{}", style::Invert)?,
-                Style::Local => write!(buf, "{}", style::Bold)?,
-                Style::Relay => write!(buf, "{}", color::Fg(color::Cyan))?,
-                Style::Output => write!(buf, "{}", style::Faint)?,
-                Style::System => write!(buf, "{}", color::Fg(color::Yellow))?,
-                Style::Refusal => write!(buf, "{}", color::Fg(color::Red))?,
-                Style::Prompt => write!(buf, "{}", color::Fg(color::Green))?,
-            }
+            buf.extend_from_slice(style_codes(line.style, self.colour).as_bytes());
             buf.extend_from_slice(line.text.as_bytes());
-            write!(buf, "{}{}", style::Reset, color::Fg(color::Reset))?;
+            buf.extend_from_slice(RESET.as_bytes());
         }
         let (x, y) = frame.cursor;
         write!(buf, "{}{}", cursor::Goto(x + 1, y + 1), cursor::Show)?;

@@ -8,6 +8,15 @@ use crate::sanitize::escape;
 use crate::status::Status;
 use serde_json::Value;
 
+/// How many lines of a body an approval shows when the request carries
+/// no excerpt of its own, and how many characters of each.
+pub const EXCERPT_LINES: usize = 5;
+const EXCERPT_WIDTH: usize = 200;
+
+/// How many accepted tasks the view remembers (sender, mode, body) for
+/// the approvals that follow them.
+const REMEMBERED: usize = 256;
+
 /// The transcript keeps at most this many entries in memory.
 pub const MAX_ENTRIES: usize = 5000;
 
@@ -178,6 +187,38 @@ impl Editor {
     }
 }
 
+/// A task waiting for an approval: who sent it and what it says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Waiting {
+    pub id: String,
+    pub from: String,
+    pub workspace: String,
+    pub mode: String,
+    /// The body's first lines.
+    pub excerpt: String,
+    pub bytes: Option<u64>,
+}
+
+/// A task claimed and not yet completed, as the view learned of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Open {
+    pub id: String,
+    pub from: String,
+    /// Whether its sender can be replied to (it has an instance id);
+    /// None when the view only saw the claim as an event.
+    pub replyable: Option<bool>,
+}
+
+/// What a `message.accepted` event said about a task.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    id: String,
+    from: String,
+    workspace: String,
+    mode: String,
+    body: String,
+}
+
 /// Everything the view shows.
 #[derive(Clone, Debug, Default)]
 pub struct View {
@@ -187,7 +228,13 @@ pub struct View {
     /// Lines scrolled up from the bottom of the transcript.
     pub scroll: usize,
     /// Tasks waiting for an approval, oldest first.
-    pub waiting: Vec<(String, String)>,
+    pub waiting: Vec<Waiting>,
+    /// Tasks claimed here and not completed, oldest first.
+    pub open: Vec<Open>,
+    /// `/quit` warned that tasks wait; the next `/quit` leaves.
+    pub quit_armed: bool,
+    /// Recently accepted tasks, for the approvals that follow them.
+    seen: Vec<Seen>,
     /// Why the relay is not there, for a local console.
     pub warning: Option<String>,
 }
@@ -215,7 +262,10 @@ impl View {
                 }
                 self.push(Role::Local, t);
             }
-            "message.accepted" => self.push(Role::Relay, accepted_text(ev, &id)),
+            "message.accepted" => {
+                self.remember(ev, &id);
+                self.push(Role::Relay, accepted_text(ev, &id));
+            }
             "message.rejected" => self.push(
                 Role::Refusal,
                 format!(
@@ -228,6 +278,7 @@ impl View {
             "turn.started" => self.push(Role::System, format!("turn {id} started")),
             "turn.output" => self.push(Role::Output, output_text(ev)),
             "turn.finished" => {
+                self.open.retain(|o| o.id != id);
                 let mut t = format!("turn {id} {}", s("outcome"));
                 if let Some(c) = ev.get("exit_code").filter(|c| !c.is_null()) {
                     t.push_str(&format!(", exit {c}"));
@@ -239,24 +290,25 @@ impl View {
                 self.push(role, text);
             }
             "approval.requested" => {
-                let from = s("from");
-                self.push(
-                    Role::System,
-                    format!("task {id} from {from} waits for approval: y or n, or /approve {id}"),
-                );
-                if !self.waiting.iter().any(|(w, _)| *w == id) {
-                    self.waiting.push((id, from));
+                let w = self.waiting_of(ev, &id);
+                self.push(Role::System, approval_text(&w));
+                if !self.waiting.iter().any(|x| x.id == id) {
+                    self.waiting.push(w);
                 }
             }
             "approval.resolved" => {
-                self.waiting.retain(|(w, _)| *w != id);
+                self.waiting.retain(|w| w.id != id);
                 self.push(
                     Role::System,
                     format!("task {id}: {} ({})", s("decision"), s("by")),
                 );
             }
             "task.denied" => {
-                self.waiting.retain(|(w, _)| *w != id);
+                self.waiting.retain(|w| w.id != id);
+            }
+            "task.ended" => {
+                self.open.retain(|o| o.id != id);
+                self.seen.retain(|x| x.id != id);
             }
             "state.changed" => self.push(Role::System, format!("state: {}", s("state"))),
             "task.expired" => self.push(Role::Refusal, format!("task {id} expired: {}", s("text"))),
@@ -265,24 +317,92 @@ impl View {
                 Role::System,
                 format!("{} started in {}", s("name"), s("workspace")),
             ),
-            "task.claimed" | "task.requeued" | "task.discarded" | "task.rejected" => {
+            "task.claimed" => {
+                if !self.open.iter().any(|o| o.id == id) {
+                    self.open.push(Open {
+                        id: id.clone(),
+                        from: s("from"),
+                        replyable: None,
+                    });
+                }
+                self.push(Role::System, format!("task.claimed {id}"))
+            }
+            "task.requeued" | "task.discarded" | "task.rejected" => {
                 self.push(Role::System, format!("{} {id}", s("kind")))
             }
             other => self.push(Role::System, other.to_string()),
         }
     }
 
+    /// Keeps what a `message.accepted` event says, for an approval.
+    fn remember(&mut self, ev: &Value, id: &str) {
+        self.seen.retain(|x| x.id != id);
+        self.seen.push(Seen {
+            id: id.to_string(),
+            from: field(ev, "from"),
+            workspace: field(ev, "workspace"),
+            mode: field(ev, "mode"),
+            body: field(ev, "body"),
+        });
+        if self.seen.len() > REMEMBERED {
+            self.seen.remove(0);
+        }
+    }
+
+    /// An `approval.requested` event as a waiting task: the fields the
+    /// request carries (`from` as an object with `name` and `workspace`,
+    /// or as a string; `mode`, `body_excerpt`, `body_bytes`), else what
+    /// the task's `message.accepted` said.
+    fn waiting_of(&self, ev: &Value, id: &str) -> Waiting {
+        let seen = self.seen.iter().find(|x| x.id == id);
+        let or_seen = |v: Option<&str>, f: fn(&Seen) -> &str| -> String {
+            v.filter(|x| !x.is_empty())
+                .map(str::to_string)
+                .or_else(|| seen.map(|x| f(x).to_string()))
+                .unwrap_or_default()
+        };
+        let from = ev.get("from");
+        let name = from.and_then(|f| f.get("name").and_then(Value::as_str).or_else(|| f.as_str()));
+        let ws = from
+            .and_then(|f| f.get("workspace"))
+            .or_else(|| ev.get("workspace"))
+            .and_then(Value::as_str);
+        let excerpt = match ev.get("body_excerpt").and_then(Value::as_str) {
+            Some(x) => x.to_string(),
+            None => seen.map(|x| excerpt(&x.body)).unwrap_or_default(),
+        };
+        let bytes = ev
+            .get("body_bytes")
+            .and_then(Value::as_u64)
+            .or_else(|| seen.map(|x| x.body.len() as u64));
+        Waiting {
+            id: id.to_string(),
+            from: or_seen(name, |x| &x.from),
+            workspace: or_seen(ws, |x| &x.workspace),
+            mode: or_seen(ev.get("mode").and_then(Value::as_str), |x| &x.mode),
+            excerpt,
+            bytes,
+        }
+    }
+
     fn header_line(&self, width: usize) -> String {
         let h = &self.header;
-        let short: String = h.id.chars().take(12).collect();
+        // The whole id: it is what `baton attach ID` and `/send ID` take.
         let mut t = format!(
-            " baton  {} ({short})  {}  {}  queued {}  interrupted {}",
-            h.name, h.profile, h.state, h.queued, h.interrupted
+            " {} ({})  {}  {}  queued {}  interrupted {}",
+            h.name, h.id, h.profile, h.state, h.queued, h.interrupted
         );
         if !h.model.is_empty() {
             t.push_str(&format!("  {}", h.model));
         }
-        fit(&escape(&t), width)
+        let t = escape(&t);
+        // The "baton" label goes first when the line is too long.
+        let branded = format!(" baton {t}");
+        if branded.chars().count() <= width {
+            branded
+        } else {
+            fit(&t, width)
+        }
     }
 
     /// The transcript as screen lines of at most `width` characters.
@@ -341,11 +461,8 @@ impl View {
             }
             lines.extend(shown);
             let status = match self.waiting.first() {
-                Some((id, from)) => Line {
-                    text: fit(
-                        &format!("approve task {} from {}? [y/n]", escape(id), escape(from)),
-                        width,
-                    ),
+                Some(w) => Line {
+                    text: fit(&escape(&approval_prompt(w)), width),
                     style: Style::Prompt,
                 },
                 None => Line {
@@ -403,6 +520,64 @@ fn accepted_text(ev: &Value, id: &str) -> String {
     )
 }
 
+/// Who sent a waiting task, from where, in which mode and how big it is:
+/// `NAME (WORKSPACE), mode queue, 120 bytes`, leaving out what is unknown.
+fn approval_about(w: &Waiting) -> String {
+    let mut t = if w.from.is_empty() {
+        "an unknown sender".to_string()
+    } else {
+        w.from.clone()
+    };
+    if !w.workspace.is_empty() {
+        t.push_str(&format!(" ({})", w.workspace));
+    }
+    if !w.mode.is_empty() {
+        t.push_str(&format!(", mode {}", w.mode));
+    }
+    if let Some(n) = w.bytes {
+        t.push_str(&format!(", {n} byte{}", if n == 1 { "" } else { "s" }));
+    }
+    t
+}
+
+/// The status row while a task waits: the question and its context.
+pub fn approval_prompt(w: &Waiting) -> String {
+    format!("approve task {} from {}? [y/n]", w.id, approval_about(w))
+}
+
+/// The transcript entry for a task that waits: who, mode, size, and the
+/// body's first lines (escaped when drawn, like every entry).
+pub fn approval_text(w: &Waiting) -> String {
+    let mut t = format!(
+        "task {} from {} waits for approval: y or n, or /approve {}",
+        w.id,
+        approval_about(w),
+        w.id
+    );
+    for line in w.excerpt.lines() {
+        t.push_str(&format!("\n  {line}"));
+    }
+    t
+}
+
+/// The first `EXCERPT_LINES` lines of a body, each cut to
+/// `EXCERPT_WIDTH` characters; `…` marks what was left out.
+pub fn excerpt(body: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut lines = body.lines();
+    for line in lines.by_ref().take(EXCERPT_LINES) {
+        let mut l: String = line.chars().take(EXCERPT_WIDTH).collect();
+        if line.chars().count() > EXCERPT_WIDTH {
+            l.push('…');
+        }
+        out.push(l);
+    }
+    if lines.next().is_some() {
+        out.push("…".into());
+    }
+    out.join("\n")
+}
+
 /// `turn.output`: the text, after a note of what was dropped.
 fn output_text(ev: &Value) -> String {
     let mut t = field(ev, "text");
@@ -429,11 +604,36 @@ fn relay_sent_entry(ev: &Value, id: &str) -> (Role, String) {
             .unwrap_or_default();
         (Role::System, format!("sent {id} to {to}: {status}{pos}"))
     } else {
+        let to = if to.is_empty() {
+            String::new()
+        } else {
+            format!(" to {to}")
+        };
         (
             Role::Refusal,
-            format!("not sent {id} to {to}: {status}: {}", field(ev, "reason")),
+            format!(
+                "not sent {id}{to}: {status}: {}{}",
+                field(ev, "reason"),
+                candidates_text(ev)
+            ),
         )
     }
+}
+
+/// The candidates a `no_target` names, with the ids `/send` takes (the
+/// instance itself is never among them).
+fn candidates_text(ev: &Value) -> String {
+    let Some(list) = ev.get("candidates").and_then(Value::as_array) else {
+        return String::new();
+    };
+    if list.is_empty() {
+        return "; no other live instances".into();
+    }
+    let names: Vec<String> = list
+        .iter()
+        .map(|p| format!("{} ({})", field(p, "name"), field(p, "instance_id")))
+        .collect();
+    format!("; candidates: {}", names.join(", "))
 }
 
 /// Cuts a line to `width` characters.
