@@ -16,6 +16,7 @@ mod registry;
 mod spool;
 mod ssh;
 mod stopped;
+mod tmux;
 mod tui;
 mod turns;
 mod wait;
