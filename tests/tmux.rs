@@ -304,6 +304,12 @@ fn a_multi_line_task_is_pasted_whole_then_enter_follows_as_its_own_key() {
     assert_eq!(claimed, 1);
     let status = c.call(2, "control/status", json!({}));
     assert_eq!(status["result"]["tmux_pane"], "t:0.0", "{status}");
+    let started = transcript(&spool)
+        .into_iter()
+        .find(|e| e["kind"] == "instance.started")
+        .unwrap();
+    assert_eq!(started["tmux_pane"], "t:0.0", "{started}");
+    assert_eq!(started["mode"], "pull", "{started}");
     assert_eq!(status["result"]["state"], "busy", "{status}");
 }
 
