@@ -39,6 +39,7 @@ pub mod spool;
 pub mod status;
 pub mod sys;
 pub mod text;
+pub mod tmux;
 pub mod tui;
 pub mod turn;
 pub mod wire;

@@ -21,6 +21,7 @@ mod registry;
 mod spool;
 mod ssh;
 mod stopped;
+mod tmux;
 mod tui;
 mod tui_work;
 mod turns;

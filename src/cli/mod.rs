@@ -56,8 +56,8 @@ const NO_MULTIPLEX: Opt = switch(
 pub const COMMANDS: &[Command] = &[
     Command {
         name: "serve",
-        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] [--turn-timeout SECONDS]] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--zcoder] [--ttl SECONDS] [--no-offline] [--accept-from PATTERN]... [--deny-from PATTERN]...",
-        summary: "run an instance for a workspace: tasks run through --exec, or wait for 'baton inbox claim'",
+        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] | --tmux-pane PANE] [--turn-timeout SECONDS] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--zcoder] [--ttl SECONDS] [--no-offline] [--accept-from PATTERN]... [--deny-from PATTERN]...",
+        summary: "run an instance for a workspace: tasks run through --exec, are typed into a tmux pane (--tmux-pane), or wait for 'baton inbox claim'",
         opts: &[
             value(
                 "name",
@@ -94,8 +94,12 @@ pub const COMMANDS: &[Command] = &[
                 "with --exec: send the handler's stdout back to the sender as a reply",
             ),
             value(
+                "tmux-pane",
+                "type each task into this tmux pane (%3, session:window.pane), one at a time; not with --exec",
+            ),
+            value(
                 "turn-timeout",
-                "with --exec: end a handler after this many seconds (SIGTERM, then SIGKILL)",
+                "end a turn after this many seconds: an --exec handler (SIGTERM, then SIGKILL), or a task typed by --tmux-pane (outcome timeout)",
             ),
             value(
                 "approve",

@@ -51,10 +51,11 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
             "serve: --reply sends the handler's output back, so it needs --exec".into(),
         ));
     }
+    let tmux_pane = tmux_pane(args, exec.is_some())?;
     let turn_timeout = args.seconds("serve", "turn-timeout")?;
-    if turn_timeout.is_some() && exec.is_none() {
+    if turn_timeout.is_some() && exec.is_none() && tmux_pane.is_none() {
         return Err(Error::Usage(
-            "serve: --turn-timeout bounds handler runs, so it needs --exec".into(),
+            "serve: --turn-timeout bounds a turn, so it needs --exec or --tmux-pane".into(),
         ));
     }
     let approve = match (args.value("approve"), profile) {
@@ -111,6 +112,32 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
         ttl,
         no_offline: args.flag("no-offline"),
         reply_by_tool: false,
+        tmux_pane,
     };
     Ok(opts)
+}
+
+/// `--tmux-pane PANE`, checked: a tmux target (`%3`, `work:1.0`), which
+/// `--exec` excludes (a task is typed into the pane or run, not both).
+fn tmux_pane(args: &Args, exec: bool) -> Result<Option<String>> {
+    let Some(pane) = args.value("tmux-pane") else {
+        return Ok(None);
+    };
+    if exec {
+        return Err(Error::Usage(
+            "serve: --tmux-pane types each task into a pane and --exec runs it: use one of them"
+                .into(),
+        ));
+    }
+    if pane.trim().is_empty()
+        || pane.len() > 256
+        || pane.starts_with('-')
+        || pane.chars().any(crate::sanitize::is_unsafe)
+    {
+        return Err(Error::Usage(format!(
+            "serve: --tmux-pane {}: name a tmux pane, as %3 or session:window.pane",
+            crate::sanitize::escape(pane)
+        )));
+    }
+    Ok(Some(pane.to_string()))
 }

@@ -49,7 +49,9 @@ impl Foreground {
         let waits = self.opts.ttl.is_some()
             || (self.running.is_none()
                 && !self.paused()
-                && (self.opts.exec.is_some() || self.opts.approve != Approve::Auto));
+                && (self.opts.exec.is_some()
+                    || self.opts.tmux_pane.is_some()
+                    || self.opts.approve != Approve::Auto));
         self.shared.wake_on_accept.store(waits, Ordering::SeqCst);
     }
 
@@ -115,6 +117,7 @@ impl Foreground {
             at.extend(self.idle_since.map(|t| t + EPHEMERAL_GRACE));
         }
         at.extend(self.retry_at());
+        at.extend(self.pane_timer());
         // Only with --ttl: finding the oldest task walks the whole queue,
         // and this runs at every turn of the foreground loop.
         let ttl_due = self
@@ -352,6 +355,7 @@ impl Foreground {
             "started_at": m.started_at,
             "spool": self.spool().dir().display().to_string(),
             "mode": if self.opts.exec.is_some() { "exec" } else { "pull" },
+            "tmux_pane": self.opts.tmux_pane,
             "approve": self.opts.approve.as_str(),
             "open_task": self.open.first().map(|o| o.task.message_id.clone()),
             "turn": turn,

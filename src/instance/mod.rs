@@ -16,6 +16,7 @@ mod dispatch;
 mod inbox;
 mod outbound;
 mod outcome;
+mod pane;
 mod startup;
 mod turns;
 
@@ -85,6 +86,8 @@ pub struct ServeOptions {
     /// The agent replies through MCP's `complete_task` (`baton mcp`), not
     /// a command: the envelope says so.
     pub reply_by_tool: bool,
+    /// `--tmux-pane PANE`: type each task into this tmux pane (`pane`).
+    pub tmux_pane: Option<String>,
 }
 
 /// How a front end that runs an instance on a thread of its own learns it
@@ -170,6 +173,8 @@ struct Foreground {
     /// A resource that ran short while handing out a task, until one is
     /// handed out again.
     short: Option<backoff::Shortage>,
+    /// `--tmux-pane`: the pane tasks are typed into.
+    pane: Option<pane::Pane>,
 }
 
 /// What the foreground waits on, besides its timers.
@@ -177,6 +182,7 @@ struct Inputs {
     events: chan::Receiver<Event>,
     turns: chan::Receiver<TurnEvent>,
     pauses: chan::Receiver<dispatch::Settled>,
+    panes: chan::Receiver<crate::tmux::Report>,
     signals: chan::Receiver<i32>,
     stop: chan::Receiver<()>,
 }
@@ -210,6 +216,7 @@ impl Foreground {
             // accesses).
             self.publish_wait();
             self.pump();
+            self.pane_pump();
             self.publish_wait();
             let timer = match self.next_timer() {
                 Some(at) => chan::at(at),
@@ -223,6 +230,11 @@ impl Foreground {
                 recv(inputs.turns) -> ev => {
                     if let Ok(ev) = ev {
                         self.turn_event(ev);
+                    }
+                },
+                recv(inputs.panes) -> report => {
+                    if let Ok(report) = report {
+                        self.pane_report(report);
                     }
                 },
                 recv(inputs.pauses) -> settled => {

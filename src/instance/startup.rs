@@ -70,6 +70,11 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
             "BATON_RELAY=off: the relay is disabled, so serve does not start".into(),
         ));
     }
+    if opts.tmux_pane.is_some() && crate::tmux::find_on_path().is_none() {
+        return Err(Error::Env(
+            "--tmux-pane: tmux is not on PATH, so no task can be typed into a pane".into(),
+        ));
+    }
     let mut place = place(&opts, &config)?;
     let spool = open_spool(&opts, &config, &place)?;
     // Stale entries of dead instances go before we add our own.
@@ -95,6 +100,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
     ));
     let listeners = bound.accept(&shared)?;
     let signals = signal_channel()?;
+    let (pane, panes) = super::pane::start(&opts, &place.id)?;
     // The listener is accepting: only now may peers find us.
     registry::publish(&place.dir, &manifest)?;
     if let Some((zdir, zsock)) = &place.zcoder {
@@ -118,11 +124,13 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
         place.workspace.display(),
         place.socket.display()
     );
-    let (fg, turns, pauses) = foreground(place, opts, config, shared, hub, events_tx);
+    let (mut fg, turns, pauses) = foreground(place, opts, config, shared, hub, events_tx);
+    fg.pane = pane;
     let inputs = Inputs {
         events,
         turns,
         pauses,
+        panes,
         signals,
         stop,
     };
@@ -178,6 +186,7 @@ fn foreground(
         seen_client: false,
         idle_since: None,
         short: None,
+        pane: None,
     };
     (fg, turns, pauses)
 }
@@ -382,9 +391,7 @@ fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
 
 /// The first events of a run: the start, and what recovery found.
 fn started(hub: &Hub, m: &Manifest, opts: &ServeOptions, spool: &Spool) {
-    hub.emit(
-        "instance.started",
-        json!({
+    let mut started = json!({
             "instance_id": m.instance_id,
             "name": m.name,
             "pid": m.pid,
@@ -392,8 +399,11 @@ fn started(hub: &Hub, m: &Manifest, opts: &ServeOptions, spool: &Spool) {
             "mode": if opts.exec.is_some() { "exec" } else { "pull" },
             "approve": opts.approve.as_str(),
             "state": m.state,
-        }),
-    );
+    });
+    if let Some(pane) = &opts.tmux_pane {
+        started["tmux_pane"] = json!(pane);
+    }
+    hub.emit("instance.started", started);
     for note in &spool.recovery_notes {
         hub.emit("notice", json!({"text": note}));
     }

@@ -1,0 +1,300 @@
+//! `serve --tmux-pane PANE`: a pull instance whose tasks are typed into
+//! the tmux pane where an interactive agent runs. The foreground claims
+//! the head of the queue itself, exactly as `inbox/claim` does, hands the
+//! envelope to the tmux helper thread (`crate::tmux`) and hears back on a
+//! channel; it never waits on tmux. One task at a time: the next is typed
+//! only once the agent ran `baton inbox complete` for this one (the
+//! envelope says how), or once `--turn-timeout` ran out (the task then
+//! ends `timeout`, as an exec turn that runs out does).
+//!
+//! A pane tmux cannot reach (no server, no such pane, tmux failing or
+//! hanging) is no verdict on a task: a task being typed goes back to its
+//! place in the queue, the instance says why once (a `notice` with
+//! `tmux_pane`), and asks tmux again after a delay that grows to
+//! `LAST_RETRY`, only whether the pane is there; once it is, that is said
+//! too and the queue is typed in order.
+
+use super::{Foreground, ServeOptions};
+use crate::error::{Error, Result};
+use crate::sanitize::escape;
+use crate::spool::Task;
+use crate::tmux::{self, Job, Report, Typist};
+use crate::turn;
+use crossbeam_channel as chan;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// The first delay before tmux is asked again after a failure, and the
+/// longest.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const LAST_RETRY: Duration = Duration::from_secs(1);
+/// Closes an envelope (`turn::envelope`).
+const CLOSE: &str = "</agent_relay>\n";
+
+/// The pane and what is under way with it.
+pub(super) struct Pane {
+    target: String,
+    typist: Typist,
+    /// A job is with the helper thread.
+    asked: bool,
+    /// Whether the pane answered the last time: `None` before the first
+    /// probe, `Some(false)` from a failure (said) until it answers again.
+    up: Option<bool>,
+    delay: Duration,
+    retry_at: Option<Instant>,
+    /// The task typed last, while it is open, and when its turn runs out.
+    typed: Option<(String, Option<Instant>)>,
+}
+
+/// The pane of `--tmux-pane`, with its helper thread, and the channel the
+/// thread reports on (never ready without the option).
+pub(super) fn start(
+    opts: &ServeOptions,
+    instance_id: &str,
+) -> Result<(Option<Pane>, chan::Receiver<Report>)> {
+    let Some(target) = &opts.tmux_pane else {
+        return Ok((None, chan::never()));
+    };
+    let (tx, rx) = chan::unbounded();
+    let typist = tmux::start(target, tx)
+        .map_err(|e| Error::Env(format!("cannot start the tmux thread: {e}")))?;
+    eprintln!(
+        "baton: {instance_id}: typing tasks into tmux pane {}",
+        escape(target)
+    );
+    let pane = Pane {
+        target: target.clone(),
+        typist,
+        asked: false,
+        up: None,
+        delay: FIRST_RETRY,
+        retry_at: None,
+        typed: None,
+    };
+    Ok((Some(pane), rx))
+}
+
+impl Foreground {
+    /// Moves the pane's work on: ends a typed task whose turn ran out,
+    /// asks whether the pane is there while that is unknown, or claims
+    /// the next task and has it typed. Nothing while a job is out, a task
+    /// is open, or the instance is paused.
+    pub(super) fn pane_pump(&mut self) {
+        let now = Instant::now();
+        let Some(p) = self.pane.as_mut() else {
+            return;
+        };
+        if p.asked {
+            return;
+        }
+        if let Some((id, deadline)) = p.typed.clone() {
+            if !self.open.iter().any(|o| o.task.message_id == id) {
+                p.typed = None;
+            } else if deadline.is_some_and(|d| d <= now) {
+                p.typed = None;
+                self.pane_timed_out(&id);
+            }
+        }
+        let idle = self.open.is_empty() && !self.paused();
+        let Some(p) = self.pane.as_mut() else {
+            return;
+        };
+        if !idle || p.retry_at.is_some_and(|at| at > now) {
+            return;
+        }
+        if p.up != Some(true) {
+            p.asked = p.typist.ask(Job::Probe);
+            return;
+        }
+        let claimed = self.claim();
+        match claimed["status"].as_str() {
+            Some("claimed") => {
+                let id = claimed["task"]["message_id"].as_str().unwrap_or("");
+                let text = claimed["task"]["envelope"].as_str().unwrap_or("");
+                let buffer = format!("baton-{}-{id}", self.shared.instance_id);
+                let job = Job::Type {
+                    message_id: id.to_string(),
+                    buffer,
+                    text: text.to_string(),
+                };
+                let p = self.pane.as_mut().expect("checked");
+                p.asked = p.typist.ask(job);
+            }
+            // A resource ran short (said by the claim): tried again later.
+            Some("error") => self.pane_retry_later(),
+            _ => {}
+        }
+    }
+
+    /// Applies what the helper thread reported.
+    pub(super) fn pane_report(&mut self, report: Report) {
+        let Some(p) = self.pane.as_mut() else {
+            return;
+        };
+        p.asked = false;
+        match report {
+            Report::Probed(Ok(())) => self.pane_up(),
+            Report::Probed(Err(reason)) => self.pane_down(&reason, None),
+            Report::Typed {
+                message_id,
+                result: Ok(()),
+            } => {
+                self.pane_up();
+                let open = self.open.iter().any(|o| o.task.message_id == message_id);
+                let deadline = self.opts.turn_timeout.map(|t| Instant::now() + t);
+                let p = self.pane.as_mut().expect("checked");
+                self.hub.emit(
+                    "task.typed",
+                    json!({"message_id": message_id, "tmux_pane": p.target}),
+                );
+                p.typed = open.then_some((message_id, deadline));
+            }
+            Report::Typed {
+                message_id,
+                result: Err(reason),
+            } => {
+                let put_back = self.pane_put_back(&message_id);
+                self.pane_down(&reason, put_back.then_some(message_id.as_str()));
+            }
+        }
+    }
+
+    /// The pane's next due moment: a retry, or the typed task's timeout.
+    pub(super) fn pane_timer(&self) -> Option<Instant> {
+        let p = self.pane.as_ref()?;
+        let now = Instant::now();
+        let retry = p.retry_at.filter(|at| *at > now);
+        let timeout = p.typed.as_ref().and_then(|(_, d)| *d);
+        retry.into_iter().chain(timeout).min()
+    }
+
+    /// The envelope of a task for the agent in the pane: it says how to
+    /// finish, and how to reply, with `baton inbox complete` (None without
+    /// `--tmux-pane`).
+    pub(super) fn pane_envelope(&self, task: &Task) -> Option<String> {
+        self.pane.as_ref()?;
+        let id = &task.message_id;
+        // An id that begins with '-' would read as an option.
+        let dashes = if id.starts_with('-') { "-- " } else { "" };
+        let target = &self.shared.instance_id;
+        let done = format!("baton inbox complete {target} {dashes}{id}");
+        let reply = format!("baton inbox complete --reply \"TEXT\" {target} {dashes}{id}");
+        let can_reply = task.sender.instance_id.is_some();
+        let envelope = turn::envelope(task, can_reply.then_some(reply.as_str()));
+        let body = envelope.strip_suffix(CLOSE).unwrap_or(&envelope);
+        Some(format!("{body}[when done: {done}]\n{CLOSE}"))
+    }
+
+    /// The pane answered: a failure said before is over, and that is said.
+    fn pane_up(&mut self) {
+        let Some(p) = self.pane.as_mut() else {
+            return;
+        };
+        let was_down = p.up == Some(false);
+        p.up = Some(true);
+        p.retry_at = None;
+        p.delay = FIRST_RETRY;
+        if was_down {
+            let text = format!(
+                "tmux pane {} answers again: queued tasks are typed into it",
+                p.target
+            );
+            eprintln!("baton: {}", escape(&text));
+            self.hub
+                .emit("notice", json!({"text": text, "tmux_pane": p.target}));
+        }
+    }
+
+    /// tmux failed for `reason`: said when the pane was not known to be
+    /// down (with the task that went back to the queue, if one did), and
+    /// asked again after a growing delay.
+    fn pane_down(&mut self, reason: &str, put_back: Option<&str>) {
+        let Some(p) = self.pane.as_mut() else {
+            return;
+        };
+        let say = p.up != Some(false);
+        p.up = Some(false);
+        self.pane_retry_later();
+        if !say {
+            return;
+        }
+        let p = self.pane.as_ref().expect("checked");
+        let back = match put_back {
+            Some(id) => format!("task {id} went back to its place in the queue; "),
+            None => String::new(),
+        };
+        let text = format!(
+            "tmux pane {} cannot be reached ({reason}): {back}queued tasks stay queued and are typed once it answers",
+            p.target
+        );
+        eprintln!("baton: {}", escape(&text));
+        let mut event = json!({"text": text, "tmux_pane": p.target, "reason": reason});
+        if let Some(id) = put_back {
+            event["message_id"] = json!(id);
+        }
+        self.hub.emit("notice", event);
+    }
+
+    /// The next try after a growing delay.
+    fn pane_retry_later(&mut self) {
+        let Some(p) = self.pane.as_mut() else {
+            return;
+        };
+        let delay = match p.retry_at {
+            Some(_) => (p.delay * 2).min(LAST_RETRY),
+            None => FIRST_RETRY,
+        };
+        p.delay = delay;
+        p.retry_at = Some(Instant::now() + delay);
+    }
+
+    /// A claimed task that could not be typed goes back to its place in
+    /// the queue, still approved, as a task whose handler could not be
+    /// started for want of a resource does; true if it did.
+    fn pane_put_back(&mut self, id: &str) -> bool {
+        let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
+            return false;
+        };
+        self.open.remove(pos);
+        if let Err(e) = self.spool().unclaim(id) {
+            self.hub.emit(
+                "notice",
+                json!({"message_id": id, "text": format!(
+                    "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
+                )}),
+            );
+            self.refresh();
+            return false;
+        }
+        self.approved.insert(id.to_string());
+        self.refresh();
+        true
+    }
+
+    /// `--turn-timeout` ran out on the typed task: it ends `timeout`, and
+    /// the next task can be typed.
+    fn pane_timed_out(&mut self, id: &str) {
+        let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
+            return;
+        };
+        let seconds = self.opts.turn_timeout.unwrap_or_default().as_secs_f64();
+        self.hub.emit(
+            "notice",
+            json!({"message_id": id, "text": format!(
+                "turn timed out: not completed within --turn-timeout {seconds} s of being typed"
+            )}),
+        );
+        if let Err(e) = self.spool().finish(id, "timeout") {
+            self.hub
+                .emit("notice", json!({"message_id": id, "text": e.to_string()}));
+            return;
+        }
+        self.open.remove(pos);
+        self.hub.emit(
+            "turn.finished",
+            json!({"message_id": id, "outcome": "timeout"}),
+        );
+        self.ended(id, "timeout", None);
+        self.refresh();
+    }
+}

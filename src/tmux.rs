@@ -1,0 +1,225 @@
+//! Typing tasks into a tmux pane (`baton serve --tmux-pane PANE`): the
+//! tmux client calls, each bounded in time, made by one helper thread that
+//! takes jobs from the foreground and reports on a channel of its own.
+//! Nothing here decides anything; the foreground (`instance::pane`) does.
+//!
+//! A task is typed as one block: `tmux load-buffer -b NAME -` (the text on
+//! standard input, into a buffer named for this instance and task), then
+//! `tmux paste-buffer -p -d -b NAME -t PANE` (`-p`: bracketed-paste
+//! markers around it when the application asked for bracketed paste, so
+//! multi-line text arrives whole; `-d`: the buffer is deleted), then, after
+//! `ENTER_DELAY`, `tmux send-keys -t PANE Enter` as a key of its own.
+//! Before the paste, a pane in a mode (`#{pane_in_mode}` is 1: copy mode,
+//! say) is taken out of it with `send-keys -X cancel`. Which server the
+//! pane is on is tmux's choice, from the environment (`TMUX`, else
+//! `TMUX_TMPDIR` and the default socket), as for any tmux command.
+
+use crate::sys;
+use crossbeam_channel as chan;
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long one tmux call may take before it is killed and counted as
+/// failed.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Between the paste and the Enter: an application that reads a paste
+/// (an agent's prompt, say) gets the time to take it in as text, so the
+/// Enter arrives on its own and submits it.
+pub const ENTER_DELAY: Duration = Duration::from_millis(150);
+/// The most of a tmux call's output kept (what it prints is one line).
+const OUTPUT_BYTES: u64 = 4096;
+
+/// What the foreground asks of the helper thread.
+#[derive(Debug)]
+pub enum Job {
+    /// Is the pane there?
+    Probe,
+    /// Type `text` as one block, then Enter, through the buffer `buffer`.
+    Type {
+        message_id: String,
+        buffer: String,
+        text: String,
+    },
+}
+
+/// What the helper thread reports: `Err` holds why tmux failed, in a line.
+#[derive(Debug)]
+pub enum Report {
+    Probed(Result<(), String>),
+    Typed {
+        message_id: String,
+        result: Result<(), String>,
+    },
+}
+
+/// The helper thread's end: dropping it ends the thread once its job is
+/// done.
+pub struct Typist {
+    jobs: chan::Sender<Job>,
+}
+
+impl Typist {
+    /// Hands the thread a job; false if it is gone.
+    pub fn ask(&self, job: Job) -> bool {
+        self.jobs.send(job).is_ok()
+    }
+}
+
+/// Starts the helper thread for `pane`; it reports on `reports`.
+pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<Typist> {
+    let (jobs, todo) = chan::unbounded::<Job>();
+    let pane = pane.to_string();
+    thread::Builder::new()
+        .name("baton-tmux".into())
+        .spawn(move || {
+            for job in todo {
+                let report = match job {
+                    Job::Probe => Report::Probed(probe(&pane)),
+                    Job::Type {
+                        message_id,
+                        buffer,
+                        text,
+                    } => Report::Typed {
+                        result: type_block(&pane, &buffer, &text),
+                        message_id,
+                    },
+                };
+                if reports.send(report).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(Typist { jobs })
+}
+
+/// The `tmux` that `PATH` names, if any: checked at start, so that a
+/// missing tmux is a clear error and not a pane that never answers.
+pub fn find_on_path() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("tmux"))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn probe(pane: &str) -> Result<(), String> {
+    tmux(&["display-message", "-p", "-t", pane, "#{pane_id}"], None).map(drop)
+}
+
+/// Leaves a mode the pane is in, pastes `text` as one block, waits
+/// `ENTER_DELAY`, presses Enter.
+fn type_block(pane: &str, buffer: &str, text: &str) -> Result<(), String> {
+    let mode = tmux(
+        &["display-message", "-p", "-t", pane, "#{pane_in_mode}"],
+        None,
+    )?;
+    if mode.trim() == "1" {
+        tmux(&["send-keys", "-t", pane, "-X", "cancel"], None)?;
+    }
+    tmux(&["load-buffer", "-b", buffer, "-"], Some(text))?;
+    let pasted = tmux(
+        &["paste-buffer", "-p", "-d", "-b", buffer, "-t", pane],
+        None,
+    );
+    if let Err(e) = pasted {
+        // Not left behind in the server when the paste failed.
+        let _ = tmux(&["delete-buffer", "-b", buffer], None);
+        return Err(e);
+    }
+    thread::sleep(ENTER_DELAY);
+    tmux(&["send-keys", "-t", pane, "Enter"], None).map(drop)
+}
+
+/// Runs `tmux ARGS` (with `input` on its standard input), killed after
+/// `CALL_TIMEOUT`: its standard output, or why it failed.
+fn tmux(args: &[&str], input: Option<&str>) -> Result<String, String> {
+    let mut cmd = Command::new("tmux");
+    cmd.args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    sys::die_with_parent(&mut cmd);
+    let what = args.first().copied().unwrap_or("");
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run tmux {what}: {e}"))?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        // On a thread of its own: a tmux that does not read cannot hold
+        // this one past the bound (the write fails once it is killed).
+        let text = text.to_string();
+        let _ = thread::Builder::new()
+            .name("baton-tmux-in".into())
+            .spawn(move || {
+                let _ = stdin.write_all(text.as_bytes());
+            });
+    }
+    let status = match wait_bounded(&mut child) {
+        Some(status) => status,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "tmux {what} did not finish within {} s",
+                CALL_TIMEOUT.as_secs()
+            ));
+        }
+    };
+    let out = read_all(child.stdout.take());
+    if status.success() {
+        return Ok(out);
+    }
+    let err = read_all(child.stderr.take());
+    let line = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    Err(if line.is_empty() {
+        format!("tmux {what} failed ({status})")
+    } else {
+        format!("tmux {what}: {}", line.trim())
+    })
+}
+
+/// Waits for `child` until `CALL_TIMEOUT`: often at first (a tmux call
+/// takes a few milliseconds), then less often.
+fn wait_bounded(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        let waited = start.elapsed();
+        if waited >= CALL_TIMEOUT {
+            return None;
+        }
+        let step = if waited < Duration::from_millis(50) {
+            Duration::from_millis(1)
+        } else {
+            Duration::from_millis(10)
+        };
+        thread::sleep(step);
+    }
+}
+
+/// What the exited tmux left in a pipe, read without waiting: a process
+/// it left behind may hold the pipe open, and is not waited for.
+fn read_all<R: Read + AsFd>(r: Option<R>) -> String {
+    let mut buf = Vec::new();
+    if let Some(r) = r {
+        if sys::set_nonblocking(r.as_fd()).is_ok() {
+            let _ = r.take(OUTPUT_BYTES).read_to_end(&mut buf);
+        }
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
