@@ -4,6 +4,7 @@
 mod util;
 
 mod control;
+mod dispatch;
 mod docs;
 mod hostile;
 mod lifecycle;

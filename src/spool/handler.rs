@@ -39,7 +39,7 @@ impl Spool {
     pub fn record_handler(&self, token: &str, pgid: Option<u32>) -> Result<()> {
         let rec = Record {
             token: token.to_string(),
-            sid: sys::process(std::process::id()).map(|p| p.sid),
+            sid: sys::session_id(),
             pgid,
         };
         let bytes = serde_json::to_vec(&rec).expect("a record serializes");
