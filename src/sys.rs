@@ -563,7 +563,8 @@ mod linux_spawn {
     /// or exited. Every signal is blocked around it, so that no handler of
     /// ours runs on the child's side before it resets them.
     fn clone_vfork(args: &Args) -> io::Result<u32> {
-        let mut stack = vec![0u8; STACK];
+        // Not zeroed: the child writes before it reads.
+        let mut stack: Vec<std::mem::MaybeUninit<u8>> = Vec::with_capacity(STACK);
         // SAFETY: one past the end of the allocation; the stack grows
         // down from there. Rounded down to 16 bytes, as the ABI wants.
         let top = unsafe { stack.as_mut_ptr().add(STACK) };
