@@ -27,7 +27,8 @@ fn mask(status: &str, field: &str) -> u64 {
     u64::from_str_radix(line[field.len()..].trim(), 16).unwrap()
 }
 
-/// The leader starts as a fork and exec would start it: nothing blocked,
+/// The leader starts as a fork and exec would start it (its signal state
+/// read by the shell itself, before it forks anything): nothing blocked,
 /// SIGPIPE (which Rust ignores) back to its default, in the workspace,
 /// with the instance's environment and each turn variable once, even one
 /// the instance itself was started with.
@@ -40,8 +41,8 @@ fn a_handler_starts_with_the_instances_environment_and_default_signals() {
     let out = env.root.join("out");
     fs::create_dir_all(&out).unwrap();
     let exec = format!(
-        "cat > /dev/null; cat /proc/$$/status > '{o}/status'; pwd > '{o}/pwd'; \
-         env > '{o}/env'",
+        "while read -r l; do echo \"$l\"; done < /proc/self/status > '{o}/status'; \
+         cat > /dev/null; pwd > '{o}/pwd'; env > '{o}/env'",
         o = out.display()
     );
     let ws = env.workspace("echo");
