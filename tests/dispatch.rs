@@ -165,7 +165,7 @@ fn back_to_back_turns_keep_the_instance_busy() {
 }
 
 /// Turns one after another are served by threads that wait between turns:
-/// twenty turns leave the instance with no more threads than two did.
+/// twenty turns leave the instance with about as many threads as two did.
 #[test]
 fn turns_reuse_their_io_threads() {
     if !util::reliability::have_proc("turns_reuse_their_io_threads") {
@@ -210,11 +210,11 @@ fn turns_reuse_their_io_threads() {
         assert_eq!(fin["stderr_bytes"], 4, "{fin}");
     }
     std::thread::sleep(Duration::from_millis(200));
-    // One more than before at most: a turn may start while the last one's
-    // thread is still on its way back.
+    // Two more than before at most: a turn may start while the last
+    // one's thread is still on its way back (under load, twice).
     let after = threads();
     assert!(
-        after <= before + 1,
+        after <= before + 2,
         "{after} threads after 20 turns, {before} after 2"
     );
 }
