@@ -1,15 +1,16 @@
 //! The only place that calls libc: thin, safe wrappers over the few system
 //! calls std does not expose (peer credentials, flock, umask, kill(0),
 //! the sun_path limit, the working directory of a peer, a send that does
-//! not wait, waiting on a pipe or a stop signal, a child that dies with
-//! its parent, local time), and what /proc says about other processes.
+//! not wait, waiting on pipes or a stop signal, starting a child that dies
+//! with its parent, local time), and what /proc says about other processes.
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 use std::process::Command;
 
 /// Writes what the socket takes now, without waiting: the number of bytes
@@ -246,49 +247,54 @@ pub fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
     }
 }
 
-/// What `wait_ready` saw.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Ready {
-    /// The descriptor can be read (or written) without blocking, or it
-    /// hung up or failed: the read or write that follows says which.
-    Io,
-    /// `stop` is readable or hung up: whoever waits should stop.
-    Stop,
-}
-
-/// Waits, without a deadline, until `fd` can be read (written, with
-/// `write`) or `stop` is readable or hung up; `stop` wins when both are.
-pub fn wait_ready(fd: BorrowedFd<'_>, write: bool, stop: BorrowedFd<'_>) -> io::Result<Ready> {
-    let events = if write { libc::POLLOUT } else { libc::POLLIN };
-    let mut fds = [
-        libc::pollfd {
-            fd: stop.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
+/// Waits, without a deadline, until one of `fds` can be read (written,
+/// where its flag says so), hung up or failed; says which did.
+pub fn poll_ready(fds: &[(BorrowedFd<'_>, bool)]) -> io::Result<Vec<bool>> {
+    let mut polled: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|(fd, write)| libc::pollfd {
             fd: fd.as_raw_fd(),
-            events,
+            events: if *write { libc::POLLOUT } else { libc::POLLIN },
             revents: 0,
-        },
-    ];
+        })
+        .collect();
     loop {
-        // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfd
-        // for the call, and both descriptors are borrowed, so open.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        // SAFETY: `polled` is a valid, writable array of `polled.len()`
+        // pollfd for the call, and every descriptor is borrowed, so open.
+        let rc = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, -1) };
         if rc >= 0 {
-            break;
+            return Ok(polled.iter().map(|p| p.revents != 0).collect());
         }
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
         }
     }
-    Ok(if fds[0].revents != 0 {
-        Ready::Stop
-    } else {
-        Ready::Io
-    })
+}
+
+/// Fills `buf` from the kernel's random source in one call (`getrandom`,
+/// Linux); an error elsewhere, or when it gives less.
+pub fn fill_random(buf: &mut [u8]) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        // SAFETY: getrandom writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n as usize == buf.len() {
+            return Ok(());
+        }
+    }
+    let _ = buf;
+    Err(io::Error::from(io::ErrorKind::UnexpectedEof))
+}
+
+/// This process's session.
+pub fn session_id() -> Option<u32> {
+    // SAFETY: getsid(0) only reads the calling process's session.
+    let sid = unsafe { libc::getsid(0) };
+    u32::try_from(sid).ok()
 }
 
 /// Sets `O_NONBLOCK` on the open file description behind `fd` (for a
@@ -308,13 +314,383 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// A handler's leader as `spawn_leader` started it: its pid, which is
+/// also its process group, and our ends of its stdin, stdout and stderr
+/// (close-on-exec).
+pub struct Leader {
+    pub pid: u32,
+    pub stdin: File,
+    pub stdout: File,
+    pub stderr: File,
+}
+
+/// Starts `program` with `args` (`argv[0]` is `program`) in `dir`, with
+/// this process's environment and `env` over it, its stdio piped, as the
+/// leader of a process group of its own. On Linux it also dies with
+/// SIGKILL when the thread that starts it ends (`PR_SET_PDEATHSIG`): when
+/// the instance dies, even of SIGKILL, its handler's leader goes with it.
+/// A parent that died before the setting took effect is caught by
+/// comparing `getppid` afterwards: the child then fails to start.
+///
+/// Linux starts it the way `posix_spawn` does, which std's `Command` can
+/// not do once it needs a hook between fork and exec: the child shares our
+/// memory (`CLONE_VM | CLONE_VFORK`, so no page tables are copied) and
+/// this thread waits until it called `execve`. It runs only system calls
+/// on a stack of its own, with every signal blocked until its handlers are
+/// reset. Elsewhere this is `Command` with a process group and no death
+/// signal. Reap the leader with `wait_leader`.
+pub fn spawn_leader(
+    program: &str,
+    args: &[&str],
+    dir: &Path,
+    env: &[(&'static str, String)],
+) -> io::Result<Leader> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    return linux_spawn::spawn(program, args, dir, env);
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        use std::os::unix::process::CommandExt;
+        use std::process::Stdio;
+        let mut child = Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()?;
+        let take = |fd: Option<OwnedFd>| File::from(fd.expect("piped"));
+        // Dropping the `Child` neither kills nor reaps it: `wait_leader`
+        // does.
+        Ok(Leader {
+            pid: child.id(),
+            stdin: take(child.stdin.take().map(OwnedFd::from)),
+            stdout: take(child.stdout.take().map(OwnedFd::from)),
+            stderr: take(child.stderr.take().map(OwnedFd::from)),
+        })
+    }
+}
+
+/// Waits for the child `pid` to exit and reaps it: its exit code, or the
+/// signal that ended it.
+pub fn wait_leader(pid: u32) -> io::Result<(Option<i32>, Option<i32>)> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: waitpid writes only `status`, a valid c_int.
+        let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+        if rc >= 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(exit_of(status))
+}
+
+/// A wait status: the exit code, or the signal that ended the process.
+fn exit_of(status: libc::c_int) -> (Option<i32>, Option<i32>) {
+    if libc::WIFEXITED(status) {
+        (Some(libc::WEXITSTATUS(status)), None)
+    } else if libc::WIFSIGNALED(status) {
+        (None, Some(libc::WTERMSIG(status)))
+    } else {
+        (None, None)
+    }
+}
+
+/// Whether the child `pid` exited, without waiting: reaps it if so.
+pub fn try_wait_leader(pid: u32) -> io::Result<Option<(Option<i32>, Option<i32>)>> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: waitpid writes only `status`, a valid c_int.
+    let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if rc == 0 {
+        return Ok(None);
+    }
+    Ok(Some(exit_of(status)))
+}
+
+/// A descriptor that becomes readable when the child `pid` exits
+/// (`pidfd_open`, Linux 5.3 and later); an error where there is none.
+pub fn exit_notifier(pid: u32) -> io::Result<OwnedFd> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        // SAFETY: pidfd_open takes a pid and flags, and returns a new
+        // descriptor (close-on-exec) or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just created, owned here only.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = pid;
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod linux_spawn {
+    use super::Leader;
+    use std::ffi::{CString, c_char, c_int, c_void};
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::Path;
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// The child's stack: it only makes system calls.
+    const STACK: usize = 64 * 1024;
+
+    /// What the child reads (all prepared by the parent, which waits
+    /// while it runs) and the errno it leaves when it cannot exec.
+    struct Args {
+        path: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+        dir: *const c_char,
+        /// Its stdin, stdout and stderr: descriptors 3 and up.
+        fds: [c_int; 3],
+        parent: libc::pid_t,
+        errno: AtomicI32,
+    }
+
+    fn cstring(bytes: Vec<u8>) -> io::Result<CString> {
+        CString::new(bytes).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a NUL byte in the command, the directory or the environment",
+            )
+        })
+    }
+
+    /// This process's environment as `execve` takes it, read once (baton
+    /// changes its own only at startup, before any turn). An entry with a
+    /// NUL byte cannot be passed on, and is left out.
+    fn base_env() -> &'static [CString] {
+        static ENV: OnceLock<Vec<CString>> = OnceLock::new();
+        ENV.get_or_init(|| {
+            std::env::vars_os()
+                .filter_map(|(k, v)| {
+                    let mut entry = k.into_vec();
+                    entry.push(b'=');
+                    entry.extend_from_slice(v.as_bytes());
+                    CString::new(entry).ok()
+                })
+                .collect()
+        })
+    }
+
+    /// A pipe, both ends close-on-exec, each numbered 3 or more (so that
+    /// placing the child's ends on 0, 1 and 2 overwrites none of them).
+    fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+        let mut fds = [0 as c_int; 2];
+        // SAFETY: pipe2 writes two descriptors into `fds`, which has room.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both were just created, and are owned here only.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok((above_stdio(r)?, above_stdio(w)?))
+    }
+
+    fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+        if fd.as_raw_fd() > 2 {
+            return Ok(fd);
+        }
+        // SAFETY: F_DUPFD_CLOEXEC on an open descriptor returns a new one.
+        let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just created, owned here only.
+        Ok(unsafe { OwnedFd::from_raw_fd(n) })
+    }
+
+    pub(super) fn spawn(
+        program: &str,
+        args: &[&str],
+        dir: &Path,
+        env: &[(&'static str, String)],
+    ) -> io::Result<Leader> {
+        let path = cstring(program.into())?;
+        let mut argv_c = vec![path.clone()];
+        for a in args {
+            argv_c.push(cstring((*a).into())?);
+        }
+        let dir_c = cstring(dir.as_os_str().as_bytes().to_vec())?;
+        let own: Vec<CString> = env
+            .iter()
+            .map(|(k, v)| cstring(format!("{k}={v}").into_bytes()))
+            .collect::<io::Result<_>>()?;
+        let overridden = |entry: &CString| {
+            let e = entry.as_bytes();
+            env.iter()
+                .any(|(k, _)| e.starts_with(k.as_bytes()) && e.get(k.len()) == Some(&b'='))
+        };
+        let nul = || std::iter::once(std::ptr::null());
+        let argv: Vec<*const c_char> = argv_c.iter().map(|c| c.as_ptr()).chain(nul()).collect();
+        let envp: Vec<*const c_char> = base_env()
+            .iter()
+            .filter(|e| !overridden(e))
+            .chain(&own)
+            .map(|c| c.as_ptr())
+            .chain(nul())
+            .collect();
+        let (in_r, in_w) = pipe()?;
+        let (out_r, out_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        let args = Args {
+            path: path.as_ptr(),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            dir: dir_c.as_ptr(),
+            fds: [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
+            // SAFETY: getpid has no preconditions.
+            parent: unsafe { libc::getpid() },
+            errno: AtomicI32::new(0),
+        };
+        let pid = clone_vfork(&args)?;
+        let errno = args.errno.load(Ordering::SeqCst);
+        if errno != 0 {
+            let _ = super::wait_leader(pid);
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        // The child's ends close here; it has its own.
+        drop((in_r, out_w, err_w));
+        Ok(Leader {
+            pid,
+            stdin: File::from(in_w),
+            stdout: File::from(out_r),
+            stderr: File::from(err_r),
+        })
+    }
+
+    /// Starts `child` sharing our memory; returns once it called `execve`
+    /// or exited. Every signal is blocked around it, so that no handler of
+    /// ours runs on the child's side before it resets them.
+    fn clone_vfork(args: &Args) -> io::Result<u32> {
+        // Not zeroed: the child writes before it reads.
+        let mut stack: Vec<std::mem::MaybeUninit<u8>> = Vec::with_capacity(STACK);
+        // SAFETY: one past the end of the allocation; the stack grows
+        // down from there. Rounded down to 16 bytes, as the ABI wants.
+        let top = unsafe { stack.as_mut_ptr().add(STACK) };
+        let top = (top as usize & !15) as *mut c_void;
+        // SAFETY: a zeroed sigset_t is a valid value to fill.
+        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above, for the mask to restore.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: sigfillset and pthread_sigmask write only the sets given.
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        }
+        let arg = args as *const Args as *mut c_void;
+        // SAFETY: `child` gets a stack of its own (`stack`, alive until
+        // this returns) and `args`, which outlives it: with CLONE_VFORK
+        // this thread is suspended until the child called `execve` or
+        // exited, and the child touches nothing else of ours. It makes
+        // only async-signal-safe calls, allocates nothing and takes no
+        // lock, so the other threads of this process cannot deadlock it.
+        let pid = unsafe {
+            libc::clone(
+                child,
+                top,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                arg,
+            )
+        };
+        let err = io::Error::last_os_error();
+        // SAFETY: restores this thread's own mask.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        }
+        drop(stack);
+        if pid < 0 {
+            return Err(err);
+        }
+        Ok(pid as u32)
+    }
+
+    /// The child, between clone and exec: its own process group, the death
+    /// signal, the directory and descriptors, default signal handling,
+    /// then `execve`. A step that fails leaves its errno and exits 127.
+    extern "C" fn child(arg: *mut c_void) -> c_int {
+        // SAFETY: the parent passed a valid `Args`, alive while we run.
+        let a = unsafe { &*(arg as *const Args) };
+        let fail = |a: &Args| -> c_int {
+            let e = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            a.errno
+                .store(if e == 0 { libc::EINVAL } else { e }, Ordering::SeqCst);
+            // SAFETY: _exit ends the child at once, running nothing of ours.
+            unsafe { libc::_exit(127) }
+        };
+        // SAFETY: each call below takes plain integers or pointers to
+        // NUL-terminated strings and arrays the parent prepared; none
+        // allocates or takes a lock (async-signal-safe).
+        unsafe {
+            if libc::setpgid(0, 0) != 0 {
+                return fail(a);
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return fail(a);
+            }
+            if libc::getppid() != a.parent {
+                a.errno.store(libc::ESRCH, Ordering::SeqCst);
+                libc::_exit(127);
+            }
+            if libc::chdir(a.dir) != 0 {
+                return fail(a);
+            }
+            for (target, fd) in a.fds.iter().enumerate() {
+                if libc::dup2(*fd, target as c_int) < 0 {
+                    return fail(a);
+                }
+            }
+            // What has a handler of ours gets the default (what exec
+            // would do), before any signal can arrive; SIGPIPE too, which
+            // Rust ignores. Other ignored signals stay ignored, as with
+            // fork and exec.
+            for sig in 1..libc::SIGRTMAX() + 1 {
+                if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+                    continue;
+                }
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                    continue;
+                }
+                let h = old.sa_sigaction;
+                if h != libc::SIG_DFL && (h != libc::SIG_IGN || sig == libc::SIGPIPE) {
+                    let mut dfl: libc::sigaction = std::mem::zeroed();
+                    dfl.sa_sigaction = libc::SIG_DFL;
+                    libc::sigaction(sig, &dfl, std::ptr::null_mut());
+                }
+            }
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            libc::execve(a.path, a.argv, a.envp);
+        }
+        fail(a)
+    }
+}
+
 /// Makes the process `cmd` starts die with SIGKILL when the thread that
 /// starts it ends (`PR_SET_PDEATHSIG`, Linux): when the instance dies, even
 /// of SIGKILL, its handler's leader goes with it. A parent that died
 /// before the setting took effect is caught by comparing `getppid`
 /// afterwards: the child then fails to start. Elsewhere this does nothing.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn die_with_parent(cmd: &mut Command) {
+pub fn die_with_parent(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     let parent = std::process::id() as libc::pid_t;
     let hook = move || {
@@ -340,7 +716,7 @@ pub fn die_with_parent(cmd: &mut Command) {
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub fn die_with_parent(_cmd: &mut Command) {}
+pub fn die_with_parent(_cmd: &mut std::process::Command) {}
 
 /// A process as `/proc/PID/stat` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

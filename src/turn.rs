@@ -10,16 +10,15 @@
 //! pipes, even while a daemon the handler started keeps its ends open.
 
 use crate::spool::Task;
-use crate::sys::{self, Ready};
+use crate::sys;
 use crossbeam_channel as chan;
 use std::borrow::Cow;
+use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::sync::Mutex;
 
 /// Output bytes per stream that become `turn.output` events; past this the
 /// output is counted as dropped and only a tail is kept.
@@ -66,167 +65,326 @@ pub struct ExecSpec<'a> {
     pub capture: Option<usize>,
 }
 
-/// A started handler. Dropping it ends its turn for baton: the threads
-/// that feed its stdin and read its output stop and close our ends of the
-/// pipes (the thread that waits for its exit ends with the leader).
+/// A started handler. Dropping it ends its turn for baton: the thread
+/// that feeds its stdin and reads its output stops and closes our ends of
+/// the pipes (what waits for its exit ends with the leader).
 pub struct Handler {
     /// The leader's pid, which is also its process group.
     pub pid: u32,
-    /// The other end is polled by those threads; closing this one is
-    /// their signal to stop.
+    /// The other end is polled by the I/O thread; closing this one is its
+    /// signal to stop.
     _stop: UnixStream,
 }
 
 /// Starts the handler: the leader dies with the thread that starts it
-/// (`sys::die_with_parent`), so a killed instance takes it along.
+/// (`sys::spawn_leader`), so a killed instance takes it along. One thread
+/// serves it: it moves its stdin and output and, where the system can
+/// say when a child exits (`sys::exit_notifier`), reaps it; elsewhere a
+/// second thread waits for its exit.
 pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<Handler> {
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(spec.command)
-        .current_dir(spec.workspace)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    for (k, v) in &spec.env {
-        cmd.env(k, v);
-    }
-    sys::die_with_parent(&mut cmd);
-    // Created close-on-exec (std's default): the handler never holds it.
+    // Created close-on-exec: the handler never holds it.
     let (stop, stopped) = UnixStream::pair()?;
-    let stopped = Arc::new(stopped);
-    let mut child = cmd.spawn()?;
-    let pid = child.id();
-    let stdin = child.stdin.take().expect("piped");
-    let envelope = spec.envelope;
-    let s0 = Arc::clone(&stopped);
-    std::thread::spawn(move || feed(stdin, envelope.as_bytes(), &s0));
-    let stdout = child.stdout.take().expect("piped");
-    let stderr = child.stderr.take().expect("piped");
-    let (t1, t2, t3) = (spec.token.clone(), spec.token.clone(), spec.token);
-    let (e1, e2) = (events.clone(), events.clone());
-    let capture = spec.capture;
-    let s1 = Arc::clone(&stopped);
-    std::thread::spawn(move || pump(stdout, "stdout", t1, capture, e1, &s1));
-    std::thread::spawn(move || pump(stderr, "stderr", t2, None, e2, &stopped));
-    std::thread::spawn(move || {
-        let (code, signal) = match child.wait() {
-            Ok(st) => (st.code(), st.signal()),
-            Err(_) => (None, None),
-        };
-        let _ = events.send(TurnEvent::Exited {
-            token: t3,
-            code,
-            signal,
-        });
+    let leader = sys::spawn_leader("/bin/sh", &["-c", spec.command], spec.workspace, &spec.env)?;
+    let pid = leader.pid;
+    let exit = sys::exit_notifier(pid).ok();
+    let wait_here = exit.is_none();
+    let io = Io {
+        stdin: Some(leader.stdin),
+        envelope: spec.envelope.into_bytes(),
+        written: 0,
+        streams: [
+            Stream::new(leader.stdout, "stdout", spec.capture),
+            Stream::new(leader.stderr, "stderr", None),
+        ],
+        leader: exit.map(|fd| (pid, fd)),
+    };
+    let job = Job {
+        io,
+        token: spec.token.clone(),
+        events: events.clone(),
+        stop: stopped,
+    };
+    let threads = serve(job).and_then(|()| {
+        if !wait_here {
+            return Ok(());
+        }
+        let token = spec.token;
+        std::thread::Builder::new()
+            .name("baton-turn-wait".into())
+            .spawn(move || exited(sys::wait_leader(pid), &token, &events))
+            .map(drop)
     });
+    if let Err(e) = threads {
+        // Nothing would serve it: it is ended here.
+        let _ = sys::kill_group(pid, sys::SIGKILL);
+        let _ = sys::wait_leader(pid);
+        return Err(e);
+    }
     Ok(Handler { pid, _stop: stop })
 }
 
-/// Writes the envelope to the handler's stdin without ever blocking past
-/// the turn: a handler that does not read it (or a daemon that holds its
-/// stdin) costs a thread only until the turn ends.
-fn feed(mut w: impl Write + AsFd, mut rest: &[u8], stop: &UnixStream) {
-    if sys::set_nonblocking(w.as_fd()).is_err() {
-        // Blocks until the handler reads it or exits (EPIPE).
-        let _ = w.write_all(rest);
-        return;
-    }
-    while !rest.is_empty() {
-        if !matches!(
-            sys::wait_ready(w.as_fd(), true, stop.as_fd()),
-            Ok(Ready::Io)
-        ) {
-            return;
+/// One turn's pipes, for an I/O thread.
+struct Job {
+    io: Io,
+    token: String,
+    events: chan::Sender<TurnEvent>,
+    stop: UnixStream,
+}
+
+/// I/O threads between turns, each waiting for its next `Job`. A turn's
+/// job ends with the turn (`Handler`'s drop stops it) and closes every
+/// pipe; the thread then waits here, holding nothing of the handler, so
+/// that the next turn does not pay for a thread. An instance runs one turn
+/// at a time, so it keeps one or two, made at its first turns.
+static IDLE: Mutex<Vec<chan::Sender<Job>>> = Mutex::new(Vec::new());
+
+/// Hands `job` to an idle I/O thread, or to a new one.
+fn serve(job: Job) -> io::Result<()> {
+    let idle = IDLE.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    let job = match idle {
+        Some(tx) => match tx.send(job) {
+            Ok(()) => return Ok(()),
+            Err(back) => back.into_inner(),
+        },
+        None => job,
+    };
+    let (tx, rx) = chan::bounded::<Job>(1);
+    std::thread::Builder::new()
+        .name("baton-turn-io".into())
+        .spawn(move || {
+            let mut job = job;
+            loop {
+                job.io.run(&job.token, &job.events, &job.stop);
+                drop(job);
+                IDLE.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(tx.clone());
+                match rx.recv() {
+                    Ok(next) => job = next,
+                    Err(_) => return,
+                }
+            }
+        })
+        .map(drop)
+}
+
+/// Reports the leader's exit (reaped).
+fn exited(
+    status: io::Result<(Option<i32>, Option<i32>)>,
+    token: &str,
+    events: &chan::Sender<TurnEvent>,
+) {
+    let (code, signal) = status.unwrap_or((None, None));
+    let _ = events.send(TurnEvent::Exited {
+        token: token.to_string(),
+        code,
+        signal,
+    });
+}
+
+/// The handler's pipes, served by one thread: the envelope is written to
+/// its stdin without ever blocking past the turn (a handler that does not
+/// read it, or a daemon that holds its stdin, costs nothing once the turn
+/// ends), and stdout and stderr are read to EOF or the turn's end.
+struct Io {
+    stdin: Option<File>,
+    envelope: Vec<u8>,
+    written: usize,
+    streams: [Stream; 2],
+    /// The leader and its exit notifier, until it is reaped, when this
+    /// thread watches its exit.
+    leader: Option<(u32, OwnedFd)>,
+}
+
+impl Io {
+    fn run(&mut self, token: &str, events: &chan::Sender<TurnEvent>, stop: &UnixStream) {
+        if let Some(w) = &self.stdin {
+            if sys::set_nonblocking(w.as_fd()).is_err() || self.envelope.is_empty() {
+                self.stdin = None;
+            }
         }
-        match w.write(rest) {
-            Ok(0) => return,
-            Ok(n) => rest = &rest[n..],
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let mut fds = vec![(stop.as_fd(), false)];
+            fds.extend(self.stdin.as_ref().map(|w| (w.as_fd(), true)));
+            let open: Vec<usize> = (0..2).filter(|&i| self.streams[i].r.is_some()).collect();
+            for &i in &open {
+                let r = self.streams[i].r.as_ref().expect("open");
+                fds.push((r.as_fd(), false));
+            }
+            fds.extend(self.leader.as_ref().map(|(_, fd)| (fd.as_fd(), false)));
+            if fds.len() == 1 {
+                break;
+            }
+            let Ok(ready) = sys::poll_ready(&fds) else {
+                break;
+            };
+            if ready[0] {
+                break;
+            }
+            let mut at = 1;
+            if self.stdin.is_some() {
+                if ready[at] {
+                    self.feed();
+                }
+                at += 1;
+            }
+            for (k, &i) in open.iter().enumerate() {
+                if ready[at + k] {
+                    self.streams[i].read(&mut buf, token, events);
+                }
+            }
+            if ready.get(at + open.len()) == Some(&true) {
+                self.reap(token, events);
+            }
+        }
+        // Stopped, or everything ended: what is still open is reported as
+        // it stands, and every pipe closes here.
+        for s in &mut self.streams {
+            s.finish(token, events);
+        }
+        self.stdin = None;
+        if let Some((pid, _)) = self.leader.take() {
+            exited(sys::wait_leader(pid), token, events);
+        }
+    }
+
+    /// The exit notifier fired: the leader is reaped and its exit reported.
+    fn reap(&mut self, token: &str, events: &chan::Sender<TurnEvent>) {
+        let Some((pid, _)) = &self.leader else {
+            return;
+        };
+        let pid = *pid;
+        match sys::try_wait_leader(pid) {
+            Ok(None) => {}
+            Ok(Some(st)) => {
+                self.leader = None;
+                exited(Ok(st), token, events);
+            }
+            Err(e) => {
+                self.leader = None;
+                exited(Err(e), token, events);
+            }
+        }
+    }
+
+    /// Writes what the pipe takes of the rest of the envelope; closes it
+    /// when all is written or the handler is gone (EPIPE: Rust ignores
+    /// SIGPIPE).
+    fn feed(&mut self) {
+        let Some(w) = &mut self.stdin else {
+            return;
+        };
+        match w.write(&self.envelope[self.written..]) {
+            Ok(0) => self.stdin = None,
+            Ok(n) => {
+                self.written += n;
+                if self.written == self.envelope.len() {
+                    self.stdin = None;
+                }
+            }
             Err(e)
                 if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
                 ) => {}
-            // EPIPE: the handler exited (Rust ignores SIGPIPE).
-            Err(_) => return,
+            Err(_) => self.stdin = None,
         }
     }
 }
 
-/// Reads one stream to EOF, or until the turn ends, with bounded memory:
-/// the first `STREAM_EVENT_BYTES` become events, the rest is counted and
-/// only its last `TAIL_BYTES` kept.
-fn pump(
-    mut r: impl Read + AsFd,
-    stream: &'static str,
-    token: String,
+/// One output stream, with bounded memory: the first
+/// `STREAM_EVENT_BYTES` become events, the rest is counted and only its
+/// last `TAIL_BYTES` kept.
+struct Stream {
+    /// Closed at EOF.
+    r: Option<File>,
+    name: &'static str,
     capture: Option<usize>,
-    events: chan::Sender<TurnEvent>,
-    stop: &UnixStream,
-) {
-    let mut buf = vec![0u8; CHUNK];
-    let mut pending: Vec<u8> = Vec::new();
-    let mut total: u64 = 0;
-    let mut dropped: u64 = 0;
-    let mut tail: Vec<u8> = Vec::new();
-    let mut captured: Option<Vec<u8>> = capture.map(|_| Vec::new());
-    loop {
-        if !matches!(
-            sys::wait_ready(r.as_fd(), false, stop.as_fd()),
-            Ok(Ready::Io)
-        ) {
-            break;
+    pending: Vec<u8>,
+    total: u64,
+    dropped: u64,
+    tail: Vec<u8>,
+    captured: Option<Vec<u8>>,
+}
+
+impl Stream {
+    fn new(r: File, name: &'static str, capture: Option<usize>) -> Stream {
+        Stream {
+            r: Some(r),
+            name,
+            capture,
+            pending: Vec::new(),
+            total: 0,
+            dropped: 0,
+            tail: Vec::new(),
+            captured: capture.map(|_| Vec::new()),
         }
-        let n = match r.read(&mut buf) {
-            Ok(0) => break,
+    }
+
+    /// One read; at EOF (or an error) the stream is done.
+    fn read(&mut self, buf: &mut [u8], token: &str, events: &chan::Sender<TurnEvent>) {
+        let Some(r) = &mut self.r else {
+            return;
+        };
+        let n = match r.read(buf) {
+            Ok(0) => return self.finish(token, events),
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return,
+            Err(_) => return self.finish(token, events),
         };
         let chunk = &buf[..n];
-        if let (Some(c), Some(limit)) = (&mut captured, capture) {
+        if let (Some(c), Some(limit)) = (&mut self.captured, self.capture) {
             let room = (limit + 1).saturating_sub(c.len());
             c.extend_from_slice(&chunk[..room.min(n)]);
         }
-        let streamed = (STREAM_EVENT_BYTES.saturating_sub(total) as usize).min(n);
-        total += n as u64;
+        let streamed = (STREAM_EVENT_BYTES.saturating_sub(self.total) as usize).min(n);
+        self.total += n as u64;
         if streamed > 0 {
-            pending.extend_from_slice(&chunk[..streamed]);
-            let text = take_utf8(&mut pending);
+            self.pending.extend_from_slice(&chunk[..streamed]);
+            let text = take_utf8(&mut self.pending);
             if !text.is_empty() {
                 let _ = events.send(TurnEvent::Output {
-                    token: token.clone(),
-                    stream,
+                    token: token.to_string(),
+                    stream: self.name,
                     text,
                 });
             }
         }
         if streamed < n {
-            dropped += (n - streamed) as u64;
-            tail.extend_from_slice(&chunk[streamed..]);
-            if tail.len() > 2 * TAIL_BYTES {
-                tail.drain(..tail.len() - TAIL_BYTES);
+            self.dropped += (n - streamed) as u64;
+            self.tail.extend_from_slice(&chunk[streamed..]);
+            if self.tail.len() > 2 * TAIL_BYTES {
+                self.tail.drain(..self.tail.len() - TAIL_BYTES);
             }
         }
     }
-    if !pending.is_empty() {
-        let _ = events.send(TurnEvent::Output {
-            token: token.clone(),
-            stream,
-            text: String::from_utf8_lossy(&pending).into_owned(),
+
+    /// EOF: closes the pipe and reports what the stream held.
+    fn finish(&mut self, token: &str, events: &chan::Sender<TurnEvent>) {
+        if self.r.take().is_none() {
+            return;
+        }
+        if !self.pending.is_empty() {
+            let _ = events.send(TurnEvent::Output {
+                token: token.to_string(),
+                stream: self.name,
+                text: String::from_utf8_lossy(&self.pending).into_owned(),
+            });
+            self.pending.clear();
+        }
+        if self.tail.len() > TAIL_BYTES {
+            self.tail.drain(..self.tail.len() - TAIL_BYTES);
+        }
+        let _ = events.send(TurnEvent::StreamDone {
+            token: token.to_string(),
+            stream: self.name,
+            total: self.total,
+            dropped: self.dropped,
+            tail: String::from_utf8_lossy(&self.tail).into_owned(),
+            captured: self.captured.take(),
         });
     }
-    if tail.len() > TAIL_BYTES {
-        tail.drain(..tail.len() - TAIL_BYTES);
-    }
-    let _ = events.send(TurnEvent::StreamDone {
-        token,
-        stream,
-        total,
-        dropped,
-        tail: String::from_utf8_lossy(&tail).into_owned(),
-        captured,
-    });
 }
 
 /// Takes the longest valid UTF-8 prefix out of `pending` (invalid bytes

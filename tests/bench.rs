@@ -1122,8 +1122,17 @@ fn row_wait(sc: &Scale) -> Result<Vec<Row>, String> {
 /// (kind, message_id, time) of each event a subscriber hears.
 type Heard = (String, String, f64);
 
+/// Rows 7 and 7b: their targets, against a bare spawn in the same run.
+const TURN_RATE_TARGET: f64 = 1.3;
+const TURN_LATENCY_TARGET: f64 = 2.0;
+/// The blocks row 7 alternates baton and the baseline in (7b alternates
+/// them task by task).
+const TURN_BLOCKS: usize = 20;
+
 /// Row 7: tasks through an `--exec true` agent, against `sh -c true`
-/// spawned in a loop here.
+/// spawned in a loop here; 7b: accepted to started, against the spawn
+/// alone. baton and the baseline take turns (7: in `TURN_BLOCKS` blocks;
+/// 7b: task by task), so that background load falls on both alike.
 fn row_turns(sc: &Scale) -> Result<Vec<Row>, String> {
     let mut w = World::new(
         false,
@@ -1161,49 +1170,124 @@ fn row_turns(sc: &Scale) -> Result<Vec<Row>, String> {
     });
     let mut c = LineClient::baton(&inst.socket)?;
     let small = body(BODY_BYTES);
-    let wait = Duration::from_secs(30);
     let mut send = |id: &str| -> Result<(), String> {
         let a = c
             .round_trip(&send_line(1, id, &inst.id, &small))
             .map_err(|e| e.to_string())?;
         check_accepted(a)
     };
-    // Latency: one task at a time.
-    let mut latency = Vec::new();
+    let rate_block = sc.turn_rate_tasks.div_ceil(TURN_BLOCKS);
+    let (mut latency, mut spawn_times) = (Vec::new(), Vec::new());
+    let (mut baton_span, mut baton_turns) = (0f64, 0usize);
+    let (mut sh_span, mut sh_runs) = (Duration::ZERO, 0usize);
+    // Latency: one task at a time, each followed by a bare spawn.
     for i in 0..sc.turn_latency_tasks {
-        let id = format!("lat{i}");
-        send(&id)?;
-        let (mut accepted, mut started) = (None, None);
-        loop {
-            let (kind, mid, time) = rx
-                .recv_timeout(wait)
-                .map_err(|_| format!("no turn.finished for {id} within {wait:?}"))?;
-            if mid != id {
-                continue;
-            }
-            match kind.as_str() {
-                "message.accepted" => accepted = Some(time),
-                "turn.started" => started = Some(time),
-                "turn.finished" => break,
-                _ => {}
-            }
+        latency.push(one_turn(&mut send, &rx, &format!("lat{i}"))?);
+        spawn_times.push(spawn_sh()?.0);
+    }
+    for block in 0..TURN_BLOCKS {
+        // Rate: a queue of tasks, back to back; then as many spawns in a
+        // loop, each waited for.
+        baton_span += queued_turns(&mut send, &rx, block, rate_block)?;
+        baton_turns += rate_block;
+        let t0 = Instant::now();
+        for _ in 0..rate_block {
+            spawn_sh()?;
         }
-        match (accepted, started) {
-            (Some(a), Some(s)) => latency.push(Duration::from_secs_f64((s - a).max(0.0))),
-            _ => return Err(format!("no accepted/started events for {id}")),
+        sh_span += t0.elapsed();
+        sh_runs += rate_block;
+    }
+    w.stop_all();
+    let baton_rate = baton_turns as f64 / baton_span.max(1e-3);
+    let sh_rate = sh_runs as f64 / sh_span.as_secs_f64();
+    Ok(vec![
+        row(
+            "7",
+            &format!(
+                "--exec true turns/s, {TURN_BLOCKS} x {rate_block} queued; sh -c true spawned in a loop"
+            ),
+            Fig::Rate(baton_rate),
+            Fig::Rate(sh_rate),
+            Target::Ratio(TURN_RATE_TARGET),
+        ),
+        row(
+            "7b",
+            &format!(
+                "accepted -> turn.started, mean of {}; spawning sh",
+                latency.len()
+            ),
+            Fig::Time(mean(&latency)),
+            Fig::Time(mean(&spawn_times)),
+            Target::Ratio(TURN_LATENCY_TARGET),
+        ),
+    ])
+}
+
+/// `sh -c true` with piped stdio: how long the spawn took to return, and
+/// the whole run, waited for.
+fn spawn_sh() -> Result<(Duration, Duration), String> {
+    let s = Instant::now();
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", "true"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("sh: {e}"))?;
+    let spawned = s.elapsed();
+    child.wait().map_err(|e| format!("sh: {e}"))?;
+    Ok((spawned, s.elapsed()))
+}
+
+/// Sends one task and waits for its turn to finish: `turn.started` minus
+/// `message.accepted`, in the transcript's times.
+fn one_turn(
+    send: &mut impl FnMut(&str) -> Result<(), String>,
+    rx: &crossbeam_channel::Receiver<Heard>,
+    id: &str,
+) -> Result<Duration, String> {
+    let wait = Duration::from_secs(30);
+    send(id)?;
+    let (mut accepted, mut started) = (None, None);
+    loop {
+        let (kind, mid, time) = rx
+            .recv_timeout(wait)
+            .map_err(|_| format!("no turn.finished for {id} within {wait:?}"))?;
+        if mid != id {
+            continue;
+        }
+        match kind.as_str() {
+            "message.accepted" => accepted = Some(time),
+            "turn.started" => started = Some(time),
+            "turn.finished" => break,
+            _ => {}
         }
     }
-    // Rate: a queue of tasks, back to back.
-    let n = sc.turn_rate_tasks;
+    match (accepted, started) {
+        (Some(a), Some(s)) => Ok(Duration::from_secs_f64((s - a).max(0.0))),
+        _ => Err(format!("no accepted/started events for {id}")),
+    }
+}
+
+/// Queues `n` tasks back to back and waits for their turns: seconds from
+/// the first `turn.started` to the last `turn.finished`.
+fn queued_turns(
+    send: &mut impl FnMut(&str) -> Result<(), String>,
+    rx: &crossbeam_channel::Receiver<Heard>,
+    block: usize,
+    n: usize,
+) -> Result<f64, String> {
+    let wait = Duration::from_secs(30);
+    let prefix = format!("rate{block}-");
     for i in 0..n {
-        send(&format!("rate{i}"))?;
+        send(&format!("{prefix}{i}"))?;
     }
     let (mut first_start, mut last_finish, mut finished) = (f64::MAX, 0f64, 0);
     while finished < n {
         let (kind, mid, time) = rx
             .recv_timeout(wait)
             .map_err(|_| format!("only {finished} of {n} turns finished within {wait:?}"))?;
-        if !mid.starts_with("rate") {
+        if !mid.starts_with(&prefix) {
             continue;
         }
         match kind.as_str() {
@@ -1215,45 +1299,7 @@ fn row_turns(sc: &Scale) -> Result<Vec<Row>, String> {
             _ => {}
         }
     }
-    let span = (last_finish - first_start).max(1e-3);
-    let baton_rate = n as f64 / span;
-    w.stop_all();
-
-    // The baseline: sh -c true with piped stdio, spawned and waited for.
-    let mut spawn_times = Vec::new();
-    let t0 = Instant::now();
-    for _ in 0..n {
-        let s = Instant::now();
-        let mut child = Command::new("/bin/sh")
-            .args(["-c", "true"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("sh: {e}"))?;
-        spawn_times.push(s.elapsed());
-        child.wait().map_err(|e| format!("sh: {e}"))?;
-    }
-    let sh_rate = n as f64 / t0.elapsed().as_secs_f64();
-    Ok(vec![
-        row(
-            "7",
-            &format!("--exec true turns/s, {n} queued; sh -c true spawned in a loop"),
-            Fig::Rate(baton_rate),
-            Fig::Rate(sh_rate),
-            Target::None,
-        ),
-        row(
-            "7b",
-            &format!(
-                "accepted -> turn.started, mean of {}; spawning sh",
-                sc.turn_latency_tasks
-            ),
-            Fig::Time(mean(&latency)),
-            Fig::Time(mean(&spawn_times)),
-            Target::None,
-        ),
-    ])
+    Ok((last_finish - first_start).max(1e-3))
 }
 
 /// Row 8: `baton send --via 'ssh ...'` to an instance through a private

@@ -6,6 +6,7 @@ mod util;
 mod approve;
 mod commands;
 mod control;
+mod dispatch;
 mod docs;
 mod hooks;
 mod hostile;

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::registry;
 use crate::sanitize::escape;
-use crate::server::{self, RpcError};
+use crate::server::{self, RpcError, State};
 use crate::spool::{self, Claim, Task};
 use crate::status::Status;
 use crate::sys;
@@ -21,12 +21,41 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 impl Foreground {
+    /// A turn's token: 24 random digits, from one `getrandom` where there
+    /// is one (a turn starts sooner than with a read of `/dev/urandom`).
     pub(super) fn new_token() -> String {
+        let mut buf = [0u8; 64];
+        if sys::fill_random(&mut buf).is_ok() {
+            // Rejection sampling keeps the digits uniform.
+            let digits: String = buf
+                .iter()
+                .filter(|&&b| b < 250)
+                .take(24)
+                .map(|b| char::from(b'0' + b % 10))
+                .collect();
+            if digits.len() == 24 {
+                return digits;
+            }
+        }
         registry::random_digits(24).unwrap_or_else(|_| format!("{:?}", Instant::now()))
     }
 
-    /// Exec mode: starts the next turn when nothing runs.
+    /// Exec mode: starts the next turn when nothing runs. A turn that
+    /// finished left its state to here (`maybe_finish`): when the next
+    /// one starts at once the instance stays busy, and neither the
+    /// manifest nor the state changes in between.
     pub(super) fn pump(&mut self) {
+        self.pump_turn();
+        if self.running.is_none()
+            && self.open.is_empty()
+            && !self.paused()
+            && self.shared.state() == State::Busy
+        {
+            self.refresh();
+        }
+    }
+
+    fn pump_turn(&mut self) {
         self.expire();
         if self.running.is_some() || self.paused() {
             return;
@@ -111,6 +140,7 @@ impl Foreground {
                     json!({"message_id": id, "pid": handler.pid, "from": turn::display_name(&task.sender),
                            "sender_id": task.sender.instance_id, "hop": task.hop}),
                 );
+                self.record_group(&token, handler.pid, &id);
                 self.running = Some(Running {
                     task,
                     token,
@@ -281,7 +311,11 @@ impl Foreground {
         if let Some(plan) = reply {
             self.send_stdout_reply(&id, plan.send);
         }
-        self.refresh();
+        // Unpaused, the state is `pump`'s to publish, after it looked for
+        // the next turn.
+        if self.paused() {
+            self.refresh();
+        }
     }
 
     pub(super) fn cancel(
@@ -424,29 +458,26 @@ impl Foreground {
     }
 
     /// Starts the handler, recording it in the spool first by its turn's
-    /// token and then by its process group, so that whoever opens the
-    /// spool after this instance died kills what is left of it
-    /// (`Spool::record_handler`). Without the record, no handler runs.
+    /// token (`Spool::record_handler`), so that whoever opens the spool
+    /// after this instance died kills what is left of it. Without the
+    /// record, no handler runs.
     fn spawn_handler(&self, spec: turn::ExecSpec<'_>) -> crate::error::Result<turn::Handler> {
         let spool = self.spool();
-        let token = spec.token.clone();
-        spool.record_handler(&token, None)?;
-        let handler = match turn::spawn(spec, self.turns_tx.clone()) {
-            Ok(h) => h,
-            Err(e) => {
-                spool.clear_handler();
-                return Err(crate::error::Error::io(
-                    "run",
-                    std::path::Path::new("/bin/sh"),
-                    e,
-                ));
-            }
-        };
-        if let Err(e) = spool.record_handler(&token, Some(handler.pid)) {
-            let _ = sys::kill_group(handler.pid, sys::SIGKILL);
+        spool.record_handler(&spec.token, None)?;
+        turn::spawn(spec, self.turns_tx.clone()).map_err(|e| {
             spool.clear_handler();
-            return Err(e);
+            crate::error::Error::io("run", std::path::Path::new("/bin/sh"), e)
+        })
+    }
+
+    /// Once the turn started: the record names the handler's process
+    /// group too. Should that fail, the token's record stands, which
+    /// recovery finds the group by (the instance's session, a group whose
+    /// leader is gone, the token in its environment): the turn goes on.
+    fn record_group(&self, token: &str, pgid: u32, id: &str) {
+        if let Err(e) = self.spool().record_handler(token, Some(pgid)) {
+            self.hub
+                .emit("notice", json!({"message_id": id, "text": e.to_string()}));
         }
-        Ok(handler)
     }
 }

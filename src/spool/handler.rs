@@ -2,11 +2,13 @@
 //! the spool names its process group, and whoever opens the spool next
 //! (the restarted instance, or an offline sender) kills what is left of
 //! that group before the task is called interrupted. The group's leader
-//! has already died with the instance (`sys::die_with_parent`); this takes
+//! has already died with the instance (`sys::spawn_leader`); this takes
 //! what it started in its group. So an interrupted task did not finish.
 //!
 //! The record is written twice per turn: with the turn's token before the
-//! handler starts, then with its process group. A group is only killed
+//! handler starts, then, once `turn.started` is out, with its process
+//! group. Should the second write fail, the first stands, and recovery
+//! finds the group by the session and the token. A group is only killed
 //! when one of its processes still carries `BATON_TURN=<token>` in the
 //! environment it started with: a recycled group id is never ours. Not
 //! synced: the record only has to outlive the instance, not the machine,
@@ -39,11 +41,16 @@ impl Spool {
     pub fn record_handler(&self, token: &str, pgid: Option<u32>) -> Result<()> {
         let rec = Record {
             token: token.to_string(),
-            sid: sys::process(std::process::id()).map(|p| p.sid),
+            sid: sys::session_id(),
             pgid,
         };
         let bytes = serde_json::to_vec(&rec).expect("a record serializes");
         let (tmp, dest) = (self.path("tmp", RECORD), self.dir.join(RECORD));
+        // Before the handler starts, in place: a torn record then names
+        // nothing that runs. The group's record replaces it whole.
+        if pgid.is_none() && write_in_place(&dest, &bytes).is_ok() {
+            return Ok(());
+        }
         files::write_private(&tmp, &dest, &bytes, false).map_err(|e| Error::io("write", &dest, e))
     }
 
@@ -70,6 +77,21 @@ impl Spool {
         }
         let _ = fs::remove_file(&path);
     }
+}
+
+/// Writes `bytes` as the whole of `path` (mode 0600, never through a
+/// symlink), in one open, write and close.
+fn write_in_place(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(path)?
+        .write_all(bytes)
 }
 
 /// The groups to kill: those with a live process that carries the turn's
