@@ -19,6 +19,7 @@ macro_rules! eprint {
     };
 }
 
+pub mod civil;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -31,6 +32,7 @@ pub mod files;
 pub mod glob;
 pub mod instance;
 pub mod mcp;
+pub mod procfs;
 pub mod registry;
 pub mod relay;
 pub mod sanitize;

@@ -1,17 +1,19 @@
-//! The only place that calls libc: thin, safe wrappers over the few system
-//! calls std does not expose (peer credentials, flock, umask, kill(0),
-//! the sun_path limit, the working directory of a peer, a send that does
-//! not wait, waiting on pipes or a stop signal, starting a child that dies
-//! with its parent, local time), and what /proc says about other processes.
+//! The only place that calls libc: thin, safe wrappers over the system
+//! calls std does not expose (peer credentials, flock, umask, kill(0), the
+//! sun_path limit, a peer's working directory, a send that does not wait,
+//! waiting on pipes or a stop signal, a child that dies with us, local time).
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 use std::process::Command;
+
+pub use crate::civil::Civil;
+pub use crate::procfs::{ProcEntry, environ_has, process, processes};
 
 /// Writes what the socket takes now, without waiting: the number of bytes
 /// written, 0 when its buffer is full.
@@ -40,7 +42,6 @@ pub fn send_nowait(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
     }
 }
 
-/// `O_NOFOLLOW`, for `OpenOptionsExt::custom_flags`.
 pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;
 
 /// `O_NONBLOCK`, for `OpenOptionsExt::custom_flags`: opening a FIFO or a
@@ -685,87 +686,30 @@ mod linux_spawn {
 }
 
 /// Makes the process `cmd` starts die with SIGKILL when the thread that
-/// starts it ends (`PR_SET_PDEATHSIG`, Linux): when the instance dies, even
-/// of SIGKILL, its handler's leader goes with it. A parent that died
-/// before the setting took effect is caught by comparing `getppid`
-/// afterwards: the child then fails to start. Elsewhere this does nothing.
+/// starts it ends (`PR_SET_PDEATHSIG`, Linux; elsewhere nothing): for the
+/// short `tmux` calls of `--tmux-pane` (handlers use `spawn_leader`).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn die_with_parent(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     let parent = std::process::id() as libc::pid_t;
-    let hook = move || {
-        // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and touches
-        // no memory; it is async-signal-safe, as this hook must be.
-        let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: getppid has no preconditions and cannot fail.
-        if unsafe { libc::getppid() } != parent {
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
-        }
-        Ok(())
-    };
-    // SAFETY: the hook runs in the child between fork and exec, where only
-    // async-signal-safe calls are allowed: it calls prctl and getppid,
-    // allocates nothing (an `io::Error` from an errno does not) and takes
-    // no lock.
+    // SAFETY: the hook runs between fork and exec, so it may only make
+    // async-signal-safe calls: prctl and getppid take and touch no memory,
+    // and an `io::Error` from an errno allocates nothing.
     unsafe {
-        cmd.pre_exec(hook);
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            match libc::getppid() == parent {
+                true => Ok(()),
+                false => Err(io::Error::from_raw_os_error(libc::ESRCH)),
+            }
+        });
     }
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub fn die_with_parent(_cmd: &mut std::process::Command) {}
-
-/// A process as `/proc/PID/stat` shows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProcEntry {
-    pub pid: u32,
-    pub pgid: u32,
-    pub sid: u32,
-    pub zombie: bool,
-}
-
-/// Every process `/proc` lists (Linux); none where there is no `/proc`.
-pub fn processes() -> Vec<ProcEntry> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(process)
-        .collect()
-}
-
-/// `/proc/PID/stat`, read bounded: `pid (comm) state ppid pgrp session …`,
-/// where comm may hold anything but ends at the last `)`.
-pub fn process(pid: u32) -> Option<ProcEntry> {
-    let mut stat = String::new();
-    File::open(format!("/proc/{pid}/stat"))
-        .ok()?
-        .take(4096)
-        .read_to_string(&mut stat)
-        .ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().take(4).collect();
-    Some(ProcEntry {
-        pid,
-        zombie: *f.first()? == "Z",
-        pgid: f.get(2)?.parse().ok()?,
-        sid: f.get(3)?.parse().ok()?,
-    })
-}
-
-/// Whether the environment process `pid` started with holds `entry`
-/// (`NAME=value`) exactly. False when it cannot be read (another user's
-/// process, or no `/proc`); only the first 4 MiB are looked at.
-pub fn environ_has(pid: u32, entry: &str) -> bool {
-    let mut env = Vec::new();
-    let read = File::open(format!("/proc/{pid}/environ"))
-        .and_then(|f| f.take(4 << 20).read_to_end(&mut env));
-    read.is_ok() && env.split(|b| *b == 0).any(|e| e == entry.as_bytes())
-}
 
 /// The listening socket systemd passed (socket activation): fd 3, when
 /// `LISTEN_PID` is this process, `LISTEN_FDS` is at least 1 and fd 3 is a
@@ -805,42 +749,8 @@ pub const ECONNREFUSED: i32 = libc::ECONNREFUSED;
 pub const ENOENT: i32 = libc::ENOENT;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn own_pid_is_alive() {
-        assert_eq!(pid_status(std::process::id()), PidStatus::Alive);
-    }
-
-    #[test]
-    fn peer_cred_of_socketpair_is_self() {
-        let (a, _b) = UnixStream::pair().unwrap();
-        let cred = peer_cred(&a).unwrap();
-        assert_eq!(cred.uid, euid());
-        if cfg!(target_os = "linux") {
-            assert_eq!(cred.pid, Some(std::process::id()));
-        }
-    }
-
-    #[test]
-    fn sun_path_limit_is_plausible() {
-        let n = max_socket_path();
-        assert!((90..=1023).contains(&n), "{n}");
-    }
-}
-
-/// A date and time of day on the wall clock, as `struct tm` holds it but
-/// with the month from 1 and the full year.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Civil {
-    pub year: i32,
-    pub month: u32,
-    pub day: u32,
-    pub hour: u32,
-    pub minute: u32,
-    pub second: u32,
-}
+#[path = "sys_tests.rs"]
+mod tests;
 
 /// `epoch` (seconds) in the local time zone (`TZ`, else the system's).
 // time_t is 64 bits here, 32 on some other targets.

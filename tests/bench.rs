@@ -1588,7 +1588,7 @@ fn main() {
     // Row 5 runs last: starting 500 instances leaves the machine busy for
     // a while (reaping, removing spools), which would weigh on the rows
     // after it. The table is printed in row order all the same.
-    let all: [(&str, RowFn); 10] = [
+    let all: [(&str, RowFn); 11] = [
         ("1", row_round_trip),
         ("2", row_durable),
         ("3", row_throughput),
