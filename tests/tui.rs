@@ -1103,6 +1103,12 @@ fn attach_answers_a_waiting_approval_with_y() {
         flat(&screen).contains(&format!("* task {id}: approve")),
         "{screen}"
     );
+    // The log names the view as the one who answered.
+    let resolved = crate::util::transcript(&h.spool())
+        .into_iter()
+        .find(|e| e["kind"] == "approval.resolved" && e["message_id"] == id.as_str())
+        .unwrap_or_else(|| panic!("no approval.resolved for {id}"));
+    assert_eq!(resolved["by"], "view", "{resolved}");
 
     // Leaving the view leaves the instance running.
     tmux.line("view", "/quit");

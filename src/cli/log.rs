@@ -18,6 +18,7 @@ pub const KINDS: &[&str] = &[
     "task.expired",
     "message.rejected",
     "task.claimed",
+    "task.typed",
     "task.denied",
     "task.rejected",
     "task.requeued",
@@ -251,6 +252,7 @@ fn detail(ev: &Value, kind: &str) -> String {
             }
             d
         }
+        "task.typed" => format!("{id} typed into tmux pane {}", s("tmux_pane")),
         "task.denied" => format!("{id} by {}", by(ev)),
         "task.rejected" => format!("{id}: {}", s("reason")),
         "task.expired" => format!("{id}: {}", s("text")),

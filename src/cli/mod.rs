@@ -350,7 +350,7 @@ pub const COMMANDS: &[Command] = &[
             ),
             switch(
                 "await",
-                "when TARGET is not running, wait until it runs, then join (send --via --wait)",
+                "when TARGET is not running, wait until it runs, then join",
             ),
             HELP,
         ],

@@ -309,7 +309,7 @@ fn handle_key(
 fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
     match ctl.call(
         "approval/respond",
-        json!({"message_id": id, "decision": decision}),
+        json!({"message_id": id, "decision": decision, "by": "view"}),
     ) {
         Ok(r) if r["status"] == "approved" || r["status"] == "denied" => {
             view.waiting.retain(|w| w.id != id);
