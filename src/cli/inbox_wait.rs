@@ -24,6 +24,7 @@ use super::{emit, emit_json, target};
 use crate::client::Connection;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
+use crate::mcp::follow::pause;
 use crate::registry::{self, Peer};
 use crate::sanitize::escape;
 use crate::wire::{self, LineReader, ReadError};
@@ -184,15 +185,6 @@ fn follow(
             }
         }
     }
-}
-
-/// Sleeps for `d`, or until the deadline if that comes first.
-fn pause(d: Duration, deadline: Option<Instant>) {
-    let d = match deadline {
-        Some(end) => d.min(end.saturating_duration_since(Instant::now())),
-        None => d,
-    };
-    std::thread::sleep(d);
 }
 
 /// The live instance with the name in the workspace, if one answers.

@@ -11,9 +11,8 @@ use crate::relay::{self, KnownSpool};
 use crate::sanitize::escape;
 use crate::sys;
 use serde_json::{Value, json};
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{BufRead, IsTerminal, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -253,15 +252,7 @@ fn remove(spool: &KnownSpool, shown: &Holdings) -> Result<()> {
     let dir = &spool.dir;
     crate::spool::check_private_dir(dir, "spool")?;
     let lock_path = dir.join("lock");
-    let lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
-        .open(&lock_path)
-        .map_err(|e| Error::io("open lock file", &lock_path, e))?;
+    let lock = crate::spool::open_lock(dir)?;
     if !sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &lock_path, e))? {
         return Err(Error::Env(format!(
             "forget: {}'s spool is in use (its agent is starting or running, or a sender is storing a task): nothing was removed; try again",

@@ -18,7 +18,7 @@ use super::bridge::Remote;
 use super::{emit, emit_json};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
-use crate::mcp::follow::{End, Hint, STATUS_ID, Watched, read, wait};
+use crate::mcp::follow::{End, Hint, STATUS_ID, Watched, pause, read, wait};
 use crate::sanitize::{escape, escape_multiline};
 use crate::status::Status;
 use crate::wire;
@@ -198,11 +198,7 @@ pub fn run_via(
             Watched::Lost => {
                 drop(r);
                 why = "went away there (restarting?); waiting for it to answer again";
-                let pause = match deadline {
-                    Some(d) => backoff.min(d.saturating_duration_since(Instant::now())),
-                    None => backoff,
-                };
-                std::thread::sleep(pause);
+                pause(backoff, deadline);
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
         }

@@ -157,7 +157,7 @@ pub fn wait(
 }
 
 /// Sleeps for `d`, or until the deadline if that comes first.
-fn pause(d: Duration, deadline: Option<Instant>) {
+pub(crate) fn pause(d: Duration, deadline: Option<Instant>) {
     let d = match deadline {
         Some(end) => d.min(end.saturating_duration_since(Instant::now())),
         None => d,

@@ -382,6 +382,21 @@ fn private_dir(path: &Path, create: bool, what: &str) -> Result<()> {
     })
 }
 
+/// Opens a spool's lock file (`lock`, created 0600 if missing), never
+/// following a link nor waiting on what stands in its place.
+pub fn open_lock(dir: &Path) -> Result<File> {
+    let lock_path = dir.join("lock");
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
+        .open(&lock_path)
+        .map_err(|e| Error::io("open lock file", &lock_path, e))
+}
+
 /// Opens and takes the spool's lock file, waiting up to `wait` for a
 /// holder to let go, and writes our pid in it (with a note when that
 /// fails); `Err(holder pid)` when it stayed held.
@@ -390,15 +405,7 @@ fn take_lock(
     wait: Duration,
 ) -> Result<std::result::Result<(File, Option<String>), String>> {
     let lock_path = dir.join("lock");
-    let mut lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
-        .open(&lock_path)
-        .map_err(|e| Error::io("open lock file", &lock_path, e))?;
+    let mut lock = open_lock(dir)?;
     let kind = lock
         .metadata()
         .map_err(|e| Error::io("inspect", &lock_path, e))?
