@@ -4,7 +4,9 @@ CARGO ?= cargo
 CARGOFLAGS ?= --locked
 BIN ?= baton
 
-prefix ?= /usr/local
+# PREFIX is accepted as well as GNU's prefix (make install PREFIX=/usr).
+PREFIX ?= /usr/local
+prefix ?= $(PREFIX)
 bindir ?= $(prefix)/bin
 datarootdir ?= $(prefix)/share
 mandir ?= $(datarootdir)/man
@@ -18,9 +20,12 @@ bashcompdir ?= $(datarootdir)/bash-completion/completions
 zshcompdir ?= $(datarootdir)/zsh/site-functions
 fishcompdir ?= $(datarootdir)/fish/vendor_completions.d
 
-RELEASE := target/release/baton
+# The binary install copies: a packager who built it another way (its own
+# cargo invocation, a CARGO_TARGET_DIR) names it here and runs
+# `make install-only`, which builds nothing.
+RELEASE ?= target/release/baton
 
-.PHONY: all build demo test test-slow bench bench-smoke check distro-check dist install uninstall clean
+.PHONY: all build demo test test-slow bench bench-smoke check distro-check dist install install-only uninstall clean
 
 all: build
 
@@ -84,6 +89,10 @@ check:
 # prints (so they complete the name it is installed as). See
 # docs/packaging.md.
 install: build
+	$(MAKE) install-only
+
+install-only:
+	test -x "$(RELEASE)" || { echo "install-only: no binary at $(RELEASE); run make build or set RELEASE" >&2; exit 1; }
 	install -d "$(DESTDIR)$(bindir)" "$(DESTDIR)$(man1dir)" "$(DESTDIR)$(man7dir)" \
 		"$(DESTDIR)$(bashcompdir)" "$(DESTDIR)$(zshcompdir)" "$(DESTDIR)$(fishcompdir)"
 	install -m 755 $(RELEASE) "$(DESTDIR)$(bindir)/$(BIN)"

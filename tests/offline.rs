@@ -1255,3 +1255,46 @@ fn inbox_complete_says_where_the_reply_went() {
         vec![rid.to_string()]
     );
 }
+
+/// Without `--json`, `inbox complete --reply` says in words where the
+/// reply went: to a running sender, then to a stopped sender's spool. It
+/// used to print "reply not sent: accepted" (and "stored") on stderr.
+#[test]
+fn inbox_complete_says_in_words_where_a_delivered_reply_went() {
+    let env = Env::new();
+    let (wa, wb) = (env.workspace("alpha"), env.workspace("beta"));
+    let mut a = env.serve(&wa, &["--name", "alpha"]);
+    let b = env.serve(&wb, &["--name", "beta"]);
+    let mut ids = Vec::new();
+    for n in 1..=2 {
+        let r = a.client().call(
+            n,
+            "relay/send",
+            json!({"target": b.id, "body": format!("Task {n}.")}),
+        );
+        assert_eq!(r["result"]["status"], "accepted", "{r}");
+        ids.push(r["result"]["message_id"].as_str().unwrap().to_string());
+    }
+    let claim = || {
+        let out = env.run(&["inbox", "claim", "beta", "--json"]);
+        assert_eq!(out.status, 0, "{out:?}");
+    };
+    claim();
+    // alpha runs: the reply is accepted there.
+    let out = env.run(&["inbox", "complete", "beta", &ids[0], "--reply", "one"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(
+        out.stdout.contains("accepted by alpha") && !out.stderr.contains("not sent"),
+        "{out:?}"
+    );
+    // alpha stopped: the reply waits in its spool.
+    assert_eq!(a.term(), 0, "{}", a.stderr());
+    claim();
+    let out = env.run(&["inbox", "complete", "beta", &ids[1], "--reply", "two"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(
+        out.stdout.contains("stored for alpha") && !out.stderr.contains("not sent"),
+        "{out:?}"
+    );
+    drop(b);
+}

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry;
 use crate::sanitize::{escape, escape_multiline};
+use crate::status::Status;
 use crate::text::table;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
@@ -254,18 +255,7 @@ fn print_outcome(r: &Value, action: &str, status: &str, reason: &str) {
                 r["outcome"].as_str().unwrap_or("")
             ));
             if let Some(reply) = r.get("reply") {
-                let st = reply["status"].as_str().unwrap_or("");
-                match st {
-                    "sending" => emit(&format!(
-                        "reply {} sent to the sender; its outcome is in 'baton log'\n",
-                        escape(reply["message_id"].as_str().unwrap_or(""))
-                    )),
-                    _ => eprintln!(
-                        "baton: reply not sent: {}: {}",
-                        escape(st),
-                        escape(reply["reason"].as_str().unwrap_or(""))
-                    ),
-                }
+                print_reply(reply);
             }
         }
         "requeued" | "discarded" => emit(&format!(
@@ -273,6 +263,33 @@ fn print_outcome(r: &Value, action: &str, status: &str, reason: &str) {
             escape(r["message_id"].as_str().unwrap_or(""))
         )),
         _ => eprintln!("baton: cannot {action}: {status}: {reason}"),
+    }
+}
+
+/// Where the reply of `inbox complete --reply` went, in words: its final
+/// status as the sender side knows it.
+fn print_reply(reply: &Value) {
+    let st = reply["status"].as_str().unwrap_or("");
+    let id = escape(reply["message_id"].as_str().unwrap_or("")).into_owned();
+    let to = reply["target"]["name"]
+        .as_str()
+        .map(|n| escape(n).into_owned())
+        .unwrap_or_else(|| "the sender".into());
+    match st.parse::<Status>() {
+        Ok(Status::Accepted) => emit(&format!("reply {id} accepted by {to}\n")),
+        Ok(Status::Duplicate) => emit(&format!("reply {id} was already accepted by {to}\n")),
+        Ok(Status::Stored) => emit(&format!(
+            "reply {id} stored for {to}, which is not running: it gets it when it starts\n"
+        )),
+        // No result within the I/O timeout: the send goes on.
+        _ if st == "sending" => emit(&format!(
+            "reply {id} is still being sent to {to}; its outcome will be in 'baton log'\n"
+        )),
+        _ => eprintln!(
+            "baton: reply not sent: {}: {}",
+            escape(st),
+            escape(reply["reason"].as_str().unwrap_or(""))
+        ),
     }
 }
 
