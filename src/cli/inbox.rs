@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry;
 use crate::sanitize::{escape, escape_multiline};
+use crate::status::ReplyStatus;
 use crate::text::table;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
@@ -255,11 +256,14 @@ fn print_outcome(r: &Value, action: &str, status: &str, reason: &str) {
             ));
             if let Some(reply) = r.get("reply") {
                 let st = reply["status"].as_str().unwrap_or("");
-                match st {
-                    "sending" => emit(&format!(
-                        "reply {} sent to the sender; its outcome is in 'baton log'\n",
-                        escape(reply["message_id"].as_str().unwrap_or(""))
+                let rid = escape(reply["message_id"].as_str().unwrap_or(""));
+                match st.parse::<ReplyStatus>() {
+                    Ok(ReplyStatus::Sending) => emit(&format!(
+                        "reply {rid} sent to the sender; its outcome is in 'baton log'\n"
                     )),
+                    Ok(ReplyStatus::Ended(s)) if s.delivered() => {
+                        emit(&format!("reply {rid}: {s}\n"));
+                    }
                     _ => eprintln!(
                         "baton: reply not sent: {}: {}",
                         escape(st),
