@@ -21,6 +21,8 @@ mod faults;
 mod lifecycle;
 #[path = "reliability/load.rs"]
 mod load;
+#[path = "reliability/settle.rs"]
+mod settle;
 
 // Crash loop.
 
@@ -139,6 +141,21 @@ fn a_claim_whose_sync_fails_leaves_the_task_queued() {
 #[test]
 fn a_full_disk_at_start_serves_what_is_queued() {
     faults::full_disk_at_start();
+}
+
+// A pause waits for the acceptances before it without holding up the
+// foreground, and at most SETTLE_WAIT when it must wait itself.
+
+#[test]
+fn a_stalled_settle_leaves_the_foreground_answering() {
+    let _serial = serial();
+    settle::stalled_settle_leaves_the_foreground_answering();
+}
+
+#[test]
+fn a_settle_without_its_thread_is_bounded() {
+    let _serial = serial();
+    settle::settle_without_its_thread_is_bounded();
 }
 
 // Load and limits.
