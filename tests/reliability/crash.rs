@@ -562,9 +562,11 @@ pub fn handler_dies_with_its_instance(test: &str) {
 
     // With no instance running, the leader is gone (it died with its
     // instance, or, were it not killed, ended after its 2 s of work).
-    wait_until("the handler's leader to end", Duration::from_secs(10), || {
-        !live_members(leader).contains(&leader)
-    });
+    wait_until(
+        "the handler's leader to end",
+        Duration::from_secs(10),
+        || !live_members(leader).contains(&leader),
+    );
     assert!(
         !leader_mark.exists(),
         "{test}: the handler finished its work after its instance was killed"
@@ -582,9 +584,11 @@ pub fn handler_dies_with_its_instance(test: &str) {
 
     // The group is empty (the restart killed it, or, were it not killed,
     // the child ended after its 6 s of work).
-    wait_until("the handler's group to end", Duration::from_secs(15), || {
-        live_members(leader).is_empty()
-    });
+    wait_until(
+        "the handler's group to end",
+        Duration::from_secs(15),
+        || live_members(leader).is_empty(),
+    );
     assert!(
         !child_mark.exists(),
         "{test}: a process the handler started finished its work after its instance was killed"
