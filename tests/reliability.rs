@@ -1,6 +1,6 @@
 //! The reliability suite: crash loop, fail points, load and limits,
-//! lifecycle (DESIGN §4, §5, §9), against the real binary built with
-//! `--features failpoints`.
+//! lifecycle, the pause's settle (docs/reliability.md), against the real
+//! binary built with `--features failpoints`.
 //!
 //! `cargo test --features failpoints --test reliability` (part of `make
 //! test`) runs the fast tests; the slow ones, named `*_slow` (8 × 10,000
