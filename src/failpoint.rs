@@ -1,7 +1,8 @@
 //! Fail points for the crash and fault tests: `BATON_FAILPOINT=NAME:ACTION`
 //! makes the named point exit the process (`exit`, status 86), fail with an
 //! I/O error (`error`), fail with a particular error number (`emfile`,
-//! `enfile`, `enomem`, `eagain`, `eio`, `enospc`) or panic (`panic`).
+//! `enfile`, `enomem`, `eagain`, `eio`, `enospc`), panic (`panic`), or
+//! stall for a while and then pass (`sleep=MS`).
 //! `ACTION*N` acts at the first N hits only, then the point passes, as a
 //! resource that ran short comes back; several points are separated by
 //! commas. Compiled in only with the `failpoints` cargo feature, which
@@ -40,6 +41,11 @@ pub fn hit(name: &str) -> std::io::Result<()> {
     match action.as_str() {
         "exit" => std::process::exit(86),
         "panic" => panic!("fail point {name}"),
+        a if a.starts_with("sleep=") => {
+            let ms = a["sleep=".len()..].parse().unwrap_or(0);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            Ok(())
+        }
         a => match crate::sys::errno_named(a) {
             Some(errno) => Err(std::io::Error::from_raw_os_error(errno)),
             None => Err(std::io::Error::other(format!("fail point {name}"))),

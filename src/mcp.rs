@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::instance::{Approve, ServeOptions};
 use crate::registry;
 use crate::sanitize::escape;
-use crate::status::Status;
+use crate::status::{ReplyStatus, Status};
 use crate::wire;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
@@ -694,18 +694,18 @@ fn reply_text(id: &str, reply: &Value) -> (String, bool) {
     };
     let rid = reply["message_id"].as_str().unwrap_or("");
     let reason = reply["reason"].as_str().unwrap_or("");
-    match status.parse::<Status>().ok() {
-        Some(Status::Accepted | Status::Duplicate) => (
+    match status.parse::<ReplyStatus>().ok() {
+        Some(ReplyStatus::Ended(Status::Accepted | Status::Duplicate)) => (
             format!("completed {id}; the reply ({rid}) is in the sender's queue."),
             false,
         ),
-        Some(Status::Stored) => (
+        Some(ReplyStatus::Ended(Status::Stored)) => (
             format!(
                 "completed {id}; the sender is not running: the reply ({rid}) waits in its spool and reaches it when it starts."
             ),
             false,
         ),
-        _ if status == "sending" => (
+        Some(ReplyStatus::Sending) => (
             format!("completed {id}; the reply ({rid}) is still being sent: {reason}"),
             false,
         ),

@@ -143,6 +143,46 @@ impl FromStr for Status {
     }
 }
 
+/// What `inbox/complete` says of the reply it sent (docs/protocol.md
+/// `inbox/complete`): the reply's delivery status, or `sending` when the
+/// send had not ended within four fifths of `BATON_IO_TIMEOUT`. `sending`
+/// is no delivery status: no send is answered with it and it has no exit
+/// code; only this reply member carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyStatus {
+    /// The reply's send ended with this status.
+    Ended(Status),
+    /// The send goes on; its outcome goes to the transcript (`relay.sent`).
+    Sending,
+}
+
+impl ReplyStatus {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplyStatus::Ended(st) => st.as_str(),
+            ReplyStatus::Sending => "sending",
+        }
+    }
+}
+
+impl fmt::Display for ReplyStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ReplyStatus {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<ReplyStatus, UnknownStatus> {
+        if s == ReplyStatus::Sending.as_str() {
+            return Ok(ReplyStatus::Sending);
+        }
+        s.parse().map(ReplyStatus::Ended)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +201,18 @@ mod tests {
             Err(UnknownStatus("Accepted".into()))
         );
         assert!(serde_json::from_str::<Status>(r#""pong""#).is_err());
+    }
+
+    #[test]
+    fn a_reply_status_is_a_delivery_status_or_sending() {
+        assert_eq!("sending".parse(), Ok(ReplyStatus::Sending));
+        assert_eq!(ReplyStatus::Sending.to_string(), "sending");
+        assert!("sending".parse::<Status>().is_err());
+        for st in Status::ALL {
+            assert_eq!(st.as_str().parse(), Ok(ReplyStatus::Ended(st)));
+            assert_eq!(ReplyStatus::Ended(st).as_str(), st.as_str());
+        }
+        assert!("completed".parse::<ReplyStatus>().is_err());
     }
 
     #[test]

@@ -155,6 +155,9 @@ fn a_claimed_task_says_how_to_reply_from_a_shell_and_that_works() {
     // The hint, run as written (TEXT replaced), answers bob.
     let out = env.run(&["inbox", "complete", "alice", "q-1", "--reply", "this"]);
     assert_eq!(out.status, 0, "{out:?}");
+    // A delivered reply is said so, not "not sent".
+    assert!(!out.stderr.contains("not sent"), "{out:?}");
+    assert!(out.stdout.contains(" accepted by bob\n"), "{out:?}");
     wait_until("the reply in bob's inbox", T, || {
         b.queued(&mut b.client()) == 1
     });

@@ -1,6 +1,6 @@
 //! The reliability suite: crash loop, fail points, load and limits,
-//! lifecycle (DESIGN §4, §5, §9), against the real binary built with
-//! `--features failpoints`.
+//! lifecycle, the pause's settle (docs/reliability.md), against the real
+//! binary built with `--features failpoints`.
 //!
 //! `cargo test --features failpoints --test reliability` (part of `make
 //! test`) runs the fast tests; the slow ones, named `*_slow` (8 × 10,000
@@ -21,6 +21,8 @@ mod faults;
 mod lifecycle;
 #[path = "reliability/load.rs"]
 mod load;
+#[path = "reliability/settle.rs"]
+mod settle;
 
 // Crash loop.
 
@@ -139,6 +141,21 @@ fn a_claim_whose_sync_fails_leaves_the_task_queued() {
 #[test]
 fn a_full_disk_at_start_serves_what_is_queued() {
     faults::full_disk_at_start();
+}
+
+// A pause waits for the acceptances before it without holding up the
+// foreground, and at most SETTLE_WAIT when it must wait itself.
+
+#[test]
+fn a_stalled_settle_leaves_the_foreground_answering() {
+    let _serial = serial();
+    settle::stalled_settle_leaves_the_foreground_answering();
+}
+
+#[test]
+fn a_settle_without_its_thread_is_bounded() {
+    let _serial = serial();
+    settle::settle_without_its_thread_is_bounded();
 }
 
 // Load and limits.

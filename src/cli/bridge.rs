@@ -260,7 +260,7 @@ fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Value
                             v
                         }
                         Err(e) => {
-                            json!({"status": "transport", "message_id": message_id, "reason": e.to_string()})
+                            json!({"status": crate::status::Status::Transport, "message_id": message_id, "reason": e.to_string()})
                         }
                     }
                 }

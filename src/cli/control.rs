@@ -6,6 +6,7 @@ use crate::config::Config;
 use crate::error::{ExitCode, Result};
 use crate::registry::{Peer, Wire};
 use crate::sanitize::escape;
+use crate::server::ANSWER_WAIT_MIN;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Instant;
@@ -132,8 +133,15 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
     Ok(ExitCode::Ok)
 }
 
+/// `pause` and `resume`. A pause is answered once the acceptances before
+/// it are stored (up to 4 s: docs/protocol.md `control/pause`), so `baton
+/// pause` waits as long as the instance's own connection thread does.
 fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
-    let (peer, r) = one_call(args, config, cmd, &format!("control/{cmd}"))?;
+    let mut config = config.clone();
+    if cmd == "pause" {
+        config.io_timeout = config.io_timeout.max(ANSWER_WAIT_MIN);
+    }
+    let (peer, r) = one_call(args, &config, cmd, &format!("control/{cmd}"))?;
     if args.flag("json") {
         emit_json(&r);
     } else {

@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry;
 use crate::sanitize::{escape, escape_multiline};
-use crate::status::Status;
+use crate::status::{ReplyStatus, Status};
 use crate::text::table;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
@@ -275,14 +275,16 @@ fn print_reply(reply: &Value) {
         .as_str()
         .map(|n| escape(n).into_owned())
         .unwrap_or_else(|| "the sender".into());
-    match st.parse::<Status>() {
-        Ok(Status::Accepted) => emit(&format!("reply {id} accepted by {to}\n")),
-        Ok(Status::Duplicate) => emit(&format!("reply {id} was already accepted by {to}\n")),
-        Ok(Status::Stored) => emit(&format!(
+    match st.parse::<ReplyStatus>() {
+        Ok(ReplyStatus::Ended(Status::Accepted)) => emit(&format!("reply {id} accepted by {to}\n")),
+        Ok(ReplyStatus::Ended(Status::Duplicate)) => {
+            emit(&format!("reply {id} was already accepted by {to}\n"))
+        }
+        Ok(ReplyStatus::Ended(Status::Stored)) => emit(&format!(
             "reply {id} stored for {to}, which is not running: it gets it when it starts\n"
         )),
         // No result within the I/O timeout: the send goes on.
-        _ if st == "sending" => emit(&format!(
+        Ok(ReplyStatus::Sending) => emit(&format!(
             "reply {id} is still being sent to {to}; its outcome will be in 'baton log'\n"
         )),
         _ => eprintln!(

@@ -283,13 +283,13 @@ fn wrong_target(
     );
     if args.flag("json") {
         emit_json(&json!({
-            "status": "wrong_target",
+            "status": Status::WrongTarget,
             "message_id": message_id,
             "reason": reason,
             "target": {"instance_id": id, "name": name},
         }));
     } else {
-        eprintln!("baton: not sent: wrong_target: {reason}");
+        eprintln!("baton: not sent: {}: {reason}", Status::WrongTarget);
     }
     Ok(ExitCode::Refused)
 }

@@ -16,8 +16,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// How long a pause waits for acceptances already past their checks to be
-/// stored (each takes one file sync and one directory sync).
-const SETTLE_WAIT: Duration = Duration::from_secs(10);
+/// stored (each takes one file sync and one directory sync). The one wait
+/// the foreground may make itself (when no settle thread can be started):
+/// it stays below the time a connection thread, and `baton pause`, wait
+/// for the answer.
+const SETTLE_WAIT: Duration = Duration::from_secs(4);
+const _: () = assert!(SETTLE_WAIT.as_millis() < crate::server::ANSWER_WAIT_MIN.as_millis());
 
 /// The tasks an `inbox/list` page holds when `limit` does not say (fewer
 /// when they would make its result longer than `LIST_RESULT_BYTES`).
@@ -233,6 +237,7 @@ impl Foreground {
     /// exactly the tasks answered `accepted`. That wait (one file and one
     /// directory sync each, bounded by `SETTLE_WAIT`) is a helper thread's;
     /// the foreground goes on, and answers when it reports (`answer_pause`).
+    /// Only when no thread can be started does the foreground wait itself.
     fn pause(&mut self, reply: Reply) {
         let changed = !self.shared.paused.swap(true, Ordering::SeqCst);
         let spool = Arc::clone(&self.shared.spool);
@@ -241,14 +246,17 @@ impl Foreground {
             reply: reply.clone(),
             changed,
         };
-        let spawned = std::thread::Builder::new()
-            .name("baton-settle".into())
-            .spawn(move || {
-                spool.settle(SETTLE_WAIT);
-                let _ = pauses.send(settled);
-            });
+        let spawned = crate::failpoint::hit("settle-spawn").and_then(|()| {
+            std::thread::Builder::new()
+                .name("baton-settle".into())
+                .spawn(move || {
+                    spool.settle(SETTLE_WAIT);
+                    let _ = pauses.send(settled);
+                })
+        });
         if let Err(e) = spawned {
-            // The last resort: the foreground waits itself.
+            // The last resort, the one wait the foreground makes itself:
+            // bounded by SETTLE_WAIT, below every caller's answer wait.
             self.hub.emit(
                 "notice",
                 json!({"text": format!("cannot start a settle thread: {e}")}),

@@ -8,6 +8,7 @@ use super::{Foreground, OpenTask, Reply, opt_str_param, str_param};
 use crate::sanitize::escape;
 use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task};
+use crate::status::Status;
 use crate::turn;
 use serde_json::{Map, Value, json};
 
@@ -266,7 +267,7 @@ impl Foreground {
                 let _ = answer_to.send(Ok(answer));
             }
             Err(e) => {
-                answer["reply"] = json!({"status": "invalid", "reason": e.message});
+                answer["reply"] = json!({"status": Status::Invalid, "reason": e.message});
                 let _ = answer_to.send(Ok(answer));
             }
         }

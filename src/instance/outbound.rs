@@ -11,7 +11,7 @@ use crate::relay::{self, Outbound};
 use crate::sanitize::escape;
 use crate::server::{self, Event, RpcError};
 use crate::spool::{ReplyRecord, Task};
-use crate::status::Status;
+use crate::status::{ReplyStatus, Status};
 use crate::turn;
 use crossbeam_channel as chan;
 use serde_json::{Map, Value, json};
@@ -320,7 +320,7 @@ impl Waiter {
             Some(b) => result.recv_timeout(b).ok(),
         };
         let got = got.unwrap_or_else(|| {
-            json!({"status": "sending", "message_id": message_id,
+            json!({"status": ReplyStatus::Sending.as_str(), "message_id": message_id,
                    "reason": "no result within the I/O timeout; the outcome goes to the transcript (relay.sent)"})
         });
         self.answer(got);

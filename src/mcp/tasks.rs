@@ -7,6 +7,7 @@ use super::follow::{self as wait, End};
 use super::{Adapter, tool_result};
 use crate::error::Error;
 use crate::sanitize::escape;
+use crate::status::Status;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::time::{Duration, Instant};
@@ -141,7 +142,7 @@ impl Adapter {
                 // Not asked (the receiver is not running): as delivered.
                 let last = match last {
                     Some(l) => l.clone(),
-                    None if r["status"] == "stored" => "stored".to_string(),
+                    None if r["status"] == Status::Stored.as_str() => Status::Stored.to_string(),
                     None => "queued".to_string(),
                 };
                 r["outcome"] = Value::Null;

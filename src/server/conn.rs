@@ -458,7 +458,7 @@ fn register(shared: &Shared, controller: bool) -> Result<Subscription, RpcError>
             "the instance is shutting down",
         ));
     }
-    rx.recv_timeout(shared.config.io_timeout.max(Duration::from_secs(5)))
+    rx.recv_timeout(shared.config.io_timeout.max(super::ANSWER_WAIT_MIN))
         .map_err(|_| RpcError::new(wire::INTERNAL_ERROR, "the instance did not answer in time"))
 }
 
@@ -617,7 +617,7 @@ fn ask_foreground(
     let wait = if method == Call::RelaySend {
         shared.config.io_timeout * 4 + Duration::from_secs(5)
     } else {
-        shared.config.io_timeout.max(Duration::from_secs(5))
+        shared.config.io_timeout.max(super::ANSWER_WAIT_MIN)
     };
     match rx.recv_timeout(wait) {
         Ok(r) => r,

@@ -40,6 +40,12 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// The shortest a connection thread waits for the foreground's answer to a
+/// call (`BATON_IO_TIMEOUT` when that is longer): the foreground's one wait
+/// of its own, a pause settling (`SETTLE_WAIT` in src/instance/dispatch.rs), stays below it,
+/// and a client that waits as long as this hears the answer.
+pub const ANSWER_WAIT_MIN: Duration = Duration::from_secs(5);
+
 /// The instance state published to peers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

@@ -5,7 +5,7 @@
 //! the instance as a function, so the logic is tested without a socket.
 
 use super::view::{Open, Role, View};
-use crate::status::Status;
+use crate::status::ReplyStatus;
 use serde_json::{Value, json};
 
 /// One call to the view's instance: method, params, result or the error
@@ -169,19 +169,19 @@ pub fn reply_outcome(id: &str, r: Result<Value, String>) -> Vec<(Role, String)> 
     let mut out = vec![(Role::System, format!("completed {id} (done)"))];
     let reply = &r["reply"];
     let st = text(reply, "status");
-    if st == "sending" {
-        out.push((
+    match st.parse::<ReplyStatus>() {
+        Ok(ReplyStatus::Sending) => out.push((
             Role::System,
             format!(
                 "reply {} is on its way; its outcome follows",
                 text(reply, "message_id")
             ),
-        ));
-    } else if !st.parse::<Status>().is_ok_and(Status::delivered) {
-        out.push((
+        )),
+        Ok(ReplyStatus::Ended(s)) if s.delivered() => {}
+        _ => out.push((
             Role::Refusal,
             format!("reply not sent: {st}: {}", text(reply, "reason")),
-        ));
+        )),
     }
     out
 }

@@ -481,24 +481,29 @@ pub fn crash_loop(test: &str, cycles: usize) {
     assert!(interrupted + cut_short_seen > 0);
 }
 
+/// The processes of group `pgid` that are alive (not zombies), from /proc.
+fn live_members(pgid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let rest = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            (f.len() > 2 && f[0] != "Z" && f[2].parse::<u32>().ok() == Some(pgid)).then_some(pid)
+        })
+        .collect()
+}
+
 /// SIGKILL to every process of group `pgid` still there when dropped,
 /// however the test ends: a group id is not reused while it has members.
 struct KillGroup(u32);
 
 impl Drop for KillGroup {
     fn drop(&mut self) {
-        let members = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .filter_map(Result::ok)
-            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-            .filter(|stat| {
-                let rest = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
-                let f: Vec<&str> = rest.split_whitespace().collect();
-                f.len() > 2 && f[0] != "Z" && f[2].parse::<u32>().ok() == Some(self.0)
-            })
-            .count();
-        if members > 0 && self.0 > 1 {
+        if self.0 > 1 && !live_members(self.0).is_empty() {
             // SAFETY: kill(2) has no memory-safety preconditions; the group
             // is the handler's of this test and still has members.
             unsafe {
@@ -553,12 +558,15 @@ pub fn handler_dies_with_its_instance(test: &str) {
     let leader = recorded[0];
     let _group = KillGroup(leader);
     first.kill9();
-    let killed = Instant::now();
     drop(c);
 
-    // Past the leader's 2 s, with no instance running: it died with its
-    // instance.
-    thread::sleep(Duration::from_secs(3));
+    // With no instance running, the leader is gone (it died with its
+    // instance, or, were it not killed, ended after its 2 s of work).
+    wait_until(
+        "the handler's leader to end",
+        Duration::from_secs(10),
+        || !live_members(leader).contains(&leader),
+    );
     assert!(
         !leader_mark.exists(),
         "{test}: the handler finished its work after its instance was killed"
@@ -574,8 +582,13 @@ pub fn handler_dies_with_its_instance(test: &str) {
         "{list}"
     );
 
-    // Past the child's 6 s.
-    thread::sleep(Duration::from_secs(8).saturating_sub(killed.elapsed()));
+    // The group is empty (the restart killed it, or, were it not killed,
+    // the child ended after its 6 s of work).
+    wait_until(
+        "the handler's group to end",
+        Duration::from_secs(15),
+        || live_members(leader).is_empty(),
+    );
     assert!(
         !child_mark.exists(),
         "{test}: a process the handler started finished its work after its instance was killed"
