@@ -158,7 +158,10 @@ fn run_view(
     let mut view = View::default();
     view.warning = warning;
     let mut ctl = Control {
-        client: socket.map(|s| Reconnecting::new(s, config.io_timeout)),
+        // At least as long as the instance may take to answer (a pause
+        // waits up to 4 s for acceptances to settle).
+        client: socket
+            .map(|s| Reconnecting::new(s, config.io_timeout.max(crate::server::ANSWER_WAIT_MIN))),
         id,
         config: config.clone(),
         embedded,
