@@ -1,5 +1,5 @@
 //! The error type the front ends report, and the one `match` that maps it
-//! to an exit code (DESIGN §8).
+//! to an exit code (baton(1), EXIT STATUS).
 
 use std::fmt;
 use std::io;

@@ -1,4 +1,4 @@
-//! The event stream of an instance (DESIGN §4, §6): every event gets a
+//! The event stream of an instance (docs/protocol.md §3, Events): every event gets a
 //! sequence number, is appended to the JSONL transcript in the spool
 //! (bounded by rotation), and is fanned out to live subscribers. The
 //! foreground emits, and so do connection threads for what they decide

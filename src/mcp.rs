@@ -1,4 +1,4 @@
-//! `baton mcp` (DESIGN §8): an MCP server over stdio, so an MCP-capable
+//! `baton mcp` (docs/mcp.md): an MCP server over stdio, so an MCP-capable
 //! coding agent joins the relay unchanged. It runs a pull-mode instance for
 //! the current directory on a thread of its own and is a client of that
 //! instance's socket, like every other front end. stdout carries only

@@ -1,5 +1,5 @@
 //! Delivering a task to another instance: resolving a target among live
-//! peers, the sender-side guards of DESIGN §7 (body bounds, self-send,
+//! peers, the sender-side guards (docs/protocol.md §6; body bounds, self-send,
 //! reply-only scope), and `message/send` with one retry under the same id.
 //! The CLI uses it for plain sends; an instance uses it, on a worker thread,
 //! for `relay/send` and `--reply`.
@@ -585,8 +585,8 @@ pub enum Route {
 const RACE_WAIT: Duration = Duration::from_secs(3);
 
 /// Resolves TARGET among live peers; when no live instance has that name
-/// but exactly one spool does, stores the task there (DESIGN §5, offline
-/// delivery). `make_task` builds the task to store. `exclude` is the
+/// but exactly one spool does, stores the task there (docs/protocol.md §8,
+/// offline delivery). `make_task` builds the task to store. `exclude` is the
 /// caller's own instance id, if any.
 pub fn route(
     config: &Config,

@@ -1,4 +1,4 @@
-//! Control of a running instance (DESIGN §4, §6, §9): approvals under
+//! Control of a running instance (docs/protocol.md §3, §6): approvals under
 //! `--approve ask|deny` and the `sysadmin` profile, approval requests sent
 //! to controllers (raw clients and `baton watch --approve`), the event
 //! stream (`events/subscribe`, `since` replay, `baton log`, subscribers

@@ -1,5 +1,5 @@
-//! Hostile input and hostile surroundings (DESIGN §3, §4, §5;
-//! docs/reliability.md lists what each test proves).
+//! Hostile input and hostile surroundings (docs/protocol.md §1, §5,
+//! §7, §8; docs/reliability.md lists what each test proves).
 //!
 //! - A seeded, std-only randomized test drives the line reader, the
 //!   JSON-RPC envelope, `message/send` params and the zcoder frame parser
@@ -706,7 +706,7 @@ fn assert_one_line(bytes: &[u8]) {
     serde_json::from_slice::<Value>(bytes).expect("an answer is JSON");
 }
 
-/// DESIGN §4: how one line is classified.
+/// docs/protocol.md §1: how one line is classified.
 fn check_classify(line: &[u8]) {
     let got = wire::classify(line);
     let parsed: Result<Value, _> = serde_json::from_slice(line);
@@ -806,7 +806,7 @@ fn check_answer(got: &Incoming) {
     }
 }
 
-/// DESIGN §4: -32602 is for missing fields and wrong JSON types only; a
+/// docs/protocol.md §4: -32602 is for missing fields and wrong JSON types only; a
 /// well-typed request parses whatever its values.
 fn check_send_params(p: &Map<String, Value>) {
     let string = |v: Option<&Value>| matches!(v, Some(Value::String(_)));
@@ -892,7 +892,7 @@ fn check_send_params(p: &Map<String, Value>) {
     }
 }
 
-/// DESIGN §4: the zcoder length is decimal, 1 to the frame bound.
+/// docs/protocol.md §9: the zcoder length is decimal, 1 to the frame bound.
 fn check_zcoder_length(header: &[u8], max: usize) {
     let got = wire::zcoder_length(header, max);
     let expected = match header.strip_prefix(wire::ZCODER_MAGIC) {
@@ -956,7 +956,7 @@ const MAXES: &[usize] = &[
     1, 2, 3, 16, 100, 1023, 1024, 1025, 4095, 4096, 4097, 5000, 8193, 20000,
 ];
 
-/// DESIGN §4: lines come back exactly as sent; a line of more than `max`
+/// docs/protocol.md §1: lines come back exactly as sent; a line of more than `max`
 /// bytes is TooLarge; the buffer never holds more than `max + 1` bytes.
 /// Returns how many lines the stream held.
 fn check_line_reader(r: &mut Rng, methods: &[&str], instance: &str) -> usize {
@@ -1232,7 +1232,7 @@ fn check_line_answers(out: &[u8], results: &mut Vec<String>, codes: &mut Vec<i64
     }
 }
 
-/// Statuses a zcoder ack may carry (DESIGN §4: zcoder's words only).
+/// Statuses a zcoder ack may carry (docs/protocol.md §9: zcoder's words only).
 const ZCODER_STATUSES: &[&str] = &[
     "pong",
     "accepted",
@@ -1847,7 +1847,7 @@ fn no_permission_window_while_instances_start() {
         for (i, served) in all.iter().enumerate() {
             // Where the kernel reports it (Linux 4.7 and later), the umask
             // says exactly what sampling can only suggest: 077 before
-            // anything was created (DESIGN §3).
+            // anything was created (docs/protocol.md §7).
             let status = fs::read_to_string(format!("/proc/{}/status", served.pid()));
             if let Some(umask) = status.ok().as_deref().and_then(|s| {
                 s.lines()

@@ -1,4 +1,4 @@
-//! `baton mcp` (DESIGN §8): an MCP server on stdio, backed by a pull-mode
+//! `baton mcp` (docs/mcp.md): an MCP server on stdio, backed by a pull-mode
 //! instance for its directory.
 //!
 //! The protocol edges (version negotiation, exact errors, the reply-only

@@ -1,5 +1,5 @@
-//! The native wire (DESIGN §4) and the delivery guards (§7), spoken to a
-//! real `baton serve` over its socket: every refusal status of
+//! The native wire (docs/protocol.md §1 to §5) and the delivery guards
+//! (§5, §6), spoken to a real `baton serve` over its socket: every refusal status of
 //! `message/send` with its exact reason and the order of the checks, every
 //! JSON-RPC error code, framing bounds and deadlines, slow clients, and the
 //! `baton send` command line on top of it.

@@ -1,4 +1,4 @@
-//! The interactive view (DESIGN §8, TUI). Rendering is checked through the
+//! The interactive view (baton(1), INTERACTIVE VIEW). Rendering is checked through the
 //! library's in-memory terminal, without a TTY: the header, the role marks,
 //! wrapping, two screen sizes, the approval prompt, escaped hostile text and
 //! the input line's editing keys. End to end, real `baton` views run in the

@@ -1,4 +1,4 @@
-//! The command line (DESIGN §8): one table of commands, each in its own
+//! The command line (baton(1)): one table of commands, each in its own
 //! file with a `run`, and the one place where errors become exit codes.
 
 mod approve;

@@ -1,4 +1,4 @@
-//! The foreground of `baton serve` (DESIGN §2, §6, §9): only the foreground
+//! The foreground of `baton serve` (docs/ARCHITECTURE.md): only the foreground
 //! claims tasks, runs turns, asks for approvals, changes the instance's
 //! state and writes the transcript. This room holds what `baton serve` was
 //! asked to be, the foreground's state, and `serve`: startup, one `select!`
@@ -260,7 +260,8 @@ impl Foreground {
         }
     }
 
-    /// Shutdown, in the order of DESIGN §9.
+    /// Shutdown: the manifest goes first, so no one finds an instance that
+    /// no longer answers (docs/protocol.md §7, Manifest).
     fn shut_down(&mut self, inputs: &Inputs, listeners: &startup::Listeners) {
         let id = self.shared.instance_id.clone();
         registry::unpublish(&self.dir, &id);

@@ -62,7 +62,8 @@ pub(super) struct Listeners {
     zcoder: Option<(chan::Receiver<()>, fs::Metadata)>,
 }
 
-/// Startup, in the order of DESIGN §9.
+/// Startup: the manifest is published last, once the instance answers
+/// (docs/protocol.md §7, Manifest).
 pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
     sys::set_umask(0o077);
     if config.relay == Relay::Off {

@@ -1,5 +1,5 @@
 //! A connection thread answers its own requests and never touches agent
-//! state: it reads lines under the deadlines of DESIGN §4, says hello
+//! state: it reads lines under the deadlines of docs/protocol.md §1, says hello
 //! (`initialize`, `ping`, `agent/info`), delivers `message/send` itself,
 //! registers `events/subscribe` and forwards events, and asks the
 //! foreground over its channel for every other method.

@@ -1,5 +1,5 @@
-//! Every delivery passes the same checks in the same order (DESIGN §4,
-//! docs/protocol.md §5), on either wire, and a task is stored only once
+//! Every delivery passes the same checks in the same order (docs/protocol.md
+//! §5), on either wire, and a task is stored only once
 //! all of them pass. Here live the checks with sender verification and
 //! policy, the one reading of what the spool says about an offered task
 //! (`admission_verdict`, which the offline path in `relay` shares), and
@@ -51,7 +51,7 @@ pub struct Delivery {
     pub status: Status,
 }
 
-/// Runs every acceptance check of DESIGN §4 in order and, if all pass,
+/// Runs every acceptance check of docs/protocol.md §5 in order and, if all pass,
 /// stores the task. Used by both wires. `body_json`, when the caller has
 /// it, is the body as a JSON string. A spool that cannot store the task
 /// is not a delivery outcome but an internal error: nothing was accepted.

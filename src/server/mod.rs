@@ -1,4 +1,4 @@
-//! Connection threads never touch agent state: the listener (DESIGN §4)
+//! Connection threads never touch agent state: the listener (docs/protocol.md §1)
 //! is one blocking accept thread and one thread per connection, with read
 //! and write deadlines, and anything that needs the agent's state
 //! (control, inbox, relay) is asked of the foreground over its channel.

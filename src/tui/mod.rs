@@ -1,4 +1,4 @@
-//! The operator's terminal (DESIGN §8): `baton` with no command runs an
+//! The operator's terminal (baton(1), INTERACTIVE VIEW): `baton` with no command runs an
 //! instance for the current directory and opens the view on it; `baton
 //! attach TARGET` opens the same view on a running instance. In both cases
 //! the view is a client of the instance's socket (events, control,

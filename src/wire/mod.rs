@@ -293,7 +293,7 @@ impl Call {
     }
 }
 
-/// One object read from a native connection, classified as DESIGN §4 says.
+/// One object read from a native connection, classified as docs/protocol.md §1 says.
 #[derive(Debug)]
 pub enum Incoming {
     Request {

@@ -1,7 +1,7 @@
 //! The crash loop: senders keep handing sequence-numbered tasks to a
 //! receiver that is killed with SIGKILL at a random moment and restarted,
 //! and after every kill the spool is checked against what was
-//! acknowledged (DESIGN §5: never lost, at most once, in order). And a
+//! acknowledged (docs/protocol.md §8: never lost, at most once, in order). And a
 //! handler does not outlive its killed instance: an interrupted task did
 //! not finish.
 

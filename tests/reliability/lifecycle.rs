@@ -1,4 +1,4 @@
-//! Stopping (DESIGN §9): SIGTERM in the middle of a burst of sends, and a
+//! Stopping (docs/protocol.md §7, Manifest): SIGTERM in the middle of a burst of sends, and a
 //! second instance next to a live one.
 
 use crate::util::RawClient;
