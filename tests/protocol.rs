@@ -1,7 +1,7 @@
 //! The native wire (docs/protocol.md §1 to §5) and the delivery guards
-//! (§5, §6), spoken to a real `baton serve` over its socket: every refusal status of
-//! `message/send` with its exact reason and the order of the checks, every
-//! JSON-RPC error code, framing bounds and deadlines, slow clients, and the
+//! (§5, §6), spoken to a real `baton serve` over its socket: every refusal
+//! status of `message/send` with its exact reason and the order of the
+//! checks, every JSON-RPC error code, framing bounds and deadlines, slow clients, and the
 //! `baton send` command line on top of it.
 
 use crate::util::{Env, RawClient, Served, fake_manifest, me_as_instance, transcript, wait_until};
