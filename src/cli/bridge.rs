@@ -430,8 +430,9 @@ pub fn failed(what: &str, code: Option<i32>) -> Error {
 }
 
 /// The most a via command may write for one `run_to_end` (`list --via`:
-/// the remote `baton list --json`, a few hundred bytes an instance): past
-/// it, the command is stopped and the call fails (docs/decisions.md).
+/// the remote `baton list --json`, a few hundred bytes an instance), and
+/// in one line of a bridge session (`Remote`): past it, the command is
+/// stopped and the call fails (docs/decisions.md).
 pub const MAX_VIA_OUTPUT: usize = 64 << 20;
 
 /// Runs `VIA REMOTE ARGS...` with `input` on its stdin, to its end: the
@@ -530,8 +531,30 @@ impl Remote {
         let out = via.child.stdout.take().expect("piped");
         let (tx, lines) = crossbeam_channel::unbounded();
         std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
+            let mut out = BufReader::new(out);
+            // Lines of at most MAX_VIA_OUTPUT bytes: a longer one (or one
+            // that is not UTF-8) ends the session.
+            loop {
+                let mut line = Vec::new();
+                let limit = MAX_VIA_OUTPUT as u64 + 1;
+                match (&mut out).take(limit).read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if line.len() > MAX_VIA_OUTPUT => {
+                        eprintln!(
+                            "baton: the via command wrote a line over {} MiB; stopped it",
+                            MAX_VIA_OUTPUT >> 20
+                        );
+                        break;
+                    }
+                    Ok(_) => {}
+                }
+                if line.last() == Some(&b'\n') {
+                    line.pop();
+                    if line.last() == Some(&b'\r') {
+                        line.pop();
+                    }
+                }
+                let Ok(line) = String::from_utf8(line) else { break };
                 if tx.send(line).is_err() {
                     break;
                 }

@@ -118,30 +118,42 @@ fn a_via_target_that_is_no_id_or_name_is_a_usage_error() {
     assert!(!mark.exists(), "the target ran as a command");
 }
 
-/// `list --via` read the via command's output to its end, however much:
-/// past 64 MiB the command is stopped, its process group with it, and the
-/// list fails saying so (exit 4), without waiting for the timeout.
+/// `list --via` read the via command's output to its end, however much,
+/// and `send --via` each of its lines: past 64 MiB the command is
+/// stopped, its process group with it, and the command fails saying so
+/// (exit 4), without waiting for the 20 s timeout.
 #[test]
-fn list_via_stops_a_command_that_writes_without_end() {
+fn a_via_command_that_writes_without_end_is_stopped() {
     let h = Hosts::new();
-    let left = Leftovers(h.local.root.join("left.pid"));
-    // More than the bound (100 MiB), then a process that holds on.
-    let via = format!(
-        "echo $$ >> {}; yes | head -c 104857600; exec sleep 60; :",
-        left.0.display()
-    );
-    let t = Instant::now();
-    let out = h.run(&["list", "--via", &via]);
-    let took = t.elapsed();
-    assert_eq!(out.status, 4, "{out:?}");
-    assert!(out.stderr.contains("wrote more than 64 MiB"), "{out:?}");
-    assert!(took < Duration::from_secs(15), "took {took:?}: {out:?}");
-    let pgid = left.pids()[0];
-    wait_until(
-        "the via command's process group to be gone",
-        Duration::from_secs(5),
-        || group_members(pgid).is_empty(),
-    );
+    for (i, cmd) in ["list", "send"].iter().enumerate() {
+        let left = Leftovers(h.local.root.join(format!("left-{i}.pid")));
+        // One line of more than the bound (100 MiB), then a process that
+        // holds on.
+        let via = format!(
+            "echo $$ >> {}; yes | tr -d '\\n' | head -c 104857600; exec sleep 60; :",
+            left.0.display()
+        );
+        let args: Vec<&str> = match *cmd {
+            "send" => vec!["send", "--via", &via, "far", "x"],
+            _ => vec!["list", "--via", &via],
+        };
+        let t = Instant::now();
+        let out = h.run(&args);
+        let took = t.elapsed();
+        assert_eq!(out.status, 4, "{out:?}");
+        let said = match *cmd {
+            "send" => "wrote a line over 64 MiB",
+            _ => "wrote more than 64 MiB",
+        };
+        assert!(out.stderr.contains(said), "{out:?}");
+        assert!(took < Duration::from_secs(15), "took {took:?}: {out:?}");
+        let pgid = left.pids()[0];
+        wait_until(
+            &format!("{cmd} --via: the via command's process group to be gone"),
+            Duration::from_secs(5),
+            || group_members(pgid).is_empty(),
+        );
+    }
 }
 
 /// Issue 18: a `--via` that never answers times out (exit 4), and its
