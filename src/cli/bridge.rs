@@ -303,7 +303,11 @@ impl Via {
         let line = line.unwrap_or_else(|| via.to_string());
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c")
-            .arg(format!("{line} {} {}", remote_command(config), quoted.join(" ")))
+            .arg(format!(
+                "{line} {} {}",
+                remote_command(config),
+                quoted.join(" ")
+            ))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -455,9 +459,7 @@ pub fn run_to_end(
     let (tx, rx) = crossbeam_channel::bounded(1);
     std::thread::spawn(move || {
         let mut buf = Vec::new();
-        let _ = stdout
-            .take(MAX_VIA_OUTPUT as u64 + 1)
-            .read_to_end(&mut buf);
+        let _ = stdout.take(MAX_VIA_OUTPUT as u64 + 1).read_to_end(&mut buf);
         let _ = tx.send(buf);
     });
     let deadline = Instant::now() + remote_timeout(config);
@@ -554,7 +556,9 @@ impl Remote {
                         line.pop();
                     }
                 }
-                let Ok(line) = String::from_utf8(line) else { break };
+                let Ok(line) = String::from_utf8(line) else {
+                    break;
+                };
                 if tx.send(line).is_err() {
                     break;
                 }
@@ -691,7 +695,16 @@ mod tests {
         for ok in ["far", "a-4242-1111222233334444", "x_y.z", "0"] {
             assert!(check_target(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "a b", "far;rm", "$(id)", "'x'", "a/b", "é", &"x".repeat(101)] {
+        for bad in [
+            "",
+            "a b",
+            "far;rm",
+            "$(id)",
+            "'x'",
+            "a/b",
+            "é",
+            &"x".repeat(101),
+        ] {
             let e = check_target(bad).unwrap_err();
             assert_eq!(e.exit_code(), ExitCode::Usage, "{bad}");
         }
