@@ -195,3 +195,37 @@ fn a_via_that_never_answers_times_out_and_leaves_no_process_slow() {
         );
     }
 }
+
+/// A via command that fails is a `transport` result, as a local send's
+/// is: exit 4, and with `--json` the status and the id to send again with;
+/// the same text on standard error without it.
+#[test]
+fn a_failed_via_command_is_a_transport_result() {
+    let h = Hosts::new();
+    for via in ["exit 255; :", "bare-ssh far.example"] {
+        let out = h.run(&[
+            "send",
+            "--via",
+            via,
+            "far",
+            "hello",
+            "--message-id",
+            "t1",
+            "--json",
+        ]);
+        assert_eq!(out.status, 4, "{out:?}");
+        let v = super::parse(&out);
+        assert_eq!(v["status"], "transport", "{v}");
+        assert_eq!(v["message_id"], "t1", "{v}");
+        assert!(
+            v["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("exit status")),
+            "{v}"
+        );
+        let text = h.run(&["send", "--via", via, "far", "hello"]);
+        assert_eq!(text.status, 4, "{text:?}");
+        assert!(text.stdout.is_empty(), "{text:?}");
+        assert!(text.stderr.contains("exit status"), "{text:?}");
+    }
+}
