@@ -3,7 +3,8 @@
 //! with host and user keys made here by `ssh-keygen`, stopped by the pid
 //! in its PidFile. The remote world is the parent module's; what ssh
 //! needs set up there is docs/ssh.md's recipe: `BATON_REMOTE` for a baton
-//! that is not on a non-interactive PATH, `AcceptEnv`/`SetEnv` for
+//! that is not on a non-interactive PATH (or, without it, the lookup
+//! finding it in the remote `~/.local/bin`), `AcceptEnv`/`SetEnv` for
 //! `BATON_DIR` and `XDG_STATE_HOME`, a pinned host key with `BatchMode`,
 //! and a forced-command key that carries its own environment.
 
