@@ -44,8 +44,9 @@ pub struct Config {
     pub fsync: bool,
     pub ttl: Option<Duration>,
     /// `BATON_REMOTE`: the command `--via` runs baton as on the other
-    /// host, shell words inserted as given (default `baton`).
-    pub remote: String,
+    /// host, shell words inserted as given. None (unset): `--via` finds
+    /// baton there with a login-free lookup (`cli::bridge::LOOKUP`).
+    pub remote: Option<String>,
 }
 
 impl Default for Config {
@@ -63,7 +64,7 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(30),
             fsync: true,
             ttl: None,
-            remote: "baton".into(),
+            remote: None,
         }
     }
 }
@@ -151,7 +152,7 @@ impl Config {
                     "one line naming the remote baton (e.g. /opt/baton/bin/baton)",
                 ));
             }
-            c.remote = v;
+            c.remote = Some(v);
         }
         Ok(c)
     }
@@ -211,6 +212,9 @@ mod tests {
         assert_eq!(c.max_queue, 16);
         assert_eq!(c.io_timeout, Duration::from_secs(2));
         assert!(c.fsync);
+        assert_eq!(c.remote, None);
+        let c = with(&[("BATON_REMOTE", "/opt/baton/bin/baton")]).unwrap();
+        assert_eq!(c.remote.as_deref(), Some("/opt/baton/bin/baton"));
     }
 
     #[test]

@@ -1298,3 +1298,95 @@ fn inbox_complete_says_in_words_where_a_delivered_reply_went() {
     );
     drop(b);
 }
+
+/// A handler (`--exec`, `--reply`) that answers once `go` exists (bounded:
+/// about 10 s), running `then` first; its stdout is the reply.
+fn gated_handler(go: &Path, then: &str) -> String {
+    format!(
+        "for i in $(seq 200); do [ -e '{}' ] && break; sleep 0.05; done; {then}",
+        go.display()
+    )
+}
+
+/// alpha (started with `alpha_args`) hands beta a task; alpha stops while
+/// beta's handler waits; then the handler goes on. The task's id.
+fn task_to_a_gated_beta(
+    env: &Env,
+    alpha_args: &[&str],
+    beta_exec: &str,
+    go: &Path,
+) -> (String, crate::util::Served) {
+    let (wa, wb) = (env.workspace("alpha"), env.workspace("beta"));
+    let mut a = env.serve(&wa, alpha_args);
+    let b = env.serve(&wb, &["--name", "beta", "--exec", beta_exec, "--reply"]);
+    let r = a.client().call(
+        1,
+        "relay/send",
+        json!({"target": b.id, "body": "Count the tests."}),
+    );
+    assert_eq!(r["result"]["status"], "accepted", "{r}");
+    let mid = r["result"]["message_id"].as_str().unwrap().to_string();
+    crate::util::wait_event(&b.spool(), "the turn", T, |e| {
+        crate::util::event_is(e, "turn.started", &mid)
+    });
+    assert_eq!(a.term(), 0, "{}", a.stderr());
+    File::create(go).unwrap();
+    (mid, b)
+}
+
+/// Issue 18: a handler's `--reply` that cannot be delivered (its sender
+/// stopped, and takes no offline delivery) is reported to whoever wrote
+/// it: a `notice` in the replier's transcript naming the task and why,
+/// besides the `relay.sent` record.
+#[test]
+fn a_handler_reply_that_cannot_be_delivered_is_a_notice_for_the_replier() {
+    let env = Env::new();
+    let go = env.root.join("go");
+    let exec = gated_handler(&go, "echo 'There are 12.'");
+    let (mid, b) = task_to_a_gated_beta(&env, &["--name", "alpha", "--no-offline"], &exec, &go);
+    let spool = b.spool();
+    let sent = crate::util::wait_event(&spool, "the reply's result", T, |e| {
+        e["kind"] == "relay.sent" && e["reply_of"] == mid.as_str()
+    });
+    assert_eq!(sent["status"], "denied", "{sent}");
+    let notice = crate::util::wait_event(&spool, "the notice of the lost reply", T, |e| {
+        e["kind"] == "notice" && e["message_id"] == mid.as_str()
+    });
+    assert_eq!(
+        notice["text"],
+        format!(
+            "the reply to {mid} was not delivered: denied: alpha is not running and does not take offline delivery (serve --no-offline)"
+        ),
+        "{notice}"
+    );
+}
+
+/// Issue 18: `baton send --reply` inside a turn, to a sender whose
+/// instance has stopped: the reply is `stored` in its spool, and the
+/// replier is told `stored` (exit 0), not that it is on its way.
+#[test]
+fn send_reply_to_a_stopped_sender_is_stored_and_the_replier_told_so() {
+    let env = Env::new();
+    let go = env.root.join("go");
+    let out = env.root.join("reply.json");
+    let code = env.root.join("reply.code");
+    let then = format!(
+        "'{}' send --json --reply 'There are 12.' > '{}'; echo $? > '{}'",
+        baton_bin().display(),
+        out.display(),
+        code.display()
+    );
+    let exec = gated_handler(&go, &then);
+    let (mid, b) = task_to_a_gated_beta(&env, &["--name", "alpha"], &exec, &go);
+    crate::util::wait_event(&b.spool(), "the turn's end", T, |e| {
+        crate::util::event_is(e, "turn.finished", &mid)
+    });
+    assert_eq!(fs::read_to_string(&code).unwrap().trim(), "0");
+    let v: Value = serde_json::from_str(&fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(v["status"], "stored", "{v}");
+    let rid = v["message_id"].as_str().unwrap();
+    assert_eq!(
+        ids_in(&spool_of(&env, "alpha"), "inbox"),
+        vec![rid.to_string()]
+    );
+}

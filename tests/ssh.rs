@@ -20,6 +20,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 mod sshd;
+mod via;
 
 use crate::util::{Env, Leftovers, Output, baton_bin, pid_alive, wait_until};
 

@@ -1881,3 +1881,139 @@ fn issue_18_ping_and_status_work_on_a_zcoder_peer() {
     assert_eq!(out.status, 2, "{out:?}");
     assert!(out.stderr.contains("is a zcoder instance"), "{out:?}");
 }
+
+/// A zcoder peer in a process of its own (python3: the test process
+/// cannot be stopped itself), answering `ping` with `pong`: it binds
+/// `<dir>/a-<its pid>-100000000000.sock`, says `ready` on stdout, and
+/// serves one frame a connection. Killed by its pid when dropped.
+struct ZProcess(std::process::Child);
+
+const ZPEER_PY: &str = r#"
+import json, os, socket, sys
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind("%s/a-%d-100000000000.sock" % (sys.argv[1], os.getpid()))
+srv.listen(16)
+print("ready", flush=True)
+while True:
+    c, _ = srv.accept()
+    try:
+        f = c.makefile("rb")
+        n = int(f.readline().split()[1])
+        req = json.loads(f.read(n))
+        status = "pong" if req.get("type") == "ping" else "unsupported"
+        ack = json.dumps({"protocol": 1, "type": "ack", "message_id": req.get("message_id", ""),
+                          "status": status, "state": "ready"}).encode()
+        c.sendall(b"ZCODER-AGENT/1 %d\n" % len(ack) + ack)
+    except Exception:
+        pass
+    c.close()
+"#;
+
+impl ZProcess {
+    fn start(dir: &Path) -> ZProcess {
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", ZPEER_PY])
+            .arg(dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
+            let _ = tx.send(line);
+        });
+        let ready = rx.recv_timeout(T);
+        let peer = ZProcess(child);
+        assert_eq!(
+            ready.as_deref(),
+            Ok("ready\n"),
+            "the python zcoder peer did not start"
+        );
+        peer
+    }
+
+    /// Its instance id: its pid first, as zcoder's are.
+    fn id(&self) -> String {
+        format!("{}-100000000000", self.0.id())
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is
+        // this test's own child, not yet reaped.
+        unsafe {
+            libc::kill(self.0.id() as libc::pid_t, sig);
+        }
+    }
+}
+
+impl Drop for ZProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Issue 18: a frozen peer (SIGSTOP: its pid alive, its socket silent) is
+/// unresponsive, not missing, for a zcoder peer as for a baton instance:
+/// `ping` and `send` exit 4 saying it did not answer in time, and `list`
+/// shows it `unresponsive`.
+#[test]
+fn issue_18_a_frozen_zcoder_peer_is_unresponsive_not_missing() {
+    if !crate::util::have("python3") {
+        if std::env::var("BATON_REQUIRE_ALL").as_deref() == Ok("1") {
+            panic!("python3 is required (BATON_REQUIRE_ALL=1)");
+        }
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let env = Env::new();
+    let zdir = zcoder_dir(&env);
+    let peer = ZProcess::start(&zdir);
+    let id = peer.id();
+    let mut m = zcoder_manifest(&zdir, &id, "frozen", "/work/frozen");
+    m["pid"] = json!(peer.0.id());
+    write_manifest(&zdir, &id, &m);
+    let quick = [("BATON_IO_TIMEOUT", "0.5")];
+    let run = |args: &[&str]| {
+        env.run_with(
+            &[("ZCODER_RELAY_DIR", s(&zdir)), quick[0]],
+            None,
+            args,
+            None,
+        )
+    };
+    let out = run(&["ping", "frozen"]);
+    assert_eq!(out.status, 0, "{out:?}");
+
+    peer.signal(libc::SIGSTOP);
+    let silent = format!("baton: frozen ({id}) did not answer within 0.5 s\n");
+    for target in ["frozen", id.as_str()] {
+        let out = run(&["ping", target]);
+        assert_eq!(
+            (out.status, out.stderr.as_str()),
+            (4, silent.as_str()),
+            "{out:?}"
+        );
+    }
+    let (code, listed) = baton_json(&env, &zdir, &quick, &["list"]);
+    assert_eq!(code, 0, "{listed}");
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["instance_id"], id.as_str());
+    assert_eq!(listed[0]["wire"], "zcoder");
+    assert_eq!(listed[0]["state"], "unresponsive");
+    let out = run(&["send", "frozen", "while stopped", "--message-id", "z-1"]);
+    assert_eq!(
+        (out.status, out.stderr.as_str()),
+        (4, silent.as_str()),
+        "{out:?}"
+    );
+
+    // Resumed, it answers again.
+    peer.signal(libc::SIGCONT);
+    let out = run(&["ping", "frozen"]);
+    assert_eq!(out.status, 0, "{out:?}");
+}

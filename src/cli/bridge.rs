@@ -15,6 +15,7 @@ use crate::error::{Error, ExitCode, Result};
 use crate::registry::Peer;
 use crate::relay::{self, Route};
 use crate::sanitize::escape;
+use crate::status::Status;
 use crate::{registry, sys, wire};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -260,7 +261,7 @@ fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Value
                             v
                         }
                         Err(e) => {
-                            json!({"status": crate::status::Status::Transport, "message_id": message_id, "reason": e.to_string()})
+                            json!({"status": Status::Transport, "message_id": message_id, "reason": e.to_string()})
                         }
                     }
                 }
@@ -286,10 +287,13 @@ pub struct Via {
 }
 
 impl Via {
-    /// Starts `VIA REMOTE ARGS...` through `sh -c`, so VIA may hold options
-    /// and REMOTE (`BATON_REMOTE`, default `baton`) a path or an `env`
-    /// prefix; ARGS are quoted for the remote shell. With `multiplex`, an
-    /// `ssh ...` VIA shares one connection per VIA (`multiplexed`).
+    /// Starts `VIA REMOTE ARGS...` through `sh -c`, so VIA may hold
+    /// options. REMOTE is `BATON_REMOTE` as given (a path or an `env`
+    /// prefix) or, when it is unset, `LOOKUP` run by `sh -c` there; ARGS
+    /// are quoted here and hold only characters no shell treats specially
+    /// (`check_target`), so the remote shell, which gets them joined with
+    /// spaces as ssh does, sees the same words. With `multiplex`, an `ssh
+    /// ...` VIA shares one connection per VIA (`multiplexed`).
     pub fn spawn(via: &str, config: &Config, remote_args: &[&str], multiplex: bool) -> Result<Via> {
         let quoted: Vec<String> = remote_args.iter().map(|a| shell_quote(a)).collect();
         let line = match multiplex {
@@ -299,7 +303,11 @@ impl Via {
         let line = line.unwrap_or_else(|| via.to_string());
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c")
-            .arg(format!("{line} {} {}", config.remote, quoted.join(" ")))
+            .arg(format!(
+                "{line} {} {}",
+                remote_command(config),
+                quoted.join(" ")
+            ))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -328,6 +336,45 @@ impl Drop for Via {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// What `--via` runs on the other host when `BATON_REMOTE` is unset, by
+/// `sh -c` (never a login shell, and no profile file is read): the first
+/// of `baton` on the non-interactive PATH, `~/.local/bin/baton`,
+/// `~/.cargo/bin/baton`, `/usr/local/bin/baton`, `/usr/bin/baton` and
+/// `/opt/baton/bin/baton` that is an executable file, run with the
+/// arguments; else exit 127, naming the places looked. One line with no
+/// `'`, `\` or `!`, so that it passes through the remote user's shell
+/// in single quotes whatever that shell is (sh, bash, zsh, fish, csh).
+pub const LOOKUP: &str = "for b in \"$(command -v baton)\" \"$HOME/.local/bin/baton\" \
+    \"$HOME/.cargo/bin/baton\" /usr/local/bin/baton /usr/bin/baton /opt/baton/bin/baton; \
+    do if [ -f \"$b\" ] && [ -x \"$b\" ]; then exec \"$b\" \"$@\"; fi; done; \
+    echo \"baton: no baton on this host: not on PATH ($PATH), nor at ~/.local/bin/baton, \
+    ~/.cargo/bin/baton, /usr/local/bin/baton, /usr/bin/baton or /opt/baton/bin/baton\" >&2; \
+    exit 127";
+
+/// REMOTE in `VIA REMOTE ARGS...`, as a word for the local shell:
+/// `BATON_REMOTE` as given, or `sh -c 'LOOKUP' baton` quoted once more,
+/// so that the remote shell gets it as it reads here.
+fn remote_command(config: &Config) -> String {
+    match &config.remote {
+        Some(r) => r.clone(),
+        None => shell_quote(&format!("sh -c {} baton", shell_quote(LOOKUP))),
+    }
+}
+
+/// A TARGET that goes into the remote command line of `--via`: an id or
+/// a name, whose characters (`[A-Za-z0-9_.-]`) no shell treats
+/// specially. Anything else is a usage error (exit 2).
+pub fn check_target(target: &str) -> Result<()> {
+    if registry::valid_id(target) {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "--via: {} is not an instance id or name (1 to 100 of A-Z, a-z, 0-9, '_', '.', '-'), \
+         and it would go into the remote command line",
+        escape(target)
+    )))
 }
 
 /// VIA when it is `ssh ...`, with ssh's connection sharing added: the
@@ -379,16 +426,23 @@ pub fn remote_timeout(config: &Config) -> Duration {
 pub fn failed(what: &str, code: Option<i32>) -> Error {
     match code {
         Some(127) => Error::Transport(format!(
-            "{what} (exit status 127: no baton there on a non-interactive PATH; set BATON_REMOTE to its path)"
+            "{what} (exit status 127: no baton found there; set BATON_REMOTE to its path there, see docs/ssh.md)"
         )),
         Some(n) => Error::Transport(format!("{what} (exit status {n})")),
         None => Error::Transport(what.to_string()),
     }
 }
 
+/// The most a via command may write for one `run_to_end` (`list --via`:
+/// the remote `baton list --json`, a few hundred bytes an instance), and
+/// in one line of a bridge session (`Remote`): past it, the command is
+/// stopped and the call fails (docs/decisions.md).
+pub const MAX_VIA_OUTPUT: usize = 64 << 20;
+
 /// Runs `VIA REMOTE ARGS...` with `input` on its stdin, to its end: the
-/// exit code and stdout. Bounded by `remote_timeout`; the remote's stderr
-/// is passed through.
+/// exit code and stdout. Bounded by `remote_timeout` and by
+/// `MAX_VIA_OUTPUT`; the remote's stderr is passed through. On every
+/// failure the via command's process group is killed (`Via`'s drop).
 pub fn run_to_end(
     via: &str,
     config: &Config,
@@ -401,11 +455,11 @@ pub fn run_to_end(
     // The remote side may not read it; a closed pipe is no failure.
     let _ = stdin.write_all(input);
     drop(stdin);
-    let mut stdout = v.child.stdout.take().expect("piped");
+    let stdout = v.child.stdout.take().expect("piped");
     let (tx, rx) = crossbeam_channel::bounded(1);
     std::thread::spawn(move || {
         let mut buf = Vec::new();
-        let _ = stdout.read_to_end(&mut buf);
+        let _ = stdout.take(MAX_VIA_OUTPUT as u64 + 1).read_to_end(&mut buf);
         let _ = tx.send(buf);
     });
     let deadline = Instant::now() + remote_timeout(config);
@@ -416,6 +470,13 @@ pub fn run_to_end(
             remote_timeout(config)
         )));
     };
+    if out.len() > MAX_VIA_OUTPUT {
+        return Err(Error::Transport(format!(
+            "{} wrote more than {} MiB; stopped it",
+            escape(via),
+            MAX_VIA_OUTPUT >> 20
+        )));
+    }
     let code = v.exit_code(deadline);
     Ok((code, out))
 }
@@ -441,6 +502,7 @@ impl Remote {
     /// `VIA baton bridge --offline TARGET`: the live instance, or a
     /// stopped agent's stand-in.
     pub fn open(via: &str, target: &str, config: &Config, multiplex: bool) -> Result<Remote> {
+        check_target(target)?;
         let mut r = Remote::start(via, config, &["bridge", "--offline", target], multiplex)?;
         r.hello = r.call("initialize", hello_params())?;
         Ok(r)
@@ -456,6 +518,7 @@ impl Remote {
         multiplex: bool,
         deadline: Option<Instant>,
     ) -> Result<Option<Remote>> {
+        check_target(target)?;
         let mut r = Remote::start(via, config, &["bridge", "--await", target], multiplex)?;
         Ok(r.call_until("initialize", hello_params(), deadline)?
             .map(|hello| {
@@ -470,8 +533,32 @@ impl Remote {
         let out = via.child.stdout.take().expect("piped");
         let (tx, lines) = crossbeam_channel::unbounded();
         std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
+            let mut out = BufReader::new(out);
+            // Lines of at most MAX_VIA_OUTPUT bytes: a longer one (or one
+            // that is not UTF-8) ends the session.
+            loop {
+                let mut line = Vec::new();
+                let limit = MAX_VIA_OUTPUT as u64 + 1;
+                match (&mut out).take(limit).read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if line.len() > MAX_VIA_OUTPUT => {
+                        eprintln!(
+                            "baton: the via command wrote a line over {} MiB; stopped it",
+                            MAX_VIA_OUTPUT >> 20
+                        );
+                        break;
+                    }
+                    Ok(_) => {}
+                }
+                if line.last() == Some(&b'\n') {
+                    line.pop();
+                    if line.last() == Some(&b'\r') {
+                        line.pop();
+                    }
+                }
+                let Ok(line) = String::from_utf8(line) else {
+                    break;
+                };
                 if tx.send(line).is_err() {
                     break;
                 }
@@ -567,6 +654,59 @@ impl Remote {
         match self.via.exit_code(until) {
             Some(3) => Error::NoTarget("the remote baton bridge found no such target".into()),
             code => failed(&what, code),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lookup_passes_through_any_remote_shell_in_single_quotes() {
+        for c in ['\'', '\\', '!', '\n', '\r'] {
+            assert!(!LOOKUP.contains(c), "{c:?} in LOOKUP");
+        }
+        // The places looked are the ones docs/ssh.md names.
+        for place in [
+            "$(command -v baton)",
+            "$HOME/.local/bin/baton",
+            "$HOME/.cargo/bin/baton",
+            "/usr/local/bin/baton",
+            "/usr/bin/baton",
+            "/opt/baton/bin/baton",
+        ] {
+            assert!(LOOKUP.contains(place), "{place}");
+        }
+        let unset = Config::default();
+        assert_eq!(
+            remote_command(&unset),
+            shell_quote(&format!("sh -c '{LOOKUP}' baton"))
+        );
+        let set = Config {
+            remote: Some("env X=1 /opt/b/baton".into()),
+            ..Config::default()
+        };
+        assert_eq!(remote_command(&set), "env X=1 /opt/b/baton");
+    }
+
+    #[test]
+    fn a_via_target_is_an_id_or_a_name() {
+        for ok in ["far", "a-4242-1111222233334444", "x_y.z", "0"] {
+            assert!(check_target(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "a b",
+            "far;rm",
+            "$(id)",
+            "'x'",
+            "a/b",
+            "é",
+            &"x".repeat(101),
+        ] {
+            let e = check_target(bad).unwrap_err();
+            assert_eq!(e.exit_code(), ExitCode::Usage, "{bad}");
         }
     }
 }

@@ -213,7 +213,19 @@ fn remote(
         None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
     };
     let multiplex = !args.flag("no-multiplex");
-    let mut r = super::bridge::Remote::open(via, target_arg, config, multiplex)?;
+    // A via command that fails is a `transport` result, as a local
+    // send's would be: with --json, one that names the id to retry with.
+    let transport = |e: Error| match e {
+        Error::Transport(reason) => report(
+            args,
+            &json!({"status": Status::Transport, "message_id": message_id, "reason": reason}),
+        ),
+        e => Err(e),
+    };
+    let mut r = match super::bridge::Remote::open(via, target_arg, config, multiplex) {
+        Ok(r) => r,
+        Err(e) => return transport(e),
+    };
     // What answered: a live instance, or (`bridge --offline`) the remote
     // baton standing in for a stopped agent's spool.
     let instance = r.hello["instance"].clone();
@@ -239,7 +251,10 @@ fn remote(
         params["target_instance_id"] = json!(id);
     }
     relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
-    let mut result = r.call("message/send", params)?;
+    let mut result = match r.call("message/send", params) {
+        Ok(v) => v,
+        Err(e) => return transport(e),
+    };
     if live {
         result["target"] = json!({"instance_id": id, "name": name});
     } else if result.get("target").is_none() {

@@ -3,7 +3,8 @@
 //! with host and user keys made here by `ssh-keygen`, stopped by the pid
 //! in its PidFile. The remote world is the parent module's; what ssh
 //! needs set up there is docs/ssh.md's recipe: `BATON_REMOTE` for a baton
-//! that is not on a non-interactive PATH, `AcceptEnv`/`SetEnv` for
+//! that is not on a non-interactive PATH (or, without it, the lookup
+//! finding it in the remote `~/.local/bin`), `AcceptEnv`/`SetEnv` for
 //! `BATON_DIR` and `XDG_STATE_HOME`, a pinned host key with `BatchMode`,
 //! and a forced-command key that carries its own environment.
 
@@ -55,8 +56,9 @@ struct Sshd {
 
 impl Sshd {
     /// Starts one that takes `user_key` for any command and `forced_key`
-    /// for `forced` only, and accepts BATON_DIR and XDG_STATE_HOME.
-    fn start(forced: &str) -> Sshd {
+    /// for `forced` only, accepts BATON_DIR and XDG_STATE_HOME, and gives
+    /// its sessions `home` as HOME (sshd's own `SetEnv`, OpenSSH 8.7).
+    fn start(forced: &str, home: &Path) -> Sshd {
         let dir = TempDir::new();
         // sshd refuses to start without its privilege separation directory.
         let _ = fs::create_dir_all("/run/sshd");
@@ -83,7 +85,8 @@ impl Sshd {
                      UsePAM no\nStrictModes no\nPasswordAuthentication no\n\
                      KbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
                      PermitRootLogin prohibit-password\nAcceptEnv BATON_DIR XDG_STATE_HOME\n\
-                     LogLevel ERROR\n"
+                     SetEnv HOME={}\nLogLevel ERROR\n",
+                    home.display()
                 ),
             )
             .unwrap();
@@ -316,7 +319,8 @@ fn a_real_sshd_carries_send_list_bridge_and_a_forced_command_key() {
         h.remote.registry.display(),
         h.remote.state.display()
     );
-    let sshd = Sshd::start(&forced);
+    let home = h.remote.root.join("home");
+    let sshd = Sshd::start(&forced, &home);
     let _masters = Masters(h.local.registry.clone());
     let via = sshd.via("user_key", Some(&h.remote));
     let remote = [("BATON_REMOTE", bin)];
@@ -395,10 +399,36 @@ fn a_real_sshd_carries_send_list_bridge_and_a_forced_command_key() {
     );
     let out = run(&remote, &["send", "--via", &via, "nobody", "x", "--json"]);
     assert_eq!(out.status, 3, "{out:?}");
-    // Without BATON_REMOTE, sshd's PATH has no baton: exit 4, saying so.
+    // Without BATON_REMOTE, sshd's PATH has no baton, nor has any place
+    // the lookup tries: exit 4, saying where it looked.
     let out = run(&[], &["send", "--via", &via, "far", "x", "--json"]);
     assert_eq!(out.status, 4, "{out:?}");
     assert!(out.stderr.contains("BATON_REMOTE"), "{out:?}");
+    assert!(out.stderr.contains("~/.local/bin/baton"), "{out:?}");
+    // With baton in ~/.local/bin there, the lookup finds it.
+    fs::create_dir_all(home.join(".local/bin")).unwrap();
+    std::os::unix::fs::symlink(bin, home.join(".local/bin/baton")).unwrap();
+    let out = run(
+        &[],
+        &[
+            "send",
+            "--via",
+            &via,
+            "far",
+            "found there",
+            "--message-id",
+            "s3",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        (out.status, status_of(&out).as_str()),
+        (0, "accepted"),
+        "{out:?}"
+    );
+    let out = run(&[], &["list", "--via", &via, "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(out.stdout.contains(&far.id), "{out:?}");
 
     // list --via: the remote instances, not the local ones.
     let out = run(&remote, &["list", "--via", &via, "--json"]);
@@ -470,7 +500,7 @@ fn a_real_sshd_carries_send_list_bridge_and_a_forced_command_key() {
     assert_eq!(items[0]["instance_id"], json!(far.id), "{out:?}");
 
     let (mut cf, mut co) = (far.client(), other.client());
-    assert_eq!((far.queued(&mut cf), other.queued(&mut co)), (2, 0));
+    assert_eq!((far.queued(&mut cf), other.queued(&mut co)), (3, 0));
 }
 
 /// Repeated `--via` calls to one host share one ssh connection (a master
@@ -485,7 +515,7 @@ fn repeated_sends_via_ssh_share_one_connection() {
     let far = h
         .remote
         .serve(&h.remote.workspace("far"), &["--name", "far"]);
-    let sshd = Sshd::start("true");
+    let sshd = Sshd::start("true", &h.remote.root.join("home"));
     let masters = Masters(h.local.registry.clone());
     let via = sshd.via("user_key", Some(&h.remote));
     let bin = baton_bin();
