@@ -158,7 +158,8 @@ fn a_via_command_that_writes_without_end_is_stopped() {
 
 /// Issue 18: a `--via` that never answers times out (exit 4), and its
 /// whole process group goes with it: the shell, and what it started in
-/// the background. The remote timeout is at least 20 s, hence `_slow`.
+/// the background. The remote timeout is at least 20 s, so this takes
+/// about that long.
 #[test]
 fn a_via_that_never_answers_times_out_and_leaves_no_process() {
     let h = Hosts::new();
