@@ -1126,3 +1126,33 @@ fn sockets_in_place_of_a_receipt_and_meta_json_are_named_and_never_waited_on() {
     drop(c);
     assert_eq!(again.term(), 0, "{}", again.stderr());
 }
+
+/// A FIFO in place of `handler.json` (the record of the running handler,
+/// written as each turn starts) is never opened as one: the turn starts
+/// and finishes, and the record replaces the FIFO.
+#[test]
+fn a_fifo_in_place_of_the_handler_record_does_not_hold_up_a_turn() {
+    let env = Env::new();
+    let ws = env.workspace("fifo-handler");
+    let mut inst = env.serve(
+        &ws,
+        &["--name", "fh", "--exec", "cat > /dev/null; echo ran"],
+    );
+    let spool = persistent_spool(&env, "fh", &ws);
+    let record = spool.join("handler.json");
+    mkfifo(&record);
+    let mut c = inst.client();
+    let r = send(&mut c, &inst.id, "h-1", "run me", "queue");
+    assert_eq!(r["status"], "accepted", "{r}");
+    let fin = crate::util::wait_event(
+        &spool,
+        "turn.finished for h-1",
+        std::time::Duration::from_secs(15),
+        |e| crate::util::event_is(e, "turn.finished", "h-1"),
+    );
+    assert_eq!(fin["outcome"], "done", "{fin}");
+    assert_eq!(ping_state(&mut c), "ready");
+    assert!(!is_fifo(&record), "the record replaced the FIFO");
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+}

@@ -88,19 +88,15 @@ impl Spool {
     }
 }
 
-/// Writes `bytes` as the whole of `path` (mode 0600, never through a
-/// symlink), in one open, write and close.
+/// Writes `bytes` as the whole of `path` (mode 0600, a regular file or
+/// nothing: never through a symlink, never waiting on a FIFO), in one
+/// open, write and close.
 fn write_in_place(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(sys::O_NOFOLLOW)
-        .open(path)?
-        .write_all(bytes)
+    let mut opts = fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true).mode(0o600);
+    files::open_regular(path, &mut opts)?.write_all(bytes)
 }
 
 /// The groups to kill: those with a live process that carries the turn's
