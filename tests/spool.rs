@@ -2,8 +2,8 @@
 //! `control/*`, `baton inbox`): crash safety under `kill -9`, FIFO order
 //! with a busy receiver, the queue limit, pause and resume, steer, the
 //! CLI's inbox commands, where spools live and when they go away, and
-//! odd files (a FIFO, a socket or a directory where a file should be) set aside,
-//! never waited on.
+//! odd files (a FIFO, a socket or a directory where a file should be) set
+//! aside, never waited on.
 
 use std::fs;
 use std::io::{ErrorKind, Write};
