@@ -86,21 +86,37 @@ pub fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
 }
 
 /// Opens a file as `opts` say, never through a symlink and never waiting
-/// on what stands at `path` (`O_NONBLOCK`: a FIFO opens at once), and
-/// only if the opened file is a regular one; otherwise the error, of kind
-/// `InvalidData`, says what it is.
+/// on what stands at `path` (`O_NONBLOCK`: a FIFO opens at once;
+/// `O_NOCTTY`: a terminal never becomes ours), and only if the opened
+/// file is a regular one; otherwise the error, of kind `InvalidData`, says
+/// what it is. So does a failed open when what stands there is no regular
+/// file (a socket, which open(2) refuses with ENXIO; a symlink, ELOOP):
+/// the name's kind, not the raw error number.
 pub fn open_regular(path: &Path, opts: &mut OpenOptions) -> io::Result<File> {
-    let f = opts
-        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
-        .open(path)?;
+    let f = match opts
+        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            return Err(match fs::symlink_metadata(path) {
+                Ok(m) if !m.is_file() => not_regular(m.file_type()),
+                _ => e,
+            });
+        }
+    };
     let kind = f.metadata()?.file_type();
     if !kind.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("it is {}, not a regular file", kind_of(kind)),
-        ));
+        return Err(not_regular(kind));
     }
     Ok(f)
+}
+
+fn not_regular(kind: FileType) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("it is {}, not a regular file", kind_of(kind)),
+    )
 }
 
 /// What a file type is, in words ("a FIFO").
@@ -246,7 +262,14 @@ mod tests {
         assert_eq!(e.to_string(), "it is a directory, not a regular file");
         let link = dir.join("l");
         std::os::unix::fs::symlink(&file, &link).unwrap();
-        assert!(read_regular(&link, 10).is_err(), "never through a symlink");
+        let e = read_regular(&link, 10).unwrap_err();
+        assert_eq!(e.to_string(), "it is a symlink, not a regular file");
+        // open(2) refuses a socket (ENXIO): the error names the kind.
+        let sock = dir.join("s");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let e = read_regular(&sock, 10).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert_eq!(e.to_string(), "it is a socket, not a regular file");
         let gone = read_regular(&dir.join("none"), 10).unwrap_err();
         assert_eq!(gone.kind(), io::ErrorKind::NotFound);
         fs::remove_dir_all(&dir).unwrap();

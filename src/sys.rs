@@ -14,6 +14,10 @@ use std::process::Command;
 
 pub use crate::civil::Civil;
 pub use crate::procfs::{ProcEntry, environ_has, process, processes};
+pub use errno::{errno_named, shortage};
+
+#[path = "sys_errno.rs"]
+mod errno;
 
 /// Writes what the socket takes now, without waiting: the number of bytes
 /// written, 0 when its buffer is full.
@@ -48,33 +52,12 @@ pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;
 /// device that stands where a file should be never waits.
 pub const O_NONBLOCK: i32 = libc::O_NONBLOCK;
 
-/// What ran short, when `e` says a resource is short for now and may come
-/// back (descriptors, memory, processes, a failing device): such an error
-/// is no verdict on the data being read. `None` for any other error.
-pub fn shortage(e: &io::Error) -> Option<&'static str> {
-    Some(match e.raw_os_error()? {
-        libc::EMFILE => "out of file descriptors (the process's limit, EMFILE)",
-        libc::ENFILE => "out of file descriptors (the system's limit, ENFILE)",
-        libc::ENOMEM => "out of memory (ENOMEM)",
-        libc::EAGAIN => "out of a resource for now (EAGAIN)",
-        libc::EIO => "an input/output error (EIO)",
-        _ => return None,
-    })
-}
+/// `O_NOCTTY`: a terminal device planted where a file should be never
+/// becomes our controlling terminal.
+pub const O_NOCTTY: i32 = libc::O_NOCTTY;
 
-/// An error number by its name, for the fail points: those `shortage`
-/// knows, and `ENOSPC` (a full disk).
-pub fn errno_named(name: &str) -> Option<i32> {
-    Some(match name {
-        "emfile" => libc::EMFILE,
-        "enfile" => libc::ENFILE,
-        "enomem" => libc::ENOMEM,
-        "eagain" => libc::EAGAIN,
-        "eio" => libc::EIO,
-        "enospc" => libc::ENOSPC,
-        _ => return None,
-    })
-}
+/// `O_DIRECTORY`: the open fails unless the path is a directory.
+pub const O_DIRECTORY: i32 = libc::O_DIRECTORY;
 
 /// Credentials of the process at the other end of a Unix stream, as the
 /// kernel recorded them at connect time.
@@ -293,9 +276,22 @@ pub fn fill_random(buf: &mut [u8]) -> io::Result<()> {
 
 /// This process's session.
 pub fn session_id() -> Option<u32> {
-    // SAFETY: getsid(0) only reads the calling process's session.
-    let sid = unsafe { libc::getsid(0) };
-    u32::try_from(sid).ok()
+    session_of(0)
+}
+
+/// The session of the process `pid` (0: this one); None when it is gone
+/// or not ours to ask about.
+pub fn session_of(pid: u32) -> Option<u32> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: getsid has no memory-safety preconditions.
+    u32::try_from(unsafe { libc::getsid(pid) }).ok()
+}
+
+/// The process group of the process `pid`; None when it is gone.
+pub fn group_of(pid: u32) -> Option<u32> {
+    let pid = libc::pid_t::try_from(pid).ok().filter(|p| *p > 0)?;
+    // SAFETY: getpgid has no memory-safety preconditions.
+    u32::try_from(unsafe { libc::getpgid(pid) }).ok()
 }
 
 /// Sets `O_NONBLOCK` on the open file description behind `fd` (for a

@@ -1389,3 +1389,58 @@ fn issue_18_a_stopped_instance_is_unresponsive_not_missing() {
     assert_eq!(out.status, 0, "{out:?}");
     assert_eq!(slow.term(), 0);
 }
+
+/// Makes a FIFO at `path`, as another process of the user might.
+fn mkfifo(path: &Path) {
+    let made = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// Issue 17: a FIFO (or a socket) named `a-<id>.json` in the registry is
+/// never opened as a manifest in a way that waits: `list`, a send to its
+/// id and `gc` answer at once (each bounded by the harness), report it by
+/// its kind, and leave it where it is, however old.
+#[test]
+fn a_fifo_or_socket_named_as_a_manifest_never_stalls_discovery() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    let served = env.serve(&env.workspace("live"), &[]);
+    let pid = dead_pid();
+    let (fifo_id, sock_id) = (format!("{pid}-{:016}", 1), format!("{pid}-{:016}", 2));
+    let fifo = reg.join(format!("a-{fifo_id}.json"));
+    mkfifo(&fifo);
+    let sock = reg.join(format!("a-{sock_id}.json"));
+    drop(UnixListener::bind(&sock).unwrap());
+    for p in [&fifo, &sock] {
+        // Old enough for gc to remove it if it were a malformed file.
+        let touched = Command::new("touch")
+            .args(["-d", "2 minutes ago"])
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(touched.success(), "touch {}", p.display());
+    }
+
+    assert_eq!(ids(&list_json(&env, None, &[])), [served.id.as_str()]);
+    let all = list_json(&env, None, &["--all"]);
+    let problems: BTreeMap<&str, &str> = all
+        .iter()
+        .filter_map(|v| Some((v["path"].as_str()?, v["problem"].as_str()?)))
+        .collect();
+    assert_eq!(
+        problems,
+        BTreeMap::from([
+            (s(&fifo), "manifest is a FIFO, not a regular file"),
+            (s(&sock), "manifest is a socket, not a regular file"),
+        ]),
+        "{all:#?}"
+    );
+    let out = send_to(&env, &fifo_id, b"to a FIFO");
+    assert_eq!(out.status, 3, "{out:?}");
+    let gc = json_of(&env.run(&["gc", "--json"]), "gc --json");
+    assert_eq!(gc, json!({"removed": []}));
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(fs::symlink_metadata(&sock).unwrap().file_type().is_socket());
+    let out = send_to(&env, &served.id, b"still reached");
+    assert_eq!(out.status, 0, "{out:?}");
+}

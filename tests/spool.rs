@@ -2,8 +2,8 @@
 //! `control/*`, `baton inbox`): crash safety under `kill -9`, FIFO order
 //! with a busy receiver, the queue limit, pause and resume, steer, the
 //! CLI's inbox commands, where spools live and when they go away, and
-//! odd files (a FIFO or a directory where a file should be) set aside,
-//! never waited on.
+//! odd files (a FIFO, a socket or a directory where a file should be) set
+//! aside, never waited on.
 
 use std::fs;
 use std::io::{ErrorKind, Write};
@@ -998,4 +998,161 @@ fn a_directory_in_tmp_is_set_aside_and_the_instance_starts() {
     }
     drop(c);
     assert_eq!(again.term(), 0, "{}", again.stderr());
+}
+
+/// Plants a Unix socket at `path`: bound under `short` (a socket path
+/// must fit `sun_path`; a spool path may not), then renamed into place.
+fn plant_socket(short: &Path, path: &Path) {
+    let at = short.join("planted.sock");
+    drop(std::os::unix::net::UnixListener::bind(&at).unwrap());
+    fs::rename(&at, path).unwrap();
+    assert!(is_socket(path));
+}
+
+fn is_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// A socket where a queued task file should be (open(2) refuses one with
+/// ENXIO) is named for what it is, as a FIFO is, and set aside: at a
+/// claim, which hands out the next task, and at start.
+#[test]
+fn a_socket_in_place_of_a_task_file_is_named_and_set_aside_at_claim_and_at_start() {
+    let env = Env::new();
+    let ws = env.workspace("sock-task");
+    let mut inst = env.serve(&ws, &["--name", "st"]);
+    let mut c = inst.client();
+    for id in ["s-1", "s-2", "s-3", "s-4"] {
+        let r = send(&mut c, &inst.id, id, &format!("body of {id}"), "queue");
+        assert_eq!(r["status"], "accepted", "{r}");
+    }
+    let spool = persistent_spool(&env, "st", &ws);
+    let inbox = spool.join("inbox");
+    let s1 = task_file(&inbox, "s-1");
+    fs::remove_file(inbox.join(&s1)).unwrap();
+    plant_socket(env.root.path(), &inbox.join(&s1));
+
+    // Answered within the client's 5 s: never waited on.
+    let r = claim_expect(&mut c, "s-2");
+    assert_eq!(
+        r["rejected"],
+        json!([{"message_id": "s-1", "reason": "it is a socket, not a regular file"}]),
+        "{r}"
+    );
+    assert!(is_socket(&spool.join("rejected").join(&s1)));
+    complete_expect(&mut c, "s-2");
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+
+    // At start: s-3's file is a socket, s-4's a FIFO; s-1's socket is in
+    // rejected/ already.
+    let s3 = task_file(&inbox, "s-3");
+    fs::remove_file(inbox.join(&s3)).unwrap();
+    plant_socket(env.root.path(), &inbox.join(&s3));
+    let s4 = task_file(&inbox, "s-4");
+    fs::remove_file(inbox.join(&s4)).unwrap();
+    mkfifo(&inbox.join(&s4));
+    let mut again = env.serve(&ws, &["--name", "st"]);
+    let said = again.stderr();
+    for (file, kind) in [(&s3, "a socket"), (&s4, "a FIFO")] {
+        assert!(
+            said.contains(&format!(
+                "inbox/{file}: it is {kind}, not a regular file; moved to rejected/{file}"
+            )),
+            "{said}"
+        );
+    }
+    assert!(is_socket(&spool.join("rejected").join(&s3)));
+    assert!(is_fifo(&spool.join("rejected").join(&s4)));
+    let mut c = again.client();
+    let list = rpc(&mut c, "inbox/list", json!({}));
+    assert_eq!(listed(&list, "queued"), Vec::<String>::new(), "{list}");
+    assert_eq!(listed(&list, "rejected"), ["s-1", "s-3", "s-4"], "{list}");
+    assert_eq!(claim(&mut c)["status"], "empty");
+    drop(c);
+    assert_eq!(again.term(), 0, "{}", again.stderr());
+}
+
+/// A socket in place of a receipt or of `meta.json`: a resend of the
+/// receipt's id is answered at once, and a start names both for what they
+/// are (not "No such device or address") and goes on.
+#[test]
+fn sockets_in_place_of_a_receipt_and_meta_json_are_named_and_never_waited_on() {
+    let env = Env::new();
+    let ws = env.workspace("sock-receipt");
+    let mut inst = env.serve(&ws, &["--name", "sr"]);
+    let mut c = inst.client();
+    assert_eq!(
+        send(&mut c, &inst.id, "r-1", "first", "queue")["status"],
+        "accepted"
+    );
+    claim_expect(&mut c, "r-1");
+    complete_expect(&mut c, "r-1");
+    let spool = persistent_spool(&env, "sr", &ws);
+    let receipt = spool.join("done").join("r-1.json");
+    fs::remove_file(&receipt).unwrap();
+    plant_socket(env.root.path(), &receipt);
+    let r = send(&mut c, &inst.id, "r-1", "first", "queue");
+    assert_eq!(r["status"], "invalid", "{r}");
+    assert_eq!(r["reason"], REASON_UNREADABLE, "{r}");
+    assert_eq!(ping_state(&mut c), "ready");
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+
+    let meta = spool.join("meta.json");
+    fs::remove_file(&meta).unwrap();
+    plant_socket(env.root.path(), &meta);
+    let out = env.run(&["list", "--offline"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(!out.stdout.contains("sr"), "{out:?}");
+
+    let mut again = env.serve(&ws, &["--name", "sr"]);
+    let said = again.stderr();
+    assert!(
+        said.contains("done/r-1.json cannot be read (it is a socket, not a regular file)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("meta.json is a socket, not a regular file; moved to rejected/meta.json"),
+        "{said}"
+    );
+    assert!(is_socket(&receipt));
+    assert!(is_socket(&spool.join("rejected").join("meta.json")));
+    assert!(fs::symlink_metadata(&meta).unwrap().is_file());
+    let mut c = again.client();
+    let r = send(&mut c, &again.id, "r-1", "first", "queue");
+    assert_eq!(r["reason"], REASON_UNREADABLE, "{r}");
+    drop(c);
+    assert_eq!(again.term(), 0, "{}", again.stderr());
+}
+
+/// A FIFO in place of `handler.json` (the record of the running handler,
+/// written as each turn starts) is never opened as one: the turn starts
+/// and finishes, and the record replaces the FIFO.
+#[test]
+fn a_fifo_in_place_of_the_handler_record_does_not_hold_up_a_turn() {
+    let env = Env::new();
+    let ws = env.workspace("fifo-handler");
+    let mut inst = env.serve(
+        &ws,
+        &["--name", "fh", "--exec", "cat > /dev/null; echo ran"],
+    );
+    let spool = persistent_spool(&env, "fh", &ws);
+    let record = spool.join("handler.json");
+    mkfifo(&record);
+    let mut c = inst.client();
+    let r = send(&mut c, &inst.id, "h-1", "run me", "queue");
+    assert_eq!(r["status"], "accepted", "{r}");
+    let fin = crate::util::wait_event(
+        &spool,
+        "turn.finished for h-1",
+        std::time::Duration::from_secs(15),
+        |e| crate::util::event_is(e, "turn.finished", "h-1"),
+    );
+    assert_eq!(fin["outcome"], "done", "{fin}");
+    assert_eq!(ping_state(&mut c), "ready");
+    assert!(!is_fifo(&record), "the record replaced the FIFO");
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
 }

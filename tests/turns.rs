@@ -851,6 +851,115 @@ fn a_handler_that_daemonizes_leaks_no_thread_or_descriptor() {
     }
 }
 
+/// How a daemonizing turn that hangs is ended.
+#[derive(Clone, Copy, PartialEq)]
+enum Ending {
+    Timeout,
+    Cancel,
+}
+
+/// Issue 17, the other two ways a turn ends: a handler that starts a
+/// daemon (`setsid`, keeping its stdout and stderr) and then hangs is
+/// ended by `--turn-timeout` or `turn/cancel`; once its drain grace
+/// passes, the instance's descriptors and threads are back where they
+/// were, though every daemon still holds the pipes.
+fn hung_daemonizing_turns_leak_nothing(test: &str, ending: Ending) {
+    const TURNS: usize = 3;
+    if !util::reliability::have_proc(test) || !util::have("setsid") {
+        return;
+    }
+    let env = Env::new();
+    let daemons = Leftovers(env.root.join("daemons"));
+    let d = sh_quote(&daemons.0);
+    // The daemon says it is out of the handler's session (a marker per
+    // turn) before the handler hangs, so the ending never reaches it.
+    let script = format!(
+        "cat > /dev/null\n\
+         case \"$BATON_MESSAGE_ID\" in hang-*)\n\
+         setsid sh -c 'echo $$ >> \"$0\"; : > \"$0.$1\"; exec sleep 60' {d} \"$BATON_MESSAGE_ID\" &\n\
+         while [ ! -e {d}.\"$BATON_MESSAGE_ID\" ]; do sleep 0.05; done\n\
+         exec sleep 30;;\n\
+         esac\n\
+         echo ran\n"
+    );
+    let exec = handler(&env, "daemonize-hang", &script);
+    let mut args = vec!["--name", "echo", "--exec", &exec];
+    if ending == Ending::Timeout {
+        args.extend(["--turn-timeout", "2"]);
+    }
+    let s = env.serve(&env.workspace("echo"), &args);
+    let spool = s.spool();
+    let mut c = s.client();
+    assert_eq!(s.send(&mut c, "plain", "warm up")["status"], "accepted");
+    assert_eq!(wait_finished(&spool, "plain")["outcome"], "done");
+    std::thread::sleep(Duration::from_millis(300));
+    let (fds0, threads0) = fds_and_threads(s.pid());
+
+    let (want, how) = match ending {
+        Ending::Timeout => ("timeout", "the timeout"),
+        Ending::Cancel => ("cancelled", "turn/cancel"),
+    };
+    for i in 0..TURNS {
+        let id = format!("hang-{i}");
+        assert_eq!(
+            s.send(&mut c, &id, "daemonize, then hang")["status"],
+            "accepted"
+        );
+        let marker = env.root.join(format!("daemons.{id}"));
+        wait_until("the daemon to leave the handler's session", WAIT, || {
+            marker.exists()
+        });
+        if ending == Ending::Cancel {
+            let r = c.call(100 + i as u64, "turn/cancel", json!({"message_id": id}));
+            assert_eq!(r["result"]["status"], "cancelling", "{r}");
+        }
+        let fin = wait_finished(&spool, &id);
+        assert_eq!(fin["outcome"], want, "{fin}");
+    }
+    let pids = daemons.pids();
+    assert_eq!(pids.len(), TURNS, "one daemon per turn: {pids:?}");
+    assert!(pids.iter().all(|p| pid_alive(*p)), "{pids:?}");
+
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (fds, threads) = fds_and_threads(s.pid());
+        if fds <= fds0 + 2 && threads <= threads0 + 2 {
+            eprintln!(
+                "after {TURNS} daemonizing turns ended by {how}: {fds} descriptors and \
+                 {threads} threads, against {fds0} and {threads0} before them"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after {TURNS} daemonizing turns ended by {how} the instance has {fds} \
+             descriptors and {threads} threads, against {fds0} and {threads0} before them"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The queue goes on; the daemons are killed, by pid, as the guard
+    // goes.
+    assert_eq!(s.send(&mut c, "after", "be quick")["status"], "accepted");
+    assert_eq!(wait_finished(&spool, "after")["outcome"], "done");
+    drop(daemons);
+}
+
+#[test]
+fn a_daemonizing_handler_ended_by_its_timeout_leaks_no_thread_or_descriptor() {
+    hung_daemonizing_turns_leak_nothing(
+        "a_daemonizing_handler_ended_by_its_timeout_leaks_no_thread_or_descriptor",
+        Ending::Timeout,
+    );
+}
+
+#[test]
+fn a_daemonizing_handler_ended_by_turn_cancel_leaks_no_thread_or_descriptor() {
+    hung_daemonizing_turns_leak_nothing(
+        "a_daemonizing_handler_ended_by_turn_cancel_leaks_no_thread_or_descriptor",
+        Ending::Cancel,
+    );
+}
+
 /// Byte offsets of every `agent_relay` tag in `text`, as docs/protocol.md
 /// ("The envelope") tells an agent to find them: `<`, then any `/`, white
 /// space or invisible characters, then `agent_relay` in any case.

@@ -4,10 +4,9 @@
 
 use super::discover::{Candidate, Skipped, check_socket, scan};
 use super::{MAX_MANIFEST, RegistryDir, Wire, manifest_path, socket_path, valid_id};
-use crate::sys;
-use std::fs::{self, OpenOptions};
-use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use crate::{files, sys};
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -137,12 +136,9 @@ fn remove_malformed(dir: &Path, s: &Skipped) -> bool {
     {
         return false;
     }
-    let mut bytes = Vec::new();
-    let read = OpenOptions::new()
-        .read(true)
-        .custom_flags(sys::O_NOFOLLOW)
-        .open(&path)
-        .and_then(|f| f.take(MAX_MANIFEST + 1).read_to_end(&mut bytes));
+    let Ok(bytes) = files::read_regular(&path, MAX_MANIFEST) else {
+        return false;
+    };
     let parses = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes);
-    read.is_ok() && parses.is_err() && fs::remove_file(&path).is_ok()
+    parses.is_err() && fs::remove_file(&path).is_ok()
 }

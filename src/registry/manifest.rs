@@ -4,12 +4,11 @@
 use super::{
     MAX_MANIFEST, PROTOCOL, RegistryDir, Wire, default_name, socket_path, valid_id, valid_name,
 };
-use crate::sys;
+use crate::{files, sys};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::fs::{self, OpenOptions};
-use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 const MAX_FIELD: usize = 4096;
@@ -40,7 +39,10 @@ pub fn read_manifest(dir: &RegistryDir, file: &Path) -> std::result::Result<Mani
         return Err("manifest is a symlink".into());
     }
     if !meta.is_file() {
-        return Err("manifest is not a regular file".into());
+        return Err(format!(
+            "manifest is {}, not a regular file",
+            files::kind_of(meta.file_type())
+        ));
     }
     if meta.uid() != sys::euid() {
         return Err(format!("manifest is owned by uid {}", meta.uid()));
@@ -48,13 +50,8 @@ pub fn read_manifest(dir: &RegistryDir, file: &Path) -> std::result::Result<Mani
     if meta.len() > MAX_MANIFEST {
         return Err(format!("manifest is {} bytes, over 16 KiB", meta.len()));
     }
-    let mut bytes = Vec::new();
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(sys::O_NOFOLLOW)
-        .open(file)
-        .and_then(|f| f.take(MAX_MANIFEST + 1).read_to_end(&mut bytes))
-        .map_err(|e| e.to_string())?;
+    // Read without waiting, whatever was swapped in since the look.
+    let bytes = files::read_regular(file, MAX_MANIFEST).map_err(|e| format!("manifest: {e}"))?;
     let id = file
         .file_name()
         .and_then(|n| n.to_str())

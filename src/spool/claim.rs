@@ -230,7 +230,7 @@ impl Spool {
         let now = SystemTime::now();
         let _ = OpenOptions::new()
             .write(true)
-            .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
+            .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)
             .open(&to)
             .and_then(|f| f.set_modified(now));
         if self.fsync {

@@ -3,7 +3,9 @@
 //! such syncs (group commit), and a failed one fails every caller it
 //! covered.
 
-use std::fs::File;
+use crate::sys;
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -71,8 +73,17 @@ impl DirSync {
     }
 }
 
+/// Syncs the directory `path`. It is opened read-only, close-on-exec (as
+/// std opens every file), `O_DIRECTORY` and `O_NOFOLLOW`, and without
+/// waiting: a symlink, a FIFO or anything else planted in a spool
+/// directory's place fails the open at once, never blocks it nor sends
+/// the sync elsewhere.
 pub(super) fn sync_dir(path: &Path) -> std::io::Result<()> {
-    File::open(path)?.sync_all()
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(sys::O_DIRECTORY | sys::O_NOFOLLOW | sys::O_NONBLOCK)
+        .open(path)?
+        .sync_all()
 }
 
 #[cfg(test)]
@@ -115,6 +126,31 @@ mod tests {
             }
         });
         assert_eq!(runs.load(Ordering::SeqCst), 2, "five callers, two syncs");
+    }
+
+    #[test]
+    fn a_dir_sync_takes_only_a_directory_and_never_through_a_symlink() {
+        let dir = std::env::temp_dir().join(format!("baton-dirsync-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let real = dir.join("real");
+        std::fs::create_dir(&real).unwrap();
+        sync_dir(&real).unwrap();
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(sync_dir(&link).is_err(), "never through a symlink");
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // A FIFO with no writer would block a plain open for reading.
+        let e = sync_dir(&fifo).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotADirectory, "{e}");
+        std::fs::write(dir.join("file"), b"").unwrap();
+        assert!(sync_dir(&dir.join("file")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

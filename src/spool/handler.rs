@@ -12,8 +12,12 @@
 //! when one of its processes still carries `BATON_TURN=<token>` in the
 //! environment it started with: a recycled group id is never ours. Not
 //! synced: the record only has to outlive the instance, not the machine,
-//! which would take the handler along. Only Linux has the `/proc` to
-//! check with; elsewhere nothing is killed at recovery.
+//! which would take the handler along. That check needs `/proc` (Linux).
+//! Elsewhere the handler's leader did not die with the instance (there is
+//! no death signal), and the recorded group is killed if its leader is
+//! still that handler: a process whose group is the recorded one (it leads
+//! it) in the recorded session. A group whose leader is gone is left alone
+//! there: nothing tells it from a recycled id.
 
 use super::Spool;
 use crate::error::{Error, Result};
@@ -67,7 +71,12 @@ impl Spool {
             return;
         };
         if let Ok(rec) = serde_json::from_slice::<Record>(&bytes) {
-            for pgid in groups_of(&rec) {
+            let groups = if sys::process(std::process::id()).is_some() {
+                groups_of(&rec)
+            } else {
+                group_by_leader(&rec).into_iter().collect()
+            };
+            for pgid in groups {
                 if sys::kill_group(pgid, sys::SIGKILL).is_ok() {
                     notes.push(format!(
                         "the handler of an interrupted turn was still running: process group {pgid} killed"
@@ -79,19 +88,15 @@ impl Spool {
     }
 }
 
-/// Writes `bytes` as the whole of `path` (mode 0600, never through a
-/// symlink), in one open, write and close.
+/// Writes `bytes` as the whole of `path` (mode 0600, a regular file or
+/// nothing: never through a symlink, never waiting on a FIFO), in one
+/// open, write and close.
 fn write_in_place(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(sys::O_NOFOLLOW)
-        .open(path)?
-        .write_all(bytes)
+    let mut opts = fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true).mode(0o600);
+    files::open_regular(path, &mut opts)?.write_all(bytes)
 }
 
 /// The groups to kill: those with a live process that carries the turn's
@@ -118,6 +123,16 @@ fn groups_of(rec: &Record) -> BTreeSet<u32> {
         }
     }
     groups
+}
+
+/// Without `/proc`: the recorded group, if its leader still leads it in
+/// the recorded session (`getpgid`, `getsid`). Never our own group.
+fn group_by_leader(rec: &Record) -> Option<u32> {
+    let pgid = rec.pgid.filter(|p| *p > 1)?;
+    let own = sys::group_of(std::process::id());
+    let leads = sys::group_of(pgid) == Some(pgid);
+    let same_session = rec.sid.is_some() && sys::session_of(pgid) == rec.sid;
+    (leads && same_session && own != Some(pgid)).then_some(pgid)
 }
 
 #[cfg(test)]
@@ -188,5 +203,48 @@ mod tests {
         let mut elsewhere = record("111", None);
         elsewhere.sid = elsewhere.sid.map(|s| s + 1);
         assert!(groups_of(&elsewhere).is_empty());
+    }
+
+    /// A process group whose leader, our child, lives on (as a handler's
+    /// leader does where there is no death signal); killed when dropped.
+    struct Led(Child);
+
+    impl Drop for Led {
+        fn drop(&mut self) {
+            let _ = sys::kill_group(self.0.id(), sys::SIGKILL);
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn without_proc_only_a_group_still_led_in_the_recorded_session_is_killed() {
+        let spawn = |group: i32| {
+            let child = Command::new("sleep").arg("30").process_group(group).spawn();
+            Led(child.unwrap())
+        };
+        let led = spawn(0);
+        let pgid = led.0.id();
+        // As the instance records it: its session, the leader's group.
+        let recorded = |pgid: Option<u32>| Record {
+            token: "444".into(),
+            sid: sys::session_id(),
+            pgid,
+        };
+        let rec = recorded(Some(pgid));
+        assert_eq!(group_by_leader(&rec), Some(pgid));
+        // Another session, no group recorded, a process that leads no
+        // group (a recycled pid), our own group: left alone.
+        let mut elsewhere = recorded(Some(pgid));
+        elsewhere.sid = elsewhere.sid.map(|s| s + 1);
+        assert_eq!(group_by_leader(&elsewhere), None);
+        assert_eq!(group_by_leader(&recorded(None)), None);
+        let member = spawn(pgid as i32);
+        assert_eq!(group_by_leader(&recorded(Some(member.0.id()))), None);
+        let own = sys::group_of(std::process::id());
+        assert_eq!(group_by_leader(&recorded(own)), None);
+        // Once the leader is gone, the group is not provably that handler's.
+        drop(led);
+        assert_eq!(group_by_leader(&rec), None);
     }
 }

@@ -392,7 +392,7 @@ pub fn open_lock(dir: &Path) -> Result<File> {
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK)
+        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)
         .open(&lock_path)
         .map_err(|e| Error::io("open lock file", &lock_path, e))
 }
