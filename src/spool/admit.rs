@@ -79,11 +79,15 @@ impl Spool {
             settled: false,
         };
         let name = file_name(task.seq, &task.message_id);
-        if let Err((e, clean)) = self.store(&TaskFile::new(&task, body_json), &name) {
-            reservation.give_back = clean;
-            return Err(e);
-        }
+        let len = match self.store(&TaskFile::new(&task, body_json), &name) {
+            Ok(len) => len,
+            Err((e, clean)) => {
+                reservation.give_back = clean;
+                return Err(e);
+            }
+        };
         let mut idx = self.idx();
+        idx.fresh.put(&task, len);
         reservation.settled = true;
         idx.pending.remove(&task.message_id);
         let queue_position = idx.inbox.len() + 1 + idx.processing;
@@ -185,8 +189,9 @@ impl Spool {
     /// concurrent acceptances). On any failure the file is removed and
     /// nothing is acknowledged; a failed fsync is never retried on the
     /// same descriptor.
-    /// The error says whether the cleanup left no file behind.
-    fn store(&self, task: &TaskFile, name: &str) -> std::result::Result<(), (Error, bool)> {
+    /// The length of the file written, or an error that says whether the
+    /// cleanup left no file behind.
+    fn store(&self, task: &TaskFile, name: &str) -> std::result::Result<u64, (Error, bool)> {
         let tmp = self.path("tmp", name);
         let body = match task.body {
             Body::Text(t) => t.len(),
@@ -222,6 +227,6 @@ impl Spool {
                 gone(fs::remove_file(&tmp)) & gone(fs::remove_file(self.path("inbox", name)));
             return Err((Error::io("store task in", &self.dir, e), clean));
         }
-        Ok(())
+        Ok(bytes.len() as u64)
     }
 }

@@ -27,8 +27,8 @@ impl Spool {
     }
 
     fn claim_where(&self, want: Option<&str>) -> Result<Claim> {
-        let (key, id, file) = {
-            let idx = match want {
+        let (key, id, file, fresh) = {
+            let mut idx = match want {
                 None => self.wait_for_head(self.idx()),
                 Some(_) => self.idx(),
             };
@@ -44,17 +44,24 @@ impl Spool {
                 return Ok(Claim::Empty);
             };
             let file = idx.entries[&id].file.clone();
-            (key, id, file)
+            let fresh = idx.fresh.take(&id);
+            (key, id, file, fresh)
         };
         // Read and checked where it waits, without the lock: only the
         // foreground claims, requeues and expires, so the task stays put
         // meanwhile. A resource that ran short is no verdict on the task:
         // it stays queued, in its place.
         let from = self.path("inbox", &file);
-        let parsed = match read_bounded(&from) {
-            Err(e) if sys::shortage(&e).is_some() => return Err(Error::io("read", &from, e)),
-            Err(e) => Err(e.to_string()),
-            Ok(b) => parse_task(&b, &id),
+        let as_written = fresh.filter(|(_, len)| {
+            fs::symlink_metadata(&from).is_ok_and(|m| m.file_type().is_file() && m.len() == *len)
+        });
+        let parsed = match as_written {
+            Some((task, _)) => Ok(task),
+            None => match read_bounded(&from) {
+                Err(e) if sys::shortage(&e).is_some() => return Err(Error::io("read", &from, e)),
+                Err(e) => Err(e.to_string()),
+                Ok(b) => parse_task(&b, &id),
+            },
         };
         if self.idx().inbox.get(&key).is_none_or(|i| *i != id) {
             return Ok(Claim::Empty);
@@ -333,6 +340,7 @@ impl Spool {
                 continue;
             }
             idx.inbox.remove(&key);
+            idx.fresh.take(&id);
             let e = idx.entries.get_mut(&id).expect("indexed");
             e.place = Place::Rejected;
             if let Some(s) = e.sender_id().map(String::from) {

@@ -6,7 +6,7 @@
 //! reads it (peek, counts, listings) and the waits on pending acceptances.
 
 use super::{Counts, Listing, Spool, Summary, Task};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
@@ -62,6 +62,68 @@ pub(super) struct Index {
     /// Threads waiting on `Spool::settled`: without any, a settling
     /// acceptance skips the wake-up call.
     pub(super) waiting: usize,
+    /// Tasks this process has just stored, as written (`Fresh`).
+    pub(super) fresh: Fresh,
+}
+
+/// The tasks this process stored last, each as it was written and with
+/// the length of its file: a claim that comes soon after (an exec agent
+/// claims as soon as a task is announced) hands the task out without
+/// reading its file back, when the file is still in place, a regular
+/// file of that length. Anything else (a file changed or replaced, a task
+/// stored by an earlier process) is read and checked as always. Bounded
+/// in tasks and in body bytes; the oldest go first.
+pub(super) struct Fresh {
+    tasks: HashMap<String, (Task, u64)>,
+    order: VecDeque<String>,
+    bytes: usize,
+}
+
+impl Fresh {
+    const MAX_TASKS: usize = 64;
+    const MAX_BYTES: usize = 256 * 1024;
+
+    pub(super) fn new() -> Fresh {
+        Fresh {
+            tasks: HashMap::new(),
+            order: VecDeque::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Remembers `task`, stored in a file of `len` bytes.
+    pub(super) fn put(&mut self, task: &Task, len: u64) {
+        if task.body.len() > Self::MAX_BYTES {
+            return;
+        }
+        self.bytes += task.body.len();
+        if let Some((old, _)) = self
+            .tasks
+            .insert(task.message_id.clone(), (task.clone(), len))
+        {
+            self.bytes -= old.body.len();
+        } else {
+            self.order.push_back(task.message_id.clone());
+        }
+        while self.tasks.len() > Self::MAX_TASKS || self.bytes > Self::MAX_BYTES {
+            let Some(id) = self.order.pop_front() else {
+                break;
+            };
+            if let Some((t, _)) = self.tasks.remove(&id) {
+                self.bytes -= t.body.len();
+            }
+        }
+    }
+
+    /// Takes the task stored as `id` out, if it is here.
+    pub(super) fn take(&mut self, id: &str) -> Option<(Task, u64)> {
+        let got = self.tasks.remove(id)?;
+        self.bytes -= got.0.body.len();
+        if let Some(i) = self.order.iter().position(|o| o == id) {
+            self.order.remove(i);
+        }
+        Some(got)
+    }
 }
 
 impl Index {
@@ -77,6 +139,7 @@ impl Index {
             finished: HashSet::new(),
             pending: HashMap::new(),
             waiting: 0,
+            fresh: Fresh::new(),
         }
     }
 }

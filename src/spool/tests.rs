@@ -253,3 +253,43 @@ fn settle_waits_for_pending_acceptances_and_no_longer_than_asked() {
     drop(s);
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A claim soon after an acceptance hands the task out as it was written,
+/// without reading the file back, while the file is still in place with
+/// the length written; a file whose length changed is read and checked.
+#[test]
+fn a_task_just_stored_is_claimed_as_written_while_its_file_is_in_place() {
+    let dir = tmpdir("fresh");
+    let s = Spool::open(&dir, false, false).unwrap();
+    for id in ["f1", "f2"] {
+        let r = s.admit(task(id, "hello"), None, LIMITS, || false, |_, _| {});
+        assert!(matches!(r.unwrap(), Admission::Accepted { .. }));
+    }
+    let inbox = dir.join("inbox");
+    let files = list(&inbox).unwrap();
+    let edit = |name: &str, to: &str| {
+        let p = inbox.join(name);
+        let text = fs::read_to_string(&p).unwrap().replace("hello", to);
+        fs::write(&p, text).unwrap();
+    };
+    // The same length, other bytes: not read, so handed out as written.
+    edit(&files[0], "jello");
+    let Claim::Task(got) = s.claim().unwrap() else {
+        panic!("f1 was not handed out as written")
+    };
+    assert_eq!(
+        (got.message_id.as_str(), got.body.as_str()),
+        ("f1", "hello")
+    );
+    s.finish("f1", "done").unwrap();
+    // Another length: read, and its body no longer matches its digest.
+    edit(&files[1], "hello, world");
+    match s.claim().unwrap() {
+        Claim::Rejected { message_id, reason } => {
+            assert_eq!(message_id, "f2");
+            assert!(reason.contains("digest"), "{reason}");
+        }
+        _ => panic!("f2 was not read back and checked"),
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
