@@ -814,57 +814,6 @@ fn a_fifo_in_place_of_a_receipt_is_never_waited_on() {
     assert_eq!(again.term(), 0, "{}", again.stderr());
 }
 
-#[test]
-fn a_fifo_in_place_of_a_task_file_is_set_aside_at_claim_and_at_start() {
-    let env = Env::new();
-    let ws = env.workspace("fifo-task");
-    let mut inst = env.serve(&ws, &["--name", "ft"]);
-    let mut c = inst.client();
-    for id in ["t-1", "t-2", "t-3"] {
-        let r = send(&mut c, &inst.id, id, &format!("body of {id}"), "queue");
-        assert_eq!(r["status"], "accepted", "{r}");
-    }
-    let spool = persistent_spool(&env, "ft", &ws);
-    let inbox = spool.join("inbox");
-    let t1 = task_file(&inbox, "t-1");
-    fs::remove_file(inbox.join(&t1)).unwrap();
-    mkfifo(&inbox.join(&t1));
-
-    // The claim finds a FIFO where t-1's file was: set aside, and t-2 is
-    // handed out in the same answer.
-    let r = claim_expect(&mut c, "t-2");
-    assert_eq!(
-        r["rejected"],
-        json!([{"message_id": "t-1", "reason": "it is a FIFO, not a regular file"}]),
-        "{r}"
-    );
-    assert!(is_fifo(&spool.join("rejected").join(&t1)));
-    complete_expect(&mut c, "t-2");
-    drop(c);
-    assert_eq!(inst.term(), 0, "{}", inst.stderr());
-
-    // At start: t-3's file is a FIFO too, and t-1's FIFO is in rejected/.
-    let t3 = task_file(&inbox, "t-3");
-    fs::remove_file(inbox.join(&t3)).unwrap();
-    mkfifo(&inbox.join(&t3));
-    let mut again = env.serve(&ws, &["--name", "ft"]);
-    let said = again.stderr();
-    assert!(
-        said.contains(&format!(
-            "inbox/{t3}: it is a FIFO, not a regular file; moved to rejected/{t3}"
-        )),
-        "{said}"
-    );
-    assert!(is_fifo(&spool.join("rejected").join(&t3)));
-    let mut c = again.client();
-    let list = rpc(&mut c, "inbox/list", json!({}));
-    assert_eq!(listed(&list, "queued"), Vec::<String>::new(), "{list}");
-    assert_eq!(listed(&list, "rejected"), ["t-1", "t-3"], "{list}");
-    assert_eq!(claim(&mut c)["status"], "empty");
-    drop(c);
-    assert_eq!(again.term(), 0, "{}", again.stderr());
-}
-
 /// A FIFO planted in place of the transcript while the instance runs
 /// (after its start set odd files aside) is never opened as one: reading
 /// the log answers at once, and the instance goes on accepting.
@@ -1014,64 +963,101 @@ fn is_socket(path: &Path) -> bool {
     fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
 }
 
-/// A socket where a queued task file should be (open(2) refuses one with
-/// ENXIO) is named for what it is, as a FIFO is, and set aside: at a
-/// claim, which hands out the next task, and at start.
-#[test]
-fn a_socket_in_place_of_a_task_file_is_named_and_set_aside_at_claim_and_at_start() {
+/// What stands in place of a task file, and how it is named.
+#[derive(Clone, Copy)]
+enum Odd {
+    Fifo,
+    Socket,
+}
+
+impl Odd {
+    fn plant(self, env: &Env, path: &Path) {
+        fs::remove_file(path).unwrap();
+        match self {
+            Odd::Fifo => mkfifo(path),
+            Odd::Socket => plant_socket(env.root.path(), path),
+        }
+    }
+
+    fn is(self, path: &Path) -> bool {
+        match self {
+            Odd::Fifo => is_fifo(path),
+            Odd::Socket => is_socket(path),
+        }
+    }
+
+    fn named(self) -> &'static str {
+        match self {
+            Odd::Fifo => "a FIFO",
+            Odd::Socket => "a socket",
+        }
+    }
+}
+
+/// `at_claim` stands where the first of four queued task files was: the
+/// claim names it (it is never waited on: open(2) refuses a socket with
+/// ENXIO, and a FIFO is opened without blocking), sets it aside and hands
+/// out the second task in the same answer. Then `at_start` stand where the
+/// third and fourth were: a start names and sets them aside too.
+fn an_odd_task_file_is_named_and_set_aside(tag: &str, at_claim: Odd, at_start: [Odd; 2]) {
     let env = Env::new();
-    let ws = env.workspace("sock-task");
-    let mut inst = env.serve(&ws, &["--name", "st"]);
+    let ws = env.workspace(tag);
+    let mut inst = env.serve(&ws, &["--name", tag]);
     let mut c = inst.client();
-    for id in ["s-1", "s-2", "s-3", "s-4"] {
+    let ids = ["t-1", "t-2", "t-3", "t-4"];
+    for id in ids {
         let r = send(&mut c, &inst.id, id, &format!("body of {id}"), "queue");
         assert_eq!(r["status"], "accepted", "{r}");
     }
-    let spool = persistent_spool(&env, "st", &ws);
+    let spool = persistent_spool(&env, tag, &ws);
     let inbox = spool.join("inbox");
-    let s1 = task_file(&inbox, "s-1");
-    fs::remove_file(inbox.join(&s1)).unwrap();
-    plant_socket(env.root.path(), &inbox.join(&s1));
+    let files: Vec<String> = ids.iter().map(|id| task_file(&inbox, id)).collect();
+    at_claim.plant(&env, &inbox.join(&files[0]));
 
-    // Answered within the client's 5 s: never waited on.
-    let r = claim_expect(&mut c, "s-2");
+    let r = claim_expect(&mut c, "t-2");
+    let reason = format!("it is {}, not a regular file", at_claim.named());
     assert_eq!(
         r["rejected"],
-        json!([{"message_id": "s-1", "reason": "it is a socket, not a regular file"}]),
+        json!([{"message_id": "t-1", "reason": reason}]),
         "{r}"
     );
-    assert!(is_socket(&spool.join("rejected").join(&s1)));
-    complete_expect(&mut c, "s-2");
+    assert!(at_claim.is(&spool.join("rejected").join(&files[0])));
+    complete_expect(&mut c, "t-2");
     drop(c);
     assert_eq!(inst.term(), 0, "{}", inst.stderr());
 
-    // At start: s-3's file is a socket, s-4's a FIFO; s-1's socket is in
-    // rejected/ already.
-    let s3 = task_file(&inbox, "s-3");
-    fs::remove_file(inbox.join(&s3)).unwrap();
-    plant_socket(env.root.path(), &inbox.join(&s3));
-    let s4 = task_file(&inbox, "s-4");
-    fs::remove_file(inbox.join(&s4)).unwrap();
-    mkfifo(&inbox.join(&s4));
-    let mut again = env.serve(&ws, &["--name", "st"]);
+    for (odd, file) in at_start.iter().zip(&files[2..]) {
+        odd.plant(&env, &inbox.join(file));
+    }
+    let mut again = env.serve(&ws, &["--name", tag]);
     let said = again.stderr();
-    for (file, kind) in [(&s3, "a socket"), (&s4, "a FIFO")] {
+    for (odd, file) in at_start.iter().zip(&files[2..]) {
+        let kind = odd.named();
         assert!(
             said.contains(&format!(
                 "inbox/{file}: it is {kind}, not a regular file; moved to rejected/{file}"
             )),
             "{said}"
         );
+        assert!(odd.is(&spool.join("rejected").join(file)));
     }
-    assert!(is_socket(&spool.join("rejected").join(&s3)));
-    assert!(is_fifo(&spool.join("rejected").join(&s4)));
     let mut c = again.client();
     let list = rpc(&mut c, "inbox/list", json!({}));
     assert_eq!(listed(&list, "queued"), Vec::<String>::new(), "{list}");
-    assert_eq!(listed(&list, "rejected"), ["s-1", "s-3", "s-4"], "{list}");
+    assert_eq!(listed(&list, "rejected"), ["t-1", "t-3", "t-4"], "{list}");
     assert_eq!(claim(&mut c)["status"], "empty");
     drop(c);
     assert_eq!(again.term(), 0, "{}", again.stderr());
+}
+
+#[test]
+fn a_fifo_in_place_of_a_task_file_is_set_aside_at_claim_and_at_start() {
+    an_odd_task_file_is_named_and_set_aside("ft", Odd::Fifo, [Odd::Fifo, Odd::Fifo]);
+}
+
+#[test]
+fn a_socket_in_place_of_a_task_file_is_named_and_set_aside_at_claim_and_at_start() {
+    an_odd_task_file_is_named_and_set_aside("st", Odd::Socket, [Odd::Socket, Odd::Fifo]);
 }
 
 /// A socket in place of a receipt or of `meta.json`: a resend of the
