@@ -830,22 +830,33 @@ fn a_handler_that_daemonizes_leaks_no_thread_or_descriptor() {
     assert_eq!(pids.len(), TURNS, "one daemon per turn: {pids:?}");
     assert!(pids.iter().all(|p| pid_alive(*p)), "{pids:?}");
 
-    // A connection thread may still be ending; a small margin, far below
-    // the two descriptors and two threads each turn used to keep.
+    back_to(
+        s.pid(),
+        (fds0, threads0),
+        &format!("{TURNS} daemonizing turns"),
+    );
+}
+
+/// Waits (bounded) until the instance `pid` holds no more descriptors and
+/// threads than `before`, give or take two of each: a connection thread
+/// may still be ending, far below the two descriptors and two threads
+/// each turn used to keep. `after` says what ran in between.
+fn back_to(pid: u32, before: (usize, usize), after: &str) {
+    let (fds0, threads0) = before;
     let deadline = std::time::Instant::now() + WAIT;
     loop {
-        let (fds, threads) = fds_and_threads(s.pid());
+        let (fds, threads) = fds_and_threads(pid);
         if fds <= fds0 + 2 && threads <= threads0 + 2 {
             eprintln!(
-                "after {TURNS} daemonizing turns: {fds} descriptors and {threads} threads, \
+                "after {after}: {fds} descriptors and {threads} threads, \
                  against {fds0} and {threads0} before them"
             );
-            break;
+            return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "after {TURNS} daemonizing turns the instance has {fds} descriptors and \
-             {threads} threads, against {fds0} and {threads0} before them"
+            "after {after} the instance has {fds} descriptors and {threads} threads, \
+             against {fds0} and {threads0} before them"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -920,23 +931,11 @@ fn hung_daemonizing_turns_leak_nothing(test: &str, ending: Ending) {
     assert_eq!(pids.len(), TURNS, "one daemon per turn: {pids:?}");
     assert!(pids.iter().all(|p| pid_alive(*p)), "{pids:?}");
 
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let (fds, threads) = fds_and_threads(s.pid());
-        if fds <= fds0 + 2 && threads <= threads0 + 2 {
-            eprintln!(
-                "after {TURNS} daemonizing turns ended by {how}: {fds} descriptors and \
-                 {threads} threads, against {fds0} and {threads0} before them"
-            );
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "after {TURNS} daemonizing turns ended by {how} the instance has {fds} \
-             descriptors and {threads} threads, against {fds0} and {threads0} before them"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    back_to(
+        s.pid(),
+        (fds0, threads0),
+        &format!("{TURNS} daemonizing turns ended by {how}"),
+    );
     // The queue goes on; the daemons are killed, by pid, as the guard
     // goes.
     assert_eq!(s.send(&mut c, "after", "be quick")["status"], "accepted");
