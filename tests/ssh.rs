@@ -550,7 +550,8 @@ fn baton_remote_names_the_remote_baton_when_it_is_not_on_path() {
     ];
     let missing = h.run(&args);
     assert_eq!(missing.status, 4, "{missing:?}");
-    assert!(missing.stderr.contains("BATON_REMOTE"), "{missing:?}");
+    // --json: the transport result names BATON_REMOTE.
+    assert!(missing.stdout.contains("BATON_REMOTE"), "{missing:?}");
 
     let bin = baton_bin();
     let vars = [

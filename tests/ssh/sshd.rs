@@ -403,7 +403,9 @@ fn a_real_sshd_carries_send_list_bridge_and_a_forced_command_key() {
     // the lookup tries: exit 4, saying where it looked.
     let out = run(&[], &["send", "--via", &via, "far", "x", "--json"]);
     assert_eq!(out.status, 4, "{out:?}");
-    assert!(out.stderr.contains("BATON_REMOTE"), "{out:?}");
+    // The transport result (stdout, --json) names BATON_REMOTE; the
+    // remote lookup (stderr) the places it looked.
+    assert!(out.stdout.contains("BATON_REMOTE"), "{out:?}");
     assert!(out.stderr.contains("~/.local/bin/baton"), "{out:?}");
     // With baton in ~/.local/bin there, the lookup finds it.
     fs::create_dir_all(home.join(".local/bin")).unwrap();

@@ -56,16 +56,17 @@ fn send_via_finds_baton_in_local_bin_without_baton_remote() {
     };
     let missing = send("l1");
     assert_eq!(missing.status, 4, "{missing:?}");
-    // The remote lookup names the places it looked; baton here names
-    // BATON_REMOTE.
+    // The remote lookup names the places it looked (stderr); baton here
+    // names BATON_REMOTE in its transport result (stdout, --json).
     for said in [
         "not on PATH (/usr/bin:/bin)",
         "~/.local/bin/baton",
         "/opt/baton/bin/baton",
-        "BATON_REMOTE",
     ] {
         assert!(missing.stderr.contains(said), "{said}: {missing:?}");
     }
+    assert_eq!(super::parse(&missing)["status"], "transport", "{missing:?}");
+    assert!(missing.stdout.contains("BATON_REMOTE"), "{missing:?}");
 
     // The remote user's HOME is the remote world's `home`.
     let bin = h.remote.root.join("home/.local/bin");
