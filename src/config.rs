@@ -1,4 +1,4 @@
-//! `BATON_*` configuration (DESIGN §7): read once, validated, and failing
+//! `BATON_*` configuration (baton(1), ENVIRONMENT): read once, validated, and failing
 //! closed with a message that names the variable and its allowed range.
 
 use crate::error::{Error, Result};

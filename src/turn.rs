@@ -1,4 +1,4 @@
-//! Running one task through the agent (DESIGN §6): the envelope the agent
+//! Running one task through the agent (docs/protocol.md §6): the envelope the agent
 //! reads, and for `--exec` agents the handler process: `sh -c CMD` in its
 //! own process group, the envelope on stdin, its output streamed back in
 //! bounded pieces, its exit reported. Everything here reports to the
@@ -413,7 +413,7 @@ pub fn reply_by_inbox(name: &str, message_id: &str) -> String {
 /// not a shell that can reach the turn.
 pub const REPLY_BY_TOOL: &str = "complete_task with a reply";
 
-/// Renders the envelope exactly as DESIGN §6 shows it. Attribute values
+/// Renders the envelope exactly as docs/protocol.md §6 shows it. Attribute values
 /// are escaped; the body is literal data, except that it cannot open or
 /// close an envelope of its own (`body_text`).
 pub fn envelope(task: &Task, reply_by: Option<&str>) -> String {

@@ -1,4 +1,4 @@
-//! Offline delivery (DESIGN §5): a plain `baton send` to a named agent that
+//! Offline delivery (docs/protocol.md §8): a plain `baton send` to a named agent that
 //! is not running stores the task in its spool (`stored`), with the same
 //! duplicate check and queue limit as a live receiver, without losing or
 //! doubling anything when senders race each other or the agent's start.

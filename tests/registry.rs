@@ -1,4 +1,4 @@
-//! Registry tests (DESIGN §3, §9): manifests and discovery between
+//! Registry tests (docs/protocol.md §7): manifests and discovery between
 //! instances, stale and malformed entries, refusal of unsafe registry
 //! directories and of bad configuration, and cleanup at shutdown.
 
@@ -26,7 +26,7 @@ const SUN_PATH_MAX: usize = if cfg!(any(target_os = "linux", target_os = "androi
 };
 const MAX_MANIFEST: usize = 16 * 1024;
 
-/// Every field of a manifest (DESIGN §3), and nothing else.
+/// Every field of a manifest (docs/protocol.md §7), and nothing else.
 const FIELDS: [&str; 14] = [
     "baton_version",
     "instance_id",

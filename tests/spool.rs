@@ -1,4 +1,4 @@
-//! The spool (DESIGN §5) and the pull side of an instance (`inbox/*`,
+//! The spool (docs/protocol.md §8) and the pull side of an instance (`inbox/*`,
 //! `control/*`, `baton inbox`): crash safety under `kill -9`, FIFO order
 //! with a busy receiver, the queue limit, pause and resume, steer, the
 //! CLI's inbox commands, where spools live and when they go away, and
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::util::{Env, RawClient};
 
-/// The reasons of DESIGN §4 as src/server.rs spells them.
+/// The reasons of docs/protocol.md §5 as the instance spells them.
 const REASON_PAUSED: &str = "the instance is paused";
 const REASON_DUPLICATE: &str = "this message_id was already accepted with the same body";
 const REASON_REUSED: &str = "message_id reused with a different body";

@@ -1,4 +1,4 @@
-//! Remote use over SSH (DESIGN §1, docs/ssh.md): `baton bridge TARGET`
+//! Remote use over SSH (docs/ssh.md): `baton bridge TARGET`
 //! joins stdio to an instance's socket, and `send --via CMD` / `list --via
 //! CMD` run `CMD baton ...` to reach a baton on another host.
 //!

@@ -1,5 +1,5 @@
-//! zcoder interoperation (DESIGN §4 "zcoder frame", seeds/000): a zcoder
-//! peer written here from the seed's description (its registry manifest,
+//! zcoder interoperation (docs/zcoder.md, docs/protocol.md §9): a zcoder
+//! peer written here from zcoder's description (its registry manifest,
 //! one `ZCODER-AGENT/1 <n>\n` frame each way per connection, its statuses
 //! and its sender check), and a raw frame sender, both spoken against the
 //! real `baton` binary.

@@ -13,7 +13,7 @@ use std::path::Path;
 
 const MAX_FIELD: usize = 4096;
 
-/// One instance's manifest, exactly the fields of DESIGN §3.
+/// One instance's manifest, exactly the fields of docs/protocol.md §7.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Manifest {
     pub protocol: u64,

@@ -1,4 +1,4 @@
-//! The shared registry directory (DESIGN §3): choosing and checking it,
+//! The shared registry directory (docs/protocol.md §7): choosing and checking it,
 //! publishing and removing this instance's manifest; `manifest` reads one
 //! manifest, `discover` finds the live peers (bounded scan, an exact id
 //! without one, concurrent pings), `clean` removes stale entries, zcoder's

@@ -20,7 +20,7 @@ use std::sync::MutexGuard;
 const SEQ_LEASE: u64 = 1024;
 
 impl Spool {
-    /// Offers a task. Checks run in DESIGN §4 order from `duplicate` on;
+    /// Offers a task. Checks run in docs/protocol.md §5 order from `duplicate` on;
     /// `paused` is read under the index lock, and `settle` lets a pause
     /// wait for the acceptances that passed it.
     ///

@@ -1,6 +1,6 @@
 //! A task is acknowledged only once its file is whole in `inbox/` and,
 //! with fsync on, that directory is synced: the crash-safe, rename-based
-//! queue of one instance (DESIGN §5).
+//! queue of one instance (docs/protocol.md §8).
 //!
 //! Files move `tmp/ → inbox/ → processing/ → (receipt in done/)`. One mutex
 //! guards the in-memory index (ids, digests, order, per-sender counts),
