@@ -13,7 +13,7 @@ use std::process::Stdio;
 
 use serde_json::{Value, json};
 
-use crate::util::{Env, RawClient};
+use crate::util::{Env, RawClient, Served};
 
 /// The reasons of docs/protocol.md §5 as the instance spells them.
 const REASON_PAUSED: &str = "the instance is paused";
@@ -766,11 +766,17 @@ fn task_file(dir: &Path, id: &str) -> String {
         .unwrap_or_else(|| panic!("no file of {id} in {}", dir.display()))
 }
 
-#[test]
-fn a_fifo_in_place_of_a_receipt_is_never_waited_on() {
-    let env = Env::new();
-    let ws = env.workspace("fifo-receipt");
-    let mut inst = env.serve(&ws, &["--name", "fr"]);
+/// An instance `name` in `ws` that ran task r-1, whose receipt is then
+/// replaced by `odd`. A resend of r-1 reads the receipt to compare bodies:
+/// it is answered (the record cannot be read) within the client's 5 s.
+/// The instance, a client, the spool and the receipt's path.
+fn a_receipt_replaced_by(
+    env: &Env,
+    ws: &Path,
+    name: &str,
+    odd: Odd,
+) -> (Served, RawClient, PathBuf, PathBuf) {
+    let inst = env.serve(ws, &["--name", name]);
     let mut c = inst.client();
     assert_eq!(
         send(&mut c, &inst.id, "r-1", "first", "queue")["status"],
@@ -778,17 +784,21 @@ fn a_fifo_in_place_of_a_receipt_is_never_waited_on() {
     );
     claim_expect(&mut c, "r-1");
     complete_expect(&mut c, "r-1");
-    let spool = persistent_spool(&env, "fr", &ws);
+    let spool = persistent_spool(env, name, ws);
     let receipt = spool.join("done").join("r-1.json");
-    fs::remove_file(&receipt).unwrap();
-    mkfifo(&receipt);
-
-    // A resend reads r-1's record to compare bodies: it is answered (the
-    // record cannot be read), within the client's 5 s, and so is
-    // everyone else.
+    odd.plant(env, &receipt);
     let r = send(&mut c, &inst.id, "r-1", "first", "queue");
     assert_eq!(r["status"], "invalid", "{r}");
     assert_eq!(r["reason"], REASON_UNREADABLE, "{r}");
+    (inst, c, spool, receipt)
+}
+
+#[test]
+fn a_fifo_in_place_of_a_receipt_is_never_waited_on() {
+    let env = Env::new();
+    let ws = env.workspace("fifo-receipt");
+    let (mut inst, c, _, receipt) = a_receipt_replaced_by(&env, &ws, "fr", Odd::Fifo);
+    // So is everyone else.
     let mut other = inst.client();
     let r = send(&mut other, &inst.id, "r-2", "second", "queue");
     assert_eq!(r["status"], "accepted", "{r}");
@@ -1067,21 +1077,7 @@ fn a_socket_in_place_of_a_task_file_is_named_and_set_aside_at_claim_and_at_start
 fn sockets_in_place_of_a_receipt_and_meta_json_are_named_and_never_waited_on() {
     let env = Env::new();
     let ws = env.workspace("sock-receipt");
-    let mut inst = env.serve(&ws, &["--name", "sr"]);
-    let mut c = inst.client();
-    assert_eq!(
-        send(&mut c, &inst.id, "r-1", "first", "queue")["status"],
-        "accepted"
-    );
-    claim_expect(&mut c, "r-1");
-    complete_expect(&mut c, "r-1");
-    let spool = persistent_spool(&env, "sr", &ws);
-    let receipt = spool.join("done").join("r-1.json");
-    fs::remove_file(&receipt).unwrap();
-    plant_socket(env.root.path(), &receipt);
-    let r = send(&mut c, &inst.id, "r-1", "first", "queue");
-    assert_eq!(r["status"], "invalid", "{r}");
-    assert_eq!(r["reason"], REASON_UNREADABLE, "{r}");
+    let (mut inst, mut c, spool, receipt) = a_receipt_replaced_by(&env, &ws, "sr", Odd::Socket);
     assert_eq!(ping_state(&mut c), "ready");
     drop(c);
     assert_eq!(inst.term(), 0, "{}", inst.stderr());
