@@ -5,7 +5,7 @@
 //! announcement.
 
 use super::dirsync::sync_dir;
-use super::index::{Entry, Index, Place, Reservation, id_hash, order_key, summary};
+use super::index::{Entry, Fresh, Index, Place, Reservation, id_hash, order_key, summary};
 use super::taskfile::{Body, TaskFile, file_name, read_bounded, receipt_name};
 use super::{Admission, Limits, Receipt, Spool, Task};
 use crate::error::{Error, Result};
@@ -86,8 +86,12 @@ impl Spool {
                 return Err(e);
             }
         };
+        // The copy a claim may hand out, made before the lock is taken.
+        let fresh = Fresh::keeps(task.body.len()).then(|| task.clone());
         let mut idx = self.idx();
-        idx.fresh.put(&task, len);
+        if let Some(t) = fresh {
+            idx.fresh.put(t, len);
+        }
         reservation.settled = true;
         idx.pending.remove(&task.message_id);
         let queue_position = idx.inbox.len() + 1 + idx.processing;

@@ -91,19 +91,22 @@ impl Fresh {
         }
     }
 
+    /// Whether a task with a body of `bytes` is kept at all.
+    pub(super) fn keeps(bytes: usize) -> bool {
+        bytes <= Self::MAX_BYTES
+    }
+
     /// Remembers `task`, stored in a file of `len` bytes.
-    pub(super) fn put(&mut self, task: &Task, len: u64) {
-        if task.body.len() > Self::MAX_BYTES {
+    pub(super) fn put(&mut self, task: Task, len: u64) {
+        if !Self::keeps(task.body.len()) {
             return;
         }
         self.bytes += task.body.len();
-        if let Some((old, _)) = self
-            .tasks
-            .insert(task.message_id.clone(), (task.clone(), len))
-        {
+        let id = task.message_id.clone();
+        if let Some((old, _)) = self.tasks.insert(id.clone(), (task, len)) {
             self.bytes -= old.body.len();
         } else {
-            self.order.push_back(task.message_id.clone());
+            self.order.push_back(id);
         }
         while self.tasks.len() > Self::MAX_TASKS || self.bytes > Self::MAX_BYTES {
             let Some(id) = self.order.pop_front() else {
