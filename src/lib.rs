@@ -27,6 +27,8 @@ pub mod digest;
 pub mod embedded;
 pub mod error;
 pub mod events;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub mod execargs;
 pub mod failpoint;
 pub mod files;
 pub mod glob;

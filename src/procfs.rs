@@ -4,6 +4,15 @@
 use std::fs::File;
 use std::io::Read;
 
+/// The working directory of another process, where the platform exposes it.
+pub fn process_cwd(pid: u32) -> Option<std::path::PathBuf> {
+    if cfg!(any(target_os = "linux", target_os = "android")) {
+        std::fs::read_link(format!("/proc/{pid}/cwd")).ok()
+    } else {
+        None
+    }
+}
+
 /// A process as `/proc/PID/stat` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcEntry {

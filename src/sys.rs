@@ -8,12 +8,9 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-use std::process::Command;
 
 pub use crate::civil::Civil;
-pub use crate::procfs::{ProcEntry, environ_has, process, processes};
+pub use crate::procfs::{ProcEntry, environ_has, process, process_cwd, processes};
 pub use errno::{errno_named, shortage};
 
 #[path = "sys_errno.rs"]
@@ -188,15 +185,6 @@ pub fn max_socket_path() -> usize {
     std::mem::size_of::<libc::sockaddr_un>() - std::mem::offset_of!(libc::sockaddr_un, sun_path) - 1
 }
 
-/// The working directory of another process, where the platform exposes it.
-pub fn process_cwd(pid: u32) -> Option<PathBuf> {
-    if cfg!(any(target_os = "linux", target_os = "android")) {
-        std::fs::read_link(format!("/proc/{pid}/cwd")).ok()
-    } else {
-        None
-    }
-}
-
 /// Sends `sig` to the process `pid` (never a group: 0 and values that
 /// would read as negative are refused).
 pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
@@ -323,50 +311,44 @@ pub struct Leader {
 
 /// Starts `program` with `args` (`argv[0]` is `program`) in `dir`, with
 /// this process's environment and `env` over it, its stdio piped, as the
-/// leader of a process group of its own. On Linux it also dies with
-/// SIGKILL when the thread that starts it ends (`PR_SET_PDEATHSIG`): when
-/// the instance dies, even of SIGKILL, its handler's leader goes with it.
-/// A parent that died before the setting took effect is caught by
-/// comparing `getppid` afterwards: the child then fails to start.
+/// leader of a process group of its own that dies with SIGKILL when the
+/// thread that starts it ends (`PR_SET_PDEATHSIG`): when the instance
+/// dies, even of SIGKILL, its handler's leader goes with it. A parent that
+/// died before the setting took effect is caught by comparing `getppid`
+/// afterwards: the child then fails to start. Linux only; elsewhere
+/// `turn` starts it with `Command`, with a process group and no death
+/// signal.
 ///
-/// Linux starts it the way `posix_spawn` does, which std's `Command` can
+/// It is started the way `posix_spawn` does, which std's `Command` can
 /// not do once it needs a hook between fork and exec: the child shares our
 /// memory (`CLONE_VM | CLONE_VFORK`, so no page tables are copied) and
 /// this thread waits until it called `execve`. It runs only system calls
 /// on a stack of its own, with every signal blocked until its handlers are
-/// reset. Elsewhere this is `Command` with a process group and no death
-/// signal. Reap the leader with `wait_leader`.
+/// reset, and with the scheduler's default slice if this thread asked for
+/// a short one (`prefer_short_slices`). Reap the leader with `wait_leader`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn spawn_leader(
     program: &str,
     args: &[&str],
-    dir: &Path,
+    dir: &std::path::Path,
     env: &[(&'static str, String)],
 ) -> io::Result<Leader> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    return linux_spawn::spawn(program, args, dir, env);
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        use std::os::unix::process::CommandExt;
-        use std::process::Stdio;
-        let mut child = Command::new(program)
-            .args(args)
-            .current_dir(dir)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()?;
-        let take = |fd: Option<OwnedFd>| File::from(fd.expect("piped"));
-        // Dropping the `Child` neither kills nor reaps it: `wait_leader`
-        // does.
-        Ok(Leader {
-            pid: child.id(),
-            stdin: take(child.stdin.take().map(OwnedFd::from)),
-            stdout: take(child.stdout.take().map(OwnedFd::from)),
-            stderr: take(child.stderr.take().map(OwnedFd::from)),
-        })
-    }
+    linux_spawn::spawn(program, args, dir, env)
+}
+
+/// Asks for short turns on the CPU for the calling thread: a 0.1 ms slice
+/// (`sched_setattr`'s `sched_runtime`; Linux 6.12 and later honour it),
+/// so that it takes the CPU from a thread with a longer slice as soon as
+/// it wakes. Only a normal thread is changed, keeping its nice value;
+/// the handlers it starts get the default slice (`spawn_leader`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn prefer_short_slices() -> io::Result<()> {
+    linux_spawn::short_slices()
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn prefer_short_slices() -> io::Result<()> {
+    Ok(())
 }
 
 /// Waits for the child `pid` to exit and reaps it: its exit code, or the
@@ -436,17 +418,80 @@ pub fn exit_notifier(pid: u32) -> io::Result<OwnedFd> {
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod linux_spawn {
     use super::Leader;
-    use std::ffi::{CString, c_char, c_int, c_void};
+    use crate::execargs::ExecArgs;
+    use std::cell::Cell;
+    use std::ffi::{c_char, c_int, c_void};
     use std::fs::File;
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
     use std::path::Path;
-    use std::sync::OnceLock;
     use std::sync::atomic::{AtomicI32, Ordering};
 
     /// The child's stack: it only makes system calls.
     const STACK: usize = 64 * 1024;
+
+    /// `struct sched_attr` (sched_setattr(2)), its first version.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct SchedAttr {
+        size: u32,
+        policy: u32,
+        flags: u64,
+        nice: i32,
+        priority: u32,
+        runtime: u64,
+        deadline: u64,
+        period: u64,
+    }
+
+    const SCHED_FLAG_RESET_ON_FORK: u64 = 1;
+    const SHORT_SLICE_NS: u64 = 100_000;
+
+    thread_local! {
+        /// Set once this thread asked for a short slice: what the
+        /// handlers it starts get instead (its policy and nice value, the
+        /// default slice).
+        static DEFAULT_SLICE: Cell<Option<SchedAttr>> = const { Cell::new(None) };
+    }
+
+    pub(super) fn short_slices() -> io::Result<()> {
+        let size = std::mem::size_of::<SchedAttr>() as u32;
+        let mut attr = SchedAttr::default();
+        // SAFETY: sched_getattr writes at most `size` bytes into `attr`.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_sched_getattr,
+                0,
+                &mut attr as *mut SchedAttr,
+                size,
+                0,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if attr.policy != libc::SCHED_OTHER as u32 || attr.flags & SCHED_FLAG_RESET_ON_FORK != 0 {
+            return Ok(());
+        }
+        let default = SchedAttr {
+            size,
+            flags: 0,
+            runtime: 0,
+            ..attr
+        };
+        let short = SchedAttr {
+            runtime: SHORT_SLICE_NS,
+            ..default
+        };
+        // SAFETY: sched_setattr reads `short.size` bytes of `short`.
+        let rc =
+            unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &short as *const SchedAttr, 0) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        DEFAULT_SLICE.with(|d| d.set(Some(default)));
+        Ok(())
+    }
 
     /// What the child reads (all prepared by the parent, which waits
     /// while it runs) and the errno it leaves when it cannot exec.
@@ -458,33 +503,9 @@ mod linux_spawn {
         /// Its stdin, stdout and stderr: descriptors 3 and up.
         fds: [c_int; 3],
         parent: libc::pid_t,
+        /// The scheduling the handler gets, if not ours as it is.
+        sched: Option<SchedAttr>,
         errno: AtomicI32,
-    }
-
-    fn cstring(bytes: Vec<u8>) -> io::Result<CString> {
-        CString::new(bytes).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a NUL byte in the command, the directory or the environment",
-            )
-        })
-    }
-
-    /// This process's environment as `execve` takes it, read once (baton
-    /// changes its own only at startup, before any turn). An entry with a
-    /// NUL byte cannot be passed on, and is left out.
-    fn base_env() -> &'static [CString] {
-        static ENV: OnceLock<Vec<CString>> = OnceLock::new();
-        ENV.get_or_init(|| {
-            std::env::vars_os()
-                .filter_map(|(k, v)| {
-                    let mut entry = k.into_vec();
-                    entry.push(b'=');
-                    entry.extend_from_slice(v.as_bytes());
-                    CString::new(entry).ok()
-                })
-                .collect()
-        })
     }
 
     /// A pipe, both ends close-on-exec, each numbered 3 or more (so that
@@ -519,41 +540,20 @@ mod linux_spawn {
         dir: &Path,
         env: &[(&'static str, String)],
     ) -> io::Result<Leader> {
-        let path = cstring(program.into())?;
-        let mut argv_c = vec![path.clone()];
-        for a in args {
-            argv_c.push(cstring((*a).into())?);
-        }
-        let dir_c = cstring(dir.as_os_str().as_bytes().to_vec())?;
-        let own: Vec<CString> = env
-            .iter()
-            .map(|(k, v)| cstring(format!("{k}={v}").into_bytes()))
-            .collect::<io::Result<_>>()?;
-        let overridden = |entry: &CString| {
-            let e = entry.as_bytes();
-            env.iter()
-                .any(|(k, _)| e.starts_with(k.as_bytes()) && e.get(k.len()) == Some(&b'='))
-        };
-        let nul = || std::iter::once(std::ptr::null());
-        let argv: Vec<*const c_char> = argv_c.iter().map(|c| c.as_ptr()).chain(nul()).collect();
-        let envp: Vec<*const c_char> = base_env()
-            .iter()
-            .filter(|e| !overridden(e))
-            .chain(&own)
-            .map(|c| c.as_ptr())
-            .chain(nul())
-            .collect();
+        let exec = ExecArgs::new(program, args, dir, env)?;
+        let (argv, envp) = (exec.argv(), exec.envp());
         let (in_r, in_w) = pipe()?;
         let (out_r, out_w) = pipe()?;
         let (err_r, err_w) = pipe()?;
         let args = Args {
-            path: path.as_ptr(),
+            path: exec.path.as_ptr(),
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),
-            dir: dir_c.as_ptr(),
+            dir: exec.dir.as_ptr(),
             fds: [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
             // SAFETY: getpid has no preconditions.
             parent: unsafe { libc::getpid() },
+            sched: DEFAULT_SLICE.with(Cell::get),
             errno: AtomicI32::new(0),
         };
         let pid = clone_vfork(&args)?;
@@ -652,6 +652,10 @@ mod linux_spawn {
                 if libc::dup2(*fd, target as c_int) < 0 {
                     return fail(a);
                 }
+            }
+            // Not our short slice (kept if this fails: it is only a hint).
+            if let Some(sched) = &a.sched {
+                libc::syscall(libc::SYS_sched_setattr, 0, sched as *const SchedAttr, 0);
             }
             // What has a handler of ours gets the default (what exec
             // would do), before any signal can arrive; SIGPIPE too, which

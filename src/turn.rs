@@ -84,7 +84,7 @@ pub struct Handler {
 pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<Handler> {
     // Created close-on-exec: the handler never holds it.
     let (stop, stopped) = UnixStream::pair()?;
-    let leader = sys::spawn_leader("/bin/sh", &["-c", spec.command], spec.workspace, &spec.env)?;
+    let leader = spawn_leader("/bin/sh", &["-c", spec.command], spec.workspace, &spec.env)?;
     let pid = leader.pid;
     let exit = sys::exit_notifier(pid).ok();
     let wait_here = exit.is_none();
@@ -121,6 +121,40 @@ pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<
         return Err(e);
     }
     Ok(Handler { pid, _stop: stop })
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+use sys::spawn_leader;
+
+/// `sys::spawn_leader` where there is no `clone`: `Command`, with a
+/// process group and no death signal.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn spawn_leader(
+    program: &str,
+    args: &[&str],
+    dir: &Path,
+    env: &[(&'static str, String)],
+) -> io::Result<sys::Leader> {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()?;
+    let take = |fd: Option<OwnedFd>| File::from(fd.expect("piped"));
+    // Dropping the `Child` neither kills nor reaps it: `sys::wait_leader`
+    // does.
+    Ok(sys::Leader {
+        pid: child.id(),
+        stdin: take(child.stdin.take().map(OwnedFd::from)),
+        stdout: take(child.stdout.take().map(OwnedFd::from)),
+        stderr: take(child.stderr.take().map(OwnedFd::from)),
+    })
 }
 
 /// One turn's pipes, for an I/O thread.

@@ -218,3 +218,48 @@ fn turns_reuse_their_io_threads() {
         "{after} threads after 20 turns, {before} after 2"
     );
 }
+
+/// A thread's scheduler slice in nanoseconds, as `/proc/.../sched` shows
+/// it (`se.slice`, Linux 6.12 and later).
+fn slice(sched: &str) -> Option<u64> {
+    let text = fs::read_to_string(sched).ok()?;
+    let line = text.lines().find(|l| l.starts_with("se.slice"))?;
+    line.split(':').nth(1)?.trim().parse().ok()
+}
+
+/// The foreground, which starts each handler and waits while the kernel
+/// starts it, asks for a short slice: on a busy machine a handler that
+/// just started would otherwise keep the CPU for its whole slice before
+/// the instance learns that it runs (docs/performance.md, row 7b). The
+/// handler gets the default slice, the one this test runs with.
+#[test]
+fn the_foreground_asks_for_a_short_slice_and_its_handlers_get_the_default() {
+    let Some(default) = slice("/proc/self/sched") else {
+        assert_ne!(
+            std::env::var("BATON_REQUIRE_ALL").as_deref(),
+            Ok("1"),
+            "this kernel shows no se.slice in /proc/self/sched (BATON_REQUIRE_ALL=1)"
+        );
+        eprintln!("skipped: this kernel shows no se.slice in /proc/PID/sched");
+        return;
+    };
+    let env = Env::new();
+    let out = env.root.join("handler-slice");
+    let exec = format!(
+        "cat > /dev/null; sed -n 's/^se\\.slice *: *//p' /proc/$$/sched > '{}'",
+        out.display()
+    );
+    let s = env.serve(
+        &env.workspace("slice"),
+        &["--name", "slice", "--exec", &exec],
+    );
+    let mut c = s.client();
+    assert_eq!(s.send(&mut c, "t-1", "look")["status"], "accepted");
+    let fin = wait_finished(&s.spool(), "t-1");
+    assert_eq!(fin["outcome"], "done", "{fin}");
+    let handler = fs::read_to_string(&out).unwrap();
+    assert_eq!(handler.trim(), default.to_string(), "the handler's slice");
+    let pid = s.pid();
+    let foreground = slice(&format!("/proc/{pid}/task/{pid}/sched"));
+    assert_eq!(foreground, Some(100_000), "the foreground's slice");
+}

@@ -203,6 +203,12 @@ impl Foreground {
     /// The loop, until a signal, the front end or `--ephemeral` stops the
     /// instance.
     fn run(&mut self, inputs: &Inputs) {
+        // This thread starts the turns, and waits while the kernel starts
+        // each handler: on a busy machine a handler that just started
+        // would otherwise keep the CPU for a whole slice before this
+        // thread learns that it runs (docs/performance.md, row 7b). A
+        // hint, and nothing is wrong without it.
+        let _ = crate::sys::prefer_short_slices();
         loop {
             // Every acceptance is announced before its task can be claimed,
             // so draining first keeps the transcript in order: accepted,
