@@ -26,6 +26,7 @@ use crate::sys;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fs;
+use std::sync::OnceLock;
 
 const RECORD: &str = "handler.json";
 
@@ -43,9 +44,11 @@ impl Spool {
     /// Records the running handler: its turn's `token` before it starts,
     /// then its process group `pgid`.
     pub fn record_handler(&self, token: &str, pgid: Option<u32>) -> Result<()> {
+        // Read once: baton never leaves the session it started in.
+        static SID: OnceLock<Option<u32>> = OnceLock::new();
         let rec = Record {
             token: token.to_string(),
-            sid: sys::session_id(),
+            sid: *SID.get_or_init(sys::session_id),
             pgid,
         };
         let bytes = serde_json::to_vec(&rec).expect("a record serializes");
