@@ -1,7 +1,9 @@
 //! Row 10: the MCP channel push (issue 20). A `baton mcp` session has a
 //! host (this harness, on its pipes) that has initialized; a plain sender
 //! hands its instance one task at a time. Measured per task, from the
-//! moment the sender has read its `accepted` answer: until the
+//! moment the sender starts writing its `message/send` (the last instant
+//! this process sees before the acceptance; the answer may be read after
+//! the event, so it cannot be the start): until the
 //! `notifications/claude/channel` line for the task is read from `baton
 //! mcp`'s stdout, and, the baseline, until the `message.accepted` event
 //! line is read by a bare subscriber of the same instance. Both readers
@@ -190,23 +192,22 @@ pub fn row_channel(sc: &Scale) -> Result<Vec<Row>, String> {
     let (mut push_times, mut event_times) = (Vec::new(), Vec::new());
     for i in 0..WARMUP + n {
         let mid = format!("chan{i}");
-        let a = sender
-            .round_trip(&send_line(1, &mid, &id, &small))
-            .map_err(|e| e.to_string())?;
+        let line = send_line(1, &mid, &id, &small);
+        let sent = Instant::now();
+        let a = sender.round_trip(&line).map_err(|e| e.to_string())?;
         check_accepted(a)?;
-        let accepted = Instant::now();
         let pushed = seen(&pushes, &mid, "channel push")?;
         let heard = seen(&events, &mid, "message.accepted event")?;
         if i >= WARMUP {
-            push_times.push(pushed.saturating_duration_since(accepted));
-            event_times.push(heard.saturating_duration_since(accepted));
+            push_times.push(pushed.saturating_duration_since(sent));
+            event_times.push(heard.saturating_duration_since(sent));
         }
     }
     drop(session);
     Ok(vec![row(
         "10",
         &format!(
-            "channel push: accepted -> notifications/claude/channel read from `baton mcp`, median of {n}; -> event read by a bare subscriber"
+            "channel push: send -> notifications/claude/channel read from `baton mcp`, median of {n}; -> event read by a bare subscriber"
         ),
         Fig::Time(median(&push_times)),
         Fig::Time(median(&event_times)),
