@@ -20,6 +20,7 @@ use std::io::{Read, Write};
 mod approval;
 pub mod follow;
 mod notify;
+mod permission;
 mod tasks;
 
 /// Protocol revisions this server speaks, newest first.
@@ -142,6 +143,9 @@ struct Adapter {
     sent: Vec<tasks::Sent>,
     /// The tasks pushed on the channel this session (`notify`).
     pushed: notify::Pushed,
+    /// The host's permission requests handed to the instance and not yet
+    /// decided (`permission`).
+    relayed: Vec<String>,
     /// The instance's spool directory and name, once asked.
     facts: Option<(std::path::PathBuf, String)>,
     /// The instance's end, if it came while a tool call waited.
@@ -192,6 +196,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         open: Vec::new(),
         sent: Vec::new(),
         pushed,
+        relayed: Vec::new(),
         facts: None,
         done: instance.done.clone(),
         stopped: None,
@@ -343,6 +348,8 @@ impl Adapter {
                     self.initialized = true;
                     self.notifying = true;
                     self.announce_waiting();
+                } else if method == permission::REQUEST_METHOD && self.initialized {
+                    self.permission_request(line);
                 }
                 None
             }
@@ -388,7 +395,7 @@ impl Adapter {
                     "capabilities": {
                         "tools": {"listChanged": false},
                         "logging": {},
-                        "experimental": {notify::CHANNEL: {}},
+                        "experimental": {notify::CHANNEL: {}, permission::PERMISSION: {}},
                     },
                     "serverInfo": {"name": "baton", "title": "baton relay", "version": env!("CARGO_PKG_VERSION")},
                     "instructions": format!(

@@ -60,10 +60,12 @@ pub fn parse_answer(line: &str) -> Result<Option<Answer>, String> {
 }
 
 /// A request waiting for the operator: the request's id (echoed in the
-/// reply) and the task's id.
+/// reply) and the task's id, or the tool call's (`tool`: a request an MCP
+/// host relayed, `permission/ask`).
 pub struct Waiting {
     pub rid: Value,
     pub message_id: String,
+    pub tool: bool,
 }
 
 /// A decision to send: which request, for which task.
@@ -147,15 +149,47 @@ impl Approvals {
         self.waiting.retain(|w| w.message_id != message_id);
     }
 
-    /// The oldest request still waiting, for the prompt.
-    pub fn next_waiting(&self) -> Option<&str> {
-        self.waiting.front().map(|w| w.message_id.as_str())
+    /// The oldest request still waiting, for the prompt: its id, and
+    /// whether it is a tool call.
+    pub fn next_waiting(&self) -> Option<(&str, bool)> {
+        self.waiting
+            .front()
+            .map(|w| (w.message_id.as_str(), w.tool))
     }
+}
+
+/// What the operator reads before allowing a tool call an MCP host
+/// relayed: the tool, what it does, its input (all escaped).
+fn describe_tool(params: &Value) -> String {
+    let s = |k: &str| {
+        params
+            .get(k)
+            .and_then(Value::as_str)
+            .map(|v| escape(v).into_owned())
+            .unwrap_or_default()
+    };
+    let mut out = format!(
+        "tool call {} waits for permission\n  tool:  {}\n",
+        s("request_id"),
+        s("tool_name")
+    );
+    if let Some(pid) = params.get("pid").and_then(Value::as_u64) {
+        out.push_str(&format!("  asked: by baton mcp, pid {pid}\n"));
+    }
+    for (label, k) in [("what", "description"), ("input", "input_preview")] {
+        for l in params.get(k).and_then(Value::as_str).unwrap_or("").lines() {
+            out.push_str(&format!("  {label}: {}\n", escape(l)));
+        }
+    }
+    out
 }
 
 /// What the operator reads before deciding: who sent the task, from
 /// where, its mode, size and first lines (all escaped).
 pub fn describe(params: &Value) -> String {
+    if params.get("message_id").is_none() && params.get("request_id").is_some() {
+        return describe_tool(params);
+    }
     let s = |k: &str| {
         params
             .get(k)
@@ -204,6 +238,7 @@ mod tests {
         Waiting {
             rid: json!(rid),
             message_id: id.into(),
+            tool: false,
         }
     }
 
@@ -237,7 +272,7 @@ mod tests {
             ("t-2", Decision::Deny)
         );
         assert!(a.request(w("approval-3", "t-3")).is_none());
-        assert_eq!(a.next_waiting(), Some("t-3"));
+        assert_eq!(a.next_waiting(), Some(("t-3", false)));
     }
 
     #[test]
@@ -272,6 +307,18 @@ mod tests {
         assert!(
             d.contains("  | a\n  | b\\u{7}\n  | … 5 more lines\n"),
             "{d}"
+        );
+    }
+
+    #[test]
+    fn a_tool_call_shows_the_tool_and_its_input_escaped() {
+        let p = json!({"request_id": "tbxkq", "tool_name": "Bash", "pid": 9,
+                       "description": "List files", "input_preview": "{\"command\":\"ls\x1b\"}"});
+        let d = describe(&p);
+        assert_eq!(
+            d,
+            "tool call tbxkq waits for permission\n  tool:  Bash\n  asked: by baton mcp, pid 9\n  \
+             what: List files\n  input: {\"command\":\"ls\\e\"}\n"
         );
     }
 }

@@ -31,6 +31,8 @@ pub const KINDS: &[&str] = &[
     "state.changed",
     "approval.requested",
     "approval.resolved",
+    "permission.requested",
+    "permission.resolved",
     "notice",
 ];
 
@@ -261,6 +263,19 @@ fn detail(ev: &Value, kind: &str) -> String {
         "task.ended" => task_ended(ev, &id),
         "approval.requested" => approval_requested(ev, &id),
         "approval.resolved" => format!("{id} {} by {}", s("decision"), by(ev)),
+        "permission.requested" => format!(
+            "tool call {} ({}) asked by baton mcp (pid {}): {}",
+            s("request_id"),
+            s("tool_name"),
+            ev["pid"],
+            s("description")
+        ),
+        "permission.resolved" => format!(
+            "tool call {} {} by {}",
+            s("request_id"),
+            s("decision"),
+            by(ev)
+        ),
         "notice" if id.is_empty() => s("text"),
         "notice" => format!("{id}: {}", s("text")),
         _ => unknown_event(ev),

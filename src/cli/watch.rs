@@ -278,13 +278,19 @@ fn follow(
                         if approve && ev["kind"] == "approval.resolved" {
                             approvals.resolved(ev["message_id"].as_str().unwrap_or(""));
                         }
+                        if approve && ev["kind"] == "permission.resolved" {
+                            approvals.resolved(ev["request_id"].as_str().unwrap_or(""));
+                        }
                     }
                     Some("approval/request") if approve => {
                         let params = &msg["params"];
                         eprint!("{}", approve::describe(params));
+                        let tool = params.get("message_id").is_none();
+                        let id = if tool { &params["request_id"] } else { &params["message_id"] };
                         let w = Waiting {
                             rid: msg["id"].clone(),
-                            message_id: params["message_id"].as_str().unwrap_or("").to_string(),
+                            message_id: id.as_str().unwrap_or("").to_string(),
+                            tool,
                         };
                         match approvals.request(w) {
                             Some(d) => decide(&mut stream, &d, "an answer read before")?,
@@ -334,8 +340,10 @@ fn shown(ev: &Value, replay: Option<(u64, Filter)>) -> bool {
 }
 
 fn prompt(approvals: &Approvals) {
-    if let Some(id) = approvals.next_waiting() {
-        eprint!("approve task {}? [y/n] ", escape(id));
+    match approvals.next_waiting() {
+        Some((id, false)) => eprint!("approve task {}? [y/n] ", escape(id)),
+        Some((id, true)) => eprint!("allow tool call {}? [y/n] ", escape(id)),
+        None => {}
     }
 }
 

@@ -54,7 +54,7 @@ impl Decider {
 
 /// A client's declared kind (`watch`, `view`, `mcp`, ...): 1 to 32 ASCII
 /// letters, digits, `-`, `_`, `.` or spaces.
-fn valid_by(s: &str) -> bool {
+pub(super) fn valid_by(s: &str) -> bool {
     !s.trim().is_empty()
         && s.len() <= MAX_BY
         && s.chars()
@@ -249,6 +249,9 @@ impl Foreground {
         params: &Map<String, Value>,
         pid: Option<u32>,
     ) -> std::result::Result<Value, RpcError> {
+        if params.contains_key("request_id") && !params.contains_key("message_id") {
+            return self.permission_respond(params, pid);
+        }
         let id = str_param(params, "message_id")?;
         let decision = str_param(params, "decision")?;
         let by = super::opt_str_param(params, "by")?;
@@ -271,7 +274,11 @@ impl Foreground {
         let Some(rid) = reply.get("id").and_then(Value::as_str) else {
             return;
         };
-        let Some(message_id) = self.requests.get(rid).cloned() else {
+        let tool_call = self.permission_requests.get(rid).cloned();
+        let Some(subject) = tool_call
+            .clone()
+            .or_else(|| self.requests.get(rid).cloned())
+        else {
             return;
         };
         let result = reply.get("result");
@@ -284,8 +291,15 @@ impl Foreground {
             .filter(|b| valid_by(b))
             .unwrap_or("approval/request")
             .to_string();
-        if let Some(d @ ("approve" | "deny")) = decision {
-            self.decide(&message_id, d, &Decider { kind, pid });
+        let by = Decider { kind, pid };
+        match decision {
+            Some(d @ ("approve" | "deny")) if tool_call.is_some() => {
+                self.decide_permission(&subject, d, &by);
+            }
+            Some(d @ ("approve" | "deny")) => {
+                self.decide(&subject, d, &by);
+            }
+            _ => {}
         }
     }
 }

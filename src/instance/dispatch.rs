@@ -184,6 +184,10 @@ impl Foreground {
                     for id in waiting {
                         self.send_approval_request(&id, Some(sub_id), None);
                     }
+                    let tools: Vec<(String, Value)> = self.permissions.clone();
+                    for (request_id, ctx) in tools {
+                        self.send_permission_request(&request_id, Some(sub_id), ctx);
+                    }
                 }
             }
             Event::Unsubscribe { id } => self.hub.unsubscribe(id),
@@ -225,6 +229,7 @@ impl Foreground {
             Call::TurnCancel => self.cancel(params),
             Call::TurnLocal => self.local(params),
             Call::TaskStatus => self.task_status(params),
+            Call::PermissionAsk => self.permission_ask(params, pid),
         };
         let _ = reply.send(answer);
     }

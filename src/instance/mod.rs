@@ -17,6 +17,7 @@ mod inbox;
 mod outbound;
 mod outcome;
 mod pane;
+mod permission;
 mod startup;
 mod turns;
 
@@ -166,6 +167,11 @@ struct Foreground {
     asked: HashMap<String, Vec<String>>,
     requests: HashMap<String, String>,
     next_request: u64,
+    /// Tool calls an MCP host asks its user to allow (`permission/ask`),
+    /// oldest first, with what a controller is shown; and the ids of the
+    /// `approval/request`s sent for them.
+    permissions: Vec<(String, Value)>,
+    permission_requests: HashMap<String, String>,
     next_out: u64,
     clients: usize,
     seen_client: bool,

@@ -182,6 +182,8 @@ fn foreground(
         asked: HashMap::new(),
         requests: HashMap::new(),
         next_request: 1,
+        permissions: Vec::new(),
+        permission_requests: HashMap::new(),
         next_out: 1,
         clients: 0,
         seen_client: false,

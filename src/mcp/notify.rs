@@ -145,6 +145,7 @@ impl Adapter {
                     self.pushed.forget(id);
                 }
             }
+            Some("permission.resolved") => self.permission_resolved(ev),
             _ => {}
         }
     }

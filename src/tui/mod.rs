@@ -310,9 +310,11 @@ fn handle_key(
 }
 
 fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
+    let tool = view.waiting.iter().any(|w| w.id == id && w.tool.is_some());
+    let subject = if tool { "request_id" } else { "message_id" };
     match ctl.call(
         "approval/respond",
-        json!({"message_id": id, "decision": decision, "by": "view"}),
+        json!({subject: id, "decision": decision, "by": "view"}),
     ) {
         Ok(r) if r["status"] == "approved" || r["status"] == "denied" => {
             view.waiting.retain(|w| w.id != id);

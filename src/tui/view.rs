@@ -197,6 +197,9 @@ pub struct Waiting {
     /// The body's first lines.
     pub excerpt: String,
     pub bytes: Option<u64>,
+    /// For a tool call an MCP host relayed (`permission.requested`): the
+    /// tool; `id` is then its request id.
+    pub tool: Option<String>,
 }
 
 /// A task claimed and not yet completed, as the view learned of it.
@@ -306,10 +309,7 @@ impl View {
             "task.denied" => {
                 self.waiting.retain(|w| w.id != id);
             }
-            "task.ended" => {
-                self.open.retain(|o| o.id != id);
-                self.seen.retain(|x| x.id != id);
-            }
+            "permission.requested" | "permission.resolved" => self.tool_call(ev),
             "state.changed" => self.push(Role::System, format!("state: {}", s("state"))),
             "task.expired" => self.push(Role::Refusal, format!("task {id} expired: {}", s("text"))),
             "notice" => self.push(Role::System, s("text")),
@@ -331,6 +331,32 @@ impl View {
                 self.push(Role::System, format!("{} {id}", s("kind")))
             }
             other => self.push(Role::System, other.to_string()),
+        }
+    }
+
+    /// A tool call an MCP host asks about (`permission.requested`) waits
+    /// like a task until it is decided (`permission.resolved`).
+    fn tool_call(&mut self, ev: &Value) {
+        let s = |k: &str| field(ev, k);
+        if s("kind") == "permission.requested" {
+            let w = Waiting {
+                id: s("request_id"),
+                from: format!("baton mcp (pid {})", ev["pid"]),
+                excerpt: format!("{}\n{}", s("description"), s("input_preview")),
+                tool: Some(s("tool_name")),
+                ..Waiting::default()
+            };
+            self.push(Role::System, approval_text(&w));
+            if !self.waiting.iter().any(|x| x.id == w.id) {
+                self.waiting.push(w);
+            }
+        } else {
+            let rid = s("request_id");
+            self.waiting.retain(|w| w.id != rid);
+            self.push(
+                Role::System,
+                format!("tool call {rid}: {} ({})", s("decision"), s("by")),
+            );
         }
     }
 
@@ -382,6 +408,7 @@ impl View {
             mode: or_seen(ev.get("mode").and_then(Value::as_str), |x| &x.mode),
             excerpt,
             bytes,
+            tool: None,
         }
     }
 
@@ -542,18 +569,30 @@ fn approval_about(w: &Waiting) -> String {
 
 /// The status row while a task waits: the question and its context.
 pub fn approval_prompt(w: &Waiting) -> String {
-    format!("approve task {} from {}? [y/n]", w.id, approval_about(w))
+    match &w.tool {
+        Some(tool) => format!(
+            "allow tool call {} ({tool}) asked by {}? [y/n]",
+            w.id, w.from
+        ),
+        None => format!("approve task {} from {}? [y/n]", w.id, approval_about(w)),
+    }
 }
 
 /// The transcript entry for a task that waits: who, mode, size, and the
 /// body's first lines (escaped when drawn, like every entry).
 pub fn approval_text(w: &Waiting) -> String {
-    let mut t = format!(
-        "task {} from {} waits for approval: y or n, or /approve {}",
-        w.id,
-        approval_about(w),
-        w.id
-    );
+    let mut t = match &w.tool {
+        Some(tool) => format!(
+            "tool call {} ({tool}) asked by {} waits for permission: y or n, or /approve {}",
+            w.id, w.from, w.id
+        ),
+        None => format!(
+            "task {} from {} waits for approval: y or n, or /approve {}",
+            w.id,
+            approval_about(w),
+            w.id
+        ),
+    };
     for line in w.excerpt.lines() {
         t.push_str(&format!("\n  {line}"));
     }
@@ -712,6 +751,26 @@ mod tests {
         e.down();
         e.down();
         assert_eq!(e.text(), "");
+    }
+
+    #[test]
+    fn a_tool_call_waits_in_the_view_until_it_is_decided() {
+        let mut v = View::default();
+        v.apply_event(
+            &serde_json::json!({"kind": "permission.requested", "request_id": "tbxkq",
+            "tool_name": "Bash", "description": "List", "input_preview": "{}", "pid": 7}),
+        );
+        assert_eq!(v.waiting.len(), 1);
+        assert_eq!(v.waiting[0].tool.as_deref(), Some("Bash"));
+        assert_eq!(
+            approval_prompt(&v.waiting[0]),
+            "allow tool call tbxkq (Bash) asked by baton mcp (pid 7)? [y/n]"
+        );
+        v.apply_event(
+            &serde_json::json!({"kind": "permission.resolved", "request_id": "tbxkq",
+            "decision": "deny", "by": "watch"}),
+        );
+        assert!(v.waiting.is_empty());
     }
 
     #[test]

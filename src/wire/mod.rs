@@ -230,11 +230,12 @@ pub enum Call {
     TurnCancel,
     TurnLocal,
     TaskStatus,
+    PermissionAsk,
 }
 
 impl Method {
     /// Every method, in the order `initialize` lists them as capabilities.
-    pub const ALL: [Method; 18] = [
+    pub const ALL: [Method; 19] = [
         Method::Initialize,
         Method::Ping,
         Method::AgentInfo,
@@ -253,6 +254,7 @@ impl Method {
         Method::Foreground(Call::TurnCancel),
         Method::Foreground(Call::TurnLocal),
         Method::Foreground(Call::TaskStatus),
+        Method::Foreground(Call::PermissionAsk),
     ];
 
     /// The method a request names; `None` for one this version lacks.
@@ -289,6 +291,7 @@ impl Call {
             Call::TurnCancel => "turn/cancel",
             Call::TurnLocal => "turn/local",
             Call::TaskStatus => "task/status",
+            Call::PermissionAsk => "permission/ask",
         }
     }
 }

@@ -1,0 +1,81 @@
+//! Claude Code's permission relay, for the operator of the session's
+//! instance (docs/mcp.md, *Tool calls an operator allows*): with
+//! `capabilities.experimental["claude/channel/permission"]` declared, the
+//! host sends `notifications/claude/channel/permission_request` when a
+//! tool call waits for its user's permission. The request goes to the
+//! instance (`permission/ask`), whose controllers (`baton watch
+//! --approve`) decide; their decision comes back as a
+//! `permission.resolved` event and goes to the host as
+//! `notifications/claude/channel/permission` (`allow` or `deny`). The
+//! host's own dialog stays open; it takes whichever answer comes first.
+
+use super::{Adapter, write_message};
+use serde_json::{Value, json};
+
+/// The capability that asks the host to relay its permission prompts.
+pub const PERMISSION: &str = "claude/channel/permission";
+/// The host's request.
+pub const REQUEST_METHOD: &str = "notifications/claude/channel/permission_request";
+/// Our answer.
+const VERDICT_METHOD: &str = "notifications/claude/channel/permission";
+/// Requests this session remembers having relayed (a host's request is
+/// answered at most once; older ones are forgotten past this).
+const KEPT: usize = 64;
+
+impl Adapter {
+    /// The host asks for a tool call to be allowed: the request goes to
+    /// the instance. A notification has no answer, so what goes wrong is
+    /// said on stderr and the host's own dialog decides.
+    pub(super) fn permission_request(&mut self, line: &str) {
+        let params = serde_json::from_str::<Value>(line)
+            .ok()
+            .map(|v| v["params"].clone())
+            .unwrap_or(Value::Null);
+        let field = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_string);
+        let (Some(request_id), Some(tool_name)) = (field("request_id"), field("tool_name")) else {
+            eprintln!(
+                "baton mcp: a {REQUEST_METHOD} without a string request_id and tool_name: not relayed"
+            );
+            return;
+        };
+        let ask = json!({"request_id": request_id, "tool_name": tool_name,
+                         "description": field("description").unwrap_or_default(),
+                         "input_preview": field("input_preview").unwrap_or_default()});
+        match self.call("permission/ask", ask) {
+            Ok(r) if r["status"] == "waiting" => {
+                if self.relayed.len() >= KEPT {
+                    self.relayed.remove(0);
+                }
+                self.relayed.push(request_id);
+            }
+            Ok(r) => eprintln!(
+                "baton mcp: permission request {} not relayed: {}",
+                crate::sanitize::escape(&request_id),
+                r["reason"].as_str().unwrap_or("refused")
+            ),
+            Err(e) => eprintln!("baton mcp: permission request not relayed: {e}"),
+        }
+    }
+
+    /// A controller decided on a tool call this session relayed: the host
+    /// is told, once.
+    pub(super) fn permission_resolved(&mut self, ev: &Value) {
+        let Some(id) = ev["request_id"].as_str() else {
+            return;
+        };
+        let Some(at) = self.relayed.iter().position(|r| r == id) else {
+            return;
+        };
+        self.relayed.remove(at);
+        let behavior = if ev["decision"] == "approve" {
+            "allow"
+        } else {
+            "deny"
+        };
+        write_message(&json!({
+            "jsonrpc": "2.0",
+            "method": VERDICT_METHOD,
+            "params": {"request_id": id, "behavior": behavior},
+        }));
+    }
+}
