@@ -54,7 +54,7 @@ impl Decider {
 
 /// A client's declared kind (`watch`, `view`, `mcp`, ...): 1 to 32 ASCII
 /// letters, digits, `-`, `_`, `.` or spaces.
-pub(super) fn valid_by(s: &str) -> bool {
+fn valid_by(s: &str) -> bool {
     !s.trim().is_empty()
         && s.len() <= MAX_BY
         && s.chars()
@@ -249,22 +249,32 @@ impl Foreground {
         params: &Map<String, Value>,
         pid: Option<u32>,
     ) -> std::result::Result<Value, RpcError> {
-        if params.contains_key("request_id") && !params.contains_key("message_id") {
-            return self.permission_respond(params, pid);
-        }
-        let id = str_param(params, "message_id")?;
+        // A tool call (`permission/ask`) is named by its `request_id`.
+        let tool_call = params.contains_key("request_id") && !params.contains_key("message_id");
+        let key = if tool_call {
+            "request_id"
+        } else {
+            "message_id"
+        };
+        let id = str_param(params, key)?;
         let decision = str_param(params, "decision")?;
         let by = super::opt_str_param(params, "by")?;
         if !matches!(decision.as_str(), "approve" | "deny") {
-            return Ok(json!({"status": "invalid", "message_id": id,
+            return Ok(json!({"status": "invalid", key: id,
                              "reason": "decision is not approve or deny"}));
         }
         if by.as_deref().is_some_and(|b| !valid_by(b)) {
-            return Ok(json!({"status": "invalid", "message_id": id,
+            return Ok(json!({"status": "invalid", key: id,
                              "reason": "by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces"}));
         }
-        let kind = by.unwrap_or_else(|| "approval/respond".into());
-        Ok(self.decide(&id, &decision, &Decider { kind, pid }))
+        let by = Decider {
+            kind: by.unwrap_or_else(|| "approval/respond".into()),
+            pid,
+        };
+        Ok(match tool_call {
+            true => self.decide_permission(&id, &decision, &by),
+            false => self.decide(&id, &decision, &by),
+        })
     }
 
     /// A controller answered an `approval/request`, on the connection of

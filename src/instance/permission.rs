@@ -8,7 +8,7 @@
 //! says when it answered itself, so a request waits until a controller
 //! decides, the instance stops, or `MAX_WAITING` newer ones push it out.
 
-use super::approval::{Decider, valid_by};
+use super::approval::Decider;
 use super::{Foreground, opt_str_param, str_param};
 use crate::sanitize::escape;
 use crate::server::RpcError;
@@ -114,27 +114,6 @@ impl Foreground {
             "denied"
         };
         json!({"status": status, "request_id": request_id})
-    }
-
-    /// `approval/respond` naming a `request_id`.
-    pub(super) fn permission_respond(
-        &mut self,
-        params: &Map<String, Value>,
-        pid: Option<u32>,
-    ) -> Result<Value, RpcError> {
-        let id = str_param(params, "request_id")?;
-        let decision = str_param(params, "decision")?;
-        let by = opt_str_param(params, "by")?;
-        if !matches!(decision.as_str(), "approve" | "deny") {
-            return Ok(json!({"status": "invalid", "request_id": id,
-                             "reason": "decision is not approve or deny"}));
-        }
-        if by.as_deref().is_some_and(|b| !valid_by(b)) {
-            return Ok(json!({"status": "invalid", "request_id": id,
-                             "reason": "by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces"}));
-        }
-        let kind = by.unwrap_or_else(|| "approval/respond".into());
-        Ok(self.decide_permission(&id, &decision, &Decider { kind, pid }))
     }
 }
 
