@@ -826,15 +826,28 @@ fn a_handler_that_daemonizes_leaks_no_thread_or_descriptor() {
         assert_eq!(fin["outcome"], "done", "{fin}");
     }
     // The daemons still hold their ends of the pipes.
-    let pids = daemons.pids();
-    assert_eq!(pids.len(), TURNS, "one daemon per turn: {pids:?}");
-    assert!(pids.iter().all(|p| pid_alive(*p)), "{pids:?}");
-
-    back_to(
+    daemons_hold_on_yet_back_to(
+        &daemons,
+        TURNS,
         s.pid(),
         (fds0, threads0),
         &format!("{TURNS} daemonizing turns"),
     );
+}
+
+/// One daemon per turn is alive (each holding its turn's pipes), and the
+/// instance `pid` is `back_to` where it was `before` all the same.
+fn daemons_hold_on_yet_back_to(
+    daemons: &Leftovers,
+    turns: usize,
+    pid: u32,
+    before: (usize, usize),
+    after: &str,
+) {
+    let pids = daemons.pids();
+    assert_eq!(pids.len(), turns, "one daemon per turn: {pids:?}");
+    assert!(pids.iter().all(|p| pid_alive(*p)), "{pids:?}");
+    back_to(pid, before, after);
 }
 
 /// Waits (bounded) until the instance `pid` holds no more descriptors and
@@ -927,11 +940,9 @@ fn hung_daemonizing_turns_leak_nothing(test: &str, ending: Ending) {
         let fin = wait_finished(&spool, &id);
         assert_eq!(fin["outcome"], want, "{fin}");
     }
-    let pids = daemons.pids();
-    assert_eq!(pids.len(), TURNS, "one daemon per turn: {pids:?}");
-    assert!(pids.iter().all(|p| pid_alive(*p)), "{pids:?}");
-
-    back_to(
+    daemons_hold_on_yet_back_to(
+        &daemons,
+        TURNS,
         s.pid(),
         (fds0, threads0),
         &format!("{TURNS} daemonizing turns ended by {how}"),

@@ -284,12 +284,11 @@ impl Foreground {
         let Some(rid) = reply.get("id").and_then(Value::as_str) else {
             return;
         };
-        let tool_call = self.permission_requests.get(rid).cloned();
-        let Some(subject) = tool_call
-            .clone()
-            .or_else(|| self.requests.get(rid).cloned())
-        else {
-            return;
+        let (subject, tool_call) = match (self.permission_requests.get(rid), self.requests.get(rid))
+        {
+            (Some(r), _) => (r.clone(), true),
+            (None, Some(m)) => (m.clone(), false),
+            (None, None) => return,
         };
         let result = reply.get("result");
         let decision = result
@@ -303,7 +302,7 @@ impl Foreground {
             .to_string();
         let by = Decider { kind, pid };
         match decision {
-            Some(d @ ("approve" | "deny")) if tool_call.is_some() => {
+            Some(d @ ("approve" | "deny")) if tool_call => {
                 self.decide_permission(&subject, d, &by);
             }
             Some(d @ ("approve" | "deny")) => {
