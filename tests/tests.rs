@@ -20,6 +20,7 @@ mod outcomes;
 mod protocol;
 mod registry;
 mod spool;
+mod security;
 mod ssh;
 mod stopped;
 mod tmux;
