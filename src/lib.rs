@@ -19,6 +19,7 @@ macro_rules! eprint {
     };
 }
 
+pub mod access;
 pub mod civil;
 pub mod cli;
 pub mod client;

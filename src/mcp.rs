@@ -168,6 +168,8 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         model: String::new(),
         ttl: config.ttl,
         reply_by_tool: true,
+        // The host started us: it and what it starts are the agent.
+        agent: Some(std::os::unix::process::parent_id()),
         ..ServeOptions::default()
     };
     let lines = stdin_lines();

@@ -17,6 +17,8 @@ pub fn process_cwd(pid: u32) -> Option<std::path::PathBuf> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcEntry {
     pub pid: u32,
+    /// Its parent; 0 for the first process.
+    pub ppid: u32,
     pub pgid: u32,
     pub sid: u32,
     pub zombie: bool,
@@ -47,6 +49,7 @@ pub fn process(pid: u32) -> Option<ProcEntry> {
     Some(ProcEntry {
         pid,
         zombie: *f.first()? == "Z",
+        ppid: f.get(1)?.parse().ok()?,
         pgid: f.get(2)?.parse().ok()?,
         sid: f.get(3)?.parse().ok()?,
     })
@@ -60,4 +63,29 @@ pub fn environ_has(pid: u32, entry: &str) -> bool {
     let read = File::open(format!("/proc/{pid}/environ"))
         .and_then(|f| f.take(4 << 20).read_to_end(&mut env));
     read.is_ok() && env.split(|b| *b == 0).any(|e| e == entry.as_bytes())
+}
+
+/// The values of `names` in the environment process `pid` started with
+/// (`None` each where it is absent or cannot be read: another user's
+/// process, or no `/proc`); only the first 256 KiB are looked at.
+pub fn environ_values<const N: usize>(pid: u32, names: [&str; N]) -> [Option<String>; N] {
+    let mut out = [const { None }; N];
+    let mut env = Vec::new();
+    if File::open(format!("/proc/{pid}/environ"))
+        .and_then(|f| f.take(256 << 10).read_to_end(&mut env))
+        .is_err()
+    {
+        return out;
+    }
+    for entry in env.split(|b| *b == 0) {
+        for (i, name) in names.iter().enumerate() {
+            let value = entry
+                .strip_prefix(name.as_bytes())
+                .and_then(|rest| rest.strip_prefix(b"="));
+            if let (Some(v), None) = (value, &out[i]) {
+                out[i] = Some(String::from_utf8_lossy(v).into_owned());
+            }
+        }
+    }
+    out
 }

@@ -281,6 +281,7 @@ fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
                 name: Some(origin.name.clone()),
                 workspace: Some(origin.workspace.clone()),
                 pid: Some(std::process::id()),
+                remote: None,
             };
             crate::spool::new_task(
                 id,
@@ -390,6 +391,7 @@ fn store_for_stopped(origin: &Origin, out: &Outbound, name: &str, workspace: &st
         name: Some(origin.name.clone()),
         workspace: Some(origin.workspace.clone()),
         pid: Some(std::process::id()),
+        remote: None,
     };
     let task = crate::spool::new_task(
         id,

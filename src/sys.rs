@@ -10,7 +10,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 
 pub use crate::civil::Civil;
-pub use crate::procfs::{ProcEntry, environ_has, process, process_cwd, processes};
+pub use crate::procfs::{ProcEntry, environ_has, environ_values, process, process_cwd, processes};
 pub use errno::{errno_named, shortage};
 
 #[path = "sys_errno.rs"]

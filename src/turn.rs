@@ -486,6 +486,7 @@ pub fn envelope(task: &Task, reply_by: Option<&str>) -> String {
 pub fn display_name(s: &crate::spool::Sender) -> String {
     match (&s.instance_id, &s.name) {
         (_, Some(n)) => n.clone(),
+        (None, None) if s.remote.is_some() => "(remote)".into(),
         (None, None) => "(cli)".into(),
         (Some(id), None) => id.clone(),
     }
@@ -549,6 +550,7 @@ mod tests {
             name: Some("user-profiles".into()),
             workspace: Some("/w/a \"b\"".into()),
             pid: Some(42110),
+            remote: None,
         };
         let t = new_task(
             "m1",

@@ -112,6 +112,7 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
         ttl,
         no_offline: args.flag("no-offline"),
         reply_by_tool: false,
+        agent: None,
         tmux_pane,
     };
     Ok(opts)

@@ -6,6 +6,7 @@
 
 use super::inbox::Interrupted;
 use super::{Approve, EPHEMERAL_GRACE, Foreground, Reply};
+use crate::access::Caller;
 use crate::registry::{self, Manifest};
 use crate::server::{Event, RpcError, State};
 use crate::spool::{self, Spool};
@@ -171,8 +172,8 @@ impl Foreground {
                 method,
                 params,
                 reply,
-                pid,
-            } => self.call(method, &params, reply, pid),
+                caller,
+            } => self.call(method, &params, reply, &caller),
             Event::Subscribe { controller, reply } => {
                 let sub = self.hub.subscribe(controller);
                 let sub_id = sub.id;
@@ -210,9 +211,10 @@ impl Foreground {
     /// Answers a call on `reply`: at once, or, for `relay/send`,
     /// `inbox/complete` with a reply and `control/pause`, once their helper
     /// thread reports.
-    fn call(&mut self, method: Call, params: &Map<String, Value>, reply: Reply, pid: Option<u32>) {
+    fn call(&mut self, method: Call, params: &Map<String, Value>, reply: Reply, caller: &Caller) {
+        let pid = caller.pid;
         let answer = match method {
-            Call::RelaySend => return self.relay_send(params, reply),
+            Call::RelaySend => return self.relay_send(params, reply, caller),
             Call::ControlPause => return self.pause(reply),
             Call::ControlResume => {
                 let changed = self.shared.paused.swap(false, Ordering::SeqCst);
@@ -228,7 +230,7 @@ impl Foreground {
             Call::ApprovalRespond => self.approval_respond(params, pid),
             Call::TurnCancel => self.cancel(params),
             Call::TurnLocal => self.local(params),
-            Call::TaskStatus => self.task_status(params),
+            Call::TaskStatus => self.task_status(params, caller),
             Call::PermissionAsk => self.permission_ask(params, pid),
         };
         let _ = reply.send(answer);

@@ -217,7 +217,7 @@ impl Foreground {
                 p.insert("body".into(), json!(body));
                 p.insert("reply".into(), json!(true));
                 p.insert("turn".into(), json!(self.open[pos].token));
-                let plan = self.plan_send(&p);
+                let plan = self.plan_send(&p, None);
                 let sent_as = match &plan {
                     Ok(Ok(out)) => Some(out.message_id.clone()),
                     _ => None,

@@ -89,6 +89,10 @@ pub struct ServeOptions {
     pub reply_by_tool: bool,
     /// `--tmux-pane PANE`: type each task into this tmux pane (`pane`).
     pub tmux_pane: Option<String>,
+    /// The agent's process, where the front end knows it (`baton mcp`:
+    /// its host). Its processes may use the agent's doors, not the
+    /// operator's (`access`).
+    pub agent: Option<u32>,
 }
 
 /// How a front end that runs an instance on a thread of its own learns it

@@ -6,6 +6,7 @@
 //! the reply of `inbox/complete`.
 
 use super::{Foreground, Reply, is_local, opt_str_param, str_param};
+use crate::access::{Caller, Role};
 use crate::registry;
 use crate::relay::{self, Outbound};
 use crate::sanitize::escape;
@@ -164,8 +165,13 @@ impl Foreground {
 
     /// `relay/send`: the sender-side guards need the turn, so they are
     /// decided here; the delivery itself runs on a worker thread.
-    pub(super) fn relay_send(&mut self, params: &Map<String, Value>, reply: Reply) {
-        let plan = self.plan_send(params);
+    pub(super) fn relay_send(
+        &mut self,
+        params: &Map<String, Value>,
+        reply: Reply,
+        caller: &Caller,
+    ) {
+        let plan = self.plan_send(params, Some(caller));
         match plan {
             Ok(Ok(out)) => {
                 let reply_of = out.in_reply_to.clone();
@@ -200,12 +206,33 @@ impl Foreground {
         }
     }
 
+    /// A process of one of our turns speaks only as that turn, token or
+    /// not (docs/security.md): the running turn whose handler it is or
+    /// descends from. The refusal's reason when it cannot.
+    fn turn_of_process(&self, caller: &Caller, token: Option<&str>) -> Result<(), String> {
+        let pid = caller.pid.unwrap_or(0);
+        let leader = caller.leader.unwrap_or(0);
+        let Some(r) = self.running.as_ref().filter(|r| r.handler.pid == leader) else {
+            return Err(format!(
+                "pid {pid} belongs to a turn of this instance that has ended (handler pid {leader}): it may not send"
+            ));
+        };
+        match token {
+            Some(t) if t != r.token => Err(format!(
+                "the turn token names another turn than the one pid {pid} belongs to ({})",
+                r.task.message_id
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Plans a `relay/send`: a send in a relayed turn goes back to that
     /// turn's verified sender, one hop further; any other (a local turn,
     /// or no turn) goes to any target at hop 0.
     pub(super) fn plan_send(
         &mut self,
         params: &Map<String, Value>,
+        caller: Option<&Caller>,
     ) -> std::result::Result<Plan, RpcError> {
         let body = str_param(params, "body")?;
         let turn = opt_str_param(params, "turn")?;
@@ -237,6 +264,11 @@ impl Foreground {
         };
         if !matches!(mode.as_str(), "queue" | "steer") {
             return refuse(Status::Invalid, "mode is not queue or steer".into());
+        }
+        if let Some(c) = caller.filter(|c| c.role == Role::Turn)
+            && let Err(reason) = self.turn_of_process(c, turn.as_deref())
+        {
+            return refuse(Status::Denied, reason);
         }
         let Some(task) = self.scope_of(turn.as_deref()) else {
             return refuse(

@@ -5,6 +5,7 @@
 //! disk read, which the foreground may do.
 
 use super::{Foreground, str_param};
+use crate::access::{Caller, Role};
 use crate::server::RpcError;
 use crate::spool::{ReplyRecord, Whereabouts};
 use serde_json::{Map, Value, json};
@@ -23,10 +24,27 @@ impl Foreground {
     pub(super) fn task_status(
         &self,
         params: &Map<String, Value>,
+        caller: &Caller,
     ) -> std::result::Result<Value, RpcError> {
         let id = str_param(params, "message_id")?;
         let mut v = json!({"message_id": id});
         let whereabouts = self.spool().whereabouts(&id);
+        // A remote key hears about what came through a bridge, nothing
+        // else (docs/security.md).
+        if caller.role == Role::Bridge {
+            let remote = match &whereabouts {
+                Whereabouts::Finished(Some(r)) => r.remote,
+                Whereabouts::Unknown | Whereabouts::Finished(None) => true,
+                _ => self.spool().remote_sent(&id).unwrap_or(true),
+            };
+            if !remote {
+                v["status"] = json!("unknown");
+                v["reason"] = json!(
+                    "it did not come through a bridge: a bridge asks only about the tasks sent through one"
+                );
+                return Ok(v);
+            }
+        }
         // Checked by the connection (`verify_asker`): a verified asker
         // hears about its own tasks only.
         if let Some(asker) = params.get("sender_instance_id").and_then(Value::as_str) {

@@ -88,17 +88,20 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
     // threads emit into it from their first acceptance.
     let hub = Arc::new(Hub::open(spool.dir()));
     started(&hub, &manifest, &opts, &spool);
-    let shared = Arc::new(Shared::new(
-        config.clone(),
-        place.id.clone(),
-        spool,
-        manifest.clone(),
-        place.dir.clone(),
-        opts.policy.clone(),
-        paused,
-        Arc::clone(&hub),
-        events_tx.clone(),
-    ));
+    let shared = Arc::new(
+        Shared::new(
+            config.clone(),
+            place.id.clone(),
+            spool,
+            manifest.clone(),
+            place.dir.clone(),
+            opts.policy.clone(),
+            paused,
+            Arc::clone(&hub),
+            events_tx.clone(),
+        )
+        .with_agent(opts.agent),
+    );
     let listeners = bound.accept(&shared)?;
     let signals = signal_channel()?;
     let (pane, panes) = super::pane::start(&opts, &place.id)?;

@@ -18,6 +18,7 @@ use crate::turn::{self, TurnEvent};
 use crossbeam_channel as chan;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 impl Foreground {
@@ -133,6 +134,9 @@ impl Foreground {
             .and_then(|()| self.spawn_handler(spec));
         match spawned {
             Ok(handler) => {
+                // Before anything else: the handler's processes may call
+                // in at once, and are told apart by it (`access`).
+                self.shared.handler.store(handler.pid, Ordering::SeqCst);
                 self.supplied();
                 let now = Instant::now();
                 self.hub.emit(
@@ -272,6 +276,7 @@ impl Foreground {
             return;
         }
         let r = self.running.take().expect("checked");
+        self.shared.handler.store(0, Ordering::SeqCst);
         let (code, signal) = r.exit.expect("checked");
         let outcome = r
             .ended_by
@@ -436,6 +441,7 @@ impl Foreground {
         let Some(r) = self.running.take() else {
             return;
         };
+        self.shared.handler.store(0, Ordering::SeqCst);
         let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
         let deadline = Instant::now() + KILL_GRACE;
         let mut exited = r.exit.is_some();

@@ -79,13 +79,16 @@ fn arrived(ev: &Value) -> Option<Task> {
     let from = ev["from"].as_str().unwrap_or("");
     let instance_id = ev["sender_id"].as_str().map(str::to_string);
     // `from` is the sender's display name: its name, its instance id, or
-    // `(cli)` for a command line, which has neither.
-    let name = (instance_id.is_some() || from != "(cli)").then(|| from.to_string());
+    // `(cli)` for a command line and `(remote)` for a bridge, which have
+    // neither.
+    let plain = matches!(from, "(cli)" | "(remote)");
+    let name = (instance_id.is_some() || !plain).then(|| from.to_string());
     let sender = Sender {
         instance_id,
         name,
         workspace: ev["workspace"].as_str().map(str::to_string),
         pid: ev["pid"].as_u64().and_then(|p| u32::try_from(p).ok()),
+        remote: ev["remote"].as_str().map(str::to_string),
     };
     Some(Task {
         message_id: id.to_string(),

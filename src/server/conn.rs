@@ -8,6 +8,7 @@ use super::deliver::deliver;
 use super::request::{self, SendRequest};
 use super::slots::INIT_TIMEOUT;
 use super::{Event, RpcError, Shared, bad_type, missing, zcoder};
+use crate::access::{self, BridgeKey, Caller, Door};
 use crate::events::{self, Subscription};
 use crate::sys;
 use crate::wire::{self, Call, Id, Incoming, LineReader, Method, ReadError};
@@ -118,6 +119,12 @@ pub struct Peer {
     /// Its working directory, read from the kernel once per connection,
     /// when a plain sender first needs it.
     cwd: std::cell::OnceCell<Option<String>>,
+    /// Its role (`access`), found once per connection, when a request
+    /// first needs it.
+    classified: std::cell::OnceCell<Caller>,
+    /// What a bridge declared in `initialize`: for the rest of the
+    /// connection it is that key, whatever it says later.
+    bridge: std::cell::OnceCell<BridgeKey>,
 }
 
 impl Peer {
@@ -125,7 +132,46 @@ impl Peer {
         Peer {
             pid,
             cwd: std::cell::OnceCell::new(),
+            classified: std::cell::OnceCell::new(),
+            bridge: std::cell::OnceCell::new(),
         }
+    }
+
+    /// Who the peer is, for the access table.
+    pub fn caller(&self, shared: &Shared) -> Caller {
+        let c = self
+            .classified
+            .get_or_init(|| access::classify(self.pid, &shared.ours()))
+            .clone();
+        match self.bridge.get() {
+            Some(key) => c.as_bridge(key.clone()),
+            None => c,
+        }
+    }
+
+    /// `Err`: the access table shuts `door` to this peer, with the error
+    /// that says so.
+    pub(super) fn check(&self, shared: &Shared, door: Door) -> Result<Caller, RpcError> {
+        let caller = self.caller(shared);
+        let elsewhere = caller
+            .bridge
+            .as_ref()
+            .is_some_and(|b| b.target != shared.instance_id);
+        let hello = door == Door::Method(Method::Ping);
+        if caller.may(door) && (!elsewhere || hello) {
+            return Ok(caller);
+        }
+        let name = shared
+            .manifest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .name
+            .clone();
+        Err(RpcError {
+            code: wire::NOT_PERMITTED,
+            message: caller.refusal(door, &name),
+            data: Some(json!({"role": caller.role.as_str()})),
+        })
     }
 
     pub(super) fn cwd(&self) -> Option<String> {
@@ -308,7 +354,10 @@ impl Session<'_> {
         };
         if let Some((id, req, body)) = fast {
             let _ = crate::failpoint::hit("dispatch");
-            let r = deliver(self.shared, req, Some(body), self.peer, "jsonrpc");
+            let r = self
+                .peer
+                .check(self.shared, Door::Method(Method::MessageSend))
+                .and_then(|_| deliver(self.shared, req, Some(body), self.peer, "jsonrpc"));
             return Some(answer_line(&id, r));
         }
         match wire::classify(line) {
@@ -317,8 +366,9 @@ impl Session<'_> {
             }
             Incoming::Notification { .. } => None,
             Incoming::Reply { reply } => {
-                // Replies count only on a connection that said hello.
-                if self.initialized {
+                // Replies count only on a connection that said hello, and
+                // only from a caller who may decide (they get no answer).
+                if self.initialized && self.peer.check(self.shared, Door::Reply).is_ok() {
                     let pid = self.peer.pid;
                     let _ = self.shared.events.send(Event::ClientReply { reply, pid });
                 }
@@ -342,9 +392,13 @@ impl Session<'_> {
             let message = format!("method not found: {}", crate::sanitize::escape(name));
             return Some(wire::error_line(id, wire::METHOD_NOT_FOUND, &message, None));
         };
+        if let Err(e) = self.peer.check(self.shared, Door::Method(method)) {
+            return Some(wire::error_line(id, e.code, &e.message, e.data));
+        }
         if method == Method::EventsSubscribe {
             let already = self.subscription.is_some();
-            return match subscribe(self.shared, self.out, id, params, already, self.slot) {
+            let s = (self.shared, self.out, self.peer);
+            return match subscribe(s, id, params, already, self.slot) {
                 Ok(sub) => {
                     self.subscription = Some(sub);
                     None
@@ -378,8 +432,7 @@ fn answer_line<T: serde::Serialize>(id: &Id, r: Result<T, RpcError>) -> Vec<u8> 
 /// Refused, and the connection closed, when subscribers hold all the
 /// slots they may.
 fn subscribe(
-    shared: &Shared,
-    out: &Writer,
+    (shared, out, peer): (&Shared, &Writer, &Peer),
     id: &Id,
     params: Value,
     already: bool,
@@ -403,6 +456,9 @@ fn subscribe(
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(bad_type("controller", "a boolean")),
     };
+    if controller {
+        peer.check(shared, Door::Controller)?;
+    }
     if already {
         return Err(RpcError::new(
             wire::INVALID_REQUEST,
@@ -496,7 +552,7 @@ fn dispatch(
         ));
     };
     match method {
-        Method::Initialize => initialize(shared, &params),
+        Method::Initialize => initialize(shared, &params, peer),
         Method::Ping => Ok(json!({
             "status": "pong",
             "instance_id": shared.instance_id,
@@ -523,14 +579,18 @@ fn dispatch(
         // answers it.
         Method::Foreground(Call::TaskStatus) => {
             verify_asker(shared, &params, peer)?;
-            ask_foreground(shared, Call::TaskStatus, params, peer.pid)
+            ask_foreground(shared, Call::TaskStatus, params, peer.caller(shared))
         }
-        Method::Foreground(call) => ask_foreground(shared, call, params, peer.pid),
+        Method::Foreground(call) => ask_foreground(shared, call, params, peer.caller(shared)),
         Method::EventsSubscribe => unreachable!("a subscription is taken before dispatch"),
     }
 }
 
-fn initialize(shared: &Shared, params: &Map<String, Value>) -> Result<Value, RpcError> {
+fn initialize(
+    shared: &Shared,
+    params: &Map<String, Value>,
+    peer: &Peer,
+) -> Result<Value, RpcError> {
     let version = match params.get("protocol_version") {
         Some(v) if v.is_u64() || v.is_i64() => v.clone(),
         Some(_) => return Err(bad_type("protocol_version", "an integer")),
@@ -549,6 +609,7 @@ fn initialize(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Rpc
         Some(_) => return Err(bad_type("client", "an object")),
         None => return Err(missing("client")),
     }
+    let bridge = bridge_key(params)?;
     if version != json!(1) {
         return Err(RpcError {
             code: wire::UNSUPPORTED_PROTOCOL,
@@ -556,6 +617,11 @@ fn initialize(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Rpc
             data: Some(json!({"supported": [1]})),
         });
     }
+    if let Some(key) = bridge {
+        // The first declaration stands: a bridge's client cannot undo it.
+        let _ = peer.bridge.set(key);
+    }
+    peer.check(shared, Door::Method(Method::Initialize))?;
     let manifest = shared
         .manifest
         .lock()
@@ -567,6 +633,27 @@ fn initialize(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Rpc
         "instance": manifest,
         "capabilities": Method::ALL.map(Method::as_str),
     }))
+}
+
+/// `initialize`'s `bridge` (docs/protocol.md §2): what `baton bridge`
+/// says of the key it serves, before its client's first byte.
+fn bridge_key(params: &Map<String, Value>) -> Result<Option<BridgeKey>, RpcError> {
+    let b = match params.get("bridge") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(b)) => b,
+        Some(_) => return Err(bad_type("bridge", "an object")),
+    };
+    let target = match b.get("target") {
+        Some(Value::String(t)) => t.clone(),
+        Some(_) => return Err(bad_type("bridge.target", "a string")),
+        None => return Err(missing("bridge.target")),
+    };
+    let remote = match b.get("remote") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(r)) => Some(r.clone()),
+        Some(_) => return Err(bad_type("bridge.remote", "a string")),
+    };
+    Ok(Some(BridgeKey { target, remote }))
 }
 
 /// `task/status` with `sender_instance_id`: the asker says it is that
@@ -597,14 +684,14 @@ fn ask_foreground(
     shared: &Shared,
     method: Call,
     params: Map<String, Value>,
-    pid: Option<u32>,
+    caller: Caller,
 ) -> Result<Value, RpcError> {
     let (tx, rx) = chan::bounded(1);
     let call = Event::Call {
         method,
         params,
         reply: tx,
-        pid,
+        caller,
     };
     if shared.events.send(call).is_err() {
         return Err(RpcError::new(

@@ -134,6 +134,9 @@ pub struct Accepted<'a> {
     body: spool::Body<'a>,
     sender_id: &'a Option<String>,
     workspace: &'a Option<String>,
+    /// A task through a bridge: the remote end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remote: &'a Option<String>,
     /// Set by an offline sender that stored the task itself.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     stored: bool,
@@ -156,6 +159,7 @@ impl<'a> Accepted<'a> {
             body: spool::Body::new(&task.body, body_json),
             sender_id: &task.sender.instance_id,
             workspace: &task.sender.workspace,
+            remote: &task.sender.remote,
             stored: false,
         }
     }
@@ -394,12 +398,22 @@ fn check_sender(
     let cfg = &shared.config;
     // A plain sender's working directory as the kernel reports it: it is
     // both recorded and what the policy judges.
-    let cwd = match req.sender_instance_id {
-        None => peer.cwd(),
-        Some(_) => None,
+    let bridge = peer.caller(shared).bridge;
+    let cwd = match (&req.sender_instance_id, &bridge) {
+        (None, None) => peer.cwd(),
+        _ => None,
     };
-    let sender = verify_sender(shared, req, peer.pid, cwd.clone())
-        .map_err(|why| refuse(Status::Invalid, format!("{}: {why}", reason::NOT_VERIFIED)))?;
+    let sender = match bridge {
+        // A remote key is no instance here, whatever it claims, and has
+        // no directory of its own: it is recorded as remote.
+        Some(key) => Sender {
+            pid: peer.pid,
+            remote: Some(key.remote.unwrap_or_else(|| "ssh".into())),
+            ..Sender::default()
+        },
+        None => verify_sender(shared, req, peer.pid, cwd.clone())
+            .map_err(|why| refuse(Status::Invalid, format!("{}: {why}", reason::NOT_VERIFIED)))?,
+    };
     // Only verified identity is matched: a plain sender's name and claimed
     // workspace are self-reported, so it is judged by its working
     // directory.
@@ -517,6 +531,7 @@ fn verify_sender(
             name: None,
             workspace: cwd.or_else(|| req.sender_workspace.clone()),
             pid: peer_pid,
+            remote: None,
         });
     };
     let (instance_id, name, workspace) = verify_instance(shared, id, peer_pid)?;
@@ -525,6 +540,7 @@ fn verify_sender(
         name: Some(name),
         workspace: Some(workspace),
         pid: peer_pid,
+        remote: None,
     })
 }
 

@@ -36,7 +36,7 @@ use crossbeam_channel as chan;
 use serde_json::{Map, Value};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -86,8 +86,9 @@ pub enum Event {
         method: crate::wire::Call,
         params: Map<String, Value>,
         reply: chan::Sender<Result<Value, RpcError>>,
-        /// The caller's peer pid (who answered an approval).
-        pid: Option<u32>,
+        /// Who calls: its peer pid (who answered an approval) and its
+        /// role (what a turn's process may send).
+        caller: crate::access::Caller,
     },
     /// `events/subscribe`: the foreground registers the subscriber.
     Subscribe {
@@ -152,6 +153,14 @@ pub struct Shared {
     /// acceptance does not wake it: it looks at the queue again whenever
     /// it next wakes for its own reasons.
     pub wake_on_accept: AtomicBool,
+    /// The running handler's leader (0: none), set by the foreground: a
+    /// caller in its process group is a process of the turn (`access`).
+    pub handler: AtomicU32,
+    /// The agent's process, where the instance knows it (`baton mcp`'s
+    /// host): its processes may not approve (`access`).
+    pub agent: Option<u32>,
+    /// Our socket, as handlers get it in `BATON_SOCKET`.
+    socket: String,
     slots: slots::Slots,
     events: chan::Sender<Event>,
 }
@@ -170,6 +179,7 @@ impl Shared {
         events: chan::Sender<Event>,
     ) -> Shared {
         let slots = slots::Slots::new(config.max_connections);
+        let socket = manifest.socket.clone();
         Shared {
             config,
             instance_id,
@@ -182,8 +192,28 @@ impl Shared {
             stopping: AtomicBool::new(false),
             hub,
             wake_on_accept: AtomicBool::new(true),
+            handler: AtomicU32::new(0),
+            agent: None,
+            socket,
             slots,
             events,
+        }
+    }
+
+    /// The same, for an instance that knows its agent's process.
+    pub fn with_agent(mut self, agent: Option<u32>) -> Shared {
+        self.agent = agent;
+        self
+    }
+
+    /// What the access table needs to know of this instance.
+    pub fn ours(&self) -> crate::access::Ours<'_> {
+        let handler = self.handler.load(Ordering::SeqCst);
+        crate::access::Ours {
+            pid: std::process::id(),
+            socket: &self.socket,
+            handler: (handler != 0).then_some(handler),
+            agent: self.agent,
         }
     }
 

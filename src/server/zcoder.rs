@@ -94,6 +94,15 @@ fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
             let Some(req) = send_request(obj) else {
                 return ack(Status::Invalid.as_str());
             };
+            // zcoder has no word for "not permitted" (nor "denied"): the
+            // transcript says who was refused and why.
+            if let Err(e) = peer.check(shared, crate::access::Door::Zcoder) {
+                shared.hub.emit(
+                    "notice",
+                    json!({"message_id": message_id, "text": format!("a zcoder frame refused: {}", e.message)}),
+                );
+                return ack(Status::Invalid.as_str());
+            }
             match deliver(shared, req, None, peer, "zcoder") {
                 Ok(r) => {
                     let status = match r.status {

@@ -187,6 +187,7 @@ impl Spool {
             finished_at: now_f64(),
             reply,
             sender_instance_id: e.sender_id().map(str::to_string),
+            remote: e.summary.sender.remote.is_some(),
         };
         let name = receipt_name(message_id);
         let tmp = self.path("tmp", &format!("receipt-{name}"));
@@ -293,6 +294,13 @@ impl Spool {
         let idx = self.idx();
         let e = idx.entries.get(message_id)?;
         Some(e.sender_id().map(str::to_string))
+    }
+
+    /// Whether a task the index holds came through a bridge.
+    pub fn remote_sent(&self, message_id: &str) -> Option<bool> {
+        let idx = self.idx();
+        let e = idx.entries.get(message_id)?;
+        Some(e.summary.sender.remote.is_some())
     }
 
     /// A queued task read back where it waits, without claiming it (for

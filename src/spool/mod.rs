@@ -72,6 +72,11 @@ pub struct Sender {
     /// The kernel's peer pid for the connection that delivered the task.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub pid: Option<u32>,
+    /// A task that came through `baton bridge` (a remote key): the remote
+    /// end as OpenSSH gave it (`SSH_CONNECTION`'s client address and
+    /// port), or `ssh` where it did not.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub remote: Option<String>,
 }
 
 /// One task as stored in the spool: the accepted request plus what the
@@ -110,6 +115,10 @@ pub struct Receipt {
     /// answers a verified asker about its own tasks only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender_instance_id: Option<String>,
+    /// It came through a bridge: `task/status` answers a bridge about
+    /// such tasks only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remote: bool,
 }
 
 /// What a receipt remembers of a task's reply: its text (bounded by

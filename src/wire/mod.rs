@@ -25,6 +25,8 @@ pub const CONNECTION_ERROR: i64 = -32000;
 pub const TOO_MANY_CONNECTIONS: i64 = -32001;
 pub const NOT_INITIALIZED: i64 = -32010;
 pub const UNSUPPORTED_PROTOCOL: i64 = -32011;
+/// The access table shuts this method to this caller (`access`).
+pub const NOT_PERMITTED: i64 = -32012;
 
 /// Why no line could be read.
 #[derive(Debug)]

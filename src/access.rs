@@ -1,0 +1,328 @@
+//! Who may call what (docs/security.md; docs/protocol.md, "Who may call
+//! what"). A connection gets a role from what the kernel says of its peer
+//! (its pid: a peer of another uid is refused before a byte is read,
+//! `server::accept_loop`), from the peer's ancestry (`/proc/PID/stat`, and
+//! the environment each ancestor started with) and from what it proved (a
+//! bridge's declared target, `initialize`). One table, `Door::roles`, says
+//! which roles may use each way in; no method decides that by itself. The
+//! methods then hold a role to its scope: a process of a turn sends only
+//! inside that turn (`instance/outbound.rs`), a bridge asks only about the
+//! tasks that came through a bridge (`instance/outcome.rs`).
+
+use crate::procfs;
+use crate::wire::{Call, Method};
+
+/// Who a caller is, as far as the kernel lets the instance tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The instance's own process: the front end it runs in (the view,
+    /// `baton mcp`).
+    Own,
+    /// A process of the instance's user that is none of the others: the
+    /// operator's commands and scripts, a pull agent, another instance
+    /// delivering a task.
+    Operator,
+    /// A process of the agent the instance serves, where the instance
+    /// knows that agent: the MCP host that started `baton mcp`, and what
+    /// it started.
+    Agent,
+    /// A process of one of this instance's turns: its handler, or anything
+    /// the handler started.
+    Turn,
+    /// A process of a turn of another instance.
+    OtherTurn,
+    /// `baton bridge TARGET` for this instance: a remote key's forced
+    /// command.
+    Bridge,
+}
+
+impl Role {
+    pub const ALL: [Role; 6] = [
+        Role::Own,
+        Role::Operator,
+        Role::Agent,
+        Role::Turn,
+        Role::OtherTurn,
+        Role::Bridge,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Own => "own",
+            Role::Operator => "operator",
+            Role::Agent => "agent",
+            Role::Turn => "turn",
+            Role::OtherTurn => "other-turn",
+            Role::Bridge => "bridge",
+        }
+    }
+}
+
+/// A way into an instance: a method, or a line that is not a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Door {
+    Method(Method),
+    /// `events/subscribe` with `controller: true`: the connection is then
+    /// asked to decide approvals.
+    Controller,
+    /// A reply to an `approval/request`: a decision.
+    Reply,
+    /// A task in a zcoder frame (docs/protocol.md §9).
+    Zcoder,
+}
+
+use Role::{Agent, Bridge, Operator, OtherTurn, Own, Turn};
+
+/// Every caller may say hello and ask for a task's status.
+const ANYONE: &[Role] = &[Own, Operator, Agent, Turn, OtherTurn, Bridge];
+/// Reading what the instance is and does: any local process.
+const LOCAL: &[Role] = &[Own, Operator, Agent, Turn, OtherTurn];
+/// Acting on the instance's own queue: the operator and its agent.
+const AGENT: &[Role] = &[Own, Operator, Agent];
+/// What only the operator decides: approvals and local turns.
+const OPERATOR: &[Role] = &[Own, Operator];
+/// A task from outside: a process of a turn sends through its own
+/// instance (`relay/send`), never straight to a peer.
+const SENDERS: &[Role] = &[Own, Operator, Agent, Bridge];
+/// Sending as this instance: a turn's process too, held to its turn.
+const RELAY: &[Role] = &[Own, Operator, Agent, Turn];
+
+impl Door {
+    /// Every way in, methods first, in the order `initialize` lists them.
+    pub fn all() -> Vec<Door> {
+        let mut v: Vec<Door> = Method::ALL.into_iter().map(Door::Method).collect();
+        v.extend([Door::Controller, Door::Reply, Door::Zcoder]);
+        v
+    }
+
+    /// Its name, as the table in docs/protocol.md spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Door::Method(m) => m.as_str(),
+            Door::Controller => "events/subscribe (controller)",
+            Door::Reply => "reply to approval/request",
+            Door::Zcoder => "zcoder frame",
+        }
+    }
+
+    /// The one access table: the roles that may use this door.
+    pub fn roles(self) -> &'static [Role] {
+        match self {
+            Door::Method(Method::Initialize | Method::Ping) => ANYONE,
+            Door::Method(Method::AgentInfo | Method::EventsSubscribe) => LOCAL,
+            Door::Method(Method::MessageSend) => SENDERS,
+            // zcoder's framing has no bridge.
+            Door::Zcoder => AGENT,
+            Door::Method(Method::Foreground(call)) => match call {
+                Call::ControlStatus | Call::InboxList => LOCAL,
+                Call::ControlPause
+                | Call::ControlResume
+                | Call::InboxClaim
+                | Call::InboxComplete
+                | Call::InboxRequeue
+                | Call::InboxDiscard
+                | Call::TurnCancel => AGENT,
+                Call::RelaySend => RELAY,
+                Call::ApprovalRespond | Call::TurnLocal => OPERATOR,
+                Call::TaskStatus => ANYONE,
+                Call::PermissionAsk => &[Own],
+            },
+            Door::Controller | Door::Reply => OPERATOR,
+        }
+    }
+}
+
+/// What a bridge proved: the instance it was started for, and the remote
+/// end as OpenSSH gave it (`SSH_CONNECTION`'s client address and port).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BridgeKey {
+    pub target: String,
+    pub remote: Option<String>,
+}
+
+/// One connection's caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The kernel's peer pid, where the platform reports it.
+    pub pid: Option<u32>,
+    pub role: Role,
+    /// `Turn`: the handler the process is, or descends from.
+    pub leader: Option<u32>,
+    /// `OtherTurn`: the socket of the instance whose turn it belongs to.
+    pub instance_socket: Option<String>,
+    /// `Agent`: the agent's process.
+    pub agent: Option<u32>,
+    pub bridge: Option<BridgeKey>,
+}
+
+/// What an instance knows of itself to tell its callers apart.
+pub struct Ours<'a> {
+    pub pid: u32,
+    pub socket: &'a str,
+    /// The running handler's leader, which is also its process group.
+    pub handler: Option<u32>,
+    /// The agent's process, where the instance knows it.
+    pub agent: Option<u32>,
+}
+
+/// Ancestors looked at, at most: far deeper than any real tree.
+const MAX_DEPTH: usize = 128;
+
+/// The role of the process `pid`. A process of one of our turns is
+/// found by its ancestry (it descends from us) or by its process group
+/// (the running handler's); a process of another instance's turn by an
+/// ancestor (or itself) that started with `BATON_TURN` and a
+/// `BATON_SOCKET` that is not ours, as every handler does. Without a peer
+/// pid nothing tells callers apart: the operator.
+pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
+    let mut c = Caller {
+        pid,
+        role: Role::Operator,
+        leader: None,
+        instance_socket: None,
+        agent: None,
+        bridge: None,
+    };
+    let Some(pid) = pid else { return c };
+    if pid == ours.pid {
+        c.role = Role::Own;
+        return c;
+    }
+    if let (Some(h), Some(p)) = (ours.handler, procfs::process(pid))
+        && p.pgid == h
+    {
+        c.role = Role::Turn;
+        c.leader = Some(h);
+        return c;
+    }
+    let (mut cur, mut child) = (pid, None);
+    for _ in 0..MAX_DEPTH {
+        if cur == ours.pid {
+            c.role = Role::Turn;
+            c.leader = child;
+            return c;
+        }
+        if c.instance_socket.is_none()
+            && let [Some(_), Some(socket)] =
+                procfs::environ_values(cur, ["BATON_TURN", "BATON_SOCKET"])
+            && socket != ours.socket
+        {
+            c.instance_socket = Some(socket);
+        }
+        if ours.agent == Some(cur) {
+            c.agent = Some(cur);
+        }
+        match procfs::process(cur) {
+            Some(p) if p.ppid > 1 => (child, cur) = (Some(cur), p.ppid),
+            _ => break,
+        }
+    }
+    c.role = match (&c.instance_socket, c.agent) {
+        (Some(_), _) => Role::OtherTurn,
+        (None, Some(_)) => Role::Agent,
+        (None, None) => Role::Operator,
+    };
+    c
+}
+
+impl Caller {
+    /// The caller as a bridge declared it: a remote key, whatever the
+    /// bridge process itself descends from.
+    pub fn as_bridge(mut self, key: BridgeKey) -> Caller {
+        self.role = Role::Bridge;
+        self.bridge = Some(key);
+        self
+    }
+
+    /// Whether the table lets this caller through `door`.
+    pub fn may(&self, door: Door) -> bool {
+        door.roles().contains(&self.role)
+    }
+
+    /// Why `door` is shut to this caller, in words that say who it is
+    /// taken for and where it may go instead. `name` is this instance's.
+    pub fn refusal(&self, door: Door, name: &str) -> String {
+        let what = door.name();
+        let pid = self.pid.map_or_else(|| "?".to_string(), |p| p.to_string());
+        match self.role {
+            Role::Bridge => {
+                let target = self.bridge.as_ref().map_or(name, |b| b.target.as_str());
+                format!(
+                    "not permitted: this key is limited to sending to {target} (initialize, ping, message/send, and task/status of the tasks it sent), not {what}"
+                )
+            }
+            Role::Turn => format!(
+                "not permitted: pid {pid} belongs to a turn of {name} (handler pid {}), which may not call {what}; a turn sends with relay/send, inside its turn",
+                self.leader
+                    .map_or_else(|| "?".to_string(), |l| l.to_string())
+            ),
+            Role::OtherTurn => format!(
+                "not permitted: pid {pid} belongs to a turn of the instance at {}, and speaks only as that turn, through that instance (relay/send on its BATON_SOCKET), not {what} here",
+                self.instance_socket.as_deref().unwrap_or("?")
+            ),
+            Role::Agent => format!(
+                "not permitted: {what} is the operator's; pid {pid} is a process of the agent {name} serves (pid {})",
+                self.agent
+                    .map_or_else(|| "?".to_string(), |a| a.to_string())
+            ),
+            Role::Operator | Role::Own => format!(
+                "not permitted: {what} is only for {}",
+                door.roles()
+                    .iter()
+                    .map(|r| r.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_door_has_a_row_and_hello_is_open_to_all() {
+        let doors = Door::all();
+        assert_eq!(doors.len(), Method::ALL.len() + 3);
+        for d in &doors {
+            assert!(!d.roles().is_empty(), "{}", d.name());
+            assert!(d.roles().contains(&Role::Own), "{}", d.name());
+        }
+        for r in Role::ALL {
+            assert!(Door::Method(Method::Initialize).roles().contains(&r));
+        }
+        assert_eq!(Door::Zcoder.roles(), &[Own, Operator, Agent]);
+        assert!(!Door::Reply.roles().contains(&Role::Agent));
+    }
+
+    #[test]
+    fn our_own_process_and_a_child_of_ours_are_told_apart() {
+        let me = std::process::id();
+        let ours = Ours {
+            pid: me,
+            socket: "/nonexistent/ours.sock",
+            handler: None,
+            agent: None,
+        };
+        assert_eq!(classify(Some(me), &ours).role, Role::Own);
+        assert_eq!(classify(None, &ours).role, Role::Operator);
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env_remove("BATON_TURN")
+            .spawn()
+            .unwrap();
+        let c = classify(Some(child.id()), &ours);
+        let parent = Ours {
+            pid: std::os::unix::process::parent_id(),
+            ..ours
+        };
+        let of_parent = classify(Some(child.id()), &parent);
+        let _ = child.kill();
+        let _ = child.wait();
+        if cfg!(target_os = "linux") {
+            assert_eq!((c.role, c.leader), (Role::Turn, Some(child.id())));
+            assert_eq!((of_parent.role, of_parent.leader), (Role::Turn, Some(me)));
+        }
+    }
+}
