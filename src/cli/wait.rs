@@ -10,7 +10,9 @@
 //! with a bounded backoff. The one exception is a receiver that is not
 //! running (`stored`): nothing can be subscribed to, so the registry is
 //! read again once a second until an instance of that name answers
-//! (docs/decisions.md). Ctrl-C keeps its default action: the process ends
+//! (docs/decisions.md). Through a bridge (`--via`) no subscription is
+//! allowed, and `task/status` is asked again with a bounded backoff
+//! instead (`watch_remote`). Ctrl-C keeps its default action: the process ends
 //! by SIGINT (the shell sees 130) and the task is left as it was.
 
 use super::args::Args;
@@ -130,8 +132,8 @@ pub struct Reach<'a> {
 
 /// `send --via ... --wait`: after a delivery through the bridge, waits on
 /// a bridge, which joins stdio to the live instance's socket byte for
-/// byte: subscribe, ask `task/status` once, wait for `task.ended`, as the
-/// local wait does. `first` is the bridge the task went through when a
+/// byte: it asks `task/status` until the task ends, since a bridge may not
+/// subscribe (`watch_remote`). `first` is the bridge the task went through when a
 /// live instance took it. With none (the task was `stored` for a stopped
 /// agent), or when a bridge ends before the outcome (the instance
 /// restarted), the wait goes on through `VIA baton bridge --await
@@ -205,42 +207,47 @@ pub fn run_via(
     }
 }
 
-/// Subscribes to the remote instance's events through the bridge, asks
-/// for the task's status, and waits for its end there: `Lost` when the
-/// bridge ends first (the instance stopped) or the instance cannot answer.
+/// Asks the remote instance for the task's status through the bridge
+/// until it ends there: `Lost` when the bridge ends first (the instance
+/// stopped) or the instance cannot answer. A bridge may not subscribe to
+/// the instance's events (they would show it every other task:
+/// docs/security.md), so this asks again after 0.1 s, then twice as long
+/// each time, up to once a second.
 fn watch_remote(
     remote: &mut Remote,
     k: &Kept,
     deadline: Option<Instant>,
     last: &mut Option<String>,
 ) -> Result<Watched> {
-    // Only live events: the status answer covers what happened before.
-    if remote.call("events/subscribe", json!({})).is_err() {
-        return Ok(Watched::Lost);
-    }
     let ask = wire::request_line(
         STATUS_ID,
         "task/status",
         json!({"message_id": k.message_id}),
     );
-    if remote.write(&ask).is_err() {
-        return Ok(Watched::Lost);
-    }
     let lines = remote.lines();
     let timer = match deadline {
         Some(d) => chan::at(d),
         None => chan::never(),
     };
+    let mut every = Duration::from_millis(100);
     loop {
-        select! {
-            recv(lines) -> line => {
-                let Ok(line) = line else { return Ok(Watched::Lost) };
-                let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
-                if let Some(w) = read(&msg, &k.message_id, last)? {
-                    return Ok(w);
-                }
-            },
-            recv(timer) -> _ => return Ok(Watched::Ended(End::TimedOut(last.clone()))),
+        if remote.write(&ask).is_err() {
+            return Ok(Watched::Lost);
+        }
+        let next = chan::after(every);
+        every = (every * 2).min(Duration::from_secs(1));
+        loop {
+            select! {
+                recv(lines) -> line => {
+                    let Ok(line) = line else { return Ok(Watched::Lost) };
+                    let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
+                    if let Some(w) = read(&msg, &k.message_id, last)? {
+                        return Ok(w);
+                    }
+                },
+                recv(next) -> _ => break,
+                recv(timer) -> _ => return Ok(Watched::Ended(End::TimedOut(last.clone()))),
+            }
         }
     }
 }
