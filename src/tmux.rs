@@ -1,7 +1,8 @@
 //! Typing tasks into a tmux pane (`baton serve --tmux-pane PANE`): the
 //! tmux client calls, each bounded in time, made by one helper thread that
 //! takes jobs from the foreground and reports on a channel of its own.
-//! Nothing here decides anything; the foreground (`instance::pane`) does.
+//! It says what tmux said; what becomes of a task the foreground
+//! (`instance::pane`) decides.
 //!
 //! A task is typed as one block: `tmux load-buffer -b NAME -` (the text on
 //! standard input, into a buffer named for this instance and task), then
@@ -13,7 +14,17 @@
 //! say) is taken out of it with `send-keys -X cancel`. Which server the
 //! pane is on is tmux's choice, from the environment (`TMUX`, else
 //! `TMUX_TMPDIR` and the default socket), as for any tmux command.
+//!
+//! The text is typed as `sanitize::escape_multiline` shows it (as `baton
+//! inbox claim` prints it): tmux pastes bytes as they are, so an ESC of the
+//! text could end the paste (`ESC [ 201 ~`) and what follows would arrive
+//! as keys (a CR that submits, a Ctrl-C). Only newlines and tabs stay raw,
+//! and those are text inside a bracketed paste. Without the paste they
+//! would be keys too: where tmux says that the pane's program has not asked
+//! for it (`#{bracket_paste_flag}` is 0; tmux 3.3a has no such format and
+//! says nothing), nothing is typed and `Trouble::Unbracketed` is reported.
 
+use crate::sanitize::escape_multiline;
 use crate::sys;
 use crossbeam_channel as chan;
 use std::io::{self, Read, Write};
@@ -38,7 +49,8 @@ const OUTPUT_BYTES: u64 = 4096;
 pub enum Job {
     /// Is the pane there?
     Probe,
-    /// Type `text` as one block, then Enter, through the buffer `buffer`.
+    /// Type `text` as one block, its controls made visible, then Enter,
+    /// through the buffer `buffer`.
     Type {
         message_id: String,
         buffer: String,
@@ -46,14 +58,35 @@ pub enum Job {
     },
 }
 
-/// What the helper thread reports: `Err` holds why tmux failed, in a line.
+/// What the helper thread reports.
 #[derive(Debug)]
 pub enum Report {
-    Probed(Result<(), String>),
+    Probed(Result<(), Trouble>),
     Typed {
         message_id: String,
-        result: Result<(), String>,
+        result: Result<(), Trouble>,
     },
+}
+
+/// Why nothing is typed into the pane now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trouble {
+    /// A tmux call failed or took too long: why, in a line.
+    Failed(String),
+    /// tmux says the program in the pane has not asked for bracketed
+    /// paste: the line ends of a task would reach it as Enter keys, each
+    /// submitting a line of its own.
+    Unbracketed,
+}
+
+impl Trouble {
+    /// Why, in a line (a notice's `reason`).
+    pub fn reason(&self) -> &str {
+        match self {
+            Trouble::Failed(why) => why,
+            Trouble::Unbracketed => "the program in the pane has not asked for bracketed paste",
+        }
+    }
 }
 
 /// The helper thread's end: dropping it ends the thread once its job is
@@ -110,21 +143,60 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn probe(pane: &str) -> Result<(), String> {
-    tmux(&["display-message", "-p", "-t", pane, "#{pane_id}"], None).map(drop)
+/// Is the pane there, and can it take a paste? A pane in a mode can: the
+/// mode is left before the paste, and what its program asked for is read
+/// then.
+fn probe(pane: &str) -> Result<(), Trouble> {
+    match pane_state(pane)? {
+        (false, Some(false)) => Err(Trouble::Unbracketed),
+        _ => Ok(()),
+    }
 }
 
-/// Leaves a mode the pane is in, pastes `text` as one block, waits
-/// `ENTER_DELAY`, presses Enter.
-fn type_block(pane: &str, buffer: &str, text: &str) -> Result<(), String> {
-    let mode = tmux(
-        &["display-message", "-p", "-t", pane, "#{pane_in_mode}"],
+/// Whether the pane is in a mode, and whether its program asked for
+/// bracketed paste (`None`: this tmux does not say).
+fn pane_state(pane: &str) -> Result<(bool, Option<bool>), Trouble> {
+    let out = tmux(
+        &[
+            "display-message",
+            "-p",
+            "-t",
+            pane,
+            "#{pane_in_mode} #{bracket_paste_flag}",
+        ],
         None,
     )?;
-    if mode.trim() == "1" {
+    Ok(parse_state(&out))
+}
+
+/// `#{pane_in_mode} #{bracket_paste_flag}` as printed: a tmux without the
+/// second format prints nothing for it.
+fn parse_state(out: &str) -> (bool, Option<bool>) {
+    let mut words = out.split_whitespace();
+    let in_mode = words.next() == Some("1");
+    let bracketed = match words.next() {
+        Some("1") => Some(true),
+        Some("0") => Some(false),
+        _ => None,
+    };
+    (in_mode, bracketed)
+}
+
+/// Leaves a mode the pane is in, pastes `text` as one block with its
+/// controls made visible, waits `ENTER_DELAY`, presses Enter.
+fn type_block(pane: &str, buffer: &str, text: &str) -> Result<(), Trouble> {
+    let (in_mode, mut bracketed) = pane_state(pane)?;
+    if in_mode {
         tmux(&["send-keys", "-t", pane, "-X", "cancel"], None)?;
+        bracketed = pane_state(pane)?.1;
     }
-    tmux(&["load-buffer", "-b", buffer, "-"], Some(text))?;
+    // Read just before the paste; a program that turns bracketed paste off
+    // in the few milliseconds between gets the paste without markers.
+    if bracketed == Some(false) {
+        return Err(Trouble::Unbracketed);
+    }
+    let text = escape_multiline(text);
+    tmux(&["load-buffer", "-b", buffer, "-"], Some(&text))?;
     let pasted = tmux(
         &["paste-buffer", "-p", "-d", "-b", buffer, "-t", pane],
         None,
@@ -140,7 +212,7 @@ fn type_block(pane: &str, buffer: &str, text: &str) -> Result<(), String> {
 
 /// Runs `tmux ARGS` (with `input` on its standard input), killed after
 /// `CALL_TIMEOUT`: its standard output, or why it failed.
-fn tmux(args: &[&str], input: Option<&str>) -> Result<String, String> {
+fn tmux(args: &[&str], input: Option<&str>) -> Result<String, Trouble> {
     let mut cmd = Command::new("tmux");
     cmd.args(args)
         .stdin(if input.is_some() {
@@ -154,7 +226,7 @@ fn tmux(args: &[&str], input: Option<&str>) -> Result<String, String> {
     let what = args.first().copied().unwrap_or("");
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot run tmux {what}: {e}"))?;
+        .map_err(|e| Trouble::Failed(format!("cannot run tmux {what}: {e}")))?;
     if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
         // On a thread of its own: a tmux that does not read cannot hold
         // this one past the bound (the write fails once it is killed).
@@ -170,10 +242,10 @@ fn tmux(args: &[&str], input: Option<&str>) -> Result<String, String> {
         None => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!(
+            return Err(Trouble::Failed(format!(
                 "tmux {what} did not finish within {} s",
                 CALL_TIMEOUT.as_secs()
-            ));
+            )));
         }
     };
     let out = read_all(child.stdout.take());
@@ -182,11 +254,11 @@ fn tmux(args: &[&str], input: Option<&str>) -> Result<String, String> {
     }
     let err = read_all(child.stderr.take());
     let line = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    Err(if line.is_empty() {
+    Err(Trouble::Failed(if line.is_empty() {
         format!("tmux {what} failed ({status})")
     } else {
         format!("tmux {what}: {}", line.trim())
-    })
+    }))
 }
 
 /// Waits for `child` until `CALL_TIMEOUT`: often at first (a tmux call
@@ -222,4 +294,19 @@ fn read_all<R: Read + AsFd>(r: Option<R>) -> String {
         }
     }
     String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tmux_without_bracket_paste_flag_does_not_say() {
+        assert_eq!(parse_state("0 1\n"), (false, Some(true)));
+        assert_eq!(parse_state("0 0\n"), (false, Some(false)));
+        assert_eq!(parse_state("1 0\n"), (true, Some(false)));
+        // tmux 3.3a: an unknown format is empty.
+        assert_eq!(parse_state("0 \n"), (false, None));
+        assert_eq!(parse_state("1\n"), (true, None));
+    }
 }

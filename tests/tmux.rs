@@ -6,6 +6,7 @@
 //! Python program that puts its terminal in raw mode, asks for bracketed
 //! paste (`ESC [ ? 2004 h`), and records every read it makes, with the
 //! time, so a test sees the pasted block and the Enter as they arrived.
+//! `tests/security/pane.rs` uses the same harness.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ use crate::util::{
 };
 
 /// The bound on every wait for the instance or the pane.
-const WAIT: Duration = Duration::from_secs(15);
+pub(crate) const WAIT: Duration = Duration::from_secs(15);
 
 const AGENT: &str = r#"
 import json, os, sys, time, tty
@@ -39,7 +40,7 @@ while True:
 "#;
 
 /// A private tmux server whose one pane, `t:0.0`, runs the stand-in agent.
-struct Tmux {
+pub(crate) struct Tmux {
     tmpdir: PathBuf,
     /// What the stand-in read, one JSON record per read.
     log: PathBuf,
@@ -48,7 +49,7 @@ struct Tmux {
 
 impl Tmux {
     /// The server's place, for a test that starts it later.
-    fn new(env: &Env) -> Tmux {
+    pub(crate) fn new(env: &Env) -> Tmux {
         let tmpdir = env.root.join("tmux");
         fs::create_dir_all(&tmpdir).unwrap();
         fs::write(env.root.join("agent.py"), AGENT).unwrap();
@@ -60,7 +61,7 @@ impl Tmux {
     }
 
     /// Starts the server and waits (bounded) until the stand-in is reading.
-    fn start(&mut self, env: &Env) {
+    pub(crate) fn start(&mut self, env: &Env) {
         let agent = env.root.join("agent.py");
         self.run(&[
             "-f",
@@ -128,7 +129,7 @@ impl Tmux {
     }
 
     /// Everything the stand-in read after `ready`, as one string.
-    fn typed(&self) -> String {
+    pub(crate) fn typed(&self) -> String {
         self.reads().iter().skip(1).map(String::as_str).collect()
     }
 
@@ -188,12 +189,12 @@ fn gone(pid: u32) -> bool {
     }
 }
 
-fn tools() -> bool {
+pub(crate) fn tools() -> bool {
     have("tmux") && have("python3")
 }
 
 /// `baton serve --name pa --tmux-pane t:0.0 ARGS` on `tmux`'s server.
-fn serve(env: &Env, tmux: &Tmux, vars: &[(&str, &str)], args: &[&str]) -> Served {
+pub(crate) fn serve(env: &Env, tmux: &Tmux, vars: &[(&str, &str)], args: &[&str]) -> Served {
     let ws = env.workspace("ws");
     let (k, v) = tmux.var();
     let mut all = vec![(k, v.as_str())];
@@ -204,14 +205,14 @@ fn serve(env: &Env, tmux: &Tmux, vars: &[(&str, &str)], args: &[&str]) -> Served
 }
 
 /// Sends `body` from a plain command line; its message id.
-fn send(env: &Env, body: &str) -> String {
+pub(crate) fn send(env: &Env, body: &str) -> String {
     let out = env.run_stdin(&["send", "pa", "-", "--json"], body.as_bytes());
     assert_eq!(out.status, 0, "{}", out.stderr);
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     v["message_id"].as_str().unwrap().to_string()
 }
 
-fn typed_event(spool: &Path, id: &str) -> Value {
+pub(crate) fn typed_event(spool: &Path, id: &str) -> Value {
     wait_event(spool, &format!("task.typed for {id}"), WAIT, |e| {
         event_is(e, "task.typed", id)
     })
@@ -219,7 +220,7 @@ fn typed_event(spool: &Path, id: &str) -> Value {
 
 /// The command the envelope tells the agent to finish with, as arguments
 /// after `baton`.
-fn done_command(text: &str) -> Vec<String> {
+pub(crate) fn done_command(text: &str) -> Vec<String> {
     let line = text
         .split('\r')
         .find_map(|l| l.strip_prefix("[when done: baton "))
@@ -231,7 +232,7 @@ fn done_command(text: &str) -> Vec<String> {
 }
 
 /// The places of the instance's tasks: (queued, processing) ids.
-fn places(env: &Env) -> (Vec<String>, Vec<String>) {
+pub(crate) fn places(env: &Env) -> (Vec<String>, Vec<String>) {
     let out = env.run(&["inbox", "list", "pa", "--json"]);
     assert_eq!(out.status, 0, "{}", out.stderr);
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
@@ -641,7 +642,7 @@ fn tmux_pane_is_refused_with_exec_and_without_tmux() {
     assert!(out.stderr.contains("tmux is not on PATH"), "{}", out.stderr);
 }
 
-fn chmod_x(p: &Path) {
+pub(crate) fn chmod_x(p: &Path) {
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
 }

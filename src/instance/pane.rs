@@ -18,7 +18,7 @@ use super::{Foreground, ServeOptions};
 use crate::error::{Error, Result};
 use crate::sanitize::escape;
 use crate::spool::Task;
-use crate::tmux::{self, Job, Report, Typist};
+use crate::tmux::{self, Job, Report, Trouble, Typist};
 use crate::turn;
 use crossbeam_channel as chan;
 use serde_json::json;
@@ -134,7 +134,7 @@ impl Foreground {
         p.asked = false;
         match report {
             Report::Probed(Ok(())) => self.pane_up(),
-            Report::Probed(Err(reason)) => self.pane_down(&reason, None),
+            Report::Probed(Err(trouble)) => self.pane_down(&trouble, None),
             Report::Typed {
                 message_id,
                 result: Ok(()),
@@ -151,10 +151,10 @@ impl Foreground {
             }
             Report::Typed {
                 message_id,
-                result: Err(reason),
+                result: Err(trouble),
             } => {
                 let put_back = self.pane_put_back(&message_id);
-                self.pane_down(&reason, put_back.then_some(message_id.as_str()));
+                self.pane_down(&trouble, put_back.then_some(message_id.as_str()));
             }
         }
     }
@@ -205,10 +205,10 @@ impl Foreground {
         }
     }
 
-    /// tmux failed for `reason`: said when the pane was not known to be
-    /// down (with the task that went back to the queue, if one did), and
-    /// asked again after a growing delay.
-    fn pane_down(&mut self, reason: &str, put_back: Option<&str>) {
+    /// Nothing can be typed into the pane, for `trouble`: said when the
+    /// pane was not known to be down (with the task that went back to the
+    /// queue, if one did), and asked again after a growing delay.
+    fn pane_down(&mut self, trouble: &Trouble, put_back: Option<&str>) {
         let Some(p) = self.pane.as_mut() else {
             return;
         };
@@ -223,10 +223,17 @@ impl Foreground {
             Some(id) => format!("task {id} went back to its place in the queue; "),
             None => String::new(),
         };
-        let text = format!(
-            "tmux pane {} cannot be reached ({reason}): {back}queued tasks stay queued and are typed once it answers",
-            p.target
-        );
+        let reason = trouble.reason();
+        let text = match trouble {
+            Trouble::Failed(_) => format!(
+                "tmux pane {} cannot be reached ({reason}): {back}queued tasks stay queued and are typed once it answers",
+                p.target
+            ),
+            Trouble::Unbracketed => format!(
+                "tmux pane {} is not typed into: {reason}, so a task's lines would arrive as keys, each line submitted alone; {back}queued tasks stay queued and are typed once it asks",
+                p.target
+            ),
+        };
         eprintln!("baton: {}", escape(&text));
         let mut event = json!({"text": text, "tmux_pane": p.target, "reason": reason});
         if let Some(id) = put_back {
