@@ -9,6 +9,7 @@
 //! session (`Remote::write`, `Remote::lines`) to wait for the task.
 
 use super::args::Args;
+use super::bridged;
 use super::target;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
@@ -131,7 +132,7 @@ fn join(
     }
     let socket = std::path::Path::new(&peer.manifest.socket);
     let stream = UnixStream::connect(socket).map_err(|e| Error::io("connect to", socket, e))?;
-    let stream = declare(stream, peer, socket)?;
+    let stream = bridged::declare(stream, peer, socket)?;
     let mut to_socket = stream
         .try_clone()
         .map_err(|e| Error::io("connect to", socket, e))?;
@@ -163,93 +164,6 @@ fn join(
         }
     }
     Ok(ExitCode::Ok)
-}
-
-/// Before the client's first byte: the bridge says which key it serves
-/// (`initialize` with `bridge`, docs/protocol.md §2), and the instance
-/// holds the connection to what a bridge may do for the rest of its life
-/// (docs/security.md). The answer is the bridge's own, not the client's.
-fn declare(stream: UnixStream, peer: &Peer, socket: &Path) -> Result<UnixStream> {
-    let remote = ssh_remote();
-    let hello = wire::request_line(
-        "bridge",
-        "initialize",
-        json!({"protocol_version": 1,
-               "client": {"name": "baton bridge", "version": env!("CARGO_PKG_VERSION")},
-               "bridge": {"target": peer.manifest.instance_id, "remote": remote}}),
-    );
-    let fail = |e: std::io::Error| Error::io("declare the bridge to", socket, e);
-    let timeout = Some(Duration::from_secs(10));
-    stream.set_read_timeout(timeout).map_err(fail)?;
-    stream.set_write_timeout(timeout).map_err(fail)?;
-    (&stream).write_all(&hello).map_err(fail)?;
-    let mut answer = Vec::new();
-    let mut byte = [0u8; 1];
-    // One line, read a byte at a time: nothing after it is taken from
-    // the client's share.
-    while answer.len() < 64 * 1024 {
-        match (&stream).read(&mut byte).map_err(fail)? {
-            0 => break,
-            _ if byte[0] == b'\n' => break,
-            _ => answer.push(byte[0]),
-        }
-    }
-    let v: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
-    if v.get("result").is_none() {
-        let why = v["error"]["message"].as_str().unwrap_or("no answer");
-        return Err(Error::Transport(format!(
-            "{} did not take the bridge: {}",
-            escape(&peer.manifest.name),
-            escape(why)
-        )));
-    }
-    stream.set_read_timeout(None).map_err(fail)?;
-    stream.set_write_timeout(None).map_err(fail)?;
-    Ok(stream)
-}
-
-/// The remote end, as sshd tells a forced command (`SSH_CONNECTION`): the
-/// client's address and port.
-fn ssh_remote() -> Option<String> {
-    let c = std::env::var("SSH_CONNECTION").ok()?;
-    let mut f = c.split_whitespace();
-    Some(format!("{} {}", f.next()?, f.next()?))
-}
-
-/// `message/send` to an instance that started while `--offline` stood in
-/// for it, on a connection declared as this bridge's; its result.
-fn bridged_send(
-    config: &Config,
-    peer: &Peer,
-    params: &Value,
-) -> std::result::Result<Value, String> {
-    let socket = Path::new(&peer.manifest.socket);
-    let stream = UnixStream::connect(socket).map_err(|e| e.to_string())?;
-    let stream = declare(stream, peer, socket).map_err(|e| e.to_string())?;
-    let timeout = Some(config.io_timeout);
-    stream
-        .set_read_timeout(timeout)
-        .map_err(|e| e.to_string())?;
-    (&stream)
-        .write_all(&wire::request_line(1, "message/send", params.clone()))
-        .map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    BufReader::new(&stream)
-        .take(config.max_bytes as u64 + 1)
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
-    let v: Value =
-        serde_json::from_str(&line).map_err(|_| "no answer to message/send".to_string())?;
-    match (v.get("result"), v.get("error")) {
-        (Some(r), _) => Ok(r.clone()),
-        (None, Some(e)) => Err(format!(
-            "{} answered error {}: {}",
-            escape(&peer.manifest.name),
-            e["code"],
-            escape(e["message"].as_str().unwrap_or(""))
-        )),
-        _ => Err("no answer to message/send".into()),
-    }
 }
 
 /// `bridge --offline NAME` for a NAME that is not running: answers
@@ -341,7 +255,7 @@ fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Value
             let make = || {
                 let mut task = super::send::plain_task(message_id, body, mode);
                 task.sender.workspace = None;
-                task.sender.remote = Some(ssh_remote().unwrap_or_else(|| "ssh".into()));
+                task.sender.remote = Some(bridged::ssh_remote().unwrap_or_else(|| "ssh".into()));
                 task
             };
             match relay::route(config, dir, target, message_id, &make) {
@@ -350,7 +264,7 @@ fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Value
                     // It started meanwhile: deliver to it as a local send would.
                     let mut params = p.clone();
                     params["target_instance_id"] = json!(peer.manifest.instance_id);
-                    match bridged_send(config, &peer, &params) {
+                    match bridged::send(config, &peer, &params) {
                         Ok(mut v) => {
                             v["target"] = json!({"instance_id": peer.manifest.instance_id, "name": peer.manifest.name});
                             v

@@ -5,6 +5,7 @@ mod approve;
 mod args;
 mod attach;
 mod bridge;
+mod bridged;
 mod completions;
 mod control;
 mod inbox;
