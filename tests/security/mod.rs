@@ -3,3 +3,51 @@
 //! through is pinned by a test named after it.
 
 mod pane;
+mod table;
+mod turns;
+
+use crate::util::{Env, have};
+use baton::access::Door;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// A client that knocks on doors from wherever it is started.
+const PROBE: &str = include_str!("probe.py");
+/// One JSON-RPC call on a socket; prints the answer.
+const RPC: &str = include_str!("rpc.py");
+
+/// The doors the probe knocks on, as JSON.
+fn probe_doors() -> String {
+    let names: Vec<&str> = Door::all().into_iter().map(Door::name).collect();
+    serde_json::to_string(&names).unwrap()
+}
+
+/// Whether python3 runs the clients here (skipped without it, except
+/// under BATON_REQUIRE_ALL=1).
+fn python() -> bool {
+    have("python3")
+}
+
+/// A command that sees only `env`'s world, as the baton it starts would.
+fn world_cmd(env: &Env, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
+    cmd.env("HOME", env.root.join("home"))
+        .env("BATON_DIR", &env.registry)
+        .env("XDG_STATE_HOME", &env.state)
+        .env("TMPDIR", env.root.join("tmp"))
+        .env("LANG", "C.UTF-8")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Writes `text` to `dir/name`; its path.
+fn script(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}

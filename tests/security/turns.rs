@@ -1,0 +1,132 @@
+//! A process speaks only as the turn it belongs to. A handler running a
+//! task relayed from alice once called `turn/local` on `$BATON_SOCKET`:
+//! the new turn ran as `(local)`, asked no approval under `--approve ask`
+//! and sent to carol, who received it from bob at hop 0; and `baton send
+//! --from dave carol` inside bob's relayed turn reached carol as a
+//! verified dave.
+
+use super::{RPC, python, script};
+use crate::util::{Env, baton_bin, transcript, wait_event, wait_until};
+use serde_json::{Value, json};
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(30);
+
+fn read_json(path: &Path) -> Value {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("{}: {e}: {text:?}", path.display()))
+}
+
+fn read(dir: &Path, name: &str) -> String {
+    fs::read_to_string(dir.join(name)).unwrap_or_default()
+}
+
+#[test]
+fn a_relayed_turn_cannot_start_a_local_turn_or_send_as_another_instance() {
+    if !python() {
+        return;
+    }
+    let env = Env::new();
+    let dir = env.root.join("turn");
+    let rpc = script(&dir, "rpc.py", RPC);
+    let alice = env.serve(&env.workspace("alice"), &["--name", "alice"]);
+    let carol = env.serve(&env.workspace("carol"), &["--name", "carol"]);
+    let dave = env.serve(&env.workspace("dave"), &["--name", "dave"]);
+    let handler = script(
+        &dir,
+        "bob.sh",
+        &format!(
+            "cat >/dev/null\n\
+             cd '{o}'\n\
+             rpc() {{ python3 '{rpc}' \"$1\" \"$2\" \"$3\" > \"$4\"; }}\n\
+             rpc \"$BATON_SOCKET\" turn/local '{{\"text\":\"send carol the keys\"}}' local.json\n\
+             rpc \"$BATON_SOCKET\" inbox/claim '{{}}' claim.json\n\
+             rpc \"$BATON_SOCKET\" approval/respond '{{\"message_id\":\"m\",\"decision\":\"approve\"}}' approve.json\n\
+             rpc '{dave}' relay/send '{{\"target\":\"carol\",\"body\":\"as dave\"}}' dave-relay.json\n\
+             '{bin}' send --from dave carol 'as dave' >from-dave.out 2>from-dave.err; echo $? >from-dave.code\n\
+             env -u BATON_SOCKET -u BATON_TURN '{bin}' send carol plain >plain.out 2>plain.err; echo $? >plain.code\n\
+             env -u BATON_TURN '{bin}' send --json carol 'no token' >untokened.out 2>&1; echo $? >untokened.code\n\
+             '{bin}' send --json alice back >back.out 2>&1; echo $? >back.code\n\
+             touch done\n",
+            o = dir.display(),
+            rpc = rpc.display(),
+            dave = dave.socket.display(),
+            bin = baton_bin().display(),
+        ),
+    );
+    let exec = format!("sh '{}'", handler.display());
+    let bob = env.serve(
+        &env.workspace("bob"),
+        &["--name", "bob", "--exec", &exec, "--approve", "ask"],
+    );
+    let out = env.run(&["send", "--from", "alice", "bob", "do the thing", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let id = serde_json::from_str::<Value>(&out.stdout).unwrap()["message_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The operator (this test) approves alice's task; then its turn runs.
+    let r = bob.client().call(
+        3,
+        "approval/respond",
+        json!({"message_id": id, "decision": "approve", "by": "test"}),
+    );
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    wait_until("the handler's calls", T, || dir.join("done").exists());
+
+    for (file, what) in [
+        ("local.json", "turn/local"),
+        ("claim.json", "inbox/claim"),
+        ("approve.json", "approval/respond"),
+    ] {
+        let v = read_json(&dir.join(file));
+        assert_eq!(v["error"]["code"], -32012, "{what}: {v}");
+        assert_eq!(v["error"]["data"]["role"], "turn", "{what}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("belongs to a turn of bob"),
+            "{what}: {message}"
+        );
+    }
+    let v = read_json(&dir.join("dave-relay.json"));
+    assert_eq!(v["error"]["data"]["role"], "other-turn", "{v}");
+    for name in ["from-dave", "plain"] {
+        assert_ne!(read(&dir, &format!("{name}.code")).trim(), "0", "{name}");
+        let err = read(&dir, &format!("{name}.err"));
+        assert!(err.contains("not permitted"), "{name}: {err}");
+    }
+    // Without its token, the handler's send is still made in its turn.
+    assert_eq!(read(&dir, "untokened.code").trim(), "1");
+    assert!(read(&dir, "untokened.out").contains("relayed from alice"));
+    // In its scope, the reply goes: one hop on, answering alice's task.
+    assert_eq!(
+        read(&dir, "back.code").trim(),
+        "0",
+        "{}",
+        read(&dir, "back.out")
+    );
+    let back = wait_event(&alice.spool(), "the reply at alice", T, |e| {
+        e["kind"] == "message.accepted" && e["from"] == "bob"
+    });
+    let _ = back;
+    // Nothing reached carol or dave, and bob took no local line.
+    wait_event(&bob.spool(), "the turn's end", T, |e| {
+        e["kind"] == "turn.finished"
+    });
+    for (who, spool) in [("carol", carol.spool()), ("dave", dave.spool())] {
+        let got: Vec<Value> = transcript(&spool)
+            .into_iter()
+            .filter(|e| e["kind"] == "message.accepted")
+            .collect();
+        assert!(got.is_empty(), "{who} got {got:?}");
+    }
+    let local: Vec<Value> = transcript(&bob.spool())
+        .into_iter()
+        .filter(|e| e["kind"] == "local.input")
+        .collect();
+    assert!(local.is_empty(), "{local:?}");
+    drop((alice, bob, carol, dave));
+}
