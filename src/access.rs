@@ -240,13 +240,17 @@ impl Caller {
     }
 
     /// Why `door` is shut to this caller, in words that say who it is
-    /// taken for and where it may go instead. `name` is this instance's.
-    pub fn refusal(&self, door: Door, name: &str) -> String {
+    /// taken for and where it may go instead. `name` and `id` are this
+    /// instance's.
+    pub fn refusal(&self, door: Door, name: &str, id: &str) -> String {
         let what = door.name();
         let pid = self.pid.map_or_else(|| "?".to_string(), |p| p.to_string());
         match self.role {
             Role::Bridge => {
-                let target = self.bridge.as_ref().map_or(name, |b| b.target.as_str());
+                let target = match &self.bridge {
+                    Some(b) if b.target != id => b.target.as_str(),
+                    _ => name,
+                };
                 format!(
                     "not permitted: this key is limited to sending to {target} (initialize, ping, message/send, and task/status of the tasks it sent), not {what}"
                 )

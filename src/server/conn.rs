@@ -169,7 +169,7 @@ impl Peer {
             .clone();
         Err(RpcError {
             code: wire::NOT_PERMITTED,
-            message: caller.refusal(door, &name),
+            message: caller.refusal(door, &name, &shared.instance_id),
             data: Some(json!({"role": caller.role.as_str()})),
         })
     }

@@ -501,8 +501,69 @@ fn a_real_sshd_carries_send_list_bridge_and_a_forced_command_key() {
     assert_eq!(items.len(), 1, "{out:?}");
     assert_eq!(items[0]["instance_id"], json!(far.id), "{out:?}");
 
+    // The key is a sender to far and nothing else: what reaches far's
+    // socket through it is refused but for hello, sends and status.
+    let hello = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                       "params": {"protocol_version": 1, "client": {"name": "t", "version": "0"}}});
+    let mut input = format!("{hello}\n");
+    for (id, method, params) in [
+        (
+            2,
+            "relay/send",
+            json!({"target": "other", "body": "as far"}),
+        ),
+        (3, "inbox/claim", json!({})),
+        (4, "control/pause", json!({})),
+        (
+            5,
+            "message/send",
+            json!({"message_id": "f3", "target_instance_id": far.id,
+                                  "body": "hi", "sender": {"instance_id": far.id}}),
+        ),
+    ] {
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        input.push_str(&format!("{line}\n"));
+    }
+    let answers = session(&forced_via, "", input.as_bytes());
+    let by_id = |id: u64| {
+        answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for id in [2, 3, 4] {
+        let m = by_id(id)["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(
+            m.contains("this key is limited to sending to"),
+            "{answers:?}"
+        );
+    }
+    assert_eq!(by_id(5)["result"]["status"], "accepted", "{answers:?}");
+    // From the remote end, never from far, whatever it claimed.
+    let list = far.client().call(9, "inbox/list", json!({}));
+    let queued = list["result"]["queued"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let f3 = queued
+        .iter()
+        .find(|t| t["message_id"] == "f3")
+        .cloned()
+        .unwrap_or_default();
+    assert!(f3["sender"]["instance_id"].is_null(), "{list}");
+    let remote = f3["sender"]["remote"].as_str().unwrap_or("");
+    assert!(remote.starts_with("127.0.0.1 "), "{list}");
+    assert_eq!(
+        far.client().call(9, "control/status", json!({}))["result"]["state"],
+        "ready"
+    );
+
     let (mut cf, mut co) = (far.client(), other.client());
-    assert_eq!((far.queued(&mut cf), other.queued(&mut co)), (3, 0));
+    assert_eq!((far.queued(&mut cf), other.queued(&mut co)), (4, 0));
 }
 
 /// Repeated `--via` calls to one host share one ssh connection (a master
