@@ -462,3 +462,77 @@ fn the_protocol_page_names_every_method() {
         assert!(page.contains(m), "baton-protocol.7 does not name {m}");
     }
 }
+
+/// The rows of docs/protocol.md's "Who may call what": door to the roles
+/// marked allowed, in the table's column order.
+fn access_rows(page: &str) -> (Vec<String>, Vec<(String, Vec<String>)>) {
+    let section = page
+        .split("\n### Who may call what\n")
+        .nth(1)
+        .expect("docs/protocol.md has a \"Who may call what\" section");
+    let section = section.split("\n#").next().unwrap();
+    let cells = |l: &str| -> Vec<String> {
+        l.trim()
+            .trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().trim_matches('`').to_string())
+            .collect()
+    };
+    let mut lines = section
+        .lines()
+        .filter(|l| l.trim_start().starts_with('|'))
+        .skip_while(|l| cells(l)[0] != "door")
+        .take_while(|l| !l.trim().is_empty());
+    let header = cells(lines.next().expect("a header row starting with door"));
+    let roles = header[1..].to_vec();
+    let rows = lines
+        .skip(1)
+        .map(|l| {
+            let c = cells(l);
+            let allowed = roles
+                .iter()
+                .zip(&c[1..])
+                .filter(|(_, mark)| mark.as_str() == "yes")
+                .map(|(r, _)| r.clone())
+                .collect();
+            (c[0].clone(), allowed)
+        })
+        .collect();
+    (roles, rows)
+}
+
+/// docs/protocol.md's access table is the code's (`access::Door::roles`),
+/// row for row, and every method the page describes has a row.
+#[test]
+fn the_access_table_in_the_protocol_page_is_the_codes() {
+    use baton::access::{Door, Role};
+    let page = fs::read_to_string(format!("{ROOT}/docs/protocol.md")).unwrap();
+    let (roles, rows) = access_rows(&page);
+    let want: Vec<&str> = Role::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(roles, want, "the table's columns");
+    let doors = Door::all();
+    let names: Vec<&str> = doors.iter().map(|d| d.name()).collect();
+    let documented: Vec<&str> = rows.iter().map(|(d, _)| d.as_str()).collect();
+    assert_eq!(documented, names, "the table's rows");
+    for ((_, allowed), door) in rows.iter().zip(&doors) {
+        let code: Vec<&str> = door.roles().iter().map(|r| r.as_str()).collect();
+        let mut code_in_order: Vec<&str> =
+            want.iter().copied().filter(|r| code.contains(r)).collect();
+        code_in_order.dedup();
+        assert_eq!(allowed, &code_in_order, "the row of {}", door.name());
+    }
+    // Every method section of §3 (a heading naming one or two methods).
+    let methods = page.split("\n## 3. Methods").nth(1).unwrap();
+    let methods = methods.split("\n## 4.").next().unwrap();
+    for heading in methods.lines().filter(|l| l.starts_with("### `")) {
+        for name in heading.split('`').skip(1).step_by(2) {
+            if heading.contains("(server to client)") {
+                continue;
+            }
+            assert!(
+                documented.contains(&name),
+                "{name} (docs/protocol.md §3) has no row in \"Who may call what\""
+            );
+        }
+    }
+}
