@@ -143,9 +143,12 @@ struct Adapter {
     sent: Vec<tasks::Sent>,
     /// The tasks pushed on the channel this session (`notify`).
     pushed: notify::Pushed,
+    /// The host's name, as its `initialize` gave it (`clientInfo.name`).
+    host: Option<String>,
     /// The host's permission requests handed to the instance and not yet
-    /// decided (`permission`).
-    relayed: Vec<String>,
+    /// decided, by the id the instance gave each, with the host's id
+    /// (`permission`).
+    relayed: Vec<(String, String)>,
     /// The instance's spool directory and name, once asked.
     facts: Option<(std::path::PathBuf, String)>,
     /// The instance's end, if it came while a tool call waited.
@@ -198,6 +201,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         open: Vec::new(),
         sent: Vec::new(),
         pushed,
+        host: None,
         relayed: Vec::new(),
         facts: None,
         done: instance.done.clone(),
@@ -392,6 +396,9 @@ impl Adapter {
                     .find(|v| **v == asked)
                     .unwrap_or(&PROTOCOL_VERSIONS[0]);
                 self.initialized = true;
+                let info = params.get("clientInfo");
+                let name = info.and_then(|c| c.get("name")).and_then(Value::as_str);
+                self.host = name.map(str::to_string);
                 Ok(json!({
                     "protocolVersion": version,
                     "capabilities": {

@@ -4,7 +4,9 @@
 //! (`send --wait`, a reply to a sender instance), and the transcript
 //! names who decided.
 
-use crate::util::{Env, Served, event_is, me_as_instance, transcript, wait_event, wait_until};
+use crate::util::{
+    Env, Served, approval_of, event_is, me_as_instance, transcript, wait_event, wait_until,
+};
 use serde_json::{Value, json};
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -260,24 +262,17 @@ fn approval_respond_names_the_client_and_its_pid() {
     let mut c = inst.client();
     let r = call(&mut c, "message/send", inst.msg("r-1", "x"));
     assert_eq!(r["status"], "accepted", "{r}");
-    wait_event(&inst.spool(), "approval.requested r-1", WAIT, |e| {
-        event_is(e, "approval.requested", "r-1")
-    });
-    let bad = call(
-        &mut c,
-        "approval/respond",
-        json!({"message_id": "r-1", "decision": "deny", "by": "view\u{1b}[2J"}),
-    );
+    let mut answer = approval_of(&inst.spool(), "r-1");
+    answer["decision"] = json!("deny");
+    answer["by"] = json!("view\u{1b}[2J");
+    let bad = call(&mut c, "approval/respond", answer.clone());
     assert_eq!(bad["status"], "invalid", "{bad}");
     assert!(
         bad["reason"].as_str().unwrap().starts_with("by must be"),
         "{bad}"
     );
-    let ok = call(
-        &mut c,
-        "approval/respond",
-        json!({"message_id": "r-1", "decision": "deny", "by": "view"}),
-    );
+    answer["by"] = json!("view");
+    let ok = call(&mut c, "approval/respond", answer);
     assert_eq!(ok["status"], "denied", "{ok}");
     let denied = transcript(&inst.spool())
         .into_iter()

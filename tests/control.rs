@@ -6,8 +6,8 @@
 //! and transcript rotation.
 
 use crate::util::{
-    Env, RawClient, event_is, lines_of, manifests, me_as_instance, transcript, transcript_until,
-    wait_until,
+    Env, RawClient, approval_of, event_is, lines_of, manifests, me_as_instance, transcript,
+    transcript_until, wait_until,
 };
 use serde_json::{Value, json};
 use std::fs::{self, File, OpenOptions};
@@ -70,12 +70,12 @@ fn queued_ids(c: &mut RawClient) -> Vec<String> {
         .collect()
 }
 
-fn respond(c: &mut RawClient, id: &str, decision: &str) -> Value {
-    call(
-        c,
-        "approval/respond",
-        json!({"message_id": id, "decision": decision}),
-    )
+/// `approval/respond` on the approval task `id` waits for, by the id and
+/// digest its `approval.requested` event gave.
+fn respond(c: &mut RawClient, spool: &Path, id: &str, decision: &str) -> Value {
+    let mut answer = approval_of(spool, id);
+    answer["decision"] = json!(decision);
+    call(c, "approval/respond", answer)
 }
 
 /// A file's text, or "" when it does not exist.
@@ -222,22 +222,25 @@ fn ask_waits_without_blocking_acceptance_and_approve_or_deny_decide() {
     assert_eq!(awaiting(&mut c), ["ask-1"]);
 
     // Deciding about nothing, or with a bad decision, changes nothing.
+    let nothing =
+        json!({"approval_id": "ask-999", "digest": "0".repeat(64), "decision": "approve"});
     assert_eq!(
-        respond(&mut c, "nope-1", "approve"),
-        json!({"status": "invalid", "message_id": "nope-1",
-               "reason": "no task nope-1 is waiting for approval"})
+        call(&mut c, "approval/respond", nothing),
+        json!({"status": "invalid", "approval_id": "ask-999",
+               "reason": "no approval ask-999 is waiting"})
     );
+    let first = approval_of(&spool, "ask-1");
     assert_eq!(
-        respond(&mut c, "ask-1", "maybe"),
-        json!({"status": "invalid", "message_id": "ask-1",
+        respond(&mut c, &spool, "ask-1", "maybe"),
+        json!({"status": "invalid", "approval_id": first["approval_id"],
                "reason": "decision is not approve or deny"})
     );
     assert_eq!(awaiting(&mut c), ["ask-1"]);
 
     // Approve: it runs; then the second one waits in turn.
     assert_eq!(
-        respond(&mut c, "ask-1", "approve"),
-        json!({"status": "approved", "message_id": "ask-1"})
+        respond(&mut c, &spool, "ask-1", "approve"),
+        json!({"status": "approved", "approval_id": first["approval_id"], "message_id": "ask-1"})
     );
     wait_until("ask-1 to run", WAIT, || text_of(&ran) == "ask-1\n");
     assert_eq!(wait_receipt(&spool, "ask-1")["outcome"], "done");
@@ -257,9 +260,10 @@ fn ask_waits_without_blocking_acceptance_and_approve_or_deny_decide() {
     assert_eq!(resolved[0]["by"], "approval/respond");
 
     // Deny: the handler never runs and the task ends as denied.
+    let second = approval_of(&spool, "ask-2");
     assert_eq!(
-        respond(&mut c, "ask-2", "deny"),
-        json!({"status": "denied", "message_id": "ask-2"})
+        respond(&mut c, &spool, "ask-2", "deny"),
+        json!({"status": "denied", "approval_id": second["approval_id"], "message_id": "ask-2"})
     );
     let receipt = wait_receipt(&spool, "ask-2");
     assert_eq!(receipt["outcome"], "denied", "{receipt}");
@@ -268,8 +272,11 @@ fn ask_waits_without_blocking_acceptance_and_approve_or_deny_decide() {
     assert!(queued_ids(&mut c).is_empty());
     // Decided once; a second answer and a retried send change nothing.
     assert_eq!(
-        respond(&mut c, "ask-2", "approve")["reason"],
-        "no task ask-2 is waiting for approval"
+        respond(&mut c, &spool, "ask-2", "approve")["reason"],
+        format!(
+            "no approval {} is waiting",
+            second["approval_id"].as_str().unwrap()
+        )
     );
     let upto = upto_duplicate(&mut c, &spool, inst.msg("ask-2", "second"));
     let denied = of(&upto, "task.denied", "ask-2");
@@ -400,7 +407,11 @@ fn a_pull_agent_under_ask_claims_only_after_approval() {
     assert_eq!(awaiting(&mut c), ["pull-1"]);
     assert_eq!(call(&mut c, "ping", json!({}))["state"], "ready");
 
-    assert_eq!(respond(&mut c, "pull-1", "approve")["status"], "approved");
+    let spool = inst.spool();
+    assert_eq!(
+        respond(&mut c, &spool, "pull-1", "approve")["status"],
+        "approved"
+    );
     let claimed = call(&mut c, "inbox/claim", json!({}));
     assert_eq!(claimed["status"], "claimed", "{claimed}");
     assert_eq!(claimed["task"]["message_id"], "pull-1", "{claimed}");
@@ -437,8 +448,10 @@ fn request_id(m: &Value, id: &str) -> String {
     rid.to_string()
 }
 
-fn decide_by_reply(ctl: &mut RawClient, rid: &str, decision: &str) {
-    let reply = json!({"jsonrpc": "2.0", "id": rid, "result": {"decision": decision}});
+/// A reply to the request `rid`, with the digest of what `req` showed.
+fn decide_by_reply(ctl: &mut RawClient, rid: &str, req: &Value, decision: &str) {
+    let reply = json!({"jsonrpc": "2.0", "id": rid,
+                       "result": {"decision": decision, "digest": req["params"]["digest"]}});
     ctl.send_line(reply.to_string().as_bytes());
 }
 
@@ -481,7 +494,8 @@ fn controllers_get_approval_requests_and_answer_them_by_id() {
     let seen = read_until(&mut ctl, "approval/request", |m| {
         m["method"] == "approval/request"
     });
-    let rid = request_id(seen.last().unwrap(), "ctl-1");
+    let req = seen.last().unwrap().clone();
+    let rid = request_id(&req, "ctl-1");
     assert!(
         seen.iter()
             .any(|m| is_event(m, "approval.requested", "ctl-1")),
@@ -498,7 +512,7 @@ fn controllers_get_approval_requests_and_answer_them_by_id() {
     // controller's connection hands the reply to the loop before it reads
     // the ping, so the loop has dealt with the reply before it answers the
     // next call from anyone.
-    decide_by_reply(&mut ctl, "approval-999", "approve");
+    decide_by_reply(&mut ctl, "approval-999", &req, "approve");
     assert_eq!(ctl.call(8, "ping", json!({}))["result"]["status"], "pong");
     assert_eq!(awaiting(&mut c), ["ctl-1"]);
     let st = call(&mut c, "control/status", json!({}));
@@ -506,7 +520,7 @@ fn controllers_get_approval_requests_and_answer_them_by_id() {
     assert!(events(&spool, "approval.resolved", "ctl-1").is_empty());
     assert!(!ran.exists());
 
-    decide_by_reply(&mut ctl, &rid, "approve");
+    decide_by_reply(&mut ctl, &rid, &req, "approve");
     let seen = read_until(&mut ctl, "turn.finished of ctl-1", |m| {
         is_event(m, "turn.finished", "ctl-1")
     });
@@ -536,7 +550,7 @@ fn controllers_get_approval_requests_and_answer_them_by_id() {
     assert_eq!(sub["controller"], true, "{sub}");
     let first = late.read_json();
     let rid = request_id(&first, "ctl-2");
-    decide_by_reply(&mut late, &rid, "deny");
+    decide_by_reply(&mut late, &rid, &first, "deny");
     assert_eq!(wait_receipt(&spool, "ctl-2")["outcome"], "denied");
     let seen = read_until(&mut plain, "task.denied of ctl-2", |m| {
         is_event(m, "task.denied", "ctl-2")
@@ -576,11 +590,12 @@ fn a_late_controller_does_not_make_others_ask_again() {
     // A second controller is asked about what waits...
     let mut two = inst.client();
     call(&mut two, "events/subscribe", json!({"controller": true}));
-    let rid2 = request_id(&two.read_json(), "dup-1");
+    let req2 = two.read_json();
+    let rid2 = request_id(&req2, "dup-1");
     assert_ne!(rid, rid2);
     // ...and the first is not asked a second time: the next thing it
     // hears is the decision the second one made.
-    decide_by_reply(&mut two, &rid2, "approve");
+    decide_by_reply(&mut two, &rid2, &req2, "approve");
     let seen = read_until(&mut one, "approval.resolved of dup-1", |m| {
         is_event(m, "approval.resolved", "dup-1")
     });

@@ -6,7 +6,7 @@
 //! leaves out: tasks waiting for an approval, a paused instance; an exec
 //! or `--approve deny` instance is refused.
 
-use crate::util::{Env, Proc, RawClient, Served, wait_until};
+use crate::util::{Env, Proc, RawClient, Served, approval_of, wait_until};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::Path;
@@ -207,11 +207,9 @@ fn an_approval_wakes_the_wait() {
     let inst = env.serve(&ws, &["--approve", "ask"]);
     send(&inst, "asked", "may I");
     let mut w = start_wait(&env, &inst, &ws, &[]);
-    let r = call(
-        &mut inst.client(),
-        "approval/respond",
-        json!({"message_id": "asked", "decision": "approve"}),
-    );
+    let mut answer = approval_of(&inst.spool(), "asked");
+    answer["decision"] = json!("approve");
+    let r = call(&mut inst.client(), "approval/respond", answer);
     assert_eq!(r["status"], "approved", "{r}");
     assert_eq!(w.wait_exit(T), Some(0), "{}", w.stderr());
     assert!(w.stdout().contains("next: asked from"), "{}", w.stdout());

@@ -33,7 +33,7 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(150);
 /// The protocol revisions `baton mcp` speaks, newest first.
 const SPOKEN: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-const NEWEST: &str = SPOKEN[0];
+pub(crate) const NEWEST: &str = SPOKEN[0];
 const TOOLS: [&str; 5] = [
     "list_agents",
     "send_agent_message",
@@ -112,21 +112,22 @@ fn manifests_of(registry: &Path, pid: u32) -> Vec<PathBuf> {
         .collect()
 }
 
-/// A `baton mcp` process spoken to over its pipes.
-struct Mcp {
+/// A `baton mcp` process spoken to over its pipes (the host's side of a
+/// session; `tests/security` drives one too).
+pub(crate) struct Mcp {
     child: Child,
     stdin: Option<ChildStdin>,
     /// Lines of stdout, from a reader thread; disconnected at EOF.
     lines: mpsc::Receiver<String>,
     /// Notifications that arrived while an answer was awaited.
-    notes: Vec<Value>,
+    pub(crate) notes: Vec<Value>,
     stderr_path: PathBuf,
     next_id: u64,
 }
 
 impl Mcp {
     /// Starts `baton mcp <args>` in `workspace`, in the test's world.
-    fn start(env: &Env, workspace: &Path, args: &[&str]) -> Mcp {
+    pub(crate) fn start(env: &Env, workspace: &Path, args: &[&str]) -> Mcp {
         Mcp::start_with(env, workspace, &[], args)
     }
 
@@ -167,16 +168,16 @@ impl Mcp {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
     /// Writes one line to the server's stdin.
-    fn send_line(&mut self, line: &str) {
+    pub(crate) fn send_line(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin is open");
         stdin
             .write_all(format!("{line}\n").as_bytes())
@@ -230,7 +231,7 @@ impl Mcp {
     }
 
     /// A request; the whole response object.
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = json!(self.next_id);
         let req = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -239,7 +240,7 @@ impl Mcp {
 
     /// `initialize` asking for `version`, then `notifications/initialized`;
     /// the result.
-    fn initialize(&mut self, version: &str) -> Value {
+    pub(crate) fn initialize(&mut self, version: &str) -> Value {
         let r = self.request(
             "initialize",
             json!({
@@ -264,7 +265,7 @@ impl Mcp {
 
     /// The first notification with `method` whose params satisfy `pred`,
     /// waiting for it if it has not come yet.
-    fn wait_note(&mut self, method: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) fn wait_note(&mut self, method: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + READ_TIMEOUT;
         loop {
             if let Some(i) = self
@@ -290,7 +291,7 @@ impl Mcp {
     }
 
     /// The instance's manifest, once it is published.
-    fn manifest(&self, env: &Env) -> (PathBuf, Value) {
+    pub(crate) fn manifest(&self, env: &Env) -> (PathBuf, Value) {
         let mut found = None;
         wait_until("the manifest of baton mcp", READ_TIMEOUT, || {
             found = manifests_of(&env.registry, self.pid()).into_iter().next();
@@ -337,7 +338,7 @@ impl Mcp {
 
     /// Closes stdin, as a host does at the end of a session; the server
     /// must exit 0 within the bound, with stdout clean to its end.
-    fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         self.stdin = None;
         let status = self.wait_exit();
         assert_eq!(status.code(), Some(0), "stderr:\n{}", self.stderr());

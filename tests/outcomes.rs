@@ -209,11 +209,9 @@ fn task_status_tells_awaiting_approval_and_denied() {
         is(e, "approval.requested", "ask-me")
     });
     assert_eq!(status(&mut c, "ask-me")["status"], "awaiting_approval");
-    let r = c.call(
-        9,
-        "approval/respond",
-        json!({"message_id": "ask-me", "decision": "deny"}),
-    );
+    let mut answer = util::approval_of(&spool, "ask-me");
+    answer["decision"] = json!("deny");
+    let r = c.call(9, "approval/respond", answer);
     assert_eq!(r["result"]["status"], "denied", "{r}");
     let ended = wait_ended(&spool, "ask-me");
     assert_eq!(ended["outcome"], "denied");

@@ -830,17 +830,19 @@ fn approval_replies_count_only_on_a_connection_that_completed_initialize() {
         send(&mut c, inst.msg("ask-1", "may I"))["status"],
         "accepted"
     );
-    let rid = loop {
+    let req = loop {
         let m = ctl.read_json();
         if m["method"] == "approval/request" {
-            break m["id"].as_str().expect("a string id").to_string();
+            break m;
         }
     };
+    let rid = req["id"].as_str().expect("a string id");
     let awaiting = |c: &mut RawClient| {
         let l = c.call(2, "inbox/list", json!({}));
         l["result"]["awaiting_approval"].clone()
     };
-    let reply = json!({"jsonrpc": "2.0", "id": rid, "result": {"decision": "approve"}});
+    let reply = json!({"jsonrpc": "2.0", "id": rid,
+                       "result": {"decision": "approve", "digest": req["params"]["digest"]}});
 
     // Never initialized: dropped, no answer. The next line's answer shows
     // the reply was read before the decision is looked at.

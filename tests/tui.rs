@@ -277,7 +277,10 @@ fn an_80x24_screen_has_header_transcript_status_and_input_rows() {
     assert_eq!(term.last.cursor, (15, 23));
 
     // A task waiting for approval takes the status row.
-    view.apply_event(&json!({"kind": "approval.requested", "message_id": "m-9", "from": "beta"}));
+    view.apply_event(
+        &json!({"kind": "approval.requested", "message_id": "m-9", "from": "beta",
+                             "approval_id": "ask-1"}),
+    );
     let term = draw(&view, 80, 24);
     let screen = term.screen();
     assert_eq!(screen.len(), 24);
@@ -293,13 +296,16 @@ fn an_80x24_screen_has_header_transcript_status_and_input_rows() {
         ("m-9", "beta")
     );
     // The oldest waiting task is asked about first; answering it moves on.
-    view.apply_event(&json!({"kind": "approval.requested", "message_id": "m-10", "from": "gamma"}));
+    view.apply_event(
+        &json!({"kind": "approval.requested", "message_id": "m-10", "from": "gamma",
+                             "approval_id": "ask-2"}),
+    );
     assert_eq!(
         draw(&view, 80, 24).screen()[22],
         "approve task m-9 from beta? [y/n]"
     );
     view.apply_event(&json!({"kind": "approval.resolved", "message_id": "m-9",
-                             "decision": "approve", "by": "operator"}));
+                             "approval_id": "ask-1", "decision": "approve", "by": "operator"}));
     assert_eq!(
         draw(&view, 80, 24).screen()[22],
         "approve task m-10 from gamma? [y/n]"

@@ -8,7 +8,7 @@
 use crate::tui::{Tmux, flat, manifest};
 use crate::util::{Env, have};
 use baton::tui::term::{Memory, Style, Terminal, colour_wanted, style_codes, unusable_term};
-use baton::tui::view::{Role, View, excerpt};
+use baton::tui::view::{Role, View, approval_prompt, excerpt};
 use baton::tui::work;
 use serde_json::{Value, json};
 use std::ffi::OsStr;
@@ -338,6 +338,41 @@ fn an_approval_shows_sender_workspace_mode_and_the_body() {
     assert_eq!(excerpt("a\nb"), "a\nb");
     let long = "x".repeat(250);
     assert_eq!(excerpt(&long), format!("{}…", "x".repeat(200)));
+}
+
+/// A tool call an MCP host relayed waits, with who asked, until the
+/// decision on its approval comes; a new run asks about what waits anew.
+#[test]
+fn a_tool_call_waits_in_the_view_until_its_approval_is_decided() {
+    let mut v = View::default();
+    let asked = json!({"kind": "permission.requested", "request_id": "tbxkq",
+        "tool_name": "Bash", "description": "List", "input_preview": "{}", "pid": 7,
+        "host": "claude", "host_pid": 6, "approval_id": "ask-1", "digest": "d1"});
+    v.apply_event(&asked);
+    v.apply_event(&asked);
+    assert_eq!(v.waiting.len(), 1);
+    let w = &v.waiting[0];
+    assert_eq!(w.tool.as_deref(), Some("Bash"));
+    assert_eq!((w.approval_id.as_str(), w.digest.as_str()), ("ask-1", "d1"));
+    assert_eq!(
+        approval_prompt(w),
+        "allow tool call tbxkq (Bash) asked by claude (pid 6) through baton mcp (pid 7)? [y/n]"
+    );
+    // A decision on another approval of the same request id is not this
+    // one's.
+    v.apply_event(
+        &json!({"kind": "permission.resolved", "request_id": "tbxkq",
+        "approval_id": "ask-9", "decision": "approve", "by": "watch"}),
+    );
+    assert_eq!(v.waiting.len(), 1);
+    v.apply_event(
+        &json!({"kind": "permission.resolved", "request_id": "tbxkq",
+        "approval_id": "ask-1", "decision": "deny", "by": "watch"}),
+    );
+    assert!(v.waiting.is_empty());
+    v.apply_event(&asked);
+    v.apply_event(&json!({"kind": "instance.started", "name": "n", "workspace": "/w"}));
+    assert!(v.waiting.is_empty());
 }
 
 #[test]

@@ -60,20 +60,46 @@ pub fn parse_answer(line: &str) -> Result<Option<Answer>, String> {
 }
 
 /// A request waiting for the operator: the request's id (echoed in the
-/// reply) and the task's id, or the tool call's (`tool`: a request an MCP
-/// host relayed, `permission/ask`).
+/// reply), the task's id or the tool call's (`tool`: a request an MCP
+/// host relayed, `permission/ask`), the approval's id, and the digest of
+/// what was shown, which the reply carries back.
 pub struct Waiting {
     pub rid: Value,
     pub message_id: String,
     pub tool: bool,
+    pub approval_id: String,
+    pub digest: Value,
 }
 
-/// A decision to send: which request, for which task.
+impl Waiting {
+    /// The `approval/request` `msg`, as it waits.
+    pub fn of(msg: &Value) -> Waiting {
+        let params = &msg["params"];
+        let tool = params.get("message_id").is_none();
+        let id = if tool {
+            &params["request_id"]
+        } else {
+            &params["message_id"]
+        };
+        let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+        Waiting {
+            rid: msg["id"].clone(),
+            message_id: text(id),
+            tool,
+            approval_id: text(&params["approval_id"]),
+            digest: params["digest"].clone(),
+        }
+    }
+}
+
+/// A decision to send: which request, for which task, and the digest of
+/// what the operator saw.
 #[derive(Debug)]
 pub struct Decided {
     pub rid: Value,
     pub message_id: String,
     pub decision: Decision,
+    pub digest: Value,
 }
 
 /// The requests that wait and the answers that came first.
@@ -98,6 +124,7 @@ impl Approvals {
                 rid: w.rid,
                 message_id: w.message_id,
                 decision: a.decision,
+                digest: w.digest,
             }),
             None => {
                 self.waiting.push_back(w);
@@ -135,6 +162,7 @@ impl Approvals {
                 rid: w.rid,
                 message_id: w.message_id,
                 decision: a.decision,
+                digest: w.digest,
             })),
             None => {
                 self.early.push_back(a);
@@ -143,10 +171,10 @@ impl Approvals {
         }
     }
 
-    /// A task was decided elsewhere (another controller, the view): its
-    /// request no longer waits here.
-    pub fn resolved(&mut self, message_id: &str) {
-        self.waiting.retain(|w| w.message_id != message_id);
+    /// An approval was decided elsewhere (another controller, the view):
+    /// its request no longer waits here.
+    pub fn resolved(&mut self, approval_id: &str) {
+        self.waiting.retain(|w| w.approval_id != approval_id);
     }
 
     /// The oldest request still waiting, for the prompt: its id, and
@@ -159,7 +187,7 @@ impl Approvals {
 }
 
 /// What the operator reads before allowing a tool call an MCP host
-/// relayed: the tool, what it does, its input (all escaped).
+/// relayed: the tool, who asked, what it does, its input (all escaped).
 fn describe_tool(params: &Value) -> String {
     let s = |k: &str| {
         params
@@ -173,9 +201,8 @@ fn describe_tool(params: &Value) -> String {
         s("request_id"),
         s("tool_name")
     );
-    if let Some(pid) = params.get("pid").and_then(Value::as_u64) {
-        out.push_str(&format!("  asked: by baton mcp, pid {pid}\n"));
-    }
+    let who = crate::instance::who_asked(params);
+    out.push_str(&format!("  asked: by {}\n", escape(&who)));
     for (label, k) in [("what", "description"), ("input", "input_preview")] {
         for l in params.get(k).and_then(Value::as_str).unwrap_or("").lines() {
             out.push_str(&format!("  {label}: {}\n", escape(l)));
@@ -239,6 +266,8 @@ mod tests {
             rid: json!(rid),
             message_id: id.into(),
             tool: false,
+            approval_id: format!("ask-{id}"),
+            digest: json!(format!("digest of {id}")),
         }
     }
 
@@ -287,13 +316,14 @@ mod tests {
         );
         let d = a.answer(ans("n abc-2")).unwrap().unwrap();
         assert_eq!((d.rid, d.decision), (json!("r2"), Decision::Deny));
+        assert_eq!(d.digest, json!("digest of abc-2"));
         // An id not waiting yet is kept for its request.
         assert!(a.answer(ans("y zz")).unwrap().is_none());
         assert!(a.request(w("r3", "other")).is_none());
         let d = a.request(w("r4", "zz-9")).unwrap();
         assert_eq!(d.decision, Decision::Approve);
-        a.resolved("abc-1");
-        a.resolved("other");
+        a.resolved("ask-abc-1");
+        a.resolved("ask-other");
         assert_eq!(a.next_waiting(), None);
     }
 
@@ -313,11 +343,13 @@ mod tests {
     #[test]
     fn a_tool_call_shows_the_tool_and_its_input_escaped() {
         let p = json!({"request_id": "tbxkq", "tool_name": "Bash", "pid": 9,
+                       "host": "claude\x07", "host_pid": 8,
                        "description": "List files", "input_preview": "{\"command\":\"ls\x1b\"}"});
         let d = describe(&p);
         assert_eq!(
             d,
-            "tool call tbxkq waits for permission\n  tool:  Bash\n  asked: by baton mcp, pid 9\n  \
+            "tool call tbxkq waits for permission\n  tool:  Bash\n  \
+             asked: by claude\\u{7} (pid 8) through baton mcp (pid 9)\n  \
              what: List files\n  input: {\"command\":\"ls\\e\"}\n"
         );
     }

@@ -275,24 +275,14 @@ fn follow(
                         if shown(ev, replay) {
                             print(args, clock, ev);
                         }
-                        if approve && ev["kind"] == "approval.resolved" {
-                            approvals.resolved(ev["message_id"].as_str().unwrap_or(""));
-                        }
-                        if approve && ev["kind"] == "permission.resolved" {
-                            approvals.resolved(ev["request_id"].as_str().unwrap_or(""));
+                        let kind = ev["kind"].as_str().unwrap_or("");
+                        if approve && matches!(kind, "approval.resolved" | "permission.resolved") {
+                            approvals.resolved(ev["approval_id"].as_str().unwrap_or(""));
                         }
                     }
                     Some("approval/request") if approve => {
-                        let params = &msg["params"];
-                        eprint!("{}", approve::describe(params));
-                        let tool = params.get("message_id").is_none();
-                        let id = if tool { &params["request_id"] } else { &params["message_id"] };
-                        let w = Waiting {
-                            rid: msg["id"].clone(),
-                            message_id: id.as_str().unwrap_or("").to_string(),
-                            tool,
-                        };
-                        match approvals.request(w) {
+                        eprint!("{}", approve::describe(&msg["params"]));
+                        match approvals.request(Waiting::of(&msg)) {
                             Some(d) => decide(&mut stream, &d, "an answer read before")?,
                             None => prompt(&approvals),
                         }
@@ -347,11 +337,11 @@ fn prompt(approvals: &Approvals) {
     }
 }
 
-/// Sends a decision as the reply to its request, naming this client
-/// `watch` (the instance adds our pid).
+/// Sends a decision as the reply to its request, with the digest of what
+/// was shown, naming this client `watch` (the instance adds our pid).
 fn decide(stream: &mut std::os::unix::net::UnixStream, d: &Decided, how: &str) -> Result<()> {
     let reply = json!({"jsonrpc": "2.0", "id": d.rid,
-                       "result": {"decision": d.decision.as_str(), "by": "watch"}});
+                       "result": {"decision": d.decision.as_str(), "digest": d.digest, "by": "watch"}});
     let mut bytes = serde_json::to_vec(&reply).expect("serializes");
     bytes.push(b'\n');
     if crate::wire::write_all(stream, &bytes).is_err() {

@@ -5,13 +5,20 @@
 //! A request carries what the operator decides on (sender, mode, the
 //! body's first lines and size); a decision names who made it; a sender
 //! that is an instance is told of a denial by a reply.
+//!
+//! Every approval that waits, a task's or a tool call's (`permission.rs`),
+//! is a `Pending`: an id the instance chose and the digest of what it
+//! shows. An answer names both, so it decides only the text its
+//! controller was shown: a request id a host or sender chose can be asked
+//! again with other text, an `ask-<n>` cannot.
 
-use super::{Approve, Foreground, is_local, str_param};
+use super::{Approve, Foreground, is_local, opt_str_param, str_param};
 use crate::relay::Outbound;
 use crate::sanitize::escape;
 use crate::server::RpcError;
 use crate::spool::{self, Claim, Task};
 use crate::turn;
+use crate::wire::INVALID_PARAMS;
 use serde_json::{Map, Value, json};
 
 /// What the approval policy says of a queued task.
@@ -27,6 +34,42 @@ const EXCERPT_LINES: usize = 5;
 const EXCERPT_LINE_CHARS: usize = 200;
 /// The longest kind a client may declare in `by`.
 const MAX_BY: usize = 32;
+
+/// An approval that waits: its id (`ask-<n>`, given once in the
+/// instance's life), the digest of what it shows, and the params of its
+/// `approval/request`s (what it shows, with the id and the digest).
+pub(super) struct Pending {
+    pub(super) id: String,
+    digest: String,
+    pub(super) params: Value,
+}
+
+/// What an approval waits on, found by its id.
+enum Subject {
+    Task(String),
+    /// The index in `permissions`.
+    Tool(usize),
+}
+
+/// The digest of what an approval shows: SHA-256, in hex, of its members
+/// as compact JSON with the keys in order (`serde_json`'s `Map` is
+/// sorted), so that a controller can compute it from the request too.
+fn digest_of(shown: &Value) -> String {
+    crate::digest::sha256_hex(&serde_json::to_vec(shown).expect("serializes"))
+}
+
+/// A required member of an answer, with what an answer needs when it is
+/// missing (a client that answers by `message_id`, as before, learns why).
+fn answer_param(params: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
+    opt_str_param(params, k)?.ok_or_else(|| {
+        RpcError::new(
+            INVALID_PARAMS,
+            format!(
+                "invalid params: {k} is missing: an answer names the approval_id and the digest its approval/request carried"
+            ),
+        )
+    })
+}
 
 /// Who decided on a task: the kind of client, as it declared it (else the
 /// way it answered), and the connection's peer pid from the kernel.
@@ -125,11 +168,12 @@ impl Foreground {
             Approve::Ask if self.approved.contains(id) => Gate::Go,
             Approve::Ask => {
                 if !self.asked.contains_key(id) {
-                    self.asked.insert(id.clone(), Vec::new());
                     let full = self.spool().queued_task(id);
-                    let ctx = context(id, full.as_ref(), Some(task));
-                    self.hub.emit("approval.requested", ctx.clone());
-                    self.send_approval_request(id, None, Some(ctx));
+                    let p = self.pending(context(id, full.as_ref(), Some(task)));
+                    self.hub.emit("approval.requested", p.params.clone());
+                    let (aid, params) = (p.id.clone(), p.params.clone());
+                    self.asked.insert(id.clone(), p);
+                    self.send_request(&aid, params, None);
                 }
                 Gate::Wait
             }
@@ -140,33 +184,54 @@ impl Foreground {
         }
     }
 
-    /// Asks every controller, or only the one subscriber `only`, with the
-    /// task's context (read again from the spool when not given).
-    pub(super) fn send_approval_request(
+    /// A new approval of what `shown` shows: its id and digest are added
+    /// to the params its requests and its event carry.
+    pub(super) fn pending(&mut self, shown: Value) -> Pending {
+        let id = format!("ask-{}", self.next_approval);
+        self.next_approval += 1;
+        let digest = digest_of(&shown);
+        let mut params = shown;
+        params["approval_id"] = json!(id);
+        params["digest"] = json!(digest);
+        Pending { id, digest, params }
+    }
+
+    /// Asks every controller, or only the one subscriber `only`, to decide
+    /// on the approval `approval_id`; how many were asked.
+    pub(super) fn send_request(
         &mut self,
-        message_id: &str,
+        approval_id: &str,
+        params: Value,
         only: Option<u64>,
-        ctx: Option<Value>,
-    ) {
-        let ctx = ctx.unwrap_or_else(|| {
-            let full = self.spool().queued_task(message_id);
-            context(message_id, full.as_ref(), None)
-        });
+    ) -> usize {
         let rid = format!("approval-{}", self.next_request);
         self.next_request += 1;
         // A request, not a notification: it carries an id the reply names.
-        let bytes = crate::wire::request_line(rid.as_str(), "approval/request", ctx);
-        if self.hub.send_to_controllers(&bytes, only) > 0 {
-            self.requests.insert(rid.clone(), message_id.to_string());
-            if let Some(v) = self.asked.get_mut(message_id) {
-                v.push(rid);
-            }
+        let bytes = crate::wire::request_line(rid.as_str(), "approval/request", params);
+        let n = self.hub.send_to_controllers(&bytes, only);
+        if n > 0 {
+            self.requests.insert(rid, approval_id.to_string());
+        }
+        n
+    }
+
+    /// A controller that subscribes late still hears of every approval
+    /// that waits; the others were asked already.
+    pub(super) fn ask_late_controller(&mut self, sub_id: u64) {
+        let waiting: Vec<(String, Value)> = (self.asked.values())
+            .chain(&self.permissions)
+            .map(|p| (p.id.clone(), p.params.clone()))
+            .collect();
+        for (id, params) in waiting {
+            self.send_request(&id, params, Some(sub_id));
         }
     }
 
     /// Claims a queued task and ends it as refused by the approval policy.
     fn deny(&mut self, message_id: &str, by: &Decider) {
-        self.asked.remove(message_id);
+        if let Some(p) = self.asked.remove(message_id) {
+            self.requests.retain(|_, a| *a != p.id);
+        }
         self.approved.remove(message_id);
         let task = match self.spool().claim_id(message_id) {
             Ok(Claim::Task(task)) => match self.spool().finish(message_id, "denied") {
@@ -223,24 +288,61 @@ impl Foreground {
         self.spawn_send(out, Some(task.message_id.clone()), None);
     }
 
-    fn decide(&mut self, message_id: &str, decision: &str, by: &Decider) -> Value {
-        if self.asked.remove(message_id).is_none() {
-            return json!({"status": "invalid", "message_id": message_id,
-                          "reason": format!("no task {} is waiting for approval", escape(message_id))});
+    /// What waits under `approval_id`, and whether `digest` is that of
+    /// what it shows.
+    fn find(&self, approval_id: &str, digest: &str) -> Option<(Subject, bool)> {
+        let task = (self.asked.iter().find(|(_, p)| p.id == approval_id))
+            .map(|(m, p)| (Subject::Task(m.clone()), p.digest == digest));
+        task.or_else(|| {
+            let at = self.permissions.iter().position(|p| p.id == approval_id)?;
+            Some((Subject::Tool(at), self.permissions[at].digest == digest))
+        })
+    }
+
+    /// A decision on the approval `approval_id`, taken only when `digest`
+    /// is that of what it shows: an answer for other text decides nothing.
+    fn decide_approval(
+        &mut self,
+        approval_id: &str,
+        digest: &str,
+        decision: &str,
+        by: &Decider,
+    ) -> Value {
+        let invalid = |reason: String| json!({"status": "invalid", "approval_id": approval_id, "reason": reason});
+        match self.find(approval_id, digest) {
+            None => invalid(format!("no approval {} is waiting", escape(approval_id))),
+            Some((_, false)) => invalid(format!(
+                "digest does not match what approval {approval_id} shows"
+            )),
+            Some((Subject::Task(m), true)) => self.decide(&m, approval_id, decision, by),
+            Some((Subject::Tool(at), true)) => self.decide_permission(at, decision, by),
         }
-        self.requests.retain(|_, m| m != message_id);
+    }
+
+    /// A decision on the task `message_id`, which waits for the approval
+    /// `approval_id`.
+    fn decide(
+        &mut self,
+        message_id: &str,
+        approval_id: &str,
+        decision: &str,
+        by: &Decider,
+    ) -> Value {
+        self.asked.remove(message_id);
+        self.requests.retain(|_, a| a != approval_id);
         self.hub.emit(
             "approval.resolved",
-            json!({"message_id": message_id, "decision": decision, "by": by.kind,
-                   "by_pid": by.pid}),
+            json!({"approval_id": approval_id, "message_id": message_id, "decision": decision,
+                   "by": by.kind, "by_pid": by.pid}),
         );
-        if decision == "approve" {
+        let status = if decision == "approve" {
             self.approved.insert(message_id.to_string());
-            json!({"status": "approved", "message_id": message_id})
+            "approved"
         } else {
             self.deny(message_id, by);
-            json!({"status": "denied", "message_id": message_id})
-        }
+            "denied"
+        };
+        json!({"status": status, "approval_id": approval_id, "message_id": message_id})
     }
 
     /// `approval/respond`, from the connection of peer `pid`.
@@ -249,66 +351,57 @@ impl Foreground {
         params: &Map<String, Value>,
         pid: Option<u32>,
     ) -> std::result::Result<Value, RpcError> {
-        // A tool call (`permission/ask`) is named by its `request_id`.
-        let tool_call = params.contains_key("request_id") && !params.contains_key("message_id");
-        let key = if tool_call {
-            "request_id"
-        } else {
-            "message_id"
-        };
-        let id = str_param(params, key)?;
+        let approval_id = answer_param(params, "approval_id")?;
+        let digest = answer_param(params, "digest")?;
         let decision = str_param(params, "decision")?;
-        let by = super::opt_str_param(params, "by")?;
+        let by = opt_str_param(params, "by")?;
         if !matches!(decision.as_str(), "approve" | "deny") {
-            return Ok(json!({"status": "invalid", key: id,
+            return Ok(json!({"status": "invalid", "approval_id": approval_id,
                              "reason": "decision is not approve or deny"}));
         }
         if by.as_deref().is_some_and(|b| !valid_by(b)) {
-            return Ok(json!({"status": "invalid", key: id,
+            return Ok(json!({"status": "invalid", "approval_id": approval_id,
                              "reason": "by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces"}));
         }
         let by = Decider {
             kind: by.unwrap_or_else(|| "approval/respond".into()),
             pid,
         };
-        Ok(match tool_call {
-            true => self.decide_permission(&id, &decision, &by),
-            false => self.decide(&id, &decision, &by),
-        })
+        Ok(self.decide_approval(&approval_id, &digest, &decision, &by))
     }
 
     /// A controller answered an `approval/request`, on the connection of
-    /// peer `pid`. A `by` that is not a valid kind is ignored: a reply
-    /// gets no answer to say so in.
+    /// peer `pid`. A reply gets no answer: one without a decision is
+    /// dropped, and one that decides nothing (its digest is missing or is
+    /// not that of what waits) is said in a notice. A `by` that is not a
+    /// valid kind is ignored.
     pub(super) fn client_reply(&mut self, reply: &Map<String, Value>, pid: Option<u32>) {
         let Some(rid) = reply.get("id").and_then(Value::as_str) else {
             return;
         };
-        let (subject, tool_call) = match (self.permission_requests.get(rid), self.requests.get(rid))
-        {
-            (Some(r), _) => (r.clone(), true),
-            (None, Some(m)) => (m.clone(), false),
-            (None, None) => return,
+        let Some(approval_id) = self.requests.get(rid).cloned() else {
+            return;
         };
         let result = reply.get("result");
-        let decision = result
-            .and_then(|r| r.get("decision"))
-            .and_then(Value::as_str);
-        let kind = result
-            .and_then(|r| r.get("by"))
-            .and_then(Value::as_str)
+        let field = |k: &str| result.and_then(|r| r.get(k)).and_then(Value::as_str);
+        let Some(decision @ ("approve" | "deny")) = field("decision") else {
+            return;
+        };
+        let kind = field("by")
             .filter(|b| valid_by(b))
             .unwrap_or("approval/request")
             .to_string();
         let by = Decider { kind, pid };
-        match decision {
-            Some(d @ ("approve" | "deny")) if tool_call => {
-                self.decide_permission(&subject, d, &by);
-            }
-            Some(d @ ("approve" | "deny")) => {
-                self.decide(&subject, d, &by);
-            }
-            _ => {}
+        let answer = match field("digest") {
+            Some(digest) => self.decide_approval(&approval_id, digest, decision, &by),
+            None => json!({"status": "invalid", "reason": "digest is missing"}),
+        };
+        if answer["status"] == "invalid" {
+            let why = answer["reason"].as_str().unwrap_or("");
+            self.hub.emit(
+                "notice",
+                json!({"text": format!("a reply to {rid} decided nothing: {why}")}),
+            );
         }
     }
 }
@@ -324,6 +417,15 @@ mod tests {
         assert_eq!(lines, 7);
         assert_eq!(text, format!("{}…\n2\n3\n4\n5", "x".repeat(200)));
         assert_eq!(excerpt("one"), ("one".to_string(), 1));
+    }
+
+    #[test]
+    fn the_digest_is_of_what_is_shown_with_the_keys_in_order() {
+        let shown = json!({"tool_name": "Bash", "request_id": "bbbbb"});
+        let canonical = br#"{"request_id":"bbbbb","tool_name":"Bash"}"#;
+        assert_eq!(digest_of(&shown), crate::digest::sha256_hex(canonical));
+        let other = json!({"tool_name": "Read", "request_id": "bbbbb"});
+        assert_ne!(digest_of(&shown), digest_of(&other));
     }
 
     #[test]

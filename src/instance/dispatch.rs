@@ -179,16 +179,7 @@ impl Foreground {
                 let sub_id = sub.id;
                 let _ = reply.send(sub);
                 if controller {
-                    // A controller that comes late still hears what waits;
-                    // the others were asked already.
-                    let waiting: Vec<String> = self.asked.keys().cloned().collect();
-                    for id in waiting {
-                        self.send_approval_request(&id, Some(sub_id), None);
-                    }
-                    let tools: Vec<(String, Value)> = self.permissions.clone();
-                    for (request_id, ctx) in tools {
-                        self.send_permission_request(&request_id, Some(sub_id), ctx);
-                    }
+                    self.ask_late_controller(sub_id);
                 }
             }
             Event::Unsubscribe { id } => self.hub.unsubscribe(id),

@@ -21,6 +21,8 @@ mod permission;
 mod startup;
 mod turns;
 
+pub use permission::who_asked;
+
 use crate::config::Config;
 use crate::error::Result;
 use crate::events::Hub;
@@ -167,15 +169,17 @@ struct Foreground {
     running: Option<Running>,
     /// Tasks approved and not yet started.
     approved: HashSet<String>,
-    /// Tasks waiting for an approval, and the ids of the requests sent.
-    asked: HashMap<String, Vec<String>>,
+    /// Tasks waiting for an approval, by message id.
+    asked: HashMap<String, approval::Pending>,
+    /// Tool calls an MCP host asks its user to allow (`permission/ask`),
+    /// oldest first.
+    permissions: Vec<approval::Pending>,
+    /// The approval each `approval/request` sent and not answered asks
+    /// about, by the request's id.
     requests: HashMap<String, String>,
     next_request: u64,
-    /// Tool calls an MCP host asks its user to allow (`permission/ask`),
-    /// oldest first, with what a controller is shown; and the ids of the
-    /// `approval/request`s sent for them.
-    permissions: Vec<(String, Value)>,
-    permission_requests: HashMap<String, String>,
+    /// The number in the next approval's id.
+    next_approval: u64,
     next_out: u64,
     clients: usize,
     seen_client: bool,

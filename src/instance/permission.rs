@@ -7,10 +7,13 @@
 //! dialog open meanwhile and takes whichever answer comes first; it never
 //! says when it answered itself, so a request waits until a controller
 //! decides, the instance stops, or `MAX_WAITING` newer ones push it out.
+//! The host's request id is for display only: a request is decided by the
+//! id the instance gave it (`approval.rs`, `Pending`), which `baton mcp`
+//! gets back and matches the decision by, so a host's id asked again, by
+//! anyone, never inherits a decision on other text.
 
 use super::approval::Decider;
 use super::{Foreground, opt_str_param, str_param};
-use crate::sanitize::escape;
 use crate::server::RpcError;
 use serde_json::{Map, Value, json};
 
@@ -18,6 +21,8 @@ use serde_json::{Map, Value, json};
 const MAX_WAITING: usize = 32;
 /// Characters kept of a tool's name, description and input preview.
 const FIELD_CHARS: usize = 2000;
+/// Characters kept of the host's name.
+const HOST_CHARS: usize = 64;
 
 /// A host's request id: 1 to 64 ASCII letters, digits, `-` or `_`
 /// (Claude Code's are five lowercase letters).
@@ -29,10 +34,34 @@ fn valid_request_id(s: &str) -> bool {
 
 /// `s` cut after `FIELD_CHARS` characters (then `…`).
 fn cut(s: &str) -> String {
-    match s.char_indices().nth(FIELD_CHARS) {
+    cut_at(s, FIELD_CHARS)
+}
+
+fn cut_at(s: &str, chars: usize) -> String {
+    match s.char_indices().nth(chars) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_string(),
     }
+}
+
+/// Who asked for a tool call, as a controller shows it (unescaped): the
+/// host's name and pid, and the connection it asked through, from the
+/// params of its `approval/request` or `permission.requested` event.
+pub fn who_asked(params: &Value) -> String {
+    let mut t = match params.get("host").and_then(Value::as_str) {
+        Some(h) if !h.is_empty() => h.to_string(),
+        _ => "an unnamed MCP host".to_string(),
+    };
+    let pid = params.get("pid").and_then(Value::as_u64);
+    match (params.get("host_pid").and_then(Value::as_u64), pid) {
+        (Some(host), Some(pid)) => {
+            t.push_str(&format!(" (pid {host}) through baton mcp (pid {pid})"))
+        }
+        (Some(host), None) => t.push_str(&format!(" (pid {host})")),
+        (None, Some(pid)) => t.push_str(&format!(", through a connection of pid {pid}")),
+        (None, None) => {}
+    }
+    t
 }
 
 impl Foreground {
@@ -46,74 +75,65 @@ impl Foreground {
         let tool_name = str_param(params, "tool_name")?;
         let description = opt_str_param(params, "description")?.unwrap_or_default();
         let input_preview = opt_str_param(params, "input_preview")?.unwrap_or_default();
+        let host = opt_str_param(params, "host")?;
         if !valid_request_id(&request_id) {
             return Ok(json!({"status": "invalid", "request_id": request_id,
                              "reason": "request_id must be 1 to 64 ASCII letters, digits, '-' or '_'"}));
         }
-        if self.permissions.iter().any(|(r, _)| *r == request_id) {
+        if self
+            .permissions
+            .iter()
+            .any(|p| p.params["request_id"] == request_id.as_str())
+        {
             return Ok(json!({"status": "invalid", "request_id": request_id,
                              "reason": format!("permission request {request_id} is already waiting")}));
         }
         if self.permissions.len() >= MAX_WAITING {
-            let (old, _) = self.permissions.remove(0);
-            self.permission_requests.retain(|_, r| *r != old);
-            self.hub.emit(
-                "notice",
-                json!({"text": format!("permission request {old} no longer waits: {MAX_WAITING} newer ones do")}),
+            let old = self.permissions.remove(0);
+            self.requests.retain(|_, a| *a != old.id);
+            let text = format!(
+                "permission request {} ({}) no longer waits: {MAX_WAITING} newer ones do",
+                old.params["request_id"].as_str().unwrap_or(""),
+                old.id
             );
+            self.hub.emit("notice", json!({"text": text}));
         }
-        let ctx = json!({"request_id": request_id, "tool_name": cut(&tool_name),
-                         "description": cut(&description), "input_preview": cut(&input_preview),
-                         "pid": pid});
-        self.hub.emit("permission.requested", ctx.clone());
-        self.permissions.push((request_id.clone(), ctx.clone()));
-        let controllers = self.send_permission_request(&request_id, None, ctx);
-        Ok(json!({"status": "waiting", "request_id": request_id, "controllers": controllers}))
+        // `baton mcp` runs its instance in its own process, so a request
+        // asked on a connection of this process comes from the host that
+        // started this process. Of any other asker the host is unknown.
+        let host_pid = (pid == Some(std::process::id())).then(std::os::unix::process::parent_id);
+        let shown = json!({"request_id": request_id, "tool_name": cut(&tool_name),
+                           "description": cut(&description), "input_preview": cut(&input_preview),
+                           "host": host.map(|h| cut_at(&h, HOST_CHARS)), "host_pid": host_pid,
+                           "pid": pid});
+        let p = self.pending(shown);
+        self.hub.emit("permission.requested", p.params.clone());
+        let (approval_id, params) = (p.id.clone(), p.params.clone());
+        self.permissions.push(p);
+        let controllers = self.send_request(&approval_id, params, None);
+        Ok(
+            json!({"status": "waiting", "approval_id": approval_id, "request_id": request_id,
+                  "controllers": controllers}),
+        )
     }
 
-    /// Asks every controller, or only the subscriber `only`, to decide on
-    /// a tool call; how many were asked.
-    pub(super) fn send_permission_request(
-        &mut self,
-        request_id: &str,
-        only: Option<u64>,
-        ctx: Value,
-    ) -> usize {
-        let rid = format!("approval-{}", self.next_request);
-        self.next_request += 1;
-        let bytes = crate::wire::request_line(rid.as_str(), "approval/request", ctx);
-        let n = self.hub.send_to_controllers(&bytes, only);
-        if n > 0 {
-            self.permission_requests.insert(rid, request_id.to_string());
-        }
-        n
-    }
-
-    /// A decision on the tool call `request_id`: recorded for `baton mcp`
-    /// to pass on, and no longer asked.
-    pub(super) fn decide_permission(
-        &mut self,
-        request_id: &str,
-        decision: &str,
-        by: &Decider,
-    ) -> Value {
-        let Some(at) = self.permissions.iter().position(|(r, _)| r == request_id) else {
-            return json!({"status": "invalid", "request_id": request_id,
-                          "reason": format!("no permission request {} is waiting", escape(request_id))});
-        };
-        self.permissions.remove(at);
-        self.permission_requests.retain(|_, r| r != request_id);
+    /// A decision on the tool call at `at` in `permissions`: recorded for
+    /// `baton mcp` to pass on, and no longer asked.
+    pub(super) fn decide_permission(&mut self, at: usize, decision: &str, by: &Decider) -> Value {
+        let p = self.permissions.remove(at);
+        self.requests.retain(|_, a| *a != p.id);
+        let request_id = &p.params["request_id"];
         self.hub.emit(
             "permission.resolved",
-            json!({"request_id": request_id, "decision": decision, "by": by.kind,
-                   "by_pid": by.pid}),
+            json!({"approval_id": p.id, "request_id": request_id, "decision": decision,
+                   "by": by.kind, "by_pid": by.pid}),
         );
         let status = if decision == "approve" {
             "approved"
         } else {
             "denied"
         };
-        json!({"status": status, "request_id": request_id})
+        json!({"status": status, "approval_id": p.id, "request_id": request_id})
     }
 }
 
@@ -131,5 +151,20 @@ mod tests {
         assert!(!valid_request_id(&"a".repeat(65)));
         assert_eq!(cut(&"é".repeat(2001)), format!("{}…", "é".repeat(2000)));
         assert_eq!(cut("ls"), "ls");
+        assert_eq!(cut_at("abc", 2), "ab…");
+    }
+
+    #[test]
+    fn who_asked_names_the_host_its_pid_and_the_connection() {
+        let asked = |v: Value| who_asked(&v);
+        assert_eq!(
+            asked(json!({"host": "claude", "host_pid": 8, "pid": 9})),
+            "claude (pid 8) through baton mcp (pid 9)"
+        );
+        assert_eq!(
+            asked(json!({"host": null, "host_pid": null, "pid": 9})),
+            "an unnamed MCP host, through a connection of pid 9"
+        );
+        assert_eq!(asked(json!({"host": ""})), "an unnamed MCP host");
     }
 }

@@ -8,6 +8,12 @@
 //! `permission.resolved` event and goes to the host as
 //! `notifications/claude/channel/permission` (`allow` or `deny`). The
 //! host's own dialog stays open; it takes whichever answer comes first.
+//!
+//! A decision is matched by the id the instance gave this session's
+//! request (`approval_id`), never by the host's `request_id`, which anyone
+//! may ask about again with other text. A request the instance stops
+//! waiting on (32 newer ones push it out) is answered nothing: the host's
+//! dialog decides. A host's `request_id` is relayed once while it waits.
 
 use super::{Adapter, write_message};
 use serde_json::{Value, json};
@@ -38,16 +44,30 @@ impl Adapter {
             );
             return;
         };
+        if self.relayed.iter().any(|(_, r)| *r == request_id) {
+            eprintln!(
+                "baton mcp: permission request {} not relayed: it was relayed before and is not answered yet",
+                crate::sanitize::escape(&request_id)
+            );
+            return;
+        }
         let ask = json!({"request_id": request_id, "tool_name": tool_name,
                          "description": field("description").unwrap_or_default(),
-                         "input_preview": field("input_preview").unwrap_or_default()});
+                         "input_preview": field("input_preview").unwrap_or_default(),
+                         "host": self.host});
         match self.call("permission/ask", ask) {
-            Ok(r) if r["status"] == "waiting" => {
-                if self.relayed.len() >= KEPT {
-                    self.relayed.remove(0);
+            Ok(r) if r["status"] == "waiting" => match r["approval_id"].as_str() {
+                Some(approval_id) => {
+                    if self.relayed.len() >= KEPT {
+                        self.relayed.remove(0);
+                    }
+                    self.relayed.push((approval_id.to_string(), request_id));
                 }
-                self.relayed.push(request_id);
-            }
+                None => eprintln!(
+                    "baton mcp: permission request {} relayed, but the instance named no approval_id: its answer cannot reach the host",
+                    crate::sanitize::escape(&request_id)
+                ),
+            },
             Ok(r) => eprintln!(
                 "baton mcp: permission request {} not relayed: {}",
                 crate::sanitize::escape(&request_id),
@@ -58,15 +78,15 @@ impl Adapter {
     }
 
     /// A controller decided on a tool call this session relayed: the host
-    /// is told, once.
+    /// is told, once, under the request id it asked with.
     pub(super) fn permission_resolved(&mut self, ev: &Value) {
-        let Some(id) = ev["request_id"].as_str() else {
+        let Some(approval_id) = ev["approval_id"].as_str() else {
             return;
         };
-        let Some(at) = self.relayed.iter().position(|r| r == id) else {
+        let Some(at) = self.relayed.iter().position(|(a, _)| a == approval_id) else {
             return;
         };
-        self.relayed.remove(at);
+        let (_, request_id) = self.relayed.remove(at);
         let behavior = if ev["decision"] == "approve" {
             "allow"
         } else {
@@ -75,7 +95,7 @@ impl Adapter {
         write_message(&json!({
             "jsonrpc": "2.0",
             "method": VERDICT_METHOD,
-            "params": {"request_id": id, "behavior": behavior},
+            "params": {"request_id": request_id, "behavior": behavior},
         }));
     }
 }

@@ -272,7 +272,7 @@ fn handle_key(
             return submit(line.trim(), view, ctl, work);
         }
         Key::Char(c @ ('y' | 'n')) if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
-            let id = view.waiting[0].id.clone();
+            let id = view.waiting[0].approval_id.clone();
             decide(view, ctl, &id, if c == 'y' { "approve" } else { "deny" });
         }
         Key::Char('\t') => view.editor.insert(' '),
@@ -309,16 +309,27 @@ fn handle_key(
     false
 }
 
+/// Answers the approval that waits for `id` (a task's or a tool call's
+/// id as shown, or the approval's own) by the approval's id and the
+/// digest of what was shown. Once answered, it no longer waits here,
+/// whatever the answer: a refusal means this view cannot answer it.
 fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
-    let tool = view.waiting.iter().any(|w| w.id == id && w.tool.is_some());
-    let subject = if tool { "request_id" } else { "message_id" };
-    match ctl.call(
-        "approval/respond",
-        json!({subject: id, "decision": decision, "by": "view"}),
-    ) {
-        Ok(r) if r["status"] == "approved" || r["status"] == "denied" => {
-            view.waiting.retain(|w| w.id != id);
-        }
+    let Some(w) = (view.waiting.iter())
+        .find(|w| w.approval_id == id)
+        .or_else(|| view.waiting.iter().find(|w| w.id == id))
+        .cloned()
+    else {
+        let why = format!("nothing waits for approval as {}", escape(id));
+        return view.push(Role::Refusal, why);
+    };
+    let answer = json!({"approval_id": w.approval_id, "digest": w.digest,
+                        "decision": decision, "by": "view"});
+    let r = ctl.call("approval/respond", answer);
+    if r.is_ok() {
+        view.waiting.retain(|x| x.approval_id != w.approval_id);
+    }
+    match r {
+        Ok(r) if r["status"] == "approved" || r["status"] == "denied" => {}
         Ok(r) => view.push(
             Role::Refusal,
             format!(
@@ -390,7 +401,7 @@ fn submit(
         "/approve" | "/deny" => {
             let id = if rest.is_empty() {
                 match view.waiting.first() {
-                    Some(w) => w.id.clone(),
+                    Some(w) => w.approval_id.clone(),
                     None => {
                         view.push(Role::System, "no task is waiting for approval");
                         return false;

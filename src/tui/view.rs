@@ -200,6 +200,9 @@ pub struct Waiting {
     /// For a tool call an MCP host relayed (`permission.requested`): the
     /// tool; `id` is then its request id.
     pub tool: Option<String>,
+    /// The approval's id and the digest of what it shows: an answer names both.
+    pub approval_id: String,
+    pub digest: String,
 }
 
 /// A task claimed and not yet completed, as the view learned of it.
@@ -295,28 +298,30 @@ impl View {
             "approval.requested" => {
                 let w = self.waiting_of(ev, &id);
                 self.push(Role::System, approval_text(&w));
-                if !self.waiting.iter().any(|x| x.id == id) {
-                    self.waiting.push(w);
-                }
+                self.wait(w);
             }
             "approval.resolved" => {
-                self.waiting.retain(|w| w.id != id);
+                self.waiting.retain(|w| w.approval_id != s("approval_id"));
                 self.push(
                     Role::System,
                     format!("task {id}: {} ({})", s("decision"), s("by")),
                 );
             }
             "task.denied" => {
-                self.waiting.retain(|w| w.id != id);
+                self.waiting.retain(|w| w.tool.is_some() || w.id != id);
             }
             "permission.requested" | "permission.resolved" => self.tool_call(ev),
             "state.changed" => self.push(Role::System, format!("state: {}", s("state"))),
             "task.expired" => self.push(Role::Refusal, format!("task {id} expired: {}", s("text"))),
             "notice" => self.push(Role::System, s("text")),
-            "instance.started" => self.push(
-                Role::System,
-                format!("{} started in {}", s("name"), s("workspace")),
-            ),
+            "instance.started" => {
+                // What waited ended with the last run; it asks again.
+                self.waiting.clear();
+                self.push(
+                    Role::System,
+                    format!("{} started in {}", s("name"), s("workspace")),
+                );
+            }
             "task.claimed" => {
                 if !self.open.iter().any(|o| o.id == id) {
                     self.open.push(Open {
@@ -341,18 +346,18 @@ impl View {
         if s("kind") == "permission.requested" {
             let w = Waiting {
                 id: s("request_id"),
-                from: format!("baton mcp (pid {})", ev["pid"]),
+                from: crate::instance::who_asked(ev),
                 excerpt: format!("{}\n{}", s("description"), s("input_preview")),
                 tool: Some(s("tool_name")),
+                approval_id: s("approval_id"),
+                digest: s("digest"),
                 ..Waiting::default()
             };
             self.push(Role::System, approval_text(&w));
-            if !self.waiting.iter().any(|x| x.id == w.id) {
-                self.waiting.push(w);
-            }
+            self.wait(w);
         } else {
             let rid = s("request_id");
-            self.waiting.retain(|w| w.id != rid);
+            self.waiting.retain(|w| w.approval_id != s("approval_id"));
             self.push(
                 Role::System,
                 format!("tool call {rid}: {} ({})", s("decision"), s("by")),
@@ -372,6 +377,13 @@ impl View {
         });
         if self.seen.len() > REMEMBERED {
             self.seen.remove(0);
+        }
+    }
+
+    /// An approval waits, once (a controller's late request repeats none).
+    fn wait(&mut self, w: Waiting) {
+        if !self.waiting.iter().any(|x| x.approval_id == w.approval_id) {
+            self.waiting.push(w);
         }
     }
 
@@ -409,6 +421,8 @@ impl View {
             excerpt,
             bytes,
             tool: None,
+            approval_id: field(ev, "approval_id"),
+            digest: field(ev, "digest"),
         }
     }
 
@@ -751,26 +765,6 @@ mod tests {
         e.down();
         e.down();
         assert_eq!(e.text(), "");
-    }
-
-    #[test]
-    fn a_tool_call_waits_in_the_view_until_it_is_decided() {
-        let mut v = View::default();
-        v.apply_event(
-            &serde_json::json!({"kind": "permission.requested", "request_id": "tbxkq",
-            "tool_name": "Bash", "description": "List", "input_preview": "{}", "pid": 7}),
-        );
-        assert_eq!(v.waiting.len(), 1);
-        assert_eq!(v.waiting[0].tool.as_deref(), Some("Bash"));
-        assert_eq!(
-            approval_prompt(&v.waiting[0]),
-            "allow tool call tbxkq (Bash) asked by baton mcp (pid 7)? [y/n]"
-        );
-        v.apply_event(
-            &serde_json::json!({"kind": "permission.resolved", "request_id": "tbxkq",
-            "decision": "deny", "by": "watch"}),
-        );
-        assert!(v.waiting.is_empty());
     }
 
     #[test]

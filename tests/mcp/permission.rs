@@ -75,9 +75,19 @@ fn a_controller_allows_or_denies_the_hosts_tool_calls() {
         json!(m.pid()),
         "the asking connection is baton mcp's: {req}"
     );
+    // Who asked: the host's name from its initialize, and its pid (this
+    // test is baton mcp's parent).
+    assert_eq!(p["host"], "baton-tests", "{req}");
+    assert_eq!(p["host_pid"], json!(std::process::id()), "{req}");
     assert!(p.get("message_id").is_none(), "{req}");
-    let reply =
-        json!({"jsonrpc": "2.0", "id": req["id"], "result": {"decision": "deny", "by": "test"}});
+    assert!(
+        p["approval_id"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("ask-")),
+        "{req}"
+    );
+    let reply = json!({"jsonrpc": "2.0", "id": req["id"],
+                       "result": {"decision": "deny", "digest": p["digest"], "by": "test"}});
     ctl.send_line(reply.to_string().as_bytes());
     let v = m.wait_note(VERDICT, |p| p["request_id"] == "tbxkq");
     assert_eq!(
@@ -86,19 +96,21 @@ fn a_controller_allows_or_denies_the_hosts_tool_calls() {
         "{v}"
     );
 
-    // Allowed by approval/respond, from any connection.
+    // Allowed by approval/respond, from any connection, by the approval's
+    // id and the digest of what it shows.
     ask(&mut m, "abcde", "Write");
-    request_about(&mut ctl, "abcde");
+    let req = request_about(&mut ctl, "abcde");
+    let (approval_id, digest) = (&req["params"]["approval_id"], &req["params"]["digest"]);
     let mut other = RawClient::connect(&socket).unwrap();
     other.initialize();
     let r = other.call(
         2,
         "approval/respond",
-        json!({"request_id": "abcde", "decision": "approve"}),
+        json!({"approval_id": approval_id, "digest": digest, "decision": "approve"}),
     );
     assert_eq!(
         r["result"],
-        json!({"status": "approved", "request_id": "abcde"}),
+        json!({"status": "approved", "approval_id": approval_id, "request_id": "abcde"}),
         "{r}"
     );
     let v = m.wait_note(VERDICT, |p| p["request_id"] == "abcde");
@@ -107,11 +119,12 @@ fn a_controller_allows_or_denies_the_hosts_tool_calls() {
     let r = other.call(
         3,
         "approval/respond",
-        json!({"request_id": "abcde", "decision": "deny"}),
+        json!({"approval_id": approval_id, "digest": digest, "decision": "deny"}),
     );
     assert_eq!(r["result"]["status"], "invalid", "{r}");
     assert_eq!(
-        r["result"]["reason"], "no permission request abcde is waiting",
+        r["result"]["reason"],
+        format!("no approval {} is waiting", approval_id.as_str().unwrap()),
         "{r}"
     );
 
@@ -162,26 +175,39 @@ fn watch_approve_shows_a_tool_call_and_allows_it() {
     drop(ctl);
     ask(&mut m, "qwert", "Bash");
     assert_eq!(m.request("ping", json!({}))["result"], json!({}));
+    let err_path = env.root.join("watch.err");
     let mut watch = env
         .cmd()
         .args(["watch", "--approve", "perm"])
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
     watch.stdin.as_mut().unwrap().write_all(b"y\n").unwrap();
     let v = m.wait_note(VERDICT, |p| p["request_id"] == "qwert");
     assert_eq!(v["params"]["behavior"], "allow", "{v}");
+    // It says so once its reply is written, which may be after the host
+    // heard of it.
+    let stderr = || std::fs::read_to_string(&err_path).unwrap_or_default();
+    wait_until("watch to say it approved", WAIT, || {
+        stderr().contains("baton: approve qwert")
+    });
     // Stopped by pid: it would follow the instance until it stops.
     let _ = watch.kill();
-    let out = watch.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let _ = watch.wait();
+    let err = stderr();
     assert!(
         err.contains("tool call qwert waits for permission"),
         "{err}"
     );
     assert!(err.contains("  tool:  Bash"), "{err}");
+    let asked = format!(
+        "  asked: by baton-tests (pid {}) through baton mcp (pid {})\n",
+        std::process::id(),
+        m.pid()
+    );
+    assert!(err.contains(&asked), "{err}");
     assert!(
         err.contains("  input: {\"command\":\"rm -rf build\"}"),
         "{err}"

@@ -472,6 +472,29 @@ pub fn wait_event(
     upto.pop().expect("the event that was waited for")
 }
 
+/// What an answer to the approval of task `id` names: the `approval_id`
+/// and `digest` of its latest `approval.requested` event, waited for (up
+/// to 20 s).
+#[allow(dead_code)]
+#[track_caller]
+pub fn approval_of(spool: &Path, id: &str) -> Value {
+    let mut found = Value::Null;
+    let what = format!("approval.requested {id}");
+    wait_until(&what, Duration::from_secs(20), || {
+        let all = transcript(spool);
+        let Some(e) = all
+            .iter()
+            .rev()
+            .find(|e| event_is(e, "approval.requested", id))
+        else {
+            return false;
+        };
+        found = json!({"approval_id": e["approval_id"], "digest": e["digest"]});
+        true
+    });
+    found
+}
+
 /// xorshift64*: a tiny generator that gives the same sequence for the same
 /// seed, so a failing randomized test can be replayed.
 #[allow(dead_code)]
