@@ -116,6 +116,8 @@ fn manifests_of(registry: &Path, pid: u32) -> Vec<PathBuf> {
 /// session; `tests/security` drives one too).
 pub(crate) struct Mcp {
     child: Child,
+    /// Under a host of its own (`start_hosted`): `baton mcp`'s pid.
+    mcp_pid: Option<u32>,
     stdin: Option<ChildStdin>,
     /// Lines of stdout, from a reader thread; disconnected at EOF.
     lines: mpsc::Receiver<String>,
@@ -133,12 +135,29 @@ impl Mcp {
 
     /// Like `start`, with `vars` added to the environment.
     fn start_with(env: &Env, workspace: &Path, vars: &[(&str, &str)], args: &[&str]) -> Mcp {
+        let mut cmd = env.cmd();
+        cmd.envs(vars.iter().copied()).arg("mcp").args(args);
+        Mcp::spawn(env, workspace, cmd, false)
+    }
+
+    /// Like `start`, under a host of its own, as an agent host runs it: a
+    /// shell that runs `baton mcp` and waits for it. The test's own
+    /// connections are then outside the host's process tree, as an
+    /// operator's are (docs/security.md).
+    pub(crate) fn start_hosted(env: &Env, workspace: &Path, args: &[&str]) -> Mcp {
+        let inner = env.cmd();
+        let mut cmd = Command::new("/bin/sh");
+        cmd.env_clear()
+            .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .args(["-c", "\"$0\" mcp \"$@\"; exit $?"])
+            .arg(inner.get_program())
+            .args(args);
+        Mcp::spawn(env, workspace, cmd, true)
+    }
+
+    fn spawn(env: &Env, workspace: &Path, mut cmd: Command, hosted: bool) -> Mcp {
         let (stderr_path, stderr) = log_file(env, "mcp", "err");
-        let mut child = env
-            .cmd()
-            .envs(vars.iter().copied())
-            .arg("mcp")
-            .args(args)
+        let mut child = cmd
             .current_dir(workspace)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -158,8 +177,23 @@ impl Mcp {
                 }
             }
         });
+        let mcp_pid = hosted.then(|| {
+            let host = child.id();
+            let mut found = None;
+            wait_until("baton mcp under its host", READ_TIMEOUT, || {
+                // The shell's child once it is baton (not while it forks).
+                let list = fs::read_to_string(format!("/proc/{host}/task/{host}/children"));
+                found = list.unwrap_or_default().split_whitespace().find_map(|c| {
+                    let comm = fs::read_to_string(format!("/proc/{c}/comm")).ok()?;
+                    (comm.trim() == "baton").then(|| c.parse().ok())?
+                });
+                found.is_some()
+            });
+            found.expect("found")
+        });
         Mcp {
             stdin: child.stdin.take(),
+            mcp_pid,
             child,
             lines,
             notes: Vec::new(),
@@ -168,8 +202,16 @@ impl Mcp {
         }
     }
 
+    /// The process that started `baton mcp`: its host.
+    pub(crate) fn host_pid(&self) -> u32 {
+        match self.mcp_pid {
+            Some(_) => self.child.id(),
+            None => std::process::id(),
+        }
+    }
+
     pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
+        self.mcp_pid.unwrap_or_else(|| self.child.id())
     }
 
     pub(crate) fn stderr(&self) -> String {
@@ -368,6 +410,9 @@ impl Drop for Mcp {
                 return;
             }
             thread::sleep(Duration::from_millis(10));
+        }
+        if self.mcp_pid.is_some() {
+            self.signal(libc::SIGKILL);
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

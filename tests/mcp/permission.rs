@@ -39,7 +39,7 @@ fn request_about(c: &mut RawClient, request_id: &str) -> Value {
 /// A session with a controller subscribed to its instance.
 fn session(env: &Env) -> (Mcp, RawClient, PathBuf) {
     let ws = env.workspace("perm");
-    let mut m = Mcp::start(env, &ws, &["--name", "perm"]);
+    let mut m = Mcp::start_hosted(env, &ws, &["--name", "perm"]);
     let init = m.initialize(NEWEST);
     assert_eq!(
         init["capabilities"]["experimental"]["claude/channel/permission"],
@@ -75,10 +75,10 @@ fn a_controller_allows_or_denies_the_hosts_tool_calls() {
         json!(m.pid()),
         "the asking connection is baton mcp's: {req}"
     );
-    // Who asked: the host's name from its initialize, and its pid (this
-    // test is baton mcp's parent).
+    // Who asked: the host's name from its initialize, and its pid (the
+    // shell that runs baton mcp for this test).
     assert_eq!(p["host"], "baton-tests", "{req}");
-    assert_eq!(p["host_pid"], json!(std::process::id()), "{req}");
+    assert_eq!(p["host_pid"], json!(m.host_pid()), "{req}");
     assert!(p.get("message_id").is_none(), "{req}");
     assert!(
         p["approval_id"]
@@ -204,7 +204,7 @@ fn watch_approve_shows_a_tool_call_and_allows_it() {
     assert!(err.contains("  tool:  Bash"), "{err}");
     let asked = format!(
         "  asked: by baton-tests (pid {}) through baton mcp (pid {})\n",
-        std::process::id(),
+        m.host_pid(),
         m.pid()
     );
     assert!(err.contains(&asked), "{err}");

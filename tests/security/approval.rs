@@ -59,7 +59,7 @@ fn reply(ctl: &mut RawClient, req: &Value, decision: &str, digest: &Value) {
 /// A `baton mcp` session, initialized, and a controller on its instance.
 fn session(env: &Env) -> (Mcp, RawClient, PathBuf) {
     let ws = env.workspace("host");
-    let mut m = Mcp::start(env, &ws, &["--name", "host"]);
+    let mut m = Mcp::start_hosted(env, &ws, &["--name", "host"]);
     m.initialize(NEWEST);
     let (_, manifest) = m.manifest(env);
     let socket = PathBuf::from(manifest["socket"].as_str().unwrap());

@@ -6,7 +6,7 @@
 //! verified dave.
 
 use super::{RPC, python, script};
-use crate::util::{Env, baton_bin, transcript, wait_event, wait_until};
+use crate::util::{Env, approval_of, baton_bin, transcript, wait_event, wait_until};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::Path;
@@ -69,11 +69,9 @@ fn a_relayed_turn_cannot_start_a_local_turn_or_send_as_another_instance() {
         .unwrap()
         .to_string();
     // The operator (this test) approves alice's task; then its turn runs.
-    let r = bob.client().call(
-        3,
-        "approval/respond",
-        json!({"message_id": id, "decision": "approve", "by": "test"}),
-    );
+    let mut answer = approval_of(&bob.spool(), &id);
+    answer["decision"] = json!("approve");
+    let r = bob.client().call(3, "approval/respond", answer);
     assert_eq!(r["result"]["status"], "approved", "{r}");
     wait_until("the handler's calls", T, || dir.join("done").exists());
 
