@@ -118,6 +118,9 @@ pub struct Peer {
     /// Its working directory, read from the kernel once per connection,
     /// when a plain sender first needs it.
     cwd: std::cell::OnceCell<Option<String>>,
+    /// The instance id and socket it was last found to serve (sender
+    /// verification, deliver.rs).
+    serving: std::cell::RefCell<Option<(String, String)>>,
 }
 
 impl Peer {
@@ -125,7 +128,23 @@ impl Peer {
         Peer {
             pid,
             cwd: std::cell::OnceCell::new(),
+            serving: std::cell::RefCell::new(None),
         }
+    }
+
+    /// Whether it was found, on this connection, to serve `socket` as
+    /// instance `id`.
+    pub(super) fn serves(&self, id: &str, socket: &str) -> bool {
+        self.serving
+            .borrow()
+            .as_ref()
+            .is_some_and(|(i, s)| i == id && s == socket)
+    }
+
+    /// Keeps that it serves `socket` as instance `id`, in place of what
+    /// was kept before.
+    pub(super) fn served(&self, id: &str, socket: &str) {
+        *self.serving.borrow_mut() = Some((id.to_string(), socket.to_string()));
     }
 
     pub(super) fn cwd(&self) -> Option<String> {
@@ -583,7 +602,7 @@ fn verify_asker(shared: &Shared, params: &Map<String, Value>, peer: &Peer) -> Re
             ));
         }
     };
-    super::deliver::verify_instance(shared, id, peer.pid)
+    super::deliver::verify_instance(shared, id, peer)
         .map(|_| ())
         .map_err(|why| {
             RpcError::new(
