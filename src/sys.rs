@@ -1,7 +1,8 @@
 //! The only place that calls libc: thin, safe wrappers over the system
 //! calls std does not expose (peer credentials, flock, umask, kill(0), the
-//! sun_path limit, a peer's working directory, a send that does not wait,
-//! waiting on pipes or a stop signal, a child that dies with us, local time).
+//! sun_path limit, a peer's working directory, a send and a connect that
+//! do not wait, listening again on a passed socket, waiting on pipes or a
+//! stop signal, a child that dies with us, local time).
 
 use std::fs::File;
 use std::io;
@@ -12,9 +13,12 @@ use std::os::unix::net::{UnixListener, UnixStream};
 pub use crate::civil::Civil;
 pub use crate::procfs::{ProcEntry, environ_has, environ_values, process, process_cwd, processes};
 pub use errno::{errno_named, shortage};
+pub use types::*;
 
 #[path = "sys_errno.rs"]
 mod errno;
+#[path = "sys_types.rs"]
+mod types;
 
 /// Writes what the socket takes now, without waiting: the number of bytes
 /// written, 0 when its buffer is full.
@@ -41,28 +45,6 @@ pub fn send_nowait(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
             _ => return Err(e),
         }
     }
-}
-
-pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;
-
-/// `O_NONBLOCK`, for `OpenOptionsExt::custom_flags`: opening a FIFO or a
-/// device that stands where a file should be never waits.
-pub const O_NONBLOCK: i32 = libc::O_NONBLOCK;
-
-/// `O_NOCTTY`: a terminal device planted where a file should be never
-/// becomes our controlling terminal.
-pub const O_NOCTTY: i32 = libc::O_NOCTTY;
-
-/// `O_DIRECTORY`: the open fails unless the path is a directory.
-pub const O_DIRECTORY: i32 = libc::O_DIRECTORY;
-
-/// Credentials of the process at the other end of a Unix stream, as the
-/// kernel recorded them at connect time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PeerCred {
-    pub uid: u32,
-    /// `None` where the platform does not report the peer pid.
-    pub pid: Option<u32>,
 }
 
 /// Reads the peer's credentials (`SO_PEERCRED` on Linux, `getpeereid`
@@ -108,6 +90,57 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
     Ok(PeerCred { uid, pid: None })
 }
 
+/// Connects to the Unix socket at `path` without waiting: Linux completes
+/// or refuses a Unix connect within the call, so a listener whose backlog
+/// is full is `WouldBlock` (EAGAIN) at once, never a wait. Elsewhere it is
+/// unsupported.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn connect_nowait(path: &std::path::Path) -> io::Result<UnixStream> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() > max_socket_path() || bytes.contains(&0) {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: an all-zero sockaddr_un is a valid value (an empty path).
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (to, from) in addr.sun_path.iter_mut().zip(bytes) {
+        *to = *from as libc::c_char;
+    }
+    let kind = libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    // SAFETY: socket takes integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, kind, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just created, owned here only.
+    let stream = UnixStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let (to, len) = (&addr as *const libc::sockaddr_un, size_of_val(&addr));
+    // SAFETY: `to` is a sockaddr_un of `len` bytes whose path ends in a
+    // NUL (checked above); the descriptor is owned by `stream`.
+    let rc = unsafe { libc::connect(stream.as_raw_fd(), to.cast(), len as libc::socklen_t) };
+    match rc {
+        0 => Ok(stream),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn connect_nowait(_path: &std::path::Path) -> io::Result<UnixStream> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// Calls `listen` again on a listening socket another process made (socket
+/// activation): the kernel then names this process as its listener to
+/// those who connect (`SO_PEERCRED`), as it does for one we bound.
+pub fn listen_here(listener: &UnixListener) -> io::Result<()> {
+    // SAFETY: the descriptor is owned by `listener`; listen takes integers.
+    if unsafe { libc::listen(listener.as_raw_fd(), libc::SOMAXCONN) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
@@ -122,14 +155,6 @@ pub fn uid() -> u32 {
 pub fn set_umask(mask: u32) -> u32 {
     // SAFETY: umask has no preconditions and cannot fail.
     unsafe { libc::umask(mask as libc::mode_t) as u32 }
-}
-
-/// What `kill(pid, 0)` says about a pid.
-#[derive(Debug, PartialEq, Eq)]
-pub enum PidStatus {
-    Alive,
-    Gone,
-    Unknown,
 }
 
 pub fn pid_status(pid: u32) -> PidStatus {
@@ -299,16 +324,6 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
-/// A handler's leader as `spawn_leader` started it: its pid, which is
-/// also its process group, and our ends of its stdin, stdout and stderr
-/// (close-on-exec).
-pub struct Leader {
-    pub pid: u32,
-    pub stdin: File,
-    pub stdout: File,
-    pub stderr: File,
-}
-
 /// Starts `program` with `args` (`argv[0]` is `program`) in `dir`, with
 /// this process's environment and `env` over it, its stdio piped, as the
 /// leader of a process group of its own that dies with SIGKILL when the
@@ -367,17 +382,6 @@ pub fn wait_leader(pid: u32) -> io::Result<(Option<i32>, Option<i32>)> {
         }
     }
     Ok(exit_of(status))
-}
-
-/// A wait status: the exit code, or the signal that ended the process.
-fn exit_of(status: libc::c_int) -> (Option<i32>, Option<i32>) {
-    if libc::WIFEXITED(status) {
-        (Some(libc::WEXITSTATUS(status)), None)
-    } else if libc::WIFSIGNALED(status) {
-        (None, Some(libc::WTERMSIG(status)))
-    } else {
-        (None, None)
-    }
 }
 
 /// Whether the child `pid` exited, without waiting: reaps it if so.
@@ -742,11 +746,6 @@ pub fn activated_listener() -> Option<UnixListener> {
         }
     }
 }
-
-pub const SIGTERM: i32 = libc::SIGTERM;
-pub const SIGKILL: i32 = libc::SIGKILL;
-pub const ECONNREFUSED: i32 = libc::ECONNREFUSED;
-pub const ENOENT: i32 = libc::ENOENT;
 
 #[cfg(test)]
 #[path = "sys_tests.rs"]

@@ -22,3 +22,26 @@ fn sun_path_limit_is_plausible() {
     let n = max_socket_path();
     assert!((90..=1023).contains(&n), "{n}");
 }
+
+/// A connect that never waits: to a listener it is connected at once and
+/// names the listener's pid (listening again keeps it ours); a socket
+/// nobody listens on, or no socket, is refused at once. A full backlog is
+/// tested in tests/security/verify.rs.
+#[cfg(target_os = "linux")]
+#[test]
+fn connect_nowait_names_the_listener() {
+    let dir = std::env::temp_dir().join(format!("baton-sys-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let path = dir.join("l.sock");
+    let missing = connect_nowait(&path).unwrap_err();
+    assert_eq!(missing.raw_os_error(), Some(ENOENT), "{missing}");
+    let listener = UnixListener::bind(&path).unwrap();
+    listen_here(&listener).unwrap();
+    let first = connect_nowait(&path).unwrap();
+    assert_eq!(peer_cred(&first).unwrap().pid, Some(std::process::id()));
+    drop(listener);
+    let gone = connect_nowait(&path).unwrap_err();
+    assert_eq!(gone.raw_os_error(), Some(ECONNREFUSED), "{gone}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -153,7 +153,7 @@ fn err_file(env: &Env) -> PathBuf {
 
 /// A background process this file started itself (an agent started on a
 /// socket, or one racing a sender); stopped by its pid when dropped.
-struct Bg {
+pub(crate) struct Bg {
     child: Child,
     stderr: PathBuf,
 }
@@ -170,7 +170,7 @@ impl Bg {
         Bg { child, stderr }
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
@@ -244,7 +244,7 @@ fn start(env: &Env, ws: &Path, vars: &[(&str, &str)], args: &[&str]) -> Bg {
 /// `baton serve ARGS` in `ws` as a service manager starts it under socket
 /// activation: `listener` on fd 3, `LISTEN_FDS=1` and `LISTEN_PID` its own
 /// pid (set by the shell that execs baton, which keeps the pid).
-fn activated(env: &Env, listener: &UnixListener, ws: &Path, args: &[&str]) -> Bg {
+pub(crate) fn activated(env: &Env, listener: &UnixListener, ws: &Path, args: &[&str]) -> Bg {
     Bg::spawn(activated_command(env, listener, ws, args), err_file(env))
 }
 
@@ -328,7 +328,7 @@ fn on_connection<R: Send + 'static>(
 }
 
 /// The manifest of the instance with this pid, once it is published.
-fn manifest_of(env: &Env, pid: u32) -> Value {
+pub(crate) fn manifest_of(env: &Env, pid: u32) -> Value {
     let prefix = format!("a-{pid}-");
     let mut found = None;
     wait_until(&format!("the manifest of pid {pid}"), T, || {

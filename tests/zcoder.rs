@@ -1201,6 +1201,10 @@ fn zcoder_senders_are_verified_and_refusals_keep_their_precise_status() {
         elsewhere,
         &zcoder_manifest(&zdir, elsewhere, "init", "/"),
     );
+    // This process serves the sockets of its two, as an instance would.
+    for mine in [&good, &denied] {
+        crate::util::serve_socket(&zdir.join(format!("a-{mine}.sock")));
+    }
 
     // Verified: the task names the zcoder instance, its name derived
     // from its project, and the kernel's pid.

@@ -325,7 +325,13 @@ fn bind(place: &mut Place) -> Result<Bound> {
     let was_activated = activated.is_some();
     let socket = &place.socket;
     let listener = match activated {
-        Some(l) => l,
+        // A peer that checks who serves this socket (sender verification,
+        // docs/protocol.md §5) hears of the process that last listened on
+        // it: the service manager, until we do.
+        Some(l) => {
+            sys::listen_here(&l).map_err(|e| Error::io("listen on", socket, e))?;
+            l
+        }
         None => UnixListener::bind(socket).map_err(|e| Error::io("listen on", socket, e))?,
     };
     let meta = fs::symlink_metadata(socket).map_err(|e| Error::io("inspect", socket, e))?;

@@ -125,6 +125,9 @@ pub struct Peer {
     /// What a bridge declared in `initialize`: for the rest of the
     /// connection it is that key, whatever it says later.
     bridge: std::cell::OnceCell<BridgeKey>,
+    /// The instance id and socket it was last found to serve (sender
+    /// verification, deliver.rs).
+    serving: std::cell::RefCell<Option<(String, String)>>,
 }
 
 impl Peer {
@@ -134,6 +137,7 @@ impl Peer {
             cwd: std::cell::OnceCell::new(),
             classified: std::cell::OnceCell::new(),
             bridge: std::cell::OnceCell::new(),
+            serving: std::cell::RefCell::new(None),
         }
     }
 
@@ -172,6 +176,21 @@ impl Peer {
             message: caller.refusal(door, &name, &shared.instance_id),
             data: Some(json!({"role": caller.role.as_str()})),
         })
+    }
+
+    /// Whether it was found, on this connection, to serve `socket` as
+    /// instance `id`.
+    pub(super) fn serves(&self, id: &str, socket: &str) -> bool {
+        self.serving
+            .borrow()
+            .as_ref()
+            .is_some_and(|(i, s)| i == id && s == socket)
+    }
+
+    /// Keeps that it serves `socket` as instance `id`, in place of what
+    /// was kept before.
+    pub(super) fn served(&self, id: &str, socket: &str) {
+        *self.serving.borrow_mut() = Some((id.to_string(), socket.to_string()));
     }
 
     pub(super) fn cwd(&self) -> Option<String> {
@@ -670,7 +689,7 @@ fn verify_asker(shared: &Shared, params: &Map<String, Value>, peer: &Peer) -> Re
             ));
         }
     };
-    super::deliver::verify_instance(shared, id, peer.pid)
+    super::deliver::verify_instance(shared, id, peer)
         .map(|_| ())
         .map_err(|why| {
             RpcError::new(

@@ -12,11 +12,12 @@ use crate::events::Hub;
 use crate::registry;
 use crate::spool::{self, Admission, Limits, Sender, Task};
 use crate::status::Status;
-use crate::wire;
+use crate::{sys, wire};
 use serde_json::json;
 use serde_json::value::RawValue;
 use std::fmt;
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 /// Exact reasons, shared with the tests and docs/protocol.md.
@@ -411,7 +412,7 @@ fn check_sender(
             remote: Some(key.remote.unwrap_or_else(|| "ssh".into())),
             ..Sender::default()
         },
-        None => verify_sender(shared, req, peer.pid, cwd.clone())
+        None => verify_sender(shared, req, peer, cwd.clone())
             .map_err(|why| refuse(Status::Invalid, format!("{}: {why}", reason::NOT_VERIFIED)))?,
     };
     // Only verified identity is matched: a plain sender's name and claimed
@@ -514,13 +515,12 @@ fn admit(
     }
 }
 
-/// Builds the recorded sender. A claimed instance id must have a manifest
-/// in a scanned registry that passes the discovery checks and names the
-/// connection's peer pid.
+/// Builds the recorded sender. A claimed instance id must be verified
+/// (`verify_instance`).
 fn verify_sender(
     shared: &Shared,
     req: &SendRequest,
-    peer_pid: Option<u32>,
+    peer: &Peer,
     cwd: Option<String>,
 ) -> Result<Sender, String> {
     let Some(id) = &req.sender_instance_id else {
@@ -530,29 +530,30 @@ fn verify_sender(
             instance_id: None,
             name: None,
             workspace: cwd.or_else(|| req.sender_workspace.clone()),
-            pid: peer_pid,
+            pid: peer.pid,
             remote: None,
         });
     };
-    let (instance_id, name, workspace) = verify_instance(shared, id, peer_pid)?;
+    let (instance_id, name, workspace) = verify_instance(shared, id, peer)?;
     Ok(Sender {
         instance_id: Some(instance_id),
         name: Some(name),
         workspace: Some(workspace),
-        pid: peer_pid,
+        pid: peer.pid,
         remote: None,
     })
 }
 
 /// Checks that the connection comes from instance `id`: its manifest, in
 /// a scanned registry that passes the discovery checks, names the
-/// connection's peer pid. Its id, name and workspace.
+/// connection's peer pid, and that pid serves the manifest's socket. Its
+/// id, name and workspace.
 pub(super) fn verify_instance(
     shared: &Shared,
     id: &str,
-    peer_pid: Option<u32>,
+    peer: &Peer,
 ) -> Result<(String, String, String), String> {
-    let Some(pid) = peer_pid else {
+    let Some(pid) = peer.pid else {
         return Err("this platform does not report the peer pid".into());
     };
     for dir in &registry::scan_dirs(&shared.registry) {
@@ -567,9 +568,44 @@ pub(super) fn verify_instance(
                 m.pid
             ));
         }
+        // The socket is asked once per connection: an instance's sends on
+        // one connection pay for one connect. Its pid is compared above at
+        // every send.
+        if !peer.serves(id, &m.socket) {
+            check_served(id, &m.socket, pid)?;
+            peer.served(id, &m.socket);
+        }
         return Ok((m.instance_id, m.name, m.workspace));
     }
     Err(format!("no manifest for instance {id} in the registry"))
+}
+
+/// Checks that `pid` serves `socket`, instance `id`'s, now. Anyone of the
+/// user can write a manifest naming its own pid; what it cannot fake is
+/// the kernel's word on who listens on a socket, which a connected client
+/// reads (`SO_PEERCRED`: the process that called `listen`). Nothing is
+/// said on the socket, so a zcoder instance's is checked alike, and the
+/// connect never waits: a listener whose backlog is full is refused at
+/// once.
+fn check_served(id: &str, socket: &str, pid: u32) -> Result<(), String> {
+    let unreachable =
+        |why: String| format!("instance {id}'s socket {socket} cannot be reached: {why}");
+    let stream = sys::connect_nowait(Path::new(socket)).map_err(|e| {
+        unreachable(match e.kind() {
+            io::ErrorKind::WouldBlock => "its backlog is full (EAGAIN)".into(),
+            _ => e.to_string(),
+        })
+    })?;
+    match sys::peer_cred(&stream).map(|c| c.pid) {
+        Ok(Some(listener)) if listener == pid => Ok(()),
+        Ok(Some(listener)) => Err(format!(
+            "instance {id}'s socket {socket} is served by pid {listener}, not by pid {pid}"
+        )),
+        Ok(None) => Err(format!(
+            "instance {id}'s socket {socket} does not say which pid serves it"
+        )),
+        Err(e) => Err(unreachable(e.to_string())),
+    }
 }
 
 #[cfg(test)]

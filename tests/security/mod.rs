@@ -7,6 +7,7 @@ mod bridge;
 mod pane;
 mod table;
 mod turns;
+mod verify;
 
 use crate::util::{Env, have};
 use baton::access::Door;

@@ -26,6 +26,7 @@ pub use process::{Proc, Serve, Served, published};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind, Write};
 use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixListener;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -364,8 +365,8 @@ pub fn have(tool: &str) -> bool {
 }
 
 /// Writes a valid manifest for a pretend instance with `pid` into
-/// `registry`, as `parse_manifest` wants it (its socket need not exist:
-/// sender verification does not ping); returns its instance id.
+/// `registry`, as `parse_manifest` wants it (no socket: see
+/// `me_as_instance` for a sender that verifies); returns its instance id.
 #[allow(dead_code)]
 pub fn fake_manifest(registry: &Path, pid: u32, name: &str, workspace: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -394,10 +395,23 @@ pub fn fake_manifest(registry: &Path, pid: u32, name: &str, workspace: &str) -> 
 }
 
 /// A verified sender: a manifest naming this test process, which is then
-/// the peer of its connections.
+/// the peer of its connections, and serves its socket (`serve_socket`).
 #[allow(dead_code)]
 pub fn me_as_instance(registry: &Path, name: &str, workspace: &str) -> String {
-    fake_manifest(registry, std::process::id(), name, workspace)
+    let id = fake_manifest(registry, std::process::id(), name, workspace);
+    serve_socket(&registry.join(format!("a-{id}.sock")));
+    id
+}
+
+/// Listens on `path` from this test process for as long as it runs, as
+/// sender verification wants of an instance's socket (it connects once
+/// and reads who listens; nothing is said, so nothing is accepted).
+#[allow(dead_code)]
+pub fn serve_socket(path: &Path) {
+    static SERVED: std::sync::Mutex<Vec<UnixListener>> = std::sync::Mutex::new(Vec::new());
+    let l =
+        UnixListener::bind(path).unwrap_or_else(|e| panic!("listen on {}: {e}", path.display()));
+    SERVED.lock().unwrap_or_else(|e| e.into_inner()).push(l);
 }
 
 /// Every line of one transcript file, parsed; none when the file does not

@@ -1,0 +1,61 @@
+//! The flags, numbers and plain types of `sys`'s calls (part of `sys`,
+//! which re-exports them): values libc names, and the structs the calls
+//! take and give; nothing here calls into libc.
+
+use std::fs::File;
+
+pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;
+
+/// `O_NONBLOCK`, for `OpenOptionsExt::custom_flags`: opening a FIFO or a
+/// device that stands where a file should be never waits.
+pub const O_NONBLOCK: i32 = libc::O_NONBLOCK;
+
+/// `O_NOCTTY`: a terminal device planted where a file should be never
+/// becomes our controlling terminal.
+pub const O_NOCTTY: i32 = libc::O_NOCTTY;
+
+/// `O_DIRECTORY`: the open fails unless the path is a directory.
+pub const O_DIRECTORY: i32 = libc::O_DIRECTORY;
+
+/// Credentials of the process at the other end of a Unix stream, as the
+/// kernel recorded them at connect time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCred {
+    pub uid: u32,
+    /// `None` where the platform does not report the peer pid.
+    pub pid: Option<u32>,
+}
+
+/// What `kill(pid, 0)` says about a pid.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PidStatus {
+    Alive,
+    Gone,
+    Unknown,
+}
+
+/// A handler's leader as `spawn_leader` started it: its pid, which is
+/// also its process group, and our ends of its stdin, stdout and stderr
+/// (close-on-exec).
+pub struct Leader {
+    pub pid: u32,
+    pub stdin: File,
+    pub stdout: File,
+    pub stderr: File,
+}
+
+/// A wait status: the exit code, or the signal that ended the process.
+pub(super) fn exit_of(status: libc::c_int) -> (Option<i32>, Option<i32>) {
+    if libc::WIFEXITED(status) {
+        (Some(libc::WEXITSTATUS(status)), None)
+    } else if libc::WIFSIGNALED(status) {
+        (None, Some(libc::WTERMSIG(status)))
+    } else {
+        (None, None)
+    }
+}
+
+pub const SIGTERM: i32 = libc::SIGTERM;
+pub const SIGKILL: i32 = libc::SIGKILL;
+pub const ECONNREFUSED: i32 = libc::ECONNREFUSED;
+pub const ENOENT: i32 = libc::ENOENT;
