@@ -11,6 +11,8 @@
 
 use crate::procfs;
 use crate::wire::{Call, Method};
+use std::collections::VecDeque;
+use std::sync::Mutex;
 
 /// Who a caller is, as far as the kernel lets the instance tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,6 +165,32 @@ pub struct Ours<'a> {
     pub handler: Option<u32>,
     /// The agent's process, where the instance knows it.
     pub agent: Option<u32>,
+    /// The tokens of the exec turns the instance started (the running
+    /// one last, when one runs).
+    pub tokens: Option<&'a Mutex<VecDeque<String>>>,
+}
+
+/// Exec turns whose token is remembered: a process left over from an
+/// older one, orphaned and out of its group, is no longer recognized.
+pub const KEPT_TOKENS: usize = 4096;
+
+impl Ours<'_> {
+    /// Whether `token` is one of our exec turns'.
+    fn issued(&self, token: &str) -> bool {
+        self.tokens.is_some_and(|t| {
+            t.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|k| k == token)
+        })
+    }
+
+    /// The running exec turn's token: the newest, while a handler runs.
+    fn running_token(&self) -> Option<String> {
+        self.handler?;
+        let t = self.tokens?.lock().unwrap_or_else(|e| e.into_inner());
+        t.back().cloned()
+    }
 }
 
 /// Ancestors looked at, at most: far deeper than any real tree.
@@ -203,11 +231,20 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
             return c;
         }
         if c.instance_socket.is_none()
-            && let [Some(_), Some(socket)] =
+            && let [Some(token), Some(socket)] =
                 procfs::environ_values(cur, ["BATON_TURN", "BATON_SOCKET"])
-            && socket != ours.socket
         {
-            c.instance_socket = Some(socket);
+            if socket != ours.socket {
+                c.instance_socket = Some(socket);
+            } else if ours.issued(&token) {
+                // Left over from one of our turns (its parent gone, out of
+                // its group): still that turn's, which may have ended.
+                c.role = Role::Turn;
+                c.leader = ours
+                    .handler
+                    .filter(|_| ours.running_token().as_deref() == Some(token.as_str()));
+                return c;
+            }
         }
         if ours.agent == Some(cur) {
             c.agent = Some(cur);
@@ -308,6 +345,7 @@ mod tests {
             socket: "/nonexistent/ours.sock",
             handler: None,
             agent: None,
+            tokens: None,
         };
         assert_eq!(classify(Some(me), &ours).role, Role::Own);
         assert_eq!(classify(None, &ours).role, Role::Operator);

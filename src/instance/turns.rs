@@ -137,6 +137,17 @@ impl Foreground {
                 // Before anything else: the handler's processes may call
                 // in at once, and are told apart by it (`access`).
                 self.shared.handler.store(handler.pid, Ordering::SeqCst);
+                {
+                    let mut t = self
+                        .shared
+                        .turn_tokens
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    if t.len() >= crate::access::KEPT_TOKENS {
+                        t.pop_front();
+                    }
+                    t.push_back(token.clone());
+                }
                 self.supplied();
                 let now = Instant::now();
                 self.hub.emit(

@@ -159,6 +159,10 @@ pub struct Shared {
     /// The agent's process, where the instance knows it (`baton mcp`'s
     /// host): its processes may not approve (`access`).
     pub agent: Option<u32>,
+    /// The tokens of the exec turns this instance started, the newest
+    /// last (at most `access::KEPT_TOKENS`): a process that started with
+    /// one and our socket is a turn's, even after its turn ended.
+    pub turn_tokens: Mutex<std::collections::VecDeque<String>>,
     /// Our socket, as handlers get it in `BATON_SOCKET`.
     socket: String,
     slots: slots::Slots,
@@ -193,6 +197,7 @@ impl Shared {
             hub,
             wake_on_accept: AtomicBool::new(true),
             handler: AtomicU32::new(0),
+            turn_tokens: Mutex::new(std::collections::VecDeque::new()),
             agent: None,
             socket,
             slots,
@@ -214,6 +219,7 @@ impl Shared {
             socket: &self.socket,
             handler: (handler != 0).then_some(handler),
             agent: self.agent,
+            tokens: Some(&self.turn_tokens),
         }
     }
 

@@ -128,3 +128,60 @@ fn a_relayed_turn_cannot_start_a_local_turn_or_send_as_another_instance() {
     assert!(local.is_empty(), "{local:?}");
     drop((alice, bob, carol, dave));
 }
+
+/// A process a relayed turn left behind (its parent gone, its output
+/// closed, so the turn ended without it) is still that turn's: it may not
+/// send, through its instance or straight to a peer.
+#[test]
+fn a_process_left_over_from_a_relayed_turn_cannot_send_after_it() {
+    let env = Env::new();
+    let dir = env.root.join("left");
+    let alice = env.serve(&env.workspace("alice"), &["--name", "alice"]);
+    let carol = env.serve(&env.workspace("carol"), &["--name", "carol"]);
+    let handler = script(
+        &dir,
+        "bob.sh",
+        &format!(
+            "cat >/dev/null\n\
+             cd '{o}'\n\
+             (while [ ! -e go ]; do sleep 0.05; done\n\
+              env -u BATON_TURN '{bin}' send --json carol late >through.out 2>&1; echo $? >through.code\n\
+              env -u BATON_SOCKET -u BATON_TURN '{bin}' send carol plain >plain.out 2>&1; echo $? >plain.code\n\
+              touch done) </dev/null >/dev/null 2>&1 &\n",
+            o = dir.display(),
+            bin = baton_bin().display(),
+        ),
+    );
+    let exec = format!("sh '{}'", handler.display());
+    let bob = env.serve(&env.workspace("bob"), &["--name", "bob", "--exec", &exec]);
+    let out = env.run(&["send", "--from", "alice", "bob", "start it", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    wait_event(&bob.spool(), "the turn's end", T, |e| {
+        e["kind"] == "turn.finished"
+    });
+    fs::write(dir.join("go"), "").unwrap();
+    wait_until("the leftover's sends", T, || dir.join("done").exists());
+    assert_eq!(
+        read(&dir, "through.code").trim(),
+        "1",
+        "{}",
+        read(&dir, "through.out")
+    );
+    assert!(
+        read(&dir, "through.out").contains("belongs to a turn of this instance that has ended"),
+        "{}",
+        read(&dir, "through.out")
+    );
+    assert_ne!(read(&dir, "plain.code").trim(), "0");
+    assert!(
+        read(&dir, "plain.out").contains("not permitted"),
+        "{}",
+        read(&dir, "plain.out")
+    );
+    let got: Vec<Value> = transcript(&carol.spool())
+        .into_iter()
+        .filter(|e| e["kind"] == "message.accepted")
+        .collect();
+    assert!(got.is_empty(), "carol got {got:?}");
+    drop((alice, bob, carol));
+}
