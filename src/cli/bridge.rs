@@ -253,7 +253,7 @@ fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Value
             // Stored as having come through a bridge, as a live instance
             // records it.
             let make = || {
-                let mut task = super::send::plain_task(message_id, body, mode);
+                let mut task = super::sent::plain_task(message_id, body, mode);
                 task.sender.workspace = None;
                 task.sender.remote = Some(bridged::ssh_remote().unwrap_or_else(|| "ssh".into()));
                 task

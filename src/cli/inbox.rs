@@ -26,9 +26,6 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             "inbox: say list, claim or complete (see 'baton help inbox')".into(),
         ));
     };
-    if action == "wait" {
-        return super::inbox_wait::run(args, config);
-    }
     if args.flag("timeout") {
         return Err(Error::Usage(format!(
             "inbox {}: --timeout is for inbox wait",

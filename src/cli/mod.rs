@@ -14,6 +14,7 @@ mod list;
 mod log;
 mod mcp;
 mod send;
+mod sent;
 mod serve;
 mod stop;
 mod target;
@@ -241,7 +242,7 @@ pub const COMMANDS: &[Command] = &[
             ),
             HELP,
         ],
-        run: inbox::run,
+        run: inbox_or_wait,
     },
     Command {
         name: "wake",
@@ -533,4 +534,13 @@ fn at_most(args: &Args, cmd: &str, n: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// `baton inbox`: `wait` is a command of its own (`inbox_wait`), which
+/// reads the inbox as `inbox list` does.
+fn inbox_or_wait(args: &Args, config: &Config) -> Result<ExitCode> {
+    match args.positional.first().map(String::as_str) {
+        Some("wait") => inbox_wait::run(args, config),
+        _ => inbox::run(args, config),
+    }
 }

@@ -4,7 +4,7 @@
 //! self-sends are refused and a relayed turn may only answer its sender.
 
 use super::args::Args;
-use super::{emit, emit_json, target};
+use super::{emit_json, target};
 use crate::client::{ClientError, Connection};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
@@ -134,7 +134,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         let r = conn
             .call("relay/send", params)
             .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
-        return report(args, &r);
+        return super::sent::report(args, &r);
     }
     super::at_most(args, "send", 2)?;
     let Some(target_arg) = args.positional.first() else {
@@ -216,7 +216,7 @@ fn remote(
     // A via command that fails is a `transport` result, as a local
     // send's would be: with --json, one that names the id to retry with.
     let transport = |e: Error| match e {
-        Error::Transport(reason) => report(
+        Error::Transport(reason) => super::sent::report(
             args,
             &json!({"status": Status::Transport, "message_id": message_id, "reason": reason}),
         ),
@@ -279,7 +279,7 @@ fn remote(
         };
         return super::wait::run_via(args, &result, first, &reach);
     }
-    report(args, &result)
+    super::sent::report(args, &result)
 }
 
 /// The via command reached another instance than the one named (a key's
@@ -322,7 +322,7 @@ fn plain(
         None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
     };
     let dir = registry::ensure_dir(config)?;
-    let make = || plain_task(&message_id, body, mode);
+    let make = || super::sent::plain_task(&message_id, body, mode);
     let peer = match relay::route(config, &dir, target_arg, &message_id, &make) {
         relay::Route::Live(p) => *p,
         relay::Route::Done(v) => return finish(args, config, &v),
@@ -344,7 +344,7 @@ fn plain(
             ))
         })?;
         result["target"] = target_of(&peer);
-        return report(args, &result);
+        return super::sent::report(args, &result);
     }
     let params = json!({
         "message_id": message_id,
@@ -384,108 +384,9 @@ fn finish(args: &Args, config: &Config, r: &Value) -> Result<ExitCode> {
     if args.flag("wait") {
         return super::wait::run(args, config, r);
     }
-    report(args, r)
-}
-
-/// The task a plain command line stores in a stopped agent's spool: the
-/// sender is recorded as such, by its pid and working directory.
-pub(super) fn plain_task(message_id: &str, body: &str, mode: &str) -> crate::spool::Task {
-    let sender = crate::spool::Sender {
-        pid: Some(std::process::id()),
-        workspace: std::env::current_dir()
-            .ok()
-            .map(|d| d.display().to_string()),
-        ..crate::spool::Sender::default()
-    };
-    crate::spool::new_task(
-        message_id,
-        body,
-        sender,
-        0,
-        None,
-        mode,
-        Some(std::process::id()),
-        "jsonrpc",
-    )
+    super::sent::report(args, r)
 }
 
 fn target_of(peer: &Peer) -> Value {
     json!({"instance_id": peer.manifest.instance_id, "name": peer.manifest.name})
-}
-
-/// Prints a delivery result and maps its status to the exit code.
-pub(super) fn report(args: &Args, r: &Value) -> Result<ExitCode> {
-    let spelled = r.get("status").and_then(Value::as_str).unwrap_or("");
-    // A status this version does not know (a zcoder peer's, say) is a
-    // refusal, shown as it was spelled.
-    let status = spelled.parse::<Status>().ok();
-    let id = escape(r.get("message_id").and_then(Value::as_str).unwrap_or("")).into_owned();
-    let reason = escape(r.get("reason").and_then(Value::as_str).unwrap_or("")).into_owned();
-    let code = status.map_or(ExitCode::Refused, Status::exit_code);
-    if args.flag("json") {
-        emit_json(r);
-        return Ok(code);
-    }
-    let t = &r["target"];
-    let who = match (
-        t.get("name").and_then(Value::as_str),
-        t.get("instance_id").and_then(Value::as_str),
-    ) {
-        (Some(n), Some(i)) => format!("{} ({i})", escape(n)),
-        (Some(n), None) => escape(n).into_owned(),
-        _ => "the receiver".into(),
-    };
-    match status {
-        Some(Status::Accepted) => emit(&format!(
-            "accepted: {who} queued message {id} at position {}\n",
-            r.get("queue_position")
-                .map(Value::to_string)
-                .unwrap_or_default()
-        )),
-        Some(Status::Duplicate) => emit(&format!(
-            "duplicate: {who} had already accepted message {id}\n"
-        )),
-        Some(Status::Stored) => emit(&format!(
-            "stored: {} is not running; message {id} waits in its spool at position {} and runs when it starts\n",
-            escape(t["name"].as_str().unwrap_or("")),
-            r.get("queue_position")
-                .map(Value::to_string)
-                .unwrap_or_default()
-        )),
-        Some(Status::NoTarget) => {
-            let peers: Vec<String> = r
-                .get("candidates")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(|c| {
-                    let name = escape(c["name"].as_str().unwrap_or(""));
-                    let workspace = escape(c["workspace"].as_str().unwrap_or(""));
-                    // A spool of a stopped agent has no pid and no id.
-                    match c["pid"].as_u64() {
-                        Some(pid) => format!(
-                            "\n  {name}  pid {pid}  {workspace}  {}",
-                            c["instance_id"].as_str().unwrap_or("")
-                        ),
-                        None => format!("\n  {name}  not running  {workspace}"),
-                    }
-                })
-                .collect();
-            let list = if peers.is_empty() {
-                "no live instances are running".to_string()
-            } else {
-                format!("candidates:{}", peers.concat())
-            };
-            eprintln!("baton: {reason}; {list}");
-        }
-        Some(Status::Transport) => eprintln!("baton: {reason}"),
-        Some(Status::Denied | Status::Invalid | Status::Unsupported) if t.is_null() => {
-            eprintln!("baton: not sent: {}: {reason}", escape(spelled))
-        }
-        _ => eprintln!(
-            "baton: {who} refused message {id}: {}: {reason}",
-            escape(spelled)
-        ),
-    }
-    Ok(code)
 }

@@ -76,7 +76,7 @@ fn kept(args: &Args, delivery: &Value) -> Result<std::result::Result<Kept, ExitC
                 .map_or(ExitCode::Refused, Status::exit_code);
             return Ok(Err(code));
         }
-        return super::send::report(args, delivery).map(Err);
+        return super::sent::report(args, delivery).map(Err);
     }
     let name = delivery["target"]["name"]
         .as_str()

@@ -6,8 +6,7 @@
 
 use super::deliver::deliver;
 use super::request::{self, SendRequest};
-use super::slots::INIT_TIMEOUT;
-use super::{Event, RpcError, Shared, bad_type, missing, zcoder};
+use super::{Event, INIT_TIMEOUT, RpcError, Shared, bad_type, missing, zcoder};
 use crate::access::{self, BridgeKey, Caller, Door};
 use crate::events::{self, Subscription};
 use crate::sys;

@@ -40,6 +40,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// How long a new connection has to complete `initialize`.
+pub const INIT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The shortest a connection thread waits for the foreground's answer to a
 /// call (`BATON_IO_TIMEOUT` when that is longer): the foreground's one wait
 /// of its own, a pause settling (`SETTLE_WAIT` in src/instance/dispatch.rs), stays below it,

@@ -10,10 +10,7 @@
 use super::conn::Writer;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-
-/// How long a new connection has to complete `initialize`.
-pub const INIT_TIMEOUT: Duration = Duration::from_secs(5);
+use std::time::Instant;
 
 /// Why a connection gave way to a new one: the line it is told depends on
 /// it.
@@ -211,6 +208,7 @@ mod tests {
     use super::*;
     use std::io::Read;
     use std::os::unix::net::UnixStream;
+    use std::time::Duration;
 
     /// A started connection in a new slot, and its client's end.
     fn connect(slots: &Slots) -> (u64, UnixStream) {
