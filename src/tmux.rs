@@ -61,10 +61,12 @@ pub enum Job {
 /// What the helper thread reports.
 #[derive(Debug)]
 pub enum Report {
-    Probed(Result<(), Trouble>),
+    /// The pane can take a paste; the pid of its process (the agent),
+    /// when tmux says.
+    Probed(Result<Option<u32>, Trouble>),
     Typed {
         message_id: String,
-        result: Result<(), Trouble>,
+        result: Result<Option<u32>, Trouble>,
     },
 }
 
@@ -146,49 +148,50 @@ fn is_executable(p: &Path) -> bool {
 /// Is the pane there, and can it take a paste? A pane in a mode can: the
 /// mode is left before the paste, and what its program asked for is read
 /// then.
-fn probe(pane: &str) -> Result<(), Trouble> {
+fn probe(pane: &str) -> Result<Option<u32>, Trouble> {
     match pane_state(pane)? {
-        (false, Some(false)) => Err(Trouble::Unbracketed),
-        _ => Ok(()),
+        (_, false, Some(false)) => Err(Trouble::Unbracketed),
+        (pid, _, _) => Ok(pid),
     }
 }
 
-/// Whether the pane is in a mode, and whether its program asked for
-/// bracketed paste (`None`: this tmux does not say).
-fn pane_state(pane: &str) -> Result<(bool, Option<bool>), Trouble> {
+/// The pane's process, whether the pane is in a mode, and whether its
+/// program asked for bracketed paste (`None`: this tmux does not say).
+fn pane_state(pane: &str) -> Result<(Option<u32>, bool, Option<bool>), Trouble> {
     let out = tmux(
         &[
             "display-message",
             "-p",
             "-t",
             pane,
-            "#{pane_in_mode} #{bracket_paste_flag}",
+            "#{pane_pid} #{pane_in_mode} #{bracket_paste_flag}",
         ],
         None,
     )?;
     Ok(parse_state(&out))
 }
 
-/// `#{pane_in_mode} #{bracket_paste_flag}` as printed: a tmux without the
-/// second format prints nothing for it.
-fn parse_state(out: &str) -> (bool, Option<bool>) {
+/// `#{pane_pid} #{pane_in_mode} #{bracket_paste_flag}` as printed: a tmux
+/// without the last format prints nothing for it.
+fn parse_state(out: &str) -> (Option<u32>, bool, Option<bool>) {
     let mut words = out.split_whitespace();
+    let pid = words.next().and_then(|w| w.parse().ok());
     let in_mode = words.next() == Some("1");
     let bracketed = match words.next() {
         Some("1") => Some(true),
         Some("0") => Some(false),
         _ => None,
     };
-    (in_mode, bracketed)
+    (pid, in_mode, bracketed)
 }
 
 /// Leaves a mode the pane is in, pastes `text` as one block with its
 /// controls made visible, waits `ENTER_DELAY`, presses Enter.
-fn type_block(pane: &str, buffer: &str, text: &str) -> Result<(), Trouble> {
-    let (in_mode, mut bracketed) = pane_state(pane)?;
+fn type_block(pane: &str, buffer: &str, text: &str) -> Result<Option<u32>, Trouble> {
+    let (pid, in_mode, mut bracketed) = pane_state(pane)?;
     if in_mode {
         tmux(&["send-keys", "-t", pane, "-X", "cancel"], None)?;
-        bracketed = pane_state(pane)?.1;
+        bracketed = pane_state(pane)?.2;
     }
     // Read just before the paste; a program that turns bracketed paste off
     // in the few milliseconds between gets the paste without markers.
@@ -207,7 +210,7 @@ fn type_block(pane: &str, buffer: &str, text: &str) -> Result<(), Trouble> {
         return Err(e);
     }
     thread::sleep(ENTER_DELAY);
-    tmux(&["send-keys", "-t", pane, "Enter"], None).map(drop)
+    tmux(&["send-keys", "-t", pane, "Enter"], None).map(|_| pid)
 }
 
 /// Runs `tmux ARGS` (with `input` on its standard input), killed after
@@ -302,11 +305,13 @@ mod tests {
 
     #[test]
     fn a_tmux_without_bracket_paste_flag_does_not_say() {
-        assert_eq!(parse_state("0 1\n"), (false, Some(true)));
-        assert_eq!(parse_state("0 0\n"), (false, Some(false)));
-        assert_eq!(parse_state("1 0\n"), (true, Some(false)));
+        let p = Some(42);
+        assert_eq!(parse_state("42 0 1\n"), (p, false, Some(true)));
+        assert_eq!(parse_state("42 0 0\n"), (p, false, Some(false)));
+        assert_eq!(parse_state("42 1 0\n"), (p, true, Some(false)));
         // tmux 3.3a: an unknown format is empty.
-        assert_eq!(parse_state("0 \n"), (false, None));
-        assert_eq!(parse_state("1\n"), (true, None));
+        assert_eq!(parse_state("42 0 \n"), (p, false, None));
+        assert_eq!(parse_state("42 1\n"), (p, true, None));
+        assert_eq!(parse_state("\n"), (None, false, None));
     }
 }

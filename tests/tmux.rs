@@ -63,6 +63,18 @@ impl Tmux {
     /// Starts the server and waits (bounded) until the stand-in is reading.
     pub(crate) fn start(&mut self, env: &Env) {
         let agent = env.root.join("agent.py");
+        self.start_program(&format!(
+            "python3 '{}' '{}'",
+            agent.display(),
+            self.log.display()
+        ));
+        wait_until("the stand-in agent to start", WAIT, || {
+            self.reads().first().is_some_and(|r| r == "ready")
+        });
+    }
+
+    /// Starts the server with `program` in its one pane.
+    pub(crate) fn start_program(&mut self, program: &str) {
         self.run(&[
             "-f",
             "/dev/null",
@@ -74,13 +86,10 @@ impl Tmux {
             "100",
             "-y",
             "30",
-            &format!("python3 '{}' '{}'", agent.display(), self.log.display()),
+            program,
         ]);
         let pid = self.run(&["display-message", "-p", "#{pid}"]);
         self.pid = Some(pid.trim().parse().expect("the server's pid"));
-        wait_until("the stand-in agent to start", WAIT, || {
-            self.reads().first().is_some_and(|r| r == "ready")
-        });
     }
 
     /// `TMUX_TMPDIR`, for baton.

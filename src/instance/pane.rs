@@ -22,6 +22,7 @@ use crate::tmux::{self, Job, Report, Trouble, Typist};
 use crate::turn;
 use crossbeam_channel as chan;
 use serde_json::json;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The first delay before tmux is asked again after a failure, and the
@@ -126,6 +127,14 @@ impl Foreground {
         }
     }
 
+    /// The pane's process is the agent's: it and what it starts may use
+    /// the agent's doors, not the operator's (`access`).
+    fn pane_agent(&self, pid: Option<u32>) {
+        if let Some(pid) = pid {
+            self.shared.agent.store(pid, Ordering::SeqCst);
+        }
+    }
+
     /// Applies what the helper thread reported.
     pub(super) fn pane_report(&mut self, report: Report) {
         let Some(p) = self.pane.as_mut() else {
@@ -133,12 +142,16 @@ impl Foreground {
         };
         p.asked = false;
         match report {
-            Report::Probed(Ok(())) => self.pane_up(),
+            Report::Probed(Ok(pid)) => {
+                self.pane_agent(pid);
+                self.pane_up();
+            }
             Report::Probed(Err(trouble)) => self.pane_down(&trouble, None),
             Report::Typed {
                 message_id,
-                result: Ok(()),
+                result: Ok(pid),
             } => {
+                self.pane_agent(pid);
                 self.pane_up();
                 let open = self.open.iter().any(|o| o.task.message_id == message_id);
                 let deadline = self.opts.turn_timeout.map(|t| Instant::now() + t);

@@ -161,7 +161,8 @@ pub struct Shared {
     pub handler: AtomicU32,
     /// The agent's process, where the instance knows it (`baton mcp`'s
     /// host): its processes may not approve (`access`).
-    pub agent: Option<u32>,
+    /// 0: none (yet). A tmux pane's process is learnt when it answers.
+    pub agent: AtomicU32,
     /// The tokens of the exec turns this instance started, the newest
     /// last (at most `access::KEPT_TOKENS`): a process that started with
     /// one and our socket is a turn's, even after its turn ended.
@@ -201,7 +202,7 @@ impl Shared {
             wake_on_accept: AtomicBool::new(true),
             handler: AtomicU32::new(0),
             turn_tokens: Mutex::new(std::collections::VecDeque::new()),
-            agent: None,
+            agent: AtomicU32::new(0),
             socket,
             slots,
             events,
@@ -209,8 +210,8 @@ impl Shared {
     }
 
     /// The same, for an instance that knows its agent's process.
-    pub fn with_agent(mut self, agent: Option<u32>) -> Shared {
-        self.agent = agent;
+    pub fn with_agent(self, agent: Option<u32>) -> Shared {
+        self.agent.store(agent.unwrap_or(0), Ordering::SeqCst);
         self
     }
 
@@ -221,7 +222,7 @@ impl Shared {
             pid: std::process::id(),
             socket: &self.socket,
             handler: (handler != 0).then_some(handler),
-            agent: self.agent,
+            agent: Some(self.agent.load(Ordering::SeqCst)).filter(|a| *a != 0),
             tokens: Some(&self.turn_tokens),
         }
     }

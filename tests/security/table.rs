@@ -174,3 +174,43 @@ fn the_mcp_hosts_processes_get_the_agents_doors_only() {
     let _ = mcp.wait();
     check(Role::Agent, &knocked(&out));
 }
+
+/// The program in a `--tmux-pane` pane is the agent: what it starts may
+/// claim and list, never approve or start a local turn.
+#[test]
+fn the_pane_agents_processes_get_the_agents_doors_only() {
+    if !crate::tmux::tools() {
+        return;
+    }
+    let env = Env::new();
+    let dir = env.root.join("pane");
+    let rpc = script(&dir, "rpc.py", super::RPC);
+    let out = |n: &str| dir.join(n);
+    let mut tmux = crate::tmux::Tmux::new(&env);
+    // The pane's program reads the task typed into it, then calls in.
+    let program = format!(
+        "sh -c 'read line; s=$(cat {sock}); \
+         python3 {rpc} $s approval/respond \"{{}}\" > {a}; \
+         python3 {rpc} $s turn/local \"{{}}\" > {l}; \
+         python3 {rpc} $s inbox/list \"{{}}\" > {i}; touch {d}; exec cat >/dev/null'",
+        sock = out("socket").display(),
+        rpc = rpc.display(),
+        a = out("approve.json").display(),
+        l = out("local.json").display(),
+        i = out("list.json").display(),
+        d = out("done").display(),
+    );
+    tmux.start_program(&program);
+    let s = crate::tmux::serve(&env, &tmux, &[], &[]);
+    fs::write(out("socket"), s.socket.to_str().unwrap()).unwrap();
+    crate::tmux::send(&env, "call in");
+    wait_until("the pane's calls", T, || out("done").exists());
+    for name in ["approve.json", "local.json"] {
+        let v: Value = serde_json::from_str(fs::read_to_string(out(name)).unwrap().trim()).unwrap();
+        assert_eq!(v["error"]["data"]["role"], "agent", "{name}: {v}");
+    }
+    let v: Value =
+        serde_json::from_str(fs::read_to_string(out("list.json")).unwrap().trim()).unwrap();
+    assert!(v["result"].is_object(), "{v}");
+    drop(s);
+}
