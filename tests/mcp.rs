@@ -145,12 +145,9 @@ impl Mcp {
     /// connections are then outside the host's process tree, as an
     /// operator's are (docs/security.md).
     pub(crate) fn start_hosted(env: &Env, workspace: &Path, args: &[&str]) -> Mcp {
-        let inner = env.cmd();
-        let mut cmd = Command::new("/bin/sh");
-        cmd.env_clear()
-            .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
-            .args(["-c", "\"$0\" mcp \"$@\"; exit $?"])
-            .arg(inner.get_program())
+        let mut cmd = env.cmd_for("/bin/sh");
+        cmd.args(["-c", "\"$0\" mcp \"$@\"; exit $?"])
+            .arg(env.cmd().get_program())
             .args(args);
         Mcp::spawn(env, workspace, cmd, true)
     }

@@ -9,10 +9,9 @@ mod table;
 mod turns;
 mod verify;
 
-use crate::util::{Env, have};
+use crate::util::have;
 use baton::access::Door;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 /// A client that knocks on doors from wherever it is started.
 const PROBE: &str = include_str!("probe.py");
@@ -29,22 +28,6 @@ fn probe_doors() -> String {
 /// under BATON_REQUIRE_ALL=1).
 fn python() -> bool {
     have("python3")
-}
-
-/// A command that sees only `env`'s world, as the baton it starts would.
-fn world_cmd(env: &Env, program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut cmd = Command::new(program);
-    cmd.env_clear();
-    if let Some(path) = std::env::var_os("PATH") {
-        cmd.env("PATH", path);
-    }
-    cmd.env("HOME", env.root.join("home"))
-        .env("BATON_DIR", &env.registry)
-        .env("XDG_STATE_HOME", &env.state)
-        .env("TMPDIR", env.root.join("tmp"))
-        .env("LANG", "C.UTF-8")
-        .stdin(Stdio::null());
-    cmd
 }
 
 /// Writes `text` to `dir/name`; its path.

@@ -4,7 +4,7 @@
 //! own turn, a process of another instance's turn, a bridge), is open
 //! exactly when the table's row lists that role.
 
-use super::{PROBE, probe_doors, python, script, world_cmd};
+use super::{PROBE, probe_doors, python, script};
 use crate::util::{Env, baton_bin, manifests, wait_until};
 use baton::access::{Door, Role};
 use serde_json::Value;
@@ -56,7 +56,8 @@ fn check(role: Role, got: &BTreeMap<String, (bool, Value)>) {
 
 /// Runs the probe as a child of the test, in `env`'s world.
 fn run_probe(env: &Env, probe: &Path, out: &Path, target: &str, how: &[&str]) {
-    let status = world_cmd(env, "python3")
+    let status = env
+        .cmd_for("python3")
         .arg(probe)
         .arg(out)
         .arg(probe_doors())

@@ -166,7 +166,13 @@ impl Env {
 
     /// A `Command` for the baton binary that sees only this world.
     pub fn cmd(&self) -> Command {
-        let mut cmd = Command::new(&self.bin);
+        self.cmd_for(&self.bin)
+    }
+
+    /// A `Command` for `program` that sees only this world, as the baton
+    /// it starts would.
+    pub fn cmd_for(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
         cmd.env_clear();
         if let Some(path) = std::env::var_os("PATH") {
             cmd.env("PATH", path);
