@@ -262,18 +262,43 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
     c
 }
 
+/// The socket of the instance whose turn this very process belongs to,
+/// by the `BATON_TURN` and `BATON_SOCKET` it or an ancestor started with:
+/// the commands that would write a peer's spool themselves (an offline
+/// send, `bridge --offline`) refuse to, as the instance behind a socket
+/// would (docs/security.md).
+pub fn turn_of_this_process() -> Option<String> {
+    let mut cur = std::process::id();
+    for _ in 0..MAX_DEPTH {
+        if let [Some(_), Some(socket)] = procfs::environ_values(cur, ["BATON_TURN", "BATON_SOCKET"])
+        {
+            return Some(socket);
+        }
+        match procfs::process(cur) {
+            Some(p) if p.ppid > 1 => cur = p.ppid,
+            _ => return None,
+        }
+    }
+    None
+}
+
 impl Caller {
-    /// The caller as a bridge declared it: a remote key, whatever the
-    /// bridge process itself descends from.
+    /// The caller as a bridge declared it: a remote key. A declaration
+    /// only narrows: a process of a turn that runs `baton bridge` stays
+    /// that turn's, held to both rows (`may`).
     pub fn as_bridge(mut self, key: BridgeKey) -> Caller {
-        self.role = Role::Bridge;
+        if !matches!(self.role, Role::Turn | Role::OtherTurn) {
+            self.role = Role::Bridge;
+        }
         self.bridge = Some(key);
         self
     }
 
-    /// Whether the table lets this caller through `door`.
+    /// Whether the table lets this caller through `door`: its role's row,
+    /// and a bridge's too when it declared one.
     pub fn may(&self, door: Door) -> bool {
-        door.roles().contains(&self.role)
+        let roles = door.roles();
+        roles.contains(&self.role) && (self.bridge.is_none() || roles.contains(&Role::Bridge))
     }
 
     /// Why `door` is shut to this caller, in words that say who it is

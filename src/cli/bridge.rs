@@ -171,6 +171,7 @@ fn join(
 /// `message/send` as a plain local send does: stored in the spool, or
 /// delivered if the agent has started meanwhile.
 fn offline(config: &Config, target: &str, input: ChunkReader) -> Result<ExitCode> {
+    super::sent::not_in_a_turn()?;
     let dir = registry::ensure_dir(config)?;
     let mut input = BufReader::new(input);
     let mut out = std::io::stdout().lock();

@@ -321,6 +321,7 @@ fn plain(
         Some(id) => id.to_string(),
         None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
     };
+    super::sent::not_in_a_turn()?;
     let dir = registry::ensure_dir(config)?;
     let make = || super::sent::plain_task(&message_id, body, mode);
     let peer = match relay::route(config, &dir, target_arg, &message_id, &make) {

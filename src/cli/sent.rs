@@ -4,7 +4,7 @@
 
 use super::args::Args;
 use super::{emit, emit_json};
-use crate::error::{ExitCode, Result};
+use crate::error::{Error, ExitCode, Result};
 use crate::sanitize::escape;
 use crate::status::Status;
 use serde_json::Value;
@@ -106,4 +106,17 @@ pub(super) fn report(args: &Args, r: &Value) -> Result<ExitCode> {
         ),
     }
     Ok(code)
+}
+
+/// A plain send (or a bridge's stand-in) may write a stopped agent's spool
+/// itself: not for a process of a turn, which speaks only through its
+/// own instance (docs/security.md).
+pub(super) fn not_in_a_turn() -> Result<()> {
+    match crate::access::turn_of_this_process() {
+        None => Ok(()),
+        Some(socket) => Err(Error::Refused(format!(
+            "not permitted: this process belongs to a turn of the instance at {}, and sends only through that instance (baton send with that BATON_SOCKET)",
+            escape(&socket)
+        ))),
+    }
 }

@@ -49,15 +49,26 @@ fn a_relayed_turn_cannot_start_a_local_turn_or_send_as_another_instance() {
              '{bin}' send --from dave carol 'as dave' >from-dave.out 2>from-dave.err; echo $? >from-dave.code\n\
              env -u BATON_SOCKET -u BATON_TURN '{bin}' send carol plain >plain.out 2>plain.err; echo $? >plain.code\n\
              env -u BATON_TURN '{bin}' send --json carol 'no token' >untokened.out 2>&1; echo $? >untokened.code\n\
+             env -u BATON_SOCKET -u BATON_TURN '{bin}' send ghost stored >ghost.out 2>&1; echo $? >ghost.code\n\
+             printf '%s\\n' '{hello}' '{send}' | '{bin}' bridge carol >bridged.out 2>&1\n\
              '{bin}' send --json alice back >back.out 2>&1; echo $? >back.code\n\
              touch done\n",
             o = dir.display(),
             rpc = rpc.display(),
             dave = dave.socket.display(),
             bin = baton_bin().display(),
+            hello = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                           "params": {"protocol_version": 1, "client": {"name": "t", "version": "0"}}}),
+            send = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send",
+                          "params": {"message_id": "b1", "target_instance_id": carol.id,
+                                     "body": "bridged", "sender": {}}}),
         ),
     );
     let exec = format!("sh '{}'", handler.display());
+    // A stopped agent whose spool a plain send would store into.
+    let mut ghost = env.serve(&env.workspace("ghost"), &["--name", "ghost"]);
+    let ghost_spool = ghost.spool();
+    assert_eq!(ghost.term(), 0);
     let bob = env.serve(
         &env.workspace("bob"),
         &["--name", "bob", "--exec", &exec, "--approve", "ask"],
@@ -96,6 +107,31 @@ fn a_relayed_turn_cannot_start_a_local_turn_or_send_as_another_instance() {
         let err = read(&dir, &format!("{name}.err"));
         assert!(err.contains("not permitted"), "{name}: {err}");
     }
+    // Nor does it write a stopped agent's spool, nor get through as a
+    // bridge: a declaration only narrows.
+    assert_eq!(
+        read(&dir, "ghost.code").trim(),
+        "1",
+        "{}",
+        read(&dir, "ghost.out")
+    );
+    assert!(
+        read(&dir, "ghost.out").contains("belongs to a turn"),
+        "{}",
+        read(&dir, "ghost.out")
+    );
+    assert!(
+        !fs::read_dir(ghost_spool.join("inbox"))
+            .unwrap()
+            .any(|_| true)
+    );
+    let bridged = read(&dir, "bridged.out");
+    let refused = bridged
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok());
+    let refused: Vec<Value> = refused.filter(|v| v["id"] == 1).collect();
+    assert_eq!(refused.len(), 1, "{bridged}");
+    assert_eq!(refused[0]["error"]["data"]["role"], "other-turn", "{bridged}");
     // Without its token, the handler's send is still made in its turn.
     assert_eq!(read(&dir, "untokened.code").trim(), "1");
     assert!(read(&dir, "untokened.out").contains("relayed from alice"));
