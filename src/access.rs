@@ -216,9 +216,8 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
         c.role = Role::Own;
         return c;
     }
-    if let (Some(h), Some(p)) = (ours.handler, procfs::process(pid))
-        && p.pgid == h
-    {
+    let group = ours.handler.zip(procfs::process(pid));
+    if let Some((h, _)) = group.filter(|(h, p)| p.pgid == *h) {
         c.role = Role::Turn;
         c.leader = Some(h);
         return c;
@@ -230,10 +229,11 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
             c.leader = child;
             return c;
         }
-        if c.instance_socket.is_none()
-            && let [Some(token), Some(socket)] =
-                procfs::environ_values(cur, ["BATON_TURN", "BATON_SOCKET"])
-        {
+        let marked = match c.instance_socket {
+            None => procfs::environ_values(cur, ["BATON_TURN", "BATON_SOCKET"]),
+            Some(_) => [None, None],
+        };
+        if let [Some(token), Some(socket)] = marked {
             if socket != ours.socket {
                 c.instance_socket = Some(socket);
             } else if ours.issued(&token) {

@@ -265,9 +265,8 @@ impl Foreground {
         if !matches!(mode.as_str(), "queue" | "steer") {
             return refuse(Status::Invalid, "mode is not queue or steer".into());
         }
-        if let Some(c) = caller.filter(|c| c.role == Role::Turn)
-            && let Err(reason) = self.turn_of_process(c, turn.as_deref())
-        {
+        let of_turn = caller.filter(|c| c.role == Role::Turn);
+        if let Some(Err(reason)) = of_turn.map(|c| self.turn_of_process(c, turn.as_deref())) {
             return refuse(Status::Denied, reason);
         }
         let Some(task) = self.scope_of(turn.as_deref()) else {

@@ -131,7 +131,10 @@ fn a_relayed_turn_cannot_start_a_local_turn_or_send_as_another_instance() {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok());
     let refused: Vec<Value> = refused.filter(|v| v["id"] == 1).collect();
     assert_eq!(refused.len(), 1, "{bridged}");
-    assert_eq!(refused[0]["error"]["data"]["role"], "other-turn", "{bridged}");
+    assert_eq!(
+        refused[0]["error"]["data"]["role"], "other-turn",
+        "{bridged}"
+    );
     // Without its token, the handler's send is still made in its turn.
     assert_eq!(read(&dir, "untokened.code").trim(), "1");
     assert!(read(&dir, "untokened.out").contains("relayed from alice"));
