@@ -13,10 +13,13 @@ use std::os::unix::net::{UnixListener, UnixStream};
 pub use crate::civil::Civil;
 pub use crate::procfs::{ProcEntry, environ_has, environ_values, process, process_cwd, processes};
 pub use errno::{errno_named, shortage};
+pub use spawn::*;
 pub use types::*;
 
 #[path = "sys_errno.rs"]
 mod errno;
+#[path = "sys_spawn.rs"]
+mod spawn;
 #[path = "sys_types.rs"]
 mod types;
 
@@ -205,11 +208,6 @@ pub fn limit_malloc_arenas() {
     }
 }
 
-/// The longest socket path `bind` accepts here (`sun_path` less the NUL).
-pub fn max_socket_path() -> usize {
-    std::mem::size_of::<libc::sockaddr_un>() - std::mem::offset_of!(libc::sockaddr_un, sun_path) - 1
-}
-
 /// Sends `sig` to the process `pid` (never a group: 0 and values that
 /// would read as negative are refused).
 pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
@@ -324,48 +322,6 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
-/// Starts `program` with `args` (`argv[0]` is `program`) in `dir`, with
-/// this process's environment and `env` over it, its stdio piped, as the
-/// leader of a process group of its own that dies with SIGKILL when the
-/// thread that starts it ends (`PR_SET_PDEATHSIG`): when the instance
-/// dies, even of SIGKILL, its handler's leader goes with it. A parent that
-/// died before the setting took effect is caught by comparing `getppid`
-/// afterwards: the child then fails to start. Linux only; elsewhere
-/// `turn` starts it with `Command`, with a process group and no death
-/// signal.
-///
-/// It is started the way `posix_spawn` does, which std's `Command` can
-/// not do once it needs a hook between fork and exec: the child shares our
-/// memory (`CLONE_VM | CLONE_VFORK`, so no page tables are copied) and
-/// this thread waits until it called `execve`. It runs only system calls
-/// on a stack of its own, with every signal blocked until its handlers are
-/// reset, and with the scheduler's default slice if this thread asked for
-/// a short one (`prefer_short_slices`). Reap the leader with `wait_leader`.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn spawn_leader(
-    program: &str,
-    args: &[&str],
-    dir: &std::path::Path,
-    env: &[(&'static str, String)],
-) -> io::Result<Leader> {
-    linux_spawn::spawn(program, args, dir, env)
-}
-
-/// Asks for short turns on the CPU for the calling thread: a 0.1 ms slice
-/// (`sched_setattr`'s `sched_runtime`; Linux 6.12 and later honour it),
-/// so that it takes the CPU from a thread with a longer slice as soon as
-/// it wakes. Only a normal thread is changed, keeping its nice value;
-/// the handlers it starts get the default slice (`spawn_leader`).
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn prefer_short_slices() -> io::Result<()> {
-    linux_spawn::short_slices()
-}
-
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub fn prefer_short_slices() -> io::Result<()> {
-    Ok(())
-}
-
 /// Waits for the child `pid` to exit and reaps it: its exit code, or the
 /// signal that ended it.
 pub fn wait_leader(pid: u32) -> io::Result<(Option<i32>, Option<i32>)> {
@@ -422,9 +378,12 @@ pub fn exit_notifier(pid: u32) -> io::Result<OwnedFd> {
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod linux_spawn {
     use super::Leader;
+    use super::spawn::data::{
+        Args, DEFAULT_SLICE, SCHED_FLAG_RESET_ON_FORK, SHORT_SLICE_NS, SchedAttr,
+    };
     use crate::execargs::ExecArgs;
     use std::cell::Cell;
-    use std::ffi::{c_char, c_int, c_void};
+    use std::ffi::{c_int, c_void};
     use std::fs::File;
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -433,30 +392,6 @@ mod linux_spawn {
 
     /// The child's stack: it only makes system calls.
     const STACK: usize = 64 * 1024;
-
-    /// `struct sched_attr` (sched_setattr(2)), its first version.
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct SchedAttr {
-        size: u32,
-        policy: u32,
-        flags: u64,
-        nice: i32,
-        priority: u32,
-        runtime: u64,
-        deadline: u64,
-        period: u64,
-    }
-
-    const SCHED_FLAG_RESET_ON_FORK: u64 = 1;
-    const SHORT_SLICE_NS: u64 = 100_000;
-
-    thread_local! {
-        /// Set once this thread asked for a short slice: what the
-        /// handlers it starts get instead (its policy and nice value, the
-        /// default slice).
-        static DEFAULT_SLICE: Cell<Option<SchedAttr>> = const { Cell::new(None) };
-    }
 
     pub(super) fn short_slices() -> io::Result<()> {
         let size = std::mem::size_of::<SchedAttr>() as u32;
@@ -495,21 +430,6 @@ mod linux_spawn {
         }
         DEFAULT_SLICE.with(|d| d.set(Some(default)));
         Ok(())
-    }
-
-    /// What the child reads (all prepared by the parent, which waits
-    /// while it runs) and the errno it leaves when it cannot exec.
-    struct Args {
-        path: *const c_char,
-        argv: *const *const c_char,
-        envp: *const *const c_char,
-        dir: *const c_char,
-        /// Its stdin, stdout and stderr: descriptors 3 and up.
-        fds: [c_int; 3],
-        parent: libc::pid_t,
-        /// The scheduling the handler gets, if not ours as it is.
-        sched: Option<SchedAttr>,
-        errno: AtomicI32,
     }
 
     /// A pipe, both ends close-on-exec, each numbered 3 or more (so that
