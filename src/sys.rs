@@ -2,7 +2,8 @@
 //! calls std does not expose (peer credentials, flock, umask, kill(0), the
 //! sun_path limit, a peer's working directory, a send and a connect that
 //! do not wait, listening again on a passed socket, waiting on pipes or a
-//! stop signal, a child that dies with us, local time).
+//! stop signal, a child that dies with us, local time, and `sysctl` where
+//! there is no `/proc`).
 
 use std::fs::File;
 use std::io;
@@ -11,11 +12,14 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 
 pub use crate::civil::Civil;
-pub use crate::procfs::{ProcEntry, environ_has, environ_values, process, process_cwd, processes};
+pub use crate::procfs::{ProcEntry, environ_has, lists_processes, process_cwd, processes};
+pub use bsd::{environ_values, process};
 pub use errno::{errno_named, shortage};
 pub use spawn::*;
 pub use types::*;
 
+#[path = "sys_bsd.rs"]
+mod bsd;
 #[path = "sys_errno.rs"]
 mod errno;
 #[path = "sys_spawn.rs"]
@@ -50,8 +54,8 @@ pub fn send_nowait(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
     }
 }
 
-/// Reads the peer's credentials (`SO_PEERCRED` on Linux, `getpeereid`
-/// elsewhere).
+/// Reads the peer's credentials (`SO_PEERCRED` on Linux; elsewhere
+/// `getpeereid`, and the pid where `bsd::peer_pid` can tell it).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
     let mut cred = libc::ucred {
@@ -90,13 +94,78 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(PeerCred { uid, pid: None })
+    Ok(PeerCred {
+        uid,
+        pid: bsd::peer_pid(stream),
+    })
+}
+
+/// The calls `bsd` decodes the answers of: each fills a buffer and says
+/// how much of it the kernel wrote.
+#[cfg(any(
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "netbsd",
+    target_os = "macos"
+))]
+mod kernel {
+    use std::ffi::{c_int, c_uint};
+    use std::io;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    /// `sysctl(mib)`, into a buffer of `limit` bytes (ENOMEM: the answer
+    /// is longer).
+    pub(super) fn sysctl_bytes(mib: &[c_int], limit: usize) -> io::Result<Vec<u8>> {
+        let (mut mib, mut buf, mut len) = (mib.to_vec(), vec![0u8; limit], limit);
+        let (name, n, old) = (mib.as_mut_ptr(), mib.len() as c_uint, buf.as_mut_ptr());
+        let new = std::ptr::null_mut();
+        // SAFETY: `name` points to `n` integers and `old` to `len` writable
+        // bytes, all alive for the call; no new value is set.
+        if unsafe { libc::sysctl(name, n, old.cast(), &mut len, new, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    /// `getsockopt(level, name)` on `stream`, into a buffer of `len` bytes.
+    pub(super) fn sockopt_bytes(
+        stream: &UnixStream,
+        (level, name): (c_int, c_int),
+        len: usize,
+    ) -> io::Result<Vec<u8>> {
+        let (mut buf, mut n) = (vec![0u8; len], len as libc::socklen_t);
+        let (fd, out) = (stream.as_raw_fd(), buf.as_mut_ptr().cast());
+        // SAFETY: the fd is a live socket owned by `stream`; `out` points to
+        // `n` writable bytes, and `n` is valid for writes.
+        if unsafe { libc::getsockopt(fd, level, name, out, &mut n) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
+
+    /// `proc_pidinfo(pid, flavor)` (macOS), into a buffer of `len` bytes.
+    #[cfg(target_os = "macos")]
+    pub(super) fn proc_info_bytes(pid: c_int, flavor: c_int, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        let (out, size) = (buf.as_mut_ptr().cast(), c_int::try_from(len).unwrap_or(0));
+        // SAFETY: `out` points to `size` writable bytes, alive for the call.
+        let n = unsafe { libc::proc_pidinfo(pid, flavor, 0, out, size) };
+        if n <= 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
 }
 
 /// Connects to the Unix socket at `path` without waiting: Linux completes
 /// or refuses a Unix connect within the call, so a listener whose backlog
-/// is full is `WouldBlock` (EAGAIN) at once, never a wait. Elsewhere it is
-/// unsupported.
+/// is full is `WouldBlock` (EAGAIN) at once, never a wait. Elsewhere it
+/// is std's connect, which does not wait either: the BSDs' and macOS's
+/// kernels refuse it at once when the backlog is full (ECONNREFUSED).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn connect_nowait(path: &std::path::Path) -> io::Result<UnixStream> {
     use std::os::unix::ffi::OsStrExt;
@@ -129,8 +198,8 @@ pub fn connect_nowait(path: &std::path::Path) -> io::Result<UnixStream> {
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub fn connect_nowait(_path: &std::path::Path) -> io::Result<UnixStream> {
-    Err(io::Error::from(io::ErrorKind::Unsupported))
+pub fn connect_nowait(path: &std::path::Path) -> io::Result<UnixStream> {
+    UnixStream::connect(path)
 }
 
 /// Calls `listen` again on a listening socket another process made (socket
