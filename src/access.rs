@@ -1,15 +1,16 @@
 //! Who may call what (docs/security.md; docs/protocol.md, "Who may call
 //! what"). A connection gets a role from what the kernel says of its peer
 //! (its pid: a peer of another uid is refused before a byte is read,
-//! `server::accept_loop`), from the peer's ancestry (`/proc/PID/stat`, and
-//! the environment each ancestor started with) and from what it proved (a
-//! bridge's declared target, `initialize`). One table, `Door::roles`, says
-//! which roles may use each way in; no method decides that by itself. The
-//! methods then hold a role to its scope: a process of a turn sends only
-//! inside that turn (`instance/outbound.rs`), a bridge asks only about the
-//! tasks that came through a bridge (`instance/outcome.rs`).
+//! `server::accept_loop`), from the peer's ancestry (`/proc/PID/stat` on
+//! Linux, `kinfo_proc` elsewhere, and the environment each ancestor
+//! started with) and from what it proved (a bridge's declared target,
+//! `initialize`). One table, `Door::roles`, says which roles may use each
+//! way in; no method decides that by itself. The methods then hold a role
+//! to its scope: a process of a turn sends only inside that turn
+//! (`instance/outbound.rs`), a bridge asks only about the tasks that came
+//! through a bridge (`instance/outcome.rs`).
 
-use crate::procfs;
+use crate::sys;
 use crate::wire::{Call, Method};
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -216,7 +217,7 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
         c.role = Role::Own;
         return c;
     }
-    let group = ours.handler.zip(procfs::process(pid));
+    let group = ours.handler.zip(sys::process(pid));
     if let Some((h, _)) = group.filter(|(h, p)| p.pgid == *h) {
         c.role = Role::Turn;
         c.leader = Some(h);
@@ -230,7 +231,7 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
             return c;
         }
         let marked = match c.instance_socket {
-            None => procfs::environ_values(cur, ["BATON_TURN", "BATON_SOCKET"]),
+            None => sys::environ_values(cur, ["BATON_TURN", "BATON_SOCKET"]),
             Some(_) => [None, None],
         };
         if let [Some(token), Some(socket)] = marked {
@@ -249,7 +250,7 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
         if ours.agent == Some(cur) {
             c.agent = Some(cur);
         }
-        match procfs::process(cur) {
+        match sys::process(cur) {
             Some(p) if p.ppid > 1 => (child, cur) = (Some(cur), p.ppid),
             _ => break,
         }
@@ -270,11 +271,10 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
 pub fn turn_of_this_process() -> Option<String> {
     let mut cur = std::process::id();
     for _ in 0..MAX_DEPTH {
-        if let [Some(_), Some(socket)] = procfs::environ_values(cur, ["BATON_TURN", "BATON_SOCKET"])
-        {
+        if let [Some(_), Some(socket)] = sys::environ_values(cur, ["BATON_TURN", "BATON_SOCKET"]) {
             return Some(socket);
         }
-        match procfs::process(cur) {
+        match sys::process(cur) {
             Some(p) if p.ppid > 1 => cur = p.ppid,
             _ => return None,
         }
@@ -387,7 +387,13 @@ mod tests {
         let of_parent = classify(Some(child.id()), &parent);
         let _ = child.kill();
         let _ = child.wait();
-        if cfg!(target_os = "linux") {
+        if cfg!(any(
+            target_os = "linux",
+            target_os = "freebsd",
+            target_os = "openbsd",
+            target_os = "netbsd",
+            target_os = "macos"
+        )) {
             assert_eq!((c.role, c.leader), (Role::Turn, Some(child.id())));
             assert_eq!((of_parent.role, of_parent.leader), (Role::Turn, Some(me)));
         }

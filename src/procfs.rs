@@ -1,5 +1,7 @@
 //! What `/proc` says about other processes (Linux; nothing where there is
-//! no `/proc`): plain file reads, no libc. `sys` re-exports it.
+//! no `/proc`): plain file reads, no libc. `sys` re-exports it, and asks
+//! the kernel itself where there is no `/proc` (the BSDs and macOS:
+//! `sys_bsd.rs`), parsing the environment it reads with what is here.
 
 use std::fs::File;
 use std::io::Read;
@@ -13,7 +15,8 @@ pub fn process_cwd(pid: u32) -> Option<std::path::PathBuf> {
     }
 }
 
-/// A process as `/proc/PID/stat` shows it.
+/// A process as `/proc/PID/stat` (elsewhere the kernel's `kinfo_proc`)
+/// shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcEntry {
     pub pid: u32,
@@ -22,6 +25,12 @@ pub struct ProcEntry {
     pub pgid: u32,
     pub sid: u32,
     pub zombie: bool,
+}
+
+/// Whether `processes` lists this system's processes, and `environ_has`
+/// reads their environment: where `/proc` shows this one.
+pub fn lists_processes() -> bool {
+    process(std::process::id()).is_some()
 }
 
 /// Every process `/proc` lists (Linux); none where there is no `/proc`.
@@ -69,14 +78,23 @@ pub fn environ_has(pid: u32, entry: &str) -> bool {
 /// (`None` each where it is absent or cannot be read: another user's
 /// process, or no `/proc`); only the first 256 KiB are looked at.
 pub fn environ_values<const N: usize>(pid: u32, names: [&str; N]) -> [Option<String>; N] {
-    let mut out = [const { None }; N];
     let mut env = Vec::new();
     if File::open(format!("/proc/{pid}/environ"))
-        .and_then(|f| f.take(256 << 10).read_to_end(&mut env))
+        .and_then(|f| f.take(ENV_LIMIT as u64).read_to_end(&mut env))
         .is_err()
     {
-        return out;
+        return [const { None }; N];
     }
+    values_in(&env, names)
+}
+
+/// How much of an environment `environ_values` looks at.
+pub const ENV_LIMIT: usize = 256 << 10;
+
+/// The values of `names` in `env`, `NAME=value` strings each ending in a
+/// NUL (the first of each name counts).
+pub fn values_in<const N: usize>(env: &[u8], names: [&str; N]) -> [Option<String>; N] {
+    let mut out = [const { None }; N];
     for entry in env.split(|b| *b == 0) {
         for (i, name) in names.iter().enumerate() {
             let value = entry
@@ -88,4 +106,82 @@ pub fn environ_values<const N: usize>(pid: u32, names: [&str; N]) -> [Option<Str
         }
     }
     out
+}
+
+/// The environment in macOS's `KERN_PROCARGS2` answer: `argc` (an int),
+/// the executable's path, NULs to align, `argc` arguments, then the
+/// environment, which ends at an empty string (the loader's own strings
+/// follow). Every string ends in a NUL.
+#[cfg(any(target_os = "macos", test))]
+pub fn procargs_env(b: &[u8]) -> &[u8] {
+    let Some((argc, rest)) = b.split_first_chunk::<4>() else {
+        return &[];
+    };
+    let after = |s: &[u8]| s.iter().position(|c| *c == 0).map_or(s.len(), |n| n + 1);
+    let mut at = after(rest);
+    at += rest[at..].iter().take_while(|c| **c == 0).count();
+    for _ in 0..usize::try_from(i32::from_ne_bytes(*argc)).unwrap_or(0) {
+        at += after(&rest[at..]);
+    }
+    let env = &rest[at..];
+    let mut end = 0;
+    while env.get(end).is_some_and(|c| *c != 0) {
+        end += after(&env[end..]);
+    }
+    &env[..end]
+}
+
+/// The strings of OpenBSD's `KERN_PROC_ARGS` answer: a NULL-terminated
+/// array of pointers to them (our buffer's addresses), then the strings,
+/// each ending in a NUL, one after another.
+#[cfg(any(target_os = "openbsd", test))]
+pub fn vector_strings(b: &[u8]) -> &[u8] {
+    let word = size_of::<usize>();
+    match b.chunks_exact(word).position(|w| w.iter().all(|c| *c == 0)) {
+        Some(n) => &b[(n + 1) * word..],
+        None => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NAMES: [&str; 2] = ["BATON_TURN", "BATON_SOCKET"];
+
+    #[test]
+    fn the_environment_in_a_procargs2_answer_is_between_the_arguments_and_an_empty_string() {
+        let mut b = 2i32.to_ne_bytes().to_vec();
+        b.extend(b"/bin/sh\0\0\0\0sh\0\0BATON_TURN=t-1\0BATON_SOCKET=/s\0\0ptr_munge=\0");
+        let env = procargs_env(&b);
+        assert_eq!(env, b"BATON_TURN=t-1\0BATON_SOCKET=/s\0");
+        assert_eq!(
+            values_in(env, NAMES),
+            [Some("t-1".into()), Some("/s".into())]
+        );
+        // An argument named like a variable is an argument.
+        let mut b = 1i32.to_ne_bytes().to_vec();
+        b.extend(b"/x\0BATON_TURN=arg\0BATON_SOCKET=/s\0");
+        assert_eq!(
+            values_in(procargs_env(&b), NAMES),
+            [None, Some("/s".into())]
+        );
+        assert_eq!(procargs_env(b"\x01\0"), b"");
+        assert_eq!(procargs_env(&9i32.to_ne_bytes()), b"");
+    }
+
+    #[test]
+    fn the_strings_of_a_pointer_vector_follow_its_null() {
+        let mut b = Vec::new();
+        for word in [0x1000usize, 0x1010, 0] {
+            b.extend(word.to_ne_bytes());
+        }
+        b.extend(b"BATON_TURN=t-2\0BATON_SOCKET=/o\0");
+        let env = vector_strings(&b);
+        assert_eq!(
+            values_in(env, NAMES),
+            [Some("t-2".into()), Some("/o".into())]
+        );
+        assert_eq!(vector_strings(&[1u8; 12]), b"");
+    }
 }

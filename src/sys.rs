@@ -2,7 +2,8 @@
 //! calls std does not expose (peer credentials, flock, umask, kill(0), the
 //! sun_path limit, a peer's working directory, a send and a connect that
 //! do not wait, listening again on a passed socket, waiting on pipes or a
-//! stop signal, a child that dies with us, local time).
+//! stop signal, a child that dies with us, local time, and `sysctl` where
+//! there is no `/proc`).
 
 use std::fs::File;
 use std::io;
@@ -11,12 +12,18 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 
 pub use crate::civil::Civil;
-pub use crate::procfs::{ProcEntry, environ_has, environ_values, process, process_cwd, processes};
+pub use crate::procfs::{ProcEntry, environ_has, lists_processes, process_cwd, processes};
+pub use bsd::{environ_values, process};
 pub use errno::{errno_named, shortage};
+pub use spawn::*;
 pub use types::*;
 
+#[path = "sys_bsd.rs"]
+mod bsd;
 #[path = "sys_errno.rs"]
 mod errno;
+#[path = "sys_spawn.rs"]
+mod spawn;
 #[path = "sys_types.rs"]
 mod types;
 
@@ -47,8 +54,8 @@ pub fn send_nowait(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
     }
 }
 
-/// Reads the peer's credentials (`SO_PEERCRED` on Linux, `getpeereid`
-/// elsewhere).
+/// Reads the peer's credentials (`SO_PEERCRED` on Linux; elsewhere
+/// `getpeereid`, and the pid where `bsd::peer_pid` can tell it).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
     let mut cred = libc::ucred {
@@ -87,13 +94,78 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(PeerCred { uid, pid: None })
+    Ok(PeerCred {
+        uid,
+        pid: bsd::peer_pid(stream),
+    })
+}
+
+/// The calls `bsd` decodes the answers of: each fills a buffer and says
+/// how much of it the kernel wrote.
+#[cfg(any(
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "netbsd",
+    target_os = "macos"
+))]
+mod kernel {
+    use std::ffi::{c_int, c_uint};
+    use std::io;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    /// `sysctl(mib)`, into a buffer of `limit` bytes (ENOMEM: the answer
+    /// is longer).
+    pub(super) fn sysctl_bytes(mib: &[c_int], limit: usize) -> io::Result<Vec<u8>> {
+        let (mut mib, mut buf, mut len) = (mib.to_vec(), vec![0u8; limit], limit);
+        let (name, n, old) = (mib.as_mut_ptr(), mib.len() as c_uint, buf.as_mut_ptr());
+        let new = std::ptr::null_mut();
+        // SAFETY: `name` points to `n` integers and `old` to `len` writable
+        // bytes, all alive for the call; no new value is set.
+        if unsafe { libc::sysctl(name, n, old.cast(), &mut len, new, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    /// `getsockopt(level, name)` on `stream`, into a buffer of `len` bytes.
+    pub(super) fn sockopt_bytes(
+        stream: &UnixStream,
+        (level, name): (c_int, c_int),
+        len: usize,
+    ) -> io::Result<Vec<u8>> {
+        let (mut buf, mut n) = (vec![0u8; len], len as libc::socklen_t);
+        let (fd, out) = (stream.as_raw_fd(), buf.as_mut_ptr().cast());
+        // SAFETY: the fd is a live socket owned by `stream`; `out` points to
+        // `n` writable bytes, and `n` is valid for writes.
+        if unsafe { libc::getsockopt(fd, level, name, out, &mut n) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
+
+    /// `proc_pidinfo(pid, flavor)` (macOS), into a buffer of `len` bytes.
+    #[cfg(target_os = "macos")]
+    pub(super) fn proc_info_bytes(pid: c_int, flavor: c_int, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        let (out, size) = (buf.as_mut_ptr().cast(), c_int::try_from(len).unwrap_or(0));
+        // SAFETY: `out` points to `size` writable bytes, alive for the call.
+        let n = unsafe { libc::proc_pidinfo(pid, flavor, 0, out, size) };
+        if n <= 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
 }
 
 /// Connects to the Unix socket at `path` without waiting: Linux completes
 /// or refuses a Unix connect within the call, so a listener whose backlog
-/// is full is `WouldBlock` (EAGAIN) at once, never a wait. Elsewhere it is
-/// unsupported.
+/// is full is `WouldBlock` (EAGAIN) at once, never a wait. Elsewhere it
+/// is std's connect, which does not wait either: the BSDs' and macOS's
+/// kernels refuse it at once when the backlog is full (ECONNREFUSED).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn connect_nowait(path: &std::path::Path) -> io::Result<UnixStream> {
     use std::os::unix::ffi::OsStrExt;
@@ -126,8 +198,8 @@ pub fn connect_nowait(path: &std::path::Path) -> io::Result<UnixStream> {
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub fn connect_nowait(_path: &std::path::Path) -> io::Result<UnixStream> {
-    Err(io::Error::from(io::ErrorKind::Unsupported))
+pub fn connect_nowait(path: &std::path::Path) -> io::Result<UnixStream> {
+    UnixStream::connect(path)
 }
 
 /// Calls `listen` again on a listening socket another process made (socket
@@ -203,11 +275,6 @@ pub fn limit_malloc_arenas() {
             libc::mallopt(libc::M_ARENA_MAX, 2);
         }
     }
-}
-
-/// The longest socket path `bind` accepts here (`sun_path` less the NUL).
-pub fn max_socket_path() -> usize {
-    std::mem::size_of::<libc::sockaddr_un>() - std::mem::offset_of!(libc::sockaddr_un, sun_path) - 1
 }
 
 /// Sends `sig` to the process `pid` (never a group: 0 and values that
@@ -324,48 +391,6 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
-/// Starts `program` with `args` (`argv[0]` is `program`) in `dir`, with
-/// this process's environment and `env` over it, its stdio piped, as the
-/// leader of a process group of its own that dies with SIGKILL when the
-/// thread that starts it ends (`PR_SET_PDEATHSIG`): when the instance
-/// dies, even of SIGKILL, its handler's leader goes with it. A parent that
-/// died before the setting took effect is caught by comparing `getppid`
-/// afterwards: the child then fails to start. Linux only; elsewhere
-/// `turn` starts it with `Command`, with a process group and no death
-/// signal.
-///
-/// It is started the way `posix_spawn` does, which std's `Command` can
-/// not do once it needs a hook between fork and exec: the child shares our
-/// memory (`CLONE_VM | CLONE_VFORK`, so no page tables are copied) and
-/// this thread waits until it called `execve`. It runs only system calls
-/// on a stack of its own, with every signal blocked until its handlers are
-/// reset, and with the scheduler's default slice if this thread asked for
-/// a short one (`prefer_short_slices`). Reap the leader with `wait_leader`.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn spawn_leader(
-    program: &str,
-    args: &[&str],
-    dir: &std::path::Path,
-    env: &[(&'static str, String)],
-) -> io::Result<Leader> {
-    linux_spawn::spawn(program, args, dir, env)
-}
-
-/// Asks for short turns on the CPU for the calling thread: a 0.1 ms slice
-/// (`sched_setattr`'s `sched_runtime`; Linux 6.12 and later honour it),
-/// so that it takes the CPU from a thread with a longer slice as soon as
-/// it wakes. Only a normal thread is changed, keeping its nice value;
-/// the handlers it starts get the default slice (`spawn_leader`).
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn prefer_short_slices() -> io::Result<()> {
-    linux_spawn::short_slices()
-}
-
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub fn prefer_short_slices() -> io::Result<()> {
-    Ok(())
-}
-
 /// Waits for the child `pid` to exit and reaps it: its exit code, or the
 /// signal that ended it.
 pub fn wait_leader(pid: u32) -> io::Result<(Option<i32>, Option<i32>)> {
@@ -422,9 +447,12 @@ pub fn exit_notifier(pid: u32) -> io::Result<OwnedFd> {
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod linux_spawn {
     use super::Leader;
+    use super::spawn::data::{
+        Args, DEFAULT_SLICE, SCHED_FLAG_RESET_ON_FORK, SHORT_SLICE_NS, SchedAttr,
+    };
     use crate::execargs::ExecArgs;
     use std::cell::Cell;
-    use std::ffi::{c_char, c_int, c_void};
+    use std::ffi::{c_int, c_void};
     use std::fs::File;
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -433,30 +461,6 @@ mod linux_spawn {
 
     /// The child's stack: it only makes system calls.
     const STACK: usize = 64 * 1024;
-
-    /// `struct sched_attr` (sched_setattr(2)), its first version.
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct SchedAttr {
-        size: u32,
-        policy: u32,
-        flags: u64,
-        nice: i32,
-        priority: u32,
-        runtime: u64,
-        deadline: u64,
-        period: u64,
-    }
-
-    const SCHED_FLAG_RESET_ON_FORK: u64 = 1;
-    const SHORT_SLICE_NS: u64 = 100_000;
-
-    thread_local! {
-        /// Set once this thread asked for a short slice: what the
-        /// handlers it starts get instead (its policy and nice value, the
-        /// default slice).
-        static DEFAULT_SLICE: Cell<Option<SchedAttr>> = const { Cell::new(None) };
-    }
 
     pub(super) fn short_slices() -> io::Result<()> {
         let size = std::mem::size_of::<SchedAttr>() as u32;
@@ -495,21 +499,6 @@ mod linux_spawn {
         }
         DEFAULT_SLICE.with(|d| d.set(Some(default)));
         Ok(())
-    }
-
-    /// What the child reads (all prepared by the parent, which waits
-    /// while it runs) and the errno it leaves when it cannot exec.
-    struct Args {
-        path: *const c_char,
-        argv: *const *const c_char,
-        envp: *const *const c_char,
-        dir: *const c_char,
-        /// Its stdin, stdout and stderr: descriptors 3 and up.
-        fds: [c_int; 3],
-        parent: libc::pid_t,
-        /// The scheduling the handler gets, if not ours as it is.
-        sched: Option<SchedAttr>,
-        errno: AtomicI32,
     }
 
     /// A pipe, both ends close-on-exec, each numbered 3 or more (so that

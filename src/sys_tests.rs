@@ -45,3 +45,30 @@ fn connect_nowait_names_the_listener() {
     assert_eq!(gone.raw_os_error(), Some(ECONNREFUSED), "{gone}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Each end of a connection names the other's process where the kernel
+/// tells it: the client's to the server, and the server's to the client
+/// (which sender verification reads); both are this one here.
+#[test]
+fn both_ends_of_a_connection_name_the_other() {
+    let dir = std::env::temp_dir().join(format!("baton-sys-ends-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let path = dir.join("l.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let client = connect_nowait(&path).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    let (to_client, to_server) = (peer_cred(&client).unwrap(), peer_cred(&server).unwrap());
+    assert_eq!((to_client.uid, to_server.uid), (euid(), euid()));
+    if cfg!(any(
+        target_os = "linux",
+        target_os = "freebsd",
+        target_os = "openbsd",
+        target_os = "netbsd",
+        target_os = "macos"
+    )) {
+        let me = Some(std::process::id());
+        assert_eq!((to_client.pid, to_server.pid), (me, me));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -17,6 +17,11 @@ pub const O_NOCTTY: i32 = libc::O_NOCTTY;
 /// `O_DIRECTORY`: the open fails unless the path is a directory.
 pub const O_DIRECTORY: i32 = libc::O_DIRECTORY;
 
+/// The longest socket path `bind` accepts here (`sun_path` less the NUL).
+pub fn max_socket_path() -> usize {
+    std::mem::size_of::<libc::sockaddr_un>() - std::mem::offset_of!(libc::sockaddr_un, sun_path) - 1
+}
+
 /// Credentials of the process at the other end of a Unix stream, as the
 /// kernel recorded them at connect time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
