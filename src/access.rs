@@ -198,11 +198,13 @@ impl Ours<'_> {
 const MAX_DEPTH: usize = 128;
 
 /// The role of the process `pid`. A process of one of our turns is
-/// found by its ancestry (it descends from us) or by its process group
-/// (the running handler's); a process of another instance's turn by an
-/// ancestor (or itself) that started with `BATON_TURN` and a
-/// `BATON_SOCKET` that is not ours, as every handler does. Without a peer
-/// pid nothing tells callers apart: the operator.
+/// found by its process group (the running handler's), by its ancestry
+/// (it descends from us), or, once orphaned, by the `BATON_TURN` of one
+/// of our exec turns that it or an ancestor started with beside our
+/// `BATON_SOCKET`; a process of another instance's turn by a
+/// `BATON_TURN` beside a `BATON_SOCKET` that is not ours, as every
+/// handler starts with. Without a peer pid nothing tells callers apart:
+/// the operator.
 pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
     let mut c = Caller {
         pid,
