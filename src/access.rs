@@ -156,6 +156,10 @@ pub struct Caller {
     /// `Agent`: the agent's process.
     pub agent: Option<u32>,
     pub bridge: Option<BridgeKey>,
+    /// An ancestor's record could not be read for want of a resource
+    /// (descriptors, memory) while the process lives: the role is not
+    /// known, and the caller is told to try again, never judged.
+    pub unsure: bool,
 }
 
 /// What an instance knows of itself to tell its callers apart.
@@ -213,6 +217,7 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
         instance_socket: None,
         agent: None,
         bridge: None,
+        unsure: false,
     };
     let Some(pid) = pid else { return c };
     if pid == ours.pid {
@@ -254,7 +259,14 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
         }
         match sys::process(cur) {
             Some(p) if p.ppid > 1 => (child, cur) = (Some(cur), p.ppid),
-            _ => break,
+            Some(_) => break,
+            None => {
+                // Gone, or not readable now: /proc's entry says which,
+                // without a descriptor.
+                c.unsure = cfg!(any(target_os = "linux", target_os = "android"))
+                    && std::path::Path::new(&format!("/proc/{cur}")).exists();
+                break;
+            }
         }
     }
     c.role = match (&c.instance_socket, c.agent) {
