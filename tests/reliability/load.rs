@@ -294,14 +294,19 @@ pub fn fd_limit(test: &str) {
     drop(clients);
     let left = Instant::now();
     let mut last_err = String::new();
+    let mut answered = None;
     let ok = loop {
-        let attempt = (|| -> std::io::Result<()> {
+        let attempt = (|| -> std::io::Result<RawClient> {
             let mut c = RawClient::connect_timeout(&inst.socket, Duration::from_secs(1))?;
             c.try_initialize()?;
-            c.try_ping()
+            c.try_ping()?;
+            Ok(c)
         })();
         match attempt {
-            Ok(()) => break true,
+            Ok(c) => {
+                answered = Some(c);
+                break true;
+            }
             Err(e) => last_err = e.to_string(),
         }
         if left.elapsed() > Duration::from_secs(1) {
@@ -318,8 +323,10 @@ pub fn fd_limit(test: &str) {
         "{test}: a new client was answered {} ms after the 50 left",
         took.as_millis()
     );
-    // Descriptors are free again: a task can be stored.
-    let mut c = inst.client();
+    // Descriptors are free again: a task can be stored, on the
+    // connection that was answered (a new one may still meet the queued
+    // connections of the 50 being closed).
+    let mut c = answered.expect("answered");
     let r = c
         .try_result("message/send", inst.msg("fd-1", &body_for("fd-1")))
         .unwrap();
