@@ -401,13 +401,7 @@ mod tests {
         let of_parent = classify(Some(child.id()), &parent);
         let _ = child.kill();
         let _ = child.wait();
-        if cfg!(any(
-            target_os = "linux",
-            target_os = "freebsd",
-            target_os = "openbsd",
-            target_os = "netbsd",
-            target_os = "macos"
-        )) {
+        if sys::KNOWS_PEER_PID {
             assert_eq!((c.role, c.leader), (Role::Turn, Some(child.id())));
             assert_eq!((of_parent.role, of_parent.leader), (Role::Turn, Some(me)));
         }

@@ -60,13 +60,7 @@ fn both_ends_of_a_connection_name_the_other() {
     let (server, _) = listener.accept().unwrap();
     let (to_client, to_server) = (peer_cred(&client).unwrap(), peer_cred(&server).unwrap());
     assert_eq!((to_client.uid, to_server.uid), (euid(), euid()));
-    if cfg!(any(
-        target_os = "linux",
-        target_os = "freebsd",
-        target_os = "openbsd",
-        target_os = "netbsd",
-        target_os = "macos"
-    )) {
+    if KNOWS_PEER_PID {
         let me = Some(std::process::id());
         assert_eq!((to_client.pid, to_server.pid), (me, me));
     }

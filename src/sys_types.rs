@@ -64,3 +64,14 @@ pub const SIGTERM: i32 = libc::SIGTERM;
 pub const SIGKILL: i32 = libc::SIGKILL;
 pub const ECONNREFUSED: i32 = libc::ECONNREFUSED;
 pub const ENOENT: i32 = libc::ENOENT;
+
+/// Whether the kernel names a Unix socket's peer pid here (and baton reads
+/// the ancestry): Linux, the BSDs and macOS.
+pub const KNOWS_PEER_PID: bool = cfg!(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "netbsd",
+    target_os = "macos"
+));

@@ -24,6 +24,13 @@ fn read(dir: &Path, name: &str) -> String {
     fs::read_to_string(dir.join(name)).unwrap_or_default()
 }
 
+/// The handler's command `name` exited 1, saying `why` (its `.out`).
+fn refused_with(dir: &Path, name: &str, why: &str) {
+    let out = read(dir, &format!("{name}.out"));
+    assert_eq!(read(dir, &format!("{name}.code")).trim(), "1", "{out}");
+    assert!(out.contains(why), "{name}: {out}");
+}
+
 #[test]
 fn a_relayed_turn_cannot_start_a_local_turn_or_send_as_another_instance() {
     if !python() {
@@ -109,17 +116,7 @@ fn a_relayed_turn_cannot_start_a_local_turn_or_send_as_another_instance() {
     }
     // Nor does it write a stopped agent's spool, nor get through as a
     // bridge: a declaration only narrows.
-    assert_eq!(
-        read(&dir, "ghost.code").trim(),
-        "1",
-        "{}",
-        read(&dir, "ghost.out")
-    );
-    assert!(
-        read(&dir, "ghost.out").contains("belongs to a turn"),
-        "{}",
-        read(&dir, "ghost.out")
-    );
+    refused_with(&dir, "ghost", "belongs to a turn");
     assert!(
         !fs::read_dir(ghost_spool.join("inbox"))
             .unwrap()
@@ -136,8 +133,7 @@ fn a_relayed_turn_cannot_start_a_local_turn_or_send_as_another_instance() {
         "{bridged}"
     );
     // Without its token, the handler's send is still made in its turn.
-    assert_eq!(read(&dir, "untokened.code").trim(), "1");
-    assert!(read(&dir, "untokened.out").contains("relayed from alice"));
+    refused_with(&dir, "untokened", "relayed from alice");
     // In its scope, the reply goes: one hop on, answering alice's task.
     assert_eq!(
         read(&dir, "back.code").trim(),
@@ -201,16 +197,10 @@ fn a_process_left_over_from_a_relayed_turn_cannot_send_after_it() {
     });
     fs::write(dir.join("go"), "").unwrap();
     wait_until("the leftover's sends", T, || dir.join("done").exists());
-    assert_eq!(
-        read(&dir, "through.code").trim(),
-        "1",
-        "{}",
-        read(&dir, "through.out")
-    );
-    assert!(
-        read(&dir, "through.out").contains("belongs to a turn of this instance that has ended"),
-        "{}",
-        read(&dir, "through.out")
+    refused_with(
+        &dir,
+        "through",
+        "belongs to a turn of this instance that has ended",
     );
     assert_ne!(read(&dir, "plain.code").trim(), "0");
     assert!(
