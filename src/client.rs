@@ -64,6 +64,15 @@ impl fmt::Display for ClientError {
     }
 }
 
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ClientError::Connect(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// A native connection that has sent `initialize`.
 pub struct Connection {
     stream: UnixStream,
@@ -283,15 +292,24 @@ impl Reconnecting {
         unreachable!("the loop returns")
     }
 
-    /// Subscribes to events on a connection of its own, which stays open
-    /// for the rest of the process (the subscription lives as long as its
-    /// stream).
+    /// Subscribes to events on a connection of its own. The subscription
+    /// lives as long as its stream, so a thread keeps the stream until the
+    /// connection ends or the receiver is gone (seen at the next line).
     pub fn subscribe(
         &self,
         params: Value,
     ) -> Result<crossbeam_channel::Receiver<Value>, ClientError> {
-        let (_, rx, stream) = Connection::open(&self.socket, self.timeout)?.subscribe(params)?;
-        std::mem::forget(stream);
+        let (_, events, stream) =
+            Connection::open(&self.socket, self.timeout)?.subscribe(params)?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        std::thread::spawn(move || {
+            let _stream = stream;
+            for v in events {
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
         Ok(rx)
     }
 }

@@ -19,6 +19,9 @@ macro_rules! eprint {
     };
 }
 
+#[macro_use]
+pub mod spelled;
+
 pub mod access;
 pub mod civil;
 pub mod cli;

@@ -7,87 +7,50 @@
 //! (answered -32603: an internal error, never a verdict).
 
 use crate::error::ExitCode;
+use crate::spelled::Unknown;
 use std::fmt;
 use std::str::FromStr;
 
-/// What became of one task offered for delivery.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// In the receiver's spool; carries `queue_position`.
-    Accepted,
-    /// The same id and body were accepted before; nothing new was stored.
-    Duplicate,
-    /// Senders only: the name is not running, and the task waits in its
-    /// spool.
-    Stored,
-    /// A value is wrong, the sender is not verified, or the id was reused
-    /// with another body.
-    Invalid,
-    /// The receiver is not the instance the sender meant.
-    WrongTarget,
-    /// A sender policy (or a sender-side guard) refuses the send.
-    Denied,
-    /// `hop` is over `BATON_MAX_HOPS`.
-    HopLimit,
-    /// The receiver is paused.
-    Paused,
-    /// The sender already has `BATON_MAX_INFLIGHT` unfinished tasks there.
-    InflightFull,
-    /// The receiver's queue holds `BATON_MAX_QUEUE` tasks.
-    Full,
-    /// Senders only: no single instance or spool has the name.
-    NoTarget,
-    /// Senders only: the task could not be handed over (the connection
-    /// failed, or the receiver answered an error); it may be retried with
-    /// the same id.
-    Transport,
-    /// A zcoder receiver did not understand the frame.
-    Unsupported,
-    /// The spool failed to store the task (recorded in `message.rejected`
-    /// only; the sender gets an error, never this as a verdict).
-    Error,
+spelled! {
+    /// What became of one task offered for delivery.
+    pub enum Status ("delivery status") {
+        /// In the receiver's spool; carries `queue_position`.
+        Accepted = "accepted",
+        /// The same id and body were accepted before; nothing new was stored.
+        Duplicate = "duplicate",
+        /// Senders only: the name is not running, and the task waits in its
+        /// spool.
+        Stored = "stored",
+        /// A value is wrong, the sender is not verified, or the id was reused
+        /// with another body.
+        Invalid = "invalid",
+        /// The receiver is not the instance the sender meant.
+        WrongTarget = "wrong_target",
+        /// A sender policy (or a sender-side guard) refuses the send.
+        Denied = "denied",
+        /// `hop` is over `BATON_MAX_HOPS`.
+        HopLimit = "hop_limit",
+        /// The receiver is paused.
+        Paused = "paused",
+        /// The sender already has `BATON_MAX_INFLIGHT` unfinished tasks there.
+        InflightFull = "inflight_full",
+        /// The receiver's queue holds `BATON_MAX_QUEUE` tasks.
+        Full = "full",
+        /// Senders only: no single instance or spool has the name.
+        NoTarget = "no_target",
+        /// Senders only: the task could not be handed over (the connection
+        /// failed, or the receiver answered an error); it may be retried with
+        /// the same id.
+        Transport = "transport",
+        /// A zcoder receiver did not understand the frame.
+        Unsupported = "unsupported",
+        /// The spool failed to store the task (recorded in `message.rejected`
+        /// only; the sender gets an error, never this as a verdict).
+        Error = "error",
+    }
 }
 
 impl Status {
-    /// Every status, in the order of the table in docs/protocol.md.
-    pub const ALL: [Status; 14] = [
-        Status::Accepted,
-        Status::Duplicate,
-        Status::Stored,
-        Status::Invalid,
-        Status::WrongTarget,
-        Status::Denied,
-        Status::HopLimit,
-        Status::Paused,
-        Status::InflightFull,
-        Status::Full,
-        Status::NoTarget,
-        Status::Transport,
-        Status::Unsupported,
-        Status::Error,
-    ];
-
-    /// The wire spelling, the same as serde's.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Accepted => "accepted",
-            Status::Duplicate => "duplicate",
-            Status::Stored => "stored",
-            Status::Invalid => "invalid",
-            Status::WrongTarget => "wrong_target",
-            Status::Denied => "denied",
-            Status::HopLimit => "hop_limit",
-            Status::Paused => "paused",
-            Status::InflightFull => "inflight_full",
-            Status::Full => "full",
-            Status::NoTarget => "no_target",
-            Status::Transport => "transport",
-            Status::Unsupported => "unsupported",
-            Status::Error => "error",
-        }
-    }
-
     /// Whether the task is, or was, in the receiver's care: `accepted`,
     /// `duplicate` or `stored`.
     pub fn delivered(self) -> bool {
@@ -111,35 +74,6 @@ impl Status {
             | Status::Unsupported
             | Status::Error => ExitCode::Refused,
         }
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A string that spells no status.
-#[derive(Debug, PartialEq, Eq)]
-pub struct UnknownStatus(pub String);
-
-impl fmt::Display for UnknownStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown delivery status {:?}", self.0)
-    }
-}
-
-impl std::error::Error for UnknownStatus {}
-
-impl FromStr for Status {
-    type Err = UnknownStatus;
-
-    fn from_str(s: &str) -> Result<Status, UnknownStatus> {
-        Status::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| UnknownStatus(s.to_string()))
     }
 }
 
@@ -173,9 +107,9 @@ impl fmt::Display for ReplyStatus {
 }
 
 impl FromStr for ReplyStatus {
-    type Err = UnknownStatus;
+    type Err = Unknown;
 
-    fn from_str(s: &str) -> Result<ReplyStatus, UnknownStatus> {
+    fn from_str(s: &str) -> Result<ReplyStatus, Unknown> {
         if s == ReplyStatus::Sending.as_str() {
             return Ok(ReplyStatus::Sending);
         }
@@ -189,7 +123,7 @@ mod tests {
 
     #[test]
     fn serde_parse_and_display_spell_every_status_alike() {
-        for st in Status::ALL {
+        for &st in Status::ALL {
             let wire = serde_json::to_value(st).unwrap();
             assert_eq!(wire, serde_json::json!(st.as_str()));
             assert_eq!(serde_json::from_value::<Status>(wire).unwrap(), st);
@@ -198,7 +132,10 @@ mod tests {
         }
         assert_eq!(
             "Accepted".parse::<Status>(),
-            Err(UnknownStatus("Accepted".into()))
+            Err(Unknown {
+                of: "delivery status",
+                text: "Accepted".into()
+            })
         );
         assert!(serde_json::from_str::<Status>(r#""pong""#).is_err());
     }
@@ -208,7 +145,7 @@ mod tests {
         assert_eq!("sending".parse(), Ok(ReplyStatus::Sending));
         assert_eq!(ReplyStatus::Sending.to_string(), "sending");
         assert!("sending".parse::<Status>().is_err());
-        for st in Status::ALL {
+        for &st in Status::ALL {
             assert_eq!(st.as_str().parse(), Ok(ReplyStatus::Ended(st)));
             assert_eq!(ReplyStatus::Ended(st).as_str(), st.as_str());
         }

@@ -8,20 +8,7 @@ use crate::sanitize::escape;
 use serde_json::Value;
 use std::collections::VecDeque;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
-    Approve,
-    Deny,
-}
-
-impl Decision {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Approve => "approve",
-            Decision::Deny => "deny",
-        }
-    }
-}
+pub use crate::wire::Decision;
 
 /// One line the operator typed.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -40,24 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// How a task is approved before it runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Approve {
-    #[default]
-    Auto,
-    Ask,
-    Deny,
-}
-
-impl Approve {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Approve::Auto => "auto",
-            Approve::Ask => "ask",
-            Approve::Deny => "deny",
-        }
-    }
-}
+pub use crate::wire::Approve;
 
 /// What `baton serve` was asked to be.
 #[derive(Clone, Debug, Default)]

@@ -10,24 +10,11 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::registry::{self, Peer};
 use crate::sanitize::escape;
-use crate::wire;
+use crate::wire::{self, Outcome};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// The outcomes a task ends with; `done` is the one that exits 0.
-const FINAL: &[&str] = &[
-    "done",
-    "failed",
-    "timeout",
-    "cancelled",
-    "interrupted",
-    "expired",
-    "rejected",
-    "discarded",
-    "denied",
-];
 
 /// How often the registry is read while no instance of the name runs.
 const REDISCOVER: Duration = Duration::from_secs(1);
@@ -271,7 +258,8 @@ pub(crate) fn read(
         return Ok(Some(Watched::Lost));
     }
     let status = msg["result"]["status"].as_str().unwrap_or("");
-    if FINAL.contains(&status) {
+    // A status that spells an outcome is final.
+    if status.parse::<Outcome>().is_ok() {
         return Ok(Some(Watched::Ended(ended(status, &msg["result"]["reply"]))));
     }
     if status == "unknown" {

@@ -49,31 +49,18 @@ pub const INIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// and a client that waits as long as this hears the answer.
 pub const ANSWER_WAIT_MIN: Duration = Duration::from_secs(5);
 
-/// The instance state published to peers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum State {
-    Ready = 0,
-    Busy = 1,
-    Paused = 2,
+pub use crate::wire::State;
+
+/// The state as `Shared` keeps it in one atomic byte.
+fn state_from_u8(n: u8) -> State {
+    State::ALL
+        .get(usize::from(n))
+        .copied()
+        .unwrap_or(State::Ready)
 }
 
-impl State {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Ready => "ready",
-            State::Busy => "busy",
-            State::Paused => "paused",
-        }
-    }
-
-    fn from_u8(n: u8) -> State {
-        match n {
-            1 => State::Busy,
-            2 => State::Paused,
-            _ => State::Ready,
-        }
-    }
+fn state_as_u8(s: State) -> u8 {
+    State::ALL.iter().position(|&x| x == s).unwrap_or(0) as u8
 }
 
 /// What connection threads tell the foreground.
@@ -192,7 +179,11 @@ impl Shared {
             config,
             instance_id,
             spool,
-            state: AtomicU8::new(if paused { State::Paused } else { State::Ready } as u8),
+            state: AtomicU8::new(state_as_u8(if paused {
+                State::Paused
+            } else {
+                State::Ready
+            })),
             paused: AtomicBool::new(paused),
             manifest: Mutex::new(manifest),
             registry,
@@ -228,11 +219,11 @@ impl Shared {
     }
 
     pub fn state(&self) -> State {
-        State::from_u8(self.state.load(Ordering::SeqCst))
+        state_from_u8(self.state.load(Ordering::SeqCst))
     }
 
     pub fn set_state(&self, s: State) {
-        self.state.store(s as u8, Ordering::SeqCst);
+        self.state.store(state_as_u8(s), Ordering::SeqCst);
         self.manifest
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -3,9 +3,11 @@
 //! lines, and (in `zcoder`) the zcoder frame.
 
 mod id;
+mod names;
 mod zcoder;
 
 pub use id::Id;
+pub use names::{Approve, Decision, EventKind, Mode, Outcome, State, TaskMode};
 pub use zcoder::{
     FrameError, ZCODER_MAGIC, parse_flat, read_zcoder_frame, zcoder_frame, zcoder_length,
 };
