@@ -19,6 +19,7 @@ use crate::server::RpcError;
 use crate::spool::{self, Claim, Task};
 use crate::turn;
 use crate::wire::INVALID_PARAMS;
+use crate::wire::Outcome;
 use serde_json::{Map, Value, json};
 
 /// What the approval policy says of a queued task.
@@ -234,7 +235,7 @@ impl Foreground {
         }
         self.approved.remove(message_id);
         let task = match self.spool().claim_id(message_id) {
-            Ok(Claim::Task(task)) => match self.spool().finish(message_id, "denied") {
+            Ok(Claim::Task(task)) => match self.spool().finish(message_id, Outcome::Denied) {
                 Ok(()) => Some(task),
                 Err(e) => {
                     self.hub.emit("notice", json!({"text": e.to_string()}));
@@ -252,7 +253,7 @@ impl Foreground {
             json!({"message_id": message_id, "by": by.kind, "by_pid": by.pid}),
         );
         if let Some(task) = task {
-            self.ended(message_id, "denied", None);
+            self.ended(message_id, Outcome::Denied, None);
             self.tell_denied(&task, by);
         }
     }

@@ -10,6 +10,7 @@ use crate::access::Caller;
 use crate::registry::{self, Manifest};
 use crate::server::{Event, RpcError, State};
 use crate::spool::{self, Spool};
+use crate::wire::Outcome;
 use crate::wire::{self, Call};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -149,7 +150,7 @@ impl Foreground {
                 json!({"message_id": id, "reason": "expired",
                        "text": format!("waited longer than --ttl {} s; moved to rejected/", ttl.as_secs())}),
             );
-            self.ended(&id, "expired", None);
+            self.ended(&id, Outcome::Expired, None);
         }
     }
 

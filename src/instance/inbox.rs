@@ -10,6 +10,7 @@ use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task};
 use crate::status::Status;
 use crate::turn;
+use crate::wire::Outcome;
 use serde_json::{Map, Value, json};
 
 use super::approval::Gate;
@@ -86,7 +87,7 @@ impl Foreground {
                         "task.rejected",
                         json!({"message_id": message_id, "reason": reason}),
                     );
-                    self.ended(&message_id, "rejected", None);
+                    self.ended(&message_id, Outcome::Rejected, None);
                     rejected.push(json!({"message_id": message_id, "reason": reason}));
                 }
                 Err(e) => break self.claim_failed(&id, &e),
@@ -154,14 +155,14 @@ impl Foreground {
         }
         let (r, status) = match what {
             Interrupted::Requeue => (self.spool().requeue(&id), "requeued"),
-            Interrupted::Discard => (self.spool().finish(&id, "discarded"), "discarded"),
+            Interrupted::Discard => (self.spool().finish(&id, Outcome::Discarded), "discarded"),
         };
         Ok(match r {
             Ok(()) => {
                 self.hub
                     .emit(&format!("task.{status}"), json!({"message_id": id}));
                 if let Interrupted::Discard = what {
-                    self.ended(&id, "discarded", None);
+                    self.ended(&id, Outcome::Discarded, None);
                 }
                 json!({"status": status, "message_id": id})
             }
@@ -197,7 +198,7 @@ impl Foreground {
         params: &Map<String, Value>,
     ) -> std::result::Result<(Value, Option<(String, PlannedReply)>), RpcError> {
         let id = str_param(params, "message_id")?;
-        let outcome = opt_str_param(params, "outcome")?.unwrap_or_else(|| "done".into());
+        let outcome = opt_str_param(params, "outcome")?;
         let reply = opt_str_param(params, "reply")?;
         let invalid = |reason: String| {
             Ok((
@@ -205,9 +206,11 @@ impl Foreground {
                 None,
             ))
         };
-        if !matches!(outcome.as_str(), "done" | "failed") {
-            return invalid("outcome is not done or failed".into());
-        }
+        let outcome = match outcome.map(|o| o.parse::<Outcome>()) {
+            None => Outcome::Done,
+            Some(Ok(o)) if o.completes() => o,
+            Some(_) => return invalid("outcome is not done or failed".into()),
+        };
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
             return invalid(format!("task {} is not open here", escape(&id)));
         };
@@ -231,7 +234,7 @@ impl Foreground {
             None => None,
         };
         let record = planned.as_ref().map(|(_, r)| r.clone());
-        if let Err(e) = self.spool().finish_with(&id, &outcome, record.clone()) {
+        if let Err(e) = self.spool().finish_with(&id, outcome, record.clone()) {
             let failed = json!({"status": "error", "message_id": id, "reason": e.to_string()});
             return Ok((failed, None));
         }
@@ -240,7 +243,7 @@ impl Foreground {
             "turn.finished",
             json!({"message_id": id, "outcome": outcome}),
         );
-        self.ended(&id, &outcome, record.as_ref());
+        self.ended(&id, outcome, record.as_ref());
         let result = json!({"status": "completed", "message_id": id, "outcome": outcome});
         Ok((result, planned.map(|(plan, _)| (id, plan))))
     }

@@ -125,7 +125,7 @@ struct Running {
     deadline: Option<Instant>,
     kill_at: Option<Instant>,
     drain_until: Option<Instant>,
-    ended_by: Option<&'static str>,
+    ended_by: Option<crate::wire::Outcome>,
     exit: Option<(Option<i32>, Option<i32>)>,
     streams_open: u8,
     bytes: HashMap<&'static str, (u64, u64)>,

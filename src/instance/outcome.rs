@@ -8,12 +8,13 @@ use super::{Foreground, str_param};
 use crate::access::{Caller, Role};
 use crate::server::RpcError;
 use crate::spool::{ReplyRecord, Whereabouts};
+use crate::wire::Outcome;
 use serde_json::{Map, Value, json};
 
 impl Foreground {
     /// Records a task's final outcome at this receiver, with its reply
     /// when it finished with one.
-    pub(super) fn ended(&self, message_id: &str, outcome: &str, reply: Option<&ReplyRecord>) {
+    pub(super) fn ended(&self, message_id: &str, outcome: Outcome, reply: Option<&ReplyRecord>) {
         self.hub.emit(
             "task.ended",
             json!({"message_id": message_id, "outcome": outcome, "reply": reply}),
@@ -62,30 +63,30 @@ impl Foreground {
             }
         }
         let status = match whereabouts {
-            Whereabouts::Queued(_) if self.asked.contains_key(&id) => "awaiting_approval".into(),
+            Whereabouts::Queued(_) if self.asked.contains_key(&id) => "awaiting_approval",
             Whereabouts::Queued(n) => {
                 v["queue_position"] = json!(n);
-                "queued".into()
+                "queued"
             }
-            Whereabouts::Processing => "running".into(),
-            Whereabouts::Interrupted => "interrupted".into(),
-            Whereabouts::Expired => "expired".into(),
+            Whereabouts::Processing => "running",
+            Whereabouts::Interrupted => Outcome::Interrupted.as_str(),
+            Whereabouts::Expired => Outcome::Expired.as_str(),
             Whereabouts::Rejected(reason) => {
                 if let Some(r) = reason {
                     v["reason"] = json!(r);
                 }
-                "rejected".into()
+                Outcome::Rejected.as_str()
             }
             Whereabouts::Finished(Some(r)) => {
                 v["finished_at"] = json!(r.finished_at);
                 v["reply"] = json!(r.reply);
-                r.outcome
+                r.outcome.as_str()
             }
             Whereabouts::Finished(None) => {
                 v["reason"] = json!("its receipt cannot be read back");
-                "unknown".into()
+                "unknown"
             }
-            Whereabouts::Unknown => "unknown".to_string(),
+            Whereabouts::Unknown => "unknown",
         };
         v["status"] = json!(status);
         Ok(v)

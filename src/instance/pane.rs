@@ -20,6 +20,7 @@ use crate::sanitize::escape;
 use crate::spool::Task;
 use crate::tmux::{self, Job, Report, Trouble, Typist};
 use crate::turn;
+use crate::wire::Outcome;
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::sync::atomic::Ordering;
@@ -304,7 +305,7 @@ impl Foreground {
                 "turn timed out: not completed within --turn-timeout {seconds} s of being typed"
             )}),
         );
-        if let Err(e) = self.spool().finish(id, "timeout") {
+        if let Err(e) = self.spool().finish(id, Outcome::Timeout) {
             self.hub
                 .emit("notice", json!({"message_id": id, "text": e.to_string()}));
             return;
@@ -312,9 +313,9 @@ impl Foreground {
         self.open.remove(pos);
         self.hub.emit(
             "turn.finished",
-            json!({"message_id": id, "outcome": "timeout"}),
+            json!({"message_id": id, "outcome": Outcome::Timeout}),
         );
-        self.ended(id, "timeout", None);
+        self.ended(id, Outcome::Timeout, None);
         self.refresh();
     }
 }

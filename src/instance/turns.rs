@@ -15,6 +15,7 @@ use crate::spool::{self, Claim, Task};
 use crate::status::Status;
 use crate::sys;
 use crate::turn::{self, TurnEvent};
+use crate::wire::Outcome;
 use crossbeam_channel as chan;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -83,7 +84,7 @@ impl Foreground {
                     "task.rejected",
                     json!({"message_id": message_id, "reason": reason}),
                 );
-                self.ended(&message_id, "rejected", None);
+                self.ended(&message_id, Outcome::Rejected, None);
             }
             Ok(Claim::Empty) => {}
             Err(e) => {
@@ -177,14 +178,14 @@ impl Foreground {
                 self.put_back(&id, what, &format!("cannot start the handler: {e}"));
             }
             Err(e) => {
-                let finished = self.spool().finish(&id, "failed").is_ok();
+                let finished = self.spool().finish(&id, Outcome::Failed).is_ok();
                 self.hub.emit(
                     "turn.finished",
-                    json!({"message_id": id, "outcome": "failed",
+                    json!({"message_id": id, "outcome": Outcome::Failed,
                            "error": format!("cannot start the handler: {e}")}),
                 );
                 if finished {
-                    self.ended(&id, "failed", None);
+                    self.ended(&id, Outcome::Failed, None);
                 }
             }
         }
@@ -256,7 +257,7 @@ impl Foreground {
             return;
         };
         if r.ended_by.is_none() && r.deadline.is_some_and(|d| d <= now) {
-            r.ended_by = Some("timeout");
+            r.ended_by = Some(Outcome::Timeout);
             let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
             r.kill_at = Some(now + KILL_GRACE);
             let id = r.task.message_id.clone();
@@ -289,12 +290,14 @@ impl Foreground {
         let r = self.running.take().expect("checked");
         self.shared.handler.store(0, Ordering::SeqCst);
         let (code, signal) = r.exit.expect("checked");
-        let outcome = r
-            .ended_by
-            .unwrap_or(if code == Some(0) { "done" } else { "failed" });
+        let outcome = r.ended_by.unwrap_or(if code == Some(0) {
+            Outcome::Done
+        } else {
+            Outcome::Failed
+        });
         let id = r.task.message_id.clone();
         // The reply is planned first, so the receipt can name its id.
-        let reply = (self.opts.reply && outcome == "done")
+        let reply = (self.opts.reply && outcome == Outcome::Done)
             .then(|| self.plan_stdout_reply(&r.task, r.captured.unwrap_or_default()));
         let record = reply.as_ref().and_then(|p| p.record.clone());
         let finished = match self.spool().finish_with(&id, outcome, record.clone()) {
@@ -343,7 +346,7 @@ impl Foreground {
         if let Some(r) = self.running.as_mut().filter(|r| wanted(&r.task.message_id)) {
             let id = r.task.message_id.clone();
             if r.ended_by.is_none() {
-                r.ended_by = Some("cancelled");
+                r.ended_by = Some(Outcome::Cancelled);
                 let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
                 r.kill_at = Some(Instant::now() + KILL_GRACE);
                 self.hub.emit(
@@ -355,15 +358,15 @@ impl Foreground {
         }
         if let Some(pos) = self.open.iter().position(|o| wanted(&o.task.message_id)) {
             let id = self.open[pos].task.message_id.clone();
-            if let Err(e) = self.spool().finish(&id, "cancelled") {
+            if let Err(e) = self.spool().finish(&id, Outcome::Cancelled) {
                 return Ok(json!({"status": "error", "message_id": id, "reason": e.to_string()}));
             }
             self.open.remove(pos);
             self.hub.emit(
                 "turn.finished",
-                json!({"message_id": id, "outcome": "cancelled"}),
+                json!({"message_id": id, "outcome": Outcome::Cancelled}),
             );
-            self.ended(&id, "cancelled", None);
+            self.ended(&id, Outcome::Cancelled, None);
             self.refresh();
             return Ok(json!({"status": "cancelled", "message_id": id}));
         }
@@ -470,7 +473,7 @@ impl Foreground {
         self.spool().clear_handler();
         self.hub.emit(
             "turn.finished",
-            json!({"message_id": r.task.message_id, "outcome": "interrupted"}),
+            json!({"message_id": r.task.message_id, "outcome": Outcome::Interrupted}),
         );
     }
 

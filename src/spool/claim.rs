@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::files;
 use crate::sys;
+use crate::wire::Outcome;
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -155,7 +156,7 @@ impl Spool {
     }
 
     /// Finishes a processing task: receipt first, then the payload goes.
-    pub fn finish(&self, message_id: &str, outcome: &str) -> Result<()> {
+    pub fn finish(&self, message_id: &str, outcome: Outcome) -> Result<()> {
         self.finish_with(message_id, outcome, None)
     }
 
@@ -163,7 +164,7 @@ impl Spool {
     pub fn finish_with(
         &self,
         message_id: &str,
-        outcome: &str,
+        outcome: Outcome,
         reply: Option<ReplyRecord>,
     ) -> Result<()> {
         let mut idx = self.idx();
@@ -173,7 +174,7 @@ impl Spool {
         let sub = match e.place {
             Place::Processing => "processing",
             Place::Interrupted => "interrupted",
-            Place::Rejected if outcome == "discarded" => "rejected",
+            Place::Rejected if outcome == Outcome::Discarded => "rejected",
             _ => {
                 return Err(Error::Usage(format!(
                     "task {message_id} is not being processed"
@@ -183,7 +184,7 @@ impl Spool {
         let receipt = Receipt {
             message_id: message_id.to_string(),
             digest: e.digest.clone().unwrap_or_default(),
-            outcome: outcome.to_string(),
+            outcome,
             finished_at: now_f64(),
             reply,
             sender_instance_id: e.sender_id().map(str::to_string),

@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::files::{self, DirError};
 use crate::sys;
+use crate::wire::Outcome;
 use dirsync::{DirSync, sync_dir};
 use index::Index;
 use serde::{Deserialize, Serialize};
@@ -104,7 +105,7 @@ pub struct Task {
 pub struct Receipt {
     pub message_id: String,
     pub digest: String,
-    pub outcome: String,
+    pub outcome: Outcome,
     /// Epoch seconds, with a fraction (receipts before issue 19 hold an
     /// integer, which reads the same).
     pub finished_at: f64,
@@ -229,7 +230,7 @@ pub struct Spool {
     /// The ids of the tasks this open found mid-turn and set aside in
     /// `interrupted/`, and of those it set aside in `rejected/` as bad
     /// data: their outcome is decided now (`task.ended`).
-    pub ended_at_open: Vec<(String, &'static str)>,
+    pub ended_at_open: Vec<(String, Outcome)>,
 }
 
 /// The spool directory for a name and a canonical workspace under the

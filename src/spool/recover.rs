@@ -13,6 +13,7 @@ use super::{RECEIPTS_KEEP, RECEIPTS_MIN_AGE, Receipt, Sender, Spool, Summary, no
 use crate::error::{Error, Result};
 use crate::files;
 use crate::sys;
+use crate::wire::Outcome;
 use std::fs;
 use std::path::Path;
 use std::time::UNIX_EPOCH;
@@ -141,7 +142,7 @@ impl Spool {
 
     /// Phase 3. Work that was mid-turn is never rerun on its own. Returns
     /// the ids of the tasks it set aside, each `interrupted`.
-    fn interrupt_processing(&self, notes: &mut Vec<String>) -> Result<Vec<(String, &'static str)>> {
+    fn interrupt_processing(&self, notes: &mut Vec<String>) -> Result<Vec<(String, Outcome)>> {
         let mut moved = false;
         let mut ended = Vec::new();
         for name in list(&self.dir.join("processing"))? {
@@ -152,7 +153,7 @@ impl Spool {
                 "task file {name} was mid-turn and is now in interrupted/"
             ));
             if let Some((_, id)) = parse_file_name(&name) {
-                ended.push((id.to_string(), "interrupted"));
+                ended.push((id.to_string(), Outcome::Interrupted));
             }
             moved = true;
         }
@@ -169,7 +170,7 @@ impl Spool {
         &self,
         idx: &mut Index,
         notes: &mut Vec<String>,
-        ended: &mut Vec<(String, &'static str)>,
+        ended: &mut Vec<(String, Outcome)>,
     ) -> Result<u64> {
         let mut max_seq = 0;
         for (sub, place) in [
@@ -196,7 +197,7 @@ impl Spool {
                     entry.reason = idx.entries.get(&id).and_then(|o| o.reason.clone());
                 }
                 if place == Place::Inbox && entry.place == Place::Rejected {
-                    ended.push((id.clone(), "rejected"));
+                    ended.push((id.clone(), Outcome::Rejected));
                 }
                 if entry.place == Place::Inbox {
                     idx.inbox.insert(entry.key, id.clone());

@@ -105,7 +105,7 @@ fn accept_claim_finish_and_duplicates() {
         panic!()
     };
     assert_eq!(t.message_id, "x-1");
-    s.finish("x-1", "done").unwrap();
+    s.finish("x-1", Outcome::Done).unwrap();
     assert_eq!(
         s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
             .unwrap(),
@@ -281,7 +281,7 @@ fn a_task_just_stored_is_claimed_as_written_while_its_file_is_in_place() {
         (got.message_id.as_str(), got.body.as_str()),
         ("f1", "hello")
     );
-    s.finish("f1", "done").unwrap();
+    s.finish("f1", Outcome::Done).unwrap();
     // Another length: read, and its body no longer matches its digest.
     edit(&files[1], "hello, world");
     match s.claim().unwrap() {
