@@ -27,7 +27,6 @@ macro_rules! eprint {
 pub mod spelled;
 
 pub mod access;
-pub mod civil;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -31,6 +31,18 @@ pub struct PeerCred {
     pub pid: Option<u32>,
 }
 
+/// A date and time of day on the wall clock, as `struct tm` holds it but
+/// with the month from 1 and the full year (`local_time`, `local_to_epoch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Civil {
+    pub year: i32,
+    pub month: u32,
+    pub day: u32,
+    pub hour: u32,
+    pub minute: u32,
+    pub second: u32,
+}
+
 /// What `kill(pid, 0)` says about a pid.
 #[derive(Debug, PartialEq, Eq)]
 pub enum PidStatus {
