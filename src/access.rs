@@ -10,6 +10,7 @@
 //! (`instance/outbound.rs`), a bridge asks only about the tasks that came
 //! through a bridge (`instance/outcome.rs`).
 
+use crate::config::{BATON_SOCKET, BATON_TURN};
 use crate::sys;
 use crate::wire::{Call, Method};
 use std::collections::VecDeque;
@@ -238,7 +239,7 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
             return c;
         }
         let marked = match c.instance_socket {
-            None => sys::environ_values(cur, ["BATON_TURN", "BATON_SOCKET"]),
+            None => sys::environ_values(cur, [BATON_TURN, BATON_SOCKET]),
             Some(_) => [None, None],
         };
         if let [Some(token), Some(socket)] = marked {
@@ -285,7 +286,7 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
 pub fn turn_of_this_process() -> Option<String> {
     let mut cur = std::process::id();
     for _ in 0..MAX_DEPTH {
-        if let [Some(_), Some(socket)] = sys::environ_values(cur, ["BATON_TURN", "BATON_SOCKET"]) {
+        if let [Some(_), Some(socket)] = sys::environ_values(cur, [BATON_TURN, BATON_SOCKET]) {
             return Some(socket);
         }
         match sys::process(cur) {
@@ -390,7 +391,7 @@ mod tests {
         assert_eq!(classify(None, &ours).role, Role::Operator);
         let mut child = std::process::Command::new("sleep")
             .arg("30")
-            .env_remove("BATON_TURN")
+            .env_remove(crate::config::BATON_TURN)
             .spawn()
             .unwrap();
         let c = classify(Some(child.id()), &ours);

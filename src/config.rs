@@ -1,5 +1,8 @@
 //! `BATON_*` configuration (baton(1), ENVIRONMENT): read once, validated, and failing
-//! closed with a message that names the variable and its allowed range.
+//! closed with a message that names the variable and its allowed range. The
+//! one reader of every `BATON_*` variable of our own environment, including
+//! the turn's `BATON_SOCKET` and `BATON_TURN`, which say where this process
+//! runs rather than how.
 
 use crate::error::{Error, Result};
 use std::ffi::OsString;
@@ -26,6 +29,41 @@ pub fn body_too_large(size: &str, limit: usize) -> String {
          BATON_MAX_MESSAGE_BYTES (at most {MAX_MESSAGE_BYTES_CEILING}) for the sender and the \
          receiving instance alike; zcoder peers keep their limit of 16,000 bytes"
     )
+}
+
+/// The variables an instance sets for its handler (docs/protocol.md, Exec
+/// handlers), spelled once: the handler's environment is written with
+/// them, and a process's ancestry is read for them (`access`,
+/// `spool::handler`).
+pub const BATON_SOCKET: &str = "BATON_SOCKET";
+pub const BATON_TURN: &str = "BATON_TURN";
+
+/// `$BATON_SOCKET`: the socket of the instance this process runs inside
+/// (a handler's turn, or a script pointed at it). Empty counts as unset,
+/// as for every `BATON_*` variable (docs/decisions.md).
+pub fn baton_socket() -> Option<PathBuf> {
+    socket_from(std::env::var_os(BATON_SOCKET))
+}
+
+fn socket_from(value: Option<OsString>) -> Option<PathBuf> {
+    value.filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// `$BATON_TURN`: the token of the turn this process runs in. Empty, or
+/// not UTF-8 (no token an instance issues is), counts as unset.
+pub fn baton_turn() -> Option<String> {
+    turn_from(std::env::var_os(BATON_TURN))
+}
+
+fn turn_from(value: Option<OsString>) -> Option<String> {
+    value?.into_string().ok().filter(|t| !t.is_empty())
+}
+
+/// `$BATON_FAILPOINT`, the fail points to arm (`failpoint.rs`); empty when
+/// unset or not UTF-8, which arms none.
+#[cfg(feature = "failpoints")]
+pub fn baton_failpoint() -> String {
+    std::env::var("BATON_FAILPOINT").unwrap_or_default()
 }
 
 /// Limits and switches shared by every part of an instance and the CLI.
@@ -259,6 +297,20 @@ mod tests {
         assert!(with(&[("BATON_MAX_MESSAGE_BYTES", &max)]).is_ok());
         let over = (MAX_MESSAGE_BYTES_CEILING + 1).to_string();
         assert!(with(&[("BATON_MAX_MESSAGE_BYTES", &over)]).is_err());
+    }
+
+    #[test]
+    fn an_empty_socket_or_turn_is_unset() {
+        assert_eq!(socket_from(Some("".into())), None);
+        assert_eq!(socket_from(None), None);
+        assert_eq!(
+            socket_from(Some("/r/a-1.sock".into())),
+            Some(PathBuf::from("/r/a-1.sock"))
+        );
+        assert_eq!(turn_from(Some("".into())), None);
+        assert_eq!(turn_from(Some("t-1".into())), Some("t-1".to_string()));
+        use std::os::unix::ffi::OsStringExt;
+        assert_eq!(turn_from(Some(OsString::from_vec(vec![0xff]))), None);
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub fn hit(name: &str) -> std::io::Result<()> {
     type Point = (String, String, AtomicU64);
     static SPEC: OnceLock<Vec<Point>> = OnceLock::new();
     let spec = SPEC.get_or_init(|| {
-        let v = std::env::var("BATON_FAILPOINT").unwrap_or_default();
+        let v = crate::config::baton_failpoint();
         v.split(',')
             .filter_map(|p| {
                 let (n, a) = p.split_once(':')?;

@@ -147,7 +147,7 @@ pub fn vector_strings(b: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
 
-    const NAMES: [&str; 2] = ["BATON_TURN", "BATON_SOCKET"];
+    const NAMES: [&str; 2] = [crate::config::BATON_TURN, crate::config::BATON_SOCKET];
 
     #[test]
     fn the_environment_in_a_procargs2_answer_is_between_the_arguments_and_an_empty_string() {

@@ -855,6 +855,36 @@ fn bad_baton_values_are_refused_naming_variable_and_range() {
     );
 }
 
+/// An empty `BATON_SOCKET` counts as unset, as every empty `BATON_*`
+/// variable does (docs/decisions.md): a command without TARGET addresses
+/// the instance serving the current directory, not a socket named "", and
+/// a send is a plain one. A process that started with both turn markers
+/// set, even empty, is still taken for a turn (an instance never sets
+/// them empty), and its send is refused.
+#[test]
+fn an_empty_baton_socket_counts_as_unset() {
+    let env = Env::new();
+    let ws = env.workspace("proj");
+    let served = env.serve(&ws, &["--name", "here"]);
+    let empty = [("BATON_SOCKET", "")];
+    let out = env.run_with(&empty, Some(&ws), &["ping"], None);
+    assert_eq!(out.status, 0, "{out:?}");
+    let pong = format!("pong from here ({}): ready", served.id);
+    assert!(out.stdout.starts_with(&pong), "{out:?}");
+    let out = env.run_with(&empty, Some(&ws), &["send", "--json", "here", "hi"], None);
+    let v = json_of(&out, "send with an empty BATON_SOCKET");
+    assert_eq!(v["status"], "accepted", "{v}");
+
+    let marked = [("BATON_SOCKET", ""), ("BATON_TURN", "")];
+    let out = env.run_with(&marked, Some(&ws), &["send", "here", "hi"], None);
+    assert_eq!(out.status, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("not permitted: this process belongs to a turn"),
+        "{out:?}"
+    );
+}
+
 #[test]
 fn sigterm_removes_manifest_and_socket_and_keeps_the_spool() {
     let env = Env::new();

@@ -75,13 +75,13 @@ fn body(arg: Option<&str>, config: &Config) -> Result<String> {
 
 /// The instance this command runs inside, if it answers.
 fn inside(config: &Config) -> Option<(PathBuf, Connection)> {
-    let sock = PathBuf::from(std::env::var_os("BATON_SOCKET").filter(|s| !s.is_empty())?);
+    let sock = crate::config::baton_socket()?;
     let conn = Connection::open(&sock, config.io_timeout).ok()?;
     Some((sock, conn))
 }
 
 fn turn_token() -> Option<String> {
-    std::env::var("BATON_TURN").ok().filter(|t| !t.is_empty())
+    crate::config::baton_turn()
 }
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
@@ -119,7 +119,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         // Outside a turn there is nothing to answer: say so before
         // reading a body from stdin.
         let outside = "send: --reply answers the task of the current turn, so it works only inside one ($BATON_SOCKET and $BATON_TURN are set there); to answer a task claimed with 'baton inbox claim', use 'baton inbox complete ID --reply TEXT'";
-        let has_socket = std::env::var_os("BATON_SOCKET").is_some_and(|s| !s.is_empty());
+        let has_socket = crate::config::baton_socket().is_some();
         if turn_token().is_none() || !has_socket {
             return Err(Error::Usage(outside.into()));
         }

@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::registry::{self, Discovery, Peer};
 use crate::sanitize::escape;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Discovers peers in every registry we scan, excluding the caller's own
 /// instance when it runs inside one.
@@ -20,7 +20,7 @@ pub fn discover(config: &Config) -> Result<Discovery> {
 
 /// The instance id of `$BATON_SOCKET` (`…/a-<id>.sock`), if any.
 pub fn own_instance_id() -> Option<String> {
-    let s = PathBuf::from(std::env::var_os("BATON_SOCKET")?);
+    let s = crate::config::baton_socket()?;
     let name = s.file_name()?.to_str()?;
     let id = name.strip_prefix("a-")?.strip_suffix(".sock")?;
     registry::valid_id(id).then(|| id.to_string())
@@ -100,8 +100,7 @@ pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
             pick(named, format!("the name {}", escape(t)))
         }
         None => {
-            if let Some(sock) = std::env::var_os("BATON_SOCKET") {
-                let sock = PathBuf::from(sock);
+            if let Some(sock) = crate::config::baton_socket() {
                 let mine: Vec<&Peer> = all
                     .iter()
                     .copied()

@@ -8,6 +8,7 @@
 use super::{
     DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Running, is_local, opt_str_param, str_param,
 };
+use crate::config;
 use crate::registry;
 use crate::sanitize::escape;
 use crate::server::{self, RpcError, State};
@@ -98,8 +99,8 @@ impl Foreground {
 
     fn turn_env(&self, task: &Task, token: &str) -> Vec<(&'static str, String)> {
         vec![
-            ("BATON_SOCKET", self.socket.display().to_string()),
-            ("BATON_TURN", token.to_string()),
+            (config::BATON_SOCKET, self.socket.display().to_string()),
+            (config::BATON_TURN, token.to_string()),
             ("BATON_MESSAGE_ID", task.message_id.clone()),
             (
                 "BATON_SENDER_ID",
