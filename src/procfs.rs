@@ -33,6 +33,15 @@ pub fn lists_processes() -> bool {
     process(std::process::id()).is_some()
 }
 
+/// Whether `pid` has ended but is not yet reaped (a zombie), which
+/// `kill(pid, 0)` does not tell from running; None where there is no
+/// `/proc` to say.
+pub fn is_zombie(pid: u32) -> Option<bool> {
+    std::path::Path::new("/proc/self/stat")
+        .exists()
+        .then(|| process(pid).is_some_and(|p| p.zombie))
+}
+
 /// Every process `/proc` lists (Linux); none where there is no `/proc`.
 pub fn processes() -> Vec<ProcEntry> {
     let Ok(dir) = std::fs::read_dir("/proc") else {

@@ -11,7 +11,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 
-pub use crate::procfs::{ProcEntry, environ_has, lists_processes, process_cwd, processes};
+pub use crate::procfs::{
+    ProcEntry, environ_has, is_zombie, lists_processes, process_cwd, processes,
+};
 pub use bsd::{environ_values, process};
 pub use errno::{errno_named, shortage};
 pub use spawn::*;

@@ -1,6 +1,7 @@
 //! `baton stop NAME` ends a running instance (SIGTERM, after checking that
 //! the pid its manifest names is that instance); `baton forget NAME`
-//! removes a stopped name's spool, under the spool's lock.
+//! removes a stopped name's spool (`spool::forget`, under the spool's
+//! lock).
 
 use super::args::Args;
 use super::{emit, target};
@@ -9,6 +10,7 @@ use crate::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer};
 use crate::relay::{self, KnownSpool};
 use crate::sanitize::escape;
+use crate::spool::{self, Holdings, Removal};
 use crate::sys;
 use serde_json::{Value, json};
 use std::fs;
@@ -45,7 +47,7 @@ pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
         }
     }
     let deadline = Instant::now() + wait;
-    while !exited(&peer, pid) {
+    while !peer.exited() {
         if Instant::now() >= deadline {
             return Err(Error::Transport(format!(
                 "stop: sent SIGTERM to {who}, which has not exited after {} s (a turn may still be ending); see 'baton status {}'",
@@ -84,24 +86,6 @@ fn verified_pid(config: &Config, peer: &Peer) -> Result<u32> {
     Ok(m.pid)
 }
 
-/// Whether the instance has exited: its pid is gone or a zombie (where
-/// `/proc` tells), else (no `/proc`) its manifest is gone and its socket
-/// refuses connections.
-fn exited(peer: &Peer, pid: u32) -> bool {
-    if sys::pid_status(pid) == sys::PidStatus::Gone {
-        return true;
-    }
-    if Path::new("/proc/self/stat").exists() {
-        return sys::process(pid).is_some_and(|p| p.zombie);
-    }
-    let socket = Path::new(&peer.manifest.socket);
-    let manifest = socket
-        .parent()
-        .map(|d| registry::manifest_path(d, &peer.manifest.instance_id));
-    manifest.is_some_and(|m| fs::symlink_metadata(m).is_err())
-        && std::os::unix::net::UnixStream::connect(socket).is_err()
-}
-
 pub fn forget(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "forget", 1)?;
     let Some(name) = args.positional.first() else {
@@ -123,7 +107,21 @@ pub fn forget(args: &Args, config: &Config) -> Result<ExitCode> {
         eprintln!("baton: nothing was removed");
         return Ok(ExitCode::Refused);
     }
-    remove(&spool, &held)?;
+    let refusal = match spool::forget(&spool.dir, &held)? {
+        Removal::Removed => None,
+        Removal::InUse => Some(
+            "is in use (its agent is starting or running, or a sender is storing a task): nothing was removed; try again",
+        ),
+        Removal::Changed => {
+            Some("changed since it was shown: nothing was removed; run forget again")
+        }
+    };
+    if let Some(why) = refusal {
+        return Err(Error::Env(format!(
+            "forget: {}'s spool {why}",
+            escape(&spool.name)
+        )));
+    }
     emit(&format!(
         "forgot {}: its spool is removed\n",
         escape(&spool.name)
@@ -189,40 +187,6 @@ fn find_spool(args: &Args, config: &Config, name: &str) -> Result<KnownSpool> {
     }
 }
 
-/// What a spool holds, by place.
-#[derive(PartialEq, Eq)]
-struct Holdings {
-    queued: usize,
-    processing: usize,
-    interrupted: usize,
-    rejected: usize,
-    done: usize,
-}
-
-impl Holdings {
-    fn read(dir: &Path) -> Result<Holdings> {
-        let l = crate::spool::read_listing(dir)?;
-        let done = fs::read_dir(dir.join("done")).map_or(0, |r| r.filter_map(|e| e.ok()).count());
-        Ok(Holdings {
-            queued: l.queued.len(),
-            processing: l.processing.len(),
-            interrupted: l.interrupted.len(),
-            rejected: l.rejected.len(),
-            done,
-        })
-    }
-}
-
-impl std::fmt::Display for Holdings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} queued, {} processing, {} interrupted, {} rejected and {} done (receipts)",
-            self.queued, self.processing, self.interrupted, self.rejected, self.done
-        )
-    }
-}
-
 /// Asks on the terminal; refuses without one (scripts pass `--yes`).
 fn confirm(spool: &KnownSpool) -> Result<bool> {
     let stdin = std::io::stdin();
@@ -243,32 +207,4 @@ fn confirm(spool: &KnownSpool) -> Result<bool> {
         .read_line(&mut line)
         .map_err(|e| Error::io("read", Path::new("<stdin>"), e))?;
     Ok(matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
-}
-
-/// Removes the spool while holding its lock, so that neither its agent
-/// (starting meanwhile) nor a sender storing a task has it open; what it
-/// holds must still be what was shown.
-fn remove(spool: &KnownSpool, shown: &Holdings) -> Result<()> {
-    let dir = &spool.dir;
-    crate::spool::check_private_dir(dir, "spool")?;
-    let lock_path = dir.join("lock");
-    let lock = crate::spool::open_lock(dir)?;
-    if !sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &lock_path, e))? {
-        return Err(Error::Env(format!(
-            "forget: {}'s spool is in use (its agent is starting or running, or a sender is storing a task): nothing was removed; try again",
-            escape(&spool.name)
-        )));
-    }
-    if Holdings::read(dir)? != *shown {
-        return Err(Error::Env(format!(
-            "forget: {}'s spool changed since it was shown: nothing was removed; run forget again",
-            escape(&spool.name)
-        )));
-    }
-    // meta.json first: from then on it is no spool to a sender.
-    let meta = dir.join("meta.json");
-    fs::remove_file(&meta).map_err(|e| Error::io("remove", &meta, e))?;
-    fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))?;
-    drop(lock);
-    Ok(())
 }

@@ -35,6 +35,25 @@ impl Peer {
         self.manifest.state == UNRESPONSIVE
     }
 
+    /// Whether its process has exited: its pid is gone or a zombie (where
+    /// `/proc` tells), else (no `/proc`) its manifest is gone and its
+    /// socket refuses connections.
+    pub fn exited(&self) -> bool {
+        let pid = self.manifest.pid;
+        if sys::pid_status(pid) == sys::PidStatus::Gone {
+            return true;
+        }
+        if let Some(zombie) = sys::is_zombie(pid) {
+            return zombie;
+        }
+        let socket = Path::new(&self.manifest.socket);
+        let manifest = socket
+            .parent()
+            .map(|d| manifest_path(d, &self.manifest.instance_id));
+        manifest.is_some_and(|m| fs::symlink_metadata(m).is_err())
+            && std::os::unix::net::UnixStream::connect(socket).is_err()
+    }
+
     /// What a command says when it needed an answer from an unresponsive
     /// peer.
     pub fn silence(&self, timeout: Duration) -> String {

@@ -14,17 +14,20 @@
 //! (acceptance), `claim` (claim, finish, requeue, expire), `index` (the
 //! in-memory index and what reads it), `recover` (rebuilding it at open),
 //! `taskfile` (the files' names and contents), `dirsync` (shared directory
-//! syncs) and `meta` (`meta.json`).
+//! syncs), `meta` (`meta.json`) and `forget` (removing a stopped agent's
+//! spool).
 
 mod admit;
 mod claim;
 mod dirsync;
+mod forget;
 mod handler;
 mod index;
 mod meta;
 mod recover;
 mod taskfile;
 
+pub use forget::{Holdings, Removal, forget};
 pub use meta::Meta;
 pub use taskfile::Body;
 

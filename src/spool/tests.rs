@@ -293,3 +293,25 @@ fn a_task_just_stored_is_claimed_as_written_while_its_file_is_in_place() {
     }
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn forget_removes_a_spool_only_unlocked_and_holding_what_was_shown() {
+    let dir = tmpdir("forget");
+    let s = Spool::open(&dir, false, false).unwrap();
+    let r = s.admit(task("f1", "x"), None, LIMITS, || false, |_, _| {});
+    assert_eq!(r.unwrap(), Admission::Accepted { queue_position: 1 });
+    fs::write(dir.join("meta.json"), "{}").unwrap();
+    let shown = Holdings::read(&dir).unwrap();
+    assert_eq!(
+        shown.to_string(),
+        "1 queued, 0 processing, 0 interrupted, 0 rejected and 0 done (receipts)"
+    );
+    // Its instance holds the lock.
+    assert_eq!(forget(&dir, &shown).unwrap(), Removal::InUse);
+    drop(s);
+    let before = Holdings { queued: 0, ..shown };
+    assert_eq!(forget(&dir, &before).unwrap(), Removal::Changed);
+    assert!(dir.join("meta.json").exists());
+    assert_eq!(forget(&dir, &shown).unwrap(), Removal::Removed);
+    assert!(!dir.exists());
+}
