@@ -27,6 +27,7 @@ macro_rules! eprint {
 pub mod spelled;
 
 pub mod access;
+pub mod answer;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -38,6 +39,7 @@ pub mod events;
 pub mod execargs;
 pub mod failpoint;
 pub mod files;
+pub mod follow;
 pub mod glob;
 pub mod instance;
 pub mod mcp;

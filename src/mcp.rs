@@ -13,12 +13,12 @@ use crate::registry;
 use crate::sanitize::escape;
 use crate::status::{ReplyStatus, Status};
 use crate::wire;
+use crate::wire::Call;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::io::{Read, Write};
 
 mod approval;
-pub mod follow;
 mod notify;
 mod permission;
 mod tasks;
@@ -499,7 +499,11 @@ impl Adapter {
 
     /// One call to our instance; the connection is reopened once if the
     /// instance closed it (its idle timeout).
-    fn call(&mut self, method: &str, params: Value) -> std::result::Result<Value, String> {
+    fn call<R: serde::de::DeserializeOwned>(
+        &mut self,
+        method: impl Into<crate::wire::Method>,
+        params: impl serde::Serialize,
+    ) -> std::result::Result<R, String> {
         self.client.call(method, params).map_err(|e| match e {
             CallError::Open(e) | CallError::Transport(e) => {
                 format!("the instance does not answer: {e}")
@@ -564,7 +568,7 @@ impl Adapter {
         if let Some((_, token)) = self.open.last() {
             params["turn"] = json!(token);
         }
-        let r = match self.call("relay/send", params) {
+        let r = match self.call::<Value>(Call::RelaySend, params) {
             Ok(r) => r,
             Err(e) => return tool_result(e, true, None),
         };
@@ -608,7 +612,7 @@ impl Adapter {
     }
 
     fn check_inbox(&mut self) -> Value {
-        let r = match self.call("inbox/claim", json!({})) {
+        let r = match self.call::<Value>(Call::InboxClaim, json!({})) {
             Ok(r) => r,
             Err(e) => return tool_result(e, true, None),
         };
@@ -675,7 +679,7 @@ impl Adapter {
                 );
             }
         }
-        let r = match self.call("inbox/complete", params) {
+        let r = match self.call::<Value>(Call::InboxComplete, params) {
             Ok(r) => r,
             Err(e) => return tool_result(e, true, None),
         };

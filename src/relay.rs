@@ -4,13 +4,14 @@
 //! The CLI uses it for plain sends; an instance uses it, on a worker thread,
 //! for `relay/send` and `--reply`.
 
-use crate::client::{ClientError, Connection};
+use crate::client::{ClientError, Session};
 use crate::config::Config;
 use crate::registry::{self, Discovery, Peer, RegistryDir, Wire};
 use crate::sanitize::escape;
 use crate::server::{self, NotStored, Receiver, Verdict};
 use crate::spool::{Spool, Task};
 use crate::status::Status;
+use crate::wire::Method;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -119,8 +120,8 @@ pub fn check_frame(config: &Config, params: &Value) -> Result<(), String> {
 /// arrived; the same id makes the retry safe).
 pub fn deliver(config: &Config, peer: &Peer, params: &Value) -> Result<Value, ClientError> {
     let once = || -> Result<Value, ClientError> {
-        let mut conn = Connection::open(Path::new(&peer.manifest.socket), config.io_timeout)?;
-        conn.call("message/send", params.clone())
+        let mut conn = Session::open(Path::new(&peer.manifest.socket), config.io_timeout)?;
+        conn.call(Method::MessageSend, params.clone())
     };
     match once() {
         Err(e) if e.is_transport() => once(),

@@ -10,6 +10,7 @@ use crate::util::{Env, have};
 use baton::tui::term::{Memory, Style, Terminal, colour_wanted, style_codes, unusable_term};
 use baton::tui::view::{Role, View, approval_prompt, excerpt};
 use baton::tui::work;
+use baton::wire::Call;
 use serde_json::{Value, json};
 use std::ffi::OsStr;
 
@@ -63,7 +64,7 @@ fn claim_shows_the_task_and_complete_finishes_the_last_one() {
     let mut view = View::default();
     // Nothing open: /complete says how to get a task.
     let mut fake = Fake::new(vec![]);
-    work::complete("", &mut view, &mut |m, p| fake.call(m, p));
+    work::complete("", &mut view, &mut |m: Call, p| fake.call(m.as_str(), p));
     assert_eq!(
         last(&view),
         (
@@ -94,7 +95,7 @@ fn claim_shows_the_task_and_complete_finishes_the_last_one() {
                                   "reason": "task zz is not open here"}),
         ),
     ]);
-    let mut call = |m: &str, p: Value| fake.call(m, p);
+    let mut call = |m: Call, p: Value| fake.call(m.as_str(), p);
     work::claim(&mut view, &mut call);
     let shown = screen(&view);
     assert!(
@@ -168,7 +169,7 @@ fn reply_answers_the_task_claimed_last_and_completes_it() {
             claimed("t-2", Some("42-1"), "beta", "a question"),
         ),
     ]);
-    work::claim(&mut view, &mut |m, p| fake.call(m, p));
+    work::claim(&mut view, &mut |m: Call, p| fake.call(m.as_str(), p));
     assert_eq!(
         last(&view).1,
         "(cli) cannot be replied to (no instance); /complete [--failed] completes it"
@@ -177,7 +178,7 @@ fn reply_answers_the_task_claimed_last_and_completes_it() {
         work::reply_params("hi", &view).unwrap_err(),
         "task t-1 came from (cli), which has no instance to reply to: /complete it"
     );
-    work::claim(&mut view, &mut |m, p| fake.call(m, p));
+    work::claim(&mut view, &mut |m: Call, p| fake.call(m.as_str(), p));
     assert!(
         work::reply_params("", &view)
             .unwrap_err()

@@ -11,19 +11,24 @@
 use super::args::Args;
 use super::bridged;
 use super::target;
+use crate::answer::HelloParams;
+use crate::client::{ClientError, PipeLines, Session};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry::Peer;
 use crate::relay::{self, Route};
 use crate::sanitize::escape;
 use crate::status::Status;
+use crate::wire::Method;
 use crate::{registry, sys, wire};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
@@ -271,7 +276,7 @@ fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Value
                             v
                         }
                         Err(e) => {
-                            json!({"status": Status::Transport, "message_id": message_id, "reason": e})
+                            json!({"status": Status::Transport, "message_id": message_id, "reason": e.to_string()})
                         }
                     }
                 }
@@ -491,16 +496,13 @@ pub fn run_to_end(
     Ok((code, out))
 }
 
-/// A JSON-RPC session with a remote instance through `VIA baton bridge
-/// TARGET` (VIA is typically `ssh host`).
+/// A session with a remote instance through `VIA baton bridge TARGET`
+/// (VIA is typically `ssh host`): the one client's `Session` over the
+/// command's pipes, and the command, killed with it.
 pub struct Remote {
+    pub session: Session,
     via: Via,
-    input: ChildStdin,
-    lines: crossbeam_channel::Receiver<String>,
-    next_id: u64,
     timeout: Duration,
-    /// The `initialize` result: the remote instance's manifest.
-    pub hello: Value,
 }
 
 /// Quotes one word for a POSIX shell (the remote one, too).
@@ -513,9 +515,15 @@ impl Remote {
     /// stopped agent's stand-in.
     pub fn open(via: &str, target: &str, config: &Config, multiplex: bool) -> Result<Remote> {
         check_target(target)?;
-        let mut r = Remote::start(via, config, &["bridge", "--offline", target], multiplex)?;
-        r.hello = r.call("initialize", hello_params())?;
-        Ok(r)
+        let timeout = remote_timeout(config);
+        let until = Some(Instant::now() + timeout);
+        Remote::start(via, config, &["bridge", "--offline", target], multiplex, until)?.ok_or_else(
+            || {
+                Error::Transport(format!(
+                    "no answer through the bridge within {timeout:?} (is baton installed there, and the target running?)"
+                ))
+            },
+        )
     }
 
     /// `VIA baton bridge --await TARGET`: the live instance named TARGET,
@@ -529,143 +537,116 @@ impl Remote {
         deadline: Option<Instant>,
     ) -> Result<Option<Remote>> {
         check_target(target)?;
-        let mut r = Remote::start(via, config, &["bridge", "--await", target], multiplex)?;
-        Ok(r.call_until("initialize", hello_params(), deadline)?
-            .map(|hello| {
-                r.hello = hello;
-                r
-            }))
+        Remote::start(
+            via,
+            config,
+            &["bridge", "--await", target],
+            multiplex,
+            deadline,
+        )
     }
 
-    fn start(via: &str, config: &Config, remote_args: &[&str], multiplex: bool) -> Result<Remote> {
+    fn start(
+        via: &str,
+        config: &Config,
+        remote_args: &[&str],
+        multiplex: bool,
+        until: Option<Instant>,
+    ) -> Result<Option<Remote>> {
         let mut via = Via::spawn(via, config, remote_args, multiplex)?;
         let input = via.child.stdin.take().expect("piped");
         let out = via.child.stdout.take().expect("piped");
-        let (tx, lines) = crossbeam_channel::unbounded();
-        std::thread::spawn(move || {
-            let mut out = BufReader::new(out);
-            // Lines of at most MAX_VIA_OUTPUT bytes: a longer one (or one
-            // that is not UTF-8) ends the session.
-            loop {
-                let mut line = Vec::new();
-                let limit = MAX_VIA_OUTPUT as u64 + 1;
-                match (&mut out).take(limit).read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) if line.len() > MAX_VIA_OUTPUT => {
-                        eprintln!(
-                            "baton: the via command wrote a line over {} MiB; stopped it",
-                            MAX_VIA_OUTPUT >> 20
-                        );
-                        break;
-                    }
-                    Ok(_) => {}
-                }
-                if line.last() == Some(&b'\n') {
-                    line.pop();
-                    if line.last() == Some(&b'\r') {
-                        line.pop();
-                    }
-                }
-                let Ok(line) = String::from_utf8(line) else {
-                    break;
-                };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(Remote {
-            via,
-            input,
-            lines,
-            next_id: 1,
-            timeout: remote_timeout(config),
-            hello: Value::Null,
-        })
-    }
-
-    pub fn call(&mut self, method: &str, params: Value) -> Result<Value> {
-        match self.call_until(method, params, Some(Instant::now() + self.timeout))? {
-            Some(v) => Ok(v),
-            None => Err(Error::Transport(format!(
-                "no answer through the bridge within {:?} (is baton installed there, and the target running?)",
-                self.timeout
-            ))),
+        let timeout = remote_timeout(config);
+        let lines = Box::new(PipeLines::new(read_lines(out)));
+        let hello = HelloParams::new("baton");
+        match Session::start(lines, Box::new(input), timeout, &hello, until) {
+            Ok(Some(session)) => Ok(Some(Remote {
+                session,
+                via,
+                timeout,
+            })),
+            Ok(None) => Ok(None),
+            Err(e) => Err(fail(&mut via, timeout, e)),
         }
     }
 
-    /// One request and its answer, or None when `until` passes first.
-    fn call_until(
+    /// One call through the bridge.
+    pub fn call<R: DeserializeOwned>(
         &mut self,
-        method: &str,
-        params: Value,
-        until: Option<Instant>,
-    ) -> Result<Option<Value>> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let line = crate::wire::request_line(id, method, params);
-        self.write(&line)?;
-        let timer = match until {
-            Some(t) => crossbeam_channel::at(t),
-            None => crossbeam_channel::never(),
-        };
+        method: impl Into<Method>,
+        params: impl Serialize,
+    ) -> Result<R> {
+        let r = self.session.call(method, params);
+        r.map_err(|e| self.failed(e))
+    }
+
+    /// What a failed call through the bridge says.
+    pub fn failed(&mut self, e: ClientError) -> Error {
+        fail(&mut self.via, self.timeout, e)
+    }
+}
+
+/// What a failed call through a bridge says: an error answer is the
+/// remote instance's refusal; the bridge gone is `ended`.
+fn fail(via: &mut Via, timeout: Duration, e: ClientError) -> Error {
+    match e {
+        ClientError::Rpc { code, message } => Error::Refused(format!(
+            "the remote instance answered error {code}: {}",
+            escape(&message)
+        )),
+        ClientError::Timeout => Error::Transport(format!(
+            "no answer through the bridge within {timeout:?} (is baton installed there, and the target running?)"
+        )),
+        ClientError::Closed => ended(via, timeout, "the bridge closed without an answer".into()),
+        e => ended(via, timeout, format!("the bridge failed: {e}")),
+    }
+}
+
+/// The error for a bridge that went away: exit status 3 (which ssh
+/// passes on) is the remote `baton bridge` finding no such target, as
+/// its message above says, the same as a local send; anything else,
+/// ssh's own failures included, is a transport failure.
+fn ended(via: &mut Via, timeout: Duration, what: String) -> Error {
+    let until = Instant::now() + timeout.min(Duration::from_secs(5));
+    match via.exit_code(until) {
+        Some(3) => Error::NoTarget("the remote baton bridge found no such target".into()),
+        code => failed(&what, code),
+    }
+}
+
+/// The lines a via command prints, read by a thread: at most
+/// `MAX_VIA_OUTPUT` bytes each, without `\n` or `\r\n`; a longer one (or
+/// one that is not UTF-8) ends them.
+fn read_lines(out: std::process::ChildStdout) -> crossbeam_channel::Receiver<Vec<u8>> {
+    let (tx, lines) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        let mut out = BufReader::new(out);
         loop {
-            let line = crossbeam_channel::select! {
-                recv(self.lines) -> line => match line {
-                    Ok(line) => line,
-                    Err(_) => return Err(self.ended("the bridge closed without an answer".into())),
-                },
-                recv(timer) -> _ => return Ok(None),
-            };
-            let Ok(v) = serde_json::from_str::<Value>(&line) else {
-                continue;
-            };
-            if v.get("id").and_then(Value::as_u64) != Some(id) {
-                continue;
+            let mut line = Vec::new();
+            let limit = MAX_VIA_OUTPUT as u64 + 1;
+            match (&mut out).take(limit).read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) if line.len() > MAX_VIA_OUTPUT => {
+                    eprintln!(
+                        "baton: the via command wrote a line over {} MiB; stopped it",
+                        MAX_VIA_OUTPUT >> 20
+                    );
+                    break;
+                }
+                Ok(_) => {}
             }
-            if let Some(e) = v.get("error") {
-                return Err(Error::Refused(format!(
-                    "the remote instance answered error {}: {}",
-                    e["code"],
-                    escape(e["message"].as_str().unwrap_or(""))
-                )));
+            if line.last() == Some(&b'\n') {
+                line.pop();
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
             }
-            return Ok(Some(v["result"].clone()));
+            if std::str::from_utf8(&line).is_err() || tx.send(line).is_err() {
+                break;
+            }
         }
-    }
-}
-
-/// The `initialize` parameters of a bridge session.
-fn hello_params() -> Value {
-    json!({"protocol_version": 1, "client": {"name": "baton", "version": env!("CARGO_PKG_VERSION")}})
-}
-
-impl Remote {
-    /// Writes one request line without waiting for its answer: what
-    /// follows comes through `lines`, with the events of a subscription.
-    pub fn write(&mut self, line: &[u8]) -> Result<()> {
-        if let Err(e) = self.input.write_all(line).and_then(|()| self.input.flush()) {
-            return Err(self.ended(format!("the bridge closed: {e}")));
-        }
-        Ok(())
-    }
-
-    /// The lines the bridge prints, in order; disconnected when it ends.
-    pub fn lines(&self) -> crossbeam_channel::Receiver<String> {
-        self.lines.clone()
-    }
-
-    /// The error for a bridge that went away: exit status 3 (which ssh
-    /// passes on) is the remote `baton bridge` finding no such target, as
-    /// its message above says, the same as a local send; anything else,
-    /// ssh's own failures included, is a transport failure.
-    pub fn ended(&mut self, what: String) -> Error {
-        let until = Instant::now() + self.timeout.min(Duration::from_secs(5));
-        match self.via.exit_code(until) {
-            Some(3) => Error::NoTarget("the remote baton bridge found no such target".into()),
-            code => failed(&what, code),
-        }
-    }
+    });
+    lines
 }
 
 #[cfg(test)]

@@ -3,13 +3,15 @@
 //! (`bridge`: the target and the remote end), and the instance holds the
 //! connection to what a remote key may do.
 
+use crate::answer::{BridgeParams, HelloParams};
+use crate::client::{Session, request};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::registry::Peer;
 use crate::sanitize::escape;
-use crate::wire;
-use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use crate::wire::Method;
+use serde_json::Value;
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
@@ -19,14 +21,7 @@ use std::time::Duration;
 /// holds the connection to what a bridge may do for the rest of its life
 /// (docs/security.md). The answer is the bridge's own, not the client's.
 pub(super) fn declare(stream: UnixStream, peer: &Peer, socket: &Path) -> Result<UnixStream> {
-    let remote = ssh_remote();
-    let hello = wire::request_line(
-        "bridge",
-        "initialize",
-        json!({"protocol_version": 1,
-               "client": {"name": "baton bridge", "version": env!("CARGO_PKG_VERSION")},
-               "bridge": {"target": peer.manifest.instance_id, "remote": remote}}),
-    );
+    let hello = request("bridge", Method::Initialize, bridge_hello(peer));
     let fail = |e: std::io::Error| Error::io("declare the bridge to", socket, e);
     let timeout = Some(Duration::from_secs(10));
     stream.set_read_timeout(timeout).map_err(fail)?;
@@ -65,38 +60,23 @@ pub(super) fn ssh_remote() -> Option<String> {
     Some(format!("{} {}", f.next()?, f.next()?))
 }
 
+/// What the bridge says of itself in `initialize`.
+fn bridge_hello(peer: &Peer) -> HelloParams {
+    HelloParams {
+        bridge: Some(BridgeParams {
+            remote: ssh_remote(),
+            target: peer.manifest.instance_id.clone(),
+        }),
+        ..HelloParams::new("baton bridge")
+    }
+}
+
 /// `message/send` to an instance that started while `--offline` stood in
 /// for it, on a connection declared as this bridge's; its result.
-pub(super) fn send(
-    config: &Config,
-    peer: &Peer,
-    params: &Value,
-) -> std::result::Result<Value, String> {
+pub(super) fn send(config: &Config, peer: &Peer, params: &Value) -> Result<Value> {
     let socket = Path::new(&peer.manifest.socket);
-    let stream = UnixStream::connect(socket).map_err(|e| e.to_string())?;
-    let stream = declare(stream, peer, socket).map_err(|e| e.to_string())?;
-    let timeout = Some(config.io_timeout);
-    stream
-        .set_read_timeout(timeout)
-        .map_err(|e| e.to_string())?;
-    (&stream)
-        .write_all(&wire::request_line(1, "message/send", params.clone()))
-        .map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    BufReader::new(&stream)
-        .take(config.max_bytes as u64 + 1)
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
-    let v: Value =
-        serde_json::from_str(&line).map_err(|_| "no answer to message/send".to_string())?;
-    match (v.get("result"), v.get("error")) {
-        (Some(r), _) => Ok(r.clone()),
-        (None, Some(e)) => Err(format!(
-            "{} answered error {}: {}",
-            escape(&peer.manifest.name),
-            e["code"],
-            escape(e["message"].as_str().unwrap_or(""))
-        )),
-        _ => Err("no answer to message/send".into()),
-    }
+    let mut s = Session::connect(socket, config.io_timeout, &bridge_hello(peer))
+        .map_err(|e| super::target::transport(peer, e))?;
+    s.call(Method::MessageSend, params)
+        .map_err(|e| super::target::transport(peer, e))
 }

@@ -2,64 +2,69 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
+use crate::answer::{ControlStatus, Paused, Pong};
+use crate::client::ClientError;
 use crate::config::Config;
 use crate::error::{ExitCode, Result};
 use crate::registry::{Peer, Wire};
 use crate::sanitize::escape;
 use crate::server::ANSWER_WAIT_MIN;
+use crate::wire::{Call, Method};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Instant;
 
-fn one_call(
-    args: &Args,
+/// One call without parameters; the answer as the instance gave it, for
+/// `--json`, and read as `R`.
+fn call_on<R: DeserializeOwned>(
     config: &Config,
-    cmd: &str,
-    method: &str,
-) -> Result<(crate::registry::Peer, Value)> {
-    super::at_most(args, cmd, 1)?;
-    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
-    let r = call_on(config, &peer, method)?;
-    Ok((peer, r))
-}
-
-fn call_on(config: &Config, peer: &Peer, method: &str) -> Result<Value> {
+    peer: &Peer,
+    method: impl Into<Method>,
+) -> Result<(Value, R)> {
     let mut conn = target::connect(config, peer)?;
-    conn.call(method, json!({}))
-        .map_err(|e| target::transport(peer, e))
+    let v: Value = conn
+        .call(method, json!({}))
+        .map_err(|e| target::transport(peer, e))?;
+    let r = serde_json::from_value(v.clone())
+        .map_err(|e| target::transport(peer, ClientError::Protocol(e.to_string())))?;
+    Ok((v, r))
 }
 
 /// A zcoder peer's ping: its frame's `ping`, whose `pong` confirms the id
 /// and carries the state. The answer has the shape of a native one.
-fn zcoder_ping(config: &Config, peer: &Peer) -> Result<Value> {
+fn zcoder_ping(config: &Config, peer: &Peer) -> Result<Pong> {
     let m = &peer.manifest;
     let state = crate::client::zcoder_ping(Path::new(&m.socket), &m.instance_id, config.io_timeout)
         .map_err(|e| target::transport(peer, e))?;
-    Ok(json!({"status": "pong", "instance_id": m.instance_id, "state": state, "wire": "zcoder"}))
+    Ok(Pong {
+        instance_id: m.instance_id.clone(),
+        state,
+        status: "pong".into(),
+        wire: Some("zcoder".into()),
+    })
 }
 
 pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "ping", 1)?;
     let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
     let start = Instant::now();
-    let r = if peer.wire == Wire::Zcoder {
-        zcoder_ping(config, &peer)?
+    let (mut v, r) = if peer.wire == Wire::Zcoder {
+        let r = zcoder_ping(config, &peer)?;
+        (serde_json::to_value(&r).expect("serializes"), r)
     } else {
-        let mut conn = target::connect(config, &peer)?;
-        conn.call("ping", json!({}))
-            .map_err(|e| target::transport(&peer, e))?
+        call_on::<Pong>(config, &peer, Method::Ping)?
     };
     let micros = start.elapsed().as_micros();
     if args.flag("json") {
-        let mut r = r;
-        r["round_trip_us"] = json!(micros);
-        emit_json(&r);
+        v["round_trip_us"] = json!(micros);
+        emit_json(&v);
     } else {
         emit(&format!(
             "pong from {} ({}): {}, {:.2} ms\n",
             escape(&peer.manifest.name),
             peer.manifest.instance_id,
-            r.get("state").and_then(Value::as_str).unwrap_or("?"),
+            r.state,
             micros as f64 / 1000.0
         ));
     }
@@ -69,9 +74,9 @@ pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
 /// A zcoder peer's status: what its manifest says, with the state its
 /// ping answered (its frame has nothing more to ask).
 fn zcoder_status(args: &Args, config: &Config, peer: &Peer) -> Result<ExitCode> {
-    let state = zcoder_ping(config, peer)?["state"].clone();
+    let state = zcoder_ping(config, peer)?.state;
     let mut r = serde_json::to_value(&peer.manifest).expect("serializes");
-    r["state"] = state;
+    r["state"] = json!(state);
     r["wire"] = json!("zcoder");
     if args.flag("json") {
         emit_json(&r);
@@ -102,33 +107,28 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
     if peer.wire == Wire::Zcoder {
         return zcoder_status(args, config, &peer);
     }
-    let r = call_on(config, &peer, "control/status")?;
+    let (v, r) = call_on::<ControlStatus>(config, &peer, Call::ControlStatus)?;
     if args.flag("json") {
-        emit_json(&r);
+        emit_json(&v);
         return Ok(ExitCode::Ok);
     }
-    let s = |k: &str| match r.get(k) {
-        Some(Value::String(s)) => escape(s).into_owned(),
-        Some(Value::Null) | None => "-".into(),
-        Some(v) => v.to_string(),
-    };
-    let q = &r["queue"];
+    let q = &r.queue;
     emit(&format!(
         "name:        {}\ninstance:    {}\npid:         {}\nstate:       {}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nspool:       {}\nqueued:      {} of {}\nprocessing:  {}\ninterrupted: {}\nopen task:   {}\n",
-        s("name"),
-        s("instance_id"),
-        s("pid"),
-        s("state"),
-        s("profile"),
-        s("model"),
-        s("workspace"),
-        s("socket"),
-        s("spool"),
-        q["queued"],
-        q["max"],
-        q["processing"],
-        q["interrupted"],
-        s("open_task"),
+        escape(&r.name),
+        escape(&r.instance_id),
+        r.pid,
+        r.state,
+        escape(&r.profile),
+        escape(&r.model),
+        escape(&r.workspace),
+        escape(&r.socket),
+        escape(&r.spool),
+        q.queued,
+        q.max,
+        q.processing,
+        q.interrupted,
+        r.open_task.as_deref().map_or("-".into(), escape),
     ));
     Ok(ExitCode::Ok)
 }
@@ -141,15 +141,21 @@ fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
     if cmd == "pause" {
         config.io_timeout = config.io_timeout.max(ANSWER_WAIT_MIN);
     }
-    let (peer, r) = one_call(args, &config, cmd, &format!("control/{cmd}"))?;
+    super::at_most(args, cmd, 1)?;
+    let peer = target::resolve(&config, args.positional.first().map(String::as_str))?;
+    let call = match cmd {
+        "pause" => Call::ControlPause,
+        _ => Call::ControlResume,
+    };
+    let (v, r) = call_on::<Paused>(&config, &peer, call)?;
     if args.flag("json") {
-        emit_json(&r);
+        emit_json(&v);
     } else {
         emit(&format!(
             "{} ({}): {}\n",
             escape(&peer.manifest.name),
             peer.manifest.instance_id,
-            r.get("state").and_then(Value::as_str).unwrap_or("?")
+            r.state
         ));
     }
     Ok(ExitCode::Ok)

@@ -4,21 +4,16 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
-use crate::client::Connection;
+use crate::answer::{Claimed, Handled, InboxPage, ReplySent};
+use crate::client::{self, ClientError, ListError, Session};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry;
 use crate::sanitize::{escape, escape_multiline};
 use crate::status::{ReplyStatus, Status};
 use crate::text::table;
-use serde_json::{Map, Value, json};
-use std::collections::{HashMap, HashSet};
-
-/// The places of `inbox/list`, each an array of task summaries.
-const PLACES: [&str; 4] = ["queued", "processing", "interrupted", "rejected"];
-/// How often `inbox list` starts over when the task its next page would
-/// follow left the inbox meanwhile.
-const LIST_ATTEMPTS: usize = 5;
+use crate::wire::Call;
+use serde_json::{Value, json};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let Some(action) = args.positional.first().map(String::as_str) else {
@@ -41,32 +36,45 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         Err(e) => return Err(e),
     };
     let mut conn = target::connect(config, &peer)?;
-    let r = if action == "list" {
-        list_all(&mut conn, &peer)?
+    let call = match action {
+        "list" => {
+            let all = list_all(&mut conn, &peer)?;
+            if args.flag("json") {
+                emit_json(&serde_json::to_value(&all).expect("serializes"));
+            } else {
+                print_list(&all);
+            }
+            return Ok(ExitCode::Ok);
+        }
+        "claim" => Call::InboxClaim,
+        "complete" => Call::InboxComplete,
+        "requeue" => Call::InboxRequeue,
+        _ => Call::InboxDiscard,
+    };
+    let r: Value = conn
+        .call(call, params)
+        .map_err(|e| target::transport(&peer, e))?;
+    let read =
+        |e: serde_json::Error| target::transport(&peer, ClientError::Protocol(e.to_string()));
+    let json = args.flag("json");
+    let ok = if action == "claim" {
+        let c: Claimed = serde_json::from_value(r.clone()).map_err(read)?;
+        if !json {
+            print_claim(&c);
+        }
+        matches!(c.status.as_str(), "claimed" | "empty")
     } else {
-        conn.call(&format!("inbox/{action}"), params)
-            .map_err(|e| target::transport(&peer, e))?
+        // `completed`, `requeued`, `discarded`.
+        let h: Handled = serde_json::from_value(r.clone()).map_err(read)?;
+        if !json {
+            print_outcome(&h, action);
+        }
+        h.status == format!("{action}d")
     };
-    let status = r.get("status").and_then(Value::as_str).unwrap_or("");
-    let reason = escape(r.get("reason").and_then(Value::as_str).unwrap_or("")).into_owned();
-    let code = match (action, status) {
-        ("list", _)
-        | ("claim", "claimed" | "empty")
-        | ("complete", "completed")
-        | ("requeue", "requeued")
-        | ("discard", "discarded") => ExitCode::Ok,
-        _ => ExitCode::Refused,
-    };
-    if args.flag("json") {
+    if json {
         emit_json(&r);
-        return Ok(code);
     }
-    match action {
-        "list" => print_list(&r),
-        "claim" => print_claim(&r, status, &reason),
-        _ => print_outcome(&r, action, status, &reason),
-    }
-    Ok(code)
+    Ok(if ok { ExitCode::Ok } else { ExitCode::Refused })
 }
 
 /// The target the command names, if any, and the call's params.
@@ -114,87 +122,16 @@ fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a String>, Valu
     }
 }
 
-/// Every page of `inbox/list`, as one listing: the members of a page
-/// without `next`. A task listed twice (it moved while the pages were
-/// read) is shown where it was seen last.
-pub(super) fn list_all(conn: &mut Connection, peer: &registry::Peer) -> Result<Value> {
-    for _ in 0..LIST_ATTEMPTS {
-        if let Some(all) = list_pages(conn, peer)? {
-            return Ok(all);
-        }
-    }
-    Err(Error::Transport(format!(
-        "{}: the inbox kept changing while it was listed; try again",
-        escape(&peer.manifest.name)
-    )))
-}
-
-/// The pages from the first to the last; None when the task a page was
-/// to follow left the inbox meanwhile.
-fn list_pages(conn: &mut Connection, peer: &registry::Peer) -> Result<Option<Value>> {
-    let mut seen: Vec<Option<(&str, Value)>> = Vec::new();
-    let mut at: HashMap<String, usize> = HashMap::new();
-    let mut waiting = HashSet::new();
-    let mut after: Option<String> = None;
-    loop {
-        let params = match &after {
-            Some(a) => json!({"after": a}),
-            None => json!({}),
-        };
-        let r = conn
-            .call("inbox/list", params)
-            .map_err(|e| target::transport(peer, e))?;
-        if r.get("status").is_some() {
-            return Ok(None);
-        }
-        let mut n = 0;
-        for place in PLACES {
-            for t in r.get(place).and_then(Value::as_array).into_iter().flatten() {
-                let id = t["message_id"].as_str().unwrap_or("").to_string();
-                if let Some(earlier) = at.insert(id, seen.len()) {
-                    seen[earlier] = None;
-                }
-                seen.push(Some((place, t.clone())));
-                n += 1;
-            }
-        }
-        let ids = r.get("awaiting_approval").and_then(Value::as_array);
-        waiting.extend(
-            ids.into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(str::to_string),
-        );
-        match r.get("next").and_then(Value::as_str) {
-            None => break,
-            Some(_) if n == 0 => {
-                return Err(Error::Transport(format!(
-                    "{}: inbox/list answered a page without tasks that is not the last",
-                    escape(&peer.manifest.name)
-                )));
-            }
-            Some(next) => after = Some(next.to_string()),
-        }
-    }
-    let mut all: Map<String, Value> = PLACES
-        .iter()
-        .map(|p| (p.to_string(), Value::Array(Vec::new())))
-        .collect();
-    let mut asked = Vec::new();
-    for (place, t) in seen.into_iter().flatten() {
-        if place == "queued"
-            && t["message_id"]
-                .as_str()
-                .is_some_and(|id| waiting.contains(id))
-        {
-            asked.push(t["message_id"].clone());
-        }
-        if let Some(Value::Array(v)) = all.get_mut(place) {
-            v.push(t);
-        }
-    }
-    all.insert("awaiting_approval".into(), Value::Array(asked));
-    Ok(Some(Value::Object(all)))
+/// Every page of `inbox/list`, as one listing.
+pub(super) fn list_all(conn: &mut Session, peer: &registry::Peer) -> Result<InboxPage> {
+    client::list_all(&mut |p| conn.call(Call::InboxList, p)).map_err(|e| match e {
+        ListError::Call(e) => target::transport(peer, e),
+        ListError::KeptChanging => Error::Transport(format!(
+            "{}: the inbox kept changing while it was listed; try again",
+            escape(&peer.manifest.name)
+        )),
+        e => Error::Transport(format!("{}: {e}", escape(&peer.manifest.name))),
+    })
 }
 
 /// `inbox list` of a stopped agent: its spool's directories as they are,
@@ -206,73 +143,72 @@ fn list_stopped(
     why: String,
 ) -> Result<ExitCode> {
     let spool = super::watch::stopped(config, target_arg, why)?;
-    let listing = crate::spool::read_listing(&spool.dir)?;
-    let mut r = serde_json::to_value(&listing).expect("a listing serializes");
-    r["awaiting_approval"] = json!([]);
+    let l = crate::spool::read_listing(&spool.dir)?;
+    let all = InboxPage {
+        queued: l.queued,
+        processing: l.processing,
+        interrupted: l.interrupted,
+        rejected: l.rejected,
+        ..InboxPage::default()
+    };
     if args.flag("json") {
-        emit_json(&r);
+        emit_json(&serde_json::to_value(&all).expect("serializes"));
     } else {
-        print_list(&r);
+        print_list(&all);
     }
     Ok(ExitCode::Ok)
 }
 
 /// `inbox claim`: the envelope on stdout (it says how to reply).
-fn print_claim(r: &Value, status: &str, reason: &str) {
-    for rej in r
-        .get("rejected")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        eprintln!(
-            "baton: a bad task file went to rejected/: {}",
-            escape(&rej.to_string())
-        );
+fn print_claim(c: &Claimed) {
+    for rej in &c.rejected {
+        let rej = serde_json::to_string(rej).expect("serializes");
+        eprintln!("baton: a bad task file went to rejected/: {}", escape(&rej));
     }
-    match status {
-        "claimed" => {
-            let t = &r["task"];
-            // The envelope says how to reply ([to reply: ...]).
-            emit(&escape_multiline(t["envelope"].as_str().unwrap_or("")));
-        }
-        "empty" => eprintln!("baton: the inbox is empty"),
-        _ => eprintln!("baton: cannot claim: {status}: {reason}"),
+    match (c.status.as_str(), &c.task) {
+        // The envelope says how to reply ([to reply: ...]).
+        ("claimed", Some(t)) => emit(&escape_multiline(&t.envelope)),
+        ("empty", _) => eprintln!("baton: the inbox is empty"),
+        (status, _) => eprintln!(
+            "baton: cannot claim: {status}: {}",
+            escape(c.reason.as_deref().unwrap_or(""))
+        ),
     }
 }
 
 /// `inbox complete|requeue|discard`: what became of the task (and its
 /// reply).
-fn print_outcome(r: &Value, action: &str, status: &str, reason: &str) {
-    match status {
+fn print_outcome(h: &Handled, action: &str) {
+    let id = escape(h.message_id.as_deref().unwrap_or(""));
+    match h.status.as_str() {
         "completed" => {
             emit(&format!(
-                "completed {} ({})\n",
-                escape(r["message_id"].as_str().unwrap_or("")),
-                r["outcome"].as_str().unwrap_or("")
+                "completed {id} ({})\n",
+                h.outcome.as_deref().unwrap_or("")
             ));
-            if let Some(reply) = r.get("reply") {
+            if let Some(reply) = &h.reply {
                 print_reply(reply);
             }
         }
-        "requeued" | "discarded" => emit(&format!(
-            "{status} {}\n",
-            escape(r["message_id"].as_str().unwrap_or(""))
-        )),
-        _ => eprintln!("baton: cannot {action}: {status}: {reason}"),
+        status @ ("requeued" | "discarded") => emit(&format!("{status} {id}\n")),
+        status => eprintln!(
+            "baton: cannot {action}: {status}: {}",
+            escape(h.reason.as_deref().unwrap_or(""))
+        ),
     }
 }
 
 /// Where the reply of `inbox complete --reply` went, in words: its final
 /// status as the sender side knows it.
-fn print_reply(reply: &Value) {
-    let st = reply["status"].as_str().unwrap_or("");
-    let id = escape(reply["message_id"].as_str().unwrap_or("")).into_owned();
-    let to = reply["target"]["name"]
-        .as_str()
+fn print_reply(reply: &ReplySent) {
+    let id = escape(&reply.message_id).into_owned();
+    let to = reply
+        .target
+        .as_ref()
+        .and_then(|t| t.name.as_deref())
         .map(|n| escape(n).into_owned())
         .unwrap_or_else(|| "the sender".into());
-    match st.parse::<ReplyStatus>() {
+    match reply.status.parse::<ReplyStatus>() {
         Ok(ReplyStatus::Ended(Status::Accepted)) => emit(&format!("reply {id} accepted by {to}\n")),
         Ok(ReplyStatus::Ended(Status::Duplicate)) => {
             emit(&format!("reply {id} was already accepted by {to}\n"))
@@ -286,36 +222,30 @@ fn print_reply(reply: &Value) {
         )),
         _ => eprintln!(
             "baton: reply not sent: {}: {}",
-            escape(st),
-            escape(reply["reason"].as_str().unwrap_or(""))
+            escape(&reply.status),
+            escape(reply.reason.as_deref().unwrap_or(""))
         ),
     }
 }
 
-fn print_list(r: &Value) {
-    let mut rows = Vec::new();
+fn print_list(all: &InboxPage) {
     // `rejected`: expired or bad tasks, which the operator may requeue or
     // discard.
-    for place in PLACES {
-        for t in r.get(place).and_then(Value::as_array).into_iter().flatten() {
-            let sender = &t["sender"];
-            let from = sender
-                .get("name")
-                .and_then(Value::as_str)
-                .map(|s| escape(s).into_owned())
-                .unwrap_or_else(|| "(cli)".into());
-            rows.push([
+    let rows: Vec<[String; 5]> = all
+        .tasks()
+        .map(|(place, t)| {
+            [
                 place.to_string(),
-                escape(t["message_id"].as_str().unwrap_or("")).into_owned(),
-                from,
-                sender
-                    .get("pid")
-                    .map(Value::to_string)
-                    .unwrap_or_else(|| "-".into()),
-                t["bytes"].to_string(),
-            ]);
-        }
-    }
+                escape(&t.message_id).into_owned(),
+                t.sender
+                    .name
+                    .as_deref()
+                    .map_or_else(|| "(cli)".into(), |s| escape(s).into_owned()),
+                t.sender.pid.map_or_else(|| "-".into(), |p| p.to_string()),
+                t.bytes.to_string(),
+            ]
+        })
+        .collect();
     if rows.is_empty() {
         eprintln!("baton: no tasks");
     } else {

@@ -21,24 +21,19 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
-use crate::client::Connection;
+use crate::answer::ControlStatus;
+use crate::client::{ClientError, Session};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
-use crate::mcp::follow::pause;
+use crate::follow::{self, Follow, Step, Who};
 use crate::registry::{self, Peer};
 use crate::sanitize::escape;
-use crate::wire::{self, LineReader, ReadError};
+use crate::spool::Sender;
+use crate::wire::{Approve, Call, Decision, EventKind, Mode, State};
 use serde_json::{Value, json};
 use std::collections::HashSet;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::{Duration, Instant};
-
-/// How often the registry is read while no instance of the name runs.
-const REDISCOVER: Duration = Duration::from_secs(1);
-/// The backoff between reconnections: from the first to the last, doubling.
-const BACKOFF_FIRST: Duration = Duration::from_millis(100);
-const BACKOFF_LAST: Duration = Duration::from_secs(1);
+use std::time::Instant;
 
 /// What waits: how many tasks, and the one `inbox claim` takes first.
 struct Waiting {
@@ -52,24 +47,6 @@ struct Seen {
     paused: bool,
     ask: bool,
     waiting: Option<Waiting>,
-}
-
-/// How watching one instance ended.
-enum Watched {
-    Woke(Waiting),
-    TimedOut,
-    /// The connection was lost or refused: find the instance again;
-    /// `watched` when it had been subscribed and looked at.
-    Lost {
-        error: Error,
-        watched: bool,
-    },
-}
-
-/// The instance waited on, as it is found again after a restart.
-struct Who {
-    name: String,
-    workspace: String,
 }
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
@@ -98,27 +75,42 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     }
     let who = Who {
         name: peer.manifest.name.clone(),
-        workspace: peer.manifest.workspace.clone(),
+        instance_id: None,
+        workspace: Some(peer.manifest.workspace.clone()),
+        only_workspace: true,
     };
-    let found = follow(config, peer, &who, deadline)?;
-    Ok(report(args, &who, found))
+    let f = Follow {
+        name: &who.name,
+        deadline,
+        quiet: false,
+    };
+    let mut first = Some(peer);
+    let found = follow::follow(
+        &f,
+        || match first.take() {
+            Some(p) => Ok(Some(p)),
+            None => who.find(config),
+        },
+        |peer| watch(config, &peer, deadline),
+    )?;
+    Ok(report(args, &who.name, found.flatten()))
 }
 
 /// Prints the one line (or object) and gives the exit code.
-fn report(args: &Args, who: &Who, found: Option<Waiting>) -> ExitCode {
+fn report(args: &Args, name: &str, found: Option<Waiting>) -> ExitCode {
     let Some(w) = found else {
         if args.flag("json") {
-            emit_json(&json!({"name": who.name, "waiting": 0, "timed_out": true}));
+            emit_json(&json!({"name": name, "waiting": 0, "timed_out": true}));
         } else {
             eprintln!(
                 "baton: no task waits to be claimed at {} (--timeout passed)",
-                escape(&who.name)
+                escape(name)
             );
         }
         return ExitCode::WaitTimedOut;
     };
     if args.flag("json") {
-        emit_json(&json!({"name": who.name, "waiting": w.count,
+        emit_json(&json!({"name": name, "waiting": w.count,
                           "message_id": w.message_id, "from": w.from}));
     } else {
         let tasks = if w.count == 1 {
@@ -128,7 +120,7 @@ fn report(args: &Args, who: &Who, found: Option<Waiting>) -> ExitCode {
         };
         emit(&format!(
             "{}: {} {tasks} to be claimed; next: {} from {}\n",
-            escape(&who.name),
+            escape(name),
             w.count,
             escape(&w.message_id),
             escape(&w.from)
@@ -137,224 +129,104 @@ fn report(args: &Args, who: &Who, found: Option<Waiting>) -> ExitCode {
     ExitCode::Ok
 }
 
-/// Watches the instance, and its successors after a restart, until a
-/// task waits or the deadline passes (None). Failing to watch the first
-/// instance at all is an error; losing one once watched is waited out.
-fn follow(
-    config: &Config,
-    first: Peer,
-    who: &Who,
-    deadline: Option<Instant>,
-) -> Result<Option<Waiting>> {
-    let mut next = Some(first);
-    let mut watched_once = false;
-    let mut backoff = BACKOFF_FIRST;
-    let mut said_absent = false;
-    loop {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
-        }
-        let peer = match next.take() {
-            Some(p) => p,
-            None => match find(config, who)? {
-                Some(p) => p,
-                None => {
-                    if !said_absent {
-                        eprintln!(
-                            "baton: {} is not running; waiting for it to start",
-                            escape(&who.name)
-                        );
-                        said_absent = true;
-                    }
-                    pause(REDISCOVER, deadline);
-                    continue;
-                }
-            },
-        };
-        said_absent = false;
-        match watch(config, &peer, deadline, &mut backoff)? {
-            Watched::Woke(w) => return Ok(Some(w)),
-            Watched::TimedOut => return Ok(None),
-            Watched::Lost { error, watched } => {
-                watched_once |= watched;
-                if !watched_once {
-                    return Err(error);
-                }
-                pause(backoff, deadline);
-                backoff = (backoff * 2).min(BACKOFF_LAST);
-            }
-        }
-    }
-}
-
-/// The live instance with the name in the workspace, if one answers.
-fn find(config: &Config, who: &Who) -> Result<Option<Peer>> {
-    let dir = registry::ensure_dir(config)?;
-    let dirs = registry::scan_dirs(&dir);
-    let found = registry::discover_matching(&dirs, None, config.io_timeout, &|m| {
-        m.name == who.name && m.workspace == who.workspace
-    });
-    Ok(found
-        .peers
-        .into_iter()
-        .find(|p| p.wire == registry::Wire::Jsonrpc && !p.unresponsive()))
-}
-
-/// The longest event line read: an event carries a body, escaped.
-const MAX_EVENT: usize = 128 * 1024 * 1024;
-
-/// A subscribed connection, read by the thread that waits: no reader
-/// thread and no channel between the event and the exit.
-struct Subscription {
-    reader: LineReader,
-    io_timeout: Duration,
-}
-
-/// What the subscription gave next.
-enum Next {
-    Event(Value),
-    TimedOut,
-    Closed,
-}
-
-impl Subscription {
-    /// Connects, says `initialize` and `events/subscribe` (only live
-    /// events: the look that follows covers what came before), and reads
-    /// both answers.
-    fn open(socket: &Path, io_timeout: Duration) -> std::result::Result<Subscription, String> {
-        let mut stream = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
-        stream
-            .set_write_timeout(Some(io_timeout))
-            .map_err(|e| e.to_string())?;
-        let reader = stream.try_clone().map_err(|e| e.to_string())?;
-        let mut sub = Subscription {
-            reader: LineReader::new(reader, MAX_EVENT),
-            io_timeout,
-        };
-        let hello = json!({"protocol_version": 1,
-                           "client": {"name": "baton", "version": env!("CARGO_PKG_VERSION")}});
-        let mut lines = wire::request_line(1, "initialize", hello);
-        lines.extend(wire::request_line(2, "events/subscribe", json!({})));
-        wire::write_all(&mut stream, &lines).map_err(|e| format!("write: {e}"))?;
-        loop {
-            let line = sub
-                .reader
-                .read_line(Some(io_timeout), io_timeout)
-                .map_err(|e| format!("no answer to events/subscribe: {e:?}"))?;
-            let v: Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
-            if let Some(err) = v.get("error") {
-                return Err(escape(err["message"].as_str().unwrap_or("")).into_owned());
-            }
-            if v["id"] == 2 {
-                return match v["result"]["subscribed"].as_bool() {
-                    Some(true) => Ok(sub),
-                    _ => Err(format!(
-                        "events/subscribe answered {}",
-                        escape(&v.to_string())
-                    )),
-                };
-            }
-        }
-    }
-
-    /// The next line, until the deadline.
-    fn next(&mut self, deadline: Option<Instant>) -> Next {
-        loop {
-            let idle = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if idle.is_some_and(|d| d.is_zero()) {
-                return Next::TimedOut;
-            }
-            match self.reader.read_line(idle, self.io_timeout) {
-                Ok(line) => match serde_json::from_slice(line) {
-                    Ok(v) => return Next::Event(v),
-                    Err(_) => continue,
-                },
-                Err(ReadError::Idle) => return Next::TimedOut,
-                Err(_) => return Next::Closed,
-            }
-        }
-    }
-}
-
 /// Subscribes to one instance's events, looks once at what waits, and
-/// waits for an event that makes a task claimable.
-fn watch(
-    config: &Config,
-    peer: &Peer,
-    deadline: Option<Instant>,
-    backoff: &mut Duration,
-) -> Result<Watched> {
+/// waits for an event that makes a task claimable: `Done(None)` when the
+/// deadline passes first.
+fn watch(config: &Config, peer: &Peer, deadline: Option<Instant>) -> Result<Step<Option<Waiting>>> {
     let socket = Path::new(&peer.manifest.socket);
-    let mut sub = match Subscription::open(socket, config.io_timeout) {
+    // Only live events: the look that follows covers what came before.
+    let sub = Session::open(socket, config.io_timeout).and_then(|mut s| {
+        s.subscribe(json!({}))?;
+        Ok(s)
+    });
+    let mut sub = match sub {
         Ok(s) => s,
         Err(why) => {
-            return Ok(Watched::Lost {
-                error: Error::Transport(format!(
-                    "{} ({}): cannot subscribe to its events: {why}",
-                    escape(&peer.manifest.name),
-                    peer.manifest.instance_id
-                )),
-                watched: false,
-            });
+            return Ok(Step::Unwatched(Some(Error::Transport(format!(
+                "{} ({}): cannot subscribe to its events: {why}",
+                escape(&peer.manifest.name),
+                peer.manifest.instance_id
+            )))));
         }
     };
-    let lost = |error, watched| Ok(Watched::Lost { error, watched });
     let mut seen = match look(config, peer) {
         Ok(s) => s,
-        Err(error @ Error::Transport(_)) => return lost(error, false),
+        Err(error @ Error::Transport(_)) => return Ok(Step::Unwatched(Some(error))),
         Err(e) => return Err(e),
     };
-    *backoff = BACKOFF_FIRST;
     loop {
         if let Some(w) = seen.waiting.take() {
-            return Ok(Watched::Woke(w));
+            return Ok(Step::Done(Some(w)));
         }
         let msg = match sub.next(deadline) {
-            Next::Event(v) => v,
-            Next::TimedOut => return Ok(Watched::TimedOut),
-            Next::Closed => {
-                let why = format!("{} closed the connection", escape(&peer.manifest.name));
-                return lost(Error::Transport(why), true);
-            }
+            Ok(v) => v,
+            Err(ClientError::Timeout) => return Ok(Step::Done(None)),
+            Err(_) => return Ok(Step::Lost),
         };
         if !on_event(&msg, &mut seen) {
             continue;
         }
         seen = match look(config, peer) {
             Ok(s) => s,
-            Err(error @ Error::Transport(_)) => return lost(error, true),
+            Err(Error::Transport(_)) => return Ok(Step::Lost),
             Err(e) => return Err(e),
         };
     }
+}
+
+/// The members of an event `inbox wait` reads; the kind leniently, as a
+/// newer instance may send any.
+#[derive(serde::Deserialize)]
+struct Ev {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    state: Option<State>,
+    #[serde(default)]
+    message_id: String,
+    #[serde(default)]
+    from: String,
+    #[serde(default)]
+    decision: Option<String>,
+}
+
+/// An event line.
+#[derive(serde::Deserialize)]
+struct EventLine {
+    method: String,
+    params: Ev,
 }
 
 /// Applies one line of the subscription to what was seen; true when the
 /// instance must be looked at again (a task may be claimable now, but
 /// the event does not say which).
 fn on_event(msg: &Value, seen: &mut Seen) -> bool {
-    if msg.get("method").and_then(Value::as_str) != Some("event") {
+    let Ok(EventLine { method, params: ev }) = serde_json::from_value(msg.clone()) else {
+        return false;
+    };
+    if method != "event" {
         return false;
     }
-    let ev = &msg["params"];
-    let field = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or("");
-    match field("kind") {
-        "state.changed" => {
+    match ev.kind.parse::<EventKind>() {
+        Ok(EventKind::StateChanged) => {
             let was = seen.paused;
-            seen.paused = field("state") == "paused";
+            seen.paused = ev.state == Some(State::Paused);
             was && !seen.paused
         }
         // Under `--approve auto` an accepted task is claimable at once;
         // under `ask` it waits for an approval first.
-        "message.accepted" if !seen.ask && !seen.paused => {
+        Ok(EventKind::MessageAccepted) if !seen.ask && !seen.paused => {
             seen.waiting = Some(Waiting {
                 count: 1,
-                message_id: field("message_id").to_string(),
-                from: field("from").to_string(),
+                message_id: ev.message_id,
+                from: ev.from,
             });
             false
         }
-        "task.requeued" => !seen.paused,
-        "approval.resolved" => field("decision") == "approve" && !seen.paused,
+        Ok(EventKind::TaskRequeued) => !seen.paused,
+        Ok(EventKind::ApprovalResolved) => {
+            ev.decision.as_deref() == Some(Decision::Approve.as_str()) && !seen.paused
+        }
         _ => false,
     }
 }
@@ -363,57 +235,53 @@ fn on_event(msg: &Value, seen: &mut Seen) -> bool {
 fn look(config: &Config, peer: &Peer) -> Result<Seen> {
     let socket = Path::new(&peer.manifest.socket);
     let mut conn =
-        Connection::open(socket, config.io_timeout).map_err(|e| target::transport(peer, e))?;
-    let st = conn
-        .call("control/status", json!({}))
+        Session::open(socket, config.io_timeout).map_err(|e| target::transport(peer, e))?;
+    let st: ControlStatus = conn
+        .call(Call::ControlStatus, json!({}))
         .map_err(|e| target::transport(peer, e))?;
     let name = escape(&peer.manifest.name);
-    if st["mode"] == "exec" {
+    if st.mode == Mode::Exec {
         return Err(Error::Refused(format!(
             "{name} runs its tasks with --exec: baton starts each one itself, so none waits to be claimed"
         )));
     }
-    if st["approve"] == "deny" {
+    if st.approve == Approve::Deny {
         return Err(Error::Refused(format!(
             "{name} runs with --approve deny: every task is refused before it could be claimed"
         )));
     }
     let mut seen = Seen {
-        paused: st["paused"].as_bool().unwrap_or(false),
-        ask: st["approve"] == "ask",
+        paused: st.paused,
+        ask: st.approve == Approve::Ask,
         waiting: None,
     };
-    if seen.paused || st["queue"]["queued"].as_u64().unwrap_or(0) == 0 {
+    if seen.paused || st.queue.queued == 0 {
         return Ok(seen);
     }
     let all = super::inbox::list_all(&mut conn, peer)?;
-    let asked: HashSet<&str> = all["awaiting_approval"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    let queued = all["queued"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-    let id = |t: &Value| t["message_id"].as_str().unwrap_or("").to_string();
-    let count = queued
+    let asked: HashSet<&str> = all.awaiting_approval.iter().map(String::as_str).collect();
+    let count = all
+        .queued
         .iter()
-        .take_while(|t| !asked.contains(id(t).as_str()))
+        .take_while(|t| !asked.contains(t.message_id.as_str()))
         .count();
     if count > 0 {
+        let t = &all.queued[0];
         seen.waiting = Some(Waiting {
             count,
-            message_id: id(&queued[0]),
-            from: sender_name(&queued[0]["sender"]),
+            message_id: t.message_id.clone(),
+            from: sender_name(&t.sender),
         });
     }
     Ok(seen)
 }
 
 /// How a summary's sender is shown, as `message.accepted`'s `from` is.
-fn sender_name(sender: &Value) -> String {
-    let s = |k: &str| sender.get(k).and_then(Value::as_str);
-    s("name")
-        .or(s("instance_id"))
+fn sender_name(sender: &Sender) -> String {
+    sender
+        .name
+        .as_deref()
+        .or(sender.instance_id.as_deref())
         .unwrap_or("(cli)")
         .to_string()
 }

@@ -2,11 +2,14 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
+use crate::answer::HelloParams;
+use crate::client::request;
 use crate::config::Config;
 use crate::error::{ExitCode, Result};
 use crate::registry;
 use crate::sanitize::escape;
 use crate::text::table;
+use crate::wire::Method;
 use serde_json::{Value, json};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
@@ -176,8 +179,8 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<ExitCode> {
     // whose forced command is `baton bridge NAME` answers them instead,
     // and that one instance is what can be listed through it.
     let probe = [
-        crate::wire::request_line(1, "initialize", serde_json::json!({"protocol_version": 1, "client": {"name": "baton", "version": env!("CARGO_PKG_VERSION")}})),
-        crate::wire::request_line(2, "ping", serde_json::json!({})),
+        request(1, Method::Initialize, HelloParams::new("baton")),
+        request(2, Method::Ping, serde_json::json!({})),
     ]
     .concat();
     let (code, out) = super::bridge::run_to_end(

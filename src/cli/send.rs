@@ -5,7 +5,7 @@
 
 use super::args::Args;
 use super::{emit_json, target};
-use crate::client::{ClientError, Connection};
+use crate::client::{ClientError, Session};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer};
@@ -13,6 +13,7 @@ use crate::relay;
 use crate::sanitize::escape;
 use crate::status::Status;
 use crate::wire;
+use crate::wire::{Call, Method};
 use serde_json::{Value, json};
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
@@ -74,9 +75,9 @@ fn body(arg: Option<&str>, config: &Config) -> Result<String> {
 }
 
 /// The instance this command runs inside, if it answers.
-fn inside(config: &Config) -> Option<(PathBuf, Connection)> {
+fn inside(config: &Config) -> Option<(PathBuf, Session)> {
     let sock = crate::config::baton_socket()?;
-    let conn = Connection::open(&sock, config.io_timeout).ok()?;
+    let conn = Session::open(&sock, config.io_timeout).ok()?;
     Some((sock, conn))
 }
 
@@ -132,7 +133,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             params["message_id"] = json!(id);
         }
         let r = conn
-            .call("relay/send", params)
+            .call(Call::RelaySend, params)
             .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
         return super::sent::report(args, &r);
     }
@@ -164,7 +165,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             params["message_id"] = json!(id);
         }
         let r = conn
-            .call("relay/send", params)
+            .call(Call::RelaySend, params)
             .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
         return finish(args, config, &r);
     }
@@ -194,7 +195,7 @@ fn from_instance(
         params["message_id"] = json!(id);
     }
     let r = conn
-        .call("relay/send", params)
+        .call(Call::RelaySend, params)
         .map_err(|e| target::transport(&peer, e))?;
     finish(args, config, &r)
 }
@@ -228,17 +229,19 @@ fn remote(
     };
     // What answered: a live instance, or (`bridge --offline`) the remote
     // baton standing in for a stopped agent's spool.
-    let instance = r.hello["instance"].clone();
-    let live = instance.is_object();
-    let id = instance["instance_id"].as_str().unwrap_or("").to_string();
-    let name = match live {
-        true => instance["name"].clone(),
-        false => r.hello["offline"]["name"].clone(),
+    let hello = &r.session.hello;
+    let (live, id, name) = match &hello.instance {
+        Some(m) => (true, m.instance_id.clone(), Some(m.name.clone())),
+        None => (
+            false,
+            String::new(),
+            hello.offline.as_ref().map(|o| o.name.clone()),
+        ),
     };
     // A key with a forced command runs its own `baton bridge NAME`,
     // whatever TARGET was asked for: the answer says who it reached.
-    if id != target_arg && name.as_str() != Some(target_arg) {
-        return wrong_target(args, &message_id, target_arg, &id, &name);
+    if id != target_arg && name.as_deref() != Some(target_arg) {
+        return wrong_target(args, &message_id, target_arg, &id, name.as_deref());
     }
     let mut params = json!({
         "message_id": message_id,
@@ -251,7 +254,7 @@ fn remote(
         params["target_instance_id"] = json!(id);
     }
     relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
-    let mut result = match r.call("message/send", params) {
+    let mut result: Value = match r.call(Method::MessageSend, params) {
         Ok(v) => v,
         Err(e) => return transport(e),
     };
@@ -289,9 +292,9 @@ fn wrong_target(
     message_id: &str,
     asked: &str,
     id: &str,
-    name: &Value,
+    name: Option<&str>,
 ) -> Result<ExitCode> {
-    let who = format!("{} ({id})", escape(name.as_str().unwrap_or("")));
+    let who = format!("{} ({id})", escape(name.unwrap_or("")));
     let reason = format!(
         "the via command reached {who}, not {}; does its key force a command?",
         escape(asked)

@@ -5,6 +5,7 @@
 
 use super::args::Args;
 use super::{emit, target};
+use crate::answer::ControlStatus;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer};
@@ -12,7 +13,8 @@ use crate::relay::{self, KnownSpool};
 use crate::sanitize::escape;
 use crate::spool::{self, Holdings, Removal};
 use crate::sys;
-use serde_json::{Value, json};
+use crate::wire::Call;
+use serde_json::json;
 use std::fs;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -68,19 +70,19 @@ pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
 fn verified_pid(config: &Config, peer: &Peer) -> Result<u32> {
     let m = &peer.manifest;
     let mut conn = target::connect(config, peer)?;
-    let r = conn
-        .call("control/status", json!({}))
+    let r: ControlStatus = conn
+        .call(Call::ControlStatus, json!({}))
         .map_err(|e| target::transport(peer, e))?;
-    let same_id = r.get("instance_id").and_then(Value::as_str) == Some(&*m.instance_id);
-    let same_pid = r.get("pid").and_then(Value::as_u64) == Some(u64::from(m.pid));
+    let same_id = r.instance_id == m.instance_id;
+    let same_pid = r.pid == m.pid;
     if !same_id || !same_pid || m.pid == 0 {
         return Err(Error::NoTarget(format!(
             "stop: {}'s manifest names pid {} and instance {}, but its socket answers as {} pid {}: not signalling",
             escape(&m.name),
             m.pid,
             m.instance_id,
-            escape(&r["instance_id"].to_string()),
-            r["pid"]
+            escape(&json!(r.instance_id).to_string()),
+            r.pid
         )));
     }
     Ok(m.pid)

@@ -2,7 +2,7 @@
 //! or a name exactly one live instance has. Without TARGET: the instance of
 //! `$BATON_SOCKET`, else the one serving the current directory.
 
-use crate::client::{ClientError, Connection};
+use crate::client::{ClientError, Session};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::registry::{self, Discovery, Peer};
@@ -153,14 +153,14 @@ fn answering(config: &Config, p: Peer) -> Result<Peer> {
 }
 
 /// Opens a native connection to a resolved peer.
-pub fn connect(config: &Config, peer: &Peer) -> Result<Connection> {
+pub fn connect(config: &Config, peer: &Peer) -> Result<Session> {
     if peer.wire != registry::Wire::Jsonrpc {
         return Err(Error::Usage(format!(
             "{} is a zcoder instance: its frame has only ping and enqueue, so baton can ping it, show its status and send to it, nothing more",
             escape(&peer.manifest.name)
         )));
     }
-    Connection::open(Path::new(&peer.manifest.socket), config.io_timeout)
+    Session::open(Path::new(&peer.manifest.socket), config.io_timeout)
         .map_err(|e| transport(peer, e))
 }
 

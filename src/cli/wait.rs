@@ -12,19 +12,19 @@
 //! read again once a second until an instance of that name answers
 //! (docs/decisions.md). Through a bridge (`--via`) no subscription is
 //! allowed, and `task/status` is asked again with a bounded backoff
-//! instead (`watch_remote`). Ctrl-C keeps its default action: the process ends
+//! instead (`follow::watch_session`). Ctrl-C keeps its default action: the process ends
 //! by SIGINT (the shell sees 130) and the task is left as it was.
 
 use super::args::Args;
 use super::bridge::Remote;
 use super::{emit, emit_json};
+use crate::answer::{Pending, Target};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
-use crate::mcp::follow::{End, Hint, STATUS_ID, Watched, pause, read, wait};
+use crate::follow::{self, End, Follow, Who};
 use crate::sanitize::{escape, escape_multiline};
 use crate::status::Status;
-use crate::wire;
-use crossbeam_channel::{self as chan, select};
+use crate::wire::Outcome;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -110,14 +110,16 @@ pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
         Ok(k) => k,
         Err(code) => return Ok(code),
     };
-    let target = &delivery["target"];
-    let hint = Hint {
-        instance_id: target["instance_id"].as_str().map(str::to_string),
-        workspace: target["workspace"].as_str().map(str::to_string),
+    let target: Target = serde_json::from_value(delivery["target"].clone()).unwrap_or_default();
+    let who = Who {
+        name: k.name.clone(),
+        instance_id: target.instance_id,
+        workspace: target.workspace,
+        only_workspace: false,
     };
     say_waiting(args, &k);
     let deadline = timeout.map(|t| Instant::now() + t);
-    let end = wait(config, &k.name, &hint, &k.message_id, deadline)?;
+    let end = follow::wait(config, &who, &k.message_id, deadline)?;
     Ok(show(args, delivery, &k.name, &k.message_id, end))
 }
 
@@ -133,14 +135,15 @@ pub struct Reach<'a> {
 /// `send --via ... --wait`: after a delivery through the bridge, waits on
 /// a bridge, which joins stdio to the live instance's socket byte for
 /// byte: it asks `task/status` until the task ends, since a bridge may not
-/// subscribe (`watch_remote`). `first` is the bridge the task went through when a
-/// live instance took it. With none (the task was `stored` for a stopped
-/// agent), or when a bridge ends before the outcome (the instance
-/// restarted), the wait goes on through `VIA baton bridge --await
-/// TARGET`: the remote baton waits there until an instance of the name
-/// runs (reading its registry once a second, as a local wait for a
-/// stored task does) and then joins. Only a bridge that cannot be opened
-/// at all (ssh fails) ends the wait early: exit 4, the task left as it is.
+/// subscribe (`watch_session`, asking again). `first` is the bridge the
+/// task went through when a live instance took it. With none (the task
+/// was `stored` for a stopped agent), or when a bridge ends before the
+/// outcome (the instance restarted), the wait goes on through `VIA baton
+/// bridge --await TARGET`: the remote baton waits there until an
+/// instance of the name runs (reading its registry once a second, as a
+/// local wait for a stored task does) and then joins. Only a bridge that
+/// cannot be opened at all (ssh fails) ends the wait early: exit 4, the
+/// task left as it is.
 pub fn run_via(
     args: &Args,
     delivery: &Value,
@@ -155,101 +158,47 @@ pub fn run_via(
     say_waiting(args, &k);
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut why = "is not running there; waiting for it to start";
-    let mut remote = first;
-    let mut last: Option<String> = None;
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let mut r = match remote.take() {
-            Some(r) => r,
+    let mut first = first;
+    let mut last = None;
+    let f = Follow {
+        name: &k.name,
+        deadline,
+        quiet: true,
+    };
+    let find = || {
+        let r = match first.take() {
+            Some(r) => Some(r),
             None => {
                 eprintln!("baton: {} {why}", escape(&k.name));
-                let opened = Remote::open_await(
+                Remote::open_await(
                     reach.via,
                     reach.target,
                     reach.config,
                     reach.multiplex,
                     deadline,
-                )?;
-                match opened {
-                    Some(r) => r,
-                    None => {
-                        return Ok(show(
-                            args,
-                            delivery,
-                            &k.name,
-                            &k.message_id,
-                            End::TimedOut(last),
-                        ));
-                    }
-                }
+                )?
             }
         };
-        let i = &r.hello["instance"];
-        if i["name"].as_str() != Some(k.name.as_str())
-            && i["instance_id"].as_str() != Some(reach.target)
-        {
+        // A bridge found and then lost is the instance gone meanwhile.
+        why = "went away there (restarting?); waiting for it to answer again";
+        Ok(r)
+    };
+    let watch = |mut r: Remote| {
+        let reached = r.session.hello.instance.as_ref();
+        if reached.is_none_or(|i| i.name != k.name && i.instance_id != reach.target) {
             return Err(Error::Refused(format!(
                 "the bridge reached {} while waiting for {}; message {} is left as it is",
-                escape(i["name"].as_str().unwrap_or("a stopped agent's stand-in")),
+                escape(reached.map_or("a stopped agent's stand-in", |i| i.name.as_str())),
                 escape(&k.name),
                 escape(&k.message_id)
             )));
         }
-        match watch_remote(&mut r, &k, deadline, &mut last)? {
-            Watched::Ended(end) => return Ok(show(args, delivery, &k.name, &k.message_id, end)),
-            Watched::Lost => {
-                drop(r);
-                why = "went away there (restarting?); waiting for it to answer again";
-                pause(backoff, deadline);
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-            }
-        }
-    }
-}
-
-/// Asks the remote instance for the task's status through the bridge
-/// until it ends there: `Lost` when the bridge ends first (the instance
-/// stopped) or the instance cannot answer. A bridge may not subscribe to
-/// the instance's events (they would show it every other task:
-/// docs/security.md), so this asks again after 0.1 s, then twice as long
-/// each time, up to once a second.
-fn watch_remote(
-    remote: &mut Remote,
-    k: &Kept,
-    deadline: Option<Instant>,
-    last: &mut Option<String>,
-) -> Result<Watched> {
-    let ask = wire::request_line(
-        STATUS_ID,
-        "task/status",
-        json!({"message_id": k.message_id}),
-    );
-    let lines = remote.lines();
-    let timer = match deadline {
-        Some(d) => chan::at(d),
-        None => chan::never(),
+        let again = Some(Duration::from_millis(100));
+        follow::watch_session(&mut r.session, &k.message_id, deadline, &mut last, again)
     };
-    let mut every = Duration::from_millis(100);
-    loop {
-        if remote.write(&ask).is_err() {
-            return Ok(Watched::Lost);
-        }
-        let next = chan::after(every);
-        every = (every * 2).min(Duration::from_secs(1));
-        loop {
-            select! {
-                recv(lines) -> line => {
-                    let Ok(line) = line else { return Ok(Watched::Lost) };
-                    let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
-                    if let Some(w) = read(&msg, &k.message_id, last)? {
-                        return Ok(w);
-                    }
-                },
-                recv(next) -> _ => break,
-                recv(timer) -> _ => return Ok(Watched::Ended(End::TimedOut(last.clone()))),
-            }
-        }
-    }
+    let end = follow::follow(&f, find, watch)?;
+    let end = end.unwrap_or(End::TimedOut(last));
+    Ok(show(args, delivery, &k.name, &k.message_id, end))
 }
 
 /// Prints how the wait ended and gives the exit code.
@@ -257,11 +206,14 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
     let (outcome, reply, last) = match &end {
         End::Final { outcome, reply } => (Some(outcome.as_str()), reply.as_deref(), None),
         End::Unknown => (Some("unknown"), None, None),
-        End::TimedOut(last) => (None, None, last.as_deref()),
+        End::TimedOut(last) => (None, None, last.map(Pending::as_str)),
     };
-    let code = match (&end, outcome) {
-        (End::TimedOut(_), _) => ExitCode::WaitTimedOut,
-        (_, Some("done")) => ExitCode::Ok,
+    let code = match &end {
+        End::TimedOut(_) => ExitCode::WaitTimedOut,
+        End::Final {
+            outcome: Outcome::Done,
+            ..
+        } => ExitCode::Ok,
         _ => ExitCode::Refused,
     };
     if args.flag("json") {
@@ -284,16 +236,17 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
     }
     let (id, who) = (escape(message_id), escape(name));
     match end {
-        End::Final { outcome, .. } if outcome == "done" => {}
-        End::Final { outcome, .. } => {
-            eprintln!("baton: message {id} ended {} at {who}", escape(&outcome))
-        }
+        End::Final {
+            outcome: Outcome::Done,
+            ..
+        } => {}
+        End::Final { outcome, .. } => eprintln!("baton: message {id} ended {outcome} at {who}"),
         End::Unknown => eprintln!(
             "baton: {who} does not know message {id} (its record is gone, or another agent has the name now)"
         ),
         End::TimedOut(last) => eprintln!(
             "baton: stopped waiting after --timeout; message {id} is still {} at {who} and stays there",
-            escape(last.as_deref().unwrap_or("queued"))
+            last.map_or("queued", Pending::as_str)
         ),
     }
     code

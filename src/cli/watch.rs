@@ -5,11 +5,13 @@ use super::approve::{self, Approvals, Decided, Waiting};
 use super::args::Args;
 use super::log::{Clock, format_event, parse_since};
 use super::{emit, emit_json, target};
+use crate::answer::Subscribed;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry;
 use crate::relay::{self, KnownSpool};
 use crate::sanitize::escape;
+use crate::wire::Method;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -20,13 +22,19 @@ fn subscribe(
     config: &Config,
     cmd: &str,
     params: Value,
-) -> Result<(Value, chan::Receiver<Value>, std::os::unix::net::UnixStream)> {
+) -> Result<(Subscribed, chan::Receiver<Value>, Writer)> {
     super::at_most(args, cmd, 1)?;
     let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
-    let conn = target::connect(config, &peer)?;
-    conn.subscribe(params)
-        .map_err(|e| target::transport(&peer, e))
+    let mut conn = target::connect(config, &peer)?;
+    let sub = conn
+        .subscribe(params)
+        .map_err(|e| target::transport(&peer, e))?;
+    let (rx, writer) = conn.into_events();
+    Ok((sub, rx, writer))
 }
+
+/// Where the answers to the instance's requests go.
+type Writer = Box<dyn Write + Send>;
 
 fn print(args: &Args, clock: &Clock, ev: &Value) {
     if args.flag("json") {
@@ -136,7 +144,7 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
             "log",
             json!({"controller": false, "since": 1}),
         )?;
-        let last = next_seq(&result).saturating_sub(1);
+        let last = result.next_seq.saturating_sub(1);
         let replay = (last, filter);
         return follow(args, &clock, rx, stream, false, Some(replay));
     }
@@ -165,11 +173,12 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
         }
         Err(e) => return Err(e),
     };
-    let conn = target::connect(config, &peer)?;
-    let (result, rx, mut stream) = conn
+    let mut conn = target::connect(config, &peer)?;
+    let result = conn
         .subscribe(json!({"since": 1}))
         .map_err(|e| target::transport(&peer, e))?;
-    let last = next_seq(&result).saturating_sub(1);
+    let (rx, mut stream) = conn.into_events();
+    let last = result.next_seq.saturating_sub(1);
     if last == 0 {
         return Ok(ExitCode::Ok);
     }
@@ -179,7 +188,7 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     // there is: when the transcript lacks the last ones (rotated away,
     // set aside, its writes failed), the log ends there, not at the next
     // live event.
-    let _ = stream.write_all(&crate::wire::request_line(REPLAYED, "ping", json!({})));
+    let _ = stream.write_all(&crate::client::request(REPLAYED, Method::Ping, json!({})));
     for msg in rx.iter() {
         if msg.get("id").and_then(Value::as_str) == Some(REPLAYED) {
             break;
@@ -201,13 +210,6 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     }
     // Rotation may have removed the oldest events; what exists was shown.
     Ok(ExitCode::Ok)
-}
-
-fn next_seq(subscribed: &Value) -> u64 {
-    subscribed
-        .get("next_seq")
-        .and_then(Value::as_u64)
-        .unwrap_or(1)
 }
 
 /// `baton watch`: live events until the instance goes away; with
@@ -250,7 +252,7 @@ fn follow(
     args: &Args,
     clock: &Clock,
     rx: chan::Receiver<Value>,
-    mut stream: std::os::unix::net::UnixStream,
+    mut stream: Writer,
     approve: bool,
     replay: Option<(u64, Filter)>,
 ) -> Result<ExitCode> {
@@ -339,12 +341,16 @@ fn prompt(approvals: &Approvals) {
 
 /// Sends a decision as the reply to its request, with the digest of what
 /// was shown, naming this client `watch` (the instance adds our pid).
-fn decide(stream: &mut std::os::unix::net::UnixStream, d: &Decided, how: &str) -> Result<()> {
+fn decide(stream: &mut Writer, d: &Decided, how: &str) -> Result<()> {
     let reply = json!({"jsonrpc": "2.0", "id": d.rid,
                        "result": {"decision": d.decision.as_str(), "digest": d.digest, "by": "watch"}});
     let mut bytes = serde_json::to_vec(&reply).expect("serializes");
     bytes.push(b'\n');
-    if crate::wire::write_all(stream, &bytes).is_err() {
+    if stream
+        .write_all(&bytes)
+        .and_then(|()| stream.flush())
+        .is_err()
+    {
         return Err(Error::Transport(
             "the instance closed the connection".into(),
         ));

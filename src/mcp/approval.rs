@@ -7,6 +7,7 @@ use super::Adapter;
 use crate::sanitize::escape;
 use crate::spool::{self, Task};
 use crate::turn;
+use crate::wire::Call;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -69,7 +70,7 @@ impl Adapter {
     /// (`control/status`), asked once.
     fn facts(&mut self) -> Option<(PathBuf, String)> {
         if self.facts.is_none() {
-            match self.call("control/status", serde_json::json!({})) {
+            match self.call::<serde_json::Value>(Call::ControlStatus, serde_json::json!({})) {
                 Ok(v) => {
                     if let (Some(dir), Some(name)) = (v["spool"].as_str(), v["name"].as_str()) {
                         self.facts = Some((PathBuf::from(dir), name.to_string()));

@@ -15,6 +15,7 @@ use super::{Adapter, LEVELS, write_message};
 use crate::sanitize::escape;
 use crate::spool::{self, Sender, Task};
 use crate::turn;
+use crate::wire::Call;
 use serde_json::{Value, json};
 use std::collections::{HashSet, VecDeque};
 
@@ -182,7 +183,7 @@ impl Adapter {
             if let Some(a) = &after {
                 params["after"] = json!(a);
             }
-            let listed = match self.call("inbox/list", params) {
+            let listed = match self.call::<Value>(Call::InboxList, params) {
                 Ok(l) if l.get("status").is_none() => l,
                 Ok(l) => {
                     eprintln!("baton mcp: cannot list the waiting tasks: {l}");

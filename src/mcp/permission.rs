@@ -16,6 +16,7 @@
 //! dialog decides. A host's `request_id` is relayed once while it waits.
 
 use super::{Adapter, write_message};
+use crate::wire::Call;
 use serde_json::{Value, json};
 
 /// The capability that asks the host to relay its permission prompts.
@@ -55,7 +56,7 @@ impl Adapter {
                          "description": field("description").unwrap_or_default(),
                          "input_preview": field("input_preview").unwrap_or_default(),
                          "host": self.host});
-        match self.call("permission/ask", ask) {
+        match self.call::<Value>(Call::PermissionAsk, ask) {
             Ok(r) if r["status"] == "waiting" => match r["approval_id"].as_str() {
                 Some(approval_id) => {
                     if self.relayed.len() >= KEPT {

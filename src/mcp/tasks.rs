@@ -3,9 +3,10 @@
 //! `baton send --wait` does (`follow`): the receiver's `task/status`
 //! and its `task.ended` event.
 
-use super::follow::{self as wait, End};
 use super::{Adapter, tool_result};
+use crate::answer::{Pending, TaskState, TaskStatus};
 use crate::error::Error;
+use crate::follow::{self, End, Who};
 use crate::sanitize::escape;
 use crate::status::Status;
 use crossbeam_channel::{self as chan, select};
@@ -38,19 +39,22 @@ pub fn wait_seconds(args: &Map<String, Value>) -> std::result::Result<Option<u64
 }
 
 /// What `task_status` says of a `task/status` answer.
-fn status_text(id: &str, who: &str, v: &Value) -> String {
-    let status = v["status"].as_str().unwrap_or("unknown");
-    match status {
-        "queued" => format!(
+fn status_text(id: &str, who: &str, st: &TaskStatus) -> String {
+    match st.status {
+        TaskState::Pending(Pending::Queued) => format!(
             "queued: task {id} is at position {} on {who}.",
-            v["queue_position"]
+            st.queue_position
+                .map_or_else(|| "null".into(), |n| n.to_string())
         ),
-        "awaiting_approval" => {
+        TaskState::Pending(Pending::AwaitingApproval) => {
             format!("awaiting_approval: task {id} waits for an approval on {who}.")
         }
-        "running" => format!("running: {who} is working on task {id}."),
-        "unknown" => unknown_text(id, who),
-        _ => ended_text(id, who, status, v["reply"]["body"].as_str()),
+        TaskState::Pending(Pending::Running) => format!("running: {who} is working on task {id}."),
+        TaskState::Pending(Pending::Unknown) => unknown_text(id, who),
+        TaskState::Ended(outcome) => {
+            let reply = st.reply.as_ref().and_then(|r| r.as_ref());
+            ended_text(id, who, outcome.as_str(), reply.map(|r| r.body.as_str()))
+        }
     }
 }
 
@@ -131,7 +135,7 @@ impl Adapter {
             End::Final { outcome, reply } => {
                 r["outcome"] = json!(outcome);
                 r["reply"] = json!(reply);
-                ended_text(&id, &who, outcome, reply.as_deref())
+                ended_text(&id, &who, outcome.as_str(), reply.as_deref())
             }
             End::Unknown => {
                 r["outcome"] = json!("unknown");
@@ -141,7 +145,7 @@ impl Adapter {
             End::TimedOut(last) => {
                 // Not asked (the receiver is not running): as delivered.
                 let last = match last {
-                    Some(l) => l.clone(),
+                    Some(l) => l.to_string(),
                     None if r["status"] == Status::Stored.as_str() => Status::Stored.to_string(),
                     None => "queued".to_string(),
                 };
@@ -157,7 +161,7 @@ impl Adapter {
         tool_result(text, false, Some(r))
     }
 
-    /// `wait::wait_for_outcome` on a thread of its own, so that the
+    /// `follow::wait` on a thread of its own, so that the
     /// instance stopping (SIGTERM) ends the session at once: `None` then.
     fn wait_or_stop(
         &mut self,
@@ -176,13 +180,7 @@ impl Adapter {
         let spawned = std::thread::Builder::new()
             .name("baton-mcp-wait".into())
             .spawn(move || {
-                let r = wait::wait_for_outcome(
-                    &config,
-                    &name,
-                    instance_id.as_deref(),
-                    &id,
-                    Some(deadline),
-                );
+                let r = follow::wait(&config, &Who::named(name, instance_id), &id, Some(deadline));
                 let _ = tx.send(r);
             });
         if let Err(e) = spawned {
@@ -200,15 +198,14 @@ impl Adapter {
     /// One `task/status` as an `End`; a receiver that is not running, or
     /// does not answer, leaves the task as the delivery said.
     fn ask_once(&self, name: &str, instance_id: Option<&str>, id: &str) -> End {
-        match wait::ask_status(&self.config, name, instance_id, id) {
-            Ok(Some(v)) => match v["status"].as_str().unwrap_or("") {
-                "queued" | "awaiting_approval" | "running" | "" => {
-                    End::TimedOut(v["status"].as_str().map(str::to_string))
-                }
-                "unknown" => End::Unknown,
-                outcome => End::Final {
-                    outcome: outcome.to_string(),
-                    reply: v["reply"]["body"].as_str().map(str::to_string),
+        let who = Who::named(name.to_string(), instance_id.map(str::to_string));
+        match follow::ask_status(&self.config, &who, id) {
+            Ok(Some(st)) => match st.status {
+                TaskState::Pending(Pending::Unknown) => End::Unknown,
+                TaskState::Pending(p) => End::TimedOut(Some(p)),
+                TaskState::Ended(outcome) => End::Final {
+                    outcome,
+                    reply: st.reply.flatten().map(|r| r.body),
                 },
             },
             _ => End::TimedOut(None),
@@ -235,8 +232,12 @@ impl Adapter {
             );
         };
         let who = escape(&sent.name).into_owned();
-        match wait::ask_status(&self.config, &sent.name, sent.instance_id.as_deref(), id) {
-            Ok(Some(v)) => tool_result(status_text(id, &who, &v), false, Some(v)),
+        let target = Who::named(sent.name.clone(), sent.instance_id.clone());
+        match follow::ask_status(&self.config, &target, id) {
+            Ok(Some(st)) => {
+                let v = serde_json::to_value(&st).expect("serializes");
+                tool_result(status_text(id, &who, &st), false, Some(v))
+            }
             Ok(None) => tool_result(
                 format!(
                     "{who} is not running, so it cannot say; a task stored for it runs when it starts."

@@ -258,7 +258,7 @@ fn settle(
     for ((mut m, w), r) in to_ping.into_iter().zip(results) {
         match r {
             Ok(state) => {
-                m.state = state;
+                m.state = state.to_string();
                 found.peers.push(Peer {
                     manifest: m,
                     wire: w,
@@ -343,7 +343,7 @@ fn triage(
 fn ping_all(
     peers: &[(Manifest, Wire)],
     timeout: Duration,
-) -> Vec<std::result::Result<String, PingFailure>> {
+) -> Vec<std::result::Result<crate::wire::State, PingFailure>> {
     peers
         .chunks(PING_CONCURRENCY)
         .flat_map(|chunk| {
@@ -389,7 +389,7 @@ fn ping_peer(
     m: &Manifest,
     wire: Wire,
     timeout: Duration,
-) -> std::result::Result<String, PingFailure> {
+) -> std::result::Result<crate::wire::State, PingFailure> {
     check_socket(m).map_err(|problem| PingFailure {
         problem,
         unreachable: false,

@@ -179,7 +179,7 @@ pub struct Limits {
 }
 
 /// What `inbox/list` shows of a task without reading its file.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Summary {
     pub message_id: String,
     pub sender: Sender,

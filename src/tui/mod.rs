@@ -11,7 +11,7 @@ pub mod work;
 
 pub use inbox::inbox_listing;
 
-use crate::client::{CallError, Connection, Reconnecting};
+use crate::client::{CallError, Reconnecting, Session};
 use crate::config::{Config, Relay};
 use crate::embedded;
 use crate::error::{Error, Result};
@@ -19,6 +19,7 @@ use crate::instance::{self, ServeOptions};
 use crate::registry;
 use crate::sanitize::escape;
 use crate::status::Status;
+use crate::wire::Call;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -136,7 +137,11 @@ struct Control {
 }
 
 impl Control {
-    fn call(&mut self, method: &str, params: Value) -> std::result::Result<Value, String> {
+    fn call<R: serde::de::DeserializeOwned>(
+        &mut self,
+        method: impl Into<crate::wire::Method>,
+        params: impl serde::Serialize,
+    ) -> std::result::Result<R, String> {
         let Some(client) = &mut self.client else {
             return Err("the relay is unavailable".into());
         };
@@ -244,7 +249,7 @@ fn refresh_header(ctl: &mut Control, view: &mut View) {
         view.header.state = "no relay".into();
         return;
     }
-    if let Ok(st) = ctl.call("control/status", json!({})) {
+    if let Ok(st) = ctl.call::<Value>(Call::ControlStatus, json!({})) {
         let s = |k: &str| st.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         view.header.name = s("name");
         view.header.id = s("instance_id");
@@ -293,7 +298,7 @@ fn handle_key(
         Key::Ctrl('c') => return true,
         Key::Ctrl('d') if view.editor.buf.is_empty() => return true,
         Key::Ctrl('l') => {}
-        Key::Esc => match ctl.call("turn/cancel", json!({})) {
+        Key::Esc => match ctl.call::<Value>(Call::TurnCancel, json!({})) {
             Ok(r) if r["status"] == "cancelling" || r["status"] == "cancelled" => view.push(
                 Role::System,
                 format!("cancelling turn {}", r["message_id"].as_str().unwrap_or("")),
@@ -324,7 +329,7 @@ fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
     };
     let answer = json!({"approval_id": w.approval_id, "digest": w.digest,
                         "decision": decision, "by": "view"});
-    let r = ctl.call("approval/respond", answer);
+    let r = ctl.call::<Value>(Call::ApprovalRespond, answer);
     if r.is_ok() {
         view.waiting.retain(|x| x.approval_id != w.approval_id);
     }
@@ -380,11 +385,11 @@ fn submit(
     }
     match cmd {
         "/quit" | "/exit" => {
-            let status = ctl.call("control/status", json!({})).ok();
+            let status = ctl.call::<Value>(Call::ControlStatus, json!({})).ok();
             return work::quit(view, status.as_ref(), ctl.embedded);
         }
-        "/claim" => work::claim(view, &mut |m, p| ctl.call(m, p)),
-        "/complete" => work::complete(rest, view, &mut |m, p| ctl.call(m, p)),
+        "/claim" => work::claim(view, &mut |m, p| ctl.call::<Value>(m, p)),
+        "/complete" => work::complete(rest, view, &mut |m, p| ctl.call::<Value>(m, p)),
         "/reply" => reply_command(rest, view, ctl, work),
         "/help" => view.push(Role::System, HELP),
         "/list-agents" => {
@@ -417,7 +422,7 @@ fn submit(
                 if cmd == "/approve" { "approve" } else { "deny" },
             );
         }
-        "/inbox" => match inbox_listing(&mut |params| ctl.call("inbox/list", params)) {
+        "/inbox" => match inbox_listing(&mut |params| ctl.call::<Value>(Call::InboxList, params)) {
             Ok(text) => view.push(Role::System, text),
             Err(e) => view.push(Role::Refusal, e),
         },
@@ -441,7 +446,7 @@ fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
     }
     // The instance records the line as local.input; the view shows it
     // from the event stream like everything else.
-    match ctl.call("turn/local", json!({"text": line})) {
+    match ctl.call::<Value>(Call::TurnLocal, json!({"text": line})) {
         Ok(r) if r["status"] == Status::Accepted.as_str() || r["status"] == "noted" => {}
         Ok(r) => view.push(
             Role::Refusal,
@@ -458,11 +463,18 @@ fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
 /// `/agents [pause|resume]`.
 fn agents_command(rest: &str, view: &mut View, ctl: &mut Control) {
     match rest {
-        "" => match ctl.call("control/status", json!({})) {
+        "" => match ctl.call::<Value>(Call::ControlStatus, json!({})) {
             Ok(st) => view.push(Role::System, status_text(&st)),
             Err(e) => view.push(Role::Refusal, e),
         },
-        "pause" | "resume" => match ctl.call(&format!("control/{rest}"), json!({})) {
+        "pause" | "resume" => match ctl.call::<Value>(
+            if rest == "pause" {
+                Call::ControlPause
+            } else {
+                Call::ControlResume
+            },
+            json!({}),
+        ) {
             Ok(r) => view.push(
                 Role::System,
                 format!("relay {}", r["state"].as_str().unwrap_or("")),
@@ -493,8 +505,9 @@ fn send_command(
     let tx = work.clone();
     view.push(Role::Local, format!("/send {target} {message}"));
     std::thread::spawn(move || {
-        let r = Connection::open(&socket, config.io_timeout)
-            .and_then(|mut c| c.call("relay/send", json!({"target": target, "body": message})));
+        let r = Session::open(&socket, config.io_timeout).and_then(|mut c| {
+            c.call::<Value>(Call::RelaySend, json!({"target": target, "body": message}))
+        });
         let lines = match r {
             // The outcome arrives as relay.sent, with the candidates of
             // a `no_target`.
@@ -523,8 +536,8 @@ fn reply_command(
     let tx = work.clone();
     view.push(Role::Local, format!("/reply {rest}"));
     std::thread::spawn(move || {
-        let r = Connection::open(&socket, config.io_timeout)
-            .and_then(|mut c| c.call("inbox/complete", params))
+        let r = Session::open(&socket, config.io_timeout)
+            .and_then(|mut c| c.call::<Value>(Call::InboxComplete, params))
             .map_err(|e| e.to_string());
         let _ = tx.send(work::reply_outcome(&id, r));
     });
@@ -536,7 +549,12 @@ fn requeue_or_discard(cmd: &str, rest: &str, view: &mut View, ctl: &mut Control)
         view.push(Role::Refusal, format!("usage: {cmd} ID"));
         return;
     }
-    match ctl.call(&format!("inbox/{}", &cmd[1..]), json!({"message_id": rest})) {
+    let call = if cmd == "/requeue" {
+        Call::InboxRequeue
+    } else {
+        Call::InboxDiscard
+    };
+    match ctl.call::<Value>(call, json!({"message_id": rest})) {
         Ok(r) => view.push(
             if r["status"] == "requeued" || r["status"] == "discarded" {
                 Role::System

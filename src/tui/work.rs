@@ -6,11 +6,12 @@
 
 use super::view::{Open, Role, View};
 use crate::status::ReplyStatus;
+use crate::wire;
 use serde_json::{Value, json};
 
 /// One call to the view's instance: method, params, result or the error
 /// as text.
-pub type Call<'a> = &'a mut dyn FnMut(&str, Value) -> Result<Value, String>;
+pub type Call<'a> = &'a mut dyn FnMut(wire::Call, Value) -> Result<Value, String>;
 
 fn text(v: &Value, k: &str) -> String {
     v.get(k).and_then(Value::as_str).unwrap_or("").to_string()
@@ -19,7 +20,7 @@ fn text(v: &Value, k: &str) -> String {
 /// `/claim`: the next task, shown with its sender and body, and how to
 /// answer it.
 pub fn claim(view: &mut View, call: Call) {
-    let r = match call("inbox/claim", json!({})) {
+    let r = match call(wire::Call::InboxClaim, json!({})) {
         Ok(r) => r,
         Err(e) => return view.push(Role::Refusal, e),
     };
@@ -112,7 +113,7 @@ pub fn complete(rest: &str, view: &mut View, call: Call) {
     };
     let outcome = if failed { "failed" } else { "done" };
     match call(
-        "inbox/complete",
+        wire::Call::InboxComplete,
         json!({"message_id": id, "outcome": outcome}),
     ) {
         Ok(r) if r["status"] == "completed" => {

@@ -279,6 +279,12 @@ impl Method {
     }
 }
 
+impl From<Call> for Method {
+    fn from(c: Call) -> Method {
+        Method::Foreground(c)
+    }
+}
+
 impl Call {
     pub fn as_str(self) -> &'static str {
         match self {

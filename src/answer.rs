@@ -1,0 +1,365 @@
+//! The answers of the native protocol's methods (docs/protocol.md §2-§4),
+//! typed once: what the instance builds and what every client reads.
+//! Members are declared in the order a JSON map gives them, so a typed
+//! answer is written as the map it replaces was. A member a newer
+//! instance adds is ignored by an older client; one it leaves out reads
+//! as its default where the protocol allows that.
+
+use crate::registry::Manifest;
+use crate::spool::{ReplyRecord, Sender, Summary};
+use crate::status::Status;
+use crate::wire::{Approve, Mode, Outcome, State};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// A program's name and version, as `initialize` exchanges them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Software {
+    pub name: String,
+    pub version: String,
+}
+
+impl Software {
+    /// This baton, as it names itself.
+    pub fn baton(name: &str) -> Software {
+        Software {
+            name: name.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+/// What a bridge says of the key it serves (`initialize`'s `bridge`).
+#[derive(Clone, Debug, Serialize)]
+pub struct BridgeParams {
+    pub remote: Option<String>,
+    pub target: String,
+}
+
+/// `initialize`'s parameters: the one place a client builds them.
+#[derive(Clone, Debug, Serialize)]
+pub struct HelloParams {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<BridgeParams>,
+    pub client: Software,
+    pub protocol_version: u64,
+}
+
+impl HelloParams {
+    /// A client that names itself `name` (`baton`, `baton bridge`).
+    pub fn new(name: &str) -> HelloParams {
+        HelloParams {
+            bridge: None,
+            client: Software::baton(name),
+            protocol_version: crate::registry::PROTOCOL,
+        }
+    }
+}
+
+/// The stopped agent a `bridge --offline` stands in for.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Offline {
+    pub name: String,
+}
+
+/// `initialize`'s answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Hello {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
+    /// The instance's manifest; null from a stopped agent's stand-in.
+    pub instance: Option<Manifest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline: Option<Offline>,
+    pub protocol_version: u64,
+    pub server: Software,
+}
+
+/// `ping`'s answer (and a zcoder ping's, in the same shape).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Pong {
+    pub instance_id: String,
+    pub state: State,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire: Option<String>,
+}
+
+/// The running turn `control/status` names.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunningTurn {
+    pub message_id: String,
+    pub pid: u32,
+    pub seconds: f64,
+}
+
+/// The queue as `control/status` counts it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Queue {
+    #[serde(default)]
+    pub interrupted: usize,
+    pub max: usize,
+    pub processing: usize,
+    pub queued: usize,
+}
+
+/// `control/status`'s answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ControlStatus {
+    pub approve: Approve,
+    #[serde(default)]
+    pub awaiting_approval: Vec<String>,
+    pub instance_id: String,
+    pub mode: Mode,
+    pub model: String,
+    pub name: String,
+    pub open_task: Option<String>,
+    pub paused: bool,
+    pub pid: u32,
+    pub profile: String,
+    pub queue: Queue,
+    pub socket: String,
+    pub spool: String,
+    pub started_at: u64,
+    pub state: State,
+    pub tmux_pane: Option<String>,
+    pub turn: Option<RunningTurn>,
+    pub workspace: String,
+}
+
+/// `control/pause`'s and `control/resume`'s answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Paused {
+    pub state: State,
+}
+
+spelled! {
+    /// Where a task is, for `task/status`, when it has not ended: the
+    /// other answers are its `Outcome` (`interrupted`, `expired` and
+    /// `rejected` among them: a waiting sender is done waiting).
+    pub enum Pending ("task status") {
+        Queued = "queued",
+        AwaitingApproval = "awaiting_approval",
+        Running = "running",
+        Unknown = "unknown",
+    }
+}
+
+/// `task/status`'s `status`: still pending, or ended with an outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TaskState {
+    Pending(Pending),
+    Ended(Outcome),
+}
+
+impl TaskState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending(p) => p.as_str(),
+            TaskState::Ended(o) => o.as_str(),
+        }
+    }
+}
+
+/// `task/status`'s answer. `reply` is there (null or the reply) for a
+/// finished task alone.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<f64>,
+    pub message_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reply: Option<Option<ReplyRecord>>,
+    pub status: TaskState,
+}
+
+/// A member that is there, null or not: `Some(None)` for a null.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// The instance a send reached (`target` of `relay/send` and of a CLI
+/// send's result).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Target {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+}
+
+/// One live instance a target could have meant.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Candidate {
+    pub instance_id: String,
+    pub name: String,
+    pub pid: u32,
+    pub workspace: String,
+}
+
+/// `message/send`'s and `relay/send`'s answer: a delivery status, and
+/// for a sender-side one what the sender learned.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SendResult {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<Vec<Candidate>>,
+    #[serde(default)]
+    pub message_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<State>,
+    pub status: Status,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Target>,
+}
+
+/// One page of `inbox/list`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct InboxPage {
+    #[serde(default)]
+    pub awaiting_approval: Vec<String>,
+    #[serde(default)]
+    pub interrupted: Vec<Summary>,
+    /// The `after` of the next page; None on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    #[serde(default)]
+    pub processing: Vec<Summary>,
+    #[serde(default)]
+    pub queued: Vec<Summary>,
+    #[serde(default)]
+    pub rejected: Vec<Summary>,
+    /// `invalid` when `after` names no listed task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A task as `inbox/claim` hands it over.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClaimedTask {
+    pub accepted_at: u64,
+    pub body: String,
+    pub envelope: String,
+    pub follow_up_of: Option<String>,
+    pub hop: u64,
+    pub in_reply_to: Option<String>,
+    pub message_id: String,
+    pub mode: String,
+    pub sender: Sender,
+    pub turn: String,
+    pub wire: String,
+}
+
+/// A task that went to `rejected/` as bad data on the way.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RejectedTask {
+    pub message_id: String,
+    pub reason: String,
+}
+
+/// `inbox/claim`'s answer: `claimed` with the task, or why not
+/// (`empty`, `busy`, `paused`, `awaiting_approval`, `invalid`, `error`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Claimed {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<RejectedTask>,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<ClaimedTask>,
+}
+
+/// `events/subscribe`'s answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Subscribed {
+    #[serde(default)]
+    pub controller: bool,
+    pub next_seq: u64,
+    pub subscribed: bool,
+}
+
+/// Where the reply of `inbox/complete` went: its send's status as the
+/// sender side knows it (`sending` while it goes on).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReplySent {
+    #[serde(default)]
+    pub message_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Target>,
+}
+
+/// What an `inbox/*` call that names one task answers (`complete`,
+/// `requeue`, `discard`): its status, and why when it did nothing.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Handled {
+    #[serde(default)]
+    pub message_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<ReplySent>,
+    pub status: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn task_status_reads_a_pending_place_or_an_outcome_and_keeps_a_null_reply() {
+        let queued: TaskStatus = serde_json::from_value(
+            json!({"message_id": "m", "status": "queued", "queue_position": 2}),
+        )
+        .unwrap();
+        assert_eq!(queued.status, TaskState::Pending(Pending::Queued));
+        assert!(queued.reply.is_none());
+        let done: TaskStatus = serde_json::from_value(
+            json!({"message_id": "m", "status": "done", "reply": null, "finished_at": 5}),
+        )
+        .unwrap();
+        assert_eq!(done.status, TaskState::Ended(Outcome::Done));
+        assert!(matches!(done.reply, Some(None)));
+        // Written back, a finished task's null reply stays there; a
+        // pending one has none.
+        assert_eq!(
+            serde_json::to_value(&done).unwrap(),
+            json!({"message_id": "m", "status": "done", "reply": null, "finished_at": 5})
+        );
+        assert_eq!(
+            serde_json::to_value(&queued).unwrap(),
+            json!({"message_id": "m", "status": "queued", "queue_position": 2})
+        );
+        assert!(
+            serde_json::from_value::<TaskStatus>(json!({"message_id": "m", "status": "gone"}))
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,356 @@
+//! Following an instance across restarts, and a task at it until it
+//! ends: the waiting of `baton send --wait` (local and `--via`), `baton
+//! inbox wait` and `baton mcp`'s `wait_seconds` and `task_status`.
+//!
+//! `follow` is the one loop: find an instance of the name (the lookup is
+//! the caller's: the registry here, a `bridge --await` there), watch it,
+//! and when it is lost find its successor, with a backoff from 0.1 s to
+//! 1 s between reconnections and the registry read once a second while
+//! none runs. Watching a task is one subscription: subscribe to the
+//! receiver's events first, then ask `task/status` on the same
+//! connection (so a `task.ended` in between is not missed), then wait for
+//! `task.ended` with the task's id.
+
+use crate::answer::{Pending, TaskState, TaskStatus};
+use crate::client::{ClientError, Session, request};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::registry::{self, Peer};
+use crate::sanitize::escape;
+use crate::wire::{self, Call, EventKind, Outcome};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How often the registry is read while no instance of the name runs.
+pub const REDISCOVER: Duration = Duration::from_secs(1);
+/// The backoff between reconnections: from the first to the last, doubling.
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_LAST: Duration = Duration::from_secs(1);
+/// The id of the `task/status` request on a subscribed connection.
+const STATUS_ID: &str = "wait-status";
+
+/// What watching one instance came to.
+pub enum Step<T> {
+    Done(T),
+    /// Lost after it had been watched: find its successor, the backoff
+    /// starting over.
+    Lost,
+    /// It could not be watched at all: the error ends the follow if
+    /// nothing has been watched yet; else, or without one, try again
+    /// after a longer backoff.
+    Unwatched(Option<Error>),
+}
+
+/// What `follow` looks for and how a stay of absence is told.
+pub struct Follow<'a> {
+    /// The name, for "NAME is not running; waiting for it to start".
+    pub name: &'a str,
+    pub deadline: Option<Instant>,
+    /// Says the note itself (a `--via` wait says where).
+    pub quiet: bool,
+}
+
+/// Finds an instance (`find`: None while none runs) and watches it
+/// (`watch`, told whether the last one was lost) until it is `Done`, or
+/// until the deadline (None).
+pub fn follow<P, T>(
+    f: &Follow,
+    mut find: impl FnMut() -> Result<Option<P>>,
+    mut watch: impl FnMut(P) -> Result<Step<T>>,
+) -> Result<Option<T>> {
+    let mut backoff = BACKOFF_FIRST;
+    let mut watched = false;
+    let mut said_absent = false;
+    loop {
+        if f.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        let Some(p) = find()? else {
+            if !said_absent && !f.quiet {
+                eprintln!(
+                    "baton: {} is not running; waiting for it to start",
+                    escape(f.name)
+                );
+            }
+            said_absent = true;
+            pause(REDISCOVER, f.deadline);
+            continue;
+        };
+        said_absent = false;
+        match watch(p)? {
+            Step::Done(t) => return Ok(Some(t)),
+            Step::Unwatched(Some(e)) if !watched => return Err(e),
+            Step::Unwatched(_) => {}
+            Step::Lost => {
+                watched = true;
+                backoff = BACKOFF_FIRST;
+            }
+        }
+        pause(backoff, f.deadline);
+        backoff = (backoff * 2).min(BACKOFF_LAST);
+    }
+}
+
+/// Sleeps for `d`, or until the deadline if that comes first: the wait
+/// between two looks at the registry, which has no event to wait for.
+pub fn pause(d: Duration, deadline: Option<Instant>) {
+    let d = match deadline {
+        Some(end) => d.min(end.saturating_duration_since(Instant::now())),
+        None => d,
+    };
+    std::thread::sleep(d);
+}
+
+/// The live native instance with the name, if one answers: `first` the
+/// id the task was delivered to, then one in `workspace`, then any
+/// (none other with `only_workspace`).
+pub struct Who {
+    pub name: String,
+    pub instance_id: Option<String>,
+    pub workspace: Option<String>,
+    pub only_workspace: bool,
+}
+
+impl Who {
+    /// Any instance of the name, `instance_id` first.
+    pub fn named(name: String, instance_id: Option<String>) -> Who {
+        Who {
+            name,
+            instance_id,
+            workspace: None,
+            only_workspace: false,
+        }
+    }
+
+    pub fn find(&self, config: &Config) -> Result<Option<Peer>> {
+        let dir = registry::ensure_dir(config)?;
+        let dirs = registry::scan_dirs(&dir);
+        let found = registry::discover_matching(&dirs, None, config.io_timeout, &|m| {
+            m.name == self.name
+                && (!self.only_workspace || self.workspace.as_deref() == Some(&m.workspace))
+        });
+        let rank = |p: &Peer| {
+            if self.instance_id.as_deref() == Some(p.manifest.instance_id.as_str()) {
+                0
+            } else if self.workspace.as_deref() == Some(p.manifest.workspace.as_str()) {
+                1
+            } else {
+                2
+            }
+        };
+        Ok(found
+            .peers
+            .into_iter()
+            .filter(|p| p.wire == registry::Wire::Jsonrpc && !p.unresponsive())
+            .min_by_key(rank))
+    }
+}
+
+/// How waiting for a task ended.
+pub enum End {
+    /// The task reached a final outcome, with its reply text if it made one.
+    Final {
+        outcome: Outcome,
+        reply: Option<String>,
+    },
+    /// The receiver does not know the task.
+    Unknown,
+    /// The deadline passed first; the last status seen, if any.
+    TimedOut(Option<Pending>),
+}
+
+/// Waits for the task `message_id` at whichever instance `who` finds,
+/// until `deadline`. Notes on stderr say when none runs.
+pub fn wait(
+    config: &Config,
+    who: &Who,
+    message_id: &str,
+    deadline: Option<Instant>,
+) -> Result<End> {
+    let mut last = None;
+    let f = Follow {
+        name: &who.name,
+        deadline,
+        quiet: false,
+    };
+    let end = follow(
+        &f,
+        || who.find(config),
+        |peer| watch(config, &peer, message_id, deadline, &mut last),
+    )?;
+    Ok(end.unwrap_or(End::TimedOut(last)))
+}
+
+/// Asks the instance `who` finds once for `task/status` of `message_id`:
+/// its answer, or `None` when none runs.
+pub fn ask_status(config: &Config, who: &Who, message_id: &str) -> Result<Option<TaskStatus>> {
+    let Some(peer) = who.find(config)? else {
+        return Ok(None);
+    };
+    let socket = Path::new(&peer.manifest.socket);
+    let name = escape(&who.name);
+    let mut conn = Session::open(socket, config.io_timeout)
+        .map_err(|e| Error::Refused(format!("{name} does not answer: {e}")))?;
+    conn.call(Call::TaskStatus, json!({"message_id": message_id}))
+        .map(Some)
+        .map_err(|e| Error::Refused(format!("{name} answered task/status with {e}")))
+}
+
+/// Subscribes to one instance's events, asks for the task's status, and
+/// waits for its end there.
+fn watch(
+    config: &Config,
+    peer: &Peer,
+    message_id: &str,
+    deadline: Option<Instant>,
+    last: &mut Option<Pending>,
+) -> Result<Step<End>> {
+    let socket = Path::new(&peer.manifest.socket);
+    let Ok(mut conn) = Session::open(socket, config.io_timeout) else {
+        return Ok(Step::Unwatched(None));
+    };
+    // Only live events: the status answer covers what happened before.
+    if conn.subscribe(json!({})).is_err() {
+        return Ok(Step::Unwatched(None));
+    }
+    watch_session(&mut conn, message_id, deadline, last, None)
+}
+
+/// Asks `task/status` on `conn` and reads what follows until the task's
+/// end: its `task.ended` on a subscribed connection, or a final status.
+/// With `again`, the question is asked again after that long, doubling
+/// up to once a second (a bridge, which may not subscribe).
+pub fn watch_session(
+    conn: &mut Session,
+    message_id: &str,
+    deadline: Option<Instant>,
+    last: &mut Option<Pending>,
+    again: Option<Duration>,
+) -> Result<Step<End>> {
+    let ask = request(
+        STATUS_ID,
+        Call::TaskStatus.into(),
+        json!({"message_id": message_id}),
+    );
+    let mut every = again;
+    loop {
+        if conn.write(&ask).is_err() {
+            return Ok(Step::Lost);
+        }
+        let until = match every {
+            Some(e) => {
+                every = Some((e * 2).min(BACKOFF_LAST));
+                let next = Instant::now() + e;
+                Some(deadline.map_or(next, |d| d.min(next)))
+            }
+            None => deadline,
+        };
+        loop {
+            match conn.next(until) {
+                Ok(msg) => {
+                    if let Some(end) = read(&msg, message_id, last)? {
+                        return Ok(end);
+                    }
+                }
+                Err(ClientError::Timeout) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return Ok(Step::Done(End::TimedOut(*last)));
+                }
+                Err(ClientError::Timeout) => break,
+                Err(_) => return Ok(Step::Lost),
+            }
+        }
+    }
+}
+
+/// One line of the session, as far as a wait reads it.
+#[derive(serde::Deserialize)]
+struct Line {
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    params: Option<Ended>,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<RpcError>,
+}
+
+/// The members of an event a wait reads (`task.ended`'s); the kind is
+/// read leniently, as an event of a newer instance may be any.
+#[derive(serde::Deserialize)]
+struct Ended {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    message_id: Option<String>,
+    #[serde(default)]
+    outcome: Option<String>,
+    #[serde(default)]
+    reply: Option<crate::spool::ReplyRecord>,
+}
+
+#[derive(serde::Deserialize)]
+struct RpcError {
+    #[serde(default)]
+    code: i64,
+}
+
+/// What one line says about the task: its end, a lost cause, or nothing
+/// yet.
+fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Option<Step<End>>> {
+    let Ok(line) = serde_json::from_value::<Line>(msg.clone()) else {
+        return Ok(None);
+    };
+    if line.method.as_deref() == Some("event") {
+        let Some(ev) = line.params else {
+            return Ok(None);
+        };
+        if ev.kind != EventKind::TaskEnded.as_str() || ev.message_id.as_deref() != Some(message_id)
+        {
+            return Ok(None);
+        }
+        let outcome = ev
+            .outcome
+            .and_then(|o| o.parse().ok())
+            .unwrap_or(Outcome::Failed);
+        return Ok(Some(Step::Done(ended(outcome, ev.reply))));
+    }
+    if line.id.as_ref().and_then(Value::as_str) != Some(STATUS_ID) {
+        return Ok(None);
+    }
+    if let Some(err) = line.error {
+        if err.code == wire::METHOD_NOT_FOUND {
+            return Err(Error::Refused(
+                "the receiver does not answer task/status (an older baton), so its tasks cannot be waited for"
+                    .into(),
+            ));
+        }
+        // Shutting down, or too busy to answer: ask its successor.
+        return Ok(Some(Step::Lost));
+    }
+    let Some(st) = line
+        .result
+        .and_then(|r| serde_json::from_value::<TaskStatus>(r).ok())
+    else {
+        return Ok(None);
+    };
+    match st.status {
+        TaskState::Ended(outcome) => Ok(Some(Step::Done(ended(outcome, st.reply.flatten())))),
+        TaskState::Pending(Pending::Unknown) => Ok(Some(Step::Done(End::Unknown))),
+        TaskState::Pending(p) => {
+            *last = Some(p);
+            Ok(None)
+        }
+    }
+}
+
+/// A final outcome and the reply's text, if there is one.
+fn ended(outcome: Outcome, reply: Option<crate::spool::ReplyRecord>) -> End {
+    End::Final {
+        outcome,
+        reply: reply.map(|r| r.body),
+    }
+}
