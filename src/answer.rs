@@ -342,7 +342,7 @@ mod tests {
         assert_eq!(queued.status, TaskState::Pending(Pending::Queued));
         assert!(queued.reply.is_none());
         let done: TaskStatus = serde_json::from_value(
-            json!({"message_id": "m", "status": "done", "reply": null, "finished_at": 5}),
+            json!({"message_id": "m", "status": "done", "reply": null, "finished_at": 5.5}),
         )
         .unwrap();
         assert_eq!(done.status, TaskState::Ended(Outcome::Done));
@@ -351,7 +351,7 @@ mod tests {
         // pending one has none.
         assert_eq!(
             serde_json::to_value(&done).unwrap(),
-            json!({"message_id": "m", "status": "done", "reply": null, "finished_at": 5})
+            json!({"message_id": "m", "status": "done", "reply": null, "finished_at": 5.5})
         );
         assert_eq!(
             serde_json::to_value(&queued).unwrap(),

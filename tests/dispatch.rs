@@ -197,17 +197,21 @@ fn turns_reuse_their_io_threads() {
     }
     std::thread::sleep(Duration::from_millis(200));
     let before = threads();
-    for i in 0..20 {
-        assert_eq!(
-            s.send(&mut c, &format!("t-{i}"), "go")["status"],
-            "accepted"
-        );
-    }
-    for i in 0..20 {
-        let fin = wait_finished(&spool, &format!("t-{i}"));
-        assert_eq!(fin["outcome"], "done", "{fin}");
-        assert_eq!(fin["stdout_bytes"], 4, "{fin}");
-        assert_eq!(fin["stderr_bytes"], 4, "{fin}");
+    // Two batches, each under the queue's cap (16): however slowly the
+    // handlers run, every send is taken.
+    for batch in [0..10, 10..20] {
+        for i in batch.clone() {
+            assert_eq!(
+                s.send(&mut c, &format!("t-{i}"), "go")["status"],
+                "accepted"
+            );
+        }
+        for i in batch {
+            let fin = wait_finished(&spool, &format!("t-{i}"));
+            assert_eq!(fin["outcome"], "done", "{fin}");
+            assert_eq!(fin["stdout_bytes"], 4, "{fin}");
+            assert_eq!(fin["stderr_bytes"], 4, "{fin}");
+        }
     }
     std::thread::sleep(Duration::from_millis(200));
     // Two more than before at most: a turn may start while the last

@@ -64,12 +64,14 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         }
         matches!(c.status.as_str(), "claimed" | "empty")
     } else {
-        // `completed`, `requeued`, `discarded`.
         let h: Handled = serde_json::from_value(r.clone()).map_err(read)?;
         if !json {
             print_outcome(&h, action);
         }
-        h.status == format!("{action}d")
+        matches!(
+            (action, h.status.as_str()),
+            ("complete", "completed") | ("requeue", "requeued") | ("discard", "discarded")
+        )
     };
     if json {
         emit_json(&r);

@@ -7,9 +7,11 @@
 use super::inbox::Interrupted;
 use super::{Approve, EPHEMERAL_GRACE, Foreground, Reply};
 use crate::access::Caller;
+use crate::answer::{ControlStatus, Queue, RunningTurn};
 use crate::registry::{self, Manifest};
 use crate::server::{Event, RpcError, State};
 use crate::spool::{self, Spool};
+use crate::wire::Mode;
 use crate::wire::Outcome;
 use crate::wire::{self, Call};
 use serde_json::{Map, Value, json};
@@ -345,34 +347,40 @@ impl Foreground {
     fn status(&self) -> Value {
         let m = self.manifest();
         let c = self.spool().counts();
-        let turn = self.running.as_ref().map(|r| {
-            json!({"message_id": r.task.message_id, "pid": r.handler.pid,
-                   "seconds": r.started.elapsed().as_secs_f64()})
+        let turn = self.running.as_ref().map(|r| RunningTurn {
+            message_id: r.task.message_id.clone(),
+            pid: r.handler.pid,
+            seconds: r.started.elapsed().as_secs_f64(),
         });
-        json!({
-            "instance_id": m.instance_id,
-            "name": m.name,
-            "pid": m.pid,
-            "workspace": m.workspace,
-            "profile": m.profile,
-            "model": m.model,
-            "socket": m.socket,
-            "state": self.shared.state().as_str(),
-            "paused": self.paused(),
-            "started_at": m.started_at,
-            "spool": self.spool().dir().display().to_string(),
-            "mode": if self.opts.exec.is_some() { "exec" } else { "pull" },
-            "tmux_pane": self.opts.tmux_pane,
-            "approve": self.opts.approve.as_str(),
-            "open_task": self.open.first().map(|o| o.task.message_id.clone()),
-            "turn": turn,
-            "awaiting_approval": self.asked.keys().collect::<Vec<_>>(),
-            "queue": {
-                "queued": c.queued,
-                "processing": c.processing,
-                "interrupted": c.interrupted,
-                "max": self.shared.config.max_queue,
+        let status = ControlStatus {
+            approve: self.opts.approve,
+            awaiting_approval: self.asked.keys().cloned().collect(),
+            instance_id: m.instance_id,
+            mode: if self.opts.exec.is_some() {
+                Mode::Exec
+            } else {
+                Mode::Pull
             },
-        })
+            model: m.model,
+            name: m.name,
+            open_task: self.open.first().map(|o| o.task.message_id.clone()),
+            paused: self.paused(),
+            pid: m.pid,
+            profile: m.profile,
+            queue: Queue {
+                interrupted: c.interrupted,
+                max: self.shared.config.max_queue,
+                processing: c.processing,
+                queued: c.queued,
+            },
+            socket: m.socket,
+            spool: self.spool().dir().display().to_string(),
+            started_at: m.started_at,
+            state: self.shared.state(),
+            tmux_pane: self.opts.tmux_pane.clone(),
+            turn,
+            workspace: m.workspace,
+        };
+        serde_json::to_value(status).expect("an answer serializes")
     }
 }

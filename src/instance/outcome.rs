@@ -6,6 +6,7 @@
 
 use super::{Foreground, str_param};
 use crate::access::{Caller, Role};
+use crate::answer::{Pending, TaskState, TaskStatus};
 use crate::server::RpcError;
 use crate::spool::{ReplyRecord, Whereabouts};
 use crate::wire::Outcome;
@@ -28,7 +29,15 @@ impl Foreground {
         caller: &Caller,
     ) -> std::result::Result<Value, RpcError> {
         let id = str_param(params, "message_id")?;
-        let mut v = json!({"message_id": id});
+        let mut v = TaskStatus {
+            finished_at: None,
+            message_id: id.clone(),
+            queue_position: None,
+            reason: None,
+            reply: None,
+            status: TaskState::Pending(Pending::Unknown),
+        };
+        let answer = |v: TaskStatus| Ok(serde_json::to_value(v).expect("an answer serializes"));
         let whereabouts = self.spool().whereabouts(&id);
         // A remote key hears about what came through a bridge, nothing
         // else (docs/security.md).
@@ -39,11 +48,10 @@ impl Foreground {
                 _ => self.spool().remote_sent(&id).unwrap_or(true),
             };
             if !remote {
-                v["status"] = json!("unknown");
-                v["reason"] = json!(
-                    "it did not come through a bridge: a bridge asks only about the tasks sent through one"
+                v.reason = Some(
+                    "it did not come through a bridge: a bridge asks only about the tasks sent through one".into(),
                 );
-                return Ok(v);
+                return answer(v);
             }
         }
         // Checked by the connection (`verify_asker`): a verified asker
@@ -55,41 +63,39 @@ impl Foreground {
                 _ => self.spool().sender_of(&id),
             };
             if sender.is_some_and(|s| s.as_deref() != Some(asker)) {
-                v["status"] = json!("unknown");
-                v["reason"] = json!(format!(
+                v.reason = Some(format!(
                     "instance {asker} did not send it: an instance asks only about its own tasks"
                 ));
-                return Ok(v);
+                return answer(v);
             }
         }
-        let status = match whereabouts {
-            Whereabouts::Queued(_) if self.asked.contains_key(&id) => "awaiting_approval",
-            Whereabouts::Queued(n) => {
-                v["queue_position"] = json!(n);
-                "queued"
+        v.status = match whereabouts {
+            Whereabouts::Queued(_) if self.asked.contains_key(&id) => {
+                TaskState::Pending(Pending::AwaitingApproval)
             }
-            Whereabouts::Processing => "running",
-            Whereabouts::Interrupted => Outcome::Interrupted.as_str(),
-            Whereabouts::Expired => Outcome::Expired.as_str(),
+            Whereabouts::Queued(n) => {
+                v.queue_position = Some(n);
+                TaskState::Pending(Pending::Queued)
+            }
+            Whereabouts::Processing => TaskState::Pending(Pending::Running),
+            Whereabouts::Interrupted => TaskState::Ended(Outcome::Interrupted),
+            Whereabouts::Expired => TaskState::Ended(Outcome::Expired),
             Whereabouts::Rejected(reason) => {
-                if let Some(r) = reason {
-                    v["reason"] = json!(r);
-                }
-                Outcome::Rejected.as_str()
+                v.reason = reason;
+                TaskState::Ended(Outcome::Rejected)
             }
             Whereabouts::Finished(Some(r)) => {
-                v["finished_at"] = json!(r.finished_at);
-                v["reply"] = json!(r.reply);
-                r.outcome.as_str()
+                v.finished_at = Some(r.finished_at);
+                v.reply = Some(r.reply);
+                TaskState::Ended(r.outcome)
             }
             Whereabouts::Finished(None) => {
-                v["reason"] = json!("its receipt cannot be read back");
-                "unknown"
+                v.reason = Some("its receipt cannot be read back".into());
+                TaskState::Pending(Pending::Unknown)
             }
-            Whereabouts::Unknown => "unknown",
+            Whereabouts::Unknown => TaskState::Pending(Pending::Unknown),
         };
-        v["status"] = json!(status);
-        Ok(v)
+        answer(v)
     }
 }
 

@@ -14,7 +14,10 @@ use std::path::Path;
 const MAX_FIELD: usize = 4096;
 
 /// One instance's manifest, exactly the fields of docs/protocol.md §7.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+/// Read from a file it is checked field by field (`read_manifest`); read
+/// from an answer, a member it lacks is left empty.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Manifest {
     pub protocol: u64,
     pub instance_id: String,

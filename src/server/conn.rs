@@ -8,6 +8,7 @@ use super::deliver::deliver;
 use super::request::{self, SendRequest};
 use super::{Event, INIT_TIMEOUT, RpcError, Shared, bad_type, missing, zcoder};
 use crate::access::{self, BridgeKey, Caller, Door};
+use crate::answer::{Hello, Pong, Software, Subscribed};
 use crate::events::{self, Subscription};
 use crate::sys;
 use crate::wire::{self, Call, Id, Incoming, LineReader, Method, ReadError};
@@ -511,7 +512,11 @@ fn subscribe(
         ));
     }
     let sub = register(shared, controller).inspect_err(|_| shared.slots.unsubscribe(slot))?;
-    let result = json!({"subscribed": true, "next_seq": sub.next_seq, "controller": controller});
+    let result = Subscribed {
+        controller,
+        next_seq: sub.next_seq,
+        subscribed: true,
+    };
     if !write_line(out, &wire::result_line(id, &result)) {
         return Ok(sub.id);
     }
@@ -589,10 +594,11 @@ fn dispatch(
     };
     match method {
         Method::Initialize => initialize(shared, &params, peer),
-        Method::Ping => Ok(json!({
-            "status": "pong",
-            "instance_id": shared.instance_id,
-            "state": shared.state().as_str(),
+        Method::Ping => Ok(to_value(Pong {
+            instance_id: shared.instance_id.clone(),
+            state: shared.state(),
+            status: "pong".into(),
+            wire: None,
         })),
         Method::AgentInfo => {
             let mut info =
@@ -620,6 +626,11 @@ fn dispatch(
         Method::Foreground(call) => ask_foreground(shared, call, params, peer.caller(shared)),
         Method::EventsSubscribe => unreachable!("a subscription is taken before dispatch"),
     }
+}
+
+/// An answer as the value the connection writes.
+fn to_value(answer: impl serde::Serialize) -> Value {
+    serde_json::to_value(answer).expect("an answer serializes")
 }
 
 fn initialize(
@@ -666,11 +677,12 @@ fn initialize(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    Ok(json!({
-        "protocol_version": 1,
-        "server": {"name": "baton", "version": env!("CARGO_PKG_VERSION")},
-        "instance": manifest,
-        "capabilities": Method::ALL.map(Method::as_str),
+    Ok(to_value(Hello {
+        capabilities: Method::ALL.map(|m| m.as_str().to_string()).to_vec(),
+        instance: Some(manifest),
+        offline: None,
+        protocol_version: crate::registry::PROTOCOL,
+        server: Software::baton("baton"),
     }))
 }
 

@@ -11,6 +11,7 @@ pub mod work;
 
 pub use inbox::inbox_listing;
 
+use crate::answer::{ControlStatus, Handled, Paused};
 use crate::client::{CallError, Reconnecting, Session};
 use crate::config::{Config, Relay};
 use crate::embedded;
@@ -249,15 +250,14 @@ fn refresh_header(ctl: &mut Control, view: &mut View) {
         view.header.state = "no relay".into();
         return;
     }
-    if let Ok(st) = ctl.call::<Value>(Call::ControlStatus, json!({})) {
-        let s = |k: &str| st.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        view.header.name = s("name");
-        view.header.id = s("instance_id");
-        view.header.profile = s("profile");
-        view.header.state = s("state");
-        view.header.model = s("model");
-        view.header.queued = st["queue"]["queued"].as_u64().unwrap_or(0);
-        view.header.interrupted = st["queue"]["interrupted"].as_u64().unwrap_or(0);
+    if let Ok(st) = ctl.call::<ControlStatus>(Call::ControlStatus, json!({})) {
+        view.header.name = st.name;
+        view.header.id = st.instance_id;
+        view.header.profile = st.profile;
+        view.header.state = st.state.to_string();
+        view.header.model = st.model;
+        view.header.queued = st.queue.queued as u64;
+        view.header.interrupted = st.queue.interrupted as u64;
     }
 }
 
@@ -298,14 +298,14 @@ fn handle_key(
         Key::Ctrl('c') => return true,
         Key::Ctrl('d') if view.editor.buf.is_empty() => return true,
         Key::Ctrl('l') => {}
-        Key::Esc => match ctl.call::<Value>(Call::TurnCancel, json!({})) {
-            Ok(r) if r["status"] == "cancelling" || r["status"] == "cancelled" => view.push(
+        Key::Esc => match ctl.call::<Handled>(Call::TurnCancel, json!({})) {
+            Ok(r) if r.status == "cancelling" || r.status == "cancelled" => view.push(
                 Role::System,
-                format!("cancelling turn {}", r["message_id"].as_str().unwrap_or("")),
+                format!("cancelling turn {}", r.message_id.unwrap_or_default()),
             ),
             Ok(r) => view.push(
                 Role::System,
-                format!("nothing to cancel: {}", r["reason"].as_str().unwrap_or("")),
+                format!("nothing to cancel: {}", r.reason.unwrap_or_default()),
             ),
             Err(e) => view.push(Role::Refusal, e),
         },
@@ -329,19 +329,15 @@ fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
     };
     let answer = json!({"approval_id": w.approval_id, "digest": w.digest,
                         "decision": decision, "by": "view"});
-    let r = ctl.call::<Value>(Call::ApprovalRespond, answer);
+    let r = ctl.call::<Handled>(Call::ApprovalRespond, answer);
     if r.is_ok() {
         view.waiting.retain(|x| x.approval_id != w.approval_id);
     }
     match r {
-        Ok(r) if r["status"] == "approved" || r["status"] == "denied" => {}
+        Ok(r) if r.status == "approved" || r.status == "denied" => {}
         Ok(r) => view.push(
             Role::Refusal,
-            format!(
-                "{}: {}",
-                r["status"].as_str().unwrap_or(""),
-                r["reason"].as_str().unwrap_or("")
-            ),
+            format!("{}: {}", r.status, r.reason.unwrap_or_default()),
         ),
         Err(e) => view.push(Role::Refusal, e),
     }
@@ -446,15 +442,11 @@ fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
     }
     // The instance records the line as local.input; the view shows it
     // from the event stream like everything else.
-    match ctl.call::<Value>(Call::TurnLocal, json!({"text": line})) {
-        Ok(r) if r["status"] == Status::Accepted.as_str() || r["status"] == "noted" => {}
+    match ctl.call::<Handled>(Call::TurnLocal, json!({"text": line})) {
+        Ok(r) if r.status == Status::Accepted.as_str() || r.status == "noted" => {}
         Ok(r) => view.push(
             Role::Refusal,
-            format!(
-                "not run: {}: {}",
-                r["status"].as_str().unwrap_or(""),
-                r["reason"].as_str().unwrap_or("")
-            ),
+            format!("not run: {}: {}", r.status, r.reason.unwrap_or_default()),
         ),
         Err(e) => view.push(Role::Refusal, e),
     }
@@ -463,11 +455,11 @@ fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
 /// `/agents [pause|resume]`.
 fn agents_command(rest: &str, view: &mut View, ctl: &mut Control) {
     match rest {
-        "" => match ctl.call::<Value>(Call::ControlStatus, json!({})) {
+        "" => match ctl.call::<ControlStatus>(Call::ControlStatus, json!({})) {
             Ok(st) => view.push(Role::System, status_text(&st)),
             Err(e) => view.push(Role::Refusal, e),
         },
-        "pause" | "resume" => match ctl.call::<Value>(
+        "pause" | "resume" => match ctl.call::<Paused>(
             if rest == "pause" {
                 Call::ControlPause
             } else {
@@ -475,10 +467,7 @@ fn agents_command(rest: &str, view: &mut View, ctl: &mut Control) {
             },
             json!({}),
         ) {
-            Ok(r) => view.push(
-                Role::System,
-                format!("relay {}", r["state"].as_str().unwrap_or("")),
-            ),
+            Ok(r) => view.push(Role::System, format!("relay {}", r.state)),
             Err(e) => view.push(Role::Refusal, e),
         },
         other => view.push(
@@ -554,21 +543,17 @@ fn requeue_or_discard(cmd: &str, rest: &str, view: &mut View, ctl: &mut Control)
     } else {
         Call::InboxDiscard
     };
-    match ctl.call::<Value>(call, json!({"message_id": rest})) {
+    match ctl.call::<Handled>(call, json!({"message_id": rest})) {
         Ok(r) => view.push(
-            if r["status"] == "requeued" || r["status"] == "discarded" {
+            if r.status == "requeued" || r.status == "discarded" {
                 Role::System
             } else {
                 Role::Refusal
             },
             format!(
-                "{} {}{}",
-                r["status"].as_str().unwrap_or(""),
-                rest,
-                r["reason"]
-                    .as_str()
-                    .map(|x| format!(": {x}"))
-                    .unwrap_or_default()
+                "{} {rest}{}",
+                r.status,
+                r.reason.map(|x| format!(": {x}")).unwrap_or_default()
             ),
         ),
         Err(e) => view.push(Role::Refusal, e),
@@ -608,19 +593,19 @@ fn list_agents(config: &Config, me: &str) -> Vec<(Role, String)> {
     )]
 }
 
-fn status_text(st: &Value) -> String {
-    let s = |k: &str| st.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+fn status_text(st: &ControlStatus) -> String {
+    let q = &st.queue;
     format!(
         "{} ({}) {}, {} mode, approve {}; queued {} of {}, processing {}, interrupted {}; socket {}",
-        s("name"),
-        s("instance_id"),
-        s("state"),
-        s("mode"),
-        s("approve"),
-        st["queue"]["queued"],
-        st["queue"]["max"],
-        st["queue"]["processing"],
-        st["queue"]["interrupted"],
-        s("socket")
+        st.name,
+        st.instance_id,
+        st.state,
+        st.mode,
+        st.approve,
+        q.queued,
+        q.max,
+        q.processing,
+        q.interrupted,
+        st.socket
     )
 }
