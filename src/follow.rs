@@ -11,12 +11,12 @@
 //! connection (so a `task.ended` in between is not missed), then wait for
 //! `task.ended` with the task's id.
 
-use crate::answer::{Pending, TaskState, TaskStatus};
 use crate::client::{ClientError, Session, request};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::registry::{self, Peer};
 use crate::sanitize::escape;
+use crate::wire::answer::{Pending, TaskState, TaskStatus};
 use crate::wire::{self, Call, EventKind, Outcome};
 use serde_json::{Value, json};
 use std::path::Path;

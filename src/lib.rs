@@ -27,7 +27,7 @@ macro_rules! eprint {
 pub mod spelled;
 
 pub mod access;
-pub mod answer;
+
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -11,7 +11,6 @@
 use super::args::Args;
 use super::bridged;
 use super::target;
-use crate::answer::HelloParams;
 use crate::client::{ClientError, PipeLines, Session};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
@@ -20,6 +19,7 @@ use crate::relay::{self, Route};
 use crate::sanitize::escape;
 use crate::status::Status;
 use crate::wire::Method;
+use crate::wire::answer::HelloParams;
 use crate::{registry, sys, wire};
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -3,13 +3,13 @@
 //! (`bridge`: the target and the remote end), and the instance holds the
 //! connection to what a remote key may do.
 
-use crate::answer::{BridgeParams, HelloParams};
 use crate::client::{Session, request};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::registry::Peer;
 use crate::sanitize::escape;
 use crate::wire::Method;
+use crate::wire::answer::{BridgeParams, HelloParams};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

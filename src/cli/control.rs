@@ -2,13 +2,13 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
-use crate::answer::{ControlStatus, Paused, Pong};
 use crate::client::ClientError;
 use crate::config::Config;
 use crate::error::{ExitCode, Result};
 use crate::registry::{Peer, Wire};
 use crate::sanitize::escape;
 use crate::server::ANSWER_WAIT_MIN;
+use crate::wire::answer::{ControlStatus, Paused, Pong};
 use crate::wire::{Call, Method};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};

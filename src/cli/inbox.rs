@@ -4,7 +4,6 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
-use crate::answer::{Claimed, Handled, InboxPage, ReplySent};
 use crate::client::{self, ClientError, ListError, Session};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
@@ -13,6 +12,7 @@ use crate::sanitize::{escape, escape_multiline};
 use crate::status::{ReplyStatus, Status};
 use crate::text::table;
 use crate::wire::Call;
+use crate::wire::answer::{Claimed, Handled, InboxPage, ReplySent};
 use serde_json::{Value, json};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {

@@ -21,7 +21,6 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
-use crate::answer::ControlStatus;
 use crate::client::{ClientError, Session};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
@@ -29,6 +28,7 @@ use crate::follow::{self, Follow, Step, Who};
 use crate::registry::{self, Peer};
 use crate::sanitize::escape;
 use crate::spool::Sender;
+use crate::wire::answer::ControlStatus;
 use crate::wire::{Approve, Call, Decision, EventKind, Mode, State};
 use serde_json::{Value, json};
 use std::collections::HashSet;

@@ -2,7 +2,6 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
-use crate::answer::HelloParams;
 use crate::client::request;
 use crate::config::Config;
 use crate::error::{ExitCode, Result};
@@ -10,6 +9,7 @@ use crate::registry;
 use crate::sanitize::escape;
 use crate::text::table;
 use crate::wire::Method;
+use crate::wire::answer::HelloParams;
 use serde_json::{Value, json};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {

@@ -5,7 +5,6 @@
 
 use super::args::Args;
 use super::{emit, target};
-use crate::answer::ControlStatus;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer};
@@ -14,6 +13,7 @@ use crate::sanitize::escape;
 use crate::spool::{self, Holdings, Removal};
 use crate::sys;
 use crate::wire::Call;
+use crate::wire::answer::ControlStatus;
 use serde_json::json;
 use std::fs;
 use std::io::{BufRead, IsTerminal, Write};

@@ -18,13 +18,13 @@
 use super::args::Args;
 use super::bridge::Remote;
 use super::{emit, emit_json};
-use crate::answer::{Pending, Target};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::follow::{self, End, Follow, Who};
 use crate::sanitize::{escape, escape_multiline};
 use crate::status::Status;
 use crate::wire::Outcome;
+use crate::wire::answer::{Pending, Target};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

@@ -4,8 +4,8 @@
 //! was seen last; a page that follows a task that left the inbox
 //! meanwhile starts the reading over.
 
-use crate::answer::InboxPage;
-use crate::spool::Summary;
+use crate::wire::Summary;
+use crate::wire::answer::InboxPage;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 

@@ -6,7 +6,7 @@ mod session;
 pub use listing::{ListError, ListParams, PLACES, list_all};
 pub use session::{Lines, PipeLines, Session, request};
 
-use crate::answer::Pong;
+use crate::wire::answer::Pong;
 use crate::wire::{self, Method, State};
 use crossbeam_channel::Receiver;
 use serde::Serialize;

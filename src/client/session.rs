@@ -4,7 +4,7 @@
 //! instance through it.
 
 use super::{ClientError, rpc_error};
-use crate::answer::{Hello, HelloParams, Subscribed};
+use crate::wire::answer::{Hello, HelloParams, Subscribed};
 use crate::wire::{self, LineReader, Method, ReadError};
 use crossbeam_channel::{self as chan, Receiver};
 use serde::Serialize;
@@ -134,7 +134,7 @@ impl Session {
                 instance: None,
                 offline: None,
                 protocol_version: 0,
-                server: crate::answer::Software::baton(""),
+                server: crate::wire::answer::Software::baton(""),
             },
         };
         let id = s.take_id();

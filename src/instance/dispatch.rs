@@ -7,12 +7,12 @@
 use super::inbox::Interrupted;
 use super::{Approve, EPHEMERAL_GRACE, Foreground, Reply};
 use crate::access::Caller;
-use crate::answer::{ControlStatus, Queue, RunningTurn};
 use crate::registry::{self, Manifest};
 use crate::server::{Event, RpcError, State};
 use crate::spool::{self, Spool};
 use crate::wire::Mode;
 use crate::wire::Outcome;
+use crate::wire::answer::{ControlStatus, Queue, RunningTurn};
 use crate::wire::{self, Call};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;

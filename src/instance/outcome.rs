@@ -6,10 +6,10 @@
 
 use super::{Foreground, str_param};
 use crate::access::{Caller, Role};
-use crate::answer::{Pending, TaskState, TaskStatus};
 use crate::server::RpcError;
 use crate::spool::{ReplyRecord, Whereabouts};
 use crate::wire::Outcome;
+use crate::wire::answer::{Pending, TaskState, TaskStatus};
 use serde_json::{Map, Value, json};
 
 impl Foreground {

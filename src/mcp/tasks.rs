@@ -4,11 +4,11 @@
 //! and its `task.ended` event.
 
 use super::{Adapter, tool_result};
-use crate::answer::{Pending, TaskState, TaskStatus};
 use crate::error::Error;
 use crate::follow::{self, End, Who};
 use crate::sanitize::escape;
 use crate::status::Status;
+use crate::wire::answer::{Pending, TaskState, TaskStatus};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::time::{Duration, Instant};

@@ -5,35 +5,15 @@ use super::{
     MAX_MANIFEST, PROTOCOL, RegistryDir, Wire, default_name, socket_path, valid_id, valid_name,
 };
 use crate::{files, sys};
-use serde::{Deserialize, Serialize};
+
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-const MAX_FIELD: usize = 4096;
+pub use crate::wire::Manifest;
 
-/// One instance's manifest, exactly the fields of docs/protocol.md §7.
-/// Read from a file it is checked field by field (`read_manifest`); read
-/// from an answer, a member it lacks is left empty.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(default)]
-pub struct Manifest {
-    pub protocol: u64,
-    pub instance_id: String,
-    pub pid: u32,
-    pub project: String,
-    pub name: String,
-    pub workspace: String,
-    pub session_id: String,
-    pub profile: String,
-    pub model: String,
-    pub socket: String,
-    pub state: String,
-    pub started_at: u64,
-    pub wire: String,
-    pub baton_version: String,
-}
+const MAX_FIELD: usize = 4096;
 
 /// Reads and validates one manifest file; `Err` names the problem.
 pub fn read_manifest(dir: &RegistryDir, file: &Path) -> std::result::Result<Manifest, String> {

@@ -24,7 +24,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-pub const PROTOCOL: u64 = 1;
+pub use crate::wire::PROTOCOL;
 pub const MAX_MANIFEST: u64 = 16 * 1024;
 /// Valid manifests read per directory: junk does not count.
 pub const MAX_CANDIDATES: usize = 1024;

@@ -14,15 +14,17 @@
 
 mod conn;
 mod deliver;
+mod out;
+mod peer;
 mod request;
 mod slots;
 mod zcoder;
 
-pub use conn::Peer;
 pub use deliver::{
     Accepted, Delivery, NotStored, Receiver, Verdict, admission_verdict, deliver, emit_accepted,
     reason,
 };
+pub use peer::Peer;
 pub use request::SendRequest;
 
 use crate::config::Config;

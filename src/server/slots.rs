@@ -7,7 +7,7 @@
 //! oldest that has not said `initialize` goes first (and it must say it
 //! within `INIT_TIMEOUT` anyway), then the one idle longest.
 
-use super::conn::Writer;
+use super::out::Writer;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -204,7 +204,7 @@ impl Slots {
 
 #[cfg(test)]
 mod tests {
-    use super::super::conn::Out;
+    use super::super::out::Out;
     use super::*;
     use std::io::Read;
     use std::os::unix::net::UnixStream;

@@ -5,8 +5,9 @@
 //! closes.
 
 use super::Shared;
-use super::conn::{Peer, Writer, answer_then_flush, write_line};
 use super::deliver::deliver;
+use super::out::{Writer, answer_then_flush, write_line};
+use super::peer::Peer;
 use super::request::SendRequest;
 use crate::registry;
 use crate::status::Status;

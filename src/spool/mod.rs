@@ -63,25 +63,7 @@ const DIRS: [&str; 6] = [
 pub const RECEIPTS_KEEP: usize = 10_000;
 pub const RECEIPTS_MIN_AGE: u64 = 7 * 24 * 3600;
 
-/// Who sent a task, as the receiver recorded it.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Sender {
-    /// The sender instance id, present only when verified.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub instance_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub workspace: Option<String>,
-    /// The kernel's peer pid for the connection that delivered the task.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub pid: Option<u32>,
-    /// A task that came through `baton bridge` (a remote key): the remote
-    /// end as OpenSSH gave it (`SSH_CONNECTION`'s client address and
-    /// port), or `ssh` where it did not.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub remote: Option<String>,
-}
+pub use crate::wire::{ReplyRecord, Sender, Summary};
 
 /// One task as stored in the spool: the accepted request plus what the
 /// receiver learned.
@@ -123,15 +105,6 @@ pub struct Receipt {
     /// such tasks only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub remote: bool,
-}
-
-/// What a receipt remembers of a task's reply: its text (bounded by
-/// `BATON_MAX_MESSAGE_BYTES`) and the reply task's id, `None` when no
-/// reply was sent (a plain command line cannot receive one).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ReplyRecord {
-    pub message_id: Option<String>,
-    pub body: String,
 }
 
 /// Where a task is, as `task/status` tells it from the spool alone.
@@ -176,16 +149,6 @@ pub enum Admission {
 pub struct Limits {
     pub max_queue: usize,
     pub max_inflight: usize,
-}
-
-/// What `inbox/list` shows of a task without reading its file.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Summary {
-    pub message_id: String,
-    pub sender: Sender,
-    pub accepted_at: u64,
-    pub mode: String,
-    pub bytes: usize,
 }
 
 /// A task handed to the agent by `claim`.

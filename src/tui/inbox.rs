@@ -1,7 +1,7 @@
 //! `/inbox`: the whole inbox of the view's instance, a page at a time.
 
-use crate::answer::InboxPage;
 use crate::client::{self, ListError, PLACES};
+use crate::wire::answer::InboxPage;
 use serde_json::Value;
 
 /// `/inbox`: the whole inbox, read a page at a time through `call` (one

@@ -11,7 +11,6 @@ pub mod work;
 
 pub use inbox::inbox_listing;
 
-use crate::answer::{ControlStatus, Handled, Paused};
 use crate::client::{CallError, Reconnecting, Session};
 use crate::config::{Config, Relay};
 use crate::embedded;
@@ -21,6 +20,7 @@ use crate::registry;
 use crate::sanitize::escape;
 use crate::status::Status;
 use crate::wire::Call;
+use crate::wire::answer::{ControlStatus, Handled, Paused};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
 use std::path::PathBuf;

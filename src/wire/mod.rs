@@ -2,12 +2,15 @@
 //! classification of one incoming object with its id as spelled, answer
 //! lines, and (in `zcoder`) the zcoder frame.
 
+pub mod answer;
 mod id;
 mod names;
+mod records;
 mod zcoder;
 
 pub use id::Id;
 pub use names::{Approve, Decision, EventKind, Mode, Outcome, State, TaskMode};
+pub use records::{Manifest, ReplyRecord, Sender, Summary};
 pub use zcoder::{
     FrameError, ZCODER_MAGIC, parse_flat, read_zcoder_frame, zcoder_frame, zcoder_length,
 };
@@ -17,6 +20,8 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+/// The protocol version: `initialize`'s and a manifest's `protocol`.
+pub const PROTOCOL: u64 = 1;
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;

@@ -5,10 +5,8 @@
 //! instance adds is ignored by an older client; one it leaves out reads
 //! as its default where the protocol allows that.
 
-use crate::registry::Manifest;
-use crate::spool::{ReplyRecord, Sender, Summary};
+use super::{Approve, Manifest, Mode, Outcome, ReplyRecord, Sender, State, Summary};
 use crate::status::Status;
-use crate::wire::{Approve, Mode, Outcome, State};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// A program's name and version, as `initialize` exchanges them.
@@ -50,7 +48,7 @@ impl HelloParams {
         HelloParams {
             bridge: None,
             client: Software::baton(name),
-            protocol_version: crate::registry::PROTOCOL,
+            protocol_version: super::PROTOCOL,
         }
     }
 }

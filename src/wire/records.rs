@@ -1,0 +1,66 @@
+//! The protocol's records, as more than one room reads them: an
+//! instance's manifest (docs/protocol.md §7), a task's sender, a reply a
+//! receipt keeps, a task as `inbox/list` shows it.
+
+use serde::{Deserialize, Serialize};
+
+/// One instance's manifest, exactly the fields of docs/protocol.md §7.
+/// Read from a file it is checked field by field (`read_manifest`); read
+/// from an answer, a member it lacks is left empty.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Manifest {
+    pub protocol: u64,
+    pub instance_id: String,
+    pub pid: u32,
+    pub project: String,
+    pub name: String,
+    pub workspace: String,
+    pub session_id: String,
+    pub profile: String,
+    pub model: String,
+    pub socket: String,
+    pub state: String,
+    pub started_at: u64,
+    pub wire: String,
+    pub baton_version: String,
+}
+
+/// Who sent a task, as the receiver recorded it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Sender {
+    /// The sender instance id, present only when verified.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub instance_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub workspace: Option<String>,
+    /// The kernel's peer pid for the connection that delivered the task.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pid: Option<u32>,
+    /// A task that came through `baton bridge` (a remote key): the remote
+    /// end as OpenSSH gave it (`SSH_CONNECTION`'s client address and
+    /// port), or `ssh` where it did not.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub remote: Option<String>,
+}
+
+/// What a receipt remembers of a task's reply: its text (bounded by
+/// `BATON_MAX_MESSAGE_BYTES`) and the reply task's id, `None` when no
+/// reply was sent (a plain command line cannot receive one).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReplyRecord {
+    pub message_id: Option<String>,
+    pub body: String,
+}
+
+/// What `inbox/list` shows of a task without reading its file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Summary {
+    pub message_id: String,
+    pub sender: Sender,
+    pub accepted_at: u64,
+    pub mode: String,
+    pub bytes: usize,
+}
