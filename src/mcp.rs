@@ -14,6 +14,7 @@ use crate::sanitize::escape;
 use crate::status::{ReplyStatus, Status};
 use crate::wire;
 use crate::wire::Call;
+use crate::wire::answer::{Claimed, Handled, ReplySent, SendResult};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::io::{Read, Write};
@@ -514,6 +515,19 @@ impl Adapter {
         })
     }
 
+    /// A call whose answer is wanted twice: as the instance gave it (the
+    /// tool's structured content) and read as `R`.
+    fn call_typed<R: serde::de::DeserializeOwned>(
+        &mut self,
+        method: impl Into<crate::wire::Method>,
+        params: impl serde::Serialize,
+    ) -> std::result::Result<(Value, R), String> {
+        let v: Value = self.call(method, params)?;
+        let r = serde_json::from_value(v.clone())
+            .map_err(|e| format!("the instance answered what baton cannot read: {e}"))?;
+        Ok((v, r))
+    }
+
     fn list_agents(&mut self) -> Value {
         let dir = match registry::ensure_dir(&self.config) {
             Ok(d) => d,
@@ -568,39 +582,36 @@ impl Adapter {
         if let Some((_, token)) = self.open.last() {
             params["turn"] = json!(token);
         }
-        let r = match self.call::<Value>(Call::RelaySend, params) {
+        let (r, sent) = match self.call_typed::<SendResult>(Call::RelaySend, params) {
             Ok(r) => r,
             Err(e) => return tool_result(e, true, None),
         };
-        let spelled = r["status"].as_str().unwrap_or("");
-        let status = spelled.parse::<Status>().ok();
-        let id = r["message_id"].as_str().unwrap_or("");
-        let who = match (
-            r["target"]["name"].as_str(),
-            r["target"]["instance_id"].as_str(),
-        ) {
+        let id = &sent.message_id;
+        let target_of = sent.target.unwrap_or_default();
+        let who = match (target_of.name, target_of.instance_id) {
             (Some(n), Some(i)) => format!("{n} ({i})"),
             _ => escape(target).into_owned(),
         };
-        let text = match status {
-            Some(Status::Accepted) => format!(
-                "accepted: task {id} is queued at position {} on {who}. Acceptance is not completion: the other agent has not done anything yet.",
-                r["queue_position"]
+        let position = sent
+            .queue_position
+            .map_or_else(|| "null".to_string(), |n| n.to_string());
+        let text = match sent.status {
+            Status::Accepted => format!(
+                "accepted: task {id} is queued at position {position} on {who}. Acceptance is not completion: the other agent has not done anything yet."
             ),
-            Some(Status::Duplicate) => {
+            Status::Duplicate => {
                 format!("duplicate: {who} had already accepted task {id}.")
             }
             // Offline delivery: the task is in the named agent's spool.
-            Some(Status::Stored) => format!(
-                "stored: {who} is not running; task {id} waits in its spool at position {} and runs when it starts. Acceptance is not completion.",
-                r["queue_position"]
+            Status::Stored => format!(
+                "stored: {who} is not running; task {id} waits in its spool at position {position} and runs when it starts. Acceptance is not completion."
             ),
-            _ => format!(
-                "not delivered: {spelled}: {}",
-                r["reason"].as_str().unwrap_or("")
+            status => format!(
+                "not delivered: {status}: {}",
+                sent.reason.as_deref().unwrap_or("")
             ),
         };
-        let delivered = status.is_some_and(Status::delivered);
+        let delivered = sent.status.delivered();
         if !delivered {
             return tool_result(text, true, Some(r));
         }
@@ -612,50 +623,44 @@ impl Adapter {
     }
 
     fn check_inbox(&mut self) -> Value {
-        let r = match self.call::<Value>(Call::InboxClaim, json!({})) {
+        let (r, c) = match self.call_typed::<Claimed>(Call::InboxClaim, json!({})) {
             Ok(r) => r,
             Err(e) => return tool_result(e, true, None),
         };
-        match r["status"].as_str().unwrap_or("") {
-            "claimed" => {
-                let t = &r["task"];
-                let id = t["message_id"].as_str().unwrap_or("").to_string();
-                let token = t["turn"].as_str().unwrap_or("").to_string();
-                self.open.push((id.clone(), token));
+        let reason = c.reason.as_deref().unwrap_or("");
+        match (c.status.as_str(), c.task) {
+            ("claimed", Some(t)) => {
+                self.open.push((t.message_id.clone(), t.turn));
                 let text = format!(
-                    "{}\nWhen you are done, call complete_task with message_id \"{id}\"{}.",
+                    "{}\nWhen you are done, call complete_task with message_id \"{}\"{}.",
                     // The instance writes the envelope for an MCP agent:
                     // its reply instruction names complete_task.
-                    t["envelope"].as_str().unwrap_or(""),
-                    if t["sender"].get("instance_id").is_some_and(Value::is_string) {
+                    t.envelope,
+                    t.message_id,
+                    if t.sender.instance_id.is_some() {
                         " and, if the sender should hear back, a short reply"
                     } else {
                         " (this sender cannot be replied to)"
                     }
                 );
                 let structured = json!({
-                    "message_id": id,
-                    "sender": t["sender"],
-                    "in_reply_to": t["in_reply_to"],
-                    "envelope": t["envelope"],
+                    "message_id": t.message_id,
+                    "sender": t.sender,
+                    "in_reply_to": t.in_reply_to,
+                    "envelope": t.envelope,
                 });
                 tool_result(text, false, Some(structured))
             }
-            "empty" => tool_result(
+            ("empty", _) => tool_result(
                 "The inbox is empty.".into(),
                 false,
                 Some(json!({"status": "empty"})),
             ),
-            "awaiting_approval" => {
-                let id = r["message_id"].as_str().unwrap_or("");
-                let reason = r["reason"].as_str().unwrap_or("");
-                tool_result(self.awaiting_text(id, reason), false, Some(r.clone()))
+            ("awaiting_approval", _) => {
+                let id = c.message_id.as_deref().unwrap_or("");
+                tool_result(self.awaiting_text(id, reason), false, Some(r))
             }
-            status => tool_result(
-                format!("{status}: {}", r["reason"].as_str().unwrap_or("")),
-                false,
-                Some(r.clone()),
-            ),
+            (status, _) => tool_result(format!("{status}: {reason}"), false, Some(r)),
         }
     }
 
@@ -679,41 +684,41 @@ impl Adapter {
                 );
             }
         }
-        let r = match self.call::<Value>(Call::InboxComplete, params) {
+        let (r, h) = match self.call_typed::<Handled>(Call::InboxComplete, params) {
             Ok(r) => r,
             Err(e) => return tool_result(e, true, None),
         };
-        if r["status"] != "completed" {
+        if h.status != "completed" {
             // `invalid` (the outcome is always valid here) means the
             // instance has no such open task, as when it was completed
             // another way (`baton inbox complete`): stop sending its turn.
-            if r["status"] == "invalid" {
+            if h.status == "invalid" {
                 self.open.retain(|(o, _)| o != id);
             }
             return tool_result(
                 format!(
                     "not completed: {}: {}",
-                    r["status"].as_str().unwrap_or(""),
-                    r["reason"].as_str().unwrap_or("")
+                    h.status,
+                    h.reason.as_deref().unwrap_or("")
                 ),
                 true,
                 Some(r),
             );
         }
         self.open.retain(|(o, _)| o != id);
-        let (text, failed) = reply_text(id, &r["reply"]);
-        tool_result(text, failed, Some(r.clone()))
+        let (text, failed) = reply_text(id, h.reply.as_ref());
+        tool_result(text, failed, Some(r))
     }
 }
 
 /// What `complete_task` says of its reply, and whether that is an error:
 /// where the reply went, by its final delivery status.
-fn reply_text(id: &str, reply: &Value) -> (String, bool) {
-    let Some(status) = reply["status"].as_str() else {
+fn reply_text(id: &str, reply: Option<&ReplySent>) -> (String, bool) {
+    let Some(reply) = reply else {
         return (format!("completed {id}."), false);
     };
-    let rid = reply["message_id"].as_str().unwrap_or("");
-    let reason = reply["reason"].as_str().unwrap_or("");
+    let (status, rid) = (reply.status.as_str(), reply.message_id.as_str());
+    let reason = reply.reason.as_deref().unwrap_or("");
     match status.parse::<ReplyStatus>().ok() {
         Some(ReplyStatus::Ended(Status::Accepted | Status::Duplicate)) => (
             format!("completed {id}; the reply ({rid}) is in the sender's queue."),

@@ -6,70 +6,67 @@
 
 use super::view::{Open, Role, View};
 use crate::status::ReplyStatus;
-use crate::wire;
+use crate::wire::answer::{Claimed, ClaimedTask, Handled, Queue};
+use crate::wire::{self, Mode};
 use serde_json::{Value, json};
 
 /// One call to the view's instance: method, params, result or the error
 /// as text.
 pub type Call<'a> = &'a mut dyn FnMut(wire::Call, Value) -> Result<Value, String>;
 
-fn text(v: &Value, k: &str) -> String {
-    v.get(k).and_then(Value::as_str).unwrap_or("").to_string()
+/// An answer read as `R`; Err with the text when it cannot be.
+fn read<R: serde::de::DeserializeOwned>(r: Result<Value, String>) -> Result<R, String> {
+    serde_json::from_value(r?)
+        .map_err(|e| format!("the instance answered what baton cannot read: {e}"))
 }
 
 /// `/claim`: the next task, shown with its sender and body, and how to
 /// answer it.
 pub fn claim(view: &mut View, call: Call) {
-    let r = match call(wire::Call::InboxClaim, json!({})) {
+    let r: Claimed = match read(call(wire::Call::InboxClaim, json!({}))) {
         Ok(r) => r,
         Err(e) => return view.push(Role::Refusal, e),
     };
-    for rej in r["rejected"].as_array().into_iter().flatten() {
+    for rej in &r.rejected {
         view.push(
             Role::Refusal,
             format!(
                 "a bad task file went to rejected/: {}: {}",
-                text(rej, "message_id"),
-                text(rej, "reason")
+                rej.message_id, rej.reason
             ),
         );
     }
-    let (status, reason) = (text(&r, "status"), text(&r, "reason"));
-    match status.as_str() {
-        "claimed" => claimed(view, &r["task"]),
-        "empty" => view.push(Role::System, "the inbox is empty: nothing to claim"),
-        "awaiting_approval" => view.push(
+    let reason = r.reason.unwrap_or_default();
+    match (r.status.as_str(), r.task) {
+        ("claimed", Some(t)) => claimed(view, t),
+        ("empty", _) => view.push(Role::System, "the inbox is empty: nothing to claim"),
+        ("awaiting_approval", _) => view.push(
             Role::System,
-            format!("{reason}: y or n, or /approve {}", text(&r, "message_id")),
+            format!(
+                "{reason}: y or n, or /approve {}",
+                r.message_id.unwrap_or_default()
+            ),
         ),
-        "busy" => view.push(
+        ("busy", _) => view.push(
             Role::Refusal,
             format!("{reason} (/complete, or /reply TEXT)"),
         ),
-        _ => view.push(Role::Refusal, format!("cannot claim: {status}: {reason}")),
+        (status, _) => view.push(Role::Refusal, format!("cannot claim: {status}: {reason}")),
     }
 }
 
-fn claimed(view: &mut View, t: &Value) {
-    let id = text(t, "message_id");
-    let sender = &t["sender"];
-    let from = sender
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or("(cli)")
-        .to_string();
-    let ws = text(sender, "workspace");
-    let body = text(t, "body");
-    let replyable = sender.get("instance_id").is_some_and(Value::is_string);
-    let mut head = format!("claimed task {id} from {from}");
-    if !ws.is_empty() {
+fn claimed(view: &mut View, t: ClaimedTask) {
+    let from = t.sender.name.unwrap_or_else(|| "(cli)".into());
+    let replyable = t.sender.instance_id.is_some();
+    let mut head = format!("claimed task {} from {from}", t.message_id);
+    if let Some(ws) = t.sender.workspace.filter(|w| !w.is_empty()) {
         head.push_str(&format!(" ({ws})"));
     }
-    head.push_str(&format!(", {} bytes", body.len()));
-    if let Some(f) = t.get("follow_up_of").and_then(Value::as_str) {
+    head.push_str(&format!(", {} bytes", t.body.len()));
+    if let Some(f) = t.follow_up_of {
         head.push_str(&format!(", a follow-up of {f}"));
     }
-    view.push(Role::Relay, format!("{head}:\n{body}"));
+    view.push(Role::Relay, format!("{head}:\n{}", t.body));
     view.push(
         Role::System,
         if replyable {
@@ -78,9 +75,9 @@ fn claimed(view: &mut View, t: &Value) {
             format!("{from} cannot be replied to (no instance); /complete [--failed] completes it")
         },
     );
-    view.open.retain(|o| o.id != id);
+    view.open.retain(|o| o.id != t.message_id);
     view.open.push(Open {
-        id,
+        id: t.message_id,
         from,
         replyable: Some(replyable),
     });
@@ -112,11 +109,9 @@ pub fn complete(rest: &str, view: &mut View, call: Call) {
         );
     };
     let outcome = if failed { "failed" } else { "done" };
-    match call(
-        wire::Call::InboxComplete,
-        json!({"message_id": id, "outcome": outcome}),
-    ) {
-        Ok(r) if r["status"] == "completed" => {
+    let params = json!({"message_id": id, "outcome": outcome});
+    match read::<Handled>(call(wire::Call::InboxComplete, params)) {
+        Ok(r) if r.status == "completed" => {
             view.open.retain(|o| o.id != id);
             view.push(Role::System, format!("completed {id} ({outcome})"));
         }
@@ -124,8 +119,8 @@ pub fn complete(rest: &str, view: &mut View, call: Call) {
             Role::Refusal,
             format!(
                 "cannot complete {id}: {}: {}",
-                text(&r, "status"),
-                text(&r, "reason")
+                r.status,
+                r.reason.unwrap_or_default()
             ),
         ),
         Err(e) => view.push(Role::Refusal, e),
@@ -153,35 +148,38 @@ pub fn reply_params(rest: &str, view: &View) -> Result<Value, String> {
 /// What an `inbox/complete` with a reply came to, as transcript lines.
 /// A delivered reply is also shown by its `relay.sent` event.
 pub fn reply_outcome(id: &str, r: Result<Value, String>) -> Vec<(Role, String)> {
-    let r = match r {
+    let r: Handled = match read(r) {
         Ok(r) => r,
         Err(e) => return vec![(Role::Refusal, format!("not completed {id}: {e}"))],
     };
-    if r["status"] != "completed" {
+    if r.status != "completed" {
         return vec![(
             Role::Refusal,
             format!(
                 "cannot complete {id}: {}: {}",
-                text(&r, "status"),
-                text(&r, "reason")
+                r.status,
+                r.reason.unwrap_or_default()
             ),
         )];
     }
     let mut out = vec![(Role::System, format!("completed {id} (done)"))];
-    let reply = &r["reply"];
-    let st = text(reply, "status");
-    match st.parse::<ReplyStatus>() {
+    let reply = r.reply.unwrap_or_default();
+    match reply.status.parse::<ReplyStatus>() {
         Ok(ReplyStatus::Sending) => out.push((
             Role::System,
             format!(
                 "reply {} is on its way; its outcome follows",
-                text(reply, "message_id")
+                reply.message_id
             ),
         )),
         Ok(ReplyStatus::Ended(s)) if s.delivered() => {}
         _ => out.push((
             Role::Refusal,
-            format!("reply not sent: {st}: {}", text(reply, "reason")),
+            format!(
+                "reply not sent: {}: {}",
+                reply.status,
+                reply.reason.unwrap_or_default()
+            ),
         )),
     }
     out
@@ -196,13 +194,19 @@ pub fn quit(view: &mut View, status: Option<&Value>, embedded: bool) -> bool {
     if view.quit_armed {
         return true;
     }
-    let Some(st) = status else {
+    /// What of `control/status` tells whether tasks wait.
+    #[derive(serde::Deserialize)]
+    struct Waiting {
+        mode: Option<Mode>,
+        #[serde(default)]
+        queue: Queue,
+    }
+    let Some(st) = status.and_then(|s| serde_json::from_value::<Waiting>(s.clone()).ok()) else {
         return true;
     };
-    let queued = st["queue"]["queued"].as_u64().unwrap_or(0);
-    let open = st["queue"]["processing"].as_u64().unwrap_or(0);
+    let (queued, open) = (st.queue.queued, st.queue.processing);
     let n = queued + open;
-    if n == 0 || (!embedded && st["mode"] != "pull") {
+    if n == 0 || (!embedded && st.mode != Some(Mode::Pull)) {
         return true;
     }
     let after = if embedded {

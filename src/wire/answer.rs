@@ -91,9 +91,9 @@ pub struct RunningTurn {
 }
 
 /// The queue as `control/status` counts it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Queue {
-    #[serde(default)]
     pub interrupted: usize,
     pub max: usize,
     pub processing: usize,
@@ -251,8 +251,10 @@ pub struct InboxPage {
     pub reason: Option<String>,
 }
 
-/// A task as `inbox/claim` hands it over.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// A task as `inbox/claim` hands it over (a member an older instance
+/// leaves out reads empty).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ClaimedTask {
     pub accepted_at: u64,
     pub body: String,
@@ -300,7 +302,7 @@ pub struct Subscribed {
 
 /// Where the reply of `inbox/complete` went: its send's status as the
 /// sender side knows it (`sending` while it goes on).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ReplySent {
     #[serde(default)]
     pub message_id: String,
