@@ -26,6 +26,8 @@ mod net;
 mod sshd;
 #[path = "bench/world.rs"]
 mod world;
+// The tests' harness, for its waits.
+mod util;
 
 use net::{Floor, LineClient, Store, check_accepted, send_line, subscribe_line};
 use serde_json::Value;
@@ -36,6 +38,7 @@ use std::process::{Command, Stdio};
 use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
+use util::{POLL, poll};
 use world::{Instance, World, run_timed};
 
 /// Counts for one run.
@@ -380,12 +383,11 @@ impl FloorProcess {
             path: path.to_path_buf(),
             child,
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::os::unix::net::UnixStream::connect(path).is_err() {
-            if Instant::now() > deadline {
-                return Err("the floor server did not listen within 10 s".into());
-            }
-            thread::sleep(Duration::from_millis(10));
+        let listening = poll(Duration::from_secs(10), POLL, || {
+            std::os::unix::net::UnixStream::connect(path).ok()
+        });
+        if listening.is_none() {
+            return Err("the floor server did not listen within 10 s".into());
         }
         Ok(p)
     }
@@ -1061,28 +1063,31 @@ fn row_wait(sc: &Scale) -> Result<Vec<Row>, String> {
     // Subscribed: it says the task was accepted and that it waits (after
     // the delivery), and the instance has the subscribed connection's two
     // threads (its reader and its event forwarder).
-    let deadline = Instant::now() + SUBSCRIBE_TIMEOUT;
-    loop {
+    let subscribed = poll(SUBSCRIBE_TIMEOUT, POLL, || {
         let text = said();
         let waiting =
             text.contains("accepted: message idle-wait") && text.contains("waiting for it to end");
-        if waiting && status_field(inst.pid, "Threads:")? >= bare_threads + 2 {
-            break;
+        if waiting {
+            match status_field(inst.pid, "Threads:") {
+                Ok(n) if n >= bare_threads + 2 => return Some(Ok(())),
+                Ok(_) => {}
+                Err(e) => return Some(Err(e)),
+            }
         }
         if !w.running(waiter) {
-            return Err(format!(
+            return Some(Err(format!(
                 "baton send --wait exited before waiting: {}",
                 said().trim()
-            ));
+            )));
         }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "baton send --wait did not subscribe within {SUBSCRIBE_TIMEOUT:?}: {}",
-                said().trim()
-            ));
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
+        None
+    });
+    subscribed.unwrap_or_else(|| {
+        Err(format!(
+            "baton send --wait did not subscribe within {SUBSCRIBE_TIMEOUT:?}: {}",
+            said().trim()
+        ))
+    })?;
     // Settle: the one-shot delivery connection's thread ends, the status
     // answer is read.
     thread::sleep(Duration::from_millis(500));
