@@ -22,11 +22,9 @@ mod channel;
 mod inbox_wait;
 #[path = "bench/net.rs"]
 mod net;
-#[path = "bench/sshd.rs"]
-mod sshd;
 #[path = "bench/world.rs"]
 mod world;
-// The tests' harness, for its waits.
+// The tests' harness, for its waits and its private sshd.
 mod util;
 
 use net::{Floor, LineClient, Store, check_accepted, send_line, subscribe_line};
@@ -38,6 +36,7 @@ use std::process::{Command, Stdio};
 use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
+use util::sshd::{self, Masters, Sshd};
 use util::{POLL, poll};
 use world::{Instance, World, run_timed};
 
@@ -1337,12 +1336,9 @@ fn row_ssh(sc: &Scale) -> Result<Vec<Row>, String> {
     remote.start(&["far".into()], &["--ephemeral-spool"])?;
     let bin = world::baton_bin();
     let local = World::new(false, &[("BATON_REMOTE", &bin.display().to_string())])?;
-    let keys = world::Dir::new(&world::tmpfs_base(), "s").map_err(|e| format!("temp dir: {e}"))?;
-    let server = sshd::Sshd::start(&keys)?;
-    let master = sshd::Master {
-        registry: local.reg.clone(),
-    };
-    let via = server.via(&remote.reg, &remote.state);
+    let server = Sshd::start(None, None)?;
+    let master = Masters(local.reg.clone());
+    let via = server.via("user_key", Some((&remote.reg, &remote.state)));
     let timeout = Duration::from_secs(30);
     let send = |id: &str, extra: &[&str]| -> Result<Duration, String> {
         let mut cmd = local.cmd();
@@ -1371,7 +1367,7 @@ fn row_ssh(sc: &Scale) -> Result<Vec<Row>, String> {
     for round in 0..sc.ssh_rounds {
         master.stop();
         first.push(send(&format!("r{round}-1"), &[])?);
-        let Some(socket) = master.socket() else {
+        let Some(socket) = master.sockets().into_iter().next() else {
             return Err("the first send left no ssh master in the registry".into());
         };
         second.push(send(&format!("r{round}-2"), &[])?);

@@ -1,6 +1,6 @@
 //! Shared harness for baton's integration tests, every target
 //! (`tests/tests.rs`, `tests/reliability.rs`, and `tests/bench.rs` for its
-//! waits).
+//! waits and its private sshd).
 //!
 //! Every test gets a private world (`Env`): its own registry, state and home
 //! directories under a fresh temporary directory, and a scrubbed environment
@@ -9,10 +9,10 @@
 //! processes and waits for any process to end (`process`), a raw line
 //! client for speaking JSON-RPC to a socket directly (`client`), and
 //! readers of what an instance records (its transcript, its manifests).
-//! `reliability` holds what only the crash, fault and load tests need.
-//! Everything that waits has a deadline, so a hung baton fails the test
-//! with a message instead of hanging CI; every wait that polls is `poll`,
-//! or `wait_for` and `wait_until` on it.
+//! `reliability` holds what only the crash, fault and load tests need,
+//! `sshd` a private OpenSSH server. Everything that waits has a deadline,
+//! so a hung baton fails the test with a message instead of hanging CI;
+//! every wait that polls is `poll`, or `wait_for` and `wait_until` on it.
 //!
 //! Not every test binary uses every helper, hence the `dead_code` allowances.
 
@@ -20,6 +20,8 @@ mod client;
 mod process;
 #[allow(dead_code)]
 pub mod reliability;
+#[allow(dead_code)]
+pub mod sshd;
 
 pub use client::RawClient;
 #[allow(unused_imports)]
