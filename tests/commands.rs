@@ -4,7 +4,9 @@
 //! claimed task, `stop` and `forget`. (Completions: tests/docs.rs; the
 //! demo: tests/lifecycle.rs.)
 
-use crate::util::{Env, Output, baton_bin, fake_manifest, finish, have, wait_for, wait_until};
+use crate::util::{
+    Env, Output, PANE_POLL, baton_bin, fake_manifest, finish, have, poll, wait_until,
+};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -370,9 +372,17 @@ impl<'a> Pane<'a> {
     }
 
     fn wait_for(&self, text: &str) -> String {
-        wait_for(&format!("{text:?} on the terminal"), T, || {
-            Some(self.screen()).filter(|screen| screen.contains(text))
-        })
+        let mut screen = String::new();
+        let shown = poll(T, PANE_POLL, || {
+            screen = self.screen();
+            screen.contains(text).then_some(())
+        });
+        if shown.is_none() {
+            panic!(
+                "timed out after {T:?} waiting for {text:?} on the terminal; the pane:\n{screen}"
+            );
+        }
+        screen
     }
 
     fn keys(&self, keys: &[&str]) {

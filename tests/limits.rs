@@ -693,7 +693,7 @@ fn a_client_refused_for_the_cap_is_told_so() {
     // The stuck one leaves: the others get through again.
     drop(stuck);
     let mut refused = String::new();
-    let through = poll(Duration::from_secs(10), POLL, || {
+    let through = poll(Duration::from_secs(10), Duration::from_millis(50), || {
         let out = env.run(&["send", "capped", "hello"]);
         refused = out.stderr;
         (out.status == 0).then_some(())

@@ -13,8 +13,7 @@ mod channel;
 mod permission;
 
 use crate::util::{
-    Env, POLL, exited, exited_or_killed, manifests, pid_alive, poll, wait_for, wait_gone,
-    wait_until,
+    Env, POLL, exited, exited_or_killed, manifests, pid_exists, poll, wait_for, wait_until,
 };
 use serde_json::{Value, json};
 use std::ffi::OsString;
@@ -75,7 +74,6 @@ fn is_jsonrpc(v: &Value) -> bool {
     }
 }
 
-/// Whether a process with this pid exists (a zombie counts).
 /// The pids whose parent is `pid`.
 fn children_of(pid: u32) -> Vec<u32> {
     let mut found = Vec::new();
@@ -921,7 +919,7 @@ fn stops_cleanly(stop: impl FnOnce(&mut Mcp)) {
     let status = m.wait_exit();
     assert_eq!(status.code(), Some(0), "stderr:\n{}", m.stderr());
     wait_until("the pid of baton mcp to be gone", EXIT_TIMEOUT, || {
-        !pid_alive(pid)
+        !pid_exists(pid)
     });
     assert!(!path.exists(), "manifest {} left behind", path.display());
     assert_eq!(manifests_of(&env.registry, pid), Vec::<PathBuf>::new());
@@ -982,7 +980,7 @@ fn python_with_mcp() -> Option<(PathBuf, Vec<(String, String)>)> {
 /// A pid of a `baton mcp` the Python session started, read from a
 /// listing, once it is gone; panics (after killing it) if it lingers.
 pub(crate) fn gone_after_session(pid: u32, what: &str) {
-    if wait_gone(pid, EXIT_TIMEOUT) {
+    if poll(EXIT_TIMEOUT, POLL, || (!pid_exists(pid)).then_some(())).is_some() {
         return;
     }
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();

@@ -8,8 +8,8 @@
 //! `baton attach` answering an approval with `y`.
 
 use crate::util::{
-    Env, POLL, Served, baton_bin, finish, have, manifests, pid_alive, poll, wait_for, wait_gone,
-    wait_until,
+    Env, PANE_POLL, POLL, Served, baton_bin, finish, have, manifests, pid_alive, poll, wait_for,
+    wait_gone, wait_until,
 };
 use baton::tui::term::{Memory, Style, Terminal};
 use baton::tui::view::{Editor, Role, View};
@@ -728,11 +728,12 @@ impl<'a> Tmux<'a> {
         self.run(&["send-keys", "-t", &format!("t:{window}"), key]);
     }
 
-    /// Polls the pane until `ok` holds for its screen (15 s bound) and
+    /// Polls the pane (every `PANE_POLL`) until `ok` holds for its screen
+    /// (15 s bound) and
     /// returns that screen; on timeout, fails showing it.
     pub(crate) fn wait(&self, window: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
         let mut screen = String::new();
-        let shown = poll(WAIT, POLL, || {
+        let shown = poll(WAIT, PANE_POLL, || {
             screen = self.screen(window);
             ok(&screen).then_some(())
         });

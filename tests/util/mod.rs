@@ -26,7 +26,8 @@ pub mod sshd;
 pub use client::RawClient;
 #[allow(unused_imports)]
 pub use process::{
-    Proc, Serve, Served, exited, exited_or_killed, finish, pid_alive, published, wait_gone,
+    Proc, Serve, Served, exited, exited_or_killed, finish, pid_alive, pid_exists, published,
+    wait_gone,
 };
 
 use std::fs::{self, File, OpenOptions};
@@ -48,6 +49,11 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(20);
 const MANIFEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the waits here look again.
 pub const POLL: Duration = Duration::from_millis(10);
+/// How often a wait on a tmux pane looks again: each look is a
+/// `capture-pane`, a process of its own, too many for a busy machine at
+/// `POLL`.
+#[allow(dead_code)]
+pub const PANE_POLL: Duration = Duration::from_millis(50);
 
 /// A directory removed, with everything in it, when dropped.
 #[allow(dead_code)]

@@ -3,7 +3,7 @@
 //! and `Served`, a `baton serve` together with what its manifest says.
 //! Also the bounded waits for any process to end: a child of ours
 //! (`exited`, `exited_or_killed`, `finish`) or any pid (`pid_alive`,
-//! `wait_gone`).
+//! `wait_gone`), or for its pid to be free (`pid_exists`).
 
 use std::fs;
 use std::io;
@@ -440,6 +440,14 @@ pub fn pid_alive(pid: u32) -> bool {
         .ok()
         .and_then(|s| Some(s[s.rfind(')')? + 1..].trim_start().starts_with(['Z', 'X'])))
         .is_some_and(|exited| !exited)
+}
+
+/// Whether any process has `pid`, one that has exited but is not yet
+/// reaped (a zombie) included: stricter than `pid_alive`, for a test that
+/// its process is gone altogether.
+#[allow(dead_code)]
+pub fn pid_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Waits up to `timeout` for the process `pid`, a child of ours or not,
