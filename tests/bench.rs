@@ -22,10 +22,10 @@ mod channel;
 mod inbox_wait;
 #[path = "bench/net.rs"]
 mod net;
-#[path = "bench/sshd.rs"]
-mod sshd;
 #[path = "bench/world.rs"]
 mod world;
+// The tests' harness, for its waits and its private sshd.
+mod util;
 
 use net::{Floor, LineClient, Store, check_accepted, send_line, subscribe_line};
 use serde_json::Value;
@@ -36,6 +36,8 @@ use std::process::{Command, Stdio};
 use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
+use util::sshd::{self, Masters, Sshd};
+use util::{POLL, poll};
 use world::{Instance, World, run_timed};
 
 /// Counts for one run.
@@ -380,12 +382,11 @@ impl FloorProcess {
             path: path.to_path_buf(),
             child,
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::os::unix::net::UnixStream::connect(path).is_err() {
-            if Instant::now() > deadline {
-                return Err("the floor server did not listen within 10 s".into());
-            }
-            thread::sleep(Duration::from_millis(10));
+        let listening = poll(Duration::from_secs(10), POLL, || {
+            std::os::unix::net::UnixStream::connect(path).ok()
+        });
+        if listening.is_none() {
+            return Err("the floor server did not listen within 10 s".into());
         }
         Ok(p)
     }
@@ -1061,28 +1062,31 @@ fn row_wait(sc: &Scale) -> Result<Vec<Row>, String> {
     // Subscribed: it says the task was accepted and that it waits (after
     // the delivery), and the instance has the subscribed connection's two
     // threads (its reader and its event forwarder).
-    let deadline = Instant::now() + SUBSCRIBE_TIMEOUT;
-    loop {
+    let subscribed = poll(SUBSCRIBE_TIMEOUT, POLL, || {
         let text = said();
         let waiting =
             text.contains("accepted: message idle-wait") && text.contains("waiting for it to end");
-        if waiting && status_field(inst.pid, "Threads:")? >= bare_threads + 2 {
-            break;
+        if waiting {
+            match status_field(inst.pid, "Threads:") {
+                Ok(n) if n >= bare_threads + 2 => return Some(Ok(())),
+                Ok(_) => {}
+                Err(e) => return Some(Err(e)),
+            }
         }
         if !w.running(waiter) {
-            return Err(format!(
+            return Some(Err(format!(
                 "baton send --wait exited before waiting: {}",
                 said().trim()
-            ));
+            )));
         }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "baton send --wait did not subscribe within {SUBSCRIBE_TIMEOUT:?}: {}",
-                said().trim()
-            ));
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
+        None
+    });
+    subscribed.unwrap_or_else(|| {
+        Err(format!(
+            "baton send --wait did not subscribe within {SUBSCRIBE_TIMEOUT:?}: {}",
+            said().trim()
+        ))
+    })?;
     // Settle: the one-shot delivery connection's thread ends, the status
     // answer is read.
     thread::sleep(Duration::from_millis(500));
@@ -1332,12 +1336,9 @@ fn row_ssh(sc: &Scale) -> Result<Vec<Row>, String> {
     remote.start(&["far".into()], &["--ephemeral-spool"])?;
     let bin = world::baton_bin();
     let local = World::new(false, &[("BATON_REMOTE", &bin.display().to_string())])?;
-    let keys = world::Dir::new(&world::tmpfs_base(), "s").map_err(|e| format!("temp dir: {e}"))?;
-    let server = sshd::Sshd::start(&keys)?;
-    let master = sshd::Master {
-        registry: local.reg.clone(),
-    };
-    let via = server.via(&remote.reg, &remote.state);
+    let server = Sshd::start(None, None)?;
+    let master = Masters(local.reg.clone());
+    let via = server.via("user_key", Some((&remote.reg, &remote.state)));
     let timeout = Duration::from_secs(30);
     let send = |id: &str, extra: &[&str]| -> Result<Duration, String> {
         let mut cmd = local.cmd();
@@ -1366,7 +1367,7 @@ fn row_ssh(sc: &Scale) -> Result<Vec<Row>, String> {
     for round in 0..sc.ssh_rounds {
         master.stop();
         first.push(send(&format!("r{round}-1"), &[])?);
-        let Some(socket) = master.socket() else {
+        let Some(socket) = master.sockets().into_iter().next() else {
             return Err("the first send left no ssh master in the registry".into());
         };
         second.push(send(&format!("r{round}-2"), &[])?);

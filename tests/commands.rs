@@ -4,13 +4,14 @@
 //! claimed task, `stop` and `forget`. (Completions: tests/docs.rs; the
 //! demo: tests/lifecycle.rs.)
 
-use crate::util::{Env, Output, baton_bin, fake_manifest, have, wait_until};
+use crate::util::{
+    Env, Output, PANE_POLL, baton_bin, fake_manifest, finish, have, poll, wait_until,
+};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Bound for anything that should take well under a second.
 const T: Duration = Duration::from_secs(10);
@@ -348,7 +349,7 @@ impl<'a> Pane<'a> {
 
     /// Runs one tmux command (10 s bound); returns its stdout.
     fn tmux(&self, args: &[&str]) -> String {
-        let mut child: Child = Command::new("tmux")
+        let child = Command::new("tmux")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.env.root.join("home"))
@@ -361,16 +362,7 @@ impl<'a> Pane<'a> {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + T;
-        while matches!(child.try_wait(), Ok(None)) {
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("tmux {args:?} still running after {T:?}; killed");
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        let out = child.wait_with_output().unwrap();
+        let out = finish(child, &format!("tmux {args:?}"), T);
         assert!(out.status.success(), "tmux {args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -381,10 +373,15 @@ impl<'a> Pane<'a> {
 
     fn wait_for(&self, text: &str) -> String {
         let mut screen = String::new();
-        wait_until(&format!("{text:?} on the terminal"), T, || {
+        let shown = poll(T, PANE_POLL, || {
             screen = self.screen();
-            screen.contains(text)
+            screen.contains(text).then_some(())
         });
+        if shown.is_none() {
+            panic!(
+                "timed out after {T:?} waiting for {text:?} on the terminal; the pane:\n{screen}"
+            );
+        }
         screen
     }
 

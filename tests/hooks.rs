@@ -4,7 +4,7 @@
 //! `Stop` hook gets the JSON a `Stop` hook gets on stdin; the agent loop
 //! serves a real instance with a stand-in agent.
 
-use crate::util::{Env, Served, baton_bin, exit_code, wait_until};
+use crate::util::{Env, Served, baton_bin, exit_code, finish, wait_for};
 use serde_json::{Value, json};
 use std::fs;
 use std::io::Write;
@@ -12,7 +12,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// The bound on every wait in this file.
@@ -78,16 +78,7 @@ fn stop_hook(env: &Env, cwd: &Path, args: &[&str], vars: &[(&str, &str)], input:
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(input.to_string().as_bytes()).unwrap();
     drop(stdin);
-    let deadline = Instant::now() + T;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the stop hook ran longer than {T:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = finish(child, "the stop hook", T);
     Ran {
         status: exit_code(out.status),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -209,15 +200,14 @@ const AGENT: &str = r#"r=$(sed -n 's/^please //p'); [ "$r" != fail ] && echo "di
 
 /// `task/status` of `id` once it has ended.
 fn ended(inst: &Served, id: &str) -> Value {
-    let mut last = Value::Null;
-    wait_until(&format!("task {id} to end"), T, || {
+    wait_for(&format!("task {id} to end"), T, || {
         let r = inst
             .client()
             .call(5, "task/status", json!({"message_id": id}));
-        last = r["result"].clone();
-        !matches!(last["status"].as_str(), Some("queued" | "running"))
-    });
-    last
+        let status = &r["result"];
+        let ended = !matches!(status["status"].as_str(), Some("queued" | "running"));
+        ended.then(|| status.clone())
+    })
 }
 
 #[test]

@@ -36,7 +36,7 @@ use baton::wire::Method;
 use baton::wire::{self, FrameError, Incoming, LineReader, ReadError};
 use serde_json::{Map, Value, json};
 
-use crate::util::{Env, Rng, Served, wait_until};
+use crate::util::{Env, Rng, Served, exited_or_killed, wait_until};
 
 // ---------------------------------------------------------------------
 // The generator: a seeded PRNG and structure-aware inputs.
@@ -1964,17 +1964,9 @@ fn connect_as_nobody(socket: &Path, request: &[u8]) -> i32 {
         cmd.pre_exec(move || libc::_exit(nobody_client(&addr, len, &request)));
     }
     let mut child = cmd.spawn().expect("fork a client");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code().unwrap_or(-1);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the nobody client did not finish in 10 s");
-        }
-        thread::sleep(Duration::from_millis(10));
+    match exited_or_killed(&mut child, Duration::from_secs(10)) {
+        Some(status) => status.code().unwrap_or(-1),
+        None => panic!("the nobody client did not finish in 10 s"),
     }
 }
 

@@ -6,7 +6,7 @@
 //! leaves out: tasks waiting for an approval, a paused instance; an exec
 //! or `--approve deny` instance is refused.
 
-use crate::util::{Env, Proc, RawClient, Served, approval_of, wait_until};
+use crate::util::{Env, Proc, RawClient, Served, approval_of, poll, wait_until};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::Path;
@@ -45,16 +45,15 @@ fn switches(pid: u32) -> u64 {
 /// The instance's thread count once it holds still (two reads 50 ms
 /// apart agree): threads of connections that just closed are gone.
 fn settled_threads(pid: u32) -> u64 {
-    let mut last = threads(pid);
-    let deadline = Instant::now() + T;
-    loop {
-        thread::sleep(Duration::from_millis(50));
+    let mut last = None;
+    let settled = poll(T, Duration::from_millis(50), || {
         let now = threads(pid);
-        if now == last || Instant::now() > deadline {
-            return now;
-        }
-        last = now;
-    }
+        let same = last == Some(now);
+        last = Some(now);
+        same.then_some(now)
+    });
+    // Past the bound, what it holds then.
+    settled.or(last).expect("a thread count")
 }
 
 /// Starts `baton inbox wait ARGS` in `dir` and returns once the instance

@@ -7,7 +7,7 @@
 //! (`VmHWM` in `/proc`), with a wide margin, never as a timing.
 
 use crate::util::reliability::{fd_count, have_proc, status_kib};
-use crate::util::{Env, RawClient, Served, wait_until};
+use crate::util::{Env, POLL, RawClient, Served, exited_or_killed, poll, wait_until};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -200,17 +200,9 @@ fn long_dir(env: &Env) -> PathBuf {
     p
 }
 
-/// Stops a child by its pid, waiting a bounded time.
+/// Waits a bounded time for a child to exit, then stops it by its pid.
 fn stop(child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    let _ = exited_or_killed(child, Duration::from_secs(10));
 }
 
 /// Serves `name` with `n` tasks queued from a plain sender whose working
@@ -628,24 +620,22 @@ fn stuck_writing(inst: &Served) -> UnixStream {
     // Stuck once the socket has taken nothing for half a second: an
     // instance still reading would have made room by then.
     let mut stalled: Option<Instant> = None;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let stuck = poll(Duration::from_secs(20), POLL, || {
         match s.write(&pings[at..]) {
             Ok(n) => {
                 at = (at + n) % pings.len();
                 stalled = None;
+                None
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if stalled.get_or_insert_with(Instant::now).elapsed() >= Duration::from_millis(500)
-                {
-                    return s;
-                }
-                thread::sleep(Duration::from_millis(20));
+                let since = stalled.get_or_insert_with(Instant::now);
+                (since.elapsed() >= Duration::from_millis(500)).then_some(())
             }
             Err(e) => panic!("writing pings: {e}"),
         }
-        assert!(Instant::now() < deadline, "the instance read every ping");
-    }
+    });
+    assert!(stuck.is_some(), "the instance read every ping");
+    s
 }
 
 /// When every slot is held by a subscriber or a connection in the middle
@@ -702,14 +692,12 @@ fn a_client_refused_for_the_cap_is_told_so() {
     );
     // The stuck one leaves: the others get through again.
     drop(stuck);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    let mut refused = String::new();
+    let through = poll(Duration::from_secs(10), Duration::from_millis(50), || {
         let out = env.run(&["send", "capped", "hello"]);
-        if out.status == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{}", out.stderr);
-        thread::sleep(Duration::from_millis(50));
-    }
+        refused = out.stderr;
+        (out.status == 0).then_some(())
+    });
+    assert!(through.is_some(), "{refused}");
     drop(subscribers);
 }

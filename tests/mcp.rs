@@ -12,7 +12,9 @@
 mod channel;
 mod permission;
 
-use crate::util::{Env, manifests, wait_until};
+use crate::util::{
+    Env, POLL, exited, exited_or_killed, manifests, pid_exists, poll, wait_for, wait_until,
+};
 use serde_json::{Value, json};
 use std::ffi::OsString;
 use std::fs::{self, File};
@@ -21,7 +23,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -70,11 +72,6 @@ fn is_jsonrpc(v: &Value) -> bool {
         Some(m) => m.is_string(),
         None => o.contains_key("id") && (o.contains_key("result") != o.contains_key("error")),
     }
-}
-
-/// Whether a process with this pid exists (a zombie counts).
-fn pid_exists(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// The pids whose parent is `pid`.
@@ -176,17 +173,14 @@ impl Mcp {
         });
         let mcp_pid = hosted.then(|| {
             let host = child.id();
-            let mut found = None;
-            wait_until("baton mcp under its host", READ_TIMEOUT, || {
+            wait_for("baton mcp under its host", READ_TIMEOUT, || {
                 // The shell's child once it is baton (not while it forks).
                 let list = fs::read_to_string(format!("/proc/{host}/task/{host}/children"));
-                found = list.unwrap_or_default().split_whitespace().find_map(|c| {
+                list.unwrap_or_default().split_whitespace().find_map(|c| {
                     let comm = fs::read_to_string(format!("/proc/{c}/comm")).ok()?;
                     (comm.trim() == "baton").then(|| c.parse().ok())?
-                });
-                found.is_some()
-            });
-            found.expect("found")
+                })
+            })
         });
         Mcp {
             stdin: child.stdin.take(),
@@ -305,59 +299,54 @@ impl Mcp {
     /// The first notification with `method` whose params satisfy `pred`,
     /// waiting for it if it has not come yet.
     pub(crate) fn wait_note(&mut self, method: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + READ_TIMEOUT;
-        loop {
-            if let Some(i) = self
-                .notes
-                .iter()
-                .position(|n| n["method"] == method && pred(&n["params"]))
-            {
-                return self.notes.remove(i);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    let v = self.check(&line);
-                    self.notes.push(v);
+        let found = poll(READ_TIMEOUT, POLL, || {
+            loop {
+                let at = self
+                    .notes
+                    .iter()
+                    .position(|n| n["method"] == method && pred(&n["params"]));
+                if at.is_some() {
+                    return Some(at);
                 }
-                Err(_) => panic!(
-                    "no {method} notification within {READ_TIMEOUT:?}; got {:?}\nstderr:\n{}",
-                    self.notes,
-                    self.stderr()
-                ),
+                match self.lines.try_recv() {
+                    Ok(line) => {
+                        let v = self.check(&line);
+                        self.notes.push(v);
+                    }
+                    Err(TryRecvError::Empty) => return None,
+                    // Stdout has ended: nothing more can come.
+                    Err(TryRecvError::Disconnected) => return Some(None),
+                }
             }
+        });
+        match found.flatten() {
+            Some(i) => self.notes.remove(i),
+            None => panic!(
+                "no {method} notification within {READ_TIMEOUT:?}; got {:?}\nstderr:\n{}",
+                self.notes,
+                self.stderr()
+            ),
         }
     }
 
     /// The instance's manifest, once it is published.
     pub(crate) fn manifest(&self, env: &Env) -> (PathBuf, Value) {
-        let mut found = None;
-        wait_until("the manifest of baton mcp", READ_TIMEOUT, || {
-            found = manifests_of(&env.registry, self.pid()).into_iter().next();
-            found.is_some()
+        let path = wait_for("the manifest of baton mcp", READ_TIMEOUT, || {
+            manifests_of(&env.registry, self.pid()).into_iter().next()
         });
-        let path = found.expect("found");
         let m: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
         (path, m)
     }
 
     /// Waits for the process to exit; panics after EXIT_TIMEOUT.
     fn wait_exit(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + EXIT_TIMEOUT;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "baton mcp (pid {}) still running {EXIT_TIMEOUT:?} after it was told to stop; killed.\nstderr:\n{}",
-                    self.pid(),
-                    self.stderr()
-                );
-            }
-            thread::sleep(Duration::from_millis(10));
+        match exited_or_killed(&mut self.child, EXIT_TIMEOUT) {
+            Some(status) => status,
+            None => panic!(
+                "baton mcp (pid {}) still running {EXIT_TIMEOUT:?} after it was told to stop; killed.\nstderr:\n{}",
+                self.pid(),
+                self.stderr()
+            ),
         }
     }
 
@@ -401,12 +390,8 @@ impl Drop for Mcp {
             return;
         }
         self.signal(libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            thread::sleep(Duration::from_millis(10));
+        if exited(&mut self.child, Duration::from_secs(3)).is_some() {
+            return;
         }
         if self.mcp_pid.is_some() {
             self.signal(libc::SIGKILL);
@@ -994,22 +979,38 @@ fn python_with_mcp() -> Option<(PathBuf, Vec<(String, String)>)> {
 
 /// A pid of a `baton mcp` the Python session started, read from a
 /// listing, once it is gone; panics (after killing it) if it lingers.
-fn wait_gone(pid: u32, what: &str) {
-    let deadline = Instant::now() + EXIT_TIMEOUT;
-    while pid_exists(pid) {
-        if Instant::now() >= deadline {
-            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains("mcp") {
-                // SAFETY: kill(2) has no memory-safety preconditions; the
-                // pid is a `baton mcp` this test started, still running.
-                unsafe {
-                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
-                }
-            }
-            panic!("{what} (pid {pid}) still running {EXIT_TIMEOUT:?} after its session closed");
-        }
-        thread::sleep(Duration::from_millis(10));
+pub(crate) fn gone_after_session(pid: u32, what: &str) {
+    if poll(EXIT_TIMEOUT, POLL, || (!pid_exists(pid)).then_some(())).is_some() {
+        return;
     }
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    if String::from_utf8_lossy(&cmdline).contains("mcp") {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is a
+        // `baton mcp` this test started, still running.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+    panic!("{what} (pid {pid}) still running {EXIT_TIMEOUT:?} after its session closed");
+}
+
+/// The exit status of `child`, a Python session in a process group of its
+/// own, named `what`; panics (after killing the group, with what the
+/// session wrote to `err_path`) if it runs over PYTHON_TIMEOUT.
+pub(crate) fn session_status(child: &mut Child, what: &str, err_path: &Path) -> ExitStatus {
+    if let Some(status) = exited(child, PYTHON_TIMEOUT) {
+        return status;
+    }
+    // SAFETY: kill(2) has no memory-safety preconditions; the group is the
+    // one this test made for its own unreaped child.
+    unsafe {
+        libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+    }
+    let _ = child.wait();
+    panic!(
+        "{what} ran over {PYTHON_TIMEOUT:?}; killed.\nstderr:\n{}",
+        fs::read_to_string(err_path).unwrap_or_default()
+    );
 }
 
 #[test]
@@ -1061,25 +1062,7 @@ fn a_real_mcp_client_hands_a_task_over() {
         .process_group(0)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
-    let deadline = Instant::now() + PYTHON_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            // SAFETY: kill(2) has no memory-safety preconditions; the group
-            // is the one this test made for its own unreaped child.
-            unsafe {
-                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
-            }
-            let _ = child.wait();
-            panic!(
-                "the Python session ran over {PYTHON_TIMEOUT:?}; killed.\nstderr:\n{}",
-                fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
+    let status = session_status(&mut child, "the Python session", &err_path);
     let stdout = fs::read_to_string(&out_path).unwrap();
     let stderr = fs::read_to_string(&err_path).unwrap();
     assert!(
@@ -1311,8 +1294,8 @@ fn a_real_mcp_client_hands_a_task_over() {
 
     // The SDK closed both sessions: their instances are gone, and so are
     // their manifests. Only the third instance remains.
-    wait_gone(a["pid"].as_u64().unwrap() as u32, "session A");
-    wait_gone(b["pid"].as_u64().unwrap() as u32, "session B");
+    gone_after_session(a["pid"].as_u64().unwrap() as u32, "session A");
+    gone_after_session(b["pid"].as_u64().unwrap() as u32, "session B");
     let left = manifests(&env.registry);
     assert_eq!(left, vec![c.manifest_path.clone()], "{ctx}");
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::util::{Env, Output, baton_bin, manifests, wait_until};
+use crate::util::{Env, Output, POLL, baton_bin, exited, manifests, poll, wait_for, wait_until};
 
 /// The bound on every wait in this file.
 const T: Duration = Duration::from_secs(10);
@@ -193,14 +193,7 @@ impl Bg {
     }
 
     fn wait(&mut self, bound: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + bound;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(s)) => return Some(s),
-                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
-                _ => return None,
-            }
-        }
+        exited(&mut self.child, bound)
     }
 
     /// SIGTERM by pid; the exit code. Panics after 5 s.
@@ -305,34 +298,24 @@ fn on_connection<R: Send + 'static>(
     let l = listener.try_clone().unwrap();
     l.set_nonblocking(true).unwrap();
     thread::spawn(move || {
-        let deadline = Instant::now() + T;
-        loop {
-            match l.accept() {
-                Ok((conn, _)) => {
-                    drop(conn);
-                    // O_NONBLOCK belongs to the socket, which the agent
-                    // shares: it gets it blocking, as from systemd.
-                    l.set_nonblocking(false).unwrap();
-                    return Some(then());
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
-                    thread::sleep(Duration::from_millis(5));
-                }
-                Err(_) => {
-                    l.set_nonblocking(false).unwrap();
-                    return None;
-                }
-            }
-        }
+        let conn = poll(T, POLL, || match l.accept() {
+            Ok((conn, _)) => Some(Some(conn)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+            Err(_) => Some(None),
+        });
+        let connected = conn.flatten().is_some();
+        // O_NONBLOCK belongs to the socket, which the agent shares: it gets
+        // it blocking, as from systemd.
+        l.set_nonblocking(false).unwrap();
+        connected.then(then)
     })
 }
 
 /// The manifest of the instance with this pid, once it is published.
 pub(crate) fn manifest_of(env: &Env, pid: u32) -> Value {
     let prefix = format!("a-{pid}-");
-    let mut found = None;
-    wait_until(&format!("the manifest of pid {pid}"), T, || {
-        found = manifests(&env.registry)
+    wait_for(&format!("the manifest of pid {pid}"), T, || {
+        manifests(&env.registry)
             .into_iter()
             .find(|p| {
                 p.file_name()
@@ -340,10 +323,8 @@ pub(crate) fn manifest_of(env: &Env, pid: u32) -> Value {
                     .is_some_and(|n| n.starts_with(&prefix))
             })
             .and_then(|p| fs::read(p).ok())
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-        found.is_some()
-    });
-    found.unwrap()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+    })
 }
 
 // 1. Store while stopped, run at start, duplicates.

@@ -4,7 +4,9 @@
 //! checks, every JSON-RPC error code, framing bounds and deadlines, slow clients, and the
 //! `baton send` command line on top of it.
 
-use crate::util::{Env, RawClient, Served, fake_manifest, me_as_instance, transcript, wait_until};
+use crate::util::{
+    Env, RawClient, Served, fake_manifest, me_as_instance, transcript, wait_for, wait_until,
+};
 use serde_json::{Value, json};
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
@@ -1251,8 +1253,7 @@ fn connections_past_the_cap_get_one_error_then_close() {
 
     // Once one leaves, a new connection is served again.
     drop(b);
-    let mut served = None;
-    wait_until("a free connection slot", Duration::from_secs(5), || {
+    let mut served = wait_for("a free connection slot", Duration::from_secs(10), || {
         let mut c = RawClient::connect(&inst.socket).unwrap();
         let mut hello = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
                    "params": {"protocol_version": 1, "client": {"name": "t", "version": "0"}}})
@@ -1264,13 +1265,12 @@ fn connections_past_the_cap_get_one_error_then_close() {
         let _ = c.try_send_raw(&hello);
         let v = read_obj(&mut c);
         if v.get("result").is_some() {
-            served = Some(c);
-            return true;
+            return Some(c);
         }
         assert_eq!(v["error"]["code"], -32001, "{v}");
-        false
+        None
     });
-    assert_pings(served.as_mut().unwrap(), 2);
+    assert_pings(&mut served, 2);
     assert_pings(&mut a, 3);
 }
 

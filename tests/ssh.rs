@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 mod sshd;
 mod via;
 
-use crate::util::{Env, Leftovers, Output, baton_bin, pid_alive, wait_until};
+use crate::util::{Env, Leftovers, Output, baton_bin, exited_or_killed, pid_alive, wait_until};
 
 /// Two private worlds: `remote`, where the instances run, and `local`,
 /// where the commands under test run, with `ssh` standing for a script that
@@ -328,17 +328,7 @@ fn a_bridge_session_speaks_the_native_protocol() {
 
     // Closing stdin ends the session, and the bridge exits 0.
     drop(input);
-    let mut status = None;
-    for _ in 0..1000 {
-        if let Some(st) = child.try_wait().unwrap() {
-            status = Some(st);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let Some(status) = status else {
-        let _ = child.kill();
-        let _ = child.wait();
+    let Some(status) = exited_or_killed(&mut child, Duration::from_secs(10)) else {
         panic!("the bridge did not exit within 10 s of its stdin closing");
     };
     assert_eq!(status.code(), Some(0));

@@ -2,7 +2,7 @@
 //! stopped agent stays readable: `baton log` and `baton inbox list` read its
 //! spool from disk, without a lock, and change nothing there.
 
-use crate::util::{Env, Output, event_is, wait_event, wait_until};
+use crate::util::{Env, Output, event_is, wait_event, wait_for};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs;
@@ -128,12 +128,10 @@ fn send_from_sends_as_that_instance_and_the_reply_lands_in_its_inbox() {
     });
     assert_eq!(accepted["from"], "alpha", "{accepted}");
     // The reply goes to alpha, a pull agent: it waits in alpha's inbox.
-    let mut listed = Value::Null;
-    wait_until("the reply in alpha's inbox", T, || {
+    let listed = wait_for("the reply in alpha's inbox", T, || {
         let out = env.run(&["inbox", "list", "alpha", "--json"]);
         assert_eq!(out.status, 0, "{out:?}");
-        listed = parse(&out);
-        listed["queued"].as_array().is_some_and(|q| !q.is_empty())
+        Some(parse(&out)).filter(|l| l["queued"].as_array().is_some_and(|q| !q.is_empty()))
     });
     let reply = &listed["queued"][0];
     assert_eq!(reply["sender"]["name"], "beta", "{listed}");

@@ -10,18 +10,20 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::util::{
-    Env, Served, event_is, have, me_as_instance, transcript, wait_event, wait_until,
+    Env, Served, event_is, finish, have, me_as_instance, pid_alive, transcript, wait_event,
+    wait_gone, wait_until,
 };
 
 /// The bound on every wait for the instance or the pane.
 pub(crate) const WAIT: Duration = Duration::from_secs(15);
+/// The bound on one tmux command.
+const TMUX_RUN: Duration = Duration::from_secs(10);
 
 const AGENT: &str = r#"
 import json, os, sys, time, tty
@@ -113,7 +115,7 @@ impl Tmux {
     /// Runs one tmux command (10 s bound); its stdout.
     fn run(&self, args: &[&str]) -> String {
         let child = self.cmd().args(args).spawn().expect("spawn tmux");
-        let out = finish(child, &format!("tmux {args:?}"));
+        let out = finish(child, &format!("tmux {args:?}"), TMUX_RUN);
         assert!(
             out.status.success(),
             "tmux {args:?}: {}",
@@ -154,13 +156,9 @@ impl Tmux {
             return;
         };
         if let Ok(child) = self.cmd().arg("kill-server").spawn() {
-            let _ = finish(child, "tmux kill-server");
+            let _ = finish(child, "tmux kill-server", TMUX_RUN);
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !gone(pid) && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(20));
-        }
-        if !gone(pid) {
+        if !wait_gone(pid, Duration::from_secs(5)) {
             // SAFETY: kill(2) has no memory-safety preconditions; the pid
             // is the tmux server this test started and saw running.
             unsafe {
@@ -173,28 +171,6 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-fn finish(mut child: Child, what: &str) -> std::process::Output {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while matches!(child.try_wait(), Ok(None)) {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: still running after 10 s; killed");
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn gone(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
     }
 }
 
@@ -608,7 +584,7 @@ fn a_tmux_that_hangs_is_killed_and_the_task_stays_queued() {
         .unwrap()
         .parse()
         .unwrap();
-    wait_until("the hung tmux to be reaped", WAIT, || gone(first));
+    wait_until("the hung tmux to be reaped", WAIT, || !pid_alive(first));
     drop(s);
 }
 

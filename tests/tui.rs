@@ -7,16 +7,18 @@
 //! terminal modes after `/quit`, the transcript after a restart, and
 //! `baton attach` answering an approval with `y`.
 
-use crate::util::{Env, Served, baton_bin, have, manifests};
+use crate::util::{
+    Env, PANE_POLL, POLL, Served, baton_bin, finish, have, manifests, pid_alive, poll, wait_for,
+    wait_gone, wait_until,
+};
 use baton::tui::term::{Memory, Style, Terminal};
 use baton::tui::view::{Editor, Role, View};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 // ---------------------------------------------------------------------------
 // Rendering through the in-memory terminal.
@@ -602,30 +604,8 @@ fn the_editor_keys_edit_the_line_and_walk_the_history() {
 // End to end in a private tmux server.
 
 pub(crate) const WAIT: Duration = Duration::from_secs(15);
-
-/// Waits for `child` up to 10 s, killing it after that.
-pub(crate) fn finish(mut child: Child, what: &str) -> std::process::Output {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while matches!(child.try_wait(), Ok(None)) {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: still running after 10 s; killed");
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
-}
-
-/// Whether `pid` is gone (or only a zombie left for someone to reap).
-pub(crate) fn gone(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
-    }
-}
+/// The bound on one tmux command.
+const TMUX_RUN: Duration = Duration::from_secs(10);
 
 /// A private tmux server (its own socket, under the test world's temporary
 /// directory), with a script per window so each pane sees exactly the test
@@ -711,7 +691,7 @@ impl<'a> Tmux<'a> {
     /// Runs one tmux command (10 s bound) and returns its stdout.
     pub(crate) fn run(&self, args: &[&str]) -> String {
         let child = self.cmd().args(args).spawn().expect("spawn tmux");
-        let out = finish(child, &format!("tmux {args:?}"));
+        let out = finish(child, &format!("tmux {args:?}"), TMUX_RUN);
         assert!(
             out.status.success(),
             "tmux {args:?}: {}",
@@ -748,22 +728,19 @@ impl<'a> Tmux<'a> {
         self.run(&["send-keys", "-t", &format!("t:{window}"), key]);
     }
 
-    /// Polls the pane until `ok` holds for its screen (15 s bound) and
+    /// Polls the pane (every `PANE_POLL`) until `ok` holds for its screen
+    /// (15 s bound) and
     /// returns that screen; on timeout, fails showing it.
     pub(crate) fn wait(&self, window: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let screen = self.screen(window);
-            if ok(&screen) {
-                return screen;
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "{window}: timed out after {WAIT:?} waiting for {what}; the pane:\n{screen}"
-                );
-            }
-            thread::sleep(Duration::from_millis(50));
+        let mut screen = String::new();
+        let shown = poll(WAIT, PANE_POLL, || {
+            screen = self.screen(window);
+            ok(&screen).then_some(())
+        });
+        if shown.is_none() {
+            panic!("{window}: timed out after {WAIT:?} waiting for {what}; the pane:\n{screen}");
         }
+        screen
     }
 
     /// Waits until the pane shows `needle` (with runs of blanks, line ends
@@ -777,16 +754,14 @@ impl<'a> Tmux<'a> {
 impl Drop for Tmux<'_> {
     fn drop(&mut self) {
         if let Ok(child) = self.cmd().arg("kill-server").spawn() {
-            let _ = finish(child, "tmux kill-server");
+            let _ = finish(child, "tmux kill-server", TMUX_RUN);
         }
         // The panes' processes get SIGHUP from the server's end; a baton
         // that outlives that by 5 s is killed.
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let all_gone = || self.pids.iter().all(|&pid| !pid_alive(pid));
+        let _ = poll(Duration::from_secs(5), POLL, || all_gone().then_some(()));
         for &pid in &self.pids {
-            while !gone(pid) && Instant::now() < deadline {
-                thread::sleep(Duration::from_millis(20));
-            }
-            if !gone(pid) {
+            if pid_alive(pid) {
                 // SAFETY: kill(2) has no memory-safety preconditions; the pid
                 // is a baton this test started and saw running.
                 unsafe {
@@ -804,24 +779,16 @@ pub(crate) fn flat(s: &str) -> String {
 
 /// The manifest of the live instance called `name`, waiting for it (15 s).
 pub(crate) fn manifest(env: &Env, name: &str) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        for path in manifests(&env.registry) {
-            let live = fs::read(&path)
+    wait_for(&format!("a live instance named {name}"), WAIT, || {
+        manifests(&env.registry).into_iter().find_map(|path| {
+            fs::read(&path)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
                 .filter(|m| {
-                    m["name"] == name && m["pid"].as_u64().is_some_and(|p| !gone(p as u32))
-                });
-            if let Some(m) = live {
-                return m;
-            }
-        }
-        if Instant::now() >= deadline {
-            panic!("no live instance named {name} after {WAIT:?}");
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
+                    m["name"] == name && m["pid"].as_u64().is_some_and(|p| pid_alive(p as u32))
+                })
+        })
+    })
 }
 
 /// The message id in the first line of `screen` holding `before` ID `after`.
@@ -837,13 +804,9 @@ pub(crate) fn id_between(screen: &str, before: &str, after: &str) -> String {
 }
 
 pub(crate) fn wait_file(path: &Path) -> String {
-    let deadline = Instant::now() + WAIT;
-    while !path.exists() {
-        if Instant::now() >= deadline {
-            panic!("{} did not appear within {WAIT:?}", path.display());
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(&format!("{} to appear", path.display()), WAIT, || {
+        path.exists()
+    });
     fs::read_to_string(path).unwrap()
 }
 
@@ -1009,11 +972,10 @@ fn two_interactive_instances_relay_pause_quit_cleanly_and_reload_the_transcript(
     );
     assert!(b.contains("icanon") && b.contains("echo"), "{b}");
     assert_eq!(b, a, "stty -a differs after /quit");
-    let deadline = Instant::now() + WAIT;
-    while !gone(pid_a as u32) && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    assert!(gone(pid_a as u32), "alpha still runs after /quit");
+    assert!(
+        wait_gone(pid_a as u32, WAIT),
+        "alpha still runs after /quit"
+    );
 
     // Alpha again in the same workspace: the earlier sends are shown again.
     tmux.window(
@@ -1031,12 +993,9 @@ fn two_interactive_instances_relay_pause_quit_cleanly_and_reload_the_transcript(
     );
     tmux.line("alpha2", "/quit");
     tmux.line("beta", "/quit");
-    let deadline = Instant::now() + WAIT;
-    while !(gone(pid_a2 as u32) && gone(pid_b as u32)) && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
+    let both_gone = || !pid_alive(pid_a2 as u32) && !pid_alive(pid_b as u32);
     assert!(
-        gone(pid_a2 as u32) && gone(pid_b as u32),
+        poll(WAIT, POLL, || both_gone().then_some(())).is_some(),
         "an instance outlived /quit"
     );
     assert!(manifests(&env.registry).is_empty(), "manifests left behind");

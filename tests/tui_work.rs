@@ -534,11 +534,10 @@ fn the_view_claims_replies_completes_and_warns_before_quitting() {
     tmux.line("alpha", "/reply forty-two");
     tmux.wait_for("alpha", &format!("* completed {id1} (done)"));
     // The reply is a task in beta's inbox, answering the one claimed.
-    let mut reply = Value::Null;
-    crate::util::wait_until("the reply in beta's inbox", crate::tui::WAIT, || {
+    let reply = crate::util::wait_for("the reply in beta's inbox", crate::tui::WAIT, || {
         let out = env.run(&["inbox", "claim", "beta", "--json"]);
-        reply = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
-        reply["status"] == "claimed"
+        let reply: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+        (reply["status"] == "claimed").then_some(reply)
     });
     assert_eq!(reply["task"]["body"], "forty-two");
     assert_eq!(reply["task"]["in_reply_to"], id1.as_str());

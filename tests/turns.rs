@@ -6,8 +6,8 @@
 //! daemonizing handler costs. A body cannot forge an envelope of its own.
 
 use crate::util::{
-    self, Env, Leftovers, Output, RawClient, Served, baton_bin, event_is as is, pid_alive,
-    transcript, wait_until,
+    self, Env, Leftovers, Output, POLL, RawClient, Served, baton_bin, event_is as is, pid_alive,
+    poll, transcript, wait_until,
 };
 use serde_json::{Value, json};
 use std::fs;
@@ -856,23 +856,21 @@ fn daemons_hold_on_yet_back_to(
 /// each turn used to keep. `after` says what ran in between.
 fn back_to(pid: u32, before: (usize, usize), after: &str) {
     let (fds0, threads0) = before;
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let (fds, threads) = fds_and_threads(pid);
-        if fds <= fds0 + 2 && threads <= threads0 + 2 {
-            eprintln!(
-                "after {after}: {fds} descriptors and {threads} threads, \
-                 against {fds0} and {threads0} before them"
-            );
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "after {after} the instance has {fds} descriptors and {threads} threads, \
-             against {fds0} and {threads0} before them"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut now = (0, 0);
+    let back = poll(WAIT, POLL, || {
+        now = fds_and_threads(pid);
+        (now.0 <= fds0 + 2 && now.1 <= threads0 + 2).then_some(())
+    });
+    let (fds, threads) = now;
+    assert!(
+        back.is_some(),
+        "after {after} the instance has {fds} descriptors and {threads} threads, \
+         against {fds0} and {threads0} before them"
+    );
+    eprintln!(
+        "after {after}: {fds} descriptors and {threads} threads, \
+         against {fds0} and {threads0} before them"
+    );
 }
 
 /// How a daemonizing turn that hangs is ended.

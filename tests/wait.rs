@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::util::{Env, Output, Proc, fake_manifest, wait_until};
+use crate::util::{Env, Output, Proc, exited_or_killed, fake_manifest, wait_until};
 
 /// The bound on every wait in this file.
 const T: Duration = Duration::from_secs(10);
@@ -450,16 +450,12 @@ fn wait_ends_by_sigint_and_leaves_the_task_alone() {
     unsafe {
         libc::kill(child.id() as libc::pid_t, libc::SIGINT);
     }
-    let mut code = None;
-    wait_until("the sender to end on SIGINT", T, || {
-        code = child.try_wait().unwrap().map(crate::util::exit_code);
-        code.is_some()
-    });
-    if code.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    assert_eq!(code, Some(130));
+    let code = exited_or_killed(&mut child, T).map(crate::util::exit_code);
+    assert_eq!(
+        code,
+        Some(130),
+        "the sender's exit on SIGINT (None: not within {T:?})"
+    );
     assert_eq!(r.calls().len(), calls_before, "{:?}", r.calls());
     assert_eq!(r.book.lock().unwrap().tasks["w-8"]["status"], "queued");
     untouched(&r);

@@ -10,6 +10,7 @@
 //! are threads of this process that parse each line as JSON.
 
 use super::net::{self, LineClient, check_accepted, send_line, subscribe_line};
+use super::util::{POLL, exited_or_killed, poll};
 use super::world::{World, mkdir};
 use super::{BODY_BYTES, Fig, Row, Scale, Target, body, median, row};
 use crossbeam_channel::{Receiver, unbounded};
@@ -93,31 +94,19 @@ impl Session {
     /// The socket and id of the session's instance, once published.
     fn instance(&self, w: &World) -> Result<(PathBuf, String), String> {
         let prefix = format!("a-{}-", self.child.id());
-        let deadline = Instant::now() + START;
-        loop {
-            for e in fs::read_dir(&w.reg).into_iter().flatten().flatten() {
+        let published = poll(START, POLL, || {
+            fs::read_dir(&w.reg).ok()?.flatten().find_map(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
-                let Some(id) = name
-                    .strip_prefix("a-")
-                    .and_then(|n| n.strip_suffix(".json"))
-                else {
-                    continue;
-                };
+                let id = name.strip_prefix("a-")?.strip_suffix(".json")?;
                 if !name.starts_with(&prefix) {
-                    continue;
+                    return None;
                 }
-                let m: Option<Value> = fs::read(e.path())
-                    .ok()
-                    .and_then(|b| serde_json::from_slice(&b).ok());
-                if let Some(socket) = m.as_ref().and_then(|m| m["socket"].as_str()) {
-                    return Ok((PathBuf::from(socket), id.to_string()));
-                }
-            }
-            if Instant::now() > deadline {
-                return Err(format!("baton mcp published no manifest within {START:?}"));
-            }
-            thread::sleep(Duration::from_millis(5));
-        }
+                let m: Value = serde_json::from_slice(&fs::read(e.path()).ok()?).ok()?;
+                let socket = m["socket"].as_str()?;
+                Some((PathBuf::from(socket), id.to_string()))
+            })
+        });
+        published.ok_or_else(|| format!("baton mcp published no manifest within {START:?}"))
     }
 }
 
@@ -125,15 +114,7 @@ impl Drop for Session {
     fn drop(&mut self) {
         // A closed stdin ends the session; it exits at once.
         self.stdin = None;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = exited_or_killed(&mut self.child, Duration::from_secs(10));
     }
 }
 

@@ -12,6 +12,7 @@
 //! look at the inbox, a connection of its own, is over). Between rounds the task is claimed and completed.
 
 use super::net::{self, LineClient, check_accepted, init_line, send_line, subscribe_line};
+use super::util::poll;
 use super::world::{Instance, World};
 use super::{Fig, Row, Scale, Target, median, row, status_field};
 use serde_json::json;
@@ -119,18 +120,17 @@ fn start_bare(socket: &Path) -> Result<Waiter, String> {
     Ok(bare)
 }
 
-/// The instance's thread count once two reads 1 ms apart agree.
+/// The instance's thread count once two reads 1 ms apart agree (or
+/// after a second of change, the last).
 fn settled(pid: u32) -> u64 {
-    let mut last = status_field(pid, "Threads:").unwrap_or(0);
-    for _ in 0..1000 {
-        thread::sleep(Duration::from_millis(1));
+    let mut last = None;
+    let settled = poll(Duration::from_secs(1), Duration::from_millis(1), || {
         let now = status_field(pid, "Threads:").unwrap_or(0);
-        if now == last {
-            break;
-        }
-        last = now;
-    }
-    last
+        let same = last == Some(now);
+        last = Some(now);
+        same.then_some(now)
+    });
+    settled.or(last).expect("a thread count")
 }
 
 /// Starts `baton inbox wait` and returns once the instance (`pid`) holds
@@ -143,17 +143,21 @@ fn start_baton(w: &World, pid: u32, target: &str) -> Result<Waiter, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let baton = Waiter(Some(cmd.spawn().map_err(|e| format!("inbox wait: {e}"))?));
-    let deadline = Instant::now() + BOUND;
-    while status_field(pid, "Threads:").unwrap_or(0) < base + 2 {
-        if Instant::now() > deadline {
-            return Err("baton inbox wait did not subscribe".into());
-        }
-        thread::sleep(Duration::from_millis(1));
+    let began = Instant::now();
+    let subscribed = poll(BOUND, Duration::from_millis(1), || {
+        (status_field(pid, "Threads:").unwrap_or(0) >= base + 2).then_some(())
+    });
+    if subscribed.is_none() {
+        return Err("baton inbox wait did not subscribe".into());
     }
-    while settled(pid) != base + 2 {
-        if Instant::now() > deadline {
-            return Err("baton inbox wait did not end its look".into());
-        }
+    // `settled` takes a millisecond at least: no pause between looks.
+    let left = BOUND.saturating_sub(began.elapsed());
+    if poll(left, Duration::ZERO, || {
+        (settled(pid) == base + 2).then_some(())
+    })
+    .is_none()
+    {
+        return Err("baton inbox wait did not end its look".into());
     }
     Ok(baton)
 }

@@ -2,6 +2,7 @@
 //! instance is started with a scrubbed environment that sees only this
 //! world, and stopped by pid (SIGTERM, then SIGKILL) with bounded waits.
 
+use super::util::{POLL, poll};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -193,66 +194,30 @@ impl World {
             self.children.push(child);
         }
         let mut found: Vec<Option<Instance>> = vec![None; names.len()];
-        let deadline = Instant::now() + START_TIMEOUT;
-        while !pending.is_empty() {
-            if let Ok(rd) = fs::read_dir(&self.reg) {
-                for e in rd.filter_map(|e| e.ok()) {
-                    let Ok(file) = e.file_name().into_string() else {
-                        continue;
-                    };
-                    let Some(id) = file
-                        .strip_prefix("a-")
-                        .and_then(|f| f.strip_suffix(".json"))
-                    else {
-                        continue;
-                    };
-                    let Some(pid) = id.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-                        continue;
-                    };
-                    let Some((i, _)) = pending.get(&pid) else {
-                        continue;
-                    };
-                    let Some(m) = fs::read(e.path())
-                        .ok()
-                        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                    else {
-                        continue;
-                    };
-                    let Some(socket) = m["socket"].as_str() else {
-                        continue;
-                    };
-                    found[*i] = Some(Instance {
-                        pid,
-                        id: id.to_string(),
-                        socket: PathBuf::from(socket),
-                    });
-                    pending.remove(&pid);
-                }
-            }
+        // Finer polling when one start is being timed.
+        let every = Duration::from_millis(if names.len() == 1 { 1 } else { 5 });
+        let started = poll(START_TIMEOUT, every, || {
+            collect_published(&self.reg, &mut pending, &mut found);
             for child in &mut self.children[first..] {
                 let Some((_, log)) = pending.get(&child.id()) else {
                     continue;
                 };
                 if let Ok(Some(status)) = child.try_wait() {
-                    return Err(format!(
+                    return Some(Err(format!(
                         "baton serve exited with {status} before publishing its manifest: {}",
                         fs::read_to_string(log).unwrap_or_default().trim()
-                    ));
+                    )));
                 }
             }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "{} of {} instances did not publish a manifest within {START_TIMEOUT:?}",
-                    pending.len(),
-                    names.len()
-                ));
-            }
-            if !pending.is_empty() {
-                // Finer polling when one start is being timed.
-                let poll = if names.len() == 1 { 1 } else { 5 };
-                thread::sleep(Duration::from_millis(poll));
-            }
-        }
+            pending.is_empty().then_some(Ok(()))
+        });
+        started.unwrap_or_else(|| {
+            Err(format!(
+                "{} of {} instances did not publish a manifest within {START_TIMEOUT:?}",
+                pending.len(),
+                names.len()
+            ))
+        })?;
         Ok(found.into_iter().map(|i| i.expect("found")).collect())
     }
 
@@ -294,14 +259,10 @@ impl World {
             signal(c.id(), libc::SIGTERM);
         }
         let reap = |children: &mut Vec<Child>, grace: Duration| {
-            let deadline = Instant::now() + grace;
-            loop {
+            let _ = poll(grace, POLL, || {
                 children.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
-                if children.is_empty() || Instant::now() > deadline {
-                    break;
-                }
-                thread::sleep(Duration::from_millis(10));
-            }
+                children.is_empty().then_some(())
+            });
         };
         reap(&mut self.children, TERM_GRACE);
         for c in &self.children {
@@ -331,6 +292,50 @@ fn signal(pid: u32, sig: libc::c_int) {
     // our own children, not yet reaped, so it cannot have been reused.
     unsafe {
         libc::kill(pid, sig);
+    }
+}
+
+/// Moves each instance in `pending` (by pid: its index in `found` and its
+/// log) whose manifest is now readable in `reg` to `found`.
+fn collect_published(
+    reg: &Path,
+    pending: &mut HashMap<u32, (usize, PathBuf)>,
+    found: &mut [Option<Instance>],
+) {
+    let Ok(rd) = fs::read_dir(reg) else {
+        return;
+    };
+    for e in rd.filter_map(|e| e.ok()) {
+        let Ok(file) = e.file_name().into_string() else {
+            continue;
+        };
+        let Some(id) = file
+            .strip_prefix("a-")
+            .and_then(|f| f.strip_suffix(".json"))
+        else {
+            continue;
+        };
+        let Some(pid) = id.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Some((i, _)) = pending.get(&pid) else {
+            continue;
+        };
+        let Some(m) = fs::read(e.path())
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        else {
+            continue;
+        };
+        let Some(socket) = m["socket"].as_str() else {
+            continue;
+        };
+        found[*i] = Some(Instance {
+            pid,
+            id: id.to_string(),
+            socket: PathBuf::from(socket),
+        });
+        pending.remove(&pid);
     }
 }
 

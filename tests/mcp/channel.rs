@@ -6,7 +6,7 @@
 //! approve it. Driven with JSON lines over the server's pipes; the real
 //! MCP client's view is `a_real_mcp_client_is_woken_by_the_channel`.
 
-use super::{Mcp, NEWEST, PYTHON_TIMEOUT, log_file, python_with_mcp, text, wait_gone};
+use super::{Mcp, NEWEST, gone_after_session, log_file, python_with_mcp, session_status, text};
 use crate::util::{Env, manifests};
 use serde_json::{Value, json};
 use std::ffi::OsString;
@@ -14,8 +14,6 @@ use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
 
 const CHANNEL: &str = "notifications/claude/channel";
 
@@ -256,25 +254,7 @@ fn run_channel_py(env: &Env, python: &Path, py_vars: &[(String, String)], args: 
         .process_group(0)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
-    let deadline = Instant::now() + PYTHON_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            // SAFETY: kill(2) has no memory-safety preconditions; the group
-            // is the one this test made for its own unreaped child.
-            unsafe {
-                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
-            }
-            let _ = child.wait();
-            panic!(
-                "channel.py ran over {PYTHON_TIMEOUT:?}; killed.\nstderr:\n{}",
-                fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
+    let status = session_status(&mut child, "channel.py", &err_path);
     let stdout = fs::read_to_string(&out_path).unwrap();
     let stderr = fs::read_to_string(&err_path).unwrap();
     assert!(
@@ -386,5 +366,5 @@ fn a_real_mcp_client_is_woken_by_the_channel() {
         .and_then(|r| r.split('-').next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no instance id in {instructions}"));
-    wait_gone(pid, "baton mcp");
+    gone_after_session(pid, "baton mcp");
 }

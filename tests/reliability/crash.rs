@@ -8,7 +8,7 @@
 use crate::util::reliability::{
     body_for, env, logging_handler, percentile, read_spool, runs, seeded_rng, spool, spool_dir,
 };
-use crate::util::{RawClient, Serve, published, wait_until};
+use crate::util::{RawClient, Serve, published, wait_for, wait_until};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -391,21 +391,17 @@ pub fn crash_loop(test: &str, cycles: usize) {
             st.target = None;
             st.parked = 0;
             coord.cv.notify_all();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while st.parked < SENDERS && !st.stop {
-                assert!(
-                    Instant::now() < deadline,
-                    "cycle {cycle}: senders did not stop within 20 s of the kill"
-                );
-                st = coord
-                    .cv
-                    .wait_timeout(st, Duration::from_millis(50))
-                    .unwrap()
-                    .0;
-            }
-            if let Some(f) = &st.failure {
-                panic!("cycle {cycle}: {f}");
-            }
+        }
+        wait_until(
+            &format!("cycle {cycle}: the senders to stop after the kill"),
+            Duration::from_secs(20),
+            || {
+                let st = coord.state.lock().unwrap();
+                st.parked >= SENDERS || st.stop
+            },
+        );
+        if let Some(f) = &coord.state.lock().unwrap().failure {
+            panic!("cycle {cycle}: {f}");
         }
         let now: Vec<u64> = acked.iter().map(|a| a.load(Ordering::SeqCst)).collect();
         let left = check(&dir, &log, &now, cycle, false);
@@ -542,17 +538,16 @@ pub fn handler_dies_with_its_instance(test: &str) {
     let mut first = env.serve(&ws, &args);
     let mut c = first.client();
     assert_eq!(first.send(&mut c, "t-1", "work")["status"], "accepted");
-    let mut recorded = Vec::new();
-    wait_until(
+    let recorded = wait_for(
         "the handler and its child to start",
         Duration::from_secs(15),
         || {
-            recorded = std::fs::read_to_string(&pids)
+            let recorded: Vec<u32> = std::fs::read_to_string(&pids)
                 .unwrap_or_default()
                 .lines()
                 .filter_map(|l| l.parse::<u32>().ok())
                 .collect();
-            recorded.len() == 2
+            (recorded.len() == 2).then_some(recorded)
         },
     );
     let leader = recorded[0];

@@ -4,7 +4,7 @@
 use crate::util::reliability::{
     body_for, cpu_time, env, fd_count, percentile, spool_dir_in, status_kib,
 };
-use crate::util::{RawClient, Serve, TempDir, wait_until};
+use crate::util::{POLL, RawClient, Serve, TempDir, poll, wait_until};
 use serde_json::json;
 use std::collections::HashSet;
 use std::io::{ErrorKind, Read, Write};
@@ -294,29 +294,18 @@ pub fn fd_limit(test: &str) {
     drop(clients);
     let left = Instant::now();
     let mut last_err = String::new();
-    let mut answered = None;
-    let ok = loop {
+    let answered = poll(Duration::from_secs(1), POLL, || {
         let attempt = (|| -> std::io::Result<RawClient> {
             let mut c = RawClient::connect_timeout(&inst.socket, Duration::from_secs(1))?;
             c.try_initialize()?;
             c.try_ping()?;
             Ok(c)
         })();
-        match attempt {
-            Ok(c) => {
-                answered = Some(c);
-                break true;
-            }
-            Err(e) => last_err = e.to_string(),
-        }
-        if left.elapsed() > Duration::from_secs(1) {
-            break false;
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
+        attempt.map_err(|e| last_err = e.to_string()).ok()
+    });
     let took = left.elapsed();
     assert!(
-        ok && took <= Duration::from_secs(1),
+        answered.is_some() && took <= Duration::from_secs(1),
         "a new client was not answered within 1 s of the others leaving ({took:?}): {last_err}"
     );
     eprintln!(

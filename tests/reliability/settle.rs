@@ -7,7 +7,7 @@
 //! (its file is in `inbox/`, its answer not yet given).
 
 use crate::util::reliability::{env, spool_dir};
-use crate::util::{Env, RawClient, Served, wait_event, wait_until};
+use crate::util::{Env, RawClient, Served, wait_event, wait_for, wait_until};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::Path;
@@ -58,13 +58,11 @@ pub fn stalled_settle_leaves_the_foreground_answering() {
         (r, Instant::now())
     });
     let mut c = inst.client();
-    let mut status_at = None;
-    wait_until("control/status to say paused", LONG, || {
+    let status_at = wait_for("control/status to say paused", LONG, || {
         let r = c.try_result("control/status", json!({})).unwrap();
-        status_at = Some(Instant::now());
-        r["paused"] == true
+        let at = Instant::now();
+        (r["paused"] == true).then_some(at)
     });
-    let status_at = status_at.unwrap();
     let pong = c.try_result("ping", json!({})).unwrap();
     assert_eq!(pong["status"], "pong", "{pong}");
     let (paused, pause_at) = pauser.join().unwrap();

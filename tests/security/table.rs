@@ -5,7 +5,7 @@
 //! exactly when the table's row lists that role.
 
 use super::{PROBE, probe_doors, python, script};
-use crate::util::{Env, baton_bin, manifests, wait_until};
+use crate::util::{Env, baton_bin, manifests, wait_for, wait_until};
 use baton::access::{Door, Role};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -151,16 +151,14 @@ fn the_mcp_hosts_processes_get_the_agents_doors_only() {
         .spawn()
         .unwrap();
     let prefix = format!("a-{}-", mcp.id());
-    let mut manifest = None;
-    wait_until("baton mcp's instance", T, || {
-        manifest = manifests(&env.registry).into_iter().find(|p| {
+    let manifest = wait_for("baton mcp's instance", T, || {
+        manifests(&env.registry).into_iter().find(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with(&prefix))
-        });
-        manifest.is_some()
+        })
     });
-    let m: Value = serde_json::from_slice(&fs::read(manifest.unwrap()).unwrap()).unwrap();
+    let m: Value = serde_json::from_slice(&fs::read(manifest).unwrap()).unwrap();
     let out = dir.join("agent.jsonl");
     let socket = m["socket"].as_str().unwrap();
     run_probe(

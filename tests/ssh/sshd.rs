@@ -1,263 +1,36 @@
 //! The `--via`, `bridge` and forced-command paths through a real OpenSSH
-//! server: a private `sshd -D -e -f CONFIG` on 127.0.0.1 and a free port,
-//! with host and user keys made here by `ssh-keygen`, stopped by the pid
-//! in its PidFile. The remote world is the parent module's; what ssh
-//! needs set up there is docs/ssh.md's recipe: `BATON_REMOTE` for a baton
-//! that is not on a non-interactive PATH (or, without it, the lookup
-//! finding it in the remote `~/.local/bin`), `AcceptEnv`/`SetEnv` for
-//! `BATON_DIR` and `XDG_STATE_HOME`, a pinned host key with `BatchMode`,
-//! and a forced-command key that carries its own environment.
+//! server, the private sshd of `util::sshd`. The remote world is the
+//! parent module's; what ssh needs set up there is docs/ssh.md's recipe:
+//! `BATON_REMOTE` for a baton that is not on a non-interactive PATH (or,
+//! without it, the lookup finding it in the remote `~/.local/bin`),
+//! `AcceptEnv`/`SetEnv` for `BATON_DIR` and `XDG_STATE_HOME`, a pinned
+//! host key with `BatchMode`, and a forced-command key that carries its
+//! own environment.
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::{Hosts, parse, status_of};
-use crate::util::{Env, TempDir, baton_bin, have, pid_alive, wait_until};
+use crate::util::sshd::{Masters, Sshd, have_sshd};
+use crate::util::{Env, baton_bin, exited_or_killed, wait_until};
 
-const SSHD: &str = "/usr/sbin/sshd";
 /// The bound on every wait here.
 const T: Duration = Duration::from_secs(10);
 
-/// sshd is in /usr/sbin, often not on PATH: looked for by its path.
-fn have_sshd() -> bool {
-    if !Path::new(SSHD).exists() {
-        if std::env::var("BATON_REQUIRE_ALL").as_deref() == Ok("1") {
-            panic!("{SSHD} is required (BATON_REQUIRE_ALL=1) but not installed (openssh-server)");
-        }
-        eprintln!("skipped: {SSHD} is not installed");
-        return false;
-    }
-    have("ssh") && have("ssh-keygen")
+/// A private sshd whose `forced_key` runs `forced` and whose sessions
+/// get `home` as HOME.
+fn start_sshd(forced: &str, home: &Path) -> Sshd {
+    Sshd::start(Some(forced), Some(home)).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn keygen(path: &Path) -> String {
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", "baton-test", "-f"])
-        .arg(path)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "ssh-keygen: {out:?}");
-    fs::read_to_string(path.with_extension("pub")).unwrap()
-}
-
-/// A private sshd, stopped (by the pid in its PidFile) when dropped.
-struct Sshd {
-    dir: TempDir,
-    child: Child,
-    port: u16,
-}
-
-impl Sshd {
-    /// Starts one that takes `user_key` for any command and `forced_key`
-    /// for `forced` only, accepts BATON_DIR and XDG_STATE_HOME, and gives
-    /// its sessions `home` as HOME (sshd's own `SetEnv`, OpenSSH 8.7).
-    fn start(forced: &str, home: &Path) -> Sshd {
-        let dir = TempDir::new();
-        // sshd refuses to start without its privilege separation directory.
-        let _ = fs::create_dir_all("/run/sshd");
-        let host = keygen(&dir.join("host_key"));
-        let user = keygen(&dir.join("user_key"));
-        let forced_pub = keygen(&dir.join("forced_key"));
-        fs::write(
-            dir.join("authorized_keys"),
-            format!("{user}restrict,command=\"{forced}\" {forced_pub}"),
-        )
-        .unwrap();
-        let deadline = Instant::now() + T;
-        loop {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .unwrap()
-                .port();
-            let d = dir.path().display();
-            fs::write(
-                dir.join("sshd_config"),
-                format!(
-                    "ListenAddress 127.0.0.1\nPort {port}\nHostKey {d}/host_key\n\
-                     PidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
-                     UsePAM no\nStrictModes no\nPasswordAuthentication no\n\
-                     KbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
-                     PermitRootLogin prohibit-password\nAcceptEnv BATON_DIR XDG_STATE_HOME\n\
-                     SetEnv HOME={}\nLogLevel ERROR\n",
-                    home.display()
-                ),
-            )
-            .unwrap();
-            let _ = fs::remove_file(dir.join("sshd.pid"));
-            let log = fs::File::create(dir.join("sshd.log")).unwrap();
-            let child = Command::new(SSHD)
-                .arg("-D")
-                .arg("-e")
-                .arg("-f")
-                .arg(dir.join("sshd_config"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap();
-            let mut child = child;
-            match wait_ready(&dir, &mut child, port, deadline) {
-                Ok(()) => {
-                    let known = format!("[127.0.0.1]:{port} {host}");
-                    fs::write(dir.join("known_hosts"), known).unwrap();
-                    return Sshd { dir, child, port };
-                }
-                // The port was taken meanwhile: another one.
-                Err(log) if Instant::now() < deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    eprintln!("sshd did not start on port {port}, again: {log}");
-                }
-                Err(log) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("sshd did not start within {T:?}: {log}");
-                }
-            }
-        }
-    }
-
-    fn key(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// `ssh` with one key, a pinned host key and no prompts, passing the
-    /// remote world's registry and state home with SetEnv when `env` is
-    /// given: a `--via` value.
-    fn via(&self, key: &str, env: Option<&Env>) -> String {
-        let setenv = env
-            .map(|e| {
-                format!(
-                    " -o 'SetEnv=BATON_DIR={} XDG_STATE_HOME={}'",
-                    e.registry.display(),
-                    e.state.display()
-                )
-            })
-            .unwrap_or_default();
-        format!(
-            "ssh -F /dev/null -p {} -i {} -o IdentitiesOnly=yes -o BatchMode=yes \
-             -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o ConnectTimeout=5 \
-             -o LogLevel=ERROR{setenv} 127.0.0.1",
-            self.port,
-            self.key(key).display(),
-            self.key("known_hosts").display(),
-        )
-    }
-
-    /// Stops sshd by the pid in its PidFile (the child's, with -D).
-    fn stop(&mut self) {
-        let pid = fs::read_to_string(self.dir.join("sshd.pid"))
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-            .unwrap_or(self.child.id() as i32);
-        // SAFETY: kill(2) has no memory-safety preconditions; the pid is
-        // this test's sshd, which is still its child (not yet reaped).
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + T;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Waits for sshd to write its PidFile and take connections; its log if
-/// it exits first or the deadline passes.
-fn wait_ready(
-    dir: &TempDir,
-    child: &mut Child,
-    port: u16,
-    deadline: Instant,
-) -> Result<(), String> {
-    let log = || fs::read_to_string(dir.join("sshd.log")).unwrap_or_default();
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return Err(log());
-        }
-        if dir.join("sshd.pid").exists() && TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Err(log())
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// The ssh masters `--via` left running for later sends (ControlPersist),
-/// found by their sockets in the local registry and stopped by pid when
-/// this is dropped, however the test ends.
-struct Masters(PathBuf);
-
-impl Masters {
-    fn sockets(&self) -> Vec<PathBuf> {
-        let mut found: Vec<PathBuf> = fs::read_dir(&self.0)
-            .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).collect())
-            .unwrap_or_default();
-        found.retain(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("ssh-"))
-        });
-        found.sort();
-        found
-    }
-
-    /// The pid `ssh -O check` gives for the master on `socket`.
-    fn pid(socket: &Path) -> Option<i32> {
-        let out = Command::new("ssh")
-            .args(["-F", "/dev/null", "-O", "check", "-o"])
-            .arg(format!("ControlPath={}", socket.display()))
-            .arg("127.0.0.1")
-            .stdin(Stdio::null())
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stderr);
-        let rest = &text[text.find("(pid=")? + 5..];
-        rest[..rest.find(')')?].parse().ok()
-    }
-}
-
-impl Drop for Masters {
-    fn drop(&mut self) {
-        for socket in self.sockets() {
-            let Some(pid) = Masters::pid(&socket) else {
-                continue;
-            };
-            // SAFETY: kill(2) has no memory-safety preconditions; the pid
-            // is the ssh master this test's sends started, as ssh says.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-            let deadline = Instant::now() + T;
-            while pid_alive(pid as u32) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if pid_alive(pid as u32) {
-                // SAFETY: as above.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-            }
-        }
-    }
+/// `sshd.via(key)`, passing `env`'s registry and state home when given.
+fn via_for(sshd: &Sshd, key: &str, env: Option<&Env>) -> String {
+    sshd.via(key, env.map(|e| (e.registry.as_path(), e.state.as_path())))
 }
 
 /// `VIA COMMAND` as an operator types it, with `input` on its stdin; the
@@ -278,15 +51,7 @@ fn session(via: &str, command: &str, input: &[u8]) -> Vec<Value> {
         let _ = tx.send(lines);
     });
     let lines = rx.recv_timeout(T);
-    let deadline = Instant::now() + T;
-    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let status = child.try_wait().unwrap();
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    let status = exited_or_killed(&mut child, T);
     let lines = lines.expect("the session's output within 10 s");
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{lines:?}");
     lines
@@ -320,9 +85,9 @@ fn a_real_sshd_carries_send_list_bridge_and_a_forced_command_key() {
         h.remote.state.display()
     );
     let home = h.remote.root.join("home");
-    let sshd = Sshd::start(&forced, &home);
+    let sshd = start_sshd(&forced, &home);
     let _masters = Masters(h.local.registry.clone());
-    let via = sshd.via("user_key", Some(&h.remote));
+    let via = via_for(&sshd, "user_key", Some(&h.remote));
     let remote = [("BATON_REMOTE", bin)];
     let run = |vars: &[(&str, &str)], args: &[&str]| h.local.run_with(vars, None, args, None);
 
@@ -458,7 +223,7 @@ fn a_real_sshd_carries_send_list_bridge_and_a_forced_command_key() {
     assert_eq!(answers[1]["result"]["status"], json!("pong"), "{answers:?}");
 
     // The forced-command key: far only, whatever is asked for.
-    let forced_via = sshd.via("forced_key", None);
+    let forced_via = via_for(&sshd, "forced_key", None);
     let out = run(
         &[],
         &[
@@ -578,9 +343,9 @@ fn repeated_sends_via_ssh_share_one_connection() {
     let far = h
         .remote
         .serve(&h.remote.workspace("far"), &["--name", "far"]);
-    let sshd = Sshd::start("true", &h.remote.root.join("home"));
+    let sshd = start_sshd("true", &h.remote.root.join("home"));
     let masters = Masters(h.local.registry.clone());
-    let via = sshd.via("user_key", Some(&h.remote));
+    let via = via_for(&sshd, "user_key", Some(&h.remote));
     let bin = baton_bin();
     let remote = [("BATON_REMOTE", bin.to_str().unwrap())];
     let send = |via: &str, id: &str, extra: Option<&str>| {

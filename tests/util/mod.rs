@@ -1,16 +1,18 @@
-//! Shared harness for baton's integration tests, both targets
-//! (`tests/tests.rs` and `tests/reliability.rs`).
+//! Shared harness for baton's integration tests, every target
+//! (`tests/tests.rs`, `tests/reliability.rs`, and `tests/bench.rs` for its
+//! waits and its private sshd).
 //!
 //! Every test gets a private world (`Env`): its own registry, state and home
 //! directories under a fresh temporary directory, and a scrubbed environment
 //! so nothing from the developer's real setup leaks in. Around that sit
 //! bounded process runners, guards for long-running `baton serve`
-//! processes (`process`), a raw line client for speaking JSON-RPC to a
-//! socket directly (`client`), and readers of what an instance records
-//! (its transcript, its manifests). `reliability` holds what only the
-//! crash, fault and load tests need. Everything that waits has a
-//! deadline, so a hung baton fails the test with a message instead of
-//! hanging CI.
+//! processes and waits for any process to end (`process`), a raw line
+//! client for speaking JSON-RPC to a socket directly (`client`), and
+//! readers of what an instance records (its transcript, its manifests).
+//! `reliability` holds what only the crash, fault and load tests need,
+//! `sshd` a private OpenSSH server. Everything that waits has a deadline,
+//! so a hung baton fails the test with a message instead of hanging CI;
+//! every wait that polls is `poll`, or `wait_for` and `wait_until` on it.
 //!
 //! Not every test binary uses every helper, hence the `dead_code` allowances.
 
@@ -18,10 +20,15 @@ mod client;
 mod process;
 #[allow(dead_code)]
 pub mod reliability;
+#[allow(dead_code)]
+pub mod sshd;
 
 pub use client::RawClient;
 #[allow(unused_imports)]
-pub use process::{Proc, Serve, Served, published};
+pub use process::{
+    Proc, Serve, Served, exited, exited_or_killed, finish, pid_alive, pid_exists, published,
+    wait_gone,
+};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind, Write};
@@ -40,7 +47,13 @@ use serde_json::{Value, json};
 const RUN_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long `wait_manifest` and `Env::serve` wait for the registry.
 const MANIFEST_TIMEOUT: Duration = Duration::from_secs(10);
-const POLL: Duration = Duration::from_millis(10);
+/// How often the waits here look again.
+pub const POLL: Duration = Duration::from_millis(10);
+/// How often a wait on a tmux pane looks again: each look is a
+/// `capture-pane`, a process of its own, too many for a busy machine at
+/// `POLL`.
+#[allow(dead_code)]
+pub const PANE_POLL: Duration = Duration::from_millis(50);
 
 /// A directory removed, with everything in it, when dropped.
 #[allow(dead_code)]
@@ -238,23 +251,13 @@ impl Env {
             });
         }
 
-        let deadline = Instant::now() + RUN_TIMEOUT;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() < deadline => thread::sleep(POLL),
-                Ok(None) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!(
-                        "baton {args:?} (extra env {vars:?}) still running after \
-                         {RUN_TIMEOUT:?}; killed.\nstdout:\n{}\nstderr:\n{}",
-                        read_lossy(&out_path),
-                        read_lossy(&err_path),
-                    );
-                }
-                Err(e) => panic!("waiting for baton {args:?}: {e}"),
-            }
+        let Some(status) = exited_or_killed(&mut child, RUN_TIMEOUT) else {
+            panic!(
+                "baton {args:?} (extra env {vars:?}) still running after \
+                 {RUN_TIMEOUT:?}; killed.\nstdout:\n{}\nstderr:\n{}",
+                read_lossy(&out_path),
+                read_lossy(&err_path),
+            );
         };
 
         Output {
@@ -293,21 +296,40 @@ fn read_lossy(path: &Path) -> String {
     }
 }
 
+/// Calls `f` every `every` until it gives a value and returns that, or
+/// `None` once `timeout` has passed without one. Every bounded wait of the
+/// tests comes down to this one loop.
+#[allow(dead_code)]
+pub fn poll<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(every);
+    }
+}
+
+/// Polls `f` every 10 ms until it gives a value and returns that; panics
+/// naming `what` if that takes longer than `timeout`.
+#[allow(dead_code)]
+#[track_caller]
+pub fn wait_for<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    match poll(timeout, POLL, f) {
+        Some(v) => v,
+        None => panic!("timed out after {timeout:?} waiting for {what}"),
+    }
+}
+
 /// Polls `f` every 10 ms until it returns true; panics naming `what` if
 /// that takes longer than `timeout`.
 #[allow(dead_code)]
 #[track_caller]
 pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if f() {
-            return;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        thread::sleep(POLL);
-    }
+    wait_for(what, timeout, || f().then_some(()))
 }
 
 /// The agent manifests (`a-*.json`) currently in `registry`, sorted. A
@@ -335,20 +357,18 @@ pub fn manifests(registry: &Path) -> Vec<PathBuf> {
 /// returns them.
 #[allow(dead_code)]
 pub fn wait_manifest(registry: &Path, count: usize) -> Vec<PathBuf> {
-    let deadline = Instant::now() + MANIFEST_TIMEOUT;
-    loop {
-        let found = manifests(registry);
-        if found.len() == count {
-            return found;
-        }
-        if Instant::now() >= deadline {
-            panic!(
-                "timed out after {MANIFEST_TIMEOUT:?} waiting for {count} manifest(s) in {}; found {found:?}",
-                registry.display()
-            );
-        }
-        thread::sleep(POLL);
+    let mut found = Vec::new();
+    let counted = poll(MANIFEST_TIMEOUT, POLL, || {
+        found = manifests(registry);
+        (found.len() == count).then_some(())
+    });
+    if counted.is_none() {
+        panic!(
+            "timed out after {MANIFEST_TIMEOUT:?} waiting for {count} manifest(s) in {}; found {found:?}",
+            registry.display()
+        );
     }
+    found
 }
 
 /// Whether a tool a test needs is on PATH; when it is not, the test is
@@ -464,18 +484,12 @@ pub fn transcript_until(
     timeout: Duration,
     pred: impl Fn(&Value) -> bool,
 ) -> Vec<Value> {
-    let mut upto = Vec::new();
-    wait_until(what, timeout, || {
-        let all = transcript(spool);
-        match all.iter().position(&pred) {
-            Some(i) => {
-                upto = all[..=i].to_vec();
-                true
-            }
-            None => false,
-        }
-    });
-    upto
+    wait_for(what, timeout, || {
+        let mut all = transcript(spool);
+        let i = all.iter().position(&pred)?;
+        all.truncate(i + 1);
+        Some(all)
+    })
 }
 
 /// Waits (up to `timeout`) until the transcript holds an event matching
@@ -498,21 +512,15 @@ pub fn wait_event(
 #[allow(dead_code)]
 #[track_caller]
 pub fn approval_of(spool: &Path, id: &str) -> Value {
-    let mut found = Value::Null;
     let what = format!("approval.requested {id}");
-    wait_until(&what, Duration::from_secs(20), || {
+    wait_for(&what, Duration::from_secs(20), || {
         let all = transcript(spool);
-        let Some(e) = all
+        let e = all
             .iter()
             .rev()
-            .find(|e| event_is(e, "approval.requested", id))
-        else {
-            return false;
-        };
-        found = json!({"approval_id": e["approval_id"], "digest": e["digest"]});
-        true
-    });
-    found
+            .find(|e| event_is(e, "approval.requested", id))?;
+        Some(json!({"approval_id": e["approval_id"], "digest": e["digest"]}))
+    })
 }
 
 /// xorshift64*: a tiny generator that gives the same sequence for the same
@@ -580,15 +588,6 @@ impl Leftovers {
             .filter_map(|l| l.trim().parse().ok())
             .collect()
     }
-}
-
-/// Whether a process other than a zombie has `pid`.
-#[allow(dead_code)]
-pub fn pid_alive(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| Some(s[s.rfind(')')? + 1..].trim_start().starts_with('Z')))
-        .is_some_and(|zombie| !zombie)
 }
 
 impl Drop for Leftovers {

@@ -1,18 +1,20 @@
 //! Long-running baton processes a test starts: `Proc`, a guard that stops
 //! its process (by pid, while it is still our unreaped child) when dropped,
 //! and `Served`, a `baton serve` together with what its manifest says.
+//! Also the bounded waits for any process to end: a child of ours
+//! (`exited`, `exited_or_killed`, `finish`) or any pid (`pid_alive`,
+//! `wait_gone`), or for its pid to be free (`pid_exists`).
 
 use std::fs;
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Child;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::{Child, ExitStatus, Output};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Env, MANIFEST_TIMEOUT, POLL, RawClient, exit_code, manifests, read_lossy};
+use super::{Env, MANIFEST_TIMEOUT, POLL, RawClient, exit_code, manifests, poll, read_lossy};
 
 /// Grace period a `Proc` gets after SIGTERM when dropped.
 const DROP_GRACE: Duration = Duration::from_secs(3);
@@ -66,14 +68,7 @@ impl Proc {
     /// Polls for the exit until `timeout`; its exit code (128 + signal if
     /// a signal ended it), or `None` if it is still running.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => return Some(exit_code(status)),
-                Ok(None) if Instant::now() < deadline => thread::sleep(POLL),
-                Ok(None) | Err(_) => return None,
-            }
-        }
+        exited(&mut self.child, timeout).map(exit_code)
     }
 
     /// Kills the process with SIGKILL, as a crash would, and reaps it.
@@ -229,37 +224,35 @@ impl Env {
     pub fn serve_opts(&self, workspace: &Path, s: Serve<'_>) -> Served {
         let mut proc = self.spawn_serve(workspace, s);
         let registry = self.registry_for(s.vars);
-        let deadline = Instant::now() + MANIFEST_TIMEOUT;
-        loop {
+        let found = poll(MANIFEST_TIMEOUT, POLL, || {
             if let Some(p) = published(&registry, proc.pid()) {
-                return Served {
-                    proc,
-                    id: p.id,
-                    registry: p.socket.parent().unwrap().to_path_buf(),
-                    socket: p.socket,
-                    workspace: workspace.to_path_buf(),
-                    manifest_path: p.path,
-                    manifest: p.manifest,
-                };
+                return Some(Ok(p));
             }
-            if !proc.is_running() {
-                panic!(
-                    "baton serve {:?} (extra env {:?}) exited early:\n{}",
-                    s.args,
-                    s.vars,
-                    proc.stderr()
-                );
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "baton serve {:?} (extra env {:?}) published no manifest in \
-                     {MANIFEST_TIMEOUT:?}:\n{}",
-                    s.args,
-                    s.vars,
-                    proc.stderr()
-                );
-            }
-            thread::sleep(POLL);
+            (!proc.is_running()).then_some(Err(()))
+        });
+        match found {
+            Some(Ok(p)) => Served {
+                proc,
+                id: p.id,
+                registry: p.socket.parent().unwrap().to_path_buf(),
+                socket: p.socket,
+                workspace: workspace.to_path_buf(),
+                manifest_path: p.path,
+                manifest: p.manifest,
+            },
+            Some(Err(())) => panic!(
+                "baton serve {:?} (extra env {:?}) exited early:\n{}",
+                s.args,
+                s.vars,
+                proc.stderr()
+            ),
+            None => panic!(
+                "baton serve {:?} (extra env {:?}) published no manifest in \
+                 {MANIFEST_TIMEOUT:?}:\n{}",
+                s.args,
+                s.vars,
+                proc.stderr()
+            ),
         }
     }
 }
@@ -404,4 +397,62 @@ impl Served {
         let m: Value = serde_json::from_slice(&bytes).expect("the manifest is JSON");
         m["state"].as_str().expect("manifest state").to_string()
     }
+}
+
+/// `child`'s exit status once it has exited, waiting up to `timeout`;
+/// `None` while it still runs.
+#[allow(dead_code)]
+pub fn exited(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    poll(timeout, POLL, || child.try_wait().ok().flatten())
+}
+
+/// Like `exited`, but a child still running after `timeout` is killed and
+/// reaped, and `None` says so.
+#[allow(dead_code)]
+pub fn exited_or_killed(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let status = exited(child, timeout);
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    status
+}
+
+/// What `child` wrote, once it has exited; panics naming `what` (after
+/// killing it) if it runs longer than `timeout`. Its output must fit in
+/// the pipes meanwhile, as nothing reads them until it has exited.
+#[allow(dead_code)]
+#[track_caller]
+pub fn finish(mut child: Child, what: &str, timeout: Duration) -> Output {
+    if exited_or_killed(&mut child, timeout).is_none() {
+        panic!("{what}: still running after {timeout:?}; killed");
+    }
+    child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Whether a process that has not yet exited has `pid` (a zombie, or one
+/// being torn down, has exited).
+#[allow(dead_code)]
+pub fn pid_alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| Some(s[s.rfind(')')? + 1..].trim_start().starts_with(['Z', 'X'])))
+        .is_some_and(|exited| !exited)
+}
+
+/// Whether any process has `pid`, one that has exited but is not yet
+/// reaped (a zombie) included: stricter than `pid_alive`, for a test that
+/// its process is gone altogether.
+#[allow(dead_code)]
+pub fn pid_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Waits up to `timeout` for the process `pid`, a child of ours or not,
+/// to exit (as `pid_alive` sees it); whether it did.
+#[allow(dead_code)]
+pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
+    poll(timeout, POLL, || (!pid_alive(pid)).then_some(())).is_some()
 }
