@@ -43,6 +43,31 @@ pub enum Error {
     Transport(String),
 }
 
+/// What is wrong with a piece of data baton did not write itself (a
+/// manifest, a task file, a directory, a body): the words say what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid(pub String);
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+impl From<String> for Invalid {
+    fn from(s: String) -> Invalid {
+        Invalid(s)
+    }
+}
+
+impl From<&str> for Invalid {
+    fn from(s: &str) -> Invalid {
+        Invalid(s.to_string())
+    }
+}
+
 impl Error {
     pub fn io(op: &'static str, path: &Path, source: io::Error) -> Error {
         Error::Io {

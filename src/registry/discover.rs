@@ -7,6 +7,7 @@ use super::{
     valid_id,
 };
 use crate::client;
+use crate::error::Invalid;
 use crate::sys;
 use serde::Serialize;
 use std::fs;
@@ -147,7 +148,7 @@ fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
             path: file,
             instance_id: valid_id(id).then(|| id.to_string()),
             manifest: None,
-            problem,
+            problem: problem.0,
             stale: false,
             wire: dir.wire,
         }),
@@ -391,7 +392,7 @@ fn ping_peer(
     timeout: Duration,
 ) -> std::result::Result<crate::wire::State, PingFailure> {
     check_socket(m).map_err(|problem| PingFailure {
-        problem,
+        problem: problem.0,
         unreachable: false,
         timed_out: false,
     })?;
@@ -411,12 +412,12 @@ fn ping_peer(
 /// (which could lead out of the registry), a socket, and ours unless it is
 /// a wake socket (a service manager's). A missing one is for the ping to
 /// find, which then tells a dead instance by it.
-pub(super) fn check_socket(m: &Manifest) -> Result<(), String> {
+pub(super) fn check_socket(m: &Manifest) -> Result<(), Invalid> {
     let path = Path::new(&m.socket);
     let meta = match fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("socket: {e}")),
+        Err(e) => return Err(format!("socket: {e}").into()),
     };
     if meta.file_type().is_symlink() {
         return Err("socket is a symlink".into());
@@ -428,7 +429,7 @@ pub(super) fn check_socket(m: &Manifest) -> Result<(), String> {
         .file_name()
         .is_some_and(|n| *n == *format!("a-{}.sock", m.instance_id));
     if own && meta.uid() != sys::euid() {
-        return Err(format!("socket is owned by uid {}", meta.uid()));
+        return Err(format!("socket is owned by uid {}", meta.uid()).into());
     }
     Ok(())
 }

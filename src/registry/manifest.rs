@@ -4,6 +4,7 @@
 use super::{
     MAX_MANIFEST, PROTOCOL, RegistryDir, Wire, default_name, socket_path, valid_id, valid_name,
 };
+use crate::error::Invalid;
 use crate::{files, sys};
 
 use serde_json::Value;
@@ -16,8 +17,8 @@ pub use crate::wire::Manifest;
 const MAX_FIELD: usize = 4096;
 
 /// Reads and validates one manifest file; `Err` names the problem.
-pub fn read_manifest(dir: &RegistryDir, file: &Path) -> std::result::Result<Manifest, String> {
-    let meta = fs::symlink_metadata(file).map_err(|e| e.to_string())?;
+pub fn read_manifest(dir: &RegistryDir, file: &Path) -> std::result::Result<Manifest, Invalid> {
+    let meta = fs::symlink_metadata(file).map_err(|e| Invalid(e.to_string()))?;
     if meta.file_type().is_symlink() {
         return Err("manifest is a symlink".into());
     }
@@ -25,16 +26,18 @@ pub fn read_manifest(dir: &RegistryDir, file: &Path) -> std::result::Result<Mani
         return Err(format!(
             "manifest is {}, not a regular file",
             files::kind_of(meta.file_type())
-        ));
+        )
+        .into());
     }
     if meta.uid() != sys::euid() {
-        return Err(format!("manifest is owned by uid {}", meta.uid()));
+        return Err(format!("manifest is owned by uid {}", meta.uid()).into());
     }
     if meta.len() > MAX_MANIFEST {
-        return Err(format!("manifest is {} bytes, over 16 KiB", meta.len()));
+        return Err(format!("manifest is {} bytes, over 16 KiB", meta.len()).into());
     }
     // Read without waiting, whatever was swapped in since the look.
-    let bytes = files::read_regular(file, MAX_MANIFEST).map_err(|e| format!("manifest: {e}"))?;
+    let bytes =
+        files::read_regular(file, MAX_MANIFEST).map_err(|e| Invalid(format!("manifest: {e}")))?;
     let id = file
         .file_name()
         .and_then(|n| n.to_str())
@@ -49,11 +52,11 @@ pub fn parse_manifest(
     dir: &RegistryDir,
     id: &str,
     bytes: &[u8],
-) -> std::result::Result<Manifest, String> {
+) -> std::result::Result<Manifest, Invalid> {
     if bytes.len() as u64 > MAX_MANIFEST {
         return Err("manifest is over 16 KiB".into());
     }
-    let obj = crate::wire::parse_flat(bytes).map_err(|e| format!("manifest: {e}"))?;
+    let obj = crate::wire::parse_flat(bytes).map_err(|e| Invalid(format!("manifest: {e}")))?;
     let string = |k: &str, required: bool| -> std::result::Result<String, String> {
         match obj.get(k) {
             Some(Value::String(s)) if s.len() <= MAX_FIELD => Ok(s.clone()),
@@ -170,6 +173,6 @@ mod tests {
             bytes,
         )
         .unwrap_err();
-        assert_eq!(e, "socket is not <registry>/a-<id>.sock");
+        assert_eq!(e.0, "socket is not <registry>/a-<id>.sock");
     }
 }

@@ -15,6 +15,7 @@ pub use discover::{
 pub use manifest::{Manifest, parse_manifest, read_manifest};
 
 use crate::config::Config;
+use crate::error::Invalid;
 use crate::error::{Error, Result};
 use crate::files::{self, DirError};
 use crate::sys;
@@ -144,8 +145,8 @@ pub fn zcoder_dir() -> PathBuf {
 
 /// Checks a registry directory without following a symlink: a real
 /// directory, ours, private, and neither `/` nor `$HOME`.
-pub fn check_dir(path: &Path) -> std::result::Result<(), String> {
-    files::private_dir(path, false).map_err(|e| e.to_string())
+pub fn check_dir(path: &Path) -> std::result::Result<(), Invalid> {
+    files::private_dir(path, false).map_err(|e| Invalid(e.to_string()))
 }
 
 /// Creates (mode 0700) and checks the registry directory, returning its

@@ -561,7 +561,7 @@ pub(super) fn verify_instance(
         if !path.exists() && std::fs::symlink_metadata(&path).is_err() {
             continue;
         }
-        let m = registry::read_manifest(dir, &path)?;
+        let m = registry::read_manifest(dir, &path).map_err(|e| e.0)?;
         if m.pid != pid {
             return Err(format!(
                 "instance {id} has pid {}, but the connection comes from pid {pid}",

@@ -6,6 +6,7 @@ use super::dirsync::sync_dir;
 use super::index::{Place, id_hash, release};
 use super::taskfile::{parse_task, read_bounded, receipt_name};
 use super::{Claim, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
+use crate::error::Invalid;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::files;
@@ -60,7 +61,7 @@ impl Spool {
             Some((task, _)) => Ok(task),
             None => match read_bounded(&from) {
                 Err(e) if sys::shortage(&e).is_some() => return Err(Error::io("read", &from, e)),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(Invalid(e.to_string())),
                 Ok(b) => parse_task(&b, &id),
             },
         };
@@ -72,7 +73,7 @@ impl Spool {
                 self.take(key, &id, &file)?;
                 Ok(Claim::Task(Box::new(task)))
             }
-            Err(reason) => self.reject(key, &id, &file, reason),
+            Err(reason) => self.reject(key, &id, &file, reason.0),
         }
     }
 

@@ -10,6 +10,7 @@
 use super::index::{Entry, Index, Place, id_hash, order_key, summary};
 use super::taskfile::{list, parse_file_name, parse_task, read_bounded, receipt_name};
 use super::{RECEIPTS_KEEP, RECEIPTS_MIN_AGE, Receipt, Sender, Spool, Summary, now_secs};
+use crate::error::Invalid;
 use crate::error::{Error, Result};
 use crate::files;
 use crate::sys;
@@ -21,11 +22,11 @@ use std::time::UNIX_EPOCH;
 /// Reads a spool file at open: `Ok(Err(why))` when its bytes cannot be
 /// had (bad data, not a regular file, gone), an error when a resource
 /// ran short.
-fn read_at_open(path: &Path) -> Result<std::result::Result<Vec<u8>, String>> {
+fn read_at_open(path: &Path) -> Result<std::result::Result<Vec<u8>, Invalid>> {
     match read_bounded(path) {
         Ok(b) => Ok(Ok(b)),
         Err(e) if sys::shortage(&e).is_some() => Err(Error::io("read", path, e)),
-        Err(e) => Ok(Err(e.to_string())),
+        Err(e) => Ok(Err(Invalid(e.to_string()))),
     }
 }
 
@@ -230,7 +231,7 @@ impl Spool {
             Err(reason) if place != Place::Rejected => {
                 file = self.set_aside(sub, name)?;
                 notes.push(format!("{sub}/{name}: {reason}; moved to rejected/{file}"));
-                why = Some(reason);
+                why = Some(reason.0);
                 (None, Place::Rejected)
             }
             Err(_) => (None, Place::Rejected),

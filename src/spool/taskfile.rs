@@ -6,6 +6,7 @@
 
 use super::{Sender, Task};
 use crate::digest::sha256_hex;
+use crate::error::Invalid;
 use crate::error::{Error, Result};
 use crate::files;
 use serde::Serialize;
@@ -112,13 +113,15 @@ pub(super) fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// Parses and checks a task file: valid JSON, the id in its name, and a
 /// body that matches its digest.
-pub(super) fn parse_task(bytes: &[u8], id: &str) -> std::result::Result<Task, String> {
-    let task: Task = serde_json::from_slice(bytes).map_err(|e| format!("not a task: {e}"))?;
+pub(super) fn parse_task(bytes: &[u8], id: &str) -> std::result::Result<Task, Invalid> {
+    let task: Task =
+        serde_json::from_slice(bytes).map_err(|e| Invalid(format!("not a task: {e}")))?;
     if task.message_id != id {
         return Err(format!(
             "file name says {id:?} but the task says {:?}",
             task.message_id
-        ));
+        )
+        .into());
     }
     if sha256_hex(task.body.as_bytes()) != task.digest {
         return Err("body does not match its digest".into());
