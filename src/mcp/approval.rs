@@ -59,7 +59,7 @@ fn describe(task: &Task, instance: &str) -> String {
          or in the terminal view (`baton attach {instance}`, then y, n or /approve). \
          Call check_inbox again once it is approved.",
         id = task.message_id,
-        mode = escape(&task.mode),
+        mode = task.mode,
         bytes = task.body.len(),
         preview = body_preview(&task.body),
     )

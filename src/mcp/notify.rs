@@ -97,7 +97,10 @@ fn arrived(ev: &Value) -> Option<Task> {
         sender,
         hop: 0,
         in_reply_to: None,
-        mode: ev["mode"].as_str().unwrap_or("queue").to_string(),
+        mode: ev["mode"]
+            .as_str()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_default(),
         accepted_at: 0,
         peer_pid: None,
         wire: String::new(),

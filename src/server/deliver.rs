@@ -12,6 +12,7 @@ use crate::events::Hub;
 use crate::registry;
 use crate::spool::{self, Admission, Limits, Sender, Task};
 use crate::status::Status;
+use crate::wire::TaskMode;
 use crate::{sys, wire};
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -131,7 +132,7 @@ pub struct Accepted<'a> {
     from: &'a str,
     pid: Option<u32>,
     queue_position: usize,
-    mode: &'a str,
+    mode: TaskMode,
     body: spool::Body<'a>,
     sender_id: &'a Option<String>,
     workspace: &'a Option<String>,
@@ -156,7 +157,7 @@ impl<'a> Accepted<'a> {
             from,
             pid,
             queue_position,
-            mode: &task.mode,
+            mode: task.mode,
             body: spool::Body::new(&task.body, body_json),
             sender_id: &task.sender.instance_id,
             workspace: &task.sender.workspace,
@@ -381,7 +382,7 @@ fn check_values(shared: &Shared, req: &SendRequest) -> Result<u64, Outcome> {
     if bad_id(&req.in_reply_to) {
         return Err(refuse(Status::Invalid, reason::BAD_IN_REPLY_TO));
     }
-    if !matches!(req.mode.as_str(), "queue" | "steer") {
+    if req.mode.parse::<TaskMode>().is_err() {
         return Err(refuse(Status::Invalid, reason::BAD_MODE));
     }
     req.hop

@@ -11,6 +11,7 @@ use super::peer::Peer;
 use super::request::SendRequest;
 use crate::registry;
 use crate::status::Status;
+use crate::wire::TaskMode;
 use crate::wire::{self, LineReader, ReadError};
 use serde_json::{Map, Value, json};
 
@@ -155,6 +156,6 @@ fn send_request(obj: &Map<String, Value>) -> Option<SendRequest> {
         sender_workspace: s("sender_workspace")?,
         hop: Some(0),
         in_reply_to: None,
-        mode: "queue".into(),
+        mode: TaskMode::Queue.as_str().into(),
     })
 }

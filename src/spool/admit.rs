@@ -65,7 +65,7 @@ impl Spool {
         task.seq = idx.next_seq;
         idx.next_seq += 1;
         idx.pending
-            .insert(task.message_id.clone(), order_key(&task.mode, task.seq));
+            .insert(task.message_id.clone(), order_key(task.mode, task.seq));
         if let Some(s) = &task.sender.instance_id {
             *idx.inflight.entry(s.clone()).or_default() += 1;
         }
@@ -98,7 +98,7 @@ impl Spool {
         // Under the lock, with the task indexed just below: no claim can
         // see it before it is announced.
         announce(&task, queue_position);
-        let key = order_key(&task.mode, task.seq);
+        let key = order_key(task.mode, task.seq);
         let id = task.message_id.clone();
         let digest = std::mem::take(&mut task.digest);
         let queued_at = task.accepted_at;

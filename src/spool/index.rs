@@ -6,6 +6,7 @@
 //! reads it (peek, counts, listings) and the waits on pending acceptances.
 
 use super::{Counts, Listing, Spool, Summary, Task};
+use crate::wire::TaskMode;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::MutexGuard;
@@ -199,8 +200,8 @@ pub(super) fn summary(task: Task) -> Summary {
     }
 }
 
-pub(super) fn order_key(mode: &str, seq: u64) -> (u8, u64) {
-    (if mode == "steer" { 0 } else { 1 }, seq)
+pub(super) fn order_key(mode: TaskMode, seq: u64) -> (u8, u64) {
+    (if mode == TaskMode::Steer { 0 } else { 1 }, seq)
 }
 
 pub(super) fn release(inflight: &mut HashMap<String, usize>, sender: &str) {

@@ -37,6 +37,7 @@ use crate::failpoint;
 use crate::files::{self, DirError};
 use crate::sys;
 use crate::wire::Outcome;
+use crate::wire::TaskMode;
 use dirsync::{DirSync, sync_dir};
 use index::Index;
 use serde::{Deserialize, Serialize};
@@ -75,7 +76,7 @@ pub struct Task {
     pub hop: u64,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub in_reply_to: Option<String>,
-    pub mode: String,
+    pub mode: TaskMode,
     pub accepted_at: u64,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub peer_pid: Option<u32>,
@@ -265,7 +266,8 @@ pub fn new_task(
         sender,
         hop,
         in_reply_to,
-        mode: mode.to_string(),
+        // Every caller has checked it (deliver.rs, the command line).
+        mode: mode.parse().unwrap_or_default(),
         accepted_at: now_secs(),
         peer_pid,
         wire: wire.to_string(),
@@ -295,14 +297,14 @@ pub fn read_listing(dir: &Path) -> Result<Listing> {
                 .ok()
                 .and_then(|b| taskfile::parse_task(&b, id).ok());
             let key = match sub {
-                "inbox" => index::order_key(task.as_ref().map_or("queue", |t| &t.mode), seq),
+                "inbox" => index::order_key(task.as_ref().map_or(TaskMode::Queue, |t| t.mode), seq),
                 _ => (0, seq),
             };
             let summary = task.map(index::summary).unwrap_or(Summary {
                 message_id: id.to_string(),
                 sender: Sender::default(),
                 accepted_at: 0,
-                mode: "queue".into(),
+                mode: TaskMode::Queue,
                 bytes: 0,
             });
             found.push((key, summary));

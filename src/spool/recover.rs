@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::files;
 use crate::sys;
 use crate::wire::Outcome;
+use crate::wire::TaskMode;
 use std::fs;
 use std::path::Path;
 use std::time::UNIX_EPOCH;
@@ -241,7 +242,7 @@ impl Spool {
         } else {
             sub
         };
-        let mode = task.as_ref().map_or("queue", |t| t.mode.as_str());
+        let mode = task.as_ref().map_or(TaskMode::Queue, |t| t.mode);
         let key = order_key(mode, seq);
         // A requeue touches the file: its time outlives a restart.
         let touched = fs::symlink_metadata(self.path(sub, &file))
@@ -263,7 +264,7 @@ impl Spool {
                 message_id: id.to_string(),
                 sender: Sender::default(),
                 accepted_at: 0,
-                mode: "queue".into(),
+                mode: TaskMode::Queue,
                 bytes: 0,
             }),
         })

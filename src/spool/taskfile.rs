@@ -9,6 +9,7 @@ use crate::digest::sha256_hex;
 use crate::error::Invalid;
 use crate::error::{Error, Result};
 use crate::files;
+use crate::wire::TaskMode;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::fs;
@@ -46,7 +47,7 @@ pub(super) struct TaskFile<'a> {
     hop: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     in_reply_to: &'a Option<String>,
-    mode: &'a str,
+    mode: TaskMode,
     accepted_at: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     peer_pid: Option<u32>,
@@ -63,7 +64,7 @@ impl<'a> TaskFile<'a> {
             sender: &t.sender,
             hop: t.hop,
             in_reply_to: &t.in_reply_to,
-            mode: &t.mode,
+            mode: t.mode,
             accepted_at: t.accepted_at,
             peer_pid: t.peer_pid,
             wire: &t.wire,

@@ -61,6 +61,6 @@ pub struct Summary {
     pub message_id: String,
     pub sender: Sender,
     pub accepted_at: u64,
-    pub mode: String,
+    pub mode: super::TaskMode,
     pub bytes: usize,
 }
