@@ -17,6 +17,7 @@ use crate::error::{Error, ExitCode, Result};
 use crate::registry::Peer;
 use crate::relay::{self, Route};
 use crate::sanitize::escape;
+use crate::server::{self, SendRequest};
 use crate::status::Status;
 use crate::wire::Method;
 use crate::wire::answer::HelloParams;
@@ -247,15 +248,29 @@ fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Value
             "offline": {"name": target},
         }),
         "message/send" => {
-            let message_id = p["message_id"].as_str().unwrap_or("");
-            let body = p["body"].as_str().unwrap_or("");
-            let mode = p["mode"].as_str().unwrap_or("queue");
-            if !registry::valid_id(message_id) || !matches!(mode, "queue" | "steer") {
-                return error_line(id, wire::INVALID_PARAMS, "a message_id and mode are wanted");
+            // Read and checked as a live instance does (server/), but for
+            // the target: a stopped agent has no instance id to name.
+            let mut params = match p {
+                Value::Object(m) => m.clone(),
+                _ => return error_line(id, wire::INVALID_PARAMS, "params must be an object"),
+            };
+            params
+                .entry("target_instance_id")
+                .or_insert_with(|| json!(""));
+            let req = match SendRequest::from_params(&params) {
+                Ok(req) => req,
+                Err(e) => return error_line(id, e.code, &e.message),
+            };
+            if let Err(v) = server::check_request(config, &req) {
+                let refusal =
+                    json!({"status": v.status, "message_id": req.message_id, "reason": v.reason});
+                return json!({"jsonrpc": "2.0", "id": id, "result": refusal});
             }
-            if let Err(why) = relay::check_body(config, body) {
-                return error_line(id, wire::INVALID_PARAMS, &why);
-            }
+            let (message_id, body, mode) = (
+                req.message_id.as_str(),
+                req.body.as_str(),
+                req.mode.as_str(),
+            );
             // Stored as having come through a bridge, as a live instance
             // records it.
             let make = || {

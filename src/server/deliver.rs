@@ -334,7 +334,6 @@ fn check_and_admit(
 
 /// Checks 1 to 10: the values of the request, in order; the hop.
 fn check_values(shared: &Shared, req: &SendRequest) -> Result<u64, Outcome> {
-    let cfg = &shared.config;
     if req.target_instance_id != shared.instance_id {
         return Err(refuse(
             Status::WrongTarget,
@@ -345,14 +344,23 @@ fn check_values(shared: &Shared, req: &SendRequest) -> Result<u64, Outcome> {
             ),
         ));
     }
+    check_request(&shared.config, req).map_err(|v| refuse(v.status, v.reason.unwrap_or_default()))
+}
+
+/// Checks 2 to 10, which need no instance (a stand-in for a stopped
+/// agent, `bridge --offline`, makes them too): the hop, or the refusal.
+pub fn check_request(cfg: &crate::config::Config, req: &SendRequest) -> Result<u64, Verdict> {
     if !registry::valid_id(&req.message_id) {
-        return Err(refuse(Status::Invalid, reason::BAD_MESSAGE_ID));
+        return Err(Verdict::with_reason(
+            Status::Invalid,
+            reason::BAD_MESSAGE_ID,
+        ));
     }
     if req.body.trim().is_empty() {
-        return Err(refuse(Status::Invalid, reason::EMPTY_BODY));
+        return Err(Verdict::with_reason(Status::Invalid, reason::EMPTY_BODY));
     }
     if req.body.len() > cfg.max_message_bytes {
-        return Err(refuse(
+        return Err(Verdict::with_reason(
             Status::Invalid,
             format!(
                 "body is {} bytes, over the limit of {} (BATON_MAX_MESSAGE_BYTES)",
@@ -363,30 +371,39 @@ fn check_values(shared: &Shared, req: &SendRequest) -> Result<u64, Outcome> {
     }
     let bad_id = |s: &Option<String>| s.as_deref().is_some_and(|s| !registry::valid_id(s));
     if bad_id(&req.sender_instance_id) {
-        return Err(refuse(Status::Invalid, reason::BAD_SENDER_ID));
+        return Err(Verdict::with_reason(Status::Invalid, reason::BAD_SENDER_ID));
     }
     if req
         .sender_name
         .as_deref()
         .is_some_and(|s| !registry::valid_name(s))
     {
-        return Err(refuse(Status::Invalid, reason::BAD_SENDER_NAME));
+        return Err(Verdict::with_reason(
+            Status::Invalid,
+            reason::BAD_SENDER_NAME,
+        ));
     }
     if req
         .sender_workspace
         .as_deref()
         .is_some_and(|w| !w.starts_with('/') || w.len() > 4096)
     {
-        return Err(refuse(Status::Invalid, reason::BAD_SENDER_WORKSPACE));
+        return Err(Verdict::with_reason(
+            Status::Invalid,
+            reason::BAD_SENDER_WORKSPACE,
+        ));
     }
     if bad_id(&req.in_reply_to) {
-        return Err(refuse(Status::Invalid, reason::BAD_IN_REPLY_TO));
+        return Err(Verdict::with_reason(
+            Status::Invalid,
+            reason::BAD_IN_REPLY_TO,
+        ));
     }
     if req.mode.parse::<TaskMode>().is_err() {
-        return Err(refuse(Status::Invalid, reason::BAD_MODE));
+        return Err(Verdict::with_reason(Status::Invalid, reason::BAD_MODE));
     }
     req.hop
-        .ok_or_else(|| refuse(Status::Invalid, reason::BAD_HOP))
+        .ok_or_else(|| Verdict::with_reason(Status::Invalid, reason::BAD_HOP))
 }
 
 /// Checks 11 to 13: the sender verifies, the policy allows it, the hop is

@@ -21,8 +21,8 @@ mod slots;
 mod zcoder;
 
 pub use deliver::{
-    Accepted, Delivery, NotStored, Receiver, Verdict, admission_verdict, deliver, emit_accepted,
-    reason,
+    Accepted, Delivery, NotStored, Receiver, Verdict, admission_verdict, check_request, deliver,
+    emit_accepted, reason,
 };
 pub use peer::Peer;
 pub use request::SendRequest;
