@@ -587,7 +587,7 @@ impl Adapter {
             Err(e) => return tool_result(e, true, None),
         };
         let id = &sent.message_id;
-        let target_of = sent.target.unwrap_or_default();
+        let target_of = sent.target.clone().unwrap_or_default();
         let who = match (target_of.name, target_of.instance_id) {
             (Some(n), Some(i)) => format!("{n} ({i})"),
             _ => escape(target).into_owned(),
@@ -595,27 +595,28 @@ impl Adapter {
         let position = sent
             .queue_position
             .map_or_else(|| "null".to_string(), |n| n.to_string());
-        let text = match sent.status {
-            Status::Accepted => format!(
+        let text = match sent.status() {
+            Some(Status::Accepted) => format!(
                 "accepted: task {id} is queued at position {position} on {who}. Acceptance is not completion: the other agent has not done anything yet."
             ),
-            Status::Duplicate => {
+            Some(Status::Duplicate) => {
                 format!("duplicate: {who} had already accepted task {id}.")
             }
             // Offline delivery: the task is in the named agent's spool.
-            Status::Stored => format!(
+            Some(Status::Stored) => format!(
                 "stored: {who} is not running; task {id} waits in its spool at position {position} and runs when it starts. Acceptance is not completion."
             ),
-            status => format!(
-                "not delivered: {status}: {}",
+            _ => format!(
+                "not delivered: {}: {}",
+                sent.status,
                 sent.reason.as_deref().unwrap_or("")
             ),
         };
-        let delivered = sent.status.delivered();
+        let delivered = sent.status().is_some_and(Status::delivered);
         if !delivered {
             return tool_result(text, true, Some(r));
         }
-        self.remember(&r, target);
+        self.remember(&sent, target);
         match wait {
             Some(secs) => self.follow(text, secs, r),
             None => tool_result(text, false, Some(r)),

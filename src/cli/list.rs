@@ -9,7 +9,7 @@ use crate::registry;
 use crate::sanitize::escape;
 use crate::text::table;
 use crate::wire::Method;
-use crate::wire::answer::HelloParams;
+use crate::wire::answer::{Hello, HelloParams, Pong};
 use serde_json::{Value, json};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
@@ -267,27 +267,31 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<ExitCode> {
 /// The instance a forced `baton bridge NAME` answered the probe for, as a
 /// `list --json` item.
 fn forced_bridge(out: &[u8]) -> Option<Value> {
-    let answers: Vec<Value> = String::from_utf8_lossy(out)
+    /// One answer line of the probe.
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        id: Option<u64>,
+        result: Option<Value>,
+    }
+    let answers: Vec<Answer> = String::from_utf8_lossy(out)
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     let result = |id: u64| {
         answers
             .iter()
-            .find(|v| v["id"] == id)
-            .map(|v| v["result"].clone())
+            .find(|a| a.id == Some(id))
+            .and_then(|a| a.result.clone())
     };
-    let instance = result(1)?["instance"].clone();
-    if !instance.is_object() {
-        return None;
-    }
-    let state = result(2).map(|p| p["state"].clone()).unwrap_or(Value::Null);
+    let hello: Hello = serde_json::from_value(result(1)?).ok()?;
+    let m = hello.instance?;
+    let state = result(2).and_then(|p| serde_json::from_value::<Pong>(p).ok());
     Some(serde_json::json!({
-        "name": instance["name"],
-        "pid": instance["pid"],
-        "state": state,
-        "instance_id": instance["instance_id"],
+        "name": m.name,
+        "pid": m.pid,
+        "state": state.map(|p| p.state),
+        "instance_id": m.instance_id,
         "wire": "jsonrpc",
-        "workspace": instance["workspace"],
+        "workspace": m.workspace,
     }))
 }

@@ -7,6 +7,7 @@ use super::{emit, emit_json};
 use crate::error::{Error, ExitCode, Result};
 use crate::sanitize::escape;
 use crate::status::Status;
+use crate::wire::answer::SendResult;
 use serde_json::Value;
 
 /// The task a plain command line stores in a stopped agent's spool: the
@@ -32,58 +33,48 @@ pub(super) fn plain_task(message_id: &str, body: &str, mode: &str) -> crate::spo
 }
 
 /// Prints a delivery result and maps its status to the exit code.
-pub(super) fn report(args: &Args, r: &Value) -> Result<ExitCode> {
-    let spelled = r.get("status").and_then(Value::as_str).unwrap_or("");
-    // A status this version does not know (a zcoder peer's, say) is a
-    // refusal, shown as it was spelled.
-    let status = spelled.parse::<Status>().ok();
-    let id = escape(r.get("message_id").and_then(Value::as_str).unwrap_or("")).into_owned();
-    let reason = escape(r.get("reason").and_then(Value::as_str).unwrap_or("")).into_owned();
+pub(super) fn report(args: &Args, v: &Value) -> Result<ExitCode> {
+    let r: SendResult = serde_json::from_value(v.clone())
+        .map_err(|e| Error::Transport(format!("the send's result cannot be read: {e}")))?;
+    let status = r.status();
+    let spelled = escape(&r.status);
+    let id = escape(&r.message_id);
+    let reason = escape(r.reason.as_deref().unwrap_or(""));
     let code = status.map_or(ExitCode::Refused, Status::exit_code);
     if args.flag("json") {
-        emit_json(r);
+        emit_json(v);
         return Ok(code);
     }
-    let t = &r["target"];
-    let who = match (
-        t.get("name").and_then(Value::as_str),
-        t.get("instance_id").and_then(Value::as_str),
-    ) {
+    let t = r.target.clone().unwrap_or_default();
+    let who = match (&t.name, &t.instance_id) {
         (Some(n), Some(i)) => format!("{} ({i})", escape(n)),
         (Some(n), None) => escape(n).into_owned(),
         _ => "the receiver".into(),
     };
+    let position = r.queue_position.map(|n| n.to_string()).unwrap_or_default();
     match status {
         Some(Status::Accepted) => emit(&format!(
-            "accepted: {who} queued message {id} at position {}\n",
-            r.get("queue_position")
-                .map(Value::to_string)
-                .unwrap_or_default()
+            "accepted: {who} queued message {id} at position {position}\n"
         )),
         Some(Status::Duplicate) => emit(&format!(
             "duplicate: {who} had already accepted message {id}\n"
         )),
         Some(Status::Stored) => emit(&format!(
-            "stored: {} is not running; message {id} waits in its spool at position {} and runs when it starts\n",
-            escape(t["name"].as_str().unwrap_or("")),
-            r.get("queue_position")
-                .map(Value::to_string)
-                .unwrap_or_default()
+            "stored: {} is not running; message {id} waits in its spool at position {position} and runs when it starts\n",
+            escape(t.name.as_deref().unwrap_or(""))
         )),
         Some(Status::NoTarget) => {
             let peers: Vec<String> = r
-                .get("candidates")
-                .and_then(Value::as_array)
-                .into_iter()
+                .candidates
+                .iter()
                 .flatten()
                 .map(|c| {
-                    let name = escape(c["name"].as_str().unwrap_or(""));
-                    let workspace = escape(c["workspace"].as_str().unwrap_or(""));
+                    let (name, workspace) = (escape(&c.name), escape(&c.workspace));
                     // A spool of a stopped agent has no pid and no id.
-                    match c["pid"].as_u64() {
+                    match c.pid {
                         Some(pid) => format!(
                             "\n  {name}  pid {pid}  {workspace}  {}",
-                            c["instance_id"].as_str().unwrap_or("")
+                            c.instance_id.as_deref().unwrap_or("")
                         ),
                         None => format!("\n  {name}  not running  {workspace}"),
                     }
@@ -97,13 +88,10 @@ pub(super) fn report(args: &Args, r: &Value) -> Result<ExitCode> {
             eprintln!("baton: {reason}; {list}");
         }
         Some(Status::Transport) => eprintln!("baton: {reason}"),
-        Some(Status::Denied | Status::Invalid | Status::Unsupported) if t.is_null() => {
-            eprintln!("baton: not sent: {}: {reason}", escape(spelled))
+        Some(Status::Denied | Status::Invalid | Status::Unsupported) if r.target.is_none() => {
+            eprintln!("baton: not sent: {spelled}: {reason}")
         }
-        _ => eprintln!(
-            "baton: {who} refused message {id}: {}: {reason}",
-            escape(spelled)
-        ),
+        _ => eprintln!("baton: {who} refused message {id}: {spelled}: {reason}"),
     }
     Ok(code)
 }

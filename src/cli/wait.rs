@@ -24,7 +24,7 @@ use crate::follow::{self, End, Follow, Who};
 use crate::sanitize::{escape, escape_multiline};
 use crate::status::Status;
 use crate::wire::Outcome;
-use crate::wire::answer::{Pending, Target};
+use crate::wire::answer::{Pending, SendResult, Target};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -55,37 +55,36 @@ struct Kept {
     name: String,
     /// `accepted`, `duplicate` or `stored`.
     status: String,
+    /// The instance it reached, when one did.
+    target: Target,
 }
 
 /// A delivery the receiver did not keep is reported as it is, with no
 /// outcome (`Err`, the exit code); a kept one is waited for.
 fn kept(args: &Args, delivery: &Value) -> Result<std::result::Result<Kept, ExitCode>> {
-    let spelled = delivery.get("status").and_then(Value::as_str).unwrap_or("");
-    let kept = matches!(
-        spelled.parse::<Status>(),
-        Ok(Status::Accepted | Status::Duplicate | Status::Stored)
-    );
-    if !kept {
+    let r: SendResult = serde_json::from_value(delivery.clone())
+        .map_err(|e| Error::Transport(format!("the send's result cannot be read: {e}")))?;
+    let status = r.status();
+    if !matches!(
+        status,
+        Some(Status::Accepted | Status::Duplicate | Status::Stored)
+    ) {
         if args.flag("json") {
             let mut r = delivery.clone();
             r["outcome"] = Value::Null;
             r["reply"] = Value::Null;
             emit_json(&r);
-            let code = spelled
-                .parse::<Status>()
-                .map_or(ExitCode::Refused, Status::exit_code);
-            return Ok(Err(code));
+            return Ok(Err(status.map_or(ExitCode::Refused, Status::exit_code)));
         }
         return super::sent::report(args, delivery).map(Err);
     }
-    let name = delivery["target"]["name"]
-        .as_str()
-        .or(args.positional.first().map(String::as_str))
-        .unwrap_or("");
+    let target = r.target.unwrap_or_default();
+    let name = target.name.clone().or(args.positional.first().cloned());
     Ok(Ok(Kept {
-        message_id: delivery["message_id"].as_str().unwrap_or("").to_string(),
-        name: name.to_string(),
-        status: spelled.to_string(),
+        message_id: r.message_id,
+        name: name.unwrap_or_default(),
+        status: r.status,
+        target,
     }))
 }
 
@@ -110,11 +109,10 @@ pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
         Ok(k) => k,
         Err(code) => return Ok(code),
     };
-    let target: Target = serde_json::from_value(delivery["target"].clone()).unwrap_or_default();
     let who = Who {
         name: k.name.clone(),
-        instance_id: target.instance_id,
-        workspace: target.workspace,
+        instance_id: k.target.instance_id.clone(),
+        workspace: k.target.workspace.clone(),
         only_workspace: false,
     };
     say_waiting(args, &k);

@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::follow::{self, End, Who};
 use crate::sanitize::escape;
 use crate::status::Status;
-use crate::wire::answer::{Pending, TaskState, TaskStatus};
+use crate::wire::answer::{Pending, SendResult, TaskState, TaskStatus};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::time::{Duration, Instant};
@@ -77,18 +77,16 @@ fn ended_text(id: &str, who: &str, outcome: &str, reply: Option<&str>) -> String
 
 impl Adapter {
     /// Remembers a delivered task for `task_status`.
-    pub(super) fn remember(&mut self, r: &Value, target: &str) {
-        let Some(id) = r["message_id"].as_str() else {
-            return;
-        };
+    pub(super) fn remember(&mut self, r: &SendResult, target: &str) {
         if self.sent.len() >= SENT_KEPT {
             self.sent.remove(0);
         }
-        self.sent.retain(|s| s.message_id != id);
+        self.sent.retain(|s| s.message_id != r.message_id);
+        let to = r.target.clone().unwrap_or_default();
         self.sent.push(Sent {
-            message_id: id.to_string(),
-            name: r["target"]["name"].as_str().unwrap_or(target).to_string(),
-            instance_id: r["target"]["instance_id"].as_str().map(str::to_string),
+            message_id: r.message_id.clone(),
+            name: to.name.unwrap_or_else(|| target.to_string()),
+            instance_id: to.instance_id,
         });
     }
 

@@ -200,12 +200,16 @@ pub struct Target {
     pub workspace: Option<String>,
 }
 
-/// One live instance a target could have meant.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// One instance a target could have meant: a live one, or a stopped
+/// agent's spool (no pid, no id).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Candidate {
-    pub instance_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
     pub name: String,
-    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     pub workspace: String,
 }
 
@@ -223,9 +227,18 @@ pub struct SendResult {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<State>,
-    pub status: Status,
+    /// As spelled: a status this version does not know (a zcoder peer's)
+    /// is a refusal, shown as it came.
+    pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Target>,
+}
+
+impl SendResult {
+    /// The status, if this version knows it.
+    pub fn status(&self) -> Option<Status> {
+        self.status.parse().ok()
+    }
 }
 
 /// One page of `inbox/list`.
