@@ -42,6 +42,7 @@ pub mod files;
 pub mod follow;
 pub mod glob;
 pub mod instance;
+pub mod lookup;
 pub mod mcp;
 pub mod procfs;
 pub mod registry;

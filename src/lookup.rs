@@ -1,0 +1,236 @@
+//! What a TARGET names: an exact instance id, else a name exactly one live
+//! instance has; without TARGET, the instance of `$BATON_SOCKET`, else the
+//! one serving the current directory. A name no live instance has may be
+//! known from its spool's `meta.json`: a stopped agent's. The CLI
+//! (`cli/target.rs`) and senders (`relay`) say what each answer means.
+
+use crate::registry::{self, Manifest, Peer, RegistryDir, Wire};
+use crate::sanitize::escape;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What is looked for.
+pub enum Target<'a> {
+    /// An instance id, else a name.
+    Named(&'a str),
+    /// The instance listening on this socket (`$BATON_SOCKET`).
+    Socket(PathBuf),
+    /// The baton instance serving this workspace.
+    Workspace(PathBuf),
+}
+
+/// What a lookup found.
+pub enum Lookup {
+    /// One live instance; it may be unresponsive (`Peer::unresponsive`).
+    One(Box<Peer>),
+    /// Several live instances match: why that is no answer, and them.
+    Several { why: String, matched: Vec<Peer> },
+    /// None matches: why, every live instance, and the spools of a name
+    /// (their agents are stopped).
+    None {
+        why: String,
+        live: Vec<Peer>,
+        stopped: Vec<KnownSpool>,
+    },
+}
+
+impl Target<'_> {
+    /// What no TARGET stands for: the instance of `$BATON_SOCKET`, else
+    /// the one serving the current directory.
+    pub fn here() -> std::io::Result<Target<'static>> {
+        if let Some(socket) = crate::config::baton_socket() {
+            return Ok(Target::Socket(socket));
+        }
+        let cwd = std::env::current_dir().and_then(std::fs::canonicalize)?;
+        Ok(Target::Workspace(cwd))
+    }
+
+    /// Whether a manifest can be the one: only those are pinged first.
+    fn may_be(&self, m: &Manifest) -> bool {
+        match self {
+            Target::Named(t) => m.instance_id == *t || m.name == *t,
+            Target::Socket(s) => Path::new(&m.socket) == s,
+            Target::Workspace(w) => Path::new(&m.workspace) == w,
+        }
+    }
+
+    /// The one live instance the target names, or several; `None` when
+    /// none matches. An instance id beats a name.
+    fn pick(&self, peers: &[Peer]) -> Option<Lookup> {
+        if let Target::Named(t) = self {
+            if let Some(p) = peers.iter().find(|p| p.manifest.instance_id == *t) {
+                return Some(Lookup::One(Box::new(p.clone())));
+            }
+        }
+        let mut hits: Vec<Peer> = peers
+            .iter()
+            .filter(|p| match self {
+                Target::Named(t) => p.manifest.name == *t,
+                // A zcoder instance serves no workspace of ours.
+                Target::Workspace(_) => p.wire == Wire::Jsonrpc && self.may_be(&p.manifest),
+                Target::Socket(_) => self.may_be(&p.manifest),
+            })
+            .cloned()
+            .collect();
+        match hits.len() {
+            0 => None,
+            1 => Some(Lookup::One(Box::new(hits.pop().expect("one")))),
+            _ => Some(Lookup::Several {
+                why: format!("{} is ambiguous: pick one by id", self.what()),
+                matched: hits,
+            }),
+        }
+    }
+
+    /// What several matches are of.
+    fn what(&self) -> String {
+        match self {
+            Target::Named(t) => format!("the name {}", escape(t)),
+            Target::Socket(_) => self.missing(),
+            Target::Workspace(w) => {
+                format!("the instances serving {}", escape(&w.display().to_string()))
+            }
+        }
+    }
+
+    /// Why nothing matched.
+    fn missing(&self) -> String {
+        match self {
+            Target::Named(t) => format!("no live instance has the id or name {}", escape(t)),
+            Target::Socket(s) => format!(
+                "no live instance listens on BATON_SOCKET={}",
+                escape(&s.display().to_string())
+            ),
+            Target::Workspace(w) => format!(
+                "no instance serves {}: name a TARGET",
+                escape(&w.display().to_string())
+            ),
+        }
+    }
+}
+
+/// Looks for `target` among the live instances of `dirs`. An exact id
+/// needs no scan (its manifest is read directly); then only what the
+/// target can name is pinged, and everyone only to list the candidates
+/// when that finds nothing.
+pub fn find(dirs: &[RegistryDir], target: &Target<'_>, timeout: Duration) -> Lookup {
+    if let Target::Named(t) = target {
+        if let Some(p) = registry::find_id(dirs, t, timeout) {
+            return Lookup::One(Box::new(p));
+        }
+    }
+    let named = registry::discover_matching(dirs, None, timeout, &|m| target.may_be(m));
+    if let Some(found) = target.pick(&named.peers) {
+        return found;
+    }
+    let all = registry::discover(dirs, None, timeout).peers;
+    if let Some(found) = target.pick(&all) {
+        return found;
+    }
+    // No live instance has the name: every spool of it is a stopped agent's.
+    let stopped = match target {
+        Target::Named(t) => known_spools()
+            .into_iter()
+            .filter(|s| s.name == *t)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let why = target.missing();
+    Lookup::None {
+        why,
+        live: all,
+        stopped,
+    }
+}
+
+/// One line per candidate, as errors list them.
+pub fn candidates(peers: &[Peer]) -> String {
+    if peers.is_empty() {
+        return "no live instances are running".into();
+    }
+    let mut s = String::from("candidates:");
+    for p in peers {
+        let m = &p.manifest;
+        let zcoder = if p.wire == Wire::Zcoder {
+            "  (zcoder)"
+        } else {
+            ""
+        };
+        s.push_str(&format!(
+            "\n  {}  pid {}  {}  {}{zcoder}",
+            escape(&m.name),
+            m.pid,
+            escape(&m.workspace),
+            m.instance_id,
+        ));
+    }
+    s
+}
+
+/// The candidates of a sender's `no_target` result.
+pub fn candidates_json(peers: &[Peer]) -> Value {
+    peers
+        .iter()
+        .map(|p| {
+            let m = &p.manifest;
+            json!({"instance_id": m.instance_id, "name": m.name, "pid": m.pid, "workspace": m.workspace})
+        })
+        .collect()
+}
+
+/// A spool a name has on this machine, found through its `meta.json`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KnownSpool {
+    #[serde(skip)]
+    pub dir: PathBuf,
+    pub name: String,
+    pub workspace: String,
+    /// Whether senders may store tasks in it while its name is not running.
+    pub offline: bool,
+    pub queued: usize,
+    /// The agent's `--accept-from` / `--deny-from`, applied by senders.
+    #[serde(skip)]
+    pub policy: crate::glob::Policy,
+}
+
+/// Every named spool under the state home (`$XDG_STATE_HOME/baton/spool`).
+pub fn known_spools() -> Vec<KnownSpool> {
+    let Ok(home) = crate::spool::state_home() else {
+        return Vec::new();
+    };
+    let Ok(rd) = std::fs::read_dir(home.join("baton").join("spool")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.filter_map(|e| e.ok()) {
+        let dir = e.path();
+        if crate::spool::check_private_dir(&dir, "spool").is_err() {
+            continue;
+        }
+        // Bounded and not through a symlink; a spool without a readable
+        // meta.json names nobody.
+        let Ok(meta) = crate::spool::Meta::read(&dir) else {
+            continue;
+        };
+        if !registry::valid_name(&meta.name) {
+            continue;
+        }
+        let queued = std::fs::read_dir(dir.join("inbox"))
+            .map(|r| r.filter_map(|e| e.ok()).count())
+            .unwrap_or(0);
+        out.push(KnownSpool {
+            dir,
+            name: meta.name,
+            workspace: meta.workspace,
+            offline: meta.offline,
+            queued,
+            policy: crate::glob::Policy {
+                accept_from: meta.accept_from,
+                deny_from: meta.deny_from,
+            },
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name).then(a.workspace.cmp(&b.workspace)));
+    out
+}

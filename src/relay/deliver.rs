@@ -1,0 +1,113 @@
+//! Delivering to a live peer: `message/send` to a native one, an
+//! `enqueue` frame to a zcoder one, each retried once under the same id
+//! after a transport failure (the task may or may not have arrived; the
+//! same id makes the retry safe).
+
+use super::result::outcome;
+use crate::client::{ClientError, Session};
+use crate::config::Config;
+use crate::registry::{self, Peer};
+use crate::sanitize::escape;
+use crate::status::Status;
+use crate::wire::Method;
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// `once`, and once more after a transport failure.
+fn retried(once: impl Fn() -> Result<Value, ClientError>) -> Result<Value, ClientError> {
+    once().or_else(|e| if e.is_transport() { once() } else { Err(e) })
+}
+
+/// `message/send` to a native peer.
+pub fn deliver(config: &Config, peer: &Peer, params: &Value) -> Result<Value, ClientError> {
+    retried(|| {
+        let mut conn = Session::open(Path::new(&peer.manifest.socket), config.io_timeout)?;
+        conn.call(Method::MessageSend, params.clone())
+    })
+}
+
+/// zcoder's default frame bound.
+pub const ZCODER_MAX_BYTES: usize = 65536;
+
+/// Who a zcoder `enqueue` says it comes from.
+pub struct ZcoderSender<'a> {
+    pub instance_id: &'a str,
+    pub project: &'a str,
+    pub workspace: &'a str,
+}
+
+/// Delivers to a zcoder peer with its frame: a ping first, then one
+/// `enqueue`, always reading the whole ack (a zcoder listener dies of
+/// SIGPIPE otherwise). The result has the shape of a `message/send` result.
+pub fn deliver_zcoder(
+    config: &Config,
+    peer: &Peer,
+    message_id: &str,
+    body: &str,
+    sender: Option<ZcoderSender<'_>>,
+) -> Result<Value, ClientError> {
+    let socket = Path::new(&peer.manifest.socket);
+    let id = &peer.manifest.instance_id;
+    let mut req = json!({
+        "protocol": 1,
+        "type": "enqueue",
+        "message_id": message_id,
+        "target_instance_id": id,
+        "body": body,
+        "created_at": crate::spool::now_secs(),
+    });
+    // zcoder requires a sender id and pid in every enqueue (as context:
+    // it does not look them up). A plain command line is not an instance,
+    // so it says so: `cli-<pid>`, which no instance id can be.
+    let pid = std::process::id();
+    match sender {
+        Some(s) => {
+            req["sender_instance_id"] = json!(s.instance_id);
+            req["sender_project"] = json!(s.project);
+            req["sender_workspace"] = json!(s.workspace);
+        }
+        None => req["sender_instance_id"] = json!(registry::plain_sender_id(pid)),
+    }
+    req["sender_pid"] = json!(pid);
+    // zcoder's own frame bound (ZCODER_RELAY_MAX_BYTES, 65536 unless its
+    // user changed it): a bigger frame would only be refused there.
+    let size = serde_json::to_vec(&req).expect("serializes").len();
+    if size > ZCODER_MAX_BYTES {
+        let why = format!(
+            "the zcoder frame would carry {size} bytes, over zcoder's limit of {ZCODER_MAX_BYTES}"
+        );
+        return Ok(outcome(Status::Invalid, message_id, why));
+    }
+    retried(|| {
+        crate::client::zcoder_ping(socket, id, config.io_timeout)?;
+        let ack = crate::client::zcoder_exchange(socket, &req, config.io_timeout)?;
+        let status = ack
+            .get("status")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ClientError::Protocol("ack has no status".into()))?;
+        let mut r = json!({"status": status, "message_id": message_id});
+        for k in ["queue_position", "state"] {
+            if let Some(v) = ack.get(k) {
+                r[k] = v.clone();
+            }
+        }
+        if !matches!(status.parse(), Ok(Status::Accepted | Status::Duplicate)) {
+            r["reason"] = json!(format!("the zcoder instance answered {}", escape(status)));
+        }
+        Ok(r)
+    })
+}
+
+/// The result of a send that failed in transport twice.
+pub(super) fn transport_failure(peer: &Peer, message_id: &str, e: &ClientError) -> Value {
+    let m = &peer.manifest;
+    outcome(
+        Status::Transport,
+        message_id,
+        format!(
+            "{} ({}): {e}; the task may or may not have arrived",
+            escape(&m.name),
+            m.instance_id
+        ),
+    )
+}

@@ -1,0 +1,97 @@
+//! The sender-side guards (docs/protocol.md §6), run before anything is
+//! sent: a body within both bounds, a request line within the frame bound,
+//! no send to this instance itself, and during a relayed turn none but to
+//! its sender.
+
+use crate::config::Config;
+use crate::registry::Peer;
+use crate::sanitize::escape;
+use crate::status::Status;
+use serde_json::Value;
+use std::fmt;
+
+/// A send refused before it went: the status a sender reports, and why.
+#[derive(Debug)]
+pub struct Refusal {
+    pub status: Status,
+    pub reason: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// Reads as its reason where a message is wanted (a JSON-RPC error's).
+impl std::ops::Deref for Refusal {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.reason
+    }
+}
+
+fn invalid(reason: String) -> Refusal {
+    Refusal {
+        status: Status::Invalid,
+        reason,
+    }
+}
+
+/// Checks a body against both bounds; the refusal says which bound it
+/// exceeds.
+pub fn check_body(config: &Config, body: &str) -> Result<(), Refusal> {
+    if body.trim().is_empty() {
+        return Err(invalid("the message is empty".into()));
+    }
+    if body.len() > config.max_message_bytes {
+        let size = body.len().to_string();
+        return Err(invalid(crate::config::body_too_large(
+            &size,
+            config.max_message_bytes,
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that the request line fits the frame bound.
+pub fn check_frame(config: &Config, params: &Value) -> Result<(), Refusal> {
+    let line = crate::wire::request_line(u64::MAX, "message/send", params.clone());
+    if line.len() - 1 > config.max_bytes {
+        return Err(invalid(format!(
+            "the request would be {} bytes, over the frame limit of {} bytes (BATON_MAX_BYTES)",
+            line.len() - 1,
+            config.max_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// No send to this instance (`own_id`) itself, and while `only` is set
+/// (for the reason `scope`) none but to `only`.
+pub(super) fn check_scope(
+    own_id: &str,
+    only: Option<&str>,
+    scope: &str,
+    peer: &Peer,
+) -> Result<(), Refusal> {
+    let m = &peer.manifest;
+    let reason = if m.instance_id == own_id {
+        "a send to this instance itself is refused".to_string()
+    } else {
+        match only {
+            Some(only) if only != m.instance_id => format!(
+                "{scope}: only its sender {only} may be sent to, not {} ({})",
+                escape(&m.name),
+                m.instance_id
+            ),
+            _ => return Ok(()),
+        }
+    };
+    Err(Refusal {
+        status: Status::Denied,
+        reason,
+    })
+}

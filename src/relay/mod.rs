@@ -1,0 +1,204 @@
+//! Delivering a task to another instance: the sends an instance makes for
+//! its agent (`relay/send`, `--reply`), run on a worker thread, here; the
+//! sender-side guards (`guard`), delivery to a live peer with one retry
+//! (`deliver`), offline delivery into a stopped agent's spool
+//! (`offline`), wake sockets (`wake`). The CLI uses the same parts for
+//! plain sends.
+
+mod deliver;
+mod guard;
+mod offline;
+mod result;
+mod wake;
+
+pub use crate::lookup::{KnownSpool, known_spools};
+pub use deliver::{ZCODER_MAX_BYTES, ZcoderSender, deliver, deliver_zcoder};
+pub use guard::{Refusal, check_body, check_frame};
+pub use offline::{Route, route};
+pub use wake::{wake, wake_socket};
+
+use crate::client::ClientError;
+use crate::config::Config;
+use crate::lookup::{self, Lookup, Target};
+use crate::registry::{self, Peer, Wire};
+use crate::sanitize::escape;
+use crate::spool::Task;
+use crate::status::Status;
+use deliver::transport_failure;
+use result::{no_target, outcome, peer_target, with_target};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+/// The instance a relayed send is made on behalf of.
+#[derive(Clone)]
+pub struct Origin {
+    pub config: Config,
+    pub registry: PathBuf,
+    pub instance_id: String,
+    pub name: String,
+    pub workspace: String,
+}
+
+/// One send an instance makes for its agent.
+pub struct Outbound {
+    pub target: String,
+    pub body: String,
+    pub message_id: String,
+    pub hop: u64,
+    pub in_reply_to: Option<String>,
+    pub mode: String,
+    /// During a relayed turn: the only instance id that may be the target.
+    pub only: Option<String>,
+    /// Why `only` is set, for the refusal.
+    pub scope: String,
+    /// The name and workspace of `only`, when known: while that instance
+    /// is stopped, the task goes to the spool they own, like any task
+    /// for a stopped agent.
+    pub only_spool: Option<(String, String)>,
+}
+
+/// Runs the sender-side guards, resolves the target and delivers. The
+/// result is a `message/send` result, or a sender-side status: `denied`,
+/// `invalid`, `no_target` (with `candidates`), `transport` or
+/// `unsupported`.
+pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
+    let refused = |r: Refusal| outcome(r.status, &out.message_id, r.reason);
+    if let Err(r) = check_body(&origin.config, &out.body) {
+        return refused(r);
+    }
+    let peer = match find_target(origin, out) {
+        Ok(peer) => peer,
+        Err(done) => return done,
+    };
+    let only = out.only.as_deref();
+    if let Err(r) = guard::check_scope(&origin.instance_id, only, &out.scope, &peer) {
+        return refused(r);
+    }
+    if peer.wire == Wire::Zcoder {
+        to_zcoder(origin, out, &peer)
+    } else {
+        to_native(origin, out, &peer)
+    }
+}
+
+/// The task stored when the target is a stopped agent.
+fn task(origin: &Origin, out: &Outbound) -> Task {
+    let sender = crate::spool::Sender {
+        instance_id: Some(origin.instance_id.clone()),
+        name: Some(origin.name.clone()),
+        workspace: Some(origin.workspace.clone()),
+        pid: Some(std::process::id()),
+        remote: None,
+    };
+    crate::spool::new_task(
+        &out.message_id,
+        &out.body,
+        sender,
+        out.hop,
+        out.in_reply_to.clone(),
+        &out.mode,
+        Some(std::process::id()),
+        "jsonrpc",
+    )
+}
+
+/// The live peer the send goes to; `Err` with the result when there is
+/// none, or when the task was stored for a stopped agent instead.
+fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
+    let (config, id) = (&origin.config, out.message_id.as_str());
+    // A relayed turn may answer only its sender instance, which a stored
+    // task for a name is not: offline delivery is for local sends.
+    let Some(only) = &out.only else {
+        let make = || task(origin, out);
+        return match route(config, &origin.registry, &out.target, id, &make) {
+            Route::Live(p) => Ok(*p),
+            Route::Done(v) => Err(without_self(v, &origin.instance_id)),
+        };
+    };
+    let dirs = registry::scan_dirs(&origin.registry);
+    let all = match lookup::find(&dirs, &Target::Named(&out.target), config.io_timeout) {
+        Lookup::One(p) => {
+            return match offline::live(config, p, id) {
+                Route::Live(p) => Ok(*p),
+                Route::Done(v) => Err(v),
+            };
+        }
+        Lookup::None { .. } if *only == out.target => {
+            return Err(match &out.only_spool {
+                Some(owner) => {
+                    let task = task(origin, out);
+                    offline::store_for_stopped(config, &origin.registry, only, owner, task)
+                }
+                None => {
+                    let why = format!("{} is not running", escape(&out.target));
+                    outcome(Status::NoTarget, id, why)
+                }
+            });
+        }
+        Lookup::None { live: all, .. } | Lookup::Several { matched: all, .. } => all,
+    };
+    let why = format!(
+        "no single live instance has the id or name {}",
+        escape(&out.target)
+    );
+    let v = no_target(id, why, lookup::candidates_json(&all));
+    Err(without_self(v, &origin.instance_id))
+}
+
+/// A `no_target` result without the sender among its candidates: it
+/// cannot be sent to.
+fn without_self(mut v: Value, own_id: &str) -> Value {
+    if let Some(list) = v.get_mut("candidates").and_then(Value::as_array_mut) {
+        list.retain(|c| c["instance_id"] != own_id);
+    }
+    v
+}
+
+/// Delivers to a zcoder peer, as this instance.
+fn to_zcoder(origin: &Origin, out: &Outbound, peer: &Peer) -> Value {
+    let sender = ZcoderSender {
+        instance_id: &origin.instance_id,
+        project: &origin.name,
+        workspace: &origin.workspace,
+    };
+    let id = &out.message_id;
+    let r = deliver_zcoder(&origin.config, peer, id, &out.body, Some(sender))
+        .unwrap_or_else(|e| transport_failure(peer, id, &e));
+    with_target(r, peer_target(peer))
+}
+
+/// Delivers to a native peer with `message/send`, as this instance.
+fn to_native(origin: &Origin, out: &Outbound, peer: &Peer) -> Value {
+    let (m, id) = (&peer.manifest, out.message_id.as_str());
+    let mut params = json!({
+        "message_id": id,
+        "target_instance_id": m.instance_id,
+        "body": out.body,
+        "sender": {
+            "instance_id": origin.instance_id,
+            "name": origin.name,
+            "workspace": origin.workspace,
+        },
+        "hop": out.hop,
+        "mode": out.mode,
+    });
+    if let Some(r) = &out.in_reply_to {
+        params["in_reply_to"] = json!(r);
+    }
+    if let Err(r) = check_frame(&origin.config, &params) {
+        return outcome(r.status, id, r.reason);
+    }
+    let r = match deliver(&origin.config, peer, &params) {
+        Ok(r) => r,
+        Err(ClientError::Rpc { code, message }) => {
+            let why = format!(
+                "{} answered error {code}: {}",
+                escape(&m.name),
+                escape(&message)
+            );
+            outcome(Status::Transport, id, why)
+        }
+        Err(e) => transport_failure(peer, id, &e),
+    };
+    with_target(r, peer_target(peer))
+}

@@ -1,0 +1,223 @@
+//! Offline delivery (docs/protocol.md §8): a task for a name no live
+//! instance has is stored in that name's one spool by the sender itself,
+//! with the receiver's own checks, and its agent woken; `route` decides
+//! between that and a live instance.
+
+use super::result::{no_target, outcome, peer_target, spool_target, with_target};
+use crate::config::Config;
+use crate::lookup::{self, KnownSpool, Lookup, Target};
+use crate::registry::{self, Peer};
+use crate::sanitize::escape;
+use crate::server::{self, NotStored, Receiver, Verdict};
+use crate::spool::{Spool, Task};
+use crate::status::Status;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Where a name led.
+pub enum Route {
+    /// A live instance: deliver through its socket.
+    Live(Box<Peer>),
+    /// The outcome is known: stored offline, refused, or no target.
+    Done(Value),
+}
+
+/// How long a sender keeps trying while a spool's lock is held by an
+/// instance that is starting (it publishes its manifest right after).
+const RACE_WAIT: Duration = Duration::from_secs(3);
+
+/// Resolves TARGET among live peers; when no live instance has that name
+/// but exactly one spool does, stores the task there. `make_task` builds
+/// the task to store.
+pub fn route(
+    config: &Config,
+    registry_dir: &Path,
+    target: &str,
+    message_id: &str,
+    make_task: &dyn Fn() -> Task,
+) -> Route {
+    let deadline = Instant::now() + RACE_WAIT;
+    loop {
+        let dirs = registry::scan_dirs(registry_dir);
+        let spool = match lookup::find(&dirs, &Target::Named(target), config.io_timeout) {
+            Lookup::One(p) => return live(config, p, message_id),
+            Lookup::Several { why, matched } => {
+                let candidates = lookup::candidates_json(&matched);
+                return Route::Done(no_target(message_id, why, candidates));
+            }
+            Lookup::None { why, live, stopped } => {
+                match offline_spool(target, message_id, why, &live, stopped) {
+                    Ok(spool) => spool,
+                    Err(done) => return Route::Done(done),
+                }
+            }
+        };
+        match Spool::open_offline(&spool.dir, config.fsync) {
+            Ok(Some(s)) => {
+                return Route::Done(store(config, registry_dir, &s, &spool, make_task()));
+            }
+            Ok(None) if Instant::now() < deadline => {
+                // Its instance is starting (or another sender is storing):
+                // look again for the live instance.
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Ok(None) => {
+                let why = format!(
+                    "{}'s spool stayed locked but no live instance answered; try again",
+                    escape(target)
+                );
+                return Route::Done(outcome(Status::Transport, message_id, why));
+            }
+            // Not a verdict on the task either: nothing was stored.
+            Err(e) => {
+                let failed = outcome(Status::Transport, message_id, NotStored(e).message());
+                return Route::Done(with_target(failed, spool_target(&spool)));
+            }
+        }
+    }
+}
+
+/// A resolved peer to deliver to, unless it is unresponsive: its pid is
+/// there but it did not answer the ping in time. That is a transport
+/// failure, never a reason to store the task in its spool (whose lock the
+/// stopped instance holds anyway).
+pub(super) fn live(config: &Config, p: Box<Peer>, message_id: &str) -> Route {
+    if p.unresponsive() {
+        let failed = outcome(Status::Transport, message_id, p.silence(config.io_timeout));
+        return Route::Done(with_target(failed, peer_target(&p)));
+    }
+    Route::Live(p)
+}
+
+/// The one spool of a name no live instance has (`why`), if it takes
+/// offline delivery; `Err` with the result otherwise. `live` lists every
+/// live instance, the candidates when there is no such spool.
+fn offline_spool(
+    target: &str,
+    message_id: &str,
+    why: String,
+    live: &[Peer],
+    mut spools: Vec<KnownSpool>,
+) -> Result<KnownSpool, Value> {
+    if spools.is_empty() {
+        return Err(no_target(message_id, why, lookup::candidates_json(live)));
+    }
+    if spools.len() > 1 {
+        let why = format!(
+            "{} is not running and several spools have that name: start the one you mean",
+            escape(target)
+        );
+        let candidates = spools
+            .iter()
+            .map(|s| json!({"name": s.name, "workspace": s.workspace, "pid": null, "instance_id": ""}))
+            .collect();
+        return Err(no_target(message_id, why, candidates));
+    }
+    let spool = spools.pop().expect("one spool");
+    if !spool.offline {
+        return Err(outcome(Status::Denied, message_id, no_offline(target)));
+    }
+    Ok(spool)
+}
+
+fn no_offline(name: &str) -> String {
+    format!(
+        "{} is not running and does not take offline delivery (serve --no-offline)",
+        escape(name)
+    )
+}
+
+/// A task for a stopped instance (a reply to a task it sent, named
+/// `target`): stored in the spool its name and workspace own, with that
+/// spool's checks but for the in-flight window, which a reply to the
+/// spool's own task does not count against. No such spool, or one that is
+/// in use by another instance of the name, is `no_target`.
+pub(super) fn store_for_stopped(
+    config: &Config,
+    registry_dir: &Path,
+    target: &str,
+    (name, workspace): &(String, String),
+    task: Task,
+) -> Value {
+    let id = task.message_id.clone();
+    let gone = |why: &str| {
+        let why = format!("{} ({}) is not running{why}", escape(name), escape(target));
+        outcome(Status::NoTarget, &id, why)
+    };
+    let Some(known) = lookup::known_spools()
+        .into_iter()
+        .find(|s| s.name == *name && s.workspace == *workspace)
+    else {
+        return gone(" and has no spool here");
+    };
+    if !known.offline {
+        let denied = outcome(Status::Denied, &id, no_offline(name));
+        return with_target(denied, spool_target(&known));
+    }
+    let s = match Spool::open_offline(&known.dir, config.fsync) {
+        Ok(Some(s)) => s,
+        Ok(None) => return gone(", and its spool is in use by another instance"),
+        Err(e) => {
+            let failed = outcome(Status::Transport, &id, NotStored(e).message());
+            return with_target(failed, spool_target(&known));
+        }
+    };
+    let config = Config {
+        max_inflight: 0,
+        ..config.clone()
+    };
+    store(&config, registry_dir, &s, &known, task)
+}
+
+/// Stores one task in an offline spool with the receiver's own checks,
+/// records it in that spool's transcript as a live receiver would (marked
+/// `stored`), and wakes the agent if it has a wake socket. A spool that
+/// cannot store the task is an error, not a verdict: `transport`.
+fn store(config: &Config, registry_dir: &Path, s: &Spool, known: &KnownSpool, task: Task) -> Value {
+    let id = task.message_id.clone();
+    // The agent's own sender rules, as its listener would apply them.
+    if let Some(why) = known.policy.check(
+        task.sender.name.as_deref().unwrap_or(""),
+        task.sender.workspace.as_deref().unwrap_or(""),
+    ) {
+        return with_target(outcome(Status::Denied, &id, why), spool_target(known));
+    }
+    let limits = crate::spool::Limits {
+        max_queue: config.max_queue,
+        max_inflight: config.max_inflight,
+    };
+    let from = crate::turn::display_name(&task.sender);
+    let pid = Some(std::process::id());
+    // Under the spool's lock, as a live receiver records an acceptance.
+    let announce = |task: &Task, queue_position| {
+        let hub = crate::events::Hub::open(s.dir());
+        let event = server::Accepted::new(task, None, &from, pid, queue_position).stored();
+        hub.record("message.accepted", &event);
+        hub.flush();
+    };
+    let admitted = s.admit(task, None, limits, || false, announce);
+    let verdict = server::admission_verdict(admitted, Receiver::Offline { name: &known.name });
+    if matches!(&verdict, Ok(v) if v.status == Status::Stored) {
+        super::wake::wake(registry_dir, &known.name);
+    }
+    let r = match verdict {
+        Ok(v) => verdict_json(&id, v),
+        Err(e) => outcome(Status::Transport, &id, e.message()),
+    };
+    // Every answer names the spool's owner, as a live receiver's does.
+    with_target(r, spool_target(known))
+}
+
+/// An offline sender's result: the verdict, spelled as a live receiver's
+/// result spells it, without the receiver's `state`.
+fn verdict_json(message_id: &str, v: Verdict) -> Value {
+    let mut r = json!({"status": v.status, "message_id": message_id});
+    if let Some(p) = v.queue_position {
+        r["queue_position"] = json!(p);
+    }
+    if let Some(why) = v.reason {
+        r["reason"] = json!(why);
+    }
+    r
+}
