@@ -194,6 +194,14 @@ pub struct KnownSpool {
     pub policy: crate::glob::Policy,
 }
 
+impl KnownSpool {
+    /// The live instance serving this spool's name and workspace, if any.
+    pub fn running<'p>(&self, live: &'p [Peer]) -> Option<&'p Peer> {
+        live.iter()
+            .find(|p| p.manifest.name == self.name && p.manifest.workspace == self.workspace)
+    }
+}
+
 /// Every named spool under the state home (`$XDG_STATE_HOME/baton/spool`).
 pub fn known_spools() -> Vec<KnownSpool> {
     let Ok(home) = crate::spool::state_home() else {
@@ -233,4 +241,34 @@ pub fn known_spools() -> Vec<KnownSpool> {
     }
     out.sort_by(|a, b| a.name.cmp(&b.name).then(a.workspace.cmp(&b.workspace)));
     out
+}
+
+/// What looking for a stopped name's spool found.
+pub enum Stopped {
+    One(KnownSpool),
+    /// None is stopped, but this live instance serves one of the spools.
+    Running(Box<Peer>),
+    None,
+    Several(Vec<KnownSpool>),
+}
+
+/// The one spool named `name` (in `workspace`, if given) that no live
+/// instance serves: a running agent's spool is never a stopped one.
+pub fn stopped(
+    dirs: &[RegistryDir],
+    name: &str,
+    workspace: Option<&str>,
+    timeout: Duration,
+) -> Stopped {
+    let live = registry::discover_matching(dirs, None, timeout, &|m| m.name == name).peers;
+    let (mut idle, busy): (Vec<KnownSpool>, Vec<KnownSpool>) = known_spools()
+        .into_iter()
+        .filter(|s| s.name == name && workspace.is_none_or(|w| w == s.workspace))
+        .partition(|s| s.running(&live).is_none());
+    match (idle.len(), busy.first().and_then(|s| s.running(&live))) {
+        (1, _) => Stopped::One(idle.pop().expect("one spool")),
+        (0, Some(p)) => Stopped::Running(Box::new(p.clone())),
+        (0, None) => Stopped::None,
+        _ => Stopped::Several(idle),
+    }
 }

@@ -7,8 +7,8 @@ use super::args::Args;
 use super::{emit, target};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
-use crate::registry::{self, Peer};
-use crate::relay::{self, KnownSpool};
+use crate::lookup::{self, KnownSpool, Stopped};
+use crate::registry;
 use crate::sanitize::escape;
 use crate::spool::{self, Holdings, Removal};
 use crate::sys;
@@ -32,7 +32,20 @@ pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
     };
     let wait = args.seconds("stop", "timeout")?.unwrap_or(STOP_WAIT);
     let peer = target::resolve(config, Some(name))?;
-    let pid = verified_pid(config, &peer)?;
+    let r: ControlStatus = target::connect(config, &peer)?
+        .call(Call::ControlStatus, json!({}))
+        .map_err(|e| target::transport(&peer, e))?;
+    let Some(pid) = peer.verified_pid(&r.instance_id, r.pid) else {
+        let m = &peer.manifest;
+        return Err(Error::NoTarget(format!(
+            "stop: {}'s manifest names pid {} and instance {}, but its socket answers as {} pid {}: not signalling",
+            escape(&m.name),
+            m.pid,
+            m.instance_id,
+            escape(&json!(r.instance_id).to_string()),
+            r.pid
+        )));
+    };
     let who = format!(
         "{} ({}, pid {pid})",
         escape(&peer.manifest.name),
@@ -63,31 +76,6 @@ pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
     Ok(ExitCode::Ok)
 }
 
-/// The pid to signal: the manifest's, once the instance has answered on
-/// its socket with that id and that pid (it reports its own), so that a
-/// stale manifest whose pid was reused never gets another process killed.
-/// The check is the same on every platform: it needs no `/proc`.
-fn verified_pid(config: &Config, peer: &Peer) -> Result<u32> {
-    let m = &peer.manifest;
-    let mut conn = target::connect(config, peer)?;
-    let r: ControlStatus = conn
-        .call(Call::ControlStatus, json!({}))
-        .map_err(|e| target::transport(peer, e))?;
-    let same_id = r.instance_id == m.instance_id;
-    let same_pid = r.pid == m.pid;
-    if !same_id || !same_pid || m.pid == 0 {
-        return Err(Error::NoTarget(format!(
-            "stop: {}'s manifest names pid {} and instance {}, but its socket answers as {} pid {}: not signalling",
-            escape(&m.name),
-            m.pid,
-            m.instance_id,
-            escape(&json!(r.instance_id).to_string()),
-            r.pid
-        )));
-    }
-    Ok(m.pid)
-}
-
 pub fn forget(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "forget", 1)?;
     let Some(name) = args.positional.first() else {
@@ -96,7 +84,7 @@ pub fn forget(args: &Args, config: &Config) -> Result<ExitCode> {
         ));
     };
     super::args::check_name("forget:", name)?;
-    let spool = find_spool(args, config, name)?;
+    let spool = stopped_spool(args, config, name)?;
     let held = Holdings::read(&spool.dir)?;
     emit(&format!(
         "{} (workspace {}) holds {}\nspool: {}\n",
@@ -132,7 +120,7 @@ pub fn forget(args: &Args, config: &Config) -> Result<ExitCode> {
 }
 
 /// The one stopped spool of this name (and `--workspace`, if given).
-fn find_spool(args: &Args, config: &Config, name: &str) -> Result<KnownSpool> {
+fn stopped_spool(args: &Args, config: &Config, name: &str) -> Result<KnownSpool> {
     let workspace = match args.value("workspace") {
         Some(w) => Some(
             fs::canonicalize(w)
@@ -142,51 +130,39 @@ fn find_spool(args: &Args, config: &Config, name: &str) -> Result<KnownSpool> {
         ),
         None => None,
     };
-    let dir = registry::ensure_dir(config)?;
-    let live = registry::discover(&registry::scan_dirs(&dir), None, config.io_timeout).peers;
-    let mut spools: Vec<KnownSpool> = relay::known_spools()
-        .into_iter()
-        .filter(|s| s.name == name && workspace.as_ref().is_none_or(|w| *w == s.workspace))
-        .collect();
-    let running = |s: &KnownSpool| {
-        live.iter()
-            .find(|p| p.manifest.name == s.name && p.manifest.workspace == s.workspace)
-            .cloned()
-    };
-    // A running agent's spool is never removed; when it is the only one
-    // of this name, say that it runs.
-    let runs: Vec<Peer> = spools.iter().filter_map(running).collect();
-    spools.retain(|s| running(s).is_none());
-    if let (true, Some(p)) = (spools.is_empty(), runs.first()) {
-        return Err(Error::Env(format!(
-            "forget: {} is running (pid {}, instance {}): stop it first with 'baton stop {}'",
-            escape(name),
-            p.manifest.pid,
-            p.manifest.instance_id,
-            p.manifest.instance_id
-        )));
-    }
-    match spools.len() {
-        1 => Ok(spools.pop().expect("one spool")),
-        0 => Err(Error::NoTarget(format!(
-            "forget: no spool has the name {}{}; 'baton list --offline' shows the names baton knows",
-            escape(name),
-            workspace
-                .map(|w| format!(" and the workspace {}", escape(&w)))
-                .unwrap_or_default()
-        ))),
-        _ => {
-            let list: Vec<String> = spools
-                .iter()
-                .map(|s| format!("\n  {}  {}", escape(&s.name), escape(&s.workspace)))
-                .collect();
-            Err(Error::NoTarget(format!(
-                "forget: several spools have the name {}: pick one with --workspace DIR; candidates:{}",
+    let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);
+    let spools = match lookup::stopped(&dirs, name, workspace.as_deref(), config.io_timeout) {
+        Stopped::One(spool) => return Ok(spool),
+        // A running agent's spool is never removed.
+        Stopped::Running(p) => {
+            return Err(Error::Env(format!(
+                "forget: {} is running (pid {}, instance {}): stop it first with 'baton stop {}'",
                 escape(name),
-                list.concat()
-            )))
+                p.manifest.pid,
+                p.manifest.instance_id,
+                p.manifest.instance_id
+            )));
         }
-    }
+        Stopped::None => {
+            return Err(Error::NoTarget(format!(
+                "forget: no spool has the name {}{}; 'baton list --offline' shows the names baton knows",
+                escape(name),
+                workspace
+                    .map(|w| format!(" and the workspace {}", escape(&w)))
+                    .unwrap_or_default()
+            )));
+        }
+        Stopped::Several(spools) => spools,
+    };
+    let list: Vec<String> = spools
+        .iter()
+        .map(|s| format!("\n  {}  {}", escape(&s.name), escape(&s.workspace)))
+        .collect();
+    Err(Error::NoTarget(format!(
+        "forget: several spools have the name {}: pick one with --workspace DIR; candidates:{}",
+        escape(name),
+        list.concat()
+    )))
 }
 
 /// Asks on the terminal; refuses without one (scripts pass `--yes`).

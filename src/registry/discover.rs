@@ -55,6 +55,16 @@ impl Peer {
             && std::os::unix::net::UnixStream::connect(socket).is_err()
     }
 
+    /// The pid to signal, given the id and pid its socket answered with
+    /// (`control/status`: an instance reports its own): the manifest's if
+    /// they are the manifest's, so that a stale manifest whose pid was
+    /// reused never gets another process killed. The check needs no
+    /// `/proc`, so it is the same on every platform.
+    pub fn verified_pid(&self, instance_id: &str, pid: u32) -> Option<u32> {
+        let m = &self.manifest;
+        (instance_id == m.instance_id && pid == m.pid && m.pid != 0).then_some(m.pid)
+    }
+
     /// What a command says when it needed an answer from an unresponsive
     /// peer.
     pub fn silence(&self, timeout: Duration) -> String {
