@@ -79,35 +79,26 @@ impl Target<'_> {
             0 => None,
             1 => Some(Lookup::One(Box::new(hits.pop().expect("one")))),
             _ => Some(Lookup::Several {
-                why: format!("{} is ambiguous: pick one by id", self.what()),
+                why: self.why(true),
                 matched: hits,
             }),
         }
     }
 
-    /// What several matches are of.
-    fn what(&self) -> String {
-        match self {
-            Target::Named(t) => format!("the name {}", escape(t)),
-            Target::Socket(_) => self.missing(),
-            Target::Workspace(w) => {
-                format!("the instances serving {}", escape(&w.display().to_string()))
-            }
-        }
-    }
-
-    /// Why nothing matched.
-    fn missing(&self) -> String {
-        match self {
+    /// Why no live instance is the answer: none matches, or `several`.
+    fn why(&self, several: bool) -> String {
+        let shown = |p: &Path| escape(&p.display().to_string()).into_owned();
+        let what = match self {
+            Target::Named(t) if several => format!("the name {}", escape(t)),
             Target::Named(t) => format!("no live instance has the id or name {}", escape(t)),
-            Target::Socket(s) => format!(
-                "no live instance listens on BATON_SOCKET={}",
-                escape(&s.display().to_string())
-            ),
-            Target::Workspace(w) => format!(
-                "no instance serves {}: name a TARGET",
-                escape(&w.display().to_string())
-            ),
+            Target::Socket(s) => format!("no live instance listens on BATON_SOCKET={}", shown(s)),
+            Target::Workspace(w) if several => format!("the instances serving {}", shown(w)),
+            Target::Workspace(w) => format!("no instance serves {}: name a TARGET", shown(w)),
+        };
+        if several {
+            format!("{what} is ambiguous: pick one by id")
+        } else {
+            what
         }
     }
 }
@@ -138,7 +129,7 @@ pub fn find(dirs: &[RegistryDir], target: &Target<'_>, timeout: Duration) -> Loo
             .collect(),
         _ => Vec::new(),
     };
-    let why = target.missing();
+    let why = target.why(false);
     Lookup::None {
         why,
         live: all,

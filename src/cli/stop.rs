@@ -121,13 +121,10 @@ pub fn forget(args: &Args, config: &Config) -> Result<ExitCode> {
 
 /// The one stopped spool of this name (and `--workspace`, if given).
 fn stopped_spool(args: &Args, config: &Config, name: &str) -> Result<KnownSpool> {
+    let canonical =
+        |w: &str| fs::canonicalize(w).map_err(|e| Error::io("find workspace", Path::new(w), e));
     let workspace = match args.value("workspace") {
-        Some(w) => Some(
-            fs::canonicalize(w)
-                .map_err(|e| Error::io("find workspace", Path::new(w), e))?
-                .display()
-                .to_string(),
-        ),
+        Some(w) => Some(canonical(w)?.display().to_string()),
         None => None,
     };
     let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);

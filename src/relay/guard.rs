@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::fmt;
 
 /// A send refused before it went: the status a sender reports, and why.
+/// It reads as its reason where a message is wanted (a JSON-RPC error's).
 #[derive(Debug)]
 pub struct Refusal {
     pub status: Status,
@@ -25,7 +26,6 @@ impl fmt::Display for Refusal {
 
 impl std::error::Error for Refusal {}
 
-/// Reads as its reason where a message is wanted (a JSON-RPC error's).
 impl std::ops::Deref for Refusal {
     type Target = str;
     fn deref(&self) -> &str {
@@ -34,10 +34,8 @@ impl std::ops::Deref for Refusal {
 }
 
 fn invalid(reason: String) -> Refusal {
-    Refusal {
-        status: Status::Invalid,
-        reason,
-    }
+    let status = Status::Invalid;
+    Refusal { status, reason }
 }
 
 /// Checks a body against both bounds; the refusal says which bound it
@@ -90,8 +88,6 @@ pub(super) fn check_scope(
             _ => return Ok(()),
         }
     };
-    Err(Refusal {
-        status: Status::Denied,
-        reason,
-    })
+    let status = Status::Denied;
+    Err(Refusal { status, reason })
 }

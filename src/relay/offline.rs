@@ -53,26 +53,17 @@ pub fn route(
                 }
             }
         };
-        match Spool::open_offline(&spool.dir, config.fsync) {
-            Ok(Some(s)) => {
-                return Route::Done(store(config, registry_dir, &s, &spool, make_task()));
-            }
-            Ok(None) if Instant::now() < deadline => {
-                // Its instance is starting (or another sender is storing):
-                // look again for the live instance.
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Ok(None) => {
+        match store(config, registry_dir, &spool, message_id, make_task) {
+            Some(done) => return Route::Done(done),
+            // Its instance is starting (or another sender is storing):
+            // look again for the live instance.
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            None => {
                 let why = format!(
                     "{}'s spool stayed locked but no live instance answered; try again",
                     escape(target)
                 );
                 return Route::Done(outcome(Status::Transport, message_id, why));
-            }
-            // Not a verdict on the task either: nothing was stored.
-            Err(e) => {
-                let failed = outcome(Status::Transport, message_id, NotStored(e).message());
-                return Route::Done(with_target(failed, spool_target(&spool)));
             }
         }
     }
@@ -155,33 +146,45 @@ pub(super) fn store_for_stopped(
         let denied = outcome(Status::Denied, &id, no_offline(name));
         return with_target(denied, spool_target(&known));
     }
-    let s = match Spool::open_offline(&known.dir, config.fsync) {
-        Ok(Some(s)) => s,
-        Ok(None) => return gone(", and its spool is in use by another instance"),
-        Err(e) => {
-            let failed = outcome(Status::Transport, &id, NotStored(e).message());
-            return with_target(failed, spool_target(&known));
-        }
-    };
     let config = Config {
         max_inflight: 0,
         ..config.clone()
     };
-    store(&config, registry_dir, &s, &known, task)
+    store(&config, registry_dir, &known, &id, || task)
+        .unwrap_or_else(|| gone(", and its spool is in use by another instance"))
 }
 
 /// Stores one task in an offline spool with the receiver's own checks,
 /// records it in that spool's transcript as a live receiver would (marked
-/// `stored`), and wakes the agent if it has a wake socket. A spool that
-/// cannot store the task is an error, not a verdict: `transport`.
-fn store(config: &Config, registry_dir: &Path, s: &Spool, known: &KnownSpool, task: Task) -> Value {
-    let id = task.message_id.clone();
+/// `stored`), and wakes the agent if it has a wake socket; `None` while the
+/// spool's lock is held. A spool that cannot be opened or store the task
+/// is an error, not a verdict: `transport`.
+fn store(
+    config: &Config,
+    registry_dir: &Path,
+    known: &KnownSpool,
+    id: &str,
+    make_task: impl FnOnce() -> Task,
+) -> Option<Value> {
+    let s = match Spool::open_offline(&known.dir, config.fsync) {
+        Ok(Some(s)) => s,
+        Ok(None) => return None,
+        // Not a verdict on the task either: nothing was stored.
+        Err(e) => {
+            let failed = outcome(Status::Transport, id, NotStored(e).message());
+            return Some(with_target(failed, spool_target(known)));
+        }
+    };
+    let task = make_task();
     // The agent's own sender rules, as its listener would apply them.
     if let Some(why) = known.policy.check(
         task.sender.name.as_deref().unwrap_or(""),
         task.sender.workspace.as_deref().unwrap_or(""),
     ) {
-        return with_target(outcome(Status::Denied, &id, why), spool_target(known));
+        return Some(with_target(
+            outcome(Status::Denied, id, why),
+            spool_target(known),
+        ));
     }
     let limits = crate::spool::Limits {
         max_queue: config.max_queue,
@@ -202,11 +205,11 @@ fn store(config: &Config, registry_dir: &Path, s: &Spool, known: &KnownSpool, ta
         super::wake::wake(registry_dir, &known.name);
     }
     let r = match verdict {
-        Ok(v) => verdict_json(&id, v),
-        Err(e) => outcome(Status::Transport, &id, e.message()),
+        Ok(v) => verdict_json(id, v),
+        Err(e) => outcome(Status::Transport, id, e.message()),
     };
     // Every answer names the spool's owner, as a live receiver's does.
-    with_target(r, spool_target(known))
+    Some(with_target(r, spool_target(known)))
 }
 
 /// An offline sender's result: the verdict, spelled as a live receiver's
