@@ -11,7 +11,6 @@ use serde_json::Value;
 use std::fmt;
 
 /// A send refused before it went: the status a sender reports, and why.
-/// It reads as its reason where a message is wanted (a JSON-RPC error's).
 #[derive(Debug)]
 pub struct Refusal {
     pub status: Status,
@@ -26,13 +25,6 @@ impl fmt::Display for Refusal {
 
 impl std::error::Error for Refusal {}
 
-impl std::ops::Deref for Refusal {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.reason
-    }
-}
-
 fn invalid(reason: String) -> Refusal {
     let status = Status::Invalid;
     Refusal { status, reason }
@@ -40,7 +32,7 @@ fn invalid(reason: String) -> Refusal {
 
 /// Checks a body against both bounds; the refusal says which bound it
 /// exceeds.
-pub fn check_body(config: &Config, body: &str) -> Result<(), Refusal> {
+pub(super) fn check_body(config: &Config, body: &str) -> Result<(), Refusal> {
     if body.trim().is_empty() {
         return Err(invalid("the message is empty".into()));
     }

@@ -13,7 +13,7 @@ mod wake;
 
 pub use crate::lookup::{KnownSpool, known_spools};
 pub use deliver::{ZCODER_MAX_BYTES, ZcoderSender, deliver, deliver_zcoder};
-pub use guard::{Refusal, check_body, check_frame};
+pub use guard::{Refusal, check_frame};
 pub use offline::{Route, route};
 pub use wake::{wake, wake_socket};
 
@@ -63,7 +63,7 @@ pub struct Outbound {
 /// `unsupported`.
 pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
     let refused = |r: Refusal| outcome(r.status, &out.message_id, r.reason);
-    if let Err(r) = check_body(&origin.config, &out.body) {
+    if let Err(r) = guard::check_body(&origin.config, &out.body) {
         return refused(r);
     }
     let peer = match find_target(origin, out) {
