@@ -14,7 +14,7 @@
 use crate::client::{ClientError, Session, request};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::registry::{self, Peer};
+use crate::registry::Peer;
 use crate::sanitize::escape;
 use crate::wire::answer::{Pending, TaskState, TaskStatus};
 use crate::wire::{self, Call, EventKind, Outcome};
@@ -124,26 +124,13 @@ impl Who {
     }
 
     pub fn find(&self, config: &Config) -> Result<Option<Peer>> {
-        let dir = registry::ensure_dir(config)?;
-        let dirs = registry::scan_dirs(&dir);
-        let found = registry::discover_matching(&dirs, None, config.io_timeout, &|m| {
-            m.name == self.name
-                && (!self.only_workspace || self.workspace.as_deref() == Some(&m.workspace))
-        });
-        let rank = |p: &Peer| {
-            if self.instance_id.as_deref() == Some(p.manifest.instance_id.as_str()) {
-                0
-            } else if self.workspace.as_deref() == Some(p.manifest.workspace.as_str()) {
-                1
-            } else {
-                2
-            }
-        };
-        Ok(found
-            .peers
-            .into_iter()
-            .filter(|p| p.wire == registry::Wire::Jsonrpc && !p.unresponsive())
-            .min_by_key(rank))
+        crate::lookup::answering_named(
+            config,
+            &self.name,
+            self.instance_id.as_deref(),
+            self.workspace.as_deref(),
+            self.only_workspace,
+        )
     }
 }
 
