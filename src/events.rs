@@ -6,6 +6,7 @@
 //! Subscribers that fall behind are dropped, never waited for, and what
 //! they had queued is freed when they are.
 
+use crate::wire::EventKind;
 use crossbeam_channel as chan;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -214,7 +215,7 @@ impl Hub {
     /// Records one event and sends it to every subscriber. Returns its
     /// sequence number. `fields` is an object; its own `seq`, `time` or
     /// `kind` would be dropped.
-    pub fn emit(&self, kind: &str, fields: Value) -> u64 {
+    pub fn emit(&self, kind: EventKind, fields: Value) -> u64 {
         let mut fields = match fields {
             Value::Object(m) => m,
             _ => Map::new(),
@@ -232,13 +233,13 @@ impl Hub {
     /// thread records an acceptance under the spool's lock, answers its
     /// client, and then flushes. `fields` serialize as a struct with none
     /// of the names `seq`, `time` and `kind`.
-    pub fn record<T: Serialize>(&self, kind: &str, fields: &T) -> u64 {
+    pub fn record<T: Serialize>(&self, kind: EventKind, fields: &T) -> u64 {
         /// An event as recorded: its number, time and kind, then its fields.
         #[derive(Serialize)]
         struct Numbered<'a, T> {
             seq: u64,
             time: f64,
-            kind: &'a str,
+            kind: EventKind,
             #[serde(flatten)]
             fields: &'a T,
         }
@@ -518,15 +519,15 @@ mod tests {
         let sub = hub.subscribe(false);
         assert_eq!(sub.next_seq, 1);
         for i in 0..3 {
-            hub.emit("notice", json!({"i": i}));
+            hub.emit(EventKind::Notice, json!({"i": i}));
         }
         assert_eq!(sub.rx.len(), 3);
         drop(hub);
         let hub = Hub::open(&dir);
-        assert_eq!(hub.emit("notice", json!({})), 4);
+        assert_eq!(hub.emit(EventKind::Notice, json!({})), 4);
         // Force a rotation and check replay spans both files.
         lock(&hub.out).size = ROTATE_BYTES;
-        assert_eq!(hub.emit("notice", json!({})), 5);
+        assert_eq!(hub.emit(EventKind::Notice, json!({})), 5);
         assert!(dir.join(TRANSCRIPT_OLD).exists());
         let mut seen = Vec::new();
         replay(&dir, 2, 5, |l| {
@@ -574,9 +575,9 @@ mod tests {
                 let (hub, handed) = (Arc::clone(&hub), handed.clone());
                 std::thread::spawn(move || {
                     for i in 0..each {
-                        hub.record("notice", &json!({"t": t, "i": i}));
+                        hub.record(EventKind::Notice, &json!({"t": t, "i": i}));
                         match i % 3 {
-                            0 => drop(hub.emit("notice", json!({"t": t}))),
+                            0 => drop(hub.emit(EventKind::Notice, json!({"t": t}))),
                             1 => hub.flush(),
                             _ => hub.flush_once(|| handed.send(()).unwrap()),
                         }
@@ -624,7 +625,7 @@ mod tests {
     fn a_subscribe_takes_over_a_flush_handed_on_while_it_waits() {
         let dir = fresh_dir("hand");
         let hub = Arc::new(Hub::open(&dir));
-        hub.record("notice", &json!({"i": 1}));
+        hub.record(EventKind::Notice, &json!({"i": 1}));
         // As if a bounded flush were running.
         lock(&hub.queue).flushing = Flushing::Active;
         let (tx, rx) = chan::bounded(1);
@@ -660,7 +661,7 @@ mod tests {
         let dir = fresh_dir("request");
         let hub = Arc::new(Hub::open(&dir));
         let ctl = hub.subscribe(true);
-        hub.record("approval.requested", &json!({"message_id": "m"}));
+        hub.record(EventKind::ApprovalRequested, &json!({"message_id": "m"}));
         // Another thread's flush has begun and not yet written the event.
         lock(&hub.queue).flushing = Flushing::Active;
         let flusher = {
@@ -694,7 +695,7 @@ mod tests {
         let hub = Hub::open(&dir);
         let slow = hub.subscribe(true);
         for _ in 0..=SUBSCRIBER_BACKLOG {
-            hub.emit("notice", json!({}));
+            hub.emit(EventKind::Notice, json!({}));
         }
         assert_eq!(hub.controllers(), 0);
         assert!(slow.backlog.is_cut());
@@ -717,7 +718,7 @@ mod tests {
         let mut queued = 0;
         while !slow.backlog.is_cut() {
             assert!(queued < 200, "{queued} lines of 64 KiB queued");
-            hub.emit("notice", json!({"text": big}));
+            hub.emit(EventKind::Notice, json!({"text": big}));
             queued += 1;
             // One subscriber keeps up, writing each line as it comes.
             let line = ok.rx.try_recv().unwrap();
@@ -727,17 +728,17 @@ mod tests {
         assert_eq!(slow.rx.len(), 0);
         assert!(!ok.backlog.is_cut());
         // A line taken but not yet written counts.
-        hub.emit("notice", json!({"text": big}));
+        hub.emit(EventKind::Notice, json!({"text": big}));
         let taken = ok.rx.try_recv().unwrap();
         let huge = "h".repeat(SUBSCRIBER_BYTES + 1);
-        hub.emit("notice", json!({"text": huge}));
+        hub.emit(EventKind::Notice, json!({"text": huge}));
         assert!(
             ok.backlog.is_cut(),
             "a second line past the bound was queued"
         );
         ok.backlog.done(&taken);
         let alone = hub.subscribe(false);
-        hub.emit("notice", json!({"text": huge}));
+        hub.emit(EventKind::Notice, json!({"text": huge}));
         assert_eq!(alone.rx.len(), 1, "a long line for an idle subscriber");
         fs::remove_dir_all(&dir).unwrap();
     }

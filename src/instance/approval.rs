@@ -18,6 +18,7 @@ use crate::sanitize::escape;
 use crate::server::RpcError;
 use crate::spool::{self, Claim, Task};
 use crate::turn;
+use crate::wire::EventKind;
 use crate::wire::INVALID_PARAMS;
 use crate::wire::Outcome;
 use serde_json::{Map, Value, json};
@@ -171,7 +172,8 @@ impl Foreground {
                 if !self.asked.contains_key(id) {
                     let full = self.spool().queued_task(id);
                     let p = self.pending(context(id, full.as_ref(), Some(task)));
-                    self.hub.emit("approval.requested", p.params.clone());
+                    self.hub
+                        .emit(EventKind::ApprovalRequested, p.params.clone());
                     let (aid, params) = (p.id.clone(), p.params.clone());
                     self.asked.insert(id.clone(), p);
                     self.send_request(&aid, params, None);
@@ -238,18 +240,20 @@ impl Foreground {
             Ok(Claim::Task(task)) => match self.spool().finish(message_id, Outcome::Denied) {
                 Ok(()) => Some(task),
                 Err(e) => {
-                    self.hub.emit("notice", json!({"text": e.to_string()}));
+                    self.hub
+                        .emit(EventKind::Notice, json!({"text": e.to_string()}));
                     None
                 }
             },
             Ok(_) => None,
             Err(e) => {
-                self.hub.emit("notice", json!({"text": e.to_string()}));
+                self.hub
+                    .emit(EventKind::Notice, json!({"text": e.to_string()}));
                 None
             }
         };
         self.hub.emit(
-            "task.denied",
+            EventKind::TaskDenied,
             json!({"message_id": message_id, "by": by.kind, "by_pid": by.pid}),
         );
         if let Some(task) = task {
@@ -332,7 +336,7 @@ impl Foreground {
         self.asked.remove(message_id);
         self.requests.retain(|_, a| a != approval_id);
         self.hub.emit(
-            "approval.resolved",
+            EventKind::ApprovalResolved,
             json!({"approval_id": approval_id, "message_id": message_id, "decision": decision,
                    "by": by.kind, "by_pid": by.pid}),
         );
@@ -400,7 +404,7 @@ impl Foreground {
         if answer["status"] == "invalid" {
             let why = answer["reason"].as_str().unwrap_or("");
             self.hub.emit(
-                "notice",
+                EventKind::Notice,
                 json!({"text": format!("a reply to {rid} decided nothing: {why}")}),
             );
         }

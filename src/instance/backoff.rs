@@ -8,6 +8,7 @@
 use super::Foreground;
 use crate::error::Error;
 use crate::sanitize::escape;
+use crate::wire::EventKind;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -38,7 +39,7 @@ impl Foreground {
                 );
                 eprintln!("baton: {}", escape(&text));
                 self.hub
-                    .emit("notice", json!({"text": text, "shortage": what}));
+                    .emit(EventKind::Notice, json!({"text": text, "shortage": what}));
                 self.short = Some(Shortage {
                     what,
                     delay: FIRST_RETRY,
@@ -54,7 +55,7 @@ impl Foreground {
         if let Some(s) = self.short.take() {
             let text = format!("no longer {}: tasks are handed out again", s.what);
             eprintln!("baton: {text}");
-            self.hub.emit("notice", json!({"text": text}));
+            self.hub.emit(EventKind::Notice, json!({"text": text}));
         }
     }
 
@@ -93,7 +94,7 @@ impl Foreground {
     pub(super) fn put_back(&mut self, id: &str, what: &'static str, error: &str) {
         if let Err(e) = self.spool().unclaim(id) {
             self.hub.emit(
-                "notice",
+                EventKind::Notice,
                 json!({"message_id": id, "text": format!(
                     "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
                 )}),

@@ -10,6 +10,7 @@ use crate::access::Caller;
 use crate::registry::{self, Manifest};
 use crate::server::{Event, RpcError, State};
 use crate::spool::{self, Spool};
+use crate::wire::EventKind;
 use crate::wire::Mode;
 use crate::wire::Outcome;
 use crate::wire::answer::{ControlStatus, Queue, RunningTurn};
@@ -110,7 +111,7 @@ impl Foreground {
             }
         }
         self.hub
-            .emit("state.changed", json!({"state": want.as_str()}));
+            .emit(EventKind::StateChanged, json!({"state": want.as_str()}));
     }
 
     /// The earliest moment a timer must fire.
@@ -148,7 +149,7 @@ impl Foreground {
             self.asked.remove(&id);
             self.approved.remove(&id);
             self.hub.emit(
-                "task.expired",
+                EventKind::TaskExpired,
                 json!({"message_id": id, "reason": "expired",
                        "text": format!("waited longer than --ttl {} s; moved to rejected/", ttl.as_secs())}),
             );
@@ -259,7 +260,7 @@ impl Foreground {
             // The last resort, the one wait the foreground makes itself:
             // bounded by SETTLE_WAIT, below every caller's answer wait.
             self.hub.emit(
-                "notice",
+                EventKind::Notice,
                 json!({"text": format!("cannot start a settle thread: {e}")}),
             );
             self.spool().settle(SETTLE_WAIT);

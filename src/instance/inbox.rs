@@ -10,6 +10,7 @@ use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task};
 use crate::status::Status;
 use crate::turn;
+use crate::wire::EventKind;
 use crate::wire::Outcome;
 use serde_json::{Map, Value, json};
 
@@ -23,6 +24,16 @@ type PlannedReply = std::result::Result<Plan, RpcError>;
 pub(super) enum Interrupted {
     Requeue,
     Discard,
+}
+
+impl Interrupted {
+    /// The event it records.
+    fn event_kind(self) -> EventKind {
+        match self {
+            Interrupted::Requeue => EventKind::TaskRequeued,
+            Interrupted::Discard => EventKind::TaskDiscarded,
+        }
+    }
 }
 
 impl Foreground {
@@ -84,7 +95,7 @@ impl Foreground {
                         "baton: task {message_id} is bad data and went to rejected/: {reason}"
                     );
                     self.hub.emit(
-                        "task.rejected",
+                        EventKind::TaskRejected,
                         json!({"message_id": message_id, "reason": reason}),
                     );
                     self.ended(&message_id, Outcome::Rejected, None);
@@ -114,7 +125,7 @@ impl Foreground {
         });
         let follows = self.open.first().map(|o| o.task.message_id.clone());
         self.hub.emit(
-            "task.claimed",
+            EventKind::TaskClaimed,
             json!({"message_id": task.message_id, "from": turn::display_name(&task.sender),
                    "follow_up_of": follows}),
         );
@@ -159,8 +170,7 @@ impl Foreground {
         };
         Ok(match r {
             Ok(()) => {
-                self.hub
-                    .emit(&format!("task.{status}"), json!({"message_id": id}));
+                self.hub.emit(what.event_kind(), json!({"message_id": id}));
                 if let Interrupted::Discard = what {
                     self.ended(&id, Outcome::Discarded, None);
                 }
@@ -240,7 +250,7 @@ impl Foreground {
         }
         self.open.remove(pos);
         self.hub.emit(
-            "turn.finished",
+            EventKind::TurnFinished,
             json!({"message_id": id, "outcome": outcome}),
         );
         self.ended(&id, outcome, record.as_ref());
@@ -265,7 +275,7 @@ impl Foreground {
             Ok(Err(refusal)) => {
                 let mut r = refusal.clone();
                 r["reply_of"] = json!(id);
-                self.hub.emit("relay.sent", r);
+                self.hub.emit(EventKind::RelaySent, r);
                 answer["reply"] = refusal;
                 let _ = answer_to.send(Ok(answer));
             }

@@ -14,6 +14,7 @@ use crate::server::{self, Event, RpcError};
 use crate::spool::{ReplyRecord, Task};
 use crate::status::{ReplyStatus, Status};
 use crate::turn;
+use crate::wire::EventKind;
 use crossbeam_channel as chan;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
@@ -92,7 +93,7 @@ impl Foreground {
             Ok(out) => self.spawn_send(out, Some(id.to_string()), None),
             Err(text) => {
                 self.hub
-                    .emit("notice", json!({"message_id": id, "text": text}));
+                    .emit(EventKind::Notice, json!({"message_id": id, "text": text}));
             }
         }
     }
@@ -118,7 +119,7 @@ impl Foreground {
             });
         if let Err(e) = spawned {
             let text = format!("cannot start a sender thread: {e}");
-            self.hub.emit("notice", json!({"text": text}));
+            self.hub.emit(EventKind::Notice, json!({"text": text}));
             if let Some(w) = waiter {
                 w.answer(
                     json!({"status": Status::Transport, "message_id": message_id, "reason": text}),
@@ -134,7 +135,7 @@ impl Foreground {
             .spawn(move || waiter.wait(&result_rx, within, &message_id));
         if let Err(e) = spawned {
             self.hub.emit(
-                "notice",
+                EventKind::Notice,
                 json!({"text": format!("cannot start a thread to answer a send: {e}")}),
             );
         }
@@ -157,10 +158,10 @@ impl Foreground {
                 );
                 eprintln!("baton: {text}");
                 self.hub
-                    .emit("notice", json!({"message_id": r, "text": text}));
+                    .emit(EventKind::Notice, json!({"message_id": r, "text": text}));
             }
         }
-        self.hub.emit("relay.sent", fields);
+        self.hub.emit(EventKind::RelaySent, fields);
     }
 
     /// `relay/send`: the sender-side guards need the turn, so they are
@@ -178,7 +179,7 @@ impl Foreground {
                 self.spawn_send(out, reply_of, Some(Waiter::Relay(reply)));
             }
             Ok(Err(refusal)) => {
-                self.hub.emit("relay.sent", refusal.clone());
+                self.hub.emit(EventKind::RelaySent, refusal.clone());
                 let _ = reply.send(Ok(refusal));
             }
             Err(e) => {

@@ -8,6 +8,7 @@ use super::{Foreground, str_param};
 use crate::access::{Caller, Role};
 use crate::server::RpcError;
 use crate::spool::{ReplyRecord, Whereabouts};
+use crate::wire::EventKind;
 use crate::wire::Outcome;
 use crate::wire::answer::{Pending, TaskState, TaskStatus};
 use serde_json::{Map, Value, json};
@@ -17,7 +18,7 @@ impl Foreground {
     /// when it finished with one.
     pub(super) fn ended(&self, message_id: &str, outcome: Outcome, reply: Option<&ReplyRecord>) {
         self.hub.emit(
-            "task.ended",
+            EventKind::TaskEnded,
             json!({"message_id": message_id, "outcome": outcome, "reply": reply}),
         );
     }

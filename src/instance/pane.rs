@@ -20,6 +20,7 @@ use crate::sanitize::escape;
 use crate::spool::Task;
 use crate::tmux::{self, Job, Report, Trouble, Typist};
 use crate::turn;
+use crate::wire::EventKind;
 use crate::wire::Outcome;
 use crossbeam_channel as chan;
 use serde_json::json;
@@ -158,7 +159,7 @@ impl Foreground {
                 let deadline = self.opts.turn_timeout.map(|t| Instant::now() + t);
                 let p = self.pane.as_mut().expect("checked");
                 self.hub.emit(
-                    "task.typed",
+                    EventKind::TaskTyped,
                     json!({"message_id": message_id, "tmux_pane": p.target}),
                 );
                 p.typed = open.then_some((message_id, deadline));
@@ -214,8 +215,10 @@ impl Foreground {
                 p.target
             );
             eprintln!("baton: {}", escape(&text));
-            self.hub
-                .emit("notice", json!({"text": text, "tmux_pane": p.target}));
+            self.hub.emit(
+                EventKind::Notice,
+                json!({"text": text, "tmux_pane": p.target}),
+            );
         }
     }
 
@@ -253,7 +256,7 @@ impl Foreground {
         if let Some(id) = put_back {
             event["message_id"] = json!(id);
         }
-        self.hub.emit("notice", event);
+        self.hub.emit(EventKind::Notice, event);
     }
 
     /// The next try after a growing delay.
@@ -279,7 +282,7 @@ impl Foreground {
         self.open.remove(pos);
         if let Err(e) = self.spool().unclaim(id) {
             self.hub.emit(
-                "notice",
+                EventKind::Notice,
                 json!({"message_id": id, "text": format!(
                     "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
                 )}),
@@ -300,19 +303,21 @@ impl Foreground {
         };
         let seconds = self.opts.turn_timeout.unwrap_or_default().as_secs_f64();
         self.hub.emit(
-            "notice",
+            EventKind::Notice,
             json!({"message_id": id, "text": format!(
                 "turn timed out: not completed within --turn-timeout {seconds} s of being typed"
             )}),
         );
         if let Err(e) = self.spool().finish(id, Outcome::Timeout) {
-            self.hub
-                .emit("notice", json!({"message_id": id, "text": e.to_string()}));
+            self.hub.emit(
+                EventKind::Notice,
+                json!({"message_id": id, "text": e.to_string()}),
+            );
             return;
         }
         self.open.remove(pos);
         self.hub.emit(
-            "turn.finished",
+            EventKind::TurnFinished,
             json!({"message_id": id, "outcome": Outcome::Timeout}),
         );
         self.ended(id, Outcome::Timeout, None);

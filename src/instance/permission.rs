@@ -15,6 +15,7 @@
 use super::approval::Decider;
 use super::{Foreground, opt_str_param, str_param};
 use crate::server::RpcError;
+use crate::wire::EventKind;
 use serde_json::{Map, Value, json};
 
 /// The most tool-call requests that wait at once.
@@ -96,7 +97,7 @@ impl Foreground {
                 old.params["request_id"].as_str().unwrap_or(""),
                 old.id
             );
-            self.hub.emit("notice", json!({"text": text}));
+            self.hub.emit(EventKind::Notice, json!({"text": text}));
         }
         // `baton mcp` runs its instance in its own process, so a request
         // asked on a connection of this process comes from the host that
@@ -107,7 +108,8 @@ impl Foreground {
                            "host": host.map(|h| cut_at(&h, HOST_CHARS)), "host_pid": host_pid,
                            "pid": pid});
         let p = self.pending(shown);
-        self.hub.emit("permission.requested", p.params.clone());
+        self.hub
+            .emit(EventKind::PermissionRequested, p.params.clone());
         let (approval_id, params) = (p.id.clone(), p.params.clone());
         self.permissions.push(p);
         let controllers = self.send_request(&approval_id, params, None);
@@ -124,7 +126,7 @@ impl Foreground {
         self.requests.retain(|_, a| *a != p.id);
         let request_id = &p.params["request_id"];
         self.hub.emit(
-            "permission.resolved",
+            EventKind::PermissionResolved,
             json!({"approval_id": p.id, "request_id": request_id, "decision": decision,
                    "by": by.kind, "by_pid": by.pid}),
         );

@@ -16,6 +16,7 @@ use crate::server::{self, Event, Shared};
 use crate::spool::{self, Spool};
 use crate::sys;
 use crate::turn::TurnEvent;
+use crate::wire::EventKind;
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
@@ -415,21 +416,21 @@ fn started(hub: &Hub, m: &Manifest, opts: &ServeOptions, spool: &Spool) {
     if let Some(pane) = &opts.tmux_pane {
         started["tmux_pane"] = json!(pane);
     }
-    hub.emit("instance.started", started);
+    hub.emit(EventKind::InstanceStarted, started);
     for note in &spool.recovery_notes {
-        hub.emit("notice", json!({"text": note}));
+        hub.emit(EventKind::Notice, json!({"text": note}));
     }
     // The same shape as `Foreground::ended`: decided by this open.
     for (id, outcome) in &spool.ended_at_open {
         hub.emit(
-            "task.ended",
+            EventKind::TaskEnded,
             json!({"message_id": id, "outcome": outcome, "reply": null}),
         );
     }
     let c = spool.counts();
     if c.interrupted > 0 {
         hub.emit(
-            "notice",
+            EventKind::Notice,
             json!({"text": format!(
                 "{} interrupted task(s) wait for the operator: baton inbox requeue|discard",
                 c.interrupted

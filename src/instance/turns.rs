@@ -16,6 +16,7 @@ use crate::spool::{self, Claim, Task};
 use crate::status::Status;
 use crate::sys;
 use crate::turn::{self, TurnEvent};
+use crate::wire::EventKind;
 use crate::wire::Outcome;
 use crossbeam_channel as chan;
 use serde_json::{Map, Value, json};
@@ -82,7 +83,7 @@ impl Foreground {
             Ok(Claim::Task(task)) => self.start_turn(*task),
             Ok(Claim::Rejected { message_id, reason }) => {
                 self.hub.emit(
-                    "task.rejected",
+                    EventKind::TaskRejected,
                     json!({"message_id": message_id, "reason": reason}),
                 );
                 self.ended(&message_id, Outcome::Rejected, None);
@@ -90,7 +91,8 @@ impl Foreground {
             Ok(Claim::Empty) => {}
             Err(e) => {
                 if e.shortage().is_none() {
-                    self.hub.emit("notice", json!({"text": e.to_string()}));
+                    self.hub
+                        .emit(EventKind::Notice, json!({"text": e.to_string()}));
                 }
                 self.claim_failed(&id, &e);
             }
@@ -153,7 +155,7 @@ impl Foreground {
                 self.supplied();
                 let now = Instant::now();
                 self.hub.emit(
-                    "turn.started",
+                    EventKind::TurnStarted,
                     json!({"message_id": id, "pid": handler.pid, "from": turn::display_name(&task.sender),
                            "sender_id": task.sender.instance_id, "hop": task.hop}),
                 );
@@ -181,7 +183,7 @@ impl Foreground {
             Err(e) => {
                 let finished = self.spool().finish(&id, Outcome::Failed).is_ok();
                 self.hub.emit(
-                    "turn.finished",
+                    EventKind::TurnFinished,
                     json!({"message_id": id, "outcome": Outcome::Failed,
                            "error": format!("cannot start the handler: {e}")}),
                 );
@@ -209,7 +211,7 @@ impl Foreground {
         match ev {
             TurnEvent::Output { stream, text, .. } => {
                 self.hub.emit(
-                    "turn.output",
+                    EventKind::TurnOutput,
                     json!({"message_id": id, "stream": stream, "text": text}),
                 );
             }
@@ -228,7 +230,7 @@ impl Foreground {
                 }
                 if dropped > 0 {
                     self.hub.emit(
-                        "turn.output",
+                        EventKind::TurnOutput,
                         json!({"message_id": id, "stream": stream, "text": tail, "tail": true,
                                "dropped": dropped}),
                     );
@@ -245,7 +247,7 @@ impl Foreground {
                 r.exit = Some((None, None));
                 r.streams_open = 0;
                 self.hub
-                    .emit("notice", json!({"message_id": id, "text": error}));
+                    .emit(EventKind::Notice, json!({"message_id": id, "text": error}));
             }
         }
         self.maybe_finish();
@@ -263,7 +265,7 @@ impl Foreground {
             r.kill_at = Some(now + KILL_GRACE);
             let id = r.task.message_id.clone();
             self.hub.emit(
-                "notice",
+                EventKind::Notice,
                 json!({"message_id": id, "text": "turn timed out: SIGTERM sent to its process group"}),
             );
         } else if r.kill_at.is_some_and(|k| k <= now) {
@@ -304,8 +306,10 @@ impl Foreground {
         let finished = match self.spool().finish_with(&id, outcome, record.clone()) {
             Ok(()) => true,
             Err(e) => {
-                self.hub
-                    .emit("notice", json!({"message_id": id, "text": e.to_string()}));
+                self.hub.emit(
+                    EventKind::Notice,
+                    json!({"message_id": id, "text": e.to_string()}),
+                );
                 false
             }
         };
@@ -313,7 +317,7 @@ impl Foreground {
         let (out_total, out_dropped) = r.bytes.get("stdout").copied().unwrap_or_default();
         let (err_total, err_dropped) = r.bytes.get("stderr").copied().unwrap_or_default();
         self.hub.emit(
-            "turn.finished",
+            EventKind::TurnFinished,
             json!({
                 "message_id": id,
                 "outcome": outcome,
@@ -351,7 +355,7 @@ impl Foreground {
                 let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
                 r.kill_at = Some(Instant::now() + KILL_GRACE);
                 self.hub.emit(
-                    "notice",
+                    EventKind::Notice,
                     json!({"message_id": id, "text": "turn cancelled: SIGTERM sent to its process group"}),
                 );
             }
@@ -364,7 +368,7 @@ impl Foreground {
             }
             self.open.remove(pos);
             self.hub.emit(
-                "turn.finished",
+                EventKind::TurnFinished,
                 json!({"message_id": id, "outcome": Outcome::Cancelled}),
             );
             self.ended(&id, Outcome::Cancelled, None);
@@ -397,7 +401,7 @@ impl Foreground {
         }
         if self.opts.exec.is_none() {
             self.hub.emit(
-                "local.input",
+                EventKind::LocalInput,
                 json!({"from": LOCAL, "body": text, "noted": true}),
             );
             return Ok(json!({"status": "noted",
@@ -422,7 +426,7 @@ impl Foreground {
             |task, queue_position| {
                 server::emit_accepted(
                     &self.hub,
-                    "local.input",
+                    EventKind::LocalInput,
                     task,
                     None,
                     LOCAL,
@@ -473,7 +477,7 @@ impl Foreground {
         let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
         self.spool().clear_handler();
         self.hub.emit(
-            "turn.finished",
+            EventKind::TurnFinished,
             json!({"message_id": r.task.message_id, "outcome": Outcome::Interrupted}),
         );
     }
@@ -497,8 +501,10 @@ impl Foreground {
     /// leader is gone, the token in its environment): the turn goes on.
     fn record_group(&self, token: &str, pgid: u32, id: &str) {
         if let Err(e) = self.spool().record_handler(token, Some(pgid)) {
-            self.hub
-                .emit("notice", json!({"message_id": id, "text": e.to_string()}));
+            self.hub.emit(
+                EventKind::Notice,
+                json!({"message_id": id, "text": e.to_string()}),
+            );
         }
     }
 }

@@ -196,7 +196,7 @@ fn store(
     let announce = |task: &Task, queue_position| {
         let hub = crate::events::Hub::open(s.dir());
         let event = server::Accepted::new(task, None, &from, pid, queue_position).stored();
-        hub.record("message.accepted", &event);
+        hub.record(crate::wire::EventKind::MessageAccepted, &event);
         hub.flush();
     };
     let admitted = s.admit(task, None, limits, || false, announce);

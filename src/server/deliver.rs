@@ -12,6 +12,7 @@ use crate::events::Hub;
 use crate::registry;
 use crate::spool::{self, Admission, Limits, Sender, Task};
 use crate::status::Status;
+use crate::wire::EventKind;
 use crate::wire::TaskMode;
 use crate::{sys, wire};
 use serde_json::json;
@@ -118,7 +119,7 @@ fn refused(
     pid: Option<u32>,
 ) {
     shared.hub.emit(
-        "message.rejected",
+        EventKind::MessageRejected,
         json!({"message_id": message_id, "status": status, "reason": reason,
                "from": from, "pid": pid}),
     );
@@ -180,7 +181,7 @@ impl<'a> Accepted<'a> {
 /// with the task; the caller flushes the `Hub` once it has answered.
 pub fn emit_accepted(
     hub: &Hub,
-    kind: &str,
+    kind: EventKind,
     task: &Task,
     body_json: Option<&RawValue>,
     from: &str,
@@ -507,7 +508,7 @@ fn admit(
     let announce = |task: &Task, queue_position| {
         emit_accepted(
             &shared.hub,
-            "message.accepted",
+            EventKind::MessageAccepted,
             task,
             Some(body_json),
             &from,

@@ -11,6 +11,7 @@ use super::peer::Peer;
 use super::request::SendRequest;
 use crate::registry;
 use crate::status::Status;
+use crate::wire::EventKind;
 use crate::wire::TaskMode;
 use crate::wire::{self, LineReader, ReadError};
 use serde_json::{Map, Value, json};
@@ -100,7 +101,7 @@ fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
             // transcript says who was refused and why.
             if let Err(e) = peer.check(shared, crate::access::Door::Zcoder) {
                 shared.hub.emit(
-                    "notice",
+                    EventKind::Notice,
                     json!({"message_id": message_id, "text": format!("a zcoder frame refused: {}", e.message)}),
                 );
                 return ack(Status::Invalid.as_str());
