@@ -3,11 +3,13 @@
 //! lines, and (in `zcoder`) the zcoder frame.
 
 pub mod answer;
+mod event;
 mod id;
 mod names;
 mod records;
 mod zcoder;
 
+pub use event::*;
 pub use id::Id;
 pub use names::{Approve, Decision, EventKind, Mode, Outcome, State, TaskMode};
 pub use records::{Manifest, ReplyRecord, Sender, Summary};
