@@ -4,6 +4,7 @@
 //! the view is a client of the instance's socket (events, control,
 //! approvals, relay/send), so there is one view code path.
 
+mod editor;
 mod inbox;
 pub mod term;
 pub mod view;
