@@ -16,6 +16,7 @@ mod mcp;
 mod send;
 mod sent;
 mod serve;
+mod since;
 mod stop;
 mod target;
 mod wait;

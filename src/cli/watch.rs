@@ -3,7 +3,8 @@
 
 use super::approve::{self, Approvals, Decided, Waiting};
 use super::args::Args;
-use super::log::{Clock, format_event, parse_since};
+use super::log::format_event;
+use super::since::{Clock, parse_since};
 use super::{emit, emit_json, target};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
