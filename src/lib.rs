@@ -34,6 +34,7 @@ pub mod config;
 pub mod digest;
 pub mod embedded;
 pub mod error;
+pub mod event_text;
 pub mod events;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub mod execargs;

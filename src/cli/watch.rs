@@ -3,16 +3,16 @@
 
 use super::approve::{self, Approvals, Decided, Waiting};
 use super::args::Args;
-use super::log::format_event;
+use super::log::print;
 use super::since::{Clock, parse_since};
-use super::{emit, emit_json, target};
+use super::target;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry;
 use crate::relay::{self, KnownSpool};
 use crate::sanitize::escape;
-use crate::wire::Method;
 use crate::wire::answer::Subscribed;
+use crate::wire::{Event, EventKind, Method};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -36,14 +36,6 @@ fn subscribe(
 
 /// Where the answers to the instance's requests go.
 type Writer = Box<dyn Write + Send>;
-
-fn print(args: &Args, clock: &Clock, ev: &Value) {
-    if args.flag("json") {
-        emit_json(ev);
-    } else {
-        emit(&format_event(ev, clock));
-    }
-}
 
 /// The id of the ping that marks the end of the replay.
 const REPLAYED: &str = "replayed";
@@ -125,9 +117,8 @@ impl Filter {
         Ok(Filter { last, since })
     }
 
-    fn by_time(&self, ev: &Value) -> bool {
-        let t = ev.get("time").and_then(Value::as_f64).unwrap_or(0.0);
-        self.since.is_none_or(|s| t >= s)
+    fn by_time(&self, ev: &Event) -> bool {
+        self.since.is_none_or(|s| ev.time >= s)
     }
 }
 
@@ -155,20 +146,21 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
         Err(Error::NoTarget(why)) => {
             let spool = stopped(config, target_arg, why)?;
             let keep = filter.last.map_or(usize::MAX, |n| n as usize);
-            let mut shown: VecDeque<Value> = VecDeque::new();
+            let mut shown: VecDeque<(Value, Event)> = VecDeque::new();
             crate::events::replay(&spool.dir, 1, u64::MAX, |line| {
-                if let Ok(ev) = serde_json::from_slice::<Value>(line) {
+                if let Ok(v) = serde_json::from_slice::<Value>(line) {
+                    let ev = Event::read(&v);
                     if filter.by_time(&ev) && keep > 0 {
                         if shown.len() == keep {
                             shown.pop_front();
                         }
-                        shown.push_back(ev);
+                        shown.push_back((v, ev));
                     }
                 }
                 true
             });
-            for ev in &shown {
-                print(args, &clock, ev);
+            for (v, ev) in &shown {
+                print(args, &clock, v, ev);
             }
             return Ok(ExitCode::Ok);
         }
@@ -194,18 +186,16 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
         if msg.get("id").and_then(Value::as_str) == Some(REPLAYED) {
             break;
         }
-        if msg.get("method").and_then(Value::as_str) != Some("event") {
+        let Some(ev) = Event::of_notification(&msg) else {
             continue;
-        }
-        let ev = &msg["params"];
-        let seq = ev.get("seq").and_then(Value::as_u64).unwrap_or(0);
-        if seq > last {
+        };
+        if ev.seq > last {
             break;
         }
-        if seq >= first && filter.by_time(ev) {
-            print(args, &clock, ev);
+        if ev.seq >= first && filter.by_time(&ev) {
+            print(args, &clock, &msg["params"], &ev);
         }
-        if seq == last {
+        if ev.seq == last {
             return Ok(ExitCode::Ok);
         }
     }
@@ -274,13 +264,13 @@ fn follow(
                 };
                 match msg.get("method").and_then(Value::as_str) {
                     Some("event") => {
-                        let ev = &msg["params"];
-                        if shown(ev, replay) {
-                            print(args, clock, ev);
+                        let ev = Event::read(&msg["params"]);
+                        if shown(&ev, replay) {
+                            print(args, clock, &msg["params"], &ev);
                         }
-                        let kind = ev["kind"].as_str().unwrap_or("");
-                        if approve && matches!(kind, "approval.resolved" | "permission.resolved") {
-                            approvals.resolved(ev["approval_id"].as_str().unwrap_or(""));
+                        let resolved = [EventKind::ApprovalResolved, EventKind::PermissionResolved];
+                        if approve && ev.kind.is_some_and(|k| resolved.contains(&k)) {
+                            approvals.resolved(ev.approval_id.as_deref().unwrap_or(""));
                         }
                     }
                     Some("approval/request") if approve => {
@@ -320,16 +310,15 @@ fn follow(
 }
 
 /// Whether a recorded event passes `log`'s filter; live ones always do.
-fn shown(ev: &Value, replay: Option<(u64, Filter)>) -> bool {
+fn shown(ev: &Event, replay: Option<(u64, Filter)>) -> bool {
     let Some((last, filter)) = replay else {
         return true;
     };
-    let seq = ev.get("seq").and_then(Value::as_u64).unwrap_or(0);
-    if seq > last {
+    if ev.seq > last {
         return true;
     }
     let first = filter.last.map_or(1, |n| last.saturating_sub(n) + 1);
-    seq >= first && filter.by_time(ev)
+    ev.seq >= first && filter.by_time(ev)
 }
 
 fn prompt(approvals: &Approvals) {

@@ -45,24 +45,12 @@ fn cut_at(s: &str, chars: usize) -> String {
     }
 }
 
-/// Who asked for a tool call, as a controller shows it (unescaped): the
-/// host's name and pid, and the connection it asked through, from the
-/// params of its `approval/request` or `permission.requested` event.
+/// Who asked for a tool call, as a controller shows it (unescaped), from
+/// the params of its `approval/request` or `permission.requested` event.
 pub fn who_asked(params: &Value) -> String {
-    let mut t = match params.get("host").and_then(Value::as_str) {
-        Some(h) if !h.is_empty() => h.to_string(),
-        _ => "an unnamed MCP host".to_string(),
-    };
-    let pid = params.get("pid").and_then(Value::as_u64);
-    match (params.get("host_pid").and_then(Value::as_u64), pid) {
-        (Some(host), Some(pid)) => {
-            t.push_str(&format!(" (pid {host}) through baton mcp (pid {pid})"))
-        }
-        (Some(host), None) => t.push_str(&format!(" (pid {host})")),
-        (None, Some(pid)) => t.push_str(&format!(", through a connection of pid {pid}")),
-        (None, None) => {}
-    }
-    t
+    let n = |k: &str| params.get(k).and_then(Value::as_u64);
+    let host = params.get("host").and_then(Value::as_str);
+    crate::event_text::who_asked(host, n("host_pid"), n("pid"))
 }
 
 impl Foreground {

@@ -12,10 +12,11 @@
 //! Both follow the instance's events (`message.accepted`): nothing polls.
 
 use super::{Adapter, LEVELS, write_message};
+use crate::event_text;
 use crate::sanitize::escape;
 use crate::spool::{self, Sender, Task};
 use crate::turn;
-use crate::wire::Call;
+use crate::wire::{Call, Event, EventKind};
 use serde_json::{Value, json};
 use std::collections::{HashSet, VecDeque};
 
@@ -74,31 +75,29 @@ impl Pushed {
 
 /// The task a `message.accepted` event describes, as its envelope shows
 /// it: the event carries the body and the sender as recorded.
-fn arrived(ev: &Value) -> Option<Task> {
-    let id = ev["message_id"].as_str()?;
-    let body = ev["body"].as_str()?;
-    let from = ev["from"].as_str().unwrap_or("");
-    let instance_id = ev["sender_id"].as_str().map(str::to_string);
+fn arrived(ev: &Event) -> Option<Task> {
+    let from = ev.sender().unwrap_or("");
     // `from` is the sender's display name: its name, its instance id, or
     // `(cli)` for a command line and `(remote)` for a bridge, which have
     // neither.
     let plain = matches!(from, "(cli)" | "(remote)");
-    let name = (instance_id.is_some() || !plain).then(|| from.to_string());
+    let name = (ev.sender_id.is_some() || !plain).then(|| from.to_string());
     let sender = Sender {
-        instance_id,
+        instance_id: ev.sender_id.clone(),
         name,
-        workspace: ev["workspace"].as_str().map(str::to_string),
-        pid: ev["pid"].as_u64().and_then(|p| u32::try_from(p).ok()),
-        remote: ev["remote"].as_str().map(str::to_string),
+        workspace: ev.workspace.clone(),
+        pid: ev.pid,
+        remote: ev.remote.clone(),
     };
     Some(Task {
-        message_id: id.to_string(),
-        body: body.to_string(),
+        message_id: ev.message_id.clone()?,
+        body: ev.body.clone()?,
         sender,
         hop: 0,
         in_reply_to: None,
-        mode: ev["mode"]
-            .as_str()
+        mode: ev
+            .mode
+            .as_deref()
             .and_then(|m| m.parse().ok())
             .unwrap_or_default(),
         accepted_at: 0,
@@ -128,31 +127,24 @@ pub fn content(task: &Task) -> String {
 impl Adapter {
     /// An event of the instance: a task that arrived is pushed and logged.
     pub(super) fn on_event(&mut self, msg: &Value) {
-        if msg["method"] != "event" {
+        let Some(ev) = Event::of_notification(msg) else {
             return;
-        }
-        let ev = &msg["params"];
-        match ev["kind"].as_str() {
-            Some("message.accepted") => {
-                if let Some(task) = arrived(ev) {
+        };
+        match ev.kind {
+            Some(EventKind::MessageAccepted) => {
+                if let Some(task) = arrived(&ev) {
                     self.push(&task);
                 }
-                let at = ev["time"].as_f64().unwrap_or_else(crate::events::now);
-                self.log_info(
-                    at,
-                    format!(
-                        "a task from {} arrived ({}); call check_inbox to take it",
-                        ev["from"].as_str().unwrap_or("?"),
-                        ev["message_id"].as_str().unwrap_or("")
-                    ),
-                );
+                if let Some(news) = event_text::said(&ev).to_host {
+                    self.log_info(ev.time, news);
+                }
             }
-            Some("task.claimed" | "task.ended") => {
-                if let Some(id) = ev["message_id"].as_str() {
+            Some(EventKind::TaskClaimed | EventKind::TaskEnded) => {
+                if let Some(id) = &ev.message_id {
                     self.pushed.forget(id);
                 }
             }
-            Some("permission.resolved") => self.permission_resolved(ev),
+            Some(EventKind::PermissionResolved) => self.permission_resolved(&ev),
             _ => {}
         }
     }
@@ -205,14 +197,9 @@ impl Adapter {
                     .as_str()
                     .or(sender["instance_id"].as_str())
                     .unwrap_or("(cli)");
-                self.log_info(
-                    crate::events::now(),
-                    format!(
-                        "a task from {} waits ({}); call check_inbox to take it",
-                        escape(from),
-                        t["message_id"].as_str().unwrap_or("")
-                    ),
-                );
+                let id = t["message_id"].as_str().unwrap_or("");
+                let news = event_text::task_news(&escape(from), id, "waits");
+                self.log_info(crate::events::now(), news);
                 logged += 1;
             }
             match listed["next"].as_str() {

@@ -16,7 +16,7 @@
 //! dialog decides. A host's `request_id` is relayed once while it waits.
 
 use super::{Adapter, write_message};
-use crate::wire::Call;
+use crate::wire::{Call, Decision, Event};
 use serde_json::{Value, json};
 
 /// The capability that asks the host to relay its permission prompts.
@@ -80,15 +80,15 @@ impl Adapter {
 
     /// A controller decided on a tool call this session relayed: the host
     /// is told, once, under the request id it asked with.
-    pub(super) fn permission_resolved(&mut self, ev: &Value) {
-        let Some(approval_id) = ev["approval_id"].as_str() else {
+    pub(super) fn permission_resolved(&mut self, ev: &Event) {
+        let Some(approval_id) = ev.approval_id.as_deref() else {
             return;
         };
         let Some(at) = self.relayed.iter().position(|(a, _)| a == approval_id) else {
             return;
         };
         let (_, request_id) = self.relayed.remove(at);
-        let behavior = if ev["decision"] == "approve" {
+        let behavior = if ev.decision == Some(Decision::Approve) {
             "allow"
         } else {
             "deny"

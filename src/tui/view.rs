@@ -1,18 +1,16 @@
 //! What the operator sees, as data: the header, the transcript entries
-//! with their roles, the input line (`editor.rs`), and the pure
-//! function that lays them out into a frame of any size. Every string that
-//! came from a peer or a handler is escaped before it is laid out.
+//! with their roles, what waits and what is open, the input line, and the
+//! pure function that lays them out into a frame of any size. What an
+//! event says is `event_text`'s; every string that came from a peer or a
+//! handler is escaped here, as it is laid out.
 
 pub use super::editor::Editor;
 use super::term::{Frame, Line, Style};
+use crate::event_text::{self, approval_text, who_asked};
+pub use crate::event_text::{Role, Waiting, approval_prompt, excerpt};
 use crate::sanitize::escape;
-use crate::status::Status;
+use crate::wire::{Event, EventKind, Shown};
 use serde_json::Value;
-
-/// How many lines of a body an approval shows when the request carries
-/// no excerpt of its own, and how many characters of each.
-pub const EXCERPT_LINES: usize = 5;
-const EXCERPT_WIDTH: usize = 200;
 
 /// How many accepted tasks the view remembers (sender, mode, body) for
 /// the approvals that follow them.
@@ -21,38 +19,15 @@ const REMEMBERED: usize = 256;
 /// The transcript keeps at most this many entries in memory.
 pub const MAX_ENTRIES: usize = 5000;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// What the operator typed.
-    Local,
-    /// A task relayed from another agent.
-    Relay,
-    /// A handler's output.
-    Output,
-    /// Notices from baton itself.
-    System,
-    /// Refusals, errors.
-    Refusal,
-}
-
 impl Role {
-    fn style(self) -> Style {
+    /// The mark that starts an entry, and its colour.
+    fn look(self) -> (&'static str, Style) {
         match self {
-            Role::Local => Style::Local,
-            Role::Relay => Style::Relay,
-            Role::Output => Style::Output,
-            Role::System => Style::System,
-            Role::Refusal => Style::Refusal,
-        }
-    }
-
-    fn mark(self) -> &'static str {
-        match self {
-            Role::Local => "> ",
-            Role::Relay => "<< ",
-            Role::Output => "| ",
-            Role::System => "* ",
-            Role::Refusal => "! ",
+            Role::Local => ("> ", Style::Local),
+            Role::Relay => ("<< ", Style::Relay),
+            Role::Output => ("| ", Style::Output),
+            Role::System => ("* ", Style::System),
+            Role::Refusal => ("! ", Style::Refusal),
         }
     }
 }
@@ -76,24 +51,6 @@ pub struct Header {
     pub model: String,
 }
 
-/// A task waiting for an approval: who sent it and what it says.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Waiting {
-    pub id: String,
-    pub from: String,
-    pub workspace: String,
-    pub mode: String,
-    /// The body's first lines.
-    pub excerpt: String,
-    pub bytes: Option<u64>,
-    /// For a tool call an MCP host relayed (`permission.requested`): the
-    /// tool; `id` is then its request id.
-    pub tool: Option<String>,
-    /// The approval's id and the digest of what it shows: an answer names both.
-    pub approval_id: String,
-    pub digest: String,
-}
-
 /// A task claimed and not yet completed, as the view learned of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Open {
@@ -102,16 +59,6 @@ pub struct Open {
     /// Whether its sender can be replied to (it has an instance id);
     /// None when the view only saw the claim as an event.
     pub replyable: Option<bool>,
-}
-
-/// What a `message.accepted` event said about a task.
-#[derive(Clone, Debug, Default)]
-struct Seen {
-    id: String,
-    from: String,
-    workspace: String,
-    mode: String,
-    body: String,
 }
 
 /// Everything the view shows.
@@ -128,8 +75,9 @@ pub struct View {
     pub open: Vec<Open>,
     /// `/quit` warned that tasks wait; the next `/quit` leaves.
     pub quit_armed: bool,
-    /// Recently accepted tasks, for the approvals that follow them.
-    seen: Vec<Seen>,
+    /// Recently accepted tasks (their `message.accepted`), for the
+    /// approvals that follow them.
+    seen: Vec<Event>,
     /// Why the relay is not there, for a local console.
     pub warning: Option<String>,
 }
@@ -145,125 +93,47 @@ impl View {
         }
     }
 
-    /// Adds what an event means to the transcript, and tracks approvals.
+    /// Adds what an event means to the transcript, and tracks what waits
+    /// and what is open.
     pub fn apply_event(&mut self, ev: &Value) {
-        let s = |k: &str| field(ev, k);
-        let id = s("message_id");
-        match s("kind").as_str() {
-            "local.input" => {
-                let mut t = s("body");
-                if ev.get("noted").and_then(Value::as_bool) == Some(true) {
-                    t.push_str("\n(noted: this instance has no --exec handler)");
-                }
-                self.push(Role::Local, t);
-            }
-            "message.accepted" => {
-                self.remember(ev, &id);
-                self.push(Role::Relay, accepted_text(ev, &id));
-            }
-            "message.rejected" => self.push(
-                Role::Refusal,
-                format!(
-                    "refused task {id} from {}: {}: {}",
-                    s("from"),
-                    s("status"),
-                    s("reason")
-                ),
-            ),
-            "turn.started" => self.push(Role::System, format!("turn {id} started")),
-            "turn.output" => self.push(Role::Output, output_text(ev)),
-            "turn.finished" => {
-                self.open.retain(|o| o.id != id);
-                let mut t = format!("turn {id} {}", s("outcome"));
-                if let Some(c) = ev.get("exit_code").filter(|c| !c.is_null()) {
-                    t.push_str(&format!(", exit {c}"));
-                }
-                self.push(Role::System, t);
-            }
-            "relay.sent" => {
-                let (role, text) = relay_sent_entry(ev, &id);
-                self.push(role, text);
-            }
-            "approval.requested" => {
-                let w = self.waiting_of(ev, &id);
+        self.apply(&Event::read(ev));
+    }
+
+    fn apply(&mut self, ev: &Event) {
+        let id = ev.id();
+        let approval_id = str_of(&ev.approval_id);
+        match ev.kind {
+            Some(EventKind::MessageAccepted) => self.remember(ev),
+            Some(EventKind::TurnFinished) => self.open.retain(|o| o.id != id),
+            Some(EventKind::ApprovalRequested | EventKind::PermissionRequested) => {
+                let w = self.waiting_of(ev);
                 self.push(Role::System, approval_text(&w));
                 self.wait(w);
             }
-            "approval.resolved" => {
-                self.waiting.retain(|w| w.approval_id != s("approval_id"));
-                self.push(
-                    Role::System,
-                    format!("task {id}: {} ({})", s("decision"), s("by")),
-                );
+            Some(EventKind::ApprovalResolved | EventKind::PermissionResolved) => {
+                self.waiting.retain(|w| w.approval_id != approval_id)
             }
-            "task.denied" => {
-                self.waiting.retain(|w| w.tool.is_some() || w.id != id);
+            Some(EventKind::TaskDenied) => self.waiting.retain(|w| w.tool.is_some() || w.id != id),
+            // What waited ended with the last run; it asks again.
+            Some(EventKind::InstanceStarted) => self.waiting.clear(),
+            Some(EventKind::TaskClaimed) if !self.open.iter().any(|o| o.id == id) => {
+                self.open.push(Open {
+                    id: id.to_string(),
+                    from: ev.sender().unwrap_or("").to_string(),
+                    replyable: None,
+                })
             }
-            "permission.requested" | "permission.resolved" => self.tool_call(ev),
-            "state.changed" => self.push(Role::System, format!("state: {}", s("state"))),
-            "task.expired" => self.push(Role::Refusal, format!("task {id} expired: {}", s("text"))),
-            "notice" => self.push(Role::System, s("text")),
-            "instance.started" => {
-                // What waited ended with the last run; it asks again.
-                self.waiting.clear();
-                self.push(
-                    Role::System,
-                    format!("{} started in {}", s("name"), s("workspace")),
-                );
-            }
-            "task.claimed" => {
-                if !self.open.iter().any(|o| o.id == id) {
-                    self.open.push(Open {
-                        id: id.clone(),
-                        from: s("from"),
-                        replyable: None,
-                    });
-                }
-                self.push(Role::System, format!("task.claimed {id}"))
-            }
-            "task.requeued" | "task.discarded" | "task.rejected" => {
-                self.push(Role::System, format!("{} {id}", s("kind")))
-            }
-            other => self.push(Role::System, other.to_string()),
+            _ => {}
         }
-    }
-
-    /// A tool call an MCP host asks about (`permission.requested`) waits
-    /// like a task until it is decided (`permission.resolved`).
-    fn tool_call(&mut self, ev: &Value) {
-        let s = |k: &str| field(ev, k);
-        if s("kind") == "permission.requested" {
-            let w = Waiting {
-                id: s("request_id"),
-                from: crate::instance::who_asked(ev),
-                excerpt: format!("{}\n{}", s("description"), s("input_preview")),
-                tool: Some(s("tool_name")),
-                approval_id: s("approval_id"),
-                digest: s("digest"),
-                ..Waiting::default()
-            };
-            self.push(Role::System, approval_text(&w));
-            self.wait(w);
-        } else {
-            let rid = s("request_id");
-            self.waiting.retain(|w| w.approval_id != s("approval_id"));
-            self.push(
-                Role::System,
-                format!("tool call {rid}: {} ({})", s("decision"), s("by")),
-            );
+        if let Some((role, text)) = event_text::said(ev).entry {
+            self.push(role, text);
         }
     }
 
     /// Keeps what a `message.accepted` event says, for an approval.
-    fn remember(&mut self, ev: &Value, id: &str) {
-        self.seen.retain(|x| x.id != id);
-        self.seen.push(Seen {
-            id: id.to_string(),
-            from: field(ev, "from"),
-            workspace: field(ev, "workspace"),
-            mode: field(ev, "mode"),
-            body: field(ev, "body"),
-        });
+    fn remember(&mut self, ev: &Event) {
+        self.seen.retain(|x| x.id() != ev.id());
+        self.seen.push(ev.clone());
         if self.seen.len() > REMEMBERED {
             self.seen.remove(0);
         }
@@ -276,42 +146,53 @@ impl View {
         }
     }
 
-    /// An `approval.requested` event as a waiting task: the fields the
-    /// request carries (`from` as an object with `name` and `workspace`,
-    /// or as a string; `mode`, `body_excerpt`, `body_bytes`), else what
-    /// the task's `message.accepted` said.
-    fn waiting_of(&self, ev: &Value, id: &str) -> Waiting {
-        let seen = self.seen.iter().find(|x| x.id == id);
-        let or_seen = |v: Option<&str>, f: fn(&Seen) -> &str| -> String {
-            v.filter(|x| !x.is_empty())
-                .map(str::to_string)
-                .or_else(|| seen.map(|x| f(x).to_string()))
-                .unwrap_or_default()
+    /// An approval asked as what waits: a tool call an MCP host asks about
+    /// (`permission.requested`) with who asked, or a task with what the
+    /// event carries (`from`, as a string or an object with `name` and
+    /// `workspace`; `mode`, `body_excerpt`, `body_bytes`), else what the
+    /// task's `message.accepted` said.
+    fn waiting_of(&self, ev: &Event) -> Waiting {
+        let (approval_id, digest) = (str_of(&ev.approval_id), str_of(&ev.digest));
+        if ev.kind == Some(EventKind::PermissionRequested) {
+            let (host_pid, pid) = (ev.host_pid.map(u64::from), ev.pid.map(u64::from));
+            return Waiting {
+                id: str_of(&ev.request_id),
+                from: who_asked(ev.host.as_deref(), host_pid, pid),
+                excerpt: format!("{}\n{}", str_of(&ev.description), str_of(&ev.input_preview)),
+                tool: Some(str_of(&ev.tool_name)),
+                approval_id,
+                digest,
+                ..Waiting::default()
+            };
+        }
+        let seen = self.seen.iter().find(|x| x.id() == ev.id());
+        let or_seen = |v: Option<&str>, f: fn(&Event) -> Option<&str>| -> String {
+            let v = v.filter(|x| !x.is_empty()).or_else(|| seen.and_then(f));
+            v.unwrap_or("").to_string()
         };
-        let from = ev.get("from");
-        let name = from.and_then(|f| f.get("name").and_then(Value::as_str).or_else(|| f.as_str()));
-        let ws = from
-            .and_then(|f| f.get("workspace"))
-            .or_else(|| ev.get("workspace"))
-            .and_then(Value::as_str);
-        let excerpt = match ev.get("body_excerpt").and_then(Value::as_str) {
-            Some(x) => x.to_string(),
-            None => seen.map(|x| excerpt(&x.body)).unwrap_or_default(),
+        let ws = match &ev.from {
+            Some(Shown::Sender {
+                workspace: Some(w), ..
+            }) => Some(w.as_str()),
+            _ => ev.workspace.as_deref(),
         };
-        let bytes = ev
-            .get("body_bytes")
-            .and_then(Value::as_u64)
-            .or_else(|| seen.map(|x| x.body.len() as u64));
+        let excerpt = match &ev.body_excerpt {
+            Some(x) => x.clone(),
+            None => seen
+                .map(|x| excerpt(x.body.as_deref().unwrap_or("")))
+                .unwrap_or_default(),
+        };
+        let seen_bytes = seen.map(|x| x.body.as_ref().map_or(0, |b| b.len() as u64));
         Waiting {
-            id: id.to_string(),
-            from: or_seen(name, |x| &x.from),
-            workspace: or_seen(ws, |x| &x.workspace),
-            mode: or_seen(ev.get("mode").and_then(Value::as_str), |x| &x.mode),
+            id: ev.id().to_string(),
+            from: or_seen(ev.sender(), Event::sender),
+            workspace: or_seen(ws, |x| x.workspace.as_deref()),
+            mode: or_seen(ev.mode.as_deref(), |x| x.mode.as_deref()),
             excerpt,
-            bytes,
+            bytes: ev.body_bytes.or(seen_bytes),
             tool: None,
-            approval_id: field(ev, "approval_id"),
-            digest: field(ev, "digest"),
+            approval_id,
+            digest,
         }
     }
 
@@ -347,7 +228,7 @@ impl View {
             }
         }
         for e in &self.entries {
-            let mark = e.role.mark();
+            let (mark, style) = e.role.look();
             let indent = " ".repeat(mark.len());
             // Continuation lines are indented too, so wrapped peer text
             // can never start a screen line with another role's mark.
@@ -357,7 +238,7 @@ impl View {
                     let lead = if i == 0 && j == 0 { mark } else { &indent };
                     out.push(Line {
                         text: fit(&format!("{lead}{l}"), width),
-                        style: e.role.style(),
+                        style,
                     });
                 }
             }
@@ -432,150 +313,9 @@ impl View {
     }
 }
 
-/// A string field of an event; empty when it is missing.
-fn field(ev: &Value, k: &str) -> String {
-    ev.get(k).and_then(Value::as_str).unwrap_or("").to_string()
-}
-
-/// `message.accepted`: who sent the task, from where, and its body.
-fn accepted_text(ev: &Value, id: &str) -> String {
-    let ws = field(ev, "workspace");
-    let pid = ev.get("pid").map(|p| p.to_string()).unwrap_or_default();
-    format!(
-        "task {id} from {} (pid {pid}{}{}):\n{}",
-        field(ev, "from"),
-        if ws.is_empty() { "" } else { ", " },
-        ws,
-        field(ev, "body")
-    )
-}
-
-/// Who sent a waiting task, from where, in which mode and how big it is:
-/// `NAME (WORKSPACE), mode queue, 120 bytes`, leaving out what is unknown.
-fn approval_about(w: &Waiting) -> String {
-    let mut t = if w.from.is_empty() {
-        "an unknown sender".to_string()
-    } else {
-        w.from.clone()
-    };
-    if !w.workspace.is_empty() {
-        t.push_str(&format!(" ({})", w.workspace));
-    }
-    if !w.mode.is_empty() {
-        t.push_str(&format!(", mode {}", w.mode));
-    }
-    if let Some(n) = w.bytes {
-        t.push_str(&format!(", {n} byte{}", if n == 1 { "" } else { "s" }));
-    }
-    t
-}
-
-/// The status row while a task waits: the question and its context.
-pub fn approval_prompt(w: &Waiting) -> String {
-    match &w.tool {
-        Some(tool) => format!(
-            "allow tool call {} ({tool}) asked by {}? [y/n]",
-            w.id, w.from
-        ),
-        None => format!("approve task {} from {}? [y/n]", w.id, approval_about(w)),
-    }
-}
-
-/// The transcript entry for a task that waits: who, mode, size, and the
-/// body's first lines (escaped when drawn, like every entry).
-pub fn approval_text(w: &Waiting) -> String {
-    let mut t = match &w.tool {
-        Some(tool) => format!(
-            "tool call {} ({tool}) asked by {} waits for permission: y or n, or /approve {}",
-            w.id, w.from, w.id
-        ),
-        None => format!(
-            "task {} from {} waits for approval: y or n, or /approve {}",
-            w.id,
-            approval_about(w),
-            w.id
-        ),
-    };
-    for line in w.excerpt.lines() {
-        t.push_str(&format!("\n  {line}"));
-    }
-    t
-}
-
-/// The first `EXCERPT_LINES` lines of a body, each cut to
-/// `EXCERPT_WIDTH` characters; `…` marks what was left out.
-pub fn excerpt(body: &str) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut lines = body.lines();
-    for line in lines.by_ref().take(EXCERPT_LINES) {
-        let mut l: String = line.chars().take(EXCERPT_WIDTH).collect();
-        if line.chars().count() > EXCERPT_WIDTH {
-            l.push('…');
-        }
-        out.push(l);
-    }
-    if lines.next().is_some() {
-        out.push("…".into());
-    }
-    out.join("\n")
-}
-
-/// `turn.output`: the text, after a note of what was dropped.
-fn output_text(ev: &Value) -> String {
-    let mut t = field(ev, "text");
-    if let Some(n) = ev.get("dropped").and_then(Value::as_u64) {
-        t = format!("[{n} bytes dropped; the tail follows]\n{t}");
-    }
-    t.strip_suffix('\n').unwrap_or(&t).to_string()
-}
-
-/// `relay.sent`: where the task went, or why it did not.
-fn relay_sent_entry(ev: &Value, id: &str) -> (Role, String) {
-    let to = ev
-        .get("target")
-        .and_then(|t| t.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let status = field(ev, "status");
-    let delivered = status.parse::<Status>().is_ok_and(Status::delivered);
-    if delivered {
-        let pos = ev
-            .get("queue_position")
-            .map(|p| format!(" at position {p}"))
-            .unwrap_or_default();
-        (Role::System, format!("sent {id} to {to}: {status}{pos}"))
-    } else {
-        let to = if to.is_empty() {
-            String::new()
-        } else {
-            format!(" to {to}")
-        };
-        (
-            Role::Refusal,
-            format!(
-                "not sent {id}{to}: {status}: {}{}",
-                field(ev, "reason"),
-                candidates_text(ev)
-            ),
-        )
-    }
-}
-
-/// The candidates a `no_target` names, with the ids `/send` takes (the
-/// instance itself is never among them).
-fn candidates_text(ev: &Value) -> String {
-    let Some(list) = ev.get("candidates").and_then(Value::as_array) else {
-        return String::new();
-    };
-    if list.is_empty() {
-        return "; no other live instances".into();
-    }
-    let names: Vec<String> = list
-        .iter()
-        .map(|p| format!("{} ({})", field(p, "name"), field(p, "instance_id")))
-        .collect();
-    format!("; candidates: {}", names.join(", "))
+/// An optional string member, or empty.
+fn str_of(v: &Option<String>) -> String {
+    v.clone().unwrap_or_default()
 }
 
 /// Cuts a line to `width` characters.

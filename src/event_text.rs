@@ -1,0 +1,472 @@
+//! What an event says, in words: the one place that writes the text of
+//! each kind for every face that shows it (the line of `baton log` and
+//! `baton watch`, the view's transcript entry, what `baton mcp` tells its
+//! host) and of an approval that waits. The text holds the peers' words as
+//! they came: each face escapes it where it meets a terminal.
+
+use crate::status::Status;
+use crate::wire::{Event, EventKind as K};
+
+/// How many lines of a body an approval shows when the request carries
+/// no excerpt of its own, and how many characters of each.
+pub const EXCERPT_LINES: usize = 5;
+const EXCERPT_WIDTH: usize = 200;
+
+/// Whose words an entry of the view holds (its mark and colour say it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// What the operator typed.
+    Local,
+    /// A task relayed from another agent.
+    Relay,
+    /// A handler's output.
+    Output,
+    /// Notices from baton itself.
+    System,
+    /// Refusals, errors.
+    Refusal,
+}
+
+/// What one event says.
+pub struct Said {
+    /// What `baton log` and `baton watch` print after its time and kind.
+    pub line: String,
+    /// The view's entry. None for a denial, which ends a wait, and for a
+    /// task or tool call that waits, which the view tells with what it
+    /// knows of it (`approval_text`).
+    pub entry: Option<(Role, String)>,
+    /// What `baton mcp` tells its host in a log line.
+    pub to_host: Option<String>,
+}
+
+impl Said {
+    fn new(line: String, role: Role, entry: impl Into<String>) -> Said {
+        Said {
+            line,
+            entry: Some((role, entry.into())),
+            to_host: None,
+        }
+    }
+
+    fn line(line: String) -> Said {
+        Said {
+            line,
+            entry: None,
+            to_host: None,
+        }
+    }
+}
+
+/// A notice of baton's own in the view.
+fn system(line: String, entry: impl std::fmt::Display) -> Said {
+    Said::new(line, Role::System, entry.to_string())
+}
+
+/// An optional string member, or empty.
+fn s(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("")
+}
+
+/// A number (a pid, a queue position) as the protocol writes it, or `null`.
+fn num(n: Option<impl std::fmt::Display>) -> String {
+    n.map_or_else(|| "null".into(), |n| n.to_string())
+}
+
+/// What `ev` says, for each face.
+pub fn said(ev: &Event) -> Said {
+    let Some(kind) = ev.kind else {
+        // A kind this version does not know: its members, as JSON.
+        let members = ev.unknown.as_ref().map(|u| &u.members);
+        let json = members.map_or_else(|| "{}".into(), |m| serde_json::to_string(m).expect("JSON"));
+        return system(json, ev.kind_name());
+    };
+    let (id, from) = (ev.id(), ev.sender().unwrap_or(""));
+    let kind_id = || format!("{kind} {id}");
+    let decision = ev.decision.map_or("", |d| d.as_str());
+    let (rid, text) = (s(&ev.request_id), s(&ev.text));
+    match kind {
+        K::InstanceStarted => started(ev),
+        K::MessageAccepted => accepted(ev, id, from),
+        K::LocalInput => local_input(ev, id),
+        K::TaskExpired => Said::new(
+            format!("{id}: {text}"),
+            Role::Refusal,
+            format!("task {id} expired: {text}"),
+        ),
+        K::MessageRejected => {
+            let why = format!("{}: {}", s(&ev.status), s(&ev.reason));
+            Said::new(
+                format!("{id} from {from} (pid {}): {why}", num(ev.pid)),
+                Role::Refusal,
+                format!("refused task {id} from {from}: {why}"),
+            )
+        }
+        K::TaskClaimed => {
+            let of = ev.follow_up_of.as_ref();
+            let of = of.map_or(String::new(), |of| format!(", a follow-up of {of}"));
+            system(format!("{id} from {from}{of}"), kind_id())
+        }
+        K::TaskTyped => system(
+            format!("{id} typed into tmux pane {}", s(&ev.tmux_pane)),
+            kind,
+        ),
+        K::TaskDenied => Said::line(format!("{id} by {}", by(ev))),
+        K::TaskRejected => system(format!("{id}: {}", s(&ev.reason)), kind_id()),
+        K::TaskRequeued => system(format!("{id} is queued again (inbox requeue)"), kind_id()),
+        K::TaskEnded => system(task_ended(ev, id), kind),
+        K::TaskDiscarded => system(format!("{id} was discarded (inbox discard)"), kind_id()),
+        K::TurnStarted => system(
+            format!("{id} from {from} (handler pid {})", num(ev.pid)),
+            format!("turn {id} started"),
+        ),
+        K::TurnOutput => turn_output(ev, id),
+        K::TurnFinished => turn_finished(ev, id),
+        K::RelaySent => relay_sent(ev, id),
+        K::StateChanged => system(s(&ev.state).into(), format!("state: {}", s(&ev.state))),
+        K::ApprovalRequested => Said::line(approval_requested(ev, id, from)),
+        K::ApprovalResolved => system(
+            format!("{id} {decision} by {}", by(ev)),
+            format!("task {id}: {decision} ({})", s(&ev.by)),
+        ),
+        K::PermissionRequested => Said::line(format!(
+            "tool call {rid} ({}) asked by baton mcp (pid {}): {}",
+            s(&ev.tool_name),
+            num(ev.pid),
+            s(&ev.description)
+        )),
+        K::PermissionResolved => system(
+            format!("tool call {rid} {decision} by {}", by(ev)),
+            format!("tool call {rid}: {decision} ({})", s(&ev.by)),
+        ),
+        K::Notice if id.is_empty() => system(text.into(), text),
+        K::Notice => system(format!("{id}: {text}"), text),
+    }
+}
+
+fn started(ev: &Event) -> Said {
+    let (name, ws) = (s(&ev.name), s(&ev.workspace));
+    let line = format!(
+        "{name} ({}) pid {} in {ws}: {} mode, approve {}, {}",
+        s(&ev.instance_id),
+        num(ev.pid),
+        s(&ev.mode),
+        ev.approve.map_or("", |a| a.as_str()),
+        s(&ev.state)
+    );
+    system(line, format!("{name} started in {ws}"))
+}
+
+fn local_input(ev: &Event, id: &str) -> Said {
+    let body = s(&ev.body);
+    if ev.noted {
+        let entry = format!("{body}\n(noted: this instance has no --exec handler)");
+        return Said::new(
+            format!("noted (no --exec handler): {body}"),
+            Role::Local,
+            entry,
+        );
+    }
+    let line = format!("{id} queued at position {}: {body}", num(ev.queue_position));
+    Said::new(line, Role::Local, body)
+}
+
+/// Who decided on an approval: `watch (pid 1234)`.
+fn by(ev: &Event) -> String {
+    match ev.by_pid {
+        Some(p) => format!("{} (pid {p})", s(&ev.by)),
+        None => s(&ev.by).to_string(),
+    }
+}
+
+fn accepted(ev: &Event, id: &str, from: &str) -> Said {
+    let pid = num(ev.pid);
+    let mut line = format!(
+        "{id} from {from} (pid {pid}), queue position {}",
+        num(ev.queue_position)
+    );
+    if ev.mode.as_deref() == Some("steer") {
+        line.push_str(", steer");
+    }
+    if ev.stored {
+        line.push_str(", stored while the instance was stopped");
+    }
+    let ws = s(&ev.workspace);
+    let sep = if ws.is_empty() { "" } else { ", " };
+    let entry = format!(
+        "task {id} from {from} (pid {pid}{sep}{ws}):\n{}",
+        s(&ev.body)
+    );
+    Said {
+        line,
+        entry: Some((Role::Relay, entry)),
+        to_host: Some(task_news(ev.sender().unwrap_or("?"), id, "arrived")),
+    }
+}
+
+/// What `baton mcp` tells its host of a task that `arrived`, or `waits`
+/// from before the session began.
+pub fn task_news(from: &str, id: &str, verb: &str) -> String {
+    format!("a task from {from} {verb} ({id}); call check_inbox to take it")
+}
+
+fn task_ended(ev: &Event, id: &str) -> String {
+    let mut d = format!("{id} {}", ev.outcome.map_or("", |o| o.as_str()));
+    if let Some(reply) = &ev.reply {
+        let bytes = s(&reply.body).len();
+        match &reply.message_id {
+            Some(rid) => d.push_str(&format!(", reply {rid} ({bytes} bytes)")),
+            None => d.push_str(&format!(", reply kept, not sent ({bytes} bytes)")),
+        }
+    }
+    d
+}
+
+fn approval_requested(ev: &Event, id: &str, from: &str) -> String {
+    let mut d = format!("{id} from {from}");
+    let ws = s(&ev.workspace);
+    if !ws.is_empty() {
+        d.push_str(&format!(" in {ws}"));
+    }
+    if let Some(mode) = &ev.mode {
+        d.push_str(&format!(", {mode}"));
+    }
+    if let Some(b) = ev.bytes {
+        d.push_str(&format!(", {b} bytes"));
+    }
+    d.push_str(" waits for approval");
+    d
+}
+
+/// `turn.output`: after a note of what was dropped, the text, which keeps
+/// its lines.
+fn turn_output(ev: &Event, id: &str) -> Said {
+    let text = s(&ev.text);
+    let dropped = ev
+        .dropped
+        .map(|n| format!("[{n} bytes dropped; the tail follows]"));
+    let mut line = format!("{id} {}: ", s(&ev.stream));
+    let mut entry = String::new();
+    if let Some(d) = &dropped {
+        line.push_str(&format!("{d} "));
+        entry.push_str(&format!("{d}\n"));
+    }
+    line.push_str(text.trim_end_matches('\n'));
+    entry.push_str(text.strip_suffix('\n').unwrap_or(text));
+    Said::new(line, Role::Output, entry)
+}
+
+fn turn_finished(ev: &Event, id: &str) -> Said {
+    let outcome = ev.outcome.map_or("", |o| o.as_str());
+    let exit = ev
+        .exit_code
+        .map_or(String::new(), |c| format!(", exit {c}"));
+    let mut line = format!("{id} {outcome}{exit}");
+    if let Some(sig) = ev.signal {
+        line.push_str(&format!(", signal {sig}"));
+    }
+    if let Some(ms) = ev.duration_ms {
+        line.push_str(&format!(", {:.3} s", ms as f64 / 1000.0));
+    }
+    let e = s(&ev.error);
+    if !e.is_empty() {
+        line.push_str(&format!(": {e}"));
+    }
+    Said::new(line, Role::System, format!("turn {id} {outcome}{exit}"))
+}
+
+/// `relay.sent`: where the task went, or why it did not.
+fn relay_sent(ev: &Event, id: &str) -> Said {
+    let to = ev.target.as_ref().and_then(|t| t.name.as_deref());
+    let status = s(&ev.status);
+    let reason = s(&ev.reason);
+    let mut line = format!("{id} to {}: {status}", to.unwrap_or("?"));
+    if !reason.is_empty() {
+        line.push_str(&format!(": {reason}"));
+    }
+    if let Some(of) = &ev.reply_of {
+        line.push_str(&format!(" (reply to {of})"));
+    }
+    if status.parse::<Status>().is_ok_and(Status::delivered) {
+        let at = ev.queue_position.map(|p| format!(" at position {p}"));
+        let entry = format!(
+            "sent {id} to {}: {status}{}",
+            to.unwrap_or(""),
+            at.unwrap_or_default()
+        );
+        return Said::new(line, Role::System, entry);
+    }
+    let to = to.map_or(String::new(), |t| format!(" to {t}"));
+    let entry = format!("not sent {id}{to}: {status}: {reason}{}", candidates(ev));
+    Said::new(line, Role::Refusal, entry)
+}
+
+/// The candidates a `no_target` names, with the ids `/send` takes (the
+/// instance itself is never among them).
+fn candidates(ev: &Event) -> String {
+    let Some(list) = &ev.candidates else {
+        return String::new();
+    };
+    if list.is_empty() {
+        return "; no other live instances".into();
+    }
+    let names: Vec<String> = list
+        .iter()
+        .map(|p| format!("{} ({})", s(&p.name), s(&p.instance_id)))
+        .collect();
+    format!("; candidates: {}", names.join(", "))
+}
+
+/// Who asked for a tool call: the host's name and pid, and the connection
+/// it asked through (a `permission.requested` event's `host`, `host_pid`
+/// and `pid`, or its `approval/request`'s).
+pub fn who_asked(host: Option<&str>, host_pid: Option<u64>, pid: Option<u64>) -> String {
+    let mut t = match host {
+        Some(h) if !h.is_empty() => h.to_string(),
+        _ => "an unnamed MCP host".to_string(),
+    };
+    match (host_pid, pid) {
+        (Some(host), Some(pid)) => {
+            t.push_str(&format!(" (pid {host}) through baton mcp (pid {pid})"))
+        }
+        (Some(host), None) => t.push_str(&format!(" (pid {host})")),
+        (None, Some(pid)) => t.push_str(&format!(", through a connection of pid {pid}")),
+        (None, None) => {}
+    }
+    t
+}
+
+/// A task waiting for an approval: who sent it and what it says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Waiting {
+    pub id: String,
+    pub from: String,
+    pub workspace: String,
+    pub mode: String,
+    /// The body's first lines.
+    pub excerpt: String,
+    pub bytes: Option<u64>,
+    /// For a tool call an MCP host relayed (`permission.requested`): the
+    /// tool; `id` is then its request id.
+    pub tool: Option<String>,
+    /// The approval's id and the digest of what it shows: an answer names both.
+    pub approval_id: String,
+    pub digest: String,
+}
+
+/// Who sent a waiting task, from where, in which mode and how big it is:
+/// `NAME (WORKSPACE), mode queue, 120 bytes`, leaving out what is unknown.
+fn approval_about(w: &Waiting) -> String {
+    let mut t = if w.from.is_empty() {
+        "an unknown sender".to_string()
+    } else {
+        w.from.clone()
+    };
+    if !w.workspace.is_empty() {
+        t.push_str(&format!(" ({})", w.workspace));
+    }
+    if !w.mode.is_empty() {
+        t.push_str(&format!(", mode {}", w.mode));
+    }
+    if let Some(n) = w.bytes {
+        t.push_str(&format!(", {n} byte{}", if n == 1 { "" } else { "s" }));
+    }
+    t
+}
+
+/// The view's status row while a task waits: the question and its context.
+pub fn approval_prompt(w: &Waiting) -> String {
+    match &w.tool {
+        Some(tool) => format!(
+            "allow tool call {} ({tool}) asked by {}? [y/n]",
+            w.id, w.from
+        ),
+        None => format!("approve task {} from {}? [y/n]", w.id, approval_about(w)),
+    }
+}
+
+/// The view's entry for a task that waits: who, mode, size, and the
+/// body's first lines.
+pub fn approval_text(w: &Waiting) -> String {
+    let mut t = match &w.tool {
+        Some(tool) => format!(
+            "tool call {} ({tool}) asked by {} waits for permission: y or n, or /approve {}",
+            w.id, w.from, w.id
+        ),
+        None => format!(
+            "task {} from {} waits for approval: y or n, or /approve {}",
+            w.id,
+            approval_about(w),
+            w.id
+        ),
+    };
+    for line in w.excerpt.lines() {
+        t.push_str(&format!("\n  {line}"));
+    }
+    t
+}
+
+/// The first `EXCERPT_LINES` lines of a body, each cut to
+/// `EXCERPT_WIDTH` characters; `…` marks what was left out.
+pub fn excerpt(body: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut lines = body.lines();
+    for line in lines.by_ref().take(EXCERPT_LINES) {
+        let mut l: String = line.chars().take(EXCERPT_WIDTH).collect();
+        if line.chars().count() > EXCERPT_WIDTH {
+            l.push('…');
+        }
+        out.push(l);
+    }
+    if lines.next().is_some() {
+        out.push("…".into());
+    }
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The kinds in protocol.md's table of events.
+    fn documented_kinds() -> Vec<String> {
+        let doc = include_str!("../docs/protocol.md");
+        let table = doc
+            .split("| kind | other fields | when |")
+            .nth(1)
+            .expect("protocol.md has the table of event kinds");
+        let mut kinds: Vec<String> = table
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .filter_map(|l| l.split('`').nth(1).map(str::to_string))
+            .collect();
+        kinds.dedup();
+        kinds
+    }
+
+    #[test]
+    fn every_documented_kind_has_a_line() {
+        let documented = documented_kinds();
+        assert!(documented.len() >= 19, "{documented:?}");
+        let mut listed: Vec<String> = K::ALL.iter().map(|k| k.to_string()).collect();
+        let mut doc_sorted = documented.clone();
+        listed.sort();
+        doc_sorted.sort();
+        assert_eq!(
+            listed, doc_sorted,
+            "KINDS and protocol.md's event table differ"
+        );
+        for kind in K::ALL {
+            let ev = json!({"seq": 1, "time": 0.0, "kind": kind, "message_id": "t-1",
+                            "zzz_unknown_member": 1});
+            let line = said(&Event::read(&ev)).line;
+            assert!(
+                !line.contains("zzz_unknown_member"),
+                "{kind} has no line of its own: {line}"
+            );
+        }
+        let odd = said(&Event::read(&json!({"time": 0.0, "kind": "x.new", "a": 1}))).line;
+        assert!(odd.contains("{\"a\":1}"), "{odd}");
+    }
+}
