@@ -67,6 +67,20 @@ fn s(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("")
 }
 
+/// A string member that is there and not empty.
+fn given(v: &str) -> Option<&str> {
+    (!v.is_empty()).then_some(v)
+}
+
+/// `f` of a member the event has, else nothing.
+fn part<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
+    v.map_or_else(String::new, f)
+}
+
+fn outcome(ev: &Event) -> &'static str {
+    ev.outcome.map_or("", |o| o.as_str())
+}
+
 /// A number (a pid, a queue position) as the protocol writes it, or `null`.
 fn num(n: Option<impl std::fmt::Display>) -> String {
     n.map_or_else(|| "null".into(), |n| n.to_string())
@@ -102,8 +116,9 @@ pub fn said(ev: &Event) -> Said {
             )
         }
         K::TaskClaimed => {
-            let of = ev.follow_up_of.as_ref();
-            let of = of.map_or(String::new(), |of| format!(", a follow-up of {of}"));
+            let of = part(ev.follow_up_of.as_ref(), |of| {
+                format!(", a follow-up of {of}")
+            });
             system(format!("{id} from {from}{of}"), kind_id())
         }
         K::TaskTyped => system(
@@ -172,32 +187,29 @@ fn local_input(ev: &Event, id: &str) -> Said {
 
 /// Who decided on an approval: `watch (pid 1234)`.
 fn by(ev: &Event) -> String {
-    match ev.by_pid {
-        Some(p) => format!("{} (pid {p})", s(&ev.by)),
-        None => s(&ev.by).to_string(),
-    }
+    format!(
+        "{}{}",
+        s(&ev.by),
+        part(ev.by_pid, |p| format!(" (pid {p})"))
+    )
 }
 
 fn accepted(ev: &Event, id: &str, from: &str) -> Said {
-    let pid = num(ev.pid);
-    let mut line = format!(
-        "{id} from {from} (pid {pid}), queue position {}",
-        num(ev.queue_position)
-    );
-    if ev.mode.as_deref() == Some("steer") {
-        line.push_str(", steer");
-    }
-    if ev.stored {
-        line.push_str(", stored while the instance was stopped");
-    }
-    let ws = s(&ev.workspace);
-    let sep = if ws.is_empty() { "" } else { ", " };
-    let entry = format!(
-        "task {id} from {from} (pid {pid}{sep}{ws}):\n{}",
-        s(&ev.body)
-    );
+    let (pid, at) = (num(ev.pid), num(ev.queue_position));
+    let steer = if ev.mode.as_deref() == Some("steer") {
+        ", steer"
+    } else {
+        ""
+    };
+    let stored = if ev.stored {
+        ", stored while the instance was stopped"
+    } else {
+        ""
+    };
+    let ws = part(given(s(&ev.workspace)), |w| format!(", {w}"));
+    let entry = format!("task {id} from {from} (pid {pid}{ws}):\n{}", s(&ev.body));
     Said {
-        line,
+        line: format!("{id} from {from} (pid {pid}), queue position {at}{steer}{stored}"),
         entry: Some((Role::Relay, entry)),
         to_host: Some(task_news(ev.sender().unwrap_or("?"), id, "arrived")),
     }
@@ -210,31 +222,21 @@ pub fn task_news(from: &str, id: &str, verb: &str) -> String {
 }
 
 fn task_ended(ev: &Event, id: &str) -> String {
-    let mut d = format!("{id} {}", ev.outcome.map_or("", |o| o.as_str()));
-    if let Some(reply) = &ev.reply {
-        let bytes = s(&reply.body).len();
-        match &reply.message_id {
-            Some(rid) => d.push_str(&format!(", reply {rid} ({bytes} bytes)")),
-            None => d.push_str(&format!(", reply kept, not sent ({bytes} bytes)")),
+    let reply = part(ev.reply.as_ref(), |r| {
+        let bytes = s(&r.body).len();
+        match &r.message_id {
+            Some(rid) => format!(", reply {rid} ({bytes} bytes)"),
+            None => format!(", reply kept, not sent ({bytes} bytes)"),
         }
-    }
-    d
+    });
+    format!("{id} {}{reply}", outcome(ev))
 }
 
 fn approval_requested(ev: &Event, id: &str, from: &str) -> String {
-    let mut d = format!("{id} from {from}");
-    let ws = s(&ev.workspace);
-    if !ws.is_empty() {
-        d.push_str(&format!(" in {ws}"));
-    }
-    if let Some(mode) = &ev.mode {
-        d.push_str(&format!(", {mode}"));
-    }
-    if let Some(b) = ev.bytes {
-        d.push_str(&format!(", {b} bytes"));
-    }
-    d.push_str(" waits for approval");
-    d
+    let ws = part(given(s(&ev.workspace)), |w| format!(" in {w}"));
+    let mode = part(ev.mode.as_ref(), |m| format!(", {m}"));
+    let bytes = part(ev.bytes, |b| format!(", {b} bytes"));
+    format!("{id} from {from}{ws}{mode}{bytes} waits for approval")
 }
 
 /// `turn.output`: after a note of what was dropped, the text, which keeps
@@ -244,58 +246,44 @@ fn turn_output(ev: &Event, id: &str) -> Said {
     let dropped = ev
         .dropped
         .map(|n| format!("[{n} bytes dropped; the tail follows]"));
-    let mut line = format!("{id} {}: ", s(&ev.stream));
-    let mut entry = String::new();
-    if let Some(d) = &dropped {
-        line.push_str(&format!("{d} "));
-        entry.push_str(&format!("{d}\n"));
-    }
-    line.push_str(text.trim_end_matches('\n'));
-    entry.push_str(text.strip_suffix('\n').unwrap_or(text));
+    let (line_note, entry_note) = match &dropped {
+        Some(d) => (format!("{d} "), format!("{d}\n")),
+        None => Default::default(),
+    };
+    let line = format!(
+        "{id} {}: {line_note}{}",
+        s(&ev.stream),
+        text.trim_end_matches('\n')
+    );
+    let entry = format!("{entry_note}{}", text.strip_suffix('\n').unwrap_or(text));
     Said::new(line, Role::Output, entry)
 }
 
 fn turn_finished(ev: &Event, id: &str) -> Said {
-    let outcome = ev.outcome.map_or("", |o| o.as_str());
-    let exit = ev
-        .exit_code
-        .map_or(String::new(), |c| format!(", exit {c}"));
-    let mut line = format!("{id} {outcome}{exit}");
-    if let Some(sig) = ev.signal {
-        line.push_str(&format!(", signal {sig}"));
-    }
-    if let Some(ms) = ev.duration_ms {
-        line.push_str(&format!(", {:.3} s", ms as f64 / 1000.0));
-    }
-    let e = s(&ev.error);
-    if !e.is_empty() {
-        line.push_str(&format!(": {e}"));
-    }
+    let outcome = outcome(ev);
+    let exit = part(ev.exit_code, |c| format!(", exit {c}"));
+    let signal = part(ev.signal, |sig| format!(", signal {sig}"));
+    let took = part(ev.duration_ms, |ms| {
+        format!(", {:.3} s", ms as f64 / 1000.0)
+    });
+    let error = part(given(s(&ev.error)), |e| format!(": {e}"));
+    let line = format!("{id} {outcome}{exit}{signal}{took}{error}");
     Said::new(line, Role::System, format!("turn {id} {outcome}{exit}"))
 }
 
 /// `relay.sent`: where the task went, or why it did not.
 fn relay_sent(ev: &Event, id: &str) -> Said {
     let to = ev.target.as_ref().and_then(|t| t.name.as_deref());
-    let status = s(&ev.status);
-    let reason = s(&ev.reason);
-    let mut line = format!("{id} to {}: {status}", to.unwrap_or("?"));
-    if !reason.is_empty() {
-        line.push_str(&format!(": {reason}"));
-    }
-    if let Some(of) = &ev.reply_of {
-        line.push_str(&format!(" (reply to {of})"));
-    }
+    let (status, reason) = (s(&ev.status), s(&ev.reason));
+    let why = part(given(reason), |r| format!(": {r}"));
+    let of = part(ev.reply_of.as_ref(), |o| format!(" (reply to {o})"));
+    let line = format!("{id} to {}: {status}{why}{of}", to.unwrap_or("?"));
     if status.parse::<Status>().is_ok_and(Status::delivered) {
-        let at = ev.queue_position.map(|p| format!(" at position {p}"));
-        let entry = format!(
-            "sent {id} to {}: {status}{}",
-            to.unwrap_or(""),
-            at.unwrap_or_default()
-        );
+        let at = part(ev.queue_position, |p| format!(" at position {p}"));
+        let entry = format!("sent {id} to {}: {status}{at}", to.unwrap_or(""));
         return Said::new(line, Role::System, entry);
     }
-    let to = to.map_or(String::new(), |t| format!(" to {t}"));
+    let to = part(to.and_then(given), |t| format!(" to {t}"));
     let entry = format!("not sent {id}{to}: {status}: {reason}{}", candidates(ev));
     Said::new(line, Role::Refusal, entry)
 }
@@ -303,36 +291,29 @@ fn relay_sent(ev: &Event, id: &str) -> Said {
 /// The candidates a `no_target` names, with the ids `/send` takes (the
 /// instance itself is never among them).
 fn candidates(ev: &Event) -> String {
-    let Some(list) = &ev.candidates else {
-        return String::new();
-    };
-    if list.is_empty() {
-        return "; no other live instances".into();
+    match ev.candidates.as_deref() {
+        None => String::new(),
+        Some([]) => "; no other live instances".into(),
+        Some(list) => {
+            let names: Vec<String> = (list.iter())
+                .map(|p| format!("{} ({})", s(&p.name), s(&p.instance_id)))
+                .collect();
+            format!("; candidates: {}", names.join(", "))
+        }
     }
-    let names: Vec<String> = list
-        .iter()
-        .map(|p| format!("{} ({})", s(&p.name), s(&p.instance_id)))
-        .collect();
-    format!("; candidates: {}", names.join(", "))
 }
 
 /// Who asked for a tool call: the host's name and pid, and the connection
 /// it asked through (a `permission.requested` event's `host`, `host_pid`
 /// and `pid`, or its `approval/request`'s).
 pub fn who_asked(host: Option<&str>, host_pid: Option<u64>, pid: Option<u64>) -> String {
-    let mut t = match host {
-        Some(h) if !h.is_empty() => h.to_string(),
-        _ => "an unnamed MCP host".to_string(),
-    };
+    let host = host.and_then(given).unwrap_or("an unnamed MCP host");
     match (host_pid, pid) {
-        (Some(host), Some(pid)) => {
-            t.push_str(&format!(" (pid {host}) through baton mcp (pid {pid})"))
-        }
-        (Some(host), None) => t.push_str(&format!(" (pid {host})")),
-        (None, Some(pid)) => t.push_str(&format!(", through a connection of pid {pid}")),
-        (None, None) => {}
+        (Some(h), Some(p)) => format!("{host} (pid {h}) through baton mcp (pid {p})"),
+        (Some(h), None) => format!("{host} (pid {h})"),
+        (None, Some(p)) => format!("{host}, through a connection of pid {p}"),
+        (None, None) => host.to_string(),
     }
-    t
 }
 
 /// A task waiting for an approval: who sent it and what it says.
@@ -356,21 +337,13 @@ pub struct Waiting {
 /// Who sent a waiting task, from where, in which mode and how big it is:
 /// `NAME (WORKSPACE), mode queue, 120 bytes`, leaving out what is unknown.
 fn approval_about(w: &Waiting) -> String {
-    let mut t = if w.from.is_empty() {
-        "an unknown sender".to_string()
-    } else {
-        w.from.clone()
-    };
-    if !w.workspace.is_empty() {
-        t.push_str(&format!(" ({})", w.workspace));
-    }
-    if !w.mode.is_empty() {
-        t.push_str(&format!(", mode {}", w.mode));
-    }
-    if let Some(n) = w.bytes {
-        t.push_str(&format!(", {n} byte{}", if n == 1 { "" } else { "s" }));
-    }
-    t
+    let from = given(&w.from).unwrap_or("an unknown sender");
+    let ws = part(given(&w.workspace), |x| format!(" ({x})"));
+    let mode = part(given(&w.mode), |m| format!(", mode {m}"));
+    let bytes = part(w.bytes, |n| {
+        format!(", {n} byte{}", if n == 1 { "" } else { "s" })
+    });
+    format!("{from}{ws}{mode}{bytes}")
 }
 
 /// The view's status row while a task waits: the question and its context.

@@ -221,10 +221,7 @@ impl View {
         let mut out = Vec::new();
         if let Some(w) = &self.warning {
             for l in wrap(&format!("! {}", escape(w)), width) {
-                out.push(Line {
-                    text: l,
-                    style: Style::Refusal,
-                });
+                out.push(line(l, Style::Refusal));
             }
         }
         for e in &self.entries {
@@ -236,10 +233,7 @@ impl View {
             for (i, raw) in e.text.split('\n').enumerate() {
                 for (j, l) in wrap(&escape(raw), room).into_iter().enumerate() {
                     let lead = if i == 0 && j == 0 { mark } else { &indent };
-                    out.push(Line {
-                        text: fit(&format!("{lead}{l}"), width),
-                        style,
-                    });
+                    out.push(line(fit(&format!("{lead}{l}"), width), style));
                 }
             }
         }
@@ -253,56 +247,36 @@ impl View {
         let rows = rows.max(1) as usize;
         let mut lines = Vec::with_capacity(rows);
         if rows >= 3 {
-            lines.push(Line {
-                text: self.header_line(width),
-                style: Style::Header,
-            });
+            lines.push(line(self.header_line(width), Style::Header));
             let area = rows - 3;
             let all = self.transcript_lines(width);
             let end = all
                 .len()
                 .saturating_sub(self.scroll.min(all.len().saturating_sub(area)));
             let start = end.saturating_sub(area);
-            let mut shown: Vec<Line> = all[start..end].to_vec();
-            while shown.len() < area {
-                shown.push(Line {
-                    text: String::new(),
-                    style: Style::Normal,
-                });
-            }
-            lines.extend(shown);
-            let status = match self.waiting.first() {
-                Some(w) => Line {
-                    text: fit(&escape(&approval_prompt(w)), width),
-                    style: Style::Prompt,
-                },
-                None => Line {
-                    text: fit(
-                        &format!(
-                            "{} /help for commands{}",
-                            "-".repeat(2),
-                            if self.scroll > 0 {
-                                format!("  (scrolled up {} lines; PgDn)", self.scroll)
-                            } else {
-                                String::new()
-                            }
-                        ),
-                        width,
-                    ),
-                    style: Style::Normal,
-                },
+            lines.extend_from_slice(&all[start..end]);
+            lines.resize(1 + area, line(String::new(), Style::Normal));
+            let scrolled = match self.scroll {
+                0 => String::new(),
+                n => format!("  (scrolled up {n} lines; PgDn)"),
             };
-            lines.push(status);
+            lines.push(match self.waiting.first() {
+                Some(w) => line(fit(&escape(&approval_prompt(w)), width), Style::Prompt),
+                None => line(
+                    fit(&format!("-- /help for commands{scrolled}"), width),
+                    Style::Normal,
+                ),
+            });
         }
         // The input line scrolls sideways to keep the cursor in view.
         let prompt = "> ";
         let room = width.saturating_sub(prompt.len()).max(1);
         let skip = (self.editor.cursor + 1).saturating_sub(room);
         let visible: String = self.editor.buf.iter().skip(skip).take(room).collect();
-        lines.push(Line {
-            text: fit(&format!("{prompt}{}", escape(&visible)), width),
-            style: Style::Normal,
-        });
+        lines.push(line(
+            fit(&format!("{prompt}{}", escape(&visible)), width),
+            Style::Normal,
+        ));
         let cx = (prompt.len() + self.editor.cursor - skip).min(width - 1);
         // The input line is the last one drawn (row 0 below 3 rows).
         let input_row = lines.len() - 1;
@@ -316,6 +290,10 @@ impl View {
 /// An optional string member, or empty.
 fn str_of(v: &Option<String>) -> String {
     v.clone().unwrap_or_default()
+}
+
+fn line(text: String, style: Style) -> Line {
+    Line { text, style }
 }
 
 /// Cuts a line to `width` characters.

@@ -128,16 +128,12 @@ impl Event {
             Ok(ev) if ev.kind.is_some() => ev,
             _ => {
                 let mut members = v.as_object().cloned().unwrap_or_default();
-                let number = |v: Option<Value>| v.and_then(|v| v.as_f64());
-                let seq = members.remove("seq").and_then(|s| s.as_u64());
-                let time = number(members.remove("time"));
-                let kind = match members.remove("kind") {
-                    Some(Value::String(k)) => k,
-                    _ => "?".into(),
-                };
+                let (seq, time) = (members.remove("seq"), members.remove("time"));
+                let kind = members.remove("kind");
+                let kind = kind.as_ref().and_then(Value::as_str).unwrap_or("?").into();
                 Event {
-                    seq: seq.unwrap_or(0),
-                    time: time.unwrap_or(0.0),
+                    seq: seq.and_then(|s| s.as_u64()).unwrap_or(0),
+                    time: time.and_then(|t| t.as_f64()).unwrap_or(0.0),
                     unknown: Some(Unknown { kind, members }),
                     ..Event::default()
                 }
