@@ -120,6 +120,12 @@ impl Filter {
     fn by_time(&self, ev: &Event) -> bool {
         self.since.is_none_or(|s| ev.time >= s)
     }
+
+    /// Whether a recorded event is shown, when `last` is the last one.
+    fn keeps(&self, ev: &Event, last: u64) -> bool {
+        let first = self.last.map_or(1, |n| last.saturating_sub(n) + 1);
+        ev.seq >= first && self.by_time(ev)
+    }
 }
 
 /// `baton log`: the recorded events, then exit (a stopped agent's from
@@ -175,7 +181,6 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     if last == 0 {
         return Ok(ExitCode::Ok);
     }
-    let first = filter.last.map_or(1, |n| last.saturating_sub(n) + 1);
     // The instance replays the transcript before it reads the next
     // request, so the answer to this ping follows every recorded event
     // there is: when the transcript lacks the last ones (rotated away,
@@ -192,7 +197,7 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
         if ev.seq > last {
             break;
         }
-        if ev.seq >= first && filter.by_time(&ev) {
+        if filter.keeps(&ev, last) {
             print(args, &clock, &msg["params"], &ev);
         }
         if ev.seq == last {
@@ -311,14 +316,7 @@ fn follow(
 
 /// Whether a recorded event passes `log`'s filter; live ones always do.
 fn shown(ev: &Event, replay: Option<(u64, Filter)>) -> bool {
-    let Some((last, filter)) = replay else {
-        return true;
-    };
-    if ev.seq > last {
-        return true;
-    }
-    let first = filter.last.map_or(1, |n| last.saturating_sub(n) + 1);
-    ev.seq >= first && filter.by_time(ev)
+    replay.is_none_or(|(last, filter)| ev.seq > last || filter.keeps(ev, last))
 }
 
 fn prompt(approvals: &Approvals) {
