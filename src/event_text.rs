@@ -223,7 +223,7 @@ pub fn task_news(from: &str, id: &str, verb: &str) -> String {
 
 fn task_ended(ev: &Event, id: &str) -> String {
     let reply = part(ev.reply.as_ref(), |r| {
-        let bytes = s(&r.body).len();
+        let bytes = r.body.len();
         match &r.message_id {
             Some(rid) => format!(", reply {rid} ({bytes} bytes)"),
             None => format!(", reply kept, not sent ({bytes} bytes)"),

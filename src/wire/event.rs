@@ -4,7 +4,7 @@
 //! instance's), or with a member it cannot read, is still an event, whose
 //! kind is unknown and which keeps its members as they came.
 
-use super::{Approve, Decision, EventKind, Outcome};
+use super::{Approve, Decision, EventKind, Outcome, ReplyRecord};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -50,7 +50,7 @@ pub struct Event {
     pub text: Option<String>,
     pub follow_up_of: Option<String>,
     pub outcome: Option<Outcome>,
-    pub reply: Option<Reply>,
+    pub reply: Option<ReplyRecord>,
     pub stream: Option<String>,
     pub dropped: Option<u64>,
     pub exit_code: Option<i32>,
@@ -97,14 +97,6 @@ pub enum Shown {
         name: Option<String>,
         workspace: Option<String>,
     },
-}
-
-/// `task.ended`'s `reply`: the text a task finished with, and the id of
-/// the reply task it went out as (`None`: kept, not sent).
-#[derive(Clone, Debug, Deserialize)]
-pub struct Reply {
-    pub message_id: Option<String>,
-    pub body: Option<String>,
 }
 
 /// An instance `relay.sent` names: its target, or a candidate.
@@ -202,7 +194,7 @@ mod tests {
         assert_eq!(ev.kind, Some(EventKind::TaskEnded));
         assert_eq!((ev.id(), ev.sender(), ev.pid), ("m-1", Some("alpha"), None));
         assert_eq!(ev.outcome, Some(Outcome::Done));
-        assert_eq!(ev.reply.unwrap().body.as_deref(), Some("ok"));
+        assert_eq!(ev.reply.unwrap().body, "ok");
         let note = json!({"jsonrpc": "2.0", "method": "event", "params": {"kind": "notice"}});
         assert_eq!(
             Event::of_notification(&note).unwrap().kind,
