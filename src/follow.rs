@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::registry::Peer;
 use crate::sanitize::escape;
 use crate::wire::answer::{Pending, TaskState, TaskStatus};
-use crate::wire::{self, Call, EventKind, Outcome};
+use crate::wire::{self, Call, Event, EventKind, Outcome};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -250,33 +250,15 @@ pub fn watch_session(
     }
 }
 
-/// One line of the session, as far as a wait reads it.
+/// An answer line, as far as a wait reads it.
 #[derive(serde::Deserialize)]
-struct Line {
-    #[serde(default)]
-    method: Option<String>,
+struct Answer {
     #[serde(default)]
     id: Option<Value>,
-    #[serde(default)]
-    params: Option<Ended>,
     #[serde(default)]
     result: Option<Value>,
     #[serde(default)]
     error: Option<RpcError>,
-}
-
-/// The members of an event a wait reads (`task.ended`'s); the kind is
-/// read leniently, as an event of a newer instance may be any.
-#[derive(serde::Deserialize)]
-struct Ended {
-    #[serde(default)]
-    kind: String,
-    #[serde(default)]
-    message_id: Option<String>,
-    #[serde(default)]
-    outcome: Option<String>,
-    #[serde(default)]
-    reply: Option<crate::spool::ReplyRecord>,
 }
 
 #[derive(serde::Deserialize)]
@@ -288,23 +270,16 @@ struct RpcError {
 /// What one line says about the task: its end, a lost cause, or nothing
 /// yet.
 fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Option<Step<End>>> {
-    let Ok(line) = serde_json::from_value::<Line>(msg.clone()) else {
-        return Ok(None);
-    };
-    if line.method.as_deref() == Some("event") {
-        let Some(ev) = line.params else {
-            return Ok(None);
-        };
-        if ev.kind != EventKind::TaskEnded.as_str() || ev.message_id.as_deref() != Some(message_id)
-        {
+    if let Some(ev) = Event::of_notification(msg) {
+        if ev.kind != Some(EventKind::TaskEnded) || ev.id() != message_id {
             return Ok(None);
         }
-        let outcome = ev
-            .outcome
-            .and_then(|o| o.parse().ok())
-            .unwrap_or(Outcome::Failed);
+        let outcome = ev.outcome.unwrap_or(Outcome::Failed);
         return Ok(Some(Step::Done(ended(outcome, ev.reply))));
     }
+    let Ok(line) = serde_json::from_value::<Answer>(msg.clone()) else {
+        return Ok(None);
+    };
     if line.id.as_ref().and_then(Value::as_str) != Some(STATUS_ID) {
         return Ok(None);
     }

@@ -29,7 +29,7 @@ use crate::registry::{self, Peer};
 use crate::sanitize::escape;
 use crate::spool::Sender;
 use crate::wire::answer::ControlStatus;
-use crate::wire::{Approve, Call, Decision, EventKind, Mode, State};
+use crate::wire::{Approve, Call, Decision, Event, EventKind, Mode, State};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::path::Path;
@@ -174,59 +174,31 @@ fn watch(config: &Config, peer: &Peer, deadline: Option<Instant>) -> Result<Step
     }
 }
 
-/// The members of an event `inbox wait` reads; the kind leniently, as a
-/// newer instance may send any.
-#[derive(serde::Deserialize)]
-struct Ev {
-    #[serde(default)]
-    kind: String,
-    #[serde(default)]
-    state: Option<State>,
-    #[serde(default)]
-    message_id: String,
-    #[serde(default)]
-    from: String,
-    #[serde(default)]
-    decision: Option<String>,
-}
-
-/// An event line.
-#[derive(serde::Deserialize)]
-struct EventLine {
-    method: String,
-    params: Ev,
-}
-
 /// Applies one line of the subscription to what was seen; true when the
 /// instance must be looked at again (a task may be claimable now, but
 /// the event does not say which).
 fn on_event(msg: &Value, seen: &mut Seen) -> bool {
-    let Ok(EventLine { method, params: ev }) = serde_json::from_value(msg.clone()) else {
+    let Some(ev) = Event::of_notification(msg) else {
         return false;
     };
-    if method != "event" {
-        return false;
-    }
-    match ev.kind.parse::<EventKind>() {
-        Ok(EventKind::StateChanged) => {
+    match ev.kind {
+        Some(EventKind::StateChanged) => {
             let was = seen.paused;
-            seen.paused = ev.state == Some(State::Paused);
+            seen.paused = ev.state.as_deref() == Some(State::Paused.as_str());
             was && !seen.paused
         }
         // Under `--approve auto` an accepted task is claimable at once;
         // under `ask` it waits for an approval first.
-        Ok(EventKind::MessageAccepted) if !seen.ask && !seen.paused => {
+        Some(EventKind::MessageAccepted) if !seen.ask && !seen.paused => {
             seen.waiting = Some(Waiting {
                 count: 1,
-                message_id: ev.message_id,
-                from: ev.from,
+                message_id: ev.id().to_string(),
+                from: ev.sender().unwrap_or("").to_string(),
             });
             false
         }
-        Ok(EventKind::TaskRequeued) => !seen.paused,
-        Ok(EventKind::ApprovalResolved) => {
-            ev.decision.as_deref() == Some(Decision::Approve.as_str()) && !seen.paused
-        }
+        Some(EventKind::TaskRequeued) => !seen.paused,
+        Some(EventKind::ApprovalResolved) => ev.decision == Some(Decision::Approve) && !seen.paused,
         _ => false,
     }
 }

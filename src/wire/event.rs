@@ -4,6 +4,7 @@
 //! instance's), or with a member it cannot read, is still an event, whose
 //! kind is unknown and which keeps its members as they came.
 
+pub use super::answer::Target;
 use super::{Approve, Decision, EventKind, Outcome, ReplyRecord};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
@@ -97,14 +98,6 @@ pub enum Shown {
         name: Option<String>,
         workspace: Option<String>,
     },
-}
-
-/// An instance `relay.sent` names: its target, or a candidate.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct Target {
-    pub instance_id: Option<String>,
-    pub name: Option<String>,
 }
 
 fn known_kind<'de, D: Deserializer<'de>>(d: D) -> Result<Option<EventKind>, D::Error> {
