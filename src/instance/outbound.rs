@@ -22,12 +22,37 @@ use std::time::Duration;
 /// A planned send, or the refusal to answer with instead.
 pub(super) type Plan = std::result::Result<Outbound, Value>;
 
-/// A `--reply` planned: what the receipt keeps, and the send, or the
-/// notice that says why there is none.
+/// A `--reply` planned: what the receipt keeps, and the send, or why
+/// there is none.
 pub(super) struct StdoutReply {
     pub(super) record: Option<ReplyRecord>,
-    pub(super) send: std::result::Result<Outbound, String>,
+    pub(super) send: std::result::Result<Outbound, NoReply>,
 }
+
+/// Why a handler's stdout goes back to no one.
+#[derive(Debug)]
+pub(super) enum NoReply {
+    PlainSender,
+    TooLong { limit: usize },
+    Empty,
+}
+
+impl std::fmt::Display for NoReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoReply::PlainSender => f.write_str(
+                "no reply: the sender is a plain command line, which cannot be replied to",
+            ),
+            NoReply::TooLong { limit } => write!(
+                f,
+                "no reply: the handler printed more than {limit} bytes (BATON_MAX_MESSAGE_BYTES)"
+            ),
+            NoReply::Empty => f.write_str("no reply: the handler printed nothing"),
+        }
+    }
+}
+
+impl std::error::Error for NoReply {}
 
 impl Foreground {
     /// `--reply`: plans sending the handler's stdout back to the sender,
@@ -43,24 +68,19 @@ impl Foreground {
         let Some(sender) = task.sender.instance_id.clone() else {
             return StdoutReply {
                 record,
-                send: Err(
-                    "no reply: the sender is a plain command line, which cannot be replied to"
-                        .into(),
-                ),
+                send: Err(NoReply::PlainSender),
             };
         };
         if stdout.len() > limit {
             return StdoutReply {
                 record,
-                send: Err(format!(
-                    "no reply: the handler printed more than {limit} bytes (BATON_MAX_MESSAGE_BYTES)"
-                )),
+                send: Err(NoReply::TooLong { limit }),
             };
         }
         if text.trim().is_empty() {
             return StdoutReply {
                 record,
-                send: Err("no reply: the handler printed nothing".into()),
+                send: Err(NoReply::Empty),
             };
         }
         let out = Outbound {
@@ -87,11 +107,12 @@ impl Foreground {
     pub(super) fn send_stdout_reply(
         &mut self,
         id: &str,
-        send: std::result::Result<Outbound, String>,
+        send: std::result::Result<Outbound, NoReply>,
     ) {
         match send {
             Ok(out) => self.spawn_send(out, Some(id.to_string()), None),
-            Err(text) => {
+            Err(why) => {
+                let text = why.to_string();
                 self.hub
                     .emit(EventKind::Notice, json!({"message_id": id, "text": text}));
             }

@@ -297,14 +297,6 @@ impl Spool {
         idx.inbox.values().map(|id| idx.entries[id].queued_at).min()
     }
 
-    /// Whether a task is currently in `processing/`.
-    pub fn is_processing(&self, message_id: &str) -> bool {
-        let idx = self.idx();
-        idx.entries
-            .get(message_id)
-            .is_some_and(|e| e.place == Place::Processing)
-    }
-
     pub fn counts(&self) -> Counts {
         let idx = self.idx();
         Counts {

@@ -500,10 +500,6 @@ impl Spool {
         &self.dir
     }
 
-    pub fn is_ephemeral(&self) -> bool {
-        self.ephemeral
-    }
-
     /// `<dir>/<sub>/<name>`, built in one allocation (one per accepted
     /// task goes through here twice).
     fn path(&self, sub: &str, name: &str) -> PathBuf {
