@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::registry::Peer;
 use crate::sanitize::escape;
-use crate::wire::answer::{Pending, TaskState, TaskStatus};
+use crate::wire::answer::{Pending, Reply, TaskState, TaskStatus};
 use crate::wire::{self, Call, Event, EventKind, Outcome};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -250,23 +250,6 @@ pub fn watch_session(
     }
 }
 
-/// An answer line, as far as a wait reads it.
-#[derive(serde::Deserialize)]
-struct Answer {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    result: Option<Value>,
-    #[serde(default)]
-    error: Option<RpcError>,
-}
-
-#[derive(serde::Deserialize)]
-struct RpcError {
-    #[serde(default)]
-    code: i64,
-}
-
 /// What one line says about the task: its end, a lost cause, or nothing
 /// yet.
 fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Option<Step<End>>> {
@@ -277,7 +260,7 @@ fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Opt
         let outcome = ev.outcome.unwrap_or(Outcome::Failed);
         return Ok(Some(Step::Done(ended(outcome, ev.reply))));
     }
-    let Ok(line) = serde_json::from_value::<Answer>(msg.clone()) else {
+    let Ok(line) = serde_json::from_value::<Reply>(msg.clone()) else {
         return Ok(None);
     };
     if line.id.as_ref().and_then(Value::as_str) != Some(STATUS_ID) {

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::registry::Peer;
 use crate::sanitize::escape;
 use crate::wire::Method;
-use crate::wire::answer::{BridgeParams, HelloParams};
+use crate::wire::answer::{BridgeParams, HelloParams, Reply};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -38,13 +38,13 @@ pub(super) fn declare(stream: UnixStream, peer: &Peer, socket: &Path) -> Result<
             _ => answer.push(byte[0]),
         }
     }
-    let v: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
-    if v.get("result").is_none() {
-        let why = v["error"]["message"].as_str().unwrap_or("no answer");
+    let v: Reply = serde_json::from_slice(&answer).unwrap_or_default();
+    if v.result.is_none() {
+        let why = v.error.map_or_else(|| "no answer".into(), |e| e.message);
         return Err(Error::Transport(format!(
             "{} did not take the bridge: {}",
             escape(&peer.manifest.name),
-            escape(why)
+            escape(&why)
         )));
     }
     stream.set_read_timeout(None).map_err(fail)?;

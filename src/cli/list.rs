@@ -9,7 +9,7 @@ use crate::registry;
 use crate::sanitize::escape;
 use crate::text::table;
 use crate::wire::Method;
-use crate::wire::answer::{Hello, HelloParams, Pong};
+use crate::wire::answer::{Hello, HelloParams, Pong, Reply};
 use serde_json::{Value, json};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
@@ -267,20 +267,14 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<ExitCode> {
 /// The instance a forced `baton bridge NAME` answered the probe for, as a
 /// `list --json` item.
 fn forced_bridge(out: &[u8]) -> Option<Value> {
-    /// One answer line of the probe.
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        id: Option<u64>,
-        result: Option<Value>,
-    }
-    let answers: Vec<Answer> = String::from_utf8_lossy(out)
+    let answers: Vec<Reply> = String::from_utf8_lossy(out)
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     let result = |id: u64| {
         answers
             .iter()
-            .find(|a| a.id == Some(id))
+            .find(|a| a.answers(id))
             .and_then(|a| a.result.clone())
     };
     let hello: Hello = serde_json::from_value(result(1)?).ok()?;

@@ -6,7 +6,7 @@ mod session;
 pub use listing::{ListError, ListParams, PLACES, list_all};
 pub use session::{Lines, PipeLines, Session, request};
 
-use crate::wire::answer::Pong;
+use crate::wire::answer::{ErrorObject, Pong};
 use crate::wire::{self, Method, State};
 use crossbeam_channel::Receiver;
 use serde::Serialize;
@@ -83,27 +83,17 @@ impl std::error::Error for ClientError {
 }
 
 /// The error of an error answer.
-pub(crate) fn rpc_error(err: &Value) -> ClientError {
-    let code = err.get("code").and_then(Value::as_i64).unwrap_or(0);
-    if code == wire::TOO_MANY_CONNECTIONS {
-        let data = |k: &str| {
-            err.get("data")
-                .and_then(|d| d.get(k))
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
+pub(crate) fn rpc_error(err: ErrorObject) -> ClientError {
+    if err.code == wire::TOO_MANY_CONNECTIONS {
+        let data = err.data.unwrap_or_default();
         return ClientError::TooManyConnections {
-            instance_id: data("instance_id"),
-            state: data("state"),
+            instance_id: data.instance_id,
+            state: data.state,
         };
     }
     ClientError::Rpc {
-        code,
-        message: err
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string(),
+        code: err.code,
+        message: err.message,
     }
 }
 

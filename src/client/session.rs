@@ -4,7 +4,7 @@
 //! instance through it.
 
 use super::{ClientError, rpc_error};
-use crate::wire::answer::{Hello, HelloParams, Subscribed};
+use crate::wire::answer::{Hello, HelloParams, Reply, Subscribed};
 use crate::wire::{self, LineReader, Method, ReadError};
 use crossbeam_channel::{self as chan, Receiver};
 use serde::Serialize;
@@ -204,18 +204,18 @@ impl Session {
     ) -> Result<R, ClientError> {
         loop {
             let line = self.lines.next_line(until)?;
-            let v: Answer = serde_json::from_slice(line)
+            let v: Reply = serde_json::from_slice(line)
                 .map_err(|e| ClientError::Protocol(format!("answer is not JSON: {e}")))?;
             if v.method.is_some() {
                 continue;
             }
-            let ours = v.id.as_ref().and_then(Value::as_u64) == Some(id);
+            let ours = v.answers(id);
             if let Some(err) = v.error {
                 // An error with no id (a refused connection) is ours too.
                 if v.id.as_ref().and_then(Value::as_u64).is_some() && !ours {
                     continue;
                 }
-                return Err(rpc_error(&err));
+                return Err(rpc_error(err));
             }
             if !ours {
                 continue;
@@ -259,19 +259,6 @@ impl Session {
         });
         (rx, self.writer)
     }
-}
-
-/// One line of an answer, as far as telling answers apart needs.
-#[derive(serde::Deserialize)]
-struct Answer {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    method: Option<Value>,
-    #[serde(default)]
-    result: Option<Value>,
-    #[serde(default)]
-    error: Option<Value>,
 }
 
 /// A request line.

@@ -8,6 +8,7 @@ use crate::sanitize::escape;
 use crate::spool::{self, Task};
 use crate::turn;
 use crate::wire::Call;
+use crate::wire::answer::ControlStatus;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -70,12 +71,8 @@ impl Adapter {
     /// (`control/status`), asked once.
     fn facts(&mut self) -> Option<(PathBuf, String)> {
         if self.facts.is_none() {
-            match self.call::<serde_json::Value>(Call::ControlStatus, serde_json::json!({})) {
-                Ok(v) => {
-                    if let (Some(dir), Some(name)) = (v["spool"].as_str(), v["name"].as_str()) {
-                        self.facts = Some((PathBuf::from(dir), name.to_string()));
-                    }
-                }
+            match self.call::<ControlStatus>(Call::ControlStatus, serde_json::json!({})) {
+                Ok(st) => self.facts = Some((PathBuf::from(st.spool), st.name)),
                 Err(e) => eprintln!("baton mcp: cannot ask the instance its status: {e}"),
             }
         }

@@ -16,6 +16,7 @@
 //! dialog decides. A host's `request_id` is relayed once while it waits.
 
 use super::{Adapter, write_message};
+use crate::wire::answer::Handled;
 use crate::wire::{Call, Decision, Event};
 use serde_json::{Value, json};
 
@@ -56,13 +57,13 @@ impl Adapter {
                          "description": field("description").unwrap_or_default(),
                          "input_preview": field("input_preview").unwrap_or_default(),
                          "host": self.host});
-        match self.call::<Value>(Call::PermissionAsk, ask) {
-            Ok(r) if r["status"] == "waiting" => match r["approval_id"].as_str() {
+        match self.call::<Handled>(Call::PermissionAsk, ask) {
+            Ok(r) if r.status == "waiting" => match r.approval_id {
                 Some(approval_id) => {
                     if self.relayed.len() >= KEPT {
                         self.relayed.remove(0);
                     }
-                    self.relayed.push((approval_id.to_string(), request_id));
+                    self.relayed.push((approval_id, request_id));
                 }
                 None => eprintln!(
                     "baton mcp: permission request {} relayed, but the instance named no approval_id: its answer cannot reach the host",
@@ -72,7 +73,7 @@ impl Adapter {
             Ok(r) => eprintln!(
                 "baton mcp: permission request {} not relayed: {}",
                 crate::sanitize::escape(&request_id),
-                r["reason"].as_str().unwrap_or("refused")
+                r.reason.as_deref().unwrap_or("refused")
             ),
             Err(e) => eprintln!("baton mcp: permission request not relayed: {e}"),
         }

@@ -8,6 +8,7 @@
 use super::{Approve, Manifest, Mode, Outcome, ReplyRecord, Sender, State, Summary};
 use crate::status::Status;
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
 
 /// A program's name and version, as `initialize` exchanges them.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -326,10 +327,14 @@ pub struct ReplySent {
     pub target: Option<Target>,
 }
 
-/// What an `inbox/*` call that names one task answers (`complete`,
-/// `requeue`, `discard`): its status, and why when it did nothing.
+/// What a call that handles one thing answers (`inbox/complete`,
+/// `requeue`, `discard`, `turn/*`, `approval/respond`, `permission/ask`):
+/// its status, and why when it did nothing.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Handled {
+    /// `permission/ask`'s, while it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
     #[serde(default)]
     pub message_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -339,6 +344,42 @@ pub struct Handled {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<ReplySent>,
     pub status: String,
+}
+
+/// One line a client reads, as far as telling answers apart needs: an
+/// answer (`id` with `result` or `error`), or a notification or request
+/// of the instance's (`method`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Reply {
+    pub id: Option<Value>,
+    pub method: Option<String>,
+    pub result: Option<Value>,
+    pub error: Option<ErrorObject>,
+}
+
+impl Reply {
+    /// Whether it answers the request with this numeric id.
+    pub fn answers(&self, id: u64) -> bool {
+        self.id.as_ref().and_then(Value::as_u64) == Some(id)
+    }
+}
+
+/// A JSON-RPC error, with what a refusal for the connection cap names
+/// (`data`: the instance and its state).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ErrorObject {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<ErrorData>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ErrorData {
+    pub instance_id: Option<String>,
+    pub state: Option<String>,
 }
 
 #[cfg(test)]
