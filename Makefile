@@ -25,7 +25,7 @@ fishcompdir ?= $(datarootdir)/fish/vendor_completions.d
 # `make install-only`, which builds nothing.
 RELEASE ?= target/release/baton
 
-.PHONY: all build demo test test-slow bench bench-smoke check distro-check dist install install-only uninstall clean
+.PHONY: all build demo test test-busy test-slow bench bench-smoke check distro-check dist install install-only uninstall clean
 
 all: build
 
@@ -50,6 +50,11 @@ SLOW_LOG = target/test-slow.log
 test:
 	$(CARGO) test $(CARGOFLAGS)
 	$(RELIABILITY)
+
+# The whole suite under load: two CPU hogs, then pinned to one CPU
+# (docs/testing.md).
+test-busy:
+	MAKE="$(MAKE)" sh .ci/busy
 
 test-slow:
 	mkdir -p target
