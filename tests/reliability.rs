@@ -102,6 +102,11 @@ fn a_panic_while_answering_closes_only_its_connection() {
     faults::answer_panic_closes_only_its_connection();
 }
 
+#[test]
+fn an_in_turn_send_is_recorded_before_its_turn_ends() {
+    faults::an_in_turn_send_is_recorded_before_its_turn_ends();
+}
+
 // Temporary errors are not verdicts (issue 17).
 
 #[test]

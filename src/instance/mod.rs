@@ -233,6 +233,14 @@ impl Foreground {
                 },
                 recv(inputs.turns) -> ev => {
                     if let Ok(ev) = ev {
+                        // What the handler caused before it exited (its
+                        // sends' results) is recorded before its end.
+                        if matches!(ev, TurnEvent::Exited { .. }) {
+                            let n = inputs.events.len();
+                            for queued in inputs.events.try_iter().take(n) {
+                                self.handle(queued);
+                            }
+                        }
                         self.turn_event(ev);
                     }
                 },

@@ -135,8 +135,15 @@ impl Foreground {
             .name("baton-send".into())
             .spawn(move || {
                 let result = relay::send_as(&origin, &out);
-                let _ = result_tx.send(result.clone());
-                let _ = events.send(Event::Relayed { result, reply_of });
+                // The foreground hears of it before whoever waits does: a
+                // turn's handler that sent it has not exited yet, so its
+                // relay.sent comes before the turn's end (`Foreground::serve`).
+                let _ = events.send(Event::Relayed {
+                    result: result.clone(),
+                    reply_of,
+                });
+                let _ = crate::failpoint::hit("between-send-reports");
+                let _ = result_tx.send(result);
             });
         if let Err(e) = spawned {
             let text = format!("cannot start a sender thread: {e}");

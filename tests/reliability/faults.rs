@@ -4,8 +4,11 @@
 //! cannot be started, a full disk at start).
 
 use crate::util::reliability::{body_for, env, fd_count, logging_handler, runs, spool, spool_dir};
-use crate::util::{Env, RawClient, Serve, Served, transcript, wait_event, wait_until};
+use crate::util::{
+    Env, RawClient, Serve, Served, baton_bin, transcript, transcript_until, wait_event, wait_until,
+};
 use serde_json::{Value, json};
+use std::fs;
 use std::io::{self, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -738,4 +741,48 @@ pub fn claim_sync_fails_once() {
     }
     drop(c);
     assert_eq!(inst.term(), 0, "{}", inst.stderr());
+}
+
+/// A turn's in-turn reply is on record before the turn's end: the
+/// instance hears of the send's result before the handler that waits for
+/// it does (`between-send-reports:sleep=300` stalls the sender thread
+/// between the two), so `relay.sent` precedes `turn.finished` however
+/// the threads are scheduled.
+pub fn an_in_turn_send_is_recorded_before_its_turn_ends() {
+    let env = Env::new();
+    let a = env.serve(&env.workspace("alpha"), &["--name", "alpha"]);
+    let bin = baton_bin().display().to_string().replace('\'', "'\\''");
+    let script = env.root.join("reply.sh");
+    fs::write(
+        &script,
+        format!("cat > /dev/null\n'{bin}' send --reply 'in-turn reply' > /dev/null\n"),
+    )
+    .unwrap();
+    let exec = format!("sh '{}'", script.display());
+    let b = env.serve_with(
+        &env.workspace("bravo"),
+        &[("BATON_FAILPOINT", "between-send-reports:sleep=300")],
+        &["--name", "bravo", "--exec", &exec],
+    );
+    let sock = a.socket.to_str().unwrap().to_string();
+    let out = env.run_with(
+        &[("BATON_SOCKET", &sock)],
+        None,
+        &["send", "--json", "--", "bravo", "go"],
+        None,
+    );
+    assert_eq!(out.status, 0, "{out:?}");
+    let task: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let task = task["message_id"].as_str().unwrap().to_string();
+    let upto = transcript_until(&b.spool(), "turn.finished", Duration::from_secs(30), |e| {
+        e["kind"] == "turn.finished" && e["message_id"] == task.as_str()
+    });
+    let sent = upto
+        .iter()
+        .find(|e| e["kind"] == "relay.sent" && e["reply_of"] == task.as_str());
+    assert!(
+        sent.is_some(),
+        "no relay.sent for the in-turn reply before turn.finished: {upto:#?}"
+    );
+    assert_eq!(sent.unwrap()["status"], "accepted", "{sent:?}");
 }
