@@ -34,7 +34,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixListener;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -196,6 +196,18 @@ impl Env {
             .env("TMPDIR", self.root.join("tmp"))
             .env("LANG", "C.UTF-8")
             .stdin(Stdio::null());
+        // A suite started in the background of a script inherits SIGINT
+        // and SIGQUIT ignored; the world a test makes is a terminal's,
+        // where they have their default action.
+        // SAFETY: signal() is async-signal-safe and touches no memory of
+        // the parent; this runs in the child between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         cmd
     }
 
