@@ -225,7 +225,9 @@ fn task_status_tells_awaiting_approval_and_denied() {
 fn a_pull_agent_s_reply_cancel_and_ttl_expiry_are_final_outcomes() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = env.serve(&ws, &["--ttl", "1"]);
+    // No --ttl while p1 and p2 are claimed: on a loaded machine a claim
+    // may come later than any short TTL.
+    let mut inst = env.serve(&ws, &[]);
     let spool = inst.spool();
     let mut c = inst.client();
 
@@ -256,6 +258,11 @@ fn a_pull_agent_s_reply_cancel_and_ttl_expiry_are_final_outcomes() {
     assert_eq!(status(&mut c, "p2")["status"], "cancelled");
 
     // Nobody claims p3: --ttl sets it aside.
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+    let inst = env.serve(&ws, &["--ttl", "1"]);
+    assert_eq!(inst.spool(), spool);
+    let mut c = inst.client();
     send(&inst, &mut c, "p3", "too late");
     assert_eq!(wait_ended(&spool, "p3")["outcome"], "expired");
     assert_eq!(status(&mut c, "p3")["status"], "expired");
