@@ -195,8 +195,17 @@ fn turns_reuse_their_io_threads() {
         );
         wait_finished(&spool, &format!("w-{i}"));
     }
-    std::thread::sleep(Duration::from_millis(200));
-    let before = threads();
+    // Once it holds still (two reads 50 ms apart agree): the threads of
+    // the turns just over are gone.
+    let mut last = None;
+    let before = util::poll(Duration::from_secs(10), Duration::from_millis(50), || {
+        let now = threads();
+        let same = last == Some(now);
+        last = Some(now);
+        same.then_some(now)
+    })
+    .or(last)
+    .expect("a thread count");
     // Two batches, each under the queue's cap (16): however slowly the
     // handlers run, every send is taken.
     for batch in [0..10, 10..20] {
@@ -213,10 +222,14 @@ fn turns_reuse_their_io_threads() {
             assert_eq!(fin["stderr_bytes"], 4, "{fin}");
         }
     }
-    std::thread::sleep(Duration::from_millis(200));
     // Two more than before at most: a turn may start while the last
-    // one's thread is still on its way back (under load, twice).
-    let after = threads();
+    // one's thread is still on its way back (under load, twice). The
+    // last turns' threads are given time to go.
+    let after = util::poll(Duration::from_secs(10), Duration::from_millis(50), || {
+        let now = threads();
+        (now <= before + 2).then_some(now)
+    })
+    .unwrap_or_else(threads);
     assert!(
         after <= before + 2,
         "{after} threads after 20 turns, {before} after 2"

@@ -814,8 +814,7 @@ fn a_handler_that_daemonizes_leaks_no_thread_or_descriptor() {
     let mut c = s.client();
     assert_eq!(s.send(&mut c, "plain", "warm up")["status"], "accepted");
     wait_finished(&spool, "plain");
-    std::thread::sleep(Duration::from_millis(300));
-    let (fds0, threads0) = fds_and_threads(s.pid());
+    let (fds0, threads0) = settled(s.pid());
 
     for i in 0..TURNS {
         let id = format!("daemon-{i}");
@@ -848,6 +847,20 @@ fn daemons_hold_on_yet_back_to(
     assert_eq!(pids.len(), turns, "one daemon per turn: {pids:?}");
     assert!(pids.iter().all(|p| pid_alive(*p)), "{pids:?}");
     back_to(pid, before, after);
+}
+
+/// The instance's descriptors and threads once they hold still (two reads
+/// 50 ms apart agree): what the turn just over used is given back.
+fn settled(pid: u32) -> (usize, usize) {
+    let mut last = None;
+    poll(WAIT, Duration::from_millis(50), || {
+        let now = fds_and_threads(pid);
+        let same = last == Some(now);
+        last = Some(now);
+        same.then_some(now)
+    })
+    .or(last)
+    .expect("a count")
 }
 
 /// Waits (bounded) until the instance `pid` holds no more descriptors and
@@ -914,8 +927,7 @@ fn hung_daemonizing_turns_leak_nothing(test: &str, ending: Ending) {
     let mut c = s.client();
     assert_eq!(s.send(&mut c, "plain", "warm up")["status"], "accepted");
     assert_eq!(wait_finished(&spool, "plain")["outcome"], "done");
-    std::thread::sleep(Duration::from_millis(300));
-    let (fds0, threads0) = fds_and_threads(s.pid());
+    let (fds0, threads0) = settled(s.pid());
 
     let (want, how) = match ending {
         Ending::Timeout => ("timeout", "the timeout"),
