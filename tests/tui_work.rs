@@ -5,8 +5,9 @@
 //! directory, and `baton -a`. The logic through the library with a fake
 //! instance call, end to end in a private tmux server.
 
+use crate::tui::WAIT;
 use crate::tui::{Tmux, flat, manifest};
-use crate::util::{Env, have};
+use crate::util::{Env, PANE_POLL, have, poll};
 use baton::tui::term::{Memory, Style, Terminal, colour_wanted, style_codes, unusable_term};
 use baton::tui::view::{Role, View, approval_prompt, excerpt};
 use baton::tui::work;
@@ -470,8 +471,15 @@ fn with_history(tmux: &Tmux, window: &str) -> String {
 /// `rc=<status>`; returns the pane with its history.
 fn ends_with_status(tmux: &Tmux, window: &str, status: i32) -> String {
     pane_ends(tmux, window);
-    let all = with_history(tmux, window);
-    assert!(all.contains(&format!("rc={status}")), "{window}:\n{all}");
+    // tmux may mark the pane dead before it has drawn the last of its
+    // output: the line is waited for, however late it shows.
+    let rc = format!("rc={status}");
+    let mut all = String::new();
+    let shown = poll(WAIT, PANE_POLL, || {
+        all = with_history(tmux, window);
+        all.contains(&rc).then_some(())
+    });
+    assert!(shown.is_some(), "{window}:\n{all}");
     all
 }
 
