@@ -4,7 +4,7 @@
 //! `Stop` hook gets the JSON a `Stop` hook gets on stdin; the agent loop
 //! serves a real instance with a stand-in agent.
 
-use crate::util::{Env, Served, baton_bin, exit_code, finish, wait_for};
+use crate::util::{Env, Served, baton_bin, exit_code, finish, settled_threads, threads, wait_for};
 use serde_json::{Value, json};
 use std::fs;
 use std::io::Write;
@@ -159,6 +159,7 @@ fn the_stop_hook_waits_briefly_for_a_task_and_takes_a_target() {
     let inst = env.serve(&ws, &["--name", "digest"]);
     let elsewhere = env.workspace("elsewhere");
     // A task that arrives within BATON_STOP_WAIT blocks the stop.
+    let base = settled_threads(inst.pid());
     let hook = {
         let (env, dir) = (&env, elsewhere.clone());
         thread::scope(|s| {
@@ -171,7 +172,11 @@ fn the_stop_hook_waits_briefly_for_a_task_and_takes_a_target() {
                     &stop_input("s", false, &dir),
                 )
             });
-            thread::sleep(Duration::from_millis(500));
+            // The task arrives once the hook waits for one: its
+            // subscription is two threads of the instance's.
+            wait_for("the hook's wait to subscribe", T, || {
+                (threads(inst.pid()) >= base + 2 || h.is_finished()).then_some(())
+            });
             send(&inst, "soon", "arrives");
             h.join().unwrap()
         })

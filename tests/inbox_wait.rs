@@ -6,55 +6,16 @@
 //! leaves out: tasks waiting for an approval, a paused instance; an exec
 //! or `--approve deny` instance is refused.
 
-use crate::util::{Env, Proc, RawClient, Served, approval_of, poll, wait_until};
+use crate::util::{
+    Env, Proc, RawClient, Served, approval_of, settled_threads, switches, threads, wait_until,
+};
 use serde_json::{Value, json};
-use std::fs;
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
 /// The bound on every wait in this file.
 const T: Duration = Duration::from_secs(10);
-
-/// One number from /proc/PID/status (or a thread's status file).
-fn status_field(path: &Path, field: &str) -> u64 {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn threads(pid: u32) -> u64 {
-    status_field(Path::new(&format!("/proc/{pid}/status")), "Threads:")
-}
-
-/// Every context switch of every thread of `pid` so far: a thread blocked
-/// in a read or a channel makes none.
-fn switches(pid: u32) -> u64 {
-    let dir = format!("/proc/{pid}/task");
-    let mut n = 0;
-    for t in fs::read_dir(&dir).unwrap().flatten() {
-        let status = t.path().join("status");
-        n += status_field(&status, "voluntary_ctxt_switches:");
-        n += status_field(&status, "nonvoluntary_ctxt_switches:");
-    }
-    n
-}
-
-/// The instance's thread count once it holds still (two reads 50 ms
-/// apart agree): threads of connections that just closed are gone.
-fn settled_threads(pid: u32) -> u64 {
-    let mut last = None;
-    let settled = poll(T, Duration::from_millis(50), || {
-        let now = threads(pid);
-        let same = last == Some(now);
-        last = Some(now);
-        same.then_some(now)
-    });
-    // Past the bound, what it holds then.
-    settled.or(last).expect("a thread count")
-}
 
 /// Starts `baton inbox wait ARGS` in `dir` and returns once the instance
 /// holds its subscription (a subscribed connection's two threads: its

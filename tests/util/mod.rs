@@ -27,7 +27,7 @@ pub use client::RawClient;
 #[allow(unused_imports)]
 pub use process::{
     Proc, Serve, Served, exited, exited_or_killed, finish, pid_alive, pid_exists, published,
-    wait_gone,
+    settled_threads, switches, threads, wait_gone,
 };
 
 use std::fs::{self, File, OpenOptions};

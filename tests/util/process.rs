@@ -456,3 +456,47 @@ pub fn pid_exists(pid: u32) -> bool {
 pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
     poll(timeout, POLL, || (!pid_alive(pid)).then_some(())).is_some()
 }
+
+/// One number from /proc/PID/status (or a thread's status file).
+#[allow(dead_code)]
+fn status_field(path: &Path, field: &str) -> u64 {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[allow(dead_code)]
+pub fn threads(pid: u32) -> u64 {
+    status_field(Path::new(&format!("/proc/{pid}/status")), "Threads:")
+}
+
+/// Every context switch of every thread of `pid` so far: a thread blocked
+/// in a read or a channel makes none.
+#[allow(dead_code)]
+pub fn switches(pid: u32) -> u64 {
+    let dir = format!("/proc/{pid}/task");
+    let mut n = 0;
+    for t in fs::read_dir(&dir).unwrap().flatten() {
+        let status = t.path().join("status");
+        n += status_field(&status, "voluntary_ctxt_switches:");
+        n += status_field(&status, "nonvoluntary_ctxt_switches:");
+    }
+    n
+}
+
+/// The instance's thread count once it holds still (two reads 50 ms
+/// apart agree): threads of connections that just closed are gone.
+#[allow(dead_code)]
+pub fn settled_threads(pid: u32) -> u64 {
+    let mut last = None;
+    let settled = super::poll(Duration::from_secs(10), Duration::from_millis(50), || {
+        let now = threads(pid);
+        let same = last == Some(now);
+        last = Some(now);
+        same.then_some(now)
+    });
+    // Past the bound, what it holds then.
+    settled.or(last).expect("a thread count")
+}
