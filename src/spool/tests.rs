@@ -205,7 +205,8 @@ fn a_claim_waits_for_an_earlier_acceptance_still_storing() {
     s.idx().pending.insert("earlier".into(), (1, 0));
     std::thread::scope(|sc| {
         let claim = sc.spawn(|| s.claim());
-        std::thread::sleep(Duration::from_millis(100));
+        // It waits for the reservation (or took the later task at once).
+        waiting_or_done(&s, &claim);
         assert!(!claim.is_finished(), "the claim overtook a pending task");
         // Its store failed: the reservation goes, the claim goes on.
         drop(Reservation {
@@ -238,7 +239,7 @@ fn settle_waits_for_pending_acceptances_and_no_longer_than_asked() {
     assert!(t0.elapsed() >= Duration::from_millis(200));
     std::thread::scope(|sc| {
         let waiter = sc.spawn(|| s.settle(Duration::from_secs(10)));
-        std::thread::sleep(Duration::from_millis(50));
+        waiting_or_done(&s, &waiter);
         assert!(!waiter.is_finished());
         drop(Reservation {
             spool: &s,
@@ -314,4 +315,17 @@ fn forget_removes_a_spool_only_unlocked_and_holding_what_was_shown() {
     assert!(dir.join("meta.json").exists());
     assert_eq!(forget(&dir, &shown).unwrap(), Removal::Removed);
     assert!(!dir.exists());
+}
+
+/// Returns once `t` waits on the spool's index for a reservation to
+/// settle, or has ended; either within 10 s.
+fn waiting_or_done<T>(s: &Spool, t: &std::thread::ScopedJoinHandle<'_, T>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.idx().waiting == 0 && !t.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the thread neither waited nor ended"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
