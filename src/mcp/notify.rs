@@ -16,6 +16,8 @@ use crate::event_text;
 use crate::sanitize::escape;
 use crate::spool::{self, Sender, Task};
 use crate::turn;
+use crate::wire::Summary;
+use crate::wire::answer::InboxPage;
 use crate::wire::{Call, Event, EventKind};
 use serde_json::{Value, json};
 use std::collections::{HashSet, VecDeque};
@@ -178,10 +180,10 @@ impl Adapter {
             if let Some(a) = &after {
                 params["after"] = json!(a);
             }
-            let listed = match self.call::<Value>(Call::InboxList, params) {
-                Ok(l) if l.get("status").is_none() => l,
-                Ok(l) => {
-                    eprintln!("baton mcp: cannot list the waiting tasks: {l}");
+            let listed = match self.call_typed::<InboxPage>(Call::InboxList, params) {
+                Ok((_, l)) if l.status.is_none() => l,
+                Ok((raw, _)) => {
+                    eprintln!("baton mcp: cannot list the waiting tasks: {raw}");
                     return;
                 }
                 Err(e) => {
@@ -189,21 +191,24 @@ impl Adapter {
                     return;
                 }
             };
-            let queued = listed["queued"].as_array().cloned().unwrap_or_default();
-            self.push_listed(&queued);
-            for t in queued.iter().take(WAITING_NOTICES.saturating_sub(logged)) {
-                let sender = &t["sender"];
-                let from = sender["name"]
-                    .as_str()
-                    .or(sender["instance_id"].as_str())
+            self.push_listed(&listed.queued);
+            for t in listed
+                .queued
+                .iter()
+                .take(WAITING_NOTICES.saturating_sub(logged))
+            {
+                let s = &t.sender;
+                let from = s
+                    .name
+                    .as_deref()
+                    .or(s.instance_id.as_deref())
                     .unwrap_or("(cli)");
-                let id = t["message_id"].as_str().unwrap_or("");
-                let news = event_text::task_news(&escape(from), id, "waits");
+                let news = event_text::task_news(&escape(from), &t.message_id, "waits");
                 self.log_info(crate::events::now(), news);
                 logged += 1;
             }
-            match listed["next"].as_str() {
-                Some(next) => after = Some(next.to_string()),
+            match listed.next {
+                Some(next) => after = Some(next),
                 None => return,
             }
         }
@@ -211,11 +216,8 @@ impl Adapter {
 
     /// Pushes the listed tasks, read from the spool (a listing has no
     /// bodies), in the listing's order.
-    fn push_listed(&mut self, queued: &[Value]) {
-        let ids: Vec<&str> = queued
-            .iter()
-            .filter_map(|t| t["message_id"].as_str())
-            .collect();
+    fn push_listed(&mut self, queued: &[Summary]) {
+        let ids: Vec<&str> = queued.iter().map(|t| t.message_id.as_str()).collect();
         if ids.is_empty() {
             return;
         }
