@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::util::{Env, Output, Proc, exited_or_killed, fake_manifest, wait_until};
+use crate::util::{Env, Output, Proc, blocked, exited_or_killed, fake_manifest, wait_until};
 
 /// The bound on every wait in this file.
 const T: Duration = Duration::from_secs(10);
@@ -240,7 +240,8 @@ fn wait_prints_the_reply_when_task_ended_arrives_and_asks_the_status_once() {
     let sub = calls.iter().rposition(|c| c == "events/subscribe").unwrap();
     let ask = calls.iter().position(|c| c == "task/status").unwrap();
     assert!(sub < ask, "{calls:?}");
-    thread::sleep(Duration::from_millis(300));
+    // Once it has read the answer (queued) and blocks again.
+    blocked(p.pid());
     assert!(
         p.is_running(),
         "it stopped while the task was queued: {}",

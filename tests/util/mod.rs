@@ -26,8 +26,8 @@ pub mod sshd;
 pub use client::RawClient;
 #[allow(unused_imports)]
 pub use process::{
-    Proc, Serve, Served, exited, exited_or_killed, finish, pid_alive, pid_exists, published,
-    settled_threads, switches, threads, wait_gone,
+    Proc, Serve, Served, blocked, exited, exited_or_killed, finish, pid_alive, pid_exists,
+    published, settled_threads, switches, threads, wait_gone,
 };
 
 use std::fs::{self, File, OpenOptions};

@@ -500,3 +500,32 @@ pub fn settled_threads(pid: u32) -> u64 {
     // Past the bound, what it holds then.
     settled.or(last).expect("a thread count")
 }
+
+/// A process's state letter, as /proc/PID/stat has it (`S` sleeping, `R`
+/// running, ...); None once it is gone.
+#[allow(dead_code)]
+pub fn state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name, in parentheses, may hold anything: the state follows the last `)`.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Waits (up to 10 s) until `pid` is blocked: asleep, with no context
+/// switch of any thread for 50 ms. What was last sent to it has then been
+/// read and acted on: "it did not exit" is then a verdict, not a guess.
+/// True when blocked, false when the process has gone.
+#[allow(dead_code)]
+#[track_caller]
+pub fn blocked(pid: u32) -> bool {
+    let mut last = None;
+    let seen = poll(Duration::from_secs(10), Duration::from_millis(50), || {
+        let Some(s) = state(pid) else {
+            return Some(false);
+        };
+        let now = switches(pid);
+        let still = s == 'S' && last == Some(now);
+        last = Some(now);
+        still.then_some(true)
+    });
+    seen.unwrap_or_else(|| panic!("pid {pid} did not settle within 10 s"))
+}
