@@ -873,7 +873,13 @@ fn tool_calls_outlive_the_idle_timeout() {
         text(&m.tool("check_inbox", json!({}))),
         "The inbox is empty."
     );
-    thread::sleep(Duration::from_millis(2500));
+    // The instance (in baton mcp) closes the idle connection: its thread
+    // for it ends.
+    let pid = m.pid();
+    let with = crate::util::settled_threads(pid);
+    crate::util::wait_until("the idle connection to be closed", Duration::from_secs(20), || {
+        crate::util::threads(pid) < with
+    });
     assert_eq!(
         text(&m.tool("check_inbox", json!({}))),
         "The inbox is empty."
