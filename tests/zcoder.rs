@@ -632,7 +632,7 @@ fn zcoder_peer_catches_clients_that_do_not_read_the_whole_ack() {
     // Waits until the ack has arrived, but closes without reading it.
     let mut c = UnixStream::connect(&peer.socket).unwrap();
     c.write_all(&request).unwrap();
-    thread::sleep(Duration::from_millis(300));
+    wait_until("the ack to arrive", T, || readable(&c));
     drop(c);
     // Reads the whole ack, then closes, as baton does.
     let mut c = UnixStream::connect(&peer.socket).unwrap();
@@ -2020,4 +2020,16 @@ fn issue_18_a_frozen_zcoder_peer_is_unresponsive_not_missing() {
     peer.signal(libc::SIGCONT);
     let out = run(&["ping", "frozen"]);
     assert_eq!(out.status, 0, "{out:?}");
+}
+
+/// Whether bytes wait to be read on `c`, without reading them.
+fn readable(c: &UnixStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: c.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for a descriptor `c` keeps open.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
 }
