@@ -877,9 +877,11 @@ fn tool_calls_outlive_the_idle_timeout() {
     // for it ends.
     let pid = m.pid();
     let with = crate::util::settled_threads(pid);
-    crate::util::wait_until("the idle connection to be closed", Duration::from_secs(20), || {
-        crate::util::threads(pid) < with
-    });
+    crate::util::wait_until(
+        "the idle connection to be closed",
+        Duration::from_secs(20),
+        || crate::util::threads(pid) < with,
+    );
     assert_eq!(
         text(&m.tool("check_inbox", json!({}))),
         "The inbox is empty."

@@ -167,6 +167,38 @@ fn corrupt_inbox_file_goes_to_rejected() {
 }
 
 #[test]
+fn a_task_file_whose_mode_is_neither_queue_nor_steer_goes_to_rejected() {
+    let dir = tmpdir("bad-mode");
+    let s = Spool::open(&dir, false, false).unwrap();
+    s.admit(task("odd", "a"), None, LIMITS, || false, |_, _| {})
+        .unwrap();
+    drop(s);
+    let file = fs::read_dir(dir.join("inbox"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let text = fs::read_to_string(&file).unwrap();
+    assert!(text.contains(r#""mode":"queue""#), "{text}");
+    fs::write(
+        &file,
+        text.replace(r#""mode":"queue""#, r#""mode":"sideways""#),
+    )
+    .unwrap();
+    let s = Spool::open(&dir, false, false).unwrap();
+    assert_eq!(s.recovery_notes.len(), 1, "{:?}", s.recovery_notes);
+    assert!(
+        s.recovery_notes[0].contains(r#"unknown task mode "sideways""#),
+        "{:?}",
+        s.recovery_notes
+    );
+    assert!(matches!(s.claim().unwrap(), Claim::Empty));
+    drop(s);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn one_of_many_concurrent_offers_of_an_id_is_accepted() {
     let dir = tmpdir("same-id");
     let s = Spool::open(&dir, true, false).unwrap();
