@@ -532,13 +532,14 @@ impl Remote {
         check_target(target)?;
         let timeout = remote_timeout(config);
         let until = Some(Instant::now() + timeout);
-        Remote::start(via, config, &["bridge", "--offline", target], multiplex, until)?.ok_or_else(
-            || {
-                Error::Transport(format!(
-                    "no answer through the bridge within {timeout:?} (is baton installed there, and the target running?)"
-                ))
-            },
-        )
+        Remote::start(
+            via,
+            config,
+            &["bridge", "--offline", target],
+            multiplex,
+            until,
+        )?
+        .ok_or_else(|| no_answer(timeout))
     }
 
     /// `VIA baton bridge --await TARGET`: the live instance named TARGET,
@@ -609,12 +610,17 @@ fn fail(via: &mut Via, timeout: Duration, e: ClientError) -> Error {
             "the remote instance answered error {code}: {}",
             escape(&message)
         )),
-        ClientError::Timeout => Error::Transport(format!(
-            "no answer through the bridge within {timeout:?} (is baton installed there, and the target running?)"
-        )),
+        ClientError::Timeout => no_answer(timeout),
         ClientError::Closed => ended(via, timeout, "the bridge closed without an answer".into()),
         e => ended(via, timeout, format!("the bridge failed: {e}")),
     }
+}
+
+/// No answer through a bridge within `timeout`.
+fn no_answer(timeout: Duration) -> Error {
+    Error::Transport(format!(
+        "no answer through the bridge within {timeout:?} (is baton installed there, and the target running?)"
+    ))
 }
 
 /// The error for a bridge that went away: exit status 3 (which ssh

@@ -15,11 +15,9 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// The largest answer a client reads: answers are small, but `inbox/claim`
-/// carries a body, so allow the biggest frame an instance may be set to.
-const MAX_ANSWER: usize = 16 * 1024 * 1024 + 1024;
-/// The longest event line read: an event carries a body, escaped.
-const MAX_EVENT: usize = 128 * 1024 * 1024;
+/// The longest line a client reads: an answer (`inbox/claim`'s) or an
+/// event carries a body, escaped.
+const MAX_LINE: usize = 128 * 1024 * 1024;
 
 /// Where a session's lines come from.
 pub trait Lines: Send {
@@ -107,7 +105,7 @@ impl Session {
             .map_err(ClientError::Connect)?;
         let reader = stream.try_clone().map_err(ClientError::Connect)?;
         let lines = SocketLines {
-            reader: LineReader::new(reader, MAX_EVENT.max(MAX_ANSWER)),
+            reader: LineReader::new(reader, MAX_LINE),
             line_timeout: timeout,
         };
         let until = Some(Instant::now() + timeout);
@@ -129,13 +127,7 @@ impl Session {
             writer,
             next_id: 1,
             timeout,
-            hello: Hello {
-                capabilities: Vec::new(),
-                instance: None,
-                offline: None,
-                protocol_version: 0,
-                server: crate::wire::answer::Software::baton(""),
-            },
+            hello: Hello::default(),
         };
         let id = s.take_id();
         match s.write(&request(id, Method::Initialize, params)) {
