@@ -5,6 +5,7 @@
 //! that leave or stall), `--ephemeral`, steer follow-ups for pull agents,
 //! and transcript rotation.
 
+use crate::util::reliability::fd_count;
 use crate::util::{
     Env, RawClient, approval_of, event_is, lines_of, manifests, me_as_instance, poll, transcript,
     transcript_until, wait_until,
@@ -196,12 +197,19 @@ fn ask_waits_without_blocking_acceptance_and_approve_or_deny_decide() {
         awaiting(&mut c) == ["ask-1"]
     });
 
-    // Waiting is not running: nothing ran for a second and the instance
-    // stays ready. Once approval.requested is recorded nothing is due
-    // until someone decides, so no event marks the moment by which an
-    // unapproved turn would have started on its own (a timer, say):
-    // watching for a while is the only way to see that none does.
-    thread::sleep(Duration::from_secs(1));
+    // Waiting is not running: nothing ran and the instance stays ready.
+    // Once approval.requested is recorded nothing is due until someone
+    // decides, so nothing of this instance marks the moment by which an
+    // unapproved turn would have started on its own: an instance that
+    // needs no approval, sent the same task later, has run it by then.
+    let wws = env.workspace("witness");
+    let mut witness = env.serve(&wws, &["--exec", RECORD]);
+    let r = send(&mut witness.client(), witness.msg("w-1", "first"));
+    assert_eq!(r["status"], "accepted", "{r}");
+    wait_until("the witness's turn to run", WAIT, || {
+        wws.join("ran.txt").exists()
+    });
+    assert_eq!(witness.term(), 0, "{}", witness.stderr());
     assert!(
         !ran.exists(),
         "the handler ran unapproved: {}",
@@ -820,7 +828,7 @@ fn subscribers_that_leave_or_stall_do_not_disturb_the_instance() {
                    head -c 230000 /dev/zero | tr '\\0' b";
     let inst = env.serve_with(
         &ws,
-        &[("BATON_IO_TIMEOUT", "1"), ("BATON_FSYNC", "off")],
+        &[("BATON_IO_TIMEOUT", "5"), ("BATON_FSYNC", "off")],
         &["--exec", handler],
     );
     let mut c = inst.client();
@@ -862,7 +870,9 @@ fn subscribers_that_leave_or_stall_do_not_disturb_the_instance() {
     }
     drop(quitter);
 
-    // While it all flows, the instance answers promptly.
+    // While it all flows, the instance answers without waiting on the
+    // stalled subscriber: an answer that did would take the 5 s I/O
+    // timeout of that subscriber's writes.
     let mut probe = inst.client();
     let finished = poll(WAIT * 3, Duration::from_millis(20), || {
         if spool.join("done/big-3.json").exists() {
@@ -872,7 +882,7 @@ fn subscribers_that_leave_or_stall_do_not_disturb_the_instance() {
         assert_eq!(call(&mut probe, "ping", json!({}))["status"], "pong");
         call(&mut probe, "control/status", json!({}));
         let took = t.elapsed();
-        assert!(took < Duration::from_millis(1500), "answers took {took:?}");
+        assert!(took < Duration::from_secs(4), "answers took {took:?}");
         None
     });
     assert!(
@@ -906,10 +916,11 @@ fn subscribers_that_leave_or_stall_do_not_disturb_the_instance() {
 
     // The stalled one was cut off (its writes timed out) rather than
     // waited for: buffered events, then end of stream. Nothing records the
-    // cut (it is not an event), and reading now would unstall it: waiting
-    // out BATON_IO_TIMEOUT (1 s) is the only way to be sure its write
-    // deadline has passed.
-    thread::sleep(Duration::from_millis(1500));
+    // cut (it is not an event), and reading now would unstall it: the
+    // instance's closing of its end is watched for without reading.
+    wait_until("the stalled subscriber to be cut off", WAIT * 3, || {
+        stalled.hung_up()
+    });
     let mut got = 0usize;
     let mut buffered = 0usize;
     while let Some(line) = stalled.read_line() {
@@ -1054,15 +1065,25 @@ fn a_subscriber_that_falls_behind_is_cut_off_not_left_hanging() {
 // 4. --ephemeral
 // ---------------------------------------------------------------------------
 
+/// Returns once a one-second `--ephemeral` grace that began before the
+/// call has surely ended: a second ephemeral instance, whose last client
+/// left after that, has exited at the end of its own. Clients coming and
+/// going are not events, so this witness is what marks the moment.
+fn an_ephemeral_grace_passes(env: &Env) {
+    let ws = env.workspace("witness");
+    let mut witness = env.serve(&ws, &["--ephemeral"]);
+    drop(witness.client());
+    assert_eq!(witness.wait_exit(WAIT), Some(0), "{}", witness.stderr());
+}
+
 #[test]
 fn ephemeral_waits_for_a_first_client_and_exits_a_second_after_the_last() {
     let env = Env::new();
     let ws = env.workspace("ws");
     let mut inst = env.serve(&ws, &["--ephemeral"]);
     // An instance that waits for its first client records nothing while it
-    // waits: no event marks the moment it would have given up by, so a
-    // while (twice the one-second grace) is watched.
-    thread::sleep(Duration::from_secs(2));
+    // waits: it would have given up by the end of a grace begun later.
+    an_ephemeral_grace_passes(&env);
     assert!(inst.is_running(), "exited with no client ever seen");
 
     let mut c = inst.client();
@@ -1083,14 +1104,18 @@ fn ephemeral_reconnect_inside_the_grace_period_cancels_the_exit() {
     let ws = env.workspace("ws");
     let mut inst = env.serve(&ws, &["--ephemeral"]);
 
-    let c = inst.client();
-    drop(c);
-    // Inside the one-second grace, and then past it: clients coming and
-    // going are not events, so nothing recorded marks the moment the
-    // instance would have exited by; time is the only measure.
-    thread::sleep(Duration::from_millis(300));
     let mut c = inst.client();
-    thread::sleep(Duration::from_secs(2));
+    assert_eq!(call(&mut c, "ping", json!({}))["status"], "pong");
+    let with_client = fd_count(inst.pid());
+    drop(c);
+    // Once the instance has closed its end (the client has left, the
+    // grace has begun), a client comes back at once, inside the grace;
+    // then the grace is let pass.
+    wait_until("the client's connection closed", WAIT, || {
+        fd_count(inst.pid()) < with_client
+    });
+    let mut c = inst.client();
+    an_ephemeral_grace_passes(&env);
     assert!(inst.is_running(), "exited with a client connected");
     assert_eq!(call(&mut c, "ping", json!({}))["status"], "pong");
     assert!(inst.manifest_path.exists());

@@ -1654,12 +1654,10 @@ fn send_waits_for_the_outcome_and_task_status_follows_it() {
     assert_eq!(ts["inputSchema"]["required"], json!(["message_id"]), "{ts}");
     assert_eq!(ts["inputSchema"]["additionalProperties"], false, "{ts}");
 
-    let started = Instant::now();
     let res = b.tool(
         "send_agent_message",
-        json!({"target_instance_id": r.id, "message": "say hi", "wait_seconds": 10}),
+        json!({"target_instance_id": r.id, "message": "say hi", "wait_seconds": 60}),
     );
-    assert!(started.elapsed() < Duration::from_secs(10), "{res}");
     assert_eq!(res["isError"], false, "{res}");
     let sc = &res["structuredContent"];
     assert_eq!(sc["status"], "accepted", "{res}");
@@ -1683,7 +1681,7 @@ fn send_waits_for_the_outcome_and_task_status_follows_it() {
     );
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_secs(1) && took < Duration::from_secs(8),
+        took >= Duration::from_secs(1) && took < READ_TIMEOUT,
         "{took:?} {res}"
     );
     assert_eq!(res["isError"], false, "{res}");

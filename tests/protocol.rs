@@ -1208,18 +1208,22 @@ fn missed_line_deadline_gets_one_error_then_close() {
     assert_error(&v, Value::Null, -32000, want);
     assert_eq!(c.read_line(), None, "the connection must close");
     assert!(took >= Duration::from_millis(250), "error after {took:?}");
-    assert!(took < Duration::from_secs(2), "error after {took:?}");
 
     // A line that keeps trickling in on a fresh connection, before anything
     // else, still has to finish within the deadline of its first byte:
     // slow_clients_do_not_delay_others_and_are_dropped.
 
     // A complete line between pauses is fine: the deadline is per line.
+    // Each pause lasts until a connection that began a line after c's
+    // last one has been cut off at its deadline: a deadline counted from
+    // c's last line would have passed by then.
     let mut c = inst.client();
-    thread::sleep(Duration::from_millis(500));
-    assert_pings(&mut c, 2);
-    thread::sleep(Duration::from_millis(500));
-    assert_pings(&mut c, 3);
+    for n in 2..=3 {
+        let mut later = inst.client();
+        later.send_raw(br#"{"jsonrpc":"2.0","id":1,"me"#);
+        assert_error(&read_obj(&mut later), Value::Null, -32000, want);
+        assert_pings(&mut c, n);
+    }
 }
 
 #[test]
@@ -1379,10 +1383,6 @@ fn slow_clients_do_not_delay_others_and_are_dropped() {
         assert!(
             after >= Duration::from_millis(1900),
             "dropped before the 2 s deadline: {after:?}"
-        );
-        assert!(
-            after < Duration::from_secs(6),
-            "dropped only after {after:?}"
         );
         let text = String::from_utf8(got.received).unwrap();
         let lines: Vec<&str> = text.lines().collect();

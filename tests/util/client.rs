@@ -60,6 +60,34 @@ impl RawClient {
         &self.stream
     }
 
+    /// True while the instance has sent nothing unread and has not closed
+    /// its end: asked without reading or waiting, so a test can tell what
+    /// the instance has done by a given event.
+    pub fn quiet(&self) -> bool {
+        self.buf.is_empty() && self.backlog.is_empty() && self.ready(libc::POLLIN) == 0
+    }
+
+    /// True once the instance has closed its end, however much it sent
+    /// before is still unread (nothing is read).
+    pub fn hung_up(&self) -> bool {
+        self.ready(0) & (libc::POLLRDHUP | libc::POLLHUP) != 0
+    }
+
+    /// What `poll` with no timeout says of the socket, asked for `events`
+    /// and for the instance's closing of its end.
+    fn ready(&self, events: libc::c_short) -> libc::c_short {
+        use std::os::fd::AsRawFd;
+        let mut fd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: events | libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for a descriptor this client owns.
+        let n = unsafe { libc::poll(&mut fd, 1, 0) };
+        assert!(n >= 0, "poll: {}", io::Error::last_os_error());
+        fd.revents
+    }
+
     /// Sends `bytes` followed by `\n`. Panics on a write error.
     pub fn send_line(&mut self, bytes: &[u8]) {
         let mut line = Vec::with_capacity(bytes.len() + 1);
