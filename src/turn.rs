@@ -50,8 +50,6 @@ pub enum TurnEvent {
         code: Option<i32>,
         signal: Option<i32>,
     },
-    /// The handler could not be started at all.
-    SpawnFailed { token: String, error: String },
 }
 
 /// What a handler needs to run.
@@ -288,17 +286,9 @@ impl Io {
         let Some((pid, _)) = &self.leader else {
             return;
         };
-        let pid = *pid;
-        match sys::try_wait_leader(pid) {
-            Ok(None) => {}
-            Ok(Some(st)) => {
-                self.leader = None;
-                exited(Ok(st), token, events);
-            }
-            Err(e) => {
-                self.leader = None;
-                exited(Err(e), token, events);
-            }
+        if let Some(status) = sys::try_wait_leader(*pid).transpose() {
+            self.leader = None;
+            exited(status, token, events);
         }
     }
 
@@ -378,11 +368,7 @@ impl Stream {
             self.pending.extend_from_slice(&chunk[..streamed]);
             let text = take_utf8(&mut self.pending);
             if !text.is_empty() {
-                let _ = events.send(TurnEvent::Output {
-                    token: token.to_string(),
-                    stream: self.name,
-                    text,
-                });
+                self.output(text, token, events);
             }
         }
         if streamed < n {
@@ -394,17 +380,22 @@ impl Stream {
         }
     }
 
+    fn output(&self, text: String, token: &str, events: &chan::Sender<TurnEvent>) {
+        let _ = events.send(TurnEvent::Output {
+            token: token.to_string(),
+            stream: self.name,
+            text,
+        });
+    }
+
     /// EOF: closes the pipe and reports what the stream held.
     fn finish(&mut self, token: &str, events: &chan::Sender<TurnEvent>) {
         if self.r.take().is_none() {
             return;
         }
         if !self.pending.is_empty() {
-            let _ = events.send(TurnEvent::Output {
-                token: token.to_string(),
-                stream: self.name,
-                text: String::from_utf8_lossy(&self.pending).into_owned(),
-            });
+            let text = String::from_utf8_lossy(&self.pending).into_owned();
+            self.output(text, token, events);
             self.pending.clear();
         }
         if self.tail.len() > TAIL_BYTES {

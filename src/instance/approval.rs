@@ -12,8 +12,8 @@
 //! controller was shown: a request id a host or sender chose can be asked
 //! again with other text, an `ask-<n>` cannot.
 
+use super::outbound::back_to;
 use super::{Approve, Foreground, is_local, opt_str_param, str_param};
-use crate::relay::Outbound;
 use crate::sanitize::escape;
 use crate::server::RpcError;
 use crate::spool::{self, Claim, Task};
@@ -30,10 +30,6 @@ pub(super) enum Gate {
     Denied,
 }
 
-/// Lines of the body an approval request carries, and characters kept of
-/// each (a longer line ends in `…`).
-const EXCERPT_LINES: usize = 5;
-const EXCERPT_LINE_CHARS: usize = 200;
 /// The longest kind a client may declare in `by`.
 const MAX_BY: usize = 32;
 
@@ -106,14 +102,10 @@ fn valid_by(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' '))
 }
 
-/// The first lines of a body, each cut at `EXCERPT_LINE_CHARS`, and how
-/// many lines it has in all.
+/// The first lines of a body (`event_text::first_lines`), and how many
+/// lines it has in all.
 fn excerpt(body: &str) -> (String, usize) {
-    let cut = |l: &str| match l.char_indices().nth(EXCERPT_LINE_CHARS) {
-        Some((i, _)) => format!("{}…", &l[..i]),
-        None => l.to_string(),
-    };
-    let first: Vec<String> = body.lines().take(EXCERPT_LINES).map(cut).collect();
+    let first = crate::event_text::first_lines(body);
     (first.join("\n"), body.lines().count())
 }
 
@@ -240,15 +232,13 @@ impl Foreground {
             Ok(Claim::Task(task)) => match self.spool().finish(message_id, Outcome::Denied) {
                 Ok(()) => Some(task),
                 Err(e) => {
-                    self.hub
-                        .emit(EventKind::Notice, json!({"text": e.to_string()}));
+                    self.notice(None, e.to_string());
                     None
                 }
             },
             Ok(_) => None,
             Err(e) => {
-                self.hub
-                    .emit(EventKind::Notice, json!({"text": e.to_string()}));
+                self.notice(None, e.to_string());
                 None
             }
         };
@@ -279,17 +269,8 @@ impl Foreground {
             by.text(),
             self.origin.name
         );
-        let out = Outbound {
-            target: sender.clone(),
-            body,
-            message_id: self.new_message_id(),
-            hop: task.hop + 1,
-            in_reply_to: Some(task.message_id.clone()),
-            mode: "queue".into(),
-            only: Some(sender),
-            scope: "a denial notice".into(),
-            only_spool: task.sender.name.clone().zip(task.sender.workspace.clone()),
-        };
+        let id = self.new_message_id();
+        let out = back_to(task, &sender, body, id, "a denial notice".into());
         self.spawn_send(out, Some(task.message_id.clone()), None);
     }
 
@@ -403,10 +384,7 @@ impl Foreground {
         };
         if answer["status"] == "invalid" {
             let why = answer["reason"].as_str().unwrap_or("");
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"text": format!("a reply to {rid} decided nothing: {why}")}),
-            );
+            self.notice(None, format!("a reply to {rid} decided nothing: {why}"));
         }
     }
 }

@@ -55,7 +55,7 @@ impl Foreground {
         if let Some(s) = self.short.take() {
             let text = format!("no longer {}: tasks are handed out again", s.what);
             eprintln!("baton: {text}");
-            self.hub.emit(EventKind::Notice, json!({"text": text}));
+            self.notice(None, text);
         }
     }
 
@@ -93,12 +93,9 @@ impl Foreground {
     /// approved.
     pub(super) fn put_back(&mut self, id: &str, what: &'static str, error: &str) {
         if let Err(e) = self.spool().unclaim(id) {
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"message_id": id, "text": format!(
+            self.notice(Some(id), format!(
                     "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
-                )}),
-            );
+                ));
         }
         self.approved.insert(id.to_string());
         self.short_of(what, error);

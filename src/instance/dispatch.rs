@@ -80,6 +80,16 @@ impl Foreground {
         self.shared.paused.load(Ordering::SeqCst)
     }
 
+    /// A `notice`, of the task `id` or of the instance's own.
+    pub(super) fn notice(&self, id: Option<&str>, text: impl Into<String>) {
+        let text = text.into();
+        let fields = match id {
+            Some(id) => json!({"message_id": id, "text": text}),
+            None => json!({"text": text}),
+        };
+        self.hub.emit(EventKind::Notice, fields);
+    }
+
     pub(super) fn new_message_id(&mut self) -> String {
         let n = self.next_out;
         self.next_out += 1;
@@ -259,10 +269,7 @@ impl Foreground {
         if let Err(e) = spawned {
             // The last resort, the one wait the foreground makes itself:
             // bounded by SETTLE_WAIT, below every caller's answer wait.
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"text": format!("cannot start a settle thread: {e}")}),
-            );
+            self.notice(None, format!("cannot start a settle thread: {e}"));
             self.spool().settle(SETTLE_WAIT);
             self.answer_pause(Settled { reply, changed });
         }

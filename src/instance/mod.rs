@@ -32,9 +32,8 @@ use crate::relay::Origin;
 use crate::server::{Event, RpcError, Shared};
 use crate::spool::{self, Task};
 use crate::turn::TurnEvent;
-use crate::wire::EventKind;
 use crossbeam_channel::{self as chan, select};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -255,16 +254,16 @@ impl Foreground {
                     }
                 },
                 recv(inputs.signals) -> sig => {
-                    self.hub.emit(EventKind::Notice, json!({"text": format!("stopping on signal {}", sig.unwrap_or(0))}));
+                    self.notice(None, format!("stopping on signal {}", sig.unwrap_or(0)));
                     return;
                 },
                 recv(inputs.stop) -> _ => {
-                    self.hub.emit(EventKind::Notice, json!({"text": "stopping: the front end closed"}));
+                    self.notice(None, "stopping: the front end closed");
                     return;
                 },
                 recv(timer) -> _ => {
                     if self.on_timer() {
-                        self.hub.emit(EventKind::Notice, json!({"text": "no client for a second: ephemeral instance stopping"}));
+                        self.notice(None, "no client for a second: ephemeral instance stopping");
                         return;
                     }
                 },

@@ -58,49 +58,25 @@ impl Foreground {
     /// `--reply`: plans sending the handler's stdout back to the sender,
     /// before the task is finished, so its receipt can name the reply.
     pub(super) fn plan_stdout_reply(&mut self, task: &Task, stdout: Vec<u8>) -> StdoutReply {
-        let id = &task.message_id;
         let limit = self.shared.config.max_message_bytes;
         let text = String::from_utf8_lossy(&stdout).into_owned();
         let mut record = (!text.is_empty()).then(|| ReplyRecord {
             message_id: None,
             body: super::outcome::bounded(&text, limit),
         });
-        let Some(sender) = task.sender.instance_id.clone() else {
-            return StdoutReply {
-                record,
-                send: Err(NoReply::PlainSender),
-            };
+        let send = match &task.sender.instance_id {
+            None => Err(NoReply::PlainSender),
+            Some(_) if stdout.len() > limit => Err(NoReply::TooLong { limit }),
+            Some(_) if text.trim().is_empty() => Err(NoReply::Empty),
+            Some(sender) => {
+                let id = self.new_message_id();
+                Ok(back_to(task, sender, text, id, "a reply".into()))
+            }
         };
-        if stdout.len() > limit {
-            return StdoutReply {
-                record,
-                send: Err(NoReply::TooLong { limit }),
-            };
-        }
-        if text.trim().is_empty() {
-            return StdoutReply {
-                record,
-                send: Err(NoReply::Empty),
-            };
-        }
-        let out = Outbound {
-            target: sender.clone(),
-            body: text,
-            message_id: self.new_message_id(),
-            hop: task.hop + 1,
-            in_reply_to: Some(id.clone()),
-            mode: "queue".into(),
-            only: Some(sender),
-            scope: "a reply".into(),
-            only_spool: spool_of(task),
-        };
-        if let Some(r) = record.as_mut() {
+        if let (Some(r), Ok(out)) = (record.as_mut(), &send) {
             r.message_id = Some(out.message_id.clone());
         }
-        StdoutReply {
-            record,
-            send: Ok(out),
-        }
+        StdoutReply { record, send }
     }
 
     /// Sends a planned `--reply`, or says why none goes out.
@@ -113,8 +89,7 @@ impl Foreground {
             Ok(out) => self.spawn_send(out, Some(id.to_string()), None),
             Err(why) => {
                 let text = why.to_string();
-                self.hub
-                    .emit(EventKind::Notice, json!({"message_id": id, "text": text}));
+                self.notice(Some(id), text);
             }
         }
     }
@@ -147,7 +122,7 @@ impl Foreground {
             });
         if let Err(e) = spawned {
             let text = format!("cannot start a sender thread: {e}");
-            self.hub.emit(EventKind::Notice, json!({"text": text}));
+            self.notice(None, &text);
             if let Some(w) = waiter {
                 w.answer(
                     json!({"status": Status::Transport, "message_id": message_id, "reason": text}),
@@ -162,10 +137,7 @@ impl Foreground {
             .name("baton-send-wait".into())
             .spawn(move || waiter.wait(&result_rx, within, &message_id));
         if let Err(e) = spawned {
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"text": format!("cannot start a thread to answer a send: {e}")}),
-            );
+            self.notice(None, format!("cannot start a thread to answer a send: {e}"));
         }
     }
 
@@ -185,8 +157,7 @@ impl Foreground {
                     escape(fields["reason"].as_str().unwrap_or(""))
                 );
                 eprintln!("baton: {text}");
-                self.hub
-                    .emit(EventKind::Notice, json!({"message_id": r, "text": text}));
+                self.notice(Some(r), text);
             }
         }
         self.hub.emit(EventKind::RelaySent, fields);
@@ -330,7 +301,7 @@ impl Foreground {
             }));
         };
         let from = turn::display_name(&task.sender);
-        let Some(sender) = task.sender.instance_id.clone() else {
+        let Some(sender) = &task.sender.instance_id else {
             return refuse(
                 Status::Denied,
                 format!(
@@ -343,16 +314,11 @@ impl Foreground {
             (false, Some(t)) => t,
             (false, None) => return Err(missing_target()),
         };
+        let scope = format!("this turn runs a task relayed from {}", escape(&from));
         Ok(Ok(Outbound {
             target,
-            body,
-            message_id,
-            hop: task.hop + 1,
-            in_reply_to: Some(task.message_id.clone()),
             mode,
-            only: Some(sender),
-            scope: format!("this turn runs a task relayed from {}", escape(&from)),
-            only_spool: spool_of(&task),
+            ..back_to(&task, sender, body, message_id, scope)
         }))
     }
 }
@@ -371,13 +337,9 @@ pub(super) enum Waiter {
 
 impl Waiter {
     fn wait(self, result: &chan::Receiver<Value>, io_timeout: Duration, message_id: &str) {
-        let bound = match &self {
-            Waiter::Relay(_) => None,
-            Waiter::Complete { .. } => Some(io_timeout - io_timeout / 5),
-        };
-        let got = match bound {
-            None => result.recv().ok(),
-            Some(b) => result.recv_timeout(b).ok(),
+        let got = match &self {
+            Waiter::Relay(_) => result.recv().ok(),
+            Waiter::Complete { .. } => result.recv_timeout(io_timeout - io_timeout / 5).ok(),
         };
         let got = got.unwrap_or_else(|| {
             json!({"status": ReplyStatus::Sending.as_str(), "message_id": message_id,
@@ -399,11 +361,28 @@ impl Waiter {
     }
 }
 
-/// The name and workspace of a task's sender, whose spool takes what is
-/// sent back while the sender is stopped.
-fn spool_of(task: &Task) -> Option<(String, String)> {
+/// A task sent back along `task`'s way: to its sender's instance
+/// `sender` and to it only (`scope` says why), one hop further, queued; to
+/// the spool of the sender's name and workspace while it is stopped.
+pub(super) fn back_to(
+    task: &Task,
+    sender: &str,
+    body: String,
+    message_id: String,
+    scope: String,
+) -> Outbound {
     let s = &task.sender;
-    Some((s.name.clone()?, s.workspace.clone()?))
+    Outbound {
+        target: sender.to_string(),
+        body,
+        message_id,
+        hop: task.hop + 1,
+        in_reply_to: Some(task.message_id.clone()),
+        mode: "queue".into(),
+        only: Some(sender.to_string()),
+        scope,
+        only_spool: s.name.clone().zip(s.workspace.clone()),
+    }
 }
 
 fn missing_target() -> RpcError {

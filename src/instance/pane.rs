@@ -281,12 +281,9 @@ impl Foreground {
         };
         self.open.remove(pos);
         if let Err(e) = self.spool().unclaim(id) {
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"message_id": id, "text": format!(
+            self.notice(Some(id), format!(
                     "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
-                )}),
-            );
+                ));
             self.refresh();
             return false;
         }
@@ -302,17 +299,14 @@ impl Foreground {
             return;
         };
         let seconds = self.opts.turn_timeout.unwrap_or_default().as_secs_f64();
-        self.hub.emit(
-            EventKind::Notice,
-            json!({"message_id": id, "text": format!(
+        self.notice(
+            Some(id),
+            format!(
                 "turn timed out: not completed within --turn-timeout {seconds} s of being typed"
-            )}),
+            ),
         );
         if let Err(e) = self.spool().finish(id, Outcome::Timeout) {
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"message_id": id, "text": e.to_string()}),
-            );
+            self.notice(Some(id), e.to_string());
             return;
         }
         self.open.remove(pos);

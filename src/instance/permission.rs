@@ -14,6 +14,7 @@
 
 use super::approval::Decider;
 use super::{Foreground, opt_str_param, str_param};
+use crate::event_text;
 use crate::server::RpcError;
 use crate::wire::EventKind;
 use serde_json::{Map, Value, json};
@@ -35,14 +36,7 @@ fn valid_request_id(s: &str) -> bool {
 
 /// `s` cut after `FIELD_CHARS` characters (then `…`).
 fn cut(s: &str) -> String {
-    cut_at(s, FIELD_CHARS)
-}
-
-fn cut_at(s: &str, chars: usize) -> String {
-    match s.char_indices().nth(chars) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
+    event_text::cut(s, FIELD_CHARS)
 }
 
 /// Who asked for a tool call, as a controller shows it (unescaped), from
@@ -50,7 +44,7 @@ fn cut_at(s: &str, chars: usize) -> String {
 pub fn who_asked(params: &Value) -> String {
     let n = |k: &str| params.get(k).and_then(Value::as_u64);
     let host = params.get("host").and_then(Value::as_str);
-    crate::event_text::who_asked(host, n("host_pid"), n("pid"))
+    event_text::who_asked(host, n("host_pid"), n("pid"))
 }
 
 impl Foreground {
@@ -85,7 +79,7 @@ impl Foreground {
                 old.params["request_id"].as_str().unwrap_or(""),
                 old.id
             );
-            self.hub.emit(EventKind::Notice, json!({"text": text}));
+            self.notice(None, text);
         }
         // `baton mcp` runs its instance in its own process, so a request
         // asked on a connection of this process comes from the host that
@@ -93,7 +87,7 @@ impl Foreground {
         let host_pid = (pid == Some(std::process::id())).then(std::os::unix::process::parent_id);
         let shown = json!({"request_id": request_id, "tool_name": cut(&tool_name),
                            "description": cut(&description), "input_preview": cut(&input_preview),
-                           "host": host.map(|h| cut_at(&h, HOST_CHARS)), "host_pid": host_pid,
+                           "host": host.map(|h| event_text::cut(&h, HOST_CHARS)), "host_pid": host_pid,
                            "pid": pid});
         let p = self.pending(shown);
         self.hub
@@ -141,7 +135,7 @@ mod tests {
         assert!(!valid_request_id(&"a".repeat(65)));
         assert_eq!(cut(&"é".repeat(2001)), format!("{}…", "é".repeat(2000)));
         assert_eq!(cut("ls"), "ls");
-        assert_eq!(cut_at("abc", 2), "ab…");
+        assert_eq!(event_text::cut("abc", 2), "ab…");
     }
 
     #[test]

@@ -91,8 +91,7 @@ impl Foreground {
             Ok(Claim::Empty) => {}
             Err(e) => {
                 if e.shortage().is_none() {
-                    self.hub
-                        .emit(EventKind::Notice, json!({"text": e.to_string()}));
+                    self.notice(None, e.to_string());
                 }
                 self.claim_failed(&id, &e);
             }
@@ -201,8 +200,7 @@ impl Foreground {
         let token = match &ev {
             TurnEvent::Output { token, .. }
             | TurnEvent::StreamDone { token, .. }
-            | TurnEvent::Exited { token, .. }
-            | TurnEvent::SpawnFailed { token, .. } => token.clone(),
+            | TurnEvent::Exited { token, .. } => token.clone(),
         };
         let Some(r) = self.running.as_mut().filter(|r| r.token == token) else {
             return;
@@ -243,12 +241,6 @@ impl Foreground {
                     r.drain_until = Some(Instant::now() + DRAIN_GRACE);
                 }
             }
-            TurnEvent::SpawnFailed { error, .. } => {
-                r.exit = Some((None, None));
-                r.streams_open = 0;
-                self.hub
-                    .emit(EventKind::Notice, json!({"message_id": id, "text": error}));
-            }
         }
         self.maybe_finish();
     }
@@ -264,9 +256,9 @@ impl Foreground {
             let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
             r.kill_at = Some(now + KILL_GRACE);
             let id = r.task.message_id.clone();
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"message_id": id, "text": "turn timed out: SIGTERM sent to its process group"}),
+            self.notice(
+                Some(&id),
+                "turn timed out: SIGTERM sent to its process group",
             );
         } else if r.kill_at.is_some_and(|k| k <= now) {
             r.kill_at = None;
@@ -306,10 +298,7 @@ impl Foreground {
         let finished = match self.spool().finish_with(&id, outcome, record.clone()) {
             Ok(()) => true,
             Err(e) => {
-                self.hub.emit(
-                    EventKind::Notice,
-                    json!({"message_id": id, "text": e.to_string()}),
-                );
+                self.notice(Some(&id), e.to_string());
                 false
             }
         };
@@ -354,9 +343,9 @@ impl Foreground {
                 r.ended_by = Some(Outcome::Cancelled);
                 let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
                 r.kill_at = Some(Instant::now() + KILL_GRACE);
-                self.hub.emit(
-                    EventKind::Notice,
-                    json!({"message_id": id, "text": "turn cancelled: SIGTERM sent to its process group"}),
+                self.notice(
+                    Some(&id),
+                    "turn cancelled: SIGTERM sent to its process group",
                 );
             }
             return Ok(json!({"status": "cancelling", "message_id": id}));
@@ -501,10 +490,7 @@ impl Foreground {
     /// leader is gone, the token in its environment): the turn goes on.
     fn record_group(&self, token: &str, pgid: u32, id: &str) {
         if let Err(e) = self.spool().record_handler(token, Some(pgid)) {
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"message_id": id, "text": e.to_string()}),
-            );
+            self.notice(Some(id), e.to_string());
         }
     }
 }
