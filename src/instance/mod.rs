@@ -281,7 +281,7 @@ impl Foreground {
         }
         self.shared.stopping.store(true, Ordering::SeqCst);
         self.interrupt_turn(&inputs.turns);
-        listeners.close(&self.socket, self.zcoder.as_ref().map(|(_, s)| s));
+        listeners.close();
         self.shared.spool.remove_if_ephemeral();
     }
 }

@@ -47,21 +47,18 @@ struct Place {
     zcoder: Option<(PathBuf, PathBuf)>,
 }
 
-/// The listening sockets, bound and not yet accepting.
-struct Bound {
-    listener: UnixListener,
-    was_activated: bool,
+/// A socket we listen on.
+struct Socket {
+    path: PathBuf,
+    /// What was bound there: only that is unlinked at exit.
     meta: fs::Metadata,
-    zcoder: Option<(UnixListener, fs::Metadata)>,
+    /// An activated socket belongs to the service manager, which keeps
+    /// listening on it to start the agent again.
+    activated: bool,
 }
 
-/// The accept loops, for shutdown.
-pub(super) struct Listeners {
-    was_activated: bool,
-    meta: fs::Metadata,
-    done: chan::Receiver<()>,
-    zcoder: Option<(chan::Receiver<()>, fs::Metadata)>,
-}
+/// The sockets and the ends of their accept loops, for shutdown.
+pub(super) struct Listeners(Vec<(Socket, chan::Receiver<()>)>);
 
 /// Startup: the manifest is published last, once the instance answers
 /// (docs/protocol.md §7, Manifest).
@@ -81,7 +78,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
     let spool = open_spool(&opts, &config, &place)?;
     // Stale entries of dead instances go before we add our own.
     registry::collect_stale(&place.dir);
-    let bound = bind(&mut place)?;
+    let sockets = bind(&mut place)?;
     let paused = opts.paused || config.relay == Relay::Paused;
     let manifest = manifest(&place, &opts, paused);
     let (events_tx, events) = chan::unbounded();
@@ -103,7 +100,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
         )
         .with_agent(opts.agent),
     );
-    let listeners = bound.accept(&shared)?;
+    let listeners = accept(sockets, &shared)?;
     let signals = signal_channel()?;
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
     // The listener is accepting: only now may peers find us.
@@ -321,10 +318,14 @@ fn open_spool(opts: &ServeOptions, config: &Config, place: &Place) -> Result<Arc
 }
 
 /// Binds the sockets (or takes the activated one).
-fn bind(place: &mut Place) -> Result<Bound> {
+fn bind(place: &mut Place) -> Result<Vec<(Socket, UnixListener)>> {
+    let socket = &place.socket;
+    let listen =
+        |path: &Path| UnixListener::bind(path).map_err(|e| Error::io("listen on", path, e));
+    let inspect =
+        |path: &Path| fs::symlink_metadata(path).map_err(|e| Error::io("inspect", path, e));
     let activated = place.activated.take();
     let was_activated = activated.is_some();
-    let socket = &place.socket;
     let listener = match activated {
         // A peer that checks who serves this socket (sender verification,
         // docs/protocol.md §5) hears of the process that last listened on
@@ -333,52 +334,45 @@ fn bind(place: &mut Place) -> Result<Bound> {
             sys::listen_here(&l).map_err(|e| Error::io("listen on", socket, e))?;
             l
         }
-        None => UnixListener::bind(socket).map_err(|e| Error::io("listen on", socket, e))?,
+        None => listen(socket)?,
     };
-    let meta = fs::symlink_metadata(socket).map_err(|e| Error::io("inspect", socket, e))?;
-    let zcoder = match &place.zcoder {
-        Some((_, zsock)) => {
-            let l = UnixListener::bind(zsock).map_err(|e| Error::io("listen on", zsock, e))?;
-            let meta = fs::symlink_metadata(zsock).map_err(|e| Error::io("inspect", zsock, e))?;
-            Some((l, meta))
-        }
-        None => None,
-    };
-    Ok(Bound {
+    let mut sockets = vec![(
+        Socket {
+            path: socket.clone(),
+            meta: inspect(socket)?,
+            activated: was_activated,
+        },
         listener,
-        was_activated,
-        meta,
-        zcoder,
-    })
+    )];
+    if let Some((_, zsock)) = &place.zcoder {
+        let listener = listen(zsock)?;
+        let meta = inspect(zsock)?;
+        let path = zsock.clone();
+        sockets.push((
+            Socket {
+                path,
+                meta,
+                activated: false,
+            },
+            listener,
+        ));
+    }
+    Ok(sockets)
 }
 
-impl Bound {
-    /// Starts an accept loop on each socket.
-    fn accept(self, shared: &Arc<Shared>) -> Result<Listeners> {
-        let done = start_accept(self.listener, shared)?;
-        let zcoder = match self.zcoder {
-            Some((l, meta)) => Some((start_accept(l, shared)?, meta)),
-            None => None,
-        };
-        Ok(Listeners {
-            was_activated: self.was_activated,
-            meta: self.meta,
-            done,
-            zcoder,
-        })
-    }
+/// Starts an accept loop on each socket.
+fn accept(sockets: Vec<(Socket, UnixListener)>, shared: &Arc<Shared>) -> Result<Listeners> {
+    let accepting = sockets
+        .into_iter()
+        .map(|(s, l)| Ok((s, start_accept(l, shared)?)));
+    Ok(Listeners(accepting.collect::<Result<_>>()?))
 }
 
 impl Listeners {
-    /// Stops listening on `socket` and, with `--zcoder`, on `zsock`.
-    pub(super) fn close(&self, socket: &Path, zsock: Option<&PathBuf>) {
-        // An activated socket belongs to the service manager, which keeps
-        // listening on it to start the agent again.
-        if !self.was_activated {
-            close_listener(socket, &self.meta, &self.done);
-        }
-        if let (Some(zsock), Some((zdone, zmeta))) = (zsock, &self.zcoder) {
-            close_listener(zsock, zmeta, zdone);
+    /// Stops listening, each socket unlinked where it is ours.
+    pub(super) fn close(&self) {
+        for (s, done) in self.0.iter().filter(|(s, _)| !s.activated) {
+            close_listener(&s.path, &s.meta, done);
         }
     }
 }
