@@ -163,12 +163,9 @@ impl Foreground {
             Approve::Ask => {
                 if !self.asked.contains_key(id) {
                     let full = self.spool().queued_task(id);
-                    let p = self.pending(context(id, full.as_ref(), Some(task)));
-                    self.hub
-                        .emit(EventKind::ApprovalRequested, p.params.clone());
-                    let (aid, params) = (p.id.clone(), p.params.clone());
+                    let shown = context(id, full.as_ref(), Some(task));
+                    let (p, _) = self.ask(EventKind::ApprovalRequested, shown);
                     self.asked.insert(id.clone(), p);
-                    self.send_request(&aid, params, None);
                 }
                 Gate::Wait
             }
@@ -179,16 +176,19 @@ impl Foreground {
         }
     }
 
-    /// A new approval of what `shown` shows: its id and digest are added
-    /// to the params its requests and its event carry.
-    pub(super) fn pending(&mut self, shown: Value) -> Pending {
+    /// A new approval of what `shown` shows, recorded as a `kind` event
+    /// and asked of every controller: it, and how many were asked. Its id
+    /// and digest are added to the params its requests and its event carry.
+    pub(super) fn ask(&mut self, kind: EventKind, shown: Value) -> (Pending, usize) {
         let id = format!("ask-{}", self.next_approval);
         self.next_approval += 1;
         let digest = digest_of(&shown);
         let mut params = shown;
         params["approval_id"] = json!(id);
         params["digest"] = json!(digest);
-        Pending { id, digest, params }
+        self.hub.emit(kind, params.clone());
+        let asked = self.send_request(&id, params.clone(), None);
+        (Pending { id, digest, params }, asked)
     }
 
     /// Asks every controller, or only the one subscriber `only`, to decide
@@ -228,20 +228,16 @@ impl Foreground {
             self.requests.retain(|_, a| *a != p.id);
         }
         self.approved.remove(message_id);
-        let task = match self.spool().claim_id(message_id) {
-            Ok(Claim::Task(task)) => match self.spool().finish(message_id, Outcome::Denied) {
-                Ok(()) => Some(task),
-                Err(e) => {
-                    self.notice(None, e.to_string());
-                    None
-                }
-            },
-            Ok(_) => None,
-            Err(e) => {
-                self.notice(None, e.to_string());
-                None
+        let claimed = self.spool().claim_id(message_id).and_then(|c| match c {
+            Claim::Task(task) => {
+                (self.spool().finish(message_id, Outcome::Denied)).map(|()| Some(task))
             }
-        };
+            _ => Ok(None),
+        });
+        let task = claimed.unwrap_or_else(|e| {
+            self.notice(None, e.to_string());
+            None
+        });
         self.hub.emit(
             EventKind::TaskDenied,
             json!({"message_id": message_id, "by": by.kind, "by_pid": by.pid}),
@@ -341,13 +337,13 @@ impl Foreground {
         let digest = answer_param(params, "digest")?;
         let decision = str_param(params, "decision")?;
         let by = opt_str_param(params, "by")?;
+        let invalid =
+            |reason| Ok(json!({"status": "invalid", "approval_id": approval_id, "reason": reason}));
         if !matches!(decision.as_str(), "approve" | "deny") {
-            return Ok(json!({"status": "invalid", "approval_id": approval_id,
-                             "reason": "decision is not approve or deny"}));
+            return invalid("decision is not approve or deny");
         }
         if by.as_deref().is_some_and(|b| !valid_by(b)) {
-            return Ok(json!({"status": "invalid", "approval_id": approval_id,
-                             "reason": "by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces"}));
+            return invalid("by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces");
         }
         let by = Decider {
             kind: by.unwrap_or_else(|| "approval/respond".into()),

@@ -89,12 +89,9 @@ impl Foreground {
                            "description": cut(&description), "input_preview": cut(&input_preview),
                            "host": host.map(|h| event_text::cut(&h, HOST_CHARS)), "host_pid": host_pid,
                            "pid": pid});
-        let p = self.pending(shown);
-        self.hub
-            .emit(EventKind::PermissionRequested, p.params.clone());
-        let (approval_id, params) = (p.id.clone(), p.params.clone());
+        let (p, controllers) = self.ask(EventKind::PermissionRequested, shown);
+        let approval_id = p.id.clone();
         self.permissions.push(p);
-        let controllers = self.send_request(&approval_id, params, None);
         Ok(
             json!({"status": "waiting", "approval_id": approval_id, "request_id": request_id,
                   "controllers": controllers}),

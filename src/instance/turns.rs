@@ -132,10 +132,7 @@ impl Foreground {
                 .then_some(self.shared.config.max_message_bytes),
         };
         let id = task.message_id.clone();
-        let spawned = crate::failpoint::hit("handler-spawn")
-            .map_err(|e| crate::error::Error::io("run", std::path::Path::new("/bin/sh"), e))
-            .and_then(|()| self.spawn_handler(spec));
-        match spawned {
+        match self.spawn_handler(spec) {
             Ok(handler) => {
                 // Before anything else: the handler's processes may call
                 // in at once, and are told apart by it (`access`).
@@ -295,13 +292,9 @@ impl Foreground {
         let reply = (self.opts.reply && outcome == Outcome::Done)
             .then(|| self.plan_stdout_reply(&r.task, r.captured.unwrap_or_default()));
         let record = reply.as_ref().and_then(|p| p.record.clone());
-        let finished = match self.spool().finish_with(&id, outcome, record.clone()) {
-            Ok(()) => true,
-            Err(e) => {
-                self.notice(Some(&id), e.to_string());
-                false
-            }
-        };
+        let finished = (self.spool().finish_with(&id, outcome, record.clone()))
+            .map_err(|e| self.notice(Some(&id), e.to_string()))
+            .is_ok();
         self.spool().clear_handler();
         let (out_total, out_dropped) = r.bytes.get("stdout").copied().unwrap_or_default();
         let (err_total, err_dropped) = r.bytes.get("stderr").copied().unwrap_or_default();
@@ -476,11 +469,13 @@ impl Foreground {
     /// after this instance died kills what is left of it. Without the
     /// record, no handler runs.
     fn spawn_handler(&self, spec: turn::ExecSpec<'_>) -> crate::error::Result<turn::Handler> {
+        let cannot_run = |e| crate::error::Error::io("run", std::path::Path::new("/bin/sh"), e);
+        crate::failpoint::hit("handler-spawn").map_err(cannot_run)?;
         let spool = self.spool();
         spool.record_handler(&spec.token, None)?;
         turn::spawn(spec, self.turns_tx.clone()).map_err(|e| {
             spool.clear_handler();
-            crate::error::Error::io("run", std::path::Path::new("/bin/sh"), e)
+            cannot_run(e)
         })
     }
 

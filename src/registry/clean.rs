@@ -2,7 +2,7 @@
 //! only names of our grammar, owned by us, of the right type, and only
 //! what is provably dead, or a manifest that does not parse.
 
-use super::discover::{Candidate, Skipped, check_socket, scan};
+use super::discover::{Candidate, Skipped, check_socket, scan, skipped_peer};
 use super::{MAX_MANIFEST, RegistryDir, Wire, manifest_path, socket_path, valid_id};
 use crate::{files, sys};
 use std::fs;
@@ -66,14 +66,7 @@ pub fn collect_stale(dir: &Path) -> Collected {
                     ),
                 });
         if dead {
-            stale.push(Skipped {
-                path: manifest_path(dir, &m.instance_id),
-                instance_id: Some(m.instance_id.clone()),
-                problem: "stale".into(),
-                manifest: Some(m),
-                stale: true,
-                wire,
-            });
+            stale.push(skipped_peer(m, wire, "stale".into(), true));
         }
     }
     Collected {

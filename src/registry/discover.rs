@@ -84,6 +84,7 @@ fn seconds(d: Duration) -> String {
 }
 
 /// Why a ping failed.
+#[derive(Default)]
 struct PingFailure {
     problem: String,
     /// The socket was missing or refused connections.
@@ -266,23 +267,13 @@ fn settle(
     let mut found = Discovery::default();
     let to_ping = triage(candidates, exclude, keep, &mut found.skipped);
     let results = ping_all(&to_ping, timeout);
-    for ((mut m, w), r) in to_ping.into_iter().zip(results) {
-        match r {
-            Ok(state) => {
-                m.state = state.to_string();
-                found.peers.push(Peer {
-                    manifest: m,
-                    wire: w,
-                });
-            }
+    for ((mut m, wire), r) in to_ping.into_iter().zip(results) {
+        m.state = match r {
+            Ok(state) => state.to_string(),
             // A pid that is there with a socket that does not answer is
             // a peer that is stopped or stuck, not a missing one.
             Err(f) if f.timed_out && sys::pid_status(m.pid) != sys::PidStatus::Gone => {
-                m.state = UNRESPONSIVE.to_string();
-                found.peers.push(Peer {
-                    manifest: m,
-                    wire: w,
-                });
+                UNRESPONSIVE.to_string()
             }
             Err(f) => {
                 let stale = f.unreachable && sys::pid_status(m.pid) == sys::PidStatus::Gone;
@@ -291,9 +282,11 @@ fn settle(
                 } else {
                     f.problem
                 };
-                found.skipped.push(skipped_peer(m, w, problem, stale));
+                found.skipped.push(skipped_peer(m, wire, problem, stale));
+                continue;
             }
-        }
+        };
+        found.peers.push(Peer { manifest: m, wire });
     }
     found.peers.sort_by(|a, b| {
         a.manifest
@@ -368,8 +361,7 @@ fn ping_all(
                     .map(|h| {
                         h.join().unwrap_or(Err(PingFailure {
                             problem: "ping thread failed".into(),
-                            unreachable: false,
-                            timed_out: false,
+                            ..PingFailure::default()
                         }))
                     })
                     .collect::<Vec<_>>()
@@ -379,7 +371,7 @@ fn ping_all(
 }
 
 /// A valid manifest that discovery did not list, and why.
-fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool) -> Skipped {
+pub(super) fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool) -> Skipped {
     Skipped {
         path: manifest_path(
             Path::new(&m.socket).parent().unwrap_or(Path::new("/")),
@@ -403,8 +395,7 @@ fn ping_peer(
 ) -> std::result::Result<crate::wire::State, PingFailure> {
     check_socket(m).map_err(|problem| PingFailure {
         problem: problem.0,
-        unreachable: false,
-        timed_out: false,
+        ..PingFailure::default()
     })?;
     let socket = Path::new(&m.socket);
     let r = match wire {
