@@ -13,7 +13,7 @@
 //! again with other text, an `ask-<n>` cannot.
 
 use super::outbound::back_to;
-use super::{Approve, Foreground, is_local, opt_str_param, str_param};
+use super::{Answer, Approve, Foreground, Params, is_local, opt_str_param, str_param};
 use crate::sanitize::escape;
 use crate::server::RpcError;
 use crate::spool::{self, Claim, Task};
@@ -21,7 +21,7 @@ use crate::turn;
 use crate::wire::EventKind;
 use crate::wire::INVALID_PARAMS;
 use crate::wire::Outcome;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// What the approval policy says of a queued task.
 pub(super) enum Gate {
@@ -58,7 +58,7 @@ fn digest_of(shown: &Value) -> String {
 
 /// A required member of an answer, with what an answer needs when it is
 /// missing (a client that answers by `message_id`, as before, learns why).
-fn answer_param(params: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
+fn answer_param(params: &Params, k: &str) -> Result<String, RpcError> {
     opt_str_param(params, k)?.ok_or_else(|| {
         RpcError::new(
             INVALID_PARAMS,
@@ -328,11 +328,7 @@ impl Foreground {
     }
 
     /// `approval/respond`, from the connection of peer `pid`.
-    pub(super) fn approval_respond(
-        &mut self,
-        params: &Map<String, Value>,
-        pid: Option<u32>,
-    ) -> std::result::Result<Value, RpcError> {
+    pub(super) fn approval_respond(&mut self, params: &Params, pid: Option<u32>) -> Answer {
         let approval_id = answer_param(params, "approval_id")?;
         let digest = answer_param(params, "digest")?;
         let decision = str_param(params, "decision")?;
@@ -357,7 +353,7 @@ impl Foreground {
     /// dropped, and one that decides nothing (its digest is missing or is
     /// not that of what waits) is said in a notice. A `by` that is not a
     /// valid kind is ignored.
-    pub(super) fn client_reply(&mut self, reply: &Map<String, Value>, pid: Option<u32>) {
+    pub(super) fn client_reply(&mut self, reply: &Params, pid: Option<u32>) {
         let Some(rid) = reply.get("id").and_then(Value::as_str) else {
             return;
         };

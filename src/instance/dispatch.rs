@@ -5,7 +5,7 @@
 //! published, and the timers armed.
 
 use super::inbox::Interrupted;
-use super::{Approve, EPHEMERAL_GRACE, Foreground, Reply};
+use super::{Answer, Approve, EPHEMERAL_GRACE, Foreground, Params, Reply};
 use crate::access::Caller;
 use crate::registry::{self, Manifest};
 use crate::server::{Event, RpcError, State};
@@ -216,7 +216,7 @@ impl Foreground {
     /// Answers a call on `reply`: at once, or, for `relay/send`,
     /// `inbox/complete` with a reply and `control/pause`, once their helper
     /// thread reports.
-    fn call(&mut self, method: Call, params: &Map<String, Value>, reply: Reply, caller: &Caller) {
+    fn call(&mut self, method: Call, params: &Params, reply: Reply, caller: &Caller) {
         let pid = caller.pid;
         let answer = match method {
             Call::RelaySend => return self.relay_send(params, reply, caller),
@@ -290,7 +290,7 @@ impl Foreground {
     /// `inbox/list`: one page of the tasks after `after`, at most `limit`
     /// of them and `LIST_RESULT_BYTES` in all, with the next page's
     /// `after` in `next` (null on the last page).
-    fn inbox_list(&self, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    fn inbox_list(&self, params: &Params) -> Answer {
         let bad = |field: &str, want: &str| {
             RpcError::new(
                 wire::INVALID_PARAMS,

@@ -4,7 +4,7 @@
 //! ends it. Here too: putting interrupted tasks back, or discarding them.
 
 use super::outbound::{Plan, Waiter};
-use super::{Foreground, OpenTask, Reply, opt_str_param, str_param};
+use super::{Answer, Foreground, OpenTask, Params, Reply, opt_str_param, str_param};
 use crate::sanitize::escape;
 use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task};
@@ -151,11 +151,7 @@ impl Foreground {
 
     /// Puts an interrupted task back in the queue, or discards it with a
     /// receipt (so a retry of its id stays a duplicate).
-    pub(super) fn interrupted(
-        &mut self,
-        what: Interrupted,
-        params: &Map<String, Value>,
-    ) -> std::result::Result<Value, RpcError> {
+    pub(super) fn interrupted(&mut self, what: Interrupted, params: &Params) -> Answer {
         let id = str_param(params, "message_id")?;
         if !self.spool().is_set_aside(&id) {
             return Ok(json!({
@@ -183,7 +179,7 @@ impl Foreground {
     /// `inbox/complete`. With `reply`, the answer waits for the reply's
     /// delivery (on a thread, `Waiter::Complete`), so it says where the
     /// reply went; the task is finished either way.
-    pub(super) fn complete(&mut self, params: &Map<String, Value>, answer_to: Reply) {
+    pub(super) fn complete(&mut self, params: &Params, answer_to: Reply) {
         let finished = self.finish_open(params);
         // The state is published before the answer goes out: a client
         // that reads the manifest after its answer sees the task ended.
@@ -205,7 +201,7 @@ impl Foreground {
     /// is to go out (planned first, so the receipt can name its id).
     fn finish_open(
         &mut self,
-        params: &Map<String, Value>,
+        params: &Params,
     ) -> std::result::Result<(Value, Option<(String, PlannedReply)>), RpcError> {
         let id = str_param(params, "message_id")?;
         let outcome = opt_str_param(params, "outcome")?;

@@ -106,8 +106,11 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// `--ephemeral`: the grace period after the last client left.
 pub const EPHEMERAL_GRACE: Duration = Duration::from_secs(1);
 
+/// A call's params, and what the foreground answers it.
+type Params = Map<String, Value>;
+type Answer = std::result::Result<Value, RpcError>;
 /// The answer channel of a call the foreground answers.
-type Reply = chan::Sender<std::result::Result<Value, RpcError>>;
+type Reply = chan::Sender<Answer>;
 
 /// A task an agent claimed (pull mode) and has not completed.
 struct OpenTask {
@@ -286,7 +289,7 @@ impl Foreground {
     }
 }
 
-fn str_param(params: &Map<String, Value>, k: &str) -> std::result::Result<String, RpcError> {
+fn str_param(params: &Params, k: &str) -> std::result::Result<String, RpcError> {
     opt_str_param(params, k)?.ok_or_else(|| {
         RpcError::new(
             crate::wire::INVALID_PARAMS,
@@ -295,10 +298,7 @@ fn str_param(params: &Map<String, Value>, k: &str) -> std::result::Result<String
     })
 }
 
-fn opt_str_param(
-    params: &Map<String, Value>,
-    k: &str,
-) -> std::result::Result<Option<String>, RpcError> {
+fn opt_str_param(params: &Params, k: &str) -> std::result::Result<Option<String>, RpcError> {
     match params.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),

@@ -5,7 +5,7 @@
 //! reports as `Event::Relayed`. This covers `relay/send`, `--reply` and
 //! the reply of `inbox/complete`.
 
-use super::{Foreground, Reply, is_local, opt_str_param, str_param};
+use super::{Foreground, Params, Reply, is_local, opt_str_param, str_param};
 use crate::access::{Caller, Role};
 use crate::registry;
 use crate::relay::{self, Outbound};
@@ -16,7 +16,7 @@ use crate::status::{ReplyStatus, Status};
 use crate::turn;
 use crate::wire::EventKind;
 use crossbeam_channel as chan;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::time::Duration;
 
 /// A planned send, or the refusal to answer with instead.
@@ -165,12 +165,7 @@ impl Foreground {
 
     /// `relay/send`: the sender-side guards need the turn, so they are
     /// decided here; the delivery itself runs on a worker thread.
-    pub(super) fn relay_send(
-        &mut self,
-        params: &Map<String, Value>,
-        reply: Reply,
-        caller: &Caller,
-    ) {
+    pub(super) fn relay_send(&mut self, params: &Params, reply: Reply, caller: &Caller) {
         let plan = self.plan_send(params, Some(caller));
         match plan {
             Ok(Ok(out)) => {
@@ -231,7 +226,7 @@ impl Foreground {
     /// or no turn) goes to any target at hop 0.
     pub(super) fn plan_send(
         &mut self,
-        params: &Map<String, Value>,
+        params: &Params,
         caller: Option<&Caller>,
     ) -> std::result::Result<Plan, RpcError> {
         let body = str_param(params, "body")?;

@@ -13,11 +13,10 @@
 //! anyone, never inherits a decision on other text.
 
 use super::approval::Decider;
-use super::{Foreground, opt_str_param, str_param};
+use super::{Answer, Foreground, Params, opt_str_param, str_param};
 use crate::event_text;
-use crate::server::RpcError;
 use crate::wire::EventKind;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// The most tool-call requests that wait at once.
 const MAX_WAITING: usize = 32;
@@ -49,11 +48,7 @@ pub fn who_asked(params: &Value) -> String {
 
 impl Foreground {
     /// `permission/ask`, from the connection of peer `pid`.
-    pub(super) fn permission_ask(
-        &mut self,
-        params: &Map<String, Value>,
-        pid: Option<u32>,
-    ) -> Result<Value, RpcError> {
+    pub(super) fn permission_ask(&mut self, params: &Params, pid: Option<u32>) -> Answer {
         let request_id = str_param(params, "request_id")?;
         let tool_name = str_param(params, "tool_name")?;
         let description = opt_str_param(params, "description")?.unwrap_or_default();

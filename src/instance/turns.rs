@@ -6,7 +6,8 @@
 //! operator's own lines (`turn/local`) become tasks.
 
 use super::{
-    DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Running, is_local, opt_str_param, str_param,
+    Answer, DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Params, Running, is_local, opt_str_param,
+    str_param,
 };
 use crate::config;
 use crate::registry;
@@ -19,7 +20,7 @@ use crate::turn::{self, TurnEvent};
 use crate::wire::EventKind;
 use crate::wire::Outcome;
 use crossbeam_channel as chan;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -324,10 +325,7 @@ impl Foreground {
         }
     }
 
-    pub(super) fn cancel(
-        &mut self,
-        params: &Map<String, Value>,
-    ) -> std::result::Result<Value, RpcError> {
+    pub(super) fn cancel(&mut self, params: &Params) -> Answer {
         let want = opt_str_param(params, "message_id")?;
         let wanted = |id: &str| want.as_ref().is_none_or(|w| w == id);
         if let Some(r) = self.running.as_mut().filter(|r| wanted(&r.task.message_id)) {
@@ -373,10 +371,7 @@ impl Foreground {
 
     /// `turn/local`: a line the operator typed. With `--exec` it becomes a
     /// task of its own, queued like any other; otherwise it is only noted.
-    pub(super) fn local(
-        &mut self,
-        params: &Map<String, Value>,
-    ) -> std::result::Result<Value, RpcError> {
+    pub(super) fn local(&mut self, params: &Params) -> Answer {
         let text = str_param(params, "text")?;
         if text.trim().is_empty() {
             return Ok(json!({"status": Status::Invalid, "reason": server::reason::EMPTY_BODY}));
