@@ -12,12 +12,12 @@ use crate::status::Status;
 use crate::turn;
 use crate::wire::EventKind;
 use crate::wire::Outcome;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::approval::Gate;
 
 /// `plan_send`'s answer for the reply of `inbox/complete`.
-type PlannedReply = std::result::Result<Plan, RpcError>;
+type PlannedReply = Result<Plan, RpcError>;
 
 /// What `inbox/requeue` and `inbox/discard` do with a set-aside task.
 #[derive(Clone, Copy)]
@@ -47,7 +47,7 @@ impl Foreground {
             return json!({"status": "paused", "reason": server::reason::PAUSED});
         }
         let mut rejected = Vec::new();
-        let result = loop {
+        let mut result = loop {
             // A steer task from the sender of the open task joins its turn,
             // wherever it waits in the queue.
             let follow_up = self.open.first().and_then(|o| {
@@ -105,7 +105,6 @@ impl Foreground {
             }
         };
         self.refresh();
-        let mut result = result;
         if !rejected.is_empty() {
             result["rejected"] = Value::Array(rejected);
         }
@@ -202,7 +201,7 @@ impl Foreground {
     fn finish_open(
         &mut self,
         params: &Params,
-    ) -> std::result::Result<(Value, Option<(String, PlannedReply)>), RpcError> {
+    ) -> Result<(Value, Option<(String, PlannedReply)>), RpcError> {
         let id = str_param(params, "message_id")?;
         let outcome = opt_str_param(params, "outcome")?;
         let reply = opt_str_param(params, "reply")?;
@@ -220,25 +219,16 @@ impl Foreground {
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
             return invalid(format!("task {} is not open here", escape(&id)));
         };
-        let planned = match reply {
-            Some(body) => {
-                let mut p = Map::new();
-                p.insert("body".into(), json!(body));
-                p.insert("reply".into(), json!(true));
-                p.insert("turn".into(), json!(self.open[pos].token));
-                let plan = self.plan_send(&p, None);
-                let sent_as = match &plan {
-                    Ok(Ok(out)) => Some(out.message_id.clone()),
-                    _ => None,
-                };
-                let record = ReplyRecord {
-                    message_id: sent_as,
-                    body: super::outcome::bounded(&body, self.shared.config.max_message_bytes),
-                };
-                Some((plan, record))
-            }
-            None => None,
-        };
+        let planned = reply.map(|body| {
+            let p = json!({"body": body, "reply": true, "turn": self.open[pos].token});
+            let plan = self.plan_send(p.as_object().expect("an object"), None);
+            let sent = plan.as_ref().ok().and_then(|p| p.as_ref().ok());
+            let record = ReplyRecord {
+                message_id: sent.map(|out| out.message_id.clone()),
+                body: super::outcome::bounded(&body, self.shared.config.max_message_bytes),
+            };
+            (plan, record)
+        });
         let record = planned.as_ref().map(|(_, r)| r.clone());
         if let Err(e) = self.spool().finish_with(&id, outcome, record.clone()) {
             let failed = json!({"status": "error", "message_id": id, "reason": e.to_string()});

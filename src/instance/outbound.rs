@@ -20,13 +20,13 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// A planned send, or the refusal to answer with instead.
-pub(super) type Plan = std::result::Result<Outbound, Value>;
+pub(super) type Plan = Result<Outbound, Value>;
 
 /// A `--reply` planned: what the receipt keeps, and the send, or why
 /// there is none.
 pub(super) struct StdoutReply {
     pub(super) record: Option<ReplyRecord>,
-    pub(super) send: std::result::Result<Outbound, NoReply>,
+    pub(super) send: Result<Outbound, NoReply>,
 }
 
 /// Why a handler's stdout goes back to no one.
@@ -80,11 +80,7 @@ impl Foreground {
     }
 
     /// Sends a planned `--reply`, or says why none goes out.
-    pub(super) fn send_stdout_reply(
-        &mut self,
-        id: &str,
-        send: std::result::Result<Outbound, NoReply>,
-    ) {
+    pub(super) fn send_stdout_reply(&mut self, id: &str, send: Result<Outbound, NoReply>) {
         match send {
             Ok(out) => self.spawn_send(out, Some(id.to_string()), None),
             Err(why) => {
@@ -228,7 +224,7 @@ impl Foreground {
         &mut self,
         params: &Params,
         caller: Option<&Caller>,
-    ) -> std::result::Result<Plan, RpcError> {
+    ) -> Result<Plan, RpcError> {
         let body = str_param(params, "body")?;
         let turn = opt_str_param(params, "turn")?;
         let target = opt_str_param(params, "target")?;

@@ -9,6 +9,7 @@ use super::{
 use crate::client;
 use crate::error::Invalid;
 use crate::sys;
+use crate::wire::State;
 use serde::Serialize;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -344,10 +345,7 @@ fn triage(
 
 /// Pings the peers, at most `PING_CONCURRENCY` at a time; the answers
 /// come back in the peers' order.
-fn ping_all(
-    peers: &[(Manifest, Wire)],
-    timeout: Duration,
-) -> Vec<std::result::Result<crate::wire::State, PingFailure>> {
+fn ping_all(peers: &[(Manifest, Wire)], timeout: Duration) -> Vec<Result<State, PingFailure>> {
     peers
         .chunks(PING_CONCURRENCY)
         .flat_map(|chunk| {
@@ -388,11 +386,7 @@ pub(super) fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool
 /// Pings one peer; on failure says why, and whether the socket was
 /// missing or refused connections (a sign of a dead instance) or did not
 /// answer in time (a sign of a stopped one).
-fn ping_peer(
-    m: &Manifest,
-    wire: Wire,
-    timeout: Duration,
-) -> std::result::Result<crate::wire::State, PingFailure> {
+fn ping_peer(m: &Manifest, wire: Wire, timeout: Duration) -> Result<State, PingFailure> {
     check_socket(m).map_err(|problem| PingFailure {
         problem: problem.0,
         ..PingFailure::default()
