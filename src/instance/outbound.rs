@@ -26,33 +26,8 @@ pub(super) type Plan = Result<Outbound, Value>;
 /// there is none.
 pub(super) struct StdoutReply {
     pub(super) record: Option<ReplyRecord>,
-    pub(super) send: Result<Outbound, NoReply>,
+    pub(super) send: Result<Outbound, String>,
 }
-
-/// Why a handler's stdout goes back to no one.
-#[derive(Debug)]
-pub(super) enum NoReply {
-    PlainSender,
-    TooLong { limit: usize },
-    Empty,
-}
-
-impl std::fmt::Display for NoReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NoReply::PlainSender => f.write_str(
-                "no reply: the sender is a plain command line, which cannot be replied to",
-            ),
-            NoReply::TooLong { limit } => write!(
-                f,
-                "no reply: the handler printed more than {limit} bytes (BATON_MAX_MESSAGE_BYTES)"
-            ),
-            NoReply::Empty => f.write_str("no reply: the handler printed nothing"),
-        }
-    }
-}
-
-impl std::error::Error for NoReply {}
 
 impl Foreground {
     /// `--reply`: plans sending the handler's stdout back to the sender,
@@ -65,9 +40,15 @@ impl Foreground {
             body: super::outcome::bounded(&text, limit),
         });
         let send = match &task.sender.instance_id {
-            None => Err(NoReply::PlainSender),
-            Some(_) if stdout.len() > limit => Err(NoReply::TooLong { limit }),
-            Some(_) if text.trim().is_empty() => Err(NoReply::Empty),
+            None => Err(
+                "no reply: the sender is a plain command line, which cannot be replied to".into(),
+            ),
+            Some(_) if stdout.len() > limit => Err(format!(
+                "no reply: the handler printed more than {limit} bytes (BATON_MAX_MESSAGE_BYTES)"
+            )),
+            Some(_) if text.trim().is_empty() => {
+                Err("no reply: the handler printed nothing".into())
+            }
             Some(sender) => {
                 let id = self.new_message_id();
                 Ok(back_to(task, sender, text, id, "a reply".into()))
@@ -80,13 +61,10 @@ impl Foreground {
     }
 
     /// Sends a planned `--reply`, or says why none goes out.
-    pub(super) fn send_stdout_reply(&mut self, id: &str, send: Result<Outbound, NoReply>) {
+    pub(super) fn send_stdout_reply(&mut self, id: &str, send: Result<Outbound, String>) {
         match send {
             Ok(out) => self.spawn_send(out, Some(id.to_string()), None),
-            Err(why) => {
-                let text = why.to_string();
-                self.notice(Some(id), text);
-            }
+            Err(why) => self.notice(Some(id), why),
         }
     }
 

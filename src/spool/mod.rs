@@ -300,14 +300,7 @@ pub fn read_listing(dir: &Path) -> Result<Listing> {
                 "inbox" => index::order_key(task.as_ref().map_or(TaskMode::Queue, |t| t.mode), seq),
                 _ => (0, seq),
             };
-            let summary = task.map(index::summary).unwrap_or(Summary {
-                message_id: id.to_string(),
-                sender: Sender::default(),
-                accepted_at: 0,
-                mode: TaskMode::Queue,
-                bytes: 0,
-            });
-            found.push((key, summary));
+            found.push((key, index::summary_or_id(task, id)));
         }
         found.sort_by_key(|(k, _)| *k);
         Ok(found.into_iter().map(|(_, s)| s).collect())

@@ -7,9 +7,9 @@
 //! EIO...) fails the open, leaving every file where it was: only bytes
 //! that are really bad are set aside.
 
-use super::index::{Entry, Index, Place, id_hash, order_key, summary};
+use super::index::{Entry, Index, Place, id_hash, order_key, summary_or_id};
 use super::taskfile::{list, parse_file_name, parse_task, read_bounded, receipt_name};
-use super::{RECEIPTS_KEEP, RECEIPTS_MIN_AGE, Receipt, Sender, Spool, Summary, now_secs};
+use super::{RECEIPTS_KEEP, RECEIPTS_MIN_AGE, Receipt, Spool, now_secs};
 use crate::error::Invalid;
 use crate::error::{Error, Result};
 use crate::files;
@@ -260,13 +260,7 @@ impl Spool {
             place,
             file,
             key,
-            summary: task.map(summary).unwrap_or(Summary {
-                message_id: id.to_string(),
-                sender: Sender::default(),
-                accepted_at: 0,
-                mode: TaskMode::Queue,
-                bytes: 0,
-            }),
+            summary: summary_or_id(task, id),
         })
     }
 
