@@ -9,7 +9,6 @@ use super::{Foreground, Inputs, ServeOptions};
 use crate::config::{Config, Relay};
 use crate::error::{Error, Result};
 use crate::events::Hub;
-use crate::glob::Policy;
 use crate::registry::{self, Manifest};
 use crate::relay::Origin;
 use crate::server::{self, Event, Shared};
@@ -297,16 +296,9 @@ fn open_spool(opts: &ServeOptions, config: &Config, place: &Place) -> Result<Arc
         spool::spool_dir(&spool::state_home()?, &place.name, &place.workspace)
     };
     let mut spool = Spool::open(&spool_dir, config.fsync, opts.ephemeral_spool)?;
-    let meta = write_meta(
-        &spool_dir,
-        &place.name,
-        &place.workspace,
-        !opts.no_offline,
-        &opts.policy,
-    );
     // A full disk is no reason to leave queued tasks unserved: the
     // instance starts, and what it cannot store it refuses, as ever.
-    if let Err(e) = meta {
+    if let Err(e) = write_meta(&spool_dir, place, opts) {
         spool.recovery_notes.push(format!(
             "{e}: starting anyway, serving the tasks already queued; offline senders may not find this spool, and new tasks are refused while they cannot be stored"
         ));
@@ -517,13 +509,7 @@ fn sweep_ephemeral_spools() {
 
 /// `meta.json` lets senders and `list --offline` find a named spool. It is
 /// rewritten at every start, so `--no-offline` takes effect and lasts.
-fn write_meta(
-    dir: &Path,
-    name: &str,
-    workspace: &Path,
-    offline: bool,
-    policy: &Policy,
-) -> Result<()> {
+fn write_meta(dir: &Path, place: &Place, opts: &ServeOptions) -> Result<()> {
     // A meta.json that cannot be read (first start, or damaged) gets a
     // new creation time; the rest is this start's.
     let created_at = spool::Meta::read(dir)
@@ -531,13 +517,13 @@ fn write_meta(
         .and_then(|m| m.created_at)
         .unwrap_or_else(spool::now_secs);
     spool::Meta {
-        accept_from: policy.accept_from.clone(),
+        accept_from: opts.policy.accept_from.clone(),
         created_at: Some(created_at),
-        deny_from: policy.deny_from.clone(),
-        name: name.to_string(),
+        deny_from: opts.policy.deny_from.clone(),
+        name: place.name.clone(),
         // Offline senders apply the agent's own sender rules.
-        offline,
-        workspace: workspace.display().to_string(),
+        offline: !opts.no_offline,
+        workspace: place.workspace.display().to_string(),
     }
     .write(dir)
 }
