@@ -92,12 +92,20 @@ impl Foreground {
     /// `what`: the task goes back to its place in the queue, still
     /// approved.
     pub(super) fn put_back(&mut self, id: &str, what: &'static str, error: &str) {
-        if let Err(e) = self.spool().unclaim(id) {
-            self.notice(Some(id), format!(
-                    "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
-                ));
-        }
+        self.unclaim(id);
         self.approved.insert(id.to_string());
         self.short_of(what, error);
+    }
+
+    /// Puts a claimed task back in its place in the queue; true if it
+    /// went, else said.
+    pub(super) fn unclaim(&self, id: &str) -> bool {
+        let text = |e| {
+            format!(
+                "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
+            )
+        };
+        let back = self.spool().unclaim(id);
+        back.map_err(|e| self.notice(Some(id), text(e))).is_ok()
     }
 }

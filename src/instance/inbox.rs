@@ -230,18 +230,31 @@ impl Foreground {
             (plan, record)
         });
         let record = planned.as_ref().map(|(_, r)| r.clone());
-        if let Err(e) = self.spool().finish_with(&id, outcome, record.clone()) {
+        if let Err(e) = self.finish_turn(pos, outcome, record) {
             let failed = json!({"status": "error", "message_id": id, "reason": e.to_string()});
             return Ok((failed, None));
         }
+        let result = json!({"status": "completed", "message_id": id, "outcome": outcome});
+        Ok((result, planned.map(|(plan, _)| (id, plan))))
+    }
+
+    /// Finishes the task of the open turn at `pos` as `outcome`, with the
+    /// reply it finished with: the turn is over, unless the spool fails.
+    pub(super) fn finish_turn(
+        &mut self,
+        pos: usize,
+        outcome: Outcome,
+        reply: Option<ReplyRecord>,
+    ) -> crate::error::Result<()> {
+        let id = self.open[pos].task.message_id.clone();
+        self.spool().finish_with(&id, outcome, reply.clone())?;
         self.open.remove(pos);
         self.hub.emit(
             EventKind::TurnFinished,
             json!({"message_id": id, "outcome": outcome}),
         );
-        self.ended(&id, outcome, record.as_ref());
-        let result = json!({"status": "completed", "message_id": id, "outcome": outcome});
-        Ok((result, planned.map(|(plan, _)| (id, plan))))
+        self.ended(&id, outcome, reply.as_ref());
+        Ok(())
     }
 
     /// `inbox/complete` with `reply`: the reply goes out like `baton send

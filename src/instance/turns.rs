@@ -343,15 +343,9 @@ impl Foreground {
         }
         if let Some(pos) = self.open.iter().position(|o| wanted(&o.task.message_id)) {
             let id = self.open[pos].task.message_id.clone();
-            if let Err(e) = self.spool().finish(&id, Outcome::Cancelled) {
+            if let Err(e) = self.finish_turn(pos, Outcome::Cancelled, None) {
                 return Ok(json!({"status": "error", "message_id": id, "reason": e.to_string()}));
             }
-            self.open.remove(pos);
-            self.hub.emit(
-                EventKind::TurnFinished,
-                json!({"message_id": id, "outcome": Outcome::Cancelled}),
-            );
-            self.ended(&id, Outcome::Cancelled, None);
             self.refresh();
             return Ok(json!({"status": "cancelled", "message_id": id}));
         }
