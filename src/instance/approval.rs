@@ -109,27 +109,19 @@ fn excerpt(body: &str) -> (String, usize) {
     (first.join("\n"), body.lines().count())
 }
 
-/// What an approval request and its event say of a task (protocol.md,
+/// What an approval request and its event say of a queued task: its
+/// summary, and its first lines where its file reads back (protocol.md,
 /// `approval/request`).
-fn context(message_id: &str, task: Option<&Task>, summary: Option<&spool::Summary>) -> Value {
-    let mut v = json!({"message_id": message_id});
-    let (sender, mode) = match (task, summary) {
-        (Some(t), _) => (&t.sender, &t.mode),
-        (None, Some(s)) => (&s.sender, &s.mode),
-        (None, None) => return v,
-    };
-    v["from"] = json!(turn::display_name(sender));
-    v["pid"] = json!(sender.pid);
-    v["sender_name"] = json!(sender.name);
-    v["workspace"] = json!(sender.workspace);
-    v["mode"] = json!(mode);
+fn context(s: &spool::Summary, task: Option<&Task>) -> Value {
+    let (sender, mode) = task.map_or((&s.sender, &s.mode), |t| (&t.sender, &t.mode));
+    let mut v = json!({"message_id": s.message_id, "from": turn::display_name(sender),
+                       "pid": sender.pid, "sender_name": sender.name,
+                       "workspace": sender.workspace, "mode": mode, "bytes": s.bytes});
     if let Some(t) = task {
         let (text, lines) = excerpt(&t.body);
         v["bytes"] = json!(t.body.len());
         v["lines"] = json!(lines);
         v["excerpt"] = json!(text);
-    } else if let Some(s) = summary {
-        v["bytes"] = json!(s.bytes);
     }
     v
 }
@@ -163,7 +155,7 @@ impl Foreground {
             Approve::Ask => {
                 if !self.asked.contains_key(id) {
                     let full = self.spool().queued_task(id);
-                    let shown = context(id, full.as_ref(), Some(task));
+                    let shown = context(task, full.as_ref());
                     let (p, _) = self.ask(EventKind::ApprovalRequested, shown);
                     self.asked.insert(id.clone(), p);
                 }

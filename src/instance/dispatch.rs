@@ -291,31 +291,24 @@ impl Foreground {
     /// of them and `LIST_RESULT_BYTES` in all, with the next page's
     /// `after` in `next` (null on the last page).
     fn inbox_list(&self, params: &Params) -> Answer {
-        let bad = |field: &str, want: &str| {
-            RpcError::new(
-                wire::INVALID_PARAMS,
-                format!("invalid params: {field} must be {want}"),
-            )
-        };
         let limit = match params.get("limit") {
             None | Some(Value::Null) => LIST_LIMIT,
             Some(v) => match v.as_u64() {
                 Some(n) if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
-                _ => return Err(bad("limit", "a positive integer")),
+                _ => {
+                    let why = "invalid params: limit must be a positive integer";
+                    return Err(RpcError::new(wire::INVALID_PARAMS, why));
+                }
             },
         };
-        let after = match params.get("after") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.as_str()),
-            Some(_) => return Err(bad("after", "a string")),
-        };
+        let after = super::opt_str_param(params, "after")?;
         let l = self.spool().list();
         let mut tasks = [l.processing, l.rejected, l.interrupted, l.queued]
             .into_iter()
             .zip(LIST_ORDER)
             .flat_map(|(v, place)| v.into_iter().map(move |t| (place, t)));
-        if let Some(id) = after {
-            if !tasks.any(|(_, t)| t.message_id == id) {
+        if let Some(id) = &after {
+            if !tasks.any(|(_, t)| t.message_id == *id) {
                 return Ok(json!({"status": "invalid", "message_id": id,
                                  "reason": format!("task {id} is not listed (it left the inbox): list again from the start")}));
             }
