@@ -240,10 +240,10 @@ impl Io {
             let mut fds = vec![(stop.as_fd(), false)];
             fds.extend(self.stdin.as_ref().map(|w| (w.as_fd(), true)));
             let open: Vec<usize> = (0..2).filter(|&i| self.streams[i].r.is_some()).collect();
-            for &i in &open {
-                let r = self.streams[i].r.as_ref().expect("open");
-                fds.push((r.as_fd(), false));
-            }
+            let reads = open
+                .iter()
+                .map(|&i| self.streams[i].r.as_ref().expect("open"));
+            fds.extend(reads.map(|r| (r.as_fd(), false)));
             fds.extend(self.leader.as_ref().map(|(_, fd)| (fd.as_fd(), false)));
             if fds.len() == 1 {
                 break;
@@ -320,6 +320,7 @@ impl Io {
 /// One output stream, with bounded memory: the first
 /// `STREAM_EVENT_BYTES` become events, the rest is counted and only its
 /// last `TAIL_BYTES` kept.
+#[derive(Default)]
 struct Stream {
     /// Closed at EOF.
     r: Option<File>,
@@ -338,11 +339,8 @@ impl Stream {
             r: Some(r),
             name,
             capture,
-            pending: Vec::new(),
-            total: 0,
-            dropped: 0,
-            tail: Vec::new(),
             captured: capture.map(|_| Vec::new()),
+            ..Stream::default()
         }
     }
 

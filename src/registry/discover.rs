@@ -172,26 +172,17 @@ fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
 /// valid: a file that is not a manifest costs a look, never a place, and
 /// the scan stays bounded in time however full the directory is.
 pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Truncated> {
-    let Ok(entries) = fs::read_dir(&dir.path) else {
+    let Ok(mut entries) = fs::read_dir(&dir.path) else {
         return None;
     };
-    let mut names = Vec::new();
-    let mut unlisted = false;
-    for (listed, entry) in entries.enumerate() {
-        if listed == MAX_ENTRIES {
-            unlisted = true;
-            break;
-        }
-        let Some(name) = entry.ok().and_then(|e| e.file_name().into_string().ok()) else {
-            continue;
-        };
-        let is_manifest = name
-            .strip_prefix("a-")
-            .is_some_and(|rest| rest.ends_with(".json"));
-        if is_manifest {
-            names.push(name);
-        }
-    }
+    let mut names: Vec<String> = (entries.by_ref().take(MAX_ENTRIES))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| {
+            name.strip_prefix("a-")
+                .is_some_and(|rest| rest.ends_with(".json"))
+        })
+        .collect();
+    let unlisted = entries.next().is_some();
     names.sort_unstable();
     let mut valid = 0;
     let mut looked = 0;
