@@ -293,30 +293,26 @@ impl Spool {
     /// (queued, processing or set aside): `Some(None)` for a plain
     /// sender, `None` when the index does not hold it.
     pub fn sender_of(&self, message_id: &str) -> Option<Option<String>> {
-        let idx = self.idx();
-        let e = idx.entries.get(message_id)?;
-        Some(e.sender_id().map(str::to_string))
+        (self.idx().entries.get(message_id)).map(|e| e.sender_id().map(str::to_string))
     }
 
     /// Whether a task the index holds came through a bridge.
     pub fn remote_sent(&self, message_id: &str) -> Option<bool> {
-        let idx = self.idx();
-        let e = idx.entries.get(message_id)?;
-        Some(e.summary.sender.remote.is_some())
+        (self.idx().entries.get(message_id)).map(|e| e.summary.sender.remote.is_some())
     }
 
     /// A queued task read back where it waits, without claiming it (for
     /// an approval request's context). None when it is not queued or its
     /// file cannot be read now.
     pub fn queued_task(&self, message_id: &str) -> Option<super::Task> {
-        let file = {
-            let idx = self.idx();
-            let e = idx.entries.get(message_id)?;
-            if e.place != Place::Inbox {
-                return None;
-            }
-            e.file.clone()
-        };
+        let queued = |e: &&super::index::Entry| e.place == Place::Inbox;
+        let file = self
+            .idx()
+            .entries
+            .get(message_id)
+            .filter(queued)?
+            .file
+            .clone();
         let bytes = read_bounded(&self.path("inbox", &file)).ok()?;
         parse_task(&bytes, message_id).ok()
     }
