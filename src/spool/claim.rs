@@ -4,9 +4,8 @@
 
 use super::dirsync::sync_dir;
 use super::index::{Place, id_hash, release};
-use super::taskfile::{parse_task, read_bounded, receipt_name};
+use super::taskfile::{parse_task, read_bounded, read_checked, read_task, receipt_name};
 use super::{Claim, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
-use crate::error::Invalid;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::files;
@@ -59,11 +58,7 @@ impl Spool {
         });
         let parsed = match as_written {
             Some((task, _)) => Ok(task),
-            None => match read_bounded(&from) {
-                Err(e) if sys::shortage(&e).is_some() => return Err(Error::io("read", &from, e)),
-                Err(e) => Err(Invalid(e.to_string())),
-                Ok(b) => parse_task(&b, &id),
-            },
+            None => read_checked(&from)?.and_then(|b| parse_task(&b, &id)),
         };
         if self.idx().inbox.get(&key).is_none_or(|i| *i != id) {
             return Ok(Claim::Empty);
@@ -313,8 +308,7 @@ impl Spool {
             .filter(queued)?
             .file
             .clone();
-        let bytes = read_bounded(&self.path("inbox", &file)).ok()?;
-        parse_task(&bytes, message_id).ok()
+        read_task(&self.path("inbox", &file), message_id)
     }
 
     /// Whether a task was set aside for the operator: `interrupted/`, or

@@ -293,9 +293,7 @@ pub fn read_listing(dir: &Path) -> Result<Listing> {
             let Some((seq, id)) = taskfile::parse_file_name(&name) else {
                 continue;
             };
-            let task = taskfile::read_bounded(&d.join(&name))
-                .ok()
-                .and_then(|b| taskfile::parse_task(&b, id).ok());
+            let task = taskfile::read_task(&d.join(&name), id);
             let key = match sub {
                 "inbox" => index::order_key(task.as_ref().map_or(TaskMode::Queue, |t| t.mode), seq),
                 _ => (0, seq),
@@ -328,12 +326,7 @@ pub fn read_queued(dir: &Path, ids: &[&str]) -> Result<Vec<Task>> {
         if !ids.contains(&id) {
             continue;
         }
-        if let Some(task) = taskfile::read_bounded(&inbox.join(&name))
-            .ok()
-            .and_then(|b| taskfile::parse_task(&b, id).ok())
-        {
-            found.push(task);
-        }
+        found.extend(taskfile::read_task(&inbox.join(&name), id));
     }
     Ok(found)
 }
