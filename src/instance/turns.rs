@@ -29,15 +29,9 @@ impl Foreground {
     /// A turn's token: 24 random digits, from one `getrandom` where there
     /// is one (a turn starts sooner than with a read of `/dev/urandom`).
     pub(super) fn new_token() -> String {
-        let mut buf = [0u8; 64];
+        let (mut buf, mut digits) = ([0u8; 64], String::new());
         if sys::fill_random(&mut buf).is_ok() {
-            // Rejection sampling keeps the digits uniform.
-            let digits: String = buf
-                .iter()
-                .filter(|&&b| b < 250)
-                .take(24)
-                .map(|b| char::from(b'0' + b % 10))
-                .collect();
+            registry::push_digits(&mut digits, &buf, 24);
             if digits.len() == 24 {
                 return digits;
             }

@@ -251,15 +251,19 @@ pub fn random_digits(n: usize) -> Result<String> {
     while out.len() < n {
         f.read_exact(&mut buf)
             .map_err(|e| Error::io("read", Path::new("/dev/urandom"), e))?;
-        // Rejection sampling keeps the digits uniform.
-        for b in buf.iter().filter(|&&b| b < 250) {
-            if out.len() == n {
-                break;
-            }
-            out.push((b'0' + b % 10) as char);
-        }
+        push_digits(&mut out, &buf, n);
     }
     Ok(out)
+}
+
+/// Appends to `out`, until it holds `n`, a decimal digit for each byte of
+/// `random` below 250: the rejection sampling keeps the digits uniform.
+pub fn push_digits(out: &mut String, random: &[u8], n: usize) {
+    let digits = random
+        .iter()
+        .filter(|&&b| b < 250)
+        .map(|b| char::from(b'0' + b % 10));
+    out.extend(digits.take(n.saturating_sub(out.len())));
 }
 
 #[cfg(test)]
