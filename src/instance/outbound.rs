@@ -226,39 +226,30 @@ impl Foreground {
             }
             None => self.new_message_id(),
         };
-        let refuse = |status: Status, reason: String| {
+        let refuse = |status: Status, reason: &str| {
             Ok(Err(
                 json!({"status": status, "message_id": message_id, "reason": reason}),
             ))
         };
         if !matches!(mode.as_str(), "queue" | "steer") {
-            return refuse(Status::Invalid, "mode is not queue or steer".into());
+            return refuse(Status::Invalid, "mode is not queue or steer");
         }
         let of_turn = caller.filter(|c| c.role == Role::Turn);
         if let Some(Err(reason)) = of_turn.map(|c| self.turn_of_process(c, turn.as_deref())) {
-            return refuse(Status::Denied, reason);
+            return refuse(Status::Denied, &reason);
         }
         let Some(task) = self.scope_of(turn.as_deref()) else {
-            return refuse(
-                Status::Denied,
-                "the turn token names no open turn here".into(),
-            );
+            return refuse(Status::Denied, "the turn token names no open turn here");
         };
         let task = task.filter(|t| !is_local(&t.sender));
         let Some(task) = task else {
             // A local turn (the operator, a script with BATON_SOCKET), or
             // none: any target, hop 0.
             if is_reply {
-                return refuse(
-                    Status::Invalid,
-                    "a reply needs the turn it answers (turn)".into(),
-                );
+                return refuse(Status::Invalid, "a reply needs the turn it answers (turn)");
             }
-            let Some(target) = target else {
-                return Err(missing_target());
-            };
             return Ok(Ok(Outbound {
-                target,
+                target: target.ok_or_else(missing_target)?,
                 body,
                 message_id,
                 hop: 0,
@@ -271,12 +262,10 @@ impl Foreground {
         };
         let from = turn::display_name(&task.sender);
         let Some(sender) = &task.sender.instance_id else {
-            return refuse(
-                Status::Denied,
-                format!(
-                    "this turn runs a task from {from}, a plain command line, which cannot be sent to"
-                ),
+            let why = format!(
+                "this turn runs a task from {from}, a plain command line, which cannot be sent to"
             );
+            return refuse(Status::Denied, &why);
         };
         let target = match (is_reply, target) {
             (true, _) => sender.clone(),
