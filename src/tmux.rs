@@ -229,16 +229,13 @@ fn tmux(args: &[&str], input: Option<&str>) -> Result<String, Trouble> {
                 let _ = stdin.write_all(text.as_bytes());
             });
     }
-    let status = match wait_bounded(&mut child) {
-        Some(status) => status,
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Trouble::Failed(format!(
-                "tmux {what} did not finish within {} s",
-                CALL_TIMEOUT.as_secs()
-            )));
-        }
+    let Some(status) = wait_bounded(&mut child) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(Trouble::Failed(format!(
+            "tmux {what} did not finish within {} s",
+            CALL_TIMEOUT.as_secs()
+        )));
     };
     let out = read_all(child.stdout.take());
     if status.success() {

@@ -184,14 +184,9 @@ impl Foreground {
         // that reads the manifest after its answer sees the task ended.
         self.refresh();
         match finished {
-            Err(e) => {
-                let _ = answer_to.send(Err(e));
-            }
-            Ok((answer, None)) => {
-                let _ = answer_to.send(Ok(answer));
-            }
-            Ok((answer, Some((id, plan)))) => {
-                self.reply_from(&id, plan, answer, answer_to);
+            Ok((answer, Some((id, plan)))) => self.reply_from(&id, plan, answer, answer_to),
+            done => {
+                let _ = answer_to.send(done.map(|(answer, _)| answer));
             }
         }
     }

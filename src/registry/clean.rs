@@ -56,15 +56,11 @@ pub fn collect_stale(dir: &Path) -> Collected {
         let is_wake = socket != socket_path(dir, &m.instance_id);
         // Never through a symlink: connecting could reach out of the
         // registry, and the entry is not provably dead.
+        let refused =
+            |e: std::io::Error| matches!(e.raw_os_error(), Some(sys::ECONNREFUSED | sys::ENOENT));
         let dead = is_wake
             || (check_socket(&m).is_ok()
-                && match std::os::unix::net::UnixStream::connect(socket) {
-                    Ok(_) => false,
-                    Err(e) => matches!(
-                        e.raw_os_error(),
-                        Some(sys::ECONNREFUSED) | Some(sys::ENOENT)
-                    ),
-                });
+                && std::os::unix::net::UnixStream::connect(socket).is_err_and(refused));
         if dead {
             stale.push(skipped_peer(m, wire, "stale".into(), true));
         }
