@@ -196,11 +196,8 @@ fn by(ev: &Event) -> String {
 
 fn accepted(ev: &Event, id: &str, from: &str) -> Said {
     let (pid, at) = (num(ev.pid), num(ev.queue_position));
-    let steer = if ev.mode.as_deref() == Some("steer") {
-        ", steer"
-    } else {
-        ""
-    };
+    let steer = ev.mode.as_deref() == Some("steer");
+    let steer = if steer { ", steer" } else { "" };
     let stored = if ev.stored {
         ", stored while the instance was stopped"
     } else {

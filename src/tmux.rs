@@ -263,11 +263,8 @@ fn wait_bounded(child: &mut Child) -> Option<std::process::ExitStatus> {
         if waited >= CALL_TIMEOUT {
             return None;
         }
-        let step = if waited < Duration::from_millis(50) {
-            1
-        } else {
-            10
-        };
+        let early = waited < Duration::from_millis(50);
+        let step = if early { 1 } else { 10 };
         thread::sleep(Duration::from_millis(step));
     }
 }

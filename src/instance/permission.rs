@@ -104,11 +104,8 @@ impl Foreground {
             json!({"approval_id": p.id, "request_id": request_id, "decision": decision,
                    "by": by.kind, "by_pid": by.pid}),
         );
-        let status = if decision == "approve" {
-            "approved"
-        } else {
-            "denied"
-        };
+        let approved = decision == "approve";
+        let status = if approved { "approved" } else { "denied" };
         json!({"status": status, "approval_id": p.id, "request_id": request_id})
     }
 }

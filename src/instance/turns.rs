@@ -277,11 +277,8 @@ impl Foreground {
         let r = self.running.take().expect("checked");
         self.shared.handler.store(0, Ordering::SeqCst);
         let (code, signal) = r.exit.expect("checked");
-        let outcome = r.ended_by.unwrap_or(if code == Some(0) {
-            Outcome::Done
-        } else {
-            Outcome::Failed
-        });
+        let ok = code == Some(0);
+        let outcome = (r.ended_by).unwrap_or(if ok { Outcome::Done } else { Outcome::Failed });
         let id = r.task.message_id.clone();
         // The reply is planned first, so the receipt can name its id.
         let reply = (self.opts.reply && outcome == Outcome::Done)

@@ -69,21 +69,11 @@ pub fn default_name(workspace: &Path) -> String {
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut name: String = base
-        .chars()
-        .map(|c| {
-            if c.is_ascii() && id_byte(c as u8) {
-                c
-            } else {
-                '_'
-            }
-        })
+    let keep = |c: char| c.is_ascii() && id_byte(c as u8);
+    let name: String = (base.chars().map(|c| if keep(c) { c } else { '_' }))
         .take(64)
         .collect();
-    if name.is_empty() {
-        name = "root".into();
-    }
-    name
+    if name.is_empty() { "root".into() } else { name }
 }
 
 /// Which wire a peer speaks.

@@ -390,11 +390,7 @@ fn take_lock(
             // It holds a pid; a longer file is not ours to read whole.
             let _ = (&lock).take(64).read_to_string(&mut holder);
             let holder = holder.trim();
-            return Ok(Err(if holder.is_empty() {
-                "?".into()
-            } else {
-                holder.to_string()
-            }));
+            return Ok(Err(if holder.is_empty() { "?" } else { holder }.to_string()));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

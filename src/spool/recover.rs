@@ -223,11 +223,8 @@ impl Spool {
             }
             Err(_) => (None, Place::Rejected),
         };
-        let sub = if place == Place::Rejected {
-            "rejected"
-        } else {
-            sub
-        };
+        let rejected = place == Place::Rejected;
+        let sub = if rejected { "rejected" } else { sub };
         let mode = task.as_ref().map_or(TaskMode::Queue, |t| t.mode);
         let key = order_key(mode, seq);
         // A requeue touches the file: its time outlives a restart.
