@@ -187,11 +187,13 @@ fn local_input(ev: &Event, id: &str) -> Said {
 
 /// Who decided on an approval: `watch (pid 1234)`.
 fn by(ev: &Event) -> String {
-    format!(
-        "{}{}",
-        s(&ev.by),
-        part(ev.by_pid, |p| format!(" (pid {p})"))
-    )
+    decided_by(s(&ev.by), ev.by_pid)
+}
+
+/// A decider as a log line says it: the kind of client, and the pid of
+/// its connection when known.
+pub fn decided_by(kind: &str, pid: Option<impl std::fmt::Display>) -> String {
+    format!("{kind}{}", part(pid, |p| format!(" (pid {p})")))
 }
 
 fn accepted(ev: &Event, id: &str, from: &str) -> Said {

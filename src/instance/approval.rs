@@ -83,14 +83,6 @@ impl Decider {
             pid: None,
         }
     }
-
-    /// As a log line says it: `watch (pid 1234)`.
-    fn text(&self) -> String {
-        match self.pid {
-            Some(p) => format!("{} (pid {p})", self.kind),
-            None => self.kind.clone(),
-        }
-    }
 }
 
 /// A client's declared kind (`watch`, `view`, `mcp`, ...): 1 to 32 ASCII
@@ -254,7 +246,7 @@ impl Foreground {
         let body = format!(
             "baton: task {} was denied by {} at {}; it did not run.\n",
             task.message_id,
-            by.text(),
+            crate::event_text::decided_by(&by.kind, by.pid),
             self.origin.name
         );
         let id = self.new_message_id();
