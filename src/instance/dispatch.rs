@@ -353,15 +353,12 @@ impl Foreground {
             pid: r.handler.pid,
             seconds: r.started.elapsed().as_secs_f64(),
         });
+        let exec = self.opts.exec.is_some();
         let status = ControlStatus {
             approve: self.opts.approve,
             awaiting_approval: self.asked.keys().cloned().collect(),
             instance_id: m.instance_id,
-            mode: if self.opts.exec.is_some() {
-                Mode::Exec
-            } else {
-                Mode::Pull
-            },
+            mode: if exec { Mode::Exec } else { Mode::Pull },
             model: m.model,
             name: m.name,
             open_task: self.open.first().map(|o| o.task.message_id.clone()),

@@ -380,23 +380,21 @@ impl Foreground {
             max_queue: self.shared.config.max_queue,
             max_inflight: 0,
         };
-        let r = self.shared.spool.admit(
-            task,
-            None,
-            limits,
-            || false,
-            |task, queue_position| {
-                server::emit_accepted(
-                    &self.hub,
-                    EventKind::LocalInput,
-                    task,
-                    None,
-                    LOCAL,
-                    task.sender.pid,
-                    queue_position,
-                );
-            },
-        );
+        let announce = |task: &Task, at| {
+            server::emit_accepted(
+                &self.hub,
+                EventKind::LocalInput,
+                task,
+                None,
+                LOCAL,
+                task.sender.pid,
+                at,
+            );
+        };
+        let r = self
+            .shared
+            .spool
+            .admit(task, None, limits, || false, announce);
         self.hub.flush();
         // The same reading as a peer's task gets (only `accepted` and
         // `full` can happen: the id is new, and pause does not hold back
