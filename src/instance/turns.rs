@@ -427,10 +427,9 @@ impl Foreground {
         while !exited {
             let left = deadline.saturating_duration_since(Instant::now());
             match turns.recv_timeout(left) {
-                Ok(TurnEvent::Exited { token, .. }) if token == r.token => {
-                    exited = true;
+                Ok(ev) => {
+                    exited = matches!(ev, TurnEvent::Exited { token, .. } if token == r.token)
                 }
-                Ok(_) => {}
                 Err(_) => break,
             }
         }

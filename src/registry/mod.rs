@@ -164,14 +164,12 @@ pub fn scan_dirs(ours: &Path) -> Vec<RegistryDir> {
         wire: Wire::Jsonrpc,
     }];
     let z = zcoder_dir();
-    if check_dir(&z).is_ok() {
-        match fs::canonicalize(&z) {
-            Ok(z) if z != ours => dirs.push(RegistryDir {
-                path: z,
-                wire: Wire::Zcoder,
-            }),
-            _ => {}
-        }
+    let z = check_dir(&z).ok().and_then(|()| fs::canonicalize(&z).ok());
+    if let Some(path) = z.filter(|z| z != ours) {
+        dirs.push(RegistryDir {
+            path,
+            wire: Wire::Zcoder,
+        });
     }
     dirs
 }
