@@ -65,11 +65,8 @@ impl Foreground {
     }
 
     fn manifest(&self) -> Manifest {
-        self.shared
-            .manifest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        let m = self.shared.manifest.lock();
+        m.unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub(super) fn spool(&self) -> &Spool {

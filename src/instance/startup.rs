@@ -488,10 +488,7 @@ fn sweep_ephemeral_spools() {
     let Ok(rd) = fs::read_dir(&base) else {
         return;
     };
-    for e in rd.filter_map(|e| e.ok()) {
-        let Ok(name) = e.file_name().into_string() else {
-            continue;
-        };
+    for name in rd.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
         let Some(id) = name.strip_prefix(&prefix) else {
             continue;
         };

@@ -133,11 +133,8 @@ impl Foreground {
                 // in at once, and are told apart by it (`access`).
                 self.shared.handler.store(handler.pid, Ordering::SeqCst);
                 {
-                    let mut t = self
-                        .shared
-                        .turn_tokens
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
+                    let t = self.shared.turn_tokens.lock();
+                    let mut t = t.unwrap_or_else(|e| e.into_inner());
                     if t.len() >= crate::access::KEPT_TOKENS {
                         t.pop_front();
                     }

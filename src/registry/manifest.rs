@@ -57,8 +57,7 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
         match obj.get(k) {
             Some(Value::String(s)) if s.len() <= MAX_FIELD => Ok(s.clone()),
             Some(Value::String(_)) => Err(format!("field {k} is too long")),
-            None if !required => Ok(String::new()),
-            Some(Value::Null) if !required => Ok(String::new()),
+            None | Some(Value::Null) if !required => Ok(String::new()),
             None => Err(format!("field {k} is missing")),
             Some(_) => Err(format!("field {k} is not a string")),
         }
