@@ -7,8 +7,8 @@
 use crate::status::Status;
 use crate::wire::{Event, EventKind as K};
 
-/// How many lines of a body an approval shows when the request carries
-/// no excerpt of its own, and how many characters of each.
+/// How many lines of a body an approval request carries, or the view
+/// shows when the request has none, and how many characters of each.
 pub const EXCERPT_LINES: usize = 5;
 const EXCERPT_WIDTH: usize = 200;
 
@@ -187,20 +187,19 @@ fn local_input(ev: &Event, id: &str) -> Said {
 
 /// Who decided on an approval: `watch (pid 1234)`.
 fn by(ev: &Event) -> String {
-    format!(
-        "{}{}",
-        s(&ev.by),
-        part(ev.by_pid, |p| format!(" (pid {p})"))
-    )
+    decided_by(s(&ev.by), ev.by_pid)
+}
+
+/// A decider as a log line says it: the kind of client, and the pid of
+/// its connection when known.
+pub fn decided_by(kind: &str, pid: Option<impl std::fmt::Display>) -> String {
+    format!("{kind}{}", part(pid, |p| format!(" (pid {p})")))
 }
 
 fn accepted(ev: &Event, id: &str, from: &str) -> Said {
     let (pid, at) = (num(ev.pid), num(ev.queue_position));
-    let steer = if ev.mode.as_deref() == Some("steer") {
-        ", steer"
-    } else {
-        ""
-    };
+    let steer = ev.mode.as_deref() == Some("steer");
+    let steer = if steer { ", steer" } else { "" };
     let stored = if ev.stored {
         ", stored while the instance was stopped"
     } else {
@@ -378,19 +377,26 @@ pub fn approval_text(w: &Waiting) -> String {
     t
 }
 
-/// The first `EXCERPT_LINES` lines of a body, each cut to
-/// `EXCERPT_WIDTH` characters; `…` marks what was left out.
-pub fn excerpt(body: &str) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut lines = body.lines();
-    for line in lines.by_ref().take(EXCERPT_LINES) {
-        let mut l: String = line.chars().take(EXCERPT_WIDTH).collect();
-        if line.chars().count() > EXCERPT_WIDTH {
-            l.push('…');
-        }
-        out.push(l);
+/// `s` cut after `chars` characters; `…` marks the cut.
+pub fn cut(s: &str, chars: usize) -> String {
+    match s.char_indices().nth(chars) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
     }
-    if lines.next().is_some() {
+}
+
+/// The first `EXCERPT_LINES` lines of a body, each cut to
+/// `EXCERPT_WIDTH` characters.
+pub fn first_lines(body: &str) -> Vec<String> {
+    (body.lines().take(EXCERPT_LINES))
+        .map(|l| cut(l, EXCERPT_WIDTH))
+        .collect()
+}
+
+/// `first_lines`, and a last `…` when the body has more.
+pub fn excerpt(body: &str) -> String {
+    let mut out = first_lines(body);
+    if body.lines().nth(EXCERPT_LINES).is_some() {
         out.push("…".into());
     }
     out.join("\n")

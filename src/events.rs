@@ -503,6 +503,18 @@ pub fn replay(dir: &Path, since: u64, until: u64, mut each: impl FnMut(&[u8]) ->
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::time::{Duration, Instant};
+
+    /// The sequence numbers `replay` gives for `since..until`.
+    fn replayed(dir: &Path, since: u64, until: u64) -> Vec<u64> {
+        let mut seen = Vec::new();
+        replay(dir, since, until, |l| {
+            let v: Value = serde_json::from_slice(l).unwrap();
+            seen.push(v["seq"].as_u64().unwrap());
+            true
+        });
+        seen
+    }
 
     /// An empty directory of this test process's own.
     fn fresh_dir(tag: &str) -> PathBuf {
@@ -529,13 +541,7 @@ mod tests {
         lock(&hub.out).size = ROTATE_BYTES;
         assert_eq!(hub.emit(EventKind::Notice, json!({})), 5);
         assert!(dir.join(TRANSCRIPT_OLD).exists());
-        let mut seen = Vec::new();
-        replay(&dir, 2, 5, |l| {
-            let v: Value = serde_json::from_slice(l).unwrap();
-            seen.push(v["seq"].as_u64().unwrap());
-            true
-        });
-        assert_eq!(seen, [2, 3, 4]);
+        assert_eq!(replayed(&dir, 2, 5), [2, 3, 4]);
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -555,14 +561,9 @@ mod tests {
         let foreground = {
             let (hub, dir) = (Arc::clone(&hub), dir.clone());
             std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(2));
+                std::thread::sleep(Duration::from_millis(2));
                 let sub = hub.subscribe(false);
-                let mut replayed = Vec::new();
-                replay(&dir, 1, sub.next_seq, |l| {
-                    let v: Value = serde_json::from_slice(l).unwrap();
-                    replayed.push(v["seq"].as_u64().unwrap());
-                    true
-                });
+                let replayed = replayed(&dir, 1, sub.next_seq);
                 subscribed.send(()).unwrap();
                 for () in hand {
                     hub.flush();
@@ -587,7 +588,7 @@ mod tests {
             .collect();
         drop(handed);
         sub_rx
-            .recv_timeout(std::time::Duration::from_secs(10))
+            .recv_timeout(Duration::from_secs(10))
             .expect("subscribe returned within 10 s");
         for w in workers {
             w.join().unwrap();
@@ -631,13 +632,10 @@ mod tests {
         let (tx, rx) = chan::bounded(1);
         let h = Arc::clone(&hub);
         std::thread::spawn(move || tx.send(h.subscribe(false).next_seq).unwrap());
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(10);
         while lock(&hub.queue).waiting == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "subscribe never waited"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            assert!(Instant::now() < deadline, "subscribe never waited");
+            std::thread::sleep(Duration::from_millis(1));
         }
         // The flush ends with lines left, handing them on.
         {
@@ -646,7 +644,7 @@ mod tests {
             hub.written.notify_all();
         }
         let next = rx
-            .recv_timeout(std::time::Duration::from_secs(10))
+            .recv_timeout(Duration::from_secs(10))
             .expect("subscribe returned within 10 s");
         assert_eq!(next, 2);
         let text = fs::read_to_string(dir.join(TRANSCRIPT)).unwrap();
@@ -667,17 +665,14 @@ mod tests {
         let flusher = {
             let hub = Arc::clone(&hub);
             std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(200));
+                std::thread::sleep(Duration::from_millis(200));
                 let q = lock(&hub.queue);
                 hub.drain(q, usize::MAX);
             })
         };
         assert_eq!(hub.send_to_controllers(b"request\n", None), 1);
         flusher.join().unwrap();
-        let first = ctl
-            .rx
-            .recv_timeout(std::time::Duration::from_secs(5))
-            .unwrap();
+        let first = ctl.rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(
             String::from_utf8_lossy(&first).contains("approval.requested"),
             "the request came first: {}",

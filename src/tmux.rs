@@ -43,6 +43,8 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 pub const ENTER_DELAY: Duration = Duration::from_millis(150);
 /// The most of a tmux call's output kept (what it prints is one line).
 const OUTPUT_BYTES: u64 = 4096;
+/// What `pane_state` asks tmux of a pane.
+const STATE: &str = "#{pane_pid} #{pane_in_mode} #{bracket_paste_flag}";
 
 /// What the foreground asks of the helper thread.
 #[derive(Debug)]
@@ -158,21 +160,12 @@ fn probe(pane: &str) -> Result<Option<u32>, Trouble> {
 /// The pane's process, whether the pane is in a mode, and whether its
 /// program asked for bracketed paste (`None`: this tmux does not say).
 fn pane_state(pane: &str) -> Result<(Option<u32>, bool, Option<bool>), Trouble> {
-    let out = tmux(
-        &[
-            "display-message",
-            "-p",
-            "-t",
-            pane,
-            "#{pane_pid} #{pane_in_mode} #{bracket_paste_flag}",
-        ],
-        None,
-    )?;
+    let out = tmux(&["display-message", "-p", "-t", pane, STATE], None)?;
     Ok(parse_state(&out))
 }
 
-/// `#{pane_pid} #{pane_in_mode} #{bracket_paste_flag}` as printed: a tmux
-/// without the last format prints nothing for it.
+/// `STATE` as printed: a tmux without its last format prints nothing for
+/// it.
 fn parse_state(out: &str) -> (Option<u32>, bool, Option<bool>) {
     let mut words = out.split_whitespace();
     let pid = words.next().and_then(|w| w.parse().ok());
@@ -218,11 +211,7 @@ fn type_block(pane: &str, buffer: &str, text: &str) -> Result<Option<u32>, Troub
 fn tmux(args: &[&str], input: Option<&str>) -> Result<String, Trouble> {
     let mut cmd = Command::new("tmux");
     cmd.args(args)
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(input.map_or_else(Stdio::null, |_| Stdio::piped()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     sys::die_with_parent(&mut cmd);
@@ -240,16 +229,13 @@ fn tmux(args: &[&str], input: Option<&str>) -> Result<String, Trouble> {
                 let _ = stdin.write_all(text.as_bytes());
             });
     }
-    let status = match wait_bounded(&mut child) {
-        Some(status) => status,
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Trouble::Failed(format!(
-                "tmux {what} did not finish within {} s",
-                CALL_TIMEOUT.as_secs()
-            )));
-        }
+    let Some(status) = wait_bounded(&mut child) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(Trouble::Failed(format!(
+            "tmux {what} did not finish within {} s",
+            CALL_TIMEOUT.as_secs()
+        )));
     };
     let out = read_all(child.stdout.take());
     if status.success() {
@@ -270,20 +256,16 @@ fn wait_bounded(child: &mut Child) -> Option<std::process::ExitStatus> {
     let start = Instant::now();
     loop {
         match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
             Ok(None) => {}
-            Err(_) => return None,
+            done => return done.ok().flatten(),
         }
         let waited = start.elapsed();
         if waited >= CALL_TIMEOUT {
             return None;
         }
-        let step = if waited < Duration::from_millis(50) {
-            Duration::from_millis(1)
-        } else {
-            Duration::from_millis(10)
-        };
-        thread::sleep(step);
+        let early = waited < Duration::from_millis(50);
+        let step = if early { 1 } else { 10 };
+        thread::sleep(Duration::from_millis(step));
     }
 }
 

@@ -50,8 +50,6 @@ pub enum TurnEvent {
         code: Option<i32>,
         signal: Option<i32>,
     },
-    /// The handler could not be started at all.
-    SpawnFailed { token: String, error: String },
 }
 
 /// What a handler needs to run.
@@ -242,10 +240,10 @@ impl Io {
             let mut fds = vec![(stop.as_fd(), false)];
             fds.extend(self.stdin.as_ref().map(|w| (w.as_fd(), true)));
             let open: Vec<usize> = (0..2).filter(|&i| self.streams[i].r.is_some()).collect();
-            for &i in &open {
-                let r = self.streams[i].r.as_ref().expect("open");
-                fds.push((r.as_fd(), false));
-            }
+            let reads = open
+                .iter()
+                .map(|&i| self.streams[i].r.as_ref().expect("open"));
+            fds.extend(reads.map(|r| (r.as_fd(), false)));
             fds.extend(self.leader.as_ref().map(|(_, fd)| (fd.as_fd(), false)));
             if fds.len() == 1 {
                 break;
@@ -288,17 +286,9 @@ impl Io {
         let Some((pid, _)) = &self.leader else {
             return;
         };
-        let pid = *pid;
-        match sys::try_wait_leader(pid) {
-            Ok(None) => {}
-            Ok(Some(st)) => {
-                self.leader = None;
-                exited(Ok(st), token, events);
-            }
-            Err(e) => {
-                self.leader = None;
-                exited(Err(e), token, events);
-            }
+        if let Some(status) = sys::try_wait_leader(*pid).transpose() {
+            self.leader = None;
+            exited(status, token, events);
         }
     }
 
@@ -330,6 +320,7 @@ impl Io {
 /// One output stream, with bounded memory: the first
 /// `STREAM_EVENT_BYTES` become events, the rest is counted and only its
 /// last `TAIL_BYTES` kept.
+#[derive(Default)]
 struct Stream {
     /// Closed at EOF.
     r: Option<File>,
@@ -348,11 +339,8 @@ impl Stream {
             r: Some(r),
             name,
             capture,
-            pending: Vec::new(),
-            total: 0,
-            dropped: 0,
-            tail: Vec::new(),
             captured: capture.map(|_| Vec::new()),
+            ..Stream::default()
         }
     }
 
@@ -378,11 +366,7 @@ impl Stream {
             self.pending.extend_from_slice(&chunk[..streamed]);
             let text = take_utf8(&mut self.pending);
             if !text.is_empty() {
-                let _ = events.send(TurnEvent::Output {
-                    token: token.to_string(),
-                    stream: self.name,
-                    text,
-                });
+                self.output(text, token, events);
             }
         }
         if streamed < n {
@@ -394,17 +378,22 @@ impl Stream {
         }
     }
 
+    fn output(&self, text: String, token: &str, events: &chan::Sender<TurnEvent>) {
+        let _ = events.send(TurnEvent::Output {
+            token: token.to_string(),
+            stream: self.name,
+            text,
+        });
+    }
+
     /// EOF: closes the pipe and reports what the stream held.
     fn finish(&mut self, token: &str, events: &chan::Sender<TurnEvent>) {
         if self.r.take().is_none() {
             return;
         }
         if !self.pending.is_empty() {
-            let _ = events.send(TurnEvent::Output {
-                token: token.to_string(),
-                stream: self.name,
-                text: String::from_utf8_lossy(&self.pending).into_owned(),
-            });
+            let text = String::from_utf8_lossy(&self.pending).into_owned();
+            self.output(text, token, events);
             self.pending.clear();
         }
         if self.tail.len() > TAIL_BYTES {

@@ -12,8 +12,8 @@
 //! controller was shown: a request id a host or sender chose can be asked
 //! again with other text, an `ask-<n>` cannot.
 
-use super::{Approve, Foreground, is_local, opt_str_param, str_param};
-use crate::relay::Outbound;
+use super::outbound::back_to;
+use super::{Answer, Approve, Foreground, Params, is_local, opt_str_param, str_param};
 use crate::sanitize::escape;
 use crate::server::RpcError;
 use crate::spool::{self, Claim, Task};
@@ -21,7 +21,7 @@ use crate::turn;
 use crate::wire::EventKind;
 use crate::wire::INVALID_PARAMS;
 use crate::wire::Outcome;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// What the approval policy says of a queued task.
 pub(super) enum Gate {
@@ -30,10 +30,6 @@ pub(super) enum Gate {
     Denied,
 }
 
-/// Lines of the body an approval request carries, and characters kept of
-/// each (a longer line ends in `…`).
-const EXCERPT_LINES: usize = 5;
-const EXCERPT_LINE_CHARS: usize = 200;
 /// The longest kind a client may declare in `by`.
 const MAX_BY: usize = 32;
 
@@ -62,7 +58,7 @@ fn digest_of(shown: &Value) -> String {
 
 /// A required member of an answer, with what an answer needs when it is
 /// missing (a client that answers by `message_id`, as before, learns why).
-fn answer_param(params: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
+fn answer_param(params: &Params, k: &str) -> Result<String, RpcError> {
     opt_str_param(params, k)?.ok_or_else(|| {
         RpcError::new(
             INVALID_PARAMS,
@@ -87,14 +83,6 @@ impl Decider {
             pid: None,
         }
     }
-
-    /// As a log line says it: `watch (pid 1234)`.
-    fn text(&self) -> String {
-        match self.pid {
-            Some(p) => format!("{} (pid {p})", self.kind),
-            None => self.kind.clone(),
-        }
-    }
 }
 
 /// A client's declared kind (`watch`, `view`, `mcp`, ...): 1 to 32 ASCII
@@ -106,38 +94,26 @@ fn valid_by(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' '))
 }
 
-/// The first lines of a body, each cut at `EXCERPT_LINE_CHARS`, and how
-/// many lines it has in all.
+/// The first lines of a body (`event_text::first_lines`), and how many
+/// lines it has in all.
 fn excerpt(body: &str) -> (String, usize) {
-    let cut = |l: &str| match l.char_indices().nth(EXCERPT_LINE_CHARS) {
-        Some((i, _)) => format!("{}…", &l[..i]),
-        None => l.to_string(),
-    };
-    let first: Vec<String> = body.lines().take(EXCERPT_LINES).map(cut).collect();
+    let first = crate::event_text::first_lines(body);
     (first.join("\n"), body.lines().count())
 }
 
-/// What an approval request and its event say of a task (protocol.md,
+/// What an approval request and its event say of a queued task: its
+/// summary, and its first lines where its file reads back (protocol.md,
 /// `approval/request`).
-fn context(message_id: &str, task: Option<&Task>, summary: Option<&spool::Summary>) -> Value {
-    let mut v = json!({"message_id": message_id});
-    let (sender, mode) = match (task, summary) {
-        (Some(t), _) => (&t.sender, &t.mode),
-        (None, Some(s)) => (&s.sender, &s.mode),
-        (None, None) => return v,
-    };
-    v["from"] = json!(turn::display_name(sender));
-    v["pid"] = json!(sender.pid);
-    v["sender_name"] = json!(sender.name);
-    v["workspace"] = json!(sender.workspace);
-    v["mode"] = json!(mode);
+fn context(s: &spool::Summary, task: Option<&Task>) -> Value {
+    let (sender, mode) = task.map_or((&s.sender, &s.mode), |t| (&t.sender, &t.mode));
+    let mut v = json!({"message_id": s.message_id, "from": turn::display_name(sender),
+                       "pid": sender.pid, "sender_name": sender.name,
+                       "workspace": sender.workspace, "mode": mode, "bytes": s.bytes});
     if let Some(t) = task {
         let (text, lines) = excerpt(&t.body);
         v["bytes"] = json!(t.body.len());
         v["lines"] = json!(lines);
         v["excerpt"] = json!(text);
-    } else if let Some(s) = summary {
-        v["bytes"] = json!(s.bytes);
     }
     v
 }
@@ -171,12 +147,9 @@ impl Foreground {
             Approve::Ask => {
                 if !self.asked.contains_key(id) {
                     let full = self.spool().queued_task(id);
-                    let p = self.pending(context(id, full.as_ref(), Some(task)));
-                    self.hub
-                        .emit(EventKind::ApprovalRequested, p.params.clone());
-                    let (aid, params) = (p.id.clone(), p.params.clone());
+                    let shown = context(task, full.as_ref());
+                    let (p, _) = self.ask(EventKind::ApprovalRequested, shown);
                     self.asked.insert(id.clone(), p);
-                    self.send_request(&aid, params, None);
                 }
                 Gate::Wait
             }
@@ -187,16 +160,19 @@ impl Foreground {
         }
     }
 
-    /// A new approval of what `shown` shows: its id and digest are added
-    /// to the params its requests and its event carry.
-    pub(super) fn pending(&mut self, shown: Value) -> Pending {
+    /// A new approval of what `shown` shows, recorded as a `kind` event
+    /// and asked of every controller: it, and how many were asked. Its id
+    /// and digest are added to the params its requests and its event carry.
+    pub(super) fn ask(&mut self, kind: EventKind, shown: Value) -> (Pending, usize) {
         let id = format!("ask-{}", self.next_approval);
         self.next_approval += 1;
         let digest = digest_of(&shown);
         let mut params = shown;
         params["approval_id"] = json!(id);
         params["digest"] = json!(digest);
-        Pending { id, digest, params }
+        self.hub.emit(kind, params.clone());
+        let asked = self.send_request(&id, params.clone(), None);
+        (Pending { id, digest, params }, asked)
     }
 
     /// Asks every controller, or only the one subscriber `only`, to decide
@@ -236,22 +212,16 @@ impl Foreground {
             self.requests.retain(|_, a| *a != p.id);
         }
         self.approved.remove(message_id);
-        let task = match self.spool().claim_id(message_id) {
-            Ok(Claim::Task(task)) => match self.spool().finish(message_id, Outcome::Denied) {
-                Ok(()) => Some(task),
-                Err(e) => {
-                    self.hub
-                        .emit(EventKind::Notice, json!({"text": e.to_string()}));
-                    None
-                }
-            },
-            Ok(_) => None,
-            Err(e) => {
-                self.hub
-                    .emit(EventKind::Notice, json!({"text": e.to_string()}));
-                None
+        let claimed = self.spool().claim_id(message_id).and_then(|c| match c {
+            Claim::Task(task) => {
+                (self.spool().finish(message_id, Outcome::Denied)).map(|()| Some(task))
             }
-        };
+            _ => Ok(None),
+        });
+        let task = claimed.unwrap_or_else(|e| {
+            self.notice(None, e.to_string());
+            None
+        });
         self.hub.emit(
             EventKind::TaskDenied,
             json!({"message_id": message_id, "by": by.kind, "by_pid": by.pid}),
@@ -276,20 +246,11 @@ impl Foreground {
         let body = format!(
             "baton: task {} was denied by {} at {}; it did not run.\n",
             task.message_id,
-            by.text(),
+            crate::event_text::decided_by(&by.kind, by.pid),
             self.origin.name
         );
-        let out = Outbound {
-            target: sender.clone(),
-            body,
-            message_id: self.new_message_id(),
-            hop: task.hop + 1,
-            in_reply_to: Some(task.message_id.clone()),
-            mode: "queue".into(),
-            only: Some(sender),
-            scope: "a denial notice".into(),
-            only_spool: task.sender.name.clone().zip(task.sender.workspace.clone()),
-        };
+        let id = self.new_message_id();
+        let out = back_to(task, &sender, body, id, "a denial notice".into());
         self.spawn_send(out, Some(task.message_id.clone()), None);
     }
 
@@ -351,22 +312,18 @@ impl Foreground {
     }
 
     /// `approval/respond`, from the connection of peer `pid`.
-    pub(super) fn approval_respond(
-        &mut self,
-        params: &Map<String, Value>,
-        pid: Option<u32>,
-    ) -> std::result::Result<Value, RpcError> {
+    pub(super) fn approval_respond(&mut self, params: &Params, pid: Option<u32>) -> Answer {
         let approval_id = answer_param(params, "approval_id")?;
         let digest = answer_param(params, "digest")?;
         let decision = str_param(params, "decision")?;
         let by = opt_str_param(params, "by")?;
+        let invalid =
+            |reason| Ok(json!({"status": "invalid", "approval_id": approval_id, "reason": reason}));
         if !matches!(decision.as_str(), "approve" | "deny") {
-            return Ok(json!({"status": "invalid", "approval_id": approval_id,
-                             "reason": "decision is not approve or deny"}));
+            return invalid("decision is not approve or deny");
         }
         if by.as_deref().is_some_and(|b| !valid_by(b)) {
-            return Ok(json!({"status": "invalid", "approval_id": approval_id,
-                             "reason": "by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces"}));
+            return invalid("by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces");
         }
         let by = Decider {
             kind: by.unwrap_or_else(|| "approval/respond".into()),
@@ -380,7 +337,7 @@ impl Foreground {
     /// dropped, and one that decides nothing (its digest is missing or is
     /// not that of what waits) is said in a notice. A `by` that is not a
     /// valid kind is ignored.
-    pub(super) fn client_reply(&mut self, reply: &Map<String, Value>, pid: Option<u32>) {
+    pub(super) fn client_reply(&mut self, reply: &Params, pid: Option<u32>) {
         let Some(rid) = reply.get("id").and_then(Value::as_str) else {
             return;
         };
@@ -403,10 +360,7 @@ impl Foreground {
         };
         if answer["status"] == "invalid" {
             let why = answer["reason"].as_str().unwrap_or("");
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"text": format!("a reply to {rid} decided nothing: {why}")}),
-            );
+            self.notice(None, format!("a reply to {rid} decided nothing: {why}"));
         }
     }
 }

@@ -55,7 +55,7 @@ impl Foreground {
         if let Some(s) = self.short.take() {
             let text = format!("no longer {}: tasks are handed out again", s.what);
             eprintln!("baton: {text}");
-            self.hub.emit(EventKind::Notice, json!({"text": text}));
+            self.notice(None, text);
         }
     }
 
@@ -92,15 +92,20 @@ impl Foreground {
     /// `what`: the task goes back to its place in the queue, still
     /// approved.
     pub(super) fn put_back(&mut self, id: &str, what: &'static str, error: &str) {
-        if let Err(e) = self.spool().unclaim(id) {
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"message_id": id, "text": format!(
-                    "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
-                )}),
-            );
-        }
+        self.unclaim(id);
         self.approved.insert(id.to_string());
         self.short_of(what, error);
+    }
+
+    /// Puts a claimed task back in its place in the queue; true if it
+    /// went, else said.
+    pub(super) fn unclaim(&self, id: &str) -> bool {
+        let text = |e| {
+            format!(
+                "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
+            )
+        };
+        let back = self.spool().unclaim(id);
+        back.map_err(|e| self.notice(Some(id), text(e))).is_ok()
     }
 }

@@ -5,7 +5,7 @@
 //! published, and the timers armed.
 
 use super::inbox::Interrupted;
-use super::{Approve, EPHEMERAL_GRACE, Foreground, Reply};
+use super::{Answer, Approve, EPHEMERAL_GRACE, Foreground, Params, Reply};
 use crate::access::Caller;
 use crate::registry::{self, Manifest};
 use crate::server::{Event, RpcError, State};
@@ -65,11 +65,8 @@ impl Foreground {
     }
 
     fn manifest(&self) -> Manifest {
-        self.shared
-            .manifest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        let m = self.shared.manifest.lock();
+        m.unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub(super) fn spool(&self) -> &Spool {
@@ -78,6 +75,16 @@ impl Foreground {
 
     pub(super) fn paused(&self) -> bool {
         self.shared.paused.load(Ordering::SeqCst)
+    }
+
+    /// A `notice`, of the task `id` or of the instance's own.
+    pub(super) fn notice(&self, id: Option<&str>, text: impl Into<String>) {
+        let text = text.into();
+        let fields = match id {
+            Some(id) => json!({"message_id": id, "text": text}),
+            None => json!({"text": text}),
+        };
+        self.hub.emit(EventKind::Notice, fields);
     }
 
     pub(super) fn new_message_id(&mut self) -> String {
@@ -206,7 +213,7 @@ impl Foreground {
     /// Answers a call on `reply`: at once, or, for `relay/send`,
     /// `inbox/complete` with a reply and `control/pause`, once their helper
     /// thread reports.
-    fn call(&mut self, method: Call, params: &Map<String, Value>, reply: Reply, caller: &Caller) {
+    fn call(&mut self, method: Call, params: &Params, reply: Reply, caller: &Caller) {
         let pid = caller.pid;
         let answer = match method {
             Call::RelaySend => return self.relay_send(params, reply, caller),
@@ -259,10 +266,7 @@ impl Foreground {
         if let Err(e) = spawned {
             // The last resort, the one wait the foreground makes itself:
             // bounded by SETTLE_WAIT, below every caller's answer wait.
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"text": format!("cannot start a settle thread: {e}")}),
-            );
+            self.notice(None, format!("cannot start a settle thread: {e}"));
             self.spool().settle(SETTLE_WAIT);
             self.answer_pause(Settled { reply, changed });
         }
@@ -283,32 +287,25 @@ impl Foreground {
     /// `inbox/list`: one page of the tasks after `after`, at most `limit`
     /// of them and `LIST_RESULT_BYTES` in all, with the next page's
     /// `after` in `next` (null on the last page).
-    fn inbox_list(&self, params: &Map<String, Value>) -> Result<Value, RpcError> {
-        let bad = |field: &str, want: &str| {
-            RpcError::new(
-                wire::INVALID_PARAMS,
-                format!("invalid params: {field} must be {want}"),
-            )
-        };
+    fn inbox_list(&self, params: &Params) -> Answer {
         let limit = match params.get("limit") {
             None | Some(Value::Null) => LIST_LIMIT,
             Some(v) => match v.as_u64() {
                 Some(n) if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
-                _ => return Err(bad("limit", "a positive integer")),
+                _ => {
+                    let why = "invalid params: limit must be a positive integer";
+                    return Err(RpcError::new(wire::INVALID_PARAMS, why));
+                }
             },
         };
-        let after = match params.get("after") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.as_str()),
-            Some(_) => return Err(bad("after", "a string")),
-        };
+        let after = super::opt_str_param(params, "after")?;
         let l = self.spool().list();
         let mut tasks = [l.processing, l.rejected, l.interrupted, l.queued]
             .into_iter()
             .zip(LIST_ORDER)
             .flat_map(|(v, place)| v.into_iter().map(move |t| (place, t)));
-        if let Some(id) = after {
-            if !tasks.any(|(_, t)| t.message_id == id) {
+        if let Some(id) = &after {
+            if !tasks.any(|(_, t)| t.message_id == *id) {
                 return Ok(json!({"status": "invalid", "message_id": id,
                                  "reason": format!("task {id} is not listed (it left the inbox): list again from the start")}));
             }
@@ -353,15 +350,12 @@ impl Foreground {
             pid: r.handler.pid,
             seconds: r.started.elapsed().as_secs_f64(),
         });
+        let exec = self.opts.exec.is_some();
         let status = ControlStatus {
             approve: self.opts.approve,
             awaiting_approval: self.asked.keys().cloned().collect(),
             instance_id: m.instance_id,
-            mode: if self.opts.exec.is_some() {
-                Mode::Exec
-            } else {
-                Mode::Pull
-            },
+            mode: if exec { Mode::Exec } else { Mode::Pull },
             model: m.model,
             name: m.name,
             open_task: self.open.first().map(|o| o.task.message_id.clone()),

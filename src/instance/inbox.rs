@@ -4,7 +4,7 @@
 //! ends it. Here too: putting interrupted tasks back, or discarding them.
 
 use super::outbound::{Plan, Waiter};
-use super::{Foreground, OpenTask, Reply, opt_str_param, str_param};
+use super::{Answer, Foreground, OpenTask, Params, Reply, opt_str_param, str_param};
 use crate::sanitize::escape;
 use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task};
@@ -12,12 +12,12 @@ use crate::status::Status;
 use crate::turn;
 use crate::wire::EventKind;
 use crate::wire::Outcome;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::approval::Gate;
 
 /// `plan_send`'s answer for the reply of `inbox/complete`.
-type PlannedReply = std::result::Result<Plan, RpcError>;
+type PlannedReply = Result<Plan, RpcError>;
 
 /// What `inbox/requeue` and `inbox/discard` do with a set-aside task.
 #[derive(Clone, Copy)]
@@ -47,7 +47,7 @@ impl Foreground {
             return json!({"status": "paused", "reason": server::reason::PAUSED});
         }
         let mut rejected = Vec::new();
-        let result = loop {
+        let mut result = loop {
             // A steer task from the sender of the open task joins its turn,
             // wherever it waits in the queue.
             let follow_up = self.open.first().and_then(|o| {
@@ -105,7 +105,6 @@ impl Foreground {
             }
         };
         self.refresh();
-        let mut result = result;
         if !rejected.is_empty() {
             result["rejected"] = Value::Array(rejected);
         }
@@ -151,11 +150,7 @@ impl Foreground {
 
     /// Puts an interrupted task back in the queue, or discards it with a
     /// receipt (so a retry of its id stays a duplicate).
-    pub(super) fn interrupted(
-        &mut self,
-        what: Interrupted,
-        params: &Map<String, Value>,
-    ) -> std::result::Result<Value, RpcError> {
+    pub(super) fn interrupted(&mut self, what: Interrupted, params: &Params) -> Answer {
         let id = str_param(params, "message_id")?;
         if !self.spool().is_set_aside(&id) {
             return Ok(json!({
@@ -183,20 +178,15 @@ impl Foreground {
     /// `inbox/complete`. With `reply`, the answer waits for the reply's
     /// delivery (on a thread, `Waiter::Complete`), so it says where the
     /// reply went; the task is finished either way.
-    pub(super) fn complete(&mut self, params: &Map<String, Value>, answer_to: Reply) {
+    pub(super) fn complete(&mut self, params: &Params, answer_to: Reply) {
         let finished = self.finish_open(params);
         // The state is published before the answer goes out: a client
         // that reads the manifest after its answer sees the task ended.
         self.refresh();
         match finished {
-            Err(e) => {
-                let _ = answer_to.send(Err(e));
-            }
-            Ok((answer, None)) => {
-                let _ = answer_to.send(Ok(answer));
-            }
-            Ok((answer, Some((id, plan)))) => {
-                self.reply_from(&id, plan, answer, answer_to);
+            Ok((answer, Some((id, plan)))) => self.reply_from(&id, plan, answer, answer_to),
+            done => {
+                let _ = answer_to.send(done.map(|(answer, _)| answer));
             }
         }
     }
@@ -205,8 +195,8 @@ impl Foreground {
     /// is to go out (planned first, so the receipt can name its id).
     fn finish_open(
         &mut self,
-        params: &Map<String, Value>,
-    ) -> std::result::Result<(Value, Option<(String, PlannedReply)>), RpcError> {
+        params: &Params,
+    ) -> Result<(Value, Option<(String, PlannedReply)>), RpcError> {
         let id = str_param(params, "message_id")?;
         let outcome = opt_str_param(params, "outcome")?;
         let reply = opt_str_param(params, "reply")?;
@@ -224,38 +214,42 @@ impl Foreground {
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
             return invalid(format!("task {} is not open here", escape(&id)));
         };
-        let planned = match reply {
-            Some(body) => {
-                let mut p = Map::new();
-                p.insert("body".into(), json!(body));
-                p.insert("reply".into(), json!(true));
-                p.insert("turn".into(), json!(self.open[pos].token));
-                let plan = self.plan_send(&p, None);
-                let sent_as = match &plan {
-                    Ok(Ok(out)) => Some(out.message_id.clone()),
-                    _ => None,
-                };
-                let record = ReplyRecord {
-                    message_id: sent_as,
-                    body: super::outcome::bounded(&body, self.shared.config.max_message_bytes),
-                };
-                Some((plan, record))
-            }
-            None => None,
-        };
+        let planned = reply.map(|body| {
+            let p = json!({"body": body, "reply": true, "turn": self.open[pos].token});
+            let plan = self.plan_send(p.as_object().expect("an object"), None);
+            let sent = plan.as_ref().ok().and_then(|p| p.as_ref().ok());
+            let record = ReplyRecord {
+                message_id: sent.map(|out| out.message_id.clone()),
+                body: super::outcome::bounded(&body, self.shared.config.max_message_bytes),
+            };
+            (plan, record)
+        });
         let record = planned.as_ref().map(|(_, r)| r.clone());
-        if let Err(e) = self.spool().finish_with(&id, outcome, record.clone()) {
+        if let Err(e) = self.finish_turn(pos, outcome, record) {
             let failed = json!({"status": "error", "message_id": id, "reason": e.to_string()});
             return Ok((failed, None));
         }
+        let result = json!({"status": "completed", "message_id": id, "outcome": outcome});
+        Ok((result, planned.map(|(plan, _)| (id, plan))))
+    }
+
+    /// Finishes the task of the open turn at `pos` as `outcome`, with the
+    /// reply it finished with: the turn is over, unless the spool fails.
+    pub(super) fn finish_turn(
+        &mut self,
+        pos: usize,
+        outcome: Outcome,
+        reply: Option<ReplyRecord>,
+    ) -> crate::error::Result<()> {
+        let id = self.open[pos].task.message_id.clone();
+        self.spool().finish_with(&id, outcome, reply.clone())?;
         self.open.remove(pos);
         self.hub.emit(
             EventKind::TurnFinished,
             json!({"message_id": id, "outcome": outcome}),
         );
-        self.ended(&id, outcome, record.as_ref());
-        let result = json!({"status": "completed", "message_id": id, "outcome": outcome});
-        Ok((result, planned.map(|(plan, _)| (id, plan))))
+        self.ended(&id, outcome, reply.as_ref());
+        Ok(())
     }
 
     /// `inbox/complete` with `reply`: the reply goes out like `baton send

@@ -32,9 +32,8 @@ use crate::relay::Origin;
 use crate::server::{Event, RpcError, Shared};
 use crate::spool::{self, Task};
 use crate::turn::TurnEvent;
-use crate::wire::EventKind;
 use crossbeam_channel::{self as chan, select};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -107,8 +106,11 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// `--ephemeral`: the grace period after the last client left.
 pub const EPHEMERAL_GRACE: Duration = Duration::from_secs(1);
 
+/// A call's params, and what the foreground answers it.
+type Params = Map<String, Value>;
+type Answer = std::result::Result<Value, RpcError>;
 /// The answer channel of a call the foreground answers.
-type Reply = chan::Sender<std::result::Result<Value, RpcError>>;
+type Reply = chan::Sender<Answer>;
 
 /// A task an agent claimed (pull mode) and has not completed.
 struct OpenTask {
@@ -255,16 +257,16 @@ impl Foreground {
                     }
                 },
                 recv(inputs.signals) -> sig => {
-                    self.hub.emit(EventKind::Notice, json!({"text": format!("stopping on signal {}", sig.unwrap_or(0))}));
+                    self.notice(None, format!("stopping on signal {}", sig.unwrap_or(0)));
                     return;
                 },
                 recv(inputs.stop) -> _ => {
-                    self.hub.emit(EventKind::Notice, json!({"text": "stopping: the front end closed"}));
+                    self.notice(None, "stopping: the front end closed");
                     return;
                 },
                 recv(timer) -> _ => {
                     if self.on_timer() {
-                        self.hub.emit(EventKind::Notice, json!({"text": "no client for a second: ephemeral instance stopping"}));
+                        self.notice(None, "no client for a second: ephemeral instance stopping");
                         return;
                     }
                 },
@@ -282,12 +284,12 @@ impl Foreground {
         }
         self.shared.stopping.store(true, Ordering::SeqCst);
         self.interrupt_turn(&inputs.turns);
-        listeners.close(&self.socket, self.zcoder.as_ref().map(|(_, s)| s));
+        listeners.close();
         self.shared.spool.remove_if_ephemeral();
     }
 }
 
-fn str_param(params: &Map<String, Value>, k: &str) -> std::result::Result<String, RpcError> {
+fn str_param(params: &Params, k: &str) -> std::result::Result<String, RpcError> {
     opt_str_param(params, k)?.ok_or_else(|| {
         RpcError::new(
             crate::wire::INVALID_PARAMS,
@@ -296,10 +298,7 @@ fn str_param(params: &Map<String, Value>, k: &str) -> std::result::Result<String
     })
 }
 
-fn opt_str_param(
-    params: &Map<String, Value>,
-    k: &str,
-) -> std::result::Result<Option<String>, RpcError> {
+fn opt_str_param(params: &Params, k: &str) -> std::result::Result<Option<String>, RpcError> {
     match params.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),

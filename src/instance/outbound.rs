@@ -5,7 +5,7 @@
 //! reports as `Event::Relayed`. This covers `relay/send`, `--reply` and
 //! the reply of `inbox/complete`.
 
-use super::{Foreground, Reply, is_local, opt_str_param, str_param};
+use super::{Foreground, Params, Reply, is_local, opt_str_param, str_param};
 use crate::access::{Caller, Role};
 use crate::registry;
 use crate::relay::{self, Outbound};
@@ -16,106 +16,55 @@ use crate::status::{ReplyStatus, Status};
 use crate::turn;
 use crate::wire::EventKind;
 use crossbeam_channel as chan;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::time::Duration;
 
 /// A planned send, or the refusal to answer with instead.
-pub(super) type Plan = std::result::Result<Outbound, Value>;
+pub(super) type Plan = Result<Outbound, Value>;
 
 /// A `--reply` planned: what the receipt keeps, and the send, or why
 /// there is none.
 pub(super) struct StdoutReply {
     pub(super) record: Option<ReplyRecord>,
-    pub(super) send: std::result::Result<Outbound, NoReply>,
+    pub(super) send: Result<Outbound, String>,
 }
-
-/// Why a handler's stdout goes back to no one.
-#[derive(Debug)]
-pub(super) enum NoReply {
-    PlainSender,
-    TooLong { limit: usize },
-    Empty,
-}
-
-impl std::fmt::Display for NoReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NoReply::PlainSender => f.write_str(
-                "no reply: the sender is a plain command line, which cannot be replied to",
-            ),
-            NoReply::TooLong { limit } => write!(
-                f,
-                "no reply: the handler printed more than {limit} bytes (BATON_MAX_MESSAGE_BYTES)"
-            ),
-            NoReply::Empty => f.write_str("no reply: the handler printed nothing"),
-        }
-    }
-}
-
-impl std::error::Error for NoReply {}
 
 impl Foreground {
     /// `--reply`: plans sending the handler's stdout back to the sender,
     /// before the task is finished, so its receipt can name the reply.
     pub(super) fn plan_stdout_reply(&mut self, task: &Task, stdout: Vec<u8>) -> StdoutReply {
-        let id = &task.message_id;
         let limit = self.shared.config.max_message_bytes;
         let text = String::from_utf8_lossy(&stdout).into_owned();
         let mut record = (!text.is_empty()).then(|| ReplyRecord {
             message_id: None,
             body: super::outcome::bounded(&text, limit),
         });
-        let Some(sender) = task.sender.instance_id.clone() else {
-            return StdoutReply {
-                record,
-                send: Err(NoReply::PlainSender),
-            };
+        let send = match &task.sender.instance_id {
+            None => Err(
+                "no reply: the sender is a plain command line, which cannot be replied to".into(),
+            ),
+            Some(_) if stdout.len() > limit => Err(format!(
+                "no reply: the handler printed more than {limit} bytes (BATON_MAX_MESSAGE_BYTES)"
+            )),
+            Some(_) if text.trim().is_empty() => {
+                Err("no reply: the handler printed nothing".into())
+            }
+            Some(sender) => {
+                let id = self.new_message_id();
+                Ok(back_to(task, sender, text, id, "a reply".into()))
+            }
         };
-        if stdout.len() > limit {
-            return StdoutReply {
-                record,
-                send: Err(NoReply::TooLong { limit }),
-            };
-        }
-        if text.trim().is_empty() {
-            return StdoutReply {
-                record,
-                send: Err(NoReply::Empty),
-            };
-        }
-        let out = Outbound {
-            target: sender.clone(),
-            body: text,
-            message_id: self.new_message_id(),
-            hop: task.hop + 1,
-            in_reply_to: Some(id.clone()),
-            mode: "queue".into(),
-            only: Some(sender),
-            scope: "a reply".into(),
-            only_spool: spool_of(task),
-        };
-        if let Some(r) = record.as_mut() {
+        if let (Some(r), Ok(out)) = (record.as_mut(), &send) {
             r.message_id = Some(out.message_id.clone());
         }
-        StdoutReply {
-            record,
-            send: Ok(out),
-        }
+        StdoutReply { record, send }
     }
 
     /// Sends a planned `--reply`, or says why none goes out.
-    pub(super) fn send_stdout_reply(
-        &mut self,
-        id: &str,
-        send: std::result::Result<Outbound, NoReply>,
-    ) {
+    pub(super) fn send_stdout_reply(&mut self, id: &str, send: Result<Outbound, String>) {
         match send {
             Ok(out) => self.spawn_send(out, Some(id.to_string()), None),
-            Err(why) => {
-                let text = why.to_string();
-                self.hub
-                    .emit(EventKind::Notice, json!({"message_id": id, "text": text}));
-            }
+            Err(why) => self.notice(Some(id), why),
         }
     }
 
@@ -147,7 +96,7 @@ impl Foreground {
             });
         if let Err(e) = spawned {
             let text = format!("cannot start a sender thread: {e}");
-            self.hub.emit(EventKind::Notice, json!({"text": text}));
+            self.notice(None, &text);
             if let Some(w) = waiter {
                 w.answer(
                     json!({"status": Status::Transport, "message_id": message_id, "reason": text}),
@@ -162,10 +111,7 @@ impl Foreground {
             .name("baton-send-wait".into())
             .spawn(move || waiter.wait(&result_rx, within, &message_id));
         if let Err(e) = spawned {
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"text": format!("cannot start a thread to answer a send: {e}")}),
-            );
+            self.notice(None, format!("cannot start a thread to answer a send: {e}"));
         }
     }
 
@@ -185,8 +131,7 @@ impl Foreground {
                     escape(fields["reason"].as_str().unwrap_or(""))
                 );
                 eprintln!("baton: {text}");
-                self.hub
-                    .emit(EventKind::Notice, json!({"message_id": r, "text": text}));
+                self.notice(Some(r), text);
             }
         }
         self.hub.emit(EventKind::RelaySent, fields);
@@ -194,12 +139,7 @@ impl Foreground {
 
     /// `relay/send`: the sender-side guards need the turn, so they are
     /// decided here; the delivery itself runs on a worker thread.
-    pub(super) fn relay_send(
-        &mut self,
-        params: &Map<String, Value>,
-        reply: Reply,
-        caller: &Caller,
-    ) {
+    pub(super) fn relay_send(&mut self, params: &Params, reply: Reply, caller: &Caller) {
         let plan = self.plan_send(params, Some(caller));
         match plan {
             Ok(Ok(out)) => {
@@ -260,9 +200,9 @@ impl Foreground {
     /// or no turn) goes to any target at hop 0.
     pub(super) fn plan_send(
         &mut self,
-        params: &Map<String, Value>,
+        params: &Params,
         caller: Option<&Caller>,
-    ) -> std::result::Result<Plan, RpcError> {
+    ) -> Result<Plan, RpcError> {
         let body = str_param(params, "body")?;
         let turn = opt_str_param(params, "turn")?;
         let target = opt_str_param(params, "target")?;
@@ -286,39 +226,30 @@ impl Foreground {
             }
             None => self.new_message_id(),
         };
-        let refuse = |status: Status, reason: String| {
+        let refuse = |status: Status, reason: &str| {
             Ok(Err(
                 json!({"status": status, "message_id": message_id, "reason": reason}),
             ))
         };
         if !matches!(mode.as_str(), "queue" | "steer") {
-            return refuse(Status::Invalid, "mode is not queue or steer".into());
+            return refuse(Status::Invalid, "mode is not queue or steer");
         }
         let of_turn = caller.filter(|c| c.role == Role::Turn);
         if let Some(Err(reason)) = of_turn.map(|c| self.turn_of_process(c, turn.as_deref())) {
-            return refuse(Status::Denied, reason);
+            return refuse(Status::Denied, &reason);
         }
         let Some(task) = self.scope_of(turn.as_deref()) else {
-            return refuse(
-                Status::Denied,
-                "the turn token names no open turn here".into(),
-            );
+            return refuse(Status::Denied, "the turn token names no open turn here");
         };
         let task = task.filter(|t| !is_local(&t.sender));
         let Some(task) = task else {
             // A local turn (the operator, a script with BATON_SOCKET), or
             // none: any target, hop 0.
             if is_reply {
-                return refuse(
-                    Status::Invalid,
-                    "a reply needs the turn it answers (turn)".into(),
-                );
+                return refuse(Status::Invalid, "a reply needs the turn it answers (turn)");
             }
-            let Some(target) = target else {
-                return Err(missing_target());
-            };
             return Ok(Ok(Outbound {
-                target,
+                target: target.ok_or_else(missing_target)?,
                 body,
                 message_id,
                 hop: 0,
@@ -330,29 +261,22 @@ impl Foreground {
             }));
         };
         let from = turn::display_name(&task.sender);
-        let Some(sender) = task.sender.instance_id.clone() else {
-            return refuse(
-                Status::Denied,
-                format!(
-                    "this turn runs a task from {from}, a plain command line, which cannot be sent to"
-                ),
+        let Some(sender) = &task.sender.instance_id else {
+            let why = format!(
+                "this turn runs a task from {from}, a plain command line, which cannot be sent to"
             );
+            return refuse(Status::Denied, &why);
         };
         let target = match (is_reply, target) {
             (true, _) => sender.clone(),
             (false, Some(t)) => t,
             (false, None) => return Err(missing_target()),
         };
+        let scope = format!("this turn runs a task relayed from {}", escape(&from));
         Ok(Ok(Outbound {
             target,
-            body,
-            message_id,
-            hop: task.hop + 1,
-            in_reply_to: Some(task.message_id.clone()),
             mode,
-            only: Some(sender),
-            scope: format!("this turn runs a task relayed from {}", escape(&from)),
-            only_spool: spool_of(&task),
+            ..back_to(&task, sender, body, message_id, scope)
         }))
     }
 }
@@ -371,13 +295,9 @@ pub(super) enum Waiter {
 
 impl Waiter {
     fn wait(self, result: &chan::Receiver<Value>, io_timeout: Duration, message_id: &str) {
-        let bound = match &self {
-            Waiter::Relay(_) => None,
-            Waiter::Complete { .. } => Some(io_timeout - io_timeout / 5),
-        };
-        let got = match bound {
-            None => result.recv().ok(),
-            Some(b) => result.recv_timeout(b).ok(),
+        let got = match &self {
+            Waiter::Relay(_) => result.recv().ok(),
+            Waiter::Complete { .. } => result.recv_timeout(io_timeout - io_timeout / 5).ok(),
         };
         let got = got.unwrap_or_else(|| {
             json!({"status": ReplyStatus::Sending.as_str(), "message_id": message_id,
@@ -399,11 +319,28 @@ impl Waiter {
     }
 }
 
-/// The name and workspace of a task's sender, whose spool takes what is
-/// sent back while the sender is stopped.
-fn spool_of(task: &Task) -> Option<(String, String)> {
+/// A task sent back along `task`'s way: to its sender's instance
+/// `sender` and to it only (`scope` says why), one hop further, queued; to
+/// the spool of the sender's name and workspace while it is stopped.
+pub(super) fn back_to(
+    task: &Task,
+    sender: &str,
+    body: String,
+    message_id: String,
+    scope: String,
+) -> Outbound {
     let s = &task.sender;
-    Some((s.name.clone()?, s.workspace.clone()?))
+    Outbound {
+        target: sender.to_string(),
+        body,
+        message_id,
+        hop: task.hop + 1,
+        in_reply_to: Some(task.message_id.clone()),
+        mode: "queue".into(),
+        only: Some(sender.to_string()),
+        scope,
+        only_spool: s.name.clone().zip(s.workspace.clone()),
+    }
 }
 
 fn missing_target() -> RpcError {

@@ -4,14 +4,13 @@
 //! waiting, so it holds across restarts. Reading a receipt is a local
 //! disk read, which the foreground may do.
 
-use super::{Foreground, str_param};
+use super::{Answer, Foreground, Params, str_param};
 use crate::access::{Caller, Role};
-use crate::server::RpcError;
 use crate::spool::{ReplyRecord, Whereabouts};
 use crate::wire::EventKind;
 use crate::wire::Outcome;
 use crate::wire::answer::{Pending, TaskState, TaskStatus};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 impl Foreground {
     /// Records a task's final outcome at this receiver, with its reply
@@ -24,11 +23,7 @@ impl Foreground {
     }
 
     /// `task/status`.
-    pub(super) fn task_status(
-        &self,
-        params: &Map<String, Value>,
-        caller: &Caller,
-    ) -> std::result::Result<Value, RpcError> {
+    pub(super) fn task_status(&self, params: &Params, caller: &Caller) -> Answer {
         let id = str_param(params, "message_id")?;
         let mut v = TaskStatus {
             finished_at: None,

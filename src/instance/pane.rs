@@ -129,14 +129,6 @@ impl Foreground {
         }
     }
 
-    /// The pane's process is the agent's: it and what it starts may use
-    /// the agent's doors, not the operator's (`access`).
-    fn pane_agent(&self, pid: Option<u32>) {
-        if let Some(pid) = pid {
-            self.shared.agent.store(pid, Ordering::SeqCst);
-        }
-    }
-
     /// Applies what the helper thread reported.
     pub(super) fn pane_report(&mut self, report: Report) {
         let Some(p) = self.pane.as_mut() else {
@@ -144,17 +136,13 @@ impl Foreground {
         };
         p.asked = false;
         match report {
-            Report::Probed(Ok(pid)) => {
-                self.pane_agent(pid);
-                self.pane_up();
-            }
+            Report::Probed(Ok(pid)) => self.pane_up(pid),
             Report::Probed(Err(trouble)) => self.pane_down(&trouble, None),
             Report::Typed {
                 message_id,
                 result: Ok(pid),
             } => {
-                self.pane_agent(pid);
-                self.pane_up();
+                self.pane_up(pid);
                 let open = self.open.iter().any(|o| o.task.message_id == message_id);
                 let deadline = self.opts.turn_timeout.map(|t| Instant::now() + t);
                 let p = self.pane.as_mut().expect("checked");
@@ -200,8 +188,14 @@ impl Foreground {
         Some(format!("{body}[when done: {done}]\n{CLOSE}"))
     }
 
-    /// The pane answered: a failure said before is over, and that is said.
-    fn pane_up(&mut self) {
+    /// The pane answered, its process `pid` where tmux says: a failure
+    /// said before is over, and that is said. The pane's process is the
+    /// agent's: it and what it starts may use the agent's doors, not the
+    /// operator's (`access`).
+    fn pane_up(&mut self, pid: Option<u32>) {
+        if let Some(pid) = pid {
+            self.shared.agent.store(pid, Ordering::SeqCst);
+        }
         let Some(p) = self.pane.as_mut() else {
             return;
         };
@@ -236,10 +230,9 @@ impl Foreground {
             return;
         }
         let p = self.pane.as_ref().expect("checked");
-        let back = match put_back {
-            Some(id) => format!("task {id} went back to its place in the queue; "),
-            None => String::new(),
-        };
+        let back = put_back.map_or_else(String::new, |id| {
+            format!("task {id} went back to its place in the queue; ")
+        });
         let reason = trouble.reason();
         let text = match trouble {
             Trouble::Failed(_) => format!(
@@ -280,19 +273,12 @@ impl Foreground {
             return false;
         };
         self.open.remove(pos);
-        if let Err(e) = self.spool().unclaim(id) {
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"message_id": id, "text": format!(
-                    "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
-                )}),
-            );
-            self.refresh();
-            return false;
+        let back = self.unclaim(id);
+        if back {
+            self.approved.insert(id.to_string());
         }
-        self.approved.insert(id.to_string());
         self.refresh();
-        true
+        back
     }
 
     /// `--turn-timeout` ran out on the typed task: it ends `timeout`, and
@@ -302,25 +288,16 @@ impl Foreground {
             return;
         };
         let seconds = self.opts.turn_timeout.unwrap_or_default().as_secs_f64();
-        self.hub.emit(
-            EventKind::Notice,
-            json!({"message_id": id, "text": format!(
+        self.notice(
+            Some(id),
+            format!(
                 "turn timed out: not completed within --turn-timeout {seconds} s of being typed"
-            )}),
+            ),
         );
-        if let Err(e) = self.spool().finish(id, Outcome::Timeout) {
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"message_id": id, "text": e.to_string()}),
-            );
+        if let Err(e) = self.finish_turn(pos, Outcome::Timeout, None) {
+            self.notice(Some(id), e.to_string());
             return;
         }
-        self.open.remove(pos);
-        self.hub.emit(
-            EventKind::TurnFinished,
-            json!({"message_id": id, "outcome": Outcome::Timeout}),
-        );
-        self.ended(id, Outcome::Timeout, None);
         self.refresh();
     }
 }

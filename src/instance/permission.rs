@@ -13,10 +13,10 @@
 //! anyone, never inherits a decision on other text.
 
 use super::approval::Decider;
-use super::{Foreground, opt_str_param, str_param};
-use crate::server::RpcError;
+use super::{Answer, Foreground, Params, opt_str_param, str_param};
+use crate::event_text;
 use crate::wire::EventKind;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// The most tool-call requests that wait at once.
 const MAX_WAITING: usize = 32;
@@ -35,14 +35,7 @@ fn valid_request_id(s: &str) -> bool {
 
 /// `s` cut after `FIELD_CHARS` characters (then `…`).
 fn cut(s: &str) -> String {
-    cut_at(s, FIELD_CHARS)
-}
-
-fn cut_at(s: &str, chars: usize) -> String {
-    match s.char_indices().nth(chars) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
+    event_text::cut(s, FIELD_CHARS)
 }
 
 /// Who asked for a tool call, as a controller shows it (unescaped), from
@@ -50,16 +43,12 @@ fn cut_at(s: &str, chars: usize) -> String {
 pub fn who_asked(params: &Value) -> String {
     let n = |k: &str| params.get(k).and_then(Value::as_u64);
     let host = params.get("host").and_then(Value::as_str);
-    crate::event_text::who_asked(host, n("host_pid"), n("pid"))
+    event_text::who_asked(host, n("host_pid"), n("pid"))
 }
 
 impl Foreground {
     /// `permission/ask`, from the connection of peer `pid`.
-    pub(super) fn permission_ask(
-        &mut self,
-        params: &Map<String, Value>,
-        pid: Option<u32>,
-    ) -> Result<Value, RpcError> {
+    pub(super) fn permission_ask(&mut self, params: &Params, pid: Option<u32>) -> Answer {
         let request_id = str_param(params, "request_id")?;
         let tool_name = str_param(params, "tool_name")?;
         let description = opt_str_param(params, "description")?.unwrap_or_default();
@@ -85,7 +74,7 @@ impl Foreground {
                 old.params["request_id"].as_str().unwrap_or(""),
                 old.id
             );
-            self.hub.emit(EventKind::Notice, json!({"text": text}));
+            self.notice(None, text);
         }
         // `baton mcp` runs its instance in its own process, so a request
         // asked on a connection of this process comes from the host that
@@ -93,14 +82,11 @@ impl Foreground {
         let host_pid = (pid == Some(std::process::id())).then(std::os::unix::process::parent_id);
         let shown = json!({"request_id": request_id, "tool_name": cut(&tool_name),
                            "description": cut(&description), "input_preview": cut(&input_preview),
-                           "host": host.map(|h| cut_at(&h, HOST_CHARS)), "host_pid": host_pid,
+                           "host": host.map(|h| event_text::cut(&h, HOST_CHARS)), "host_pid": host_pid,
                            "pid": pid});
-        let p = self.pending(shown);
-        self.hub
-            .emit(EventKind::PermissionRequested, p.params.clone());
-        let (approval_id, params) = (p.id.clone(), p.params.clone());
+        let (p, controllers) = self.ask(EventKind::PermissionRequested, shown);
+        let approval_id = p.id.clone();
         self.permissions.push(p);
-        let controllers = self.send_request(&approval_id, params, None);
         Ok(
             json!({"status": "waiting", "approval_id": approval_id, "request_id": request_id,
                   "controllers": controllers}),
@@ -118,11 +104,8 @@ impl Foreground {
             json!({"approval_id": p.id, "request_id": request_id, "decision": decision,
                    "by": by.kind, "by_pid": by.pid}),
         );
-        let status = if decision == "approve" {
-            "approved"
-        } else {
-            "denied"
-        };
+        let approved = decision == "approve";
+        let status = if approved { "approved" } else { "denied" };
         json!({"status": status, "approval_id": p.id, "request_id": request_id})
     }
 }
@@ -141,7 +124,7 @@ mod tests {
         assert!(!valid_request_id(&"a".repeat(65)));
         assert_eq!(cut(&"é".repeat(2001)), format!("{}…", "é".repeat(2000)));
         assert_eq!(cut("ls"), "ls");
-        assert_eq!(cut_at("abc", 2), "ab…");
+        assert_eq!(event_text::cut("abc", 2), "ab…");
     }
 
     #[test]

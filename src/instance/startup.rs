@@ -9,7 +9,6 @@ use super::{Foreground, Inputs, ServeOptions};
 use crate::config::{Config, Relay};
 use crate::error::{Error, Result};
 use crate::events::Hub;
-use crate::glob::Policy;
 use crate::registry::{self, Manifest};
 use crate::relay::Origin;
 use crate::server::{self, Event, Shared};
@@ -47,21 +46,18 @@ struct Place {
     zcoder: Option<(PathBuf, PathBuf)>,
 }
 
-/// The listening sockets, bound and not yet accepting.
-struct Bound {
-    listener: UnixListener,
-    was_activated: bool,
+/// A socket we listen on.
+struct Socket {
+    path: PathBuf,
+    /// What was bound there: only that is unlinked at exit.
     meta: fs::Metadata,
-    zcoder: Option<(UnixListener, fs::Metadata)>,
+    /// An activated socket belongs to the service manager, which keeps
+    /// listening on it to start the agent again.
+    activated: bool,
 }
 
-/// The accept loops, for shutdown.
-pub(super) struct Listeners {
-    was_activated: bool,
-    meta: fs::Metadata,
-    done: chan::Receiver<()>,
-    zcoder: Option<(chan::Receiver<()>, fs::Metadata)>,
-}
+/// The sockets and the ends of their accept loops, for shutdown.
+pub(super) struct Listeners(Vec<(Socket, chan::Receiver<()>)>);
 
 /// Startup: the manifest is published last, once the instance answers
 /// (docs/protocol.md §7, Manifest).
@@ -81,7 +77,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
     let spool = open_spool(&opts, &config, &place)?;
     // Stale entries of dead instances go before we add our own.
     registry::collect_stale(&place.dir);
-    let bound = bind(&mut place)?;
+    let sockets = bind(&mut place)?;
     let paused = opts.paused || config.relay == Relay::Paused;
     let manifest = manifest(&place, &opts, paused);
     let (events_tx, events) = chan::unbounded();
@@ -103,7 +99,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
         )
         .with_agent(opts.agent),
     );
-    let listeners = bound.accept(&shared)?;
+    let listeners = accept(sockets, &shared)?;
     let signals = signal_channel()?;
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
     // The listener is accepting: only now may peers find us.
@@ -300,16 +296,9 @@ fn open_spool(opts: &ServeOptions, config: &Config, place: &Place) -> Result<Arc
         spool::spool_dir(&spool::state_home()?, &place.name, &place.workspace)
     };
     let mut spool = Spool::open(&spool_dir, config.fsync, opts.ephemeral_spool)?;
-    let meta = write_meta(
-        &spool_dir,
-        &place.name,
-        &place.workspace,
-        !opts.no_offline,
-        &opts.policy,
-    );
     // A full disk is no reason to leave queued tasks unserved: the
     // instance starts, and what it cannot store it refuses, as ever.
-    if let Err(e) = meta {
+    if let Err(e) = write_meta(&spool_dir, place, opts) {
         spool.recovery_notes.push(format!(
             "{e}: starting anyway, serving the tasks already queued; offline senders may not find this spool, and new tasks are refused while they cannot be stored"
         ));
@@ -321,10 +310,14 @@ fn open_spool(opts: &ServeOptions, config: &Config, place: &Place) -> Result<Arc
 }
 
 /// Binds the sockets (or takes the activated one).
-fn bind(place: &mut Place) -> Result<Bound> {
+fn bind(place: &mut Place) -> Result<Vec<(Socket, UnixListener)>> {
+    let socket = &place.socket;
+    let listen =
+        |path: &Path| UnixListener::bind(path).map_err(|e| Error::io("listen on", path, e));
+    let inspect =
+        |path: &Path| fs::symlink_metadata(path).map_err(|e| Error::io("inspect", path, e));
     let activated = place.activated.take();
     let was_activated = activated.is_some();
-    let socket = &place.socket;
     let listener = match activated {
         // A peer that checks who serves this socket (sender verification,
         // docs/protocol.md §5) hears of the process that last listened on
@@ -333,52 +326,45 @@ fn bind(place: &mut Place) -> Result<Bound> {
             sys::listen_here(&l).map_err(|e| Error::io("listen on", socket, e))?;
             l
         }
-        None => UnixListener::bind(socket).map_err(|e| Error::io("listen on", socket, e))?,
+        None => listen(socket)?,
     };
-    let meta = fs::symlink_metadata(socket).map_err(|e| Error::io("inspect", socket, e))?;
-    let zcoder = match &place.zcoder {
-        Some((_, zsock)) => {
-            let l = UnixListener::bind(zsock).map_err(|e| Error::io("listen on", zsock, e))?;
-            let meta = fs::symlink_metadata(zsock).map_err(|e| Error::io("inspect", zsock, e))?;
-            Some((l, meta))
-        }
-        None => None,
-    };
-    Ok(Bound {
+    let mut sockets = vec![(
+        Socket {
+            path: socket.clone(),
+            meta: inspect(socket)?,
+            activated: was_activated,
+        },
         listener,
-        was_activated,
-        meta,
-        zcoder,
-    })
+    )];
+    if let Some((_, zsock)) = &place.zcoder {
+        let listener = listen(zsock)?;
+        let meta = inspect(zsock)?;
+        let path = zsock.clone();
+        sockets.push((
+            Socket {
+                path,
+                meta,
+                activated: false,
+            },
+            listener,
+        ));
+    }
+    Ok(sockets)
 }
 
-impl Bound {
-    /// Starts an accept loop on each socket.
-    fn accept(self, shared: &Arc<Shared>) -> Result<Listeners> {
-        let done = start_accept(self.listener, shared)?;
-        let zcoder = match self.zcoder {
-            Some((l, meta)) => Some((start_accept(l, shared)?, meta)),
-            None => None,
-        };
-        Ok(Listeners {
-            was_activated: self.was_activated,
-            meta: self.meta,
-            done,
-            zcoder,
-        })
-    }
+/// Starts an accept loop on each socket.
+fn accept(sockets: Vec<(Socket, UnixListener)>, shared: &Arc<Shared>) -> Result<Listeners> {
+    let accepting = sockets
+        .into_iter()
+        .map(|(s, l)| Ok((s, start_accept(l, shared)?)));
+    Ok(Listeners(accepting.collect::<Result<_>>()?))
 }
 
 impl Listeners {
-    /// Stops listening on `socket` and, with `--zcoder`, on `zsock`.
-    pub(super) fn close(&self, socket: &Path, zsock: Option<&PathBuf>) {
-        // An activated socket belongs to the service manager, which keeps
-        // listening on it to start the agent again.
-        if !self.was_activated {
-            close_listener(socket, &self.meta, &self.done);
-        }
-        if let (Some(zsock), Some((zdone, zmeta))) = (zsock, &self.zcoder) {
-            close_listener(zsock, zmeta, zdone);
+    /// Stops listening, each socket unlinked where it is ours.
+    pub(super) fn close(&self) {
+        for (s, done) in self.0.iter().filter(|(s, _)| !s.activated) {
+            close_listener(&s.path, &s.meta, done);
         }
     }
 }
@@ -502,10 +488,7 @@ fn sweep_ephemeral_spools() {
     let Ok(rd) = fs::read_dir(&base) else {
         return;
     };
-    for e in rd.filter_map(|e| e.ok()) {
-        let Ok(name) = e.file_name().into_string() else {
-            continue;
-        };
+    for name in rd.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
         let Some(id) = name.strip_prefix(&prefix) else {
             continue;
         };
@@ -523,13 +506,7 @@ fn sweep_ephemeral_spools() {
 
 /// `meta.json` lets senders and `list --offline` find a named spool. It is
 /// rewritten at every start, so `--no-offline` takes effect and lasts.
-fn write_meta(
-    dir: &Path,
-    name: &str,
-    workspace: &Path,
-    offline: bool,
-    policy: &Policy,
-) -> Result<()> {
+fn write_meta(dir: &Path, place: &Place, opts: &ServeOptions) -> Result<()> {
     // A meta.json that cannot be read (first start, or damaged) gets a
     // new creation time; the rest is this start's.
     let created_at = spool::Meta::read(dir)
@@ -537,13 +514,13 @@ fn write_meta(
         .and_then(|m| m.created_at)
         .unwrap_or_else(spool::now_secs);
     spool::Meta {
-        accept_from: policy.accept_from.clone(),
+        accept_from: opts.policy.accept_from.clone(),
         created_at: Some(created_at),
-        deny_from: policy.deny_from.clone(),
-        name: name.to_string(),
+        deny_from: opts.policy.deny_from.clone(),
+        name: place.name.clone(),
         // Offline senders apply the agent's own sender rules.
-        offline,
-        workspace: workspace.display().to_string(),
+        offline: !opts.no_offline,
+        workspace: place.workspace.display().to_string(),
     }
     .write(dir)
 }

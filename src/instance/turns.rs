@@ -6,7 +6,8 @@
 //! operator's own lines (`turn/local`) become tasks.
 
 use super::{
-    DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Running, is_local, opt_str_param, str_param,
+    Answer, DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Params, Running, is_local, opt_str_param,
+    str_param,
 };
 use crate::config;
 use crate::registry;
@@ -19,7 +20,7 @@ use crate::turn::{self, TurnEvent};
 use crate::wire::EventKind;
 use crate::wire::Outcome;
 use crossbeam_channel as chan;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -28,15 +29,9 @@ impl Foreground {
     /// A turn's token: 24 random digits, from one `getrandom` where there
     /// is one (a turn starts sooner than with a read of `/dev/urandom`).
     pub(super) fn new_token() -> String {
-        let mut buf = [0u8; 64];
+        let (mut buf, mut digits) = ([0u8; 64], String::new());
         if sys::fill_random(&mut buf).is_ok() {
-            // Rejection sampling keeps the digits uniform.
-            let digits: String = buf
-                .iter()
-                .filter(|&&b| b < 250)
-                .take(24)
-                .map(|b| char::from(b'0' + b % 10))
-                .collect();
+            registry::push_digits(&mut digits, &buf, 24);
             if digits.len() == 24 {
                 return digits;
             }
@@ -91,8 +86,7 @@ impl Foreground {
             Ok(Claim::Empty) => {}
             Err(e) => {
                 if e.shortage().is_none() {
-                    self.hub
-                        .emit(EventKind::Notice, json!({"text": e.to_string()}));
+                    self.notice(None, e.to_string());
                 }
                 self.claim_failed(&id, &e);
             }
@@ -133,20 +127,14 @@ impl Foreground {
                 .then_some(self.shared.config.max_message_bytes),
         };
         let id = task.message_id.clone();
-        let spawned = crate::failpoint::hit("handler-spawn")
-            .map_err(|e| crate::error::Error::io("run", std::path::Path::new("/bin/sh"), e))
-            .and_then(|()| self.spawn_handler(spec));
-        match spawned {
+        match self.spawn_handler(spec) {
             Ok(handler) => {
                 // Before anything else: the handler's processes may call
                 // in at once, and are told apart by it (`access`).
                 self.shared.handler.store(handler.pid, Ordering::SeqCst);
                 {
-                    let mut t = self
-                        .shared
-                        .turn_tokens
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
+                    let t = self.shared.turn_tokens.lock();
+                    let mut t = t.unwrap_or_else(|e| e.into_inner());
                     if t.len() >= crate::access::KEPT_TOKENS {
                         t.pop_front();
                     }
@@ -201,8 +189,7 @@ impl Foreground {
         let token = match &ev {
             TurnEvent::Output { token, .. }
             | TurnEvent::StreamDone { token, .. }
-            | TurnEvent::Exited { token, .. }
-            | TurnEvent::SpawnFailed { token, .. } => token.clone(),
+            | TurnEvent::Exited { token, .. } => token.clone(),
         };
         let Some(r) = self.running.as_mut().filter(|r| r.token == token) else {
             return;
@@ -243,12 +230,6 @@ impl Foreground {
                     r.drain_until = Some(Instant::now() + DRAIN_GRACE);
                 }
             }
-            TurnEvent::SpawnFailed { error, .. } => {
-                r.exit = Some((None, None));
-                r.streams_open = 0;
-                self.hub
-                    .emit(EventKind::Notice, json!({"message_id": id, "text": error}));
-            }
         }
         self.maybe_finish();
     }
@@ -264,9 +245,9 @@ impl Foreground {
             let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
             r.kill_at = Some(now + KILL_GRACE);
             let id = r.task.message_id.clone();
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"message_id": id, "text": "turn timed out: SIGTERM sent to its process group"}),
+            self.notice(
+                Some(&id),
+                "turn timed out: SIGTERM sent to its process group",
             );
         } else if r.kill_at.is_some_and(|k| k <= now) {
             r.kill_at = None;
@@ -293,26 +274,16 @@ impl Foreground {
         let r = self.running.take().expect("checked");
         self.shared.handler.store(0, Ordering::SeqCst);
         let (code, signal) = r.exit.expect("checked");
-        let outcome = r.ended_by.unwrap_or(if code == Some(0) {
-            Outcome::Done
-        } else {
-            Outcome::Failed
-        });
+        let ok = code == Some(0);
+        let outcome = (r.ended_by).unwrap_or(if ok { Outcome::Done } else { Outcome::Failed });
         let id = r.task.message_id.clone();
         // The reply is planned first, so the receipt can name its id.
         let reply = (self.opts.reply && outcome == Outcome::Done)
             .then(|| self.plan_stdout_reply(&r.task, r.captured.unwrap_or_default()));
         let record = reply.as_ref().and_then(|p| p.record.clone());
-        let finished = match self.spool().finish_with(&id, outcome, record.clone()) {
-            Ok(()) => true,
-            Err(e) => {
-                self.hub.emit(
-                    EventKind::Notice,
-                    json!({"message_id": id, "text": e.to_string()}),
-                );
-                false
-            }
-        };
+        let finished = (self.spool().finish_with(&id, outcome, record.clone()))
+            .map_err(|e| self.notice(Some(&id), e.to_string()))
+            .is_ok();
         self.spool().clear_handler();
         let (out_total, out_dropped) = r.bytes.get("stdout").copied().unwrap_or_default();
         let (err_total, err_dropped) = r.bytes.get("stderr").copied().unwrap_or_default();
@@ -342,10 +313,7 @@ impl Foreground {
         }
     }
 
-    pub(super) fn cancel(
-        &mut self,
-        params: &Map<String, Value>,
-    ) -> std::result::Result<Value, RpcError> {
+    pub(super) fn cancel(&mut self, params: &Params) -> Answer {
         let want = opt_str_param(params, "message_id")?;
         let wanted = |id: &str| want.as_ref().is_none_or(|w| w == id);
         if let Some(r) = self.running.as_mut().filter(|r| wanted(&r.task.message_id)) {
@@ -354,24 +322,18 @@ impl Foreground {
                 r.ended_by = Some(Outcome::Cancelled);
                 let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
                 r.kill_at = Some(Instant::now() + KILL_GRACE);
-                self.hub.emit(
-                    EventKind::Notice,
-                    json!({"message_id": id, "text": "turn cancelled: SIGTERM sent to its process group"}),
+                self.notice(
+                    Some(&id),
+                    "turn cancelled: SIGTERM sent to its process group",
                 );
             }
             return Ok(json!({"status": "cancelling", "message_id": id}));
         }
         if let Some(pos) = self.open.iter().position(|o| wanted(&o.task.message_id)) {
             let id = self.open[pos].task.message_id.clone();
-            if let Err(e) = self.spool().finish(&id, Outcome::Cancelled) {
+            if let Err(e) = self.finish_turn(pos, Outcome::Cancelled, None) {
                 return Ok(json!({"status": "error", "message_id": id, "reason": e.to_string()}));
             }
-            self.open.remove(pos);
-            self.hub.emit(
-                EventKind::TurnFinished,
-                json!({"message_id": id, "outcome": Outcome::Cancelled}),
-            );
-            self.ended(&id, Outcome::Cancelled, None);
             self.refresh();
             return Ok(json!({"status": "cancelled", "message_id": id}));
         }
@@ -391,10 +353,7 @@ impl Foreground {
 
     /// `turn/local`: a line the operator typed. With `--exec` it becomes a
     /// task of its own, queued like any other; otherwise it is only noted.
-    pub(super) fn local(
-        &mut self,
-        params: &Map<String, Value>,
-    ) -> std::result::Result<Value, RpcError> {
+    pub(super) fn local(&mut self, params: &Params) -> Answer {
         let text = str_param(params, "text")?;
         if text.trim().is_empty() {
             return Ok(json!({"status": Status::Invalid, "reason": server::reason::EMPTY_BODY}));
@@ -418,23 +377,21 @@ impl Foreground {
             max_queue: self.shared.config.max_queue,
             max_inflight: 0,
         };
-        let r = self.shared.spool.admit(
-            task,
-            None,
-            limits,
-            || false,
-            |task, queue_position| {
-                server::emit_accepted(
-                    &self.hub,
-                    EventKind::LocalInput,
-                    task,
-                    None,
-                    LOCAL,
-                    task.sender.pid,
-                    queue_position,
-                );
-            },
-        );
+        let announce = |task: &Task, at| {
+            server::emit_accepted(
+                &self.hub,
+                EventKind::LocalInput,
+                task,
+                None,
+                LOCAL,
+                task.sender.pid,
+                at,
+            );
+        };
+        let r = self
+            .shared
+            .spool
+            .admit(task, None, limits, || false, announce);
         self.hub.flush();
         // The same reading as a peer's task gets (only `accepted` and
         // `full` can happen: the id is new, and pause does not hold back
@@ -467,10 +424,9 @@ impl Foreground {
         while !exited {
             let left = deadline.saturating_duration_since(Instant::now());
             match turns.recv_timeout(left) {
-                Ok(TurnEvent::Exited { token, .. }) if token == r.token => {
-                    exited = true;
+                Ok(ev) => {
+                    exited = matches!(ev, TurnEvent::Exited { token, .. } if token == r.token)
                 }
-                Ok(_) => {}
                 Err(_) => break,
             }
         }
@@ -487,11 +443,13 @@ impl Foreground {
     /// after this instance died kills what is left of it. Without the
     /// record, no handler runs.
     fn spawn_handler(&self, spec: turn::ExecSpec<'_>) -> crate::error::Result<turn::Handler> {
+        let cannot_run = |e| crate::error::Error::io("run", std::path::Path::new("/bin/sh"), e);
+        crate::failpoint::hit("handler-spawn").map_err(cannot_run)?;
         let spool = self.spool();
         spool.record_handler(&spec.token, None)?;
         turn::spawn(spec, self.turns_tx.clone()).map_err(|e| {
             spool.clear_handler();
-            crate::error::Error::io("run", std::path::Path::new("/bin/sh"), e)
+            cannot_run(e)
         })
     }
 
@@ -501,10 +459,7 @@ impl Foreground {
     /// leader is gone, the token in its environment): the turn goes on.
     fn record_group(&self, token: &str, pgid: u32, id: &str) {
         if let Err(e) = self.spool().record_handler(token, Some(pgid)) {
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"message_id": id, "text": e.to_string()}),
-            );
+            self.notice(Some(id), e.to_string());
         }
     }
 }

@@ -2,7 +2,7 @@
 //! only names of our grammar, owned by us, of the right type, and only
 //! what is provably dead, or a manifest that does not parse.
 
-use super::discover::{Candidate, Skipped, check_socket, scan};
+use super::discover::{Candidate, Skipped, check_socket, scan, skipped_peer};
 use super::{MAX_MANIFEST, RegistryDir, Wire, manifest_path, socket_path, valid_id};
 use crate::{files, sys};
 use std::fs;
@@ -56,24 +56,13 @@ pub fn collect_stale(dir: &Path) -> Collected {
         let is_wake = socket != socket_path(dir, &m.instance_id);
         // Never through a symlink: connecting could reach out of the
         // registry, and the entry is not provably dead.
+        let refused =
+            |e: std::io::Error| matches!(e.raw_os_error(), Some(sys::ECONNREFUSED | sys::ENOENT));
         let dead = is_wake
             || (check_socket(&m).is_ok()
-                && match std::os::unix::net::UnixStream::connect(socket) {
-                    Ok(_) => false,
-                    Err(e) => matches!(
-                        e.raw_os_error(),
-                        Some(sys::ECONNREFUSED) | Some(sys::ENOENT)
-                    ),
-                });
+                && std::os::unix::net::UnixStream::connect(socket).is_err_and(refused));
         if dead {
-            stale.push(Skipped {
-                path: manifest_path(dir, &m.instance_id),
-                instance_id: Some(m.instance_id.clone()),
-                problem: "stale".into(),
-                manifest: Some(m),
-                stale: true,
-                wire,
-            });
+            stale.push(skipped_peer(m, wire, "stale".into(), true));
         }
     }
     Collected {

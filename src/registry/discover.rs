@@ -9,6 +9,7 @@ use super::{
 use crate::client;
 use crate::error::Invalid;
 use crate::sys;
+use crate::wire::State;
 use serde::Serialize;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -84,6 +85,7 @@ fn seconds(d: Duration) -> String {
 }
 
 /// Why a ping failed.
+#[derive(Default)]
 struct PingFailure {
     problem: String,
     /// The socket was missing or refused connections.
@@ -170,26 +172,17 @@ fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
 /// valid: a file that is not a manifest costs a look, never a place, and
 /// the scan stays bounded in time however full the directory is.
 pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Truncated> {
-    let Ok(entries) = fs::read_dir(&dir.path) else {
+    let Ok(mut entries) = fs::read_dir(&dir.path) else {
         return None;
     };
-    let mut names = Vec::new();
-    let mut unlisted = false;
-    for (listed, entry) in entries.enumerate() {
-        if listed == MAX_ENTRIES {
-            unlisted = true;
-            break;
-        }
-        let Some(name) = entry.ok().and_then(|e| e.file_name().into_string().ok()) else {
-            continue;
-        };
-        let is_manifest = name
-            .strip_prefix("a-")
-            .is_some_and(|rest| rest.ends_with(".json"));
-        if is_manifest {
-            names.push(name);
-        }
-    }
+    let mut names: Vec<String> = (entries.by_ref().take(MAX_ENTRIES))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| {
+            name.strip_prefix("a-")
+                .is_some_and(|rest| rest.ends_with(".json"))
+        })
+        .collect();
+    let unlisted = entries.next().is_some();
     names.sort_unstable();
     let mut valid = 0;
     let mut looked = 0;
@@ -266,23 +259,13 @@ fn settle(
     let mut found = Discovery::default();
     let to_ping = triage(candidates, exclude, keep, &mut found.skipped);
     let results = ping_all(&to_ping, timeout);
-    for ((mut m, w), r) in to_ping.into_iter().zip(results) {
-        match r {
-            Ok(state) => {
-                m.state = state.to_string();
-                found.peers.push(Peer {
-                    manifest: m,
-                    wire: w,
-                });
-            }
+    for ((mut m, wire), r) in to_ping.into_iter().zip(results) {
+        m.state = match r {
+            Ok(state) => state.to_string(),
             // A pid that is there with a socket that does not answer is
             // a peer that is stopped or stuck, not a missing one.
             Err(f) if f.timed_out && sys::pid_status(m.pid) != sys::PidStatus::Gone => {
-                m.state = UNRESPONSIVE.to_string();
-                found.peers.push(Peer {
-                    manifest: m,
-                    wire: w,
-                });
+                UNRESPONSIVE.to_string()
             }
             Err(f) => {
                 let stale = f.unreachable && sys::pid_status(m.pid) == sys::PidStatus::Gone;
@@ -291,9 +274,11 @@ fn settle(
                 } else {
                     f.problem
                 };
-                found.skipped.push(skipped_peer(m, w, problem, stale));
+                found.skipped.push(skipped_peer(m, wire, problem, stale));
+                continue;
             }
-        }
+        };
+        found.peers.push(Peer { manifest: m, wire });
     }
     found.peers.sort_by(|a, b| {
         a.manifest
@@ -351,10 +336,7 @@ fn triage(
 
 /// Pings the peers, at most `PING_CONCURRENCY` at a time; the answers
 /// come back in the peers' order.
-fn ping_all(
-    peers: &[(Manifest, Wire)],
-    timeout: Duration,
-) -> Vec<std::result::Result<crate::wire::State, PingFailure>> {
+fn ping_all(peers: &[(Manifest, Wire)], timeout: Duration) -> Vec<Result<State, PingFailure>> {
     peers
         .chunks(PING_CONCURRENCY)
         .flat_map(|chunk| {
@@ -368,8 +350,7 @@ fn ping_all(
                     .map(|h| {
                         h.join().unwrap_or(Err(PingFailure {
                             problem: "ping thread failed".into(),
-                            unreachable: false,
-                            timed_out: false,
+                            ..PingFailure::default()
                         }))
                     })
                     .collect::<Vec<_>>()
@@ -379,7 +360,7 @@ fn ping_all(
 }
 
 /// A valid manifest that discovery did not list, and why.
-fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool) -> Skipped {
+pub(super) fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool) -> Skipped {
     Skipped {
         path: manifest_path(
             Path::new(&m.socket).parent().unwrap_or(Path::new("/")),
@@ -396,15 +377,10 @@ fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool) -> Skippe
 /// Pings one peer; on failure says why, and whether the socket was
 /// missing or refused connections (a sign of a dead instance) or did not
 /// answer in time (a sign of a stopped one).
-fn ping_peer(
-    m: &Manifest,
-    wire: Wire,
-    timeout: Duration,
-) -> std::result::Result<crate::wire::State, PingFailure> {
+fn ping_peer(m: &Manifest, wire: Wire, timeout: Duration) -> Result<State, PingFailure> {
     check_socket(m).map_err(|problem| PingFailure {
         problem: problem.0,
-        unreachable: false,
-        timed_out: false,
+        ..PingFailure::default()
     })?;
     let socket = Path::new(&m.socket);
     let r = match wire {

@@ -17,7 +17,7 @@ pub use crate::wire::Manifest;
 const MAX_FIELD: usize = 4096;
 
 /// Reads and validates one manifest file; `Err` names the problem.
-pub fn read_manifest(dir: &RegistryDir, file: &Path) -> std::result::Result<Manifest, Invalid> {
+pub fn read_manifest(dir: &RegistryDir, file: &Path) -> Result<Manifest, Invalid> {
     let meta = fs::symlink_metadata(file).map_err(|e| Invalid(e.to_string()))?;
     if meta.file_type().is_symlink() {
         return Err("manifest is a symlink".into());
@@ -48,26 +48,21 @@ pub fn read_manifest(dir: &RegistryDir, file: &Path) -> std::result::Result<Mani
 }
 
 /// Validates every field of a manifest as data.
-pub fn parse_manifest(
-    dir: &RegistryDir,
-    id: &str,
-    bytes: &[u8],
-) -> std::result::Result<Manifest, Invalid> {
+pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manifest, Invalid> {
     if bytes.len() as u64 > MAX_MANIFEST {
         return Err("manifest is over 16 KiB".into());
     }
     let obj = crate::wire::parse_flat(bytes).map_err(|e| Invalid(format!("manifest: {e}")))?;
-    let string = |k: &str, required: bool| -> std::result::Result<String, String> {
+    let string = |k: &str, required: bool| -> Result<String, String> {
         match obj.get(k) {
             Some(Value::String(s)) if s.len() <= MAX_FIELD => Ok(s.clone()),
             Some(Value::String(_)) => Err(format!("field {k} is too long")),
-            None if !required => Ok(String::new()),
-            Some(Value::Null) if !required => Ok(String::new()),
+            None | Some(Value::Null) if !required => Ok(String::new()),
             None => Err(format!("field {k} is missing")),
             Some(_) => Err(format!("field {k} is not a string")),
         }
     };
-    let integer = |k: &str| -> std::result::Result<u64, String> {
+    let integer = |k: &str| -> Result<u64, String> {
         obj.get(k)
             .ok_or(format!("field {k} is missing"))?
             .as_u64()

@@ -69,21 +69,11 @@ pub fn default_name(workspace: &Path) -> String {
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut name: String = base
-        .chars()
-        .map(|c| {
-            if c.is_ascii() && id_byte(c as u8) {
-                c
-            } else {
-                '_'
-            }
-        })
+    let keep = |c: char| c.is_ascii() && id_byte(c as u8);
+    let name: String = (base.chars().map(|c| if keep(c) { c } else { '_' }))
         .take(64)
         .collect();
-    if name.is_empty() {
-        name = "root".into();
-    }
-    name
+    if name.is_empty() { "root".into() } else { name }
 }
 
 /// Which wire a peer speaks.
@@ -174,14 +164,12 @@ pub fn scan_dirs(ours: &Path) -> Vec<RegistryDir> {
         wire: Wire::Jsonrpc,
     }];
     let z = zcoder_dir();
-    if check_dir(&z).is_ok() {
-        match fs::canonicalize(&z) {
-            Ok(z) if z != ours => dirs.push(RegistryDir {
-                path: z,
-                wire: Wire::Zcoder,
-            }),
-            _ => {}
-        }
+    let z = check_dir(&z).ok().and_then(|()| fs::canonicalize(&z).ok());
+    if let Some(path) = z.filter(|z| z != ours) {
+        dirs.push(RegistryDir {
+            path,
+            wire: Wire::Zcoder,
+        });
     }
     dirs
 }
@@ -251,15 +239,19 @@ pub fn random_digits(n: usize) -> Result<String> {
     while out.len() < n {
         f.read_exact(&mut buf)
             .map_err(|e| Error::io("read", Path::new("/dev/urandom"), e))?;
-        // Rejection sampling keeps the digits uniform.
-        for b in buf.iter().filter(|&&b| b < 250) {
-            if out.len() == n {
-                break;
-            }
-            out.push((b'0' + b % 10) as char);
-        }
+        push_digits(&mut out, &buf, n);
     }
     Ok(out)
+}
+
+/// Appends to `out`, until it holds `n`, a decimal digit for each byte of
+/// `random` below 250: the rejection sampling keeps the digits uniform.
+pub fn push_digits(out: &mut String, random: &[u8], n: usize) {
+    let digits = random
+        .iter()
+        .filter(|&&b| b < 250)
+        .map(|b| char::from(b'0' + b % 10));
+    out.extend(digits.take(n.saturating_sub(out.len())));
 }
 
 #[cfg(test)]

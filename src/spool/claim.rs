@@ -4,9 +4,8 @@
 
 use super::dirsync::sync_dir;
 use super::index::{Place, id_hash, release};
-use super::taskfile::{parse_task, read_bounded, receipt_name};
+use super::taskfile::{parse_task, read_bounded, read_checked, read_task, receipt_name};
 use super::{Claim, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
-use crate::error::Invalid;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::files;
@@ -59,11 +58,7 @@ impl Spool {
         });
         let parsed = match as_written {
             Some((task, _)) => Ok(task),
-            None => match read_bounded(&from) {
-                Err(e) if sys::shortage(&e).is_some() => return Err(Error::io("read", &from, e)),
-                Err(e) => Err(Invalid(e.to_string())),
-                Ok(b) => parse_task(&b, &id),
-            },
+            None => read_checked(&from)?.and_then(|b| parse_task(&b, &id)),
         };
         if self.idx().inbox.get(&key).is_none_or(|i| *i != id) {
             return Ok(Claim::Empty);
@@ -293,32 +288,27 @@ impl Spool {
     /// (queued, processing or set aside): `Some(None)` for a plain
     /// sender, `None` when the index does not hold it.
     pub fn sender_of(&self, message_id: &str) -> Option<Option<String>> {
-        let idx = self.idx();
-        let e = idx.entries.get(message_id)?;
-        Some(e.sender_id().map(str::to_string))
+        (self.idx().entries.get(message_id)).map(|e| e.sender_id().map(str::to_string))
     }
 
     /// Whether a task the index holds came through a bridge.
     pub fn remote_sent(&self, message_id: &str) -> Option<bool> {
-        let idx = self.idx();
-        let e = idx.entries.get(message_id)?;
-        Some(e.summary.sender.remote.is_some())
+        (self.idx().entries.get(message_id)).map(|e| e.summary.sender.remote.is_some())
     }
 
     /// A queued task read back where it waits, without claiming it (for
     /// an approval request's context). None when it is not queued or its
     /// file cannot be read now.
     pub fn queued_task(&self, message_id: &str) -> Option<super::Task> {
-        let file = {
-            let idx = self.idx();
-            let e = idx.entries.get(message_id)?;
-            if e.place != Place::Inbox {
-                return None;
-            }
-            e.file.clone()
-        };
-        let bytes = read_bounded(&self.path("inbox", &file)).ok()?;
-        parse_task(&bytes, message_id).ok()
+        let queued = |e: &&super::index::Entry| e.place == Place::Inbox;
+        let file = self
+            .idx()
+            .entries
+            .get(message_id)
+            .filter(queued)?
+            .file
+            .clone();
+        read_task(&self.path("inbox", &file), message_id)
     }
 
     /// Whether a task was set aside for the operator: `interrupted/`, or

@@ -43,6 +43,7 @@ impl Entry {
     }
 }
 
+#[derive(Default)]
 pub(super) struct Index {
     pub(super) next_seq: u64,
     pub(super) leased_to: u64,
@@ -74,6 +75,7 @@ pub(super) struct Index {
 /// file of that length. Anything else (a file changed or replaced, a task
 /// stored by an earlier process) is read and checked as always. Bounded
 /// in tasks and in body bytes; the oldest go first.
+#[derive(Default)]
 pub(super) struct Fresh {
     tasks: HashMap<String, (Task, u64)>,
     order: VecDeque<String>,
@@ -83,14 +85,6 @@ pub(super) struct Fresh {
 impl Fresh {
     const MAX_TASKS: usize = 64;
     const MAX_BYTES: usize = 256 * 1024;
-
-    pub(super) fn new() -> Fresh {
-        Fresh {
-            tasks: HashMap::new(),
-            order: VecDeque::new(),
-            bytes: 0,
-        }
-    }
 
     /// Whether a task with a body of `bytes` is kept at all.
     pub(super) fn keeps(bytes: usize) -> bool {
@@ -134,16 +128,7 @@ impl Index {
     pub(super) fn new() -> Index {
         Index {
             next_seq: 1,
-            leased_to: 0,
-            entries: HashMap::new(),
-            inbox: BTreeMap::new(),
-            processing: 0,
-            inflight: HashMap::new(),
-            receipts: 0,
-            finished: HashSet::new(),
-            pending: HashMap::new(),
-            waiting: 0,
-            fresh: Fresh::new(),
+            ..Index::default()
         }
     }
 }
@@ -198,6 +183,18 @@ pub(super) fn summary(task: Task) -> Summary {
         accepted_at: task.accepted_at,
         mode: task.mode,
     }
+}
+
+/// `summary` of the task `id` whose file did not read back, if it did
+/// not: its id alone.
+pub(super) fn summary_or_id(task: Option<Task>, id: &str) -> Summary {
+    task.map(summary).unwrap_or(Summary {
+        message_id: id.to_string(),
+        sender: Default::default(),
+        accepted_at: 0,
+        mode: TaskMode::Queue,
+        bytes: 0,
+    })
 }
 
 pub(super) fn order_key(mode: TaskMode, seq: u64) -> (u8, u64) {

@@ -293,21 +293,12 @@ pub fn read_listing(dir: &Path) -> Result<Listing> {
             let Some((seq, id)) = taskfile::parse_file_name(&name) else {
                 continue;
             };
-            let task = taskfile::read_bounded(&d.join(&name))
-                .ok()
-                .and_then(|b| taskfile::parse_task(&b, id).ok());
+            let task = taskfile::read_task(&d.join(&name), id);
             let key = match sub {
                 "inbox" => index::order_key(task.as_ref().map_or(TaskMode::Queue, |t| t.mode), seq),
                 _ => (0, seq),
             };
-            let summary = task.map(index::summary).unwrap_or(Summary {
-                message_id: id.to_string(),
-                sender: Sender::default(),
-                accepted_at: 0,
-                mode: TaskMode::Queue,
-                bytes: 0,
-            });
-            found.push((key, summary));
+            found.push((key, index::summary_or_id(task, id)));
         }
         found.sort_by_key(|(k, _)| *k);
         Ok(found.into_iter().map(|(_, s)| s).collect())
@@ -335,12 +326,7 @@ pub fn read_queued(dir: &Path, ids: &[&str]) -> Result<Vec<Task>> {
         if !ids.contains(&id) {
             continue;
         }
-        if let Some(task) = taskfile::read_bounded(&inbox.join(&name))
-            .ok()
-            .and_then(|b| taskfile::parse_task(&b, id).ok())
-        {
-            found.push(task);
-        }
+        found.extend(taskfile::read_task(&inbox.join(&name), id));
     }
     Ok(found)
 }
@@ -404,11 +390,7 @@ fn take_lock(
             // It holds a pid; a longer file is not ours to read whole.
             let _ = (&lock).take(64).read_to_string(&mut holder);
             let holder = holder.trim();
-            return Ok(Err(if holder.is_empty() {
-                "?".into()
-            } else {
-                holder.to_string()
-            }));
+            return Ok(Err(if holder.is_empty() { "?" } else { holder }.to_string()));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

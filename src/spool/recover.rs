@@ -7,29 +7,15 @@
 //! EIO...) fails the open, leaving every file where it was: only bytes
 //! that are really bad are set aside.
 
-use super::index::{Entry, Index, Place, id_hash, order_key, summary};
-use super::taskfile::{list, parse_file_name, parse_task, read_bounded, receipt_name};
-use super::{RECEIPTS_KEEP, RECEIPTS_MIN_AGE, Receipt, Sender, Spool, Summary, now_secs};
-use crate::error::Invalid;
+use super::index::{Entry, Index, Place, id_hash, order_key, summary_or_id};
+use super::taskfile::{list, parse_file_name, parse_task, read_checked, receipt_name};
+use super::{RECEIPTS_KEEP, RECEIPTS_MIN_AGE, Receipt, Spool, now_secs};
 use crate::error::{Error, Result};
 use crate::files;
-use crate::sys;
 use crate::wire::Outcome;
 use crate::wire::TaskMode;
 use std::fs;
-use std::path::Path;
 use std::time::UNIX_EPOCH;
-
-/// Reads a spool file at open: `Ok(Err(why))` when its bytes cannot be
-/// had (bad data, not a regular file, gone), an error when a resource
-/// ran short.
-fn read_at_open(path: &Path) -> Result<std::result::Result<Vec<u8>, Invalid>> {
-    match read_bounded(path) {
-        Ok(b) => Ok(Ok(b)),
-        Err(e) if sys::shortage(&e).is_some() => Err(Error::io("read", path, e)),
-        Err(e) => Ok(Err(Invalid(e.to_string()))),
-    }
-}
 
 impl Spool {
     pub(super) fn recover(&mut self) -> Result<()> {
@@ -45,7 +31,7 @@ impl Spool {
         let max_seq = self.index_tasks(&mut idx, &mut notes, &mut ended)?;
         self.index_receipts(&mut idx, &mut notes)?;
         let seq_path = self.dir.join("sequence");
-        let stored: u64 = read_at_open(&seq_path)?
+        let stored: u64 = read_checked(&seq_path)?
             .ok()
             .and_then(|b| String::from_utf8(b).ok())
             .and_then(|s| s.trim().parse().ok())
@@ -124,7 +110,7 @@ impl Spool {
                 if !fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
                     continue;
                 }
-                let receipt: Option<Receipt> = read_at_open(&self.path("done", &receipt_name(id)))?
+                let receipt: Option<Receipt> = read_checked(&self.path("done", &receipt_name(id)))?
                     .ok()
                     .and_then(|b| serde_json::from_slice(&b).ok());
                 if receipt.is_some_and(|r| r.message_id == id) {
@@ -224,7 +210,7 @@ impl Spool {
         id: &str,
         notes: &mut Vec<String>,
     ) -> Result<Entry> {
-        let parsed = read_at_open(&self.path(sub, name))?.and_then(|b| parse_task(&b, id));
+        let parsed = read_checked(&self.path(sub, name))?.and_then(|b| parse_task(&b, id));
         let mut file = name.to_string();
         let mut why = None;
         let (task, place) = match parsed {
@@ -237,11 +223,8 @@ impl Spool {
             }
             Err(_) => (None, Place::Rejected),
         };
-        let sub = if place == Place::Rejected {
-            "rejected"
-        } else {
-            sub
-        };
+        let rejected = place == Place::Rejected;
+        let sub = if rejected { "rejected" } else { sub };
         let mode = task.as_ref().map_or(TaskMode::Queue, |t| t.mode);
         let key = order_key(mode, seq);
         // A requeue touches the file: its time outlives a restart.
@@ -260,13 +243,7 @@ impl Spool {
             place,
             file,
             key,
-            summary: task.map(summary).unwrap_or(Summary {
-                message_id: id.to_string(),
-                sender: Sender::default(),
-                accepted_at: 0,
-                mode: TaskMode::Queue,
-                bytes: 0,
-            }),
+            summary: summary_or_id(task, id),
         })
     }
 
@@ -288,7 +265,7 @@ impl Spool {
             // A receipt that is not a regular file stays: its id is kept
             // (a resend is refused as unreadable, never run again), which
             // moving it away would forget.
-            let r: Option<Receipt> = match read_at_open(&p)? {
+            let r: Option<Receipt> = match read_checked(&p)? {
                 Ok(b) => serde_json::from_slice(&b).ok(),
                 Err(why) => {
                     notes.push(format!(

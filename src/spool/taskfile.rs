@@ -112,6 +112,22 @@ pub(super) fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
     files::read_regular(path, MAX_TASK_FILE)
 }
 
+/// Reads a spool file back, as `read_bounded`: `Ok(Err(why))` when its
+/// bytes cannot be had (bad data, not a regular file, gone), an error
+/// when a resource ran short, which is no verdict on the file.
+pub(super) fn read_checked(path: &Path) -> Result<std::result::Result<Vec<u8>, Invalid>> {
+    match read_bounded(path) {
+        Ok(b) => Ok(Ok(b)),
+        Err(e) if crate::sys::shortage(&e).is_some() => Err(Error::io("read", path, e)),
+        Err(e) => Ok(Err(Invalid(e.to_string()))),
+    }
+}
+
+/// The task in the file `path`, named for `id`, if it reads back whole.
+pub(super) fn read_task(path: &Path, id: &str) -> Option<Task> {
+    parse_task(&read_bounded(path).ok()?, id).ok()
+}
+
 /// Parses and checks a task file: valid JSON, the id in its name, and a
 /// body that matches its digest.
 pub(super) fn parse_task(bytes: &[u8], id: &str) -> std::result::Result<Task, Invalid> {

@@ -34,6 +34,32 @@ const LIMITS: Limits = Limits {
     max_inflight: 4,
 };
 
+/// Offers `task(id, body)` under `LIMITS`, unpaused.
+fn offer(s: &Spool, id: &str, body: &str) -> Admission {
+    s.admit(task(id, body), None, LIMITS, || false, |_, _| {})
+        .unwrap()
+}
+
+/// Claims the head of the queue, which must be a task.
+fn claimed(s: &Spool) -> Box<Task> {
+    let Claim::Task(t) = s.claim().unwrap() else {
+        panic!("no task claimed")
+    };
+    t
+}
+
+/// Ends the reservation of `id` as a store that failed would.
+fn unreserve(s: &Spool, id: &str) {
+    drop(Reservation {
+        spool: s,
+        id: id.into(),
+        seq: 0,
+        give_back: false,
+        sender: None,
+        settled: false,
+    });
+}
+
 #[test]
 fn a_task_file_is_the_task_whichever_way_its_body_comes() {
     let mut t = task("m", "a\"b\n\u{e9}\u{1b}");
@@ -56,9 +82,7 @@ fn a_task_file_is_the_task_whichever_way_its_body_comes() {
     let t = task("m2", "a\"b\n\u{e9}\u{1b}");
     let r = s.admit(t.clone(), Some(&spelled), LIMITS, || false, |_, _| {});
     assert_eq!(r.unwrap(), Admission::Accepted { queue_position: 1 });
-    let Claim::Task(got) = s.claim().unwrap() else {
-        panic!("no task")
-    };
+    let got = claimed(&s);
     assert_eq!(*got, Task { seq: got.seq, ..t });
     drop(s);
     let _ = fs::remove_dir_all(&dir);
@@ -68,68 +92,35 @@ fn a_task_file_is_the_task_whichever_way_its_body_comes() {
 fn accept_claim_finish_and_duplicates() {
     let dir = tmpdir("acf");
     let s = Spool::open(&dir, false, false).unwrap();
-    let never = || false;
     assert_eq!(
-        s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
-            .unwrap(),
+        offer(&s, "x-1", "a"),
         Admission::Accepted { queue_position: 1 }
     );
     assert_eq!(
-        s.admit(task("1", "b"), None, LIMITS, never, |_, _| {})
-            .unwrap(),
+        offer(&s, "1", "b"),
         Admission::Accepted { queue_position: 2 }
     );
-    assert_eq!(
-        s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
-            .unwrap(),
-        Admission::Duplicate
-    );
-    assert_eq!(
-        s.admit(task("x-1", "z"), None, LIMITS, never, |_, _| {})
-            .unwrap(),
-        Admission::Reused
-    );
+    assert_eq!(offer(&s, "x-1", "a"), Admission::Duplicate);
+    assert_eq!(offer(&s, "x-1", "z"), Admission::Reused);
     assert_eq!(
         s.admit(task("p", "a"), None, LIMITS, || true, |_, _| {})
             .unwrap(),
         Admission::Paused
     );
-    s.admit(task("3", "c"), None, LIMITS, never, |_, _| {})
-        .unwrap();
-    assert_eq!(
-        s.admit(task("4", "d"), None, LIMITS, never, |_, _| {})
-            .unwrap(),
-        Admission::Full { limit: 3 }
-    );
-    let Claim::Task(t) = s.claim().unwrap() else {
-        panic!()
-    };
-    assert_eq!(t.message_id, "x-1");
+    offer(&s, "3", "c");
+    assert_eq!(offer(&s, "4", "d"), Admission::Full { limit: 3 });
+    assert_eq!(claimed(&s).message_id, "x-1");
     s.finish("x-1", Outcome::Done).unwrap();
-    assert_eq!(
-        s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
-            .unwrap(),
-        Admission::Duplicate
-    );
+    assert_eq!(offer(&s, "x-1", "a"), Admission::Duplicate);
     drop(s);
     let s = Spool::open(&dir, false, false).unwrap();
-    assert_eq!(
-        s.admit(task("x-1", "a"), None, LIMITS, never, |_, _| {})
-            .unwrap(),
-        Admission::Duplicate
-    );
-    let Claim::Task(t) = s.claim().unwrap() else {
-        panic!()
-    };
-    assert_eq!(t.message_id, "1");
+    assert_eq!(offer(&s, "x-1", "a"), Admission::Duplicate);
+    assert_eq!(claimed(&s).message_id, "1");
     drop(s);
     // "1" was mid-turn when the spool closed: it is interrupted now.
     let s = Spool::open(&dir, false, false).unwrap();
     assert_eq!(s.counts().interrupted, 1);
-    let Claim::Task(t) = s.claim().unwrap() else {
-        panic!()
-    };
-    assert_eq!(t.message_id, "3");
+    assert_eq!(claimed(&s).message_id, "3");
     drop(s);
     fs::remove_dir_all(&dir).unwrap();
 }
@@ -150,18 +141,14 @@ fn second_open_is_refused_naming_the_pid() {
 fn corrupt_inbox_file_goes_to_rejected() {
     let dir = tmpdir("bad");
     let s = Spool::open(&dir, false, false).unwrap();
-    s.admit(task("good", "a"), None, LIMITS, || false, |_, _| {})
-        .unwrap();
+    offer(&s, "good", "a");
     drop(s);
     let bad = dir.join("inbox").join(file_name(0, "bad"));
     fs::write(&bad, b"{oops").unwrap();
     let s = Spool::open(&dir, false, false).unwrap();
     assert_eq!(s.recovery_notes.len(), 1, "{:?}", s.recovery_notes);
     assert!(dir.join("rejected").join(file_name(0, "bad")).exists());
-    let Claim::Task(t) = s.claim().unwrap() else {
-        panic!()
-    };
-    assert_eq!(t.message_id, "good");
+    assert_eq!(claimed(&s).message_id, "good");
     drop(s);
     fs::remove_dir_all(&dir).unwrap();
 }
@@ -170,8 +157,7 @@ fn corrupt_inbox_file_goes_to_rejected() {
 fn a_task_file_whose_mode_is_neither_queue_nor_steer_goes_to_rejected() {
     let dir = tmpdir("bad-mode");
     let s = Spool::open(&dir, false, false).unwrap();
-    s.admit(task("odd", "a"), None, LIMITS, || false, |_, _| {})
-        .unwrap();
+    offer(&s, "odd", "a");
     drop(s);
     let file = fs::read_dir(dir.join("inbox"))
         .unwrap()
@@ -230,8 +216,7 @@ fn one_of_many_concurrent_offers_of_an_id_is_accepted() {
 fn a_claim_waits_for_an_earlier_acceptance_still_storing() {
     let dir = tmpdir("order");
     let s = Spool::open(&dir, false, false).unwrap();
-    s.admit(task("later", "b"), None, LIMITS, || false, |_, _| {})
-        .unwrap();
+    offer(&s, "later", "b");
     // An acceptance with an earlier sequence number, between its
     // reservation and its answer.
     s.idx().pending.insert("earlier".into(), (1, 0));
@@ -241,14 +226,7 @@ fn a_claim_waits_for_an_earlier_acceptance_still_storing() {
         waiting_or_done(&s, &claim);
         assert!(!claim.is_finished(), "the claim overtook a pending task");
         // Its store failed: the reservation goes, the claim goes on.
-        drop(Reservation {
-            spool: &s,
-            id: "earlier".into(),
-            seq: 0,
-            give_back: false,
-            sender: None,
-            settled: false,
-        });
+        unreserve(&s, "earlier");
         let Claim::Task(t) = claim.join().unwrap().unwrap() else {
             panic!("no task claimed")
         };
@@ -273,14 +251,7 @@ fn settle_waits_for_pending_acceptances_and_no_longer_than_asked() {
         let waiter = sc.spawn(|| s.settle(Duration::from_secs(10)));
         waiting_or_done(&s, &waiter);
         assert!(!waiter.is_finished());
-        drop(Reservation {
-            spool: &s,
-            id: "p".into(),
-            seq: 0,
-            give_back: false,
-            sender: None,
-            settled: false,
-        });
+        unreserve(&s, "p");
         waiter.join().unwrap();
     });
     drop(s);
@@ -295,8 +266,7 @@ fn a_task_just_stored_is_claimed_as_written_while_its_file_is_in_place() {
     let dir = tmpdir("fresh");
     let s = Spool::open(&dir, false, false).unwrap();
     for id in ["f1", "f2"] {
-        let r = s.admit(task(id, "hello"), None, LIMITS, || false, |_, _| {});
-        assert!(matches!(r.unwrap(), Admission::Accepted { .. }));
+        assert!(matches!(offer(&s, id, "hello"), Admission::Accepted { .. }));
     }
     let inbox = dir.join("inbox");
     let files = list(&inbox).unwrap();
@@ -331,8 +301,10 @@ fn a_task_just_stored_is_claimed_as_written_while_its_file_is_in_place() {
 fn forget_removes_a_spool_only_unlocked_and_holding_what_was_shown() {
     let dir = tmpdir("forget");
     let s = Spool::open(&dir, false, false).unwrap();
-    let r = s.admit(task("f1", "x"), None, LIMITS, || false, |_, _| {});
-    assert_eq!(r.unwrap(), Admission::Accepted { queue_position: 1 });
+    assert_eq!(
+        offer(&s, "f1", "x"),
+        Admission::Accepted { queue_position: 1 }
+    );
     fs::write(dir.join("meta.json"), "{}").unwrap();
     let shown = Holdings::read(&dir).unwrap();
     assert_eq!(
