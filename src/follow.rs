@@ -105,6 +105,7 @@ pub fn pause(d: Duration, deadline: Option<Instant>) {
 /// The live native instance with the name, if one answers: `first` the
 /// id the task was delivered to, then one in `workspace`, then any
 /// (none other with `only_workspace`).
+#[derive(Clone)]
 pub struct Who {
     pub name: String,
     pub instance_id: Option<String>,

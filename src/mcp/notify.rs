@@ -118,11 +118,7 @@ pub fn content(task: &Task) -> String {
     format!(
         "{envelope}Take it with check_inbox (tasks come in queue order); when you are done, call complete_task with message_id \"{}\"{}.",
         task.message_id,
-        if replyable {
-            " and, if the sender should hear back, a short reply"
-        } else {
-            " (this sender cannot be replied to)"
-        }
+        super::reply_hint(replyable)
     )
 }
 
@@ -182,12 +178,9 @@ impl Adapter {
             }
             let listed = match self.call_typed::<InboxPage>(Call::InboxList, params) {
                 Ok((_, l)) if l.status.is_none() => l,
-                Ok((raw, _)) => {
-                    eprintln!("baton mcp: cannot list the waiting tasks: {raw}");
-                    return;
-                }
-                Err(e) => {
-                    eprintln!("baton mcp: cannot list the waiting tasks: {e}");
+                refused => {
+                    let why = refused.map_or_else(|e| e, |(raw, _)| raw.to_string());
+                    eprintln!("baton mcp: cannot list the waiting tasks: {why}");
                     return;
                 }
             };
