@@ -16,49 +16,28 @@ use crate::wire::{Call, Method};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-/// Who a caller is, as far as the kernel lets the instance tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// The instance's own process: the front end it runs in (the view,
-    /// `baton mcp`).
-    Own,
-    /// A process of the instance's user that is none of the others: the
-    /// operator's commands and scripts, a pull agent, another instance
-    /// delivering a task.
-    Operator,
-    /// A process of the agent the instance serves, where the instance
-    /// knows that agent: the MCP host that started `baton mcp`, and what
-    /// it started.
-    Agent,
-    /// A process of one of this instance's turns: its handler, or anything
-    /// the handler started.
-    Turn,
-    /// A process of a turn of another instance.
-    OtherTurn,
-    /// `baton bridge TARGET` for this instance: a remote key's forced
-    /// command.
-    Bridge,
-}
-
-impl Role {
-    pub const ALL: [Role; 6] = [
-        Role::Own,
-        Role::Operator,
-        Role::Agent,
-        Role::Turn,
-        Role::OtherTurn,
-        Role::Bridge,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Own => "own",
-            Role::Operator => "operator",
-            Role::Agent => "agent",
-            Role::Turn => "turn",
-            Role::OtherTurn => "other-turn",
-            Role::Bridge => "bridge",
-        }
+spelled! {
+    /// Who a caller is, as far as the kernel lets the instance tell.
+    pub enum Role ("role") {
+        /// The instance's own process: the front end it runs in (the view,
+        /// `baton mcp`).
+        Own = "own",
+        /// A process of the instance's user that is none of the others: the
+        /// operator's commands and scripts, a pull agent, another instance
+        /// delivering a task.
+        Operator = "operator",
+        /// A process of the agent the instance serves, where the instance
+        /// knows that agent: the MCP host that started `baton mcp`, and what
+        /// it started.
+        Agent = "agent",
+        /// A process of one of this instance's turns: its handler, or
+        /// anything the handler started.
+        Turn = "turn",
+        /// A process of a turn of another instance.
+        OtherTurn = "other-turn",
+        /// `baton bridge TARGET` for this instance: a remote key's forced
+        /// command.
+        Bridge = "bridge",
     }
 }
 
@@ -371,7 +350,7 @@ mod tests {
             assert!(d.roles().contains(&Role::Own), "{}", d.name());
         }
         for r in Role::ALL {
-            assert!(Door::Method(Method::Initialize).roles().contains(&r));
+            assert!(Door::Method(Method::Initialize).roles().contains(r));
         }
         assert_eq!(Door::Zcoder.roles(), &[Own, Operator, Agent]);
         assert!(!Door::Reply.roles().contains(&Role::Agent));

@@ -128,14 +128,7 @@ fn read_some(
         match stream.read(buf) {
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(FrameError::Timeout);
-            }
+            Err(e) if super::timed_out(&e) => return Err(FrameError::Timeout),
             Err(e) => return Err(FrameError::Io(e.to_string())),
         }
     }
