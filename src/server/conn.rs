@@ -340,21 +340,26 @@ fn subscribe(
 
 /// Asks the foreground to register a subscriber.
 fn register(shared: &Shared, controller: bool) -> Result<Subscription, RpcError> {
-    let (tx, rx) = chan::bounded(1);
-    if shared
-        .events
-        .send(Event::Subscribe {
-            controller,
-            reply: tx,
-        })
-        .is_err()
-    {
+    let (reply, rx) = chan::bounded(1);
+    let wait = shared.config.io_timeout.max(super::ANSWER_WAIT_MIN);
+    ask(shared, Event::Subscribe { controller, reply }, &rx, wait)
+}
+
+/// Hands the foreground `event` and waits up to `wait` for its answer on
+/// `rx`.
+fn ask<T>(
+    shared: &Shared,
+    event: Event,
+    rx: &chan::Receiver<T>,
+    wait: Duration,
+) -> Result<T, RpcError> {
+    if shared.events.send(event).is_err() {
         return Err(RpcError::new(
             wire::INTERNAL_ERROR,
             "the instance is shutting down",
         ));
     }
-    rx.recv_timeout(shared.config.io_timeout.max(super::ANSWER_WAIT_MIN))
+    rx.recv_timeout(wait)
         .map_err(|_| RpcError::new(wire::INTERNAL_ERROR, "the instance did not answer in time"))
 }
 
@@ -536,19 +541,13 @@ fn ask_foreground(
     params: Map<String, Value>,
     caller: Caller,
 ) -> Result<Value, RpcError> {
-    let (tx, rx) = chan::bounded(1);
+    let (reply, rx) = chan::bounded(1);
     let call = Event::Call {
         method,
         params,
-        reply: tx,
+        reply,
         caller,
     };
-    if shared.events.send(call).is_err() {
-        return Err(RpcError::new(
-            wire::INTERNAL_ERROR,
-            "the instance is shutting down",
-        ));
-    }
     // relay/send discovers, then delivers with one retry, each bounded by
     // the I/O timeout.
     let wait = if method == Call::RelaySend {
@@ -556,11 +555,5 @@ fn ask_foreground(
     } else {
         shared.config.io_timeout.max(super::ANSWER_WAIT_MIN)
     };
-    match rx.recv_timeout(wait) {
-        Ok(r) => r,
-        Err(_) => Err(RpcError::new(
-            wire::INTERNAL_ERROR,
-            "the instance did not answer in time",
-        )),
-    }
+    ask(shared, call, &rx, wait)?
 }

@@ -53,19 +53,6 @@ pub const ANSWER_WAIT_MIN: Duration = Duration::from_secs(5);
 
 pub use crate::wire::State;
 
-/// The state as `Shared` keeps it in one atomic byte.
-fn state_from_u8(n: u8) -> State {
-    State::ALL
-        .get(usize::from(n))
-        .copied()
-        .unwrap_or(State::Ready)
-}
-
-fn state_as_u8(s: State) -> u8 {
-    // A fieldless enum, declared in `State::ALL`'s order.
-    s as u8
-}
-
 /// What connection threads tell the foreground.
 pub enum Event {
     /// A task was accepted while the foreground waits for one (see
@@ -182,11 +169,7 @@ impl Shared {
             config,
             instance_id,
             spool,
-            state: AtomicU8::new(state_as_u8(if paused {
-                State::Paused
-            } else {
-                State::Ready
-            })),
+            state: AtomicU8::new(if paused { State::Paused } else { State::Ready } as u8),
             paused: AtomicBool::new(paused),
             manifest: Mutex::new(manifest),
             registry,
@@ -222,11 +205,17 @@ impl Shared {
     }
 
     pub fn state(&self) -> State {
-        state_from_u8(self.state.load(Ordering::SeqCst))
+        // The byte is the fieldless enum's own, declared in `State::ALL`'s
+        // order.
+        let n = self.state.load(Ordering::SeqCst);
+        State::ALL
+            .get(usize::from(n))
+            .copied()
+            .unwrap_or(State::Ready)
     }
 
     pub fn set_state(&self, s: State) {
-        self.state.store(state_as_u8(s), Ordering::SeqCst);
+        self.state.store(s as u8, Ordering::SeqCst);
         self.manifest
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -306,32 +295,34 @@ impl Drop for ConnectionGuard {
 fn gave_way(shared: &Shared, why: slots::GaveWay) -> Vec<u8> {
     match why {
         slots::GaveWay::Uninitialized => too_many_connections(shared),
-        slots::GaveWay::Idle => wire::error_line(
-            &Value::Null,
-            wire::TOO_MANY_CONNECTIONS,
+        slots::GaveWay::Idle => cap_line(
+            shared,
             &format!(
                 "closed to make room: too many connections (the limit is {}); reconnect when needed",
                 shared.slots.cap()
             ),
-            Some(serde_json::json!({
-                "instance_id": shared.instance_id,
-                "state": shared.state().as_str(),
-            })),
         ),
     }
 }
 
-/// The line a connection refused for the cap gets: it names the
-/// instance, so a client that pinged it knows it is alive.
+/// The line a connection refused for the cap gets.
 fn too_many_connections(shared: &Shared) -> Vec<u8> {
+    let message = format!("too many connections: the limit is {}", shared.slots.cap());
+    cap_line(shared, &message)
+}
+
+/// A line about the connection cap: it names the instance, so a client
+/// that pinged it knows it is alive.
+fn cap_line(shared: &Shared, message: &str) -> Vec<u8> {
+    let data = serde_json::json!({
+        "instance_id": shared.instance_id,
+        "state": shared.state().as_str(),
+    });
     wire::error_line(
         &Value::Null,
         wire::TOO_MANY_CONNECTIONS,
-        &format!("too many connections: the limit is {}", shared.slots.cap()),
-        Some(serde_json::json!({
-            "instance_id": shared.instance_id,
-            "state": shared.state().as_str(),
-        })),
+        message,
+        Some(data),
     )
 }
 
