@@ -405,9 +405,7 @@ fn dispatch(
             wire: None,
         })),
         Method::AgentInfo => {
-            let mut info =
-                serde_json::to_value(&*shared.manifest.lock().unwrap_or_else(|e| e.into_inner()))
-                    .expect("serializes");
+            let mut info = to_value(&*shared.lock_manifest());
             let c = shared.spool.counts();
             info["queue"] = json!({
                 "queued": c.queued,
@@ -418,8 +416,7 @@ fn dispatch(
         }
         Method::MessageSend => {
             let req = SendRequest::from_params(&params)?;
-            let d = deliver(shared, req, None, peer, "jsonrpc")?;
-            Ok(serde_json::to_value(d).expect("an answer always serializes"))
+            Ok(to_value(deliver(shared, req, None, peer, "jsonrpc")?))
         }
         // Every other method needs the agent's state: the foreground
         // answers it.
@@ -476,14 +473,9 @@ fn initialize(
     // The role is found now, while the connection is new: a request that
     // comes when descriptors have run out then need not read /proc.
     let _ = peer.caller(shared);
-    let manifest = shared
-        .manifest
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
     Ok(to_value(Hello {
         capabilities: Method::ALL.map(|m| m.as_str().to_string()).to_vec(),
-        instance: Some(manifest),
+        instance: Some(shared.lock_manifest().clone()),
         offline: None,
         protocol_version: crate::registry::PROTOCOL,
         server: Software::baton("baton"),

@@ -216,10 +216,12 @@ impl Shared {
 
     pub fn set_state(&self, s: State) {
         self.state.store(s as u8, Ordering::SeqCst);
-        self.manifest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .state = s.as_str().to_string();
+        self.lock_manifest().state = s.as_str().to_string();
+    }
+
+    /// The manifest as published, held while the guard lives.
+    fn lock_manifest(&self) -> std::sync::MutexGuard<'_, Manifest> {
+        self.manifest.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
