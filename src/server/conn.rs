@@ -8,7 +8,7 @@ use super::deliver::deliver;
 use super::out::{Out, Writer, answer_then_flush, write_line};
 use super::peer::Peer;
 use super::request::{self, SendRequest};
-use super::{Event, INIT_TIMEOUT, RpcError, Shared, bad_type, missing, zcoder};
+use super::{Event, INIT_TIMEOUT, RpcError, Shared, bad_type, invalid_params, missing, zcoder};
 use crate::access::{BridgeKey, Caller, Door};
 use crate::events::{self, Subscription};
 use crate::sys;
@@ -275,10 +275,7 @@ fn subscribe(
     slot: u64,
 ) -> Result<u64, RpcError> {
     let Value::Object(params) = params else {
-        return Err(RpcError::new(
-            wire::INVALID_PARAMS,
-            "invalid params: params must be an object",
-        ));
+        return Err(invalid_params("params must be an object"));
     };
     let since = match params.get("since") {
         None | Some(Value::Null) => None,
@@ -391,10 +388,7 @@ fn dispatch(
     peer: &Peer,
 ) -> Result<Value, RpcError> {
     let Value::Object(params) = params else {
-        return Err(RpcError::new(
-            wire::INVALID_PARAMS,
-            "invalid params: params must be an object",
-        ));
+        return Err(invalid_params("params must be an object"));
     };
     match method {
         Method::Initialize => initialize(shared, &params, peer),
@@ -510,21 +504,11 @@ fn verify_asker(shared: &Shared, params: &Map<String, Value>, peer: &Peer) -> Re
     let id = match params.get("sender_instance_id") {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::String(id)) if crate::registry::valid_id(id) => id,
-        Some(_) => {
-            return Err(RpcError::new(
-                wire::INVALID_PARAMS,
-                "invalid params: sender_instance_id must be an instance id",
-            ));
-        }
+        Some(_) => return Err(bad_type("sender_instance_id", "an instance id")),
     };
     super::deliver::verify_instance(shared, id, peer)
         .map(|_| ())
-        .map_err(|why| {
-            RpcError::new(
-                wire::INVALID_PARAMS,
-                format!("invalid params: sender_instance_id {id}: {why}"),
-            )
-        })
+        .map_err(|why| invalid_params(format!("sender_instance_id {id}: {why}")))
 }
 
 fn ask_foreground(

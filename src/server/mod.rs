@@ -328,16 +328,14 @@ fn cap_line(shared: &Shared, message: &str) -> Vec<u8> {
     )
 }
 
+fn invalid_params(what: impl std::fmt::Display) -> RpcError {
+    RpcError::new(wire::INVALID_PARAMS, format!("invalid params: {what}"))
+}
+
 fn missing(field: &str) -> RpcError {
-    RpcError::new(
-        wire::INVALID_PARAMS,
-        format!("invalid params: {field} is missing"),
-    )
+    invalid_params(format!("{field} is missing"))
 }
 
 fn bad_type(field: &str, want: &str) -> RpcError {
-    RpcError::new(
-        wire::INVALID_PARAMS,
-        format!("invalid params: {field} must be {want}"),
-    )
+    invalid_params(format!("{field} must be {want}"))
 }
