@@ -12,8 +12,8 @@ use crate::events::Hub;
 use crate::registry;
 use crate::spool::{self, Admission, Limits, Sender, Task};
 use crate::status::Status;
-use crate::wire::EventKind;
-use crate::wire::TaskMode;
+use crate::wire::answer::SendResult;
+use crate::wire::{EventKind, State, TaskMode};
 use crate::{sys, wire};
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -41,19 +41,6 @@ pub mod reason {
         "message_id was accepted before, but its stored record cannot be read to compare bodies";
 }
 
-/// The result of `message/send`: its members in the order a JSON map
-/// gives them.
-#[derive(Debug, serde::Serialize)]
-pub struct Delivery {
-    pub message_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub queue_position: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub state: &'static str,
-    pub status: Status,
-}
-
 /// Runs every acceptance check of docs/protocol.md §5 in order and, if all pass,
 /// stores the task. Used by both wires. `body_json`, when the caller has
 /// it, is the body as a JSON string. A spool that cannot store the task
@@ -64,7 +51,7 @@ pub fn deliver(
     body_json: Option<&RawValue>,
     peer: &Peer,
     wire: &str,
-) -> Result<Delivery, RpcError> {
+) -> Result<SendResult, RpcError> {
     let mut req = req;
     let Outcome { verdict, from } = check_and_admit(shared, &mut req, body_json, peer, wire);
     let refused = |status: Status, reason: &str| {
@@ -93,13 +80,7 @@ pub fn deliver(
             return Err(RpcError::new(wire::INTERNAL_ERROR, e.message()));
         }
     };
-    Ok(Delivery {
-        message_id: req.message_id,
-        queue_position: verdict.queue_position,
-        reason: verdict.reason,
-        state: shared.state().as_str(),
-        status: verdict.status,
-    })
+    Ok(verdict.answer(req.message_id, Some(shared.state())))
 }
 
 /// The fields of an acceptance event (`message.accepted`, and the
@@ -185,6 +166,19 @@ impl Verdict {
             status,
             queue_position: None,
             reason: Some(reason.into()),
+        }
+    }
+
+    /// The answer that tells the sender: a live receiver's, with its
+    /// `state`, or an offline sender's own, without.
+    pub fn answer(self, message_id: String, state: Option<State>) -> SendResult {
+        SendResult {
+            message_id,
+            queue_position: self.queue_position,
+            reason: self.reason,
+            state,
+            status: self.status.to_string(),
+            ..SendResult::default()
         }
     }
 }

@@ -21,7 +21,7 @@ mod slots;
 mod zcoder;
 
 pub use deliver::{
-    Accepted, Delivery, NotStored, Receiver, Verdict, admission_verdict, check_request, deliver,
+    Accepted, NotStored, Receiver, Verdict, admission_verdict, check_request, deliver,
     emit_accepted, reason,
 };
 pub use peer::Peer;

@@ -106,18 +106,16 @@ fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
             }
             match deliver(shared, req, None, peer, "zcoder") {
                 Ok(r) => {
-                    let status = match r.status {
+                    let status = match r.status() {
                         // zcoder has no word for these; the transcript
                         // keeps the precise status.
-                        Status::HopLimit | Status::InflightFull | Status::Denied => Status::Invalid,
-                        s => s,
+                        Some(Status::HopLimit | Status::InflightFull | Status::Denied) => {
+                            Status::Invalid.as_str()
+                        }
+                        _ => &r.status,
                     };
-                    ack_frame(
-                        &message_id,
-                        status.as_str(),
-                        r.queue_position.map(|p| p as u64),
-                        shared,
-                    )
+                    let position = r.queue_position.map(|p| p as u64);
+                    ack_frame(&message_id, status, position, shared)
                 }
                 // Storage failed: nothing was accepted; `full` tells a
                 // zcoder sender to try again later.

@@ -216,7 +216,7 @@ pub struct Candidate {
 
 /// `message/send`'s and `relay/send`'s answer: a delivery status, and
 /// for a sender-side one what the sender learned.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SendResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidates: Option<Vec<Candidate>>,
