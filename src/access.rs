@@ -18,13 +18,16 @@ use std::sync::Mutex;
 
 spelled! {
     /// Who a caller is, as far as the kernel lets the instance tell.
+    #[derive(Default)]
     pub enum Role ("role") {
         /// The instance's own process: the front end it runs in (the view,
         /// `baton mcp`).
         Own = "own",
         /// A process of the instance's user that is none of the others: the
         /// operator's commands and scripts, a pull agent, another instance
-        /// delivering a task.
+        /// delivering a task. Also any caller when nothing tells callers
+        /// apart.
+        #[default]
         Operator = "operator",
         /// A process of the agent the instance serves, where the instance
         /// knows that agent: the MCP host that started `baton mcp`, and what
@@ -124,7 +127,7 @@ pub struct BridgeKey {
 }
 
 /// One connection's caller.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Caller {
     /// The kernel's peer pid, where the platform reports it.
     pub pid: Option<u32>,
@@ -192,12 +195,7 @@ const MAX_DEPTH: usize = 128;
 pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
     let mut c = Caller {
         pid,
-        role: Role::Operator,
-        leader: None,
-        instance_socket: None,
-        agent: None,
-        bridge: None,
-        unsure: false,
+        ..Caller::default()
     };
     let Some(pid) = pid else { return c };
     if pid == ours.pid {
@@ -300,7 +298,8 @@ impl Caller {
     /// instance's.
     pub fn refusal(&self, door: Door, name: &str, id: &str) -> String {
         let what = door.name();
-        let pid = self.pid.map_or_else(|| "?".to_string(), |p| p.to_string());
+        let shown = |p: Option<u32>| p.map_or_else(|| "?".to_string(), |p| p.to_string());
+        let pid = shown(self.pid);
         match self.role {
             Role::Bridge => {
                 let target = match &self.bridge {
@@ -313,8 +312,7 @@ impl Caller {
             }
             Role::Turn => format!(
                 "not permitted: pid {pid} belongs to a turn of {name} (handler pid {}), which may not call {what}; a turn sends with relay/send, inside its turn",
-                self.leader
-                    .map_or_else(|| "?".to_string(), |l| l.to_string())
+                shown(self.leader)
             ),
             Role::OtherTurn => format!(
                 "not permitted: pid {pid} belongs to a turn of the instance at {}, and speaks only as that turn, through that instance (relay/send on its BATON_SOCKET), not {what} here",
@@ -322,17 +320,12 @@ impl Caller {
             ),
             Role::Agent => format!(
                 "not permitted: {what} is the operator's; pid {pid} is a process of the agent {name} serves (pid {})",
-                self.agent
-                    .map_or_else(|| "?".to_string(), |a| a.to_string())
+                shown(self.agent)
             ),
-            Role::Operator | Role::Own => format!(
-                "not permitted: {what} is only for {}",
-                door.roles()
-                    .iter()
-                    .map(|r| r.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            Role::Operator | Role::Own => {
+                let roles: Vec<&str> = door.roles().iter().map(|r| r.as_str()).collect();
+                format!("not permitted: {what} is only for {}", roles.join(", "))
+            }
         }
     }
 }
