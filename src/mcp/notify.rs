@@ -55,7 +55,7 @@ impl Pushed {
 
     /// Records `id`; false if it was pushed already.
     fn first(&mut self, id: &str) -> bool {
-        if self.ids.contains(id) {
+        if !self.ids.insert(id.to_string()) {
             return false;
         }
         if self.order.len() >= self.cap {
@@ -63,7 +63,6 @@ impl Pushed {
                 self.ids.remove(&old);
             }
         }
-        self.ids.insert(id.to_string());
         self.order.push_back(id.to_string());
         true
     }

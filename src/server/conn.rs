@@ -130,39 +130,37 @@ fn no_descriptor(e: &io::Error) -> Vec<u8> {
 /// in zcoder's framing if the line was the start of a zcoder header.
 fn answer_read_error(shared: &Shared, out: &Writer, e: &ReadError, zcoder: bool) {
     let cfg = &shared.config;
-    let message = match e {
-        ReadError::TooLarge => Some((
+    let (code, message) = match e {
+        ReadError::TooLarge => (
             wire::INVALID_REQUEST,
             format!(
                 "frame too large: a line may hold at most {} bytes",
                 cfg.max_bytes
             ),
-        )),
-        ReadError::Idle => Some((
+        ),
+        ReadError::Idle => (
             wire::CONNECTION_ERROR,
             format!(
                 "idle timeout: no request for {} s",
                 cfg.idle_timeout.as_secs_f64()
             ),
-        )),
-        ReadError::LineTimeout => Some((
+        ),
+        ReadError::LineTimeout => (
             wire::CONNECTION_ERROR,
             format!(
                 "read timeout: a line must complete within {} s of its first byte",
                 cfg.io_timeout.as_secs_f64()
             ),
-        )),
-        ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => None,
+        ),
+        ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => return,
     };
-    if zcoder {
-        // A zcoder header that never completed: answer in its own
-        // framing while an answer is still possible.
-        if message.is_some() {
-            write_line(out, &zcoder::invalid(shared));
-        }
-    } else if let Some((code, msg)) = message {
-        write_line(out, &wire::error_line(&Value::Null, code, &msg, None));
-    }
+    // A zcoder header that never completed is answered in its own framing.
+    let line = if zcoder {
+        zcoder::invalid(shared)
+    } else {
+        wire::error_line(&Value::Null, code, &message, None)
+    };
+    write_line(out, &line);
 }
 
 /// What one connection has said so far.
