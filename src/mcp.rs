@@ -323,6 +323,11 @@ fn write_message(v: &Value) {
     }
 }
 
+/// A notification to the host.
+fn notify(method: &str, params: Value) {
+    write_message(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+}
+
 fn error(id: &Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }

@@ -11,7 +11,7 @@
 //!
 //! Both follow the instance's events (`message.accepted`): nothing polls.
 
-use super::{Adapter, LEVELS, write_message};
+use super::{Adapter, LEVELS, notify};
 use crate::event_text;
 use crate::sanitize::escape;
 use crate::spool::{self, Sender, Task};
@@ -151,17 +151,12 @@ impl Adapter {
         if !self.notifying || !self.pushed.first(&task.message_id) {
             return;
         }
-        write_message(&json!({
-            "jsonrpc": "2.0",
-            "method": CHANNEL_METHOD,
-            "params": {
-                "content": content(task),
-                "meta": {
-                    "message_id": task.message_id,
-                    "from": turn::display_name(&task.sender),
-                },
-            },
-        }));
+        let from = turn::display_name(&task.sender);
+        let meta = json!({"message_id": task.message_id, "from": from});
+        notify(
+            CHANNEL_METHOD,
+            json!({"content": content(task), "meta": meta}),
+        );
     }
 
     /// The host sent `notifications/initialized`: the tasks that waited
@@ -243,10 +238,7 @@ impl Adapter {
         if !self.notifying || level < INFO {
             return;
         }
-        write_message(&json!({
-            "jsonrpc": "2.0",
-            "method": "notifications/message",
-            "params": {"level": LEVELS[INFO], "logger": "baton", "data": data},
-        }));
+        let params = json!({"level": LEVELS[INFO], "logger": "baton", "data": data});
+        notify("notifications/message", params);
     }
 }
