@@ -8,6 +8,7 @@ use crate::error::Error;
 use crate::follow::{self, End, Who};
 use crate::sanitize::escape;
 use crate::status::Status;
+use crate::wire::Outcome;
 use crate::wire::answer::{Pending, SendResult, TaskState, TaskStatus};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
@@ -54,7 +55,7 @@ fn status_text(id: &str, who: &str, st: &TaskStatus) -> String {
         TaskState::Pending(Pending::Unknown) => unknown_text(id, who),
         TaskState::Ended(outcome) => {
             let reply = st.reply.as_ref().and_then(|r| r.as_ref());
-            ended_text(id, who, outcome.as_str(), reply.map(|r| r.body.as_str()))
+            ended_text(id, who, outcome, reply.map(|r| r.body.as_str()))
         }
     }
 }
@@ -66,13 +67,10 @@ fn unknown_text(id: &str, who: &str) -> String {
 }
 
 /// A final outcome: `done: <reply>`, or that it ended with no reply.
-fn ended_text(id: &str, who: &str, outcome: &str, reply: Option<&str>) -> String {
+fn ended_text(id: &str, who: &str, outcome: Outcome, reply: Option<&str>) -> String {
     match reply {
-        Some(body) => format!("{}: {body}", escape(outcome)),
-        None => format!(
-            "{}: task {id} ended on {who} with no reply.",
-            escape(outcome)
-        ),
+        Some(body) => format!("{outcome}: {body}"),
+        None => format!("{outcome}: task {id} ended on {who} with no reply."),
     }
 }
 
@@ -124,7 +122,7 @@ impl Adapter {
             End::Final { outcome, reply } => {
                 r["outcome"] = json!(outcome);
                 r["reply"] = json!(reply);
-                ended_text(&id, &who, outcome.as_str(), reply.as_deref())
+                ended_text(&id, &who, *outcome, reply.as_deref())
             }
             End::Unknown => {
                 r["outcome"] = json!("unknown");

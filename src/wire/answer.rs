@@ -151,15 +151,6 @@ pub enum TaskState {
     Ended(Outcome),
 }
 
-impl TaskState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Pending(p) => p.as_str(),
-            TaskState::Ended(o) => o.as_str(),
-        }
-    }
-}
-
 /// `task/status`'s answer. `reply` is there (null or the reply) for a
 /// finished task alone.
 #[derive(Clone, Debug, Serialize, Deserialize)]
