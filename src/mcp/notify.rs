@@ -90,23 +90,9 @@ fn arrived(ev: &Event) -> Option<Task> {
         pid: ev.pid,
         remote: ev.remote.clone(),
     };
-    Some(Task {
-        message_id: ev.message_id.clone()?,
-        body: ev.body.clone()?,
-        sender,
-        hop: 0,
-        in_reply_to: None,
-        mode: ev
-            .mode
-            .as_deref()
-            .and_then(|m| m.parse().ok())
-            .unwrap_or_default(),
-        accepted_at: 0,
-        peer_pid: None,
-        wire: String::new(),
-        digest: String::new(),
-        seq: 0,
-    })
+    let mode = ev.mode.as_deref().unwrap_or_default();
+    let (id, body) = (ev.message_id.as_deref()?, ev.body.clone()?);
+    Some(spool::new_task(id, body, sender, 0, None, mode, None, ""))
 }
 
 /// What a push says: the envelope `check_inbox` gives, then how to take
