@@ -293,15 +293,12 @@ fn check_and_admit(
     peer: &Peer,
     wire: &str,
 ) -> Outcome {
-    let hop = match check_values(shared, req) {
-        Ok(hop) => hop,
-        Err(refusal) => return refusal,
-    };
-    let sender = match check_sender(shared, req, peer, hop) {
-        Ok(sender) => sender,
-        Err(refusal) => return refusal,
-    };
-    admit(shared, req, sender, hop, body_json, peer, wire)
+    let checked =
+        check_values(shared, req).and_then(|hop| Ok((hop, check_sender(shared, req, peer, hop)?)));
+    match checked {
+        Ok((hop, sender)) => admit(shared, req, sender, hop, body_json, peer, wire),
+        Err(refusal) => refusal,
+    }
 }
 
 /// Checks 1 to 10: the values of the request, in order; the hop.

@@ -136,33 +136,31 @@ impl Slots {
     /// The connection's thread has its writer: from now on it can be made
     /// to give way.
     pub fn started(&self, id: u64, out: &Writer) {
-        if let Some(slot) = self.lock().held.get_mut(&id) {
-            slot.out = Some(std::sync::Arc::clone(out));
-        }
+        self.change(id, |slot| slot.out = Some(std::sync::Arc::clone(out)));
+    }
+
+    /// Changes connection `id`'s slot; false when it has none (it gave
+    /// way).
+    fn change(&self, id: u64, f: impl FnOnce(&mut Slot)) -> bool {
+        self.lock().held.get_mut(&id).map(f).is_some()
     }
 
     /// The connection is handling a line (`true`), or has written its
     /// answer and waits for the next one (`false`). False when it has
     /// given way meanwhile: it must not act on the line.
     pub fn busy(&self, id: u64, busy: bool) -> bool {
-        match self.lock().held.get_mut(&id) {
-            Some(slot) => {
-                slot.busy = busy;
-                if !busy {
-                    slot.since = Instant::now();
-                }
-                true
+        self.change(id, |slot| {
+            slot.busy = busy;
+            if !busy {
+                slot.since = Instant::now();
             }
-            None => false,
-        }
+        })
     }
 
     /// The connection initialized: from now on it gives way only to
     /// connections that did too, when it is the one idle longest.
     pub fn initialized(&self, id: u64) {
-        if let Some(slot) = self.lock().held.get_mut(&id) {
-            slot.initialized = true;
-        }
+        self.change(id, |slot| slot.initialized = true);
     }
 
     /// Makes an initialized connection a subscriber, if fewer than

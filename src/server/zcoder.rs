@@ -52,12 +52,9 @@ pub(super) fn request(
     peer: &Peer,
 ) {
     let cfg = &shared.config;
-    let n = match wire::zcoder_length(header, cfg.max_bytes) {
-        Ok(n) => n,
-        Err(_) => {
-            write_line(out, &invalid(shared));
-            return;
-        }
+    let Ok(n) = wire::zcoder_length(header, cfg.max_bytes) else {
+        write_line(out, &invalid(shared));
+        return;
     };
     let payload = match reader.read_exact_within(n, cfg.io_timeout) {
         Ok(p) => p,
