@@ -68,29 +68,19 @@ fn tools() -> Value {
             "name": "send_agent_message",
             "title": "Send a task to another agent",
             "description": format!("Hand a task to another agent on this machine, by its exact instance_id from list_agents. {RULES} The result says exactly what happened: accepted with its queue position, or the refusal and its reason. With wait_seconds, it also waits up to that long for the task to end and gives its outcome and reply, or says it is still queued or running (then ask task_status later)."),
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "target_instance_id": {"type": "string", "description": "The exact instance_id from list_agents."},
-                    "message": {"type": "string", "description": "The task: small, self-contained, no secrets."},
-                    "wait_seconds": {"type": "integer", "minimum": 0, "maximum": tasks::MAX_WAIT_SECONDS, "description": "Optional: wait up to this many seconds for the task's outcome and reply. No other request is served while waiting."},
-                },
-                "required": ["target_instance_id", "message"],
-                "additionalProperties": false,
-            },
+            "inputSchema": input(json!({
+                "target_instance_id": {"type": "string", "description": "The exact instance_id from list_agents."},
+                "message": {"type": "string", "description": "The task: small, self-contained, no secrets."},
+                "wait_seconds": {"type": "integer", "minimum": 0, "maximum": tasks::MAX_WAIT_SECONDS, "description": "Optional: wait up to this many seconds for the task's outcome and reply. No other request is served while waiting."},
+            }), &["target_instance_id", "message"]),
         },
         {
             "name": "task_status",
             "title": "Ask what became of a task",
             "description": "Ask the agent a task was sent to in this session (with send_agent_message) what became of it: queued (with its position), awaiting_approval, running, or how it ended (done, failed, ...) with its reply.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "message_id": {"type": "string", "description": "The message_id send_agent_message gave."},
-                },
-                "required": ["message_id"],
-                "additionalProperties": false,
-            },
+            "inputSchema": input(json!({
+                "message_id": {"type": "string", "description": "The message_id send_agent_message gave."},
+            }), &["message_id"]),
         },
         {
             "name": "check_inbox",
@@ -102,17 +92,19 @@ fn tools() -> Value {
             "name": "complete_task",
             "title": "Complete a task",
             "description": "Finish the task you took with check_inbox, by its message_id. With reply, that text goes back to the task's sender as a new task; keep it short and free of secrets.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "message_id": {"type": "string", "description": "The message_id check_inbox gave."},
-                    "reply": {"type": "string", "description": "Optional answer for the sender."},
-                },
-                "required": ["message_id"],
-                "additionalProperties": false,
-            },
+            "inputSchema": input(json!({
+                "message_id": {"type": "string", "description": "The message_id check_inbox gave."},
+                "reply": {"type": "string", "description": "Optional answer for the sender."},
+            }), &["message_id"]),
         },
     ])
+}
+
+/// A tool's input schema: an object of `properties`, the `required` ones
+/// among them, and no others.
+fn input(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": properties, "required": required,
+           "additionalProperties": false})
 }
 
 /// What `baton mcp` was asked to be.
