@@ -230,9 +230,7 @@ impl Session<'_> {
             return Some(wire::error_line(id, e.code, &e.message, e.data));
         }
         if method == Method::EventsSubscribe {
-            let already = self.subscription.is_some();
-            let s = (self.shared, self.out, self.peer);
-            return match subscribe(s, id, params, already, self.slot) {
+            return match self.subscribe(id, params) {
                 Ok(sub) => {
                     self.subscription = Some(sub);
                     None
@@ -251,6 +249,70 @@ impl Session<'_> {
         }
         Some(answer_line(id, r))
     }
+
+    /// Registers a subscriber with the foreground, answers, replays recorded
+    /// events from `since`, then forwards live ones on a thread of its own.
+    /// Refused, and the connection closed, when subscribers hold all the
+    /// slots they may.
+    fn subscribe(&self, id: &Id, params: Value) -> Result<u64, RpcError> {
+        let (shared, out, peer, slot) = (self.shared, self.out, self.peer, self.slot);
+        let Value::Object(params) = params else {
+            return Err(invalid_params("params must be an object"));
+        };
+        let since = match params.get("since") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .ok_or_else(|| bad_type("since", "a non-negative integer"))?,
+            ),
+        };
+        let controller = match params.get("controller") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(bad_type("controller", "a boolean")),
+        };
+        if controller {
+            peer.check(shared, Door::Controller)?;
+        }
+        if self.subscription.is_some() {
+            return Err(RpcError::new(
+                wire::INVALID_REQUEST,
+                "invalid request: this connection is already subscribed",
+            ));
+        }
+        if !shared.slots.subscribe(slot) {
+            return Err(RpcError::new(
+                wire::TOO_MANY_CONNECTIONS,
+                format!(
+                    "too many subscribers: the limit is {}",
+                    shared.slots.max_subscribers()
+                ),
+            ));
+        }
+        let sub = register(shared, controller).inspect_err(|_| shared.slots.unsubscribe(slot))?;
+        let result = Subscribed {
+            controller,
+            next_seq: sub.next_seq,
+            subscribed: true,
+        };
+        if !write_line(out, &wire::result_line(id, &result)) {
+            return Ok(sub.id);
+        }
+        if let Some(since) = since {
+            events::replay(shared.spool.dir(), since, sub.next_seq, |line| {
+                match serde_json::from_slice::<Value>(line) {
+                    Ok(ev) => write_line(out, &wire::notification_line("event", ev)),
+                    Err(_) => true,
+                }
+            });
+        }
+        let id = sub.id;
+        let w = Arc::clone(out);
+        let _ = std::thread::Builder::new()
+            .name("baton-events".into())
+            .spawn(move || forward(sub, &w));
+        Ok(id)
+    }
 }
 
 /// A request's answer line: its result, or its error.
@@ -259,78 +321,6 @@ fn answer_line<T: serde::Serialize>(id: &Id, r: Result<T, RpcError>) -> Vec<u8> 
         Ok(v) => wire::result_line(id, &v),
         Err(e) => wire::error_line(id, e.code, &e.message, e.data),
     }
-}
-
-/// Registers a subscriber with the foreground, answers, replays recorded
-/// events from `since`, then forwards live ones on a thread of its own.
-/// Refused, and the connection closed, when subscribers hold all the
-/// slots they may.
-fn subscribe(
-    (shared, out, peer): (&Shared, &Writer, &Peer),
-    id: &Id,
-    params: Value,
-    already: bool,
-    slot: u64,
-) -> Result<u64, RpcError> {
-    let Value::Object(params) = params else {
-        return Err(invalid_params("params must be an object"));
-    };
-    let since = match params.get("since") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_u64()
-                .ok_or_else(|| bad_type("since", "a non-negative integer"))?,
-        ),
-    };
-    let controller = match params.get("controller") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(bad_type("controller", "a boolean")),
-    };
-    if controller {
-        peer.check(shared, Door::Controller)?;
-    }
-    if already {
-        return Err(RpcError::new(
-            wire::INVALID_REQUEST,
-            "invalid request: this connection is already subscribed",
-        ));
-    }
-    if !shared.slots.subscribe(slot) {
-        return Err(RpcError::new(
-            wire::TOO_MANY_CONNECTIONS,
-            format!(
-                "too many subscribers: the limit is {}",
-                shared.slots.max_subscribers()
-            ),
-        ));
-    }
-    let sub = register(shared, controller).inspect_err(|_| shared.slots.unsubscribe(slot))?;
-    let result = Subscribed {
-        controller,
-        next_seq: sub.next_seq,
-        subscribed: true,
-    };
-    if !write_line(out, &wire::result_line(id, &result)) {
-        return Ok(sub.id);
-    }
-    if let Some(since) = since {
-        events::replay(
-            shared.spool.dir(),
-            since,
-            sub.next_seq,
-            |line| match serde_json::from_slice::<Value>(line) {
-                Ok(ev) => write_line(out, &wire::notification_line("event", ev)),
-                Err(_) => true,
-            },
-        );
-    }
-    let id = sub.id;
-    let w = Arc::clone(out);
-    let _ = std::thread::Builder::new()
-        .name("baton-events".into())
-        .spawn(move || forward(sub, &w));
-    Ok(id)
 }
 
 /// Asks the foreground to register a subscriber.
