@@ -242,7 +242,7 @@ impl Session<'_> {
             };
         }
         let _ = crate::failpoint::hit("dispatch");
-        let r = dispatch(self.shared, method, params, self.peer);
+        let r = dispatch(self, method, params);
         if method == Method::Initialize && r.is_ok() && !self.initialized {
             self.initialized = true;
             self.shared.slots.initialized(self.slot);
@@ -369,17 +369,13 @@ fn forward(sub: Subscription, w: &Writer) {
     w.shutdown();
 }
 
-fn dispatch(
-    shared: &Shared,
-    method: Method,
-    params: Value,
-    peer: &Peer,
-) -> Result<Value, RpcError> {
+fn dispatch(s: &Session, method: Method, params: Value) -> Result<Value, RpcError> {
+    let (shared, peer) = (s.shared, s.peer);
     let Value::Object(params) = params else {
         return Err(invalid_params("params must be an object"));
     };
     match method {
-        Method::Initialize => initialize(shared, &params, peer),
+        Method::Initialize => initialize(s, &params),
         Method::Ping => Ok(to_value(Pong {
             instance_id: shared.instance_id.clone(),
             state: shared.state(),
@@ -416,11 +412,8 @@ fn to_value(answer: impl serde::Serialize) -> Value {
     serde_json::to_value(answer).expect("an answer serializes")
 }
 
-fn initialize(
-    shared: &Shared,
-    params: &Map<String, Value>,
-    peer: &Peer,
-) -> Result<Value, RpcError> {
+fn initialize(s: &Session, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    let (shared, peer) = (s.shared, s.peer);
     let version = match params.get("protocol_version") {
         Some(v) if v.is_u64() || v.is_i64() => v.clone(),
         Some(_) => return Err(bad_type("protocol_version", "an integer")),

@@ -47,13 +47,18 @@ pub mod reason {
 /// is not a delivery outcome but an internal error: nothing was accepted.
 pub fn deliver(
     shared: &Shared,
-    req: SendRequest,
+    mut req: SendRequest,
     body_json: Option<&RawValue>,
     peer: &Peer,
     wire: &str,
 ) -> Result<SendResult, RpcError> {
-    let mut req = req;
-    let Outcome { verdict, from } = check_and_admit(shared, &mut req, body_json, peer, wire);
+    let checked = check_values(shared, &req)
+        .and_then(|hop| Ok((hop, check_sender(shared, &req, peer, hop)?)));
+    // `admit` takes the body out of `req` when it builds the task.
+    let Outcome { verdict, from } = match checked {
+        Ok((hop, sender)) => admit(shared, &mut req, sender, hop, body_json, peer, wire),
+        Err(refusal) => refusal,
+    };
     let refused = |status: Status, reason: &str| {
         let from = from.as_deref().or(req.sender_instance_id.as_deref());
         shared.hub.emit(
@@ -282,22 +287,6 @@ fn refuse_verified(sender: &Sender, status: Status, reason: String) -> Outcome {
     Outcome {
         from: Some(crate::turn::display_name(sender)),
         ..refuse(status, reason)
-    }
-}
-
-/// Takes the body out of `req` when the task is built.
-fn check_and_admit(
-    shared: &Shared,
-    req: &mut SendRequest,
-    body_json: Option<&RawValue>,
-    peer: &Peer,
-    wire: &str,
-) -> Outcome {
-    let checked =
-        check_values(shared, req).and_then(|hop| Ok((hop, check_sender(shared, req, peer, hop)?)));
-    match checked {
-        Ok((hop, sender)) => admit(shared, req, sender, hop, body_json, peer, wire),
-        Err(refusal) => refusal,
     }
 }
 
