@@ -4,7 +4,7 @@
 //! and its `task.ended` event.
 
 use super::{Adapter, Tool, string_arg, tool_error, tool_result};
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::follow::{self, End, Who};
 use crate::sanitize::escape;
 use crate::status::Status;
@@ -147,12 +147,7 @@ impl Adapter {
 
     /// `follow::wait` on a thread of its own, so that the
     /// instance stopping (SIGTERM) ends the session at once: `None` then.
-    fn wait_or_stop(
-        &mut self,
-        who: Who,
-        id: &str,
-        deadline: Instant,
-    ) -> Option<crate::error::Result<End>> {
+    fn wait_or_stop(&mut self, who: Who, id: &str, deadline: Instant) -> Option<Result<End>> {
         let (tx, rx) = chan::bounded(1);
         let (config, id) = (self.config.clone(), id.to_string());
         let spawned = std::thread::Builder::new()
