@@ -16,49 +16,31 @@ use crate::wire::{Call, Method};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-/// Who a caller is, as far as the kernel lets the instance tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// The instance's own process: the front end it runs in (the view,
-    /// `baton mcp`).
-    Own,
-    /// A process of the instance's user that is none of the others: the
-    /// operator's commands and scripts, a pull agent, another instance
-    /// delivering a task.
-    Operator,
-    /// A process of the agent the instance serves, where the instance
-    /// knows that agent: the MCP host that started `baton mcp`, and what
-    /// it started.
-    Agent,
-    /// A process of one of this instance's turns: its handler, or anything
-    /// the handler started.
-    Turn,
-    /// A process of a turn of another instance.
-    OtherTurn,
-    /// `baton bridge TARGET` for this instance: a remote key's forced
-    /// command.
-    Bridge,
-}
-
-impl Role {
-    pub const ALL: [Role; 6] = [
-        Role::Own,
-        Role::Operator,
-        Role::Agent,
-        Role::Turn,
-        Role::OtherTurn,
-        Role::Bridge,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Own => "own",
-            Role::Operator => "operator",
-            Role::Agent => "agent",
-            Role::Turn => "turn",
-            Role::OtherTurn => "other-turn",
-            Role::Bridge => "bridge",
-        }
+spelled! {
+    /// Who a caller is, as far as the kernel lets the instance tell.
+    #[derive(Default)]
+    pub enum Role ("role") {
+        /// The instance's own process: the front end it runs in (the view,
+        /// `baton mcp`).
+        Own = "own",
+        /// A process of the instance's user that is none of the others: the
+        /// operator's commands and scripts, a pull agent, another instance
+        /// delivering a task. Also any caller when nothing tells callers
+        /// apart.
+        #[default]
+        Operator = "operator",
+        /// A process of the agent the instance serves, where the instance
+        /// knows that agent: the MCP host that started `baton mcp`, and what
+        /// it started.
+        Agent = "agent",
+        /// A process of one of this instance's turns: its handler, or
+        /// anything the handler started.
+        Turn = "turn",
+        /// A process of a turn of another instance.
+        OtherTurn = "other-turn",
+        /// `baton bridge TARGET` for this instance: a remote key's forced
+        /// command.
+        Bridge = "bridge",
     }
 }
 
@@ -145,7 +127,7 @@ pub struct BridgeKey {
 }
 
 /// One connection's caller.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Caller {
     /// The kernel's peer pid, where the platform reports it.
     pub pid: Option<u32>,
@@ -213,12 +195,7 @@ const MAX_DEPTH: usize = 128;
 pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
     let mut c = Caller {
         pid,
-        role: Role::Operator,
-        leader: None,
-        instance_socket: None,
-        agent: None,
-        bridge: None,
-        unsure: false,
+        ..Caller::default()
     };
     let Some(pid) = pid else { return c };
     if pid == ours.pid {
@@ -321,7 +298,8 @@ impl Caller {
     /// instance's.
     pub fn refusal(&self, door: Door, name: &str, id: &str) -> String {
         let what = door.name();
-        let pid = self.pid.map_or_else(|| "?".to_string(), |p| p.to_string());
+        let shown = |p: Option<u32>| p.map_or_else(|| "?".to_string(), |p| p.to_string());
+        let pid = shown(self.pid);
         match self.role {
             Role::Bridge => {
                 let target = match &self.bridge {
@@ -334,8 +312,7 @@ impl Caller {
             }
             Role::Turn => format!(
                 "not permitted: pid {pid} belongs to a turn of {name} (handler pid {}), which may not call {what}; a turn sends with relay/send, inside its turn",
-                self.leader
-                    .map_or_else(|| "?".to_string(), |l| l.to_string())
+                shown(self.leader)
             ),
             Role::OtherTurn => format!(
                 "not permitted: pid {pid} belongs to a turn of the instance at {}, and speaks only as that turn, through that instance (relay/send on its BATON_SOCKET), not {what} here",
@@ -343,17 +320,12 @@ impl Caller {
             ),
             Role::Agent => format!(
                 "not permitted: {what} is the operator's; pid {pid} is a process of the agent {name} serves (pid {})",
-                self.agent
-                    .map_or_else(|| "?".to_string(), |a| a.to_string())
+                shown(self.agent)
             ),
-            Role::Operator | Role::Own => format!(
-                "not permitted: {what} is only for {}",
-                door.roles()
-                    .iter()
-                    .map(|r| r.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            Role::Operator | Role::Own => {
+                let roles: Vec<&str> = door.roles().iter().map(|r| r.as_str()).collect();
+                format!("not permitted: {what} is only for {}", roles.join(", "))
+            }
         }
     }
 }
@@ -371,7 +343,7 @@ mod tests {
             assert!(d.roles().contains(&Role::Own), "{}", d.name());
         }
         for r in Role::ALL {
-            assert!(Door::Method(Method::Initialize).roles().contains(&r));
+            assert!(Door::Method(Method::Initialize).roles().contains(r));
         }
         assert_eq!(Door::Zcoder.roles(), &[Own, Operator, Agent]);
         assert!(!Door::Reply.roles().contains(&Role::Agent));

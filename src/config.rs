@@ -117,14 +117,9 @@ impl Config {
     /// process environment. An empty value counts as unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Result<Config> {
         let get = |name: &str| -> Result<Option<String>> {
-            match lookup(name) {
-                None => Ok(None),
-                Some(v) if v.is_empty() => Ok(None),
-                Some(v) => v
-                    .into_string()
-                    .map(Some)
-                    .map_err(|_| Error::Env(format!("{name} is not valid UTF-8"))),
-            }
+            let not_utf8 = |_| Error::Env(format!("{name} is not valid UTF-8"));
+            let value = lookup(name).filter(|v| !v.is_empty());
+            value.map(|v| v.into_string().map_err(not_utf8)).transpose()
         };
         let mut c = Config::default();
         if let Some(v) = lookup("BATON_DIR").filter(|v| !v.is_empty()) {

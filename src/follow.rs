@@ -14,7 +14,7 @@
 use crate::client::{ClientError, Session, request};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::registry::Peer;
+use crate::registry::{self, Peer, Wire};
 use crate::sanitize::escape;
 use crate::wire::answer::{Pending, Reply, TaskState, TaskStatus};
 use crate::wire::{self, Call, Event, EventKind, Outcome};
@@ -105,6 +105,7 @@ pub fn pause(d: Duration, deadline: Option<Instant>) {
 /// The live native instance with the name, if one answers: `first` the
 /// id the task was delivered to, then one in `workspace`, then any
 /// (none other with `only_workspace`).
+#[derive(Clone)]
 pub struct Who {
     pub name: String,
     pub instance_id: Option<String>,
@@ -123,14 +124,24 @@ impl Who {
         }
     }
 
+    /// The instance it names now, as a front end following a task or an
+    /// inbox across restarts finds it again: the registry's, pinged.
     pub fn find(&self, config: &Config) -> Result<Option<Peer>> {
-        crate::lookup::answering_named(
-            config,
-            &self.name,
-            self.instance_id.as_deref(),
-            self.workspace.as_deref(),
-            self.only_workspace,
-        )
+        let (id, workspace) = (self.instance_id.as_deref(), self.workspace.as_deref());
+        let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);
+        let found = registry::discover_matching(&dirs, None, config.io_timeout, &|m| {
+            m.name == self.name && (!self.only_workspace || workspace == Some(m.workspace.as_str()))
+        });
+        let rank = |p: &Peer| {
+            let m = &p.manifest;
+            let other_id = id != Some(m.instance_id.as_str());
+            (other_id, workspace != Some(m.workspace.as_str()))
+        };
+        Ok(found
+            .peers
+            .into_iter()
+            .filter(|p| p.wire == Wire::Jsonrpc && !p.unresponsive())
+            .min_by_key(rank))
     }
 }
 

@@ -4,8 +4,6 @@
 //! known from its spool's `meta.json`: a stopped agent's. The CLI
 //! (`cli/target.rs`) and senders (`relay`) say what each answer means.
 
-use crate::config::Config;
-use crate::error::Result;
 use crate::registry::{self, Manifest, Peer, RegistryDir, Wire};
 use crate::sanitize::escape;
 use serde_json::{Value, json};
@@ -129,39 +127,11 @@ pub fn find(dirs: &[RegistryDir], target: &Target<'_>, timeout: Duration) -> Loo
             .collect(),
         _ => Vec::new(),
     };
-    let why = target.why(false);
     Lookup::None {
-        why,
+        why: target.why(false),
         live: all,
         stopped,
     }
-}
-
-/// The live native instance named `name` that answers, if any: the one
-/// whose id is `instance_id` first, then one in `workspace`, then any
-/// (none other with `only_workspace`). What a front end following a task
-/// or an inbox across restarts looks for again.
-pub fn answering_named(
-    config: &Config,
-    name: &str,
-    instance_id: Option<&str>,
-    workspace: Option<&str>,
-    only_workspace: bool,
-) -> Result<Option<Peer>> {
-    let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);
-    let found = registry::discover_matching(&dirs, None, config.io_timeout, &|m| {
-        m.name == name && (!only_workspace || workspace == Some(m.workspace.as_str()))
-    });
-    let rank = |p: &Peer| {
-        let m = &p.manifest;
-        let other_id = instance_id != Some(m.instance_id.as_str());
-        (other_id, workspace != Some(m.workspace.as_str()))
-    };
-    Ok(found
-        .peers
-        .into_iter()
-        .filter(|p| p.wire == Wire::Jsonrpc && !p.unresponsive())
-        .min_by_key(rank))
 }
 
 /// One line per candidate, as errors list them.

@@ -68,29 +68,19 @@ fn tools() -> Value {
             "name": "send_agent_message",
             "title": "Send a task to another agent",
             "description": format!("Hand a task to another agent on this machine, by its exact instance_id from list_agents. {RULES} The result says exactly what happened: accepted with its queue position, or the refusal and its reason. With wait_seconds, it also waits up to that long for the task to end and gives its outcome and reply, or says it is still queued or running (then ask task_status later)."),
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "target_instance_id": {"type": "string", "description": "The exact instance_id from list_agents."},
-                    "message": {"type": "string", "description": "The task: small, self-contained, no secrets."},
-                    "wait_seconds": {"type": "integer", "minimum": 0, "maximum": tasks::MAX_WAIT_SECONDS, "description": "Optional: wait up to this many seconds for the task's outcome and reply. No other request is served while waiting."},
-                },
-                "required": ["target_instance_id", "message"],
-                "additionalProperties": false,
-            },
+            "inputSchema": input(json!({
+                "target_instance_id": {"type": "string", "description": "The exact instance_id from list_agents."},
+                "message": {"type": "string", "description": "The task: small, self-contained, no secrets."},
+                "wait_seconds": {"type": "integer", "minimum": 0, "maximum": tasks::MAX_WAIT_SECONDS, "description": "Optional: wait up to this many seconds for the task's outcome and reply. No other request is served while waiting."},
+            }), &["target_instance_id", "message"]),
         },
         {
             "name": "task_status",
             "title": "Ask what became of a task",
             "description": "Ask the agent a task was sent to in this session (with send_agent_message) what became of it: queued (with its position), awaiting_approval, running, or how it ended (done, failed, ...) with its reply.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "message_id": {"type": "string", "description": "The message_id send_agent_message gave."},
-                },
-                "required": ["message_id"],
-                "additionalProperties": false,
-            },
+            "inputSchema": input(json!({
+                "message_id": {"type": "string", "description": "The message_id send_agent_message gave."},
+            }), &["message_id"]),
         },
         {
             "name": "check_inbox",
@@ -102,17 +92,19 @@ fn tools() -> Value {
             "name": "complete_task",
             "title": "Complete a task",
             "description": "Finish the task you took with check_inbox, by its message_id. With reply, that text goes back to the task's sender as a new task; keep it short and free of secrets.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "message_id": {"type": "string", "description": "The message_id check_inbox gave."},
-                    "reply": {"type": "string", "description": "Optional answer for the sender."},
-                },
-                "required": ["message_id"],
-                "additionalProperties": false,
-            },
+            "inputSchema": input(json!({
+                "message_id": {"type": "string", "description": "The message_id check_inbox gave."},
+                "reply": {"type": "string", "description": "Optional answer for the sender."},
+            }), &["message_id"]),
         },
     ])
+}
+
+/// A tool's input schema: an object of `properties`, the `required` ones
+/// among them, and no others.
+fn input(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": properties, "required": required,
+           "additionalProperties": false})
 }
 
 /// What `baton mcp` was asked to be.
@@ -323,12 +315,24 @@ fn write_message(v: &Value) {
     }
 }
 
+/// A notification to the host.
+fn notify(method: &str, params: Value) {
+    write_message(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+}
+
 fn error(id: &Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
 fn ok(id: &Value, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// A request's result, or the code and message of its error.
+type Answer = std::result::Result<Value, (i64, String)>;
+
+fn invalid_params(what: impl std::fmt::Display) -> (i64, String) {
+    (wire::INVALID_PARAMS, format!("invalid params: {what}"))
 }
 
 /// A tool result: text for the model, and whether it is an error.
@@ -338,6 +342,33 @@ fn tool_result(text: String, is_error: bool, structured: Option<Value>) -> Value
         r["structuredContent"] = s;
     }
     r
+}
+
+/// A tool result that is an error and nothing more.
+fn tool_error(text: impl Into<String>) -> Value {
+    tool_result(text.into(), true, None)
+}
+
+/// A tool's answer: `Err` holds the error result that ends it early.
+type Tool = std::result::Result<Value, Value>;
+
+/// The string argument `name`, or the error result saying it is none.
+fn string_arg<'a>(args: &'a Map<String, Value>, name: &str) -> std::result::Result<&'a str, Value> {
+    match args.get(name) {
+        Some(Value::String(s)) => Ok(s),
+        _ => Err(tool_error(format!(
+            "Input validation error: {name} must be a string"
+        ))),
+    }
+}
+
+/// What a task's text says of replying, by whether its sender can be.
+fn reply_hint(replyable: bool) -> &'static str {
+    if replyable {
+        " and, if the sender should hear back, a short reply"
+    } else {
+        " (this sender cannot be replied to)"
+    }
 }
 
 impl Adapter {
@@ -370,26 +401,16 @@ impl Adapter {
         }
     }
 
-    fn request(
-        &mut self,
-        method: &str,
-        params: Value,
-    ) -> std::result::Result<Value, (i64, String)> {
+    fn request(&mut self, method: &str, params: Value) -> Answer {
         let Value::Object(params) = params else {
-            return Err((
-                wire::INVALID_PARAMS,
-                "invalid params: params must be an object".into(),
-            ));
+            return Err(invalid_params("params must be an object"));
         };
         match method {
             "initialize" => {
                 let asked = params
                     .get("protocolVersion")
                     .and_then(Value::as_str)
-                    .ok_or((
-                        wire::INVALID_PARAMS,
-                        "invalid params: protocolVersion must be a string".to_string(),
-                    ))?;
+                    .ok_or_else(|| invalid_params("protocolVersion must be a string"))?;
                 // An unknown revision gets the newest one we speak; the
                 // client decides whether it can use it.
                 let version = PROTOCOL_VERSIONS
@@ -430,10 +451,10 @@ impl Adapter {
                         self.levels.push((crate::events::now(), i));
                         Ok(json!({}))
                     }
-                    None => Err((
-                        wire::INVALID_PARAMS,
-                        format!("invalid params: level must be one of {}", LEVELS.join(", ")),
-                    )),
+                    None => Err(invalid_params(format!(
+                        "level must be one of {}",
+                        LEVELS.join(", ")
+                    ))),
                 }
             }
             "tools/call" => self.tools_call(&params),
@@ -444,58 +465,38 @@ impl Adapter {
         }
     }
 
-    fn tools_call(
-        &mut self,
-        params: &Map<String, Value>,
-    ) -> std::result::Result<Value, (i64, String)> {
-        let name = match params.get("name") {
-            Some(Value::String(n)) => n.clone(),
-            _ => {
-                return Err((
-                    wire::INVALID_PARAMS,
-                    "invalid params: name must be a string".into(),
-                ));
-            }
+    fn tools_call(&mut self, params: &Map<String, Value>) -> Answer {
+        let Some(Value::String(name)) = params.get("name") else {
+            return Err(invalid_params("name must be a string"));
         };
         let args = match params.get("arguments") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(a)) => a.clone(),
-            Some(_) => {
-                return Err((
-                    wire::INVALID_PARAMS,
-                    "invalid params: arguments must be an object".into(),
-                ));
-            }
+            Some(_) => return Err(invalid_params("arguments must be an object")),
         };
         let Some(tool) = tools()
             .as_array()
             .and_then(|t| t.iter().find(|t| t["name"] == name.as_str()).cloned())
         else {
-            return Err((
-                wire::INVALID_PARAMS,
-                format!("Unknown tool: {}", escape(&name)),
-            ));
+            let unknown = format!("Unknown tool: {}", escape(name));
+            return Err((wire::INVALID_PARAMS, unknown));
         };
         // Every input schema says `additionalProperties: false`.
         let known = &tool["inputSchema"]["properties"];
         if let Some(extra) = args.keys().find(|k| known.get(k.as_str()).is_none()) {
-            return Ok(tool_result(
-                format!(
-                    "Input validation error: {} takes no argument {}",
-                    name,
-                    escape(extra)
-                ),
-                true,
-                None,
-            ));
+            return Ok(tool_error(format!(
+                "Input validation error: {name} takes no argument {}",
+                escape(extra)
+            )));
         }
-        Ok(match name.as_str() {
+        let answer = match name.as_str() {
             "list_agents" => self.list_agents(),
             "send_agent_message" => self.send(&args),
             "task_status" => self.task_status(&args),
             "check_inbox" => self.check_inbox(),
             _ => self.complete(&args),
-        })
+        };
+        Ok(answer.unwrap_or_else(|e| e))
     }
 
     /// One call to our instance; the connection is reopened once if the
@@ -528,11 +529,9 @@ impl Adapter {
         Ok((v, r))
     }
 
-    fn list_agents(&mut self) -> Value {
-        let dir = match registry::ensure_dir(&self.config) {
-            Ok(d) => d,
-            Err(e) => return tool_result(format!("the relay is unavailable: {e}"), true, None),
-        };
+    fn list_agents(&mut self) -> Tool {
+        let dir = registry::ensure_dir(&self.config)
+            .map_err(|e| tool_error(format!("the relay is unavailable: {e}")))?;
         let found = registry::discover(
             &registry::scan_dirs(&dir),
             Some(&self.id),
@@ -560,32 +559,25 @@ impl Adapter {
         } else {
             serde_json::to_string_pretty(&agents).expect("serializes")
         };
-        tool_result(text, false, Some(json!({"agents": agents})))
+        Ok(tool_result(text, false, Some(json!({"agents": agents}))))
     }
 
-    fn send(&mut self, args: &Map<String, Value>) -> Value {
+    fn send(&mut self, args: &Map<String, Value>) -> Tool {
         let (Some(Value::String(target)), Some(Value::String(message))) =
             (args.get("target_instance_id"), args.get("message"))
         else {
-            return tool_result(
-                "Input validation error: target_instance_id and message must both be strings"
-                    .into(),
-                true,
-                None,
-            );
+            return Err(tool_error(
+                "Input validation error: target_instance_id and message must both be strings",
+            ));
         };
-        let wait = match tasks::wait_seconds(args) {
-            Ok(w) => w,
-            Err(e) => return tool_result(e, true, None),
-        };
+        let wait = tasks::wait_seconds(args).map_err(tool_error)?;
         let mut params = json!({"target": target, "body": message});
         if let Some((_, token)) = self.open.last() {
             params["turn"] = json!(token);
         }
-        let (r, sent) = match self.call_typed::<SendResult>(Call::RelaySend, params) {
-            Ok(r) => r,
-            Err(e) => return tool_result(e, true, None),
-        };
+        let (r, sent) = self
+            .call_typed::<SendResult>(Call::RelaySend, params)
+            .map_err(tool_error)?;
         let id = &sent.message_id;
         let target_of = sent.target.clone().unwrap_or_default();
         let who = match (target_of.name, target_of.instance_id) {
@@ -614,22 +606,21 @@ impl Adapter {
         };
         let delivered = sent.status().is_some_and(Status::delivered);
         if !delivered {
-            return tool_result(text, true, Some(r));
+            return Ok(tool_result(text, true, Some(r)));
         }
         self.remember(&sent, target);
-        match wait {
+        Ok(match wait {
             Some(secs) => self.follow(text, secs, r),
             None => tool_result(text, false, Some(r)),
-        }
+        })
     }
 
-    fn check_inbox(&mut self) -> Value {
-        let (r, c) = match self.call_typed::<Claimed>(Call::InboxClaim, json!({})) {
-            Ok(r) => r,
-            Err(e) => return tool_result(e, true, None),
-        };
+    fn check_inbox(&mut self) -> Tool {
+        let (r, c) = self
+            .call_typed::<Claimed>(Call::InboxClaim, json!({}))
+            .map_err(tool_error)?;
         let reason = c.reason.as_deref().unwrap_or("");
-        match (c.status.as_str(), c.task) {
+        Ok(match (c.status.as_str(), c.task) {
             ("claimed", Some(t)) => {
                 self.open.push((t.message_id.clone(), t.turn));
                 let text = format!(
@@ -638,11 +629,7 @@ impl Adapter {
                     // its reply instruction names complete_task.
                     t.envelope,
                     t.message_id,
-                    if t.sender.instance_id.is_some() {
-                        " and, if the sender should hear back, a short reply"
-                    } else {
-                        " (this sender cannot be replied to)"
-                    }
+                    reply_hint(t.sender.instance_id.is_some())
                 );
                 let structured = json!({
                     "message_id": t.message_id,
@@ -662,33 +649,18 @@ impl Adapter {
                 tool_result(self.awaiting_text(id, reason), false, Some(r))
             }
             (status, _) => tool_result(format!("{status}: {reason}"), false, Some(r)),
-        }
+        })
     }
 
-    fn complete(&mut self, args: &Map<String, Value>) -> Value {
-        let Some(Value::String(id)) = args.get("message_id") else {
-            return tool_result(
-                "Input validation error: message_id must be a string".into(),
-                true,
-                None,
-            );
-        };
+    fn complete(&mut self, args: &Map<String, Value>) -> Tool {
+        let id = string_arg(args, "message_id")?;
         let mut params = json!({"message_id": id, "outcome": "done"});
-        match args.get("reply") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(reply)) => params["reply"] = json!(reply),
-            Some(_) => {
-                return tool_result(
-                    "Input validation error: reply must be a string".into(),
-                    true,
-                    None,
-                );
-            }
+        if !matches!(args.get("reply"), None | Some(Value::Null)) {
+            params["reply"] = json!(string_arg(args, "reply")?);
         }
-        let (r, h) = match self.call_typed::<Handled>(Call::InboxComplete, params) {
-            Ok(r) => r,
-            Err(e) => return tool_result(e, true, None),
-        };
+        let (r, h) = self
+            .call_typed::<Handled>(Call::InboxComplete, params)
+            .map_err(tool_error)?;
         if h.status != "completed" {
             // `invalid` (the outcome is always valid here) means the
             // instance has no such open task, as when it was completed
@@ -696,19 +668,13 @@ impl Adapter {
             if h.status == "invalid" {
                 self.open.retain(|(o, _)| o != id);
             }
-            return tool_result(
-                format!(
-                    "not completed: {}: {}",
-                    h.status,
-                    h.reason.as_deref().unwrap_or("")
-                ),
-                true,
-                Some(r),
-            );
+            let why = h.reason.as_deref().unwrap_or("");
+            let text = format!("not completed: {}: {why}", h.status);
+            return Ok(tool_result(text, true, Some(r)));
         }
         self.open.retain(|(o, _)| o != id);
         let (text, failed) = reply_text(id, h.reply.as_ref());
-        tool_result(text, failed, Some(r))
+        Ok(tool_result(text, failed, Some(r)))
     }
 }
 

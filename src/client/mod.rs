@@ -43,13 +43,9 @@ impl ClientError {
     /// True when the socket is missing or refuses connections: the
     /// listener is not there at all.
     pub fn is_unreachable(&self) -> bool {
-        match self {
-            ClientError::Connect(e) => matches!(
-                e.raw_os_error(),
-                Some(crate::sys::ECONNREFUSED) | Some(crate::sys::ENOENT)
-            ),
-            _ => false,
-        }
+        use crate::sys::{ECONNREFUSED, ENOENT};
+        let absent = |e: &io::Error| matches!(e.raw_os_error(), Some(ECONNREFUSED | ENOENT));
+        matches!(self, ClientError::Connect(e) if absent(e))
     }
 
     /// True for failures where the request may or may not have arrived.

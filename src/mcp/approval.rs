@@ -36,22 +36,13 @@ fn body_preview(body: &str) -> String {
 /// The whole text, for a task read from the spool.
 fn describe(task: &Task, instance: &str) -> String {
     let s = &task.sender;
+    let name = escape(&turn::display_name(s)).into_owned();
     let who = match (&s.instance_id, &s.workspace) {
-        (Some(id), Some(ws)) => format!(
-            "{} (instance {}, workspace {})",
-            escape(&turn::display_name(s)),
-            escape(id),
-            escape(ws)
-        ),
-        (Some(id), None) => format!(
-            "{} (instance {})",
-            escape(&turn::display_name(s)),
-            escape(id)
-        ),
-        (None, _) => format!(
-            "{} (a command line, not an agent)",
-            escape(&turn::display_name(s))
-        ),
+        (Some(id), Some(ws)) => {
+            format!("{name} (instance {}, workspace {})", escape(id), escape(ws))
+        }
+        (Some(id), None) => format!("{name} (instance {})", escape(id)),
+        (None, _) => format!("{name} (a command line, not an agent)"),
     };
     format!(
         "awaiting_approval: task {id} waits for an operator's approval before you can take it.\n\
@@ -90,12 +81,9 @@ impl Adapter {
         let Some((dir, name)) = self.facts() else {
             return fallback;
         };
-        match spool::read_queued(&dir, &[id]) {
-            Ok(tasks) => match tasks.first() {
-                Some(t) => describe(t, &escape(&name)),
-                None => fallback,
-            },
-            Err(_) => fallback,
+        match spool::read_queued(&dir, &[id]).as_deref() {
+            Ok([t, ..]) => describe(t, &escape(&name)),
+            _ => fallback,
         }
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! Both follow the instance's events (`message.accepted`): nothing polls.
 
-use super::{Adapter, LEVELS, write_message};
+use super::{Adapter, LEVELS, notify};
 use crate::event_text;
 use crate::sanitize::escape;
 use crate::spool::{self, Sender, Task};
@@ -55,7 +55,7 @@ impl Pushed {
 
     /// Records `id`; false if it was pushed already.
     fn first(&mut self, id: &str) -> bool {
-        if self.ids.contains(id) {
+        if !self.ids.insert(id.to_string()) {
             return false;
         }
         if self.order.len() >= self.cap {
@@ -63,7 +63,6 @@ impl Pushed {
                 self.ids.remove(&old);
             }
         }
-        self.ids.insert(id.to_string());
         self.order.push_back(id.to_string());
         true
     }
@@ -91,23 +90,9 @@ fn arrived(ev: &Event) -> Option<Task> {
         pid: ev.pid,
         remote: ev.remote.clone(),
     };
-    Some(Task {
-        message_id: ev.message_id.clone()?,
-        body: ev.body.clone()?,
-        sender,
-        hop: 0,
-        in_reply_to: None,
-        mode: ev
-            .mode
-            .as_deref()
-            .and_then(|m| m.parse().ok())
-            .unwrap_or_default(),
-        accepted_at: 0,
-        peer_pid: None,
-        wire: String::new(),
-        digest: String::new(),
-        seq: 0,
-    })
+    let mode = ev.mode.as_deref().unwrap_or_default();
+    let (id, body) = (ev.message_id.as_deref()?, ev.body.clone()?);
+    Some(spool::new_task(id, body, sender, 0, None, mode, None, ""))
 }
 
 /// What a push says: the envelope `check_inbox` gives, then how to take
@@ -118,11 +103,7 @@ pub fn content(task: &Task) -> String {
     format!(
         "{envelope}Take it with check_inbox (tasks come in queue order); when you are done, call complete_task with message_id \"{}\"{}.",
         task.message_id,
-        if replyable {
-            " and, if the sender should hear back, a short reply"
-        } else {
-            " (this sender cannot be replied to)"
-        }
+        super::reply_hint(replyable)
     )
 }
 
@@ -156,17 +137,12 @@ impl Adapter {
         if !self.notifying || !self.pushed.first(&task.message_id) {
             return;
         }
-        write_message(&json!({
-            "jsonrpc": "2.0",
-            "method": CHANNEL_METHOD,
-            "params": {
-                "content": content(task),
-                "meta": {
-                    "message_id": task.message_id,
-                    "from": turn::display_name(&task.sender),
-                },
-            },
-        }));
+        let from = turn::display_name(&task.sender);
+        let meta = json!({"message_id": task.message_id, "from": from});
+        notify(
+            CHANNEL_METHOD,
+            json!({"content": content(task), "meta": meta}),
+        );
     }
 
     /// The host sent `notifications/initialized`: the tasks that waited
@@ -182,12 +158,9 @@ impl Adapter {
             }
             let listed = match self.call_typed::<InboxPage>(Call::InboxList, params) {
                 Ok((_, l)) if l.status.is_none() => l,
-                Ok((raw, _)) => {
-                    eprintln!("baton mcp: cannot list the waiting tasks: {raw}");
-                    return;
-                }
-                Err(e) => {
-                    eprintln!("baton mcp: cannot list the waiting tasks: {e}");
+                refused => {
+                    let why = refused.map_or_else(|e| e, |(raw, _)| raw.to_string());
+                    eprintln!("baton mcp: cannot list the waiting tasks: {why}");
                     return;
                 }
             };
@@ -251,10 +224,7 @@ impl Adapter {
         if !self.notifying || level < INFO {
             return;
         }
-        write_message(&json!({
-            "jsonrpc": "2.0",
-            "method": "notifications/message",
-            "params": {"level": LEVELS[INFO], "logger": "baton", "data": data},
-        }));
+        let params = json!({"level": LEVELS[INFO], "logger": "baton", "data": data});
+        notify("notifications/message", params);
     }
 }

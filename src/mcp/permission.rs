@@ -15,7 +15,8 @@
 //! waiting on (32 newer ones push it out) is answered nothing: the host's
 //! dialog decides. A host's `request_id` is relayed once while it waits.
 
-use super::{Adapter, write_message};
+use super::{Adapter, notify};
+use crate::sanitize::escape;
 use crate::wire::answer::Handled;
 use crate::wire::{Call, Decision, Event};
 use serde_json::{Value, json};
@@ -46,10 +47,10 @@ impl Adapter {
             );
             return;
         };
+        let shown = escape(&request_id).into_owned();
         if self.relayed.iter().any(|(_, r)| *r == request_id) {
             eprintln!(
-                "baton mcp: permission request {} not relayed: it was relayed before and is not answered yet",
-                crate::sanitize::escape(&request_id)
+                "baton mcp: permission request {shown} not relayed: it was relayed before and is not answered yet"
             );
             return;
         }
@@ -66,13 +67,11 @@ impl Adapter {
                     self.relayed.push((approval_id, request_id));
                 }
                 None => eprintln!(
-                    "baton mcp: permission request {} relayed, but the instance named no approval_id: its answer cannot reach the host",
-                    crate::sanitize::escape(&request_id)
+                    "baton mcp: permission request {shown} relayed, but the instance named no approval_id: its answer cannot reach the host"
                 ),
             },
             Ok(r) => eprintln!(
-                "baton mcp: permission request {} not relayed: {}",
-                crate::sanitize::escape(&request_id),
+                "baton mcp: permission request {shown} not relayed: {}",
                 r.reason.as_deref().unwrap_or("refused")
             ),
             Err(e) => eprintln!("baton mcp: permission request not relayed: {e}"),
@@ -89,15 +88,11 @@ impl Adapter {
             return;
         };
         let (_, request_id) = self.relayed.remove(at);
-        let behavior = if ev.decision == Some(Decision::Approve) {
-            "allow"
-        } else {
-            "deny"
-        };
-        write_message(&json!({
-            "jsonrpc": "2.0",
-            "method": VERDICT_METHOD,
-            "params": {"request_id": request_id, "behavior": behavior},
-        }));
+        let allowed = ev.decision == Some(Decision::Approve);
+        let behavior = if allowed { "allow" } else { "deny" };
+        notify(
+            VERDICT_METHOD,
+            json!({"request_id": request_id, "behavior": behavior}),
+        );
     }
 }

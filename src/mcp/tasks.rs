@@ -3,11 +3,12 @@
 //! `baton send --wait` does (`follow`): the receiver's `task/status`
 //! and its `task.ended` event.
 
-use super::{Adapter, tool_result};
-use crate::error::Error;
+use super::{Adapter, Tool, string_arg, tool_error, tool_result};
+use crate::error::{Error, Result};
 use crate::follow::{self, End, Who};
 use crate::sanitize::escape;
 use crate::status::Status;
+use crate::wire::Outcome;
 use crate::wire::answer::{Pending, SendResult, TaskState, TaskStatus};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
@@ -18,11 +19,12 @@ pub const MAX_WAIT_SECONDS: u64 = 600;
 /// How many sent tasks a session remembers for `task_status`.
 const SENT_KEPT: usize = 1000;
 
-/// A task this session delivered, and where to.
+/// A task this session delivered, and where to: the instance of that
+/// name, the one it reached first.
+#[derive(Clone)]
 pub struct Sent {
     message_id: String,
-    name: String,
-    instance_id: Option<String>,
+    to: Who,
 }
 
 /// The `wait_seconds` argument: absent, or an integer 0..=600.
@@ -53,7 +55,7 @@ fn status_text(id: &str, who: &str, st: &TaskStatus) -> String {
         TaskState::Pending(Pending::Unknown) => unknown_text(id, who),
         TaskState::Ended(outcome) => {
             let reply = st.reply.as_ref().and_then(|r| r.as_ref());
-            ended_text(id, who, outcome.as_str(), reply.map(|r| r.body.as_str()))
+            ended_text(id, who, outcome, reply.map(|r| r.body.as_str()))
         }
     }
 }
@@ -65,13 +67,10 @@ fn unknown_text(id: &str, who: &str) -> String {
 }
 
 /// A final outcome: `done: <reply>`, or that it ended with no reply.
-fn ended_text(id: &str, who: &str, outcome: &str, reply: Option<&str>) -> String {
+fn ended_text(id: &str, who: &str, outcome: Outcome, reply: Option<&str>) -> String {
     match reply {
-        Some(body) => format!("{}: {body}", escape(outcome)),
-        None => format!(
-            "{}: task {id} ended on {who} with no reply.",
-            escape(outcome)
-        ),
+        Some(body) => format!("{outcome}: {body}"),
+        None => format!("{outcome}: task {id} ended on {who} with no reply."),
     }
 }
 
@@ -85,59 +84,48 @@ impl Adapter {
         let to = r.target.clone().unwrap_or_default();
         self.sent.push(Sent {
             message_id: r.message_id.clone(),
-            name: to.name.unwrap_or_else(|| target.to_string()),
-            instance_id: to.instance_id,
+            to: Who::named(
+                to.name.unwrap_or_else(|| target.to_string()),
+                to.instance_id,
+            ),
         });
     }
 
     /// After a delivery: waits up to `secs` for the task's end and says
     /// how far it got. Not reaching the end is no error.
     pub(super) fn follow(&mut self, delivered: String, secs: u64, mut r: Value) -> Value {
-        let Some(sent) = self.sent.last() else {
+        let Some(Sent { message_id: id, to }) = self.sent.last().cloned() else {
             return tool_result(delivered, false, Some(r));
         };
-        let (id, name, instance_id) = (
-            sent.message_id.clone(),
-            sent.name.clone(),
-            sent.instance_id.clone(),
-        );
-        let who = escape(&name).into_owned();
+        let who = escape(&to.name).into_owned();
         let deadline = Instant::now() + Duration::from_secs(secs);
-        let end = match self.wait_or_stop(&name, instance_id.as_deref(), &id, deadline) {
+        // Null unless the task is found to have ended.
+        r["outcome"] = Value::Null;
+        r["reply"] = Value::Null;
+        let end = match self.wait_or_stop(to.clone(), &id, deadline) {
             Some(Ok(end)) => end,
             Some(Err(e)) => {
-                r["outcome"] = Value::Null;
-                r["reply"] = Value::Null;
-                return tool_result(
-                    format!("{delivered} It cannot be waited for: {e}"),
-                    false,
-                    Some(r),
-                );
+                let text = format!("{delivered} It cannot be waited for: {e}");
+                return tool_result(text, false, Some(r));
             }
             None => {
-                r["outcome"] = Value::Null;
-                r["reply"] = Value::Null;
-                return tool_result(
-                    format!("{delivered} The session is ending, so the wait stopped."),
-                    false,
-                    Some(r),
-                );
+                let text = format!("{delivered} The session is ending, so the wait stopped.");
+                return tool_result(text, false, Some(r));
             }
         };
         // A wait of 0 s ends before the receiver is asked: ask it once.
         let end = match end {
-            End::TimedOut(None) => self.ask_once(&name, instance_id.as_deref(), &id),
+            End::TimedOut(None) => self.ask_once(&to, &id),
             other => other,
         };
         let text = match &end {
             End::Final { outcome, reply } => {
                 r["outcome"] = json!(outcome);
                 r["reply"] = json!(reply);
-                ended_text(&id, &who, outcome.as_str(), reply.as_deref())
+                ended_text(&id, &who, *outcome, reply.as_deref())
             }
             End::Unknown => {
                 r["outcome"] = json!("unknown");
-                r["reply"] = Value::Null;
                 unknown_text(&id, &who)
             }
             End::TimedOut(last) => {
@@ -147,8 +135,6 @@ impl Adapter {
                     None if r["status"] == Status::Stored.as_str() => Status::Stored.to_string(),
                     None => "queued".to_string(),
                 };
-                r["outcome"] = Value::Null;
-                r["reply"] = Value::Null;
                 r["task_status"] = json!(last);
                 format!(
                     "{delivered} It is still {} after {secs} s; call task_status with message_id \"{id}\" to ask again.",
@@ -161,25 +147,13 @@ impl Adapter {
 
     /// `follow::wait` on a thread of its own, so that the
     /// instance stopping (SIGTERM) ends the session at once: `None` then.
-    fn wait_or_stop(
-        &mut self,
-        name: &str,
-        instance_id: Option<&str>,
-        id: &str,
-        deadline: Instant,
-    ) -> Option<crate::error::Result<End>> {
+    fn wait_or_stop(&mut self, who: Who, id: &str, deadline: Instant) -> Option<Result<End>> {
         let (tx, rx) = chan::bounded(1);
-        let config = self.config.clone();
-        let (name, instance_id, id) = (
-            name.to_string(),
-            instance_id.map(str::to_string),
-            id.to_string(),
-        );
+        let (config, id) = (self.config.clone(), id.to_string());
         let spawned = std::thread::Builder::new()
             .name("baton-mcp-wait".into())
             .spawn(move || {
-                let r = follow::wait(&config, &Who::named(name, instance_id), &id, Some(deadline));
-                let _ = tx.send(r);
+                let _ = tx.send(follow::wait(&config, &who, &id, Some(deadline)));
             });
         if let Err(e) = spawned {
             return Some(Err(Error::Env(format!("cannot start a thread: {e}"))));
@@ -195,9 +169,8 @@ impl Adapter {
 
     /// One `task/status` as an `End`; a receiver that is not running, or
     /// does not answer, leaves the task as the delivery said.
-    fn ask_once(&self, name: &str, instance_id: Option<&str>, id: &str) -> End {
-        let who = Who::named(name.to_string(), instance_id.map(str::to_string));
-        match follow::ask_status(&self.config, &who, id) {
+    fn ask_once(&self, who: &Who, id: &str) -> End {
+        match follow::ask_status(&self.config, who, id) {
             Ok(Some(st)) => match st.status {
                 TaskState::Pending(Pending::Unknown) => End::Unknown,
                 TaskState::Pending(p) => End::TimedOut(Some(p)),
@@ -211,39 +184,24 @@ impl Adapter {
     }
 
     /// `task_status`: asks the target of a task this session sent.
-    pub(super) fn task_status(&mut self, args: &Map<String, Value>) -> Value {
-        let Some(Value::String(id)) = args.get("message_id") else {
-            return tool_result(
-                "Input validation error: message_id must be a string".into(),
-                true,
-                None,
-            );
+    pub(super) fn task_status(&mut self, args: &Map<String, Value>) -> Tool {
+        let id = string_arg(args, "message_id")?;
+        let Some(sent) = self.sent.iter().find(|s| s.message_id == id) else {
+            return Err(tool_error(format!(
+                "task_status knows only the tasks this session sent with send_agent_message, and {} is not one of them.",
+                escape(id)
+            )));
         };
-        let Some(sent) = self.sent.iter().find(|s| &s.message_id == id) else {
-            return tool_result(
-                format!(
-                    "task_status knows only the tasks this session sent with send_agent_message, and {} is not one of them.",
-                    escape(id)
-                ),
-                true,
-                None,
-            );
-        };
-        let who = escape(&sent.name).into_owned();
-        let target = Who::named(sent.name.clone(), sent.instance_id.clone());
-        match follow::ask_status(&self.config, &target, id) {
+        let who = escape(&sent.to.name).into_owned();
+        match follow::ask_status(&self.config, &sent.to, id) {
             Ok(Some(st)) => {
                 let v = serde_json::to_value(&st).expect("serializes");
-                tool_result(status_text(id, &who, &st), false, Some(v))
+                Ok(tool_result(status_text(id, &who, &st), false, Some(v)))
             }
-            Ok(None) => tool_result(
-                format!(
-                    "{who} is not running, so it cannot say; a task stored for it runs when it starts."
-                ),
-                true,
-                None,
-            ),
-            Err(e) => tool_result(format!("{e}"), true, None),
+            Ok(None) => Err(tool_error(format!(
+                "{who} is not running, so it cannot say; a task stored for it runs when it starts."
+            ))),
+            Err(e) => Err(tool_error(e.to_string())),
         }
     }
 }

@@ -68,17 +68,14 @@ pub(super) fn check_scope(
     peer: &Peer,
 ) -> Result<(), Refusal> {
     let m = &peer.manifest;
-    let reason = if m.instance_id == own_id {
-        "a send to this instance itself is refused".to_string()
-    } else {
-        match only {
-            Some(only) if only != m.instance_id => format!(
-                "{scope}: only its sender {only} may be sent to, not {} ({})",
-                escape(&m.name),
-                m.instance_id
-            ),
-            _ => return Ok(()),
-        }
+    let reason = match only {
+        _ if m.instance_id == own_id => "a send to this instance itself is refused".to_string(),
+        Some(only) if only != m.instance_id => format!(
+            "{scope}: only its sender {only} may be sent to, not {} ({})",
+            escape(&m.name),
+            m.instance_id
+        ),
+        _ => return Ok(()),
     };
     let status = Status::Denied;
     Err(Refusal { status, reason })

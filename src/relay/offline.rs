@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::lookup::{self, KnownSpool, Lookup, Target};
 use crate::registry::{self, Peer};
 use crate::sanitize::escape;
-use crate::server::{self, NotStored, Receiver, Verdict};
+use crate::server::{self, NotStored, Receiver};
 use crate::spool::{Spool, Task};
 use crate::status::Status;
 use serde_json::{Value, json};
@@ -205,22 +205,9 @@ fn store(
         super::wake::wake(registry_dir, &known.name);
     }
     let r = match verdict {
-        Ok(v) => verdict_json(id, v),
+        Ok(v) => serde_json::to_value(v.answer(id.into(), None)).expect("serializes"),
         Err(e) => outcome(Status::Transport, id, e.message()),
     };
     // Every answer names the spool's owner, as a live receiver's does.
     Some(with_target(r, spool_target(known)))
-}
-
-/// An offline sender's result: the verdict, spelled as a live receiver's
-/// result spells it, without the receiver's `state`.
-fn verdict_json(message_id: &str, v: Verdict) -> Value {
-    let mut r = json!({"status": v.status, "message_id": message_id});
-    if let Some(p) = v.queue_position {
-        r["queue_position"] = json!(p);
-    }
-    if let Some(why) = v.reason {
-        r["reason"] = json!(why);
-    }
-    r
 }

@@ -8,7 +8,7 @@ use super::deliver::deliver;
 use super::out::{Out, Writer, answer_then_flush, write_line};
 use super::peer::Peer;
 use super::request::{self, SendRequest};
-use super::{Event, INIT_TIMEOUT, RpcError, Shared, bad_type, missing, zcoder};
+use super::{Event, INIT_TIMEOUT, RpcError, Shared, bad_type, invalid_params, missing, zcoder};
 use crate::access::{BridgeKey, Caller, Door};
 use crate::events::{self, Subscription};
 use crate::sys;
@@ -130,39 +130,37 @@ fn no_descriptor(e: &io::Error) -> Vec<u8> {
 /// in zcoder's framing if the line was the start of a zcoder header.
 fn answer_read_error(shared: &Shared, out: &Writer, e: &ReadError, zcoder: bool) {
     let cfg = &shared.config;
-    let message = match e {
-        ReadError::TooLarge => Some((
+    let (code, message) = match e {
+        ReadError::TooLarge => (
             wire::INVALID_REQUEST,
             format!(
                 "frame too large: a line may hold at most {} bytes",
                 cfg.max_bytes
             ),
-        )),
-        ReadError::Idle => Some((
+        ),
+        ReadError::Idle => (
             wire::CONNECTION_ERROR,
             format!(
                 "idle timeout: no request for {} s",
                 cfg.idle_timeout.as_secs_f64()
             ),
-        )),
-        ReadError::LineTimeout => Some((
+        ),
+        ReadError::LineTimeout => (
             wire::CONNECTION_ERROR,
             format!(
                 "read timeout: a line must complete within {} s of its first byte",
                 cfg.io_timeout.as_secs_f64()
             ),
-        )),
-        ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => None,
+        ),
+        ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => return,
     };
-    if zcoder {
-        // A zcoder header that never completed: answer in its own
-        // framing while an answer is still possible.
-        if message.is_some() {
-            write_line(out, &zcoder::invalid(shared));
-        }
-    } else if let Some((code, msg)) = message {
-        write_line(out, &wire::error_line(&Value::Null, code, &msg, None));
-    }
+    // A zcoder header that never completed is answered in its own framing.
+    let line = if zcoder {
+        zcoder::invalid(shared)
+    } else {
+        wire::error_line(&Value::Null, code, &message, None)
+    };
+    write_line(out, &line);
 }
 
 /// What one connection has said so far.
@@ -232,9 +230,7 @@ impl Session<'_> {
             return Some(wire::error_line(id, e.code, &e.message, e.data));
         }
         if method == Method::EventsSubscribe {
-            let already = self.subscription.is_some();
-            let s = (self.shared, self.out, self.peer);
-            return match subscribe(s, id, params, already, self.slot) {
+            return match self.subscribe(id, params) {
                 Ok(sub) => {
                     self.subscription = Some(sub);
                     None
@@ -246,12 +242,76 @@ impl Session<'_> {
             };
         }
         let _ = crate::failpoint::hit("dispatch");
-        let r = dispatch(self.shared, method, params, self.peer);
+        let r = dispatch(self, method, params);
         if method == Method::Initialize && r.is_ok() && !self.initialized {
             self.initialized = true;
             self.shared.slots.initialized(self.slot);
         }
         Some(answer_line(id, r))
+    }
+
+    /// Registers a subscriber with the foreground, answers, replays recorded
+    /// events from `since`, then forwards live ones on a thread of its own.
+    /// Refused, and the connection closed, when subscribers hold all the
+    /// slots they may.
+    fn subscribe(&self, id: &Id, params: Value) -> Result<u64, RpcError> {
+        let (shared, out, peer, slot) = (self.shared, self.out, self.peer, self.slot);
+        let Value::Object(params) = params else {
+            return Err(invalid_params("params must be an object"));
+        };
+        let since = match params.get("since") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .ok_or_else(|| bad_type("since", "a non-negative integer"))?,
+            ),
+        };
+        let controller = match params.get("controller") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(bad_type("controller", "a boolean")),
+        };
+        if controller {
+            peer.check(shared, Door::Controller)?;
+        }
+        if self.subscription.is_some() {
+            return Err(RpcError::new(
+                wire::INVALID_REQUEST,
+                "invalid request: this connection is already subscribed",
+            ));
+        }
+        if !shared.slots.subscribe(slot) {
+            return Err(RpcError::new(
+                wire::TOO_MANY_CONNECTIONS,
+                format!(
+                    "too many subscribers: the limit is {}",
+                    shared.slots.max_subscribers()
+                ),
+            ));
+        }
+        let sub = register(shared, controller).inspect_err(|_| shared.slots.unsubscribe(slot))?;
+        let result = Subscribed {
+            controller,
+            next_seq: sub.next_seq,
+            subscribed: true,
+        };
+        if !write_line(out, &wire::result_line(id, &result)) {
+            return Ok(sub.id);
+        }
+        if let Some(since) = since {
+            events::replay(shared.spool.dir(), since, sub.next_seq, |line| {
+                match serde_json::from_slice::<Value>(line) {
+                    Ok(ev) => write_line(out, &wire::notification_line("event", ev)),
+                    Err(_) => true,
+                }
+            });
+        }
+        let id = sub.id;
+        let w = Arc::clone(out);
+        let _ = std::thread::Builder::new()
+            .name("baton-events".into())
+            .spawn(move || forward(sub, &w));
+        Ok(id)
     }
 }
 
@@ -263,98 +323,28 @@ fn answer_line<T: serde::Serialize>(id: &Id, r: Result<T, RpcError>) -> Vec<u8> 
     }
 }
 
-/// Registers a subscriber with the foreground, answers, replays recorded
-/// events from `since`, then forwards live ones on a thread of its own.
-/// Refused, and the connection closed, when subscribers hold all the
-/// slots they may.
-fn subscribe(
-    (shared, out, peer): (&Shared, &Writer, &Peer),
-    id: &Id,
-    params: Value,
-    already: bool,
-    slot: u64,
-) -> Result<u64, RpcError> {
-    let Value::Object(params) = params else {
-        return Err(RpcError::new(
-            wire::INVALID_PARAMS,
-            "invalid params: params must be an object",
-        ));
-    };
-    let since = match params.get("since") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_u64()
-                .ok_or_else(|| bad_type("since", "a non-negative integer"))?,
-        ),
-    };
-    let controller = match params.get("controller") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(bad_type("controller", "a boolean")),
-    };
-    if controller {
-        peer.check(shared, Door::Controller)?;
-    }
-    if already {
-        return Err(RpcError::new(
-            wire::INVALID_REQUEST,
-            "invalid request: this connection is already subscribed",
-        ));
-    }
-    if !shared.slots.subscribe(slot) {
-        return Err(RpcError::new(
-            wire::TOO_MANY_CONNECTIONS,
-            format!(
-                "too many subscribers: the limit is {}",
-                shared.slots.max_subscribers()
-            ),
-        ));
-    }
-    let sub = register(shared, controller).inspect_err(|_| shared.slots.unsubscribe(slot))?;
-    let result = Subscribed {
-        controller,
-        next_seq: sub.next_seq,
-        subscribed: true,
-    };
-    if !write_line(out, &wire::result_line(id, &result)) {
-        return Ok(sub.id);
-    }
-    if let Some(since) = since {
-        events::replay(
-            shared.spool.dir(),
-            since,
-            sub.next_seq,
-            |line| match serde_json::from_slice::<Value>(line) {
-                Ok(ev) => write_line(out, &wire::notification_line("event", ev)),
-                Err(_) => true,
-            },
-        );
-    }
-    let id = sub.id;
-    let w = Arc::clone(out);
-    let _ = std::thread::Builder::new()
-        .name("baton-events".into())
-        .spawn(move || forward(sub, &w));
-    Ok(id)
-}
-
 /// Asks the foreground to register a subscriber.
 fn register(shared: &Shared, controller: bool) -> Result<Subscription, RpcError> {
-    let (tx, rx) = chan::bounded(1);
-    if shared
-        .events
-        .send(Event::Subscribe {
-            controller,
-            reply: tx,
-        })
-        .is_err()
-    {
+    let (reply, rx) = chan::bounded(1);
+    let wait = shared.config.io_timeout.max(super::ANSWER_WAIT_MIN);
+    ask(shared, Event::Subscribe { controller, reply }, &rx, wait)
+}
+
+/// Hands the foreground `event` and waits up to `wait` for its answer on
+/// `rx`.
+fn ask<T>(
+    shared: &Shared,
+    event: Event,
+    rx: &chan::Receiver<T>,
+    wait: Duration,
+) -> Result<T, RpcError> {
+    if shared.events.send(event).is_err() {
         return Err(RpcError::new(
             wire::INTERNAL_ERROR,
             "the instance is shutting down",
         ));
     }
-    rx.recv_timeout(shared.config.io_timeout.max(super::ANSWER_WAIT_MIN))
+    rx.recv_timeout(wait)
         .map_err(|_| RpcError::new(wire::INTERNAL_ERROR, "the instance did not answer in time"))
 }
 
@@ -379,20 +369,13 @@ fn forward(sub: Subscription, w: &Writer) {
     w.shutdown();
 }
 
-fn dispatch(
-    shared: &Shared,
-    method: Method,
-    params: Value,
-    peer: &Peer,
-) -> Result<Value, RpcError> {
+fn dispatch(s: &Session, method: Method, params: Value) -> Result<Value, RpcError> {
+    let (shared, peer) = (s.shared, s.peer);
     let Value::Object(params) = params else {
-        return Err(RpcError::new(
-            wire::INVALID_PARAMS,
-            "invalid params: params must be an object",
-        ));
+        return Err(invalid_params("params must be an object"));
     };
     match method {
-        Method::Initialize => initialize(shared, &params, peer),
+        Method::Initialize => initialize(s, &params),
         Method::Ping => Ok(to_value(Pong {
             instance_id: shared.instance_id.clone(),
             state: shared.state(),
@@ -400,9 +383,7 @@ fn dispatch(
             wire: None,
         })),
         Method::AgentInfo => {
-            let mut info =
-                serde_json::to_value(&*shared.manifest.lock().unwrap_or_else(|e| e.into_inner()))
-                    .expect("serializes");
+            let mut info = to_value(&*shared.lock_manifest());
             let c = shared.spool.counts();
             info["queue"] = json!({
                 "queued": c.queued,
@@ -413,8 +394,7 @@ fn dispatch(
         }
         Method::MessageSend => {
             let req = SendRequest::from_params(&params)?;
-            let d = deliver(shared, req, None, peer, "jsonrpc")?;
-            Ok(serde_json::to_value(d).expect("an answer always serializes"))
+            Ok(to_value(deliver(shared, req, None, peer, "jsonrpc")?))
         }
         // Every other method needs the agent's state: the foreground
         // answers it.
@@ -432,11 +412,8 @@ fn to_value(answer: impl serde::Serialize) -> Value {
     serde_json::to_value(answer).expect("an answer serializes")
 }
 
-fn initialize(
-    shared: &Shared,
-    params: &Map<String, Value>,
-    peer: &Peer,
-) -> Result<Value, RpcError> {
+fn initialize(s: &Session, params: &Map<String, Value>) -> Result<Value, RpcError> {
+    let (shared, peer) = (s.shared, s.peer);
     let version = match params.get("protocol_version") {
         Some(v) if v.is_u64() || v.is_i64() => v.clone(),
         Some(_) => return Err(bad_type("protocol_version", "an integer")),
@@ -471,14 +448,9 @@ fn initialize(
     // The role is found now, while the connection is new: a request that
     // comes when descriptors have run out then need not read /proc.
     let _ = peer.caller(shared);
-    let manifest = shared
-        .manifest
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
     Ok(to_value(Hello {
         capabilities: Method::ALL.map(|m| m.as_str().to_string()).to_vec(),
-        instance: Some(manifest),
+        instance: Some(shared.lock_manifest().clone()),
         offline: None,
         protocol_version: crate::registry::PROTOCOL,
         server: Software::baton("baton"),
@@ -513,21 +485,11 @@ fn verify_asker(shared: &Shared, params: &Map<String, Value>, peer: &Peer) -> Re
     let id = match params.get("sender_instance_id") {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::String(id)) if crate::registry::valid_id(id) => id,
-        Some(_) => {
-            return Err(RpcError::new(
-                wire::INVALID_PARAMS,
-                "invalid params: sender_instance_id must be an instance id",
-            ));
-        }
+        Some(_) => return Err(bad_type("sender_instance_id", "an instance id")),
     };
     super::deliver::verify_instance(shared, id, peer)
         .map(|_| ())
-        .map_err(|why| {
-            RpcError::new(
-                wire::INVALID_PARAMS,
-                format!("invalid params: sender_instance_id {id}: {why}"),
-            )
-        })
+        .map_err(|why| invalid_params(format!("sender_instance_id {id}: {why}")))
 }
 
 fn ask_foreground(
@@ -536,19 +498,13 @@ fn ask_foreground(
     params: Map<String, Value>,
     caller: Caller,
 ) -> Result<Value, RpcError> {
-    let (tx, rx) = chan::bounded(1);
+    let (reply, rx) = chan::bounded(1);
     let call = Event::Call {
         method,
         params,
-        reply: tx,
+        reply,
         caller,
     };
-    if shared.events.send(call).is_err() {
-        return Err(RpcError::new(
-            wire::INTERNAL_ERROR,
-            "the instance is shutting down",
-        ));
-    }
     // relay/send discovers, then delivers with one retry, each bounded by
     // the I/O timeout.
     let wait = if method == Call::RelaySend {
@@ -556,11 +512,5 @@ fn ask_foreground(
     } else {
         shared.config.io_timeout.max(super::ANSWER_WAIT_MIN)
     };
-    match rx.recv_timeout(wait) {
-        Ok(r) => r,
-        Err(_) => Err(RpcError::new(
-            wire::INTERNAL_ERROR,
-            "the instance did not answer in time",
-        )),
-    }
+    ask(shared, call, &rx, wait)?
 }

@@ -12,8 +12,8 @@ use crate::events::Hub;
 use crate::registry;
 use crate::spool::{self, Admission, Limits, Sender, Task};
 use crate::status::Status;
-use crate::wire::EventKind;
-use crate::wire::TaskMode;
+use crate::wire::answer::SendResult;
+use crate::wire::{EventKind, State, TaskMode};
 use crate::{sys, wire};
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -41,38 +41,31 @@ pub mod reason {
         "message_id was accepted before, but its stored record cannot be read to compare bodies";
 }
 
-/// The result of `message/send`: its members in the order a JSON map
-/// gives them.
-#[derive(Debug, serde::Serialize)]
-pub struct Delivery {
-    pub message_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub queue_position: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub state: &'static str,
-    pub status: Status,
-}
-
 /// Runs every acceptance check of docs/protocol.md §5 in order and, if all pass,
 /// stores the task. Used by both wires. `body_json`, when the caller has
 /// it, is the body as a JSON string. A spool that cannot store the task
 /// is not a delivery outcome but an internal error: nothing was accepted.
 pub fn deliver(
     shared: &Shared,
-    req: SendRequest,
+    mut req: SendRequest,
     body_json: Option<&RawValue>,
     peer: &Peer,
     wire: &str,
-) -> Result<Delivery, RpcError> {
-    let mut req = req;
-    let Outcome { verdict, from } = check_and_admit(shared, &mut req, body_json, peer, wire);
-    let from = || {
-        from.unwrap_or_else(|| {
-            req.sender_instance_id
-                .clone()
-                .unwrap_or_else(|| "(cli)".into())
-        })
+) -> Result<SendResult, RpcError> {
+    let checked = check_values(shared, &req)
+        .and_then(|hop| Ok((hop, check_sender(shared, &req, peer, hop)?)));
+    // `admit` takes the body out of `req` when it builds the task.
+    let Outcome { verdict, from } = match checked {
+        Ok((hop, sender)) => admit(shared, &mut req, sender, hop, body_json, peer, wire),
+        Err(refusal) => refusal,
+    };
+    let refused = |status: Status, reason: &str| {
+        let from = from.as_deref().or(req.sender_instance_id.as_deref());
+        shared.hub.emit(
+            EventKind::MessageRejected,
+            json!({"message_id": req.message_id, "status": status, "reason": reason,
+                   "from": from.unwrap_or("(cli)"), "pid": peer.pid}),
+        );
     };
     let verdict = match verdict {
         Ok(v) if v.status == Status::Accepted => {
@@ -84,45 +77,15 @@ pub fn deliver(
             v
         }
         Ok(v) => {
-            let reason = v.reason.as_deref().unwrap_or_default();
-            refused(shared, &req.message_id, v.status, reason, &from(), peer.pid);
+            refused(v.status, v.reason.as_deref().unwrap_or_default());
             v
         }
         Err(e) => {
-            let reason = e.to_string();
-            refused(
-                shared,
-                &req.message_id,
-                Status::Error,
-                &reason,
-                &from(),
-                peer.pid,
-            );
+            refused(Status::Error, &e.to_string());
             return Err(RpcError::new(wire::INTERNAL_ERROR, e.message()));
         }
     };
-    Ok(Delivery {
-        message_id: req.message_id,
-        queue_position: verdict.queue_position,
-        reason: verdict.reason,
-        state: shared.state().as_str(),
-        status: verdict.status,
-    })
-}
-
-fn refused(
-    shared: &Shared,
-    message_id: &str,
-    status: Status,
-    reason: &str,
-    from: &str,
-    pid: Option<u32>,
-) {
-    shared.hub.emit(
-        EventKind::MessageRejected,
-        json!({"message_id": message_id, "status": status, "reason": reason,
-               "from": from, "pid": pid}),
-    );
+    Ok(verdict.answer(req.message_id, Some(shared.state())))
 }
 
 /// The fields of an acceptance event (`message.accepted`, and the
@@ -208,6 +171,19 @@ impl Verdict {
             status,
             queue_position: None,
             reason: Some(reason.into()),
+        }
+    }
+
+    /// The answer that tells the sender: a live receiver's, with its
+    /// `state`, or an offline sender's own, without.
+    pub fn answer(self, message_id: String, state: Option<State>) -> SendResult {
+        SendResult {
+            message_id,
+            queue_position: self.queue_position,
+            reason: self.reason,
+            state,
+            status: self.status.to_string(),
+            ..SendResult::default()
         }
     }
 }
@@ -314,25 +290,6 @@ fn refuse_verified(sender: &Sender, status: Status, reason: String) -> Outcome {
     }
 }
 
-/// Takes the body out of `req` when the task is built.
-fn check_and_admit(
-    shared: &Shared,
-    req: &mut SendRequest,
-    body_json: Option<&RawValue>,
-    peer: &Peer,
-    wire: &str,
-) -> Outcome {
-    let hop = match check_values(shared, req) {
-        Ok(hop) => hop,
-        Err(refusal) => return refusal,
-    };
-    let sender = match check_sender(shared, req, peer, hop) {
-        Ok(sender) => sender,
-        Err(refusal) => return refusal,
-    };
-    admit(shared, req, sender, hop, body_json, peer, wire)
-}
-
 /// Checks 1 to 10: the values of the request, in order; the hop.
 fn check_values(shared: &Shared, req: &SendRequest) -> Result<u64, Outcome> {
     if req.target_instance_id != shared.instance_id {
@@ -351,60 +308,39 @@ fn check_values(shared: &Shared, req: &SendRequest) -> Result<u64, Outcome> {
 /// Checks 2 to 10, which need no instance (a stand-in for a stopped
 /// agent, `bridge --offline`, makes them too): the hop, or the refusal.
 pub fn check_request(cfg: &crate::config::Config, req: &SendRequest) -> Result<u64, Verdict> {
+    let invalid = |reason: &str| Err(Verdict::with_reason(Status::Invalid, reason));
+    let bad_id = |s: &Option<String>| s.as_deref().is_some_and(|s| !registry::valid_id(s));
     if !registry::valid_id(&req.message_id) {
-        return Err(Verdict::with_reason(
-            Status::Invalid,
-            reason::BAD_MESSAGE_ID,
-        ));
+        return invalid(reason::BAD_MESSAGE_ID);
     }
     if req.body.trim().is_empty() {
-        return Err(Verdict::with_reason(Status::Invalid, reason::EMPTY_BODY));
+        return invalid(reason::EMPTY_BODY);
     }
     if req.body.len() > cfg.max_message_bytes {
-        return Err(Verdict::with_reason(
-            Status::Invalid,
-            format!(
-                "body is {} bytes, over the limit of {} (BATON_MAX_MESSAGE_BYTES)",
-                req.body.len(),
-                cfg.max_message_bytes
-            ),
+        return invalid(&format!(
+            "body is {} bytes, over the limit of {} (BATON_MAX_MESSAGE_BYTES)",
+            req.body.len(),
+            cfg.max_message_bytes
         ));
     }
-    let bad_id = |s: &Option<String>| s.as_deref().is_some_and(|s| !registry::valid_id(s));
     if bad_id(&req.sender_instance_id) {
-        return Err(Verdict::with_reason(Status::Invalid, reason::BAD_SENDER_ID));
+        return invalid(reason::BAD_SENDER_ID);
     }
-    if req
-        .sender_name
-        .as_deref()
-        .is_some_and(|s| !registry::valid_name(s))
-    {
-        return Err(Verdict::with_reason(
-            Status::Invalid,
-            reason::BAD_SENDER_NAME,
-        ));
+    let name = req.sender_name.as_deref();
+    if name.is_some_and(|s| !registry::valid_name(s)) {
+        return invalid(reason::BAD_SENDER_NAME);
     }
-    if req
-        .sender_workspace
-        .as_deref()
-        .is_some_and(|w| !w.starts_with('/') || w.len() > 4096)
-    {
-        return Err(Verdict::with_reason(
-            Status::Invalid,
-            reason::BAD_SENDER_WORKSPACE,
-        ));
+    let workspace = req.sender_workspace.as_deref();
+    if workspace.is_some_and(|w| !w.starts_with('/') || w.len() > 4096) {
+        return invalid(reason::BAD_SENDER_WORKSPACE);
     }
     if bad_id(&req.in_reply_to) {
-        return Err(Verdict::with_reason(
-            Status::Invalid,
-            reason::BAD_IN_REPLY_TO,
-        ));
+        return invalid(reason::BAD_IN_REPLY_TO);
     }
     if req.mode.parse::<TaskMode>().is_err() {
-        return Err(Verdict::with_reason(Status::Invalid, reason::BAD_MODE));
+        return invalid(reason::BAD_MODE);
     }
-    req.hop
-        .ok_or_else(|| Verdict::with_reason(Status::Invalid, reason::BAD_HOP))
+    req.hop.map_or_else(|| invalid(reason::BAD_HOP), Ok)
 }
 
 /// Checks 11 to 13: the sender verifies, the policy allows it, the hop is
@@ -546,11 +482,9 @@ fn verify_sender(
         // A name is only what a verified manifest says; a plain sender is
         // shown as such, with its kernel-reported pid and directory.
         return Ok(Sender {
-            instance_id: None,
-            name: None,
             workspace: cwd.or_else(|| req.sender_workspace.clone()),
             pid: peer.pid,
-            remote: None,
+            ..Sender::default()
         });
     };
     let (instance_id, name, workspace) = verify_instance(shared, id, peer)?;

@@ -21,7 +21,7 @@ mod slots;
 mod zcoder;
 
 pub use deliver::{
-    Accepted, Delivery, NotStored, Receiver, Verdict, admission_verdict, check_request, deliver,
+    Accepted, NotStored, Receiver, Verdict, admission_verdict, check_request, deliver,
     emit_accepted, reason,
 };
 pub use peer::Peer;
@@ -52,19 +52,6 @@ pub const INIT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const ANSWER_WAIT_MIN: Duration = Duration::from_secs(5);
 
 pub use crate::wire::State;
-
-/// The state as `Shared` keeps it in one atomic byte.
-fn state_from_u8(n: u8) -> State {
-    State::ALL
-        .get(usize::from(n))
-        .copied()
-        .unwrap_or(State::Ready)
-}
-
-fn state_as_u8(s: State) -> u8 {
-    // A fieldless enum, declared in `State::ALL`'s order.
-    s as u8
-}
 
 /// What connection threads tell the foreground.
 pub enum Event {
@@ -182,11 +169,7 @@ impl Shared {
             config,
             instance_id,
             spool,
-            state: AtomicU8::new(state_as_u8(if paused {
-                State::Paused
-            } else {
-                State::Ready
-            })),
+            state: AtomicU8::new(if paused { State::Paused } else { State::Ready } as u8),
             paused: AtomicBool::new(paused),
             manifest: Mutex::new(manifest),
             registry,
@@ -222,15 +205,23 @@ impl Shared {
     }
 
     pub fn state(&self) -> State {
-        state_from_u8(self.state.load(Ordering::SeqCst))
+        // The byte is the fieldless enum's own, declared in `State::ALL`'s
+        // order.
+        let n = self.state.load(Ordering::SeqCst);
+        State::ALL
+            .get(usize::from(n))
+            .copied()
+            .unwrap_or(State::Ready)
     }
 
     pub fn set_state(&self, s: State) {
-        self.state.store(state_as_u8(s), Ordering::SeqCst);
-        self.manifest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .state = s.as_str().to_string();
+        self.state.store(s as u8, Ordering::SeqCst);
+        self.lock_manifest().state = s.as_str().to_string();
+    }
+
+    /// The manifest as published, held while the guard lives.
+    fn lock_manifest(&self) -> std::sync::MutexGuard<'_, Manifest> {
+        self.manifest.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -306,45 +297,45 @@ impl Drop for ConnectionGuard {
 fn gave_way(shared: &Shared, why: slots::GaveWay) -> Vec<u8> {
     match why {
         slots::GaveWay::Uninitialized => too_many_connections(shared),
-        slots::GaveWay::Idle => wire::error_line(
-            &Value::Null,
-            wire::TOO_MANY_CONNECTIONS,
+        slots::GaveWay::Idle => cap_line(
+            shared,
             &format!(
                 "closed to make room: too many connections (the limit is {}); reconnect when needed",
                 shared.slots.cap()
             ),
-            Some(serde_json::json!({
-                "instance_id": shared.instance_id,
-                "state": shared.state().as_str(),
-            })),
         ),
     }
 }
 
-/// The line a connection refused for the cap gets: it names the
-/// instance, so a client that pinged it knows it is alive.
+/// The line a connection refused for the cap gets.
 fn too_many_connections(shared: &Shared) -> Vec<u8> {
+    let message = format!("too many connections: the limit is {}", shared.slots.cap());
+    cap_line(shared, &message)
+}
+
+/// A line about the connection cap: it names the instance, so a client
+/// that pinged it knows it is alive.
+fn cap_line(shared: &Shared, message: &str) -> Vec<u8> {
+    let data = serde_json::json!({
+        "instance_id": shared.instance_id,
+        "state": shared.state().as_str(),
+    });
     wire::error_line(
         &Value::Null,
         wire::TOO_MANY_CONNECTIONS,
-        &format!("too many connections: the limit is {}", shared.slots.cap()),
-        Some(serde_json::json!({
-            "instance_id": shared.instance_id,
-            "state": shared.state().as_str(),
-        })),
+        message,
+        Some(data),
     )
+}
+
+fn invalid_params(what: impl std::fmt::Display) -> RpcError {
+    RpcError::new(wire::INVALID_PARAMS, format!("invalid params: {what}"))
 }
 
 fn missing(field: &str) -> RpcError {
-    RpcError::new(
-        wire::INVALID_PARAMS,
-        format!("invalid params: {field} is missing"),
-    )
+    invalid_params(format!("{field} is missing"))
 }
 
 fn bad_type(field: &str, want: &str) -> RpcError {
-    RpcError::new(
-        wire::INVALID_PARAMS,
-        format!("invalid params: {field} must be {want}"),
-    )
+    invalid_params(format!("{field} must be {want}"))
 }

@@ -79,12 +79,7 @@ impl Peer {
         if caller.may(door) && (!elsewhere || hello) {
             return Ok(());
         }
-        let name = shared
-            .manifest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .name
-            .clone();
+        let name = shared.lock_manifest().name.clone();
         Err(RpcError {
             code: wire::NOT_PERMITTED,
             message: caller.refusal(door, &name, &shared.instance_id),

@@ -2,10 +2,12 @@
 //! `SendRequest`: a `message/send` request is read either straight from
 //! its line (`fast_send`, the common request on a busy connection) or from
 //! the parsed params (`SendRequest::from_params`), with only JSON types
-//! checked here; the values are `deliver`'s to judge.
+//! checked here; the values are `deliver`'s to judge. A zcoder `enqueue`
+//! is read to the same request (`SendRequest::from_zcoder`).
 
 use super::{RpcError, bad_type, missing};
-use crate::wire::Id;
+use crate::registry;
+use crate::wire::{Id, TaskMode};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -146,6 +148,32 @@ impl SendRequest {
             hop,
             in_reply_to: get_str(p, "in_reply_to", "")?,
             mode: get_str(p, "mode", "")?.unwrap_or_else(|| "queue".into()),
+        })
+    }
+
+    /// A zcoder `enqueue` read as `message/send`'s request; `None` when a
+    /// field has the wrong type.
+    pub(super) fn from_zcoder(obj: &Map<String, Value>) -> Option<SendRequest> {
+        let s = |k: &str| get_str(obj, k, "").ok();
+        for k in ["sender_pid", "created_at"] {
+            if obj.get(k).is_some_and(|v| !v.is_null() && !v.is_u64()) {
+                return None;
+            }
+        }
+        let project = s("sender_project")?;
+        Some(SendRequest {
+            message_id: s("message_id")??,
+            target_instance_id: s("target_instance_id")??,
+            body: s("body")??,
+            // A plain command line's `cli-<pid>` names no instance: the
+            // sender is shown as plain, by its peer credentials.
+            sender_instance_id: s("sender_instance_id")?
+                .filter(|id| !registry::is_plain_sender_id(id)),
+            sender_name: project.map(|p| registry::default_name(std::path::Path::new(&p))),
+            sender_workspace: s("sender_workspace")?,
+            hop: Some(0),
+            in_reply_to: None,
+            mode: TaskMode::Queue.as_str().into(),
         })
     }
 }

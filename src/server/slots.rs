@@ -54,32 +54,30 @@ impl Inner {
     /// the oldest idle one that has not initialized, else the one idle
     /// longest. None when every connection is busy or a subscriber.
     fn make_room(&self, refusal: &dyn Fn(GaveWay) -> Vec<u8>) -> Option<u64> {
-        let mut pending = Vec::new();
-        let mut idle = Vec::new();
-        for (&id, slot) in &self.held {
-            let Some(out) = &slot.out else { continue };
-            if slot.busy || slot.subscriber {
-                continue;
-            }
-            if slot.initialized {
-                idle.push((slot.since, id, out));
-            } else {
-                pending.push((id, out));
-            }
-        }
-        idle.sort_by_key(|&(since, id, _)| (since, id));
-        let pending = pending
-            .into_iter()
-            .map(|(id, out)| (id, out, GaveWay::Uninitialized));
-        let idle = idle
-            .into_iter()
-            .map(|(_, id, out)| (id, out, GaveWay::Idle));
+        // Those not initialized first, oldest first; then by how long they
+        // have been idle.
+        let mut idle: Vec<_> = self
+            .held
+            .iter()
+            .filter(|(_, slot)| !slot.busy && !slot.subscriber)
+            .filter_map(|(&id, slot)| {
+                let since = slot.initialized.then_some(slot.since);
+                Some((slot.initialized, since, id, slot.out.as_ref()?))
+            })
+            .collect();
+        idle.sort_by_key(|&(initialized, since, id, _)| (initialized, since, id));
         // One that is writing a line (an error before it closes) is left
         // alone: it is ending anyway.
-        pending
-            .chain(idle)
-            .find(|&(_, out, why)| out.close_now(&refusal(why)))
-            .map(|(id, _, _)| id)
+        idle.into_iter()
+            .find(|&(initialized, _, _, out)| {
+                let why = if initialized {
+                    GaveWay::Idle
+                } else {
+                    GaveWay::Uninitialized
+                };
+                out.close_now(&refusal(why))
+            })
+            .map(|(_, _, id, _)| id)
     }
 }
 
@@ -138,33 +136,31 @@ impl Slots {
     /// The connection's thread has its writer: from now on it can be made
     /// to give way.
     pub fn started(&self, id: u64, out: &Writer) {
-        if let Some(slot) = self.lock().held.get_mut(&id) {
-            slot.out = Some(std::sync::Arc::clone(out));
-        }
+        self.change(id, |slot| slot.out = Some(std::sync::Arc::clone(out)));
+    }
+
+    /// Changes connection `id`'s slot; false when it has none (it gave
+    /// way).
+    fn change(&self, id: u64, f: impl FnOnce(&mut Slot)) -> bool {
+        self.lock().held.get_mut(&id).map(f).is_some()
     }
 
     /// The connection is handling a line (`true`), or has written its
     /// answer and waits for the next one (`false`). False when it has
     /// given way meanwhile: it must not act on the line.
     pub fn busy(&self, id: u64, busy: bool) -> bool {
-        match self.lock().held.get_mut(&id) {
-            Some(slot) => {
-                slot.busy = busy;
-                if !busy {
-                    slot.since = Instant::now();
-                }
-                true
+        self.change(id, |slot| {
+            slot.busy = busy;
+            if !busy {
+                slot.since = Instant::now();
             }
-            None => false,
-        }
+        })
     }
 
     /// The connection initialized: from now on it gives way only to
     /// connections that did too, when it is the one idle longest.
     pub fn initialized(&self, id: u64) {
-        if let Some(slot) = self.lock().held.get_mut(&id) {
-            slot.initialized = true;
-        }
+        self.change(id, |slot| slot.initialized = true);
     }
 
     /// Makes an initialized connection a subscriber, if fewer than

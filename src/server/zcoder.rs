@@ -9,10 +9,8 @@ use super::deliver::deliver;
 use super::out::{Writer, answer_then_flush, write_line};
 use super::peer::Peer;
 use super::request::SendRequest;
-use crate::registry;
 use crate::status::Status;
 use crate::wire::EventKind;
-use crate::wire::TaskMode;
 use crate::wire::{self, LineReader, ReadError};
 use serde_json::{Map, Value, json};
 
@@ -54,12 +52,9 @@ pub(super) fn request(
     peer: &Peer,
 ) {
     let cfg = &shared.config;
-    let n = match wire::zcoder_length(header, cfg.max_bytes) {
-        Ok(n) => n,
-        Err(_) => {
-            write_line(out, &invalid(shared));
-            return;
-        }
+    let Ok(n) = wire::zcoder_length(header, cfg.max_bytes) else {
+        write_line(out, &invalid(shared));
+        return;
     };
     let payload = match reader.read_exact_within(n, cfg.io_timeout) {
         Ok(p) => p,
@@ -94,7 +89,7 @@ fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
             Some(_) => ack(Status::Invalid.as_str()),
         },
         Some("enqueue") => {
-            let Some(req) = send_request(obj) else {
+            let Some(req) = SendRequest::from_zcoder(obj) else {
                 return ack(Status::Invalid.as_str());
             };
             // zcoder has no word for "not permitted" (nor "denied"): the
@@ -108,18 +103,16 @@ fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
             }
             match deliver(shared, req, None, peer, "zcoder") {
                 Ok(r) => {
-                    let status = match r.status {
+                    let status = match r.status() {
                         // zcoder has no word for these; the transcript
                         // keeps the precise status.
-                        Status::HopLimit | Status::InflightFull | Status::Denied => Status::Invalid,
-                        s => s,
+                        Some(Status::HopLimit | Status::InflightFull | Status::Denied) => {
+                            Status::Invalid.as_str()
+                        }
+                        _ => &r.status,
                     };
-                    ack_frame(
-                        &message_id,
-                        status.as_str(),
-                        r.queue_position.map(|p| p as u64),
-                        shared,
-                    )
+                    let position = r.queue_position.map(|p| p as u64);
+                    ack_frame(&message_id, status, position, shared)
                 }
                 // Storage failed: nothing was accepted; `full` tells a
                 // zcoder sender to try again later.
@@ -128,35 +121,4 @@ fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
         }
         _ => ack(Status::Unsupported.as_str()),
     }
-}
-
-/// Maps a zcoder `enqueue` onto `message/send`'s request; `None` when a
-/// field has the wrong type.
-fn send_request(obj: &Map<String, Value>) -> Option<SendRequest> {
-    let s = |k: &str| -> Option<Option<String>> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Some(None),
-            Some(Value::String(v)) => Some(Some(v.clone())),
-            Some(_) => None,
-        }
-    };
-    for k in ["sender_pid", "created_at"] {
-        if obj.get(k).is_some_and(|v| !v.is_null() && !v.is_u64()) {
-            return None;
-        }
-    }
-    let project = s("sender_project")?;
-    Some(SendRequest {
-        message_id: s("message_id")??,
-        target_instance_id: s("target_instance_id")??,
-        body: s("body")??,
-        // A plain command line's `cli-<pid>` names no instance: the
-        // sender is shown as plain, by its peer credentials.
-        sender_instance_id: s("sender_instance_id")?.filter(|id| !registry::is_plain_sender_id(id)),
-        sender_name: project.map(|p| registry::default_name(std::path::Path::new(&p))),
-        sender_workspace: s("sender_workspace")?,
-        hop: Some(0),
-        in_reply_to: None,
-        mode: TaskMode::Queue.as_str().into(),
-    })
 }

@@ -151,15 +151,6 @@ pub enum TaskState {
     Ended(Outcome),
 }
 
-impl TaskState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Pending(p) => p.as_str(),
-            TaskState::Ended(o) => o.as_str(),
-        }
-    }
-}
-
 /// `task/status`'s answer. `reply` is there (null or the reply) for a
 /// finished task alone.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -216,7 +207,7 @@ pub struct Candidate {
 
 /// `message/send`'s and `relay/send`'s answer: a delivery status, and
 /// for a sender-side one what the sender learned.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SendResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidates: Option<Vec<Candidate>>,

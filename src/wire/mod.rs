@@ -120,14 +120,7 @@ impl LineReader {
                 Ok(0) => return Err(ReadError::Truncated),
                 Ok(k) => out.extend_from_slice(&chunk[..k]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(ReadError::LineTimeout);
-                }
+                Err(e) if timed_out(&e) => return Err(ReadError::LineTimeout),
                 Err(e) => return Err(ReadError::Io(e)),
             }
         }
@@ -178,12 +171,7 @@ impl LineReader {
                     self.end += n;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if timed_out(&e) => {
                     return Err(if self.line_started.is_some() {
                         ReadError::LineTimeout
                     } else {
@@ -212,6 +200,15 @@ impl LineReader {
     }
 }
 
+/// Whether a socket operation failed for its timeout, which the kernel
+/// reports as either kind.
+pub(crate) fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
 /// A method an instance answers (docs/protocol.md §3), parsed once from
 /// the request line. The methods that need the agent's state are a `Call`
 /// of their own, which only the foreground answers.
@@ -225,23 +222,24 @@ pub enum Method {
     Foreground(Call),
 }
 
-/// The methods the foreground answers: it alone holds the agent's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Call {
-    ControlPause,
-    ControlResume,
-    ControlStatus,
-    InboxList,
-    InboxClaim,
-    InboxComplete,
-    InboxRequeue,
-    InboxDiscard,
-    RelaySend,
-    ApprovalRespond,
-    TurnCancel,
-    TurnLocal,
-    TaskStatus,
-    PermissionAsk,
+spelled! {
+    /// The methods the foreground answers: it alone holds the agent's state.
+    pub enum Call ("method") {
+        ControlPause = "control/pause",
+        ControlResume = "control/resume",
+        ControlStatus = "control/status",
+        InboxList = "inbox/list",
+        InboxClaim = "inbox/claim",
+        InboxComplete = "inbox/complete",
+        InboxRequeue = "inbox/requeue",
+        InboxDiscard = "inbox/discard",
+        RelaySend = "relay/send",
+        ApprovalRespond = "approval/respond",
+        TurnCancel = "turn/cancel",
+        TurnLocal = "turn/local",
+        TaskStatus = "task/status",
+        PermissionAsk = "permission/ask",
+    }
 }
 
 impl Method {
@@ -289,27 +287,6 @@ impl Method {
 impl From<Call> for Method {
     fn from(c: Call) -> Method {
         Method::Foreground(c)
-    }
-}
-
-impl Call {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Call::ControlPause => "control/pause",
-            Call::ControlResume => "control/resume",
-            Call::ControlStatus => "control/status",
-            Call::InboxList => "inbox/list",
-            Call::InboxClaim => "inbox/claim",
-            Call::InboxComplete => "inbox/complete",
-            Call::InboxRequeue => "inbox/requeue",
-            Call::InboxDiscard => "inbox/discard",
-            Call::RelaySend => "relay/send",
-            Call::ApprovalRespond => "approval/respond",
-            Call::TurnCancel => "turn/cancel",
-            Call::TurnLocal => "turn/local",
-            Call::TaskStatus => "task/status",
-            Call::PermissionAsk => "permission/ask",
-        }
     }
 }
 

@@ -71,12 +71,9 @@ pub fn read_zcoder_frame(
     };
     let n = zcoder_length(&got[..header_end], max)?;
     let mut payload = got[header_end + 1..].to_vec();
-    if payload.len() > n {
-        payload.truncate(n);
-    }
-    let already = payload.len();
+    payload.truncate(n);
+    let mut filled = payload.len();
     payload.resize(n, 0);
-    let mut filled = already;
     while filled < n {
         let k = read_some(stream, &mut payload[filled..], deadline)?;
         if k == 0 {
@@ -128,14 +125,7 @@ fn read_some(
         match stream.read(buf) {
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(FrameError::Timeout);
-            }
+            Err(e) if super::timed_out(&e) => return Err(FrameError::Timeout),
             Err(e) => return Err(FrameError::Io(e.to_string())),
         }
     }
