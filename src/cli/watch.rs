@@ -279,8 +279,9 @@ fn follow(
                         }
                     }
                     Some("approval/request") if approve => {
-                        eprint!("{}", approve::describe(&msg["params"]));
-                        match approvals.request(Waiting::of(&msg)) {
+                        let req = approve::Request::read(&msg["params"]);
+                        eprint!("{}", req.describe());
+                        match approvals.request(Waiting::of(msg["id"].clone(), req)) {
                             Some(d) => decide(&mut stream, &d, "an answer read before")?,
                             None => prompt(&approvals),
                         }
