@@ -42,16 +42,6 @@ pub fn check_name(what: &str, name: &str) -> Result<()> {
     Err(Error::Usage(format!("{what} {shown}: {NAME_RULE}")))
 }
 
-/// The prefix a command's usage errors start with: `serve: `, or nothing
-/// for `baton` itself (whose errors `baton: ` already introduces).
-fn prefix(cmd: &str) -> String {
-    if cmd.is_empty() {
-        String::new()
-    } else {
-        format!("{cmd}: ")
-    }
-}
-
 /// One option a command accepts.
 #[derive(Clone, Copy, Debug)]
 pub struct Opt {
@@ -138,13 +128,15 @@ pub fn parse(cmd: &str, argv: &[OsString], opts: &[Opt]) -> Result<Args> {
     let mut args = Args::default();
     let mut it = argv.iter();
     let mut only_positional = false;
+    // A command's usage errors start with its name (`serve: `); those of
+    // `baton` itself need nothing, since `baton: ` introduces them.
+    let usage = |what: String| match cmd {
+        "" => Error::Usage(what),
+        cmd => Error::Usage(format!("{cmd}: {what}")),
+    };
     while let Some(raw) = it.next() {
         let Some(arg) = raw.to_str() else {
-            return Err(Error::Usage(format!(
-                "{}argument {:?} is not valid UTF-8",
-                prefix(cmd),
-                raw
-            )));
+            return Err(usage(format!("argument {raw:?} is not valid UTF-8")));
         };
         if only_positional || arg == "-" || !arg.starts_with('-') {
             args.positional.push(arg.to_string());
@@ -175,36 +167,18 @@ pub fn parse(cmd: &str, argv: &[OsString], opts: &[Opt]) -> Result<Args> {
                 .ok_or_else(|| unknown(cmd, arg))?;
             (opt, None)
         };
-        let value = if opt.takes_value {
-            match inline {
-                Some(v) => Some(v),
-                None => match it.next().map(|v| v.to_str()) {
-                    Some(Some(v)) => Some(v.to_string()),
-                    Some(None) => {
-                        return Err(Error::Usage(format!(
-                            "{}the value of --{} is not valid UTF-8",
-                            prefix(cmd),
-                            opt.long
-                        )));
-                    }
-                    None => {
-                        return Err(Error::Usage(format!(
-                            "{}--{} needs a value",
-                            prefix(cmd),
-                            opt.long
-                        )));
-                    }
-                },
-            }
-        } else {
-            if inline.is_some() {
-                return Err(Error::Usage(format!(
-                    "{}--{} takes no value",
-                    prefix(cmd),
-                    opt.long
-                )));
-            }
-            None
+        let long = opt.long;
+        let value = match (opt.takes_value, inline) {
+            (true, Some(v)) => Some(v),
+            (true, None) => match it.next().map(|v| v.to_str()) {
+                Some(Some(v)) => Some(v.to_string()),
+                Some(None) => {
+                    return Err(usage(format!("the value of --{long} is not valid UTF-8")));
+                }
+                None => return Err(usage(format!("--{long} needs a value"))),
+            },
+            (false, Some(_)) => return Err(usage(format!("--{long} takes no value"))),
+            (false, None) => None,
         };
         args.given.push((opt.long, value));
     }

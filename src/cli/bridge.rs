@@ -71,14 +71,9 @@ fn stdin_chunks() -> crossbeam_channel::Receiver<Vec<u8>> {
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
         let mut buf = [0u8; 8192];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if tx.send(buf[..n].to_vec()).is_err() {
-                        break;
-                    }
-                }
+        while let Ok(n @ 1..) = stdin.read(&mut buf) {
+            if tx.send(buf[..n].to_vec()).is_err() {
+                break;
             }
         }
     });
@@ -148,18 +143,13 @@ fn join(
     let mut from_socket = stream;
     let mut stdout = std::io::stdout().lock();
     let mut buf = [0u8; 8192];
-    loop {
-        match from_socket.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if stdout
-                    .write_all(&buf[..n])
-                    .and_then(|()| stdout.flush())
-                    .is_err()
-                {
-                    break;
-                }
-            }
+    while let Ok(n @ 1..) = from_socket.read(&mut buf) {
+        if stdout
+            .write_all(&buf[..n])
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
+            break;
         }
     }
     Ok(ExitCode::Ok)

@@ -82,21 +82,20 @@ fn zcoder_status(args: &Args, config: &Config, peer: &Peer) -> Result<ExitCode> 
         emit_json(&r);
         return Ok(ExitCode::Ok);
     }
-    let s = |k: &str| match r.get(k) {
-        Some(Value::String(s)) if !s.is_empty() => escape(s).into_owned(),
-        Some(Value::String(_) | Value::Null) | None => "-".into(),
-        Some(v) => v.to_string(),
+    let m = &peer.manifest;
+    let s = |v: &str| match v {
+        "" => "-".into(),
+        v => escape(v).into_owned(),
     };
     emit(&format!(
-        "name:        {}\ninstance:    {}\npid:         {}\nstate:       {}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nwire:        zcoder (its frame tells no queue, spool or task)\n",
-        s("name"),
-        s("instance_id"),
-        s("pid"),
-        s("state"),
-        s("profile"),
-        s("model"),
-        s("workspace"),
-        s("socket"),
+        "name:        {}\ninstance:    {}\npid:         {}\nstate:       {state}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nwire:        zcoder (its frame tells no queue, spool or task)\n",
+        s(&m.name),
+        s(&m.instance_id),
+        m.pid,
+        s(&m.profile),
+        s(&m.model),
+        s(&m.workspace),
+        s(&m.socket),
     ));
     Ok(ExitCode::Ok)
 }
@@ -136,7 +135,7 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
 /// `pause` and `resume`. A pause is answered once the acceptances before
 /// it are stored (up to 4 s: docs/protocol.md `control/pause`), so `baton
 /// pause` waits as long as the instance's own connection thread does.
-fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
+pub fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
     let mut config = config.clone();
     if cmd == "pause" {
         config.io_timeout = config.io_timeout.max(ANSWER_WAIT_MIN);
@@ -159,12 +158,4 @@ fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
         ));
     }
     Ok(ExitCode::Ok)
-}
-
-pub fn pause(args: &Args, config: &Config) -> Result<ExitCode> {
-    set_paused(args, config, "pause")
-}
-
-pub fn resume(args: &Args, config: &Config) -> Result<ExitCode> {
-    set_paused(args, config, "resume")
 }

@@ -217,14 +217,14 @@ pub const COMMANDS: &[Command] = &[
         usage: "baton pause [TARGET] [--json]",
         summary: "refuse new tasks (status paused); queued tasks are kept",
         opts: &[JSON, HELP],
-        run: control::pause,
+        run: |args, config| control::set_paused(args, config, "pause"),
     },
     Command {
         name: "resume",
         usage: "baton resume [TARGET] [--json]",
         summary: "accept tasks again and continue the queue",
         opts: &[JSON, HELP],
-        run: control::resume,
+        run: |args, config| control::set_paused(args, config, "resume"),
     },
     Command {
         name: "inbox",

@@ -273,15 +273,8 @@ fn remote(
             config,
             multiplex,
         };
-        let first = match live {
-            true => Some(r),
-            // The stand-in's session ends here, not after the wait.
-            false => {
-                drop(r);
-                None
-            }
-        };
-        return super::wait::run_via(args, &result, first, &reach);
+        // The stand-in's session ends here, not after the wait.
+        return super::wait::run_via(args, &result, live.then_some(r), &reach);
     }
     super::sent::report(args, &result)
 }
