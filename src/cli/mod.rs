@@ -409,12 +409,9 @@ fn overview() -> String {
 pub fn command_help(c: &Command) -> String {
     let mut s = format!("usage: {}\n\n{}\n\noptions:\n", c.usage, c.summary);
     for o in c.opts {
-        let flag = match (o.short, o.takes_value) {
-            (Some(sh), true) => format!("-{sh}, --{} VALUE", o.long),
-            (Some(sh), false) => format!("-{sh}, --{}", o.long),
-            (None, true) => format!("--{} VALUE", o.long),
-            (None, false) => format!("--{}", o.long),
-        };
+        let short = o.short.map(|c| format!("-{c}, ")).unwrap_or_default();
+        let value = if o.takes_value { " VALUE" } else { "" };
+        let flag = format!("{short}--{}{value}", o.long);
         s.push_str(&format!("  {flag:<22} {}\n", o.help));
     }
     s
@@ -501,18 +498,13 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         }
         return serve::interactive(&args, &config);
     }
-    let (cmd, rest) = {
-        match COMMANDS.iter().find(|c| c.name == first) {
-            Some(c) => (c, &argv[1..]),
-            None => {
-                return Err(Error::Usage(format!(
-                    "unknown command {}: see 'baton help'",
-                    crate::sanitize::escape(&argv[0].to_string_lossy())
-                )));
-            }
-        }
+    let Some(cmd) = COMMANDS.iter().find(|c| c.name == first) else {
+        return Err(Error::Usage(format!(
+            "unknown command {}: see 'baton help'",
+            crate::sanitize::escape(&argv[0].to_string_lossy())
+        )));
     };
-    let args = args::parse(cmd.name, rest, cmd.opts)?;
+    let args = args::parse(cmd.name, &argv[1..], cmd.opts)?;
     if args.flag("help") {
         emit(&command_help(cmd));
         return Ok(ExitCode::Ok);

@@ -9,22 +9,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    let mut opts = options(args)?;
-    opts.ttl = opts.ttl.or(config.ttl);
-    instance::serve(opts, config.clone())?;
+    instance::serve(options(args, config)?, config.clone())?;
     Ok(ExitCode::Ok)
 }
 
 /// `baton` with no command: the same options, and the interactive view.
 pub fn interactive(args: &Args, config: &Config) -> Result<ExitCode> {
-    let mut opts = options(args)?;
-    opts.ttl = opts.ttl.or(config.ttl);
-    crate::tui::interactive(opts, config.clone())?;
+    crate::tui::interactive(options(args, config)?, config.clone())?;
     Ok(ExitCode::Ok)
 }
 
-/// The instance `serve`'s options describe.
-pub fn options(args: &Args) -> Result<ServeOptions> {
+/// The instance `serve`'s options describe (`--ttl`, else `BATON_TTL`).
+fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
     super::at_most(args, "serve", 0)?;
     if let Some(name) = args.value("name") {
         super::args::check_name("serve: --name", name)?;
@@ -78,7 +74,7 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
         }
     };
     let ttl = match args.value("ttl") {
-        None => None,
+        None => config.ttl,
         Some(v) => match v.parse::<u64>() {
             Ok(n) if n >= 1 && v.bytes().all(|b| b.is_ascii_digit()) => {
                 Some(Duration::from_secs(n))
@@ -91,7 +87,7 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
             }
         },
     };
-    let opts = ServeOptions {
+    Ok(ServeOptions {
         name: args.value("name").map(str::to_string),
         workspace: args.value("workspace").map(PathBuf::from),
         profile: profile.to_string(),
@@ -114,8 +110,7 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
         reply_by_tool: false,
         agent: None,
         tmux_pane,
-    };
-    Ok(opts)
+    })
 }
 
 /// `--tmux-pane PANE`, checked: a tmux target (`%3`, `work:1.0`), which

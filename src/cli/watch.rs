@@ -56,11 +56,7 @@ pub(super) fn stopped(config: &Config, target: Option<&str>, why: String) -> Res
     let mut found: Vec<KnownSpool> = relay::known_spools()
         .into_iter()
         .filter(|s| target.map_or(s.workspace == cwd, |n| s.name == n))
-        .filter(|s| {
-            !live
-                .iter()
-                .any(|p| p.manifest.name == s.name && p.manifest.workspace == s.workspace)
-        })
+        .filter(|s| s.running(&live).is_none())
         .collect();
     if found.len() > 1 {
         let list: Vec<String> = found
@@ -331,10 +327,8 @@ fn prompt(approvals: &Approvals) {
 /// Sends a decision as the reply to its request, with the digest of what
 /// was shown, naming this client `watch` (the instance adds our pid).
 fn decide(stream: &mut Writer, d: &Decided, how: &str) -> Result<()> {
-    let reply = json!({"jsonrpc": "2.0", "id": d.rid,
-                       "result": {"decision": d.decision.as_str(), "digest": d.digest, "by": "watch"}});
-    let mut bytes = serde_json::to_vec(&reply).expect("serializes");
-    bytes.push(b'\n');
+    let decision = json!({"decision": d.decision, "digest": d.digest, "by": "watch"});
+    let bytes = crate::wire::result_line(&d.rid, &decision);
     if stream
         .write_all(&bytes)
         .and_then(|()| stream.flush())

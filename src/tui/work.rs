@@ -116,16 +116,15 @@ pub fn complete<E: Display>(rest: &str, view: &mut View, call: Call<E>) {
             view.open.retain(|o| o.id != id);
             view.push(Role::System, format!("completed {id} ({outcome})"));
         }
-        Ok(r) => view.push(
-            Role::Refusal,
-            format!(
-                "cannot complete {id}: {}: {}",
-                r.status,
-                r.reason.unwrap_or_default()
-            ),
-        ),
+        Ok(r) => view.push(Role::Refusal, not_completed(&id, r)),
         Err(e) => view.push(Role::Refusal, e),
     }
+}
+
+/// Why `inbox/complete` did not complete task `id`.
+fn not_completed(id: &str, r: Handled) -> String {
+    let reason = r.reason.unwrap_or_default();
+    format!("cannot complete {id}: {}: {reason}", r.status)
 }
 
 /// `/reply TEXT`: the `inbox/complete` params that answer the task
@@ -154,14 +153,7 @@ pub fn reply_outcome(id: &str, r: Result<Value, ClientError>) -> Vec<(Role, Stri
         Err(e) => return vec![(Role::Refusal, format!("not completed {id}: {e}"))],
     };
     if r.status != "completed" {
-        return vec![(
-            Role::Refusal,
-            format!(
-                "cannot complete {id}: {}: {}",
-                r.status,
-                r.reason.unwrap_or_default()
-            ),
-        )];
+        return vec![(Role::Refusal, not_completed(id, r))];
     }
     let mut out = vec![(Role::System, format!("completed {id} (done)"))];
     let reply = r.reply.unwrap_or_default();
