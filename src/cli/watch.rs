@@ -8,7 +8,7 @@ use super::since::{Clock, parse_since};
 use super::target;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
-use crate::registry;
+use crate::registry::{self, Peer};
 use crate::relay::{self, KnownSpool};
 use crate::sanitize::escape;
 use crate::wire::answer::Subscribed;
@@ -18,23 +18,21 @@ use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 
+/// `events/subscribe` with `params`: the answer, the events, and where
+/// the answers to the instance's requests go.
 fn subscribe(
-    args: &Args,
     config: &Config,
-    cmd: &str,
+    peer: &Peer,
     params: Value,
 ) -> Result<(Subscribed, chan::Receiver<Value>, Writer)> {
-    super::at_most(args, cmd, 1)?;
-    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
-    let mut conn = target::connect(config, &peer)?;
+    let mut conn = target::connect(config, peer)?;
     let sub = conn
         .subscribe(params)
-        .map_err(|e| target::transport(&peer, e))?;
+        .map_err(|e| target::transport(peer, e))?;
     let (rx, writer) = conn.into_events();
     Ok((sub, rx, writer))
 }
 
-/// Where the answers to the instance's requests go.
 type Writer = Box<dyn Write + Send>;
 
 /// The id of the ping that marks the end of the replay.
@@ -131,21 +129,11 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "log", 1)?;
     let clock = Clock::new(args.flag("utc"));
     let filter = Filter::from_args(args, &clock)?;
-    if args.flag("follow") {
-        let (result, rx, stream) = subscribe(
-            args,
-            config,
-            "log",
-            json!({"controller": false, "since": 1}),
-        )?;
-        let last = result.next_seq.saturating_sub(1);
-        let replay = (last, filter);
-        return follow(args, &clock, rx, stream, false, Some(replay));
-    }
     let target_arg = args.positional.first().map(String::as_str);
+    let then_live = args.flag("follow");
     let peer = match target::resolve(config, target_arg) {
         Ok(peer) => peer,
-        Err(Error::NoTarget(why)) => {
+        Err(Error::NoTarget(why)) if !then_live => {
             let spool = stopped(config, target_arg, why)?;
             let keep = filter.last.map_or(usize::MAX, |n| n as usize);
             let mut shown: VecDeque<(Value, Event)> = VecDeque::new();
@@ -168,12 +156,15 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
         }
         Err(e) => return Err(e),
     };
-    let mut conn = target::connect(config, &peer)?;
-    let result = conn
-        .subscribe(json!({"since": 1}))
-        .map_err(|e| target::transport(&peer, e))?;
-    let (rx, mut stream) = conn.into_events();
+    let params = match then_live {
+        true => json!({"controller": false, "since": 1}),
+        false => json!({"since": 1}),
+    };
+    let (result, rx, mut stream) = subscribe(config, &peer, params)?;
     let last = result.next_seq.saturating_sub(1);
+    if then_live {
+        return follow(args, &clock, rx, stream, false, Some((last, filter)));
+    }
     if last == 0 {
         return Ok(ExitCode::Ok);
     }
@@ -219,7 +210,9 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
         params["since"] = json!(n);
     }
     let clock = Clock::new(args.flag("utc"));
-    let (_, rx, stream) = subscribe(args, config, "watch", params)?;
+    super::at_most(args, "watch", 1)?;
+    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
+    let (_, rx, stream) = subscribe(config, &peer, params)?;
     follow(args, &clock, rx, stream, approve, None)
 }
 
