@@ -42,6 +42,22 @@ pub fn check_name(what: &str, name: &str) -> Result<()> {
     Err(Error::Usage(format!("{what} {shown}: {NAME_RULE}")))
 }
 
+/// `--name` and `--profile` of `cmd` (serve, mcp), checked: the profile,
+/// `coding` when none is given.
+pub fn name_and_profile<'a>(args: &'a Args, cmd: &str) -> Result<&'a str> {
+    if let Some(name) = args.value("name") {
+        check_name(&format!("{cmd}: --name"), name)?;
+    }
+    let profile = args.value("profile").unwrap_or("coding");
+    if !PROFILES.contains(&profile) {
+        return Err(Error::Usage(format!(
+            "{cmd}: --profile {}: use coding or sysadmin",
+            crate::sanitize::escape(profile)
+        )));
+    }
+    Ok(profile)
+}
+
 /// One option a command accepts.
 #[derive(Clone, Copy, Debug)]
 pub struct Opt {

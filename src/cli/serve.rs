@@ -22,16 +22,7 @@ pub fn interactive(args: &Args, config: &Config) -> Result<ExitCode> {
 /// The instance `serve`'s options describe (`--ttl`, else `BATON_TTL`).
 fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
     super::at_most(args, "serve", 0)?;
-    if let Some(name) = args.value("name") {
-        super::args::check_name("serve: --name", name)?;
-    }
-    let profile = args.value("profile").unwrap_or("coding");
-    if !super::args::PROFILES.contains(&profile) {
-        return Err(Error::Usage(format!(
-            "serve: --profile {}: use coding or sysadmin",
-            crate::sanitize::escape(profile)
-        )));
-    }
+    let profile = super::args::name_and_profile(args, "serve")?;
     let model = args.value("model").unwrap_or("").to_string();
     if model.len() > 256 || model.chars().any(crate::sanitize::is_unsafe) {
         return Err(Error::Usage(
@@ -104,12 +95,11 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
         approve,
         ephemeral: args.flag("ephemeral"),
         zcoder: args.flag("zcoder"),
-        embedded: None,
         ttl,
         no_offline: args.flag("no-offline"),
-        reply_by_tool: false,
-        agent: None,
         tmux_pane,
+        // Not embedded in another front end, whose agent it would serve.
+        ..ServeOptions::default()
     })
 }
 

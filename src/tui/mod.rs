@@ -55,20 +55,17 @@ pub fn interactive(opts: ServeOptions, config: Config) -> Result<()> {
     if let Some(why) = term::check_term() {
         return Err(Error::Env(why));
     }
-    let mut warning = None;
-    let mut running = None;
-    if config.relay == Relay::Off {
-        warning = Some("BATON_RELAY=off: the relay is off; this is a local console".to_string());
-    } else {
-        match embedded::start(opts, &config) {
-            Ok(r) => running = Some(r),
+    let off = "BATON_RELAY=off: the relay is off; this is a local console";
+    let (running, warning) = match config.relay {
+        Relay::Off => (None, Some(off.to_string())),
+        _ => match embedded::start(opts, &config) {
+            Ok(r) => (Some(r), None),
             Err(e) => {
-                warning = Some(format!(
-                    "the relay is unavailable ({e}); this is a local console"
-                ))
+                let why = format!("the relay is unavailable ({e}); this is a local console");
+                (None, Some(why))
             }
-        }
-    }
+        },
+    };
     let socket = running.as_ref().map(|r| r.socket.clone());
     let id = running.as_ref().map(|r| r.id.clone()).unwrap_or_default();
     let result = run_view(socket, id, warning, &config, true);
@@ -190,7 +187,7 @@ fn run_view(
         config: config.clone(),
         embedded,
     };
-    let events = match &ctl.client {
+    let mut events = match &ctl.client {
         Some(c) => match c.subscribe(json!({"since": 1})) {
             Ok(rx) => rx,
             Err(e) => {
@@ -213,7 +210,6 @@ fn run_view(
     let mut tty =
         Tty::open().map_err(|e| Error::Env(format!("cannot set up the terminal: {e}")))?;
     refresh_header(&mut ctl, &mut view);
-    let mut events = events;
     loop {
         let (cols, rows) = tty.size();
         let _ = tty.draw(&view.render(cols, rows));
@@ -420,7 +416,8 @@ fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Li
             Ok(text) => view.push(Role::System, text),
             Err(e) => view.push(Role::Refusal, e.to_string()),
         },
-        "/requeue" | "/discard" => requeue_or_discard(cmd, rest, view, ctl),
+        "/requeue" => requeue_or_discard(cmd, Call::InboxRequeue, rest, view, ctl),
+        "/discard" => requeue_or_discard(cmd, Call::InboxDiscard, rest, view, ctl),
         other => view.push(
             Role::Refusal,
             format!("unknown command {}: /help lists them", escape(other)),
@@ -507,16 +504,10 @@ fn reply_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Se
 }
 
 /// `/requeue ID` and `/discard ID`.
-fn requeue_or_discard(cmd: &str, rest: &str, view: &mut View, ctl: &mut Control) {
+fn requeue_or_discard(cmd: &str, call: Call, rest: &str, view: &mut View, ctl: &mut Control) {
     if rest.is_empty() {
-        view.push(Role::Refusal, format!("usage: {cmd} ID"));
-        return;
+        return view.push(Role::Refusal, format!("usage: {cmd} ID"));
     }
-    let call = if cmd == "/requeue" {
-        Call::InboxRequeue
-    } else {
-        Call::InboxDiscard
-    };
     match ctl.call::<Handled>(call, json!({"message_id": rest})) {
         Ok(r) => view.push(
             if r.status == "requeued" || r.status == "discarded" {
