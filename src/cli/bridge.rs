@@ -126,24 +126,19 @@ fn join(
     }
     let socket = std::path::Path::new(&peer.manifest.socket);
     let stream = UnixStream::connect(socket).map_err(|e| Error::io("connect to", socket, e))?;
-    let stream = bridged::declare(stream, peer, socket)?;
+    let mut stream = bridged::declare(stream, peer, socket)?;
     let mut to_socket = stream
         .try_clone()
         .map_err(|e| Error::io("connect to", socket, e))?;
     std::thread::spawn(move || {
-        if to_socket.write_all(&held).is_ok() {
-            for chunk in input {
-                if to_socket.write_all(&chunk).is_err() {
-                    break;
-                }
-            }
-        }
+        let _ = std::iter::once(held)
+            .chain(input)
+            .try_for_each(|chunk| to_socket.write_all(&chunk));
         let _ = to_socket.shutdown(std::net::Shutdown::Write);
     });
-    let mut from_socket = stream;
     let mut stdout = std::io::stdout().lock();
     let mut buf = [0u8; 8192];
-    while let Ok(n @ 1..) = from_socket.read(&mut buf) {
+    while let Ok(n @ 1..) = stream.read(&mut buf) {
         if stdout
             .write_all(&buf[..n])
             .and_then(|()| stdout.flush())
