@@ -85,6 +85,16 @@ pub const fn value(long: &'static str, help: &'static str) -> Opt {
     }
 }
 
+impl Opt {
+    /// The option with a one-letter alias too (`-n`).
+    pub const fn alias(self, short: char) -> Opt {
+        Opt {
+            short: Some(short),
+            ..self
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Args {
     pub positional: Vec<String>,
@@ -221,12 +231,7 @@ mod tests {
     const OPTS: &[Opt] = &[
         switch("json", ""),
         value("name", ""),
-        Opt {
-            long: "help",
-            short: Some('h'),
-            takes_value: false,
-            help: "",
-        },
+        switch("help", "").alias('h'),
     ];
 
     fn p(v: &[&str]) -> Result<Args> {

@@ -450,12 +450,7 @@ mod tests {
             opts: &[
                 super::super::args::value("tmux-pane", "the pane"),
                 super::super::args::value("profile", "coding or sysadmin"),
-                super::super::Opt {
-                    long: "attach",
-                    short: Some('a'),
-                    takes_value: false,
-                    help: "attach",
-                },
+                super::super::args::switch("attach", "attach").alias('a'),
             ],
             run: never,
         },
@@ -464,12 +459,7 @@ mod tests {
             usage: "",
             summary: "",
             opts: &[
-                super::super::Opt {
-                    long: "lines",
-                    short: Some('n'),
-                    takes_value: true,
-                    help: "the last N",
-                },
+                super::super::args::value("lines", "the last N").alias('n'),
                 super::super::args::switch("utc", "UTC"),
                 super::super::args::switch("follow", "follow"),
                 super::super::args::value("since", "since"),

@@ -40,12 +40,7 @@ pub struct Command {
     run: fn(&Args, &Config) -> Result<ExitCode>,
 }
 
-const HELP: Opt = Opt {
-    long: "help",
-    short: Some('h'),
-    takes_value: false,
-    help: "show this help",
-};
+const HELP: Opt = switch("help", "show this help").alias('h');
 const JSON: Opt = switch("json", "print JSON instead of text");
 const UTC: Opt = switch(
     "utc",
@@ -289,22 +284,16 @@ pub const COMMANDS: &[Command] = &[
         opts: &[
             JSON,
             UTC,
-            Opt {
-                long: "lines",
-                short: Some('n'),
-                takes_value: true,
-                help: "only the last N events",
-            },
+            value("lines", "only the last N events").alias('n'),
             value(
                 "since",
                 "only events from WHEN on: an age (30s, 10m, 2h, 1d), a date, a date and time, or a time today",
             ),
-            Opt {
-                long: "follow",
-                short: Some('f'),
-                takes_value: false,
-                help: "then go on with the live events, as 'baton watch'",
-            },
+            switch(
+                "follow",
+                "then go on with the live events, as 'baton watch'",
+            )
+            .alias('f'),
             HELP,
         ],
         run: watch::log,
