@@ -220,12 +220,8 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
 fn read_stdin() -> chan::Receiver<String> {
     let (tx, rx) = chan::unbounded::<String>();
     std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
+        let mut lines = std::io::stdin().lock().lines().map_while(|l| l.ok());
+        let _ = lines.try_for_each(|line| tx.send(line));
     });
     rx
 }

@@ -89,36 +89,23 @@ pub fn attach(socket: PathBuf, id: String, config: &Config) -> Result<()> {
 /// Entries for the transcript, from a worker.
 type Lines = Vec<(Role, String)>;
 
-/// What the view's loop waits for.
-enum Input {
-    Key(termion::event::Key),
-    Signal(i32),
-}
-
-fn key_channel() -> chan::Receiver<Input> {
+fn key_channel() -> chan::Receiver<termion::event::Key> {
     let (tx, rx) = chan::unbounded();
     std::thread::spawn(move || {
         use termion::input::TermRead;
-        for k in std::io::stdin().keys().map_while(|k| k.ok()) {
-            if tx.send(Input::Key(k)).is_err() {
-                break;
-            }
-        }
+        let mut keys = std::io::stdin().keys().map_while(|k| k.ok());
+        let _ = keys.try_for_each(|k| tx.send(k));
     });
     rx
 }
 
-fn signal_channel() -> Result<chan::Receiver<Input>> {
+fn signal_channel() -> Result<chan::Receiver<i32>> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
     let mut signals = signal_hook::iterator::Signals::new([SIGWINCH, SIGTERM, SIGHUP, SIGINT])
         .map_err(|e| Error::Env(format!("cannot install signal handlers: {e}")))?;
     let (tx, rx) = chan::unbounded();
     std::thread::spawn(move || {
-        for sig in signals.forever() {
-            if tx.send(Input::Signal(sig)).is_err() {
-                break;
-            }
-        }
+        let _ = signals.forever().try_for_each(|sig| tx.send(sig));
     });
     Ok(rx)
 }
@@ -215,15 +202,15 @@ fn run_view(
         let _ = tty.draw(&view.render(cols, rows));
         select! {
             recv(keys) -> k => match k {
-                Ok(Input::Key(k)) => {
+                Ok(k) => {
                     if handle_key(k, &mut view, &mut ctl, &work_tx, rows) {
                         break;
                     }
                 }
-                _ => break,
+                Err(_) => break,
             },
             recv(signals) -> s => {
-                if matches!(s, Ok(Input::Signal(sig)) if sig != signal_hook::consts::SIGWINCH) {
+                if matches!(s, Ok(sig) if sig != signal_hook::consts::SIGWINCH) {
                     break;
                 }
             },
@@ -243,10 +230,8 @@ fn run_view(
                 }
             },
             recv(work) -> w => {
-                if let Ok(lines) = w {
-                    for (role, text) in lines {
-                        view.push(role, text);
-                    }
+                for (role, text) in w.unwrap_or_default() {
+                    view.push(role, text);
                 }
             },
         }
