@@ -200,12 +200,10 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
         End::Unknown => (Some("unknown"), None, None),
         End::TimedOut(last) => (None, None, last.map(Pending::as_str)),
     };
+    let done = outcome == Some(Outcome::Done.as_str());
     let code = match &end {
         End::TimedOut(_) => ExitCode::WaitTimedOut,
-        End::Final {
-            outcome: Outcome::Done,
-            ..
-        } => ExitCode::Ok,
+        _ if done => ExitCode::Ok,
         _ => ExitCode::Refused,
     };
     if args.flag("json") {
@@ -228,10 +226,7 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
     }
     let (id, who) = (escape(message_id), escape(name));
     match end {
-        End::Final {
-            outcome: Outcome::Done,
-            ..
-        } => {}
+        _ if done => {}
         End::Final { outcome, .. } => eprintln!("baton: message {id} ended {outcome} at {who}"),
         End::Unknown => eprintln!(
             "baton: {who} does not know message {id} (its record is gone, or another agent has the name now)"
