@@ -51,7 +51,7 @@ pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
     let start = Instant::now();
     let (mut v, r) = if peer.wire == Wire::Zcoder {
         let r = zcoder_ping(config, &peer)?;
-        (serde_json::to_value(&r).expect("serializes"), r)
+        (json!(r), r)
     } else {
         call_on::<Pong>(config, &peer, Method::Ping)?
     };
@@ -75,7 +75,7 @@ pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
 /// ping answered (its frame has nothing more to ask).
 fn zcoder_status(args: &Args, config: &Config, peer: &Peer) -> Result<ExitCode> {
     let state = zcoder_ping(config, peer)?.state;
-    let mut r = serde_json::to_value(&peer.manifest).expect("serializes");
+    let mut r = json!(peer.manifest);
     r["state"] = json!(state);
     r["wire"] = json!("zcoder");
     if args.flag("json") {

@@ -220,7 +220,7 @@ fn print_reply(reply: &ReplySent) {
 /// A whole inbox, as a table or (`--json`) as one page.
 fn print_list(args: &Args, all: &InboxPage) -> Result<ExitCode> {
     if args.flag("json") {
-        emit_json(&serde_json::to_value(all).expect("serializes"));
+        emit_json(&json!(all));
         return Ok(ExitCode::Ok);
     }
     // `rejected`: expired or bad tasks, which the operator may requeue or

@@ -37,20 +37,14 @@ fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
         return Ok(crate::relay::known_spools()
             .iter()
             .filter(|s| s.running(&found.peers).is_none())
-            .map(|s| serde_json::to_value(s).expect("serializes"))
+            .map(|s| json!(s))
             .collect());
     }
-    let mut out: Vec<Value> = found
-        .peers
-        .iter()
-        .map(|p| serde_json::to_value(&p.manifest).expect("serializes"))
-        .collect();
+    let mut out: Vec<Value> = found.peers.iter().map(|p| json!(p.manifest)).collect();
     if args.flag("all") {
         for s in &found.skipped {
-            let mut v = match &s.manifest {
-                Some(m) => serde_json::to_value(m).expect("serializes"),
-                None => json!({}),
-            };
+            // Without a manifest, an object of its own members.
+            let mut v = json!(s.manifest);
             v["path"] = json!(s.path.display().to_string());
             if let (None, Some(id)) = (v.get("instance_id"), &s.instance_id) {
                 v["instance_id"] = json!(id);
