@@ -4,7 +4,9 @@
 //! read before a request waits are kept in order, so a piped
 //! `printf 'y\nn\n'` answers the first request y and the second n.
 
+use crate::event_text::who_asked;
 use crate::sanitize::escape;
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::VecDeque;
 
@@ -59,22 +61,25 @@ pub struct Waiting {
 }
 
 impl Waiting {
-    /// The `approval/request` `msg`, as it waits.
-    pub fn of(msg: &Value) -> Waiting {
-        let params = &msg["params"];
-        let tool = params.get("message_id").is_none();
-        let id = if tool {
-            &params["request_id"]
-        } else {
-            &params["message_id"]
-        };
-        let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+    /// The request `req`, whose id is `rid`, as it waits.
+    pub fn of(rid: Value, req: Request) -> Waiting {
+        let tool = req.message_id.is_none();
+        let id = if tool { req.request_id } else { req.message_id };
         Waiting {
-            rid: msg["id"].clone(),
-            message_id: text(id),
+            rid,
+            message_id: id.unwrap_or_default(),
             tool,
-            approval_id: text(&params["approval_id"]),
-            digest: params["digest"].clone(),
+            approval_id: req.approval_id.unwrap_or_default(),
+            digest: req.digest,
+        }
+    }
+
+    fn decided(self, decision: Decision) -> Decided {
+        Decided {
+            rid: self.rid,
+            message_id: self.message_id,
+            decision,
+            digest: self.digest,
         }
     }
 }
@@ -107,12 +112,7 @@ impl Approvals {
             .position(|a| a.id.as_deref().is_some_and(|p| w.message_id.starts_with(p)))
             .or_else(|| self.early.iter().position(|a| a.id.is_none()));
         match pos.and_then(|i| self.early.remove(i)) {
-            Some(a) => Some(Decided {
-                rid: w.rid,
-                message_id: w.message_id,
-                decision: a.decision,
-                digest: w.digest,
-            }),
+            Some(a) => Some(w.decided(a.decision)),
             None => {
                 self.waiting.push_back(w);
                 None
@@ -145,12 +145,7 @@ impl Approvals {
             }
         };
         match i.and_then(|i| self.waiting.remove(i)) {
-            Some(w) => Ok(Some(Decided {
-                rid: w.rid,
-                message_id: w.message_id,
-                decision: a.decision,
-                digest: w.digest,
-            })),
+            Some(w) => Ok(Some(w.decided(a.decision))),
             None => {
                 self.early.push_back(a);
                 Ok(None)
@@ -173,74 +168,89 @@ impl Approvals {
     }
 }
 
-/// What the operator reads before allowing a tool call an MCP host
-/// relayed: the tool, who asked, what it does, its input (all escaped).
-fn describe_tool(params: &Value) -> String {
-    let s = |k: &str| {
-        params
-            .get(k)
-            .and_then(Value::as_str)
-            .map(|v| escape(v).into_owned())
-            .unwrap_or_default()
-    };
-    let mut out = format!(
-        "tool call {} waits for permission\n  tool:  {}\n",
-        s("request_id"),
-        s("tool_name")
-    );
-    let who = crate::instance::who_asked(params);
-    out.push_str(&format!("  asked: by {}\n", escape(&who)));
-    for (label, k) in [("what", "description"), ("input", "input_preview")] {
-        for l in params.get(k).and_then(Value::as_str).unwrap_or("").lines() {
-            out.push_str(&format!("  {label}: {}\n", escape(l)));
-        }
-    }
-    out
+/// The params of an `approval/request` (docs/protocol.md): a task's
+/// (its id, who sent it, its mode, size and first lines) or a tool call's
+/// that an MCP host relayed (`request_id`, the tool, who asked, what it
+/// does and its input), with the approval's id and the digest of what
+/// they show. One with a member of another type reads as empty.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub struct Request {
+    message_id: Option<String>,
+    from: Option<String>,
+    workspace: Option<String>,
+    pid: Option<u64>,
+    mode: Option<String>,
+    bytes: Option<u64>,
+    lines: Option<u64>,
+    excerpt: Option<String>,
+    request_id: Option<String>,
+    tool_name: Option<String>,
+    host: Option<String>,
+    host_pid: Option<u64>,
+    description: Option<String>,
+    input_preview: Option<String>,
+    approval_id: Option<String>,
+    digest: Value,
 }
 
-/// What the operator reads before deciding: who sent the task, from
-/// where, its mode, size and first lines (all escaped).
-pub fn describe(params: &Value) -> String {
-    if params.get("message_id").is_none() && params.get("request_id").is_some() {
-        return describe_tool(params);
+impl Request {
+    /// An `approval/request`'s `params`.
+    pub fn read(params: &Value) -> Request {
+        Request::deserialize(params).unwrap_or_default()
     }
-    let s = |k: &str| {
-        params
-            .get(k)
-            .and_then(Value::as_str)
-            .map(|v| escape(v).into_owned())
-    };
-    let id = s("message_id").unwrap_or_default();
-    let mut out = format!("task {id} waits for approval\n");
-    let from = s("from").unwrap_or_else(|| "?".into());
-    let mut who = format!("  from:  {from}");
-    if let Some(ws) = s("workspace") {
-        who.push_str(&format!(", workspace {ws}"));
-    }
-    if let Some(pid) = params.get("pid").and_then(Value::as_u64) {
-        who.push_str(&format!(", pid {pid}"));
-    }
-    out.push_str(&who);
-    out.push('\n');
-    if let Some(mode) = s("mode") {
-        out.push_str(&format!("  mode:  {mode}\n"));
-    }
-    if let Some(bytes) = params.get("bytes").and_then(Value::as_u64) {
-        let lines = params.get("lines").and_then(Value::as_u64).unwrap_or(0);
-        let plural = if lines == 1 { "" } else { "s" };
-        out.push_str(&format!("  body:  {bytes} bytes, {lines} line{plural}\n"));
-    }
-    if let Some(ex) = params.get("excerpt").and_then(Value::as_str) {
-        let shown = ex.lines().count() as u64;
-        for l in ex.lines() {
-            out.push_str(&format!("  | {}\n", escape(l)));
+
+    /// What the operator reads before deciding: who sent the task, from
+    /// where, its mode, size and first lines; or for a tool call, the
+    /// tool, who asked, what it does, its input (all escaped).
+    pub fn describe(&self) -> String {
+        let s = |v: &Option<String>| v.as_deref().map(|v| escape(v).into_owned());
+        if self.message_id.is_none() && self.request_id.is_some() {
+            let mut out = format!(
+                "tool call {} waits for permission\n  tool:  {}\n",
+                s(&self.request_id).unwrap_or_default(),
+                s(&self.tool_name).unwrap_or_default()
+            );
+            let who = who_asked(self.host.as_deref(), self.host_pid, self.pid);
+            out.push_str(&format!("  asked: by {}\n", escape(&who)));
+            for (label, v) in [("what", &self.description), ("input", &self.input_preview)] {
+                for l in v.as_deref().unwrap_or("").lines() {
+                    out.push_str(&format!("  {label}: {}\n", escape(l)));
+                }
+            }
+            return out;
         }
-        let lines = params.get("lines").and_then(Value::as_u64).unwrap_or(0);
-        if lines > shown {
-            out.push_str(&format!("  | … {} more lines\n", lines - shown));
+        let id = s(&self.message_id).unwrap_or_default();
+        let mut out = format!("task {id} waits for approval\n");
+        let from = s(&self.from).unwrap_or_else(|| "?".into());
+        let mut who = format!("  from:  {from}");
+        if let Some(ws) = s(&self.workspace) {
+            who.push_str(&format!(", workspace {ws}"));
         }
+        if let Some(pid) = self.pid {
+            who.push_str(&format!(", pid {pid}"));
+        }
+        out.push_str(&who);
+        out.push('\n');
+        if let Some(mode) = s(&self.mode) {
+            out.push_str(&format!("  mode:  {mode}\n"));
+        }
+        let lines = self.lines.unwrap_or(0);
+        if let Some(bytes) = self.bytes {
+            let plural = if lines == 1 { "" } else { "s" };
+            out.push_str(&format!("  body:  {bytes} bytes, {lines} line{plural}\n"));
+        }
+        if let Some(ex) = &self.excerpt {
+            let shown = ex.lines().count() as u64;
+            for l in ex.lines() {
+                out.push_str(&format!("  | {}\n", escape(l)));
+            }
+            if lines > shown {
+                out.push_str(&format!("  | … {} more lines\n", lines - shown));
+            }
+        }
+        out
     }
-    out
 }
 
 #[cfg(test)]
@@ -318,7 +328,7 @@ mod tests {
     fn describe_shows_context_escaped() {
         let p = json!({"message_id": "t-1", "from": "alice", "workspace": "/w\x1b", "pid": 7,
                        "mode": "queue", "bytes": 30, "lines": 7, "excerpt": "a\nb\x07"});
-        let d = describe(&p);
+        let d = Request::read(&p).describe();
         assert!(d.contains("from:  alice, workspace /w\\e, pid 7"), "{d}");
         assert!(d.contains("body:  30 bytes, 7 lines"), "{d}");
         assert!(
@@ -332,7 +342,7 @@ mod tests {
         let p = json!({"request_id": "tbxkq", "tool_name": "Bash", "pid": 9,
                        "host": "claude\x07", "host_pid": 8,
                        "description": "List files", "input_preview": "{\"command\":\"ls\x1b\"}"});
-        let d = describe(&p);
+        let d = Request::read(&p).describe();
         assert_eq!(
             d,
             "tool call tbxkq waits for permission\n  tool:  Bash\n  \

@@ -42,14 +42,20 @@ pub fn check_name(what: &str, name: &str) -> Result<()> {
     Err(Error::Usage(format!("{what} {shown}: {NAME_RULE}")))
 }
 
-/// The prefix a command's usage errors start with: `serve: `, or nothing
-/// for `baton` itself (whose errors `baton: ` already introduces).
-fn prefix(cmd: &str) -> String {
-    if cmd.is_empty() {
-        String::new()
-    } else {
-        format!("{cmd}: ")
+/// `--name` and `--profile` of `cmd` (serve, mcp), checked: the profile,
+/// `coding` when none is given.
+pub fn name_and_profile<'a>(args: &'a Args, cmd: &str) -> Result<&'a str> {
+    if let Some(name) = args.value("name") {
+        check_name(&format!("{cmd}: --name"), name)?;
     }
+    let profile = args.value("profile").unwrap_or("coding");
+    if !PROFILES.contains(&profile) {
+        return Err(Error::Usage(format!(
+            "{cmd}: --profile {}: use coding or sysadmin",
+            crate::sanitize::escape(profile)
+        )));
+    }
+    Ok(profile)
 }
 
 /// One option a command accepts.
@@ -76,6 +82,16 @@ pub const fn value(long: &'static str, help: &'static str) -> Opt {
         short: None,
         takes_value: true,
         help,
+    }
+}
+
+impl Opt {
+    /// The option with a one-letter alias too (`-n`).
+    pub const fn alias(self, short: char) -> Opt {
+        Opt {
+            short: Some(short),
+            ..self
+        }
     }
 }
 
@@ -138,13 +154,15 @@ pub fn parse(cmd: &str, argv: &[OsString], opts: &[Opt]) -> Result<Args> {
     let mut args = Args::default();
     let mut it = argv.iter();
     let mut only_positional = false;
+    // A command's usage errors start with its name (`serve: `); those of
+    // `baton` itself need nothing, since `baton: ` introduces them.
+    let usage = |what: String| match cmd {
+        "" => Error::Usage(what),
+        cmd => Error::Usage(format!("{cmd}: {what}")),
+    };
     while let Some(raw) = it.next() {
         let Some(arg) = raw.to_str() else {
-            return Err(Error::Usage(format!(
-                "{}argument {:?} is not valid UTF-8",
-                prefix(cmd),
-                raw
-            )));
+            return Err(usage(format!("argument {raw:?} is not valid UTF-8")));
         };
         if only_positional || arg == "-" || !arg.starts_with('-') {
             args.positional.push(arg.to_string());
@@ -175,36 +193,18 @@ pub fn parse(cmd: &str, argv: &[OsString], opts: &[Opt]) -> Result<Args> {
                 .ok_or_else(|| unknown(cmd, arg))?;
             (opt, None)
         };
-        let value = if opt.takes_value {
-            match inline {
-                Some(v) => Some(v),
-                None => match it.next().map(|v| v.to_str()) {
-                    Some(Some(v)) => Some(v.to_string()),
-                    Some(None) => {
-                        return Err(Error::Usage(format!(
-                            "{}the value of --{} is not valid UTF-8",
-                            prefix(cmd),
-                            opt.long
-                        )));
-                    }
-                    None => {
-                        return Err(Error::Usage(format!(
-                            "{}--{} needs a value",
-                            prefix(cmd),
-                            opt.long
-                        )));
-                    }
-                },
-            }
-        } else {
-            if inline.is_some() {
-                return Err(Error::Usage(format!(
-                    "{}--{} takes no value",
-                    prefix(cmd),
-                    opt.long
-                )));
-            }
-            None
+        let long = opt.long;
+        let value = match (opt.takes_value, inline) {
+            (true, Some(v)) => Some(v),
+            (true, None) => match it.next().map(|v| v.to_str()) {
+                Some(Some(v)) => Some(v.to_string()),
+                Some(None) => {
+                    return Err(usage(format!("the value of --{long} is not valid UTF-8")));
+                }
+                None => return Err(usage(format!("--{long} needs a value"))),
+            },
+            (false, Some(_)) => return Err(usage(format!("--{long} takes no value"))),
+            (false, None) => None,
         };
         args.given.push((opt.long, value));
     }
@@ -231,12 +231,7 @@ mod tests {
     const OPTS: &[Opt] = &[
         switch("json", ""),
         value("name", ""),
-        Opt {
-            long: "help",
-            short: Some('h'),
-            takes_value: false,
-            help: "",
-        },
+        switch("help", "").alias('h'),
     ];
 
     fn p(v: &[&str]) -> Result<Args> {

@@ -2,7 +2,7 @@
 //! -a`/`--attach`: on the one serving this directory; and bare `baton`'s
 //! offer to attach when this directory is already served.
 
-use super::args::{Args, Opt};
+use super::args::{Args, Opt, switch};
 use super::target;
 use crate::config::{Config, Relay};
 use crate::error::{Error, ExitCode, Result};
@@ -12,12 +12,11 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 /// `baton -a`, `baton --attach`.
-pub const ATTACH: Opt = Opt {
-    long: "attach",
-    short: Some('a'),
-    takes_value: false,
-    help: "open the view on the instance serving this directory instead of starting one",
-};
+pub const ATTACH: Opt = switch(
+    "attach",
+    "open the view on the instance serving this directory instead of starting one",
+)
+.alias('a');
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "attach", 1)?;

@@ -19,8 +19,9 @@ use crate::relay::{self, Route};
 use crate::sanitize::escape;
 use crate::server::{self, SendRequest};
 use crate::status::Status;
+use crate::wire::INVALID_REQUEST;
 use crate::wire::Method;
-use crate::wire::answer::HelloParams;
+use crate::wire::answer::{Hello, HelloParams, Offline, Software};
 use crate::{registry, sys, wire};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -57,15 +58,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             if !relay::known_spools().iter().any(|s| s.name == t) {
                 return Err(Error::NoTarget(why));
             }
-            return offline(
-                config,
-                t,
-                ChunkReader {
-                    rx: input,
-                    chunk: Vec::new(),
-                    at: 0,
-                },
-            );
+            return offline(config, t, input);
         }
         (Err(e), _) => return Err(e),
     };
@@ -78,14 +71,9 @@ fn stdin_chunks() -> crossbeam_channel::Receiver<Vec<u8>> {
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
         let mut buf = [0u8; 8192];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if tx.send(buf[..n].to_vec()).is_err() {
-                        break;
-                    }
-                }
+        while let Ok(n @ 1..) = stdin.read(&mut buf) {
+            if tx.send(buf[..n].to_vec()).is_err() {
+                break;
             }
         }
     });
@@ -138,35 +126,25 @@ fn join(
     }
     let socket = std::path::Path::new(&peer.manifest.socket);
     let stream = UnixStream::connect(socket).map_err(|e| Error::io("connect to", socket, e))?;
-    let stream = bridged::declare(stream, peer, socket)?;
+    let mut stream = bridged::declare(stream, peer, socket)?;
     let mut to_socket = stream
         .try_clone()
         .map_err(|e| Error::io("connect to", socket, e))?;
     std::thread::spawn(move || {
-        if to_socket.write_all(&held).is_ok() {
-            for chunk in input {
-                if to_socket.write_all(&chunk).is_err() {
-                    break;
-                }
-            }
-        }
+        let _ = std::iter::once(held)
+            .chain(input)
+            .try_for_each(|chunk| to_socket.write_all(&chunk));
         let _ = to_socket.shutdown(std::net::Shutdown::Write);
     });
-    let mut from_socket = stream;
     let mut stdout = std::io::stdout().lock();
     let mut buf = [0u8; 8192];
-    loop {
-        match from_socket.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if stdout
-                    .write_all(&buf[..n])
-                    .and_then(|()| stdout.flush())
-                    .is_err()
-                {
-                    break;
-                }
-            }
+    while let Ok(n @ 1..) = stream.read(&mut buf) {
+        if stdout
+            .write_all(&buf[..n])
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
+            break;
         }
     }
     Ok(ExitCode::Ok)
@@ -176,10 +154,19 @@ fn join(
 /// `initialize` (`instance` null, `offline` naming it) and routes each
 /// `message/send` as a plain local send does: stored in the spool, or
 /// delivered if the agent has started meanwhile.
-fn offline(config: &Config, target: &str, input: ChunkReader) -> Result<ExitCode> {
+fn offline(
+    config: &Config,
+    target: &str,
+    input: crossbeam_channel::Receiver<Vec<u8>>,
+) -> Result<ExitCode> {
     super::sent::not_in_a_turn()?;
     let dir = registry::ensure_dir(config)?;
-    let mut input = BufReader::new(input);
+    let (chunk, at) = (Vec::new(), 0);
+    let mut input = BufReader::new(ChunkReader {
+        rx: input,
+        chunk,
+        at,
+    });
     let mut out = std::io::stdout().lock();
     loop {
         let mut line = Vec::new();
@@ -193,18 +180,13 @@ fn offline(config: &Config, target: &str, input: ChunkReader) -> Result<ExitCode
         }
         let too_long = line.len() > config.max_bytes;
         let answer = match serde_json::from_slice::<Value>(&line) {
-            _ if too_long => error_line(&Value::Null, wire::INVALID_REQUEST, "line too long"),
-            Err(_) => error_line(&Value::Null, wire::PARSE_ERROR, "not JSON"),
+            _ if too_long => wire::error_line(&Value::Null, INVALID_REQUEST, "line too long", None),
+            Err(_) => wire::error_line(&Value::Null, wire::PARSE_ERROR, "not JSON", None),
             // A notification has no answer.
             Ok(req) if req.get("id").is_none() => continue,
             Ok(req) => offline_call(config, &dir, target, &req),
         };
-        if out
-            .write_all(format!("{answer}\n").as_bytes())
-            .and_then(|()| out.flush())
-            .is_err()
-            || too_long
-        {
+        if out.write_all(&answer).and_then(|()| out.flush()).is_err() || too_long {
             return Ok(ExitCode::Ok);
         }
     }
@@ -232,39 +214,38 @@ impl Read for ChunkReader {
     }
 }
 
-fn error_line(id: &Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-}
-
-/// One request to a stopped agent's stand-in.
-fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Value {
+/// One request to a stopped agent's stand-in: its answer line.
+fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Vec<u8> {
     let id = &req["id"];
     let p = &req["params"];
+    let error = |code, message: &str| wire::error_line(id, code, message, None);
     let result = match req["method"].as_str().unwrap_or("") {
-        "initialize" => json!({
-            "protocol_version": 1,
-            "server": {"name": "baton", "version": env!("CARGO_PKG_VERSION")},
-            "instance": null,
-            "offline": {"name": target},
-        }),
+        "initialize" => serde_json::to_value(Hello {
+            offline: Some(Offline {
+                name: target.to_string(),
+            }),
+            protocol_version: wire::PROTOCOL,
+            server: Software::baton("baton"),
+            ..Hello::default()
+        })
+        .expect("serializes"),
         "message/send" => {
             // Read and checked as a live instance does (server/), but for
             // the target: a stopped agent has no instance id to name.
-            let mut params = match p {
-                Value::Object(m) => m.clone(),
-                _ => return error_line(id, wire::INVALID_PARAMS, "params must be an object"),
+            let Value::Object(mut params) = p.clone() else {
+                return error(wire::INVALID_PARAMS, "params must be an object");
             };
             params
                 .entry("target_instance_id")
                 .or_insert_with(|| json!(""));
             let req = match SendRequest::from_params(&params) {
                 Ok(req) => req,
-                Err(e) => return error_line(id, e.code, &e.message),
+                Err(e) => return error(e.code, &e.message),
             };
             if let Err(v) = server::check_request(config, &req) {
                 let refusal =
                     json!({"status": v.status, "message_id": req.message_id, "reason": v.reason});
-                return json!({"jsonrpc": "2.0", "id": id, "result": refusal});
+                return wire::result_line(id, &refusal);
             }
             let (message_id, body, mode) = (
                 req.message_id.as_str(),
@@ -303,10 +284,10 @@ fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Value
                 escape(target),
                 escape(m)
             );
-            return error_line(id, wire::METHOD_NOT_FOUND, &why);
+            return error(wire::METHOD_NOT_FOUND, &why);
         }
     };
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+    wire::result_line(id, &result)
 }
 
 /// A via command (`sh -c "VIA REMOTE ARGS..."`) running in a process group
@@ -326,13 +307,10 @@ impl Via {
     /// ...` VIA shares one connection per VIA (`multiplexed`).
     pub fn spawn(via: &str, config: &Config, remote_args: &[&str], multiplex: bool) -> Result<Via> {
         let quoted: Vec<String> = remote_args.iter().map(|a| shell_quote(a)).collect();
-        let line = match multiplex {
-            true => multiplexed(via, config),
-            false => None,
-        };
+        let line = multiplex.then(|| multiplexed(via, config)).flatten();
         let line = line.unwrap_or_else(|| via.to_string());
-        let mut cmd = Command::new("/bin/sh");
-        cmd.arg("-c")
+        let child = Command::new("/bin/sh")
+            .arg("-c")
             .arg(format!(
                 "{line} {} {}",
                 remote_command(config),
@@ -341,8 +319,7 @@ impl Via {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .process_group(0);
-        let child = cmd
+            .process_group(0)
             .spawn()
             .map_err(|e| Error::Transport(format!("cannot run {}: {e}", escape(via))))?;
         Ok(Via { child })
@@ -529,17 +506,10 @@ impl Remote {
     /// `VIA baton bridge --offline TARGET`: the live instance, or a
     /// stopped agent's stand-in.
     pub fn open(via: &str, target: &str, config: &Config, multiplex: bool) -> Result<Remote> {
-        check_target(target)?;
         let timeout = remote_timeout(config);
         let until = Some(Instant::now() + timeout);
-        Remote::start(
-            via,
-            config,
-            &["bridge", "--offline", target],
-            multiplex,
-            until,
-        )?
-        .ok_or_else(|| no_answer(timeout))
+        Remote::start(via, target, config, multiplex, "--offline", until)?
+            .ok_or_else(|| no_answer(timeout))
     }
 
     /// `VIA baton bridge --await TARGET`: the live instance named TARGET,
@@ -552,24 +522,20 @@ impl Remote {
         multiplex: bool,
         deadline: Option<Instant>,
     ) -> Result<Option<Remote>> {
-        check_target(target)?;
-        Remote::start(
-            via,
-            config,
-            &["bridge", "--await", target],
-            multiplex,
-            deadline,
-        )
+        Remote::start(via, target, config, multiplex, "--await", deadline)
     }
 
+    /// `VIA baton bridge HOW TARGET`, initialized by `until`.
     fn start(
         via: &str,
+        target: &str,
         config: &Config,
-        remote_args: &[&str],
         multiplex: bool,
+        how: &str,
         until: Option<Instant>,
     ) -> Result<Option<Remote>> {
-        let mut via = Via::spawn(via, config, remote_args, multiplex)?;
+        check_target(target)?;
+        let mut via = Via::spawn(via, config, &["bridge", how, target], multiplex)?;
         let input = via.child.stdin.take().expect("piped");
         let out = via.child.stdout.take().expect("piped");
         let timeout = remote_timeout(config);

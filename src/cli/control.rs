@@ -51,7 +51,7 @@ pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
     let start = Instant::now();
     let (mut v, r) = if peer.wire == Wire::Zcoder {
         let r = zcoder_ping(config, &peer)?;
-        (serde_json::to_value(&r).expect("serializes"), r)
+        (json!(r), r)
     } else {
         call_on::<Pong>(config, &peer, Method::Ping)?
     };
@@ -75,28 +75,27 @@ pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
 /// ping answered (its frame has nothing more to ask).
 fn zcoder_status(args: &Args, config: &Config, peer: &Peer) -> Result<ExitCode> {
     let state = zcoder_ping(config, peer)?.state;
-    let mut r = serde_json::to_value(&peer.manifest).expect("serializes");
+    let mut r = json!(peer.manifest);
     r["state"] = json!(state);
     r["wire"] = json!("zcoder");
     if args.flag("json") {
         emit_json(&r);
         return Ok(ExitCode::Ok);
     }
-    let s = |k: &str| match r.get(k) {
-        Some(Value::String(s)) if !s.is_empty() => escape(s).into_owned(),
-        Some(Value::String(_) | Value::Null) | None => "-".into(),
-        Some(v) => v.to_string(),
+    let m = &peer.manifest;
+    let s = |v: &str| match v {
+        "" => "-".into(),
+        v => escape(v).into_owned(),
     };
     emit(&format!(
-        "name:        {}\ninstance:    {}\npid:         {}\nstate:       {}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nwire:        zcoder (its frame tells no queue, spool or task)\n",
-        s("name"),
-        s("instance_id"),
-        s("pid"),
-        s("state"),
-        s("profile"),
-        s("model"),
-        s("workspace"),
-        s("socket"),
+        "name:        {}\ninstance:    {}\npid:         {}\nstate:       {state}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nwire:        zcoder (its frame tells no queue, spool or task)\n",
+        s(&m.name),
+        s(&m.instance_id),
+        m.pid,
+        s(&m.profile),
+        s(&m.model),
+        s(&m.workspace),
+        s(&m.socket),
     ));
     Ok(ExitCode::Ok)
 }
@@ -136,7 +135,7 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
 /// `pause` and `resume`. A pause is answered once the acceptances before
 /// it are stored (up to 4 s: docs/protocol.md `control/pause`), so `baton
 /// pause` waits as long as the instance's own connection thread does.
-fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
+pub fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
     let mut config = config.clone();
     if cmd == "pause" {
         config.io_timeout = config.io_timeout.max(ANSWER_WAIT_MIN);
@@ -159,12 +158,4 @@ fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
         ));
     }
     Ok(ExitCode::Ok)
-}
-
-pub fn pause(args: &Args, config: &Config) -> Result<ExitCode> {
-    set_paused(args, config, "pause")
-}
-
-pub fn resume(args: &Args, config: &Config) -> Result<ExitCode> {
-    set_paused(args, config, "resume")
 }

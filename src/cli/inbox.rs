@@ -37,15 +37,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     };
     let mut conn = target::connect(config, &peer)?;
     let call = match action {
-        "list" => {
-            let all = list_all(&mut conn, &peer)?;
-            if args.flag("json") {
-                emit_json(&serde_json::to_value(&all).expect("serializes"));
-            } else {
-                print_list(&all);
-            }
-            return Ok(ExitCode::Ok);
-        }
+        "list" => return print_list(args, &list_all(&mut conn, &peer)?),
         "claim" => Call::InboxClaim,
         "complete" => Call::InboxComplete,
         "requeue" => Call::InboxRequeue,
@@ -153,12 +145,7 @@ fn list_stopped(
         rejected: l.rejected,
         ..InboxPage::default()
     };
-    if args.flag("json") {
-        emit_json(&serde_json::to_value(&all).expect("serializes"));
-    } else {
-        print_list(&all);
-    }
-    Ok(ExitCode::Ok)
+    print_list(args, &all)
 }
 
 /// `inbox claim`: the envelope on stdout (it says how to reply).
@@ -230,7 +217,12 @@ fn print_reply(reply: &ReplySent) {
     }
 }
 
-fn print_list(all: &InboxPage) {
+/// A whole inbox, as a table or (`--json`) as one page.
+fn print_list(args: &Args, all: &InboxPage) -> Result<ExitCode> {
+    if args.flag("json") {
+        emit_json(&json!(all));
+        return Ok(ExitCode::Ok);
+    }
     // `rejected`: expired or bad tasks, which the operator may requeue or
     // discard.
     let rows: Vec<[String; 5]> = all
@@ -256,4 +248,5 @@ fn print_list(all: &InboxPage) {
             &rows,
         ));
     }
+    Ok(ExitCode::Ok)
 }

@@ -205,9 +205,7 @@ fn on_event(msg: &Value, seen: &mut Seen) -> bool {
 
 /// Asks the instance once what waits: `control/status`, then the queue.
 fn look(config: &Config, peer: &Peer) -> Result<Seen> {
-    let socket = Path::new(&peer.manifest.socket);
-    let mut conn =
-        Session::open(socket, config.io_timeout).map_err(|e| target::transport(peer, e))?;
+    let mut conn = target::connect(config, peer)?;
     let st: ControlStatus = conn
         .call(Call::ControlStatus, json!({}))
         .map_err(|e| target::transport(peer, e))?;

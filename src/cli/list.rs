@@ -4,98 +4,153 @@ use super::args::Args;
 use super::{emit, emit_json, target};
 use crate::client::request;
 use crate::config::Config;
-use crate::error::{ExitCode, Result};
+use crate::error::{Error, ExitCode, Result};
 use crate::registry;
 use crate::sanitize::escape;
 use crate::text::table;
 use crate::wire::Method;
 use crate::wire::answer::{Hello, HelloParams, Pong, Reply};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "list", 0)?;
-    if let Some(via) = args.value("via") {
-        return remote(args, config, via);
+    let (items, here) = match args.value("via") {
+        Some(via) => (remote(args, config, via)?, false),
+        None => (local(args, config)?, true),
+    };
+    if args.flag("json") {
+        emit_json(&Value::Array(items));
+    } else {
+        print(args, &items, here);
     }
+    Ok(ExitCode::Ok)
+}
+
+/// This host's `list --json` items: the live instances, with `--all` the
+/// entries skipped, and the scans cut short; with `--offline` the names
+/// with a spool and no live instance, which a sender can still deliver
+/// to (unless they opted out).
+fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
     let found = target::discover(config)?;
     if args.flag("offline") {
-        return offline(args, &found);
-    }
-    if args.flag("json") {
-        let mut out: Vec<Value> = found
-            .peers
+        return Ok(crate::relay::known_spools()
             .iter()
-            .map(|p| serde_json::to_value(&p.manifest).expect("serializes"))
-            .collect();
-        if args.flag("all") {
-            for s in &found.skipped {
-                let mut v = match &s.manifest {
-                    Some(m) => serde_json::to_value(m).expect("serializes"),
-                    None => json!({}),
-                };
-                v["path"] = json!(s.path.display().to_string());
-                if let (None, Some(id)) = (v.get("instance_id"), &s.instance_id) {
-                    v["instance_id"] = json!(id);
-                }
-                v["wire"] = json!(s.wire.as_str());
-                v["problem"] = json!(s.problem);
-                out.push(v);
+            .filter(|s| s.running(&found.peers).is_none())
+            .map(|s| json!(s))
+            .collect());
+    }
+    let mut out: Vec<Value> = found.peers.iter().map(|p| json!(p.manifest)).collect();
+    if args.flag("all") {
+        for s in &found.skipped {
+            // Without a manifest, an object of its own members.
+            let mut v = json!(s.manifest);
+            v["path"] = json!(s.path.display().to_string());
+            if let (None, Some(id)) = (v.get("instance_id"), &s.instance_id) {
+                v["instance_id"] = json!(id);
             }
+            v["wire"] = json!(s.wire.as_str());
+            v["problem"] = json!(s.problem);
+            out.push(v);
         }
-        // A truncated scan says so with or without `--all`: what it did
-        // not look at may be what the reader is looking for.
-        for t in &found.truncated {
-            out.push(json!({
-                "path": t.path.display().to_string(),
-                "wire": t.wire.as_str(),
-                "problem": t.problem(),
-                "not_looked_at": t.not_looked_at,
-                "unlisted": t.unlisted,
-            }));
-        }
-        emit_json(&Value::Array(out));
-        return Ok(ExitCode::Ok);
     }
+    // A truncated scan says so with or without `--all`: what it did
+    // not look at may be what the reader is looking for.
     for t in &found.truncated {
-        eprintln!(
-            "baton: {}: {}",
-            escape(&t.path.display().to_string()),
-            t.problem()
-        );
+        out.push(json!({
+            "path": t.path.display().to_string(),
+            "wire": t.wire.as_str(),
+            "problem": t.problem(),
+            "not_looked_at": t.not_looked_at,
+            "unlisted": t.unlisted,
+        }));
     }
-    if found.peers.is_empty() {
-        eprintln!("baton: no other live instances");
-    } else {
-        let rows: Vec<[String; 6]> = found
-            .peers
+    Ok(out)
+}
+
+/// An item of `list --json`, as far as the text shows it: a live
+/// instance; an entry skipped or a scan cut short (`problem`, and
+/// `not_looked_at` for the latter); or with `--offline` a known spool.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Item {
+    name: String,
+    pid: u32,
+    state: Option<String>,
+    instance_id: String,
+    wire: String,
+    workspace: String,
+    path: String,
+    problem: Option<String>,
+    not_looked_at: Option<u64>,
+    queued: usize,
+    offline: bool,
+}
+
+/// `list`'s items as text; `here` when they are this host's, whose
+/// skipped entries `--all` shows too.
+fn print(args: &Args, items: &[Value], here: bool) {
+    let items: Vec<Item> = (items.iter())
+        .map(|v| Item::deserialize(v).unwrap_or_default())
+        .collect();
+    for t in items.iter().filter(|t| t.not_looked_at.is_some()) {
+        let problem = t.problem.as_deref().unwrap_or("");
+        eprintln!("baton: {}: {}", escape(&t.path), escape(problem));
+    }
+    if args.flag("offline") {
+        if here && items.is_empty() {
+            eprintln!("baton: no known names are offline");
+            return;
+        }
+        let rows: Vec<[String; 4]> = items
             .iter()
-            .map(|p| {
-                let m = &p.manifest;
+            .map(|s| {
                 [
-                    escape(&m.name).into_owned(),
-                    m.pid.to_string(),
-                    m.state.clone(),
-                    m.instance_id.clone(),
-                    p.wire.as_str().to_string(),
-                    escape(&m.workspace).into_owned(),
+                    escape(&s.name).into_owned(),
+                    s.queued.to_string(),
+                    if s.offline { "yes" } else { "no" }.to_string(),
+                    escape(&s.workspace).into_owned(),
                 ]
             })
             .collect();
+        let head = ["NAME", "QUEUED", "OFFLINE_DELIVERY", "WORKSPACE"];
+        return emit(&table(head, &rows));
+    }
+    let rows: Vec<[String; 6]> = items
+        .iter()
+        .filter(|t| t.problem.is_none())
+        .map(|t| {
+            [
+                escape(&t.name).into_owned(),
+                t.pid.to_string(),
+                escape(t.state.as_deref().unwrap_or("")).into_owned(),
+                escape(&t.instance_id).into_owned(),
+                escape(&t.wire).into_owned(),
+                escape(&t.workspace).into_owned(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() && here {
+        eprintln!("baton: no other live instances");
+    } else if rows.is_empty() {
+        eprintln!("baton: no live instances there");
+    } else {
         emit(&table(
             ["NAME", "PID", "STATE", "ID", "WIRE", "WORKSPACE"],
             &rows,
         ));
     }
-    if args.flag("all") {
-        for s in &found.skipped {
-            emit(&format!(
-                "skipped {}: {}\n",
-                escape(&s.path.display().to_string()),
-                escape(&s.problem)
-            ));
+    if here && args.flag("all") {
+        for t in items.iter().filter(|t| t.not_looked_at.is_none()) {
+            if let Some(problem) = &t.problem {
+                emit(&format!(
+                    "skipped {}: {}\n",
+                    escape(&t.path),
+                    escape(problem)
+                ));
+            }
         }
     }
-    Ok(ExitCode::Ok)
 }
 
 pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
@@ -127,47 +182,8 @@ pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
     Ok(ExitCode::Ok)
 }
 
-/// `list --offline`: names with a spool and no live instance, which a
-/// sender can still deliver to (unless they opted out).
-fn offline(args: &Args, found: &registry::Discovery) -> Result<ExitCode> {
-    let live = |s: &crate::relay::KnownSpool| {
-        found
-            .peers
-            .iter()
-            .any(|p| p.manifest.name == s.name && p.manifest.workspace == s.workspace)
-    };
-    let known: Vec<crate::relay::KnownSpool> = crate::relay::known_spools()
-        .into_iter()
-        .filter(|s| !live(s))
-        .collect();
-    if args.flag("json") {
-        emit_json(&serde_json::to_value(&known).expect("serializes"));
-        return Ok(ExitCode::Ok);
-    }
-    if known.is_empty() {
-        eprintln!("baton: no known names are offline");
-        return Ok(ExitCode::Ok);
-    }
-    let rows: Vec<[String; 4]> = known
-        .iter()
-        .map(|s| {
-            [
-                escape(&s.name).into_owned(),
-                s.queued.to_string(),
-                if s.offline { "yes" } else { "no" }.to_string(),
-                escape(&s.workspace).into_owned(),
-            ]
-        })
-        .collect();
-    emit(&table(
-        ["NAME", "QUEUED", "OFFLINE_DELIVERY", "WORKSPACE"],
-        &rows,
-    ));
-    Ok(ExitCode::Ok)
-}
-
-/// `list --via 'ssh host'`: the remote `baton list --json`, shown here.
-fn remote(args: &Args, config: &Config, via: &str) -> Result<ExitCode> {
+/// `list --via 'ssh host'`: the items of the remote `baton list --json`.
+fn remote(args: &Args, config: &Config, via: &str) -> Result<Vec<Value>> {
     let mut remote_args = vec!["list", "--json"];
     if args.flag("all") {
         remote_args.push("--all");
@@ -180,7 +196,7 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<ExitCode> {
     // and that one instance is what can be listed through it.
     let probe = [
         request(1, Method::Initialize, HelloParams::new("baton")),
-        request(2, Method::Ping, serde_json::json!({})),
+        request(2, Method::Ping, json!({})),
     ]
     .concat();
     let (code, out) = super::bridge::run_to_end(
@@ -190,8 +206,8 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<ExitCode> {
         &probe,
         !args.flag("no-multiplex"),
     )?;
-    let items = match serde_json::from_slice::<Vec<Value>>(&out) {
-        Ok(items) if code == Some(0) => items,
+    match serde_json::from_slice::<Vec<Value>>(&out) {
+        Ok(items) if code == Some(0) => Ok(items),
         _ => match forced_bridge(&out) {
             Some(item) => {
                 eprintln!(
@@ -199,69 +215,17 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<ExitCode> {
                     escape(via),
                     escape(item["name"].as_str().unwrap_or(""))
                 );
-                vec![item]
+                Ok(vec![item])
             }
             None => {
                 let what = format!("{} baton list failed", escape(via));
-                return Err(match code {
-                    Some(0) => {
-                        crate::error::Error::Transport(format!("{what}: its answer is not a list"))
-                    }
+                Err(match code {
+                    Some(0) => Error::Transport(format!("{what}: its answer is not a list")),
                     code => super::bridge::failed(&what, code),
-                });
+                })
             }
         },
-    };
-    if args.flag("json") {
-        emit_json(&Value::Array(items));
-        return Ok(ExitCode::Ok);
     }
-    for t in items.iter().filter(|v| v.get("not_looked_at").is_some()) {
-        let s = |k: &str| escape(t[k].as_str().unwrap_or("")).into_owned();
-        eprintln!("baton: {}: {}", s("path"), s("problem"));
-    }
-    if args.flag("offline") {
-        let rows: Vec<[String; 4]> = items
-            .iter()
-            .map(|v| {
-                [
-                    escape(v["name"].as_str().unwrap_or("")).into_owned(),
-                    v["queued"].to_string(),
-                    if v["offline"] == true { "yes" } else { "no" }.to_string(),
-                    escape(v["workspace"].as_str().unwrap_or("")).into_owned(),
-                ]
-            })
-            .collect();
-        emit(&table(
-            ["NAME", "QUEUED", "OFFLINE_DELIVERY", "WORKSPACE"],
-            &rows,
-        ));
-        return Ok(ExitCode::Ok);
-    }
-    let rows: Vec<[String; 6]> = items
-        .iter()
-        .filter(|v| v.get("problem").is_none())
-        .map(|v| {
-            let s = |k: &str| escape(v[k].as_str().unwrap_or("")).into_owned();
-            [
-                s("name"),
-                v["pid"].to_string(),
-                s("state"),
-                s("instance_id"),
-                s("wire"),
-                s("workspace"),
-            ]
-        })
-        .collect();
-    if rows.is_empty() {
-        eprintln!("baton: no live instances there");
-    } else {
-        emit(&table(
-            ["NAME", "PID", "STATE", "ID", "WIRE", "WORKSPACE"],
-            &rows,
-        ));
-    }
-    Ok(ExitCode::Ok)
 }
 
 /// The instance a forced `baton bridge NAME` answered the probe for, as a
@@ -280,7 +244,7 @@ fn forced_bridge(out: &[u8]) -> Option<Value> {
     let hello: Hello = serde_json::from_value(result(1)?).ok()?;
     let m = hello.instance?;
     let state = result(2).and_then(|p| serde_json::from_value::<Pong>(p).ok());
-    Some(serde_json::json!({
+    Some(json!({
         "name": m.name,
         "pid": m.pid,
         "state": state.map(|p| p.state),

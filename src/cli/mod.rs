@@ -40,12 +40,7 @@ pub struct Command {
     run: fn(&Args, &Config) -> Result<ExitCode>,
 }
 
-const HELP: Opt = Opt {
-    long: "help",
-    short: Some('h'),
-    takes_value: false,
-    help: "show this help",
-};
+const HELP: Opt = switch("help", "show this help").alias('h');
 const JSON: Opt = switch("json", "print JSON instead of text");
 const UTC: Opt = switch(
     "utc",
@@ -217,14 +212,14 @@ pub const COMMANDS: &[Command] = &[
         usage: "baton pause [TARGET] [--json]",
         summary: "refuse new tasks (status paused); queued tasks are kept",
         opts: &[JSON, HELP],
-        run: control::pause,
+        run: |args, config| control::set_paused(args, config, "pause"),
     },
     Command {
         name: "resume",
         usage: "baton resume [TARGET] [--json]",
         summary: "accept tasks again and continue the queue",
         opts: &[JSON, HELP],
-        run: control::resume,
+        run: |args, config| control::set_paused(args, config, "resume"),
     },
     Command {
         name: "inbox",
@@ -289,22 +284,16 @@ pub const COMMANDS: &[Command] = &[
         opts: &[
             JSON,
             UTC,
-            Opt {
-                long: "lines",
-                short: Some('n'),
-                takes_value: true,
-                help: "only the last N events",
-            },
+            value("lines", "only the last N events").alias('n'),
             value(
                 "since",
                 "only events from WHEN on: an age (30s, 10m, 2h, 1d), a date, a date and time, or a time today",
             ),
-            Opt {
-                long: "follow",
-                short: Some('f'),
-                takes_value: false,
-                help: "then go on with the live events, as 'baton watch'",
-            },
+            switch(
+                "follow",
+                "then go on with the live events, as 'baton watch'",
+            )
+            .alias('f'),
             HELP,
         ],
         run: watch::log,
@@ -409,12 +398,9 @@ fn overview() -> String {
 pub fn command_help(c: &Command) -> String {
     let mut s = format!("usage: {}\n\n{}\n\noptions:\n", c.usage, c.summary);
     for o in c.opts {
-        let flag = match (o.short, o.takes_value) {
-            (Some(sh), true) => format!("-{sh}, --{} VALUE", o.long),
-            (Some(sh), false) => format!("-{sh}, --{}", o.long),
-            (None, true) => format!("--{} VALUE", o.long),
-            (None, false) => format!("--{}", o.long),
-        };
+        let short = o.short.map(|c| format!("-{c}, ")).unwrap_or_default();
+        let value = if o.takes_value { " VALUE" } else { "" };
+        let flag = format!("{short}--{}{value}", o.long);
         s.push_str(&format!("  {flag:<22} {}\n", o.help));
     }
     s
@@ -501,18 +487,13 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         }
         return serve::interactive(&args, &config);
     }
-    let (cmd, rest) = {
-        match COMMANDS.iter().find(|c| c.name == first) {
-            Some(c) => (c, &argv[1..]),
-            None => {
-                return Err(Error::Usage(format!(
-                    "unknown command {}: see 'baton help'",
-                    crate::sanitize::escape(&argv[0].to_string_lossy())
-                )));
-            }
-        }
+    let Some(cmd) = COMMANDS.iter().find(|c| c.name == first) else {
+        return Err(Error::Usage(format!(
+            "unknown command {}: see 'baton help'",
+            crate::sanitize::escape(&argv[0].to_string_lossy())
+        )));
     };
-    let args = args::parse(cmd.name, rest, cmd.opts)?;
+    let args = args::parse(cmd.name, &argv[1..], cmd.opts)?;
     if args.flag("help") {
         emit(&command_help(cmd));
         return Ok(ExitCode::Ok);

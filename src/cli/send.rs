@@ -6,7 +6,7 @@
 use super::args::Args;
 use super::{emit_json, target};
 use crate::client::{ClientError, Session};
-use crate::config::Config;
+use crate::config::{Config, baton_socket, baton_turn};
 use crate::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer};
 use crate::relay;
@@ -16,7 +16,7 @@ use crate::wire;
 use crate::wire::{Call, Method};
 use serde_json::{Value, json};
 use std::io::{IsTerminal, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// How far past the limit stdin is read, only to count its size, when the
 /// body is too large (an endless stream is not read to its end).
@@ -74,15 +74,34 @@ fn body(arg: Option<&str>, config: &Config) -> Result<String> {
     Ok(body)
 }
 
-/// The instance this command runs inside, if it answers.
-fn inside(config: &Config) -> Option<(PathBuf, Session)> {
-    let sock = crate::config::baton_socket()?;
-    let conn = Session::open(&sock, config.io_timeout).ok()?;
-    Some((sock, conn))
+/// A session with the instance this command runs inside, if it answers.
+fn inside(config: &Config) -> Option<Session> {
+    Session::open(&baton_socket()?, config.io_timeout).ok()
 }
 
-fn turn_token() -> Option<String> {
-    crate::config::baton_turn()
+/// `relay/send`'s params: `params` with the turn, when there is one, and
+/// `--message-id`.
+fn relay_params(args: &Args, mut params: Value, turn: Option<String>) -> Value {
+    if let Some(t) = turn {
+        params["turn"] = json!(t);
+    }
+    if let Some(id) = args.value("message-id") {
+        params["message_id"] = json!(id);
+    }
+    params
+}
+
+/// `--message-id`, or a new id.
+fn message_id(args: &Args) -> Result<String> {
+    let new = || {
+        Ok(format!(
+            "{}-{}",
+            std::process::id(),
+            registry::random_digits(16)?
+        ))
+    };
+    args.value("message-id")
+        .map_or_else(new, |id| Ok(id.to_string()))
 }
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
@@ -120,20 +139,16 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         // Outside a turn there is nothing to answer: say so before
         // reading a body from stdin.
         let outside = "send: --reply answers the task of the current turn, so it works only inside one ($BATON_SOCKET and $BATON_TURN are set there); to answer a task claimed with 'baton inbox claim', use 'baton inbox complete ID --reply TEXT'";
-        let has_socket = crate::config::baton_socket().is_some();
-        if turn_token().is_none() || !has_socket {
+        if baton_turn().is_none() || baton_socket().is_none() {
             return Err(Error::Usage(outside.into()));
         }
         let body = body(args.positional.first().map(String::as_str), config)?;
-        let (Some(token), Some((_, mut conn))) = (turn_token(), inside(config)) else {
+        let (Some(token), Some(mut conn)) = (baton_turn(), inside(config)) else {
             return Err(Error::Usage(outside.into()));
         };
-        let mut params = json!({"reply": true, "body": body, "turn": token, "mode": mode});
-        if let Some(id) = args.value("message-id") {
-            params["message_id"] = json!(id);
-        }
+        let params = json!({"reply": true, "body": body, "mode": mode});
         let r = conn
-            .call(Call::RelaySend, params)
+            .call(Call::RelaySend, relay_params(args, params, Some(token)))
             .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
         return super::sent::report(args, &r);
     }
@@ -156,16 +171,10 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     if let Some(via) = args.value("via") {
         return remote(args, config, via, target_arg, &body, mode);
     }
-    if let Some((_, mut conn)) = inside(config) {
-        let mut params = json!({"target": target_arg, "body": body, "mode": mode});
-        if let Some(t) = turn_token() {
-            params["turn"] = json!(t);
-        }
-        if let Some(id) = args.value("message-id") {
-            params["message_id"] = json!(id);
-        }
+    if let Some(mut conn) = inside(config) {
+        let params = json!({"target": target_arg, "body": body, "mode": mode});
         let r = conn
-            .call(Call::RelaySend, params)
+            .call(Call::RelaySend, relay_params(args, params, baton_turn()))
             .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
         return finish(args, config, &r);
     }
@@ -186,16 +195,11 @@ fn from_instance(
 ) -> Result<ExitCode> {
     let peer = target::resolve(config, Some(from))?;
     let mut conn = target::connect(config, &peer)?;
-    let mut params = json!({"target": target_arg, "body": body, "mode": mode});
     let own = target::own_instance_id();
-    if let Some(t) = turn_token().filter(|_| own.as_deref() == Some(&*peer.manifest.instance_id)) {
-        params["turn"] = json!(t);
-    }
-    if let Some(id) = args.value("message-id") {
-        params["message_id"] = json!(id);
-    }
+    let turn = baton_turn().filter(|_| own.as_deref() == Some(&*peer.manifest.instance_id));
+    let params = json!({"target": target_arg, "body": body, "mode": mode});
     let r = conn
-        .call(Call::RelaySend, params)
+        .call(Call::RelaySend, relay_params(args, params, turn))
         .map_err(|e| target::transport(&peer, e))?;
     finish(args, config, &r)
 }
@@ -209,10 +213,7 @@ fn remote(
     body: &str,
     mode: &str,
 ) -> Result<ExitCode> {
-    let message_id = match args.value("message-id") {
-        Some(id) => id.to_string(),
-        None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
-    };
+    let message_id = message_id(args)?;
     let multiplex = !args.flag("no-multiplex");
     // A via command that fails is a `transport` result, as a local
     // send's would be: with --json, one that names the id to retry with.
@@ -272,15 +273,8 @@ fn remote(
             config,
             multiplex,
         };
-        let first = match live {
-            true => Some(r),
-            // The stand-in's session ends here, not after the wait.
-            false => {
-                drop(r);
-                None
-            }
-        };
-        return super::wait::run_via(args, &result, first, &reach);
+        // The stand-in's session ends here, not after the wait.
+        return super::wait::run_via(args, &result, live.then_some(r), &reach);
     }
     super::sent::report(args, &result)
 }
@@ -320,10 +314,7 @@ fn plain(
     body: &str,
     mode: &str,
 ) -> Result<ExitCode> {
-    let message_id = match args.value("message-id") {
-        Some(id) => id.to_string(),
-        None => format!("{}-{}", std::process::id(), registry::random_digits(16)?),
-    };
+    let message_id = message_id(args)?;
     super::sent::not_in_a_turn()?;
     let dir = registry::ensure_dir(config)?;
     let make = || super::sent::plain_task(&message_id, body, mode);
@@ -331,22 +322,24 @@ fn plain(
         relay::Route::Live(p) => *p,
         relay::Route::Done(v) => return finish(args, config, &v),
     };
-    if peer.wire == registry::Wire::Zcoder && args.flag("wait") {
-        return Err(Error::Usage(format!(
-            "send: {} is a zcoder instance, which cannot say when a task ends: --wait needs a baton receiver",
-            escape(&peer.manifest.name)
-        )));
-    }
+    let failed_twice = |e: ClientError| {
+        Error::Transport(format!(
+            "send to {} ({}) failed twice: {e}; the task may or may not have arrived: retry with --message-id {message_id}",
+            escape(&peer.manifest.name),
+            peer.manifest.instance_id
+        ))
+    };
     if peer.wire == registry::Wire::Zcoder {
+        if args.flag("wait") {
+            return Err(Error::Usage(format!(
+                "send: {} is a zcoder instance, which cannot say when a task ends: --wait needs a baton receiver",
+                escape(&peer.manifest.name)
+            )));
+        }
         // A plain command line has no instance for zcoder to verify; the
         // zcoder instance decides what to make of that.
-        let mut result = relay::deliver_zcoder(config, &peer, &message_id, body, None).map_err(|e| {
-            Error::Transport(format!(
-                "send to {} ({}) failed twice: {e}; the task may or may not have arrived: retry with --message-id {message_id}",
-                escape(&peer.manifest.name),
-                peer.manifest.instance_id
-            ))
-        })?;
+        let mut result =
+            relay::deliver_zcoder(config, &peer, &message_id, body, None).map_err(failed_twice)?;
         result["target"] = target_of(&peer);
         return super::sent::report(args, &result);
     }
@@ -359,26 +352,20 @@ fn plain(
         "mode": mode,
     });
     relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
-    let delivered = match relay::deliver(config, &peer, &params) {
+    let mut result = match relay::deliver(config, &peer, &params) {
+        Ok(v) => v,
         // The receiver could not store the task (its spool failed): not a
         // verdict on the task, which was not accepted and may be sent
         // again, as when a stopped agent's spool fails (relay::route).
         Err(ClientError::Rpc {
             code: wire::INTERNAL_ERROR,
             message,
-        }) => Ok(json!({"status": Status::Transport, "message_id": message_id, "reason": message})),
-        other => other,
-    };
-    let mut result = delivered.map_err(|e| match e {
-        ClientError::Rpc { .. } | ClientError::TooManyConnections { .. } => {
-            target::transport(&peer, e)
+        }) => json!({"status": Status::Transport, "message_id": message_id, "reason": message}),
+        Err(e @ (ClientError::Rpc { .. } | ClientError::TooManyConnections { .. })) => {
+            return Err(target::transport(&peer, e));
         }
-        e => Error::Transport(format!(
-            "send to {} ({}) failed twice: {e}; the task may or may not have arrived: retry with --message-id {message_id}",
-            escape(&peer.manifest.name),
-            peer.manifest.instance_id
-        )),
-    })?;
+        Err(e) => return Err(failed_twice(e)),
+    };
     result["target"] = target_of(&peer);
     finish(args, config, &result)
 }

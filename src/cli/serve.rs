@@ -9,33 +9,20 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    let mut opts = options(args)?;
-    opts.ttl = opts.ttl.or(config.ttl);
-    instance::serve(opts, config.clone())?;
+    instance::serve(options(args, config)?, config.clone())?;
     Ok(ExitCode::Ok)
 }
 
 /// `baton` with no command: the same options, and the interactive view.
 pub fn interactive(args: &Args, config: &Config) -> Result<ExitCode> {
-    let mut opts = options(args)?;
-    opts.ttl = opts.ttl.or(config.ttl);
-    crate::tui::interactive(opts, config.clone())?;
+    crate::tui::interactive(options(args, config)?, config.clone())?;
     Ok(ExitCode::Ok)
 }
 
-/// The instance `serve`'s options describe.
-pub fn options(args: &Args) -> Result<ServeOptions> {
+/// The instance `serve`'s options describe (`--ttl`, else `BATON_TTL`).
+fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
     super::at_most(args, "serve", 0)?;
-    if let Some(name) = args.value("name") {
-        super::args::check_name("serve: --name", name)?;
-    }
-    let profile = args.value("profile").unwrap_or("coding");
-    if !super::args::PROFILES.contains(&profile) {
-        return Err(Error::Usage(format!(
-            "serve: --profile {}: use coding or sysadmin",
-            crate::sanitize::escape(profile)
-        )));
-    }
+    let profile = super::args::name_and_profile(args, "serve")?;
     let model = args.value("model").unwrap_or("").to_string();
     if model.len() > 256 || model.chars().any(crate::sanitize::is_unsafe) {
         return Err(Error::Usage(
@@ -78,7 +65,7 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
         }
     };
     let ttl = match args.value("ttl") {
-        None => None,
+        None => config.ttl,
         Some(v) => match v.parse::<u64>() {
             Ok(n) if n >= 1 && v.bytes().all(|b| b.is_ascii_digit()) => {
                 Some(Duration::from_secs(n))
@@ -91,7 +78,7 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
             }
         },
     };
-    let opts = ServeOptions {
+    Ok(ServeOptions {
         name: args.value("name").map(str::to_string),
         workspace: args.value("workspace").map(PathBuf::from),
         profile: profile.to_string(),
@@ -108,14 +95,12 @@ pub fn options(args: &Args) -> Result<ServeOptions> {
         approve,
         ephemeral: args.flag("ephemeral"),
         zcoder: args.flag("zcoder"),
-        embedded: None,
         ttl,
         no_offline: args.flag("no-offline"),
-        reply_by_tool: false,
-        agent: None,
         tmux_pane,
-    };
-    Ok(opts)
+        // Not embedded in another front end, whose agent it would serve.
+        ..ServeOptions::default()
+    })
 }
 
 /// `--tmux-pane PANE`, checked: a tmux target (`%3`, `work:1.0`), which

@@ -49,19 +49,21 @@ pub fn check(args: &Args) -> Result<Option<Duration>> {
     Ok(timeout)
 }
 
-/// A delivery the receiver kept: what to wait for.
+/// A delivery the receiver kept: what to wait for, and until when.
 struct Kept {
     message_id: String,
     name: String,
-    /// `accepted`, `duplicate` or `stored`.
-    status: String,
     /// The instance it reached, when one did.
     target: Target,
+    /// Where `--timeout` ends the wait.
+    deadline: Option<Instant>,
 }
 
 /// A delivery the receiver did not keep is reported as it is, with no
-/// outcome (`Err`, the exit code); a kept one is waited for.
+/// outcome (`Err`, the exit code); a kept one is waited for, which is
+/// said on stderr (not with `--json`).
 fn kept(args: &Args, delivery: &Value) -> Result<std::result::Result<Kept, ExitCode>> {
+    let timeout = check(args)?;
     let r: SendResult = serde_json::from_value(delivery.clone())
         .map_err(|e| Error::Transport(format!("the send's result cannot be read: {e}")))?;
     let status = r.status();
@@ -80,31 +82,27 @@ fn kept(args: &Args, delivery: &Value) -> Result<std::result::Result<Kept, ExitC
     }
     let target = r.target.unwrap_or_default();
     let name = target.name.clone().or(args.positional.first().cloned());
-    Ok(Ok(Kept {
-        message_id: r.message_id,
-        name: name.unwrap_or_default(),
-        status: r.status,
-        target,
-    }))
-}
-
-/// Says on stderr (not with `--json`) that the wait begins.
-fn say_waiting(args: &Args, k: &Kept) {
+    let name = name.unwrap_or_default();
     if !args.flag("json") {
         eprintln!(
             "baton: {}: message {} to {}; waiting for it to end",
-            k.status,
-            escape(&k.message_id),
-            escape(&k.name)
+            r.status,
+            escape(&r.message_id),
+            escape(&name)
         );
     }
+    Ok(Ok(Kept {
+        message_id: r.message_id,
+        name,
+        target,
+        deadline: timeout.map(|t| Instant::now() + t),
+    }))
 }
 
 /// After a delivery: waits for the task when the receiver kept it, then
 /// reports the delivery and the outcome together. A refused delivery is
 /// reported as it is, with no outcome.
 pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
-    let timeout = check(args)?;
     let k = match kept(args, delivery)? {
         Ok(k) => k,
         Err(code) => return Ok(code),
@@ -115,9 +113,7 @@ pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
         workspace: k.target.workspace.clone(),
         only_workspace: false,
     };
-    say_waiting(args, &k);
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let end = follow::wait(config, &who, &k.message_id, deadline)?;
+    let end = follow::wait(config, &who, &k.message_id, k.deadline)?;
     Ok(show(args, delivery, &k.name, &k.message_id, end))
 }
 
@@ -148,13 +144,11 @@ pub fn run_via(
     first: Option<Remote>,
     reach: &Reach,
 ) -> Result<ExitCode> {
-    let timeout = check(args)?;
     let k = match kept(args, delivery)? {
         Ok(k) => k,
         Err(code) => return Ok(code),
     };
-    say_waiting(args, &k);
-    let deadline = timeout.map(|t| Instant::now() + t);
+    let deadline = k.deadline;
     let mut why = "is not running there; waiting for it to start";
     let mut first = first;
     let mut last = None;
@@ -206,12 +200,10 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
         End::Unknown => (Some("unknown"), None, None),
         End::TimedOut(last) => (None, None, last.map(Pending::as_str)),
     };
+    let done = outcome == Some(Outcome::Done.as_str());
     let code = match &end {
         End::TimedOut(_) => ExitCode::WaitTimedOut,
-        End::Final {
-            outcome: Outcome::Done,
-            ..
-        } => ExitCode::Ok,
+        _ if done => ExitCode::Ok,
         _ => ExitCode::Refused,
     };
     if args.flag("json") {
@@ -234,10 +226,7 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
     }
     let (id, who) = (escape(message_id), escape(name));
     match end {
-        End::Final {
-            outcome: Outcome::Done,
-            ..
-        } => {}
+        _ if done => {}
         End::Final { outcome, .. } => eprintln!("baton: message {id} ended {outcome} at {who}"),
         End::Unknown => eprintln!(
             "baton: {who} does not know message {id} (its record is gone, or another agent has the name now)"

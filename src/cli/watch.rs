@@ -8,7 +8,7 @@ use super::since::{Clock, parse_since};
 use super::target;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
-use crate::registry;
+use crate::registry::{self, Peer};
 use crate::relay::{self, KnownSpool};
 use crate::sanitize::escape;
 use crate::wire::answer::Subscribed;
@@ -18,23 +18,21 @@ use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 
+/// `events/subscribe` with `params`: the answer, the events, and where
+/// the answers to the instance's requests go.
 fn subscribe(
-    args: &Args,
     config: &Config,
-    cmd: &str,
+    peer: &Peer,
     params: Value,
 ) -> Result<(Subscribed, chan::Receiver<Value>, Writer)> {
-    super::at_most(args, cmd, 1)?;
-    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
-    let mut conn = target::connect(config, &peer)?;
+    let mut conn = target::connect(config, peer)?;
     let sub = conn
         .subscribe(params)
-        .map_err(|e| target::transport(&peer, e))?;
+        .map_err(|e| target::transport(peer, e))?;
     let (rx, writer) = conn.into_events();
     Ok((sub, rx, writer))
 }
 
-/// Where the answers to the instance's requests go.
 type Writer = Box<dyn Write + Send>;
 
 /// The id of the ping that marks the end of the replay.
@@ -56,11 +54,7 @@ pub(super) fn stopped(config: &Config, target: Option<&str>, why: String) -> Res
     let mut found: Vec<KnownSpool> = relay::known_spools()
         .into_iter()
         .filter(|s| target.map_or(s.workspace == cwd, |n| s.name == n))
-        .filter(|s| {
-            !live
-                .iter()
-                .any(|p| p.manifest.name == s.name && p.manifest.workspace == s.workspace)
-        })
+        .filter(|s| s.running(&live).is_none())
         .collect();
     if found.len() > 1 {
         let list: Vec<String> = found
@@ -135,21 +129,11 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "log", 1)?;
     let clock = Clock::new(args.flag("utc"));
     let filter = Filter::from_args(args, &clock)?;
-    if args.flag("follow") {
-        let (result, rx, stream) = subscribe(
-            args,
-            config,
-            "log",
-            json!({"controller": false, "since": 1}),
-        )?;
-        let last = result.next_seq.saturating_sub(1);
-        let replay = (last, filter);
-        return follow(args, &clock, rx, stream, false, Some(replay));
-    }
     let target_arg = args.positional.first().map(String::as_str);
+    let then_live = args.flag("follow");
     let peer = match target::resolve(config, target_arg) {
         Ok(peer) => peer,
-        Err(Error::NoTarget(why)) => {
+        Err(Error::NoTarget(why)) if !then_live => {
             let spool = stopped(config, target_arg, why)?;
             let keep = filter.last.map_or(usize::MAX, |n| n as usize);
             let mut shown: VecDeque<(Value, Event)> = VecDeque::new();
@@ -172,12 +156,15 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
         }
         Err(e) => return Err(e),
     };
-    let mut conn = target::connect(config, &peer)?;
-    let result = conn
-        .subscribe(json!({"since": 1}))
-        .map_err(|e| target::transport(&peer, e))?;
-    let (rx, mut stream) = conn.into_events();
+    let params = match then_live {
+        true => json!({"controller": false, "since": 1}),
+        false => json!({"since": 1}),
+    };
+    let (result, rx, mut stream) = subscribe(config, &peer, params)?;
     let last = result.next_seq.saturating_sub(1);
+    if then_live {
+        return follow(args, &clock, rx, stream, false, Some((last, filter)));
+    }
     if last == 0 {
         return Ok(ExitCode::Ok);
     }
@@ -223,7 +210,9 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
         params["since"] = json!(n);
     }
     let clock = Clock::new(args.flag("utc"));
-    let (_, rx, stream) = subscribe(args, config, "watch", params)?;
+    super::at_most(args, "watch", 1)?;
+    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
+    let (_, rx, stream) = subscribe(config, &peer, params)?;
     follow(args, &clock, rx, stream, approve, None)
 }
 
@@ -231,12 +220,8 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
 fn read_stdin() -> chan::Receiver<String> {
     let (tx, rx) = chan::unbounded::<String>();
     std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
+        let mut lines = std::io::stdin().lock().lines().map_while(|l| l.ok());
+        let _ = lines.try_for_each(|line| tx.send(line));
     });
     rx
 }
@@ -279,8 +264,9 @@ fn follow(
                         }
                     }
                     Some("approval/request") if approve => {
-                        eprint!("{}", approve::describe(&msg["params"]));
-                        match approvals.request(Waiting::of(&msg)) {
+                        let req = approve::Request::read(&msg["params"]);
+                        eprint!("{}", req.describe());
+                        match approvals.request(Waiting::of(msg["id"].clone(), req)) {
                             Some(d) => decide(&mut stream, &d, "an answer read before")?,
                             None => prompt(&approvals),
                         }
@@ -330,10 +316,8 @@ fn prompt(approvals: &Approvals) {
 /// Sends a decision as the reply to its request, with the digest of what
 /// was shown, naming this client `watch` (the instance adds our pid).
 fn decide(stream: &mut Writer, d: &Decided, how: &str) -> Result<()> {
-    let reply = json!({"jsonrpc": "2.0", "id": d.rid,
-                       "result": {"decision": d.decision.as_str(), "digest": d.digest, "by": "watch"}});
-    let mut bytes = serde_json::to_vec(&reply).expect("serializes");
-    bytes.push(b'\n');
+    let decision = json!({"decision": d.decision, "digest": d.digest, "by": "watch"});
+    let bytes = crate::wire::result_line(&d.rid, &decision);
     if stream
         .write_all(&bytes)
         .and_then(|()| stream.flush())

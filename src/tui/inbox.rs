@@ -1,6 +1,7 @@
 //! `/inbox`: the whole inbox of the view's instance, a page at a time.
 
 use crate::client::{self, ListError, PLACES};
+use crate::error::{Error, Result};
 use crate::wire::answer::InboxPage;
 use serde_json::Value;
 
@@ -8,20 +9,19 @@ use serde_json::Value;
 /// `inbox/list` with the params given), one line a task and then the
 /// count in each place. An operator who asks for the inbox means all of
 /// it, not its first 1000 tasks or 1 MiB; the view scrolls.
-pub fn inbox_listing(
-    call: &mut dyn FnMut(Value) -> std::result::Result<Value, String>,
-) -> std::result::Result<String, String> {
+pub fn inbox_listing(call: &mut dyn FnMut(Value) -> Result<Value>) -> Result<String> {
     let all = client::list_all(&mut |p| {
-        let page = call(serde_json::to_value(p).expect("serializes"))?;
-        serde_json::from_value::<InboxPage>(page).map_err(|e| format!("inbox/list answered {e}"))
+        let page = call(serde_json::json!(p))?;
+        serde_json::from_value::<InboxPage>(page)
+            .map_err(|e| Error::Transport(format!("inbox/list answered {e}")))
     });
     match all {
         Ok(all) => Ok(inbox_text(&all)),
-        Err(ListError::KeptChanging) => {
-            Err("the inbox kept changing while it was listed; try /inbox again".into())
-        }
         Err(ListError::Call(e)) => Err(e),
-        Err(e) => Err(e.to_string()),
+        Err(ListError::KeptChanging) => Err(Error::Transport(
+            "the inbox kept changing while it was listed; try /inbox again".into(),
+        )),
+        Err(e) => Err(Error::Transport(e.to_string())),
     }
 }
 

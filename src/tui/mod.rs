@@ -12,7 +12,7 @@ pub mod work;
 
 pub use inbox::inbox_listing;
 
-use crate::client::{CallError, Reconnecting, Session};
+use crate::client::{CallError, ClientError, Reconnecting, Session};
 use crate::config::{Config, Relay};
 use crate::embedded;
 use crate::error::{Error, Result};
@@ -55,20 +55,17 @@ pub fn interactive(opts: ServeOptions, config: Config) -> Result<()> {
     if let Some(why) = term::check_term() {
         return Err(Error::Env(why));
     }
-    let mut warning = None;
-    let mut running = None;
-    if config.relay == Relay::Off {
-        warning = Some("BATON_RELAY=off: the relay is off; this is a local console".to_string());
-    } else {
-        match embedded::start(opts, &config) {
-            Ok(r) => running = Some(r),
+    let off = "BATON_RELAY=off: the relay is off; this is a local console";
+    let (running, warning) = match config.relay {
+        Relay::Off => (None, Some(off.to_string())),
+        _ => match embedded::start(opts, &config) {
+            Ok(r) => (Some(r), None),
             Err(e) => {
-                warning = Some(format!(
-                    "the relay is unavailable ({e}); this is a local console"
-                ))
+                let why = format!("the relay is unavailable ({e}); this is a local console");
+                (None, Some(why))
             }
-        }
-    }
+        },
+    };
     let socket = running.as_ref().map(|r| r.socket.clone());
     let id = running.as_ref().map(|r| r.id.clone()).unwrap_or_default();
     let result = run_view(socket, id, warning, &config, true);
@@ -89,41 +86,26 @@ pub fn attach(socket: PathBuf, id: String, config: &Config) -> Result<()> {
     run_view(Some(socket), id, None, config, false)
 }
 
-/// What the view's loop waits for.
-enum Input {
-    Key(termion::event::Key),
-    Signal(i32),
-}
+/// Entries for the transcript, from a worker.
+type Lines = Vec<(Role, String)>;
 
-fn key_channel() -> chan::Receiver<Input> {
+fn key_channel() -> chan::Receiver<termion::event::Key> {
     let (tx, rx) = chan::unbounded();
     std::thread::spawn(move || {
         use termion::input::TermRead;
-        for key in std::io::stdin().keys() {
-            match key {
-                Ok(k) => {
-                    if tx.send(Input::Key(k)).is_err() {
-                        break;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
+        let mut keys = std::io::stdin().keys().map_while(|k| k.ok());
+        let _ = keys.try_for_each(|k| tx.send(k));
     });
     rx
 }
 
-fn signal_channel() -> Result<chan::Receiver<Input>> {
+fn signal_channel() -> Result<chan::Receiver<i32>> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
     let mut signals = signal_hook::iterator::Signals::new([SIGWINCH, SIGTERM, SIGHUP, SIGINT])
         .map_err(|e| Error::Env(format!("cannot install signal handlers: {e}")))?;
     let (tx, rx) = chan::unbounded();
     std::thread::spawn(move || {
-        for sig in signals.forever() {
-            if tx.send(Input::Signal(sig)).is_err() {
-                break;
-            }
-        }
+        let _ = signals.forever().try_for_each(|sig| tx.send(sig));
     });
     Ok(rx)
 }
@@ -143,15 +125,34 @@ impl Control {
         &mut self,
         method: impl Into<crate::wire::Method>,
         params: impl serde::Serialize,
-    ) -> std::result::Result<R, String> {
+    ) -> Result<R> {
         let Some(client) = &mut self.client else {
-            return Err("the relay is unavailable".into());
+            return Err(Error::Env("the relay is unavailable".into()));
         };
         client.call(method, params).map_err(|e| match e {
-            CallError::Open(e) => format!("the instance does not answer: {e}"),
-            CallError::Rpc { message, .. } => message,
-            CallError::Transport(e) => e.to_string(),
+            CallError::Open(e) => Error::Transport(format!("the instance does not answer: {e}")),
+            CallError::Rpc { message, .. } => Error::Refused(message),
+            CallError::Transport(e) => Error::Transport(e.to_string()),
         })
+    }
+
+    /// One call on a worker, on a connection of its own: it may wait on
+    /// another instance. `lines` says what it came to.
+    fn on_worker(
+        &self,
+        work: &chan::Sender<Lines>,
+        call: Call,
+        params: Value,
+        lines: impl FnOnce(std::result::Result<Value, ClientError>) -> Lines + Send + 'static,
+    ) {
+        let client = self.client.as_ref().expect("checked");
+        let socket = client.socket().to_path_buf();
+        let timeout = self.config.io_timeout;
+        let tx = work.clone();
+        std::thread::spawn(move || {
+            let r = Session::open(&socket, timeout).and_then(|mut c| c.call(call, params));
+            let _ = tx.send(lines(r));
+        });
     }
 }
 
@@ -173,7 +174,7 @@ fn run_view(
         config: config.clone(),
         embedded,
     };
-    let events = match &ctl.client {
+    let mut events = match &ctl.client {
         Some(c) => match c.subscribe(json!({"since": 1})) {
             Ok(rx) => rx,
             Err(e) => {
@@ -185,7 +186,7 @@ fn run_view(
     };
     let keys = key_channel();
     let signals = signal_channel()?;
-    let (work_tx, work) = chan::unbounded::<Vec<(Role, String)>>();
+    let (work_tx, work) = chan::unbounded::<Lines>();
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         // Leave the alternate screen first so the message can be read;
@@ -196,33 +197,29 @@ fn run_view(
     let mut tty =
         Tty::open().map_err(|e| Error::Env(format!("cannot set up the terminal: {e}")))?;
     refresh_header(&mut ctl, &mut view);
-    let mut events = events;
     loop {
         let (cols, rows) = tty.size();
         let _ = tty.draw(&view.render(cols, rows));
         select! {
             recv(keys) -> k => match k {
-                Ok(Input::Key(k)) => {
+                Ok(k) => {
                     if handle_key(k, &mut view, &mut ctl, &work_tx, rows) {
                         break;
                     }
                 }
-                _ => break,
+                Err(_) => break,
             },
             recv(signals) -> s => {
-                if matches!(s, Ok(Input::Signal(sig)) if sig != signal_hook::consts::SIGWINCH) {
+                if matches!(s, Ok(sig) if sig != signal_hook::consts::SIGWINCH) {
                     break;
                 }
             },
             recv(events) -> ev => match ev {
                 Ok(msg) => {
-                    if msg.get("method").and_then(Value::as_str) == Some("event") {
-                        view.apply_event(&msg["params"]);
-                    }
                     // Take whatever else is waiting before drawing again.
-                    while let Ok(more) = events.try_recv() {
-                        if more.get("method").and_then(Value::as_str) == Some("event") {
-                            view.apply_event(&more["params"]);
+                    for msg in std::iter::once(msg).chain(events.try_iter()) {
+                        if msg.get("method").and_then(Value::as_str) == Some("event") {
+                            view.apply_event(&msg["params"]);
                         }
                     }
                     refresh_header(&mut ctl, &mut view);
@@ -233,10 +230,8 @@ fn run_view(
                 }
             },
             recv(work) -> w => {
-                if let Ok(lines) = w {
-                    for (role, text) in lines {
-                        view.push(role, text);
-                    }
+                for (role, text) in w.unwrap_or_default() {
+                    view.push(role, text);
                 }
             },
         }
@@ -267,7 +262,7 @@ fn handle_key(
     key: termion::event::Key,
     view: &mut View,
     ctl: &mut Control,
-    work: &chan::Sender<Vec<(Role, String)>>,
+    work: &chan::Sender<Lines>,
     rows: u16,
 ) -> bool {
     use termion::event::Key;
@@ -278,8 +273,7 @@ fn handle_key(
             return submit(line.trim(), view, ctl, work);
         }
         Key::Char(c @ ('y' | 'n')) if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
-            let id = view.waiting[0].approval_id.clone();
-            decide(view, ctl, &id, if c == 'y' { "approve" } else { "deny" });
+            decide(view, ctl, "", if c == 'y' { "approve" } else { "deny" });
         }
         Key::Char('\t') => view.editor.insert(' '),
         Key::Char(c) => view.editor.insert(c),
@@ -308,7 +302,7 @@ fn handle_key(
                 Role::System,
                 format!("nothing to cancel: {}", r.reason.unwrap_or_default()),
             ),
-            Err(e) => view.push(Role::Refusal, e),
+            Err(e) => view.push(Role::Refusal, e.to_string()),
         },
         _ => {}
     }
@@ -316,16 +310,22 @@ fn handle_key(
 }
 
 /// Answers the approval that waits for `id` (a task's or a tool call's
-/// id as shown, or the approval's own) by the approval's id and the
-/// digest of what was shown. Once answered, it no longer waits here,
-/// whatever the answer: a refusal means this view cannot answer it.
+/// id as shown, or the approval's own; empty: the oldest) by the
+/// approval's id and the digest of what was shown. Once answered, it no
+/// longer waits here, whatever the answer: a refusal means this view
+/// cannot answer it.
 fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
+    let id = match (id, view.waiting.first()) {
+        ("", Some(w)) => w.approval_id.clone(),
+        ("", None) => return view.push(Role::System, "no task is waiting for approval"),
+        (id, _) => id.to_string(),
+    };
     let Some(w) = (view.waiting.iter())
         .find(|w| w.approval_id == id)
         .or_else(|| view.waiting.iter().find(|w| w.id == id))
         .cloned()
     else {
-        let why = format!("nothing waits for approval as {}", escape(id));
+        let why = format!("nothing waits for approval as {}", escape(&id));
         return view.push(Role::Refusal, why);
     };
     let answer = json!({"approval_id": w.approval_id, "digest": w.digest,
@@ -340,17 +340,12 @@ fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
             Role::Refusal,
             format!("{}: {}", r.status, r.reason.unwrap_or_default()),
         ),
-        Err(e) => view.push(Role::Refusal, e),
+        Err(e) => view.push(Role::Refusal, e.to_string()),
     }
 }
 
 /// Runs a typed line; true means quit.
-fn submit(
-    line: &str,
-    view: &mut View,
-    ctl: &mut Control,
-    work: &chan::Sender<Vec<(Role, String)>>,
-) -> bool {
+fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Lines>) -> bool {
     view.scroll = 0;
     if line.is_empty() {
         return false;
@@ -385,8 +380,8 @@ fn submit(
             let status = ctl.call::<Value>(Call::ControlStatus, json!({})).ok();
             return work::quit(view, status.as_ref(), ctl.embedded);
         }
-        "/claim" => work::claim(view, &mut |m, p| ctl.call::<Value>(m, p)),
-        "/complete" => work::complete(rest, view, &mut |m, p| ctl.call::<Value>(m, p)),
+        "/claim" => work::claim(view, &mut |m, p| ctl.call(m, p)),
+        "/complete" => work::complete(rest, view, &mut |m, p| ctl.call(m, p)),
         "/reply" => reply_command(rest, view, ctl, work),
         "/help" => view.push(Role::System, HELP),
         "/list-agents" => {
@@ -400,30 +395,14 @@ fn submit(
         }
         "/agents" => agents_command(rest, view, ctl),
         "/send" => send_command(rest, view, ctl, work),
-        "/approve" | "/deny" => {
-            let id = if rest.is_empty() {
-                match view.waiting.first() {
-                    Some(w) => w.approval_id.clone(),
-                    None => {
-                        view.push(Role::System, "no task is waiting for approval");
-                        return false;
-                    }
-                }
-            } else {
-                rest.to_string()
-            };
-            decide(
-                view,
-                ctl,
-                &id,
-                if cmd == "/approve" { "approve" } else { "deny" },
-            );
-        }
-        "/inbox" => match inbox_listing(&mut |params| ctl.call::<Value>(Call::InboxList, params)) {
+        "/approve" => decide(view, ctl, rest, "approve"),
+        "/deny" => decide(view, ctl, rest, "deny"),
+        "/inbox" => match inbox_listing(&mut |params| ctl.call(Call::InboxList, params)) {
             Ok(text) => view.push(Role::System, text),
-            Err(e) => view.push(Role::Refusal, e),
+            Err(e) => view.push(Role::Refusal, e.to_string()),
         },
-        "/requeue" | "/discard" => requeue_or_discard(cmd, rest, view, ctl),
+        "/requeue" => requeue_or_discard(cmd, Call::InboxRequeue, rest, view, ctl),
+        "/discard" => requeue_or_discard(cmd, Call::InboxDiscard, rest, view, ctl),
         other => view.push(
             Role::Refusal,
             format!("unknown command {}: /help lists them", escape(other)),
@@ -449,7 +428,7 @@ fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
             Role::Refusal,
             format!("not run: {}: {}", r.status, r.reason.unwrap_or_default()),
         ),
-        Err(e) => view.push(Role::Refusal, e),
+        Err(e) => view.push(Role::Refusal, e.to_string()),
     }
 }
 
@@ -458,7 +437,7 @@ fn agents_command(rest: &str, view: &mut View, ctl: &mut Control) {
     match rest {
         "" => match ctl.call::<ControlStatus>(Call::ControlStatus, json!({})) {
             Ok(st) => view.push(Role::System, status_text(&st)),
-            Err(e) => view.push(Role::Refusal, e),
+            Err(e) => view.push(Role::Refusal, e.to_string()),
         },
         "pause" | "resume" => match ctl.call::<Paused>(
             if rest == "pause" {
@@ -469,7 +448,7 @@ fn agents_command(rest: &str, view: &mut View, ctl: &mut Control) {
             json!({}),
         ) {
             Ok(r) => view.push(Role::System, format!("relay {}", r.state)),
-            Err(e) => view.push(Role::Refusal, e),
+            Err(e) => view.push(Role::Refusal, e.to_string()),
         },
         other => view.push(
             Role::Refusal,
@@ -479,71 +458,41 @@ fn agents_command(rest: &str, view: &mut View, ctl: &mut Control) {
 }
 
 /// `/send TARGET MESSAGE`, on a worker: a send may wait on the target.
-fn send_command(
-    rest: &str,
-    view: &mut View,
-    ctl: &mut Control,
-    work: &chan::Sender<Vec<(Role, String)>>,
-) {
+fn send_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Lines>) {
     let Some((target, message)) = rest.split_once(' ') else {
         view.push(Role::Refusal, "usage: /send TARGET MESSAGE");
         return;
     };
-    let (target, message) = (target.to_string(), message.trim().to_string());
-    let socket = ctl.client.as_ref().expect("checked").socket().to_path_buf();
-    let config = ctl.config.clone();
-    let tx = work.clone();
+    let message = message.trim();
     view.push(Role::Local, format!("/send {target} {message}"));
-    std::thread::spawn(move || {
-        let r = Session::open(&socket, config.io_timeout).and_then(|mut c| {
-            c.call::<Value>(Call::RelaySend, json!({"target": target, "body": message}))
-        });
-        let lines = match r {
-            // The outcome arrives as relay.sent, with the candidates of
-            // a `no_target`.
-            Ok(_) => vec![],
-            Err(e) => vec![(Role::Refusal, format!("send failed: {e}"))],
-        };
-        let _ = tx.send(lines);
+    let params = json!({"target": target, "body": message});
+    ctl.on_worker(work, Call::RelaySend, params, |r| match r {
+        // The outcome arrives as relay.sent, with the candidates of a
+        // `no_target`.
+        Ok(_) => vec![],
+        Err(e) => vec![(Role::Refusal, format!("send failed: {e}"))],
     });
 }
 
 /// `/reply TEXT`, on a worker: completing with a reply may wait on the
 /// sender's instance (up to four fifths of `BATON_IO_TIMEOUT`).
-fn reply_command(
-    rest: &str,
-    view: &mut View,
-    ctl: &mut Control,
-    work: &chan::Sender<Vec<(Role, String)>>,
-) {
+fn reply_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Lines>) {
     let params = match work::reply_params(rest, view) {
         Ok(p) => p,
         Err(e) => return view.push(Role::Refusal, e),
     };
     let id = params["message_id"].as_str().unwrap_or("").to_string();
-    let socket = ctl.client.as_ref().expect("checked").socket().to_path_buf();
-    let config = ctl.config.clone();
-    let tx = work.clone();
     view.push(Role::Local, format!("/reply {rest}"));
-    std::thread::spawn(move || {
-        let r = Session::open(&socket, config.io_timeout)
-            .and_then(|mut c| c.call::<Value>(Call::InboxComplete, params))
-            .map_err(|e| e.to_string());
-        let _ = tx.send(work::reply_outcome(&id, r));
+    ctl.on_worker(work, Call::InboxComplete, params, move |r| {
+        work::reply_outcome(&id, r)
     });
 }
 
 /// `/requeue ID` and `/discard ID`.
-fn requeue_or_discard(cmd: &str, rest: &str, view: &mut View, ctl: &mut Control) {
+fn requeue_or_discard(cmd: &str, call: Call, rest: &str, view: &mut View, ctl: &mut Control) {
     if rest.is_empty() {
-        view.push(Role::Refusal, format!("usage: {cmd} ID"));
-        return;
+        return view.push(Role::Refusal, format!("usage: {cmd} ID"));
     }
-    let call = if cmd == "/requeue" {
-        Call::InboxRequeue
-    } else {
-        Call::InboxDiscard
-    };
     match ctl.call::<Handled>(call, json!({"message_id": rest})) {
         Ok(r) => view.push(
             if r.status == "requeued" || r.status == "discarded" {
@@ -557,12 +506,12 @@ fn requeue_or_discard(cmd: &str, rest: &str, view: &mut View, ctl: &mut Control)
                 r.reason.map(|x| format!(": {x}")).unwrap_or_default()
             ),
         ),
-        Err(e) => view.push(Role::Refusal, e),
+        Err(e) => view.push(Role::Refusal, e.to_string()),
     }
 }
 
 /// `/list-agents`: never waits on an agent or a turn, only on pings.
-fn list_agents(config: &Config, me: &str) -> Vec<(Role, String)> {
+fn list_agents(config: &Config, me: &str) -> Lines {
     let dir = match registry::ensure_dir(config) {
         Ok(d) => d,
         Err(e) => return vec![(Role::Refusal, format!("the relay is unavailable: {e}"))],

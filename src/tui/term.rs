@@ -148,25 +148,21 @@ pub fn has_terminfo(term: &str) -> bool {
     if term.contains('/') {
         return false;
     }
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(d) = std::env::var_os("TERMINFO") {
-        dirs.push(d.into());
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        dirs.push(PathBuf::from(h).join(".terminfo"));
-    }
-    if let Some(list) = std::env::var_os("TERMINFO_DIRS") {
-        dirs.extend(std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()));
-    }
-    for d in [
-        "/etc/terminfo",
-        "/lib/terminfo",
-        "/usr/share/terminfo",
-        "/usr/lib/terminfo",
-        "/usr/local/share/terminfo",
-    ] {
-        dirs.push(d.into());
-    }
+    let var = |k| std::env::var_os(k).map(PathBuf::from);
+    let home = var("HOME").map(|h| h.join(".terminfo"));
+    let mut dirs: Vec<PathBuf> = var("TERMINFO").into_iter().chain(home).collect();
+    let listed = std::env::var_os("TERMINFO_DIRS").unwrap_or_default();
+    dirs.extend(std::env::split_paths(&listed).filter(|p| !p.as_os_str().is_empty()));
+    dirs.extend(
+        [
+            "/etc/terminfo",
+            "/lib/terminfo",
+            "/usr/share/terminfo",
+            "/usr/lib/terminfo",
+            "/usr/local/share/terminfo",
+        ]
+        .map(PathBuf::from),
+    );
     let subs = [(first as char).to_string(), format!("{first:02x}")];
     dirs.iter()
         .any(|d| subs.iter().any(|s| d.join(s).join(term).is_file()))

@@ -323,13 +323,8 @@ fn wrap(s: &str, width: usize) -> Vec<String> {
         if let Some(sp) = cut {
             end = start + sp + 1;
         }
-        out.push(
-            chars[start..end]
-                .iter()
-                .collect::<String>()
-                .trim_end()
-                .to_string(),
-        );
+        let l: String = chars[start..end].iter().collect();
+        out.push(l.trim_end().to_string());
         start = end;
         // The space a line was cut at does not start the next one.
         if start < chars.len() && chars[start] == ' ' && end > 0 && chars[end - 1] != ' ' {

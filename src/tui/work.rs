@@ -5,24 +5,25 @@
 //! the instance as a function, so the logic is tested without a socket.
 
 use super::view::{Open, Role, View};
+use crate::client::ClientError;
 use crate::status::ReplyStatus;
 use crate::wire::answer::{Claimed, ClaimedTask, Handled, Queue};
 use crate::wire::{self, Mode};
 use serde_json::{Value, json};
+use std::fmt::Display;
 
-/// One call to the view's instance: method, params, result or the error
-/// as text.
-pub type Call<'a> = &'a mut dyn FnMut(wire::Call, Value) -> Result<Value, String>;
+/// One call to the view's instance: method, params, result or why not.
+pub type Call<'a, E> = &'a mut dyn FnMut(wire::Call, Value) -> Result<Value, E>;
 
 /// An answer read as `R`; Err with the text when it cannot be.
-fn read<R: serde::de::DeserializeOwned>(r: Result<Value, String>) -> Result<R, String> {
-    serde_json::from_value(r?)
+fn read<R: serde::de::DeserializeOwned, E: Display>(r: Result<Value, E>) -> Result<R, String> {
+    serde_json::from_value(r.map_err(|e| e.to_string())?)
         .map_err(|e| format!("the instance answered what baton cannot read: {e}"))
 }
 
 /// `/claim`: the next task, shown with its sender and body, and how to
 /// answer it.
-pub fn claim(view: &mut View, call: Call) {
+pub fn claim<E: Display>(view: &mut View, call: Call<E>) {
     let r: Claimed = match read(call(wire::Call::InboxClaim, json!({}))) {
         Ok(r) => r,
         Err(e) => return view.push(Role::Refusal, e),
@@ -84,7 +85,7 @@ fn claimed(view: &mut View, t: ClaimedTask) {
 }
 
 /// `/complete [ID] [--failed]`: ID defaults to the task claimed last.
-pub fn complete(rest: &str, view: &mut View, call: Call) {
+pub fn complete<E: Display>(rest: &str, view: &mut View, call: Call<E>) {
     let mut failed = false;
     let mut id: Option<String> = None;
     for w in rest.split_whitespace() {
@@ -110,21 +111,20 @@ pub fn complete(rest: &str, view: &mut View, call: Call) {
     };
     let outcome = if failed { "failed" } else { "done" };
     let params = json!({"message_id": id, "outcome": outcome});
-    match read::<Handled>(call(wire::Call::InboxComplete, params)) {
+    match read::<Handled, E>(call(wire::Call::InboxComplete, params)) {
         Ok(r) if r.status == "completed" => {
             view.open.retain(|o| o.id != id);
             view.push(Role::System, format!("completed {id} ({outcome})"));
         }
-        Ok(r) => view.push(
-            Role::Refusal,
-            format!(
-                "cannot complete {id}: {}: {}",
-                r.status,
-                r.reason.unwrap_or_default()
-            ),
-        ),
+        Ok(r) => view.push(Role::Refusal, not_completed(&id, r)),
         Err(e) => view.push(Role::Refusal, e),
     }
+}
+
+/// Why `inbox/complete` did not complete task `id`.
+fn not_completed(id: &str, r: Handled) -> String {
+    let reason = r.reason.unwrap_or_default();
+    format!("cannot complete {id}: {}: {reason}", r.status)
 }
 
 /// `/reply TEXT`: the `inbox/complete` params that answer the task
@@ -147,20 +147,13 @@ pub fn reply_params(rest: &str, view: &View) -> Result<Value, String> {
 
 /// What an `inbox/complete` with a reply came to, as transcript lines.
 /// A delivered reply is also shown by its `relay.sent` event.
-pub fn reply_outcome(id: &str, r: Result<Value, String>) -> Vec<(Role, String)> {
+pub fn reply_outcome(id: &str, r: Result<Value, ClientError>) -> Vec<(Role, String)> {
     let r: Handled = match read(r) {
         Ok(r) => r,
         Err(e) => return vec![(Role::Refusal, format!("not completed {id}: {e}"))],
     };
     if r.status != "completed" {
-        return vec![(
-            Role::Refusal,
-            format!(
-                "cannot complete {id}: {}: {}",
-                r.status,
-                r.reason.unwrap_or_default()
-            ),
-        )];
+        return vec![(Role::Refusal, not_completed(id, r))];
     }
     let mut out = vec![(Role::System, format!("completed {id} (done)"))];
     let reply = r.reply.unwrap_or_default();
