@@ -90,8 +90,19 @@ struct Item {
 /// `list`'s items as text; `here` when they are this host's, whose
 /// skipped entries `--all` shows too.
 fn print(args: &Args, items: &[Value], here: bool) {
+    // An item this version cannot read (a remote's, say) is named and
+    // left out, not shown as a blank row.
     let items: Vec<Item> = (items.iter())
-        .map(|v| Item::deserialize(v).unwrap_or_default())
+        .filter_map(|v| match Item::deserialize(v) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!(
+                    "baton: list: an item that cannot be read ({e}): {}",
+                    escape(&v.to_string())
+                );
+                None
+            }
+        })
         .collect();
     for t in items.iter().filter(|t| t.not_looked_at.is_some()) {
         let problem = t.problem.as_deref().unwrap_or("");
