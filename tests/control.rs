@@ -8,13 +8,15 @@
 use crate::util::reliability::fd_count;
 use crate::util::{
     Env, RawClient, approval_of, event_is, lines_of, manifests, me_as_instance, poll, transcript,
-    transcript_until, wait_until,
+    transcript_until, wait_for, wait_until, writing,
 };
 use serde_json::{Value, json};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -976,35 +978,47 @@ fn a_sender_that_stops_reading_holds_back_no_event() {
         let _ = stalled.try_send_raw(&lines);
         stalled
     });
-    // The queue stops growing once the instance waits on the answers. It
-    // is watched in the spool: an answer to anyone else would write the
-    // pending events too.
-    let mut c = inst.client();
+    // A watcher reads every event as it comes, so that the only writes
+    // the instance can be waiting in are the stalled sender's answers.
+    watch
+        .stream()
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let watch_socket = watch.stream().try_clone().unwrap();
+    let heard = Arc::new(AtomicUsize::new(0));
+    let watcher = {
+        let heard = Arc::clone(&heard);
+        thread::spawn(move || {
+            while let Ok(Some(line)) = watch.try_read_line() {
+                let m: Value = serde_json::from_str(&line).unwrap();
+                assert_eq!(m["method"], "event", "{m}");
+                match m["params"]["kind"].as_str() {
+                    Some("message.accepted") => {
+                        heard.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Some("message.rejected") => panic!("a refusal: {m}"),
+                    _ => {}
+                }
+            }
+        })
+    };
+    // The queue has stopped growing once the instance is asleep writing an
+    // answer (the stalled sender's: every event has been read) and every
+    // task in the spool has been heard of. It is watched from outside: an
+    // answer to anyone else would write the pending events too.
     let inbox = inst.spool().join("inbox");
-    let mut last = (usize::MAX, Instant::now());
-    wait_until("the queue to stop growing", WAIT, || {
+    let accepted = wait_for("the instance to wait on the stalled answers", WAIT, || {
         let q = fs::read_dir(&inbox).unwrap().count();
-        if q != last.0 {
-            last = (q, Instant::now());
-        }
-        q > 0 && last.1.elapsed() > Duration::from_millis(700)
+        (q > 0 && heard.load(Ordering::SeqCst) == q && writing(inst.pid()) > 0).then_some(q)
     });
-    let accepted = last.0;
     assert!(accepted < 20_000, "the sender was never stalled");
-    let mut heard = 0;
-    while heard < accepted {
-        let m = watch.read_json();
-        assert_eq!(m["method"], "event", "{m}");
-        match m["params"]["kind"].as_str() {
-            Some("message.accepted") => heard += 1,
-            Some("message.rejected") => panic!("a refusal: {m}"),
-            _ => {}
-        }
-    }
+    let mut c = inst.client();
     assert_eq!(inst.queued(&mut c), accepted as u64);
     let _ = stalled_socket.shutdown(std::net::Shutdown::Both);
     drop(writer.join());
-    drop((c, watch));
+    let _ = watch_socket.shutdown(std::net::Shutdown::Both);
+    watcher.join().expect("the watcher");
+    drop(c);
 }
 
 #[test]

@@ -27,7 +27,7 @@ pub use client::RawClient;
 #[allow(unused_imports)]
 pub use process::{
     Proc, Serve, Served, blocked, exited, exited_or_killed, finish, pid_alive, pid_exists,
-    published, settled_threads, switches, threads, wait_gone,
+    published, settled_threads, switches, threads, wait_gone, writing,
 };
 
 use std::fs::{self, File, OpenOptions};

@@ -501,6 +501,30 @@ pub fn settled_threads(pid: u32) -> u64 {
     settled.or(last).expect("a thread count")
 }
 
+/// How many threads of `pid` are asleep in a write to a descriptor
+/// (`write`, `writev`, `sendto`, `sendmsg`), as /proc/PID/task/*/syscall
+/// says: a thread waiting for a reader to make room.
+#[allow(dead_code)]
+pub fn writing(pid: u32) -> usize {
+    let calls = [
+        libc::SYS_write,
+        libc::SYS_writev,
+        libc::SYS_sendto,
+        libc::SYS_sendmsg,
+    ];
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            let call = fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
+            let nr = call.split(' ').next().and_then(|n| n.parse::<i64>().ok());
+            nr.is_some_and(|n| calls.contains(&n))
+        })
+        .count()
+}
+
 /// A process's state letter, as /proc/PID/stat has it (`S` sleeping, `R`
 /// running, ...); None once it is gone.
 #[allow(dead_code)]
