@@ -215,6 +215,23 @@ fn send_via_to_an_unknown_target_exits_3_and_a_failed_via_exits_4() {
     assert_eq!(down.status, 4, "{down:?}");
 }
 
+/// An item of a remote's `list --json` that this version cannot read is
+/// named on stderr and left out, not shown as a row of blanks.
+#[test]
+fn list_via_names_an_item_it_cannot_read() {
+    let h = Hosts::new();
+    let via = r#"printf '%s' '[{"name":"good","pid":7,"instance_id":"7-1","wire":"jsonrpc","workspace":"/w","state":"ready"},{"name":5}]'; :"#;
+    let out = h.run(&["list", "--via", via]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let rows: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(rows.len(), 2, "{out:?}");
+    assert!(rows[1].starts_with("good  7"), "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "baton: list: an item that cannot be read (invalid type: integer `5`, expected a string): {\"name\":5}\n"
+    );
+}
+
 #[test]
 fn list_via_shows_the_remote_instances() {
     let h = Hosts::new();
