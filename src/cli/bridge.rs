@@ -42,12 +42,12 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         ));
     }
     let name = args.positional.first().map(String::as_str);
-    // Read on a thread of its own from the start, so that `--await` sees
-    // the client leave while it waits, and keeps what it wrote meanwhile.
-    let input = stdin_chunks();
     let peer = match (target::resolve(config, name), name) {
         (Ok(peer), _) => peer,
         (Err(Error::NoTarget(_)), Some(t)) if args.flag("await") => {
+            // Read on a thread of its own while it waits, so that it sees
+            // the client leave, and keeps what it wrote meanwhile.
+            let input = stdin_chunks();
             return match await_target(config, t, &input)? {
                 Some((peer, held)) => join(&peer, input, held),
                 None => Ok(ExitCode::Ok),
@@ -58,11 +58,11 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             if !relay::known_spools().iter().any(|s| s.name == t) {
                 return Err(Error::NoTarget(why));
             }
-            return offline(config, t, input);
+            return offline(config, t);
         }
         (Err(e), _) => return Err(e),
     };
-    join(&peer, input, Vec::new())
+    join(&peer, stdin_chunks(), Vec::new())
 }
 
 /// The bytes of stdin, in chunks, from a thread; disconnected at its end.
@@ -154,28 +154,15 @@ fn join(
 /// `initialize` (`instance` null, `offline` naming it) and routes each
 /// `message/send` as a plain local send does: stored in the spool, or
 /// delivered if the agent has started meanwhile.
-fn offline(
-    config: &Config,
-    target: &str,
-    input: crossbeam_channel::Receiver<Vec<u8>>,
-) -> Result<ExitCode> {
+fn offline(config: &Config, target: &str) -> Result<ExitCode> {
     super::sent::not_in_a_turn()?;
     let dir = registry::ensure_dir(config)?;
-    let (chunk, at) = (Vec::new(), 0);
-    let mut input = BufReader::new(ChunkReader {
-        rx: input,
-        chunk,
-        at,
-    });
+    let mut input = std::io::stdin().lock();
     let mut out = std::io::stdout().lock();
     loop {
-        let mut line = Vec::new();
-        let limit = config.max_bytes as u64 + 1;
-        let n = (&mut input)
-            .take(limit)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| Error::io("read", Path::new("<stdin>"), e))?;
-        if n == 0 {
+        // A read error ends the input as its end does.
+        let line = line_of(&mut input, config.max_bytes);
+        if line.is_empty() {
             return Ok(ExitCode::Ok);
         }
         let too_long = line.len() > config.max_bytes;
@@ -192,25 +179,13 @@ fn offline(
     }
 }
 
-/// Stdin's chunks, read as a stream again.
-struct ChunkReader {
-    rx: crossbeam_channel::Receiver<Vec<u8>>,
-    chunk: Vec<u8>,
-    at: usize,
-}
-
-impl Read for ChunkReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.at == self.chunk.len() {
-            match self.rx.recv() {
-                Ok(c) => (self.chunk, self.at) = (c, 0),
-                Err(_) => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.chunk.len() - self.at);
-        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
+/// The next line of `r` with its `\n`, holding at most one byte past
+/// `max`; empty at the end, or when reading fails.
+fn line_of(r: &mut impl BufRead, max: usize) -> Vec<u8> {
+    let mut line = Vec::new();
+    match r.take(max as u64 + 1).read_until(b'\n', &mut line) {
+        Ok(_) => line,
+        Err(_) => Vec::new(),
     }
 }
 
@@ -247,15 +222,11 @@ fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Vec<u
                     json!({"status": v.status, "message_id": req.message_id, "reason": v.reason});
                 return wire::result_line(id, &refusal);
             }
-            let (message_id, body, mode) = (
-                req.message_id.as_str(),
-                req.body.as_str(),
-                req.mode.as_str(),
-            );
+            let message_id = req.message_id.as_str();
             // Stored as having come through a bridge, as a live instance
             // records it.
             let make = || {
-                let mut task = super::sent::plain_task(message_id, body, mode);
+                let mut task = super::sent::plain_task(message_id, &req.body, &req.mode);
                 task.sender.workspace = None;
                 task.sender.remote = Some(bridged::ssh_remote().unwrap_or_else(|| "ssh".into()));
                 task
@@ -512,21 +483,11 @@ impl Remote {
             .ok_or_else(|| no_answer(timeout))
     }
 
-    /// `VIA baton bridge --await TARGET`: the live instance named TARGET,
-    /// once one runs there; None if `deadline` passes first (the bridge
-    /// is then killed with its process group).
-    pub fn open_await(
-        via: &str,
-        target: &str,
-        config: &Config,
-        multiplex: bool,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Remote>> {
-        Remote::start(via, target, config, multiplex, "--await", deadline)
-    }
-
-    /// `VIA baton bridge HOW TARGET`, initialized by `until`.
-    fn start(
+    /// `VIA baton bridge HOW TARGET`, initialized by `until`. With
+    /// `--await`: the live instance named TARGET, once one runs there;
+    /// None if `until` passes first (the bridge is then killed with its
+    /// process group).
+    pub fn start(
         via: &str,
         target: &str,
         config: &Config,
@@ -559,12 +520,7 @@ impl Remote {
         params: impl Serialize,
     ) -> Result<R> {
         let r = self.session.call(method, params);
-        r.map_err(|e| self.failed(e))
-    }
-
-    /// What a failed call through the bridge says.
-    pub fn failed(&mut self, e: ClientError) -> Error {
-        fail(&mut self.via, self.timeout, e)
+        r.map_err(|e| fail(&mut self.via, self.timeout, e))
     }
 }
 
@@ -609,18 +565,16 @@ fn read_lines(out: std::process::ChildStdout) -> crossbeam_channel::Receiver<Vec
     std::thread::spawn(move || {
         let mut out = BufReader::new(out);
         loop {
-            let mut line = Vec::new();
-            let limit = MAX_VIA_OUTPUT as u64 + 1;
-            match (&mut out).take(limit).read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) if line.len() > MAX_VIA_OUTPUT => {
-                    eprintln!(
-                        "baton: the via command wrote a line over {} MiB; stopped it",
-                        MAX_VIA_OUTPUT >> 20
-                    );
-                    break;
-                }
-                Ok(_) => {}
+            let mut line = line_of(&mut out, MAX_VIA_OUTPUT);
+            if line.len() > MAX_VIA_OUTPUT {
+                eprintln!(
+                    "baton: the via command wrote a line over {} MiB; stopped it",
+                    MAX_VIA_OUTPUT >> 20
+                );
+                break;
+            }
+            if line.is_empty() {
+                break;
             }
             if line.last() == Some(&b'\n') {
                 line.pop();

@@ -162,13 +162,8 @@ pub fn run_via(
             Some(r) => Some(r),
             None => {
                 eprintln!("baton: {} {why}", escape(&k.name));
-                Remote::open_await(
-                    reach.via,
-                    reach.target,
-                    reach.config,
-                    reach.multiplex,
-                    deadline,
-                )?
+                let (via, target, config) = (reach.via, reach.target, reach.config);
+                Remote::start(via, target, config, reach.multiplex, "--await", deadline)?
             }
         };
         // A bridge found and then lost is the instance gone meanwhile.
