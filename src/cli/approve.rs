@@ -4,6 +4,7 @@
 //! read before a request waits are kept in order, so a piped
 //! `printf 'y\nn\n'` answers the first request y and the second n.
 
+use crate::error::{Error, Result};
 use crate::event_text::who_asked;
 use crate::sanitize::escape;
 use serde::Deserialize;
@@ -22,7 +23,7 @@ pub struct Answer {
 
 /// What the answers say: `y`, `yes`, `n`, `no` (any case), then an
 /// optional task id. Blank lines say nothing.
-pub fn parse_answer(line: &str) -> Result<Option<Answer>, String> {
+pub fn parse_answer(line: &str) -> Result<Option<Answer>> {
     let mut words = line.split_whitespace();
     let Some(word) = words.next() else {
         return Ok(None);
@@ -31,19 +32,19 @@ pub fn parse_answer(line: &str) -> Result<Option<Answer>, String> {
         "y" | "yes" => Decision::Approve,
         "n" | "no" => Decision::Deny,
         _ => {
-            return Err(format!(
+            return Err(Error::Usage(format!(
                 "not an answer: {}: type y or n, or y ID / n ID",
                 escape(line.trim())
-            ));
+            )));
         }
     };
     let id = words.next().map(str::to_string);
     if let Some(extra) = words.next() {
-        return Err(format!(
+        return Err(Error::Usage(format!(
             "not an answer: {}: one task id at most ({} is one too many)",
             escape(line.trim()),
             escape(extra)
-        ));
+        )));
     }
     Ok(Some(Answer { decision, id }))
 }
@@ -123,27 +124,23 @@ impl Approvals {
     /// The operator answered: the request it decides, or `None` when it is
     /// kept for a request still to come. An id prefix that matches more
     /// than one waiting task is an error.
-    pub fn answer(&mut self, a: Answer) -> Result<Option<Decided>, String> {
-        let i = match &a.id {
-            None => (!self.waiting.is_empty()).then_some(0),
-            Some(p) => {
-                let hits: Vec<usize> = (0..self.waiting.len())
-                    .filter(|&i| self.waiting[i].message_id.starts_with(p.as_str()))
-                    .collect();
-                if hits.len() > 1 {
-                    let ids: Vec<String> = hits
-                        .iter()
-                        .map(|&i| escape(&self.waiting[i].message_id).into_owned())
-                        .collect();
-                    return Err(format!(
-                        "{} matches more than one waiting task: {}",
-                        escape(p),
-                        ids.join(", ")
-                    ));
-                }
-                hits.first().copied()
-            }
-        };
+    pub fn answer(&mut self, a: Answer) -> Result<Option<Decided>> {
+        let p = a.id.as_deref().unwrap_or("");
+        let ids: Vec<_> = (self.waiting.iter())
+            .filter(|w| w.message_id.starts_with(p))
+            .map(|w| escape(&w.message_id))
+            .collect();
+        if ids.len() > 1 && a.id.is_some() {
+            return Err(Error::Usage(format!(
+                "{} matches more than one waiting task: {}",
+                escape(p),
+                ids.join(", ")
+            )));
+        }
+        let i = self
+            .waiting
+            .iter()
+            .position(|w| w.message_id.starts_with(p));
         match i.and_then(|i| self.waiting.remove(i)) {
             Some(w) => Ok(Some(w.decided(a.decision))),
             None => {
@@ -278,7 +275,12 @@ mod tests {
         assert_eq!(ans("Y").decision, Decision::Approve);
         assert_eq!(ans("no").decision, Decision::Deny);
         assert_eq!(ans("n abc").id.as_deref(), Some("abc"));
-        assert!(parse_answer("maybe").unwrap_err().contains("type y or n"));
+        assert!(
+            parse_answer("maybe")
+                .unwrap_err()
+                .to_string()
+                .contains("type y or n")
+        );
         assert!(parse_answer("y a b").is_err());
     }
 
@@ -309,6 +311,7 @@ mod tests {
         assert!(
             a.answer(ans("y abc"))
                 .unwrap_err()
+                .to_string()
                 .contains("more than one")
         );
         let d = a.answer(ans("n abc-2")).unwrap().unwrap();

@@ -2,6 +2,7 @@
 //! when it is not today) or UTC, and `log --since WHEN`, read on that
 //! clock.
 
+use crate::error::{Error, Result};
 use crate::sanitize::escape;
 use crate::sys::{self, Civil};
 
@@ -96,8 +97,8 @@ const SINCE_FORMS: &str = "use an age (30s, 10m, 2h, 1d), a date (2026-12-01), a
 
 /// `log --since WHEN` as epoch seconds: an age before `now`, or a date
 /// and time on `clock`'s wall clock (a final `Z`: UTC).
-pub fn parse_since(when: &str, clock: &Clock, now: i64) -> Result<i64, String> {
-    let bad = || format!("--since {}: {SINCE_FORMS}", escape(when));
+pub fn parse_since(when: &str, clock: &Clock, now: i64) -> Result<i64> {
+    let bad = || Error::Usage(format!("log: --since {}: {SINCE_FORMS}", escape(when)));
     let w = when.trim();
     if let Some(unit) = w.chars().last().and_then(|c| match c {
         's' => Some(1),
@@ -188,20 +189,23 @@ mod tests {
         assert_eq!(utc_civil(0).year, 1970);
         assert_eq!(utc_epoch(utc_civil(-86_401)), -86_401);
         let now = 1_795_975_520;
-        assert_eq!(parse_since("10m", &clock, now), Ok(now - 600));
-        assert_eq!(parse_since("2h", &clock, now), Ok(now - 7200));
-        assert_eq!(parse_since("1d", &clock, now), Ok(now - 86_400));
-        assert_eq!(parse_since("30s", &clock, now), Ok(now - 30));
+        assert_eq!(parse_since("10m", &clock, now).unwrap(), now - 600);
+        assert_eq!(parse_since("2h", &clock, now).unwrap(), now - 7200);
+        assert_eq!(parse_since("1d", &clock, now).unwrap(), now - 86_400);
+        assert_eq!(parse_since("30s", &clock, now).unwrap(), now - 30);
         assert_eq!(
-            parse_since("2026-11-29T18:05:20Z", &clock, now),
-            Ok(1_795_975_520)
+            parse_since("2026-11-29T18:05:20Z", &clock, now).unwrap(),
+            1_795_975_520
         );
         assert_eq!(
-            parse_since("2026-11-29 18:05", &clock, now),
-            Ok(1_795_975_500)
+            parse_since("2026-11-29 18:05", &clock, now).unwrap(),
+            1_795_975_500
         );
-        assert_eq!(parse_since("2026-11-29", &clock, now), Ok(1_795_910_400));
-        assert_eq!(parse_since("18:05", &clock, now), Ok(1_795_975_500));
+        assert_eq!(
+            parse_since("2026-11-29", &clock, now).unwrap(),
+            1_795_910_400
+        );
+        assert_eq!(parse_since("18:05", &clock, now).unwrap(), 1_795_975_500);
         for bad in [
             "",
             "m",
@@ -212,7 +216,7 @@ mod tests {
             "2026-1-1",
             "yesterday",
         ] {
-            let e = parse_since(bad, &clock, now).unwrap_err();
+            let e = parse_since(bad, &clock, now).unwrap_err().to_string();
             assert!(e.contains("use an age"), "{bad}: {e}");
         }
     }

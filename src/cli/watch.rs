@@ -92,23 +92,20 @@ struct Filter {
 
 impl Filter {
     fn from_args(args: &Args, clock: &Clock) -> Result<Filter> {
-        let last = match args.value("lines") {
-            None => None,
-            Some(n) => Some(n.parse::<u64>().map_err(|_| {
+        let last = args.value("lines").map(|n| {
+            n.parse::<u64>().map_err(|_| {
                 Error::Usage(format!(
                     "log: -n {}: use a number of events (0 or more)",
                     escape(n)
                 ))
-            })?),
-        };
+            })
+        });
         let now = crate::spool::now_secs() as i64;
-        let since = match args.value("since") {
-            None => None,
-            Some(w) => Some(
-                parse_since(w, clock, now).map_err(|e| Error::Usage(format!("log: {e}")))? as f64,
-            ),
-        };
-        Ok(Filter { last, since })
+        let since = args.value("since").map(|w| parse_since(w, clock, now));
+        Ok(Filter {
+            last: last.transpose()?,
+            since: since.transpose()?.map(|s| s as f64),
+        })
     }
 
     fn by_time(&self, ev: &Event) -> bool {
@@ -237,15 +234,9 @@ fn follow(
     approve: bool,
     replay: Option<(u64, Filter)>,
 ) -> Result<ExitCode> {
-    let lines = if approve { read_stdin() } else { chan::never() };
+    let mut lines = if approve { read_stdin() } else { chan::never() };
     let mut approvals = Approvals::default();
-    let mut stdin_open = approve;
     loop {
-        let input = if stdin_open {
-            lines.clone()
-        } else {
-            chan::never()
-        };
         select! {
             recv(rx) -> msg => {
                 let Ok(msg) = msg else {
@@ -267,16 +258,16 @@ fn follow(
                         let req = approve::Request::read(&msg["params"]);
                         eprint!("{}", req.describe());
                         match approvals.request(Waiting::of(msg["id"].clone(), req)) {
-                            Some(d) => decide(&mut stream, &d, "an answer read before")?,
+                            Some(d) => decide(&mut stream, &d, " (an answer read before)")?,
                             None => prompt(&approvals),
                         }
                     }
                     _ => {}
                 }
             },
-            recv(input) -> line => {
+            recv(lines) -> line => {
                 let Ok(line) = line else {
-                    stdin_open = false;
+                    lines = chan::never();
                     continue;
                 };
                 let answer = match approve::parse_answer(&line) {
@@ -314,7 +305,8 @@ fn prompt(approvals: &Approvals) {
 }
 
 /// Sends a decision as the reply to its request, with the digest of what
-/// was shown, naming this client `watch` (the instance adds our pid).
+/// was shown, naming this client `watch` (the instance adds our pid);
+/// `how` follows it on stderr.
 fn decide(stream: &mut Writer, d: &Decided, how: &str) -> Result<()> {
     let decision = json!({"decision": d.decision, "digest": d.digest, "by": "watch"});
     let bytes = crate::wire::result_line(&d.rid, &decision);
@@ -327,11 +319,6 @@ fn decide(stream: &mut Writer, d: &Decided, how: &str) -> Result<()> {
             "the instance closed the connection".into(),
         ));
     }
-    let how = if how.is_empty() {
-        String::new()
-    } else {
-        format!(" ({how})")
-    };
     eprintln!(
         "baton: {} {}{how}",
         d.decision.as_str(),
