@@ -2,7 +2,6 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
-use crate::client::ClientError;
 use crate::config::Config;
 use crate::error::{ExitCode, Result};
 use crate::registry::{Peer, Wire};
@@ -10,26 +9,9 @@ use crate::sanitize::escape;
 use crate::server::ANSWER_WAIT_MIN;
 use crate::wire::answer::{ControlStatus, Paused, Pong};
 use crate::wire::{Call, Method};
-use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::path::Path;
 use std::time::Instant;
-
-/// One call without parameters; the answer as the instance gave it, for
-/// `--json`, and read as `R`.
-fn call_on<R: DeserializeOwned>(
-    config: &Config,
-    peer: &Peer,
-    method: impl Into<Method>,
-) -> Result<(Value, R)> {
-    let mut conn = target::connect(config, peer)?;
-    let v: Value = conn
-        .call(method, json!({}))
-        .map_err(|e| target::transport(peer, e))?;
-    let r = serde_json::from_value(v.clone())
-        .map_err(|e| target::transport(peer, ClientError::Protocol(e.to_string())))?;
-    Ok((v, r))
-}
 
 /// A zcoder peer's ping: its frame's `ping`, whose `pong` confirms the id
 /// and carries the state. The answer has the shape of a native one.
@@ -53,7 +35,7 @@ pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
         let r = zcoder_ping(config, &peer)?;
         (json!(r), r)
     } else {
-        call_on::<Pong>(config, &peer, Method::Ping)?
+        target::call::<Pong>(config, &peer, Method::Ping, json!({}))?
     };
     let micros = start.elapsed().as_micros();
     if args.flag("json") {
@@ -106,7 +88,7 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
     if peer.wire == Wire::Zcoder {
         return zcoder_status(args, config, &peer);
     }
-    let (v, r) = call_on::<ControlStatus>(config, &peer, Call::ControlStatus)?;
+    let (v, r) = target::call::<ControlStatus>(config, &peer, Call::ControlStatus, json!({}))?;
     if args.flag("json") {
         emit_json(&v);
         return Ok(ExitCode::Ok);
@@ -146,7 +128,7 @@ pub fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
         "pause" => Call::ControlPause,
         _ => Call::ControlResume,
     };
-    let (v, r) = call_on::<Paused>(&config, &peer, call)?;
+    let (v, r) = target::call::<Paused>(&config, &peer, call, json!({}))?;
     if args.flag("json") {
         emit_json(&v);
     } else {

@@ -4,7 +4,7 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
-use crate::client::{self, ClientError, ListError, Session};
+use crate::client::{self, ListError, Session};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry;
@@ -35,35 +35,31 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         }
         Err(e) => return Err(e),
     };
-    let mut conn = target::connect(config, &peer)?;
-    let call = match action {
-        "list" => return print_list(args, &list_all(&mut conn, &peer)?),
-        "claim" => Call::InboxClaim,
-        "complete" => Call::InboxComplete,
-        "requeue" => Call::InboxRequeue,
-        _ => Call::InboxDiscard,
-    };
-    let r: Value = conn
-        .call(call, params)
-        .map_err(|e| target::transport(&peer, e))?;
-    let read =
-        |e: serde_json::Error| target::transport(&peer, ClientError::Protocol(e.to_string()));
     let json = args.flag("json");
-    let ok = if action == "claim" {
-        let c: Claimed = serde_json::from_value(r.clone()).map_err(read)?;
-        if !json {
-            print_claim(&c);
+    let (r, ok) = match action {
+        "list" => {
+            let mut conn = target::connect(config, &peer)?;
+            return print_list(args, &list_all(&mut conn, &peer)?);
         }
-        matches!(c.status.as_str(), "claimed" | "empty")
-    } else {
-        let h: Handled = serde_json::from_value(r.clone()).map_err(read)?;
-        if !json {
-            print_outcome(&h, action);
+        "claim" => {
+            let (r, c) = target::call::<Claimed>(config, &peer, Call::InboxClaim, params)?;
+            if !json {
+                print_claim(&c);
+            }
+            (r, matches!(c.status.as_str(), "claimed" | "empty"))
         }
-        matches!(
-            (action, h.status.as_str()),
-            ("complete", "completed") | ("requeue", "requeued") | ("discard", "discarded")
-        )
+        _ => {
+            let (call, done) = match action {
+                "complete" => (Call::InboxComplete, "completed"),
+                "requeue" => (Call::InboxRequeue, "requeued"),
+                _ => (Call::InboxDiscard, "discarded"),
+            };
+            let (r, h) = target::call::<Handled>(config, &peer, call, params)?;
+            if !json {
+                print_outcome(&h, action);
+            }
+            (r, h.status == done)
+        }
     };
     if json {
         emit_json(&r);
@@ -74,46 +70,39 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
 /// The target the command names, if any, and the call's params.
 fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a String>, Value)> {
     let rest = &args.positional[1..];
-    match action {
-        "list" | "claim" => {
-            if rest.len() > 1 {
-                return Err(Error::Usage(format!(
-                    "inbox {action}: unexpected argument {}",
-                    escape(&rest[1])
-                )));
-            }
-            Ok((rest.first(), json!({})))
+    // How many arguments follow the action: TARGET, and MESSAGE_ID.
+    let most = match action {
+        "list" | "claim" => 1,
+        "complete" | "requeue" | "discard" => 2,
+        other => {
+            return Err(Error::Usage(format!(
+                "inbox: unknown action {}: use list, claim, wait, complete, requeue or discard",
+                escape(other)
+            )));
         }
-        "complete" | "requeue" | "discard" => {
-            let (t, id) = match rest {
-                [id] => (None, id),
-                [t, id] => (Some(t), id),
-                [] => {
-                    return Err(Error::Usage(format!(
-                        "inbox {action}: MESSAGE_ID is missing"
-                    )));
-                }
-                _ => {
-                    return Err(Error::Usage(format!(
-                        "inbox {action}: unexpected argument {}",
-                        escape(&rest[2])
-                    )));
-                }
-            };
-            let mut params = json!({"message_id": id});
-            if action == "complete" {
-                params["outcome"] = json!(args.value("outcome").unwrap_or("done"));
-                if let Some(reply) = args.value("reply") {
-                    params["reply"] = json!(reply);
-                }
-            }
-            Ok((t, params))
-        }
-        other => Err(Error::Usage(format!(
-            "inbox: unknown action {}: use list, claim, wait, complete, requeue or discard",
-            escape(other)
-        ))),
+    };
+    if let Some(extra) = rest.get(most) {
+        return Err(Error::Usage(format!(
+            "inbox {action}: unexpected argument {}",
+            escape(extra)
+        )));
     }
+    if most == 1 {
+        return Ok((rest.first(), json!({})));
+    }
+    let Some((id, t)) = rest.split_last() else {
+        return Err(Error::Usage(format!(
+            "inbox {action}: MESSAGE_ID is missing"
+        )));
+    };
+    let mut params = json!({"message_id": id});
+    if action == "complete" {
+        params["outcome"] = json!(args.value("outcome").unwrap_or("done"));
+        if let Some(reply) = args.value("reply") {
+            params["reply"] = json!(reply);
+        }
+    }
+    Ok((t.first(), params))
 }
 
 /// Every page of `inbox/list`, as one listing.

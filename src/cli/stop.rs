@@ -32,9 +32,7 @@ pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
     };
     let wait = args.seconds("stop", "timeout")?.unwrap_or(STOP_WAIT);
     let peer = target::resolve(config, Some(name))?;
-    let r: ControlStatus = target::connect(config, &peer)?
-        .call(Call::ControlStatus, json!({}))
-        .map_err(|e| target::transport(&peer, e))?;
+    let (_, r): (_, ControlStatus) = target::call(config, &peer, Call::ControlStatus, json!({}))?;
     let Some(pid) = peer.verified_pid(&r.instance_id, r.pid) else {
         let m = &peer.manifest;
         return Err(Error::NoTarget(format!(

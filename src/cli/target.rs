@@ -8,6 +8,10 @@ use crate::error::{Error, Result};
 use crate::lookup::{self, Lookup, Target};
 use crate::registry::{self, Discovery, Peer};
 use crate::sanitize::escape;
+use crate::wire::Method;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use std::path::Path;
 
 /// Discovers peers in every registry we scan, excluding the caller's own
@@ -66,6 +70,22 @@ pub fn connect(config: &Config, peer: &Peer) -> Result<Session> {
     }
     Session::open(Path::new(&peer.manifest.socket), config.io_timeout)
         .map_err(|e| transport(peer, e))
+}
+
+/// One call on a new connection to `peer`: the answer as the instance
+/// gave it (for `--json`), and read as `R`.
+pub fn call<R: DeserializeOwned>(
+    config: &Config,
+    peer: &Peer,
+    method: impl Into<Method>,
+    params: impl Serialize,
+) -> Result<(Value, R)> {
+    let v: Value = connect(config, peer)?
+        .call(method, params)
+        .map_err(|e| transport(peer, e))?;
+    let r = serde_json::from_value(v.clone())
+        .map_err(|e| transport(peer, ClientError::Protocol(e.to_string())))?;
+    Ok((v, r))
 }
 
 pub fn transport(peer: &Peer, e: ClientError) -> Error {
