@@ -78,10 +78,8 @@ pub const fn switch(long: &'static str, help: &'static str) -> Opt {
 
 pub const fn value(long: &'static str, help: &'static str) -> Opt {
     Opt {
-        long,
-        short: None,
         takes_value: true,
-        help,
+        ..switch(long, help)
     }
 }
 

@@ -8,7 +8,6 @@ use crate::config::{Config, Relay};
 use crate::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer, Wire};
 use crate::sanitize::escape;
-use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 /// `baton -a`, `baton --attach`.
@@ -141,15 +140,9 @@ pub fn offer(args: &Args, config: &Config) -> Result<Option<ExitCode>> {
     if let Some(why) = crate::tui::term::check_term() {
         return Err(Error::Env(format!("{what}, and {why}")));
     }
-    eprint!("baton: {what}. Attach to it? [y/n] ");
-    let _ = std::io::stderr().flush();
-    let mut answer = String::new();
-    let _ = std::io::stdin().lock().read_line(&mut answer);
-    match answer.trim() {
-        "y" | "Y" | "yes" | "YES" | "Yes" => view(config, peer).map(Some),
-        _ => {
-            eprintln!("baton: not attached; 'baton -a' attaches to it later");
-            Ok(Some(ExitCode::Ok))
-        }
+    if super::yes(&format!("baton: {what}. Attach to it? [y/n] ")).unwrap_or(false) {
+        return view(config, peer).map(Some);
     }
+    eprintln!("baton: not attached; 'baton -a' attaches to it later");
+    Ok(Some(ExitCode::Ok))
 }

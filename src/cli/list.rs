@@ -195,13 +195,10 @@ pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
 
 /// `list --via 'ssh host'`: the items of the remote `baton list --json`.
 fn remote(args: &Args, config: &Config, via: &str) -> Result<Vec<Value>> {
-    let mut remote_args = vec!["list", "--json"];
-    if args.flag("all") {
-        remote_args.push("--all");
-    }
-    if args.flag("offline") {
-        remote_args.push("--offline");
-    }
+    let asked = ["--all", "--offline"]
+        .into_iter()
+        .filter(|o| args.flag(&o[2..]));
+    let remote_args: Vec<&str> = ["list", "--json"].into_iter().chain(asked).collect();
     // `initialize` and `ping` on stdin, which `baton list` ignores: a key
     // whose forced command is `baton bridge NAME` answers them instead,
     // and that one instance is what can be listed through it.

@@ -29,7 +29,7 @@ use args::{Args, switch, value};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{BufRead, Write};
 
 /// One subcommand.
 pub struct Command {
@@ -238,7 +238,7 @@ pub const COMMANDS: &[Command] = &[
             ),
             HELP,
         ],
-        run: inbox_or_wait,
+        run: inbox::run,
     },
     Command {
         name: "wake",
@@ -507,6 +507,15 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
     (cmd.run)(&args, &config)
 }
 
+/// Asks `question` on stderr: whether the line read on stdin says yes.
+fn yes(question: &str) -> std::io::Result<bool> {
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}
+
 /// Fails when a command got more positionals than it takes.
 fn at_most(args: &Args, cmd: &str, n: usize) -> Result<()> {
     if args.positional.len() > n {
@@ -516,13 +525,4 @@ fn at_most(args: &Args, cmd: &str, n: usize) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// `baton inbox`: `wait` is a command of its own (`inbox_wait`), which
-/// reads the inbox as `inbox list` does.
-fn inbox_or_wait(args: &Args, config: &Config) -> Result<ExitCode> {
-    match args.positional.first().map(String::as_str) {
-        Some("wait") => inbox_wait::run(args, config),
-        _ => inbox::run(args, config),
-    }
 }

@@ -16,7 +16,7 @@ use crate::wire::Call;
 use crate::wire::answer::ControlStatus;
 use serde_json::json;
 use std::fs;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -169,15 +169,9 @@ fn confirm(spool: &KnownSpool) -> Result<bool> {
             escape(&spool.name)
         )));
     }
-    eprint!(
+    let question = format!(
         "baton: remove {}'s spool and everything in it? [y/N] ",
         escape(&spool.name)
     );
-    let _ = std::io::stderr().flush();
-    let mut line = String::new();
-    stdin
-        .lock()
-        .read_line(&mut line)
-        .map_err(|e| Error::io("read", Path::new("<stdin>"), e))?;
-    Ok(matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+    super::yes(&question).map_err(|e| Error::io("read", Path::new("<stdin>"), e))
 }

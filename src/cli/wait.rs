@@ -108,10 +108,8 @@ pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let who = Who {
-        name: k.name.clone(),
-        instance_id: k.target.instance_id.clone(),
         workspace: k.target.workspace.clone(),
-        only_workspace: false,
+        ..Who::named(k.name.clone(), k.target.instance_id.clone())
     };
     let end = follow::wait(config, &who, &k.message_id, k.deadline)?;
     Ok(show(args, delivery, &k.name, &k.message_id, end))
