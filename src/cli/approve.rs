@@ -53,6 +53,7 @@ pub fn parse_answer(line: &str) -> Result<Option<Answer>> {
 /// reply), the task's id or the tool call's (`tool`: a request an MCP
 /// host relayed, `permission/ask`), the approval's id, and the digest of
 /// what was shown, which the reply carries back.
+#[derive(Debug)]
 pub struct Waiting {
     pub rid: Value,
     pub message_id: String,
@@ -74,26 +75,10 @@ impl Waiting {
             digest: req.digest,
         }
     }
-
-    fn decided(self, decision: Decision) -> Decided {
-        Decided {
-            rid: self.rid,
-            message_id: self.message_id,
-            decision,
-            digest: self.digest,
-        }
-    }
 }
 
-/// A decision to send: which request, for which task, and the digest of
-/// what the operator saw.
-#[derive(Debug)]
-pub struct Decided {
-    pub rid: Value,
-    pub message_id: String,
-    pub decision: Decision,
-    pub digest: Value,
-}
+/// A decision to send, and the request it answers.
+pub type Decided = (Waiting, Decision);
 
 /// The requests that wait and the answers that came first.
 #[derive(Default)]
@@ -113,7 +98,7 @@ impl Approvals {
             .position(|a| a.id.as_deref().is_some_and(|p| w.message_id.starts_with(p)))
             .or_else(|| self.early.iter().position(|a| a.id.is_none()));
         match pos.and_then(|i| self.early.remove(i)) {
-            Some(a) => Some(w.decided(a.decision)),
+            Some(a) => Some((w, a.decision)),
             None => {
                 self.waiting.push_back(w);
                 None
@@ -142,7 +127,7 @@ impl Approvals {
             .iter()
             .position(|w| w.message_id.starts_with(p));
         match i.and_then(|i| self.waiting.remove(i)) {
-            Some(w) => Ok(Some(w.decided(a.decision))),
+            Some(w) => Ok(Some((w, a.decision))),
             None => {
                 self.early.push_back(a);
                 Ok(None)
@@ -289,16 +274,10 @@ mod tests {
         let mut a = Approvals::default();
         assert!(a.answer(ans("y")).unwrap().is_none());
         assert!(a.answer(ans("no")).unwrap().is_none());
-        let d1 = a.request(w("approval-1", "t-1")).unwrap();
-        assert_eq!(
-            (d1.message_id.as_str(), d1.decision),
-            ("t-1", Decision::Approve)
-        );
-        let d2 = a.request(w("approval-2", "t-2")).unwrap();
-        assert_eq!(
-            (d2.message_id.as_str(), d2.decision),
-            ("t-2", Decision::Deny)
-        );
+        let (w1, d1) = a.request(w("approval-1", "t-1")).unwrap();
+        assert_eq!((w1.message_id.as_str(), d1), ("t-1", Decision::Approve));
+        let (w2, d2) = a.request(w("approval-2", "t-2")).unwrap();
+        assert_eq!((w2.message_id.as_str(), d2), ("t-2", Decision::Deny));
         assert!(a.request(w("approval-3", "t-3")).is_none());
         assert_eq!(a.next_waiting(), Some(("t-3", false)));
     }
@@ -314,14 +293,14 @@ mod tests {
                 .to_string()
                 .contains("more than one")
         );
-        let d = a.answer(ans("n abc-2")).unwrap().unwrap();
-        assert_eq!((d.rid, d.decision), (json!("r2"), Decision::Deny));
-        assert_eq!(d.digest, json!("digest of abc-2"));
+        let (w2, d) = a.answer(ans("n abc-2")).unwrap().unwrap();
+        assert_eq!((w2.rid, d), (json!("r2"), Decision::Deny));
+        assert_eq!(w2.digest, json!("digest of abc-2"));
         // An id not waiting yet is kept for its request.
         assert!(a.answer(ans("y zz")).unwrap().is_none());
         assert!(a.request(w("r3", "other")).is_none());
-        let d = a.request(w("r4", "zz-9")).unwrap();
-        assert_eq!(d.decision, Decision::Approve);
+        let (_, d) = a.request(w("r4", "zz-9")).unwrap();
+        assert_eq!(d, Decision::Approve);
         a.resolved("ask-abc-1");
         a.resolved("ask-other");
         assert_eq!(a.next_waiting(), None);

@@ -267,14 +267,11 @@ fn remote(
     if args.flag("wait") {
         // The same bridge carries the wait when it joins a live instance;
         // a stopped agent's stand-in answers no events.
-        let reach = super::wait::Reach {
-            via,
-            target: target_arg,
-            config,
-            multiplex,
+        let reopen = |until| {
+            super::bridge::Remote::start(via, target_arg, config, multiplex, "--await", until)
         };
         // The stand-in's session ends here, not after the wait.
-        return super::wait::run_via(args, &result, live.then_some(r), &reach);
+        return super::wait::run_via(args, &result, live.then_some(r), target_arg, reopen);
     }
     super::sent::report(args, &result)
 }

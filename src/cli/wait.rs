@@ -115,23 +115,14 @@ pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
     Ok(show(args, delivery, &k.name, &k.message_id, end))
 }
 
-/// Where `send --via ... --wait` reaches its target: VIA, the target as
-/// asked for, and whether ssh shares a connection.
-pub struct Reach<'a> {
-    pub via: &'a str,
-    pub target: &'a str,
-    pub config: &'a Config,
-    pub multiplex: bool,
-}
-
 /// `send --via ... --wait`: after a delivery through the bridge, waits on
 /// a bridge, which joins stdio to the live instance's socket byte for
 /// byte: it asks `task/status` until the task ends, since a bridge may not
 /// subscribe (`watch_session`, asking again). `first` is the bridge the
 /// task went through when a live instance took it. With none (the task
 /// was `stored` for a stopped agent), or when a bridge ends before the
-/// outcome (the instance restarted), the wait goes on through `VIA baton
-/// bridge --await TARGET`: the remote baton waits there until an
+/// outcome (the instance restarted), the wait goes on through `reopen`,
+/// `VIA baton bridge --await TARGET` until a deadline: the remote baton waits there until an
 /// instance of the name runs (reading its registry once a second, as a
 /// local wait for a stored task does) and then joins. Only a bridge that
 /// cannot be opened at all (ssh fails) ends the wait early: exit 4, the
@@ -140,7 +131,8 @@ pub fn run_via(
     args: &Args,
     delivery: &Value,
     first: Option<Remote>,
-    reach: &Reach,
+    target: &str,
+    mut reopen: impl FnMut(Option<Instant>) -> Result<Option<Remote>>,
 ) -> Result<ExitCode> {
     let k = match kept(args, delivery)? {
         Ok(k) => k,
@@ -160,8 +152,7 @@ pub fn run_via(
             Some(r) => Some(r),
             None => {
                 eprintln!("baton: {} {why}", escape(&k.name));
-                let (via, target, config) = (reach.via, reach.target, reach.config);
-                Remote::start(via, target, config, reach.multiplex, "--await", deadline)?
+                reopen(deadline)?
             }
         };
         // A bridge found and then lost is the instance gone meanwhile.
@@ -170,7 +161,7 @@ pub fn run_via(
     };
     let watch = |mut r: Remote| {
         let reached = r.session.hello.instance.as_ref();
-        if reached.is_none_or(|i| i.name != k.name && i.instance_id != reach.target) {
+        if reached.is_none_or(|i| i.name != k.name && i.instance_id != target) {
             return Err(Error::Refused(format!(
                 "the bridge reached {} while waiting for {}; message {} is left as it is",
                 escape(reached.map_or("a stopped agent's stand-in", |i| i.name.as_str())),

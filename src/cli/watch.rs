@@ -307,9 +307,9 @@ fn prompt(approvals: &Approvals) {
 /// Sends a decision as the reply to its request, with the digest of what
 /// was shown, naming this client `watch` (the instance adds our pid);
 /// `how` follows it on stderr.
-fn decide(stream: &mut Writer, d: &Decided, how: &str) -> Result<()> {
-    let decision = json!({"decision": d.decision, "digest": d.digest, "by": "watch"});
-    let bytes = crate::wire::result_line(&d.rid, &decision);
+fn decide(stream: &mut Writer, (w, decision): &Decided, how: &str) -> Result<()> {
+    let reply = json!({"decision": decision, "digest": w.digest, "by": "watch"});
+    let bytes = crate::wire::result_line(&w.rid, &reply);
     if stream
         .write_all(&bytes)
         .and_then(|()| stream.flush())
@@ -321,8 +321,8 @@ fn decide(stream: &mut Writer, d: &Decided, how: &str) -> Result<()> {
     }
     eprintln!(
         "baton: {} {}{how}",
-        d.decision.as_str(),
-        escape(&d.message_id)
+        decision.as_str(),
+        escape(&w.message_id)
     );
     Ok(())
 }
