@@ -170,27 +170,19 @@ pub fn parse(cmd: &str, argv: &[OsString], opts: &[Opt]) -> Result<Args> {
             only_positional = true;
             continue;
         }
-        let (opt, inline) = if let Some(long) = arg.strip_prefix("--") {
-            let (name, inline) = match long.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (long, None),
-            };
-            let opt = opts
-                .iter()
-                .find(|o| o.long == name)
-                .ok_or_else(|| unknown(cmd, arg))?;
-            (opt, inline)
-        } else {
-            let mut chars = arg[1..].chars();
-            let (Some(c), None) = (chars.next(), chars.next()) else {
-                return Err(unknown(cmd, arg));
-            };
-            let opt = opts
-                .iter()
-                .find(|o| o.short == Some(c))
-                .ok_or_else(|| unknown(cmd, arg))?;
-            (opt, None)
+        let (opt, inline) = match arg.strip_prefix("--") {
+            Some(long) => match long.split_once('=') {
+                Some((name, v)) => (opts.iter().find(|o| o.long == name), Some(v.to_string())),
+                None => (opts.iter().find(|o| o.long == long), None),
+            },
+            None => {
+                // A short option is one letter.
+                let mut chars = arg[1..].chars();
+                let c = chars.next().filter(|_| chars.next().is_none());
+                (opts.iter().find(|o| c.is_some() && o.short == c), None)
+            }
         };
+        let opt = opt.ok_or_else(|| unknown(cmd, arg))?;
         let long = opt.long;
         let value = match (opt.takes_value, inline) {
             (true, Some(v)) => Some(v),

@@ -74,10 +74,9 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         )));
     }
     let who = Who {
-        name: peer.manifest.name.clone(),
-        instance_id: None,
         workspace: Some(peer.manifest.workspace.clone()),
         only_workspace: true,
+        ..Who::named(peer.manifest.name.clone(), None)
     };
     let f = Follow {
         name: &who.name,

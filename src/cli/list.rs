@@ -32,7 +32,11 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
 /// with a spool and no live instance, which a sender can still deliver
 /// to (unless they opted out).
 fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
-    let found = target::discover(config)?;
+    // Every registry scanned, without this command's own instance when
+    // it runs inside one.
+    let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);
+    let me = target::own_instance_id();
+    let found = registry::discover(&dirs, me.as_deref(), config.io_timeout);
     if args.flag("offline") {
         return Ok(crate::relay::known_spools()
             .iter()

@@ -114,14 +114,11 @@ pub fn parse_since(when: &str, clock: &Clock, now: i64) -> Result<i64> {
             .ok_or_else(bad)?;
         return Ok(now - n * unit);
     }
-    let (w, utc) = match w.strip_suffix('Z') {
-        Some(rest) => (rest, true),
-        None => (w, clock.utc),
-    };
     let clock = Clock {
-        utc,
+        utc: clock.utc || w.ends_with('Z'),
         today: clock.today,
     };
+    let w = w.strip_suffix('Z').unwrap_or(w);
     let (date, time) = match w.split_once(['T', ' ']) {
         Some((d, t)) => (Some(d), Some(t)),
         None if w.contains('-') => (Some(w), None),
@@ -134,10 +131,7 @@ pub fn parse_since(when: &str, clock: &Clock, now: i64) -> Result<i64> {
             (c.year, c.month, c.day)
         }
     };
-    let (hour, minute, second) = match time {
-        Some(t) => parse_time(t).ok_or_else(bad)?,
-        None => (0, 0, 0),
-    };
+    let (hour, minute, second) = time.map_or(Some((0, 0, 0)), parse_time).ok_or_else(bad)?;
     let c = Civil {
         year,
         month,
@@ -166,10 +160,7 @@ fn parse_time(t: &str) -> Option<(u32, u32, u32)> {
     }
     let num = |s: &str| s.parse::<u32>().ok();
     let (h, m) = (num(parts[0])?, num(parts[1])?);
-    let s = match parts.get(2) {
-        Some(s) => num(s)?,
-        None => 0,
-    };
+    let s = parts.get(2).map_or(Some(0), |s| num(s))?;
     (h < 24 && m < 60 && s < 60).then_some((h, m, s))
 }
 

@@ -6,22 +6,13 @@ use crate::client::{ClientError, Session};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::lookup::{self, Lookup, Target};
-use crate::registry::{self, Discovery, Peer};
+use crate::registry::{self, Peer};
 use crate::sanitize::escape;
 use crate::wire::Method;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::path::Path;
-
-/// Discovers peers in every registry we scan, excluding the caller's own
-/// instance when it runs inside one.
-pub fn discover(config: &Config) -> Result<Discovery> {
-    let dir = registry::ensure_dir(config)?;
-    let dirs = registry::scan_dirs(&dir);
-    let me = own_instance_id();
-    Ok(registry::discover(&dirs, me.as_deref(), config.io_timeout))
-}
 
 /// The instance id of `$BATON_SOCKET` (`…/a-<id>.sock`), if any.
 pub fn own_instance_id() -> Option<String> {

@@ -137,11 +137,11 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
             crate::events::replay(&spool.dir, 1, u64::MAX, |line| {
                 if let Ok(v) = serde_json::from_slice::<Value>(line) {
                     let ev = Event::read(&v);
-                    if filter.by_time(&ev) && keep > 0 {
-                        if shown.len() == keep {
-                            shown.pop_front();
-                        }
+                    if filter.by_time(&ev) {
                         shown.push_back((v, ev));
+                    }
+                    if shown.len() > keep {
+                        shown.pop_front();
                     }
                 }
                 true
@@ -178,14 +178,11 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
         let Some(ev) = Event::of_notification(&msg) else {
             continue;
         };
-        if ev.seq > last {
-            break;
-        }
-        if filter.keeps(&ev, last) {
+        if ev.seq <= last && filter.keeps(&ev, last) {
             print(args, &clock, &msg["params"], &ev);
         }
-        if ev.seq == last {
-            return Ok(ExitCode::Ok);
+        if ev.seq >= last {
+            break;
         }
     }
     // Rotation may have removed the oldest events; what exists was shown.
@@ -246,7 +243,8 @@ fn follow(
                 match msg.get("method").and_then(Value::as_str) {
                     Some("event") => {
                         let ev = Event::read(&msg["params"]);
-                        if shown(&ev, replay) {
+                        // A recorded event passes `log`'s filter; a live one always does.
+                        if replay.is_none_or(|(last, f)| ev.seq > last || f.keeps(&ev, last)) {
                             print(args, clock, &msg["params"], &ev);
                         }
                         let resolved = [EventKind::ApprovalResolved, EventKind::PermissionResolved];
@@ -289,11 +287,6 @@ fn follow(
             },
         }
     }
-}
-
-/// Whether a recorded event passes `log`'s filter; live ones always do.
-fn shown(ev: &Event, replay: Option<(u64, Filter)>) -> bool {
-    replay.is_none_or(|(last, filter)| ev.seq > last || filter.keeps(ev, last))
 }
 
 fn prompt(approvals: &Approvals) {
