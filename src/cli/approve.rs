@@ -205,14 +205,13 @@ impl Request {
         let id = s(&self.message_id).unwrap_or_default();
         let mut out = format!("task {id} waits for approval\n");
         let from = s(&self.from).unwrap_or_else(|| "?".into());
-        let mut who = format!("  from:  {from}");
+        out.push_str(&format!("  from:  {from}"));
         if let Some(ws) = s(&self.workspace) {
-            who.push_str(&format!(", workspace {ws}"));
+            out.push_str(&format!(", workspace {ws}"));
         }
         if let Some(pid) = self.pid {
-            who.push_str(&format!(", pid {pid}"));
+            out.push_str(&format!(", pid {pid}"));
         }
-        out.push_str(&who);
         out.push('\n');
         if let Some(mode) = s(&self.mode) {
             out.push_str(&format!("  mode:  {mode}\n"));

@@ -5,24 +5,22 @@
 use crate::error::{Error, Result};
 use std::ffi::OsString;
 
-/// The values `--profile` takes (serve, mcp).
-pub const PROFILES: &[&str] = &["coding", "sysadmin"];
-/// The values `serve --approve` takes.
-pub const APPROVALS: &[&str] = &["auto", "ask", "deny"];
-/// The values `send --mode` takes.
-pub const MODES: &[&str] = &["queue", "steer"];
-/// The values `inbox complete --outcome` takes.
-pub const OUTCOMES: &[&str] = &["done", "failed"];
-
-/// The fixed values an option takes, for its check and its completion.
+/// The fixed values an option takes, for its check and its completion:
+/// `--profile` (serve, mcp), `serve --approve`, `send --mode` and `inbox
+/// complete --outcome`.
 pub fn choices(long: &str) -> Option<&'static [&'static str]> {
     match long {
-        "profile" => Some(PROFILES),
-        "approve" => Some(APPROVALS),
-        "mode" => Some(MODES),
-        "outcome" => Some(OUTCOMES),
+        "profile" => Some(&["coding", "sysadmin"]),
+        "approve" => Some(&["auto", "ask", "deny"]),
+        "mode" => Some(&["queue", "steer"]),
+        "outcome" => Some(&["done", "failed"]),
         _ => None,
     }
+}
+
+/// Whether `v` is one of the values of `choices(long)`.
+pub fn is_choice(long: &str, v: &str) -> bool {
+    choices(long).is_some_and(|words| words.contains(&v))
 }
 
 /// The rule an instance name follows, as errors state it.
@@ -49,7 +47,7 @@ pub fn name_and_profile<'a>(args: &'a Args, cmd: &str) -> Result<&'a str> {
         check_name(&format!("{cmd}: --name"), name)?;
     }
     let profile = args.value("profile").unwrap_or("coding");
-    if !PROFILES.contains(&profile) {
+    if !is_choice("profile", profile) {
         return Err(Error::Usage(format!(
             "{cmd}: --profile {}: use coding or sysadmin",
             crate::sanitize::escape(profile)

@@ -576,12 +576,10 @@ fn read_lines(out: std::process::ChildStdout) -> crossbeam_channel::Receiver<Vec
             if line.is_empty() {
                 break;
             }
-            if line.last() == Some(&b'\n') {
-                line.pop();
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-            }
+            let bare = line
+                .strip_suffix(b"\n")
+                .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+            line.truncate(bare.map_or(line.len(), <[u8]>::len));
             if std::str::from_utf8(&line).is_err() || tx.send(line).is_err() {
                 break;
             }

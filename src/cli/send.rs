@@ -106,7 +106,7 @@ fn message_id(args: &Args) -> Result<String> {
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let mode = args.value("mode").unwrap_or("queue");
-    if !super::args::MODES.contains(&mode) {
+    if !super::args::is_choice("mode", mode) {
         return Err(Error::Usage(format!(
             "send: --mode {}: use queue or steer",
             escape(mode)
