@@ -65,8 +65,11 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     join(&peer, stdin_chunks(), Vec::new())
 }
 
+/// The bytes the client writes, in chunks.
+type Chunks = crossbeam_channel::Receiver<Vec<u8>>;
+
 /// The bytes of stdin, in chunks, from a thread; disconnected at its end.
-fn stdin_chunks() -> crossbeam_channel::Receiver<Vec<u8>> {
+fn stdin_chunks() -> Chunks {
     let (tx, rx) = crossbeam_channel::bounded(16);
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
@@ -88,11 +91,7 @@ const AWAIT_EVERY: Duration = Duration::from_secs(1);
 /// again once a second until an instance of the name answers (Some), or
 /// until the client closes stdin (None). What the client wrote meanwhile
 /// is kept for the instance.
-fn await_target(
-    config: &Config,
-    name: &str,
-    input: &crossbeam_channel::Receiver<Vec<u8>>,
-) -> Result<Option<(Peer, Vec<u8>)>> {
+fn await_target(config: &Config, name: &str, input: &Chunks) -> Result<Option<(Peer, Vec<u8>)>> {
     let mut held = Vec::new();
     loop {
         crossbeam_channel::select! {
@@ -113,11 +112,7 @@ fn await_target(
 /// Joins the client to `peer`'s socket byte for byte: `held` and then the
 /// rest of stdin to the socket, the socket to stdout. Either side closing
 /// ends the bridge.
-fn join(
-    peer: &Peer,
-    input: crossbeam_channel::Receiver<Vec<u8>>,
-    held: Vec<u8>,
-) -> Result<ExitCode> {
+fn join(peer: &Peer, input: Chunks, held: Vec<u8>) -> Result<ExitCode> {
     if peer.wire != crate::registry::Wire::Jsonrpc {
         return Err(Error::Usage(format!(
             "bridge: {} is a zcoder instance; only native instances can be bridged",
@@ -125,11 +120,10 @@ fn join(
         )));
     }
     let socket = std::path::Path::new(&peer.manifest.socket);
-    let stream = UnixStream::connect(socket).map_err(|e| Error::io("connect to", socket, e))?;
+    let fail = |e| Error::io("connect to", socket, e);
+    let stream = UnixStream::connect(socket).map_err(fail)?;
     let mut stream = bridged::declare(stream, peer, socket)?;
-    let mut to_socket = stream
-        .try_clone()
-        .map_err(|e| Error::io("connect to", socket, e))?;
+    let mut to_socket = stream.try_clone().map_err(fail)?;
     std::thread::spawn(move || {
         let _ = std::iter::once(held)
             .chain(input)

@@ -126,10 +126,10 @@ pub(super) fn list_all(conn: &mut Session, peer: &registry::Peer) -> Result<Inbo
 fn list_stopped(
     args: &Args,
     config: &Config,
-    target_arg: Option<&str>,
+    target: Option<&str>,
     why: String,
 ) -> Result<ExitCode> {
-    let spool = super::watch::stopped(config, target_arg, why)?;
+    let spool = super::watch::stopped(config, target, why)?;
     let l = crate::spool::read_listing(&spool.dir)?;
     let all = InboxPage {
         queued: l.queued,

@@ -166,10 +166,10 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     }
     let body = body(args.positional.get(1).map(String::as_str), config)?;
     if let Some(from) = args.value("from") {
-        return from_instance(args, config, from, target_arg, &body, mode);
+        return from_instance(args, config, from, &body);
     }
     if let Some(via) = args.value("via") {
-        return remote(args, config, via, target_arg, &body, mode);
+        return remote(args, config, via, &body);
     }
     if let Some(mut conn) = inside(config) {
         let params = json!({"target": target_arg, "body": body, "mode": mode});
@@ -178,21 +178,20 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
         return finish(args, config, &r);
     }
-    plain(args, config, target_arg, &body, mode)
+    plain(args, config, &body)
+}
+
+/// TARGET and `--mode`, as `run` checked them.
+fn target_and_mode(args: &Args) -> (&str, &str) {
+    (&args.positional[0], args.value("mode").unwrap_or("queue"))
 }
 
 /// `--from NAME`: the live local instance NAME sends the task as itself,
 /// through its `relay/send`, as a send with its `$BATON_SOCKET` does: the
 /// receiver sees NAME, a reply goes to NAME's inbox, and NAME's guards
 /// apply. Inside a turn of NAME itself, that turn's scope applies too.
-fn from_instance(
-    args: &Args,
-    config: &Config,
-    from: &str,
-    target_arg: &str,
-    body: &str,
-    mode: &str,
-) -> Result<ExitCode> {
+fn from_instance(args: &Args, config: &Config, from: &str, body: &str) -> Result<ExitCode> {
+    let (target_arg, mode) = target_and_mode(args);
     let peer = target::resolve(config, Some(from))?;
     let mut conn = target::connect(config, &peer)?;
     let own = target::own_instance_id();
@@ -205,14 +204,8 @@ fn from_instance(
 }
 
 /// `--via 'ssh host'`: the same delivery through `baton bridge` there.
-fn remote(
-    args: &Args,
-    config: &Config,
-    via: &str,
-    target_arg: &str,
-    body: &str,
-    mode: &str,
-) -> Result<ExitCode> {
+fn remote(args: &Args, config: &Config, via: &str, body: &str) -> Result<ExitCode> {
+    let (target_arg, mode) = target_and_mode(args);
     let message_id = message_id(args)?;
     let multiplex = !args.flag("no-multiplex");
     // A via command that fails is a `transport` result, as a local
@@ -304,13 +297,8 @@ fn wrong_target(
 }
 
 /// A send from a plain command line: resolve, deliver, retry once.
-fn plain(
-    args: &Args,
-    config: &Config,
-    target_arg: &str,
-    body: &str,
-    mode: &str,
-) -> Result<ExitCode> {
+fn plain(args: &Args, config: &Config, body: &str) -> Result<ExitCode> {
+    let (target_arg, mode) = target_and_mode(args);
     let message_id = message_id(args)?;
     super::sent::not_in_a_turn()?;
     let dir = registry::ensure_dir(config)?;
