@@ -43,10 +43,7 @@ fn here(args: &Args, config: &Config) -> Result<(PathBuf, String, Vec<Peer>)> {
         None => std::env::current_dir().map_err(|e| Error::io("read", Path::new("."), e))?,
     };
     let ws = std::fs::canonicalize(&ws).map_err(|e| Error::io("resolve workspace", &ws, e))?;
-    let name = match args.value("name") {
-        Some(n) => n.to_string(),
-        None => registry::default_name(&ws),
-    };
+    let name = (args.value("name")).map_or_else(|| registry::default_name(&ws), str::to_string);
     let dir = registry::ensure_dir(config)?;
     let want = ws.display().to_string();
     // Only the manifests of this workspace are pinged.

@@ -27,7 +27,6 @@ use crate::error::{Error, ExitCode, Result};
 use crate::follow::{self, Follow, Step, Who};
 use crate::registry::{self, Peer};
 use crate::sanitize::escape;
-use crate::spool::Sender;
 use crate::wire::answer::ControlStatus;
 use crate::wire::{Approve, Call, Decision, Event, EventKind, Mode, State};
 use serde_json::{Value, json};
@@ -239,18 +238,12 @@ fn look(config: &Config, peer: &Peer) -> Result<Seen> {
         seen.waiting = Some(Waiting {
             count,
             message_id: t.message_id.clone(),
-            from: sender_name(&t.sender),
+            // As `message.accepted`'s `from` names the sender.
+            from: (t.sender.name.as_deref())
+                .or(t.sender.instance_id.as_deref())
+                .unwrap_or("(cli)")
+                .to_string(),
         });
     }
     Ok(seen)
-}
-
-/// How a summary's sender is shown, as `message.accepted`'s `from` is.
-fn sender_name(sender: &Sender) -> String {
-    sender
-        .name
-        .as_deref()
-        .or(sender.instance_id.as_deref())
-        .unwrap_or("(cli)")
-        .to_string()
 }

@@ -454,16 +454,14 @@ pub fn main() -> i32 {
 
 fn run(argv: &[OsString]) -> Result<ExitCode> {
     let first = argv.first().and_then(|a| a.to_str()).unwrap_or("");
-    match first {
-        "--version" | "-V" | "version" => {
-            emit(&format!("baton {}\n", env!("CARGO_PKG_VERSION")));
-            return Ok(ExitCode::Ok);
-        }
-        "--help" | "-h" => {
-            emit(&overview());
-            return Ok(ExitCode::Ok);
-        }
-        _ => {}
+    let text = match first {
+        "--version" | "-V" | "version" => Some(format!("baton {}\n", env!("CARGO_PKG_VERSION"))),
+        "--help" | "-h" => Some(overview()),
+        _ => None,
+    };
+    if let Some(text) = text {
+        emit(&text);
+        return Ok(ExitCode::Ok);
     }
     // `baton [serve options]` opens an instance for the current directory
     // and the interactive view on it.

@@ -205,7 +205,7 @@ fn from_instance(args: &Args, config: &Config, from: &str, body: &str) -> Result
 
 /// `--via 'ssh host'`: the same delivery through `baton bridge` there.
 fn remote(args: &Args, config: &Config, via: &str, body: &str) -> Result<ExitCode> {
-    let (target_arg, mode) = target_and_mode(args);
+    let (target_arg, _) = target_and_mode(args);
     let message_id = message_id(args)?;
     let multiplex = !args.flag("no-multiplex");
     // A via command that fails is a `transport` result, as a local
@@ -237,17 +237,7 @@ fn remote(args: &Args, config: &Config, via: &str, body: &str) -> Result<ExitCod
     if id != target_arg && name.as_deref() != Some(target_arg) {
         return wrong_target(args, &message_id, target_arg, &id, name.as_deref());
     }
-    let mut params = json!({
-        "message_id": message_id,
-        "body": body,
-        "sender": {},
-        "hop": 0,
-        "mode": mode,
-    });
-    if live {
-        params["target_instance_id"] = json!(id);
-    }
-    relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
+    let params = frame(args, config, &message_id, body, live.then_some(&id))?;
     let mut result: Value = match r.call(Method::MessageSend, params) {
         Ok(v) => v,
         Err(e) => return transport(e),
@@ -328,15 +318,13 @@ fn plain(args: &Args, config: &Config, body: &str) -> Result<ExitCode> {
         result["target"] = target_of(&peer);
         return super::sent::report(args, &result);
     }
-    let params = json!({
-        "message_id": message_id,
-        "target_instance_id": peer.manifest.instance_id,
-        "body": body,
-        "sender": {},
-        "hop": 0,
-        "mode": mode,
-    });
-    relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
+    let params = frame(
+        args,
+        config,
+        &message_id,
+        body,
+        Some(&peer.manifest.instance_id),
+    )?;
     let mut result = match relay::deliver(config, &peer, &params) {
         Ok(v) => v,
         // The receiver could not store the task (its spool failed): not a
@@ -353,6 +341,18 @@ fn plain(args: &Args, config: &Config, body: &str) -> Result<ExitCode> {
     };
     result["target"] = target_of(&peer);
     finish(args, config, &result)
+}
+
+/// `message/send`'s params for this command line's task, checked against
+/// the frame bound; `to` is the instance it goes to, when that is known.
+fn frame(args: &Args, config: &Config, id: &str, body: &str, to: Option<&String>) -> Result<Value> {
+    let mode = target_and_mode(args).1;
+    let mut params = json!({"message_id": id, "body": body, "sender": {}, "hop": 0, "mode": mode});
+    if let Some(to) = to {
+        params["target_instance_id"] = json!(to);
+    }
+    relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
+    Ok(params)
 }
 
 /// Reports a delivery; with `--wait`, first waits for the task to end.

@@ -49,15 +49,12 @@ pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
         escape(&peer.manifest.name),
         peer.manifest.instance_id
     );
-    match sys::signal(pid, sys::SIGTERM) {
-        Ok(()) => {}
-        Err(_) if sys::pid_status(pid) == sys::PidStatus::Gone => {
-            emit(&format!("{who} had already exited\n"));
-            return Ok(ExitCode::Ok);
-        }
-        Err(e) => {
+    if let Err(e) = sys::signal(pid, sys::SIGTERM) {
+        if sys::pid_status(pid) != sys::PidStatus::Gone {
             return Err(Error::Env(format!("stop: cannot signal {who}: {e}")));
         }
+        emit(&format!("{who} had already exited\n"));
+        return Ok(ExitCode::Ok);
     }
     let deadline = Instant::now() + wait;
     while !peer.exited() {

@@ -28,10 +28,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         )));
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if running(config, &dir, name) {
-            return Ok(ExitCode::Ok);
-        }
+    while !running(config, &dir, name) {
         if Instant::now() >= deadline {
             return Err(Error::Transport(format!(
                 "{name}'s wake socket accepted a connection, but no instance named {name} answered within 10 s"
@@ -39,6 +36,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    Ok(ExitCode::Ok)
 }
 
 /// Whether a live instance has this name; if so, says so.

@@ -13,18 +13,17 @@ use crate::relay::{self, KnownSpool};
 use crate::sanitize::escape;
 use crate::wire::answer::Subscribed;
 use crate::wire::{Event, EventKind, Method};
-use crossbeam_channel::{self as chan, select};
+use crossbeam_channel::{self as chan, Receiver, select};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 
-/// `events/subscribe` with `params`: the answer, the events, and where
-/// the answers to the instance's requests go.
-fn subscribe(
-    config: &Config,
-    peer: &Peer,
-    params: Value,
-) -> Result<(Subscribed, chan::Receiver<Value>, Writer)> {
+/// A subscription: the answer, the events, and where the answers to the
+/// instance's requests go.
+type Subscription = (Subscribed, Receiver<Value>, Writer);
+
+/// `events/subscribe` with `params`.
+fn subscribe(config: &Config, peer: &Peer, params: Value) -> Result<Subscription> {
     let mut conn = target::connect(config, peer)?;
     let sub = conn
         .subscribe(params)
@@ -211,7 +210,7 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
 }
 
 /// Reads the operator's answers on a thread of its own.
-fn read_stdin() -> chan::Receiver<String> {
+fn read_stdin() -> Receiver<String> {
     let (tx, rx) = chan::unbounded::<String>();
     std::thread::spawn(move || {
         let mut lines = std::io::stdin().lock().lines().map_while(|l| l.ok());
@@ -226,7 +225,7 @@ fn read_stdin() -> chan::Receiver<String> {
 fn follow(
     args: &Args,
     clock: &Clock,
-    rx: chan::Receiver<Value>,
+    rx: Receiver<Value>,
     mut stream: Writer,
     approve: bool,
     replay: Option<(u64, Filter)>,
