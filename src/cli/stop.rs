@@ -146,14 +146,12 @@ fn stopped_spool(args: &Args, config: &Config, name: &str) -> Result<KnownSpool>
         }
         Stopped::Several(spools) => spools,
     };
-    let list: Vec<String> = spools
-        .iter()
+    let list: String = (spools.iter())
         .map(|s| format!("\n  {}  {}", escape(&s.name), escape(&s.workspace)))
         .collect();
     Err(Error::NoTarget(format!(
-        "forget: several spools have the name {}: pick one with --workspace DIR; candidates:{}",
-        escape(name),
-        list.concat()
+        "forget: several spools have the name {}: pick one with --workspace DIR; candidates:{list}",
+        escape(name)
     )))
 }
 

@@ -32,15 +32,12 @@ use std::time::{Duration, Instant};
 /// before anything is sent.
 pub fn check(args: &Args) -> Result<Option<Duration>> {
     let timeout = args.seconds("send", "timeout")?;
-    if !args.flag("wait") {
-        if timeout.is_some() {
-            return Err(Error::Usage(
-                "send: --timeout bounds the wait, so it needs --wait".into(),
-            ));
-        }
-        return Ok(None);
+    if timeout.is_some() && !args.flag("wait") {
+        return Err(Error::Usage(
+            "send: --timeout bounds the wait, so it needs --wait".into(),
+        ));
     }
-    if args.flag("reply") {
+    if args.flag("wait") && args.flag("reply") {
         return Err(Error::Usage(
             "send: --reply answers a turn's sender, who gets no outcome back, so it does not take --wait"
                 .into(),

@@ -56,19 +56,12 @@ pub(super) fn stopped(config: &Config, target: Option<&str>, why: String) -> Res
         .filter(|s| s.running(&live).is_none())
         .collect();
     if found.len() > 1 {
-        let list: Vec<String> = found
-            .iter()
-            .map(|s| {
-                format!(
-                    "\n  {}  not running  {}",
-                    escape(&s.name),
-                    escape(&s.workspace)
-                )
-            })
+        let list: String = (found.iter())
+            .map(|s| (escape(&s.name), escape(&s.workspace)))
+            .map(|(name, workspace)| format!("\n  {name}  not running  {workspace}"))
             .collect();
         return Err(Error::NoTarget(format!(
-            "{why}; several stopped agents' spools match: candidates:{}",
-            list.concat()
+            "{why}; several stopped agents' spools match: candidates:{list}"
         )));
     }
     let Some(spool) = found.pop() else {
