@@ -97,13 +97,11 @@ impl Approvals {
             .iter()
             .position(|a| a.id.as_deref().is_some_and(|p| w.message_id.starts_with(p)))
             .or_else(|| self.early.iter().position(|a| a.id.is_none()));
-        match pos.and_then(|i| self.early.remove(i)) {
-            Some(a) => Some((w, a.decision)),
-            None => {
-                self.waiting.push_back(w);
-                None
-            }
+        if let Some(a) = pos.and_then(|i| self.early.remove(i)) {
+            return Some((w, a.decision));
         }
+        self.waiting.push_back(w);
+        None
     }
 
     /// The operator answered: the request it decides, or `None` when it is
@@ -126,13 +124,11 @@ impl Approvals {
             .waiting
             .iter()
             .position(|w| w.message_id.starts_with(p));
-        match i.and_then(|i| self.waiting.remove(i)) {
-            Some(w) => Ok(Some((w, a.decision))),
-            None => {
-                self.early.push_back(a);
-                Ok(None)
-            }
+        if let Some(w) = i.and_then(|i| self.waiting.remove(i)) {
+            return Ok(Some((w, a.decision)));
         }
+        self.early.push_back(a);
+        Ok(None)
     }
 
     /// An approval was decided elsewhere (another controller, the view):

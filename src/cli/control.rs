@@ -119,15 +119,13 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
 /// pause` waits as long as the instance's own connection thread does.
 pub fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
     let mut config = config.clone();
+    let mut call = Call::ControlResume;
     if cmd == "pause" {
         config.io_timeout = config.io_timeout.max(ANSWER_WAIT_MIN);
+        call = Call::ControlPause;
     }
     super::at_most(args, cmd, 1)?;
     let peer = target::resolve(&config, args.positional.first().map(String::as_str))?;
-    let call = match cmd {
-        "pause" => Call::ControlPause,
-        _ => Call::ControlResume,
-    };
     let (v, r) = target::call::<Paused>(&config, &peer, call, json!({}))?;
     if args.flag("json") {
         emit_json(&v);

@@ -183,13 +183,10 @@ fn print_outcome(h: &Handled, action: &str) {
 /// Where the reply of `inbox complete --reply` went, in words: its final
 /// status as the sender side knows it.
 fn print_reply(reply: &ReplySent) {
-    let id = escape(&reply.message_id).into_owned();
-    let to = reply
-        .target
-        .as_ref()
+    let id = escape(&reply.message_id);
+    let to = (reply.target.as_ref())
         .and_then(|t| t.name.as_deref())
-        .map(|n| escape(n).into_owned())
-        .unwrap_or_else(|| "the sender".into());
+        .map_or_else(|| "the sender".into(), escape);
     match reply.status.parse::<ReplyStatus>() {
         Ok(ReplyStatus::Ended(Status::Accepted)) => emit(&format!("reply {id} accepted by {to}\n")),
         Ok(ReplyStatus::Ended(Status::Duplicate)) => {

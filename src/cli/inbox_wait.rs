@@ -161,14 +161,13 @@ fn watch(config: &Config, peer: &Peer, deadline: Option<Instant>) -> Result<Step
             Err(ClientError::Timeout) => return Ok(Step::Done(None)),
             Err(_) => return Ok(Step::Lost),
         };
-        if !on_event(&msg, &mut seen) {
-            continue;
+        if on_event(&msg, &mut seen) {
+            seen = match look(config, peer) {
+                Ok(s) => s,
+                Err(Error::Transport(_)) => return Ok(Step::Lost),
+                Err(e) => return Err(e),
+            };
         }
-        seen = match look(config, peer) {
-            Ok(s) => s,
-            Err(Error::Transport(_)) => return Ok(Step::Lost),
-            Err(e) => return Err(e),
-        };
     }
 }
 

@@ -64,10 +64,7 @@ pub(super) fn report(args: &Args, v: &Value) -> Result<ExitCode> {
             escape(t.name.as_deref().unwrap_or(""))
         )),
         Some(Status::NoTarget) => {
-            let peers: Vec<String> = r
-                .candidates
-                .iter()
-                .flatten()
+            let peers: String = (r.candidates.iter().flatten())
                 .map(|c| {
                     let (name, workspace) = (escape(&c.name), escape(&c.workspace));
                     // A spool of a stopped agent has no pid and no id.
@@ -80,12 +77,10 @@ pub(super) fn report(args: &Args, v: &Value) -> Result<ExitCode> {
                     }
                 })
                 .collect();
-            let list = if peers.is_empty() {
-                "no live instances are running".to_string()
-            } else {
-                format!("candidates:{}", peers.concat())
-            };
-            eprintln!("baton: {reason}; {list}");
+            match peers.as_str() {
+                "" => eprintln!("baton: {reason}; no live instances are running"),
+                _ => eprintln!("baton: {reason}; candidates:{peers}"),
+            }
         }
         Some(Status::Transport) => eprintln!("baton: {reason}"),
         Some(Status::Denied | Status::Invalid | Status::Unsupported) if r.target.is_none() => {
