@@ -423,10 +423,9 @@ pub fn run_to_end(
     multiplex: bool,
 ) -> Result<(Option<i32>, Vec<u8>)> {
     let mut v = Via::spawn(via, config, remote_args, multiplex)?;
-    let mut stdin = v.child.stdin.take().expect("piped");
-    // The remote side may not read it; a closed pipe is no failure.
-    let _ = stdin.write_all(input);
-    drop(stdin);
+    // The remote side may not read it; a closed pipe is no failure. The
+    // pipe closes at the end of the statement.
+    let _ = v.child.stdin.take().expect("piped").write_all(input);
     let stdout = v.child.stdout.take().expect("piped");
     let (tx, rx) = crossbeam_channel::bounded(1);
     std::thread::spawn(move || {
