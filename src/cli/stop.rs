@@ -116,12 +116,11 @@ pub fn forget(args: &Args, config: &Config) -> Result<ExitCode> {
 
 /// The one stopped spool of this name (and `--workspace`, if given).
 fn stopped_spool(args: &Args, config: &Config, name: &str) -> Result<KnownSpool> {
-    let canonical =
-        |w: &str| fs::canonicalize(w).map_err(|e| Error::io("find workspace", Path::new(w), e));
-    let workspace = match args.value("workspace") {
-        Some(w) => Some(canonical(w)?.display().to_string()),
-        None => None,
+    let canonical = |w: &str| match fs::canonicalize(w) {
+        Ok(path) => Ok(path.display().to_string()),
+        Err(e) => Err(Error::io("find workspace", Path::new(w), e)),
     };
+    let workspace = args.value("workspace").map(canonical).transpose()?;
     let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);
     let spools = match lookup::stopped(&dirs, name, workspace.as_deref(), config.io_timeout) {
         Stopped::One(spool) => return Ok(spool),

@@ -127,7 +127,7 @@ pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
 pub fn run_via(
     args: &Args,
     delivery: &Value,
-    first: Option<Remote>,
+    mut first: Option<Remote>,
     target: &str,
     mut reopen: impl FnMut(Option<Instant>) -> Result<Option<Remote>>,
 ) -> Result<ExitCode> {
@@ -137,7 +137,6 @@ pub fn run_via(
     };
     let deadline = k.deadline;
     let mut why = "is not running there; waiting for it to start";
-    let mut first = first;
     let mut last = None;
     let f = Follow {
         name: &k.name,
