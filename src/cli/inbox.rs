@@ -1,7 +1,6 @@
 //! `baton inbox list|claim|complete|requeue|discard`: the pull side of an
 //! instance. `list` reads every page of `inbox/list` and shows them as one.
-//! `wait` is a command of its own (cli::inbox_wait), which reads the inbox
-//! as `list` does.
+//! `wait` is cli::inbox_wait.
 
 use super::args::Args;
 use super::{emit, emit_json, target};
@@ -22,9 +21,6 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             "inbox: say list, claim or complete (see 'baton help inbox')".into(),
         ));
     };
-    if action == "wait" {
-        return super::inbox_wait::run(args, config);
-    }
     if args.flag("timeout") {
         return Err(Error::Usage(format!(
             "inbox {}: --timeout is for inbox wait",

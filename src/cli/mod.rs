@@ -238,7 +238,11 @@ pub const COMMANDS: &[Command] = &[
             ),
             HELP,
         ],
-        run: inbox::run,
+        // `wait` is a command of its own, which reads the inbox as `list` does.
+        run: |args, config| match args.positional.first().map(String::as_str) {
+            Some("wait") => inbox_wait::run(args, config),
+            _ => inbox::run(args, config),
+        },
     },
     Command {
         name: "wake",
