@@ -197,7 +197,8 @@ fn store(
     // Under the spool's lock, as a live receiver records an acceptance.
     let announce = |task: &Task, queue_position| {
         let hub = crate::events::Hub::open(s.dir());
-        let event = server::Accepted::new(task, None, &from, pid, queue_position).stored();
+        let mut event = server::Accepted::new(task, None, &from, pid, queue_position);
+        event.stored = true;
         hub.record(crate::wire::EventKind::MessageAccepted, &event);
         hub.flush();
     };

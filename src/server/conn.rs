@@ -275,7 +275,8 @@ impl Session<'_> {
                 ),
             ));
         }
-        let sub = register(shared, controller).inspect_err(|_| shared.slots.unsubscribe(slot))?;
+        let sub = ask(shared, None, |reply| Event::Subscribe { controller, reply })
+            .inspect_err(|_| shared.slots.unsubscribe(slot))?;
         let result = Subscribed {
             controller,
             next_seq: sub.next_seq,
@@ -309,22 +310,17 @@ fn answer_line<T: serde::Serialize>(id: &Id, r: Result<T, RpcError>) -> Vec<u8> 
     }
 }
 
-/// Asks the foreground to register a subscriber.
-fn register(shared: &Shared, controller: bool) -> Result<Subscription, RpcError> {
-    let (reply, rx) = chan::bounded(1);
-    let wait = shared.config.io_timeout.max(super::ANSWER_WAIT_MIN);
-    ask(shared, Event::Subscribe { controller, reply }, &rx, wait)
-}
-
-/// Hands the foreground `event` and waits up to `wait` for its answer on
-/// `rx`.
+/// Hands the foreground the event `ask` makes of a reply channel, and
+/// waits up to `wait` (by default the I/O timeout, at least
+/// `ANSWER_WAIT_MIN`) for its answer.
 fn ask<T>(
     shared: &Shared,
-    event: Event,
-    rx: &chan::Receiver<T>,
-    wait: Duration,
+    wait: Option<Duration>,
+    ask: impl FnOnce(chan::Sender<T>) -> Event,
 ) -> Result<T, RpcError> {
-    if shared.events.send(event).is_err() {
+    let (reply, rx) = chan::bounded(1);
+    let wait = wait.unwrap_or(shared.config.io_timeout.max(super::ANSWER_WAIT_MIN));
+    if shared.events.send(ask(reply)).is_err() {
         return Err(RpcError::new(
             wire::INTERNAL_ERROR,
             "the instance is shutting down",
@@ -462,19 +458,14 @@ fn ask_foreground(
     params: Map<String, Value>,
     caller: Caller,
 ) -> Result<Value, RpcError> {
-    let (reply, rx) = chan::bounded(1);
-    let call = Event::Call {
+    // relay/send discovers, then delivers with one retry, each bounded by
+    // the I/O timeout.
+    let wait =
+        (method == Call::RelaySend).then(|| shared.config.io_timeout * 4 + Duration::from_secs(5));
+    ask(shared, wait, |reply| Event::Call {
         method,
         params,
         reply,
         caller,
-    };
-    // relay/send discovers, then delivers with one retry, each bounded by
-    // the I/O timeout.
-    let wait = if method == Call::RelaySend {
-        shared.config.io_timeout * 4 + Duration::from_secs(5)
-    } else {
-        shared.config.io_timeout.max(super::ANSWER_WAIT_MIN)
-    };
-    ask(shared, call, &rx, wait)?
+    })?
 }

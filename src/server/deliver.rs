@@ -104,9 +104,10 @@ pub struct Accepted<'a> {
     /// A task through a bridge: the remote end.
     #[serde(skip_serializing_if = "Option::is_none")]
     remote: &'a Option<String>,
-    /// Set by an offline sender that stored the task itself.
+    /// Set by an offline sender that stored the task itself
+    /// (docs/protocol.md §8).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    stored: bool,
+    pub stored: bool,
 }
 
 impl<'a> Accepted<'a> {
@@ -128,14 +129,6 @@ impl<'a> Accepted<'a> {
             workspace: &task.sender.workspace,
             remote: &task.sender.remote,
             stored: false,
-        }
-    }
-
-    /// The event as an offline sender records it (docs/protocol.md §8).
-    pub fn stored(self) -> Accepted<'a> {
-        Accepted {
-            stored: true,
-            ..self
         }
     }
 }
@@ -439,15 +432,8 @@ fn admit(
     let sender_id = task.sender.instance_id.clone().unwrap_or_default();
     let from = crate::turn::display_name(&task.sender);
     let announce = |task: &Task, queue_position| {
-        emit_accepted(
-            &shared.hub,
-            EventKind::MessageAccepted,
-            task,
-            Some(&body_json),
-            &from,
-            peer.pid,
-            queue_position,
-        );
+        let event = Accepted::new(task, Some(&body_json), &from, peer.pid, queue_position);
+        shared.hub.record(EventKind::MessageAccepted, &event);
     };
     let admitted = shared.spool.admit(
         task,
@@ -456,13 +442,14 @@ fn admit(
         || shared.paused.load(Ordering::SeqCst),
         announce,
     );
+    let verdict = admission_verdict(
+        admitted,
+        Receiver::Live {
+            sender_id: &sender_id,
+        },
+    );
     Outcome {
-        verdict: admission_verdict(
-            admitted,
-            Receiver::Live {
-                sender_id: &sender_id,
-            },
-        ),
+        verdict,
         from: Some(from),
     }
 }
