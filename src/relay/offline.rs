@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::lookup::{self, KnownSpool, Lookup, Target};
 use crate::registry::{self, Peer};
 use crate::sanitize::escape;
-use crate::server::{self, NotStored, Receiver};
+use crate::server::{self, NotStored, Receiver, Verdict};
 use crate::spool::{Spool, Task};
 use crate::status::Status;
 use serde_json::{Value, json};
@@ -166,14 +166,19 @@ fn store(
     id: &str,
     make_task: impl FnOnce() -> Task,
 ) -> Option<Value> {
+    // Every answer names the spool's owner, as a live receiver's does.
+    let answer = |verdict: Result<Verdict, NotStored>| {
+        let r = match verdict {
+            Ok(v) => serde_json::to_value(v.answer(id.into(), None)).expect("serializes"),
+            Err(e) => outcome(Status::Transport, id, e.message()),
+        };
+        Some(with_target(r, spool_target(known)))
+    };
     let s = match Spool::open_offline(&known.dir, config.fsync) {
         Ok(Some(s)) => s,
         Ok(None) => return None,
         // Not a verdict on the task either: nothing was stored.
-        Err(e) => {
-            let failed = outcome(Status::Transport, id, NotStored(e).message());
-            return Some(with_target(failed, spool_target(known)));
-        }
+        Err(e) => return answer(Err(NotStored(e))),
     };
     let task = make_task();
     // The agent's own sender rules, as its listener would apply them.
@@ -181,10 +186,7 @@ fn store(
         task.sender.name.as_deref().unwrap_or(""),
         task.sender.workspace.as_deref().unwrap_or(""),
     ) {
-        return Some(with_target(
-            outcome(Status::Denied, id, why),
-            spool_target(known),
-        ));
+        return answer(Ok(Verdict::with_reason(Status::Denied, why)));
     }
     let limits = crate::spool::Limits {
         max_queue: config.max_queue,
@@ -195,7 +197,8 @@ fn store(
     // Under the spool's lock, as a live receiver records an acceptance.
     let announce = |task: &Task, queue_position| {
         let hub = crate::events::Hub::open(s.dir());
-        let event = server::Accepted::new(task, None, &from, pid, queue_position).stored();
+        let mut event = server::Accepted::new(task, None, &from, pid, queue_position);
+        event.stored = true;
         hub.record(crate::wire::EventKind::MessageAccepted, &event);
         hub.flush();
     };
@@ -204,10 +207,5 @@ fn store(
     if matches!(&verdict, Ok(v) if v.status == Status::Stored) {
         super::wake::wake(registry_dir, &known.name);
     }
-    let r = match verdict {
-        Ok(v) => serde_json::to_value(v.answer(id.into(), None)).expect("serializes"),
-        Err(e) => outcome(Status::Transport, id, e.message()),
-    };
-    // Every answer names the spool's owner, as a live receiver's does.
-    Some(with_target(r, spool_target(known)))
+    answer(verdict)
 }

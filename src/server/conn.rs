@@ -8,7 +8,7 @@ use super::deliver::deliver;
 use super::out::{Out, Writer, answer_then_flush, write_line};
 use super::peer::Peer;
 use super::request::{self, SendRequest};
-use super::{Event, INIT_TIMEOUT, RpcError, Shared, bad_type, invalid_params, missing, zcoder};
+use super::{Event, INIT_TIMEOUT, RpcError, Shared, invalid_params, need, opt, zcoder};
 use crate::access::{BridgeKey, Caller, Door};
 use crate::events::{self, Subscription};
 use crate::sys;
@@ -75,7 +75,7 @@ pub(super) fn serve_connection(
                     "initialize timeout: no initialize within {} s of connecting",
                     INIT_TIMEOUT.as_secs()
                 );
-                let line = wire::error_line(&Value::Null, wire::CONNECTION_ERROR, &message, None);
+                let line = RpcError::new(wire::CONNECTION_ERROR, message).line(&Value::Null);
                 write_line(&out, &line);
                 break;
             }
@@ -215,19 +215,15 @@ impl Session<'_> {
     fn request(&mut self, id: &Id, name: &str, params: Value) -> Option<Vec<u8>> {
         let method = Method::parse(name);
         if !self.initialized && method != Some(Method::Initialize) {
-            return Some(wire::error_line(
-                id,
-                wire::NOT_INITIALIZED,
-                "not initialized: the first request must be initialize",
-                None,
-            ));
+            let message = "not initialized: the first request must be initialize";
+            return Some(RpcError::new(wire::NOT_INITIALIZED, message).line(id));
         }
         let Some(method) = method else {
             let message = format!("method not found: {}", crate::sanitize::escape(name));
-            return Some(wire::error_line(id, wire::METHOD_NOT_FOUND, &message, None));
+            return Some(RpcError::new(wire::METHOD_NOT_FOUND, message).line(id));
         };
         if let Err(e) = self.peer.check(self.shared, Door::Method(method)) {
-            return Some(wire::error_line(id, e.code, &e.message, e.data));
+            return Some(e.line(id));
         }
         if method == Method::EventsSubscribe {
             return match self.subscribe(id, params) {
@@ -237,7 +233,7 @@ impl Session<'_> {
                 }
                 Err(e) => {
                     self.close = e.code == wire::TOO_MANY_CONNECTIONS;
-                    Some(wire::error_line(id, e.code, &e.message, e.data))
+                    Some(e.line(id))
                 }
             };
         }
@@ -259,18 +255,8 @@ impl Session<'_> {
         let Value::Object(params) = params else {
             return Err(invalid_params("params must be an object"));
         };
-        let since = match params.get("since") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_u64()
-                    .ok_or_else(|| bad_type("since", "a non-negative integer"))?,
-            ),
-        };
-        let controller = match params.get("controller") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(bad_type("controller", "a boolean")),
-        };
+        let since = opt(&params, "since", "a non-negative integer", Value::as_u64)?;
+        let controller = opt(&params, "controller", "a boolean", Value::as_bool)?.unwrap_or(false);
         if controller {
             peer.check(shared, Door::Controller)?;
         }
@@ -289,7 +275,8 @@ impl Session<'_> {
                 ),
             ));
         }
-        let sub = register(shared, controller).inspect_err(|_| shared.slots.unsubscribe(slot))?;
+        let sub = ask(shared, None, |reply| Event::Subscribe { controller, reply })
+            .inspect_err(|_| shared.slots.unsubscribe(slot))?;
         let result = Subscribed {
             controller,
             next_seq: sub.next_seq,
@@ -319,26 +306,21 @@ impl Session<'_> {
 fn answer_line<T: serde::Serialize>(id: &Id, r: Result<T, RpcError>) -> Vec<u8> {
     match r {
         Ok(v) => wire::result_line(id, &v),
-        Err(e) => wire::error_line(id, e.code, &e.message, e.data),
+        Err(e) => e.line(id),
     }
 }
 
-/// Asks the foreground to register a subscriber.
-fn register(shared: &Shared, controller: bool) -> Result<Subscription, RpcError> {
-    let (reply, rx) = chan::bounded(1);
-    let wait = shared.config.io_timeout.max(super::ANSWER_WAIT_MIN);
-    ask(shared, Event::Subscribe { controller, reply }, &rx, wait)
-}
-
-/// Hands the foreground `event` and waits up to `wait` for its answer on
-/// `rx`.
+/// Hands the foreground the event `ask` makes of a reply channel, and
+/// waits up to `wait` (by default the I/O timeout, at least
+/// `ANSWER_WAIT_MIN`) for its answer.
 fn ask<T>(
     shared: &Shared,
-    event: Event,
-    rx: &chan::Receiver<T>,
-    wait: Duration,
+    wait: Option<Duration>,
+    ask: impl FnOnce(chan::Sender<T>) -> Event,
 ) -> Result<T, RpcError> {
-    if shared.events.send(event).is_err() {
+    let (reply, rx) = chan::bounded(1);
+    let wait = wait.unwrap_or(shared.config.io_timeout.max(super::ANSWER_WAIT_MIN));
+    if shared.events.send(ask(reply)).is_err() {
         return Err(RpcError::new(
             wire::INTERNAL_ERROR,
             "the instance is shutting down",
@@ -414,26 +396,15 @@ fn to_value(answer: impl serde::Serialize) -> Value {
 
 fn initialize(s: &Session, params: &Map<String, Value>) -> Result<Value, RpcError> {
     let (shared, peer) = (s.shared, s.peer);
-    let version = match params.get("protocol_version") {
-        Some(v) if v.is_u64() || v.is_i64() => v.clone(),
-        Some(_) => return Err(bad_type("protocol_version", "an integer")),
-        None => return Err(missing("protocol_version")),
-    };
-    match params.get("client") {
-        Some(Value::Object(c)) => {
-            for k in ["name", "version"] {
-                match c.get(k) {
-                    Some(Value::String(_)) => {}
-                    Some(_) => return Err(bad_type(&format!("client.{k}"), "a string")),
-                    None => return Err(missing(&format!("client.{k}"))),
-                }
-            }
-        }
-        Some(_) => return Err(bad_type("client", "an object")),
-        None => return Err(missing("client")),
+    let version = need(params, "protocol_version", "an integer", |v| {
+        (v.is_u64() || v.is_i64()).then_some(v)
+    })?;
+    let client = need(params, "client", "an object", Value::as_object)?;
+    for k in ["client.name", "client.version"] {
+        need(client, k, "a string", Value::as_str)?;
     }
     let bridge = bridge_key(params)?;
-    if version != json!(1) {
+    if *version != json!(1) {
         return Err(RpcError {
             code: wire::UNSUPPORTED_PROTOCOL,
             message: format!("unsupported protocol version {version}"),
@@ -460,21 +431,11 @@ fn initialize(s: &Session, params: &Map<String, Value>) -> Result<Value, RpcErro
 /// `initialize`'s `bridge` (docs/protocol.md §2): what `baton bridge`
 /// says of the key it serves, before its client's first byte.
 fn bridge_key(params: &Map<String, Value>) -> Result<Option<BridgeKey>, RpcError> {
-    let b = match params.get("bridge") {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(b)) => b,
-        Some(_) => return Err(bad_type("bridge", "an object")),
+    let Some(b) = opt(params, "bridge", "an object", Value::as_object)? else {
+        return Ok(None);
     };
-    let target = match b.get("target") {
-        Some(Value::String(t)) => t.clone(),
-        Some(_) => return Err(bad_type("bridge.target", "a string")),
-        None => return Err(missing("bridge.target")),
-    };
-    let remote = match b.get("remote") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(r)) => Some(r.clone()),
-        Some(_) => return Err(bad_type("bridge.remote", "a string")),
-    };
+    let target = need(b, "bridge.target", "a string", Value::as_str)?.to_string();
+    let remote = opt(b, "bridge.remote", "a string", Value::as_str)?.map(String::from);
     Ok(Some(BridgeKey { target, remote }))
 }
 
@@ -482,11 +443,10 @@ fn bridge_key(params: &Map<String, Value>) -> Result<Option<BridgeKey>, RpcError
 /// instance, which is checked as a sender's claim is (deliver.rs); the
 /// foreground then answers it about its own tasks only.
 fn verify_asker(shared: &Shared, params: &Map<String, Value>, peer: &Peer) -> Result<(), RpcError> {
-    let id = match params.get("sender_instance_id") {
-        None | Some(Value::Null) => return Ok(()),
-        Some(Value::String(id)) if crate::registry::valid_id(id) => id,
-        Some(_) => return Err(bad_type("sender_instance_id", "an instance id")),
-    };
+    let id = opt(params, "sender_instance_id", "an instance id", |v| {
+        v.as_str().filter(|id| crate::registry::valid_id(id))
+    })?;
+    let Some(id) = id else { return Ok(()) };
     super::deliver::verify_instance(shared, id, peer)
         .map(|_| ())
         .map_err(|why| invalid_params(format!("sender_instance_id {id}: {why}")))
@@ -498,19 +458,14 @@ fn ask_foreground(
     params: Map<String, Value>,
     caller: Caller,
 ) -> Result<Value, RpcError> {
-    let (reply, rx) = chan::bounded(1);
-    let call = Event::Call {
+    // relay/send discovers, then delivers with one retry, each bounded by
+    // the I/O timeout.
+    let wait =
+        (method == Call::RelaySend).then(|| shared.config.io_timeout * 4 + Duration::from_secs(5));
+    ask(shared, wait, |reply| Event::Call {
         method,
         params,
         reply,
         caller,
-    };
-    // relay/send discovers, then delivers with one retry, each bounded by
-    // the I/O timeout.
-    let wait = if method == Call::RelaySend {
-        shared.config.io_timeout * 4 + Duration::from_secs(5)
-    } else {
-        shared.config.io_timeout.max(super::ANSWER_WAIT_MIN)
-    };
-    ask(shared, call, &rx, wait)?
+    })?
 }

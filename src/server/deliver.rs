@@ -7,7 +7,7 @@
 
 use super::request::SendRequest;
 use super::{Event, Peer, RpcError, Shared};
-use crate::error::Error;
+use crate::error::{Error, Invalid};
 use crate::events::Hub;
 use crate::registry;
 use crate::spool::{self, Admission, Limits, Sender, Task};
@@ -17,6 +17,7 @@ use crate::wire::{EventKind, State, TaskMode};
 use crate::{sys, wire};
 use serde_json::json;
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -103,9 +104,10 @@ pub struct Accepted<'a> {
     /// A task through a bridge: the remote end.
     #[serde(skip_serializing_if = "Option::is_none")]
     remote: &'a Option<String>,
-    /// Set by an offline sender that stored the task itself.
+    /// Set by an offline sender that stored the task itself
+    /// (docs/protocol.md §8).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    stored: bool,
+    pub stored: bool,
 }
 
 impl<'a> Accepted<'a> {
@@ -127,14 +129,6 @@ impl<'a> Accepted<'a> {
             workspace: &task.sender.workspace,
             remote: &task.sender.remote,
             stored: false,
-        }
-    }
-
-    /// The event as an offline sender records it (docs/protocol.md §8).
-    pub fn stored(self) -> Accepted<'a> {
-        Accepted {
-            stored: true,
-            ..self
         }
     }
 }
@@ -166,7 +160,7 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    fn with_reason(status: Status, reason: impl Into<String>) -> Verdict {
+    pub fn with_reason(status: Status, reason: impl Into<String>) -> Verdict {
         Verdict {
             status,
             queue_position: None,
@@ -408,14 +402,10 @@ fn admit(
     let cfg = &shared.config;
     // The body's JSON text, escaped once (or as the line spelled it) for
     // both the task file and the event.
-    let escaped;
-    let body_json = match body_json {
-        Some(b) => b,
-        None => {
-            escaped = serde_json::value::to_raw_value(&req.body).expect("a string serializes");
-            &*escaped
-        }
-    };
+    let body_json = body_json.map_or_else(
+        || Cow::Owned(serde_json::value::to_raw_value(&req.body).expect("a string serializes")),
+        Cow::Borrowed,
+    );
     let task = spool::new_task(
         &req.message_id,
         std::mem::take(&mut req.body),
@@ -442,30 +432,24 @@ fn admit(
     let sender_id = task.sender.instance_id.clone().unwrap_or_default();
     let from = crate::turn::display_name(&task.sender);
     let announce = |task: &Task, queue_position| {
-        emit_accepted(
-            &shared.hub,
-            EventKind::MessageAccepted,
-            task,
-            Some(body_json),
-            &from,
-            peer.pid,
-            queue_position,
-        );
+        let event = Accepted::new(task, Some(&body_json), &from, peer.pid, queue_position);
+        shared.hub.record(EventKind::MessageAccepted, &event);
     };
     let admitted = shared.spool.admit(
         task,
-        Some(body_json),
+        Some(&body_json),
         limits,
         || shared.paused.load(Ordering::SeqCst),
         announce,
     );
+    let verdict = admission_verdict(
+        admitted,
+        Receiver::Live {
+            sender_id: &sender_id,
+        },
+    );
     Outcome {
-        verdict: admission_verdict(
-            admitted,
-            Receiver::Live {
-                sender_id: &sender_id,
-            },
-        ),
+        verdict,
         from: Some(from),
     }
 }
@@ -477,7 +461,7 @@ fn verify_sender(
     req: &SendRequest,
     peer: &Peer,
     cwd: Option<String>,
-) -> Result<Sender, String> {
+) -> Result<Sender, Invalid> {
     let Some(id) = &req.sender_instance_id else {
         // A name is only what a verified manifest says; a plain sender is
         // shown as such, with its kernel-reported pid and directory.
@@ -487,11 +471,11 @@ fn verify_sender(
             ..Sender::default()
         });
     };
-    let (instance_id, name, workspace) = verify_instance(shared, id, peer)?;
+    let m = verify_instance(shared, id, peer)?;
     Ok(Sender {
-        instance_id: Some(instance_id),
-        name: Some(name),
-        workspace: Some(workspace),
+        instance_id: Some(m.instance_id),
+        name: Some(m.name),
+        workspace: Some(m.workspace),
         pid: peer.pid,
         remote: None,
     })
@@ -500,12 +484,12 @@ fn verify_sender(
 /// Checks that the connection comes from instance `id`: its manifest, in
 /// a scanned registry that passes the discovery checks, names the
 /// connection's peer pid, and that pid serves the manifest's socket. Its
-/// id, name and workspace.
+/// manifest.
 pub(super) fn verify_instance(
     shared: &Shared,
     id: &str,
     peer: &Peer,
-) -> Result<(String, String, String), String> {
+) -> Result<registry::Manifest, Invalid> {
     let Some(pid) = peer.pid else {
         return Err("this platform does not report the peer pid".into());
     };
@@ -514,23 +498,21 @@ pub(super) fn verify_instance(
         if !path.exists() && std::fs::symlink_metadata(&path).is_err() {
             continue;
         }
-        let m = registry::read_manifest(dir, &path).map_err(|e| e.0)?;
+        let m = registry::read_manifest(dir, &path)?;
         if m.pid != pid {
             return Err(format!(
                 "instance {id} has pid {}, but the connection comes from pid {pid}",
                 m.pid
-            ));
+            )
+            .into());
         }
         // The socket is asked once per connection: an instance's sends on
         // one connection pay for one connect. Its pid is compared above at
         // every send.
-        if !peer.serves(id, &m.socket) {
-            check_served(id, &m.socket, pid)?;
-            peer.served(id, &m.socket);
-        }
-        return Ok((m.instance_id, m.name, m.workspace));
+        peer.serves(id, &m.socket, || check_served(id, &m.socket, pid))?;
+        return Ok(m);
     }
-    Err(format!("no manifest for instance {id} in the registry"))
+    Err(format!("no manifest for instance {id} in the registry").into())
 }
 
 /// Checks that `pid` serves `socket`, instance `id`'s, now. Anyone of the
@@ -540,25 +522,25 @@ pub(super) fn verify_instance(
 /// said on the socket, so a zcoder instance's is checked alike, and the
 /// connect never waits: a listener whose backlog is full is refused at
 /// once.
-fn check_served(id: &str, socket: &str, pid: u32) -> Result<(), String> {
-    let unreachable =
-        |why: String| format!("instance {id}'s socket {socket} cannot be reached: {why}");
+fn check_served(id: &str, socket: &str, pid: u32) -> Result<(), Invalid> {
+    let unreachable = |why: String| {
+        Invalid(format!(
+            "instance {id}'s socket {socket} cannot be reached: {why}"
+        ))
+    };
     let stream = sys::connect_nowait(Path::new(socket)).map_err(|e| {
         unreachable(match e.kind() {
             io::ErrorKind::WouldBlock => "its backlog is full (EAGAIN)".into(),
             _ => e.to_string(),
         })
     })?;
-    match sys::peer_cred(&stream).map(|c| c.pid) {
-        Ok(Some(listener)) if listener == pid => Ok(()),
-        Ok(Some(listener)) => Err(format!(
-            "instance {id}'s socket {socket} is served by pid {listener}, not by pid {pid}"
-        )),
-        Ok(None) => Err(format!(
-            "instance {id}'s socket {socket} does not say which pid serves it"
-        )),
-        Err(e) => Err(unreachable(e.to_string())),
-    }
+    let why = match sys::peer_cred(&stream).map(|c| c.pid) {
+        Ok(Some(listener)) if listener == pid => return Ok(()),
+        Ok(Some(listener)) => format!("is served by pid {listener}, not by pid {pid}"),
+        Ok(None) => "does not say which pid serves it".into(),
+        Err(e) => return Err(unreachable(e.to_string())),
+    };
+    Err(format!("instance {id}'s socket {socket} {why}").into())
 }
 
 #[cfg(test)]

@@ -109,6 +109,11 @@ impl RpcError {
             data: None,
         }
     }
+
+    /// The error's line, answering request `id`.
+    fn line<I: serde::Serialize + ?Sized>(self, id: &I) -> Vec<u8> {
+        wire::error_line(id, self.code, &self.message, self.data)
+    }
 }
 
 /// State shared by the listener threads; written by the foreground only
@@ -257,9 +262,10 @@ pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
             }
             Err(_) => continue,
         };
-        let Some(slot) = shared.slots.admit(&|why| gave_way(&shared, why)) else {
+        let Some(slot) = shared.slots.admit(&|why| cap_line(&shared, why)) else {
             // Never waits: a client that does not read loses the line.
-            let _ = sys::send_nowait(&stream, &too_many_connections(&shared));
+            let refused = cap_line(&shared, slots::GaveWay::Uninitialized);
+            let _ = sys::send_nowait(&stream, &refused);
             continue;
         };
         let s = Arc::clone(&shared);
@@ -291,31 +297,18 @@ impl Drop for ConnectionGuard {
     }
 }
 
-/// The line a connection that gives way to a new one gets: one that had
-/// not initialized is told what a refused one is; one that had, that it
-/// may come back.
-fn gave_way(shared: &Shared, why: slots::GaveWay) -> Vec<u8> {
-    match why {
-        slots::GaveWay::Uninitialized => too_many_connections(shared),
-        slots::GaveWay::Idle => cap_line(
-            shared,
-            &format!(
-                "closed to make room: too many connections (the limit is {}); reconnect when needed",
-                shared.slots.cap()
-            ),
+/// The line a connection refused for the cap gets, or one that gives way
+/// to a new one: one that had not initialized is told what a refused one
+/// is; one that had, that it may come back. It names the instance, so a
+/// client that pinged it knows it is alive.
+fn cap_line(shared: &Shared, why: slots::GaveWay) -> Vec<u8> {
+    let cap = shared.slots.cap();
+    let message = match why {
+        slots::GaveWay::Uninitialized => format!("too many connections: the limit is {cap}"),
+        slots::GaveWay::Idle => format!(
+            "closed to make room: too many connections (the limit is {cap}); reconnect when needed"
         ),
-    }
-}
-
-/// The line a connection refused for the cap gets.
-fn too_many_connections(shared: &Shared) -> Vec<u8> {
-    let message = format!("too many connections: the limit is {}", shared.slots.cap());
-    cap_line(shared, &message)
-}
-
-/// A line about the connection cap: it names the instance, so a client
-/// that pinged it knows it is alive.
-fn cap_line(shared: &Shared, message: &str) -> Vec<u8> {
+    };
     let data = serde_json::json!({
         "instance_id": shared.instance_id,
         "state": shared.state().as_str(),
@@ -323,13 +316,40 @@ fn cap_line(shared: &Shared, message: &str) -> Vec<u8> {
     wire::error_line(
         &Value::Null,
         wire::TOO_MANY_CONNECTIONS,
-        message,
+        &message,
         Some(data),
     )
 }
 
 fn invalid_params(what: impl std::fmt::Display) -> RpcError {
     RpcError::new(wire::INVALID_PARAMS, format!("invalid params: {what}"))
+}
+
+/// Member `name` of `p` (the key is its last dotted part) as `read` takes
+/// it: `None` when absent or null; `want` names what `read` accepts.
+fn opt<'a, T>(
+    p: &'a Map<String, Value>,
+    name: &str,
+    want: &str,
+    read: impl FnOnce(&'a Value) -> Option<T>,
+) -> Result<Option<T>, RpcError> {
+    match p.get(name.rsplit('.').next().unwrap_or(name)) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => read(v).map(Some).ok_or_else(|| bad_type(name, want)),
+    }
+}
+
+/// The same, for a member that must be there: a null is of the wrong type.
+fn need<'a, T>(
+    p: &'a Map<String, Value>,
+    name: &str,
+    want: &str,
+    read: impl FnOnce(&'a Value) -> Option<T>,
+) -> Result<T, RpcError> {
+    match p.get(name.rsplit('.').next().unwrap_or(name)) {
+        None => Err(missing(name)),
+        Some(v) => read(v).ok_or_else(|| bad_type(name, want)),
+    }
 }
 
 fn missing(field: &str) -> RpcError {

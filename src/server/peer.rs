@@ -87,19 +87,21 @@ impl Peer {
         })
     }
 
-    /// Whether it was found, on this connection, to serve `socket` as
-    /// instance `id`.
-    pub(super) fn serves(&self, id: &str, socket: &str) -> bool {
-        self.serving
-            .borrow()
-            .as_ref()
-            .is_some_and(|(i, s)| i == id && s == socket)
-    }
-
-    /// Keeps that it serves `socket` as instance `id`, in place of what
-    /// was kept before.
-    pub(super) fn served(&self, id: &str, socket: &str) {
-        *self.serving.borrow_mut() = Some((id.to_string(), socket.to_string()));
+    /// Checks, with `check`, that it serves `socket` as instance `id`,
+    /// unless it was found to on this connection; a pass is kept in place
+    /// of what was kept before.
+    pub(super) fn serves<E>(
+        &self,
+        id: &str,
+        socket: &str,
+        check: impl FnOnce() -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut serving = self.serving.borrow_mut();
+        if serving.as_ref().is_none_or(|(i, s)| i != id || s != socket) {
+            check()?;
+            *serving = Some((id.to_string(), socket.to_string()));
+        }
+        Ok(())
     }
 
     pub(super) fn cwd(&self) -> Option<String> {

@@ -5,7 +5,7 @@
 //! checked here; the values are `deliver`'s to judge. A zcoder `enqueue`
 //! is read to the same request (`SendRequest::from_zcoder`).
 
-use super::{RpcError, bad_type, missing};
+use super::{RpcError, missing, need, opt};
 use crate::registry;
 use crate::wire::{Id, TaskMode};
 use serde_json::value::RawValue;
@@ -110,16 +110,14 @@ pub(super) fn fast_send(line: &[u8]) -> Option<(Id, SendRequest, &RawValue)> {
     ))
 }
 
-fn get_str(p: &Map<String, Value>, k: &str, prefix: &str) -> Result<Option<String>, RpcError> {
-    match p.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(bad_type(&format!("{prefix}{k}"), "a string")),
-    }
+/// Member `name` (its last dotted part the key), a string if there.
+fn get_str(p: &Map<String, Value>, name: &str) -> Result<Option<String>, RpcError> {
+    opt(p, name, "a string", |v| v.as_str().map(String::from))
 }
 
+/// The same, for a member that must be there (a null is missing).
 fn need_str(p: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
-    get_str(p, k, "")?.ok_or_else(|| missing(k))
+    get_str(p, k)?.ok_or_else(|| missing(k))
 }
 
 impl SendRequest {
@@ -127,34 +125,28 @@ impl SendRequest {
         let message_id = need_str(p, "message_id")?;
         let target_instance_id = need_str(p, "target_instance_id")?;
         let body = need_str(p, "body")?;
-        let sender = match p.get("sender") {
-            Some(Value::Object(s)) => s,
-            Some(_) => return Err(bad_type("sender", "an object")),
-            None => return Err(missing("sender")),
-        };
-        let hop = match p.get("hop") {
-            None | Some(Value::Null) => Some(0),
-            Some(v) if v.is_u64() => v.as_u64(),
-            Some(v) if v.is_i64() => None,
-            Some(_) => return Err(bad_type("hop", "an integer")),
-        };
+        let sender = need(p, "sender", "an object", Value::as_object)?;
+        // A negative hop is a value error (`None`), not a type error.
+        let hop = opt(p, "hop", "an integer", |v| {
+            v.as_u64().map(Some).or_else(|| v.is_i64().then_some(None))
+        })?;
         Ok(SendRequest {
             message_id,
             target_instance_id,
             body,
-            sender_instance_id: get_str(sender, "instance_id", "sender.")?,
-            sender_name: get_str(sender, "name", "sender.")?,
-            sender_workspace: get_str(sender, "workspace", "sender.")?,
-            hop,
-            in_reply_to: get_str(p, "in_reply_to", "")?,
-            mode: get_str(p, "mode", "")?.unwrap_or_else(|| "queue".into()),
+            sender_instance_id: get_str(sender, "sender.instance_id")?,
+            sender_name: get_str(sender, "sender.name")?,
+            sender_workspace: get_str(sender, "sender.workspace")?,
+            hop: hop.unwrap_or(Some(0)),
+            in_reply_to: get_str(p, "in_reply_to")?,
+            mode: get_str(p, "mode")?.unwrap_or_else(|| "queue".into()),
         })
     }
 
     /// A zcoder `enqueue` read as `message/send`'s request; `None` when a
     /// field has the wrong type.
     pub(super) fn from_zcoder(obj: &Map<String, Value>) -> Option<SendRequest> {
-        let s = |k: &str| get_str(obj, k, "").ok();
+        let s = |k: &str| get_str(obj, k).ok();
         for k in ["sender_pid", "created_at"] {
             if obj.get(k).is_some_and(|v| !v.is_null() && !v.is_u64()) {
                 return None;

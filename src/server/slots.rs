@@ -46,7 +46,6 @@ struct Inner {
     next_id: u64,
     /// By connection number: oldest first.
     held: BTreeMap<u64, Slot>,
-    subscribers: usize,
 }
 
 impl Inner {
@@ -88,7 +87,6 @@ impl Slots {
             inner: Mutex::new(Inner {
                 next_id: 1,
                 held: BTreeMap::new(),
-                subscribers: 0,
             }),
         }
     }
@@ -167,34 +165,24 @@ impl Slots {
     /// `max_subscribers` are.
     pub fn subscribe(&self, id: u64) -> bool {
         let mut inner = self.lock();
-        if inner.subscribers >= self.max_subscribers() {
+        if inner.held.values().filter(|slot| slot.subscriber).count() >= self.max_subscribers() {
             return false;
         }
         match inner.held.get_mut(&id) {
             Some(slot) if slot.initialized && !slot.subscriber => slot.subscriber = true,
             _ => return false,
         }
-        inner.subscribers += 1;
         true
     }
 
     /// A subscription that the foreground could not register.
     pub fn unsubscribe(&self, id: u64) {
-        let mut inner = self.lock();
-        if let Some(slot) = inner.held.get_mut(&id) {
-            if slot.subscriber {
-                slot.subscriber = false;
-                inner.subscribers -= 1;
-            }
-        }
+        self.change(id, |slot| slot.subscriber = false);
     }
 
     /// The connection ended (or gave way, when this does nothing).
     pub fn release(&self, id: u64) {
-        let mut inner = self.lock();
-        if inner.held.remove(&id).is_some_and(|slot| slot.subscriber) {
-            inner.subscribers -= 1;
-        }
+        self.lock().held.remove(&id);
     }
 }
 
