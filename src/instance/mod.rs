@@ -21,8 +21,6 @@ mod permission;
 mod startup;
 mod turns;
 
-pub use permission::who_asked;
-
 use crate::config::Config;
 use crate::error::Result;
 use crate::events::Hub;
@@ -41,6 +39,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub use crate::wire::Approve;
+pub(crate) use startup::signal_channel;
 
 /// What `baton serve` was asked to be.
 #[derive(Clone, Debug, Default)]
@@ -189,11 +188,7 @@ struct Inputs {
 
 /// Runs an instance until SIGTERM, SIGINT or SIGHUP.
 pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
-    let startup::Started {
-        mut fg,
-        inputs,
-        listeners,
-    } = startup::start(opts, config)?;
+    let (mut fg, inputs, listeners) = startup::start(opts, config)?;
     fg.run(&inputs);
     fg.shut_down(&inputs, &listeners);
     Ok(())

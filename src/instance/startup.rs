@@ -18,6 +18,7 @@ use crate::turn::TurnEvent;
 use crate::wire::EventKind;
 use crossbeam_channel as chan;
 use serde_json::json;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -25,13 +26,6 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A running instance, ready for its loop.
-pub(super) struct Started {
-    pub(super) fg: Foreground,
-    pub(super) inputs: Inputs,
-    pub(super) listeners: Listeners,
-}
 
 /// Where the instance lives, decided before anything is created.
 struct Place {
@@ -60,8 +54,8 @@ struct Socket {
 pub(super) struct Listeners(Vec<(Socket, chan::Receiver<()>)>);
 
 /// Startup: the manifest is published last, once the instance answers
-/// (docs/protocol.md §7, Manifest).
-pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
+/// (docs/protocol.md §7, Manifest). The instance, ready for its loop.
+pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, Inputs, Listeners)> {
     sys::set_umask(0o077);
     if config.relay == Relay::Off {
         return Err(Error::Env(
@@ -100,7 +94,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
         .with_agent(opts.agent),
     );
     let listeners = accept(sockets, &shared)?;
-    let signals = signal_channel()?;
+    let signals = signal_channel(&[SIGTERM, SIGINT, SIGHUP])?;
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
     // The listener is accepting: only now may peers find us.
     registry::publish(&place.dir, &manifest)?;
@@ -125,8 +119,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
         place.workspace.display(),
         place.socket.display()
     );
-    let (mut fg, turns, pauses) = foreground(place, opts, config, shared, hub, events_tx);
-    fg.pane = pane;
+    let (fg, turns, pauses) = foreground(place, opts, config, shared, hub, events_tx, pane);
     let inputs = Inputs {
         events,
         turns,
@@ -135,11 +128,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
         signals,
         stop,
     };
-    Ok(Started {
-        fg,
-        inputs,
-        listeners,
-    })
+    Ok((fg, inputs, listeners))
 }
 
 /// The foreground's starting state, and the receivers of its turn and
@@ -151,6 +140,7 @@ fn foreground(
     shared: Arc<Shared>,
     hub: Arc<Hub>,
     events_tx: chan::Sender<Event>,
+    pane: Option<super::pane::Pane>,
 ) -> (
     Foreground,
     chan::Receiver<TurnEvent>,
@@ -189,7 +179,7 @@ fn foreground(
         seen_client: false,
         idle_since: None,
         short: None,
-        pane: None,
+        pane,
     };
     (fg, turns, pauses)
 }
@@ -314,8 +304,16 @@ fn bind(place: &mut Place) -> Result<Vec<(Socket, UnixListener)>> {
     let socket = &place.socket;
     let listen =
         |path: &Path| UnixListener::bind(path).map_err(|e| Error::io("listen on", path, e));
-    let inspect =
-        |path: &Path| fs::symlink_metadata(path).map_err(|e| Error::io("inspect", path, e));
+    // What was bound at `path`, once it listens.
+    let bound = |path: &Path, activated| {
+        let meta = fs::symlink_metadata(path).map_err(|e| Error::io("inspect", path, e))?;
+        let path = path.to_path_buf();
+        Ok::<_, Error>(Socket {
+            path,
+            meta,
+            activated,
+        })
+    };
     let activated = place.activated.take();
     let was_activated = activated.is_some();
     let listener = match activated {
@@ -328,26 +326,10 @@ fn bind(place: &mut Place) -> Result<Vec<(Socket, UnixListener)>> {
         }
         None => listen(socket)?,
     };
-    let mut sockets = vec![(
-        Socket {
-            path: socket.clone(),
-            meta: inspect(socket)?,
-            activated: was_activated,
-        },
-        listener,
-    )];
+    let mut sockets = vec![(bound(socket, was_activated)?, listener)];
     if let Some((_, zsock)) = &place.zcoder {
         let listener = listen(zsock)?;
-        let meta = inspect(zsock)?;
-        let path = zsock.clone();
-        sockets.push((
-            Socket {
-                path,
-                meta,
-                activated: false,
-            },
-            listener,
-        ));
+        sockets.push((bound(zsock, false)?, listener));
     }
     Ok(sockets)
 }
@@ -525,20 +507,16 @@ fn write_meta(dir: &Path, place: &Place, opts: &ServeOptions) -> Result<()> {
     .write(dir)
 }
 
-/// SIGTERM, SIGINT and SIGHUP as a channel the foreground can select on.
-fn signal_channel() -> Result<chan::Receiver<i32>> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+/// `signals` as a channel a loop can select on (the foreground's, the
+/// view's).
+pub(crate) fn signal_channel(signals: &[i32]) -> Result<chan::Receiver<i32>> {
+    let mut signals = signal_hook::iterator::Signals::new(signals)
         .map_err(|e| Error::Env(format!("cannot install signal handlers: {e}")))?;
     let (tx, rx) = chan::bounded(4);
     std::thread::Builder::new()
         .name("baton-signals".into())
         .spawn(move || {
-            for sig in signals.forever() {
-                if tx.send(sig).is_err() {
-                    break;
-                }
-            }
+            let _ = signals.forever().try_for_each(|sig| tx.send(sig));
         })
         .map_err(|e| Error::Env(format!("cannot start the signal thread: {e}")))?;
     Ok(rx)

@@ -241,14 +241,7 @@ impl Foreground {
             return;
         };
         if r.ended_by.is_none() && r.deadline.is_some_and(|d| d <= now) {
-            r.ended_by = Some(Outcome::Timeout);
-            let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
-            r.kill_at = Some(now + KILL_GRACE);
-            let id = r.task.message_id.clone();
-            self.notice(
-                Some(&id),
-                "turn timed out: SIGTERM sent to its process group",
-            );
+            self.end_running(Outcome::Timeout, "turn timed out");
         } else if r.kill_at.is_some_and(|k| k <= now) {
             r.kill_at = None;
             let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
@@ -260,6 +253,22 @@ impl Foreground {
             let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
             self.maybe_finish();
         }
+    }
+
+    /// Ends the running handler as `outcome`: SIGTERM to its process group
+    /// now (said as `what`), SIGKILL once `KILL_GRACE` passed.
+    fn end_running(&mut self, outcome: Outcome, what: &str) {
+        let Some(r) = &mut self.running else {
+            return;
+        };
+        r.ended_by = Some(outcome);
+        let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
+        r.kill_at = Some(Instant::now() + KILL_GRACE);
+        let id = r.task.message_id.clone();
+        self.notice(
+            Some(&id),
+            format!("{what}: SIGTERM sent to its process group"),
+        );
     }
 
     /// Ends the turn once the handler exited and its output drained.
@@ -319,13 +328,7 @@ impl Foreground {
         if let Some(r) = self.running.as_mut().filter(|r| wanted(&r.task.message_id)) {
             let id = r.task.message_id.clone();
             if r.ended_by.is_none() {
-                r.ended_by = Some(Outcome::Cancelled);
-                let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
-                r.kill_at = Some(Instant::now() + KILL_GRACE);
-                self.notice(
-                    Some(&id),
-                    "turn cancelled: SIGTERM sent to its process group",
-                );
+                self.end_running(Outcome::Cancelled, "turn cancelled");
             }
             return Ok(json!({"status": "cancelling", "message_id": id}));
         }
@@ -398,14 +401,7 @@ impl Foreground {
         // the operator); a spool that fails is an error, not a verdict.
         let verdict = server::admission_verdict(r, server::Receiver::Live { sender_id: "" })
             .map_err(|e| RpcError::new(crate::wire::INTERNAL_ERROR, e.message()))?;
-        let mut answer = json!({"status": verdict.status, "message_id": id});
-        if let Some(p) = verdict.queue_position {
-            answer["queue_position"] = json!(p);
-        }
-        if let Some(reason) = verdict.reason {
-            answer["reason"] = json!(reason);
-        }
-        Ok(answer)
+        Ok(serde_json::to_value(verdict.answer(id, None)).expect("an answer serializes"))
     }
 
     /// At shutdown: the running handler is ended; its task stays in

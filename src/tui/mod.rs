@@ -24,6 +24,7 @@ use crate::wire::Call;
 use crate::wire::answer::{ControlStatus, Handled, Paused};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
 use std::path::PathBuf;
 use term::{Terminal, Tty};
 use view::{Role, View};
@@ -97,17 +98,6 @@ fn key_channel() -> chan::Receiver<termion::event::Key> {
         let _ = keys.try_for_each(|k| tx.send(k));
     });
     rx
-}
-
-fn signal_channel() -> Result<chan::Receiver<i32>> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
-    let mut signals = signal_hook::iterator::Signals::new([SIGWINCH, SIGTERM, SIGHUP, SIGINT])
-        .map_err(|e| Error::Env(format!("cannot install signal handlers: {e}")))?;
-    let (tx, rx) = chan::unbounded();
-    std::thread::spawn(move || {
-        let _ = signals.forever().try_for_each(|sig| tx.send(sig));
-    });
-    Ok(rx)
 }
 
 /// The view's connection to its instance, reopened once if it was closed;
@@ -185,7 +175,7 @@ fn run_view(
         None => chan::never(),
     };
     let keys = key_channel();
-    let signals = signal_channel()?;
+    let signals = instance::signal_channel(&[SIGWINCH, SIGTERM, SIGHUP, SIGINT])?;
     let (work_tx, work) = chan::unbounded::<Lines>();
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -210,7 +200,7 @@ fn run_view(
                 Err(_) => break,
             },
             recv(signals) -> s => {
-                if matches!(s, Ok(sig) if sig != signal_hook::consts::SIGWINCH) {
+                if matches!(s, Ok(sig) if sig != SIGWINCH) {
                     break;
                 }
             },
