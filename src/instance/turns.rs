@@ -313,7 +313,7 @@ impl Foreground {
             self.ended(&id, outcome, record.as_ref());
         }
         if let Some(plan) = reply {
-            self.send_stdout_reply(&id, plan.send);
+            self.send_stdout_reply(&id, plan);
         }
         // Unpaused, the state is `pump`'s to publish, after it looked for
         // the next turn.

@@ -469,7 +469,7 @@ fn send_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Sen
 fn reply_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Lines>) {
     let params = match work::reply_params(rest, view) {
         Ok(p) => p,
-        Err(e) => return view.push(Role::Refusal, e),
+        Err(e) => return view.push(Role::Refusal, e.to_string()),
     };
     let id = params["message_id"].as_str().unwrap_or("").to_string();
     view.push(Role::Local, format!("/reply {rest}"));
