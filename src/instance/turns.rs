@@ -416,15 +416,9 @@ impl Foreground {
         self.shared.handler.store(0, Ordering::SeqCst);
         let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
         let deadline = Instant::now() + KILL_GRACE;
-        let mut exited = r.exit.is_some();
-        while !exited {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match turns.recv_timeout(left) {
-                Ok(ev) => {
-                    exited = matches!(ev, TurnEvent::Exited { token, .. } if token == r.token)
-                }
-                Err(_) => break,
-            }
+        if r.exit.is_none() {
+            let _ = std::iter::from_fn(|| turns.recv_deadline(deadline).ok())
+                .find(|ev| matches!(ev, TurnEvent::Exited { token, .. } if *token == r.token));
         }
         let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
         self.spool().clear_handler();
