@@ -242,11 +242,10 @@ fn tmux(args: &[&str], input: Option<&str>) -> Result<String, Trouble> {
         return Ok(out);
     }
     let err = read_all(child.stderr.take());
-    let line = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    Err(Trouble::Failed(if line.is_empty() {
-        format!("tmux {what} failed ({status})")
-    } else {
-        format!("tmux {what}: {}", line.trim())
+    let line = err.lines().map(str::trim).find(|l| !l.is_empty());
+    Err(Trouble::Failed(match line {
+        Some(line) => format!("tmux {what}: {line}"),
+        None => format!("tmux {what} failed ({status})"),
     }))
 }
 

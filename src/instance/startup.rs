@@ -202,10 +202,9 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
     let id = registry::new_instance_id()?;
     // Under socket activation the listener already exists (fd 3): its
     // path, a wake socket in the registry, is the instance's socket.
-    let activated = match &opts.embedded {
-        None => sys::activated_listener(),
-        Some(_) => None,
-    };
+    let activated = (opts.embedded.is_none())
+        .then(sys::activated_listener)
+        .flatten();
     let socket = match &activated {
         Some(l) => activated_path(l, &dir, &name)?,
         None => registry::socket_path(&dir, &id),
@@ -334,19 +333,44 @@ fn bind(place: &mut Place) -> Result<Vec<(Socket, UnixListener)>> {
     Ok(sockets)
 }
 
-/// Starts an accept loop on each socket.
+/// Starts an accept loop on each socket, on a thread of its own; the
+/// receiver kept with the socket hears when it ends.
 fn accept(sockets: Vec<(Socket, UnixListener)>, shared: &Arc<Shared>) -> Result<Listeners> {
-    let accepting = sockets
-        .into_iter()
-        .map(|(s, l)| Ok((s, start_accept(l, shared)?)));
+    let accepting = sockets.into_iter().map(|(s, listener)| {
+        let (tx, rx) = chan::bounded::<()>(1);
+        let shared = Arc::clone(shared);
+        std::thread::Builder::new()
+            .name("baton-accept".into())
+            .spawn(move || {
+                server::accept_loop(listener, shared);
+                let _ = tx.send(());
+            })
+            .map_err(|e| Error::Env(format!("cannot start the listener thread: {e}")))?;
+        Ok((s, rx))
+    });
     Ok(Listeners(accepting.collect::<Result<_>>()?))
 }
 
 impl Listeners {
-    /// Stops listening, each socket unlinked where it is ours.
+    /// Stops each accept loop and unlinks its socket, only if the path
+    /// still is the socket we bound. Connecting would otherwise reach
+    /// nothing or a stranger, and the thread is left to end with the
+    /// process.
     pub(super) fn close(&self) {
         for (s, done) in self.0.iter().filter(|(s, _)| !s.activated) {
-            close_listener(&s.path, &s.meta, done);
+            let ours = fs::symlink_metadata(&s.path)
+                .is_ok_and(|now| now.dev() == s.meta.dev() && now.ino() == s.meta.ino());
+            if !ours {
+                continue;
+            }
+            // The wake-up connect runs on its own thread and the wait is
+            // bounded: a full backlog cannot hang shutdown.
+            let wake = s.path.clone();
+            let _ = std::thread::Builder::new()
+                .name("baton-wake".into())
+                .spawn(move || UnixStream::connect(wake).map(drop));
+            let _ = done.recv_timeout(Duration::from_secs(1));
+            let _ = fs::remove_file(&s.path);
         }
     }
 }
@@ -419,39 +443,6 @@ fn check_socket_path(socket: &Path, variable: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Runs an accept loop on its own thread; the receiver hears when it ends.
-fn start_accept(listener: UnixListener, shared: &Arc<Shared>) -> Result<chan::Receiver<()>> {
-    let (tx, rx) = chan::bounded::<()>(1);
-    let s = Arc::clone(shared);
-    std::thread::Builder::new()
-        .name("baton-accept".into())
-        .spawn(move || {
-            server::accept_loop(listener, s);
-            let _ = tx.send(());
-        })
-        .map_err(|e| Error::Env(format!("cannot start the listener thread: {e}")))?;
-    Ok(rx)
-}
-
-/// Stops an accept loop and unlinks its socket, only if the path still is
-/// the socket we bound. Connecting would otherwise reach nothing or a
-/// stranger, and the thread is left to end with the process.
-fn close_listener(socket: &Path, bound: &fs::Metadata, done: &chan::Receiver<()>) {
-    let ours = fs::symlink_metadata(socket)
-        .is_ok_and(|now| now.dev() == bound.dev() && now.ino() == bound.ino());
-    if !ours {
-        return;
-    }
-    // The wake-up connect runs on its own thread and the wait is bounded:
-    // a full backlog cannot hang shutdown.
-    let wake = socket.to_path_buf();
-    let _ = std::thread::Builder::new()
-        .name("baton-wake".into())
-        .spawn(move || UnixStream::connect(wake).map(drop));
-    let _ = done.recv_timeout(Duration::from_secs(1));
-    let _ = fs::remove_file(socket);
 }
 
 fn runtime_base() -> PathBuf {
