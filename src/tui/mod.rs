@@ -353,15 +353,13 @@ fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Li
     }
     let relay_needed = !matches!(cmd, "/help" | "/quit");
     if relay_needed && ctl.client.is_none() {
+        let why = match &view.warning {
+            Some(w) => format!(" ({w})"),
+            None => String::new(),
+        };
         view.push(
             Role::Refusal,
-            format!(
-                "{cmd}: the relay is unavailable{}",
-                view.warning
-                    .as_ref()
-                    .map(|w| format!(" ({w})"))
-                    .unwrap_or_default()
-            ),
+            format!("{cmd}: the relay is unavailable{why}"),
         );
         return false;
     }
@@ -424,26 +422,23 @@ fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
 
 /// `/agents [pause|resume]`.
 fn agents_command(rest: &str, view: &mut View, ctl: &mut Control) {
-    match rest {
-        "" => match ctl.call::<ControlStatus>(Call::ControlStatus, json!({})) {
-            Ok(st) => view.push(Role::System, status_text(&st)),
-            Err(e) => view.push(Role::Refusal, e.to_string()),
-        },
-        "pause" | "resume" => match ctl.call::<Paused>(
-            if rest == "pause" {
-                Call::ControlPause
-            } else {
-                Call::ControlResume
-            },
-            json!({}),
-        ) {
-            Ok(r) => view.push(Role::System, format!("relay {}", r.state)),
-            Err(e) => view.push(Role::Refusal, e.to_string()),
-        },
-        other => view.push(
-            Role::Refusal,
-            format!("/agents {}: use pause or resume", escape(other)),
-        ),
+    let call = match rest {
+        "" => {
+            return match ctl.call::<ControlStatus>(Call::ControlStatus, json!({})) {
+                Ok(st) => view.push(Role::System, status_text(&st)),
+                Err(e) => view.push(Role::Refusal, e.to_string()),
+            };
+        }
+        "pause" => Call::ControlPause,
+        "resume" => Call::ControlResume,
+        other => {
+            let why = format!("/agents {}: use pause or resume", escape(other));
+            return view.push(Role::Refusal, why);
+        }
+    };
+    match ctl.call::<Paused>(call, json!({})) {
+        Ok(r) => view.push(Role::System, format!("relay {}", r.state)),
+        Err(e) => view.push(Role::Refusal, e.to_string()),
     }
 }
 
@@ -484,18 +479,12 @@ fn requeue_or_discard(cmd: &str, call: Call, rest: &str, view: &mut View, ctl: &
         return view.push(Role::Refusal, format!("usage: {cmd} ID"));
     }
     match ctl.call::<Handled>(call, json!({"message_id": rest})) {
-        Ok(r) => view.push(
-            if r.status == "requeued" || r.status == "discarded" {
-                Role::System
-            } else {
-                Role::Refusal
-            },
-            format!(
-                "{} {rest}{}",
-                r.status,
-                r.reason.map(|x| format!(": {x}")).unwrap_or_default()
-            ),
-        ),
+        Ok(r) => {
+            let done = r.status == "requeued" || r.status == "discarded";
+            let role = if done { Role::System } else { Role::Refusal };
+            let reason = r.reason.map(|x| format!(": {x}")).unwrap_or_default();
+            view.push(role, format!("{} {rest}{reason}", r.status));
+        }
         Err(e) => view.push(Role::Refusal, e.to_string()),
     }
 }
