@@ -113,22 +113,18 @@ pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<Typist> {
     thread::Builder::new()
         .name("baton-tmux".into())
         .spawn(move || {
-            for job in todo {
-                let report = match job {
-                    Job::Probe => Report::Probed(probe(&pane)),
-                    Job::Type {
-                        message_id,
-                        buffer,
-                        text,
-                    } => Report::Typed {
-                        result: type_block(&pane, &buffer, &text),
-                        message_id,
-                    },
-                };
-                if reports.send(report).is_err() {
-                    return;
-                }
-            }
+            let mut done = todo.into_iter().map(|job| match job {
+                Job::Probe => Report::Probed(probe(&pane)),
+                Job::Type {
+                    message_id,
+                    buffer,
+                    text,
+                } => Report::Typed {
+                    result: type_block(&pane, &buffer, &text),
+                    message_id,
+                },
+            });
+            let _ = done.try_for_each(|report| reports.send(report));
         })?;
     Ok(Typist { jobs })
 }
