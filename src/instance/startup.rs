@@ -81,14 +81,14 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     started(&hub, &manifest, &opts, &spool);
     let shared = Arc::new(
         Shared::new(
-            config.clone(),
+            config,
             place.id.clone(),
             spool,
             manifest.clone(),
             place.dir.clone(),
             opts.policy.clone(),
             paused,
-            Arc::clone(&hub),
+            hub,
             events_tx.clone(),
         )
         .with_agent(opts.agent),
@@ -99,11 +99,8 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     // The listener is accepting: only now may peers find us.
     registry::publish(&place.dir, &manifest)?;
     if let Some((zdir, zsock)) = &place.zcoder {
-        registry::publish_value(
-            zdir,
-            &place.id,
-            &registry::zcoder_manifest(&manifest, zsock),
-        )?;
+        let z = registry::zcoder_manifest(&manifest, zsock);
+        registry::publish_value(zdir, &place.id, &z)?;
     }
     let stop = match &opts.embedded {
         Some(e) => {
@@ -119,7 +116,9 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
         place.workspace.display(),
         place.socket.display()
     );
-    let (fg, turns, pauses) = foreground(place, opts, config, shared, hub, events_tx, pane);
+    let (turns_tx, turns) = chan::unbounded();
+    let (pauses_tx, pauses) = chan::unbounded();
+    let fg = foreground(place, opts, shared, events_tx, turns_tx, pauses_tx, pane);
     let inputs = Inputs {
         events,
         turns,
@@ -131,27 +130,20 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     Ok((fg, inputs, listeners))
 }
 
-/// The foreground's starting state, and the receivers of its turn and
-/// pause channels.
+/// The foreground's starting state.
 fn foreground(
     place: Place,
     opts: ServeOptions,
-    config: Config,
     shared: Arc<Shared>,
-    hub: Arc<Hub>,
     events_tx: chan::Sender<Event>,
+    turns_tx: chan::Sender<TurnEvent>,
+    pauses_tx: chan::Sender<Settled>,
     pane: Option<super::pane::Pane>,
-) -> (
-    Foreground,
-    chan::Receiver<TurnEvent>,
-    chan::Receiver<Settled>,
-) {
-    let (turns_tx, turns) = chan::unbounded();
-    let (pauses_tx, pauses) = chan::unbounded();
-    let fg = Foreground {
-        shared,
+) -> Foreground {
+    Foreground {
+        hub: Arc::clone(&shared.hub),
         origin: Origin {
-            config,
+            config: shared.config.clone(),
             registry: place.dir.clone(),
             instance_id: place.id,
             name: place.name,
@@ -162,7 +154,7 @@ fn foreground(
         socket: place.socket,
         zcoder: place.zcoder,
         workspace: place.workspace,
-        hub,
+        shared,
         events_tx,
         turns_tx,
         pauses_tx,
@@ -180,8 +172,7 @@ fn foreground(
         idle_since: None,
         short: None,
         pane,
-    };
-    (fg, turns, pauses)
+    }
 }
 
 /// Resolves the registry, workspace, name, id and sockets, and checks
