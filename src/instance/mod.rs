@@ -137,7 +137,6 @@ struct Running {
 struct Foreground {
     shared: Arc<Shared>,
     opts: ServeOptions,
-    dir: PathBuf,
     socket: PathBuf,
     /// zcoder's registry directory and our socket there, with `--zcoder`.
     zcoder: Option<(PathBuf, PathBuf)>,
@@ -273,7 +272,7 @@ impl Foreground {
     /// no longer answers (docs/protocol.md §7, Manifest).
     fn shut_down(&mut self, inputs: &Inputs, listeners: &startup::Listeners) {
         let id = self.shared.instance_id.clone();
-        registry::unpublish(&self.dir, &id);
+        registry::unpublish(&self.origin.registry, &id);
         if let Some((zdir, _)) = &self.zcoder {
             registry::unpublish(zdir, &id);
         }
