@@ -273,14 +273,10 @@ impl Foreground {
 
     /// Ends the turn once the handler exited and its output drained.
     fn maybe_finish(&mut self) {
-        let done = self
-            .running
-            .as_ref()
-            .is_some_and(|r| r.exit.is_some() && r.streams_open == 0);
-        if !done {
+        let done = |r: &mut Running| r.exit.is_some() && r.streams_open == 0;
+        let Some(r) = self.running.take_if(done) else {
             return;
-        }
-        let r = self.running.take().expect("checked");
+        };
         self.shared.handler.store(0, Ordering::SeqCst);
         let (code, signal) = r.exit.expect("checked");
         let ok = code == Some(0);
