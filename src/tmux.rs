@@ -113,22 +113,18 @@ pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<Typist> {
     thread::Builder::new()
         .name("baton-tmux".into())
         .spawn(move || {
-            for job in todo {
-                let report = match job {
-                    Job::Probe => Report::Probed(probe(&pane)),
-                    Job::Type {
-                        message_id,
-                        buffer,
-                        text,
-                    } => Report::Typed {
-                        result: type_block(&pane, &buffer, &text),
-                        message_id,
-                    },
-                };
-                if reports.send(report).is_err() {
-                    return;
-                }
-            }
+            let mut done = todo.into_iter().map(|job| match job {
+                Job::Probe => Report::Probed(probe(&pane)),
+                Job::Type {
+                    message_id,
+                    buffer,
+                    text,
+                } => Report::Typed {
+                    result: type_block(&pane, &buffer, &text),
+                    message_id,
+                },
+            });
+            let _ = done.try_for_each(|report| reports.send(report));
         })?;
     Ok(Typist { jobs })
 }
@@ -242,11 +238,10 @@ fn tmux(args: &[&str], input: Option<&str>) -> Result<String, Trouble> {
         return Ok(out);
     }
     let err = read_all(child.stderr.take());
-    let line = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    Err(Trouble::Failed(if line.is_empty() {
-        format!("tmux {what} failed ({status})")
-    } else {
-        format!("tmux {what}: {}", line.trim())
+    let line = err.lines().map(str::trim).find(|l| !l.is_empty());
+    Err(Trouble::Failed(match line {
+        Some(line) => format!("tmux {what}: {line}"),
+        None => format!("tmux {what} failed ({status})"),
     }))
 }
 

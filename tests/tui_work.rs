@@ -160,7 +160,7 @@ fn claim_shows_the_task_and_complete_finishes_the_last_one() {
 fn reply_answers_the_task_claimed_last_and_completes_it() {
     let mut view = View::default();
     assert_eq!(
-        work::reply_params("hi", &view).unwrap_err(),
+        work::reply_params("hi", &view).unwrap_err().to_string(),
         "no task is open here: /claim one first"
     );
     let mut fake = Fake::new(vec![
@@ -176,13 +176,14 @@ fn reply_answers_the_task_claimed_last_and_completes_it() {
         "(cli) cannot be replied to (no instance); /complete [--failed] completes it"
     );
     assert_eq!(
-        work::reply_params("hi", &view).unwrap_err(),
+        work::reply_params("hi", &view).unwrap_err().to_string(),
         "task t-1 came from (cli), which has no instance to reply to: /complete it"
     );
     work::claim(&mut view, &mut |m: Call, p| fake.call(m.as_str(), p));
     assert!(
         work::reply_params("", &view)
             .unwrap_err()
+            .to_string()
             .starts_with("usage: /reply TEXT")
     );
     assert_eq!(

@@ -76,15 +76,6 @@ pub(super) struct Decider {
     pub(super) pid: Option<u32>,
 }
 
-impl Decider {
-    fn policy() -> Decider {
-        Decider {
-            kind: "--approve deny".into(),
-            pid: None,
-        }
-    }
-}
-
 /// A client's declared kind (`watch`, `view`, `mcp`, ...): 1 to 32 ASCII
 /// letters, digits, `-`, `_`, `.` or spaces.
 fn valid_by(s: &str) -> bool {
@@ -154,7 +145,11 @@ impl Foreground {
                 Gate::Wait
             }
             Approve::Deny => {
-                self.deny(id, &Decider::policy());
+                let policy = Decider {
+                    kind: "--approve deny".into(),
+                    pid: None,
+                };
+                self.deny(id, &policy);
                 Gate::Denied
             }
         }

@@ -108,7 +108,7 @@ impl Foreground {
         }
         self.shared.set_state(want);
         let m = self.manifest();
-        if let Err(e) = registry::publish(&self.dir, &m) {
+        if let Err(e) = registry::publish(&self.origin.registry, &m) {
             eprintln!("baton: {e}");
         }
         if let Some((zdir, zsock)) = &self.zcoder {

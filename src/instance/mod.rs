@@ -21,8 +21,6 @@ mod permission;
 mod startup;
 mod turns;
 
-pub use permission::who_asked;
-
 use crate::config::Config;
 use crate::error::Result;
 use crate::events::Hub;
@@ -41,6 +39,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub use crate::wire::Approve;
+pub(crate) use startup::signal_channel;
 
 /// What `baton serve` was asked to be.
 #[derive(Clone, Debug, Default)]
@@ -138,7 +137,6 @@ struct Running {
 struct Foreground {
     shared: Arc<Shared>,
     opts: ServeOptions,
-    dir: PathBuf,
     socket: PathBuf,
     /// zcoder's registry directory and our socket there, with `--zcoder`.
     zcoder: Option<(PathBuf, PathBuf)>,
@@ -189,11 +187,7 @@ struct Inputs {
 
 /// Runs an instance until SIGTERM, SIGINT or SIGHUP.
 pub fn serve(opts: ServeOptions, config: Config) -> Result<()> {
-    let startup::Started {
-        mut fg,
-        inputs,
-        listeners,
-    } = startup::start(opts, config)?;
+    let (mut fg, inputs, listeners) = startup::start(opts, config)?;
     fg.run(&inputs);
     fg.shut_down(&inputs, &listeners);
     Ok(())
@@ -278,7 +272,7 @@ impl Foreground {
     /// no longer answers (docs/protocol.md §7, Manifest).
     fn shut_down(&mut self, inputs: &Inputs, listeners: &startup::Listeners) {
         let id = self.shared.instance_id.clone();
-        registry::unpublish(&self.dir, &id);
+        registry::unpublish(&self.origin.registry, &id);
         if let Some((zdir, _)) = &self.zcoder {
             registry::unpublish(zdir, &id);
         }

@@ -23,10 +23,10 @@ use std::time::Duration;
 pub(super) type Plan = Result<Outbound, Value>;
 
 /// A `--reply` planned: what the receipt keeps, and the send, or why
-/// there is none.
+/// there is none (the notice's text, said here).
 pub(super) struct StdoutReply {
     pub(super) record: Option<ReplyRecord>,
-    pub(super) send: Result<Outbound, String>,
+    send: Result<Outbound, String>,
 }
 
 impl Foreground {
@@ -61,8 +61,8 @@ impl Foreground {
     }
 
     /// Sends a planned `--reply`, or says why none goes out.
-    pub(super) fn send_stdout_reply(&mut self, id: &str, send: Result<Outbound, String>) {
-        match send {
+    pub(super) fn send_stdout_reply(&mut self, id: &str, plan: StdoutReply) {
+        match plan.send {
             Ok(out) => self.spawn_send(out, Some(id.to_string()), None),
             Err(why) => self.notice(Some(id), why),
         }

@@ -38,14 +38,6 @@ fn cut(s: &str) -> String {
     event_text::cut(s, FIELD_CHARS)
 }
 
-/// Who asked for a tool call, as a controller shows it (unescaped), from
-/// the params of its `approval/request` or `permission.requested` event.
-pub fn who_asked(params: &Value) -> String {
-    let n = |k: &str| params.get(k).and_then(Value::as_u64);
-    let host = params.get("host").and_then(Value::as_str);
-    event_text::who_asked(host, n("host_pid"), n("pid"))
-}
-
 impl Foreground {
     /// `permission/ask`, from the connection of peer `pid`.
     pub(super) fn permission_ask(&mut self, params: &Params, pid: Option<u32>) -> Answer {
@@ -129,15 +121,15 @@ mod tests {
 
     #[test]
     fn who_asked_names_the_host_its_pid_and_the_connection() {
-        let asked = |v: Value| who_asked(&v);
+        let asked = event_text::who_asked;
         assert_eq!(
-            asked(json!({"host": "claude", "host_pid": 8, "pid": 9})),
+            asked(Some("claude"), Some(8), Some(9)),
             "claude (pid 8) through baton mcp (pid 9)"
         );
         assert_eq!(
-            asked(json!({"host": null, "host_pid": null, "pid": 9})),
+            asked(None, None, Some(9)),
             "an unnamed MCP host, through a connection of pid 9"
         );
-        assert_eq!(asked(json!({"host": ""})), "an unnamed MCP host");
+        assert_eq!(asked(Some(""), None, None), "an unnamed MCP host");
     }
 }

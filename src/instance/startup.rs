@@ -18,6 +18,7 @@ use crate::turn::TurnEvent;
 use crate::wire::EventKind;
 use crossbeam_channel as chan;
 use serde_json::json;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -25,13 +26,6 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A running instance, ready for its loop.
-pub(super) struct Started {
-    pub(super) fg: Foreground,
-    pub(super) inputs: Inputs,
-    pub(super) listeners: Listeners,
-}
 
 /// Where the instance lives, decided before anything is created.
 struct Place {
@@ -60,8 +54,8 @@ struct Socket {
 pub(super) struct Listeners(Vec<(Socket, chan::Receiver<()>)>);
 
 /// Startup: the manifest is published last, once the instance answers
-/// (docs/protocol.md §7, Manifest).
-pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
+/// (docs/protocol.md §7, Manifest). The instance, ready for its loop.
+pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, Inputs, Listeners)> {
     sys::set_umask(0o077);
     if config.relay == Relay::Off {
         return Err(Error::Env(
@@ -87,29 +81,26 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
     started(&hub, &manifest, &opts, &spool);
     let shared = Arc::new(
         Shared::new(
-            config.clone(),
+            config,
             place.id.clone(),
             spool,
             manifest.clone(),
             place.dir.clone(),
             opts.policy.clone(),
             paused,
-            Arc::clone(&hub),
+            hub,
             events_tx.clone(),
         )
         .with_agent(opts.agent),
     );
     let listeners = accept(sockets, &shared)?;
-    let signals = signal_channel()?;
+    let signals = signal_channel(&[SIGTERM, SIGINT, SIGHUP])?;
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
     // The listener is accepting: only now may peers find us.
     registry::publish(&place.dir, &manifest)?;
     if let Some((zdir, zsock)) = &place.zcoder {
-        registry::publish_value(
-            zdir,
-            &place.id,
-            &registry::zcoder_manifest(&manifest, zsock),
-        )?;
+        let z = registry::zcoder_manifest(&manifest, zsock);
+        registry::publish_value(zdir, &place.id, &z)?;
     }
     let stop = match &opts.embedded {
         Some(e) => {
@@ -125,8 +116,9 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
         place.workspace.display(),
         place.socket.display()
     );
-    let (mut fg, turns, pauses) = foreground(place, opts, config, shared, hub, events_tx);
-    fg.pane = pane;
+    let (turns_tx, turns) = chan::unbounded();
+    let (pauses_tx, pauses) = chan::unbounded();
+    let fg = foreground(place, opts, shared, events_tx, turns_tx, pauses_tx, pane);
     let inputs = Inputs {
         events,
         turns,
@@ -135,44 +127,33 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<Started> {
         signals,
         stop,
     };
-    Ok(Started {
-        fg,
-        inputs,
-        listeners,
-    })
+    Ok((fg, inputs, listeners))
 }
 
-/// The foreground's starting state, and the receivers of its turn and
-/// pause channels.
+/// The foreground's starting state.
 fn foreground(
     place: Place,
     opts: ServeOptions,
-    config: Config,
     shared: Arc<Shared>,
-    hub: Arc<Hub>,
     events_tx: chan::Sender<Event>,
-) -> (
-    Foreground,
-    chan::Receiver<TurnEvent>,
-    chan::Receiver<Settled>,
-) {
-    let (turns_tx, turns) = chan::unbounded();
-    let (pauses_tx, pauses) = chan::unbounded();
-    let fg = Foreground {
-        shared,
+    turns_tx: chan::Sender<TurnEvent>,
+    pauses_tx: chan::Sender<Settled>,
+    pane: Option<super::pane::Pane>,
+) -> Foreground {
+    Foreground {
+        hub: Arc::clone(&shared.hub),
         origin: Origin {
-            config,
-            registry: place.dir.clone(),
+            config: shared.config.clone(),
+            registry: place.dir,
             instance_id: place.id,
             name: place.name,
             workspace: place.workspace.display().to_string(),
         },
         opts,
-        dir: place.dir,
         socket: place.socket,
         zcoder: place.zcoder,
         workspace: place.workspace,
-        hub,
+        shared,
         events_tx,
         turns_tx,
         pauses_tx,
@@ -189,9 +170,8 @@ fn foreground(
         seen_client: false,
         idle_since: None,
         short: None,
-        pane: None,
-    };
-    (fg, turns, pauses)
+        pane,
+    }
 }
 
 /// Resolves the registry, workspace, name, id and sockets, and checks
@@ -212,10 +192,9 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
     let id = registry::new_instance_id()?;
     // Under socket activation the listener already exists (fd 3): its
     // path, a wake socket in the registry, is the instance's socket.
-    let activated = match &opts.embedded {
-        None => sys::activated_listener(),
-        Some(_) => None,
-    };
+    let activated = (opts.embedded.is_none())
+        .then(sys::activated_listener)
+        .flatten();
     let socket = match &activated {
         Some(l) => activated_path(l, &dir, &name)?,
         None => registry::socket_path(&dir, &id),
@@ -314,8 +293,16 @@ fn bind(place: &mut Place) -> Result<Vec<(Socket, UnixListener)>> {
     let socket = &place.socket;
     let listen =
         |path: &Path| UnixListener::bind(path).map_err(|e| Error::io("listen on", path, e));
-    let inspect =
-        |path: &Path| fs::symlink_metadata(path).map_err(|e| Error::io("inspect", path, e));
+    // What was bound at `path`, once it listens.
+    let bound = |path: &Path, activated| {
+        let meta = fs::symlink_metadata(path).map_err(|e| Error::io("inspect", path, e))?;
+        let path = path.to_path_buf();
+        Ok::<_, Error>(Socket {
+            path,
+            meta,
+            activated,
+        })
+    };
     let activated = place.activated.take();
     let was_activated = activated.is_some();
     let listener = match activated {
@@ -328,43 +315,52 @@ fn bind(place: &mut Place) -> Result<Vec<(Socket, UnixListener)>> {
         }
         None => listen(socket)?,
     };
-    let mut sockets = vec![(
-        Socket {
-            path: socket.clone(),
-            meta: inspect(socket)?,
-            activated: was_activated,
-        },
-        listener,
-    )];
+    let mut sockets = vec![(bound(socket, was_activated)?, listener)];
     if let Some((_, zsock)) = &place.zcoder {
         let listener = listen(zsock)?;
-        let meta = inspect(zsock)?;
-        let path = zsock.clone();
-        sockets.push((
-            Socket {
-                path,
-                meta,
-                activated: false,
-            },
-            listener,
-        ));
+        sockets.push((bound(zsock, false)?, listener));
     }
     Ok(sockets)
 }
 
-/// Starts an accept loop on each socket.
+/// Starts an accept loop on each socket, on a thread of its own; the
+/// receiver kept with the socket hears when it ends.
 fn accept(sockets: Vec<(Socket, UnixListener)>, shared: &Arc<Shared>) -> Result<Listeners> {
-    let accepting = sockets
-        .into_iter()
-        .map(|(s, l)| Ok((s, start_accept(l, shared)?)));
+    let accepting = sockets.into_iter().map(|(s, listener)| {
+        let (tx, rx) = chan::bounded::<()>(1);
+        let shared = Arc::clone(shared);
+        std::thread::Builder::new()
+            .name("baton-accept".into())
+            .spawn(move || {
+                server::accept_loop(listener, shared);
+                let _ = tx.send(());
+            })
+            .map_err(|e| Error::Env(format!("cannot start the listener thread: {e}")))?;
+        Ok((s, rx))
+    });
     Ok(Listeners(accepting.collect::<Result<_>>()?))
 }
 
 impl Listeners {
-    /// Stops listening, each socket unlinked where it is ours.
+    /// Stops each accept loop and unlinks its socket, only if the path
+    /// still is the socket we bound. Connecting would otherwise reach
+    /// nothing or a stranger, and the thread is left to end with the
+    /// process.
     pub(super) fn close(&self) {
         for (s, done) in self.0.iter().filter(|(s, _)| !s.activated) {
-            close_listener(&s.path, &s.meta, done);
+            let ours = fs::symlink_metadata(&s.path)
+                .is_ok_and(|now| now.dev() == s.meta.dev() && now.ino() == s.meta.ino());
+            if !ours {
+                continue;
+            }
+            // The wake-up connect runs on its own thread and the wait is
+            // bounded: a full backlog cannot hang shutdown.
+            let wake = s.path.clone();
+            let _ = std::thread::Builder::new()
+                .name("baton-wake".into())
+                .spawn(move || UnixStream::connect(wake).map(drop));
+            let _ = done.recv_timeout(Duration::from_secs(1));
+            let _ = fs::remove_file(&s.path);
         }
     }
 }
@@ -439,39 +435,6 @@ fn check_socket_path(socket: &Path, variable: &str) -> Result<()> {
     Ok(())
 }
 
-/// Runs an accept loop on its own thread; the receiver hears when it ends.
-fn start_accept(listener: UnixListener, shared: &Arc<Shared>) -> Result<chan::Receiver<()>> {
-    let (tx, rx) = chan::bounded::<()>(1);
-    let s = Arc::clone(shared);
-    std::thread::Builder::new()
-        .name("baton-accept".into())
-        .spawn(move || {
-            server::accept_loop(listener, s);
-            let _ = tx.send(());
-        })
-        .map_err(|e| Error::Env(format!("cannot start the listener thread: {e}")))?;
-    Ok(rx)
-}
-
-/// Stops an accept loop and unlinks its socket, only if the path still is
-/// the socket we bound. Connecting would otherwise reach nothing or a
-/// stranger, and the thread is left to end with the process.
-fn close_listener(socket: &Path, bound: &fs::Metadata, done: &chan::Receiver<()>) {
-    let ours = fs::symlink_metadata(socket)
-        .is_ok_and(|now| now.dev() == bound.dev() && now.ino() == bound.ino());
-    if !ours {
-        return;
-    }
-    // The wake-up connect runs on its own thread and the wait is bounded:
-    // a full backlog cannot hang shutdown.
-    let wake = socket.to_path_buf();
-    let _ = std::thread::Builder::new()
-        .name("baton-wake".into())
-        .spawn(move || UnixStream::connect(wake).map(drop));
-    let _ = done.recv_timeout(Duration::from_secs(1));
-    let _ = fs::remove_file(socket);
-}
-
 fn runtime_base() -> PathBuf {
     std::env::var_os("XDG_RUNTIME_DIR")
         .or_else(|| std::env::var_os("TMPDIR"))
@@ -525,20 +488,16 @@ fn write_meta(dir: &Path, place: &Place, opts: &ServeOptions) -> Result<()> {
     .write(dir)
 }
 
-/// SIGTERM, SIGINT and SIGHUP as a channel the foreground can select on.
-fn signal_channel() -> Result<chan::Receiver<i32>> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+/// `signals` as a channel a loop can select on (the foreground's, the
+/// view's).
+pub(crate) fn signal_channel(signals: &[i32]) -> Result<chan::Receiver<i32>> {
+    let mut signals = signal_hook::iterator::Signals::new(signals)
         .map_err(|e| Error::Env(format!("cannot install signal handlers: {e}")))?;
     let (tx, rx) = chan::bounded(4);
     std::thread::Builder::new()
         .name("baton-signals".into())
         .spawn(move || {
-            for sig in signals.forever() {
-                if tx.send(sig).is_err() {
-                    break;
-                }
-            }
+            let _ = signals.forever().try_for_each(|sig| tx.send(sig));
         })
         .map_err(|e| Error::Env(format!("cannot start the signal thread: {e}")))?;
     Ok(rx)

@@ -241,14 +241,7 @@ impl Foreground {
             return;
         };
         if r.ended_by.is_none() && r.deadline.is_some_and(|d| d <= now) {
-            r.ended_by = Some(Outcome::Timeout);
-            let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
-            r.kill_at = Some(now + KILL_GRACE);
-            let id = r.task.message_id.clone();
-            self.notice(
-                Some(&id),
-                "turn timed out: SIGTERM sent to its process group",
-            );
+            self.end_running(Outcome::Timeout, "turn timed out");
         } else if r.kill_at.is_some_and(|k| k <= now) {
             r.kill_at = None;
             let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
@@ -262,16 +255,28 @@ impl Foreground {
         }
     }
 
+    /// Ends the running handler as `outcome`: SIGTERM to its process group
+    /// now (said as `what`), SIGKILL once `KILL_GRACE` passed.
+    fn end_running(&mut self, outcome: Outcome, what: &str) {
+        let Some(r) = &mut self.running else {
+            return;
+        };
+        r.ended_by = Some(outcome);
+        let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
+        r.kill_at = Some(Instant::now() + KILL_GRACE);
+        let id = r.task.message_id.clone();
+        self.notice(
+            Some(&id),
+            format!("{what}: SIGTERM sent to its process group"),
+        );
+    }
+
     /// Ends the turn once the handler exited and its output drained.
     fn maybe_finish(&mut self) {
-        let done = self
-            .running
-            .as_ref()
-            .is_some_and(|r| r.exit.is_some() && r.streams_open == 0);
-        if !done {
+        let done = |r: &mut Running| r.exit.is_some() && r.streams_open == 0;
+        let Some(r) = self.running.take_if(done) else {
             return;
-        }
-        let r = self.running.take().expect("checked");
+        };
         self.shared.handler.store(0, Ordering::SeqCst);
         let (code, signal) = r.exit.expect("checked");
         let ok = code == Some(0);
@@ -304,7 +309,7 @@ impl Foreground {
             self.ended(&id, outcome, record.as_ref());
         }
         if let Some(plan) = reply {
-            self.send_stdout_reply(&id, plan.send);
+            self.send_stdout_reply(&id, plan);
         }
         // Unpaused, the state is `pump`'s to publish, after it looked for
         // the next turn.
@@ -319,13 +324,7 @@ impl Foreground {
         if let Some(r) = self.running.as_mut().filter(|r| wanted(&r.task.message_id)) {
             let id = r.task.message_id.clone();
             if r.ended_by.is_none() {
-                r.ended_by = Some(Outcome::Cancelled);
-                let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
-                r.kill_at = Some(Instant::now() + KILL_GRACE);
-                self.notice(
-                    Some(&id),
-                    "turn cancelled: SIGTERM sent to its process group",
-                );
+                self.end_running(Outcome::Cancelled, "turn cancelled");
             }
             return Ok(json!({"status": "cancelling", "message_id": id}));
         }
@@ -398,14 +397,7 @@ impl Foreground {
         // the operator); a spool that fails is an error, not a verdict.
         let verdict = server::admission_verdict(r, server::Receiver::Live { sender_id: "" })
             .map_err(|e| RpcError::new(crate::wire::INTERNAL_ERROR, e.message()))?;
-        let mut answer = json!({"status": verdict.status, "message_id": id});
-        if let Some(p) = verdict.queue_position {
-            answer["queue_position"] = json!(p);
-        }
-        if let Some(reason) = verdict.reason {
-            answer["reason"] = json!(reason);
-        }
-        Ok(answer)
+        Ok(serde_json::to_value(verdict.answer(id, None)).expect("an answer serializes"))
     }
 
     /// At shutdown: the running handler is ended; its task stays in
@@ -420,15 +412,9 @@ impl Foreground {
         self.shared.handler.store(0, Ordering::SeqCst);
         let _ = sys::kill_group(r.handler.pid, sys::SIGTERM);
         let deadline = Instant::now() + KILL_GRACE;
-        let mut exited = r.exit.is_some();
-        while !exited {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match turns.recv_timeout(left) {
-                Ok(ev) => {
-                    exited = matches!(ev, TurnEvent::Exited { token, .. } if token == r.token)
-                }
-                Err(_) => break,
-            }
+        if r.exit.is_none() {
+            let _ = std::iter::from_fn(|| turns.recv_deadline(deadline).ok())
+                .find(|ev| matches!(ev, TurnEvent::Exited { token, .. } if *token == r.token));
         }
         let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
         self.spool().clear_handler();

@@ -24,6 +24,7 @@ use crate::wire::Call;
 use crate::wire::answer::{ControlStatus, Handled, Paused};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
 use std::path::PathBuf;
 use term::{Terminal, Tty};
 use view::{Role, View};
@@ -97,17 +98,6 @@ fn key_channel() -> chan::Receiver<termion::event::Key> {
         let _ = keys.try_for_each(|k| tx.send(k));
     });
     rx
-}
-
-fn signal_channel() -> Result<chan::Receiver<i32>> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
-    let mut signals = signal_hook::iterator::Signals::new([SIGWINCH, SIGTERM, SIGHUP, SIGINT])
-        .map_err(|e| Error::Env(format!("cannot install signal handlers: {e}")))?;
-    let (tx, rx) = chan::unbounded();
-    std::thread::spawn(move || {
-        let _ = signals.forever().try_for_each(|sig| tx.send(sig));
-    });
-    Ok(rx)
 }
 
 /// The view's connection to its instance, reopened once if it was closed;
@@ -185,7 +175,7 @@ fn run_view(
         None => chan::never(),
     };
     let keys = key_channel();
-    let signals = signal_channel()?;
+    let signals = instance::signal_channel(&[SIGWINCH, SIGTERM, SIGHUP, SIGINT])?;
     let (work_tx, work) = chan::unbounded::<Lines>();
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -210,7 +200,7 @@ fn run_view(
                 Err(_) => break,
             },
             recv(signals) -> s => {
-                if matches!(s, Ok(sig) if sig != signal_hook::consts::SIGWINCH) {
+                if matches!(s, Ok(sig) if sig != SIGWINCH) {
                     break;
                 }
             },
@@ -363,15 +353,13 @@ fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Li
     }
     let relay_needed = !matches!(cmd, "/help" | "/quit");
     if relay_needed && ctl.client.is_none() {
+        let why = match &view.warning {
+            Some(w) => format!(" ({w})"),
+            None => String::new(),
+        };
         view.push(
             Role::Refusal,
-            format!(
-                "{cmd}: the relay is unavailable{}",
-                view.warning
-                    .as_ref()
-                    .map(|w| format!(" ({w})"))
-                    .unwrap_or_default()
-            ),
+            format!("{cmd}: the relay is unavailable{why}"),
         );
         return false;
     }
@@ -434,26 +422,23 @@ fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
 
 /// `/agents [pause|resume]`.
 fn agents_command(rest: &str, view: &mut View, ctl: &mut Control) {
-    match rest {
-        "" => match ctl.call::<ControlStatus>(Call::ControlStatus, json!({})) {
-            Ok(st) => view.push(Role::System, status_text(&st)),
-            Err(e) => view.push(Role::Refusal, e.to_string()),
-        },
-        "pause" | "resume" => match ctl.call::<Paused>(
-            if rest == "pause" {
-                Call::ControlPause
-            } else {
-                Call::ControlResume
-            },
-            json!({}),
-        ) {
-            Ok(r) => view.push(Role::System, format!("relay {}", r.state)),
-            Err(e) => view.push(Role::Refusal, e.to_string()),
-        },
-        other => view.push(
-            Role::Refusal,
-            format!("/agents {}: use pause or resume", escape(other)),
-        ),
+    let call = match rest {
+        "" => {
+            return match ctl.call::<ControlStatus>(Call::ControlStatus, json!({})) {
+                Ok(st) => view.push(Role::System, status_text(&st)),
+                Err(e) => view.push(Role::Refusal, e.to_string()),
+            };
+        }
+        "pause" => Call::ControlPause,
+        "resume" => Call::ControlResume,
+        other => {
+            let why = format!("/agents {}: use pause or resume", escape(other));
+            return view.push(Role::Refusal, why);
+        }
+    };
+    match ctl.call::<Paused>(call, json!({})) {
+        Ok(r) => view.push(Role::System, format!("relay {}", r.state)),
+        Err(e) => view.push(Role::Refusal, e.to_string()),
     }
 }
 
@@ -479,7 +464,7 @@ fn send_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Sen
 fn reply_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Lines>) {
     let params = match work::reply_params(rest, view) {
         Ok(p) => p,
-        Err(e) => return view.push(Role::Refusal, e),
+        Err(e) => return view.push(Role::Refusal, e.to_string()),
     };
     let id = params["message_id"].as_str().unwrap_or("").to_string();
     view.push(Role::Local, format!("/reply {rest}"));
@@ -494,18 +479,12 @@ fn requeue_or_discard(cmd: &str, call: Call, rest: &str, view: &mut View, ctl: &
         return view.push(Role::Refusal, format!("usage: {cmd} ID"));
     }
     match ctl.call::<Handled>(call, json!({"message_id": rest})) {
-        Ok(r) => view.push(
-            if r.status == "requeued" || r.status == "discarded" {
-                Role::System
-            } else {
-                Role::Refusal
-            },
-            format!(
-                "{} {rest}{}",
-                r.status,
-                r.reason.map(|x| format!(": {x}")).unwrap_or_default()
-            ),
-        ),
+        Ok(r) => {
+            let done = r.status == "requeued" || r.status == "discarded";
+            let role = if done { Role::System } else { Role::Refusal };
+            let reason = r.reason.map(|x| format!(": {x}")).unwrap_or_default();
+            view.push(role, format!("{} {rest}{reason}", r.status));
+        }
         Err(e) => view.push(Role::Refusal, e.to_string()),
     }
 }

@@ -218,12 +218,9 @@ impl View {
 
     /// The transcript as screen lines of at most `width` characters.
     fn transcript_lines(&self, width: usize) -> Vec<Line> {
-        let mut out = Vec::new();
-        if let Some(w) = &self.warning {
-            for l in wrap(&format!("! {}", escape(w)), width) {
-                out.push(line(l, Style::Refusal));
-            }
-        }
+        let warning = self.warning.iter();
+        let warned = warning.flat_map(|w| wrap(&format!("! {}", escape(w)), width));
+        let mut out: Vec<Line> = warned.map(|l| line(l, Style::Refusal)).collect();
         for e in &self.entries {
             let (mark, style) = e.role.look();
             let indent = " ".repeat(mark.len());

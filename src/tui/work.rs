@@ -6,6 +6,7 @@
 
 use super::view::{Open, Role, View};
 use crate::client::ClientError;
+use crate::error::Error;
 use crate::status::ReplyStatus;
 use crate::wire::answer::{Claimed, ClaimedTask, Handled, Queue};
 use crate::wire::{self, Mode};
@@ -15,10 +16,10 @@ use std::fmt::Display;
 /// One call to the view's instance: method, params, result or why not.
 pub type Call<'a, E> = &'a mut dyn FnMut(wire::Call, Value) -> Result<Value, E>;
 
-/// An answer read as `R`; Err with the text when it cannot be.
-fn read<R: serde::de::DeserializeOwned, E: Display>(r: Result<Value, E>) -> Result<R, String> {
-    serde_json::from_value(r.map_err(|e| e.to_string())?)
-        .map_err(|e| format!("the instance answered what baton cannot read: {e}"))
+/// An answer read as `R`; Err says why it cannot be.
+fn read<R: serde::de::DeserializeOwned, E: Display>(r: Result<Value, E>) -> Result<R, Error> {
+    serde_json::from_value(r.map_err(|e| Error::Transport(e.to_string()))?)
+        .map_err(|e| Error::Transport(format!("the instance answered what baton cannot read: {e}")))
 }
 
 /// `/claim`: the next task, shown with its sender and body, and how to
@@ -26,7 +27,7 @@ fn read<R: serde::de::DeserializeOwned, E: Display>(r: Result<Value, E>) -> Resu
 pub fn claim<E: Display>(view: &mut View, call: Call<E>) {
     let r: Claimed = match read(call(wire::Call::InboxClaim, json!({}))) {
         Ok(r) => r,
-        Err(e) => return view.push(Role::Refusal, e),
+        Err(e) => return view.push(Role::Refusal, e.to_string()),
     };
     for rej in &r.rejected {
         view.push(
@@ -117,7 +118,7 @@ pub fn complete<E: Display>(rest: &str, view: &mut View, call: Call<E>) {
             view.push(Role::System, format!("completed {id} ({outcome})"));
         }
         Ok(r) => view.push(Role::Refusal, not_completed(&id, r)),
-        Err(e) => view.push(Role::Refusal, e),
+        Err(e) => view.push(Role::Refusal, e.to_string()),
     }
 }
 
@@ -129,15 +130,16 @@ fn not_completed(id: &str, r: Handled) -> String {
 
 /// `/reply TEXT`: the `inbox/complete` params that answer the task
 /// claimed last with TEXT and complete it as done; Err says why not.
-pub fn reply_params(rest: &str, view: &View) -> Result<Value, String> {
+pub fn reply_params(rest: &str, view: &View) -> Result<Value, Error> {
+    let usage = |why: String| Err(Error::Usage(why));
     if rest.is_empty() {
-        return Err("usage: /reply TEXT (answers the task claimed last and completes it)".into());
+        return usage("usage: /reply TEXT (answers the task claimed last and completes it)".into());
     }
     let Some(open) = view.open.last() else {
-        return Err("no task is open here: /claim one first".into());
+        return usage("no task is open here: /claim one first".into());
     };
     if open.replyable == Some(false) {
-        return Err(format!(
+        return usage(format!(
             "task {} came from {}, which has no instance to reply to: /complete it",
             open.id, open.from
         ));
