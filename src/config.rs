@@ -9,11 +9,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Relay {
-    On,
-    Off,
-    Paused,
+spelled! {
+    /// `BATON_RELAY`: relaying on, off, or paused at start.
+    pub enum Relay ("relay") {
+        On = "on",
+        Off = "off",
+        Paused = "paused",
+    }
 }
 
 /// The default body limit, which is also zcoder's own (fixed) limit.
@@ -133,12 +135,9 @@ impl Config {
             c.dir = Some(p);
         }
         if let Some(v) = get("BATON_RELAY")? {
-            c.relay = match v.as_str() {
-                "on" => Relay::On,
-                "off" => Relay::Off,
-                "paused" => Relay::Paused,
-                _ => return Err(bad("BATON_RELAY", &v, "on, off or paused")),
-            };
+            c.relay = v
+                .parse()
+                .map_err(|_| bad("BATON_RELAY", &v, "on, off or paused"))?;
         }
         if let Some(v) = get("BATON_MAX_BYTES")? {
             c.max_bytes = int("BATON_MAX_BYTES", &v, 1024, 16_777_216)? as usize;

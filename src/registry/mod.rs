@@ -19,7 +19,6 @@ use crate::error::Invalid;
 use crate::error::{Error, Result};
 use crate::files::{self, DirError};
 use crate::sys;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs;
 use std::io::Read;
@@ -76,20 +75,11 @@ pub fn default_name(workspace: &Path) -> String {
     if name.is_empty() { "root".into() } else { name }
 }
 
-/// Which wire a peer speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Wire {
-    Jsonrpc,
-    Zcoder,
-}
-
-impl Wire {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Wire::Jsonrpc => "jsonrpc",
-            Wire::Zcoder => "zcoder",
-        }
+spelled! {
+    /// Which wire a peer speaks.
+    pub enum Wire ("wire") {
+        Jsonrpc = "jsonrpc",
+        Zcoder = "zcoder",
     }
 }
 
