@@ -121,23 +121,17 @@ fn not_regular(kind: FileType) -> io::Error {
 
 /// What a file type is, in words ("a FIFO").
 pub fn kind_of(t: FileType) -> &'static str {
-    if t.is_file() {
-        "a regular file"
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_symlink() {
-        "a symlink"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else {
-        "an unknown kind of file"
-    }
+    let kinds = [
+        (FileType::is_file as fn(&FileType) -> bool, "a regular file"),
+        (FileType::is_dir, "a directory"),
+        (FileType::is_symlink, "a symlink"),
+        (FileType::is_fifo, "a FIFO"),
+        (FileType::is_socket, "a socket"),
+        (FileType::is_char_device, "a character device"),
+        (FileType::is_block_device, "a block device"),
+    ];
+    let kind = kinds.into_iter().find(|(is, _)| is(&t));
+    kind.map_or("an unknown kind of file", |(_, name)| name)
 }
 
 /// Why a directory cannot hold private state.

@@ -66,9 +66,7 @@ impl Spool {
         idx.next_seq += 1;
         idx.pending
             .insert(task.message_id.clone(), order_key(task.mode, task.seq));
-        if let Some(s) = &task.sender.instance_id {
-            *idx.inflight.entry(s.clone()).or_default() += 1;
-        }
+        idx.hold(task.sender.instance_id.as_deref());
         drop(idx);
         let mut reservation = Reservation {
             spool: self,

@@ -3,7 +3,7 @@
 //! never run it twice. Claim, finish, requeue and expiry.
 
 use super::dirsync::sync_dir;
-use super::index::{Place, id_hash, release};
+use super::index::{Place, id_hash};
 use super::taskfile::{parse_task, read_bounded, read_checked, read_task, receipt_name};
 use super::{Claim, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
 use crate::error::{Error, Result};
@@ -110,9 +110,8 @@ impl Spool {
         e.place = Place::Rejected;
         e.file = aside;
         e.reason = Some(reason.clone());
-        if let Some(s) = e.sender_id().map(String::from) {
-            release(&mut idx.inflight, &s);
-        }
+        let sender = e.sender_id().map(String::from);
+        idx.release(sender.as_deref());
         drop(idx);
         if self.fsync {
             let _ = self.sync(&["inbox", "rejected"]);
@@ -204,9 +203,7 @@ impl Spool {
         write.map_err(|err| Error::io("finish task in", &self.dir, err))?;
         if e.place == Place::Processing {
             idx.processing -= 1;
-            if let Some(s) = e.sender_id() {
-                release(&mut idx.inflight, s);
-            }
+            idx.release(e.sender_id());
         }
         idx.receipts += 1;
         idx.finished.insert(id_hash(message_id));
@@ -242,9 +239,7 @@ impl Spool {
             self.sync(&[sub, "inbox"])?;
         }
         idx.inbox.insert(e.key, message_id.to_string());
-        if let Some(s) = e.sender_id() {
-            *idx.inflight.entry(s.to_owned()).or_default() += 1;
-        }
+        idx.hold(e.sender_id());
         let entry = idx.entries.get_mut(message_id).expect("indexed");
         entry.place = Place::Inbox;
         entry.queued_at = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -343,9 +338,8 @@ impl Spool {
             idx.fresh.take(&id);
             let e = idx.entries.get_mut(&id).expect("indexed");
             e.place = Place::Rejected;
-            if let Some(s) = e.sender_id().map(String::from) {
-                release(&mut idx.inflight, &s);
-            }
+            let sender = e.sender_id().map(String::from);
+            idx.release(sender.as_deref());
             out.push(id);
         }
         if !out.is_empty() && self.fsync {

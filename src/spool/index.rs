@@ -131,6 +131,25 @@ impl Index {
             ..Index::default()
         }
     }
+
+    /// Counts one more unfinished task of a verified sender (a plain
+    /// one, `None`, is not counted).
+    pub(super) fn hold(&mut self, sender: Option<&str>) {
+        if let Some(s) = sender {
+            *self.inflight.entry(s.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// Counts one fewer.
+    pub(super) fn release(&mut self, sender: Option<&str>) {
+        let Some(s) = sender else { return };
+        if let Some(n) = self.inflight.get_mut(s) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.inflight.remove(s);
+            }
+        }
+    }
 }
 
 /// An acceptance between its reservation and its answer. Dropped before
@@ -160,9 +179,7 @@ impl Drop for Reservation<'_> {
         if self.give_back && idx.next_seq == self.seq + 1 {
             idx.next_seq = self.seq;
         }
-        if let Some(s) = &self.sender {
-            release(&mut idx.inflight, s);
-        }
+        idx.release(self.sender.as_deref());
         self.spool.wake_settled(idx);
     }
 }
@@ -199,15 +216,6 @@ pub(super) fn summary_or_id(task: Option<Task>, id: &str) -> Summary {
 
 pub(super) fn order_key(mode: TaskMode, seq: u64) -> (u8, u64) {
     (if mode == TaskMode::Steer { 0 } else { 1 }, seq)
-}
-
-pub(super) fn release(inflight: &mut HashMap<String, usize>, sender: &str) {
-    if let Some(n) = inflight.get_mut(sender) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            inflight.remove(sender);
-        }
-    }
 }
 
 impl Spool {

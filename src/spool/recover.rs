@@ -189,9 +189,7 @@ impl Spool {
                 }
                 if entry.place == Place::Inbox {
                     idx.inbox.insert(entry.key, id.clone());
-                    if let Some(s) = entry.sender_id() {
-                        *idx.inflight.entry(s.to_owned()).or_default() += 1;
-                    }
+                    idx.hold(entry.sender_id());
                 }
                 idx.entries.insert(id, entry);
             }
