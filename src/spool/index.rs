@@ -226,16 +226,14 @@ impl Spool {
         &'a self,
         mut idx: MutexGuard<'a, Index>,
     ) -> MutexGuard<'a, Index> {
-        loop {
-            let head = idx.inbox.keys().next().copied();
-            let first_pending = idx.pending.values().min().copied();
-            match (head, first_pending) {
-                (Some(h), Some(p)) if p < h => {
-                    idx = self.wait_settled(idx);
-                }
-                _ => return idx,
-            }
+        let behind = |idx: &Index| {
+            let head = idx.inbox.keys().next();
+            head.is_some_and(|h| idx.pending.values().any(|p| p < h))
+        };
+        while behind(&idx) {
+            idx = self.wait_settled(idx);
         }
+        idx
     }
 
     /// Waits once for a reservation to settle.

@@ -318,17 +318,14 @@ pub fn read_listing(dir: &Path) -> Result<Listing> {
 pub fn read_queued(dir: &Path, ids: &[&str]) -> Result<Vec<Task>> {
     check_private_dir(dir, "spool")?;
     let inbox = dir.join("inbox");
-    let mut found = Vec::new();
-    for name in taskfile::list(&inbox)? {
-        let Some((_, id)) = taskfile::parse_file_name(&name) else {
-            continue;
-        };
-        if !ids.contains(&id) {
-            continue;
-        }
-        found.extend(taskfile::read_task(&inbox.join(&name), id));
-    }
-    Ok(found)
+    let names = taskfile::list(&inbox)?;
+    let queued = names
+        .iter()
+        .filter_map(|n| Some((n, taskfile::parse_file_name(n)?.1)));
+    let wanted = queued.filter(|(_, id)| ids.contains(id));
+    Ok(wanted
+        .filter_map(|(n, id)| taskfile::read_task(&inbox.join(n), id))
+        .collect())
 }
 
 /// Checks that an existing directory is ours alone and not a symlink.
