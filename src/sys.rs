@@ -409,7 +409,7 @@ mod linux_spawn {
     /// The child's stack: it only makes system calls.
     const STACK: usize = 64 * 1024;
 
-    pub(super) fn short_slices() -> io::Result<()> {
+    pub fn short_slices() -> io::Result<()> {
         let size = std::mem::size_of::<SchedAttr>() as u32;
         let mut attr = SchedAttr::default();
         // SAFETY: sched_getattr writes at most `size` bytes into `attr`.
@@ -465,7 +465,7 @@ mod linux_spawn {
         Ok(unsafe { OwnedFd::from_raw_fd(n as c_int) })
     }
 
-    pub(super) fn spawn(
+    pub fn spawn(
         program: &str,
         args: &[&str],
         dir: &Path,
