@@ -7,13 +7,7 @@ use serde_json::value::RawValue;
 use std::time::{Duration, Instant};
 
 fn tmpdir(tag: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!(
-        "baton-spool-test-{}-{tag}-{}",
-        std::process::id(),
-        now_secs()
-    ));
-    let _ = fs::remove_dir_all(&p);
-    p
+    crate::files::scratch(&format!("spool-{tag}"))
 }
 
 fn task(id: &str, body: &str) -> Task {
