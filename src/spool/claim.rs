@@ -3,7 +3,7 @@
 //! never run it twice. Claim, finish, requeue and expiry.
 
 use super::dirsync::sync_dir;
-use super::index::{Place, id_hash};
+use super::index::{Entry, Place, id_hash};
 use super::taskfile::{parse_task, read_bounded, read_checked, read_task, receipt_name};
 use super::{Claim, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
 use crate::error::{Error, Result};
@@ -127,16 +127,9 @@ impl Spool {
     /// resource, which is no verdict on the task.
     pub fn unclaim(&self, message_id: &str) -> Result<()> {
         let mut idx = self.idx();
-        let Some(e) = idx
-            .entries
-            .get(message_id)
-            .filter(|e| e.place == Place::Processing)
-            .cloned()
-        else {
-            return Err(Error::Usage(format!(
-                "task {message_id} is not being processed"
-            )));
-        };
+        let processing = |e: &&Entry| e.place == Place::Processing;
+        let entry = idx.entries.get(message_id).filter(processing).cloned();
+        let e = entry.ok_or_else(|| not_processing(message_id))?;
         let from = self.path("processing", &e.file);
         fs::rename(&from, self.path("inbox", &e.file))
             .map_err(|err| Error::io("put back", &from, err))?;
@@ -170,11 +163,7 @@ impl Spool {
             Place::Processing => "processing",
             Place::Interrupted => "interrupted",
             Place::Rejected if outcome == Outcome::Discarded => "rejected",
-            _ => {
-                return Err(Error::Usage(format!(
-                    "task {message_id} is not being processed"
-                )));
-            }
+            _ => return Err(not_processing(message_id)),
         };
         let receipt = Receipt {
             message_id: message_id.to_string(),
@@ -295,11 +284,8 @@ impl Spool {
     /// an approval request's context). None when it is not queued or its
     /// file cannot be read now.
     pub fn queued_task(&self, message_id: &str) -> Option<super::Task> {
-        let queued = |e: &&super::index::Entry| e.place == Place::Inbox;
-        let file = self
-            .idx()
-            .entries
-            .get(message_id)
+        let queued = |e: &&Entry| e.place == Place::Inbox;
+        let file = (self.idx().entries.get(message_id))
             .filter(queued)?
             .file
             .clone();
@@ -347,4 +333,9 @@ impl Spool {
         }
         out
     }
+}
+
+/// The refusal of a task that is not where a finished turn leaves it.
+fn not_processing(message_id: &str) -> Error {
+    Error::Usage(format!("task {message_id} is not being processed"))
 }
