@@ -95,10 +95,7 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
     let mut gid: libc::gid_t = 0;
     // SAFETY: the fd is a live socket owned by `stream`; both out-pointers
     // are valid for writes.
-    let rc = unsafe { libc::getpeereid(stream.as_raw_fd(), &mut uid, &mut gid) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    check(unsafe { libc::getpeereid(stream.as_raw_fd(), &mut uid, &mut gid) })?;
     Ok(PeerCred {
         uid,
         pid: bsd::peer_pid(stream),
@@ -127,9 +124,7 @@ mod kernel {
         let new = std::ptr::null_mut();
         // SAFETY: `name` points to `n` integers and `old` to `len` writable
         // bytes, all alive for the call; no new value is set.
-        if unsafe { libc::sysctl(name, n, old.cast(), &mut len, new, 0) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        super::check(unsafe { libc::sysctl(name, n, old.cast(), &mut len, new, 0) })?;
         buf.truncate(len);
         Ok(buf)
     }
@@ -144,9 +139,7 @@ mod kernel {
         let (fd, out) = (stream.as_raw_fd(), buf.as_mut_ptr().cast());
         // SAFETY: the fd is a live socket owned by `stream`; `out` points to
         // `n` writable bytes, and `n` is valid for writes.
-        if unsafe { libc::getsockopt(fd, level, name, out, &mut n) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        super::check(unsafe { libc::getsockopt(fd, level, name, out, &mut n) })?;
         buf.truncate(n as usize);
         Ok(buf)
     }

@@ -34,6 +34,11 @@ fn offer(s: &Spool, id: &str, body: &str) -> Admission {
         .unwrap()
 }
 
+/// `accepted` at `queue_position`.
+fn accepted(queue_position: usize) -> Admission {
+    Admission::Accepted { queue_position }
+}
+
 /// Claims the head of the queue, which must be a task.
 fn claimed(s: &Spool) -> Box<Task> {
     let Claim::Task(t) = s.claim().unwrap() else {
@@ -75,7 +80,7 @@ fn a_task_file_is_the_task_whichever_way_its_body_comes() {
     let s = Spool::open(&dir, false, false).unwrap();
     let t = task("m2", "a\"b\n\u{e9}\u{1b}");
     let r = s.admit(t.clone(), Some(&spelled), LIMITS, || false, |_, _| {});
-    assert_eq!(r.unwrap(), Admission::Accepted { queue_position: 1 });
+    assert_eq!(r.unwrap(), accepted(1));
     let got = claimed(&s);
     assert_eq!(*got, Task { seq: got.seq, ..t });
     drop(s);
@@ -86,14 +91,8 @@ fn a_task_file_is_the_task_whichever_way_its_body_comes() {
 fn accept_claim_finish_and_duplicates() {
     let dir = tmpdir("acf");
     let s = Spool::open(&dir, false, false).unwrap();
-    assert_eq!(
-        offer(&s, "x-1", "a"),
-        Admission::Accepted { queue_position: 1 }
-    );
-    assert_eq!(
-        offer(&s, "1", "b"),
-        Admission::Accepted { queue_position: 2 }
-    );
+    assert_eq!(offer(&s, "x-1", "a"), accepted(1));
+    assert_eq!(offer(&s, "1", "b"), accepted(2));
     assert_eq!(offer(&s, "x-1", "a"), Admission::Duplicate);
     assert_eq!(offer(&s, "x-1", "z"), Admission::Reused);
     assert_eq!(
@@ -295,10 +294,7 @@ fn a_task_just_stored_is_claimed_as_written_while_its_file_is_in_place() {
 fn forget_removes_a_spool_only_unlocked_and_holding_what_was_shown() {
     let dir = tmpdir("forget");
     let s = Spool::open(&dir, false, false).unwrap();
-    assert_eq!(
-        offer(&s, "f1", "x"),
-        Admission::Accepted { queue_position: 1 }
-    );
+    assert_eq!(offer(&s, "f1", "x"), accepted(1));
     fs::write(dir.join("meta.json"), "{}").unwrap();
     let shown = Holdings::read(&dir).unwrap();
     assert_eq!(
