@@ -61,27 +61,22 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     let mut backtrack: Option<(usize, usize)> = None;
 
     while t < text.len() {
-        match tokens.get(p) {
-            Some(Token::Star) => {
+        match (tokens.get(p), backtrack) {
+            (Some(Token::Star), _) => {
                 p += 1;
                 backtrack = Some((p, t));
-                continue;
             }
-            Some(tok) if tok.accepts(text[t]) => {
+            (Some(tok), _) if tok.accepts(text[t]) => {
                 p += 1;
                 t += 1;
-                continue;
             }
-            _ => {}
-        }
-        match backtrack {
-            Some((star_p, star_t)) => {
+            (_, Some((star_p, star_t))) => {
                 // Let the star swallow one more character and retry.
                 p = star_p;
                 t = star_t + 1;
                 backtrack = Some((star_p, t));
             }
-            None => return false,
+            (_, None) => return false,
         }
     }
 

@@ -219,17 +219,11 @@ pub fn set_umask(mask: u32) -> u32 {
 }
 
 pub fn pid_status(pid: u32) -> PidStatus {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return PidStatus::Unknown;
-    }
-    // SAFETY: signal 0 performs only the existence and permission check.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    if rc == 0 {
-        return PidStatus::Alive;
-    }
-    match io::Error::last_os_error().raw_os_error() {
-        Some(libc::ESRCH) => PidStatus::Gone,
-        Some(libc::EPERM) => PidStatus::Alive,
+    // Signal 0 performs only the existence and permission check; a pid
+    // `signal` refuses is unknown.
+    match signal(pid, 0).map_err(|e| e.raw_os_error()) {
+        Ok(()) | Err(Some(libc::EPERM)) => PidStatus::Alive,
+        Err(Some(libc::ESRCH)) => PidStatus::Gone,
         _ => PidStatus::Unknown,
     }
 }
