@@ -214,16 +214,8 @@ mod tests {
     use super::*;
 
     fn with(pairs: &[(&str, &str)]) -> Result<Config> {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::from_lookup(move |name| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| OsString::from(v))
-        })
+        let value = |name: &str| pairs.iter().find(|(k, _)| *k == name);
+        Config::from_lookup(|name| value(name).map(|(_, v)| OsString::from(v)))
     }
 
     #[test]

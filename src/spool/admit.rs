@@ -77,13 +77,11 @@ impl Spool {
             settled: false,
         };
         let name = file_name(task.seq, &task.message_id);
-        let len = match self.store(&TaskFile::new(&task, body_json), &name) {
-            Ok(len) => len,
-            Err((e, clean)) => {
-                reservation.give_back = clean;
-                return Err(e);
-            }
-        };
+        let stored = self.store(&TaskFile::new(&task, body_json), &name);
+        let len = stored.map_err(|(e, clean)| {
+            reservation.give_back = clean;
+            e
+        })?;
         // The copy a claim may hand out, made before the lock is taken.
         let fresh = Fresh::keeps(task.body.len()).then(|| task.clone());
         let mut idx = self.idx();

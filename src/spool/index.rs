@@ -117,9 +117,7 @@ impl Fresh {
     pub(super) fn take(&mut self, id: &str) -> Option<(Task, u64)> {
         let got = self.tasks.remove(id)?;
         self.bytes -= got.0.body.len();
-        if let Some(i) = self.order.iter().position(|o| o == id) {
-            self.order.remove(i);
-        }
+        self.order.retain(|o| o != id);
         Some(got)
     }
 }
