@@ -9,11 +9,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Relay {
-    On,
-    Off,
-    Paused,
+spelled! {
+    /// `BATON_RELAY`: relaying on, off, or paused at start.
+    pub enum Relay ("relay") {
+        On = "on",
+        Off = "off",
+        Paused = "paused",
+    }
 }
 
 /// The default body limit, which is also zcoder's own (fixed) limit.
@@ -121,74 +123,60 @@ impl Config {
             let value = lookup(name).filter(|v| !v.is_empty());
             value.map(|v| v.into_string().map_err(not_utf8)).transpose()
         };
-        let mut c = Config::default();
-        if let Some(v) = lookup("BATON_DIR").filter(|v| !v.is_empty()) {
-            let p = PathBuf::from(v);
-            if !p.is_absolute() {
-                return Err(Error::Env(format!(
-                    "BATON_DIR={} is not an absolute path",
-                    p.display()
-                )));
-            }
-            c.dir = Some(p);
+        let dir = lookup("BATON_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        if let Some(p) = dir.as_ref().filter(|p| !p.is_absolute()) {
+            let shown = p.display();
+            return Err(Error::Env(format!(
+                "BATON_DIR={shown} is not an absolute path"
+            )));
         }
-        if let Some(v) = get("BATON_RELAY")? {
-            c.relay = match v.as_str() {
-                "on" => Relay::On,
-                "off" => Relay::Off,
-                "paused" => Relay::Paused,
-                _ => return Err(bad("BATON_RELAY", &v, "on, off or paused")),
-            };
-        }
-        if let Some(v) = get("BATON_MAX_BYTES")? {
-            c.max_bytes = int("BATON_MAX_BYTES", &v, 1024, 16_777_216)? as usize;
-        }
-        if let Some(v) = get("BATON_MAX_MESSAGE_BYTES")? {
-            c.max_message_bytes =
-                int("BATON_MAX_MESSAGE_BYTES", &v, 1, MAX_MESSAGE_BYTES_CEILING)? as usize;
-        }
-        if let Some(v) = get("BATON_MAX_QUEUE")? {
-            c.max_queue = int("BATON_MAX_QUEUE", &v, 1, 100_000)? as usize;
-        }
-        if let Some(v) = get("BATON_MAX_INFLIGHT")? {
-            c.max_inflight = int("BATON_MAX_INFLIGHT", &v, 0, 100_000)? as usize;
-        }
-        if let Some(v) = get("BATON_MAX_HOPS")? {
-            c.max_hops = int("BATON_MAX_HOPS", &v, 0, 1000)?;
-        }
-        if let Some(v) = get("BATON_MAX_CONNECTIONS")? {
-            c.max_connections = int("BATON_MAX_CONNECTIONS", &v, 1, 4096)? as usize;
-        }
-        if let Some(v) = get("BATON_IO_TIMEOUT")? {
-            c.io_timeout = seconds("BATON_IO_TIMEOUT", &v, 0.1, 60.0)?;
-        }
-        if let Some(v) = get("BATON_IDLE_TIMEOUT")? {
-            c.idle_timeout = seconds("BATON_IDLE_TIMEOUT", &v, 1.0, 86400.0)?;
-        }
-        if let Some(v) = get("BATON_FSYNC")? {
-            c.fsync = match v.as_str() {
-                "on" => true,
-                "off" => false,
-                _ => return Err(bad("BATON_FSYNC", &v, "on or off")),
-            };
-        }
-        if let Some(v) = get("BATON_TTL")? {
-            c.ttl = Some(Duration::from_secs(int("BATON_TTL", &v, 1, u64::MAX / 2)?));
-        }
-        if let Some(v) = get("BATON_REMOTE")? {
-            // One line of shell words for the remote shell: a newline or a
-            // NUL would end or break the command ssh hands it.
-            if v.contains(['\n', '\r', '\0']) || v.trim().is_empty() {
-                return Err(bad(
-                    "BATON_REMOTE",
-                    &v,
-                    "one line naming the remote baton (e.g. /opt/baton/bin/baton)",
-                ));
-            }
-            c.remote = Some(v);
-        }
-        Ok(c)
+        let int_of = |name: &str, min, max| -> Result<Option<u64>> {
+            get(name)?.map(|v| int(name, &v, min, max)).transpose()
+        };
+        let seconds_of = |name: &str, min, max| -> Result<Option<Duration>> {
+            get(name)?.map(|v| seconds(name, &v, min, max)).transpose()
+        };
+        let size = |n: u64| n as usize;
+        let d = Config::default();
+        // Read in the order of the fields: the first wrong one is named.
+        Ok(Config {
+            dir,
+            relay: match get("BATON_RELAY")? {
+                Some(v) => (v.parse()).map_err(|_| bad("BATON_RELAY", &v, "on, off or paused"))?,
+                None => d.relay,
+            },
+            max_bytes: int_of("BATON_MAX_BYTES", 1024, 16_777_216)?.map_or(d.max_bytes, size),
+            max_message_bytes: int_of("BATON_MAX_MESSAGE_BYTES", 1, MAX_MESSAGE_BYTES_CEILING)?
+                .map_or(d.max_message_bytes, size),
+            max_queue: int_of("BATON_MAX_QUEUE", 1, 100_000)?.map_or(d.max_queue, size),
+            max_inflight: int_of("BATON_MAX_INFLIGHT", 0, 100_000)?.map_or(d.max_inflight, size),
+            max_hops: int_of("BATON_MAX_HOPS", 0, 1000)?.unwrap_or(d.max_hops),
+            max_connections: (int_of("BATON_MAX_CONNECTIONS", 1, 4096)?)
+                .map_or(d.max_connections, size),
+            io_timeout: seconds_of("BATON_IO_TIMEOUT", 0.1, 60.0)?.unwrap_or(d.io_timeout),
+            idle_timeout: seconds_of("BATON_IDLE_TIMEOUT", 1.0, 86400.0)?.unwrap_or(d.idle_timeout),
+            fsync: match get("BATON_FSYNC")?.as_deref() {
+                None => d.fsync,
+                Some("on") => true,
+                Some("off") => false,
+                Some(v) => return Err(bad("BATON_FSYNC", v, "on or off")),
+            },
+            ttl: int_of("BATON_TTL", 1, u64::MAX / 2)?.map(Duration::from_secs),
+            remote: get("BATON_REMOTE")?.map(remote).transpose()?,
+        })
     }
+}
+
+/// `BATON_REMOTE`: one line of shell words for the remote shell (a
+/// newline or a NUL would end or break the command ssh hands it).
+fn remote(v: String) -> Result<String> {
+    if v.contains(['\n', '\r', '\0']) || v.trim().is_empty() {
+        let allowed = "one line naming the remote baton (e.g. /opt/baton/bin/baton)";
+        return Err(bad("BATON_REMOTE", &v, allowed));
+    }
+    Ok(v)
 }
 
 fn bad(name: &str, value: &str, allowed: &str) -> Error {
@@ -226,16 +214,8 @@ mod tests {
     use super::*;
 
     fn with(pairs: &[(&str, &str)]) -> Result<Config> {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::from_lookup(move |name| {
-            pairs
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| OsString::from(v))
-        })
+        let value = |name: &str| pairs.iter().find(|(k, _)| *k == name);
+        Config::from_lookup(|name| value(name).map(|(_, v)| OsString::from(v)))
     }
 
     #[test]

@@ -34,15 +34,13 @@ const BLOCK: usize = 64;
 /// Returns the SHA-256 digest of `data`.
 pub fn sha256(data: &[u8]) -> [u8; 32] {
     let mut state = H0;
-
-    let whole = data.len() - data.len() % BLOCK;
-    compress_all(&mut state, &data[..whole]);
     let blocks = data.chunks_exact(BLOCK);
 
     // Padding: 0x80, zeros, then the message length in bits as a big-endian
     // u64. When the remainder leaves fewer than 9 free bytes the padding
     // spills into a second block, hence the two-block scratch buffer.
     let rest = blocks.remainder();
+    blocks.for_each(|block| compress(&mut state, block));
     let mut tail = [0u8; 2 * BLOCK];
     tail[..rest.len()].copy_from_slice(rest);
     tail[rest.len()] = 0x80;
@@ -54,7 +52,9 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
     // Lengths are taken modulo 2^64 bits, as the standard specifies.
     let bit_len = (data.len() as u64).wrapping_mul(8);
     tail[tail_len - 8..tail_len].copy_from_slice(&bit_len.to_be_bytes());
-    compress_all(&mut state, &tail[..tail_len]);
+    tail[..tail_len]
+        .chunks_exact(BLOCK)
+        .for_each(|block| compress(&mut state, block));
 
     let mut out = [0u8; 32];
     for (dst, word) in out.chunks_exact_mut(4).zip(state) {
@@ -66,25 +66,13 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
 /// Returns the SHA-256 digest of `data` as 64 lowercase hex characters.
 pub fn sha256_hex(data: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = sha256(data);
-    let mut s = String::with_capacity(64);
-    for byte in digest {
-        s.push(char::from(HEX[usize::from(byte >> 4)]));
-        s.push(char::from(HEX[usize::from(byte & 0x0f)]));
-    }
-    s
-}
-
-/// Compresses whole 64-byte blocks.
-fn compress_all(state: &mut [u32; 8], blocks: &[u8]) {
-    debug_assert_eq!(blocks.len() % BLOCK, 0);
-    for block in blocks.chunks_exact(BLOCK) {
-        compress(state, block.try_into().expect("chunk is 64 bytes"));
-    }
+    let nibbles = sha256(data).into_iter().flat_map(|b| [b >> 4, b & 0x0f]);
+    nibbles.map(|n| char::from(HEX[usize::from(n)])).collect()
 }
 
 /// Applies the SHA-256 compression function to one 512-bit block.
-fn compress(state: &mut [u32; 8], block: &[u8; BLOCK]) {
+fn compress(state: &mut [u32; 8], block: &[u8]) {
+    debug_assert_eq!(block.len(), BLOCK);
     let mut w = [0u32; 64];
     for (word, bytes) in w.iter_mut().zip(block.chunks_exact(4)) {
         *word = u32::from_be_bytes(bytes.try_into().expect("chunk is 4 bytes"));

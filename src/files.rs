@@ -93,18 +93,11 @@ pub fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
 /// file (a socket, which open(2) refuses with ENXIO; a symlink, ELOOP):
 /// the name's kind, not the raw error number.
 pub fn open_regular(path: &Path, opts: &mut OpenOptions) -> io::Result<File> {
-    let f = match opts
-        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) => {
-            return Err(match fs::symlink_metadata(path) {
-                Ok(m) if !m.is_file() => not_regular(m.file_type()),
-                _ => e,
-            });
-        }
-    };
+    let opened = (opts.custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)).open(path);
+    let f = opened.map_err(|e| match fs::symlink_metadata(path) {
+        Ok(m) if !m.is_file() => not_regular(m.file_type()),
+        _ => e,
+    })?;
     let kind = f.metadata()?.file_type();
     if !kind.is_file() {
         return Err(not_regular(kind));
@@ -121,23 +114,26 @@ fn not_regular(kind: FileType) -> io::Error {
 
 /// What a file type is, in words ("a FIFO").
 pub fn kind_of(t: FileType) -> &'static str {
-    if t.is_file() {
-        "a regular file"
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_symlink() {
-        "a symlink"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else {
-        "an unknown kind of file"
-    }
+    let kinds = [
+        (FileType::is_file as fn(&FileType) -> bool, "a regular file"),
+        (FileType::is_dir, "a directory"),
+        (FileType::is_symlink, "a symlink"),
+        (FileType::is_fifo, "a FIFO"),
+        (FileType::is_socket, "a socket"),
+        (FileType::is_char_device, "a character device"),
+        (FileType::is_block_device, "a block device"),
+    ];
+    let kind = kinds.into_iter().find(|(is, _)| is(&t));
+    kind.map_or("an unknown kind of file", |(_, name)| name)
+}
+
+/// A directory for a unit test, `tag` naming it: removed if a run before
+/// left it, and not created.
+#[cfg(test)]
+pub(crate) fn scratch(tag: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("baton-test-{}-{tag}", std::process::id()));
+    let _ = fs::remove_dir_all(&p);
+    p
 }
 
 /// Why a directory cannot hold private state.
@@ -211,17 +207,10 @@ pub fn private_dir(path: &Path, create: bool) -> Result<(), DirError> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
-    use std::path::PathBuf;
-
-    fn tmpdir(tag: &str) -> PathBuf {
-        let p = std::env::temp_dir().join(format!("baton-files-test-{}-{tag}", std::process::id()));
-        let _ = fs::remove_dir_all(&p);
-        p
-    }
 
     #[test]
     fn a_private_write_replaces_a_leftover_and_lands_whole_with_mode_0600() {
-        let dir = tmpdir("write");
+        let dir = scratch("files-write");
         private_dir(&dir, true).unwrap();
         let (tmp, dest) = (dir.join("t.tmp"), dir.join("f.json"));
         fs::write(&tmp, b"left by a crash").unwrap();
@@ -248,7 +237,7 @@ mod tests {
 
     #[test]
     fn a_read_back_takes_only_a_regular_file_within_its_bound() {
-        let dir = tmpdir("read");
+        let dir = scratch("files-read");
         private_dir(&dir, true).unwrap();
         let file = dir.join("f.json");
         fs::write(&file, b"0123456789").unwrap();
@@ -277,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_private_dir_is_created_0700_and_an_open_one_is_refused() {
-        let dir = tmpdir("dir");
+        let dir = scratch("files-dir");
         assert!(matches!(
             private_dir(&dir, false),
             Err(DirError::Inspect(_))

@@ -61,27 +61,22 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     let mut backtrack: Option<(usize, usize)> = None;
 
     while t < text.len() {
-        match tokens.get(p) {
-            Some(Token::Star) => {
+        match (tokens.get(p), backtrack) {
+            (Some(Token::Star), _) => {
                 p += 1;
                 backtrack = Some((p, t));
-                continue;
             }
-            Some(tok) if tok.accepts(text[t]) => {
+            (Some(tok), _) if tok.accepts(text[t]) => {
                 p += 1;
                 t += 1;
-                continue;
             }
-            _ => {}
-        }
-        match backtrack {
-            Some((star_p, star_t)) => {
+            (_, Some((star_p, star_t))) => {
                 // Let the star swallow one more character and retry.
                 p = star_p;
                 t = star_t + 1;
                 backtrack = Some((star_p, t));
             }
-            None => return false,
+            (_, None) => return false,
         }
     }
 
@@ -116,84 +111,54 @@ fn compile(pattern: &str) -> Vec<Token> {
     let mut tokens = Vec::with_capacity(chars.len());
     let mut i = 0;
     while i < chars.len() {
-        match chars[i] {
-            '*' => {
-                // Runs of stars are equivalent to one; collapsing them keeps
-                // the matcher from re-scanning the same position repeatedly.
-                if tokens.last() != Some(&Token::Star) {
-                    tokens.push(Token::Star);
-                }
-                i += 1;
-            }
-            '?' => {
-                tokens.push(Token::AnyOne);
-                i += 1;
-            }
-            '\\' => {
-                match chars.get(i + 1) {
-                    Some(&c) => tokens.push(Token::Literal(c)),
-                    None => tokens.push(Token::Literal('\\')),
-                }
-                i += 2;
-            }
-            '[' => match parse_class(&chars, i) {
-                Some((token, next)) => {
-                    tokens.push(token);
-                    i = next;
-                }
-                None => {
-                    tokens.push(Token::Literal('['));
-                    i += 1;
-                }
-            },
-            c => {
-                tokens.push(Token::Literal(c));
-                i += 1;
-            }
+        let (token, next) = match chars[i] {
+            '*' => (Token::Star, i + 1),
+            '?' => (Token::AnyOne, i + 1),
+            '\\' => (Token::Literal(*chars.get(i + 1).unwrap_or(&'\\')), i + 2),
+            '[' => parse_class(&chars, i).unwrap_or((Token::Literal('['), i + 1)),
+            c => (Token::Literal(c), i + 1),
+        };
+        // Runs of stars are equivalent to one; collapsing them keeps the
+        // matcher from re-scanning the same position repeatedly.
+        if token != Token::Star || tokens.last() != Some(&Token::Star) {
+            tokens.push(token);
         }
+        i = next;
     }
     tokens
+}
+
+/// The class member at `chars[i]`, `\` escaping it, and the index past
+/// it; `None` where the pattern ends first.
+fn member(chars: &[char], i: usize) -> Option<(char, usize)> {
+    match chars.get(i)? {
+        '\\' => Some((*chars.get(i + 1)?, i + 2)),
+        &c => Some((c, i + 1)),
+    }
 }
 
 /// Parses a bracket expression whose `[` is at `chars[start]`. Returns the
 /// class and the index just past its `]`, or `None` if it is never closed.
 fn parse_class(chars: &[char], start: usize) -> Option<(Token, usize)> {
-    let mut i = start + 1;
-    let negated = chars.get(i) == Some(&'!');
-    if negated {
-        i += 1;
-    }
-
+    let negated = chars.get(start + 1) == Some(&'!');
+    let mut i = start + 1 + usize::from(negated);
     let mut ranges = Vec::new();
-    let mut first = true;
     loop {
-        let (lo, after_lo) = match chars.get(i)? {
-            ']' if !first => return Some((Token::Class { negated, ranges }, i + 1)),
-            '\\' => (*chars.get(i + 1)?, i + 2),
-            &c => (c, i + 1),
-        };
-        first = false;
-
+        if chars.get(i)? == &']' && !ranges.is_empty() {
+            return Some((Token::Class { negated, ranges }, i + 1));
+        }
+        let (lo, after_lo) = member(chars, i)?;
         // A `-` forms a range only when something other than the closing
         // `]` follows it; otherwise it is a literal member.
-        if chars.get(after_lo) == Some(&'-') {
-            match chars.get(after_lo + 1) {
-                Some(']') | None => {}
-                Some('\\') => {
-                    let hi = *chars.get(after_lo + 2)?;
-                    ranges.push((lo, hi));
-                    i = after_lo + 3;
-                    continue;
-                }
-                Some(&hi) => {
-                    ranges.push((lo, hi));
-                    i = after_lo + 2;
-                    continue;
-                }
-            }
-        }
-        ranges.push((lo, lo));
-        i = after_lo;
+        let range = chars.get(after_lo) == Some(&'-')
+            && !matches!(chars.get(after_lo + 1), Some(']') | None);
+        let (hi, next) = if range {
+            member(chars, after_lo + 1)?
+        } else {
+            (lo, after_lo)
+        };
+        ranges.push((lo, hi));
+        i = next;
     }
 }
 

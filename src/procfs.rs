@@ -77,24 +77,24 @@ pub fn process(pid: u32) -> Option<ProcEntry> {
 /// (`NAME=value`) exactly. False when it cannot be read (another user's
 /// process, or no `/proc`); only the first 4 MiB are looked at.
 pub fn environ_has(pid: u32, entry: &str) -> bool {
+    environ(pid, 4 << 20).is_some_and(|env| env.split(|b| *b == 0).any(|e| e == entry.as_bytes()))
+}
+
+/// The first `limit` bytes of `/proc/PID/environ`.
+fn environ(pid: u32, limit: u64) -> Option<Vec<u8>> {
     let mut env = Vec::new();
-    let read = File::open(format!("/proc/{pid}/environ"))
-        .and_then(|f| f.take(4 << 20).read_to_end(&mut env));
-    read.is_ok() && env.split(|b| *b == 0).any(|e| e == entry.as_bytes())
+    let f = File::open(format!("/proc/{pid}/environ")).ok()?;
+    f.take(limit).read_to_end(&mut env).ok().map(|_| env)
 }
 
 /// The values of `names` in the environment process `pid` started with
 /// (`None` each where it is absent or cannot be read: another user's
 /// process, or no `/proc`); only the first 256 KiB are looked at.
 pub fn environ_values<const N: usize>(pid: u32, names: [&str; N]) -> [Option<String>; N] {
-    let mut env = Vec::new();
-    if File::open(format!("/proc/{pid}/environ"))
-        .and_then(|f| f.take(ENV_LIMIT as u64).read_to_end(&mut env))
-        .is_err()
-    {
-        return [const { None }; N];
+    match environ(pid, ENV_LIMIT as u64) {
+        Some(env) => values_in(&env, names),
+        None => [const { None }; N],
     }
-    values_in(&env, names)
 }
 
 /// How much of an environment `environ_values` looks at.

@@ -57,7 +57,7 @@ macro_rules! spelled {
         impl std::str::FromStr for $name {
             type Err = $crate::spelled::Unknown;
 
-            fn from_str(s: &str) -> Result<$name, $crate::spelled::Unknown> {
+            fn from_str(s: &str) -> ::core::result::Result<$name, $crate::spelled::Unknown> {
                 match s {
                     $( $wire => Ok($name::$variant), )+
                     _ => Err($crate::spelled::Unknown { of: $what, text: s.to_string() }),
@@ -66,13 +66,13 @@ macro_rules! spelled {
         }
 
         impl serde::Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> ::core::result::Result<S::Ok, S::Error> {
                 s.serialize_str(self.as_str())
             }
         }
 
         impl<'de> serde::Deserialize<'de> for $name {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<$name, D::Error> {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> ::core::result::Result<$name, D::Error> {
                 let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
                 s.parse().map_err(serde::de::Error::custom)
             }

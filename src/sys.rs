@@ -28,30 +28,36 @@ mod spawn;
 #[path = "sys_types.rs"]
 mod types;
 
+/// A call's result as C gives it: -1 (any negative value) says `errno`.
+fn check(rc: impl Into<i64>) -> io::Result<i64> {
+    let rc = rc.into();
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc)
+}
+
+/// `check`, the call made again while a signal interrupts it (EINTR).
+fn retrying(mut call: impl FnMut() -> i64) -> io::Result<i64> {
+    loop {
+        match check(call()) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
 /// Writes what the socket takes now, without waiting: the number of bytes
 /// written, 0 when its buffer is full.
 pub fn send_nowait(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
-    loop {
-        // SAFETY: the pointer and length describe `bytes`, which outlives
-        // the call; the descriptor is owned by `stream`.
-        let n = unsafe {
-            libc::send(
-                stream.as_raw_fd(),
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                // Rust ignores SIGPIPE, so a gone peer is EPIPE.
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::Interrupted => continue,
-            io::ErrorKind::WouldBlock => return Ok(0),
-            _ => return Err(e),
-        }
+    let (fd, buf, len) = (stream.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+    // SAFETY: the pointer and length describe `bytes`, which outlives the
+    // call; the descriptor is owned by `stream`. Rust ignores SIGPIPE, so
+    // a gone peer is EPIPE.
+    match retrying(|| unsafe { libc::send(fd, buf, len, libc::MSG_DONTWAIT) } as i64) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+        Err(e) => Err(e),
     }
 }
 
@@ -76,9 +82,7 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
             &mut len,
         )
     };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    check(rc)?;
     Ok(PeerCred {
         uid: cred.uid,
         pid: (cred.pid > 0).then_some(cred.pid as u32),
@@ -91,10 +95,7 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
     let mut gid: libc::gid_t = 0;
     // SAFETY: the fd is a live socket owned by `stream`; both out-pointers
     // are valid for writes.
-    let rc = unsafe { libc::getpeereid(stream.as_raw_fd(), &mut uid, &mut gid) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    check(unsafe { libc::getpeereid(stream.as_raw_fd(), &mut uid, &mut gid) })?;
     Ok(PeerCred {
         uid,
         pid: bsd::peer_pid(stream),
@@ -123,9 +124,7 @@ mod kernel {
         let new = std::ptr::null_mut();
         // SAFETY: `name` points to `n` integers and `old` to `len` writable
         // bytes, all alive for the call; no new value is set.
-        if unsafe { libc::sysctl(name, n, old.cast(), &mut len, new, 0) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        super::check(unsafe { libc::sysctl(name, n, old.cast(), &mut len, new, 0) })?;
         buf.truncate(len);
         Ok(buf)
     }
@@ -140,9 +139,7 @@ mod kernel {
         let (fd, out) = (stream.as_raw_fd(), buf.as_mut_ptr().cast());
         // SAFETY: the fd is a live socket owned by `stream`; `out` points to
         // `n` writable bytes, and `n` is valid for writes.
-        if unsafe { libc::getsockopt(fd, level, name, out, &mut n) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        super::check(unsafe { libc::getsockopt(fd, level, name, out, &mut n) })?;
         buf.truncate(n as usize);
         Ok(buf)
     }
@@ -182,20 +179,14 @@ pub fn connect_nowait(path: &std::path::Path) -> io::Result<UnixStream> {
     }
     let kind = libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
     // SAFETY: socket takes integers and returns a new descriptor or -1.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, kind, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let fd = check(unsafe { libc::socket(libc::AF_UNIX, kind, 0) })? as RawFd;
     // SAFETY: just created, owned here only.
     let stream = UnixStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
     let (to, len) = (&addr as *const libc::sockaddr_un, size_of_val(&addr));
     // SAFETY: `to` is a sockaddr_un of `len` bytes whose path ends in a
     // NUL (checked above); the descriptor is owned by `stream`.
     let rc = unsafe { libc::connect(stream.as_raw_fd(), to.cast(), len as libc::socklen_t) };
-    match rc {
-        0 => Ok(stream),
-        _ => Err(io::Error::last_os_error()),
-    }
+    check(rc).map(|_| stream)
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
@@ -208,10 +199,7 @@ pub fn connect_nowait(path: &std::path::Path) -> io::Result<UnixStream> {
 /// those who connect (`SO_PEERCRED`), as it does for one we bound.
 pub fn listen_here(listener: &UnixListener) -> io::Result<()> {
     // SAFETY: the descriptor is owned by `listener`; listen takes integers.
-    if unsafe { libc::listen(listener.as_raw_fd(), libc::SOMAXCONN) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    check(unsafe { libc::listen(listener.as_raw_fd(), libc::SOMAXCONN) }).map(drop)
 }
 
 pub fn euid() -> u32 {
@@ -231,17 +219,11 @@ pub fn set_umask(mask: u32) -> u32 {
 }
 
 pub fn pid_status(pid: u32) -> PidStatus {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return PidStatus::Unknown;
-    }
-    // SAFETY: signal 0 performs only the existence and permission check.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    if rc == 0 {
-        return PidStatus::Alive;
-    }
-    match io::Error::last_os_error().raw_os_error() {
-        Some(libc::ESRCH) => PidStatus::Gone,
-        Some(libc::EPERM) => PidStatus::Alive,
+    // Signal 0 performs only the existence and permission check; a pid
+    // `signal` refuses is unknown.
+    match signal(pid, 0).map_err(|e| e.raw_os_error()) {
+        Ok(()) | Err(Some(libc::EPERM)) => PidStatus::Alive,
+        Err(Some(libc::ESRCH)) => PidStatus::Gone,
         _ => PidStatus::Unknown,
     }
 }
@@ -250,15 +232,10 @@ pub fn pid_status(pid: u32) -> PidStatus {
 /// process holds it.
 pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
     // SAFETY: the fd is owned by `file` and stays open for the call.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(false)
-    } else {
-        Err(err)
+    match check(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -281,35 +258,22 @@ pub fn limit_malloc_arenas() {
 /// Sends `sig` to the process `pid` (never a group: 0 and values that
 /// would read as negative are refused).
 pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad pid"));
-    }
-    // SAFETY: kill has no memory-safety preconditions; a positive pid
-    // names one process.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    kill(pid, 1, sig, "bad pid")
 }
 
 /// Sends `sig` to every process in the process group `pgid`.
 pub fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
-    if pgid == 0 || pgid > i32::MAX as u32 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "bad process group",
-        ));
+    kill(pgid, -1, sig, "bad process group")
+}
+
+/// kill(2) to `id`: a process with `sign` 1, a process group with -1.
+fn kill(id: u32, sign: libc::pid_t, sig: i32, bad: &str) -> io::Result<()> {
+    if id == 0 || id > i32::MAX as u32 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, bad));
     }
-    // SAFETY: kill has no memory-safety preconditions; a negative pid names
-    // a process group.
-    let rc = unsafe { libc::kill(-(pgid as libc::pid_t), sig) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // SAFETY: kill has no memory-safety preconditions; a positive pid
+    // names one process, a negative one a process group.
+    check(unsafe { libc::kill(sign * id as libc::pid_t, sig) }).map(drop)
 }
 
 /// Waits, without a deadline, until one of `fds` can be read (written,
@@ -323,18 +287,11 @@ pub fn poll_ready(fds: &[(BorrowedFd<'_>, bool)]) -> io::Result<Vec<bool>> {
             revents: 0,
         })
         .collect();
-    loop {
-        // SAFETY: `polled` is a valid, writable array of `polled.len()`
-        // pollfd for the call, and every descriptor is borrowed, so open.
-        let rc = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, -1) };
-        if rc >= 0 {
-            return Ok(polled.iter().map(|p| p.revents != 0).collect());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    let (all, n) = (polled.as_mut_ptr(), polled.len() as libc::nfds_t);
+    // SAFETY: `all` is a valid, writable array of `n` pollfd for the call,
+    // and every descriptor is borrowed, so open.
+    retrying(|| unsafe { libc::poll(all, n, -1) }.into())?;
+    Ok(polled.iter().map(|p| p.revents != 0).collect())
 }
 
 /// Fills `buf` from the kernel's random source in one call (`getrandom`,
@@ -344,10 +301,7 @@ pub fn fill_random(buf: &mut [u8]) -> io::Result<()> {
     {
         // SAFETY: getrandom writes at most `buf.len()` bytes into `buf`.
         let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if n as usize == buf.len() {
+        if check(n as i64)? as usize == buf.len() {
             return Ok(());
         }
     }
@@ -380,33 +334,18 @@ pub fn group_of(pid: u32) -> Option<u32> {
 pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: fcntl(F_GETFL) only reads the flags of a descriptor that is
     // borrowed, so open.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let flags = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })? as libc::c_int;
     // SAFETY: as above; F_SETFL changes only the status flags.
     let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    check(rc).map(drop)
 }
 
 /// Waits for the child `pid` to exit and reaps it: its exit code, or the
 /// signal that ended it.
 pub fn wait_leader(pid: u32) -> io::Result<(Option<i32>, Option<i32>)> {
     let mut status: libc::c_int = 0;
-    loop {
-        // SAFETY: waitpid writes only `status`, a valid c_int.
-        let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
-        if rc >= 0 {
-            break;
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    // SAFETY: waitpid writes only `status`, a valid c_int.
+    retrying(|| unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) }.into())?;
     Ok(exit_of(status))
 }
 
@@ -414,10 +353,7 @@ pub fn wait_leader(pid: u32) -> io::Result<(Option<i32>, Option<i32>)> {
 pub fn try_wait_leader(pid: u32) -> io::Result<Option<(Option<i32>, Option<i32>)>> {
     let mut status: libc::c_int = 0;
     // SAFETY: waitpid writes only `status`, a valid c_int.
-    let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let rc = check(unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) })?;
     if rc == 0 {
         return Ok(None);
     }
@@ -431,10 +367,7 @@ pub fn exit_notifier(pid: u32) -> io::Result<OwnedFd> {
     {
         // SAFETY: pidfd_open takes a pid and flags, and returns a new
         // descriptor (close-on-exec) or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) })?;
         // SAFETY: just created, owned here only.
         Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
     }
@@ -447,10 +380,10 @@ pub fn exit_notifier(pid: u32) -> io::Result<OwnedFd> {
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod linux_spawn {
-    use super::Leader;
     use super::spawn::data::{
         Args, DEFAULT_SLICE, SCHED_FLAG_RESET_ON_FORK, SHORT_SLICE_NS, SchedAttr,
     };
+    use super::{Leader, check};
     use crate::execargs::ExecArgs;
     use std::cell::Cell;
     use std::ffi::{c_int, c_void};
@@ -463,7 +396,7 @@ mod linux_spawn {
     /// The child's stack: it only makes system calls.
     const STACK: usize = 64 * 1024;
 
-    pub(super) fn short_slices() -> io::Result<()> {
+    pub fn short_slices() -> io::Result<()> {
         let size = std::mem::size_of::<SchedAttr>() as u32;
         let mut attr = SchedAttr::default();
         // SAFETY: sched_getattr writes at most `size` bytes into `attr`.
@@ -476,9 +409,7 @@ mod linux_spawn {
                 0,
             )
         };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        check(rc)?;
         if attr.policy != libc::SCHED_OTHER as u32 || attr.flags & SCHED_FLAG_RESET_ON_FORK != 0 {
             return Ok(());
         }
@@ -495,9 +426,7 @@ mod linux_spawn {
         // SAFETY: sched_setattr reads `short.size` bytes of `short`.
         let rc =
             unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &short as *const SchedAttr, 0) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        check(rc)?;
         DEFAULT_SLICE.with(|d| d.set(Some(default)));
         Ok(())
     }
@@ -507,9 +436,7 @@ mod linux_spawn {
     fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
         let mut fds = [0 as c_int; 2];
         // SAFETY: pipe2 writes two descriptors into `fds`, which has room.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
         // SAFETY: both were just created, and are owned here only.
         let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         Ok((above_stdio(r)?, above_stdio(w)?))
@@ -520,15 +447,12 @@ mod linux_spawn {
             return Ok(fd);
         }
         // SAFETY: F_DUPFD_CLOEXEC on an open descriptor returns a new one.
-        let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let n = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) })?;
         // SAFETY: just created, owned here only.
-        Ok(unsafe { OwnedFd::from_raw_fd(n) })
+        Ok(unsafe { OwnedFd::from_raw_fd(n as c_int) })
     }
 
-    pub(super) fn spawn(
+    pub fn spawn(
         program: &str,
         args: &[&str],
         dir: &Path,

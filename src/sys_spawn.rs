@@ -3,8 +3,6 @@
 //! plain data the child is given. The calls, and their `unsafe`, are
 //! `linux_spawn`'s, in sys.rs.
 
-use std::io;
-
 /// Starts `program` with `args` (`argv[0]` is `program`) in `dir`, with
 /// this process's environment and `env` over it, its stdio piped, as the
 /// leader of a process group of its own that dies with SIGKILL when the
@@ -23,14 +21,7 @@ use std::io;
 /// reset, and with the scheduler's default slice if this thread asked for
 /// a short one (`prefer_short_slices`). Reap the leader with `wait_leader`.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn spawn_leader(
-    program: &str,
-    args: &[&str],
-    dir: &std::path::Path,
-    env: &[(&'static str, String)],
-) -> io::Result<super::Leader> {
-    super::linux_spawn::spawn(program, args, dir, env)
-}
+pub use super::linux_spawn::spawn as spawn_leader;
 
 /// Asks for short turns on the CPU for the calling thread: a 0.1 ms slice
 /// (`sched_setattr`'s `sched_runtime`; Linux 6.12 and later honour it),
@@ -38,12 +29,10 @@ pub fn spawn_leader(
 /// it wakes. Only a normal thread is changed, keeping its nice value;
 /// the handlers it starts get the default slice (`spawn_leader`).
 #[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn prefer_short_slices() -> io::Result<()> {
-    super::linux_spawn::short_slices()
-}
+pub use super::linux_spawn::short_slices as prefer_short_slices;
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub fn prefer_short_slices() -> io::Result<()> {
+pub fn prefer_short_slices() -> std::io::Result<()> {
     Ok(())
 }
 

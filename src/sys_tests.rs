@@ -30,8 +30,7 @@ fn sun_path_limit_is_plausible() {
 #[cfg(target_os = "linux")]
 #[test]
 fn connect_nowait_names_the_listener() {
-    let dir = std::env::temp_dir().join(format!("baton-sys-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = crate::files::scratch("sys");
     std::fs::create_dir(&dir).unwrap();
     let path = dir.join("l.sock");
     let missing = connect_nowait(&path).unwrap_err();
@@ -51,8 +50,7 @@ fn connect_nowait_names_the_listener() {
 /// (which sender verification reads); both are this one here.
 #[test]
 fn both_ends_of_a_connection_name_the_other() {
-    let dir = std::env::temp_dir().join(format!("baton-sys-ends-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = crate::files::scratch("sys-ends");
     std::fs::create_dir(&dir).unwrap();
     let path = dir.join("l.sock");
     let listener = UnixListener::bind(&path).unwrap();

@@ -3,10 +3,7 @@
 
 /// Left-aligned columns; the last column is not padded.
 pub fn table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
-    let mut width = [0usize; N];
-    for (i, h) in head.iter().enumerate() {
-        width[i] = h.chars().count();
-    }
+    let mut width = head.map(|h| h.chars().count());
     for r in rows {
         for (i, c) in r.iter().enumerate() {
             width[i] = width[i].max(c.chars().count());
@@ -16,10 +13,8 @@ pub fn table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
     let mut line = |cells: Vec<&str>| {
         let mut l = String::new();
         for (i, c) in cells.iter().enumerate() {
-            if i + 1 == N {
-                l.push_str(c);
-            } else {
-                l.push_str(c);
+            l.push_str(c);
+            if i + 1 < N {
                 l.push_str(&" ".repeat(width[i] - c.chars().count() + 2));
             }
         }

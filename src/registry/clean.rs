@@ -82,17 +82,13 @@ pub fn remove_stale(dir: &Path, skipped: &[Skipped]) -> Vec<String> {
         let Some(id) = s.instance_id.as_deref().filter(|id| valid_id(id)) else {
             continue;
         };
-        let mpath = manifest_path(dir, id);
-        let spath = socket_path(dir, id);
-        let me = sys::euid();
-        let mut gone = false;
-        if fs::symlink_metadata(&mpath).is_ok_and(|m| m.is_file() && m.uid() == me) {
-            gone = fs::remove_file(&mpath).is_ok();
-        }
-        if fs::symlink_metadata(&spath).is_ok_and(|m| m.file_type().is_socket() && m.uid() == me) {
-            gone |= fs::remove_file(&spath).is_ok();
-        }
-        if gone {
+        // Ours, and of its kind: then removed.
+        let remove = |p: PathBuf, kind: fn(&fs::Metadata) -> bool| {
+            let ours = |m: fs::Metadata| kind(&m) && m.uid() == sys::euid();
+            fs::symlink_metadata(&p).is_ok_and(ours) && fs::remove_file(&p).is_ok()
+        };
+        let manifest = remove(manifest_path(dir, id), fs::Metadata::is_file);
+        if manifest | remove(socket_path(dir, id), |m| m.file_type().is_socket()) {
             removed.push(id.to_string());
         }
     }

@@ -280,13 +280,7 @@ fn settle(
         };
         found.peers.push(Peer { manifest: m, wire });
     }
-    found.peers.sort_by(|a, b| {
-        a.manifest
-            .name
-            .to_lowercase()
-            .cmp(&b.manifest.name.to_lowercase())
-            .then(a.manifest.pid.cmp(&b.manifest.pid))
-    });
+    (found.peers).sort_by_cached_key(|p| (p.manifest.name.to_lowercase(), p.manifest.pid));
     found
 }
 

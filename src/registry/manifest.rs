@@ -112,16 +112,9 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
         return Err("state is not ready, busy or paused".into());
     }
     let started_at = integer("started_at")?;
-    let wire = match dir.wire {
-        Wire::Zcoder => "zcoder".to_string(),
-        Wire::Jsonrpc => {
-            let w = string("wire", true)?;
-            if w != "jsonrpc" {
-                return Err("wire is not jsonrpc".into());
-            }
-            w
-        }
-    };
+    if dir.wire == Wire::Jsonrpc && string("wire", true)? != "jsonrpc" {
+        return Err("wire is not jsonrpc".into());
+    }
     Ok(Manifest {
         protocol: PROTOCOL,
         instance_id,
@@ -135,7 +128,7 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
         socket,
         state,
         started_at,
-        wire,
+        wire: dir.wire.to_string(),
         baton_version: string("baton_version", false)?,
     })
 }

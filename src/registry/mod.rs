@@ -19,7 +19,6 @@ use crate::error::Invalid;
 use crate::error::{Error, Result};
 use crate::files::{self, DirError};
 use crate::sys;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs;
 use std::io::Read;
@@ -76,20 +75,11 @@ pub fn default_name(workspace: &Path) -> String {
     if name.is_empty() { "root".into() } else { name }
 }
 
-/// Which wire a peer speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Wire {
-    Jsonrpc,
-    Zcoder,
-}
-
-impl Wire {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Wire::Jsonrpc => "jsonrpc",
-            Wire::Zcoder => "zcoder",
-        }
+spelled! {
+    /// Which wire a peer speaks.
+    pub enum Wire ("wire") {
+        Jsonrpc = "jsonrpc",
+        Zcoder = "zcoder",
     }
 }
 
@@ -102,35 +92,29 @@ pub struct RegistryDir {
 
 /// The registry directory the configuration selects, before any check.
 pub fn chosen_dir(config: &Config) -> PathBuf {
-    if let Some(d) = &config.dir {
-        return d.clone();
-    }
-    if let Some(r) = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-        let r = PathBuf::from(r);
-        if r.is_absolute() {
-            return r.join("baton");
-        }
-    }
-    tmp_base().join(format!("baton-{}", sys::uid()))
+    let runtime = || absolute_var("XDG_RUNTIME_DIR").map(|r| r.join("baton"));
+    let tmp = || tmp_base().join(format!("baton-{}", sys::uid()));
+    config.dir.clone().or_else(runtime).unwrap_or_else(tmp)
+}
+
+/// `$name`, when it is an absolute path.
+fn absolute_var(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
 }
 
 fn tmp_base() -> PathBuf {
-    std::env::var_os("TMPDIR")
-        .filter(|v| !v.is_empty() && Path::new(v).is_absolute())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp"))
+    absolute_var("TMPDIR").unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
 /// zcoder's own registry directory, chosen as zcoder chooses it.
 pub fn zcoder_dir() -> PathBuf {
-    let absolute = |v: &std::ffi::OsString| !v.is_empty() && Path::new(v).is_absolute();
-    if let Some(d) = std::env::var_os("ZCODER_RELAY_DIR").filter(absolute) {
-        return PathBuf::from(d);
-    }
-    if let Some(r) = std::env::var_os("XDG_RUNTIME_DIR").filter(absolute) {
-        return PathBuf::from(r).join("zcoder-agents");
-    }
-    tmp_base().join(format!("zcoder-{}-agents", sys::uid()))
+    let runtime = || absolute_var("XDG_RUNTIME_DIR").map(|r| r.join("zcoder-agents"));
+    let tmp = || tmp_base().join(format!("zcoder-{}-agents", sys::uid()));
+    absolute_var("ZCODER_RELAY_DIR")
+        .or_else(runtime)
+        .unwrap_or_else(tmp)
 }
 
 /// Checks a registry directory without following a symlink: a real

@@ -66,9 +66,7 @@ impl Spool {
         idx.next_seq += 1;
         idx.pending
             .insert(task.message_id.clone(), order_key(task.mode, task.seq));
-        if let Some(s) = &task.sender.instance_id {
-            *idx.inflight.entry(s.clone()).or_default() += 1;
-        }
+        idx.hold(task.sender.instance_id.as_deref());
         drop(idx);
         let mut reservation = Reservation {
             spool: self,
@@ -79,13 +77,11 @@ impl Spool {
             settled: false,
         };
         let name = file_name(task.seq, &task.message_id);
-        let len = match self.store(&TaskFile::new(&task, body_json), &name) {
-            Ok(len) => len,
-            Err((e, clean)) => {
-                reservation.give_back = clean;
-                return Err(e);
-            }
-        };
+        let stored = self.store(&TaskFile::new(&task, body_json), &name);
+        let len = stored.map_err(|(e, clean)| {
+            reservation.give_back = clean;
+            e
+        })?;
         // The copy a claim may hand out, made before the lock is taken.
         let fresh = Fresh::keeps(task.body.len()).then(|| task.clone());
         let mut idx = self.idx();

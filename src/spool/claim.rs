@@ -3,7 +3,7 @@
 //! never run it twice. Claim, finish, requeue and expiry.
 
 use super::dirsync::sync_dir;
-use super::index::{Place, id_hash, release};
+use super::index::{Entry, Place, id_hash};
 use super::taskfile::{parse_task, read_bounded, read_checked, read_task, receipt_name};
 use super::{Claim, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
 use crate::error::{Error, Result};
@@ -110,9 +110,8 @@ impl Spool {
         e.place = Place::Rejected;
         e.file = aside;
         e.reason = Some(reason.clone());
-        if let Some(s) = e.sender_id().map(String::from) {
-            release(&mut idx.inflight, &s);
-        }
+        let sender = e.sender_id().map(String::from);
+        idx.release(sender.as_deref());
         drop(idx);
         if self.fsync {
             let _ = self.sync(&["inbox", "rejected"]);
@@ -128,16 +127,9 @@ impl Spool {
     /// resource, which is no verdict on the task.
     pub fn unclaim(&self, message_id: &str) -> Result<()> {
         let mut idx = self.idx();
-        let Some(e) = idx
-            .entries
-            .get(message_id)
-            .filter(|e| e.place == Place::Processing)
-            .cloned()
-        else {
-            return Err(Error::Usage(format!(
-                "task {message_id} is not being processed"
-            )));
-        };
+        let processing = |e: &&Entry| e.place == Place::Processing;
+        let entry = idx.entries.get(message_id).filter(processing).cloned();
+        let e = entry.ok_or_else(|| not_processing(message_id))?;
         let from = self.path("processing", &e.file);
         fs::rename(&from, self.path("inbox", &e.file))
             .map_err(|err| Error::io("put back", &from, err))?;
@@ -171,11 +163,7 @@ impl Spool {
             Place::Processing => "processing",
             Place::Interrupted => "interrupted",
             Place::Rejected if outcome == Outcome::Discarded => "rejected",
-            _ => {
-                return Err(Error::Usage(format!(
-                    "task {message_id} is not being processed"
-                )));
-            }
+            _ => return Err(not_processing(message_id)),
         };
         let receipt = Receipt {
             message_id: message_id.to_string(),
@@ -204,9 +192,7 @@ impl Spool {
         write.map_err(|err| Error::io("finish task in", &self.dir, err))?;
         if e.place == Place::Processing {
             idx.processing -= 1;
-            if let Some(s) = e.sender_id() {
-                release(&mut idx.inflight, s);
-            }
+            idx.release(e.sender_id());
         }
         idx.receipts += 1;
         idx.finished.insert(id_hash(message_id));
@@ -242,9 +228,7 @@ impl Spool {
             self.sync(&[sub, "inbox"])?;
         }
         idx.inbox.insert(e.key, message_id.to_string());
-        if let Some(s) = e.sender_id() {
-            *idx.inflight.entry(s.to_owned()).or_default() += 1;
-        }
+        idx.hold(e.sender_id());
         let entry = idx.entries.get_mut(message_id).expect("indexed");
         entry.place = Place::Inbox;
         entry.queued_at = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -300,11 +284,8 @@ impl Spool {
     /// an approval request's context). None when it is not queued or its
     /// file cannot be read now.
     pub fn queued_task(&self, message_id: &str) -> Option<super::Task> {
-        let queued = |e: &&super::index::Entry| e.place == Place::Inbox;
-        let file = self
-            .idx()
-            .entries
-            .get(message_id)
+        let queued = |e: &&Entry| e.place == Place::Inbox;
+        let file = (self.idx().entries.get(message_id))
             .filter(queued)?
             .file
             .clone();
@@ -343,9 +324,8 @@ impl Spool {
             idx.fresh.take(&id);
             let e = idx.entries.get_mut(&id).expect("indexed");
             e.place = Place::Rejected;
-            if let Some(s) = e.sender_id().map(String::from) {
-                release(&mut idx.inflight, &s);
-            }
+            let sender = e.sender_id().map(String::from);
+            idx.release(sender.as_deref());
             out.push(id);
         }
         if !out.is_empty() && self.fsync {
@@ -353,4 +333,9 @@ impl Spool {
         }
         out
     }
+}
+
+/// The refusal of a task that is not where a finished turn leaves it.
+fn not_processing(message_id: &str) -> Error {
+    Error::Usage(format!("task {message_id} is not being processed"))
 }

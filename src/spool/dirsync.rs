@@ -130,8 +130,7 @@ mod tests {
 
     #[test]
     fn a_dir_sync_takes_only_a_directory_and_never_through_a_symlink() {
-        let dir = std::env::temp_dir().join(format!("baton-dirsync-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::files::scratch("dirsync");
         std::fs::create_dir(&dir).unwrap();
         let real = dir.join("real");
         std::fs::create_dir(&real).unwrap();

@@ -117,9 +117,7 @@ impl Fresh {
     pub(super) fn take(&mut self, id: &str) -> Option<(Task, u64)> {
         let got = self.tasks.remove(id)?;
         self.bytes -= got.0.body.len();
-        if let Some(i) = self.order.iter().position(|o| o == id) {
-            self.order.remove(i);
-        }
+        self.order.retain(|o| o != id);
         Some(got)
     }
 }
@@ -129,6 +127,25 @@ impl Index {
         Index {
             next_seq: 1,
             ..Index::default()
+        }
+    }
+
+    /// Counts one more unfinished task of a verified sender (a plain
+    /// one, `None`, is not counted).
+    pub(super) fn hold(&mut self, sender: Option<&str>) {
+        if let Some(s) = sender {
+            *self.inflight.entry(s.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// Counts one fewer.
+    pub(super) fn release(&mut self, sender: Option<&str>) {
+        let Some(s) = sender else { return };
+        if let Some(n) = self.inflight.get_mut(s) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.inflight.remove(s);
+            }
         }
     }
 }
@@ -160,9 +177,7 @@ impl Drop for Reservation<'_> {
         if self.give_back && idx.next_seq == self.seq + 1 {
             idx.next_seq = self.seq;
         }
-        if let Some(s) = &self.sender {
-            release(&mut idx.inflight, s);
-        }
+        idx.release(self.sender.as_deref());
         self.spool.wake_settled(idx);
     }
 }
@@ -201,15 +216,6 @@ pub(super) fn order_key(mode: TaskMode, seq: u64) -> (u8, u64) {
     (if mode == TaskMode::Steer { 0 } else { 1 }, seq)
 }
 
-pub(super) fn release(inflight: &mut HashMap<String, usize>, sender: &str) {
-    if let Some(n) = inflight.get_mut(sender) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            inflight.remove(sender);
-        }
-    }
-}
-
 impl Spool {
     /// Waits while an acceptance still storing its file comes before the
     /// head of the queue, so that tasks are handed out in acceptance
@@ -218,16 +224,14 @@ impl Spool {
         &'a self,
         mut idx: MutexGuard<'a, Index>,
     ) -> MutexGuard<'a, Index> {
-        loop {
-            let head = idx.inbox.keys().next().copied();
-            let first_pending = idx.pending.values().min().copied();
-            match (head, first_pending) {
-                (Some(h), Some(p)) if p < h => {
-                    idx = self.wait_settled(idx);
-                }
-                _ => return idx,
-            }
+        let behind = |idx: &Index| {
+            let head = idx.inbox.keys().next();
+            head.is_some_and(|h| idx.pending.values().any(|p| p < h))
+        };
+        while behind(&idx) {
+            idx = self.wait_settled(idx);
         }
+        idx
     }
 
     /// Waits once for a reservation to settle.

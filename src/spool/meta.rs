@@ -122,8 +122,7 @@ mod tests {
 
     #[test]
     fn meta_round_trips_through_its_file_and_reads_leniently() {
-        let dir = std::env::temp_dir().join(format!("baton-meta-test-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let dir = crate::files::scratch("meta");
         fs::create_dir_all(dir.join("tmp")).unwrap();
         meta().write(&dir).unwrap();
         assert_eq!(Meta::read(&dir).unwrap(), meta());

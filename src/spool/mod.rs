@@ -318,17 +318,14 @@ pub fn read_listing(dir: &Path) -> Result<Listing> {
 pub fn read_queued(dir: &Path, ids: &[&str]) -> Result<Vec<Task>> {
     check_private_dir(dir, "spool")?;
     let inbox = dir.join("inbox");
-    let mut found = Vec::new();
-    for name in taskfile::list(&inbox)? {
-        let Some((_, id)) = taskfile::parse_file_name(&name) else {
-            continue;
-        };
-        if !ids.contains(&id) {
-            continue;
-        }
-        found.extend(taskfile::read_task(&inbox.join(&name), id));
-    }
-    Ok(found)
+    let names = taskfile::list(&inbox)?;
+    let queued = names
+        .iter()
+        .filter_map(|n| Some((n, taskfile::parse_file_name(n)?.1)));
+    let wanted = queued.filter(|(_, id)| ids.contains(id));
+    Ok(wanted
+        .filter_map(|(n, id)| taskfile::read_task(&inbox.join(n), id))
+        .collect())
 }
 
 /// Checks that an existing directory is ours alone and not a symlink.
@@ -361,13 +358,11 @@ pub fn open_lock(dir: &Path) -> Result<File> {
         .map_err(|e| Error::io("open lock file", &lock_path, e))
 }
 
-/// Opens and takes the spool's lock file, waiting up to `wait` for a
-/// holder to let go, and writes our pid in it (with a note when that
-/// fails); `Err(holder pid)` when it stayed held.
-fn take_lock(
-    dir: &Path,
-    wait: Duration,
-) -> Result<std::result::Result<(File, Option<String>), String>> {
+/// Opens and takes the spool's lock file and writes our pid in it (with
+/// a note when that fails). Offline, `None` when it is held; else a
+/// holder is waited for up to `LOCK_WAIT`, and one that stays is an error
+/// that names its pid.
+fn take_lock(dir: &Path, offline: bool) -> Result<Option<(File, Option<String>)>> {
     let lock_path = dir.join("lock");
     let mut lock = open_lock(dir)?;
     let kind = lock
@@ -383,14 +378,21 @@ fn take_lock(
     }
     // An offline sender holds the lock only while it stores one task:
     // an instance that starts meanwhile waits for it, briefly.
-    let deadline = Instant::now() + wait;
+    let deadline = Instant::now() + if offline { Duration::ZERO } else { LOCK_WAIT };
     while !sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &lock_path, e))? {
+        if offline {
+            return Ok(None);
+        }
         if Instant::now() >= deadline {
             let mut holder = String::new();
             // It holds a pid; a longer file is not ours to read whole.
             let _ = (&lock).take(64).read_to_string(&mut holder);
-            let holder = holder.trim();
-            return Ok(Err(if holder.is_empty() { "?" } else { holder }.to_string()));
+            let holder = Some(holder.trim()).filter(|h| !h.is_empty());
+            return Err(Error::Env(format!(
+                "spool {} is in use by pid {}: another instance with the same name and workspace is running",
+                dir.display(),
+                holder.unwrap_or("?"),
+            )));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -407,20 +409,15 @@ fn take_lock(
             lock_path.display()
         )
     });
-    Ok(Ok((lock, note)))
+    Ok(Some((lock, note)))
 }
 
 impl Spool {
     /// Opens (creating if needed) and locks a spool, then recovers it:
     /// `tmp/` swept, `processing/` moved to `interrupted/`, index rebuilt.
     pub fn open(dir: &Path, fsync: bool, ephemeral: bool) -> Result<Spool> {
-        match Spool::open_inner(dir, fsync, ephemeral, true, LOCK_WAIT)? {
-            Ok(spool) => Ok(spool),
-            Err(holder) => Err(Error::Env(format!(
-                "spool {} is in use by pid {holder}: another instance with the same name and workspace is running",
-                dir.display(),
-            ))),
-        }
+        let spool = Spool::open_inner(dir, fsync, ephemeral, false)?;
+        Ok(spool.expect("only an offline open passes a held lock by"))
     }
 
     /// Opens an existing spool for offline delivery: never creates one,
@@ -430,17 +427,17 @@ impl Spool {
         if fs::symlink_metadata(dir.join("meta.json")).is_err() {
             return Err(Error::Env(format!("{} is not a spool", dir.display())));
         }
-        Ok(Spool::open_inner(dir, fsync, false, false, Duration::ZERO)?.ok())
+        Spool::open_inner(dir, fsync, false, true)
     }
 
-    /// `Err(holder pid)` when the lock stayed held for `wait`.
+    /// Offline: never created, and `None` when the lock is held.
     fn open_inner(
         dir: &Path,
         fsync: bool,
         ephemeral: bool,
-        create: bool,
-        wait: Duration,
-    ) -> Result<std::result::Result<Spool, String>> {
+        offline: bool,
+    ) -> Result<Option<Spool>> {
+        let create = !offline;
         if let Some(parent) = dir.parent().filter(|_| create) {
             fs::DirBuilder::new()
                 .recursive(true)
@@ -449,9 +446,8 @@ impl Spool {
                 .map_err(|e| Error::io("create directory", parent, e))?;
         }
         private_dir(dir, create, "spool")?;
-        let (lock, note) = match take_lock(dir, wait)? {
-            Ok(taken) => taken,
-            Err(holder) => return Ok(Err(holder)),
+        let Some((lock, note)) = take_lock(dir, offline)? else {
+            return Ok(None);
         };
         for d in DIRS {
             private_dir(&dir.join(d), true, "spool directory")?;
@@ -469,7 +465,7 @@ impl Spool {
         };
         spool.recover()?;
         spool.recovery_notes.extend(note);
-        Ok(Ok(spool))
+        Ok(Some(spool))
     }
 
     /// The index; a panic elsewhere while it was held does not take the

@@ -189,9 +189,7 @@ impl Spool {
                 }
                 if entry.place == Place::Inbox {
                     idx.inbox.insert(entry.key, id.clone());
-                    if let Some(s) = entry.sender_id() {
-                        *idx.inflight.entry(s.to_owned()).or_default() += 1;
-                    }
+                    idx.hold(entry.sender_id());
                 }
                 idx.entries.insert(id, entry);
             }
@@ -213,7 +211,7 @@ impl Spool {
         let parsed = read_checked(&self.path(sub, name))?.and_then(|b| parse_task(&b, id));
         let mut file = name.to_string();
         let mut why = None;
-        let (task, place) = match parsed {
+        let (mut task, place) = match parsed {
             Ok(t) => (Some(t), place),
             Err(reason) if place != Place::Rejected => {
                 file = self.set_aside(sub, name)?;
@@ -234,7 +232,6 @@ impl Spool {
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_secs());
         let queued_at = task.as_ref().map_or(0, |t| t.accepted_at).max(touched);
-        let mut task = task;
         let digest = task.as_mut().map(|t| std::mem::take(&mut t.digest));
         Ok(Entry {
             reason: why,

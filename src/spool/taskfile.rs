@@ -148,12 +148,10 @@ pub(super) fn parse_task(bytes: &[u8], id: &str) -> std::result::Result<Task, In
 
 /// Names of the regular files in a spool subdirectory, sorted.
 pub(super) fn list(dir: &Path) -> Result<Vec<String>> {
+    let failed = |e| Error::io("read directory", dir, e);
     let mut out = Vec::new();
-    for entry in fs::read_dir(dir).map_err(|e| Error::io("read directory", dir, e))? {
-        let entry = entry.map_err(|e| Error::io("read directory", dir, e))?;
-        if let Ok(name) = entry.file_name().into_string() {
-            out.push(name);
-        }
+    for entry in fs::read_dir(dir).map_err(failed)? {
+        out.extend(entry.map_err(failed)?.file_name().into_string().ok());
     }
     out.sort();
     Ok(out)

@@ -7,13 +7,7 @@ use serde_json::value::RawValue;
 use std::time::{Duration, Instant};
 
 fn tmpdir(tag: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!(
-        "baton-spool-test-{}-{tag}-{}",
-        std::process::id(),
-        now_secs()
-    ));
-    let _ = fs::remove_dir_all(&p);
-    p
+    crate::files::scratch(&format!("spool-{tag}"))
 }
 
 fn task(id: &str, body: &str) -> Task {
@@ -38,6 +32,11 @@ const LIMITS: Limits = Limits {
 fn offer(s: &Spool, id: &str, body: &str) -> Admission {
     s.admit(task(id, body), None, LIMITS, || false, |_, _| {})
         .unwrap()
+}
+
+/// `accepted` at `queue_position`.
+fn accepted(queue_position: usize) -> Admission {
+    Admission::Accepted { queue_position }
 }
 
 /// Claims the head of the queue, which must be a task.
@@ -81,7 +80,7 @@ fn a_task_file_is_the_task_whichever_way_its_body_comes() {
     let s = Spool::open(&dir, false, false).unwrap();
     let t = task("m2", "a\"b\n\u{e9}\u{1b}");
     let r = s.admit(t.clone(), Some(&spelled), LIMITS, || false, |_, _| {});
-    assert_eq!(r.unwrap(), Admission::Accepted { queue_position: 1 });
+    assert_eq!(r.unwrap(), accepted(1));
     let got = claimed(&s);
     assert_eq!(*got, Task { seq: got.seq, ..t });
     drop(s);
@@ -92,14 +91,8 @@ fn a_task_file_is_the_task_whichever_way_its_body_comes() {
 fn accept_claim_finish_and_duplicates() {
     let dir = tmpdir("acf");
     let s = Spool::open(&dir, false, false).unwrap();
-    assert_eq!(
-        offer(&s, "x-1", "a"),
-        Admission::Accepted { queue_position: 1 }
-    );
-    assert_eq!(
-        offer(&s, "1", "b"),
-        Admission::Accepted { queue_position: 2 }
-    );
+    assert_eq!(offer(&s, "x-1", "a"), accepted(1));
+    assert_eq!(offer(&s, "1", "b"), accepted(2));
     assert_eq!(offer(&s, "x-1", "a"), Admission::Duplicate);
     assert_eq!(offer(&s, "x-1", "z"), Admission::Reused);
     assert_eq!(
@@ -301,10 +294,7 @@ fn a_task_just_stored_is_claimed_as_written_while_its_file_is_in_place() {
 fn forget_removes_a_spool_only_unlocked_and_holding_what_was_shown() {
     let dir = tmpdir("forget");
     let s = Spool::open(&dir, false, false).unwrap();
-    assert_eq!(
-        offer(&s, "f1", "x"),
-        Admission::Accepted { queue_position: 1 }
-    );
+    assert_eq!(offer(&s, "f1", "x"), accepted(1));
     fs::write(dir.join("meta.json"), "{}").unwrap();
     let shown = Holdings::read(&dir).unwrap();
     assert_eq!(
