@@ -160,8 +160,82 @@ struct Out {
     dir: PathBuf,
     file: Option<File>,
     size: u64,
+    /// Events that could not be written since the last line that was.
+    gap: Option<Gap>,
     next_sub: u64,
     subs: Vec<Subscriber>,
+}
+
+/// A run of events the transcript lost: while it lasts, each event tries
+/// the write again, and the first line written after it is a `notice`
+/// that says what was lost (docs/protocol.md §3, Events).
+struct Gap {
+    lost: u64,
+    /// The numbers of the first and of the last event lost.
+    first_seq: u64,
+    last_seq: u64,
+    /// The time of the first and of the last event lost.
+    from: f64,
+    until: f64,
+    /// Why the last write failed.
+    why: String,
+    /// A failed write may have left part of a line: the file is cut back
+    /// to `size` before the next one.
+    torn: bool,
+}
+
+impl Gap {
+    fn new(now: f64) -> Gap {
+        Gap {
+            lost: 0,
+            first_seq: 0,
+            last_seq: 0,
+            from: now,
+            until: now,
+            why: String::new(),
+            torn: false,
+        }
+    }
+}
+
+/// The line that stands for a gap: a `notice` numbered as the last event
+/// lost, with how many were lost, and when.
+fn gap_notice(gap: &Gap) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Lost<'a> {
+        seq: u64,
+        time: f64,
+        kind: EventKind,
+        text: &'a str,
+        lost: u64,
+        lost_from: f64,
+        lost_until: f64,
+    }
+    let hms = |t: f64| match crate::sys::local_time(t as i64) {
+        Some(c) => format!("{:02}:{:02}:{:02}", c.hour, c.minute, c.second),
+        None => format!("{t:.0}"),
+    };
+    let text = format!(
+        "the transcript lost {} events (seq {} to {}, {} to {}): writing it failed: {}",
+        gap.lost,
+        gap.first_seq,
+        gap.last_seq,
+        hms(gap.from),
+        hms(gap.until),
+        gap.why
+    );
+    let notice = Lost {
+        seq: gap.last_seq,
+        time: now(),
+        kind: EventKind::Notice,
+        text: &text,
+        lost: gap.lost,
+        lost_from: gap.from,
+        lost_until: gap.until,
+    };
+    let mut line = serde_json::to_vec(&notice).expect("a notice serializes");
+    line.push(b'\n');
+    line
 }
 
 /// Seconds since the epoch, with milliseconds.
@@ -188,7 +262,7 @@ impl Hub {
             .map_or(0, |m| m.len());
         if file.is_none() {
             eprintln!(
-                "baton: cannot open {}: the transcript is off",
+                "baton: cannot open {}: events are not recorded until it can be",
                 path.display()
             );
         }
@@ -206,6 +280,7 @@ impl Hub {
                 dir: dir.to_path_buf(),
                 file,
                 size,
+                gap: None,
                 next_sub: 1,
                 subs: Vec::new(),
             }),
@@ -380,6 +455,12 @@ impl Drop for Hub {
         // Nobody else can be flushing now.
         let q = lock(&self.queue);
         self.drain(q, usize::MAX);
+        // A gap still open is noted on the way out, if it can be: the
+        // next start numbers on from its last event.
+        let mut out = lock(&self.out);
+        if out.gap.is_some() && out.try_append(&[]).is_ok() {
+            out.gap = None;
+        }
     }
 }
 
@@ -388,7 +469,7 @@ impl Out {
     /// that hear them live, in order.
     fn write(&mut self, lines: impl Iterator<Item = (u64, Vec<u8>)>) {
         for (seq, line) in lines {
-            self.append(&line);
+            self.append(seq, &line);
             if self.subs.iter().any(|s| s.from <= seq) {
                 let note = Arc::new(crate::wire::notification_with_params(
                     "event",
@@ -399,21 +480,77 @@ impl Out {
         }
     }
 
-    fn append(&mut self, line: &[u8]) {
+    /// Appends one line. A line that cannot be written is counted in the
+    /// gap, and the next one tries again, after a line about the gap.
+    fn append(&mut self, seq: u64, line: &[u8]) {
         if self.size + line.len() as u64 > ROTATE_BYTES && self.size > 0 {
             let cur = self.dir.join(TRANSCRIPT);
             let _ = fs::rename(&cur, self.dir.join(TRANSCRIPT_OLD));
-            self.file = open_append(&cur);
+            self.file = None;
             self.size = 0;
-        }
-        if let Some(f) = &mut self.file {
-            if f.write_all(line).is_ok() {
-                self.size += line.len() as u64;
-            } else {
-                eprintln!("baton: writing the transcript failed: it is off from now on");
-                self.file = None;
+            if let Some(gap) = &mut self.gap {
+                // A torn piece went with the old generation.
+                gap.torn = false;
             }
         }
+        match self.try_append(line) {
+            Ok(()) => {
+                if let Some(gap) = self.gap.take() {
+                    eprintln!(
+                        "baton: the transcript is written again; {} events were lost",
+                        gap.lost
+                    );
+                }
+            }
+            Err(e) => {
+                let now = now();
+                let gap = self.gap.get_or_insert_with(|| Gap::new(now));
+                if gap.lost == 0 {
+                    eprintln!(
+                        "baton: writing the transcript failed ({e}): events are not recorded until it can be written again"
+                    );
+                    gap.from = now;
+                    gap.first_seq = seq;
+                }
+                gap.lost += 1;
+                gap.last_seq = seq;
+                gap.until = now;
+                gap.why = e.to_string();
+            }
+        }
+    }
+
+    /// Writes the line, preceded by the gap's notice if there is a gap.
+    /// The notice takes the number of the last event lost, which no other
+    /// line has, so the transcript's numbers still only grow.
+    fn try_append(&mut self, line: &[u8]) -> std::io::Result<()> {
+        if self.file.is_none() {
+            let path = self.dir.join(TRANSCRIPT);
+            let f =
+                open_append(&path).ok_or_else(|| std::io::Error::other("it cannot be opened"))?;
+            if !self.gap.as_ref().is_some_and(|g| g.torn) {
+                self.size = f.metadata()?.len();
+            }
+            self.file = Some(f);
+        }
+        let f = self.file.as_mut().expect("opened");
+        let mut bytes = Vec::new();
+        if let Some(gap) = &mut self.gap {
+            if gap.torn {
+                f.set_len(self.size)?;
+                gap.torn = false;
+            }
+            bytes = gap_notice(gap);
+        }
+        bytes.extend_from_slice(line);
+        let written = crate::failpoint::hit("transcript-write").and_then(|()| f.write_all(&bytes));
+        if let Err(e) = written {
+            // Part of it may be in the file: cut back before the next try.
+            self.gap.get_or_insert_with(|| Gap::new(now())).torn = true;
+            return Err(e);
+        }
+        self.size += bytes.len() as u64;
+        Ok(())
     }
 
     fn subscribe(&mut self, controller: bool, from: u64) -> Subscription {
@@ -542,6 +679,52 @@ mod tests {
         assert_eq!(hub.emit(EventKind::Notice, json!({})), 5);
         assert!(dir.join(TRANSCRIPT_OLD).exists());
         assert_eq!(replayed(&dir, 2, 5), [2, 3, 4]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A write that fails loses its event, not the transcript: the next
+    /// event tries again, and the first line written after the gap is a
+    /// notice numbered as the last event lost, saying how many were lost.
+    /// A torn piece of a failed write is cut away first.
+    #[test]
+    fn the_transcript_comes_back_after_failed_writes() {
+        let dir = fresh_dir("gap");
+        let hub = Hub::open(&dir);
+        let sub = hub.subscribe(false);
+        hub.emit(EventKind::Notice, json!({"text": "one"}));
+        let path = dir.join(TRANSCRIPT);
+        {
+            // A descriptor that cannot write, standing for a full disk,
+            // and a torn piece of a line at the end of the file.
+            let mut out = lock(&hub.out);
+            out.file = Some(File::open(&path).unwrap());
+            let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+            f.write_all(b"{\"seq\":2,\"ti").unwrap();
+        }
+        hub.emit(EventKind::Notice, json!({"text": "two"}));
+        hub.emit(EventKind::Notice, json!({"text": "three"}));
+        lock(&hub.out).file = None;
+        hub.emit(EventKind::Notice, json!({"text": "four"}));
+        // Subscribers heard every event live.
+        assert_eq!(sub.rx.len(), 4);
+        let lines: Vec<Value> = fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let seqs: Vec<u64> = lines.iter().map(|v| v["seq"].as_u64().unwrap()).collect();
+        assert_eq!(seqs, [1, 3, 4], "{lines:?}");
+        assert_eq!(lines[1]["kind"], "notice");
+        assert_eq!(lines[1]["lost"], 2);
+        let text = lines[1]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("the transcript lost 2 events (seq 2 to 3, "),
+            "{text}"
+        );
+        assert_eq!(lines[2]["text"], "four");
+        // The next start numbers on from the notice.
+        drop(hub);
+        assert_eq!(Hub::open(&dir).emit(EventKind::Notice, json!({})), 5);
         fs::remove_dir_all(&dir).unwrap();
     }
 

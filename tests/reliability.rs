@@ -15,6 +15,8 @@ mod util;
 
 #[path = "reliability/crash.rs"]
 mod crash;
+#[path = "reliability/disk.rs"]
+mod disk;
 #[path = "reliability/faults.rs"]
 mod faults;
 #[path = "reliability/lifecycle.rs"]
@@ -215,4 +217,16 @@ fn sigterm_during_a_burst() {
 #[test]
 fn a_second_instance_never_deletes_a_live_socket() {
     lifecycle::second_instance("a_second_instance_never_deletes_a_live_socket");
+}
+
+// A full disk loses events, not the transcript (issue 32).
+
+#[test]
+fn a_full_disk_loses_events_not_the_transcript() {
+    disk::a_full_disk_loses_events_not_the_transcript();
+}
+
+#[test]
+fn a_failed_transcript_write_is_tried_again() {
+    disk::a_failed_transcript_write_is_tried_again();
 }
