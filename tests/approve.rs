@@ -79,11 +79,9 @@ fn call(c: &mut crate::util::RawClient, method: &str, params: Value) -> Value {
 }
 
 fn wait_receipt(spool: &Path, id: &str) -> Value {
-    let path = spool.join("done").join(format!("{id}.json"));
-    wait_until(&format!("receipt {}", path.display()), WAIT, || {
-        path.exists()
-    });
-    serde_json::from_slice(&fs::read(&path).unwrap()).unwrap()
+    crate::util::wait_for(&format!("the receipt of {id}"), WAIT, || {
+        crate::util::receipt(spool, id)
+    })
 }
 
 fn serve_asking(env: &Env, name: &str) -> Served {

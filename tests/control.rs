@@ -121,14 +121,12 @@ fn upto_duplicate(c: &mut RawClient, spool: &Path, params: Value) -> Vec<Value> 
     )
 }
 
-/// The receipt `done/<id>.json`, once it exists.
+/// The receipt of task `id`, once it is kept.
 #[track_caller]
 fn wait_receipt(spool: &Path, id: &str) -> Value {
-    let path = spool.join("done").join(format!("{id}.json"));
-    wait_until(&format!("receipt {}", path.display()), WAIT, || {
-        path.exists()
-    });
-    serde_json::from_slice(&fs::read(&path).unwrap()).unwrap()
+    wait_for(&format!("the receipt of {id}"), WAIT, || {
+        crate::util::receipt(spool, id)
+    })
 }
 
 fn steer(mut params: Value) -> Value {
@@ -877,7 +875,7 @@ fn subscribers_that_leave_or_stall_do_not_disturb_the_instance() {
     // timeout of that subscriber's writes.
     let mut probe = inst.client();
     let finished = poll(WAIT * 3, Duration::from_millis(20), || {
-        if spool.join("done/big-3.json").exists() {
+        if crate::util::receipt(&spool, "big-3").is_some() {
             return Some(());
         }
         let t = Instant::now();

@@ -108,8 +108,7 @@ fn task_status_follows_exec_tasks_from_queued_to_done_with_the_reply_and_failed(
     assert_eq!(s["reply"], Value::Null, "{s}");
 
     // The receipt keeps it, so it outlives the instance.
-    let receipt: Value =
-        serde_json::from_slice(&fs::read(spool.join("done/held.json")).unwrap()).unwrap();
+    let receipt = crate::util::receipt(&spool, "held").expect("held's receipt");
     assert_eq!(receipt["reply"], reply, "{receipt}");
     for id in ["held", "second", "broken"] {
         assert_eq!(

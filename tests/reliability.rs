@@ -230,3 +230,12 @@ fn a_full_disk_loses_events_not_the_transcript() {
 fn a_failed_transcript_write_is_tried_again() {
     disk::a_failed_transcript_write_is_tried_again();
 }
+
+#[test]
+fn receipts_stay_bounded_over_100000_tasks_slow() {
+    let Some(_ran) = slow("receipts_stay_bounded_over_100000_tasks_slow") else {
+        return;
+    };
+    let _serial = serial();
+    disk::receipts_stay_bounded(100_000);
+}

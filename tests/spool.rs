@@ -317,8 +317,7 @@ fn kill9_loses_nothing_reruns_nothing_and_keeps_order() {
     // The queue resumes at m-001; m-000 is not run again.
     claim_expect(&mut c, "m-001");
     complete_expect(&mut c, "m-001");
-    let receipt: Value =
-        serde_json::from_slice(&fs::read(spool.join("done").join("m-001.json")).unwrap()).unwrap();
+    let receipt = crate::util::receipt(&spool, "m-001").expect("m-001's receipt");
     assert_eq!(receipt["message_id"], "m-001");
     assert_eq!(receipt["outcome"], "done");
     for d in ["inbox", "processing"] {
@@ -595,8 +594,7 @@ fn inbox_cli_claim_complete_list_and_status() {
     assert_eq!(out.status, 0, "{out:?}");
     assert_eq!(out.stdout, "completed c-2 (failed)\n");
     let spool = persistent_spool(&env, "clia", &ws);
-    let receipt: Value =
-        serde_json::from_slice(&fs::read(spool.join("done").join("c-2.json")).unwrap()).unwrap();
+    let receipt = crate::util::receipt(&spool, "c-2").expect("c-2's receipt");
     assert_eq!(receipt["outcome"], "failed");
 
     let out = env.run(&["inbox", "complete", "clia", "c-2"]);
@@ -766,10 +764,10 @@ fn task_file(dir: &Path, id: &str) -> String {
         .unwrap_or_else(|| panic!("no file of {id} in {}", dir.display()))
 }
 
-/// An instance `name` in `ws` that ran task r-1, whose receipt is then
-/// replaced by `odd`. A resend of r-1 reads the receipt to compare bodies:
-/// it is answered (the record cannot be read) within the client's 5 s.
-/// The instance, a client, the spool and the receipt's path.
+/// An instance `name` in `ws` that ran task r-1, whose receipt log is
+/// then replaced by `odd`. A resend of r-1 reads the receipt to compare
+/// bodies: it is answered (the record cannot be read) within the client's
+/// 5 s. The instance, a client, the spool and the log's path.
 fn a_receipt_replaced_by(
     env: &Env,
     ws: &Path,
@@ -785,7 +783,7 @@ fn a_receipt_replaced_by(
     claim_expect(&mut c, "r-1");
     complete_expect(&mut c, "r-1");
     let spool = persistent_spool(env, name, ws);
-    let receipt = spool.join("done").join("r-1.json");
+    let receipt = spool.join("done").join("receipts-0000000001.jsonl");
     odd.plant(env, &receipt);
     let r = send(&mut c, &inst.id, "r-1", "first", "queue");
     assert_eq!(r["status"], "invalid", "{r}");
@@ -806,18 +804,19 @@ fn a_fifo_in_place_of_a_receipt_is_never_waited_on() {
     drop((c, other));
     assert_eq!(inst.term(), 0, "{}", inst.stderr());
 
-    // At start every receipt is read: the instance starts, says what it
-    // found, and the FIFO keeps its id's place.
+    // At start every receipt is read: the instance starts and says what it
+    // found. The receipts that were in the log are gone with it (issue
+    // 32: docs/protocol.md §8), so r-1 is a new task now.
     let mut again = env.serve(&ws, &["--name", "fr"]);
     let said = again.stderr();
     assert!(
-        said.contains("done/r-1.json cannot be read (it is a FIFO, not a regular file)"),
+        said.contains("done/receipts-0000000001.jsonl cannot be read (it is a FIFO, not a regular file): its receipts are not kept"),
         "{said}"
     );
     assert!(is_fifo(&receipt));
     let mut c = again.client();
     let r = send(&mut c, &again.id, "r-1", "first", "queue");
-    assert_eq!(r["reason"], REASON_UNREADABLE, "{r}");
+    assert_eq!(r["status"], "accepted", "{r}");
     claim_expect(&mut c, "r-2");
     complete_expect(&mut c, "r-2");
     drop(c);
@@ -1092,7 +1091,7 @@ fn sockets_in_place_of_a_receipt_and_meta_json_are_named_and_never_waited_on() {
     let mut again = env.serve(&ws, &["--name", "sr"]);
     let said = again.stderr();
     assert!(
-        said.contains("done/r-1.json cannot be read (it is a socket, not a regular file)"),
+        said.contains("done/receipts-0000000001.jsonl cannot be read (it is a socket, not a regular file): its receipts are not kept"),
         "{said}"
     );
     assert!(
@@ -1104,7 +1103,7 @@ fn sockets_in_place_of_a_receipt_and_meta_json_are_named_and_never_waited_on() {
     assert!(fs::symlink_metadata(&meta).unwrap().is_file());
     let mut c = again.client();
     let r = send(&mut c, &again.id, "r-1", "first", "queue");
-    assert_eq!(r["reason"], REASON_UNREADABLE, "{r}");
+    assert_eq!(r["status"], "accepted", "{r}");
     drop(c);
     assert_eq!(again.term(), 0, "{}", again.stderr());
 }

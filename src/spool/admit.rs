@@ -5,8 +5,9 @@
 //! announcement.
 
 use super::dirsync::sync_dir;
-use super::index::{Entry, Fresh, Index, Place, Reservation, id_hash, order_key, summary};
-use super::taskfile::{Body, TaskFile, file_name, read_bounded, receipt_name};
+use super::index::{Entry, Fresh, Index, Place, Reservation, order_key, summary};
+use super::receipts::Where;
+use super::taskfile::{Body, TaskFile, file_name};
 use super::{Admission, Limits, Receipt, Spool, Task};
 use crate::error::{Error, Result};
 use crate::failpoint;
@@ -153,14 +154,15 @@ impl Spool {
                 let digest = e.digest.clone();
                 return Ok((idx, Some(digest)));
             }
-            if !idx.finished.contains(&id_hash(message_id)) {
+            let Some(w) = idx.receipts.find(message_id) else {
                 return Ok((idx, None));
-            }
+            };
             drop(idx);
-            let receipt = self.receipt_digest(message_id)?;
+            let receipt = self.receipt_digest(message_id, w)?;
             idx = self.idx();
             // Only an acceptance of the same id can have changed what is
-            // known of it meanwhile (receipts are pruned only at open).
+            // known of it meanwhile, or pruning, which forgets it (a
+            // receipt read as gone says so).
             if !idx.pending.contains_key(message_id) && !idx.entries.contains_key(message_id) {
                 return Ok((idx, receipt));
             }
@@ -170,15 +172,17 @@ impl Spool {
     /// The body digest a finished task's receipt records: `None` without a
     /// receipt, `Some(None)` when it cannot be read back (it is bad data,
     /// or not a regular file).
-    fn receipt_digest(&self, message_id: &str) -> Result<Option<Option<String>>> {
-        let path = self.path("done", &receipt_name(message_id));
-        Ok(match read_bounded(&path) {
+    fn receipt_digest(&self, message_id: &str, w: Where) -> Result<Option<Option<String>>> {
+        Ok(match self.receipt_bytes(message_id, w) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) if sys::shortage(&e).is_some() => return Err(Error::io("read", &path, e)),
+            Err(e) if sys::shortage(&e).is_some() => {
+                return Err(Error::io("read the receipt of", &self.dir.join("done"), e));
+            }
             Err(_) => Some(None),
             Ok(b) => Some(
                 serde_json::from_slice::<Receipt>(&b)
                     .ok()
+                    .filter(|r| r.message_id == message_id)
                     .map(|r| r.digest)
                     .filter(|d| !d.is_empty()),
             ),

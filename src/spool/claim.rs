@@ -3,12 +3,11 @@
 //! never run it twice. Claim, finish, requeue and expiry.
 
 use super::dirsync::sync_dir;
-use super::index::{Entry, Place, id_hash};
-use super::taskfile::{parse_task, read_bounded, read_checked, read_task, receipt_name};
+use super::index::{Entry, Place};
+use super::taskfile::{parse_task, read_checked, read_task};
 use super::{Claim, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
 use crate::error::{Error, Result};
 use crate::failpoint;
-use crate::files;
 use crate::sys;
 use crate::wire::Outcome;
 use std::fs::{self, OpenOptions};
@@ -174,15 +173,8 @@ impl Spool {
             sender_instance_id: e.sender_id().map(str::to_string),
             remote: e.summary.sender.remote.is_some(),
         };
-        let name = receipt_name(message_id);
-        let tmp = self.path("tmp", &format!("receipt-{name}"));
-        let dest = self.path("done", &name);
         let write = (|| -> std::io::Result<()> {
-            let bytes = serde_json::to_vec(&receipt).expect("serializes");
-            files::write_private(&tmp, &dest, &bytes, self.fsync)?;
-            if self.fsync {
-                sync_dir(&self.dir.join("done"))?;
-            }
+            idx.receipts.append(&self.dir, self.fsync, &receipt)?;
             fs::remove_file(self.path(sub, &e.file))?;
             if self.fsync {
                 sync_dir(&self.dir.join(sub))?;
@@ -194,8 +186,6 @@ impl Spool {
             idx.processing -= 1;
             idx.release(e.sender_id());
         }
-        idx.receipts += 1;
-        idx.finished.insert(id_hash(message_id));
         // From now on its receipt answers for it (`receipt_digest`).
         idx.entries.remove(message_id);
         Ok(())
@@ -239,7 +229,7 @@ impl Spool {
     /// receipt is read without the lock (a shortage reads as unreadable:
     /// the answer is informational, never a verdict on the task).
     pub fn whereabouts(&self, message_id: &str) -> Whereabouts {
-        {
+        let w = {
             let idx = self.idx();
             if let Some(e) = idx.entries.get(message_id) {
                 return match e.place {
@@ -252,12 +242,12 @@ impl Spool {
                     },
                 };
             }
-            if !idx.finished.contains(&id_hash(message_id)) {
-                return Whereabouts::Unknown;
-            }
-        }
-        let path = self.path("done", &receipt_name(message_id));
-        match read_bounded(&path) {
+            idx.receipts.find(message_id)
+        };
+        let Some(w) = w else {
+            return Whereabouts::Unknown;
+        };
+        match self.receipt_bytes(message_id, w) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Whereabouts::Unknown,
             Err(_) => Whereabouts::Finished(None),
             Ok(b) => Whereabouts::Finished(

@@ -25,7 +25,7 @@ impl Holdings {
     /// moved.
     pub fn read(dir: &Path) -> Result<Holdings> {
         let l = read_listing(dir)?;
-        let done = fs::read_dir(dir.join("done")).map_or(0, |r| r.filter_map(|e| e.ok()).count());
+        let done = super::receipts::count_in(dir);
         Ok(Holdings {
             queued: l.queued.len(),
             processing: l.processing.len(),

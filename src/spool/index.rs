@@ -5,10 +5,10 @@
 //! mutex guards it, and every update leaves it consistent. Also here: what
 //! reads it (peek, counts, listings) and the waits on pending acceptances.
 
+use super::receipts::Receipts;
 use super::{Counts, Listing, Spool, Summary, Task};
 use crate::wire::TaskMode;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::hash::{Hash, Hasher};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -51,11 +51,10 @@ pub(super) struct Index {
     pub(super) inbox: BTreeMap<(u8, u64), String>,
     pub(super) processing: usize,
     pub(super) inflight: HashMap<String, usize>,
-    pub(super) receipts: usize,
-    /// A 64-bit hash of every id with a receipt in `done/`: a new id (the
-    /// common case) is known to have none without a lookup on disk. A hit
-    /// reads the receipt, so a collision costs a read, never a refusal.
-    pub(super) finished: HashSet<u64>,
+    /// Where the receipt of every kept finished task is, by a 64-bit hash
+    /// of its id: a new id (the common case) is known to have none without
+    /// a lookup on disk, and a hit reads that one receipt.
+    pub(super) receipts: Receipts,
     /// Ids reserved by an acceptance that is storing its file right now,
     /// with their order keys: they count against the limits, make a
     /// second offer of the same id wait for the first one's outcome, and
@@ -180,13 +179,6 @@ impl Drop for Reservation<'_> {
         idx.release(self.sender.as_deref());
         self.spool.wake_settled(idx);
     }
-}
-
-/// The key of an id in `Index::finished`.
-pub(super) fn id_hash(id: &str) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    id.hash(&mut h);
-    h.finish()
 }
 
 /// What the index keeps of a task (the rest is in its file).

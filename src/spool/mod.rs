@@ -24,6 +24,7 @@ mod forget;
 mod handler;
 mod index;
 mod meta;
+mod receipts;
 mod recover;
 mod taskfile;
 
@@ -60,9 +61,7 @@ const DIRS: [&str; 6] = [
     "interrupted",
 ];
 
-/// Receipts are kept for at least this many tasks and this long.
-pub const RECEIPTS_KEEP: usize = 10_000;
-pub const RECEIPTS_MIN_AGE: u64 = 7 * 24 * 3600;
+pub use receipts::{LOG_BYTES, LOG_RECEIPTS, RECEIPTS_KEEP, RECEIPTS_MAX_AGE};
 
 pub use crate::wire::{ReplyRecord, Sender, Summary};
 
@@ -86,7 +85,7 @@ pub struct Task {
     pub seq: u64,
 }
 
-/// The receipt kept in `done/` after a task finished.
+/// The receipt kept in `done/` after a task finished (`receipts`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Receipt {
     pub message_id: String,

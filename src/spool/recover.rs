@@ -7,9 +7,10 @@
 //! EIO...) fails the open, leaving every file where it was: only bytes
 //! that are really bad are set aside.
 
-use super::index::{Entry, Index, Place, id_hash, order_key, summary_or_id};
-use super::taskfile::{list, parse_file_name, parse_task, read_checked, receipt_name};
-use super::{RECEIPTS_KEEP, RECEIPTS_MIN_AGE, Receipt, Spool, now_secs};
+use super::index::{Entry, Index, Place, order_key, summary_or_id};
+use super::receipts::Receipts;
+use super::taskfile::{list, parse_file_name, parse_task, read_checked};
+use super::{Receipt, Spool, now_secs};
 use crate::error::{Error, Result};
 use crate::files;
 use crate::wire::Outcome;
@@ -23,13 +24,17 @@ impl Spool {
         self.kill_recorded_handler(&mut notes);
         self.set_aside_odd_files(&mut notes)?;
         self.sweep_tmp(&mut notes)?;
-        self.remove_finished_payloads(&mut notes)?;
+        let mut receipts = Receipts::load(&self.dir, &mut notes)?;
+        self.remove_finished_payloads(&receipts, &mut notes)?;
+        // Receipts are read first (phase 2 needs them); old ones go once
+        // no payload needs them.
+        receipts.prune(&self.dir, now_secs());
         let mut ended = self.interrupt_processing(&mut notes)?;
         // Built apart and put in place whole: no file is read under the
         // index lock.
         let mut idx = Index::new();
+        idx.receipts = receipts;
         let max_seq = self.index_tasks(&mut idx, &mut notes, &mut ended)?;
-        self.index_receipts(&mut idx, &mut notes)?;
         let seq_path = self.dir.join("sequence");
         let stored: u64 = read_checked(&seq_path)?
             .ok()
@@ -97,7 +102,7 @@ impl Spool {
     /// but before the payload was removed, leaves both: the task finished,
     /// so the payload goes now rather than being set aside (and maybe
     /// requeued and run a second time).
-    fn remove_finished_payloads(&self, notes: &mut Vec<String>) -> Result<()> {
+    fn remove_finished_payloads(&self, receipts: &Receipts, notes: &mut Vec<String>) -> Result<()> {
         let mut finished = false;
         for sub in ["processing", "interrupted", "rejected"] {
             for name in list(&self.dir.join(sub))? {
@@ -110,9 +115,15 @@ impl Spool {
                 if !fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
                     continue;
                 }
-                let receipt: Option<Receipt> = read_checked(&self.path("done", &receipt_name(id)))?
-                    .ok()
-                    .and_then(|b| serde_json::from_slice(&b).ok());
+                let receipt: Option<Receipt> = match receipts.find(id) {
+                    None => None,
+                    Some(w) => match self.receipt_bytes(id, w) {
+                        Err(e) if crate::sys::shortage(&e).is_some() => {
+                            return Err(Error::io("read the receipt of", &p, e));
+                        }
+                        r => r.ok().and_then(|b| serde_json::from_slice(&b).ok()),
+                    },
+                };
                 if receipt.is_some_and(|r| r.message_id == id) {
                     fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
                     notes.push(format!(
@@ -242,62 +253,5 @@ impl Spool {
             key,
             summary: summary_or_id(task, id),
         })
-    }
-
-    /// Phase 5. Finished tasks stay out of the index: a retry finds their
-    /// receipt on disk (`receipt_digest`), so memory does not grow with
-    /// every task ever run. Only a hash of each id is kept, and receipts
-    /// past both bounds are pruned.
-    fn index_receipts(&self, idx: &mut Index, notes: &mut Vec<String>) -> Result<()> {
-        let mut receipts = Vec::new();
-        for name in list(&self.dir.join("done"))? {
-            let Some(id) = name
-                .strip_suffix(".json")
-                .filter(|id| crate::registry::valid_id(id))
-            else {
-                continue;
-            };
-            idx.finished.insert(id_hash(id));
-            let p = self.path("done", &name);
-            // A receipt that is not a regular file stays: its id is kept
-            // (a resend is refused as unreadable, never run again), which
-            // moving it away would forget.
-            let r: Option<Receipt> = match read_checked(&p)? {
-                Ok(b) => serde_json::from_slice(&b).ok(),
-                Err(why) => {
-                    notes.push(format!(
-                        "done/{name} cannot be read ({why}): a resend of its id is refused as unreadable"
-                    ));
-                    None
-                }
-            };
-            let finished = r.as_ref().map_or(0, |r| r.finished_at as u64);
-            receipts.push((finished, name));
-        }
-        idx.receipts = receipts.len();
-        self.prune_receipts(idx, receipts);
-        Ok(())
-    }
-
-    /// Prunes only past both bounds: more than RECEIPTS_KEEP receipts, and
-    /// only those older than RECEIPTS_MIN_AGE, oldest first. `receipts`
-    /// are (finished at, file name) pairs.
-    fn prune_receipts(&self, idx: &mut Index, mut receipts: Vec<(u64, String)>) {
-        if receipts.len() <= RECEIPTS_KEEP {
-            return;
-        }
-        receipts.sort();
-        let cutoff = now_secs().saturating_sub(RECEIPTS_MIN_AGE);
-        let excess = receipts.len() - RECEIPTS_KEEP;
-        for (finished, name) in receipts.into_iter().take(excess) {
-            if finished >= cutoff {
-                break;
-            }
-            let removed = fs::remove_file(self.path("done", &name)).is_ok();
-            if let (true, Some(id)) = (removed, name.strip_suffix(".json")) {
-                idx.finished.remove(&id_hash(id));
-            }
-            idx.receipts -= 1;
-        }
     }
 }

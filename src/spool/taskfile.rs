@@ -18,7 +18,7 @@ use std::path::Path;
 pub(super) const SEQ_WIDTH: usize = 16;
 
 /// The largest spool file read back; anything bigger is bad data.
-const MAX_TASK_FILE: u64 = 4 * 1024 * 1024;
+pub(super) const MAX_TASK_FILE: u64 = 4 * 1024 * 1024;
 
 /// A body on its way into a task file or an event: its text, or its JSON
 /// string already escaped (as a request line spelled it), which is copied

@@ -323,3 +323,60 @@ fn waiting_or_done<T>(s: &Spool, t: &std::thread::ScopedJoinHandle<'_, T>) {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// Receipts are bounded by count (issue 32): past RECEIPTS_KEEP, whole
+/// logs of the oldest go as new ones fill, while running and at open;
+/// the newest still answer (`task/status`, a resend is a duplicate), the
+/// pruned ones are unknown, and a torn last line is skipped at open.
+#[test]
+fn receipts_are_pruned_by_whole_logs_past_the_count() {
+    let dir = tmpdir("receipts");
+    let s = Spool::open(&dir, false, false).unwrap();
+    let limits = Limits {
+        max_queue: 10,
+        max_inflight: 10,
+    };
+    let n = RECEIPTS_KEEP + 2 * LOG_RECEIPTS + 10;
+    for i in 0..n {
+        let id = format!("r{i:05}");
+        let a = s.admit(task(&id, "x"), None, limits, || false, |_, _| {});
+        assert_eq!(a.unwrap(), accepted(1));
+        assert_eq!(claimed(&s).message_id, id);
+        s.finish(&id, Outcome::Done).unwrap();
+    }
+    let logs = || list(&dir.join("done")).unwrap();
+    let kept = |s: &Spool| s.idx().receipts.count();
+    assert_eq!(kept(&s), RECEIPTS_KEEP + 10, "{:?}", logs());
+    assert_eq!(logs().len(), RECEIPTS_KEEP / LOG_RECEIPTS + 1);
+    let first_kept = format!("r{:05}", 2 * LOG_RECEIPTS);
+    assert!(matches!(s.whereabouts("r00000"), Whereabouts::Unknown));
+    assert!(matches!(
+        s.whereabouts(&first_kept),
+        Whereabouts::Finished(Some(_))
+    ));
+    let last = format!("r{:05}", n - 1);
+    match s.whereabouts(&last) {
+        Whereabouts::Finished(Some(r)) => assert_eq!(r.outcome, Outcome::Done),
+        w => panic!("{w:?}"),
+    }
+    assert_eq!(offer(&s, &last, "x"), Admission::Duplicate);
+    drop(s);
+
+    // A torn last line (a crash mid-append) is skipped at open, and the
+    // next process writes a log of its own.
+    let current = dir.join("done").join(logs().last().unwrap());
+    let mut f = OpenOptions::new().append(true).open(&current).unwrap();
+    f.write_all(b"{\"message_id\":\"torn\",\"dig").unwrap();
+    let s = Spool::open(&dir, false, false).unwrap();
+    assert_eq!(kept(&s), RECEIPTS_KEEP + 10);
+    assert!(s.recovery_notes.is_empty(), "{:?}", s.recovery_notes);
+    assert!(matches!(
+        s.whereabouts(&last),
+        Whereabouts::Finished(Some(_))
+    ));
+    assert_eq!(offer(&s, "r00000", "x"), accepted(1));
+    assert_eq!(claimed(&s).message_id, "r00000");
+    s.finish("r00000", Outcome::Done).unwrap();
+    assert_eq!(logs().len(), RECEIPTS_KEEP / LOG_RECEIPTS + 2);
+    fs::remove_dir_all(&dir).unwrap();
+}

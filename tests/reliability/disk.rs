@@ -185,3 +185,112 @@ pub fn a_failed_transcript_write_is_tried_again() {
     drop(c);
     assert_eq!(inst.term(), 0, "{}", inst.stderr());
 }
+
+/// What a directory takes on disk, as `du` counts it: the blocks of every
+/// file and directory under it.
+fn disk_use(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = fs::symlink_metadata(dir) else {
+        return 0;
+    };
+    let mut bytes = m.blocks() * 512;
+    if m.is_dir() {
+        for e in fs::read_dir(dir).unwrap().flatten() {
+            bytes += disk_use(&e.path());
+        }
+    }
+    bytes
+}
+
+/// Receipts are bounded in disk, not only in days (issue 32): `tasks`
+/// through `--exec true` (fsync off: what is measured is the space, not
+/// the syncs), four senders at once. At the end the spool takes at most
+/// 10 MB, the newest receipts answer `task/status` and the oldest are
+/// `unknown`, and the instance's memory is what it was a tenth of the way
+/// in. Prints the figures docs/reliability.md records.
+pub fn receipts_stay_bounded(tasks: u64) {
+    let env = env();
+    let ws = env.workspace("ws");
+    let spool = spool_dir_in(&env.state, "soak", &ws);
+    let mut inst = env.serve_with(
+        &ws,
+        &[("BATON_FSYNC", "off"), ("BATON_MAX_QUEUE", "1000")],
+        &["--name", "soak", "--exec", "true"],
+    );
+    let pid = inst.pid();
+    let senders = 4;
+    let each = tasks / senders;
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let workers: Vec<_> = (0..senders)
+        .map(|s| {
+            let (socket, target) = (inst.socket.clone(), inst.id.clone());
+            let sent = std::sync::Arc::clone(&sent);
+            std::thread::spawn(move || {
+                let mut c =
+                    crate::util::RawClient::connect_timeout(&socket, Duration::from_secs(10))
+                        .unwrap();
+                c.try_initialize().unwrap();
+                for k in 0..each {
+                    let id = format!("s{s}-{k:06}");
+                    let p = serde_json::json!({"message_id": id, "target_instance_id": target,
+                                               "body": "x", "sender": {}});
+                    loop {
+                        let r = c.try_result("message/send", p.clone()).unwrap();
+                        match r["status"].as_str() {
+                            Some("accepted") => break,
+                            // The queue is full: wait for the handler.
+                            Some("full") => std::thread::sleep(Duration::from_millis(5)),
+                            _ => panic!("{id}: {r}"),
+                        }
+                    }
+                    sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let total = each * senders;
+    let rss = |what: &str| crate::util::reliability::status_kib(pid, what);
+    let mut at_tenth = None;
+    let finished = || -> u64 {
+        let r = inst.client().call(9, "agent/info", serde_json::json!({}));
+        let q = &r["result"]["queue"];
+        q["queued"].as_u64().unwrap() + q["processing"].as_u64().unwrap_or(0)
+    };
+    crate::util::wait_until("every task to finish", Duration::from_secs(3600), || {
+        let n = sent.load(std::sync::atomic::Ordering::Relaxed);
+        if at_tenth.is_none() && n >= total / 10 {
+            at_tenth = Some(rss("VmRSS"));
+        }
+        n == total && finished() == 0
+    });
+    for w in workers {
+        w.join().expect("a sender failed");
+    }
+    let (end_rss, tenth) = (rss("VmRSS"), at_tenth.unwrap());
+    let status = |c: &mut crate::util::RawClient, id: &str| {
+        let r = c.call(3, "task/status", serde_json::json!({"message_id": id}));
+        r["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let mut c = inst.client();
+    let last = format!("s0-{:06}", each - 1);
+    assert_eq!(status(&mut c, &last), "done");
+    assert_eq!(status(&mut c, "s0-000000"), "unknown");
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+    let used = disk_use(&spool);
+    let kept = crate::util::receipts(&spool).len();
+    println!(
+        "receipts soak: {total} tasks; spool {used} bytes on disk ({} of them receipt logs), {kept} receipts kept; VmRSS {tenth} KiB at a tenth, {end_rss} KiB at the end",
+        disk_use(&spool.join("done"))
+    );
+    assert!(used <= 10_000_000, "the spool takes {used} bytes");
+    assert!(kept >= baton::spool::RECEIPTS_KEEP, "{kept} receipts kept");
+    // Flat: no more than a few MiB over what it was early on.
+    assert!(
+        end_rss <= tenth + 4096,
+        "VmRSS {tenth} KiB at a tenth, {end_rss} KiB at the end"
+    );
+}

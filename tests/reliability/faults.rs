@@ -107,9 +107,8 @@ impl Case {
             .try_result("message/send", inst.msg(id, &body_for(id)))
             .unwrap();
         assert_eq!(r["status"], want, "retry of {id}: {r}");
-        let receipt = self.dir.join("done").join(format!("{id}.json"));
         wait_until(&format!("{id} to run"), Duration::from_secs(10), || {
-            receipt.exists()
+            crate::util::receipt(&self.dir, id).is_some()
         });
         let r = c
             .try_result("message/send", inst.msg(id, &body_for(id)))
@@ -605,7 +604,7 @@ pub fn exec_turn_out_of_descriptors() {
     give_back(&inst, &mut fillers, all);
     wait_until("both tasks to run", Duration::from_secs(10), || {
         ids.iter()
-            .all(|id| case.dir.join("done").join(format!("{id}.json")).exists())
+            .all(|id| crate::util::receipt(&case.dir, id).is_some())
     });
     assert_eq!(runs(&case.log), ids);
     let (started, over) = shortage_notices(&case.dir);
@@ -640,7 +639,7 @@ pub fn handler_spawn_short(errno: &str) {
     }
     wait_until("both tasks to run", Duration::from_secs(10), || {
         ids.iter()
-            .all(|id| case.dir.join("done").join(format!("{id}.json")).exists())
+            .all(|id| crate::util::receipt(&case.dir, id).is_some())
     });
     assert_eq!(runs(&case.log), ids, "{fp}");
     for id in ids {
@@ -690,7 +689,7 @@ pub fn full_disk_at_start() {
     });
     wait_until("the queued tasks to run", Duration::from_secs(10), || {
         ids.iter()
-            .all(|id| case.dir.join("done").join(format!("{id}.json")).exists())
+            .all(|id| crate::util::receipt(&case.dir, id).is_some())
     });
     assert_eq!(runs(&case.log), ids);
     let mut c = inst.client();

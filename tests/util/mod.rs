@@ -476,6 +476,42 @@ pub fn transcript(spool: &Path) -> Vec<Value> {
     all
 }
 
+/// Every receipt a spool keeps, oldest first: the lines of its receipt
+/// logs (`done/receipts-N.jsonl`), then any receipt file of an earlier
+/// version (`done/<id>.json`).
+#[allow(dead_code)]
+pub fn receipts(spool: &Path) -> Vec<Value> {
+    let done = spool.join("done");
+    let mut names: Vec<String> = fs::read_dir(&done)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let (logs, loose): (Vec<String>, Vec<String>) = names
+        .into_iter()
+        .partition(|n| n.starts_with("receipts-") && n.ends_with(".jsonl"));
+    let mut all: Vec<Value> = logs.iter().flat_map(|n| lines_of(&done.join(n))).collect();
+    all.extend(
+        loose
+            .iter()
+            .filter(|n| n.ends_with(".json"))
+            .filter_map(|n| serde_json::from_slice(&fs::read(done.join(n)).ok()?).ok()),
+    );
+    all
+}
+
+/// The receipt of task `id` in a spool, if it has one.
+#[allow(dead_code)]
+pub fn receipt(spool: &Path, id: &str) -> Option<Value> {
+    receipts(spool)
+        .into_iter()
+        .rev()
+        .find(|r| r["message_id"] == id)
+}
+
 /// Whether `e` is an event of `kind` about task `id`.
 #[allow(dead_code)]
 pub fn event_is(e: &Value, kind: &str, id: &str) -> bool {

@@ -241,21 +241,28 @@ pub fn read_spool(dir: &Path) -> Result<View, Vec<String>> {
     }
     for name in names(&dir.join("done")) {
         let path = dir.join("done").join(&name);
-        let Some(id) = name.strip_suffix(".json") else {
-            bad.push(format!("done/{name}: not .json"));
+        // A log's lines, each a receipt; a last line a kill cut short (no
+        // newline) was never a receipt.
+        let Some(_) = name
+            .strip_prefix("receipts-")
+            .and_then(|n| n.strip_suffix(".jsonl"))
+        else {
+            bad.push(format!("done/{name}: not a receipt log"));
             continue;
         };
-        match fs::read(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| e.to_string()))
-        {
-            Ok(r)
-                if r["message_id"] == id && r["digest"].as_str().is_some_and(|d| d.len() == 64) =>
-            {
-                view.done.insert(id.to_string(), r);
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {name}: {e}"));
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        for line in whole.lines() {
+            match serde_json::from_str::<Value>(line) {
+                Ok(r) if r["digest"].as_str().is_some_and(|d| d.len() == 64) => {
+                    let id = r["message_id"].as_str().unwrap_or_default().to_string();
+                    if view.done.insert(id.clone(), r).is_some() {
+                        bad.push(format!("done/{name}: a second receipt of {id}"));
+                    }
+                }
+                Ok(r) => bad.push(format!("done/{name}: receipt {r} does not fit")),
+                Err(e) => bad.push(format!("done/{name}: {e}: {line}")),
             }
-            Ok(r) => bad.push(format!("done/{name}: receipt {r} does not fit")),
-            Err(e) => bad.push(format!("done/{name}: {e}")),
         }
     }
     view.tmp = names(&dir.join("tmp"));
