@@ -83,7 +83,9 @@ pub(super) fn sync_dir(path: &Path) -> std::io::Result<()> {
         .read(true)
         .custom_flags(sys::O_DIRECTORY | sys::O_NOFOLLOW | sys::O_NONBLOCK)
         .open(path)?
-        .sync_all()
+        .sync_all()?;
+    crate::files::note!(Op::DirFsync(path.into()));
+    Ok(())
 }
 
 #[cfg(test)]

@@ -41,9 +41,8 @@ use crate::wire::TaskMode;
 use dirsync::{DirSync, sync_dir};
 use index::Index;
 use serde::{Deserialize, Serialize};
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::{self, File};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -347,15 +346,7 @@ fn private_dir(path: &Path, create: bool, what: &str) -> Result<()> {
 /// following a link nor waiting on what stands in its place.
 pub fn open_lock(dir: &Path) -> Result<File> {
     let lock_path = dir.join("lock");
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)
-        .open(&lock_path)
-        .map_err(|e| Error::io("open lock file", &lock_path, e))
+    files::open_or_create(&lock_path).map_err(|e| Error::io("open lock file", &lock_path, e))
 }
 
 /// Opens and takes the spool's lock file and writes our pid in it (with
@@ -400,8 +391,8 @@ fn take_lock(dir: &Path, offline: bool) -> Result<Option<(File, Option<String>)>
     // disk that refuses it does not keep the spool from being served.
     let pid = (|| {
         failpoint::hit("lock-write")?;
-        lock.set_len(0)?;
-        writeln!(lock, "{}", std::process::id())
+        let pid = format!("{}\n", std::process::id());
+        files::replace_contents(&mut lock, &lock_path, pid.as_bytes())
     })();
     let note = pid.err().map(|e| {
         format!(
@@ -439,10 +430,7 @@ impl Spool {
     ) -> Result<Option<Spool>> {
         let create = !offline;
         if let Some(parent) = dir.parent().filter(|_| create) {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(parent)
+            files::create_dir_all(parent, 0o700)
                 .map_err(|e| Error::io("create directory", parent, e))?;
         }
         private_dir(dir, create, "spool")?;
@@ -506,7 +494,7 @@ impl Spool {
             n += 1;
             aside = format!("{name}.{n}");
         }
-        fs::rename(from, self.path("rejected", &aside))
+        files::rename(from, &self.path("rejected", &aside))
             .map_err(|e| Error::io("move to rejected/", from, e))?;
         Ok(aside)
     }
