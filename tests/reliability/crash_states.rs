@@ -79,19 +79,47 @@ pub fn snapshot(root: &Path) -> Tree {
 /// Writes `tree` under `root`, which is removed first: directories 0700,
 /// files 0600.
 pub fn materialise(tree: &Tree, root: &Path) {
-    let _ = fs::remove_dir_all(root);
-    let mkdir = |p: &Path| fs::DirBuilder::new().mode(0o700).create(p).unwrap();
-    mkdir(root);
+    materialise_from(None, tree, root);
+}
+
+/// Makes what is under `root` `target`: from `current`, what is there
+/// now, only what differs is removed or written (a state of ten
+/// thousand receipts costs a few files); without it, `root` is removed
+/// and written whole.
+pub fn materialise_from(current: Option<&Tree>, target: &Tree, root: &Path) {
+    let empty = Tree::new();
+    let current = current.unwrap_or_else(|| {
+        let _ = fs::remove_dir_all(root);
+        fs::DirBuilder::new().mode(0o700).create(root).unwrap();
+        &empty
+    });
+    // Deepest first: what a directory holds goes before it.
+    for (rel, node) in current.iter().rev() {
+        let keep = match (node, target.get(rel)) {
+            (Node::Dir, Some(Node::Dir)) => true,
+            (Node::File(_), Some(Node::File(_))) => true,
+            _ => false,
+        };
+        if !keep {
+            match node {
+                Node::Dir => fs::remove_dir_all(root.join(rel)).unwrap(),
+                Node::File(_) => fs::remove_file(root.join(rel)).unwrap(),
+            }
+        }
+    }
     // Sorted: a directory comes before what it holds.
-    for (rel, node) in tree {
+    for (rel, node) in target {
         let p = root.join(rel);
-        match node {
-            Node::Dir => mkdir(&p),
-            Node::File(b) => {
+        match (node, current.get(rel)) {
+            (Node::Dir, Some(Node::Dir)) => {}
+            (Node::Dir, _) => fs::DirBuilder::new().mode(0o700).create(&p).unwrap(),
+            (Node::File(b), Some(Node::File(was))) if was == b => {}
+            (Node::File(b), _) => {
                 use std::os::unix::fs::OpenOptionsExt;
                 let mut f = fs::OpenOptions::new()
                     .write(true)
-                    .create_new(true)
+                    .create(true)
+                    .truncate(true)
                     .mode(0o600)
                     .open(&p)
                     .unwrap();

@@ -20,10 +20,13 @@
 //! A transition is one small function of a `Trial`: it builds the state
 //! before with the real spool, then calls `record` around the one step.
 
-use crate::crash_states::{Recording, Tree, fingerprint, materialise, snapshot};
+use crate::crash_states::{
+    Node, Recording, Tree, fingerprint, materialise, materialise_from, snapshot,
+};
 use baton::files::record::{Recorder, Scope};
 use baton::spool::{self, Admission, Claim, Limits, Receipt, ReplyRecord, Spool, Whereabouts};
 use baton::wire::Outcome;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -33,8 +36,10 @@ pub type Transition = (&'static str, fn(&mut Trial));
 /// Every transition, in the order the explorer runs them.
 pub const TRANSITIONS: &[Transition] = &[
     ("admit", admit),
+    ("admit_within_a_lease", admit_within_a_lease),
     ("admit_into_a_new_spool", admit_into_a_new_spool),
     ("claim", claim),
+    ("put_back", put_back),
     ("complete", complete),
     ("complete_with_reply", complete_with_reply),
     ("requeue", requeue),
@@ -50,9 +55,18 @@ const LIMITS: Limits = Limits {
     max_inflight: 100,
 };
 
+/// The first acceptance after an open, which leases sequence numbers
+/// (writes `sequence`) before it stores the task.
 fn admit(t: &mut Trial) {
-    let s = t.queued(&["a1"]);
+    drop(t.queued(&["a1"]));
+    let s = t.open();
     t.record(|_| offer(&s, "a2"));
+}
+
+/// An acceptance within the lease: the task file alone.
+fn admit_within_a_lease(t: &mut Trial) {
+    let s = t.queued(&["b1"]);
+    t.record(|_| offer(&s, "b2"));
 }
 
 /// The first acceptance of a spool that did not exist: the open that
@@ -80,6 +94,13 @@ fn complete_with_reply(t: &mut Trial) {
         body: "the reply".into(),
     };
     t.record(|_| s.finish_with("r1", Outcome::Done, Some(reply)).unwrap());
+}
+
+/// A claimed task put back (its handler could not be started).
+fn put_back(t: &mut Trial) {
+    let s = t.queued(&["u1", "u2"]);
+    claimed(&s, "u1");
+    t.record(|_| s.unclaim("u1").unwrap());
 }
 
 fn requeue(t: &mut Trial) {
@@ -377,13 +398,20 @@ pub fn explore(name: &'static str, transition: fn(&mut Trial)) -> Explored {
     ids.extend(ids_in(&before).chain(ids_in(&after)));
     ids.sort();
     ids.dedup();
+    // What the scratch directory holds, when known: the next state is
+    // written as a difference from it.
+    let on_disk: RefCell<Option<Tree>> = RefCell::new(None);
     let view = |tree: &Tree| -> Result<Seen, String> {
-        materialise(tree, &scratch);
+        materialise_from(on_disk.take().as_ref(), tree, &scratch);
         let first = observe(&scratch, &ids)?;
         let second = observe(&scratch, &ids)?;
         if first != second {
             return Err(format!("a second open differs: {first:?} then {second:?}"));
         }
+        let spool = Path::new("spool");
+        let mut now = Tree::from([(spool.to_path_buf(), Node::Dir)]);
+        now.extend(first.tree.iter().map(|(p, n)| (spool.join(p), n.clone())));
+        on_disk.replace(Some(now));
         Ok(first)
     };
     let ref_before = view(&before).expect("the state before opens");
