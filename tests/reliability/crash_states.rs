@@ -95,11 +95,10 @@ pub fn materialise_from(current: Option<&Tree>, target: &Tree, root: &Path) {
     });
     // Deepest first: what a directory holds goes before it.
     for (rel, node) in current.iter().rev() {
-        let keep = match (node, target.get(rel)) {
-            (Node::Dir, Some(Node::Dir)) => true,
-            (Node::File(_), Some(Node::File(_))) => true,
-            _ => false,
-        };
+        let keep = matches!(
+            (node, target.get(rel)),
+            (Node::Dir, Some(Node::Dir)) | (Node::File(_), Some(Node::File(_)))
+        );
         if !keep {
             match node {
                 Node::Dir => fs::remove_dir_all(root.join(rel)).unwrap(),
