@@ -592,3 +592,53 @@ fn apply_data(buf: &mut Vec<u8>, d: &Data, landed: Landed) {
         }
     }
 }
+
+/// The states of the spool's store, by hand: create, write, fsync,
+/// rename, fsync of the directory.
+#[test]
+fn the_model_leaves_what_posix_allows_after_each_step_of_a_store() {
+    let root = Path::new("/r");
+    let before = Tree::from([("inbox".into(), Node::Dir), ("tmp".into(), Node::Dir)]);
+    let (tmp, inbox) = (root.join("tmp/x"), root.join("inbox/x"));
+    let ops = [
+        Op::Create(tmp.clone()),
+        Op::Write {
+            path: tmp.clone(),
+            offset: 0,
+            bytes: b"abcd".to_vec(),
+        },
+        Op::Fsync(tmp.clone()),
+        Op::Rename {
+            from: tmp,
+            to: inbox,
+        },
+        Op::DirFsync(root.join("inbox")),
+    ];
+    let rec = Recording::new(root, &before, &ops);
+    let files = |k: usize| {
+        let mut out = BTreeSet::new();
+        rec.crash_states(k, &mut |tree| {
+            let f: Vec<String> = (tree.iter())
+                .filter_map(|(p, n)| match n {
+                    Node::File(b) => {
+                        Some(format!("{}={}", p.display(), String::from_utf8_lossy(b)))
+                    }
+                    Node::Dir => None,
+                })
+                .collect();
+            out.insert(f.join(","));
+        });
+        out.into_iter().collect::<Vec<_>>()
+    };
+    assert_eq!(files(0), [""]);
+    assert_eq!(files(1), ["", "tmp/x="]);
+    // Not yet synced: nothing, half, zeros or all of the write.
+    assert_eq!(
+        files(2),
+        ["", "tmp/x=", "tmp/x=\0\0\0\0", "tmp/x=ab", "tmp/x=abcd"]
+    );
+    assert_eq!(files(3), ["", "tmp/x=abcd"]);
+    // The rename may land or not; it never lands without the create.
+    assert_eq!(files(4), ["", "inbox/x=abcd", "tmp/x=abcd"]);
+    assert_eq!(files(5), ["inbox/x=abcd"]);
+}
