@@ -4,7 +4,8 @@
 //!
 //! `cargo test --features failpoints --test reliability` (part of `make
 //! test`) runs the fast tests; the slow ones, named `*_slow` (8 × 10,000
-//! tasks, a 500-cycle crash loop), run only with `BATON_SLOW=1` and
+//! tasks, a 500-cycle crash loop, every crash state of every spool
+//! transition), run only with `BATON_SLOW=1` and
 //! otherwise say that they were skipped; one that ran to the end says
 //! `slow test ran: NAME`, which `make test-slow` counts. `make test-slow`
 //! runs just those. Tests that measure time or CPU take `serial()` so that
