@@ -76,6 +76,10 @@ fn explore_transitions(test: &str, pick: impl Fn(&str) -> bool) {
 
 #[test]
 fn crash_states_of_the_spool_transitions() {
+    // Thousands of opens, each with its syncs: not while a test counts
+    // what a stretch of time achieves (the crash loop once acknowledged
+    // fewer than its floor beside it).
+    let _serial = serial();
     // Pruning needs more than 10,000 receipts in every state: the slow
     // test's.
     explore_transitions("crash_states_of_the_spool_transitions", |n| {
@@ -95,6 +99,7 @@ fn crash_states_of_every_spool_transition_slow() {
     let Some(_ran) = slow(test) else {
         return;
     };
+    let _serial = serial();
     explore_transitions(test, |_| true);
 }
 
