@@ -9,6 +9,11 @@
 //! Syncing the directory after a rename is left to the caller: the spool
 //! shares its `inbox/` syncs among concurrent acceptances (`DirSync`), and
 //! the registry does not sync at all.
+//!
+//! Every operation the spool performs that changes what a crash could
+//! leave goes through here (or `spool/dirsync.rs`, which syncs its
+//! directories): with the `failpoints` feature, `record` can note each
+//! one for the crash-state explorer; without it `note!` is nothing.
 
 use crate::sys;
 use std::fmt;
@@ -16,6 +21,24 @@ use std::fs::{self, File, FileType, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
+
+#[cfg(feature = "failpoints")]
+pub mod record;
+
+/// Notes a file-system operation that succeeded (`record::Op`, named
+/// `Op` in `$op`) for a recorder, with the `failpoints` feature only;
+/// without it the expression is not even compiled.
+macro_rules! note {
+    ($op:expr) => {
+        #[cfg(feature = "failpoints")]
+        $crate::files::record::note(|| {
+            #[allow(unused_imports)]
+            use $crate::files::record::Op;
+            $op
+        });
+    };
+}
+pub(crate) use note;
 
 /// How far `write_private_fresh` has got, for a caller's fail points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +53,7 @@ pub enum Step {
 /// `dest`, removing first whatever an earlier failure left at `tmp`.
 /// `tmp` must be on `dest`'s file system.
 pub fn write_private(tmp: &Path, dest: &Path, bytes: &[u8], fsync: bool) -> io::Result<()> {
-    let _ = fs::remove_file(tmp);
+    let _ = remove_file(tmp);
     write_private_fresh(tmp, dest, bytes, fsync, |_| Ok(()))
 }
 
@@ -46,23 +69,152 @@ pub fn write_private_fresh(
     at: impl Fn(Step) -> io::Result<()>,
 ) -> io::Result<()> {
     let mut f = create_private(tmp)?;
-    f.write_all(bytes)?;
+    write_all(&mut f, tmp, bytes)?;
     at(Step::Written)?;
     if fsync {
-        f.sync_all()?;
+        sync_file(&f, tmp)?;
     }
     at(Step::Renaming)?;
     drop(f);
-    fs::rename(tmp, dest)
+    rename(tmp, dest)
 }
 
 fn create_private(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
+    let f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(sys::O_NOFOLLOW)
+        .open(path)?;
+    note!(Op::Create(path.into()));
+    Ok(f)
+}
+
+/// Creates `path`, which must not exist, mode 0600, never through a
+/// symlink, for appending.
+pub fn create_append(path: &Path) -> io::Result<File> {
+    let f = OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(path)?;
+    note!(Op::Create(path.into()));
+    Ok(f)
+}
+
+/// Cuts `f`, the file at `path`, to `len` bytes.
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+pub fn truncate(f: &File, path: &Path, len: u64) -> io::Result<()> {
+    f.set_len(len)?;
+    note!(Op::Truncate {
+        path: path.into(),
+        len
+    });
+    Ok(())
+}
+
+/// `write_all` to `f`, the file at `path`, from its current offset.
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+pub fn write_all(f: &mut File, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    f.write_all(bytes)?;
+    note!(Op::Write {
+        path: path.into(),
+        offset: io::Seek::stream_position(f).map_or(0, |end| end - bytes.len() as u64),
+        bytes: bytes.to_vec(),
+    });
+    Ok(())
+}
+
+/// fsync of `f`, the file at `path`.
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+pub fn sync_file(f: &File, path: &Path) -> io::Result<()> {
+    f.sync_all()?;
+    note!(Op::Fsync(path.into()));
+    Ok(())
+}
+
+/// Replaces what `f`, the file at `path`, holds with `bytes`: cut to
+/// nothing, then written from its current offset (0 for a file just
+/// opened).
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+pub fn replace_contents(f: &mut File, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    f.set_len(0)?;
+    note!(Op::Truncate {
+        path: path.into(),
+        len: 0
+    });
+    write_all(f, path, bytes)
+}
+
+/// `fs::rename`.
+pub fn rename(from: &Path, to: &Path) -> io::Result<()> {
+    fs::rename(from, to)?;
+    note!(Op::Rename {
+        from: from.into(),
+        to: to.into()
+    });
+    Ok(())
+}
+
+/// `fs::remove_file`.
+pub fn remove_file(path: &Path) -> io::Result<()> {
+    fs::remove_file(path)?;
+    note!(Op::Unlink(path.into()));
+    Ok(())
+}
+
+/// Creates `path` and its missing parents with `mode`, as
+/// `DirBuilder::recursive` does (a directory already there is no error).
+pub fn create_dir_all(path: &Path, mode: u32) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)?;
+    note!(Op::Mkdir(path.into()));
+    Ok(())
+}
+
+/// Opens (creating it mode 0600 if missing, never truncating) a file to
+/// read and write, never following a link nor waiting on what stands in
+/// its place.
+pub fn open_or_create(path: &Path) -> io::Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)
+        .open(path)?;
+    note!(Op::Create(path.into()));
+    Ok(f)
+}
+
+/// Writes `bytes` as the whole of `path` (mode 0600, a regular file or
+/// nothing: never through a symlink, never waiting on a FIFO), in one
+/// open, write and close.
+pub fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut opts = OpenOptions::new();
+    opts.write(true).create(true).truncate(true).mode(0o600);
+    let mut f = open_regular(path, &mut opts)?;
+    note!(Op::Create(path.into()));
+    note!(Op::Truncate {
+        path: path.into(),
+        len: 0
+    });
+    write_all(&mut f, path, bytes)
+}
+
+/// Sets the modification time of the regular file at `path` (opened to
+/// write, never through a symlink nor waiting on what stands there).
+/// Not noted: the explorer's states carry no times.
+pub fn set_modified(path: &Path, time: std::time::SystemTime) -> io::Result<()> {
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)
         .open(path)
+        .and_then(|f| f.set_modified(time))
 }
 
 /// Reads a small file back, at most `max` bytes. The open never waits
@@ -164,7 +316,9 @@ impl fmt::Display for DirError {
 pub fn private_dir(path: &Path, create: bool) -> Result<(), DirError> {
     if create {
         match fs::DirBuilder::new().mode(0o700).create(path) {
-            Ok(()) => {}
+            Ok(()) => {
+                note!(Op::Mkdir(path.into()));
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(DirError::Create(e)),
         }

@@ -14,7 +14,6 @@ use crate::failpoint;
 use crate::files::{self, Step};
 use crate::sys;
 use serde_json::value::RawValue;
-use std::fs;
 use std::sync::MutexGuard;
 
 /// How many sequence numbers one write of the `sequence` file reserves.
@@ -227,8 +226,8 @@ impl Spool {
             let gone = |r: std::io::Result<()>| {
                 r.is_ok() || r.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
             };
-            let clean =
-                gone(fs::remove_file(&tmp)) & gone(fs::remove_file(self.path("inbox", name)));
+            let clean = gone(files::remove_file(&tmp))
+                & gone(files::remove_file(&self.path("inbox", name)));
             return Err((Error::io("store task in", &self.dir, e), clean));
         }
         Ok(bytes.len() as u64)

@@ -8,10 +8,9 @@ use super::taskfile::{parse_task, read_checked, read_task};
 use super::{Claim, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
 use crate::error::{Error, Result};
 use crate::failpoint;
-use crate::sys;
+use crate::files;
 use crate::wire::Outcome;
-use std::fs::{self, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 impl Spool {
@@ -76,7 +75,7 @@ impl Spool {
     fn take(&self, key: (u8, u64), id: &str, file: &str) -> Result<()> {
         let from = self.path("inbox", file);
         let mut idx = self.idx();
-        fs::rename(&from, self.path("processing", file))
+        files::rename(&from, &self.path("processing", file))
             .map_err(|e| Error::io("claim", &from, e))?;
         idx.inbox.remove(&key);
         idx.processing += 1;
@@ -130,7 +129,7 @@ impl Spool {
         let entry = idx.entries.get(message_id).filter(processing).cloned();
         let e = entry.ok_or_else(|| not_processing(message_id))?;
         let from = self.path("processing", &e.file);
-        fs::rename(&from, self.path("inbox", &e.file))
+        files::rename(&from, &self.path("inbox", &e.file))
             .map_err(|err| Error::io("put back", &from, err))?;
         idx.processing -= 1;
         idx.inbox.insert(e.key, message_id.to_string());
@@ -175,7 +174,7 @@ impl Spool {
         };
         let write = (|| -> std::io::Result<()> {
             idx.receipts.append(&self.dir, self.fsync, &receipt)?;
-            fs::remove_file(self.path(sub, &e.file))?;
+            files::remove_file(&self.path(sub, &e.file))?;
             if self.fsync {
                 sync_dir(&self.dir.join(sub))?;
             }
@@ -206,14 +205,10 @@ impl Spool {
         };
         let from = self.path(sub, &e.file);
         let to = self.path("inbox", &e.file);
-        fs::rename(&from, &to).map_err(|err| Error::io("requeue", &from, err))?;
+        files::rename(&from, &to).map_err(|err| Error::io("requeue", &from, err))?;
         // It waits afresh: `--ttl` counts from now, across restarts too.
         let now = SystemTime::now();
-        let _ = OpenOptions::new()
-            .write(true)
-            .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)
-            .open(&to)
-            .and_then(|f| f.set_modified(now));
+        let _ = files::set_modified(&to, now);
         if self.fsync {
             self.sync(&[sub, "inbox"])?;
         }
@@ -307,7 +302,7 @@ impl Spool {
         for (key, id) in old {
             let file = idx.entries[&id].file.clone();
             let from = self.path("inbox", &file);
-            if fs::rename(&from, self.path("rejected", &file)).is_err() {
+            if files::rename(&from, &self.path("rejected", &file)).is_err() {
                 continue;
             }
             idx.inbox.remove(&key);

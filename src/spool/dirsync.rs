@@ -83,7 +83,22 @@ pub(super) fn sync_dir(path: &Path) -> std::io::Result<()> {
         .read(true)
         .custom_flags(sys::O_DIRECTORY | sys::O_NOFOLLOW | sys::O_NONBLOCK)
         .open(path)?
-        .sync_all()
+        .sync_all()?;
+    crate::files::note!(Op::DirFsync(path.into()));
+    Ok(())
+}
+
+/// Syncs a directory above a spool that gained an entry (a new spool's
+/// own, or one of the directories made for it): as `sync_dir`, but
+/// through a symlink too, as a state home may well be one.
+pub(super) fn sync_parent_dir(path: &Path) -> std::io::Result<()> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(sys::O_DIRECTORY | sys::O_NONBLOCK)
+        .open(path)?
+        .sync_all()?;
+    crate::files::note!(Op::DirFsync(path.into()));
+    Ok(())
 }
 
 #[cfg(test)]

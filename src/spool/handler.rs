@@ -25,7 +25,6 @@ use crate::files;
 use crate::sys;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-use std::fs;
 use std::sync::OnceLock;
 
 const RECORD: &str = "handler.json";
@@ -55,7 +54,7 @@ impl Spool {
         let (tmp, dest) = (self.path("tmp", RECORD), self.dir.join(RECORD));
         // Before the handler starts, in place: a torn record then names
         // nothing that runs. The group's record replaces it whole.
-        if pgid.is_none() && write_in_place(&dest, &bytes).is_ok() {
+        if pgid.is_none() && files::write_in_place(&dest, &bytes).is_ok() {
             return Ok(());
         }
         files::write_private(&tmp, &dest, &bytes, false).map_err(|e| Error::io("write", &dest, e))
@@ -63,7 +62,7 @@ impl Spool {
 
     /// The turn is over: nothing to kill at the next open.
     pub fn clear_handler(&self) {
-        let _ = fs::remove_file(self.dir.join(RECORD));
+        let _ = files::remove_file(&self.dir.join(RECORD));
     }
 
     /// Recovery, before `processing/` becomes `interrupted/`: SIGKILL to
@@ -87,19 +86,8 @@ impl Spool {
                 }
             }
         }
-        let _ = fs::remove_file(&path);
+        let _ = files::remove_file(&path);
     }
-}
-
-/// Writes `bytes` as the whole of `path` (mode 0600, a regular file or
-/// nothing: never through a symlink, never waiting on a FIFO), in one
-/// open, write and close.
-fn write_in_place(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut opts = fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true).mode(0o600);
-    files::open_regular(path, &mut opts)?.write_all(bytes)
 }
 
 /// The groups to kill: those with a live process that carries the turn's

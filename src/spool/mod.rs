@@ -39,12 +39,11 @@ use crate::files::{self, DirError};
 use crate::sys;
 use crate::wire::Outcome;
 use crate::wire::TaskMode;
-use dirsync::{DirSync, sync_dir};
+use dirsync::{DirSync, sync_dir, sync_parent_dir};
 use index::Index;
 use serde::{Deserialize, Serialize};
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::{self, File};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -346,15 +345,7 @@ fn private_dir(path: &Path, create: bool, what: &str) -> Result<()> {
 /// following a link nor waiting on what stands in its place.
 pub fn open_lock(dir: &Path) -> Result<File> {
     let lock_path = dir.join("lock");
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)
-        .open(&lock_path)
-        .map_err(|e| Error::io("open lock file", &lock_path, e))
+    files::open_or_create(&lock_path).map_err(|e| Error::io("open lock file", &lock_path, e))
 }
 
 /// Opens and takes the spool's lock file and writes our pid in it (with
@@ -399,8 +390,8 @@ fn take_lock(dir: &Path, offline: bool) -> Result<Option<(File, Option<String>)>
     // disk that refuses it does not keep the spool from being served.
     let pid = (|| {
         failpoint::hit("lock-write")?;
-        lock.set_len(0)?;
-        writeln!(lock, "{}", std::process::id())
+        let pid = format!("{}\n", std::process::id());
+        files::replace_contents(&mut lock, &lock_path, pid.as_bytes())
     })();
     let note = pid.err().map(|e| {
         format!(
@@ -409,6 +400,42 @@ fn take_lock(dir: &Path, offline: bool) -> Result<Option<(File, Option<String>)>
         )
     });
     Ok(Some((lock, note)))
+}
+
+/// The highest of `dir` and its ancestors that is missing, if any.
+fn highest_missing(dir: &Path) -> Option<PathBuf> {
+    let missing = |p: &&Path| !p.as_os_str().is_empty() && fs::symlink_metadata(p).is_err();
+    dir.ancestors()
+        .take_while(missing)
+        .last()
+        .map(Path::to_path_buf)
+}
+
+/// Syncs what gained an entry when an open made directories: `dir`
+/// when its own directories were `missing`, and, when `made` (the
+/// highest directory made) is there, every parent from `dir`'s up to
+/// `made`'s. Until then a power cut could take a new spool, and the
+/// tasks it acknowledged, away whole (the crash-state explorer's
+/// `a_new_spool_survives_a_power_cut_after_its_first_acceptance`).
+fn sync_made(dir: &Path, missing: bool, made: Option<&Path>) -> Result<()> {
+    if missing || made.is_some() {
+        sync_dir(dir).map_err(|e| Error::io("sync directory", dir, e))?;
+    }
+    let Some(top) = made.and_then(Path::parent) else {
+        return Ok(());
+    };
+    for parent in dir.ancestors().skip(1) {
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        sync_parent_dir(parent).map_err(|e| Error::io("sync directory", parent, e))?;
+        if parent == top || !parent.starts_with(top) {
+            break;
+        }
+    }
+    Ok(())
 }
 
 impl Spool {
@@ -437,19 +464,26 @@ impl Spool {
         offline: bool,
     ) -> Result<Option<Spool>> {
         let create = !offline;
+        // The highest directory this open makes: its entry, and those
+        // below it, survive a power cut only once their parents are
+        // synced.
+        let made = create.then(|| highest_missing(dir)).flatten();
         if let Some(parent) = dir.parent().filter(|_| create) {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(parent)
+            files::create_dir_all(parent, 0o700)
                 .map_err(|e| Error::io("create directory", parent, e))?;
         }
         private_dir(dir, create, "spool")?;
         let Some((lock, note)) = take_lock(dir, offline)? else {
             return Ok(None);
         };
+        let missing = DIRS
+            .iter()
+            .any(|d| fs::symlink_metadata(dir.join(d)).is_err());
         for d in DIRS {
             private_dir(&dir.join(d), true, "spool directory")?;
+        }
+        if fsync {
+            sync_made(dir, missing, made.as_deref())?;
         }
         let mut spool = Spool {
             dir: dir.to_path_buf(),
@@ -505,7 +539,7 @@ impl Spool {
             n += 1;
             aside = format!("{name}.{n}");
         }
-        fs::rename(from, self.path("rejected", &aside))
+        files::rename(from, &self.path("rejected", &aside))
             .map_err(|e| Error::io("move to rejected/", from, e))?;
         Ok(aside)
     }

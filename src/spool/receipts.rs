@@ -16,9 +16,8 @@ use super::{Receipt, Spool};
 use crate::error::{Error, Result};
 use crate::files;
 use std::collections::{HashMap, VecDeque};
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 /// Receipts a log takes before the next one starts.
@@ -108,12 +107,7 @@ impl Receipts {
         if self.current.is_none() {
             let n = self.next_log.max(1);
             let name = log_name(n);
-            let file = OpenOptions::new()
-                .append(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(crate::sys::O_NOFOLLOW)
-                .open(done.join(&name))?;
+            let file = files::create_append(&done.join(&name))?;
             self.next_log = n + 1;
             if fsync {
                 super::dirsync::sync_dir(&done)?;
@@ -126,13 +120,20 @@ impl Receipts {
             });
         }
         let cur = self.current.as_mut().expect("a current log");
+        let path = done.join(log_name(cur.n));
         let mut line = serde_json::to_vec(receipt).expect("a receipt serializes");
         line.push(b'\n');
         let written = crate::failpoint::hit("receipt-append")
-            .and_then(|()| cur.file.write_all(&line))
-            .and_then(|()| if fsync { cur.file.sync_data() } else { Ok(()) });
+            .and_then(|()| files::write_all(&mut cur.file, &path, &line))
+            .and_then(|()| {
+                if fsync {
+                    files::sync_file(&cur.file, &path)
+                } else {
+                    Ok(())
+                }
+            });
         if let Err(e) = written {
-            let _ = cur.file.set_len(cur.bytes);
+            let _ = files::truncate(&cur.file, &path, cur.bytes);
             self.current = None;
             return Err(e);
         }
@@ -165,7 +166,7 @@ impl Receipts {
             if !old && kept - oldest.ids.len() < RECEIPTS_KEEP {
                 break;
             }
-            match fs::remove_file(dir.join("done").join(&oldest.file)) {
+            match files::remove_file(&dir.join("done").join(&oldest.file)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => break,
                 _ => {}
             }

@@ -87,7 +87,7 @@ impl Spool {
                         files::kind_of(k)
                     ));
                 }
-                _ => match fs::remove_file(&p) {
+                _ => match files::remove_file(&p) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                         return Err(Error::io("remove", &p, e));
                     }
@@ -125,7 +125,7 @@ impl Spool {
                     },
                 };
                 if receipt.is_some_and(|r| r.message_id == id) {
-                    fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+                    files::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
                     notes.push(format!(
                         "{sub}/{name} had finished (its receipt is in done/); removed"
                     ));
@@ -147,7 +147,7 @@ impl Spool {
         for name in list(&self.dir.join("processing"))? {
             let from = self.path("processing", &name);
             let to = self.path("interrupted", &name);
-            fs::rename(&from, &to).map_err(|e| Error::io("move to interrupted/", &from, e))?;
+            files::rename(&from, &to).map_err(|e| Error::io("move to interrupted/", &from, e))?;
             notes.push(format!(
                 "task file {name} was mid-turn and is now in interrupted/"
             ));

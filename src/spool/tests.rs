@@ -365,8 +365,8 @@ fn receipts_are_pruned_by_whole_logs_past_the_count() {
     // A torn last line (a crash mid-append) is skipped at open, and the
     // next process writes a log of its own.
     let current = dir.join("done").join(logs().last().unwrap());
-    let mut f = OpenOptions::new().append(true).open(&current).unwrap();
-    f.write_all(b"{\"message_id\":\"torn\",\"dig").unwrap();
+    let mut f = fs::OpenOptions::new().append(true).open(&current).unwrap();
+    std::io::Write::write_all(&mut f, b"{\"message_id\":\"torn\",\"dig").unwrap();
     let s = Spool::open(&dir, false, false).unwrap();
     assert_eq!(kept(&s), RECEIPTS_KEEP + 10);
     assert!(s.recovery_notes.is_empty(), "{:?}", s.recovery_notes);
