@@ -88,6 +88,8 @@ pub fn seed_task(id: &str) -> Task {
         "jsonrpc",
     );
     t.seq = 1;
+    // Fixed, so that the bytes are the same at every call.
+    t.accepted_at = 1_788_012_102;
     t
 }
 
@@ -174,7 +176,14 @@ fn fresh(scratch: &Path) -> PathBuf {
     }
     let mut b = fs::DirBuilder::new();
     b.recursive(true).mode(0o700);
-    for sub in ["tmp", "inbox", "processing", "done", "rejected", "interrupted"] {
+    for sub in [
+        "tmp",
+        "inbox",
+        "processing",
+        "done",
+        "rejected",
+        "interrupted",
+    ] {
         b.create(dir.join(sub)).expect("make the spool");
     }
     dir
@@ -199,7 +208,11 @@ fn read_offline(dir: &Path) -> bool {
     assert_eq!(holdings.queued, listing.queued.len());
     let queued = spool::read_queued(dir, &[ID]).expect("read_queued");
     assert!(queued.iter().all(|t| t.message_id == ID));
-    assert!(queued.iter().all(|t| sha256_hex(t.body.as_bytes()) == t.digest));
+    assert!(
+        queued
+            .iter()
+            .all(|t| sha256_hex(t.body.as_bytes()) == t.digest)
+    );
     !queued.is_empty()
 }
 
@@ -238,7 +251,10 @@ fn finished(s: &Spool, id: &str) {
         other => panic!("{id} finished, and is {other:?}"),
     }
     let again = admit(s, id);
-    assert!(!matches!(again, Admission::Accepted { .. }), "{id} again: {again:?}");
+    assert!(
+        !matches!(again, Admission::Accepted { .. }),
+        "{id} again: {again:?}"
+    );
 }
 
 fn admit(s: &Spool, id: &str) -> Admission {
@@ -271,7 +287,8 @@ fn task_file(scratch: &Path, input: &[u8], place: &str) {
         }
         Whereabouts::Expired => {
             assert_eq!(place, "rejected");
-            s.requeue(ID).expect("requeue a rejected task that reads back");
+            s.requeue(ID)
+                .expect("requeue a rejected task that reads back");
             true
         }
         Whereabouts::Rejected(why) => {
