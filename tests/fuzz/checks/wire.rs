@@ -133,7 +133,7 @@ fn lines(input: &[u8], max: usize) {
 fn frame(input: &[u8], max: usize, split: usize) {
     let mut reader = LineReader::new(loaded(input), max);
     if let Ok(header) = reader.read_line(Some(T), T) {
-        if let Ok(n) = wire::zcoder_length(&header, max) {
+        if let Ok(n) = wire::zcoder_length(header, max) {
             match reader.read_exact_within(n, T) {
                 Ok(payload) => {
                     assert_eq!(payload.len(), n);
