@@ -299,3 +299,28 @@ fn receipts_stay_bounded_over_100000_tasks_slow() {
     let _serial = serial();
     disk::receipts_stay_bounded(100_000);
 }
+
+// The parsers of untrusted bytes (the wire, manifests, task files,
+// receipts, meta.json, sequence), fuzzed without libFuzzer by the checks
+// of the cargo-fuzz targets in tests/fuzz (issue 32).
+
+#[path = "reliability/fuzz.rs"]
+mod fuzz;
+
+#[test]
+fn fuzz_wire_and_disk_parsers() {
+    fuzz::fuzz_loop("fuzz_wire_and_disk_parsers", 3_000, 300);
+}
+
+#[test]
+fn fuzz_wire_and_disk_parsers_slow() {
+    let Some(_ran) = slow("fuzz_wire_and_disk_parsers_slow") else {
+        return;
+    };
+    fuzz::fuzz_loop("fuzz_wire_and_disk_parsers_slow", 50_000, 10_000);
+}
+
+#[test]
+fn fuzz_regressions_of_the_disk_parsers() {
+    fuzz::regressions("fuzz_regressions_of_the_disk_parsers");
+}

@@ -9,7 +9,7 @@
 
 use super::index::{Entry, Index, Place, order_key, summary_or_id};
 use super::receipts::Receipts;
-use super::taskfile::{list, parse_file_name, parse_task, read_checked};
+use super::taskfile::{SEQ_LIMIT, list, parse_file_name, parse_task, read_checked};
 use super::{Receipt, Spool, now_secs};
 use crate::error::{Error, Result};
 use crate::files;
@@ -36,10 +36,13 @@ impl Spool {
         idx.receipts = receipts;
         let max_seq = self.index_tasks(&mut idx, &mut notes, &mut ended)?;
         let seq_path = self.dir.join("sequence");
+        // A lease past the limit is not one baton wrote: numbering goes
+        // on from the task files instead.
         let stored: u64 = read_checked(&seq_path)?
             .ok()
             .and_then(|b| String::from_utf8(b).ok())
             .and_then(|s| s.trim().parse().ok())
+            .filter(|&s| s < SEQ_LIMIT)
             .unwrap_or(0);
         idx.next_seq = stored.max(max_seq + 1).max(1);
         idx.leased_to = idx.next_seq;

@@ -17,6 +17,12 @@ use std::path::Path;
 
 pub(super) const SEQ_WIDTH: usize = 16;
 
+/// Sequence numbers are below this, a tenth of what a name's 16 digits
+/// hold: numbering on from any number read back (a file's name, the
+/// `sequence` lease) never reaches a name of more digits, which would not
+/// be read back as a task's. Nothing baton writes comes near it.
+pub(super) const SEQ_LIMIT: u64 = 10u64.pow(SEQ_WIDTH as u32 - 1);
+
 /// The largest spool file read back; anything bigger is bad data.
 pub(super) const MAX_TASK_FILE: u64 = 4 * 1024 * 1024;
 
@@ -99,7 +105,7 @@ pub(super) fn parse_file_name(name: &str) -> Option<(u64, &str)> {
     if seq.len() != SEQ_WIDTH || !crate::registry::valid_id(id) {
         return None;
     }
-    Some((seq.parse().ok()?, id))
+    Some((seq.parse().ok().filter(|&s| s < SEQ_LIMIT)?, id))
 }
 
 pub(super) fn receipt_name(id: &str) -> String {
@@ -170,5 +176,8 @@ mod tests {
             );
         }
         assert_eq!(parse_file_name(&file_name(42, "x")), Some((42, "x")));
+        let last = SEQ_LIMIT - 1;
+        assert_eq!(parse_file_name(&file_name(last, "x")), Some((last, "x")));
+        assert_eq!(parse_file_name(&file_name(SEQ_LIMIT, "x")), None);
     }
 }
