@@ -102,7 +102,12 @@ pub(super) fn file_name(seq: u64, id: &str) -> String {
 pub(super) fn parse_file_name(name: &str) -> Option<(u64, &str)> {
     let stem = name.strip_suffix(".json")?;
     let (seq, id) = stem.split_once('-')?;
-    if seq.len() != SEQ_WIDTH || !crate::registry::valid_id(id) {
+    // Digits only: `parse` would take a leading `+`, and two names would
+    // hold one place in the queue.
+    if seq.len() != SEQ_WIDTH
+        || !seq.bytes().all(|b| b.is_ascii_digit())
+        || !crate::registry::valid_id(id)
+    {
         return None;
     }
     Some((seq.parse().ok().filter(|&s| s < SEQ_LIMIT)?, id))
@@ -179,5 +184,6 @@ mod tests {
         let last = SEQ_LIMIT - 1;
         assert_eq!(parse_file_name(&file_name(last, "x")), Some((last, "x")));
         assert_eq!(parse_file_name(&file_name(SEQ_LIMIT, "x")), None);
+        assert_eq!(parse_file_name("+000000000000042-x.json"), None);
     }
 }
