@@ -300,6 +300,10 @@ fn load_log(
         notes.push(format!(
             "done/{name}: {bad} lines cannot be read as receipts; skipped"
         ));
+        if group.ids.is_empty() {
+            // Its age is unknown: it is not removed for it.
+            group.newest = u64::MAX;
+        }
     }
     Ok(Some(group))
 }
