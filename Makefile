@@ -40,7 +40,8 @@ demo: build
 # The reliability suite (tests/reliability.rs) needs baton built with its
 # fail points; `test` runs its fast part, `test-slow` the long runs (a
 # 500-cycle crash loop, 8 senders x 10,000 tasks, every crash state of
-# every spool transition: about six minutes).
+# every spool transition, 100,000 tasks for the receipts' bound, the fuzz
+# loop over the wire and disk parsers: about a quarter of an hour).
 # A slow test skips itself without BATON_SLOW=1, and one that ran to its
 # end prints `slow test ran: NAME`; `test-slow` counts those lines in its
 # log and fails when none ran, or (under BATON_REQUIRE_ALL=1, as in CI)
