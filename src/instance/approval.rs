@@ -13,7 +13,7 @@
 //! again with other text, an `ask-<n>` cannot.
 
 use super::outbound::back_to;
-use super::{Answer, Approve, Foreground, Params, is_local, opt_str_param, str_param};
+use super::{Answer, Approve, Foreground, Params, get_str, is_local, need_str};
 use crate::sanitize::escape;
 use crate::server::RpcError;
 use crate::spool::{self, Claim, Task};
@@ -59,7 +59,7 @@ fn digest_of(shown: &Value) -> String {
 /// A required member of an answer, with what an answer needs when it is
 /// missing (a client that answers by `message_id`, as before, learns why).
 fn answer_param(params: &Params, k: &str) -> Result<String, RpcError> {
-    opt_str_param(params, k)?.ok_or_else(|| {
+    get_str(params, k)?.ok_or_else(|| {
         RpcError::new(
             INVALID_PARAMS,
             format!(
@@ -310,8 +310,8 @@ impl Foreground {
     pub(super) fn approval_respond(&mut self, params: &Params, pid: Option<u32>) -> Answer {
         let approval_id = answer_param(params, "approval_id")?;
         let digest = answer_param(params, "digest")?;
-        let decision = str_param(params, "decision")?;
-        let by = opt_str_param(params, "by")?;
+        let decision = need_str(params, "decision")?;
+        let by = get_str(params, "by")?;
         let invalid =
             |reason| Ok(json!({"status": "invalid", "approval_id": approval_id, "reason": reason}));
         if !matches!(decision.as_str(), "approve" | "deny") {

@@ -8,13 +8,13 @@ use super::inbox::Interrupted;
 use super::{Answer, Approve, EPHEMERAL_GRACE, Foreground, Params, Reply};
 use crate::access::Caller;
 use crate::registry::{self, Manifest};
-use crate::server::{Event, RpcError, State};
+use crate::server::{self, Event, State};
 use crate::spool::{self, Spool};
+use crate::wire::Call;
 use crate::wire::EventKind;
 use crate::wire::Mode;
 use crate::wire::Outcome;
 use crate::wire::answer::{ControlStatus, Queue, RunningTurn};
-use crate::wire::{self, Call};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -288,17 +288,10 @@ impl Foreground {
     /// of them and `LIST_RESULT_BYTES` in all, with the next page's
     /// `after` in `next` (null on the last page).
     fn inbox_list(&self, params: &Params) -> Answer {
-        let limit = match params.get("limit") {
-            None | Some(Value::Null) => LIST_LIMIT,
-            Some(v) => match v.as_u64() {
-                Some(n) if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
-                _ => {
-                    let why = "invalid params: limit must be a positive integer";
-                    return Err(RpcError::new(wire::INVALID_PARAMS, why));
-                }
-            },
-        };
-        let after = super::opt_str_param(params, "after")?;
+        let positive = |v: &Value| v.as_u64().filter(|n| *n > 0);
+        let limit = server::opt(params, "limit", "a positive integer", positive)?
+            .map_or(LIST_LIMIT, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let after = super::get_str(params, "after")?;
         let l = self.spool().list();
         let mut tasks = [l.processing, l.rejected, l.interrupted, l.queued]
             .into_iter()

@@ -4,7 +4,7 @@
 //! ends it. Here too: putting interrupted tasks back, or discarding them.
 
 use super::outbound::{Plan, Waiter};
-use super::{Answer, Foreground, OpenTask, Params, Reply, opt_str_param, str_param};
+use super::{Answer, Foreground, OpenTask, Params, Reply, get_str, need_str};
 use crate::sanitize::escape;
 use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task};
@@ -151,7 +151,7 @@ impl Foreground {
     /// Puts an interrupted task back in the queue, or discards it with a
     /// receipt (so a retry of its id stays a duplicate).
     pub(super) fn interrupted(&mut self, what: Interrupted, params: &Params) -> Answer {
-        let id = str_param(params, "message_id")?;
+        let id = need_str(params, "message_id")?;
         if !self.spool().is_set_aside(&id) {
             return Ok(json!({
                 "status": "invalid",
@@ -197,9 +197,9 @@ impl Foreground {
         &mut self,
         params: &Params,
     ) -> Result<(Value, Option<(String, PlannedReply)>), RpcError> {
-        let id = str_param(params, "message_id")?;
-        let outcome = opt_str_param(params, "outcome")?;
-        let reply = opt_str_param(params, "reply")?;
+        let id = need_str(params, "message_id")?;
+        let outcome = get_str(params, "outcome")?;
+        let reply = get_str(params, "reply")?;
         let invalid = |reason: String| {
             Ok((
                 json!({"status": "invalid", "message_id": id, "reason": reason}),

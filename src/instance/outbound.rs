@@ -5,7 +5,7 @@
 //! reports as `Event::Relayed`. This covers `relay/send`, `--reply` and
 //! the reply of `inbox/complete`.
 
-use super::{Foreground, Params, Reply, is_local, opt_str_param, str_param};
+use super::{Foreground, Params, Reply, get_str, is_local, need_str};
 use crate::access::{Caller, Role};
 use crate::registry;
 use crate::relay::{self, Outbound};
@@ -203,21 +203,12 @@ impl Foreground {
         params: &Params,
         caller: Option<&Caller>,
     ) -> Result<Plan, RpcError> {
-        let body = str_param(params, "body")?;
-        let turn = opt_str_param(params, "turn")?;
-        let target = opt_str_param(params, "target")?;
-        let mode = opt_str_param(params, "mode")?.unwrap_or_else(|| "queue".into());
-        let is_reply = match params.get("reply") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(RpcError::new(
-                    crate::wire::INVALID_PARAMS,
-                    "invalid params: reply must be a boolean",
-                ));
-            }
-        };
-        let message_id = match opt_str_param(params, "message_id")? {
+        let body = need_str(params, "body")?;
+        let turn = get_str(params, "turn")?;
+        let target = get_str(params, "target")?;
+        let mode = get_str(params, "mode")?.unwrap_or_else(|| "queue".into());
+        let is_reply = server::opt(params, "reply", "a boolean", Value::as_bool)?.unwrap_or(false);
+        let message_id = match get_str(params, "message_id")? {
             Some(id) if registry::valid_id(&id) => id,
             Some(_) => {
                 let id = self.new_message_id();
@@ -249,7 +240,7 @@ impl Foreground {
                 return refuse(Status::Invalid, "a reply needs the turn it answers (turn)");
             }
             return Ok(Ok(Outbound {
-                target: target.ok_or_else(missing_target)?,
+                target: target.ok_or_else(|| server::missing("target"))?,
                 body,
                 message_id,
                 hop: 0,
@@ -270,7 +261,7 @@ impl Foreground {
         let target = match (is_reply, target) {
             (true, _) => sender.clone(),
             (false, Some(t)) => t,
-            (false, None) => return Err(missing_target()),
+            (false, None) => return Err(server::missing("target")),
         };
         let scope = format!("this turn runs a task relayed from {}", escape(&from));
         Ok(Ok(Outbound {
@@ -341,11 +332,4 @@ pub(super) fn back_to(
         scope,
         only_spool: s.name.clone().zip(s.workspace.clone()),
     }
-}
-
-fn missing_target() -> RpcError {
-    RpcError::new(
-        crate::wire::INVALID_PARAMS,
-        "invalid params: target is missing",
-    )
 }

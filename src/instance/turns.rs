@@ -6,8 +6,8 @@
 //! operator's own lines (`turn/local`) become tasks.
 
 use super::{
-    Answer, DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Params, Running, is_local, opt_str_param,
-    str_param,
+    Answer, DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Params, Running, get_str, is_local,
+    need_str,
 };
 use crate::config;
 use crate::registry;
@@ -319,7 +319,7 @@ impl Foreground {
     }
 
     pub(super) fn cancel(&mut self, params: &Params) -> Answer {
-        let want = opt_str_param(params, "message_id")?;
+        let want = get_str(params, "message_id")?;
         let wanted = |id: &str| want.as_ref().is_none_or(|w| w == id);
         if let Some(r) = self.running.as_mut().filter(|r| wanted(&r.task.message_id)) {
             let id = r.task.message_id.clone();
@@ -353,7 +353,7 @@ impl Foreground {
     /// `turn/local`: a line the operator typed. With `--exec` it becomes a
     /// task of its own, queued like any other; otherwise it is only noted.
     pub(super) fn local(&mut self, params: &Params) -> Answer {
-        let text = str_param(params, "text")?;
+        let text = need_str(params, "text")?;
         if text.trim().is_empty() {
             return Ok(json!({"status": Status::Invalid, "reason": server::reason::EMPTY_BODY}));
         }

@@ -26,6 +26,7 @@ pub use deliver::{
 };
 pub use peer::Peer;
 pub use request::SendRequest;
+pub(crate) use request::{get_str, need_str};
 
 use crate::config::Config;
 use crate::events::{Hub, Subscription};
@@ -327,7 +328,7 @@ fn invalid_params(what: impl std::fmt::Display) -> RpcError {
 
 /// Member `name` of `p` (the key is its last dotted part) as `read` takes
 /// it: `None` when absent or null; `want` names what `read` accepts.
-fn opt<'a, T>(
+pub(crate) fn opt<'a, T>(
     p: &'a Map<String, Value>,
     name: &str,
     want: &str,
@@ -352,7 +353,7 @@ fn need<'a, T>(
     }
 }
 
-fn missing(field: &str) -> RpcError {
+pub(crate) fn missing(field: &str) -> RpcError {
     invalid_params(format!("{field} is missing"))
 }
 

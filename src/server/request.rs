@@ -111,12 +111,12 @@ pub(super) fn fast_send(line: &[u8]) -> Option<(Id, SendRequest, &RawValue)> {
 }
 
 /// Member `name` (its last dotted part the key), a string if there.
-fn get_str(p: &Map<String, Value>, name: &str) -> Result<Option<String>, RpcError> {
+pub(crate) fn get_str(p: &Map<String, Value>, name: &str) -> Result<Option<String>, RpcError> {
     opt(p, name, "a string", |v| v.as_str().map(String::from))
 }
 
 /// The same, for a member that must be there (a null is missing).
-fn need_str(p: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
+pub(crate) fn need_str(p: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
     get_str(p, k)?.ok_or_else(|| missing(k))
 }
 
