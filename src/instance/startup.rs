@@ -79,20 +79,18 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     // threads emit into it from their first acceptance.
     let hub = Arc::new(Hub::open(spool.dir()));
     started(&hub, &manifest, &opts, &spool);
-    let shared = Arc::new(
-        Shared::new(
-            config,
-            place.id.clone(),
-            spool,
-            manifest.clone(),
-            place.dir.clone(),
-            opts.policy.clone(),
-            paused,
-            hub,
-            events_tx.clone(),
-        )
-        .with_agent(opts.agent),
-    );
+    let shared = Arc::new(Shared::new(
+        config,
+        place.id.clone(),
+        spool,
+        manifest.clone(),
+        place.dir.clone(),
+        opts.policy.clone(),
+        paused,
+        hub,
+        events_tx.clone(),
+        opts.agent,
+    ));
     let listeners = accept(sockets, &shared)?;
     let signals = signal_channel(&[SIGTERM, SIGINT, SIGHUP])?;
     let (pane, panes) = super::pane::start(&opts, &place.id)?;

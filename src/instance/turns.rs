@@ -377,15 +377,8 @@ impl Foreground {
             max_inflight: 0,
         };
         let announce = |task: &Task, at| {
-            server::emit_accepted(
-                &self.hub,
-                EventKind::LocalInput,
-                task,
-                None,
-                LOCAL,
-                task.sender.pid,
-                at,
-            );
+            let event = server::Accepted::new(task, None, LOCAL, task.sender.pid, at);
+            self.hub.record(EventKind::LocalInput, &event);
         };
         let r = self
             .shared

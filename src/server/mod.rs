@@ -21,8 +21,7 @@ mod slots;
 mod zcoder;
 
 pub use deliver::{
-    Accepted, NotStored, Receiver, Verdict, admission_verdict, check_request, deliver,
-    emit_accepted, reason,
+    Accepted, NotStored, Receiver, Verdict, admission_verdict, check_request, deliver, reason,
 };
 pub use peer::Peer;
 pub use request::SendRequest;
@@ -168,6 +167,7 @@ impl Shared {
         paused: bool,
         hub: Arc<Hub>,
         events: chan::Sender<Event>,
+        agent: Option<u32>,
     ) -> Shared {
         let slots = slots::Slots::new(config.max_connections);
         let socket = manifest.socket.clone();
@@ -185,17 +185,11 @@ impl Shared {
             wake_on_accept: AtomicBool::new(true),
             handler: AtomicU32::new(0),
             turn_tokens: Mutex::new(std::collections::VecDeque::new()),
-            agent: AtomicU32::new(0),
+            agent: AtomicU32::new(agent.unwrap_or(0)),
             socket,
             slots,
             events,
         }
-    }
-
-    /// The same, for an instance that knows its agent's process.
-    pub fn with_agent(self, agent: Option<u32>) -> Shared {
-        self.agent.store(agent.unwrap_or(0), Ordering::SeqCst);
-        self
     }
 
     /// What the access table needs to know of this instance.

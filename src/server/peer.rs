@@ -9,6 +9,7 @@ use crate::wire::{self, Method};
 use serde_json::json;
 
 /// The process at the other end of a connection.
+#[derive(Default)]
 pub struct Peer {
     /// The kernel's peer pid, where the platform reports it.
     pub pid: Option<u32>,
@@ -30,10 +31,7 @@ impl Peer {
     pub fn new(pid: Option<u32>) -> Peer {
         Peer {
             pid,
-            cwd: std::cell::OnceCell::new(),
-            classified: std::cell::RefCell::new(None),
-            bridge: std::cell::OnceCell::new(),
-            serving: std::cell::RefCell::new(None),
+            ..Peer::default()
         }
     }
 
