@@ -261,22 +261,22 @@ impl Foreground {
     }
 
     /// A decision on the approval `approval_id`, taken only when `digest`
-    /// is that of what it shows: an answer for other text decides nothing.
+    /// is that of what it shows: an answer for other text decides nothing
+    /// (`Err`: why).
     fn decide_approval(
         &mut self,
         approval_id: &str,
         digest: &str,
         decision: &str,
         by: &Decider,
-    ) -> Value {
-        let invalid = |reason: String| json!({"status": "invalid", "approval_id": approval_id, "reason": reason});
+    ) -> Result<Value, String> {
         match self.find(approval_id, digest) {
-            None => invalid(format!("no approval {} is waiting", escape(approval_id))),
-            Some((_, false)) => invalid(format!(
+            None => Err(format!("no approval {} is waiting", escape(approval_id))),
+            Some((_, false)) => Err(format!(
                 "digest does not match what approval {approval_id} shows"
             )),
-            Some((Subject::Task(m), true)) => self.decide(&m, approval_id, decision, by),
-            Some((Subject::Tool(at), true)) => self.decide_permission(at, decision, by),
+            Some((Subject::Task(m), true)) => Ok(self.decide(&m, approval_id, decision, by)),
+            Some((Subject::Tool(at), true)) => Ok(self.decide_permission(at, decision, by)),
         }
     }
 
@@ -312,19 +312,21 @@ impl Foreground {
         let digest = answer_param(params, "digest")?;
         let decision = need_str(params, "decision")?;
         let by = get_str(params, "by")?;
-        let invalid =
-            |reason| Ok(json!({"status": "invalid", "approval_id": approval_id, "reason": reason}));
+        let invalid = |reason: &str| json!({"status": "invalid", "approval_id": approval_id, "reason": reason});
         if !matches!(decision.as_str(), "approve" | "deny") {
-            return invalid("decision is not approve or deny");
+            return Ok(invalid("decision is not approve or deny"));
         }
         if by.as_deref().is_some_and(|b| !valid_by(b)) {
-            return invalid("by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces");
+            return Ok(invalid(
+                "by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces",
+            ));
         }
         let by = Decider {
             kind: by.unwrap_or_else(|| "approval/respond".into()),
             pid,
         };
-        Ok(self.decide_approval(&approval_id, &digest, &decision, &by))
+        let decided = self.decide_approval(&approval_id, &digest, &decision, &by);
+        Ok(decided.unwrap_or_else(|why| invalid(&why)))
     }
 
     /// A controller answered an `approval/request`, on the connection of
@@ -349,12 +351,11 @@ impl Foreground {
             .unwrap_or("approval/request")
             .to_string();
         let by = Decider { kind, pid };
-        let answer = match field("digest") {
+        let decided = match field("digest") {
             Some(digest) => self.decide_approval(&approval_id, digest, decision, &by),
-            None => json!({"status": "invalid", "reason": "digest is missing"}),
+            None => Err("digest is missing".into()),
         };
-        if answer["status"] == "invalid" {
-            let why = answer["reason"].as_str().unwrap_or("");
+        if let Err(why) = decided {
             self.notice(None, format!("a reply to {rid} decided nothing: {why}"));
         }
     }

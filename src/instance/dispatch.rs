@@ -7,7 +7,7 @@
 use super::inbox::Interrupted;
 use super::{Answer, Approve, EPHEMERAL_GRACE, Foreground, Params, Reply};
 use crate::access::Caller;
-use crate::registry::{self, Manifest};
+use crate::registry;
 use crate::server::{self, Event, State};
 use crate::spool::{self, Spool};
 use crate::wire::Call;
@@ -64,11 +64,6 @@ impl Foreground {
         self.shared.wake_on_accept.store(waits, Ordering::SeqCst);
     }
 
-    fn manifest(&self) -> Manifest {
-        let m = self.shared.manifest.lock();
-        m.unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
     pub(super) fn spool(&self) -> &Spool {
         &self.shared.spool
     }
@@ -107,7 +102,7 @@ impl Foreground {
             return;
         }
         self.shared.set_state(want);
-        let m = self.manifest();
+        let m = self.shared.lock_manifest().clone();
         if let Err(e) = registry::publish(&self.origin.registry, &m) {
             eprintln!("baton: {e}");
         }
@@ -220,8 +215,7 @@ impl Foreground {
             Call::ControlPause => return self.pause(reply),
             Call::ControlResume => {
                 let changed = self.shared.paused.swap(false, Ordering::SeqCst);
-                self.refresh();
-                Ok(json!({"state": self.shared.state().as_str(), "changed": changed}))
+                return self.answer_pause(Settled { reply, changed });
             }
             Call::ControlStatus => Ok(self.status()),
             Call::InboxList => self.inbox_list(params),
@@ -272,16 +266,15 @@ impl Foreground {
         }
     }
 
-    /// Answers a `control/pause` once the acceptances before it are stored.
-    /// The state is published here, after them, as when the foreground
-    /// waited itself; a `control/resume` that came meanwhile wins, and the
-    /// answer says so.
+    /// Answers a `control/pause` once the acceptances before it are stored
+    /// (and a `control/resume` at once). The state is published here,
+    /// after them, as when the foreground waited itself; a
+    /// `control/resume` that came meanwhile wins, and the answer says so.
     pub(super) fn answer_pause(&mut self, settled: Settled) {
         self.refresh();
         let state = self.shared.state().as_str();
-        let _ = settled
-            .reply
-            .send(Ok(json!({"state": state, "changed": settled.changed})));
+        let answer = json!({"state": state, "changed": settled.changed});
+        let _ = settled.reply.send(Ok(answer));
     }
 
     /// `inbox/list`: one page of the tasks after `after`, at most `limit`
@@ -336,7 +329,7 @@ impl Foreground {
     }
 
     fn status(&self) -> Value {
-        let m = self.manifest();
+        let m = self.shared.lock_manifest().clone();
         let c = self.spool().counts();
         let turn = self.running.as_ref().map(|r| RunningTurn {
             message_id: r.task.message_id.clone(),

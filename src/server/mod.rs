@@ -220,7 +220,7 @@ impl Shared {
     }
 
     /// The manifest as published, held while the guard lives.
-    fn lock_manifest(&self) -> std::sync::MutexGuard<'_, Manifest> {
+    pub(crate) fn lock_manifest(&self) -> std::sync::MutexGuard<'_, Manifest> {
         self.manifest.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
