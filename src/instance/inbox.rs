@@ -26,16 +26,6 @@ pub(super) enum Interrupted {
     Discard,
 }
 
-impl Interrupted {
-    /// The event it records.
-    fn event_kind(self) -> EventKind {
-        match self {
-            Interrupted::Requeue => EventKind::TaskRequeued,
-            Interrupted::Discard => EventKind::TaskDiscarded,
-        }
-    }
-}
-
 impl Foreground {
     /// Pull mode: hands out the next task and opens its turn.
     pub(super) fn claim(&mut self) -> Value {
@@ -159,13 +149,21 @@ impl Foreground {
                 "reason": format!("no interrupted or rejected task {}", escape(&id)),
             }));
         }
-        let (r, status) = match what {
-            Interrupted::Requeue => (self.spool().requeue(&id), "requeued"),
-            Interrupted::Discard => (self.spool().finish(&id, Outcome::Discarded), "discarded"),
+        let (r, status, kind) = match what {
+            Interrupted::Requeue => (
+                self.spool().requeue(&id),
+                "requeued",
+                EventKind::TaskRequeued,
+            ),
+            Interrupted::Discard => (
+                self.spool().finish(&id, Outcome::Discarded),
+                "discarded",
+                EventKind::TaskDiscarded,
+            ),
         };
         Ok(match r {
             Ok(()) => {
-                self.hub.emit(what.event_kind(), json!({"message_id": id}));
+                self.hub.emit(kind, json!({"message_id": id}));
                 if let Interrupted::Discard = what {
                     self.ended(&id, Outcome::Discarded, None);
                 }

@@ -288,35 +288,34 @@ fn open_spool(opts: &ServeOptions, config: &Config, place: &Place) -> Result<Arc
 
 /// Binds the sockets (or takes the activated one).
 fn bind(place: &mut Place) -> Result<Vec<(Socket, UnixListener)>> {
-    let socket = &place.socket;
     let listen =
         |path: &Path| UnixListener::bind(path).map_err(|e| Error::io("listen on", path, e));
     // What was bound at `path`, once it listens.
-    let bound = |path: &Path, activated| {
+    let bound = |path: &Path, listener, activated| {
         let meta = fs::symlink_metadata(path).map_err(|e| Error::io("inspect", path, e))?;
         let path = path.to_path_buf();
-        Ok::<_, Error>(Socket {
-            path,
-            meta,
-            activated,
-        })
+        Ok::<_, Error>((
+            Socket {
+                path,
+                meta,
+                activated,
+            },
+            listener,
+        ))
     };
-    let activated = place.activated.take();
-    let was_activated = activated.is_some();
-    let listener = match activated {
+    let socket = &place.socket;
+    let mut sockets = vec![match place.activated.take() {
         // A peer that checks who serves this socket (sender verification,
         // docs/protocol.md §5) hears of the process that last listened on
         // it: the service manager, until we do.
         Some(l) => {
             sys::listen_here(&l).map_err(|e| Error::io("listen on", socket, e))?;
-            l
+            bound(socket, l, true)?
         }
-        None => listen(socket)?,
-    };
-    let mut sockets = vec![(bound(socket, was_activated)?, listener)];
+        None => bound(socket, listen(socket)?, false)?,
+    }];
     if let Some((_, zsock)) = &place.zcoder {
-        let listener = listen(zsock)?;
-        sockets.push((bound(zsock, false)?, listener));
+        sockets.push(bound(zsock, listen(zsock)?, false)?);
     }
     Ok(sockets)
 }

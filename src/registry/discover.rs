@@ -104,8 +104,6 @@ pub struct Skipped {
     pub manifest: Option<Manifest>,
     pub problem: String,
     #[serde(skip)]
-    pub stale: bool,
-    #[serde(skip)]
     pub wire: Wire,
 }
 
@@ -161,7 +159,6 @@ fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
             instance_id: valid_id(id).then(|| id.to_string()),
             manifest: None,
             problem: problem.0,
-            stale: false,
             wire: dir.wire,
         }),
     }
@@ -274,7 +271,7 @@ fn settle(
                 } else {
                     f.problem
                 };
-                found.skipped.push(skipped_peer(m, wire, problem, stale));
+                found.skipped.push(skipped_peer(m, wire, problem));
                 continue;
             }
         };
@@ -320,7 +317,7 @@ fn triage(
                 "stale: its instance (pid {}) is gone; the wake socket stays",
                 m.pid
             );
-            skipped.push(skipped_peer(m, w, problem, true));
+            skipped.push(skipped_peer(m, w, problem));
         } else if keep(&m) {
             to_ping.push((m, w));
         }
@@ -354,7 +351,7 @@ fn ping_all(peers: &[(Manifest, Wire)], timeout: Duration) -> Vec<Result<State, 
 }
 
 /// A valid manifest that discovery did not list, and why.
-pub(super) fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool) -> Skipped {
+fn skipped_peer(m: Manifest, wire: Wire, problem: String) -> Skipped {
     Skipped {
         path: manifest_path(
             Path::new(&m.socket).parent().unwrap_or(Path::new("/")),
@@ -363,7 +360,6 @@ pub(super) fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool
         instance_id: Some(m.instance_id.clone()),
         problem,
         manifest: Some(m),
-        stale,
         wire,
     }
 }
