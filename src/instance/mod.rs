@@ -137,7 +137,6 @@ struct Running {
 struct Foreground {
     shared: Arc<Shared>,
     opts: ServeOptions,
-    socket: PathBuf,
     /// zcoder's registry directory and our socket there, with `--zcoder`.
     zcoder: Option<(PathBuf, PathBuf)>,
     workspace: PathBuf,

@@ -4,17 +4,15 @@
 //! the one we bound. Also here: `meta.json`, the sweep of dead ephemeral
 //! spools, and the signal channel.
 
-use super::dispatch::Settled;
 use super::{Foreground, Inputs, ServeOptions};
 use crate::config::{Config, Relay};
 use crate::error::{Error, Result};
 use crate::events::Hub;
 use crate::registry::{self, Manifest};
 use crate::relay::Origin;
-use crate::server::{self, Event, Shared};
+use crate::server::{self, Shared};
 use crate::spool::{self, Spool};
 use crate::sys;
-use crate::turn::TurnEvent;
 use crate::wire::EventKind;
 use crossbeam_channel as chan;
 use serde_json::json;
@@ -57,16 +55,6 @@ pub(super) struct Listeners(Vec<(Socket, chan::Receiver<()>)>);
 /// (docs/protocol.md §7, Manifest). The instance, ready for its loop.
 pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, Inputs, Listeners)> {
     sys::set_umask(0o077);
-    if config.relay == Relay::Off {
-        return Err(Error::Env(
-            "BATON_RELAY=off: the relay is disabled, so serve does not start".into(),
-        ));
-    }
-    if opts.tmux_pane.is_some() && crate::tmux::find_on_path().is_none() {
-        return Err(Error::Env(
-            "--tmux-pane: tmux is not on PATH, so no task can be typed into a pane".into(),
-        ));
-    }
     let mut place = place(&opts, &config)?;
     let spool = open_spool(&opts, &config, &place)?;
     // Stale entries of dead instances go before we add our own.
@@ -116,29 +104,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     );
     let (turns_tx, turns) = chan::unbounded();
     let (pauses_tx, pauses) = chan::unbounded();
-    let fg = foreground(place, opts, shared, events_tx, turns_tx, pauses_tx, pane);
-    let inputs = Inputs {
-        events,
-        turns,
-        pauses,
-        panes,
-        signals,
-        stop,
-    };
-    Ok((fg, inputs, listeners))
-}
-
-/// The foreground's starting state.
-fn foreground(
-    place: Place,
-    opts: ServeOptions,
-    shared: Arc<Shared>,
-    events_tx: chan::Sender<Event>,
-    turns_tx: chan::Sender<TurnEvent>,
-    pauses_tx: chan::Sender<Settled>,
-    pane: Option<super::pane::Pane>,
-) -> Foreground {
-    Foreground {
+    let fg = Foreground {
         hub: Arc::clone(&shared.hub),
         origin: Origin {
             config: shared.config.clone(),
@@ -148,7 +114,6 @@ fn foreground(
             workspace: place.workspace.display().to_string(),
         },
         opts,
-        socket: place.socket,
         zcoder: place.zcoder,
         workspace: place.workspace,
         shared,
@@ -169,12 +134,32 @@ fn foreground(
         idle_since: None,
         short: None,
         pane,
-    }
+    };
+    let inputs = Inputs {
+        events,
+        turns,
+        pauses,
+        panes,
+        signals,
+        stop,
+    };
+    Ok((fg, inputs, listeners))
 }
 
 /// Resolves the registry, workspace, name, id and sockets, and checks
-/// them; creates nothing but the registry directories.
+/// them and that the instance can serve at all; creates nothing but the
+/// registry directories.
 fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
+    if config.relay == Relay::Off {
+        return Err(Error::Env(
+            "BATON_RELAY=off: the relay is disabled, so serve does not start".into(),
+        ));
+    }
+    if opts.tmux_pane.is_some() && crate::tmux::find_on_path().is_none() {
+        return Err(Error::Env(
+            "--tmux-pane: tmux is not on PATH, so no task can be typed into a pane".into(),
+        ));
+    }
     let dir = registry::ensure_dir(config)?;
     let workspace = workspace(opts)?;
     let name = match &opts.name {

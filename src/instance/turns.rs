@@ -95,7 +95,7 @@ impl Foreground {
 
     fn turn_env(&self, task: &Task, token: &str) -> Vec<(&'static str, String)> {
         vec![
-            (config::BATON_SOCKET, self.socket.display().to_string()),
+            (config::BATON_SOCKET, self.shared.socket.clone()),
             (config::BATON_TURN, token.to_string()),
             ("BATON_MESSAGE_ID", task.message_id.clone()),
             (

@@ -150,7 +150,7 @@ pub struct Shared {
     /// one and our socket is a turn's, even after its turn ended.
     pub turn_tokens: Mutex<std::collections::VecDeque<String>>,
     /// Our socket, as handlers get it in `BATON_SOCKET`.
-    socket: String,
+    pub socket: String,
     slots: slots::Slots,
     events: chan::Sender<Event>,
 }
