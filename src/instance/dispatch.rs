@@ -4,7 +4,6 @@
 //! events are dispatched, the calls answered, the state recomputed and
 //! published, and the timers armed.
 
-use super::inbox::Interrupted;
 use super::{Answer, Approve, EPHEMERAL_GRACE, Foreground, Params, Reply};
 use crate::access::Caller;
 use crate::registry;
@@ -74,11 +73,10 @@ impl Foreground {
 
     /// A `notice`, of the task `id` or of the instance's own.
     pub(super) fn notice(&self, id: Option<&str>, text: impl Into<String>) {
-        let text = text.into();
-        let fields = match id {
-            Some(id) => json!({"message_id": id, "text": text}),
-            None => json!({"text": text}),
-        };
+        let mut fields = json!({"text": text.into()});
+        if let Some(id) = id {
+            fields["message_id"] = json!(id);
+        }
         self.hub.emit(EventKind::Notice, fields);
     }
 
@@ -221,8 +219,7 @@ impl Foreground {
             Call::InboxList => self.inbox_list(params),
             Call::InboxClaim => Ok(self.claim()),
             Call::InboxComplete => return self.complete(params, reply),
-            Call::InboxRequeue => self.interrupted(Interrupted::Requeue, params),
-            Call::InboxDiscard => self.interrupted(Interrupted::Discard, params),
+            Call::InboxRequeue | Call::InboxDiscard => self.interrupted(method, params),
             Call::ApprovalRespond => self.approval_respond(params, pid),
             Call::TurnCancel => self.cancel(params),
             Call::TurnLocal => self.local(params),

@@ -10,21 +10,14 @@ use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task};
 use crate::status::Status;
 use crate::turn;
-use crate::wire::EventKind;
 use crate::wire::Outcome;
+use crate::wire::{Call, EventKind};
 use serde_json::{Value, json};
 
 use super::approval::Gate;
 
 /// `plan_send`'s answer for the reply of `inbox/complete`.
 type PlannedReply = Result<Plan, RpcError>;
-
-/// What `inbox/requeue` and `inbox/discard` do with a set-aside task.
-#[derive(Clone, Copy)]
-pub(super) enum Interrupted {
-    Requeue,
-    Discard,
-}
 
 impl Foreground {
     /// Pull mode: hands out the next task and opens its turn.
@@ -138,9 +131,10 @@ impl Foreground {
         v
     }
 
-    /// Puts an interrupted task back in the queue, or discards it with a
-    /// receipt (so a retry of its id stays a duplicate).
-    pub(super) fn interrupted(&mut self, what: Interrupted, params: &Params) -> Answer {
+    /// Puts an interrupted task back in the queue (`inbox/requeue`), or
+    /// discards it with a receipt, so a retry of its id stays a duplicate
+    /// (`inbox/discard`).
+    pub(super) fn interrupted(&mut self, call: Call, params: &Params) -> Answer {
         let id = need_str(params, "message_id")?;
         if !self.spool().is_set_aside(&id) {
             return Ok(json!({
@@ -149,22 +143,24 @@ impl Foreground {
                 "reason": format!("no interrupted or rejected task {}", escape(&id)),
             }));
         }
-        let (r, status, kind) = match what {
-            Interrupted::Requeue => (
-                self.spool().requeue(&id),
-                "requeued",
-                EventKind::TaskRequeued,
-            ),
-            Interrupted::Discard => (
+        let discard = call == Call::InboxDiscard;
+        let (r, status, kind) = if discard {
+            (
                 self.spool().finish(&id, Outcome::Discarded),
                 "discarded",
                 EventKind::TaskDiscarded,
-            ),
+            )
+        } else {
+            (
+                self.spool().requeue(&id),
+                "requeued",
+                EventKind::TaskRequeued,
+            )
         };
         Ok(match r {
             Ok(()) => {
                 self.hub.emit(kind, json!({"message_id": id}));
-                if let Interrupted::Discard = what {
+                if discard {
                     self.ended(&id, Outcome::Discarded, None);
                 }
                 json!({"status": status, "message_id": id})

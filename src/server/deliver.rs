@@ -342,15 +342,14 @@ fn check_sender(
     // Only verified identity is matched: a plain sender's name and claimed
     // workspace are self-reported, so it is judged by its working
     // directory.
-    let (policy_name, policy_workspace) = if sender.instance_id.is_some() {
-        (sender.name.clone(), sender.workspace.clone())
-    } else {
-        (None, cwd)
+    let (name, workspace) = match sender.instance_id {
+        Some(_) => (sender.name.as_deref(), sender.workspace.as_deref()),
+        None => (None, cwd.as_deref()),
     };
-    if let Some(why) = shared.policy.check(
-        policy_name.as_deref().unwrap_or(""),
-        policy_workspace.as_deref().unwrap_or(""),
-    ) {
+    if let Some(why) = shared
+        .policy
+        .check(name.unwrap_or(""), workspace.unwrap_or(""))
+    {
         return Err(refuse_verified(&sender, Status::Denied, why));
     }
     if cfg.max_hops > 0 && hop > cfg.max_hops {
