@@ -346,10 +346,7 @@ fn check_sender(
         Some(_) => (sender.name.as_deref(), sender.workspace.as_deref()),
         None => (None, cwd.as_deref()),
     };
-    if let Some(why) = shared
-        .policy
-        .check(name.unwrap_or(""), workspace.unwrap_or(""))
-    {
+    if let Some(why) = (shared.policy).check(name.unwrap_or(""), workspace.unwrap_or("")) {
         return Err(refuse_verified(&sender, Status::Denied, why));
     }
     if cfg.max_hops > 0 && hop > cfg.max_hops {
