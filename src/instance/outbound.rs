@@ -26,7 +26,7 @@ pub(super) type Plan = Result<Outbound, Value>;
 /// there is none (the notice's text, said here).
 pub(super) struct StdoutReply {
     pub(super) record: Option<ReplyRecord>,
-    send: Result<Outbound, String>,
+    pub(super) send: Result<Outbound, String>,
 }
 
 impl Foreground {
@@ -58,14 +58,6 @@ impl Foreground {
             r.message_id = Some(out.message_id.clone());
         }
         StdoutReply { record, send }
-    }
-
-    /// Sends a planned `--reply`, or says why none goes out.
-    pub(super) fn send_stdout_reply(&mut self, id: &str, plan: StdoutReply) {
-        match plan.send {
-            Ok(out) => self.spawn_send(out, Some(id.to_string()), None),
-            Err(why) => self.notice(Some(id), why),
-        }
     }
 
     /// Delivers on a worker thread; the result goes to the transcript and
@@ -156,23 +148,17 @@ impl Foreground {
         }
     }
 
-    /// The task a turn token names: the running turn or an open one.
-    fn task_of_turn(&self, token: &str) -> Option<&Task> {
-        if let Some(r) = self.running.as_ref().filter(|r| r.token == token) {
-            return Some(&r.task);
-        }
-        self.open.iter().find(|o| o.token == token).map(|o| &o.task)
-    }
-
-    /// The task whose turn a send is made in: the token's, or with no
-    /// token the running exec turn's, which holds a send from this agent
-    /// to its scope all the same (docs/decisions.md). None: the token
-    /// names no open turn.
+    /// The task whose turn a send is made in: the token's (the running
+    /// turn's or an open one's), or with no token the running exec turn's,
+    /// which holds a send from this agent to its scope all the same
+    /// (docs/decisions.md). None: the token names no open turn.
     fn scope_of(&self, turn: Option<&str>) -> Option<Option<Task>> {
-        match turn {
-            Some(t) => self.task_of_turn(t).cloned().map(Some),
-            None => Some(self.running.as_ref().map(|r| r.task.clone())),
-        }
+        let Some(t) = turn else {
+            return Some(self.running.as_ref().map(|r| r.task.clone()));
+        };
+        let running = self.running.as_ref().filter(|r| r.token == t);
+        let open = || self.open.iter().find(|o| o.token == t).map(|o| &o.task);
+        running.map(|r| &r.task).or_else(open).cloned().map(Some)
     }
 
     /// A process of one of our turns speaks only as that turn, token or

@@ -308,8 +308,10 @@ impl Foreground {
         if finished {
             self.ended(&id, outcome, record.as_ref());
         }
-        if let Some(plan) = reply {
-            self.send_stdout_reply(&id, plan);
+        match reply.map(|plan| plan.send) {
+            Some(Ok(out)) => self.spawn_send(out, Some(id), None),
+            Some(Err(why)) => self.notice(Some(&id), why),
+            None => {}
         }
         // Unpaused, the state is `pump`'s to publish, after it looked for
         // the next turn.

@@ -148,9 +148,7 @@ impl SendRequest {
     pub(super) fn from_zcoder(obj: &Map<String, Value>) -> Option<SendRequest> {
         let s = |k: &str| get_str(obj, k).ok();
         for k in ["sender_pid", "created_at"] {
-            if obj.get(k).is_some_and(|v| !v.is_null() && !v.is_u64()) {
-                return None;
-            }
+            opt(obj, k, "an integer", Value::as_u64).ok()?;
         }
         let project = s("sender_project")?;
         Some(SendRequest {
