@@ -26,7 +26,7 @@ pub(super) type Plan = Result<Outbound, Value>;
 /// there is none (the notice's text, said here).
 pub(super) struct StdoutReply {
     pub(super) record: Option<ReplyRecord>,
-    pub(super) send: Result<Outbound, String>,
+    send: Result<Outbound, String>,
 }
 
 impl Foreground {
@@ -58,6 +58,14 @@ impl Foreground {
             r.message_id = Some(out.message_id.clone());
         }
         StdoutReply { record, send }
+    }
+
+    /// Sends a planned `--reply`, or says why none goes out.
+    pub(super) fn send_stdout_reply(&mut self, id: String, plan: StdoutReply) {
+        match plan.send {
+            Ok(out) => self.spawn_send(out, Some(id), None),
+            Err(why) => self.notice(Some(&id), why),
+        }
     }
 
     /// Delivers on a worker thread; the result goes to the transcript and

@@ -308,10 +308,8 @@ impl Foreground {
         if finished {
             self.ended(&id, outcome, record.as_ref());
         }
-        match reply.map(|plan| plan.send) {
-            Some(Ok(out)) => self.spawn_send(out, Some(id), None),
-            Some(Err(why)) => self.notice(Some(&id), why),
-            None => {}
+        if let Some(plan) = reply {
+            self.send_stdout_reply(id, plan);
         }
         // Unpaused, the state is `pump`'s to publish, after it looked for
         // the next turn.
