@@ -14,7 +14,7 @@ use crate::wire::EventKind;
 use crate::wire::Mode;
 use crate::wire::Outcome;
 use crate::wire::answer::{ControlStatus, Queue, RunningTurn};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -293,13 +293,9 @@ impl Foreground {
                                  "reason": format!("task {id} is not listed (it left the inbox): list again from the start")}));
             }
         }
-        let mut page: Map<String, Value> = LIST_ORDER
-            .iter()
-            .map(|p| (p.to_string(), Value::Array(Vec::new())))
-            .collect();
-        let (mut waiting, mut bytes, mut taken) = (Vec::new(), 0, 0);
-        let mut last: Option<String> = None;
-        let mut next = Value::Null;
+        let mut page = json!({"processing": [], "rejected": [], "interrupted": [], "queued": [],
+                              "awaiting_approval": [], "next": null});
+        let (mut bytes, mut taken, mut last) = (0, 0, None);
         for (place, t) in tasks {
             let summary = serde_json::to_value(&t).expect("a summary serializes");
             let asked = place == "queued" && self.asked.contains_key(&t.message_id);
@@ -309,20 +305,17 @@ impl Foreground {
                 size += json!(t.message_id).to_string().len() + 1;
             }
             if taken == limit || (taken > 0 && bytes + size > LIST_RESULT_BYTES - LIST_ROOM) {
-                next = json!(last);
+                page["next"] = json!(last);
                 break;
             }
+            let mut push = |k: &str, v| page[k].as_array_mut().expect("a list").push(v);
             if asked {
-                waiting.push(json!(t.message_id));
+                push("awaiting_approval", json!(t.message_id));
             }
-            if let Some(Value::Array(v)) = page.get_mut(place) {
-                v.push(summary);
-            }
+            push(place, summary);
             (bytes, taken, last) = (bytes + size, taken + 1, Some(t.message_id));
         }
-        page.insert("awaiting_approval".into(), Value::Array(waiting));
-        page.insert("next".into(), next);
-        Ok(Value::Object(page))
+        Ok(page)
     }
 
     fn status(&self) -> Value {
