@@ -178,7 +178,7 @@ impl Foreground {
         // that reads the manifest after its answer sees the task ended.
         self.refresh();
         match finished {
-            Ok((answer, Some((id, plan)))) => self.reply_from(&id, plan, answer, answer_to),
+            Ok((answer, Some((id, plan)))) => self.reply_from(id, plan, answer, answer_to),
             done => {
                 let _ = answer_to.send(done.map(|(answer, _)| answer));
             }
@@ -250,8 +250,7 @@ impl Foreground {
     /// --reply` from the turn just completed (planned while it was open),
     /// on a sender thread, and `answer` goes to `answer_to` with the
     /// reply's result once it is known (bounded by the I/O timeout).
-    fn reply_from(&mut self, id: &str, plan: PlannedReply, mut answer: Value, answer_to: Reply) {
-        let id = id.to_string();
+    fn reply_from(&mut self, id: String, plan: PlannedReply, mut answer: Value, answer_to: Reply) {
         match plan {
             Ok(Ok(out)) => {
                 let waiter = Waiter::Complete {

@@ -118,8 +118,7 @@ impl Foreground {
     /// A sender thread's result, for the transcript. A reply that was not
     /// delivered is also said as a notice (and on stderr): a handler run
     /// with `--reply` has exited by then, and the operator is who learns.
-    pub(super) fn relayed(&mut self, result: Value, reply_of: Option<String>) {
-        let mut fields = result;
+    pub(super) fn relayed(&mut self, mut fields: Value, reply_of: Option<String>) {
         if let Some(r) = &reply_of {
             fields["reply_of"] = json!(r);
             let status = fields["status"].as_str().unwrap_or("");

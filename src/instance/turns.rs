@@ -147,7 +147,13 @@ impl Foreground {
                     json!({"message_id": id, "pid": handler.pid, "from": turn::display_name(&task.sender),
                            "sender_id": task.sender.instance_id, "hop": task.hop}),
                 );
-                self.record_group(&token, handler.pid, &id);
+                // The record names the handler's process group too. Should
+                // that fail, the token's record stands, which recovery finds
+                // the group by (the instance's session, a group whose leader
+                // is gone, the token in its environment): the turn goes on.
+                if let Err(e) = self.spool().record_handler(&token, Some(handler.pid)) {
+                    self.notice(Some(&id), e.to_string());
+                }
                 self.running = Some(Running {
                     task,
                     token,
@@ -430,15 +436,5 @@ impl Foreground {
             spool.clear_handler();
             cannot_run(e)
         })
-    }
-
-    /// Once the turn started: the record names the handler's process
-    /// group too. Should that fail, the token's record stands, which
-    /// recovery finds the group by (the instance's session, a group whose
-    /// leader is gone, the token in its environment): the turn goes on.
-    fn record_group(&self, token: &str, pgid: u32, id: &str) {
-        if let Err(e) = self.spool().record_handler(token, Some(pgid)) {
-            self.notice(Some(id), e.to_string());
-        }
     }
 }
