@@ -69,7 +69,6 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     started(&hub, &manifest, &opts, &spool);
     let shared = Arc::new(Shared::new(
         config,
-        place.id.clone(),
         spool,
         manifest.clone(),
         place.dir.clone(),

@@ -159,7 +159,6 @@ impl Shared {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: Config,
-        instance_id: String,
         spool: Arc<Spool>,
         manifest: Manifest,
         registry: PathBuf,
@@ -173,7 +172,7 @@ impl Shared {
         let socket = manifest.socket.clone();
         Shared {
             config,
-            instance_id,
+            instance_id: manifest.instance_id.clone(),
             spool,
             state: AtomicU8::new(if paused { State::Paused } else { State::Ready } as u8),
             paused: AtomicBool::new(paused),
@@ -235,13 +234,10 @@ pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
         if shared.stopping.load(Ordering::SeqCst) {
             break;
         }
-        let stream = match conn {
-            Ok(s) => s,
-            Err(_) => {
-                // EMFILE and friends: back off instead of spinning.
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
+        let Ok(stream) = conn else {
+            // EMFILE and friends: back off instead of spinning.
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
         };
         let cred = match sys::peer_cred(&stream) {
             Ok(c) if c.uid == me => c,
