@@ -201,20 +201,19 @@ impl Foreground {
         let target = get_str(params, "target")?;
         let mode = get_str(params, "mode")?.unwrap_or_else(|| "queue".into());
         let is_reply = server::opt(params, "reply", "a boolean", Value::as_bool)?.unwrap_or(false);
-        let message_id = match get_str(params, "message_id")? {
-            Some(id) if registry::valid_id(&id) => id,
-            Some(_) => {
-                let id = self.new_message_id();
-                return Ok(Err(json!({"status": Status::Invalid, "message_id": id,
-                                     "reason": server::reason::BAD_MESSAGE_ID})));
-            }
-            None => self.new_message_id(),
-        };
+        let given = get_str(params, "message_id")?;
+        let valid = given.as_deref().is_none_or(registry::valid_id);
+        let message_id = given
+            .filter(|_| valid)
+            .unwrap_or_else(|| self.new_message_id());
         let refuse = |status: Status, reason: &str| {
             Ok(Err(
                 json!({"status": status, "message_id": message_id, "reason": reason}),
             ))
         };
+        if !valid {
+            return refuse(Status::Invalid, server::reason::BAD_MESSAGE_ID);
+        }
         if !matches!(mode.as_str(), "queue" | "steer") {
             return refuse(Status::Invalid, "mode is not queue or steer");
         }

@@ -39,16 +39,13 @@ impl Peer {
     /// not be told for want of a resource (then again next time).
     pub fn caller(&self, shared: &Shared) -> Caller {
         let known = self.classified.borrow().clone();
-        let c = match known {
-            Some(c) => c,
-            None => {
-                let c = access::classify(self.pid, &shared.ours());
-                if !c.unsure {
-                    *self.classified.borrow_mut() = Some(c.clone());
-                }
-                c
+        let c = known.unwrap_or_else(|| {
+            let c = access::classify(self.pid, &shared.ours());
+            if !c.unsure {
+                *self.classified.borrow_mut() = Some(c.clone());
             }
-        };
+            c
+        });
         match self.bridge.get() {
             Some(key) => c.as_bridge(key.clone()),
             None => c,
