@@ -262,7 +262,8 @@ impl Foreground {
 
     /// A decision on the approval `approval_id`, taken only when `digest`
     /// is that of what it shows: an answer for other text decides nothing
-    /// (`Err`: why).
+    /// (`Err`: why). A task's decision names the task; a tool call's is
+    /// recorded for `baton mcp` to pass on, by the host's request id.
     fn decide_approval(
         &mut self,
         approval_id: &str,
@@ -270,40 +271,41 @@ impl Foreground {
         decision: &str,
         by: &Decider,
     ) -> Result<Value, String> {
-        match self.find(approval_id, digest) {
-            None => Err(format!("no approval {} is waiting", escape(approval_id))),
-            Some((_, false)) => Err(format!(
-                "digest does not match what approval {approval_id} shows"
-            )),
-            Some((Subject::Task(m), true)) => Ok(self.decide(&m, approval_id, decision, by)),
-            Some((Subject::Tool(at), true)) => Ok(self.decide_permission(at, decision, by)),
-        }
-    }
-
-    /// A decision on the task `message_id`, which waits for the approval
-    /// `approval_id`.
-    fn decide(
-        &mut self,
-        message_id: &str,
-        approval_id: &str,
-        decision: &str,
-        by: &Decider,
-    ) -> Value {
-        self.asked.remove(message_id);
-        self.requests.retain(|_, a| a != approval_id);
-        self.hub.emit(
-            EventKind::ApprovalResolved,
-            json!({"approval_id": approval_id, "message_id": message_id, "decision": decision,
-                   "by": by.kind, "by_pid": by.pid}),
-        );
-        let status = if decision == "approve" {
-            self.approved.insert(message_id.to_string());
-            "approved"
-        } else {
-            self.deny(message_id, by);
-            "denied"
+        let subject = match self.find(approval_id, digest) {
+            None => return Err(format!("no approval {} is waiting", escape(approval_id))),
+            Some((_, false)) => {
+                return Err(format!(
+                    "digest does not match what approval {approval_id} shows"
+                ));
+            }
+            Some((subject, true)) => subject,
         };
-        json!({"status": status, "approval_id": approval_id, "message_id": message_id})
+        self.requests.retain(|_, a| a != approval_id);
+        let (kind, key, about) = match &subject {
+            Subject::Task(m) => {
+                self.asked.remove(m);
+                (EventKind::ApprovalResolved, "message_id", json!(m))
+            }
+            Subject::Tool(at) => {
+                let mut p = self.permissions.remove(*at);
+                let request_id = p.params["request_id"].take();
+                (EventKind::PermissionResolved, "request_id", request_id)
+            }
+        };
+        let mut event = json!({"approval_id": approval_id, "decision": decision,
+                               "by": by.kind, "by_pid": by.pid});
+        event[key] = about.clone();
+        self.hub.emit(kind, event);
+        let approved = decision == "approve";
+        if let Subject::Task(m) = &subject {
+            if approved {
+                self.approved.insert(m.clone());
+            } else {
+                self.deny(m, by);
+            }
+        }
+        let status = if approved { "approved" } else { "denied" };
+        Ok(json!({"status": status, "approval_id": approval_id, key: about}))
     }
 
     /// `approval/respond`, from the connection of peer `pid`.
