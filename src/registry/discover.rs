@@ -169,9 +169,7 @@ fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
 /// valid: a file that is not a manifest costs a look, never a place, and
 /// the scan stays bounded in time however full the directory is.
 pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Truncated> {
-    let Ok(mut entries) = fs::read_dir(&dir.path) else {
-        return None;
-    };
+    let mut entries = fs::read_dir(&dir.path).ok()?;
     let mut names: Vec<String> = (entries.by_ref().take(MAX_ENTRIES))
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|name| {
