@@ -207,7 +207,6 @@ impl Foreground {
     /// `inbox/complete` with a reply and `control/pause`, once their helper
     /// thread reports.
     fn call(&mut self, method: Call, params: &Params, reply: Reply, caller: &Caller) {
-        let pid = caller.pid;
         let answer = match method {
             Call::RelaySend => return self.relay_send(params, reply, caller),
             Call::ControlPause => return self.pause(reply),
@@ -220,11 +219,11 @@ impl Foreground {
             Call::InboxClaim => Ok(self.claim()),
             Call::InboxComplete => return self.complete(params, reply),
             Call::InboxRequeue | Call::InboxDiscard => self.interrupted(method, params),
-            Call::ApprovalRespond => self.approval_respond(params, pid),
+            Call::ApprovalRespond => self.approval_respond(params, caller.pid),
             Call::TurnCancel => self.cancel(params),
             Call::TurnLocal => self.local(params),
             Call::TaskStatus => self.task_status(params, caller),
-            Call::PermissionAsk => self.permission_ask(params, pid),
+            Call::PermissionAsk => self.permission_ask(params, caller.pid),
         };
         let _ = reply.send(answer);
     }

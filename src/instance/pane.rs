@@ -256,12 +256,11 @@ impl Foreground {
         let Some(p) = self.pane.as_mut() else {
             return;
         };
-        let delay = match p.retry_at {
+        p.delay = match p.retry_at {
             Some(_) => (p.delay * 2).min(LAST_RETRY),
             None => FIRST_RETRY,
         };
-        p.delay = delay;
-        p.retry_at = Some(Instant::now() + delay);
+        p.retry_at = Some(Instant::now() + p.delay);
     }
 
     /// A claimed task that could not be typed goes back to its place in
