@@ -232,12 +232,10 @@ impl Foreground {
     /// task that is itself a reply gets none, so two instances that deny
     /// each other's notices cannot loop.
     fn tell_denied(&mut self, task: &Task, by: &Decider) {
-        let Some(sender) = task.sender.instance_id.clone() else {
+        let sender = task.sender.instance_id.clone();
+        let Some(sender) = sender.filter(|_| task.in_reply_to.is_none()) else {
             return;
         };
-        if task.in_reply_to.is_some() {
-            return;
-        }
         let body = format!(
             "baton: task {} was denied by {} at {}; it did not run.\n",
             task.message_id,
@@ -247,17 +245,6 @@ impl Foreground {
         let id = self.new_message_id();
         let out = back_to(task, &sender, body, id, "a denial notice".into());
         self.spawn_send(out, Some(task.message_id.clone()), None);
-    }
-
-    /// What waits under `approval_id`, and whether `digest` is that of
-    /// what it shows.
-    fn find(&self, approval_id: &str, digest: &str) -> Option<(Subject, bool)> {
-        let task = (self.asked.iter().find(|(_, p)| p.id == approval_id))
-            .map(|(m, p)| (Subject::Task(m.clone()), p.digest == digest));
-        task.or_else(|| {
-            let at = self.permissions.iter().position(|p| p.id == approval_id)?;
-            Some((Subject::Tool(at), self.permissions[at].digest == digest))
-        })
     }
 
     /// A decision on the approval `approval_id`, taken only when `digest`
@@ -271,7 +258,15 @@ impl Foreground {
         decision: &str,
         by: &Decider,
     ) -> Result<Value, String> {
-        let subject = match self.find(approval_id, digest) {
+        // What waits under `approval_id`, and whether `digest` is that of
+        // what it shows.
+        let task = (self.asked.iter().find(|(_, p)| p.id == approval_id))
+            .map(|(m, p)| (Subject::Task(m.clone()), p.digest == digest));
+        let found = task.or_else(|| {
+            let at = self.permissions.iter().position(|p| p.id == approval_id)?;
+            Some((Subject::Tool(at), self.permissions[at].digest == digest))
+        });
+        let subject = match found {
             None => return Err(format!("no approval {} is waiting", escape(approval_id))),
             Some((_, false)) => {
                 return Err(format!(

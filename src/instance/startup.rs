@@ -184,22 +184,21 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
     check_socket_path(&socket, "BATON_DIR")?;
     // `--zcoder`: a second socket in zcoder's registry, so that zcoder
     // instances find this one and can deliver to it.
-    let zcoder = match opts.zcoder {
-        true => {
-            let zdir = registry::ensure_private_dir(&registry::zcoder_dir(), "zcoder registry")?;
-            // The same directory would need two sockets of one name, and
-            // would leave the first bound when the second failed.
-            if zdir == dir {
-                return Err(Error::Env(format!(
-                    "--zcoder: zcoder's registry {} is baton's own registry: point ZCODER_RELAY_DIR or BATON_DIR elsewhere",
-                    zdir.display()
-                )));
-            }
-            let zsock = registry::socket_path(&zdir, &id);
-            check_socket_path(&zsock, "ZCODER_RELAY_DIR")?;
-            Some((zdir, zsock))
+    let zcoder = if opts.zcoder {
+        let zdir = registry::ensure_private_dir(&registry::zcoder_dir(), "zcoder registry")?;
+        // The same directory would need two sockets of one name, and
+        // would leave the first bound when the second failed.
+        if zdir == dir {
+            return Err(Error::Env(format!(
+                "--zcoder: zcoder's registry {} is baton's own registry: point ZCODER_RELAY_DIR or BATON_DIR elsewhere",
+                zdir.display()
+            )));
         }
-        false => None,
+        let zsock = registry::socket_path(&zdir, &id);
+        check_socket_path(&zsock, "ZCODER_RELAY_DIR")?;
+        Some((zdir, zsock))
+    } else {
+        None
     };
     Ok(Place {
         dir,

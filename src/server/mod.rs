@@ -168,11 +168,11 @@ impl Shared {
         events: chan::Sender<Event>,
         agent: Option<u32>,
     ) -> Shared {
-        let slots = slots::Slots::new(config.max_connections);
-        let socket = manifest.socket.clone();
         Shared {
+            slots: slots::Slots::new(config.max_connections),
             config,
             instance_id: manifest.instance_id.clone(),
+            socket: manifest.socket.clone(),
             spool,
             state: AtomicU8::new(if paused { State::Paused } else { State::Ready } as u8),
             paused: AtomicBool::new(paused),
@@ -185,19 +185,16 @@ impl Shared {
             handler: AtomicU32::new(0),
             turn_tokens: Mutex::new(std::collections::VecDeque::new()),
             agent: AtomicU32::new(agent.unwrap_or(0)),
-            socket,
-            slots,
             events,
         }
     }
 
     /// What the access table needs to know of this instance.
     pub fn ours(&self) -> crate::access::Ours<'_> {
-        let handler = self.handler.load(Ordering::SeqCst);
         crate::access::Ours {
             pid: std::process::id(),
             socket: &self.socket,
-            handler: (handler != 0).then_some(handler),
+            handler: Some(self.handler.load(Ordering::SeqCst)).filter(|h| *h != 0),
             agent: Some(self.agent.load(Ordering::SeqCst)).filter(|a| *a != 0),
             tokens: Some(&self.turn_tokens),
         }
