@@ -40,20 +40,16 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
     // u64. When the remainder leaves fewer than 9 free bytes the padding
     // spills into a second block, hence the two-block scratch buffer.
     let rest = blocks.remainder();
-    blocks.for_each(|block| compress(&mut state, block));
     let mut tail = [0u8; 2 * BLOCK];
     tail[..rest.len()].copy_from_slice(rest);
     tail[rest.len()] = 0x80;
-    let tail_len = if rest.len() < BLOCK - 8 {
-        BLOCK
-    } else {
-        2 * BLOCK
-    };
+    let tail_len = (rest.len() + 9).next_multiple_of(BLOCK);
     // Lengths are taken modulo 2^64 bits, as the standard specifies.
     let bit_len = (data.len() as u64).wrapping_mul(8);
     tail[tail_len - 8..tail_len].copy_from_slice(&bit_len.to_be_bytes());
-    tail[..tail_len]
-        .chunks_exact(BLOCK)
+    let padded = tail[..tail_len].chunks_exact(BLOCK);
+    blocks
+        .chain(padded)
         .for_each(|block| compress(&mut state, block));
 
     let mut out = [0u8; 32];
