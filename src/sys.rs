@@ -68,18 +68,10 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
     // SAFETY: an all-zero ucred is a valid value (ids of 0).
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let (fd, out) = (stream.as_raw_fd(), (&mut cred as *mut libc::ucred).cast());
     // SAFETY: the fd is a live socket owned by `stream`; `cred` and `len`
     // point to valid, writable memory of the size passed.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    check(rc)?;
+    check(unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, out, &mut len) })?;
     Ok(PeerCred {
         uid: cred.uid,
         pid: (cred.pid > 0).then_some(cred.pid as u32),
@@ -395,17 +387,9 @@ mod linux_spawn {
     pub fn short_slices() -> io::Result<()> {
         let size = std::mem::size_of::<SchedAttr>() as u32;
         let mut attr = SchedAttr::default();
+        let into = &mut attr as *mut SchedAttr;
         // SAFETY: sched_getattr writes at most `size` bytes into `attr`.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_sched_getattr,
-                0,
-                &mut attr as *mut SchedAttr,
-                size,
-                0,
-            )
-        };
-        check(rc)?;
+        check(unsafe { libc::syscall(libc::SYS_sched_getattr, 0, into, size, 0) })?;
         if attr.policy != libc::SCHED_OTHER as u32 || attr.flags & SCHED_FLAG_RESET_ON_FORK != 0 {
             return Ok(());
         }
@@ -419,10 +403,9 @@ mod linux_spawn {
             runtime: SHORT_SLICE_NS,
             ..default
         };
+        let from = &short as *const SchedAttr;
         // SAFETY: sched_setattr reads `short.size` bytes of `short`.
-        let rc =
-            unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &short as *const SchedAttr, 0) };
-        check(rc)?;
+        check(unsafe { libc::syscall(libc::SYS_sched_setattr, 0, from, 0) })?;
         DEFAULT_SLICE.with(|d| d.set(Some(default)));
         Ok(())
     }
