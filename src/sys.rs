@@ -31,10 +31,7 @@ mod types;
 /// A call's result as C gives it: -1 (any negative value) says `errno`.
 fn check(rc: impl Into<i64>) -> io::Result<i64> {
     let rc = rc.into();
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(rc)
+    (rc >= 0).then_some(rc).ok_or_else(io::Error::last_os_error)
 }
 
 /// `check`, the call made again while a signal interrupts it (EINTR).
@@ -665,8 +662,5 @@ pub fn local_to_epoch(c: Civil) -> Option<i64> {
     // SAFETY: `tm` is a live, initialized struct; mktime reads and
     // normalizes it in place.
     let t = unsafe { libc::mktime(&mut tm) };
-    if t == -1 {
-        return None;
-    }
-    Some(i64::from(t))
+    (t != -1).then(|| i64::from(t))
 }
