@@ -7,7 +7,8 @@
 use crate::client::{CallError, Reconnecting};
 use crate::config::Config;
 use crate::embedded;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::event_text::num;
 use crate::instance::{Approve, ServeOptions};
 use crate::registry;
 use crate::sanitize::escape;
@@ -205,7 +206,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
             recv(lines) -> line => match line {
                 Ok(Ok(line)) => {
                     if let Some(answer) = a.handle_line(&line) {
-                        write_message(&answer);
+                        write_line(&answer);
                     }
                     if let Some(r) = a.stopped.take() {
                         if let Err(e) = r {
@@ -214,7 +215,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
                         return Ok(());
                     }
                 }
-                Ok(Err(too_long)) => write_message(&error(&Value::Null, wire::INVALID_REQUEST, &too_long)),
+                Ok(Err(too_long)) => write_line(&wire::error_line(&Value::Null, wire::INVALID_REQUEST, &too_long, None)),
                 Err(_) => break,
             },
             recv(events) -> ev => match ev {
@@ -246,7 +247,12 @@ fn refuse_session(lines: &chan::Receiver<std::result::Result<String, String>>, w
     let message = format!("baton mcp cannot serve this session: {why}");
     while let Ok(Ok(line)) = lines.recv_deadline(deadline) {
         if let wire::Incoming::Request { id, .. } = wire::classify(line.as_bytes()) {
-            write_message(&error(&id.to_value(), wire::INTERNAL_ERROR, &message));
+            write_line(&wire::error_line(
+                &id.to_value(),
+                wire::INTERNAL_ERROR,
+                &message,
+                None,
+            ));
             return;
         }
     }
@@ -305,11 +311,10 @@ fn subscribe(client: &Reconnecting) -> chan::Receiver<Value> {
     })
 }
 
-fn write_message(v: &Value) {
+/// Writes one line, `\n` included, to the host.
+fn write_line(line: &[u8]) {
     let mut out = std::io::stdout().lock();
-    let mut bytes = serde_json::to_vec(v).expect("serializes");
-    bytes.push(b'\n');
-    if out.write_all(&bytes).and_then(|()| out.flush()).is_err() {
+    if out.write_all(line).and_then(|()| out.flush()).is_err() {
         // The host is gone; stdin will close too.
         eprintln!("baton mcp: cannot write to stdout");
     }
@@ -317,15 +322,7 @@ fn write_message(v: &Value) {
 
 /// A notification to the host.
 fn notify(method: &str, params: Value) {
-    write_message(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
-}
-
-fn error(id: &Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-}
-
-fn ok(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+    write_line(&wire::notification_line(method, params));
 }
 
 /// A request's result, or the code and message of its error.
@@ -345,8 +342,8 @@ fn tool_result(text: String, is_error: bool, structured: Option<Value>) -> Value
 }
 
 /// A tool result that is an error and nothing more.
-fn tool_error(text: impl Into<String>) -> Value {
-    tool_result(text.into(), true, None)
+fn tool_error(text: impl std::fmt::Display) -> Value {
+    tool_result(text.to_string(), true, None)
 }
 
 /// A tool's answer: `Err` holds the error result that ends it early.
@@ -372,13 +369,13 @@ fn reply_hint(replyable: bool) -> &'static str {
 }
 
 impl Adapter {
-    fn handle_line(&mut self, line: &str) -> Option<Value> {
+    fn handle_line(&mut self, line: &str) -> Option<Vec<u8>> {
         if line.trim().is_empty() {
             return None;
         }
         match wire::classify(line.as_bytes()) {
             wire::Incoming::Invalid { id, code, message } => {
-                Some(error(&id.to_value(), code, &message))
+                Some(wire::error_line(&id.to_value(), code, &message, None))
             }
             wire::Incoming::Reply { .. } => None,
             wire::Incoming::Notification { method } => {
@@ -394,8 +391,8 @@ impl Adapter {
             wire::Incoming::Request { id, method, params } => {
                 let id = id.to_value();
                 Some(match self.request(&method, params) {
-                    Ok(r) => ok(&id, r),
-                    Err((code, message)) => error(&id, code, &message),
+                    Ok(r) => wire::result_line(&id, &r),
+                    Err((code, message)) => wire::error_line(&id, code, &message, None),
                 })
             }
         }
@@ -443,19 +440,17 @@ impl Adapter {
             "tools/list" => Ok(json!({"tools": tools()})),
             "logging/setLevel" => {
                 let level = params.get("level").and_then(Value::as_str);
-                match LEVELS.iter().position(|l| Some(*l) == level) {
-                    Some(i) => {
-                        if self.levels.len() >= LEVEL_HISTORY {
-                            self.levels.remove(0);
-                        }
-                        self.levels.push((crate::events::now(), i));
-                        Ok(json!({}))
-                    }
-                    None => Err(invalid_params(format!(
-                        "level must be one of {}",
-                        LEVELS.join(", ")
-                    ))),
+                let i = LEVELS
+                    .iter()
+                    .position(|l| Some(*l) == level)
+                    .ok_or_else(|| {
+                        invalid_params(format!("level must be one of {}", LEVELS.join(", ")))
+                    })?;
+                if self.levels.len() >= LEVEL_HISTORY {
+                    self.levels.remove(0);
                 }
+                self.levels.push((crate::events::now(), i));
+                Ok(json!({}))
             }
             "tools/call" => self.tools_call(&params),
             other => Err((
@@ -505,14 +500,16 @@ impl Adapter {
         &mut self,
         method: impl Into<crate::wire::Method>,
         params: impl serde::Serialize,
-    ) -> std::result::Result<R, String> {
-        self.client.call(method, params).map_err(|e| match e {
-            CallError::Open(e) | CallError::Transport(e) => {
-                format!("the instance does not answer: {e}")
-            }
-            CallError::Rpc { code, message } => {
-                format!("the instance answered error {code}: {message}")
-            }
+    ) -> Result<R> {
+        self.client.call(method, params).map_err(|e| {
+            Error::Transport(match e {
+                CallError::Open(e) | CallError::Transport(e) => {
+                    format!("the instance does not answer: {e}")
+                }
+                CallError::Rpc { code, message } => {
+                    format!("the instance answered error {code}: {message}")
+                }
+            })
         })
     }
 
@@ -522,10 +519,11 @@ impl Adapter {
         &mut self,
         method: impl Into<crate::wire::Method>,
         params: impl serde::Serialize,
-    ) -> std::result::Result<(Value, R), String> {
+    ) -> Result<(Value, R)> {
         let v: Value = self.call(method, params)?;
-        let r = serde_json::from_value(v.clone())
-            .map_err(|e| format!("the instance answered what baton cannot read: {e}"))?;
+        let r = serde_json::from_value(v.clone()).map_err(|e| {
+            Error::Transport(format!("the instance answered what baton cannot read: {e}"))
+        })?;
         Ok((v, r))
     }
 
@@ -570,7 +568,7 @@ impl Adapter {
                 "Input validation error: target_instance_id and message must both be strings",
             ));
         };
-        let wait = tasks::wait_seconds(args).map_err(tool_error)?;
+        let wait = tasks::wait_seconds(args)?;
         let mut params = json!({"target": target, "body": message});
         if let Some((_, token)) = self.open.last() {
             params["turn"] = json!(token);
@@ -584,9 +582,7 @@ impl Adapter {
             (Some(n), Some(i)) => format!("{n} ({i})"),
             _ => escape(target).into_owned(),
         };
-        let position = sent
-            .queue_position
-            .map_or_else(|| "null".to_string(), |n| n.to_string());
+        let position = num(sent.queue_position);
         let text = match sent.status() {
             Some(Status::Accepted) => format!(
                 "accepted: task {id} is queued at position {position} on {who}. Acceptance is not completion: the other agent has not done anything yet."

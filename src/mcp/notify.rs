@@ -159,7 +159,7 @@ impl Adapter {
             let listed = match self.call_typed::<InboxPage>(Call::InboxList, params) {
                 Ok((_, l)) if l.status.is_none() => l,
                 refused => {
-                    let why = refused.map_or_else(|e| e, |(raw, _)| raw.to_string());
+                    let why = refused.map_or_else(|e| e.to_string(), |(raw, _)| raw.to_string());
                     eprintln!("baton mcp: cannot list the waiting tasks: {why}");
                     return;
                 }

@@ -5,6 +5,7 @@
 
 use super::{Adapter, Tool, string_arg, tool_error, tool_result};
 use crate::error::{Error, Result};
+use crate::event_text::num;
 use crate::follow::{self, End, Who};
 use crate::sanitize::escape;
 use crate::status::Status;
@@ -28,15 +29,14 @@ pub struct Sent {
 }
 
 /// The `wait_seconds` argument: absent, or an integer 0..=600.
-pub fn wait_seconds(args: &Map<String, Value>) -> std::result::Result<Option<u64>, String> {
+pub fn wait_seconds(args: &Map<String, Value>) -> std::result::Result<Option<u64>, Value> {
     match args.get("wait_seconds") {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_u64() {
-            Some(n) if n <= MAX_WAIT_SECONDS => Ok(Some(n)),
-            _ => Err(format!(
+        Some(v) => (v.as_u64().filter(|n| *n <= MAX_WAIT_SECONDS).map(Some)).ok_or_else(|| {
+            tool_error(format!(
                 "Input validation error: wait_seconds must be an integer from 0 to {MAX_WAIT_SECONDS}"
-            )),
-        },
+            ))
+        }),
     }
 }
 
@@ -45,8 +45,7 @@ fn status_text(id: &str, who: &str, st: &TaskStatus) -> String {
     match st.status {
         TaskState::Pending(Pending::Queued) => format!(
             "queued: task {id} is at position {} on {who}.",
-            st.queue_position
-                .map_or_else(|| "null".into(), |n| n.to_string())
+            num(st.queue_position)
         ),
         TaskState::Pending(Pending::AwaitingApproval) => {
             format!("awaiting_approval: task {id} waits for an approval on {who}.")
@@ -201,7 +200,7 @@ impl Adapter {
             Ok(None) => Err(tool_error(format!(
                 "{who} is not running, so it cannot say; a task stored for it runs when it starts."
             ))),
-            Err(e) => Err(tool_error(e.to_string())),
+            Err(e) => Err(tool_error(e)),
         }
     }
 }
