@@ -48,6 +48,12 @@ pub fn deliver_zcoder(
 ) -> Result<Value, ClientError> {
     let socket = Path::new(&peer.manifest.socket);
     let id = &peer.manifest.instance_id;
+    // zcoder requires a sender id and pid in every enqueue (as context:
+    // it does not look them up). A plain command line is not an instance,
+    // so it says so: `cli-<pid>`, which no instance id can be.
+    let pid = std::process::id();
+    let sender_id =
+        (sender.as_ref()).map_or_else(|| registry::plain_sender_id(pid), |s| s.instance_id.into());
     let mut req = json!({
         "protocol": 1,
         "type": "enqueue",
@@ -55,20 +61,13 @@ pub fn deliver_zcoder(
         "target_instance_id": id,
         "body": body,
         "created_at": crate::spool::now_secs(),
+        "sender_instance_id": sender_id,
+        "sender_pid": pid,
     });
-    // zcoder requires a sender id and pid in every enqueue (as context:
-    // it does not look them up). A plain command line is not an instance,
-    // so it says so: `cli-<pid>`, which no instance id can be.
-    let pid = std::process::id();
-    match sender {
-        Some(s) => {
-            req["sender_instance_id"] = json!(s.instance_id);
-            req["sender_project"] = json!(s.project);
-            req["sender_workspace"] = json!(s.workspace);
-        }
-        None => req["sender_instance_id"] = json!(registry::plain_sender_id(pid)),
+    if let Some(s) = sender {
+        req["sender_project"] = json!(s.project);
+        req["sender_workspace"] = json!(s.workspace);
     }
-    req["sender_pid"] = json!(pid);
     // zcoder's own frame bound (ZCODER_RELAY_MAX_BYTES, 65536 unless its
     // user changed it): a bigger frame would only be refused there.
     let size = serde_json::to_vec(&req).expect("serializes").len();
