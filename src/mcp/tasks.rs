@@ -112,9 +112,12 @@ impl Adapter {
                 return tool_result(text, false, Some(r));
             }
         };
-        // A wait of 0 s ends before the receiver is asked: ask it once.
+        // A wait of 0 s ends before the receiver is asked: ask it once. A
+        // receiver that is not running, or does not answer, leaves the task
+        // as the delivery said.
         let end = match end {
-            End::TimedOut(None) => self.ask_once(&to, &id),
+            End::TimedOut(None) => (follow::ask_status(&self.config, &to, &id).ok().flatten())
+                .map_or(End::TimedOut(None), End::of),
             other => other,
         };
         let text = match &end {
@@ -163,22 +166,6 @@ impl Adapter {
                 self.stopped = Some(r.unwrap_or(Ok(())));
                 None
             },
-        }
-    }
-
-    /// One `task/status` as an `End`; a receiver that is not running, or
-    /// does not answer, leaves the task as the delivery said.
-    fn ask_once(&self, who: &Who, id: &str) -> End {
-        match follow::ask_status(&self.config, who, id) {
-            Ok(Some(st)) => match st.status {
-                TaskState::Pending(Pending::Unknown) => End::Unknown,
-                TaskState::Pending(p) => End::TimedOut(Some(p)),
-                TaskState::Ended(outcome) => End::Final {
-                    outcome,
-                    reply: st.reply.flatten().map(|r| r.body),
-                },
-            },
-            _ => End::TimedOut(None),
         }
     }
 
