@@ -184,8 +184,8 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
 
     let client = Reconnecting::new(instance.socket.clone(), config.io_timeout);
     let mut events = subscribe(&client);
-    let pushed = notify::Pushed::new(config.max_queue);
     let mut a = Adapter {
+        pushed: notify::Pushed::new(config.max_queue),
         config,
         client,
         id: instance.id.clone(),
@@ -194,7 +194,6 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         levels: vec![(0.0, LEVELS.len() - 1)],
         open: Vec::new(),
         sent: Vec::new(),
-        pushed,
         host: None,
         relayed: Vec::new(),
         facts: None,
@@ -600,8 +599,7 @@ impl Adapter {
                 sent.reason.as_deref().unwrap_or("")
             ),
         };
-        let delivered = sent.status().is_some_and(Status::delivered);
-        if !delivered {
+        if !sent.status().is_some_and(Status::delivered) {
             return Ok(tool_result(text, true, Some(r)));
         }
         self.remember(&sent, target);
