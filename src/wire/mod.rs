@@ -18,7 +18,7 @@ pub use zcoder::{
 };
 
 use serde_json::{Map, Value, json};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -448,7 +448,7 @@ fn to_line<T: serde::Serialize>(v: &T) -> Vec<u8> {
 
 /// A notification line from the server, `\n` included.
 pub fn notification_line(method: &str, params: Value) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+    to_line(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
 }
 
 /// A notification line whose params are serialized already (an event as
@@ -468,24 +468,13 @@ pub fn notification_with_params(method: &str, params: &[u8]) -> Vec<u8> {
 /// their requests, an instance names its approval requests.
 pub fn request_line(id: impl Into<Value>, method: &str, params: Value) -> Vec<u8> {
     let id: Value = id.into();
-    line(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-}
-
-fn line(v: &Value) -> Vec<u8> {
-    let mut out = serde_json::to_vec(v).expect("a Value always serializes");
-    out.push(b'\n');
-    out
-}
-
-/// Writes all of `bytes`, bounded by the stream's write timeout.
-pub fn write_all(stream: &mut UnixStream, bytes: &[u8]) -> io::Result<()> {
-    stream.write_all(bytes)?;
-    stream.flush()
+    to_line(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn every_method_parses_from_its_own_name_only() {
@@ -533,7 +522,7 @@ mod tests {
     #[test]
     fn a_result_line_is_the_line_of_its_json_object() {
         let (id, result) = (json!("a"), json!({"status": "accepted", "n": [1, 2]}));
-        let want = line(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+        let want = to_line(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
         assert_eq!(result_line(&id, &result), want);
     }
 
@@ -545,7 +534,7 @@ mod tests {
                 error["data"] = d.clone();
             }
             for id in [json!(7), json!("s"), Value::Null] {
-                let want = line(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
+                let want = to_line(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
                 assert_eq!(error_line(&id, -32011, "m \"q\"", data.clone()), want);
                 let raw = Id::from_value(&id);
                 assert_eq!(error_line(&raw, -32011, "m \"q\"", data.clone()), want);
