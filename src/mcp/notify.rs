@@ -194,7 +194,7 @@ impl Adapter {
         if ids.is_empty() {
             return;
         }
-        let Some(dir) = self.spool_dir() else {
+        let Some((dir, _)) = self.facts() else {
             return;
         };
         let mut tasks = match spool::read_queued(&dir, &ids) {
