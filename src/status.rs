@@ -60,18 +60,10 @@ impl Status {
     /// (baton(1)): 0 when the task is, or was, in the receiver's care.
     pub fn exit_code(self) -> ExitCode {
         match self {
-            Status::Accepted | Status::Duplicate | Status::Stored => ExitCode::Ok,
+            s if s.delivered() => ExitCode::Ok,
             Status::NoTarget => ExitCode::NoTarget,
             Status::Transport => ExitCode::Transport,
-            Status::Invalid
-            | Status::WrongTarget
-            | Status::Denied
-            | Status::HopLimit
-            | Status::Paused
-            | Status::InflightFull
-            | Status::Full
-            | Status::Unsupported
-            | Status::Error => ExitCode::Refused,
+            _ => ExitCode::Refused,
         }
     }
 }
