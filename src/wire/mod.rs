@@ -340,22 +340,14 @@ pub(super) fn valid_id(id: &Value) -> bool {
 /// Classifies one line. The general parser decides what the line is; the
 /// id is then taken as the line spelled it.
 pub fn classify(line: &[u8]) -> Incoming {
+    let refused = |id, code, message| Incoming::Invalid { id, code, message };
     let value: Value = match serde_json::from_slice(line) {
         Ok(v) => v,
-        Err(e) => {
-            return Incoming::Invalid {
-                id: Id::null(),
-                code: PARSE_ERROR,
-                message: format!("parse error: {e}"),
-            };
-        }
+        Err(e) => return refused(Id::null(), PARSE_ERROR, format!("parse error: {e}")),
     };
     let Value::Object(mut obj) = value else {
-        return Incoming::Invalid {
-            id: Id::null(),
-            code: INVALID_REQUEST,
-            message: "invalid request: not a JSON object".into(),
-        };
+        let message = "invalid request: not a JSON object".into();
+        return refused(Id::null(), INVALID_REQUEST, message);
     };
     let has_method = obj.contains_key("method");
     if !has_method && (obj.contains_key("result") || obj.contains_key("error")) {
