@@ -170,20 +170,19 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         ..ServeOptions::default()
     };
     let lines = stdin_lines();
-    let instance = match embedded::start(serve, &config) {
-        Ok(i) => i,
-        Err(e) => {
-            refuse_session(&lines, &e.to_string());
-            return Err(e);
-        }
-    };
+    let instance =
+        embedded::start(serve, &config).inspect_err(|e| refuse_session(&lines, &e.to_string()))?;
     eprintln!(
         "baton mcp: serving MCP on stdio as instance {}",
         instance.id
     );
 
     let client = Reconnecting::new(instance.socket.clone(), config.io_timeout);
-    let mut events = subscribe(&client);
+    // Events of our own instance, to tell the host when a task arrives.
+    let mut events = client.subscribe(json!({})).unwrap_or_else(|e| {
+        eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
+        chan::never()
+    });
     let mut a = Adapter {
         pushed: notify::Pushed::new(config.max_queue),
         config,
@@ -300,14 +299,6 @@ fn stdin_lines() -> chan::Receiver<std::result::Result<String, String>> {
         }
     });
     rx
-}
-
-/// Events of our own instance, to tell the host when a task arrives.
-fn subscribe(client: &Reconnecting) -> chan::Receiver<Value> {
-    client.subscribe(json!({})).unwrap_or_else(|e| {
-        eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
-        chan::never()
-    })
 }
 
 /// Writes one line, `\n` included, to the host.
