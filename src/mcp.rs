@@ -484,14 +484,15 @@ impl Adapter {
         Ok(answer.unwrap_or_else(|e| e))
     }
 
-    /// One call to our instance; the connection is reopened once if the
-    /// instance closed it (its idle timeout).
+    /// One call to our instance (the connection is reopened once if the
+    /// instance closed it: its idle timeout), its answer wanted twice: as
+    /// the instance gave it (a tool's structured content) and read as `R`.
     fn call<R: serde::de::DeserializeOwned>(
         &mut self,
         method: impl Into<crate::wire::Method>,
         params: impl serde::Serialize,
-    ) -> Result<R> {
-        self.client.call(method, params).map_err(|e| {
+    ) -> Result<(Value, R)> {
+        let v: Value = self.client.call(method, params).map_err(|e| {
             Error::Transport(match e {
                 CallError::Open(e) | CallError::Transport(e) => {
                     format!("the instance does not answer: {e}")
@@ -500,17 +501,7 @@ impl Adapter {
                     format!("the instance answered error {code}: {message}")
                 }
             })
-        })
-    }
-
-    /// A call whose answer is wanted twice: as the instance gave it (the
-    /// tool's structured content) and read as `R`.
-    fn call_typed<R: serde::de::DeserializeOwned>(
-        &mut self,
-        method: impl Into<crate::wire::Method>,
-        params: impl serde::Serialize,
-    ) -> Result<(Value, R)> {
-        let v: Value = self.call(method, params)?;
+        })?;
         let r = serde_json::from_value(v.clone()).map_err(|e| {
             Error::Transport(format!("the instance answered what baton cannot read: {e}"))
         })?;
@@ -564,7 +555,7 @@ impl Adapter {
             params["turn"] = json!(token);
         }
         let (r, sent) = self
-            .call_typed::<SendResult>(Call::RelaySend, params)
+            .call::<SendResult>(Call::RelaySend, params)
             .map_err(tool_error)?;
         let id = &sent.message_id;
         let target_of = sent.target.clone().unwrap_or_default();
@@ -602,7 +593,7 @@ impl Adapter {
 
     fn check_inbox(&mut self) -> Tool {
         let (r, c) = self
-            .call_typed::<Claimed>(Call::InboxClaim, json!({}))
+            .call::<Claimed>(Call::InboxClaim, json!({}))
             .map_err(tool_error)?;
         let reason = c.reason.as_deref().unwrap_or("");
         Ok(match (c.status.as_str(), c.task) {
@@ -644,7 +635,7 @@ impl Adapter {
             params["reply"] = json!(string_arg(args, "reply")?);
         }
         let (r, h) = self
-            .call_typed::<Handled>(Call::InboxComplete, params)
+            .call::<Handled>(Call::InboxComplete, params)
             .map_err(tool_error)?;
         if h.status != "completed" {
             // `invalid` (the outcome is always valid here) means the

@@ -63,7 +63,7 @@ impl Adapter {
     pub(super) fn facts(&mut self) -> Option<(PathBuf, String)> {
         if self.facts.is_none() {
             match self.call::<ControlStatus>(Call::ControlStatus, serde_json::json!({})) {
-                Ok(st) => self.facts = Some((PathBuf::from(st.spool), st.name)),
+                Ok((_, st)) => self.facts = Some((PathBuf::from(st.spool), st.name)),
                 Err(e) => eprintln!("baton mcp: cannot ask the instance its status: {e}"),
             }
         }

@@ -156,7 +156,7 @@ impl Adapter {
             if let Some(a) = &after {
                 params["after"] = json!(a);
             }
-            let listed = match self.call_typed::<InboxPage>(Call::InboxList, params) {
+            let listed = match self.call::<InboxPage>(Call::InboxList, params) {
                 Ok((_, l)) if l.status.is_none() => l,
                 refused => {
                     let why = refused.map_or_else(|e| e.to_string(), |(raw, _)| raw.to_string());
