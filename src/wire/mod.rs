@@ -512,14 +512,10 @@ mod tests {
     }
 
     #[test]
-    fn a_result_line_is_the_line_of_its_json_object() {
+    fn an_answer_line_is_the_line_of_its_json_object() {
         let (id, result) = (json!("a"), json!({"status": "accepted", "n": [1, 2]}));
         let want = to_line(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
         assert_eq!(result_line(&id, &result), want);
-    }
-
-    #[test]
-    fn an_error_line_is_the_line_of_its_json_object() {
         for data in [None, Some(json!({"supported": [1]}))] {
             let mut error = json!({"code": -32011, "message": "m \"q\""});
             if let Some(d) = &data {
