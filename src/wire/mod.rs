@@ -109,19 +109,15 @@ impl LineReader {
         out.extend_from_slice(&self.buf[self.start..self.start + take]);
         self.start += take;
         let mut chunk = [0u8; 8192];
+        // `read_some` sets the socket's timeout as it goes.
+        self.timeout_set = None;
         while out.len() < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(ReadError::LineTimeout);
-            }
-            self.set_timeout(Some(left))?;
             let want = (n - out.len()).min(chunk.len());
-            match self.stream.read(&mut chunk[..want]) {
+            match zcoder::read_some(&mut self.stream, &mut chunk[..want], deadline) {
                 Ok(0) => return Err(ReadError::Truncated),
                 Ok(k) => out.extend_from_slice(&chunk[..k]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if timed_out(&e) => return Err(ReadError::LineTimeout),
-                Err(e) => return Err(ReadError::Io(e)),
+                Err(FrameError::Timeout) => return Err(ReadError::LineTimeout),
+                Err(e) => return Err(ReadError::Io(io::Error::other(e.to_string()))),
             }
         }
         Ok(out)
