@@ -139,10 +139,8 @@ impl Adapter {
         }
         let from = turn::display_name(&task.sender);
         let meta = json!({"message_id": task.message_id, "from": from});
-        notify(
-            CHANNEL_METHOD,
-            json!({"content": content(task), "meta": meta}),
-        );
+        let params = json!({"content": content(task), "meta": meta});
+        notify(CHANNEL_METHOD, params);
     }
 
     /// The host sent `notifications/initialized`: the tasks that waited

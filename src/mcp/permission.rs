@@ -90,9 +90,7 @@ impl Adapter {
         let (_, request_id) = self.relayed.remove(at);
         let allowed = ev.decision == Some(Decision::Approve);
         let behavior = if allowed { "allow" } else { "deny" };
-        notify(
-            VERDICT_METHOD,
-            json!({"request_id": request_id, "behavior": behavior}),
-        );
+        let verdict = json!({"request_id": request_id, "behavior": behavior});
+        notify(VERDICT_METHOD, verdict);
     }
 }
