@@ -132,9 +132,10 @@ struct Adapter {
     /// turn tokens. A steer follow-up joins its task's turn, so two may be
     /// open at once under one token.
     open: Vec<(String, String)>,
-    /// The tasks this session delivered, newest last, with their target's
-    /// name and instance id, for `task_status` (the last `tasks::SENT_KEPT`).
-    sent: Vec<tasks::Sent>,
+    /// The tasks this session delivered, newest last, with where to (the
+    /// instance of the target's name, the one it reached first), for
+    /// `task_status` (the last `tasks::SENT_KEPT`).
+    sent: Vec<(String, crate::follow::Who)>,
     /// The tasks pushed on the channel this session (`notify`).
     pushed: notify::Pushed,
     /// The host's name, as its `initialize` gave it (`clientInfo.name`).
@@ -405,9 +406,8 @@ impl Adapter {
                     .find(|v| **v == asked)
                     .unwrap_or(&PROTOCOL_VERSIONS[0]);
                 self.initialized = true;
-                let info = params.get("clientInfo");
-                let name = info.and_then(|c| c.get("name")).and_then(Value::as_str);
-                self.host = name.map(str::to_string);
+                let name = params.get("clientInfo").and_then(|c| c.get("name"));
+                self.host = name.and_then(Value::as_str).map(str::to_string);
                 Ok(json!({
                     "protocolVersion": version,
                     "capabilities": {

@@ -20,14 +20,6 @@ pub const MAX_WAIT_SECONDS: u64 = 600;
 /// How many sent tasks a session remembers for `task_status`.
 const SENT_KEPT: usize = 1000;
 
-/// A task this session delivered, and where to: the instance of that
-/// name, the one it reached first.
-#[derive(Clone)]
-pub struct Sent {
-    message_id: String,
-    to: Who,
-}
-
 /// The `wait_seconds` argument: absent, or an integer 0..=600.
 pub fn wait_seconds(args: &Map<String, Value>) -> std::result::Result<Option<u64>, Value> {
     match args.get("wait_seconds") {
@@ -79,21 +71,17 @@ impl Adapter {
         if self.sent.len() >= SENT_KEPT {
             self.sent.remove(0);
         }
-        self.sent.retain(|s| s.message_id != r.message_id);
+        self.sent.retain(|(id, _)| *id != r.message_id);
         let to = r.target.clone().unwrap_or_default();
-        self.sent.push(Sent {
-            message_id: r.message_id.clone(),
-            to: Who::named(
-                to.name.unwrap_or_else(|| target.to_string()),
-                to.instance_id,
-            ),
-        });
+        let name = to.name.unwrap_or_else(|| target.to_string());
+        self.sent
+            .push((r.message_id.clone(), Who::named(name, to.instance_id)));
     }
 
     /// After a delivery: waits up to `secs` for the task's end and says
     /// how far it got. Not reaching the end is no error.
     pub(super) fn follow(&mut self, delivered: String, secs: u64, mut r: Value) -> Value {
-        let Some(Sent { message_id: id, to }) = self.sent.last().cloned() else {
+        let Some((id, to)) = self.sent.last().cloned() else {
             return tool_result(delivered, false, Some(r));
         };
         let who = escape(&to.name).into_owned();
@@ -172,14 +160,14 @@ impl Adapter {
     /// `task_status`: asks the target of a task this session sent.
     pub(super) fn task_status(&mut self, args: &Map<String, Value>) -> Tool {
         let id = string_arg(args, "message_id")?;
-        let Some(sent) = self.sent.iter().find(|s| s.message_id == id) else {
+        let Some((_, to)) = self.sent.iter().find(|(sent, _)| sent == id) else {
             return Err(tool_error(format!(
                 "task_status knows only the tasks this session sent with send_agent_message, and {} is not one of them.",
                 escape(id)
             )));
         };
-        let who = escape(&sent.to.name).into_owned();
-        match follow::ask_status(&self.config, &sent.to, id) {
+        let who = escape(&to.name).into_owned();
+        match follow::ask_status(&self.config, to, id) {
             Ok(Some(st)) => {
                 let v = serde_json::to_value(&st).expect("serializes");
                 Ok(tool_result(status_text(id, &who, &st), false, Some(v)))
