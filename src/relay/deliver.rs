@@ -3,6 +3,7 @@
 //! after a transport failure (the task may or may not have arrived; the
 //! same id makes the retry safe).
 
+use super::Origin;
 use super::result::outcome;
 use crate::client::{ClientError, Session};
 use crate::config::Config;
@@ -29,22 +30,17 @@ pub fn deliver(config: &Config, peer: &Peer, params: &Value) -> Result<Value, Cl
 /// zcoder's default frame bound.
 pub const ZCODER_MAX_BYTES: usize = 65536;
 
-/// Who a zcoder `enqueue` says it comes from.
-pub struct ZcoderSender<'a> {
-    pub instance_id: &'a str,
-    pub project: &'a str,
-    pub workspace: &'a str,
-}
-
 /// Delivers to a zcoder peer with its frame: a ping first, then one
 /// `enqueue`, always reading the whole ack (a zcoder listener dies of
 /// SIGPIPE otherwise). The result has the shape of a `message/send` result.
+/// `sender` is the instance it is sent for (its name is zcoder's
+/// `sender_project`), none for a plain command line.
 pub fn deliver_zcoder(
     config: &Config,
     peer: &Peer,
     message_id: &str,
     body: &str,
-    sender: Option<ZcoderSender<'_>>,
+    sender: Option<&Origin>,
 ) -> Result<Value, ClientError> {
     let socket = Path::new(&peer.manifest.socket);
     let id = &peer.manifest.instance_id;
@@ -53,7 +49,7 @@ pub fn deliver_zcoder(
     // so it says so: `cli-<pid>`, which no instance id can be.
     let pid = std::process::id();
     let sender_id =
-        (sender.as_ref()).map_or_else(|| registry::plain_sender_id(pid), |s| s.instance_id.into());
+        sender.map_or_else(|| registry::plain_sender_id(pid), |s| s.instance_id.clone());
     let mut req = json!({
         "protocol": 1,
         "type": "enqueue",
@@ -65,7 +61,7 @@ pub fn deliver_zcoder(
         "sender_pid": pid,
     });
     if let Some(s) = sender {
-        req["sender_project"] = json!(s.project);
+        req["sender_project"] = json!(s.name);
         req["sender_workspace"] = json!(s.workspace);
     }
     // zcoder's own frame bound (ZCODER_RELAY_MAX_BYTES, 65536 unless its
