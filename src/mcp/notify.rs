@@ -195,12 +195,10 @@ impl Adapter {
         let Some((dir, _)) = self.facts() else {
             return;
         };
-        let mut tasks = match spool::read_queued(&dir, &ids) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("baton mcp: cannot read the waiting tasks: {e}");
-                return;
-            }
+        let read = spool::read_queued(&dir, &ids)
+            .inspect_err(|e| eprintln!("baton mcp: cannot read the waiting tasks: {e}"));
+        let Ok(mut tasks) = read else {
+            return;
         };
         tasks.sort_by_key(|t| ids.iter().position(|i| *i == t.message_id));
         for t in &tasks {
