@@ -615,11 +615,10 @@ impl Adapter {
                 });
                 tool_result(text, false, Some(structured))
             }
-            ("empty", _) => tool_result(
-                "The inbox is empty.".into(),
-                false,
-                Some(json!({"status": "empty"})),
-            ),
+            ("empty", _) => {
+                let empty = json!({"status": "empty"});
+                tool_result("The inbox is empty.".into(), false, Some(empty))
+            }
             ("awaiting_approval", _) => {
                 let id = c.message_id.as_deref().unwrap_or("");
                 tool_result(self.awaiting_text(id, reason), false, Some(r))
