@@ -69,7 +69,14 @@ impl fmt::Display for ClientError {
     }
 }
 
-impl std::error::Error for ClientError {}
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ClientError::Connect(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// The error of an error answer.
 pub(crate) fn rpc_error(err: ErrorObject) -> ClientError {
