@@ -40,9 +40,7 @@ pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
     let micros = start.elapsed().as_micros();
     v["round_trip_us"] = json!(micros);
     let text = format!(
-        "pong from {} ({}): {}, {:.2} ms\n",
-        escape(&peer.manifest.name),
-        peer.manifest.instance_id,
+        "pong from {peer}: {}, {:.2} ms\n",
         r.state,
         micros as f64 / 1000.0
     );
@@ -115,11 +113,6 @@ pub fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
     super::at_most(args, cmd, 1)?;
     let peer = target::resolve(&config, args.positional.first().map(String::as_str))?;
     let (v, r) = target::call::<Paused>(&config, &peer, call, json!({}))?;
-    let text = format!(
-        "{} ({}): {}\n",
-        escape(&peer.manifest.name),
-        peer.manifest.instance_id,
-        r.state
-    );
+    let text = format!("{peer}: {}\n", r.state);
     super::answer(args, &v, &text)
 }

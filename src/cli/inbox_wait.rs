@@ -135,9 +135,7 @@ fn watch(config: &Config, peer: &Peer, deadline: Option<Instant>) -> Result<Step
         Ok(s) => s,
         Err(why) => {
             return Ok(Step::Unwatched(Some(Error::Transport(format!(
-                "{} ({}): cannot subscribe to its events: {why}",
-                escape(&peer.manifest.name),
-                peer.manifest.instance_id
+                "{peer}: cannot subscribe to its events: {why}"
             )))));
         }
     };

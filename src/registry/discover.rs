@@ -31,6 +31,14 @@ pub struct Peer {
     pub wire: Wire,
 }
 
+/// `NAME (ID)`, the name escaped for a terminal.
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = crate::sanitize::escape(&self.manifest.name);
+        write!(f, "{name} ({})", self.manifest.instance_id)
+    }
+}
+
 impl Peer {
     /// Whether its pid is alive but its socket did not answer in time.
     pub fn unresponsive(&self) -> bool {
