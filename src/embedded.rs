@@ -48,17 +48,15 @@ pub fn start(mut opts: ServeOptions, config: &Config) -> Result<Instance> {
             // error, which says why (a spool in use names its holder),
             // is on `done` at once.
             let Ok((id, socket)) = r else {
-                return Err(match done.recv_timeout(std::time::Duration::from_secs(5)) {
-                    Ok(Err(e)) => e,
-                    _ => Error::Env("the instance did not start".into()),
-                });
+                let failed = done.recv_timeout(Duration::from_secs(5)).ok().and_then(Result::err);
+                let why = || Error::Env("the instance did not start".into());
+                return Err(failed.unwrap_or_else(why));
             };
             Ok(Instance { id, socket, done, stop })
         },
-        recv(done) -> r => Err(match r {
-            Ok(Err(e)) => e,
-            _ => Error::Env("the instance stopped before it was ready".into()),
-        }),
+        recv(done) -> r => Err(r.ok().and_then(Result::err).unwrap_or_else(|| {
+            Error::Env("the instance stopped before it was ready".into())
+        })),
         default(START_WAIT) => Err(Error::Env("the instance did not start within 15 s".into())),
     }
 }

@@ -82,7 +82,7 @@ fn outcome(ev: &Event) -> &'static str {
 }
 
 /// A number (a pid, a queue position) as the protocol writes it, or `null`.
-fn num(n: Option<impl std::fmt::Display>) -> String {
+pub fn num(n: Option<impl std::fmt::Display>) -> String {
     n.map_or_else(|| "null".into(), |n| n.to_string())
 }
 

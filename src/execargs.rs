@@ -18,13 +18,9 @@ pub struct ExecArgs {
     names: Vec<&'static str>,
 }
 
-fn cstring(bytes: Vec<u8>) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "a NUL byte in the command, the directory or the environment",
-        )
-    })
+fn cstring(bytes: impl Into<Vec<u8>>) -> io::Result<CString> {
+    let nul = "a NUL byte in the command, the directory or the environment";
+    CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, nul))
 }
 
 /// This process's environment as `execve` takes it, read once (baton
@@ -53,18 +49,15 @@ impl ExecArgs {
         dir: &Path,
         env: &[(&'static str, String)],
     ) -> io::Result<ExecArgs> {
-        let path = cstring(program.into())?;
-        let mut argv = vec![path.clone()];
-        for a in args {
-            argv.push(cstring((*a).into())?);
-        }
+        let argv = std::iter::once(&program).chain(args).map(|a| cstring(*a));
+        let argv: Vec<CString> = argv.collect::<io::Result<_>>()?;
         Ok(ExecArgs {
-            path,
-            dir: cstring(dir.as_os_str().as_bytes().to_vec())?,
+            path: argv[0].clone(),
+            dir: cstring(dir.as_os_str().as_bytes())?,
             argv,
             own: env
                 .iter()
-                .map(|(k, v)| cstring(format!("{k}={v}").into_bytes()))
+                .map(|(k, v)| cstring(format!("{k}={v}")))
                 .collect::<io::Result<_>>()?,
             names: env.iter().map(|(k, _)| *k).collect(),
         })

@@ -158,6 +158,21 @@ pub enum End {
     TimedOut(Option<Pending>),
 }
 
+impl End {
+    /// What a `task/status` answer says: the task's end, or where it
+    /// waits (`TimedOut` there, until a later answer or the deadline).
+    pub fn of(st: TaskStatus) -> End {
+        match st.status {
+            TaskState::Ended(outcome) => End::Final {
+                outcome,
+                reply: st.reply.flatten().map(|r| r.body),
+            },
+            TaskState::Pending(Pending::Unknown) => End::Unknown,
+            TaskState::Pending(p) => End::TimedOut(Some(p)),
+        }
+    }
+}
+
 /// Waits for the task `message_id` at whichever instance `who` finds,
 /// until `deadline`. Notes on stderr say when none runs.
 pub fn wait(
@@ -269,7 +284,8 @@ fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Opt
             return Ok(None);
         }
         let outcome = ev.outcome.unwrap_or(Outcome::Failed);
-        return Ok(Some(Step::Done(ended(outcome, ev.reply))));
+        let reply = ev.reply.map(|r| r.body);
+        return Ok(Some(Step::Done(End::Final { outcome, reply })));
     }
     let Ok(line) = serde_json::from_value::<Reply>(msg.clone()) else {
         return Ok(None);
@@ -293,20 +309,11 @@ fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Opt
     else {
         return Ok(None);
     };
-    match st.status {
-        TaskState::Ended(outcome) => Ok(Some(Step::Done(ended(outcome, st.reply.flatten())))),
-        TaskState::Pending(Pending::Unknown) => Ok(Some(Step::Done(End::Unknown))),
-        TaskState::Pending(p) => {
-            *last = Some(p);
+    match End::of(st) {
+        End::TimedOut(p) => {
+            *last = p;
             Ok(None)
         }
-    }
-}
-
-/// A final outcome and the reply's text, if there is one.
-fn ended(outcome: Outcome, reply: Option<crate::spool::ReplyRecord>) -> End {
-    End::Final {
-        outcome,
-        reply: reply.map(|r| r.body),
+        end => Ok(Some(Step::Done(end))),
     }
 }

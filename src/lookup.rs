@@ -194,10 +194,8 @@ impl KnownSpool {
 
 /// Every named spool under the state home (`$XDG_STATE_HOME/baton/spool`).
 pub fn known_spools() -> Vec<KnownSpool> {
-    let Ok(home) = crate::spool::state_home() else {
-        return Vec::new();
-    };
-    let Ok(rd) = std::fs::read_dir(home.join("baton").join("spool")) else {
+    let spools = crate::spool::state_home().map(|home| home.join("baton").join("spool"));
+    let Some(rd) = spools.ok().and_then(|dir| std::fs::read_dir(dir).ok()) else {
         return Vec::new();
     };
     let mut out = Vec::new();

@@ -7,7 +7,8 @@
 use crate::client::{CallError, Reconnecting};
 use crate::config::Config;
 use crate::embedded;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::event_text::num;
 use crate::instance::{Approve, ServeOptions};
 use crate::registry;
 use crate::sanitize::escape;
@@ -131,9 +132,10 @@ struct Adapter {
     /// turn tokens. A steer follow-up joins its task's turn, so two may be
     /// open at once under one token.
     open: Vec<(String, String)>,
-    /// The tasks this session delivered, newest last, with their target's
-    /// name and instance id, for `task_status` (the last `tasks::SENT_KEPT`).
-    sent: Vec<tasks::Sent>,
+    /// The tasks this session delivered, newest last, with where to (the
+    /// instance of the target's name, the one it reached first), for
+    /// `task_status` (the last `tasks::SENT_KEPT`).
+    sent: Vec<(String, crate::follow::Who)>,
     /// The tasks pushed on the channel this session (`notify`).
     pushed: notify::Pushed,
     /// The host's name, as its `initialize` gave it (`clientInfo.name`).
@@ -169,22 +171,21 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         ..ServeOptions::default()
     };
     let lines = stdin_lines();
-    let instance = match embedded::start(serve, &config) {
-        Ok(i) => i,
-        Err(e) => {
-            refuse_session(&lines, &e.to_string());
-            return Err(e);
-        }
-    };
+    let instance =
+        embedded::start(serve, &config).inspect_err(|e| refuse_session(&lines, &e.to_string()))?;
     eprintln!(
         "baton mcp: serving MCP on stdio as instance {}",
         instance.id
     );
 
     let client = Reconnecting::new(instance.socket.clone(), config.io_timeout);
-    let mut events = subscribe(&client);
-    let pushed = notify::Pushed::new(config.max_queue);
+    // Events of our own instance, to tell the host when a task arrives.
+    let mut events = client.subscribe(json!({})).unwrap_or_else(|e| {
+        eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
+        chan::never()
+    });
     let mut a = Adapter {
+        pushed: notify::Pushed::new(config.max_queue),
         config,
         client,
         id: instance.id.clone(),
@@ -193,7 +194,6 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         levels: vec![(0.0, LEVELS.len() - 1)],
         open: Vec::new(),
         sent: Vec::new(),
-        pushed,
         host: None,
         relayed: Vec::new(),
         facts: None,
@@ -205,7 +205,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
             recv(lines) -> line => match line {
                 Ok(Ok(line)) => {
                     if let Some(answer) = a.handle_line(&line) {
-                        write_message(&answer);
+                        write_line(&answer);
                     }
                     if let Some(r) = a.stopped.take() {
                         if let Err(e) = r {
@@ -214,7 +214,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
                         return Ok(());
                     }
                 }
-                Ok(Err(too_long)) => write_message(&error(&Value::Null, wire::INVALID_REQUEST, &too_long)),
+                Ok(Err(too_long)) => write_line(&wire::error_line(&Value::Null, wire::INVALID_REQUEST, &too_long, None)),
                 Err(_) => break,
             },
             recv(events) -> ev => match ev {
@@ -246,7 +246,12 @@ fn refuse_session(lines: &chan::Receiver<std::result::Result<String, String>>, w
     let message = format!("baton mcp cannot serve this session: {why}");
     while let Ok(Ok(line)) = lines.recv_deadline(deadline) {
         if let wire::Incoming::Request { id, .. } = wire::classify(line.as_bytes()) {
-            write_message(&error(&id.to_value(), wire::INTERNAL_ERROR, &message));
+            write_line(&wire::error_line(
+                &id.to_value(),
+                wire::INTERNAL_ERROR,
+                &message,
+                None,
+            ));
             return;
         }
     }
@@ -297,19 +302,10 @@ fn stdin_lines() -> chan::Receiver<std::result::Result<String, String>> {
     rx
 }
 
-/// Events of our own instance, to tell the host when a task arrives.
-fn subscribe(client: &Reconnecting) -> chan::Receiver<Value> {
-    client.subscribe(json!({})).unwrap_or_else(|e| {
-        eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
-        chan::never()
-    })
-}
-
-fn write_message(v: &Value) {
+/// Writes one line, `\n` included, to the host.
+fn write_line(line: &[u8]) {
     let mut out = std::io::stdout().lock();
-    let mut bytes = serde_json::to_vec(v).expect("serializes");
-    bytes.push(b'\n');
-    if out.write_all(&bytes).and_then(|()| out.flush()).is_err() {
+    if out.write_all(line).and_then(|()| out.flush()).is_err() {
         // The host is gone; stdin will close too.
         eprintln!("baton mcp: cannot write to stdout");
     }
@@ -317,15 +313,7 @@ fn write_message(v: &Value) {
 
 /// A notification to the host.
 fn notify(method: &str, params: Value) {
-    write_message(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
-}
-
-fn error(id: &Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-}
-
-fn ok(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+    write_line(&wire::notification_line(method, params));
 }
 
 /// A request's result, or the code and message of its error.
@@ -345,8 +333,8 @@ fn tool_result(text: String, is_error: bool, structured: Option<Value>) -> Value
 }
 
 /// A tool result that is an error and nothing more.
-fn tool_error(text: impl Into<String>) -> Value {
-    tool_result(text.into(), true, None)
+fn tool_error(text: impl std::fmt::Display) -> Value {
+    tool_result(text.to_string(), true, None)
 }
 
 /// A tool's answer: `Err` holds the error result that ends it early.
@@ -372,13 +360,13 @@ fn reply_hint(replyable: bool) -> &'static str {
 }
 
 impl Adapter {
-    fn handle_line(&mut self, line: &str) -> Option<Value> {
+    fn handle_line(&mut self, line: &str) -> Option<Vec<u8>> {
         if line.trim().is_empty() {
             return None;
         }
         match wire::classify(line.as_bytes()) {
             wire::Incoming::Invalid { id, code, message } => {
-                Some(error(&id.to_value(), code, &message))
+                Some(wire::error_line(&id.to_value(), code, &message, None))
             }
             wire::Incoming::Reply { .. } => None,
             wire::Incoming::Notification { method } => {
@@ -394,8 +382,8 @@ impl Adapter {
             wire::Incoming::Request { id, method, params } => {
                 let id = id.to_value();
                 Some(match self.request(&method, params) {
-                    Ok(r) => ok(&id, r),
-                    Err((code, message)) => error(&id, code, &message),
+                    Ok(r) => wire::result_line(&id, &r),
+                    Err((code, message)) => wire::error_line(&id, code, &message, None),
                 })
             }
         }
@@ -418,9 +406,8 @@ impl Adapter {
                     .find(|v| **v == asked)
                     .unwrap_or(&PROTOCOL_VERSIONS[0]);
                 self.initialized = true;
-                let info = params.get("clientInfo");
-                let name = info.and_then(|c| c.get("name")).and_then(Value::as_str);
-                self.host = name.map(str::to_string);
+                let name = params.get("clientInfo").and_then(|c| c.get("name"));
+                self.host = name.and_then(Value::as_str).map(str::to_string);
                 Ok(json!({
                     "protocolVersion": version,
                     "capabilities": {
@@ -443,19 +430,17 @@ impl Adapter {
             "tools/list" => Ok(json!({"tools": tools()})),
             "logging/setLevel" => {
                 let level = params.get("level").and_then(Value::as_str);
-                match LEVELS.iter().position(|l| Some(*l) == level) {
-                    Some(i) => {
-                        if self.levels.len() >= LEVEL_HISTORY {
-                            self.levels.remove(0);
-                        }
-                        self.levels.push((crate::events::now(), i));
-                        Ok(json!({}))
-                    }
-                    None => Err(invalid_params(format!(
-                        "level must be one of {}",
-                        LEVELS.join(", ")
-                    ))),
+                let i = LEVELS
+                    .iter()
+                    .position(|l| Some(*l) == level)
+                    .ok_or_else(|| {
+                        invalid_params(format!("level must be one of {}", LEVELS.join(", ")))
+                    })?;
+                if self.levels.len() >= LEVEL_HISTORY {
+                    self.levels.remove(0);
                 }
+                self.levels.push((crate::events::now(), i));
+                Ok(json!({}))
             }
             "tools/call" => self.tools_call(&params),
             other => Err((
@@ -499,33 +484,27 @@ impl Adapter {
         Ok(answer.unwrap_or_else(|e| e))
     }
 
-    /// One call to our instance; the connection is reopened once if the
-    /// instance closed it (its idle timeout).
+    /// One call to our instance (the connection is reopened once if the
+    /// instance closed it: its idle timeout), its answer wanted twice: as
+    /// the instance gave it (a tool's structured content) and read as `R`.
     fn call<R: serde::de::DeserializeOwned>(
         &mut self,
         method: impl Into<crate::wire::Method>,
         params: impl serde::Serialize,
-    ) -> std::result::Result<R, String> {
-        self.client.call(method, params).map_err(|e| match e {
-            CallError::Open(e) | CallError::Transport(e) => {
-                format!("the instance does not answer: {e}")
-            }
-            CallError::Rpc { code, message } => {
-                format!("the instance answered error {code}: {message}")
-            }
-        })
-    }
-
-    /// A call whose answer is wanted twice: as the instance gave it (the
-    /// tool's structured content) and read as `R`.
-    fn call_typed<R: serde::de::DeserializeOwned>(
-        &mut self,
-        method: impl Into<crate::wire::Method>,
-        params: impl serde::Serialize,
-    ) -> std::result::Result<(Value, R), String> {
-        let v: Value = self.call(method, params)?;
-        let r = serde_json::from_value(v.clone())
-            .map_err(|e| format!("the instance answered what baton cannot read: {e}"))?;
+    ) -> Result<(Value, R)> {
+        let v: Value = self.client.call(method, params).map_err(|e| {
+            Error::Transport(match e {
+                CallError::Open(e) | CallError::Transport(e) => {
+                    format!("the instance does not answer: {e}")
+                }
+                CallError::Rpc { code, message } => {
+                    format!("the instance answered error {code}: {message}")
+                }
+            })
+        })?;
+        let r = serde_json::from_value(v.clone()).map_err(|e| {
+            Error::Transport(format!("the instance answered what baton cannot read: {e}"))
+        })?;
         Ok((v, r))
     }
 
@@ -570,13 +549,13 @@ impl Adapter {
                 "Input validation error: target_instance_id and message must both be strings",
             ));
         };
-        let wait = tasks::wait_seconds(args).map_err(tool_error)?;
+        let wait = tasks::wait_seconds(args)?;
         let mut params = json!({"target": target, "body": message});
         if let Some((_, token)) = self.open.last() {
             params["turn"] = json!(token);
         }
         let (r, sent) = self
-            .call_typed::<SendResult>(Call::RelaySend, params)
+            .call::<SendResult>(Call::RelaySend, params)
             .map_err(tool_error)?;
         let id = &sent.message_id;
         let target_of = sent.target.clone().unwrap_or_default();
@@ -584,9 +563,7 @@ impl Adapter {
             (Some(n), Some(i)) => format!("{n} ({i})"),
             _ => escape(target).into_owned(),
         };
-        let position = sent
-            .queue_position
-            .map_or_else(|| "null".to_string(), |n| n.to_string());
+        let position = num(sent.queue_position);
         let text = match sent.status() {
             Some(Status::Accepted) => format!(
                 "accepted: task {id} is queued at position {position} on {who}. Acceptance is not completion: the other agent has not done anything yet."
@@ -604,8 +581,7 @@ impl Adapter {
                 sent.reason.as_deref().unwrap_or("")
             ),
         };
-        let delivered = sent.status().is_some_and(Status::delivered);
-        if !delivered {
+        if !sent.status().is_some_and(Status::delivered) {
             return Ok(tool_result(text, true, Some(r)));
         }
         self.remember(&sent, target);
@@ -617,7 +593,7 @@ impl Adapter {
 
     fn check_inbox(&mut self) -> Tool {
         let (r, c) = self
-            .call_typed::<Claimed>(Call::InboxClaim, json!({}))
+            .call::<Claimed>(Call::InboxClaim, json!({}))
             .map_err(tool_error)?;
         let reason = c.reason.as_deref().unwrap_or("");
         Ok(match (c.status.as_str(), c.task) {
@@ -639,11 +615,10 @@ impl Adapter {
                 });
                 tool_result(text, false, Some(structured))
             }
-            ("empty", _) => tool_result(
-                "The inbox is empty.".into(),
-                false,
-                Some(json!({"status": "empty"})),
-            ),
+            ("empty", _) => {
+                let empty = json!({"status": "empty"});
+                tool_result("The inbox is empty.".into(), false, Some(empty))
+            }
             ("awaiting_approval", _) => {
                 let id = c.message_id.as_deref().unwrap_or("");
                 tool_result(self.awaiting_text(id, reason), false, Some(r))
@@ -659,7 +634,7 @@ impl Adapter {
             params["reply"] = json!(string_arg(args, "reply")?);
         }
         let (r, h) = self
-            .call_typed::<Handled>(Call::InboxComplete, params)
+            .call::<Handled>(Call::InboxComplete, params)
             .map_err(tool_error)?;
         if h.status != "completed" {
             // `invalid` (the outcome is always valid here) means the

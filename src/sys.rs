@@ -31,10 +31,7 @@ mod types;
 /// A call's result as C gives it: -1 (any negative value) says `errno`.
 fn check(rc: impl Into<i64>) -> io::Result<i64> {
     let rc = rc.into();
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(rc)
+    (rc >= 0).then_some(rc).ok_or_else(io::Error::last_os_error)
 }
 
 /// `check`, the call made again while a signal interrupts it (EINTR).
@@ -65,24 +62,13 @@ pub fn send_nowait(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
 /// `getpeereid`, and the pid where `bsd::peer_pid` can tell it).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
+    // SAFETY: an all-zero ucred is a valid value (ids of 0).
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let (fd, out) = (stream.as_raw_fd(), (&mut cred as *mut libc::ucred).cast());
     // SAFETY: the fd is a live socket owned by `stream`; `cred` and `len`
     // point to valid, writable memory of the size passed.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    check(rc)?;
+    check(unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, out, &mut len) })?;
     Ok(PeerCred {
         uid: cred.uid,
         pid: (cred.pid > 0).then_some(cred.pid as u32),
@@ -343,21 +329,20 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// Waits for the child `pid` to exit and reaps it: its exit code, or the
 /// signal that ended it.
 pub fn wait_leader(pid: u32) -> io::Result<(Option<i32>, Option<i32>)> {
-    let mut status: libc::c_int = 0;
-    // SAFETY: waitpid writes only `status`, a valid c_int.
-    retrying(|| unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) }.into())?;
-    Ok(exit_of(status))
+    waitpid(pid, 0).map(Option::unwrap_or_default)
 }
 
 /// Whether the child `pid` exited, without waiting: reaps it if so.
 pub fn try_wait_leader(pid: u32) -> io::Result<Option<(Option<i32>, Option<i32>)>> {
+    waitpid(pid, libc::WNOHANG)
+}
+
+/// waitpid(2) with `flags`: None when WNOHANG finds the child running.
+fn waitpid(pid: u32, flags: libc::c_int) -> io::Result<Option<(Option<i32>, Option<i32>)>> {
     let mut status: libc::c_int = 0;
     // SAFETY: waitpid writes only `status`, a valid c_int.
-    let rc = check(unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) })?;
-    if rc == 0 {
-        return Ok(None);
-    }
-    Ok(Some(exit_of(status)))
+    let rc = retrying(|| unsafe { libc::waitpid(pid as libc::pid_t, &mut status, flags) }.into())?;
+    Ok((rc != 0).then(|| exit_of(status)))
 }
 
 /// A descriptor that becomes readable when the child `pid` exits
@@ -399,17 +384,9 @@ mod linux_spawn {
     pub fn short_slices() -> io::Result<()> {
         let size = std::mem::size_of::<SchedAttr>() as u32;
         let mut attr = SchedAttr::default();
+        let into = &mut attr as *mut SchedAttr;
         // SAFETY: sched_getattr writes at most `size` bytes into `attr`.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_sched_getattr,
-                0,
-                &mut attr as *mut SchedAttr,
-                size,
-                0,
-            )
-        };
-        check(rc)?;
+        check(unsafe { libc::syscall(libc::SYS_sched_getattr, 0, into, size, 0) })?;
         if attr.policy != libc::SCHED_OTHER as u32 || attr.flags & SCHED_FLAG_RESET_ON_FORK != 0 {
             return Ok(());
         }
@@ -423,10 +400,9 @@ mod linux_spawn {
             runtime: SHORT_SLICE_NS,
             ..default
         };
+        let from = &short as *const SchedAttr;
         // SAFETY: sched_setattr reads `short.size` bytes of `short`.
-        let rc =
-            unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &short as *const SchedAttr, 0) };
-        check(rc)?;
+        check(unsafe { libc::syscall(libc::SYS_sched_setattr, 0, from, 0) })?;
         DEFAULT_SLICE.with(|d| d.set(Some(default)));
         Ok(())
     }
@@ -500,76 +476,55 @@ mod linux_spawn {
         // down from there. Rounded down to 16 bytes, as the ABI wants.
         let top = unsafe { stack.as_mut_ptr().add(STACK) };
         let top = (top as usize & !15) as *mut c_void;
-        // SAFETY: a zeroed sigset_t is a valid value to fill.
-        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above, for the mask to restore.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a zeroed sigset_t is a valid value to fill (every
+        // signal, and the mask to restore).
+        let [mut all, mut old]: [libc::sigset_t; 2] = unsafe { std::mem::zeroed() };
         // SAFETY: sigfillset and pthread_sigmask write only the sets given.
         unsafe {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         }
         let arg = args as *const Args as *mut c_void;
+        let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
         // SAFETY: `child` gets a stack of its own (`stack`, alive until
         // this returns) and `args`, which outlives it: with CLONE_VFORK
         // this thread is suspended until the child called `execve` or
         // exited, and the child touches nothing else of ours. It makes
         // only async-signal-safe calls, allocates nothing and takes no
         // lock, so the other threads of this process cannot deadlock it.
-        let pid = unsafe {
-            libc::clone(
-                child,
-                top,
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-                arg,
-            )
-        };
-        let err = io::Error::last_os_error();
+        let pid = check(unsafe { libc::clone(child, top, flags, arg) });
         // SAFETY: restores this thread's own mask.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        }
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
         drop(stack);
-        if pid < 0 {
-            return Err(err);
-        }
-        Ok(pid as u32)
+        pid.map(|pid| pid as u32)
     }
 
-    /// The child, between clone and exec: its own process group, the death
-    /// signal, the directory and descriptors, default signal handling,
-    /// then `execve`. A step that fails leaves its errno and exits 127.
+    /// The child, between clone and exec (`exec`): a step that fails
+    /// leaves its errno and exits 127.
     extern "C" fn child(arg: *mut c_void) -> c_int {
         // SAFETY: the parent passed a valid `Args`, alive while we run.
         let a = unsafe { &*(arg as *const Args) };
-        let fail = |a: &Args| -> c_int {
-            let e = io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            a.errno
-                .store(if e == 0 { libc::EINVAL } else { e }, Ordering::SeqCst);
-            // SAFETY: _exit ends the child at once, running nothing of ours.
-            unsafe { libc::_exit(127) }
-        };
+        let e = exec(a).err().and_then(|e| e.raw_os_error()).unwrap_or(0);
+        a.errno
+            .store(if e == 0 { libc::EINVAL } else { e }, Ordering::SeqCst);
+        // SAFETY: _exit ends the child at once, running nothing of ours.
+        unsafe { libc::_exit(127) }
+    }
+
+    /// The child's steps: its own process group, the death signal, the
+    /// directory and descriptors, default signal handling, then `execve`,
+    /// which returns only when it fails.
+    fn exec(a: &Args) -> io::Result<()> {
         // SAFETY: each call below takes plain integers or pointers to
         // NUL-terminated strings and arrays the parent prepared; none
-        // allocates or takes a lock (async-signal-safe).
+        // allocates or takes a lock (async-signal-safe), and neither does
+        // `check` or an `io::Error` from an errno.
         unsafe {
-            if libc::setpgid(0, 0) != 0 {
-                return fail(a);
-            }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return fail(a);
-            }
-            if libc::getppid() != a.parent {
-                a.errno.store(libc::ESRCH, Ordering::SeqCst);
-                libc::_exit(127);
-            }
-            if libc::chdir(a.dir) != 0 {
-                return fail(a);
-            }
+            check(libc::setpgid(0, 0))?;
+            super::die_with(a.parent)?;
+            check(libc::chdir(a.dir))?;
             for (target, fd) in a.fds.iter().enumerate() {
-                if libc::dup2(*fd, target as c_int) < 0 {
-                    return fail(a);
-                }
+                check(libc::dup2(*fd, target as c_int))?;
             }
             // Not our short slice (kept if this fails: it is only a hint).
             if let Some(sched) = &a.sched {
@@ -597,9 +552,22 @@ mod linux_spawn {
             let mut none: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut none);
             libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            libc::execve(a.path, a.argv, a.envp);
+            check(libc::execve(a.path, a.argv, a.envp)).map(drop)
         }
-        fail(a)
+    }
+}
+
+/// `die_with_parent`'s and `spawn_leader`'s death signal, ESRCH when the
+/// parent is no longer `parent`; it allocates nothing, so it may run
+/// between fork (or clone) and exec.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn die_with(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: prctl takes plain integers and touches no memory.
+    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) })?;
+    // SAFETY: getppid has no preconditions and cannot fail.
+    match unsafe { libc::getppid() } == parent {
+        true => Ok(()),
+        false => Err(io::Error::from_raw_os_error(libc::ESRCH)),
     }
 }
 
@@ -611,19 +579,8 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the hook runs between fork and exec, so it may only make
-    // async-signal-safe calls: prctl and getppid take and touch no memory,
-    // and an `io::Error` from an errno allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            match libc::getppid() == parent {
-                true => Ok(()),
-                false => Err(io::Error::from_raw_os_error(libc::ESRCH)),
-            }
-        });
-    }
+    // async-signal-safe calls, which `die_with` does.
+    unsafe { cmd.pre_exec(move || die_with(parent)) };
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
@@ -705,8 +662,5 @@ pub fn local_to_epoch(c: Civil) -> Option<i64> {
     // SAFETY: `tm` is a live, initialized struct; mktime reads and
     // normalizes it in place.
     let t = unsafe { libc::mktime(&mut tm) };
-    if t == -1 {
-        return None;
-    }
-    Some(i64::from(t))
+    (t != -1).then(|| i64::from(t))
 }

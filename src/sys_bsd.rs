@@ -113,13 +113,9 @@ mod kinfo {
     #[cfg(any(target_os = "openbsd", target_os = "netbsd"))]
     pub fn process(pid: u32) -> Option<ProcEntry> {
         #[cfg(target_os = "openbsd")]
-        type K = libc::kinfo_proc;
-        #[cfg(target_os = "openbsd")]
-        const WHICH: c_int = libc::KERN_PROC;
+        use libc::{KERN_PROC as WHICH, kinfo_proc as K};
         #[cfg(target_os = "netbsd")]
-        type K = libc::kinfo_proc2;
-        #[cfg(target_os = "netbsd")]
-        const WHICH: c_int = libc::KERN_PROC2;
+        use libc::{KERN_PROC2 as WHICH, kinfo_proc2 as K};
         // sys/proc.h: SZOMB 5 and SDEAD 6, both of which ps(1) shows as Z.
         const SZOMB: i8 = 5;
         const SDEAD: i8 = 6;

@@ -4,18 +4,13 @@
 
 use std::fs::File;
 
-pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;
-
-/// `O_NONBLOCK`, for `OpenOptionsExt::custom_flags`: opening a FIFO or a
-/// device that stands where a file should be never waits.
-pub const O_NONBLOCK: i32 = libc::O_NONBLOCK;
-
-/// `O_NOCTTY`: a terminal device planted where a file should be never
-/// becomes our controlling terminal.
-pub const O_NOCTTY: i32 = libc::O_NOCTTY;
-
-/// `O_DIRECTORY`: the open fails unless the path is a directory.
-pub const O_DIRECTORY: i32 = libc::O_DIRECTORY;
+/// Flags for `OpenOptionsExt::custom_flags` (`O_NONBLOCK`: opening a FIFO
+/// or a device that stands where a file should be never waits;
+/// `O_NOCTTY`: a terminal device planted there never becomes our
+/// controlling terminal; `O_DIRECTORY`: the open fails unless the path is
+/// a directory), and the signals and error numbers callers name.
+pub use libc::{ECONNREFUSED, ENOENT, O_DIRECTORY, O_NOCTTY, O_NOFOLLOW, O_NONBLOCK};
+pub use libc::{SIGKILL, SIGTERM};
 
 /// The longest socket path `bind` accepts here (`sun_path` less the NUL).
 pub fn max_socket_path() -> usize {
@@ -71,11 +66,6 @@ pub(super) fn exit_of(status: libc::c_int) -> (Option<i32>, Option<i32>) {
         (None, None)
     }
 }
-
-pub const SIGTERM: i32 = libc::SIGTERM;
-pub const SIGKILL: i32 = libc::SIGKILL;
-pub const ECONNREFUSED: i32 = libc::ECONNREFUSED;
-pub const ENOENT: i32 = libc::ENOENT;
 
 /// Whether the kernel names a Unix socket's peer pid here (and baton reads
 /// the ancestry): Linux, the BSDs and macOS.

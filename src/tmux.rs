@@ -29,7 +29,7 @@ use crate::sys;
 use crossbeam_channel as chan;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -132,15 +132,12 @@ pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<Typist> {
 /// The `tmux` that `PATH` names, if any: checked at start, so that a
 /// missing tmux is a clear error and not a pane that never answers.
 pub fn find_on_path() -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH")?;
+    let executable = |m: std::fs::Metadata| m.is_file() && m.permissions().mode() & 0o111 != 0;
     std::env::split_paths(&path)
         .map(|d| d.join("tmux"))
-        .find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .find(|p| std::fs::metadata(p).is_ok_and(executable))
 }
 
 /// Is the pane there, and can it take a paste? A pane in a mode can: the

@@ -1,7 +1,7 @@
 //! `baton ping`, `status`, `pause` and `resume`: one call to one instance.
 
 use super::args::Args;
-use super::{emit, emit_json, target};
+use super::target;
 use crate::config::Config;
 use crate::error::{ExitCode, Result};
 use crate::registry::{Peer, Wire};
@@ -38,19 +38,13 @@ pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
         target::call::<Pong>(config, &peer, Method::Ping, json!({}))?
     };
     let micros = start.elapsed().as_micros();
-    if args.flag("json") {
-        v["round_trip_us"] = json!(micros);
-        emit_json(&v);
-    } else {
-        emit(&format!(
-            "pong from {} ({}): {}, {:.2} ms\n",
-            escape(&peer.manifest.name),
-            peer.manifest.instance_id,
-            r.state,
-            micros as f64 / 1000.0
-        ));
-    }
-    Ok(ExitCode::Ok)
+    v["round_trip_us"] = json!(micros);
+    let text = format!(
+        "pong from {peer}: {}, {:.2} ms\n",
+        r.state,
+        micros as f64 / 1000.0
+    );
+    super::answer(args, &v, &text)
 }
 
 /// A zcoder peer's status: what its manifest says, with the state its
@@ -60,16 +54,12 @@ fn zcoder_status(args: &Args, config: &Config, peer: &Peer) -> Result<ExitCode> 
     let mut r = json!(peer.manifest);
     r["state"] = json!(state);
     r["wire"] = json!("zcoder");
-    if args.flag("json") {
-        emit_json(&r);
-        return Ok(ExitCode::Ok);
-    }
     let m = &peer.manifest;
     let s = |v: &str| match v {
         "" => "-".into(),
         v => escape(v).into_owned(),
     };
-    emit(&format!(
+    let text = format!(
         "name:        {}\ninstance:    {}\npid:         {}\nstate:       {state}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nwire:        zcoder (its frame tells no queue, spool or task)\n",
         s(&m.name),
         s(&m.instance_id),
@@ -78,8 +68,8 @@ fn zcoder_status(args: &Args, config: &Config, peer: &Peer) -> Result<ExitCode> 
         s(&m.model),
         s(&m.workspace),
         s(&m.socket),
-    ));
-    Ok(ExitCode::Ok)
+    );
+    super::answer(args, &r, &text)
 }
 
 pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
@@ -89,12 +79,8 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
         return zcoder_status(args, config, &peer);
     }
     let (v, r) = target::call::<ControlStatus>(config, &peer, Call::ControlStatus, json!({}))?;
-    if args.flag("json") {
-        emit_json(&v);
-        return Ok(ExitCode::Ok);
-    }
     let q = &r.queue;
-    emit(&format!(
+    let text = format!(
         "name:        {}\ninstance:    {}\npid:         {}\nstate:       {}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nspool:       {}\nqueued:      {} of {}\nprocessing:  {}\ninterrupted: {}\nopen task:   {}\n",
         escape(&r.name),
         escape(&r.instance_id),
@@ -110,8 +96,8 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
         q.processing,
         q.interrupted,
         r.open_task.as_deref().map_or("-".into(), escape),
-    ));
-    Ok(ExitCode::Ok)
+    );
+    super::answer(args, &v, &text)
 }
 
 /// `pause` and `resume`. A pause is answered once the acceptances before
@@ -127,15 +113,6 @@ pub fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
     super::at_most(args, cmd, 1)?;
     let peer = target::resolve(&config, args.positional.first().map(String::as_str))?;
     let (v, r) = target::call::<Paused>(&config, &peer, call, json!({}))?;
-    if args.flag("json") {
-        emit_json(&v);
-    } else {
-        emit(&format!(
-            "{} ({}): {}\n",
-            escape(&peer.manifest.name),
-            peer.manifest.instance_id,
-            r.state
-        ));
-    }
-    Ok(ExitCode::Ok)
+    let text = format!("{peer}: {}\n", r.state);
+    super::answer(args, &v, &text)
 }

@@ -68,11 +68,11 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
 }
 
 /// The target the command names, if any, and the call's params.
-fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a String>, Value)> {
+pub(super) fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a String>, Value)> {
     let rest = &args.positional[1..];
     // How many arguments follow the action: TARGET, and MESSAGE_ID.
     let most = match action {
-        "list" | "claim" => 1,
+        "list" | "claim" | "wait" => 1,
         "complete" | "requeue" | "discard" => 2,
         other => {
             return Err(Error::Usage(format!(

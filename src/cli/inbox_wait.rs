@@ -49,13 +49,7 @@ struct Seen {
 }
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    let rest = &args.positional[1..];
-    if rest.len() > 1 {
-        return Err(Error::Usage(format!(
-            "inbox wait: unexpected argument {}",
-            escape(&rest[1])
-        )));
-    }
+    let (target_arg, _) = super::inbox::request(args, "wait")?;
     for opt in ["outcome", "reply"] {
         if args.flag(opt) {
             return Err(Error::Usage(format!(
@@ -65,7 +59,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     }
     let timeout = args.seconds("inbox wait", "timeout")?;
     let deadline = timeout.map(|t| Instant::now() + t);
-    let peer = target::resolve(config, rest.first().map(String::as_str))?;
+    let peer = target::resolve(config, target_arg.map(String::as_str))?;
     if peer.wire != registry::Wire::Jsonrpc {
         return Err(Error::Usage(format!(
             "{} is a zcoder instance: it has no inbox to wait on",
@@ -141,9 +135,7 @@ fn watch(config: &Config, peer: &Peer, deadline: Option<Instant>) -> Result<Step
         Ok(s) => s,
         Err(why) => {
             return Ok(Step::Unwatched(Some(Error::Transport(format!(
-                "{} ({}): cannot subscribe to its events: {why}",
-                escape(&peer.manifest.name),
-                peer.manifest.instance_id
+                "{peer}: cannot subscribe to its events: {why}"
             )))));
         }
     };

@@ -412,16 +412,28 @@ pub fn command_help(c: &Command) -> String {
 
 fn help_cmd(args: &Args, _: &Config) -> Result<ExitCode> {
     match args.positional.first() {
-        None => emit(&overview()),
+        None => shown(&overview()),
         Some(name) => match COMMANDS.iter().find(|c| c.name == name) {
-            Some(c) => emit(&command_help(c)),
-            None => {
-                return Err(Error::Usage(format!(
-                    "no command {}: see 'baton help'",
-                    crate::sanitize::escape(name)
-                )));
-            }
+            Some(c) => shown(&command_help(c)),
+            None => Err(Error::Usage(format!(
+                "no command {}: see 'baton help'",
+                crate::sanitize::escape(name)
+            ))),
         },
+    }
+}
+
+/// Prints `text`: what the command had to do.
+fn shown(text: &str) -> Result<ExitCode> {
+    emit(text);
+    Ok(ExitCode::Ok)
+}
+
+/// Prints the answer `v` with `--json`, else `text`.
+fn answer(args: &Args, v: &serde_json::Value, text: &str) -> Result<ExitCode> {
+    match args.flag("json") {
+        true => emit_json(v),
+        false => emit(text),
     }
     Ok(ExitCode::Ok)
 }
@@ -458,14 +470,12 @@ pub fn main() -> i32 {
 
 fn run(argv: &[OsString]) -> Result<ExitCode> {
     let first = argv.first().and_then(|a| a.to_str()).unwrap_or("");
-    let text = match first {
-        "--version" | "-V" | "version" => Some(format!("baton {}\n", env!("CARGO_PKG_VERSION"))),
-        "--help" | "-h" => Some(overview()),
-        _ => None,
-    };
-    if let Some(text) = text {
-        emit(&text);
-        return Ok(ExitCode::Ok);
+    match first {
+        "--version" | "-V" | "version" => {
+            return shown(&format!("baton {}\n", env!("CARGO_PKG_VERSION")));
+        }
+        "--help" | "-h" => return shown(&overview()),
+        _ => {}
     }
     // `baton [serve options]` opens an instance for the current directory
     // and the interactive view on it.
@@ -475,8 +485,7 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         opts.push(attach::ATTACH);
         let args = args::parse("", argv, &opts)?;
         if args.flag("help") {
-            emit(&overview());
-            return Ok(ExitCode::Ok);
+            return shown(&overview());
         }
         let config = Config::from_env()?;
         // `baton -a`: the view on the instance serving this directory;
@@ -497,8 +506,7 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
     };
     let args = args::parse(cmd.name, &argv[1..], cmd.opts)?;
     if args.flag("help") {
-        emit(&command_help(cmd));
-        return Ok(ExitCode::Ok);
+        return shown(&command_help(cmd));
     }
     // Help must work even when the environment is broken.
     let config = if cmd.name == "help" {

@@ -299,9 +299,7 @@ fn plain(args: &Args, config: &Config, body: &str) -> Result<ExitCode> {
     };
     let failed_twice = |e: ClientError| {
         Error::Transport(format!(
-            "send to {} ({}) failed twice: {e}; the task may or may not have arrived: retry with --message-id {message_id}",
-            escape(&peer.manifest.name),
-            peer.manifest.instance_id
+            "send to {peer} failed twice: {e}; the task may or may not have arrived: retry with --message-id {message_id}"
         ))
     };
     if peer.wire == registry::Wire::Zcoder {

@@ -47,22 +47,19 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
     }
     let approve = match (args.value("approve"), profile) {
         (None, "sysadmin") => Approve::Ask,
-        (None, _) | (Some("auto"), "coding") => Approve::Auto,
-        (Some("auto"), _) if args.flag("yes") => Approve::Auto,
-        (Some("auto"), _) => {
+        (None, _) => Approve::Auto,
+        (Some("auto"), "sysadmin") if !args.flag("yes") => {
             return Err(Error::Usage(
                 "serve: --approve auto with --profile sysadmin runs every task unasked; add --yes to mean it"
                     .into(),
             ));
         }
-        (Some("ask"), _) => Approve::Ask,
-        (Some("deny"), _) => Approve::Deny,
-        (Some(other), _) => {
-            return Err(Error::Usage(format!(
+        (Some(v), _) => v.parse().map_err(|_| {
+            Error::Usage(format!(
                 "serve: --approve {}: use auto, ask or deny",
-                crate::sanitize::escape(other)
-            )));
-        }
+                crate::sanitize::escape(v)
+            ))
+        })?,
     };
     let ttl = match args.value("ttl") {
         None => config.ttl,

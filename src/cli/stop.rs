@@ -53,8 +53,7 @@ pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
         if sys::pid_status(pid) != sys::PidStatus::Gone {
             return Err(Error::Env(format!("stop: cannot signal {who}: {e}")));
         }
-        emit(&format!("{who} had already exited\n"));
-        return Ok(ExitCode::Ok);
+        return super::shown(&format!("{who} had already exited\n"));
     }
     let deadline = Instant::now() + wait;
     while !peer.exited() {
@@ -92,26 +91,22 @@ pub fn forget(args: &Args, config: &Config) -> Result<ExitCode> {
         eprintln!("baton: nothing was removed");
         return Ok(ExitCode::Refused);
     }
-    let refusal = match spool::forget(&spool.dir, &held)? {
-        Removal::Removed => None,
-        Removal::InUse => Some(
-            "is in use (its agent is starting or running, or a sender is storing a task): nothing was removed; try again",
-        ),
-        Removal::Changed => {
-            Some("changed since it was shown: nothing was removed; run forget again")
+    let why = match spool::forget(&spool.dir, &held)? {
+        Removal::Removed => {
+            return super::shown(&format!(
+                "forgot {}: its spool is removed\n",
+                escape(&spool.name)
+            ));
         }
+        Removal::InUse => {
+            "is in use (its agent is starting or running, or a sender is storing a task): nothing was removed; try again"
+        }
+        Removal::Changed => "changed since it was shown: nothing was removed; run forget again",
     };
-    if let Some(why) = refusal {
-        return Err(Error::Env(format!(
-            "forget: {}'s spool {why}",
-            escape(&spool.name)
-        )));
-    }
-    emit(&format!(
-        "forgot {}: its spool is removed\n",
+    Err(Error::Env(format!(
+        "forget: {}'s spool {why}",
         escape(&spool.name)
-    ));
-    Ok(ExitCode::Ok)
+    )))
 }
 
 /// The one stopped spool of this name (and `--workspace`, if given).

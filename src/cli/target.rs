@@ -90,10 +90,6 @@ pub fn transport(peer: &Peer, e: ClientError) -> Error {
             escape(&peer.manifest.name),
             escape(&message)
         )),
-        e => Error::Transport(format!(
-            "{} ({}): {e}",
-            escape(&peer.manifest.name),
-            peer.manifest.instance_id
-        )),
+        e => Error::Transport(format!("{peer}: {e}")),
     }
 }

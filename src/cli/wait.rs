@@ -68,14 +68,11 @@ fn kept(args: &Args, delivery: &Value) -> Result<std::result::Result<Kept, ExitC
         status,
         Some(Status::Accepted | Status::Duplicate | Status::Stored)
     ) {
-        if args.flag("json") {
-            let mut r = delivery.clone();
-            r["outcome"] = Value::Null;
-            r["reply"] = Value::Null;
-            emit_json(&r);
-            return Ok(Err(status.map_or(ExitCode::Refused, Status::exit_code)));
-        }
-        return super::sent::report(args, delivery).map(Err);
+        // With `--json`, the delivery with no outcome.
+        let mut r = delivery.clone();
+        r["outcome"] = Value::Null;
+        r["reply"] = Value::Null;
+        return super::sent::report(args, &r).map(Err);
     }
     let target = r.target.unwrap_or_default();
     let name = target.name.clone().or(args.positional.first().cloned());

@@ -18,12 +18,13 @@ use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 
-/// A subscription: the answer, the events, and where the answers to the
-/// instance's requests go.
-type Subscription = (Subscribed, Receiver<Value>, Writer);
-
-/// `events/subscribe` with `params`.
-fn subscribe(config: &Config, peer: &Peer, params: Value) -> Result<Subscription> {
+/// `events/subscribe` with `params`: the answer, the events, and where the
+/// answers to the instance's requests go.
+fn subscribe(
+    config: &Config,
+    peer: &Peer,
+    params: Value,
+) -> Result<(Subscribed, Receiver<Value>, Writer)> {
     let mut conn = target::connect(config, peer)?;
     let sub = conn
         .subscribe(params)

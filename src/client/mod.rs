@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::fmt;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -210,7 +210,7 @@ pub fn zcoder_exchange(
         .set_write_timeout(Some(timeout))
         .map_err(ClientError::Connect)?;
     let bytes = serde_json::to_vec(payload).expect("serializes");
-    wire::write_all(&mut stream, &wire::zcoder_frame(&bytes)).map_err(|_| ClientError::Closed)?;
+    (stream.write_all(&wire::zcoder_frame(&bytes))).map_err(|_| ClientError::Closed)?;
     wire::read_zcoder_frame(&mut stream, b"", 65536, timeout).map_err(|e| match e {
         wire::FrameError::Timeout => ClientError::Timeout,
         wire::FrameError::Short => ClientError::Closed,

@@ -13,7 +13,7 @@
 //! again with other text, an `ask-<n>` cannot.
 
 use super::outbound::back_to;
-use super::{Answer, Approve, Foreground, Params, is_local, opt_str_param, str_param};
+use super::{Answer, Approve, Foreground, Params, get_str, is_local, need_str};
 use crate::sanitize::escape;
 use crate::server::RpcError;
 use crate::spool::{self, Claim, Task};
@@ -59,7 +59,7 @@ fn digest_of(shown: &Value) -> String {
 /// A required member of an answer, with what an answer needs when it is
 /// missing (a client that answers by `message_id`, as before, learns why).
 fn answer_param(params: &Params, k: &str) -> Result<String, RpcError> {
-    opt_str_param(params, k)?.ok_or_else(|| {
+    get_str(params, k)?.ok_or_else(|| {
         RpcError::new(
             INVALID_PARAMS,
             format!(
@@ -232,12 +232,10 @@ impl Foreground {
     /// task that is itself a reply gets none, so two instances that deny
     /// each other's notices cannot loop.
     fn tell_denied(&mut self, task: &Task, by: &Decider) {
-        let Some(sender) = task.sender.instance_id.clone() else {
+        let sender = task.sender.instance_id.clone();
+        let Some(sender) = sender.filter(|_| task.in_reply_to.is_none()) else {
             return;
         };
-        if task.in_reply_to.is_some() {
-            return;
-        }
         let body = format!(
             "baton: task {} was denied by {} at {}; it did not run.\n",
             task.message_id,
@@ -249,82 +247,83 @@ impl Foreground {
         self.spawn_send(out, Some(task.message_id.clone()), None);
     }
 
-    /// What waits under `approval_id`, and whether `digest` is that of
-    /// what it shows.
-    fn find(&self, approval_id: &str, digest: &str) -> Option<(Subject, bool)> {
-        let task = (self.asked.iter().find(|(_, p)| p.id == approval_id))
-            .map(|(m, p)| (Subject::Task(m.clone()), p.digest == digest));
-        task.or_else(|| {
-            let at = self.permissions.iter().position(|p| p.id == approval_id)?;
-            Some((Subject::Tool(at), self.permissions[at].digest == digest))
-        })
-    }
-
     /// A decision on the approval `approval_id`, taken only when `digest`
-    /// is that of what it shows: an answer for other text decides nothing.
+    /// is that of what it shows: an answer for other text decides nothing
+    /// (`Err`: why). A task's decision names the task; a tool call's is
+    /// recorded for `baton mcp` to pass on, by the host's request id.
     fn decide_approval(
         &mut self,
         approval_id: &str,
         digest: &str,
         decision: &str,
         by: &Decider,
-    ) -> Value {
-        let invalid = |reason: String| json!({"status": "invalid", "approval_id": approval_id, "reason": reason});
-        match self.find(approval_id, digest) {
-            None => invalid(format!("no approval {} is waiting", escape(approval_id))),
-            Some((_, false)) => invalid(format!(
-                "digest does not match what approval {approval_id} shows"
-            )),
-            Some((Subject::Task(m), true)) => self.decide(&m, approval_id, decision, by),
-            Some((Subject::Tool(at), true)) => self.decide_permission(at, decision, by),
-        }
-    }
-
-    /// A decision on the task `message_id`, which waits for the approval
-    /// `approval_id`.
-    fn decide(
-        &mut self,
-        message_id: &str,
-        approval_id: &str,
-        decision: &str,
-        by: &Decider,
-    ) -> Value {
-        self.asked.remove(message_id);
-        self.requests.retain(|_, a| a != approval_id);
-        self.hub.emit(
-            EventKind::ApprovalResolved,
-            json!({"approval_id": approval_id, "message_id": message_id, "decision": decision,
-                   "by": by.kind, "by_pid": by.pid}),
-        );
-        let status = if decision == "approve" {
-            self.approved.insert(message_id.to_string());
-            "approved"
-        } else {
-            self.deny(message_id, by);
-            "denied"
+    ) -> Result<Value, String> {
+        // What waits under `approval_id`, and whether `digest` is that of
+        // what it shows.
+        let task = (self.asked.iter().find(|(_, p)| p.id == approval_id))
+            .map(|(m, p)| (Subject::Task(m.clone()), p.digest == digest));
+        let found = task.or_else(|| {
+            let at = self.permissions.iter().position(|p| p.id == approval_id)?;
+            Some((Subject::Tool(at), self.permissions[at].digest == digest))
+        });
+        let subject = match found {
+            None => return Err(format!("no approval {} is waiting", escape(approval_id))),
+            Some((_, false)) => {
+                return Err(format!(
+                    "digest does not match what approval {approval_id} shows"
+                ));
+            }
+            Some((subject, true)) => subject,
         };
-        json!({"status": status, "approval_id": approval_id, "message_id": message_id})
+        self.requests.retain(|_, a| a != approval_id);
+        let (kind, key, about) = match &subject {
+            Subject::Task(m) => {
+                self.asked.remove(m);
+                (EventKind::ApprovalResolved, "message_id", json!(m))
+            }
+            Subject::Tool(at) => {
+                let mut p = self.permissions.remove(*at);
+                let request_id = p.params["request_id"].take();
+                (EventKind::PermissionResolved, "request_id", request_id)
+            }
+        };
+        let mut event = json!({"approval_id": approval_id, "decision": decision,
+                               "by": by.kind, "by_pid": by.pid});
+        event[key] = about.clone();
+        self.hub.emit(kind, event);
+        let approved = decision == "approve";
+        if let Subject::Task(m) = &subject {
+            if approved {
+                self.approved.insert(m.clone());
+            } else {
+                self.deny(m, by);
+            }
+        }
+        let status = if approved { "approved" } else { "denied" };
+        Ok(json!({"status": status, "approval_id": approval_id, key: about}))
     }
 
     /// `approval/respond`, from the connection of peer `pid`.
     pub(super) fn approval_respond(&mut self, params: &Params, pid: Option<u32>) -> Answer {
         let approval_id = answer_param(params, "approval_id")?;
         let digest = answer_param(params, "digest")?;
-        let decision = str_param(params, "decision")?;
-        let by = opt_str_param(params, "by")?;
-        let invalid =
-            |reason| Ok(json!({"status": "invalid", "approval_id": approval_id, "reason": reason}));
+        let decision = need_str(params, "decision")?;
+        let by = get_str(params, "by")?;
+        let invalid = |reason: &str| json!({"status": "invalid", "approval_id": approval_id, "reason": reason});
         if !matches!(decision.as_str(), "approve" | "deny") {
-            return invalid("decision is not approve or deny");
+            return Ok(invalid("decision is not approve or deny"));
         }
         if by.as_deref().is_some_and(|b| !valid_by(b)) {
-            return invalid("by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces");
+            return Ok(invalid(
+                "by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces",
+            ));
         }
         let by = Decider {
             kind: by.unwrap_or_else(|| "approval/respond".into()),
             pid,
         };
-        Ok(self.decide_approval(&approval_id, &digest, &decision, &by))
+        let decided = self.decide_approval(&approval_id, &digest, &decision, &by);
+        Ok(decided.unwrap_or_else(|why| invalid(&why)))
     }
 
     /// A controller answered an `approval/request`, on the connection of
@@ -349,12 +348,11 @@ impl Foreground {
             .unwrap_or("approval/request")
             .to_string();
         let by = Decider { kind, pid };
-        let answer = match field("digest") {
+        let decided = match field("digest") {
             Some(digest) => self.decide_approval(&approval_id, digest, decision, &by),
-            None => json!({"status": "invalid", "reason": "digest is missing"}),
+            None => Err("digest is missing".into()),
         };
-        if answer["status"] == "invalid" {
-            let why = answer["reason"].as_str().unwrap_or("");
+        if let Err(why) = decided {
             self.notice(None, format!("a reply to {rid} decided nothing: {why}"));
         }
     }

@@ -4,18 +4,17 @@
 //! events are dispatched, the calls answered, the state recomputed and
 //! published, and the timers armed.
 
-use super::inbox::Interrupted;
 use super::{Answer, Approve, EPHEMERAL_GRACE, Foreground, Params, Reply};
 use crate::access::Caller;
-use crate::registry::{self, Manifest};
-use crate::server::{Event, RpcError, State};
+use crate::registry;
+use crate::server::{self, Event, State};
 use crate::spool::{self, Spool};
+use crate::wire::Call;
 use crate::wire::EventKind;
 use crate::wire::Mode;
 use crate::wire::Outcome;
 use crate::wire::answer::{ControlStatus, Queue, RunningTurn};
-use crate::wire::{self, Call};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -64,11 +63,6 @@ impl Foreground {
         self.shared.wake_on_accept.store(waits, Ordering::SeqCst);
     }
 
-    fn manifest(&self) -> Manifest {
-        let m = self.shared.manifest.lock();
-        m.unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
     pub(super) fn spool(&self) -> &Spool {
         &self.shared.spool
     }
@@ -79,11 +73,10 @@ impl Foreground {
 
     /// A `notice`, of the task `id` or of the instance's own.
     pub(super) fn notice(&self, id: Option<&str>, text: impl Into<String>) {
-        let text = text.into();
-        let fields = match id {
-            Some(id) => json!({"message_id": id, "text": text}),
-            None => json!({"text": text}),
-        };
+        let mut fields = json!({"text": text.into()});
+        if let Some(id) = id {
+            fields["message_id"] = json!(id);
+        }
         self.hub.emit(EventKind::Notice, fields);
     }
 
@@ -107,7 +100,7 @@ impl Foreground {
             return;
         }
         self.shared.set_state(want);
-        let m = self.manifest();
+        let m = self.shared.lock_manifest().clone();
         if let Err(e) = registry::publish(&self.origin.registry, &m) {
             eprintln!("baton: {e}");
         }
@@ -214,26 +207,23 @@ impl Foreground {
     /// `inbox/complete` with a reply and `control/pause`, once their helper
     /// thread reports.
     fn call(&mut self, method: Call, params: &Params, reply: Reply, caller: &Caller) {
-        let pid = caller.pid;
         let answer = match method {
             Call::RelaySend => return self.relay_send(params, reply, caller),
             Call::ControlPause => return self.pause(reply),
             Call::ControlResume => {
                 let changed = self.shared.paused.swap(false, Ordering::SeqCst);
-                self.refresh();
-                Ok(json!({"state": self.shared.state().as_str(), "changed": changed}))
+                return self.answer_pause(Settled { reply, changed });
             }
             Call::ControlStatus => Ok(self.status()),
             Call::InboxList => self.inbox_list(params),
             Call::InboxClaim => Ok(self.claim()),
             Call::InboxComplete => return self.complete(params, reply),
-            Call::InboxRequeue => self.interrupted(Interrupted::Requeue, params),
-            Call::InboxDiscard => self.interrupted(Interrupted::Discard, params),
-            Call::ApprovalRespond => self.approval_respond(params, pid),
+            Call::InboxRequeue | Call::InboxDiscard => self.interrupted(method, params),
+            Call::ApprovalRespond => self.approval_respond(params, caller.pid),
             Call::TurnCancel => self.cancel(params),
             Call::TurnLocal => self.local(params),
             Call::TaskStatus => self.task_status(params, caller),
-            Call::PermissionAsk => self.permission_ask(params, pid),
+            Call::PermissionAsk => self.permission_ask(params, caller.pid),
         };
         let _ = reply.send(answer);
     }
@@ -272,33 +262,25 @@ impl Foreground {
         }
     }
 
-    /// Answers a `control/pause` once the acceptances before it are stored.
-    /// The state is published here, after them, as when the foreground
-    /// waited itself; a `control/resume` that came meanwhile wins, and the
-    /// answer says so.
+    /// Answers a `control/pause` once the acceptances before it are stored
+    /// (and a `control/resume` at once). The state is published here,
+    /// after them, as when the foreground waited itself; a
+    /// `control/resume` that came meanwhile wins, and the answer says so.
     pub(super) fn answer_pause(&mut self, settled: Settled) {
         self.refresh();
         let state = self.shared.state().as_str();
-        let _ = settled
-            .reply
-            .send(Ok(json!({"state": state, "changed": settled.changed})));
+        let answer = json!({"state": state, "changed": settled.changed});
+        let _ = settled.reply.send(Ok(answer));
     }
 
     /// `inbox/list`: one page of the tasks after `after`, at most `limit`
     /// of them and `LIST_RESULT_BYTES` in all, with the next page's
     /// `after` in `next` (null on the last page).
     fn inbox_list(&self, params: &Params) -> Answer {
-        let limit = match params.get("limit") {
-            None | Some(Value::Null) => LIST_LIMIT,
-            Some(v) => match v.as_u64() {
-                Some(n) if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
-                _ => {
-                    let why = "invalid params: limit must be a positive integer";
-                    return Err(RpcError::new(wire::INVALID_PARAMS, why));
-                }
-            },
-        };
-        let after = super::opt_str_param(params, "after")?;
+        let positive = |v: &Value| v.as_u64().filter(|n| *n > 0);
+        let limit = server::opt(params, "limit", "a positive integer", positive)?
+            .map_or(LIST_LIMIT, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let after = super::get_str(params, "after")?;
         let l = self.spool().list();
         let mut tasks = [l.processing, l.rejected, l.interrupted, l.queued]
             .into_iter()
@@ -310,13 +292,9 @@ impl Foreground {
                                  "reason": format!("task {id} is not listed (it left the inbox): list again from the start")}));
             }
         }
-        let mut page: Map<String, Value> = LIST_ORDER
-            .iter()
-            .map(|p| (p.to_string(), Value::Array(Vec::new())))
-            .collect();
-        let (mut waiting, mut bytes, mut taken) = (Vec::new(), 0, 0);
-        let mut last: Option<String> = None;
-        let mut next = Value::Null;
+        let mut page = json!({"processing": [], "rejected": [], "interrupted": [], "queued": [],
+                              "awaiting_approval": [], "next": null});
+        let (mut bytes, mut taken, mut last) = (0, 0, None);
         for (place, t) in tasks {
             let summary = serde_json::to_value(&t).expect("a summary serializes");
             let asked = place == "queued" && self.asked.contains_key(&t.message_id);
@@ -326,24 +304,21 @@ impl Foreground {
                 size += json!(t.message_id).to_string().len() + 1;
             }
             if taken == limit || (taken > 0 && bytes + size > LIST_RESULT_BYTES - LIST_ROOM) {
-                next = json!(last);
+                page["next"] = json!(last);
                 break;
             }
+            let mut push = |k: &str, v| page[k].as_array_mut().expect("a list").push(v);
             if asked {
-                waiting.push(json!(t.message_id));
+                push("awaiting_approval", json!(t.message_id));
             }
-            if let Some(Value::Array(v)) = page.get_mut(place) {
-                v.push(summary);
-            }
+            push(place, summary);
             (bytes, taken, last) = (bytes + size, taken + 1, Some(t.message_id));
         }
-        page.insert("awaiting_approval".into(), Value::Array(waiting));
-        page.insert("next".into(), next);
-        Ok(Value::Object(page))
+        Ok(page)
     }
 
     fn status(&self) -> Value {
-        let m = self.manifest();
+        let m = self.shared.lock_manifest().clone();
         let c = self.spool().counts();
         let turn = self.running.as_ref().map(|r| RunningTurn {
             message_id: r.task.message_id.clone(),

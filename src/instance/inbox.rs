@@ -4,37 +4,20 @@
 //! ends it. Here too: putting interrupted tasks back, or discarding them.
 
 use super::outbound::{Plan, Waiter};
-use super::{Answer, Foreground, OpenTask, Params, Reply, opt_str_param, str_param};
+use super::{Answer, Foreground, OpenTask, Params, Reply, get_str, need_str};
 use crate::sanitize::escape;
 use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task};
 use crate::status::Status;
 use crate::turn;
-use crate::wire::EventKind;
 use crate::wire::Outcome;
+use crate::wire::{Call, EventKind};
 use serde_json::{Value, json};
 
 use super::approval::Gate;
 
 /// `plan_send`'s answer for the reply of `inbox/complete`.
 type PlannedReply = Result<Plan, RpcError>;
-
-/// What `inbox/requeue` and `inbox/discard` do with a set-aside task.
-#[derive(Clone, Copy)]
-pub(super) enum Interrupted {
-    Requeue,
-    Discard,
-}
-
-impl Interrupted {
-    /// The event it records.
-    fn event_kind(self) -> EventKind {
-        match self {
-            Interrupted::Requeue => EventKind::TaskRequeued,
-            Interrupted::Discard => EventKind::TaskDiscarded,
-        }
-    }
-}
 
 impl Foreground {
     /// Pull mode: hands out the next task and opens its turn.
@@ -148,10 +131,11 @@ impl Foreground {
         v
     }
 
-    /// Puts an interrupted task back in the queue, or discards it with a
-    /// receipt (so a retry of its id stays a duplicate).
-    pub(super) fn interrupted(&mut self, what: Interrupted, params: &Params) -> Answer {
-        let id = str_param(params, "message_id")?;
+    /// Puts an interrupted task back in the queue (`inbox/requeue`), or
+    /// discards it with a receipt, so a retry of its id stays a duplicate
+    /// (`inbox/discard`).
+    pub(super) fn interrupted(&mut self, call: Call, params: &Params) -> Answer {
+        let id = need_str(params, "message_id")?;
         if !self.spool().is_set_aside(&id) {
             return Ok(json!({
                 "status": "invalid",
@@ -159,14 +143,24 @@ impl Foreground {
                 "reason": format!("no interrupted or rejected task {}", escape(&id)),
             }));
         }
-        let (r, status) = match what {
-            Interrupted::Requeue => (self.spool().requeue(&id), "requeued"),
-            Interrupted::Discard => (self.spool().finish(&id, Outcome::Discarded), "discarded"),
+        let discard = call == Call::InboxDiscard;
+        let (r, status, kind) = if discard {
+            (
+                self.spool().finish(&id, Outcome::Discarded),
+                "discarded",
+                EventKind::TaskDiscarded,
+            )
+        } else {
+            (
+                self.spool().requeue(&id),
+                "requeued",
+                EventKind::TaskRequeued,
+            )
         };
         Ok(match r {
             Ok(()) => {
-                self.hub.emit(what.event_kind(), json!({"message_id": id}));
-                if let Interrupted::Discard = what {
+                self.hub.emit(kind, json!({"message_id": id}));
+                if discard {
                     self.ended(&id, Outcome::Discarded, None);
                 }
                 json!({"status": status, "message_id": id})
@@ -184,7 +178,7 @@ impl Foreground {
         // that reads the manifest after its answer sees the task ended.
         self.refresh();
         match finished {
-            Ok((answer, Some((id, plan)))) => self.reply_from(&id, plan, answer, answer_to),
+            Ok((answer, Some((id, plan)))) => self.reply_from(id, plan, answer, answer_to),
             done => {
                 let _ = answer_to.send(done.map(|(answer, _)| answer));
             }
@@ -197,9 +191,9 @@ impl Foreground {
         &mut self,
         params: &Params,
     ) -> Result<(Value, Option<(String, PlannedReply)>), RpcError> {
-        let id = str_param(params, "message_id")?;
-        let outcome = opt_str_param(params, "outcome")?;
-        let reply = opt_str_param(params, "reply")?;
+        let id = need_str(params, "message_id")?;
+        let outcome = get_str(params, "outcome")?;
+        let reply = get_str(params, "reply")?;
         let invalid = |reason: String| {
             Ok((
                 json!({"status": "invalid", "message_id": id, "reason": reason}),
@@ -256,8 +250,7 @@ impl Foreground {
     /// --reply` from the turn just completed (planned while it was open),
     /// on a sender thread, and `answer` goes to `answer_to` with the
     /// reply's result once it is known (bounded by the I/O timeout).
-    fn reply_from(&mut self, id: &str, plan: PlannedReply, mut answer: Value, answer_to: Reply) {
-        let id = id.to_string();
+    fn reply_from(&mut self, id: String, plan: PlannedReply, mut answer: Value, answer_to: Reply) {
         match plan {
             Ok(Ok(out)) => {
                 let waiter = Waiter::Complete {

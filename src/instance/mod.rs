@@ -27,7 +27,7 @@ use crate::events::Hub;
 use crate::glob::Policy;
 use crate::registry;
 use crate::relay::Origin;
-use crate::server::{Event, RpcError, Shared};
+use crate::server::{Event, RpcError, Shared, get_str, need_str};
 use crate::spool::{self, Task};
 use crate::turn::TurnEvent;
 use crossbeam_channel::{self as chan, select};
@@ -137,7 +137,6 @@ struct Running {
 struct Foreground {
     shared: Arc<Shared>,
     opts: ServeOptions,
-    socket: PathBuf,
     /// zcoder's registry directory and our socket there, with `--zcoder`.
     zcoder: Option<(PathBuf, PathBuf)>,
     workspace: PathBuf,
@@ -280,25 +279,5 @@ impl Foreground {
         self.interrupt_turn(&inputs.turns);
         listeners.close();
         self.shared.spool.remove_if_ephemeral();
-    }
-}
-
-fn str_param(params: &Params, k: &str) -> std::result::Result<String, RpcError> {
-    opt_str_param(params, k)?.ok_or_else(|| {
-        RpcError::new(
-            crate::wire::INVALID_PARAMS,
-            format!("invalid params: {k} is missing"),
-        )
-    })
-}
-
-fn opt_str_param(params: &Params, k: &str) -> std::result::Result<Option<String>, RpcError> {
-    match params.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(RpcError::new(
-            crate::wire::INVALID_PARAMS,
-            format!("invalid params: {k} must be a string"),
-        )),
     }
 }

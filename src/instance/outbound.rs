@@ -5,7 +5,7 @@
 //! reports as `Event::Relayed`. This covers `relay/send`, `--reply` and
 //! the reply of `inbox/complete`.
 
-use super::{Foreground, Params, Reply, is_local, opt_str_param, str_param};
+use super::{Foreground, Params, Reply, get_str, is_local, need_str};
 use crate::access::{Caller, Role};
 use crate::registry;
 use crate::relay::{self, Outbound};
@@ -61,10 +61,10 @@ impl Foreground {
     }
 
     /// Sends a planned `--reply`, or says why none goes out.
-    pub(super) fn send_stdout_reply(&mut self, id: &str, plan: StdoutReply) {
+    pub(super) fn send_stdout_reply(&mut self, id: String, plan: StdoutReply) {
         match plan.send {
-            Ok(out) => self.spawn_send(out, Some(id.to_string()), None),
-            Err(why) => self.notice(Some(id), why),
+            Ok(out) => self.spawn_send(out, Some(id), None),
+            Err(why) => self.notice(Some(&id), why),
         }
     }
 
@@ -118,8 +118,7 @@ impl Foreground {
     /// A sender thread's result, for the transcript. A reply that was not
     /// delivered is also said as a notice (and on stderr): a handler run
     /// with `--reply` has exited by then, and the operator is who learns.
-    pub(super) fn relayed(&mut self, result: Value, reply_of: Option<String>) {
-        let mut fields = result;
+    pub(super) fn relayed(&mut self, mut fields: Value, reply_of: Option<String>) {
         if let Some(r) = &reply_of {
             fields["reply_of"] = json!(r);
             let status = fields["status"].as_str().unwrap_or("");
@@ -156,23 +155,17 @@ impl Foreground {
         }
     }
 
-    /// The task a turn token names: the running turn or an open one.
-    fn task_of_turn(&self, token: &str) -> Option<&Task> {
-        if let Some(r) = self.running.as_ref().filter(|r| r.token == token) {
-            return Some(&r.task);
-        }
-        self.open.iter().find(|o| o.token == token).map(|o| &o.task)
-    }
-
-    /// The task whose turn a send is made in: the token's, or with no
-    /// token the running exec turn's, which holds a send from this agent
-    /// to its scope all the same (docs/decisions.md). None: the token
-    /// names no open turn.
+    /// The task whose turn a send is made in: the token's (the running
+    /// turn's or an open one's), or with no token the running exec turn's,
+    /// which holds a send from this agent to its scope all the same
+    /// (docs/decisions.md). None: the token names no open turn.
     fn scope_of(&self, turn: Option<&str>) -> Option<Option<Task>> {
-        match turn {
-            Some(t) => self.task_of_turn(t).cloned().map(Some),
-            None => Some(self.running.as_ref().map(|r| r.task.clone())),
-        }
+        let Some(t) = turn else {
+            return Some(self.running.as_ref().map(|r| r.task.clone()));
+        };
+        let running = self.running.as_ref().filter(|r| r.token == t);
+        let open = || self.open.iter().find(|o| o.token == t).map(|o| &o.task);
+        running.map(|r| &r.task).or_else(open).cloned().map(Some)
     }
 
     /// A process of one of our turns speaks only as that turn, token or
@@ -203,34 +196,24 @@ impl Foreground {
         params: &Params,
         caller: Option<&Caller>,
     ) -> Result<Plan, RpcError> {
-        let body = str_param(params, "body")?;
-        let turn = opt_str_param(params, "turn")?;
-        let target = opt_str_param(params, "target")?;
-        let mode = opt_str_param(params, "mode")?.unwrap_or_else(|| "queue".into());
-        let is_reply = match params.get("reply") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(RpcError::new(
-                    crate::wire::INVALID_PARAMS,
-                    "invalid params: reply must be a boolean",
-                ));
-            }
-        };
-        let message_id = match opt_str_param(params, "message_id")? {
-            Some(id) if registry::valid_id(&id) => id,
-            Some(_) => {
-                let id = self.new_message_id();
-                return Ok(Err(json!({"status": Status::Invalid, "message_id": id,
-                                     "reason": server::reason::BAD_MESSAGE_ID})));
-            }
-            None => self.new_message_id(),
-        };
+        let body = need_str(params, "body")?;
+        let turn = get_str(params, "turn")?;
+        let target = get_str(params, "target")?;
+        let mode = get_str(params, "mode")?.unwrap_or_else(|| "queue".into());
+        let is_reply = server::opt(params, "reply", "a boolean", Value::as_bool)?.unwrap_or(false);
+        let given = get_str(params, "message_id")?;
+        let valid = given.as_deref().is_none_or(registry::valid_id);
+        let message_id = given
+            .filter(|_| valid)
+            .unwrap_or_else(|| self.new_message_id());
         let refuse = |status: Status, reason: &str| {
             Ok(Err(
                 json!({"status": status, "message_id": message_id, "reason": reason}),
             ))
         };
+        if !valid {
+            return refuse(Status::Invalid, server::reason::BAD_MESSAGE_ID);
+        }
         if !matches!(mode.as_str(), "queue" | "steer") {
             return refuse(Status::Invalid, "mode is not queue or steer");
         }
@@ -249,7 +232,7 @@ impl Foreground {
                 return refuse(Status::Invalid, "a reply needs the turn it answers (turn)");
             }
             return Ok(Ok(Outbound {
-                target: target.ok_or_else(missing_target)?,
+                target: target.ok_or_else(|| server::missing("target"))?,
                 body,
                 message_id,
                 hop: 0,
@@ -270,7 +253,7 @@ impl Foreground {
         let target = match (is_reply, target) {
             (true, _) => sender.clone(),
             (false, Some(t)) => t,
-            (false, None) => return Err(missing_target()),
+            (false, None) => return Err(server::missing("target")),
         };
         let scope = format!("this turn runs a task relayed from {}", escape(&from));
         Ok(Ok(Outbound {
@@ -341,11 +324,4 @@ pub(super) fn back_to(
         scope,
         only_spool: s.name.clone().zip(s.workspace.clone()),
     }
-}
-
-fn missing_target() -> RpcError {
-    RpcError::new(
-        crate::wire::INVALID_PARAMS,
-        "invalid params: target is missing",
-    )
 }

@@ -4,7 +4,7 @@
 //! waiting, so it holds across restarts. Reading a receipt is a local
 //! disk read, which the foreground may do.
 
-use super::{Answer, Foreground, Params, str_param};
+use super::{Answer, Foreground, Params, need_str};
 use crate::access::{Caller, Role};
 use crate::spool::{ReplyRecord, Whereabouts};
 use crate::wire::EventKind;
@@ -24,7 +24,7 @@ impl Foreground {
 
     /// `task/status`.
     pub(super) fn task_status(&self, params: &Params, caller: &Caller) -> Answer {
-        let id = str_param(params, "message_id")?;
+        let id = need_str(params, "message_id")?;
         let mut v = TaskStatus {
             finished_at: None,
             message_id: id.clone(),

@@ -22,6 +22,7 @@ use crate::tmux::{self, Job, Report, Trouble, Typist};
 use crate::turn;
 use crate::wire::EventKind;
 use crate::wire::Outcome;
+use crate::wire::answer::Claimed;
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::sync::atomic::Ordering;
@@ -109,22 +110,20 @@ impl Foreground {
             p.asked = p.typist.ask(Job::Probe);
             return;
         }
-        let claimed = self.claim();
-        match claimed["status"].as_str() {
-            Some("claimed") => {
-                let id = claimed["task"]["message_id"].as_str().unwrap_or("");
-                let text = claimed["task"]["envelope"].as_str().unwrap_or("");
-                let buffer = format!("baton-{}-{id}", self.shared.instance_id);
+        let claimed: Claimed = serde_json::from_value(self.claim()).expect("a claim reads back");
+        match (claimed.status.as_str(), claimed.task) {
+            ("claimed", Some(task)) => {
+                let buffer = format!("baton-{}-{}", self.shared.instance_id, task.message_id);
                 let job = Job::Type {
-                    message_id: id.to_string(),
+                    message_id: task.message_id,
                     buffer,
-                    text: text.to_string(),
+                    text: task.envelope,
                 };
                 let p = self.pane.as_mut().expect("checked");
                 p.asked = p.typist.ask(job);
             }
             // A resource ran short (said by the claim): tried again later.
-            Some("error") => self.pane_retry_later(),
+            ("error", _) => self.pane_retry_later(),
             _ => {}
         }
     }
@@ -257,12 +256,11 @@ impl Foreground {
         let Some(p) = self.pane.as_mut() else {
             return;
         };
-        let delay = match p.retry_at {
+        p.delay = match p.retry_at {
             Some(_) => (p.delay * 2).min(LAST_RETRY),
             None => FIRST_RETRY,
         };
-        p.delay = delay;
-        p.retry_at = Some(Instant::now() + delay);
+        p.retry_at = Some(Instant::now() + p.delay);
     }
 
     /// A claimed task that could not be typed goes back to its place in

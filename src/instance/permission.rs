@@ -12,11 +12,10 @@
 //! gets back and matches the decision by, so a host's id asked again, by
 //! anyone, never inherits a decision on other text.
 
-use super::approval::Decider;
-use super::{Answer, Foreground, Params, opt_str_param, str_param};
+use super::{Answer, Foreground, Params, get_str, need_str};
 use crate::event_text;
 use crate::wire::EventKind;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The most tool-call requests that wait at once.
 const MAX_WAITING: usize = 32;
@@ -41,11 +40,11 @@ fn cut(s: &str) -> String {
 impl Foreground {
     /// `permission/ask`, from the connection of peer `pid`.
     pub(super) fn permission_ask(&mut self, params: &Params, pid: Option<u32>) -> Answer {
-        let request_id = str_param(params, "request_id")?;
-        let tool_name = str_param(params, "tool_name")?;
-        let description = opt_str_param(params, "description")?.unwrap_or_default();
-        let input_preview = opt_str_param(params, "input_preview")?.unwrap_or_default();
-        let host = opt_str_param(params, "host")?;
+        let request_id = need_str(params, "request_id")?;
+        let tool_name = need_str(params, "tool_name")?;
+        let description = get_str(params, "description")?.unwrap_or_default();
+        let input_preview = get_str(params, "input_preview")?.unwrap_or_default();
+        let host = get_str(params, "host")?;
         if !valid_request_id(&request_id) {
             return Ok(json!({"status": "invalid", "request_id": request_id,
                              "reason": "request_id must be 1 to 64 ASCII letters, digits, '-' or '_'"}));
@@ -83,22 +82,6 @@ impl Foreground {
             json!({"status": "waiting", "approval_id": approval_id, "request_id": request_id,
                   "controllers": controllers}),
         )
-    }
-
-    /// A decision on the tool call at `at` in `permissions`: recorded for
-    /// `baton mcp` to pass on, and no longer asked.
-    pub(super) fn decide_permission(&mut self, at: usize, decision: &str, by: &Decider) -> Value {
-        let p = self.permissions.remove(at);
-        self.requests.retain(|_, a| *a != p.id);
-        let request_id = &p.params["request_id"];
-        self.hub.emit(
-            EventKind::PermissionResolved,
-            json!({"approval_id": p.id, "request_id": request_id, "decision": decision,
-                   "by": by.kind, "by_pid": by.pid}),
-        );
-        let approved = decision == "approve";
-        let status = if approved { "approved" } else { "denied" };
-        json!({"status": status, "approval_id": p.id, "request_id": request_id})
     }
 }
 

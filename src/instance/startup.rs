@@ -4,17 +4,15 @@
 //! the one we bound. Also here: `meta.json`, the sweep of dead ephemeral
 //! spools, and the signal channel.
 
-use super::dispatch::Settled;
 use super::{Foreground, Inputs, ServeOptions};
 use crate::config::{Config, Relay};
 use crate::error::{Error, Result};
 use crate::events::Hub;
 use crate::registry::{self, Manifest};
 use crate::relay::Origin;
-use crate::server::{self, Event, Shared};
+use crate::server::{self, Shared};
 use crate::spool::{self, Spool};
 use crate::sys;
-use crate::turn::TurnEvent;
 use crate::wire::EventKind;
 use crossbeam_channel as chan;
 use serde_json::json;
@@ -57,16 +55,6 @@ pub(super) struct Listeners(Vec<(Socket, chan::Receiver<()>)>);
 /// (docs/protocol.md §7, Manifest). The instance, ready for its loop.
 pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, Inputs, Listeners)> {
     sys::set_umask(0o077);
-    if config.relay == Relay::Off {
-        return Err(Error::Env(
-            "BATON_RELAY=off: the relay is disabled, so serve does not start".into(),
-        ));
-    }
-    if opts.tmux_pane.is_some() && crate::tmux::find_on_path().is_none() {
-        return Err(Error::Env(
-            "--tmux-pane: tmux is not on PATH, so no task can be typed into a pane".into(),
-        ));
-    }
     let mut place = place(&opts, &config)?;
     let spool = open_spool(&opts, &config, &place)?;
     // Stale entries of dead instances go before we add our own.
@@ -79,20 +67,17 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     // threads emit into it from their first acceptance.
     let hub = Arc::new(Hub::open(spool.dir()));
     started(&hub, &manifest, &opts, &spool);
-    let shared = Arc::new(
-        Shared::new(
-            config,
-            place.id.clone(),
-            spool,
-            manifest.clone(),
-            place.dir.clone(),
-            opts.policy.clone(),
-            paused,
-            hub,
-            events_tx.clone(),
-        )
-        .with_agent(opts.agent),
-    );
+    let shared = Arc::new(Shared::new(
+        config,
+        spool,
+        manifest.clone(),
+        place.dir.clone(),
+        opts.policy.clone(),
+        paused,
+        hub,
+        events_tx.clone(),
+        opts.agent,
+    ));
     let listeners = accept(sockets, &shared)?;
     let signals = signal_channel(&[SIGTERM, SIGINT, SIGHUP])?;
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
@@ -118,29 +103,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     );
     let (turns_tx, turns) = chan::unbounded();
     let (pauses_tx, pauses) = chan::unbounded();
-    let fg = foreground(place, opts, shared, events_tx, turns_tx, pauses_tx, pane);
-    let inputs = Inputs {
-        events,
-        turns,
-        pauses,
-        panes,
-        signals,
-        stop,
-    };
-    Ok((fg, inputs, listeners))
-}
-
-/// The foreground's starting state.
-fn foreground(
-    place: Place,
-    opts: ServeOptions,
-    shared: Arc<Shared>,
-    events_tx: chan::Sender<Event>,
-    turns_tx: chan::Sender<TurnEvent>,
-    pauses_tx: chan::Sender<Settled>,
-    pane: Option<super::pane::Pane>,
-) -> Foreground {
-    Foreground {
+    let fg = Foreground {
         hub: Arc::clone(&shared.hub),
         origin: Origin {
             config: shared.config.clone(),
@@ -150,7 +113,6 @@ fn foreground(
             workspace: place.workspace.display().to_string(),
         },
         opts,
-        socket: place.socket,
         zcoder: place.zcoder,
         workspace: place.workspace,
         shared,
@@ -171,12 +133,32 @@ fn foreground(
         idle_since: None,
         short: None,
         pane,
-    }
+    };
+    let inputs = Inputs {
+        events,
+        turns,
+        pauses,
+        panes,
+        signals,
+        stop,
+    };
+    Ok((fg, inputs, listeners))
 }
 
 /// Resolves the registry, workspace, name, id and sockets, and checks
-/// them; creates nothing but the registry directories.
+/// them and that the instance can serve at all; creates nothing but the
+/// registry directories.
 fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
+    if config.relay == Relay::Off {
+        return Err(Error::Env(
+            "BATON_RELAY=off: the relay is disabled, so serve does not start".into(),
+        ));
+    }
+    if opts.tmux_pane.is_some() && crate::tmux::find_on_path().is_none() {
+        return Err(Error::Env(
+            "--tmux-pane: tmux is not on PATH, so no task can be typed into a pane".into(),
+        ));
+    }
     let dir = registry::ensure_dir(config)?;
     let workspace = workspace(opts)?;
     let name = match &opts.name {
@@ -202,22 +184,21 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
     check_socket_path(&socket, "BATON_DIR")?;
     // `--zcoder`: a second socket in zcoder's registry, so that zcoder
     // instances find this one and can deliver to it.
-    let zcoder = match opts.zcoder {
-        true => {
-            let zdir = registry::ensure_private_dir(&registry::zcoder_dir(), "zcoder registry")?;
-            // The same directory would need two sockets of one name, and
-            // would leave the first bound when the second failed.
-            if zdir == dir {
-                return Err(Error::Env(format!(
-                    "--zcoder: zcoder's registry {} is baton's own registry: point ZCODER_RELAY_DIR or BATON_DIR elsewhere",
-                    zdir.display()
-                )));
-            }
-            let zsock = registry::socket_path(&zdir, &id);
-            check_socket_path(&zsock, "ZCODER_RELAY_DIR")?;
-            Some((zdir, zsock))
+    let zcoder = if opts.zcoder {
+        let zdir = registry::ensure_private_dir(&registry::zcoder_dir(), "zcoder registry")?;
+        // The same directory would need two sockets of one name, and
+        // would leave the first bound when the second failed.
+        if zdir == dir {
+            return Err(Error::Env(format!(
+                "--zcoder: zcoder's registry {} is baton's own registry: point ZCODER_RELAY_DIR or BATON_DIR elsewhere",
+                zdir.display()
+            )));
         }
-        false => None,
+        let zsock = registry::socket_path(&zdir, &id);
+        check_socket_path(&zsock, "ZCODER_RELAY_DIR")?;
+        Some((zdir, zsock))
+    } else {
+        None
     };
     Ok(Place {
         dir,
@@ -290,35 +271,34 @@ fn open_spool(opts: &ServeOptions, config: &Config, place: &Place) -> Result<Arc
 
 /// Binds the sockets (or takes the activated one).
 fn bind(place: &mut Place) -> Result<Vec<(Socket, UnixListener)>> {
-    let socket = &place.socket;
     let listen =
         |path: &Path| UnixListener::bind(path).map_err(|e| Error::io("listen on", path, e));
     // What was bound at `path`, once it listens.
-    let bound = |path: &Path, activated| {
+    let bound = |path: &Path, listener, activated| {
         let meta = fs::symlink_metadata(path).map_err(|e| Error::io("inspect", path, e))?;
         let path = path.to_path_buf();
-        Ok::<_, Error>(Socket {
-            path,
-            meta,
-            activated,
-        })
+        Ok::<_, Error>((
+            Socket {
+                path,
+                meta,
+                activated,
+            },
+            listener,
+        ))
     };
-    let activated = place.activated.take();
-    let was_activated = activated.is_some();
-    let listener = match activated {
+    let socket = &place.socket;
+    let mut sockets = vec![match place.activated.take() {
         // A peer that checks who serves this socket (sender verification,
         // docs/protocol.md §5) hears of the process that last listened on
         // it: the service manager, until we do.
         Some(l) => {
             sys::listen_here(&l).map_err(|e| Error::io("listen on", socket, e))?;
-            l
+            bound(socket, l, true)?
         }
-        None => listen(socket)?,
-    };
-    let mut sockets = vec![(bound(socket, was_activated)?, listener)];
+        None => bound(socket, listen(socket)?, false)?,
+    }];
     if let Some((_, zsock)) = &place.zcoder {
-        let listener = listen(zsock)?;
-        sockets.push((bound(zsock, false)?, listener));
+        sockets.push(bound(zsock, listen(zsock)?, false)?);
     }
     Ok(sockets)
 }

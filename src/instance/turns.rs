@@ -6,8 +6,8 @@
 //! operator's own lines (`turn/local`) become tasks.
 
 use super::{
-    Answer, DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Params, Running, is_local, opt_str_param,
-    str_param,
+    Answer, DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Params, Running, get_str, is_local,
+    need_str,
 };
 use crate::config;
 use crate::registry;
@@ -95,7 +95,7 @@ impl Foreground {
 
     fn turn_env(&self, task: &Task, token: &str) -> Vec<(&'static str, String)> {
         vec![
-            (config::BATON_SOCKET, self.socket.display().to_string()),
+            (config::BATON_SOCKET, self.shared.socket.clone()),
             (config::BATON_TURN, token.to_string()),
             ("BATON_MESSAGE_ID", task.message_id.clone()),
             (
@@ -147,7 +147,13 @@ impl Foreground {
                     json!({"message_id": id, "pid": handler.pid, "from": turn::display_name(&task.sender),
                            "sender_id": task.sender.instance_id, "hop": task.hop}),
                 );
-                self.record_group(&token, handler.pid, &id);
+                // The record names the handler's process group too. Should
+                // that fail, the token's record stands, which recovery finds
+                // the group by (the instance's session, a group whose leader
+                // is gone, the token in its environment): the turn goes on.
+                if let Err(e) = self.spool().record_handler(&token, Some(handler.pid)) {
+                    self.notice(Some(&id), e.to_string());
+                }
                 self.running = Some(Running {
                     task,
                     token,
@@ -309,7 +315,7 @@ impl Foreground {
             self.ended(&id, outcome, record.as_ref());
         }
         if let Some(plan) = reply {
-            self.send_stdout_reply(&id, plan);
+            self.send_stdout_reply(id, plan);
         }
         // Unpaused, the state is `pump`'s to publish, after it looked for
         // the next turn.
@@ -319,7 +325,7 @@ impl Foreground {
     }
 
     pub(super) fn cancel(&mut self, params: &Params) -> Answer {
-        let want = opt_str_param(params, "message_id")?;
+        let want = get_str(params, "message_id")?;
         let wanted = |id: &str| want.as_ref().is_none_or(|w| w == id);
         if let Some(r) = self.running.as_mut().filter(|r| wanted(&r.task.message_id)) {
             let id = r.task.message_id.clone();
@@ -353,7 +359,7 @@ impl Foreground {
     /// `turn/local`: a line the operator typed. With `--exec` it becomes a
     /// task of its own, queued like any other; otherwise it is only noted.
     pub(super) fn local(&mut self, params: &Params) -> Answer {
-        let text = str_param(params, "text")?;
+        let text = need_str(params, "text")?;
         if text.trim().is_empty() {
             return Ok(json!({"status": Status::Invalid, "reason": server::reason::EMPTY_BODY}));
         }
@@ -377,15 +383,8 @@ impl Foreground {
             max_inflight: 0,
         };
         let announce = |task: &Task, at| {
-            server::emit_accepted(
-                &self.hub,
-                EventKind::LocalInput,
-                task,
-                None,
-                LOCAL,
-                task.sender.pid,
-                at,
-            );
+            let event = server::Accepted::new(task, None, LOCAL, task.sender.pid, at);
+            self.hub.record(EventKind::LocalInput, &event);
         };
         let r = self
             .shared
@@ -437,15 +436,5 @@ impl Foreground {
             spool.clear_handler();
             cannot_run(e)
         })
-    }
-
-    /// Once the turn started: the record names the handler's process
-    /// group too. Should that fail, the token's record stands, which
-    /// recovery finds the group by (the instance's session, a group whose
-    /// leader is gone, the token in its environment): the turn goes on.
-    fn record_group(&self, token: &str, pgid: u32, id: &str) {
-        if let Err(e) = self.spool().record_handler(token, Some(pgid)) {
-            self.notice(Some(id), e.to_string());
-        }
     }
 }

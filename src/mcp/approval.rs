@@ -60,18 +60,14 @@ fn describe(task: &Task, instance: &str) -> String {
 impl Adapter {
     /// The spool directory and name of the session's instance
     /// (`control/status`), asked once.
-    fn facts(&mut self) -> Option<(PathBuf, String)> {
+    pub(super) fn facts(&mut self) -> Option<(PathBuf, String)> {
         if self.facts.is_none() {
             match self.call::<ControlStatus>(Call::ControlStatus, serde_json::json!({})) {
-                Ok(st) => self.facts = Some((PathBuf::from(st.spool), st.name)),
+                Ok((_, st)) => self.facts = Some((PathBuf::from(st.spool), st.name)),
                 Err(e) => eprintln!("baton mcp: cannot ask the instance its status: {e}"),
             }
         }
         self.facts.clone()
-    }
-
-    pub(super) fn spool_dir(&mut self) -> Option<PathBuf> {
-        self.facts().map(|(dir, _)| dir)
     }
 
     /// `check_inbox`'s text for a task that waits for an approval; the

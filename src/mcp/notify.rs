@@ -139,10 +139,8 @@ impl Adapter {
         }
         let from = turn::display_name(&task.sender);
         let meta = json!({"message_id": task.message_id, "from": from});
-        notify(
-            CHANNEL_METHOD,
-            json!({"content": content(task), "meta": meta}),
-        );
+        let params = json!({"content": content(task), "meta": meta});
+        notify(CHANNEL_METHOD, params);
     }
 
     /// The host sent `notifications/initialized`: the tasks that waited
@@ -156,10 +154,10 @@ impl Adapter {
             if let Some(a) = &after {
                 params["after"] = json!(a);
             }
-            let listed = match self.call_typed::<InboxPage>(Call::InboxList, params) {
+            let listed = match self.call::<InboxPage>(Call::InboxList, params) {
                 Ok((_, l)) if l.status.is_none() => l,
                 refused => {
-                    let why = refused.map_or_else(|e| e, |(raw, _)| raw.to_string());
+                    let why = refused.map_or_else(|e| e.to_string(), |(raw, _)| raw.to_string());
                     eprintln!("baton mcp: cannot list the waiting tasks: {why}");
                     return;
                 }
@@ -194,15 +192,13 @@ impl Adapter {
         if ids.is_empty() {
             return;
         }
-        let Some(dir) = self.spool_dir() else {
+        let Some((dir, _)) = self.facts() else {
             return;
         };
-        let mut tasks = match spool::read_queued(&dir, &ids) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("baton mcp: cannot read the waiting tasks: {e}");
-                return;
-            }
+        let read = spool::read_queued(&dir, &ids)
+            .inspect_err(|e| eprintln!("baton mcp: cannot read the waiting tasks: {e}"));
+        let Ok(mut tasks) = read else {
+            return;
         };
         tasks.sort_by_key(|t| ids.iter().position(|i| *i == t.message_id));
         for t in &tasks {

@@ -59,7 +59,7 @@ impl Adapter {
                          "input_preview": field("input_preview").unwrap_or_default(),
                          "host": self.host});
         match self.call::<Handled>(Call::PermissionAsk, ask) {
-            Ok(r) if r.status == "waiting" => match r.approval_id {
+            Ok((_, r)) if r.status == "waiting" => match r.approval_id {
                 Some(approval_id) => {
                     if self.relayed.len() >= KEPT {
                         self.relayed.remove(0);
@@ -70,7 +70,7 @@ impl Adapter {
                     "baton mcp: permission request {shown} relayed, but the instance named no approval_id: its answer cannot reach the host"
                 ),
             },
-            Ok(r) => eprintln!(
+            Ok((_, r)) => eprintln!(
                 "baton mcp: permission request {shown} not relayed: {}",
                 r.reason.as_deref().unwrap_or("refused")
             ),
@@ -90,9 +90,7 @@ impl Adapter {
         let (_, request_id) = self.relayed.remove(at);
         let allowed = ev.decision == Some(Decision::Approve);
         let behavior = if allowed { "allow" } else { "deny" };
-        notify(
-            VERDICT_METHOD,
-            json!({"request_id": request_id, "behavior": behavior}),
-        );
+        let verdict = json!({"request_id": request_id, "behavior": behavior});
+        notify(VERDICT_METHOD, verdict);
     }
 }

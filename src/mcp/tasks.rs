@@ -5,6 +5,7 @@
 
 use super::{Adapter, Tool, string_arg, tool_error, tool_result};
 use crate::error::{Error, Result};
+use crate::event_text::num;
 use crate::follow::{self, End, Who};
 use crate::sanitize::escape;
 use crate::status::Status;
@@ -19,24 +20,15 @@ pub const MAX_WAIT_SECONDS: u64 = 600;
 /// How many sent tasks a session remembers for `task_status`.
 const SENT_KEPT: usize = 1000;
 
-/// A task this session delivered, and where to: the instance of that
-/// name, the one it reached first.
-#[derive(Clone)]
-pub struct Sent {
-    message_id: String,
-    to: Who,
-}
-
 /// The `wait_seconds` argument: absent, or an integer 0..=600.
-pub fn wait_seconds(args: &Map<String, Value>) -> std::result::Result<Option<u64>, String> {
+pub fn wait_seconds(args: &Map<String, Value>) -> std::result::Result<Option<u64>, Value> {
     match args.get("wait_seconds") {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_u64() {
-            Some(n) if n <= MAX_WAIT_SECONDS => Ok(Some(n)),
-            _ => Err(format!(
+        Some(v) => (v.as_u64().filter(|n| *n <= MAX_WAIT_SECONDS).map(Some)).ok_or_else(|| {
+            tool_error(format!(
                 "Input validation error: wait_seconds must be an integer from 0 to {MAX_WAIT_SECONDS}"
-            )),
-        },
+            ))
+        }),
     }
 }
 
@@ -45,8 +37,7 @@ fn status_text(id: &str, who: &str, st: &TaskStatus) -> String {
     match st.status {
         TaskState::Pending(Pending::Queued) => format!(
             "queued: task {id} is at position {} on {who}.",
-            st.queue_position
-                .map_or_else(|| "null".into(), |n| n.to_string())
+            num(st.queue_position)
         ),
         TaskState::Pending(Pending::AwaitingApproval) => {
             format!("awaiting_approval: task {id} waits for an approval on {who}.")
@@ -80,21 +71,17 @@ impl Adapter {
         if self.sent.len() >= SENT_KEPT {
             self.sent.remove(0);
         }
-        self.sent.retain(|s| s.message_id != r.message_id);
+        self.sent.retain(|(id, _)| *id != r.message_id);
         let to = r.target.clone().unwrap_or_default();
-        self.sent.push(Sent {
-            message_id: r.message_id.clone(),
-            to: Who::named(
-                to.name.unwrap_or_else(|| target.to_string()),
-                to.instance_id,
-            ),
-        });
+        let name = to.name.unwrap_or_else(|| target.to_string());
+        self.sent
+            .push((r.message_id.clone(), Who::named(name, to.instance_id)));
     }
 
     /// After a delivery: waits up to `secs` for the task's end and says
     /// how far it got. Not reaching the end is no error.
     pub(super) fn follow(&mut self, delivered: String, secs: u64, mut r: Value) -> Value {
-        let Some(Sent { message_id: id, to }) = self.sent.last().cloned() else {
+        let Some((id, to)) = self.sent.last().cloned() else {
             return tool_result(delivered, false, Some(r));
         };
         let who = escape(&to.name).into_owned();
@@ -113,9 +100,12 @@ impl Adapter {
                 return tool_result(text, false, Some(r));
             }
         };
-        // A wait of 0 s ends before the receiver is asked: ask it once.
+        // A wait of 0 s ends before the receiver is asked: ask it once. A
+        // receiver that is not running, or does not answer, leaves the task
+        // as the delivery said.
         let end = match end {
-            End::TimedOut(None) => self.ask_once(&to, &id),
+            End::TimedOut(None) => (follow::ask_status(&self.config, &to, &id).ok().flatten())
+                .map_or(End::TimedOut(None), End::of),
             other => other,
         };
         let text = match &end {
@@ -167,33 +157,17 @@ impl Adapter {
         }
     }
 
-    /// One `task/status` as an `End`; a receiver that is not running, or
-    /// does not answer, leaves the task as the delivery said.
-    fn ask_once(&self, who: &Who, id: &str) -> End {
-        match follow::ask_status(&self.config, who, id) {
-            Ok(Some(st)) => match st.status {
-                TaskState::Pending(Pending::Unknown) => End::Unknown,
-                TaskState::Pending(p) => End::TimedOut(Some(p)),
-                TaskState::Ended(outcome) => End::Final {
-                    outcome,
-                    reply: st.reply.flatten().map(|r| r.body),
-                },
-            },
-            _ => End::TimedOut(None),
-        }
-    }
-
     /// `task_status`: asks the target of a task this session sent.
     pub(super) fn task_status(&mut self, args: &Map<String, Value>) -> Tool {
         let id = string_arg(args, "message_id")?;
-        let Some(sent) = self.sent.iter().find(|s| s.message_id == id) else {
+        let Some((_, to)) = self.sent.iter().find(|(sent, _)| sent == id) else {
             return Err(tool_error(format!(
                 "task_status knows only the tasks this session sent with send_agent_message, and {} is not one of them.",
                 escape(id)
             )));
         };
-        let who = escape(&sent.to.name).into_owned();
-        match follow::ask_status(&self.config, &sent.to, id) {
+        let who = escape(&to.name).into_owned();
+        match follow::ask_status(&self.config, to, id) {
             Ok(Some(st)) => {
                 let v = serde_json::to_value(&st).expect("serializes");
                 Ok(tool_result(status_text(id, &who, &st), false, Some(v)))
@@ -201,7 +175,7 @@ impl Adapter {
             Ok(None) => Err(tool_error(format!(
                 "{who} is not running, so it cannot say; a task stored for it runs when it starts."
             ))),
-            Err(e) => Err(tool_error(e.to_string())),
+            Err(e) => Err(tool_error(e)),
         }
     }
 }

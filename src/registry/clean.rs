@@ -2,7 +2,7 @@
 //! only names of our grammar, owned by us, of the right type, and only
 //! what is provably dead, or a manifest that does not parse.
 
-use super::discover::{Candidate, Skipped, check_socket, scan, skipped_peer};
+use super::discover::{Candidate, Skipped, check_socket, scan};
 use super::{MAX_MANIFEST, RegistryDir, Wire, manifest_path, socket_path, valid_id};
 use crate::{files, sys};
 use std::fs;
@@ -40,8 +40,8 @@ pub fn collect_stale(dir: &Path) -> Collected {
     let mut stale = Vec::new();
     let mut malformed = Vec::new();
     for c in candidates {
-        let (m, wire) = match c {
-            Candidate::Ok(m, wire) => (m, wire),
+        let m = match c {
+            Candidate::Ok(m, _) => m,
             Candidate::Bad(s) => {
                 if remove_malformed(dir, &s) {
                     malformed.push(s.path);
@@ -62,37 +62,31 @@ pub fn collect_stale(dir: &Path) -> Collected {
             || (check_socket(&m).is_ok()
                 && std::os::unix::net::UnixStream::connect(socket).is_err_and(refused));
         if dead {
-            stale.push(skipped_peer(m, wire, "stale".into(), true));
+            stale.push(m.instance_id);
         }
     }
     Collected {
-        removed: remove_stale(dir, &stale),
+        removed: remove_stale(dir, stale),
         malformed,
     }
 }
 
-/// Removes the files of stale entries in `dir` (never the directory
-/// itself): only names in the grammar, owned by us, of the right type.
-pub fn remove_stale(dir: &Path, skipped: &[Skipped]) -> Vec<String> {
-    let mut removed = Vec::new();
-    for s in skipped
-        .iter()
-        .filter(|s| s.stale && s.wire == Wire::Jsonrpc)
-    {
-        let Some(id) = s.instance_id.as_deref().filter(|id| valid_id(id)) else {
-            continue;
-        };
-        // Ours, and of its kind: then removed.
-        let remove = |p: PathBuf, kind: fn(&fs::Metadata) -> bool| {
-            let ours = |m: fs::Metadata| kind(&m) && m.uid() == sys::euid();
-            fs::symlink_metadata(&p).is_ok_and(ours) && fs::remove_file(&p).is_ok()
-        };
+/// Removes the files of the stale entries `ids` in `dir` (never the
+/// directory itself): only names in the grammar, owned by us, of the right
+/// type. The ids of those removed.
+fn remove_stale(dir: &Path, ids: Vec<String>) -> Vec<String> {
+    // Ours, and of its kind: then removed.
+    let remove = |p: PathBuf, kind: fn(&fs::Metadata) -> bool| {
+        let ours = |m: fs::Metadata| kind(&m) && m.uid() == sys::euid();
+        fs::symlink_metadata(&p).is_ok_and(ours) && fs::remove_file(&p).is_ok()
+    };
+    let removed = |id: &String| {
         let manifest = remove(manifest_path(dir, id), fs::Metadata::is_file);
-        if manifest | remove(socket_path(dir, id), |m| m.file_type().is_socket()) {
-            removed.push(id.to_string());
-        }
-    }
-    removed
+        manifest | remove(socket_path(dir, id), |m| m.file_type().is_socket())
+    };
+    ids.into_iter()
+        .filter(|id| valid_id(id) && removed(id))
+        .collect()
 }
 
 /// Removes a skipped manifest of `dir` if it does not parse as a JSON

@@ -31,6 +31,14 @@ pub struct Peer {
     pub wire: Wire,
 }
 
+/// `NAME (ID)`, the name escaped for a terminal.
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = crate::sanitize::escape(&self.manifest.name);
+        write!(f, "{name} ({})", self.manifest.instance_id)
+    }
+}
+
 impl Peer {
     /// Whether its pid is alive but its socket did not answer in time.
     pub fn unresponsive(&self) -> bool {
@@ -104,8 +112,6 @@ pub struct Skipped {
     pub manifest: Option<Manifest>,
     pub problem: String,
     #[serde(skip)]
-    pub stale: bool,
-    #[serde(skip)]
     pub wire: Wire,
 }
 
@@ -161,7 +167,6 @@ fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
             instance_id: valid_id(id).then(|| id.to_string()),
             manifest: None,
             problem: problem.0,
-            stale: false,
             wire: dir.wire,
         }),
     }
@@ -172,9 +177,7 @@ fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
 /// valid: a file that is not a manifest costs a look, never a place, and
 /// the scan stays bounded in time however full the directory is.
 pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Truncated> {
-    let Ok(mut entries) = fs::read_dir(&dir.path) else {
-        return None;
-    };
+    let mut entries = fs::read_dir(&dir.path).ok()?;
     let mut names: Vec<String> = (entries.by_ref().take(MAX_ENTRIES))
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|name| {
@@ -274,7 +277,7 @@ fn settle(
                 } else {
                     f.problem
                 };
-                found.skipped.push(skipped_peer(m, wire, problem, stale));
+                found.skipped.push(skipped_peer(m, wire, problem));
                 continue;
             }
         };
@@ -320,7 +323,7 @@ fn triage(
                 "stale: its instance (pid {}) is gone; the wake socket stays",
                 m.pid
             );
-            skipped.push(skipped_peer(m, w, problem, true));
+            skipped.push(skipped_peer(m, w, problem));
         } else if keep(&m) {
             to_ping.push((m, w));
         }
@@ -354,7 +357,7 @@ fn ping_all(peers: &[(Manifest, Wire)], timeout: Duration) -> Vec<Result<State, 
 }
 
 /// A valid manifest that discovery did not list, and why.
-pub(super) fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool) -> Skipped {
+fn skipped_peer(m: Manifest, wire: Wire, problem: String) -> Skipped {
     Skipped {
         path: manifest_path(
             Path::new(&m.socket).parent().unwrap_or(Path::new("/")),
@@ -363,7 +366,6 @@ pub(super) fn skipped_peer(m: Manifest, wire: Wire, problem: String, stale: bool
         instance_id: Some(m.instance_id.clone()),
         problem,
         manifest: Some(m),
-        stale,
         wire,
     }
 }

@@ -8,14 +8,13 @@ mod clean;
 mod discover;
 mod manifest;
 
-pub use clean::{Collected, MALFORMED_AGE, collect_stale, remove_stale};
+pub use clean::{Collected, MALFORMED_AGE, collect_stale};
 pub use discover::{
     Discovery, Peer, Skipped, Truncated, UNRESPONSIVE, discover, discover_matching, find_id,
 };
 pub use manifest::{Manifest, parse_manifest, read_manifest};
 
 use crate::config::Config;
-use crate::error::Invalid;
 use crate::error::{Error, Result};
 use crate::files::{self, DirError};
 use crate::sys;
@@ -90,13 +89,6 @@ pub struct RegistryDir {
     pub wire: Wire,
 }
 
-/// The registry directory the configuration selects, before any check.
-pub fn chosen_dir(config: &Config) -> PathBuf {
-    let runtime = || absolute_var("XDG_RUNTIME_DIR").map(|r| r.join("baton"));
-    let tmp = || tmp_base().join(format!("baton-{}", sys::uid()));
-    config.dir.clone().or_else(runtime).unwrap_or_else(tmp)
-}
-
 /// `$name`, when it is an absolute path.
 fn absolute_var(name: &str) -> Option<PathBuf> {
     std::env::var_os(name)
@@ -117,16 +109,13 @@ pub fn zcoder_dir() -> PathBuf {
         .unwrap_or_else(tmp)
 }
 
-/// Checks a registry directory without following a symlink: a real
-/// directory, ours, private, and neither `/` nor `$HOME`.
-pub fn check_dir(path: &Path) -> std::result::Result<(), Invalid> {
-    files::private_dir(path, false).map_err(|e| Invalid(e.to_string()))
-}
-
-/// Creates (mode 0700) and checks the registry directory, returning its
-/// canonical path.
+/// Creates (mode 0700) and checks the registry directory the
+/// configuration selects, returning its canonical path.
 pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
-    ensure_private_dir(&chosen_dir(config), "registry")
+    let runtime = || absolute_var("XDG_RUNTIME_DIR").map(|r| r.join("baton"));
+    let tmp = || tmp_base().join(format!("baton-{}", sys::uid()));
+    let chosen = config.dir.clone().or_else(runtime).unwrap_or_else(tmp);
+    ensure_private_dir(&chosen, "registry")
 }
 
 /// Creates (mode 0700) and checks a registry directory (`what` names it
@@ -148,7 +137,9 @@ pub fn scan_dirs(ours: &Path) -> Vec<RegistryDir> {
         wire: Wire::Jsonrpc,
     }];
     let z = zcoder_dir();
-    let z = check_dir(&z).ok().and_then(|()| fs::canonicalize(&z).ok());
+    let z = files::private_dir(&z, false)
+        .ok()
+        .and_then(|()| fs::canonicalize(&z).ok());
     if let Some(path) = z.filter(|z| z != ours) {
         dirs.push(RegistryDir {
             path,

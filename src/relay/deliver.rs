@@ -3,6 +3,7 @@
 //! after a transport failure (the task may or may not have arrived; the
 //! same id makes the retry safe).
 
+use super::Origin;
 use super::result::outcome;
 use crate::client::{ClientError, Session};
 use crate::config::Config;
@@ -29,25 +30,26 @@ pub fn deliver(config: &Config, peer: &Peer, params: &Value) -> Result<Value, Cl
 /// zcoder's default frame bound.
 pub const ZCODER_MAX_BYTES: usize = 65536;
 
-/// Who a zcoder `enqueue` says it comes from.
-pub struct ZcoderSender<'a> {
-    pub instance_id: &'a str,
-    pub project: &'a str,
-    pub workspace: &'a str,
-}
-
 /// Delivers to a zcoder peer with its frame: a ping first, then one
 /// `enqueue`, always reading the whole ack (a zcoder listener dies of
 /// SIGPIPE otherwise). The result has the shape of a `message/send` result.
+/// `sender` is the instance it is sent for (its name is zcoder's
+/// `sender_project`), none for a plain command line.
 pub fn deliver_zcoder(
     config: &Config,
     peer: &Peer,
     message_id: &str,
     body: &str,
-    sender: Option<ZcoderSender<'_>>,
+    sender: Option<&Origin>,
 ) -> Result<Value, ClientError> {
     let socket = Path::new(&peer.manifest.socket);
     let id = &peer.manifest.instance_id;
+    // zcoder requires a sender id and pid in every enqueue (as context:
+    // it does not look them up). A plain command line is not an instance,
+    // so it says so: `cli-<pid>`, which no instance id can be.
+    let pid = std::process::id();
+    let sender_id =
+        sender.map_or_else(|| registry::plain_sender_id(pid), |s| s.instance_id.clone());
     let mut req = json!({
         "protocol": 1,
         "type": "enqueue",
@@ -55,20 +57,13 @@ pub fn deliver_zcoder(
         "target_instance_id": id,
         "body": body,
         "created_at": crate::spool::now_secs(),
+        "sender_instance_id": sender_id,
+        "sender_pid": pid,
     });
-    // zcoder requires a sender id and pid in every enqueue (as context:
-    // it does not look them up). A plain command line is not an instance,
-    // so it says so: `cli-<pid>`, which no instance id can be.
-    let pid = std::process::id();
-    match sender {
-        Some(s) => {
-            req["sender_instance_id"] = json!(s.instance_id);
-            req["sender_project"] = json!(s.project);
-            req["sender_workspace"] = json!(s.workspace);
-        }
-        None => req["sender_instance_id"] = json!(registry::plain_sender_id(pid)),
+    if let Some(s) = sender {
+        req["sender_project"] = json!(s.name);
+        req["sender_workspace"] = json!(s.workspace);
     }
-    req["sender_pid"] = json!(pid);
     // zcoder's own frame bound (ZCODER_RELAY_MAX_BYTES, 65536 unless its
     // user changed it): a bigger frame would only be refused there.
     let size = serde_json::to_vec(&req).expect("serializes").len();

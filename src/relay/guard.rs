@@ -23,8 +23,6 @@ impl fmt::Display for Refusal {
     }
 }
 
-impl std::error::Error for Refusal {}
-
 fn invalid(reason: String) -> Refusal {
     let status = Status::Invalid;
     Refusal { status, reason }
@@ -36,23 +34,19 @@ pub(super) fn check_body(config: &Config, body: &str) -> Result<(), Refusal> {
     if body.trim().is_empty() {
         return Err(invalid("the message is empty".into()));
     }
-    if body.len() > config.max_message_bytes {
-        let size = body.len().to_string();
-        return Err(invalid(crate::config::body_too_large(
-            &size,
-            config.max_message_bytes,
-        )));
+    let (size, limit) = (body.len().to_string(), config.max_message_bytes);
+    if body.len() > limit {
+        return Err(invalid(crate::config::body_too_large(&size, limit)));
     }
     Ok(())
 }
 
 /// Checks that the request line fits the frame bound.
 pub fn check_frame(config: &Config, params: &Value) -> Result<(), Refusal> {
-    let line = crate::wire::request_line(u64::MAX, "message/send", params.clone());
-    if line.len() - 1 > config.max_bytes {
+    let size = crate::wire::request_line(u64::MAX, "message/send", params.clone()).len() - 1;
+    if size > config.max_bytes {
         return Err(invalid(format!(
-            "the request would be {} bytes, over the frame limit of {} bytes (BATON_MAX_BYTES)",
-            line.len() - 1,
+            "the request would be {size} bytes, over the frame limit of {} bytes (BATON_MAX_BYTES)",
             config.max_bytes
         )));
     }

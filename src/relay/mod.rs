@@ -12,7 +12,7 @@ mod result;
 mod wake;
 
 pub use crate::lookup::{KnownSpool, known_spools};
-pub use deliver::{ZCODER_MAX_BYTES, ZcoderSender, deliver, deliver_zcoder};
+pub use deliver::{ZCODER_MAX_BYTES, deliver, deliver_zcoder};
 pub use guard::{Refusal, check_frame};
 pub use offline::{Route, route};
 pub use wake::{wake, wake_socket};
@@ -156,13 +156,8 @@ fn without_self(mut v: Value, own_id: &str) -> Value {
 
 /// Delivers to a zcoder peer, as this instance.
 fn to_zcoder(origin: &Origin, out: &Outbound, peer: &Peer) -> Value {
-    let sender = ZcoderSender {
-        instance_id: &origin.instance_id,
-        project: &origin.name,
-        workspace: &origin.workspace,
-    };
     let id = &out.message_id;
-    let r = deliver_zcoder(&origin.config, peer, id, &out.body, Some(sender))
+    let r = deliver_zcoder(&origin.config, peer, id, &out.body, Some(origin))
         .unwrap_or_else(|e| transport_failure(peer, id, &e));
     with_target(r, peer_target(peer))
 }

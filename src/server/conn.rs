@@ -225,6 +225,9 @@ impl Session<'_> {
         if let Err(e) = self.peer.check(self.shared, Door::Method(method)) {
             return Some(e.line(id));
         }
+        let Value::Object(params) = params else {
+            return Some(invalid_params("params must be an object").line(id));
+        };
         if method == Method::EventsSubscribe {
             return match self.subscribe(id, params) {
                 Ok(sub) => {
@@ -250,11 +253,8 @@ impl Session<'_> {
     /// events from `since`, then forwards live ones on a thread of its own.
     /// Refused, and the connection closed, when subscribers hold all the
     /// slots they may.
-    fn subscribe(&self, id: &Id, params: Value) -> Result<u64, RpcError> {
+    fn subscribe(&self, id: &Id, params: Map<String, Value>) -> Result<u64, RpcError> {
         let (shared, out, peer, slot) = (self.shared, self.out, self.peer, self.slot);
-        let Value::Object(params) = params else {
-            return Err(invalid_params("params must be an object"));
-        };
         let since = opt(&params, "since", "a non-negative integer", Value::as_u64)?;
         let controller = opt(&params, "controller", "a boolean", Value::as_bool)?.unwrap_or(false);
         if controller {
@@ -351,11 +351,8 @@ fn forward(sub: Subscription, w: &Writer) {
     w.shutdown();
 }
 
-fn dispatch(s: &Session, method: Method, params: Value) -> Result<Value, RpcError> {
+fn dispatch(s: &Session, method: Method, params: Map<String, Value>) -> Result<Value, RpcError> {
     let (shared, peer) = (s.shared, s.peer);
-    let Value::Object(params) = params else {
-        return Err(invalid_params("params must be an object"));
-    };
     match method {
         Method::Initialize => initialize(s, &params),
         Method::Ping => Ok(to_value(Pong {

@@ -8,7 +8,6 @@
 use super::request::SendRequest;
 use super::{Event, Peer, RpcError, Shared};
 use crate::error::{Error, Invalid};
-use crate::events::Hub;
 use crate::registry;
 use crate::spool::{self, Admission, Limits, Sender, Task};
 use crate::status::Status;
@@ -133,24 +132,6 @@ impl<'a> Accepted<'a> {
     }
 }
 
-/// Records the event of an accepted task. It is called while the task is
-/// indexed, under the spool's lock, so the event precedes anything done
-/// with the task; the caller flushes the `Hub` once it has answered.
-pub fn emit_accepted(
-    hub: &Hub,
-    kind: EventKind,
-    task: &Task,
-    body_json: Option<&RawValue>,
-    from: &str,
-    pid: Option<u32>,
-    queue_position: usize,
-) {
-    hub.record(
-        kind,
-        &Accepted::new(task, body_json, from, pid, queue_position),
-    );
-}
-
 /// What an offered task came to, as its sender is told.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Verdict {
@@ -210,12 +191,6 @@ impl NotStored {
 impl fmt::Display for NotStored {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "the spool could not store the task: {}", self.0)
-    }
-}
-
-impl std::error::Error for NotStored {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.0)
     }
 }
 
@@ -367,15 +342,11 @@ fn check_sender(
     // Only verified identity is matched: a plain sender's name and claimed
     // workspace are self-reported, so it is judged by its working
     // directory.
-    let (policy_name, policy_workspace) = if sender.instance_id.is_some() {
-        (sender.name.clone(), sender.workspace.clone())
-    } else {
-        (None, cwd)
+    let (name, workspace) = match sender.instance_id {
+        Some(_) => (sender.name.as_deref(), sender.workspace.as_deref()),
+        None => (None, cwd.as_deref()),
     };
-    if let Some(why) = shared.policy.check(
-        policy_name.as_deref().unwrap_or(""),
-        policy_workspace.as_deref().unwrap_or(""),
-    ) {
+    if let Some(why) = (shared.policy).check(name.unwrap_or(""), workspace.unwrap_or("")) {
         return Err(refuse_verified(&sender, Status::Denied, why));
     }
     if cfg.max_hops > 0 && hop > cfg.max_hops {

@@ -21,11 +21,11 @@ mod slots;
 mod zcoder;
 
 pub use deliver::{
-    Accepted, NotStored, Receiver, Verdict, admission_verdict, check_request, deliver,
-    emit_accepted, reason,
+    Accepted, NotStored, Receiver, Verdict, admission_verdict, check_request, deliver, reason,
 };
 pub use peer::Peer;
 pub use request::SendRequest;
+pub(crate) use request::{get_str, need_str};
 
 use crate::config::Config;
 use crate::events::{Hub, Subscription};
@@ -150,7 +150,7 @@ pub struct Shared {
     /// one and our socket is a turn's, even after its turn ended.
     pub turn_tokens: Mutex<std::collections::VecDeque<String>>,
     /// Our socket, as handlers get it in `BATON_SOCKET`.
-    socket: String,
+    pub socket: String,
     slots: slots::Slots,
     events: chan::Sender<Event>,
 }
@@ -159,7 +159,6 @@ impl Shared {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: Config,
-        instance_id: String,
         spool: Arc<Spool>,
         manifest: Manifest,
         registry: PathBuf,
@@ -167,12 +166,13 @@ impl Shared {
         paused: bool,
         hub: Arc<Hub>,
         events: chan::Sender<Event>,
+        agent: Option<u32>,
     ) -> Shared {
-        let slots = slots::Slots::new(config.max_connections);
-        let socket = manifest.socket.clone();
         Shared {
+            slots: slots::Slots::new(config.max_connections),
             config,
-            instance_id,
+            instance_id: manifest.instance_id.clone(),
+            socket: manifest.socket.clone(),
             spool,
             state: AtomicU8::new(if paused { State::Paused } else { State::Ready } as u8),
             paused: AtomicBool::new(paused),
@@ -184,26 +184,17 @@ impl Shared {
             wake_on_accept: AtomicBool::new(true),
             handler: AtomicU32::new(0),
             turn_tokens: Mutex::new(std::collections::VecDeque::new()),
-            agent: AtomicU32::new(0),
-            socket,
-            slots,
+            agent: AtomicU32::new(agent.unwrap_or(0)),
             events,
         }
     }
 
-    /// The same, for an instance that knows its agent's process.
-    pub fn with_agent(self, agent: Option<u32>) -> Shared {
-        self.agent.store(agent.unwrap_or(0), Ordering::SeqCst);
-        self
-    }
-
     /// What the access table needs to know of this instance.
     pub fn ours(&self) -> crate::access::Ours<'_> {
-        let handler = self.handler.load(Ordering::SeqCst);
         crate::access::Ours {
             pid: std::process::id(),
             socket: &self.socket,
-            handler: (handler != 0).then_some(handler),
+            handler: Some(self.handler.load(Ordering::SeqCst)).filter(|h| *h != 0),
             agent: Some(self.agent.load(Ordering::SeqCst)).filter(|a| *a != 0),
             tokens: Some(&self.turn_tokens),
         }
@@ -225,7 +216,7 @@ impl Shared {
     }
 
     /// The manifest as published, held while the guard lives.
-    fn lock_manifest(&self) -> std::sync::MutexGuard<'_, Manifest> {
+    pub(crate) fn lock_manifest(&self) -> std::sync::MutexGuard<'_, Manifest> {
         self.manifest.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -240,13 +231,10 @@ pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
         if shared.stopping.load(Ordering::SeqCst) {
             break;
         }
-        let stream = match conn {
-            Ok(s) => s,
-            Err(_) => {
-                // EMFILE and friends: back off instead of spinning.
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
+        let Ok(stream) = conn else {
+            // EMFILE and friends: back off instead of spinning.
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
         };
         let cred = match sys::peer_cred(&stream) {
             Ok(c) if c.uid == me => c,
@@ -327,7 +315,7 @@ fn invalid_params(what: impl std::fmt::Display) -> RpcError {
 
 /// Member `name` of `p` (the key is its last dotted part) as `read` takes
 /// it: `None` when absent or null; `want` names what `read` accepts.
-fn opt<'a, T>(
+pub(crate) fn opt<'a, T>(
     p: &'a Map<String, Value>,
     name: &str,
     want: &str,
@@ -352,7 +340,7 @@ fn need<'a, T>(
     }
 }
 
-fn missing(field: &str) -> RpcError {
+pub(crate) fn missing(field: &str) -> RpcError {
     invalid_params(format!("{field} is missing"))
 }
 

@@ -9,6 +9,7 @@ use crate::wire::{self, Method};
 use serde_json::json;
 
 /// The process at the other end of a connection.
+#[derive(Default)]
 pub struct Peer {
     /// The kernel's peer pid, where the platform reports it.
     pub pid: Option<u32>,
@@ -30,10 +31,7 @@ impl Peer {
     pub fn new(pid: Option<u32>) -> Peer {
         Peer {
             pid,
-            cwd: std::cell::OnceCell::new(),
-            classified: std::cell::RefCell::new(None),
-            bridge: std::cell::OnceCell::new(),
-            serving: std::cell::RefCell::new(None),
+            ..Peer::default()
         }
     }
 
@@ -41,16 +39,13 @@ impl Peer {
     /// not be told for want of a resource (then again next time).
     pub fn caller(&self, shared: &Shared) -> Caller {
         let known = self.classified.borrow().clone();
-        let c = match known {
-            Some(c) => c,
-            None => {
-                let c = access::classify(self.pid, &shared.ours());
-                if !c.unsure {
-                    *self.classified.borrow_mut() = Some(c.clone());
-                }
-                c
+        let c = known.unwrap_or_else(|| {
+            let c = access::classify(self.pid, &shared.ours());
+            if !c.unsure {
+                *self.classified.borrow_mut() = Some(c.clone());
             }
-        };
+            c
+        });
         match self.bridge.get() {
             Some(key) => c.as_bridge(key.clone()),
             None => c,

@@ -111,12 +111,12 @@ pub(super) fn fast_send(line: &[u8]) -> Option<(Id, SendRequest, &RawValue)> {
 }
 
 /// Member `name` (its last dotted part the key), a string if there.
-fn get_str(p: &Map<String, Value>, name: &str) -> Result<Option<String>, RpcError> {
+pub(crate) fn get_str(p: &Map<String, Value>, name: &str) -> Result<Option<String>, RpcError> {
     opt(p, name, "a string", |v| v.as_str().map(String::from))
 }
 
 /// The same, for a member that must be there (a null is missing).
-fn need_str(p: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
+pub(crate) fn need_str(p: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
     get_str(p, k)?.ok_or_else(|| missing(k))
 }
 
@@ -148,9 +148,7 @@ impl SendRequest {
     pub(super) fn from_zcoder(obj: &Map<String, Value>) -> Option<SendRequest> {
         let s = |k: &str| get_str(obj, k).ok();
         for k in ["sender_pid", "created_at"] {
-            if obj.get(k).is_some_and(|v| !v.is_null() && !v.is_u64()) {
-                return None;
-            }
+            opt(obj, k, "an integer", Value::as_u64).ok()?;
         }
         let project = s("sender_project")?;
         Some(SendRequest {

@@ -21,7 +21,7 @@ const PONG: &str = "pong";
 pub(super) fn ack_frame(
     message_id: &str,
     status: &str,
-    queue_position: Option<u64>,
+    queue_position: Option<usize>,
     shared: &Shared,
 ) -> Vec<u8> {
     let mut ack = json!({
@@ -111,8 +111,7 @@ fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
                         }
                         _ => &r.status,
                     };
-                    let position = r.queue_position.map(|p| p as u64);
-                    ack_frame(&message_id, status, position, shared)
+                    ack_frame(&message_id, status, r.queue_position, shared)
                 }
                 // Storage failed: nothing was accepted; `full` tells a
                 // zcoder sender to try again later.

@@ -138,12 +138,18 @@ impl Control {
         let client = self.client.as_ref().expect("checked");
         let socket = client.socket().to_path_buf();
         let timeout = self.config.io_timeout;
-        let tx = work.clone();
-        std::thread::spawn(move || {
-            let r = Session::open(&socket, timeout).and_then(|mut c| c.call(call, params));
-            let _ = tx.send(lines(r));
+        in_background(work, move || {
+            lines(Session::open(&socket, timeout).and_then(|mut c| c.call(call, params)))
         });
     }
+}
+
+/// Runs `f` on a thread of its own; its lines go to the transcript.
+fn in_background(work: &chan::Sender<Lines>, f: impl FnOnce() -> Lines + Send + 'static) {
+    let tx = work.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
 }
 
 fn run_view(
@@ -374,12 +380,8 @@ fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Li
         "/help" => view.push(Role::System, HELP),
         "/list-agents" => {
             // Discovery pings peers: a worker does it, the view stays live.
-            let config = ctl.config.clone();
-            let me = ctl.id.clone();
-            let tx = work.clone();
-            std::thread::spawn(move || {
-                let _ = tx.send(list_agents(&config, &me));
-            });
+            let (config, me) = (ctl.config.clone(), ctl.id.clone());
+            in_background(work, move || list_agents(&config, &me));
         }
         "/agents" => agents_command(rest, view, ctl),
         "/send" => send_command(rest, view, ctl, work),

@@ -96,10 +96,7 @@ impl View {
     /// Adds what an event means to the transcript, and tracks what waits
     /// and what is open.
     pub fn apply_event(&mut self, ev: &Value) {
-        self.apply(&Event::read(ev));
-    }
-
-    fn apply(&mut self, ev: &Event) {
+        let ev = &Event::read(ev);
         let id = ev.id();
         let approval_id = str_of(&ev.approval_id);
         match ev.kind {

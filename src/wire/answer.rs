@@ -235,24 +235,20 @@ impl SendResult {
 
 /// One page of `inbox/list`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct InboxPage {
-    #[serde(default)]
     pub awaiting_approval: Vec<String>,
-    #[serde(default)]
     pub interrupted: Vec<Summary>,
     /// The `after` of the next page; None on the last.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
-    #[serde(default)]
     pub processing: Vec<Summary>,
-    #[serde(default)]
     pub queued: Vec<Summary>,
-    #[serde(default)]
     pub rejected: Vec<Summary>,
     /// `invalid` when `after` names no listed task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 

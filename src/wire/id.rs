@@ -4,6 +4,8 @@
 use super::valid_id;
 use serde_json::Value;
 use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::collections::HashMap;
 
 /// A request's id exactly as its line spelled it: a string, a number or
 /// `null`, echoed verbatim, so that `123456789012345678901234567890` or
@@ -73,30 +75,8 @@ impl PartialEq<Value> for Id {
 /// The raw text of the last `id` member of a line that parses as an
 /// object (the member a JSON map keeps when the key repeats).
 pub(super) fn raw_id(line: &[u8]) -> Option<&RawValue> {
-    use serde::Deserializer;
-    use serde::de::{IgnoredAny, MapAccess, Visitor};
-    struct LastId;
-    impl<'de> Visitor<'de> for LastId {
-        type Value = Option<&'de RawValue>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("an object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut id = None;
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if key == "id" {
-                    id = Some(map.next_value()?);
-                } else {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-            Ok(id)
-        }
-    }
-    serde_json::Deserializer::from_slice(line)
-        .deserialize_map(LastId)
-        .ok()
-        .flatten()
+    let members: HashMap<Cow<str>, &RawValue> = serde_json::from_slice(line).ok()?;
+    members.get("id").copied()
 }
 
 /// The id to echo for a line whose parsed `id` is `parsed`: its own

@@ -18,7 +18,7 @@ pub use zcoder::{
 };
 
 use serde_json::{Map, Value, json};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -109,19 +109,15 @@ impl LineReader {
         out.extend_from_slice(&self.buf[self.start..self.start + take]);
         self.start += take;
         let mut chunk = [0u8; 8192];
+        // `read_some` sets the socket's timeout as it goes.
+        self.timeout_set = None;
         while out.len() < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(ReadError::LineTimeout);
-            }
-            self.set_timeout(Some(left))?;
             let want = (n - out.len()).min(chunk.len());
-            match self.stream.read(&mut chunk[..want]) {
+            match zcoder::read_some(&mut self.stream, &mut chunk[..want], deadline) {
                 Ok(0) => return Err(ReadError::Truncated),
                 Ok(k) => out.extend_from_slice(&chunk[..k]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if timed_out(&e) => return Err(ReadError::LineTimeout),
-                Err(e) => return Err(ReadError::Io(e)),
+                Err(FrameError::Timeout) => return Err(ReadError::LineTimeout),
+                Err(e) => return Err(ReadError::Io(io::Error::other(e.to_string()))),
             }
         }
         Ok(out)
@@ -340,22 +336,14 @@ pub(super) fn valid_id(id: &Value) -> bool {
 /// Classifies one line. The general parser decides what the line is; the
 /// id is then taken as the line spelled it.
 pub fn classify(line: &[u8]) -> Incoming {
+    let refused = |id, code, message| Incoming::Invalid { id, code, message };
     let value: Value = match serde_json::from_slice(line) {
         Ok(v) => v,
-        Err(e) => {
-            return Incoming::Invalid {
-                id: Id::null(),
-                code: PARSE_ERROR,
-                message: format!("parse error: {e}"),
-            };
-        }
+        Err(e) => return refused(Id::null(), PARSE_ERROR, format!("parse error: {e}")),
     };
     let Value::Object(mut obj) = value else {
-        return Incoming::Invalid {
-            id: Id::null(),
-            code: INVALID_REQUEST,
-            message: "invalid request: not a JSON object".into(),
-        };
+        let message = "invalid request: not a JSON object".into();
+        return refused(Id::null(), INVALID_REQUEST, message);
     };
     let has_method = obj.contains_key("method");
     if !has_method && (obj.contains_key("result") || obj.contains_key("error")) {
@@ -448,7 +436,7 @@ fn to_line<T: serde::Serialize>(v: &T) -> Vec<u8> {
 
 /// A notification line from the server, `\n` included.
 pub fn notification_line(method: &str, params: Value) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+    to_line(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
 }
 
 /// A notification line whose params are serialized already (an event as
@@ -468,24 +456,13 @@ pub fn notification_with_params(method: &str, params: &[u8]) -> Vec<u8> {
 /// their requests, an instance names its approval requests.
 pub fn request_line(id: impl Into<Value>, method: &str, params: Value) -> Vec<u8> {
     let id: Value = id.into();
-    line(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-}
-
-fn line(v: &Value) -> Vec<u8> {
-    let mut out = serde_json::to_vec(v).expect("a Value always serializes");
-    out.push(b'\n');
-    out
-}
-
-/// Writes all of `bytes`, bounded by the stream's write timeout.
-pub fn write_all(stream: &mut UnixStream, bytes: &[u8]) -> io::Result<()> {
-    stream.write_all(bytes)?;
-    stream.flush()
+    to_line(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn every_method_parses_from_its_own_name_only() {
@@ -531,21 +508,17 @@ mod tests {
     }
 
     #[test]
-    fn a_result_line_is_the_line_of_its_json_object() {
+    fn an_answer_line_is_the_line_of_its_json_object() {
         let (id, result) = (json!("a"), json!({"status": "accepted", "n": [1, 2]}));
-        let want = line(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+        let want = to_line(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
         assert_eq!(result_line(&id, &result), want);
-    }
-
-    #[test]
-    fn an_error_line_is_the_line_of_its_json_object() {
         for data in [None, Some(json!({"supported": [1]}))] {
             let mut error = json!({"code": -32011, "message": "m \"q\""});
             if let Some(d) = &data {
                 error["data"] = d.clone();
             }
             for id in [json!(7), json!("s"), Value::Null] {
-                let want = line(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
+                let want = to_line(&json!({"jsonrpc": "2.0", "id": id, "error": error}));
                 assert_eq!(error_line(&id, -32011, "m \"q\"", data.clone()), want);
                 let raw = Id::from_value(&id);
                 assert_eq!(error_line(&raw, -32011, "m \"q\"", data.clone()), want);

@@ -164,6 +164,7 @@ mod tests {
         check(Approve::ALL);
         check(Decision::ALL);
         check(EventKind::ALL);
+        check(crate::status::Status::ALL);
         assert!("Done".parse::<Outcome>().is_err());
         assert!("task.ended ".parse::<EventKind>().is_err());
     }

@@ -109,7 +109,8 @@ pub fn zcoder_length(header: &[u8], max: usize) -> Result<usize, FrameError> {
     Ok(n)
 }
 
-fn read_some(
+/// One read into `buf` before `deadline`: how many bytes, 0 at the end.
+pub(super) fn read_some(
     stream: &mut UnixStream,
     buf: &mut [u8],
     deadline: Instant,
