@@ -322,17 +322,23 @@ fn task_file(scratch: &Path, input: &[u8], place: &str) {
 /// `(id, newest)`, and the newest time among them.
 fn receipts_in(log: &[u8]) -> (Vec<String>, u64) {
     let mut ids = Vec::new();
-    let mut newest = 0;
+    let (mut newest, mut bad) = (0, false);
     for line in log.split_inclusive(|&b| b == b'\n') {
         if line.last() != Some(&b'\n') {
             break;
         }
-        if let Ok(r) = serde_json::from_slice::<Receipt>(line) {
-            if registry::valid_id(&r.message_id) {
+        match serde_json::from_slice::<Receipt>(line) {
+            Ok(r) if registry::valid_id(&r.message_id) => {
                 newest = newest.max(r.finished_at as u64);
                 ids.push(r.message_id);
             }
+            _ => bad = true,
         }
+    }
+    // A log with no readable receipt but bad lines has no known age: it
+    // is not pruned for one.
+    if ids.is_empty() && bad {
+        newest = u64::MAX;
     }
     (ids, newest)
 }
