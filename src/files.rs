@@ -80,21 +80,15 @@ pub fn write_private_fresh(
 }
 
 fn create_private(path: &Path) -> io::Result<File> {
-    let f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(sys::O_NOFOLLOW)
-        .open(path)?;
-    note!(Op::Create(path.into()));
-    Ok(f)
+    create_new(path, false)
 }
 
 /// Creates `path`, which must not exist, mode 0600, never through a
-/// symlink, for appending.
-pub fn create_append(path: &Path) -> io::Result<File> {
+/// symlink, to write from its start or (`append`) to append to.
+pub fn create_new(path: &Path, append: bool) -> io::Result<File> {
     let f = OpenOptions::new()
-        .append(true)
+        .write(!append)
+        .append(append)
         .create_new(true)
         .mode(0o600)
         .custom_flags(sys::O_NOFOLLOW)

@@ -107,7 +107,7 @@ impl Receipts {
         if self.current.is_none() {
             let n = self.next_log.max(1);
             let name = log_name(n);
-            let file = files::create_append(&done.join(&name))?;
+            let file = files::create_new(&done.join(&name), true)?;
             self.next_log = n + 1;
             if fsync {
                 super::dirsync::sync_dir(&done)?;
