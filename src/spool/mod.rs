@@ -64,7 +64,7 @@ const DIRS: [&str; 6] = [
 pub const RECEIPTS_KEEP: usize = 10_000;
 pub const RECEIPTS_MIN_AGE: u64 = 7 * 24 * 3600;
 
-pub use crate::wire::{ReplyRecord, Sender, Summary};
+pub use crate::wire::{HandlerExit, ReplyRecord, Sender, Summary};
 
 /// One task as stored in the spool: the accepted request plus what the
 /// receiver learned.
@@ -106,6 +106,11 @@ pub struct Receipt {
     /// such tasks only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub remote: bool,
+    /// How a failed or timed-out turn's handler ended: `exit_status`,
+    /// `signal`, `stderr_tail`, each absent when unknown (receipts before
+    /// issue 31, and every other ending, hold none).
+    #[serde(flatten)]
+    pub handler: HandlerExit,
 }
 
 /// Where a task is, as `task/status` tells it from the spool alone.
