@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::registry::{self, Peer, Wire};
 use crate::sanitize::escape;
 use crate::wire::answer::{Pending, Reply, TaskState, TaskStatus};
-use crate::wire::{self, Call, Event, EventKind, Outcome};
+use crate::wire::{self, Call, Event, EventKind, HandlerExit, Outcome};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -147,10 +147,12 @@ impl Who {
 
 /// How waiting for a task ended.
 pub enum End {
-    /// The task reached a final outcome, with its reply text if it made one.
+    /// The task reached a final outcome, with its reply text if it made
+    /// one, and how its handler ended if its turn failed.
     Final {
         outcome: Outcome,
         reply: Option<String>,
+        handler: HandlerExit,
     },
     /// The receiver does not know the task.
     Unknown,
@@ -166,6 +168,7 @@ impl End {
             TaskState::Ended(outcome) => End::Final {
                 outcome,
                 reply: st.reply.flatten().map(|r| r.body),
+                handler: st.handler,
             },
             TaskState::Pending(Pending::Unknown) => End::Unknown,
             TaskState::Pending(p) => End::TimedOut(Some(p)),
@@ -285,7 +288,16 @@ fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Opt
         }
         let outcome = ev.outcome.unwrap_or(Outcome::Failed);
         let reply = ev.reply.map(|r| r.body);
-        return Ok(Some(Step::Done(End::Final { outcome, reply })));
+        let handler = HandlerExit {
+            exit_status: ev.exit_status,
+            signal: ev.signal,
+            stderr_tail: ev.stderr_tail,
+        };
+        return Ok(Some(Step::Done(End::Final {
+            outcome,
+            reply,
+            handler,
+        })));
     }
     let Ok(line) = serde_json::from_value::<Reply>(msg.clone()) else {
         return Ok(None);

@@ -27,6 +27,24 @@ pub fn escape_multiline(s: &str) -> Cow<'_, str> {
     escape_with(s, true)
 }
 
+/// The end of multi-line untrusted text, escaped as `escape_multiline`
+/// does: at most `limit` bytes, its last whole characters and escapes
+/// (an escape is never cut in two).
+pub fn escape_tail(s: &str, limit: usize) -> String {
+    let mut kept = Vec::new();
+    let mut len = 0;
+    let mut buf = [0u8; 4];
+    for c in s.chars().rev() {
+        let one = escape_multiline(c.encode_utf8(&mut buf)).into_owned();
+        if len + one.len() > limit {
+            break;
+        }
+        len += one.len();
+        kept.push(one);
+    }
+    kept.iter().rev().map(String::as_str).collect()
+}
+
 fn escape_with(s: &str, keep_lines: bool) -> Cow<'_, str> {
     let keep = |c: char| keep_lines && (c == '\n' || c == '\t');
     if !s.chars().any(|c| is_unsafe(c) && !keep(c)) {
@@ -66,5 +84,16 @@ mod tests {
         assert_eq!(escape("x\u{9b}y\u{7f}"), "x\\u{9b}y\\u{7f}");
         assert_eq!(escape("l1\nl2"), "l1\\nl2");
         assert_eq!(escape_multiline("l1\nl2\x1b"), "l1\nl2\\e");
+    }
+
+    #[test]
+    fn a_tail_keeps_the_last_whole_escapes() {
+        assert_eq!(escape_tail("abc\n", 10), "abc\n");
+        assert_eq!(escape_tail("abcdef", 3), "def");
+        // `\e` is two bytes: it is kept whole or not at all.
+        assert_eq!(escape_tail("a\x1bz", 3), "\\ez");
+        assert_eq!(escape_tail("a\x1bz", 2), "z");
+        assert_eq!(escape_tail("xéé", 4), "éé");
+        assert_eq!(escape_tail("xéé", 3), "é");
     }
 }

@@ -25,6 +25,9 @@ use std::sync::Mutex;
 pub const STREAM_EVENT_BYTES: u64 = 256 * 1024;
 /// The tail of dropped output shown at the end of a stream.
 pub const TAIL_BYTES: usize = 4096;
+/// The most of a failed turn's stderr its task's record keeps, escaped
+/// (`HandlerExit::stderr_tail`).
+pub const STDERR_TAIL_BYTES: usize = 2048;
 const CHUNK: usize = 8192;
 
 /// What the handler's threads report.
@@ -36,7 +39,8 @@ pub enum TurnEvent {
         text: String,
     },
     /// A stream reached EOF. `captured` is stdout up to the reply limit
-    /// plus one byte, when a reply is wanted.
+    /// plus one byte, when a reply is wanted; `last` its last
+    /// `TAIL_BYTES`, whether dropped or not, from a character's start.
     StreamDone {
         token: String,
         stream: &'static str,
@@ -44,6 +48,7 @@ pub enum TurnEvent {
         dropped: u64,
         tail: String,
         captured: Option<Vec<u8>>,
+        last: String,
     },
     Exited {
         token: String,
@@ -319,7 +324,8 @@ impl Io {
 
 /// One output stream, with bounded memory: the first
 /// `STREAM_EVENT_BYTES` become events, the rest is counted and only its
-/// last `TAIL_BYTES` kept.
+/// last `TAIL_BYTES` kept; and the stream's own last `TAIL_BYTES`, for
+/// the record of a failed turn.
 #[derive(Default)]
 struct Stream {
     /// Closed at EOF.
@@ -330,6 +336,7 @@ struct Stream {
     total: u64,
     dropped: u64,
     tail: Vec<u8>,
+    last: Vec<u8>,
     captured: Option<Vec<u8>>,
 }
 
@@ -360,6 +367,7 @@ impl Stream {
             let room = (limit + 1).saturating_sub(c.len());
             c.extend_from_slice(&chunk[..room.min(n)]);
         }
+        keep_last(&mut self.last, chunk);
         let streamed = (STREAM_EVENT_BYTES.saturating_sub(self.total) as usize).min(n);
         self.total += n as u64;
         if streamed > 0 {
@@ -371,10 +379,7 @@ impl Stream {
         }
         if streamed < n {
             self.dropped += (n - streamed) as u64;
-            self.tail.extend_from_slice(&chunk[streamed..]);
-            if self.tail.len() > 2 * TAIL_BYTES {
-                self.tail.drain(..self.tail.len() - TAIL_BYTES);
-            }
+            keep_last(&mut self.tail, &chunk[streamed..]);
         }
     }
 
@@ -396,9 +401,19 @@ impl Stream {
             self.output(text, token, events);
             self.pending.clear();
         }
-        if self.tail.len() > TAIL_BYTES {
-            self.tail.drain(..self.tail.len() - TAIL_BYTES);
+        for kept in [&mut self.tail, &mut self.last] {
+            if kept.len() > TAIL_BYTES {
+                kept.drain(..kept.len() - TAIL_BYTES);
+            }
         }
+        // Where it was cut, the stream's end starts with a whole character.
+        let cut = self.total > self.last.len() as u64;
+        let start = self
+            .last
+            .iter()
+            .take(3)
+            .take_while(|b| cut && **b & 0xc0 == 0x80);
+        let last = String::from_utf8_lossy(&self.last[start.count()..]).into_owned();
         let _ = events.send(TurnEvent::StreamDone {
             token: token.to_string(),
             stream: self.name,
@@ -406,7 +421,17 @@ impl Stream {
             dropped: self.dropped,
             tail: String::from_utf8_lossy(&self.tail).into_owned(),
             captured: self.captured.take(),
+            last,
         });
+    }
+}
+
+/// Appends `chunk` to a stream's kept tail, which grows to twice
+/// `TAIL_BYTES` before it is cut back to its last `TAIL_BYTES`.
+fn keep_last(kept: &mut Vec<u8>, chunk: &[u8]) {
+    kept.extend_from_slice(chunk);
+    if kept.len() > 2 * TAIL_BYTES {
+        kept.drain(..kept.len() - TAIL_BYTES);
     }
 }
 

@@ -289,7 +289,7 @@ impl Mcp {
     }
 
     /// `tools/call`; the tool result.
-    fn tool(&mut self, name: &str, arguments: Value) -> Value {
+    pub(crate) fn tool(&mut self, name: &str, arguments: Value) -> Value {
         let r = self.request("tools/call", json!({"name": name, "arguments": arguments}));
         r.get("result")
             .cloned()
@@ -402,7 +402,7 @@ impl Drop for Mcp {
 }
 
 /// The text of a tool result's single content item.
-fn text(result: &Value) -> &str {
+pub(crate) fn text(result: &Value) -> &str {
     assert_eq!(
         result["content"].as_array().map(Vec::len),
         Some(1),

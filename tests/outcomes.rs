@@ -91,7 +91,8 @@ fn task_status_follows_exec_tasks_from_queued_to_done_with_the_reply_and_failed(
     assert_eq!(
         ended,
         json!({"seq": ended["seq"], "time": ended["time"], "kind": "task.ended",
-               "message_id": "broken", "outcome": "failed", "reply": null})
+               "message_id": "broken", "outcome": "failed", "reply": null,
+               "exit_status": 1, "stderr_tail": ""})
     );
     let held = wait_ended(&spool, "held");
     // A plain command line cannot take the reply: it is kept all the same.

@@ -3,6 +3,7 @@
 
 mod util;
 
+mod answers;
 mod approve;
 mod commands;
 mod control;

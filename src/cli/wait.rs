@@ -23,8 +23,8 @@ use crate::error::{Error, ExitCode, Result};
 use crate::follow::{self, End, Follow, Who};
 use crate::sanitize::{escape, escape_multiline};
 use crate::status::Status;
-use crate::wire::Outcome;
 use crate::wire::answer::{Pending, SendResult, Target};
+use crate::wire::{HandlerExit, Outcome};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,7 @@ fn kept(args: &Args, delivery: &Value) -> Result<std::result::Result<Kept, ExitC
         let mut r = delivery.clone();
         r["outcome"] = Value::Null;
         r["reply"] = Value::Null;
+        put_handler(&mut r, &HandlerExit::default());
         return super::sent::report(args, &r).map(Err);
     }
     let target = r.target.unwrap_or_default();
@@ -170,12 +171,48 @@ pub fn run_via(
     Ok(show(args, delivery, &k.name, &k.message_id, end))
 }
 
+/// `--json`'s members for how the handler of a failed turn ended: null
+/// where the receiver did not say.
+fn put_handler(r: &mut Value, h: &HandlerExit) {
+    r["exit_status"] = json!(h.exit_status);
+    r["signal"] = json!(h.signal);
+    r["stderr_tail"] = json!(h.stderr_tail);
+}
+
+/// After `ended failed at NAME`: ` (exit status N)` or ` (killed by
+/// signal N)`, when the receiver said.
+fn exit_said(h: &HandlerExit) -> String {
+    match (h.exit_status, h.signal) {
+        (Some(code), _) => format!(" (exit status {code})"),
+        (None, Some(sig)) => format!(" (killed by signal {sig})"),
+        (None, None) => String::new(),
+    }
+}
+
+/// The end of the failed handler's stderr, when it wrote any: a line
+/// that says so, then each of its lines indented by two spaces,
+/// escaped (the receiver escaped it; a receiver is not trusted to).
+fn say_stderr(h: &HandlerExit) {
+    let Some(tail) = h.stderr_tail.as_deref().filter(|t| !t.trim().is_empty()) else {
+        return;
+    };
+    eprintln!("baton: the handler's stderr ended with:");
+    for line in escape_multiline(tail).lines() {
+        eprintln!("  {line}");
+    }
+}
+
 /// Prints how the wait ended and gives the exit code.
 fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -> ExitCode {
-    let (outcome, reply, last) = match &end {
-        End::Final { outcome, reply } => (Some(outcome.as_str()), reply.as_deref(), None),
-        End::Unknown => (Some("unknown"), None, None),
-        End::TimedOut(last) => (None, None, last.map(Pending::as_str)),
+    let none = HandlerExit::default();
+    let (outcome, reply, last, handler) = match &end {
+        End::Final {
+            outcome,
+            reply,
+            handler,
+        } => (Some(outcome.as_str()), reply.as_deref(), None, handler),
+        End::Unknown => (Some("unknown"), None, None, &none),
+        End::TimedOut(last) => (None, None, last.map(Pending::as_str), &none),
     };
     let done = outcome == Some(Outcome::Done.as_str());
     let code = match &end {
@@ -187,6 +224,7 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
         let mut r = delivery.clone();
         r["outcome"] = json!(outcome);
         r["reply"] = json!(reply);
+        put_handler(&mut r, handler);
         if let End::TimedOut(_) = end {
             r["timed_out"] = json!(true);
             r["task_status"] = json!(last);
@@ -204,7 +242,13 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
     let (id, who) = (escape(message_id), escape(name));
     match end {
         _ if done => {}
-        End::Final { outcome, .. } => eprintln!("baton: message {id} ended {outcome} at {who}"),
+        End::Final { outcome, .. } => {
+            eprintln!(
+                "baton: message {id} ended {outcome} at {who}{}",
+                exit_said(handler)
+            );
+            say_stderr(handler);
+        }
         End::Unknown => eprintln!(
             "baton: {who} does not know message {id} (its record is gone, or another agent has the name now)"
         ),

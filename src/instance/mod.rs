@@ -132,6 +132,9 @@ struct Running {
     streams_open: u8,
     bytes: HashMap<&'static str, (u64, u64)>,
     captured: Option<Vec<u8>>,
+    /// The last of its stderr (`TurnEvent::StreamDone`'s `last`), for
+    /// the record of a failed or timed-out turn.
+    stderr_last: String,
 }
 
 struct Foreground {

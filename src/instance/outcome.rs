@@ -6,20 +6,34 @@
 
 use super::{Answer, Foreground, Params, need_str};
 use crate::access::{Caller, Role};
-use crate::spool::{ReplyRecord, Whereabouts};
-use crate::wire::EventKind;
-use crate::wire::Outcome;
+use crate::spool::{HandlerExit, ReplyRecord, Whereabouts};
 use crate::wire::answer::{Pending, TaskState, TaskStatus};
+use crate::wire::{EventKind, Outcome};
 use serde_json::{Value, json};
 
 impl Foreground {
     /// Records a task's final outcome at this receiver, with its reply
     /// when it finished with one.
     pub(super) fn ended(&self, message_id: &str, outcome: Outcome, reply: Option<&ReplyRecord>) {
-        self.hub.emit(
-            EventKind::TaskEnded,
-            json!({"message_id": message_id, "outcome": outcome, "reply": reply}),
-        );
+        self.ended_turn(message_id, outcome, reply, None);
+    }
+
+    /// `ended`, with how the turn's handler ended when it failed.
+    pub(super) fn ended_turn(
+        &self,
+        message_id: &str,
+        outcome: Outcome,
+        reply: Option<&ReplyRecord>,
+        handler: Option<&HandlerExit>,
+    ) {
+        let mut ev = json!({"message_id": message_id, "outcome": outcome, "reply": reply});
+        if let Some(h) = handler {
+            let members = serde_json::to_value(h).expect("a record serializes");
+            ev.as_object_mut()
+                .expect("an object")
+                .extend(members.as_object().cloned().unwrap_or_default());
+        }
+        self.hub.emit(EventKind::TaskEnded, ev);
     }
 
     /// `task/status`.
@@ -27,6 +41,7 @@ impl Foreground {
         let id = need_str(params, "message_id")?;
         let mut v = TaskStatus {
             finished_at: None,
+            handler: HandlerExit::default(),
             message_id: id.clone(),
             queue_position: None,
             reason: None,
@@ -83,6 +98,7 @@ impl Foreground {
             Whereabouts::Finished(Some(r)) => {
                 v.finished_at = Some(r.finished_at);
                 v.reply = Some(r.reply);
+                v.handler = r.handler;
                 TaskState::Ended(r.outcome)
             }
             Whereabouts::Finished(None) => {

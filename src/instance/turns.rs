@@ -11,14 +11,13 @@ use super::{
 };
 use crate::config;
 use crate::registry;
-use crate::sanitize::escape;
+use crate::sanitize::{escape, escape_tail};
 use crate::server::{self, RpcError, State};
 use crate::spool::{self, Claim, Task};
 use crate::status::Status;
 use crate::sys;
 use crate::turn::{self, TurnEvent};
-use crate::wire::EventKind;
-use crate::wire::Outcome;
+use crate::wire::{EventKind, HandlerExit, Outcome};
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::collections::HashMap;
@@ -167,6 +166,7 @@ impl Foreground {
                     streams_open: 2,
                     bytes: HashMap::new(),
                     captured: None,
+                    stderr_last: String::new(),
                 });
             }
             // Not the task's fault: it goes back to its place in the queue.
@@ -214,12 +214,16 @@ impl Foreground {
                 dropped,
                 tail,
                 captured,
+                last,
                 ..
             } => {
                 r.streams_open = r.streams_open.saturating_sub(1);
                 r.bytes.insert(stream, (total, dropped));
                 if captured.is_some() {
                     r.captured = captured;
+                }
+                if stream == "stderr" {
+                    r.stderr_last = last;
                 }
                 if dropped > 0 {
                     self.hub.emit(
@@ -292,9 +296,17 @@ impl Foreground {
         let reply = (self.opts.reply && outcome == Outcome::Done)
             .then(|| self.plan_stdout_reply(&r.task, r.captured.unwrap_or_default()));
         let record = reply.as_ref().and_then(|p| p.record.clone());
-        let finished = (self.spool().finish_with(&id, outcome, record.clone()))
-            .map_err(|e| self.notice(Some(&id), e.to_string()))
-            .is_ok();
+        // Why it failed, for its sender: how the handler ended.
+        let why = matches!(outcome, Outcome::Failed | Outcome::Timeout).then(|| HandlerExit {
+            exit_status: code,
+            signal,
+            stderr_tail: Some(escape_tail(&r.stderr_last, turn::STDERR_TAIL_BYTES)),
+        });
+        let finished = (self
+            .spool()
+            .finish_turn(&id, outcome, record.clone(), why.clone()))
+        .map_err(|e| self.notice(Some(&id), e.to_string()))
+        .is_ok();
         self.spool().clear_handler();
         let (out_total, out_dropped) = r.bytes.get("stdout").copied().unwrap_or_default();
         let (err_total, err_dropped) = r.bytes.get("stderr").copied().unwrap_or_default();
@@ -312,7 +324,7 @@ impl Foreground {
             }),
         );
         if finished {
-            self.ended(&id, outcome, record.as_ref());
+            self.ended_turn(&id, outcome, record.as_ref(), why.as_ref());
         }
         if let Some(plan) = reply {
             self.send_stdout_reply(id, plan);

@@ -7,10 +7,10 @@ use super::{Adapter, Tool, string_arg, tool_error, tool_result};
 use crate::error::{Error, Result};
 use crate::event_text::num;
 use crate::follow::{self, End, Who};
-use crate::sanitize::escape;
+use crate::sanitize::{escape, escape_multiline};
 use crate::status::Status;
-use crate::wire::Outcome;
 use crate::wire::answer::{Pending, SendResult, TaskState, TaskStatus};
+use crate::wire::{HandlerExit, Outcome};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::time::{Duration, Instant};
@@ -46,7 +46,13 @@ fn status_text(id: &str, who: &str, st: &TaskStatus) -> String {
         TaskState::Pending(Pending::Unknown) => unknown_text(id, who),
         TaskState::Ended(outcome) => {
             let reply = st.reply.as_ref().and_then(|r| r.as_ref());
-            ended_text(id, who, outcome, reply.map(|r| r.body.as_str()))
+            ended_text(
+                id,
+                who,
+                outcome,
+                reply.map(|r| r.body.as_str()),
+                &st.handler,
+            )
         }
     }
 }
@@ -57,12 +63,34 @@ fn unknown_text(id: &str, who: &str) -> String {
     )
 }
 
-/// A final outcome: `done: <reply>`, or that it ended with no reply.
-fn ended_text(id: &str, who: &str, outcome: Outcome, reply: Option<&str>) -> String {
-    match reply {
+/// A final outcome: `done: <reply>`, or that it ended with no reply;
+/// then, for a failed turn, how its handler ended and the end of its
+/// stderr (escaped by the receiver, and again here).
+fn ended_text(
+    id: &str,
+    who: &str,
+    outcome: Outcome,
+    reply: Option<&str>,
+    handler: &HandlerExit,
+) -> String {
+    let mut text = match reply {
         Some(body) => format!("{outcome}: {body}"),
         None => format!("{outcome}: task {id} ended on {who} with no reply."),
+    };
+    match (handler.exit_status, handler.signal) {
+        (Some(code), _) => text.push_str(&format!(" Its handler exited with status {code}.")),
+        (None, Some(sig)) => text.push_str(&format!(" Its handler was killed by signal {sig}.")),
+        (None, None) => {}
     }
+    let tail = handler
+        .stderr_tail
+        .as_deref()
+        .filter(|t| !t.trim().is_empty());
+    if let Some(tail) = tail {
+        text.push_str(" Its stderr ended with:\n");
+        text.push_str(&escape_multiline(tail));
+    }
+    text
 }
 
 impl Adapter {
@@ -109,10 +137,18 @@ impl Adapter {
             other => other,
         };
         let text = match &end {
-            End::Final { outcome, reply } => {
+            End::Final {
+                outcome,
+                reply,
+                handler,
+            } => {
                 r["outcome"] = json!(outcome);
                 r["reply"] = json!(reply);
-                ended_text(&id, &who, *outcome, reply.as_deref())
+                let members = serde_json::to_value(handler).expect("serializes");
+                if let (Some(r), Value::Object(m)) = (r.as_object_mut(), members) {
+                    r.extend(m);
+                }
+                ended_text(&id, &who, *outcome, reply.as_deref(), handler)
             }
             End::Unknown => {
                 r["outcome"] = json!("unknown");

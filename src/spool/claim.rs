@@ -5,7 +5,7 @@
 use super::dirsync::sync_dir;
 use super::index::{Entry, Place};
 use super::taskfile::{parse_task, read_checked, read_task};
-use super::{Claim, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
+use super::{Claim, HandlerExit, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::files;
@@ -153,6 +153,18 @@ impl Spool {
         outcome: Outcome,
         reply: Option<ReplyRecord>,
     ) -> Result<()> {
+        self.finish_turn(message_id, outcome, reply, None)
+    }
+
+    /// `finish_with`, the receipt also remembering how the turn's handler
+    /// ended, when it failed.
+    pub fn finish_turn(
+        &self,
+        message_id: &str,
+        outcome: Outcome,
+        reply: Option<ReplyRecord>,
+        handler: Option<HandlerExit>,
+    ) -> Result<()> {
         let mut idx = self.idx();
         let Some(e) = idx.entries.get(message_id).cloned() else {
             return Err(Error::Usage(format!("no task {message_id} in the spool")));
@@ -171,6 +183,7 @@ impl Spool {
             reply,
             sender_instance_id: e.sender_id().map(str::to_string),
             remote: e.summary.sender.remote.is_some(),
+            handler: handler.unwrap_or_default(),
         };
         let write = (|| -> std::io::Result<()> {
             idx.receipts.append(&self.dir, self.fsync, &receipt)?;

@@ -62,7 +62,7 @@ const DIRS: [&str; 6] = [
 
 pub use receipts::{LOG_BYTES, LOG_RECEIPTS, RECEIPTS_KEEP, RECEIPTS_MAX_AGE};
 
-pub use crate::wire::{ReplyRecord, Sender, Summary};
+pub use crate::wire::{HandlerExit, ReplyRecord, Sender, Summary};
 
 /// One task as stored in the spool: the accepted request plus what the
 /// receiver learned.
@@ -104,6 +104,11 @@ pub struct Receipt {
     /// such tasks only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub remote: bool,
+    /// How a failed or timed-out turn's handler ended: `exit_status`,
+    /// `signal`, `stderr_tail`, each absent when unknown (receipts before
+    /// issue 31, and every other ending, hold none).
+    #[serde(flatten)]
+    pub handler: HandlerExit,
 }
 
 /// Where a task is, as `task/status` tells it from the spool alone.

@@ -5,7 +5,7 @@
 //! instance adds is ignored by an older client; one it leaves out reads
 //! as its default where the protocol allows that.
 
-use super::{Approve, Manifest, Mode, Outcome, ReplyRecord, Sender, State, Summary};
+use super::{Approve, HandlerExit, Manifest, Mode, Outcome, ReplyRecord, Sender, State, Summary};
 use crate::status::Status;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -152,11 +152,14 @@ pub enum TaskState {
 }
 
 /// `task/status`'s answer. `reply` is there (null or the reply) for a
-/// finished task alone.
+/// finished task alone; `exit_status`, `signal` and `stderr_tail`
+/// (`handler`) for a finished task whose turn failed or timed out.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TaskStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<f64>,
+    #[serde(flatten)]
+    pub handler: HandlerExit,
     pub message_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<usize>,

@@ -1,6 +1,7 @@
 //! The protocol's records, as more than one room reads them: an
 //! instance's manifest (docs/protocol.md §7), a task's sender, a reply a
-//! receipt keeps, a task as `inbox/list` shows it.
+//! receipt keeps and how a failed turn's handler ended, a task as
+//! `inbox/list` shows it.
 
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +54,22 @@ pub struct Sender {
 pub struct ReplyRecord {
     pub message_id: Option<String>,
     pub body: String,
+}
+
+/// How the handler of a failed or timed-out turn ended, as the task's
+/// receipt, `task.ended` and `task/status` tell its sender: its exit
+/// status or the signal that killed it, and the last of its stderr,
+/// escaped as a terminal shows a peer's text (at most
+/// `turn::STDERR_TAIL_BYTES`). All absent for any other ending, a pull
+/// agent's among them: no handler ran.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HandlerExit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
 }
 
 /// What `inbox/list` shows of a task without reading its file.
