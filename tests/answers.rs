@@ -9,7 +9,6 @@
 use crate::mcp::{Mcp, NEWEST, text};
 use crate::util::{self, Env, RawClient, event_is as is};
 use serde_json::{Value, json};
-use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
@@ -37,8 +36,7 @@ fn status(c: &mut RawClient, id: &str) -> Value {
 
 /// The receipt of `id` in `spool`.
 fn receipt(spool: &Path, id: &str) -> Value {
-    let path = spool.join("done").join(format!("{id}.json"));
-    serde_json::from_slice(&fs::read(&path).unwrap()).unwrap()
+    crate::util::receipt(spool, id).unwrap_or_else(|| panic!("no receipt of {id}"))
 }
 
 /// The three members, as one value to compare.

@@ -158,6 +158,7 @@ fn prune_at_open(t: &mut Trial) {
         reply: None,
         sender_instance_id: None,
         remote: false,
+        handler: Default::default(),
     };
     let done = t.dir().join("done");
     let logs = spool::RECEIPTS_KEEP / spool::LOG_RECEIPTS + 2;

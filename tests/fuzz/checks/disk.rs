@@ -112,6 +112,7 @@ pub fn seed_receipt() -> Vec<u8> {
         }),
         sender_instance_id: Some("77-1234567890123456".into()),
         remote: false,
+        handler: Default::default(),
     };
     let mut line = serde_json::to_vec(&r).expect("a receipt serializes");
     line.push(b'\n');
