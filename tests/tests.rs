@@ -3,6 +3,7 @@
 
 mod util;
 
+mod answers_show;
 mod approve;
 mod commands;
 mod control;
