@@ -1,9 +1,10 @@
 //! Running one task through the agent (docs/protocol.md §6): the envelope the agent
 //! reads, and for `--exec` agents the handler process: `sh -c CMD` in its
-//! own process group, the envelope on stdin, its output streamed back in
-//! bounded pieces, its exit reported. Everything here reports to the
-//! foreground as `TurnEvent`s on a channel of their own, and knows nothing
-//! of the server; nothing here decides anything.
+//! own process group, the envelope (or, `--stdin body`, the body alone) on
+//! stdin, its output streamed back in bounded pieces, its exit reported.
+//! Everything here reports to the foreground as `TurnEvent`s on a channel
+//! of their own, and knows nothing of the server; nothing here decides
+//! anything.
 //!
 //! The threads of a handler end with its turn, not with whatever holds its
 //! pipes: dropping the `Handler` stops them, and they close our ends of the
@@ -57,11 +58,23 @@ pub enum TurnEvent {
     },
 }
 
+spelled! {
+    /// What an exec handler reads on stdin (`serve --stdin`): the
+    /// envelope, or the task's body alone, as sent.
+    #[derive(Default)]
+    pub enum Stdin ("--stdin value") {
+        #[default]
+        Envelope = "envelope",
+        Body = "body",
+    }
+}
+
 /// What a handler needs to run.
 pub struct ExecSpec<'a> {
     pub command: &'a str,
     pub workspace: &'a Path,
-    pub envelope: String,
+    /// What it reads on stdin, then end of file (`Stdin`).
+    pub input: String,
     pub env: Vec<(&'static str, String)>,
     pub token: String,
     /// Capture stdout up to this many bytes (plus one) for a reply.
@@ -93,7 +106,7 @@ pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<
     let wait_here = exit.is_none();
     let io = Io {
         stdin: Some(leader.stdin),
-        envelope: spec.envelope.into_bytes(),
+        input: spec.input.into_bytes(),
         written: 0,
         streams: [
             Stream::new(leader.stdout, "stdout", spec.capture),
@@ -219,13 +232,13 @@ fn exited(
     });
 }
 
-/// The handler's pipes, served by one thread: the envelope is written to
+/// The handler's pipes, served by one thread: its input is written to
 /// its stdin without ever blocking past the turn (a handler that does not
 /// read it, or a daemon that holds its stdin, costs nothing once the turn
 /// ends), and stdout and stderr are read to EOF or the turn's end.
 struct Io {
     stdin: Option<File>,
-    envelope: Vec<u8>,
+    input: Vec<u8>,
     written: usize,
     streams: [Stream; 2],
     /// The leader and its exit notifier, until it is reaped, when this
@@ -236,7 +249,7 @@ struct Io {
 impl Io {
     fn run(&mut self, token: &str, events: &chan::Sender<TurnEvent>, stop: &UnixStream) {
         if let Some(w) = &self.stdin {
-            if sys::set_nonblocking(w.as_fd()).is_err() || self.envelope.is_empty() {
+            if sys::set_nonblocking(w.as_fd()).is_err() || self.input.is_empty() {
                 self.stdin = None;
             }
         }
@@ -297,18 +310,18 @@ impl Io {
         }
     }
 
-    /// Writes what the pipe takes of the rest of the envelope; closes it
+    /// Writes what the pipe takes of the rest of the input; closes it
     /// when all is written or the handler is gone (EPIPE: Rust ignores
     /// SIGPIPE).
     fn feed(&mut self) {
         let Some(w) = &mut self.stdin else {
             return;
         };
-        match w.write(&self.envelope[self.written..]) {
+        match w.write(&self.input[self.written..]) {
             Ok(0) => self.stdin = None,
             Ok(n) => {
                 self.written += n;
-                if self.written == self.envelope.len() {
+                if self.written == self.input.len() {
                     self.stdin = None;
                 }
             }

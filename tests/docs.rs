@@ -315,6 +315,7 @@ const COMPLETE: &[(&str, &str)] = &[
     ("baton --profile c", "coding"),
     ("baton mcp --profile ", "coding sysadmin"),
     ("baton serve --approve a", "ask auto"),
+    ("baton serve --stdin ", "body envelope"),
     ("baton send --mode ", "queue steer"),
     ("baton inbox complete --outcome ", "done failed"),
     ("baton send --from d", "demo"),
@@ -399,6 +400,7 @@ fn the_zsh_completion_names_inbox_actions_and_option_values() {
     for (cmd, spec) in [
         ("serve", ":profile:(coding sysadmin)'"),
         ("serve", ":approve:(auto ask deny)'"),
+        ("serve", ":stdin:(envelope body)'"),
         ("mcp", ":profile:(coding sysadmin)'"),
         ("send", ":mode:(queue steer)'"),
         ("send", ":from:_baton_targets'"),

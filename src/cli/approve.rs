@@ -13,6 +13,16 @@ use std::collections::VecDeque;
 
 pub use crate::wire::Decision;
 
+/// The command that answers the approvals of TARGET (as the operator
+/// named it, or nothing for the instance a command without TARGET finds),
+/// as `status` and `inbox list` name it beside a waiting task.
+pub fn answer_with(target: Option<&str>) -> String {
+    match target {
+        Some(t) => format!("baton watch --approve {}", escape(t)),
+        None => "baton watch --approve".into(),
+    }
+}
+
 /// One line the operator typed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer {

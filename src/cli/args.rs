@@ -6,12 +6,13 @@ use crate::error::{Error, Result};
 use std::ffi::OsString;
 
 /// The fixed values an option takes, for its check and its completion:
-/// `--profile` (serve, mcp), `serve --approve`, `send --mode` and `inbox
-/// complete --outcome`.
+/// `--profile` (serve, mcp), `serve --approve` and `--stdin`, `send
+/// --mode` and `inbox complete --outcome`.
 pub fn choices(long: &str) -> Option<&'static [&'static str]> {
     match long {
         "profile" => Some(&["coding", "sysadmin"]),
         "approve" => Some(&["auto", "ask", "deny"]),
+        "stdin" => Some(&["envelope", "body"]),
         "mode" => Some(&["queue", "steer"]),
         "outcome" => Some(&["done", "failed"]),
         _ => None,

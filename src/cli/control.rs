@@ -80,7 +80,7 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
     }
     let (v, r) = target::call::<ControlStatus>(config, &peer, Call::ControlStatus, json!({}))?;
     let q = &r.queue;
-    let text = format!(
+    let mut text = format!(
         "name:        {}\ninstance:    {}\npid:         {}\nstate:       {}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nspool:       {}\nqueued:      {} of {}\nprocessing:  {}\ninterrupted: {}\nopen task:   {}\n",
         escape(&r.name),
         escape(&r.instance_id),
@@ -97,6 +97,14 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
         q.interrupted,
         r.open_task.as_deref().map_or("-".into(), escape),
     );
+    let target = args.positional.first().map(String::as_str);
+    for id in &r.awaiting_approval {
+        text.push_str(&format!(
+            "awaiting approval: {} (answer with {})\n",
+            escape(id),
+            super::approve::answer_with(target)
+        ));
+    }
     super::answer(args, &v, &text)
 }
 

@@ -39,7 +39,11 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let (r, ok) = match action {
         "list" => {
             let mut conn = target::connect(config, &peer)?;
-            return print_list(args, &list_all(&mut conn, &peer)?);
+            return print_list(
+                args,
+                &list_all(&mut conn, &peer)?,
+                target_arg.map(String::as_str),
+            );
         }
         "claim" => {
             let (r, c) = target::call::<Claimed>(config, &peer, Call::InboxClaim, params)?;
@@ -134,7 +138,7 @@ fn list_stopped(
         rejected: l.rejected,
         ..InboxPage::default()
     };
-    print_list(args, &all)
+    print_list(args, &all, target)
 }
 
 /// `inbox claim`: the envelope on stdout (it says how to reply).
@@ -203,8 +207,10 @@ fn print_reply(reply: &ReplySent) {
     }
 }
 
-/// A whole inbox, as a table or (`--json`) as one page.
-fn print_list(args: &Args, all: &InboxPage) -> Result<ExitCode> {
+/// A whole inbox, as a table or (`--json`) as one page. A queued task
+/// waiting for an approval is shown `awaiting approval`, and stderr names
+/// the command that answers it.
+fn print_list(args: &Args, all: &InboxPage, target: Option<&str>) -> Result<ExitCode> {
     if args.flag("json") {
         emit_json(&json!(all));
         return Ok(ExitCode::Ok);
@@ -214,8 +220,9 @@ fn print_list(args: &Args, all: &InboxPage) -> Result<ExitCode> {
     let rows: Vec<[String; 5]> = all
         .tasks()
         .map(|(place, t)| {
+            let asked = place == "queued" && all.awaiting_approval.contains(&t.message_id);
             [
-                place.to_string(),
+                if asked { "awaiting approval" } else { place }.to_string(),
                 escape(&t.message_id).into_owned(),
                 t.sender
                     .name
@@ -233,6 +240,14 @@ fn print_list(args: &Args, all: &InboxPage) -> Result<ExitCode> {
             ["PLACE", "MESSAGE_ID", "FROM", "PID", "BYTES"],
             &rows,
         ));
+    }
+    let n = all.awaiting_approval.len();
+    if n > 0 {
+        let tasks = if n == 1 { "task awaits" } else { "tasks await" };
+        eprintln!(
+            "baton: {n} {tasks} approval: answer with {}",
+            super::approve::answer_with(target)
+        );
     }
     Ok(ExitCode::Ok)
 }

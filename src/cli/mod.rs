@@ -54,7 +54,7 @@ const NO_MULTIPLEX: Opt = switch(
 pub const COMMANDS: &[Command] = &[
     Command {
         name: "serve",
-        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] | --tmux-pane PANE] [--turn-timeout SECONDS] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--zcoder] [--ttl SECONDS] [--no-offline] [--accept-from PATTERN]... [--deny-from PATTERN]...",
+        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] [--stdin envelope|body] | --tmux-pane PANE] [--turn-timeout SECONDS] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--zcoder] [--ttl SECONDS] [--no-offline] [--accept-from PATTERN]... [--deny-from PATTERN]...",
         summary: "run an instance for a workspace: tasks run through --exec, are typed into a tmux pane (--tmux-pane), or wait for 'baton inbox claim'",
         opts: &[
             value(
@@ -85,11 +85,15 @@ pub const COMMANDS: &[Command] = &[
             ),
             value(
                 "exec",
-                "run each task with sh -c CMD in the workspace, the envelope on stdin",
+                "run each task with sh -c CMD in the workspace, the envelope on stdin (see --stdin)",
             ),
             switch(
                 "reply",
                 "with --exec: send the handler's stdout back to the sender as a reply",
+            ),
+            value(
+                "stdin",
+                "with --exec: what the handler reads, the envelope (default) or the task's text alone (body)",
             ),
             value(
                 "tmux-pane",

@@ -5,6 +5,7 @@ use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::glob::Policy;
 use crate::instance::{self, Approve, ServeOptions};
+use crate::turn::Stdin;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -38,6 +39,7 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
             "serve: --reply sends the handler's output back, so it needs --exec".into(),
         ));
     }
+    let stdin = stdin(args, exec.is_some())?;
     let tmux_pane = tmux_pane(args, exec.is_some())?;
     let turn_timeout = args.seconds("serve", "turn-timeout")?;
     if turn_timeout.is_some() && exec.is_none() && tmux_pane.is_none() {
@@ -88,6 +90,7 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
         },
         exec,
         reply: args.flag("reply"),
+        stdin,
         turn_timeout,
         approve,
         ephemeral: args.flag("ephemeral"),
@@ -98,6 +101,25 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
         // Not embedded in another front end, whose agent it would serve.
         ..ServeOptions::default()
     })
+}
+
+/// `--stdin envelope|body`: what an `--exec` handler reads.
+fn stdin(args: &Args, exec: bool) -> Result<Stdin> {
+    let Some(v) = args.value("stdin") else {
+        return Ok(Stdin::Envelope);
+    };
+    let stdin = v.parse().map_err(|_| {
+        Error::Usage(format!(
+            "serve: --stdin {}: use envelope or body",
+            crate::sanitize::escape(v)
+        ))
+    })?;
+    if !exec {
+        return Err(Error::Usage(
+            "serve: --stdin says what an --exec handler reads, so it needs --exec".into(),
+        ));
+    }
+    Ok(stdin)
 }
 
 /// `--tmux-pane PANE`, checked: a tmux target (`%3`, `work:1.0`), which

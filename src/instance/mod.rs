@@ -55,6 +55,8 @@ pub struct ServeOptions {
     pub exec: Option<String>,
     /// `--reply`: send the handler's stdout back to the sender.
     pub reply: bool,
+    /// `--stdin`: what the handler reads, the envelope or the body alone.
+    pub stdin: crate::turn::Stdin,
     pub turn_timeout: Option<Duration>,
     pub approve: Approve,
     /// `--ephemeral`: exit about a second after the last client left.

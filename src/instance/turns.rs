@@ -102,6 +102,7 @@ impl Foreground {
                 task.sender.instance_id.clone().unwrap_or_default(),
             ),
             ("BATON_SENDER_NAME", turn::display_name(&task.sender)),
+            ("BATON_MODE", task.mode.to_string()),
             // Only an instance id is a sender one can reply to.
         ]
     }
@@ -113,10 +114,12 @@ impl Foreground {
         let spec = turn::ExecSpec {
             command: &command,
             workspace: &self.workspace,
-            envelope: if is_local(&task.sender) {
-                format!("{}\n", task.body)
-            } else {
-                turn::envelope(&task, reply_possible.then_some(turn::REPLY_BY_COMMAND))
+            input: match self.opts.stdin {
+                turn::Stdin::Body => task.body.clone(),
+                turn::Stdin::Envelope if is_local(&task.sender) => format!("{}\n", task.body),
+                turn::Stdin::Envelope => {
+                    turn::envelope(&task, reply_possible.then_some(turn::REPLY_BY_COMMAND))
+                }
             },
             env: self.turn_env(&task, &token),
             token: token.clone(),
