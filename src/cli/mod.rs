@@ -383,8 +383,9 @@ fn overview() -> String {
          \x20                               the view on the instance serving this directory\n\
          \x20      baton COMMAND [ARGS]\n\ncommands:\n",
     );
+    let width = COMMANDS.iter().map(|c| c.name.len()).max().unwrap_or(0);
     for c in COMMANDS {
-        s.push_str(&format!("  {:<8} {}\n", c.name, c.summary));
+        s.push_str(&format!("  {:<width$}  {}\n", c.name, c.summary));
     }
     s.push_str(
         "\nTARGET is an exact instance id or a name that one live instance has;\n\
@@ -401,11 +402,10 @@ fn overview() -> String {
 /// The help text of one command.
 pub fn command_help(c: &Command) -> String {
     let mut s = format!("usage: {}\n\n{}\n\noptions:\n", c.usage, c.summary);
-    for o in c.opts {
-        let short = o.short.map(|c| format!("-{c}, ")).unwrap_or_default();
-        let value = if o.takes_value { " VALUE" } else { "" };
-        let flag = format!("{short}--{}{value}", o.long);
-        s.push_str(&format!("  {flag:<22} {}\n", o.help));
+    let flags: Vec<String> = c.opts.iter().map(|o| o.spelled(c.usage)).collect();
+    let width = flags.iter().map(String::len).max().unwrap_or(0);
+    for (flag, o) in flags.iter().zip(c.opts) {
+        s.push_str(&format!("  {flag:<width$}  {}\n", o.help));
     }
     s
 }
