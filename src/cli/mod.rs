@@ -415,12 +415,17 @@ fn help_cmd(args: &Args, _: &Config) -> Result<ExitCode> {
         None => shown(&overview()),
         Some(name) => match COMMANDS.iter().find(|c| c.name == name) {
             Some(c) => shown(&command_help(c)),
-            None => Err(Error::Usage(format!(
-                "no command {}: see 'baton help'",
-                crate::sanitize::escape(name)
-            ))),
+            None => Err(unknown_command(name)),
         },
     }
+}
+
+/// `baton nosuch` and `baton help nosuch` alike.
+fn unknown_command(name: &str) -> Error {
+    Error::Usage(format!(
+        "unknown command {}: see 'baton help'",
+        crate::sanitize::escape(name)
+    ))
 }
 
 /// Prints `text`: what the command had to do.
@@ -499,10 +504,7 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         return serve::interactive(&args, &config);
     }
     let Some(cmd) = COMMANDS.iter().find(|c| c.name == first) else {
-        return Err(Error::Usage(format!(
-            "unknown command {}: see 'baton help'",
-            crate::sanitize::escape(&argv[0].to_string_lossy())
-        )));
+        return Err(unknown_command(&argv[0].to_string_lossy()));
     };
     let args = args::parse(cmd.name, &argv[1..], cmd.opts)?;
     if args.flag("help") {
