@@ -47,7 +47,7 @@ fn the_command_list_of_help_is_in_columns() {
     let first = column_starts(rows[0]);
     assert_eq!(first.len(), 2, "{}", rows[0]);
     for r in &rows {
-        assert_eq!(&column_starts(r)[..2], &first[..], "not aligned:\n{help}");
+        assert_eq!(column_starts(r), first, "not aligned:\n{help}");
     }
 }
 
