@@ -95,7 +95,7 @@ fn send_from_an_unknown_name_names_the_option() {
     assert_eq!(out.status, 2, "{out:?}");
     assert_eq!(
         out.stderr,
-        "baton: send --from is empty: name a live instance by its id or name\n"
+        "baton: send --from is empty: name an instance by its id or name\n"
     );
 }
 

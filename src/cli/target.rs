@@ -56,7 +56,7 @@ pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
 pub fn resolve_option(config: &Config, what: &str, name: &str) -> Result<Peer> {
     if name.trim().is_empty() {
         return Err(Error::Usage(format!(
-            "{what} is empty: name a live instance by its id or name"
+            "{what} is empty: name an instance by its id or name"
         )));
     }
     resolve(config, Some(name)).map_err(|e| match e {
