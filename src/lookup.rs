@@ -136,26 +136,43 @@ pub fn find(dirs: &[RegistryDir], target: &Target<'_>, timeout: Duration) -> Loo
 
 /// One line per candidate, as errors list them.
 pub fn candidates(peers: &[Peer]) -> String {
-    if peers.is_empty() {
+    let rows: Vec<[String; 4]> = (peers.iter())
+        .map(|p| {
+            let m = &p.manifest;
+            let mut row = candidate(&m.name, Some(m.pid), &m.workspace, &m.instance_id);
+            if p.wire == Wire::Zcoder {
+                row[3].push_str("  (zcoder)");
+            }
+            row
+        })
+        .collect();
+    candidate_list(&rows)
+}
+
+/// A candidate as `candidate_list` shows it: its name, `pid N` or (a
+/// stopped agent's spool, without a pid) `not running`, its workspace and
+/// its id; escaped.
+pub fn candidate(name: &str, pid: Option<u32>, workspace: &str, id: &str) -> [String; 4] {
+    let pid = pid.map_or("not running".into(), |pid| format!("pid {pid}"));
+    [
+        escape(name).into_owned(),
+        pid,
+        escape(workspace).into_owned(),
+        escape(id).into_owned(),
+    ]
+}
+
+/// The candidates an error lists, in aligned columns: `candidates:`, then
+/// one indented line each; with none, that no live instance runs. Every
+/// list of candidates is printed here.
+pub fn candidate_list(rows: &[[String; 4]]) -> String {
+    if rows.is_empty() {
         return "no live instances are running".into();
     }
-    let mut s = String::from("candidates:");
-    for p in peers {
-        let m = &p.manifest;
-        let zcoder = if p.wire == Wire::Zcoder {
-            "  (zcoder)"
-        } else {
-            ""
-        };
-        s.push_str(&format!(
-            "\n  {}  pid {}  {}  {}{zcoder}",
-            escape(&m.name),
-            m.pid,
-            escape(&m.workspace),
-            m.instance_id,
-        ));
-    }
-    s
+    let lines: String = (crate::text::columns(rows).iter())
+        .map(|l| format!("\n  {l}"))
+        .collect();
+    format!("candidates:{lines}")
 }
 
 /// The candidates of a sender's `no_target` result.

@@ -3,14 +3,21 @@
 
 /// Left-aligned columns; the last column is not padded.
 pub fn table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
-    let mut width = head.map(|h| h.chars().count());
+    let mut all = vec![head.map(String::from)];
+    all.extend_from_slice(rows);
+    columns(&all).into_iter().map(|l| l + "\n").collect()
+}
+
+/// The lines of left-aligned columns, two spaces apart, without a
+/// header; the last column is not padded.
+pub fn columns<const N: usize>(rows: &[[String; N]]) -> Vec<String> {
+    let mut width = [0; N];
     for r in rows {
         for (i, c) in r.iter().enumerate() {
             width[i] = width[i].max(c.chars().count());
         }
     }
-    let mut out = String::new();
-    let mut line = |cells: Vec<&str>| {
+    let line = |cells: &[String; N]| {
         let mut l = String::new();
         for (i, c) in cells.iter().enumerate() {
             l.push_str(c);
@@ -18,14 +25,9 @@ pub fn table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
                 l.push_str(&" ".repeat(width[i] - c.chars().count() + 2));
             }
         }
-        out.push_str(l.trim_end());
-        out.push('\n');
+        l.trim_end().to_string()
     };
-    line(head.to_vec());
-    for r in rows {
-        line(r.iter().map(String::as_str).collect());
-    }
-    out
+    rows.iter().map(line).collect()
 }
 
 #[cfg(test)]

@@ -398,13 +398,13 @@ fn the_zsh_completion_names_inbox_actions_and_option_values() {
         "{forget}"
     );
     for (cmd, spec) in [
-        ("serve", ":profile:(coding sysadmin)'"),
-        ("serve", ":approve:(auto ask deny)'"),
-        ("serve", ":stdin:(envelope body)'"),
-        ("mcp", ":profile:(coding sysadmin)'"),
-        ("send", ":mode:(queue steer)'"),
-        ("send", ":from:_baton_targets'"),
-        ("inbox", ":outcome:(done failed)'"),
+        ("serve", ":coding|sysadmin:(coding sysadmin)'"),
+        ("serve", ":auto|ask|deny:(auto ask deny)'"),
+        ("serve", ":envelope|body:(envelope body)'"),
+        ("mcp", ":coding|sysadmin:(coding sysadmin)'"),
+        ("send", ":queue|steer:(queue steer)'"),
+        ("send", ":NAME:_baton_targets'"),
+        ("inbox", ":done|failed:(done failed)'"),
     ] {
         let line = case_line(&zsh, &format!("{cmd}) _arguments "));
         assert!(line.contains(spec), "zsh {cmd} lacks {spec}: {line}");
@@ -534,6 +534,211 @@ fn the_access_table_in_the_protocol_page_is_the_codes() {
             assert!(
                 documented.contains(&name),
                 "{name} (docs/protocol.md §3) has no row in \"Who may call what\""
+            );
+        }
+    }
+}
+
+/// One roff line as text: the arguments of a font macro (`.B`, `.IR`...)
+/// joined as troff joins them, escapes resolved; other requests, none.
+fn roff_text(line: &str) -> String {
+    let text = match line.strip_prefix('.') {
+        None => line.to_string(),
+        Some(request) => {
+            let (name, rest) = request.split_once(' ').unwrap_or((request, ""));
+            let mut args: Vec<String> = Vec::new();
+            let mut rest = rest.trim_start();
+            while !rest.is_empty() {
+                let (arg, after) = match rest.strip_prefix('"') {
+                    Some(q) => q.split_once('"').unwrap_or((q, "")),
+                    None => rest.split_once(' ').unwrap_or((rest, "")),
+                };
+                args.push(arg.to_string());
+                rest = after.trim_start();
+            }
+            match name {
+                "B" | "I" => args.join(" "),
+                "BR" | "RB" | "BI" | "IB" | "IR" | "RI" => args.concat(),
+                _ => String::new(),
+            }
+        }
+    };
+    let mut text = text.replace("\\-", "-").replace("\\e", "\\");
+    for gone in ["\\%", "\\&", "\\c", "\\fB", "\\fI", "\\fR", "\\fP"] {
+        text = text.replace(gone, "");
+    }
+    text
+}
+
+/// What baton.1's SYNOPSIS says `baton CMD` takes: its lines that start
+/// with `.B baton CMD`, each up to its `.br`, as text.
+fn man_synopsis(man: &str, cmd: &str) -> String {
+    let synopsis = man.split("\n.SH SYNOPSIS\n").nth(1).unwrap();
+    let synopsis = synopsis.split("\n.SH ").next().unwrap();
+    let head = format!(".B baton {cmd}");
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in synopsis.lines() {
+        if line == ".br" {
+            inside = false;
+        } else if line == head || line.starts_with(&format!("{head} ")) {
+            inside = true;
+        }
+        if inside {
+            out.push(roff_text(line));
+        }
+    }
+    out.join(" ")
+}
+
+/// The tags of the option list of `baton CMD` in baton.1 (`.TP` items
+/// that start with `-`), as text: `--timeout SECONDS`.
+fn man_option_tags(man: &str, cmd: &str) -> Vec<String> {
+    let head = format!("\n.SS baton {cmd}\n");
+    let start = man.find(&head).unwrap() + head.len();
+    let section = &man[start..];
+    let section = &section[..section.find("\n.S").unwrap_or(section.len())];
+    let lines: Vec<&str> = section.lines().collect();
+    (lines.windows(2))
+        .filter(|w| w[0] == ".TP")
+        .map(|w| roff_text(w[1]))
+        .filter(|tag| tag.starts_with('-'))
+        .collect()
+}
+
+/// Whether `word` is in `text` as a whole word (not inside `--ephemeral-spool`).
+fn has_word(text: &str, word: &str) -> bool {
+    let part = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    text.match_indices(word)
+        .any(|(at, _)| !text[..at].ends_with(part) && !text[at + word.len()..].starts_with(part))
+}
+
+/// One option as `baton help CMD` lists it.
+#[derive(Debug)]
+struct HelpOpt {
+    /// `-n, --lines N`, as the option list shows it.
+    shown: String,
+    long: String,
+    short: Option<String>,
+    /// What the value is called (`SECONDS`), empty for a switch.
+    value: String,
+}
+
+/// Every command's usage and option list, from `baton help CMD`.
+fn help_tables() -> Vec<(String, String, Vec<HelpOpt>)> {
+    let commands: Vec<String> = help_options().into_iter().map(|(c, _)| c).collect();
+    let mut seen: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    for c in commands {
+        if seen.contains(&c) {
+            continue;
+        }
+        seen.push(c.clone());
+        let help = Command::new(baton_bin())
+            .args(["help", &c])
+            .output()
+            .unwrap();
+        let help = String::from_utf8(help.stdout).unwrap();
+        let usage = help.split("\n\n").next().unwrap().to_string();
+        let list = help.split("options:\n").nth(1).unwrap();
+        let opts = list
+            .lines()
+            .map(|l| {
+                let shown = l.trim_start().split("  ").next().unwrap().to_string();
+                let (short, rest) = match shown.split_once(", ") {
+                    Some((s, rest)) => (Some(s.to_string()), rest),
+                    None => (None, shown.as_str()),
+                };
+                let (long, value) = rest.split_once(' ').unwrap_or((rest, ""));
+                HelpOpt {
+                    long: long.to_string(),
+                    short,
+                    value: value.to_string(),
+                    shown: shown.clone(),
+                }
+            })
+            .collect();
+        out.push((c, usage, opts));
+    }
+    out
+}
+
+/// The man page, `--help` and the completions agree on every option of
+/// every command and on what its value is called: the usage line and the
+/// man page's SYNOPSIS spell it with that value, the man page's option
+/// list and `baton help CMD` show it alike, zsh's completion describes the
+/// value by that name, and bash and fish know that it takes one.
+#[test]
+fn the_man_page_help_and_completions_agree_on_options_and_value_names() {
+    let man = fs::read_to_string(format!("{ROOT}/man/baton.1")).unwrap();
+    let (bash, zsh, fish) = (completion("bash"), completion("zsh"), completion("fish"));
+    let tables = help_tables();
+    assert!(
+        tables
+            .iter()
+            .any(|(c, _, opts)| c == "send"
+                && opts.iter().any(|o| o.shown.starts_with("--timeout ")))
+    );
+    for (cmd, usage, opts) in &tables {
+        let synopsis = man_synopsis(&man, cmd);
+        let tags = man_option_tags(&man, cmd);
+        for o in opts.iter().filter(|o| o.long != "--help") {
+            let spelled: Vec<String> = std::iter::once(&o.long)
+                .chain(&o.short)
+                .map(|s| match o.value.as_str() {
+                    "" => s.clone(),
+                    v => format!("{s} {v}"),
+                })
+                .collect();
+            for (what, text) in [("its usage", usage), ("baton.1's SYNOPSIS", &synopsis)] {
+                assert!(
+                    spelled.iter().any(|s| has_word(text, s)),
+                    "{what} for 'baton {cmd}' lacks {spelled:?}:\n{text}"
+                );
+            }
+            assert!(
+                tags.contains(&o.shown),
+                "baton.1's option list of 'baton {cmd}' lacks {:?} (as 'baton help {cmd}' shows it); it has {tags:?}",
+                o.shown
+            );
+            let valued = !o.value.is_empty();
+            let bash_vals = case_line(&bash, &format!("{cmd}) opts=\""));
+            let bash_vals = bash_vals.split("vals=\"").nth(1).unwrap();
+            assert_eq!(
+                bash_vals.split([' ', '"']).any(|w| w == o.long),
+                valued,
+                "bash: whether {} of {cmd} takes a value",
+                o.long
+            );
+            let zsh_line = case_line(&zsh, &format!("{cmd}) _arguments "));
+            let zsh_spec = match valued {
+                true => format!("'{}=[", o.long),
+                false => format!("'{}[", o.long),
+            };
+            let spec = zsh_line.split(&zsh_spec).nth(1).unwrap_or_else(|| {
+                panic!("zsh: {cmd} lacks {zsh_spec}: {zsh_line}");
+            });
+            if valued {
+                let message = spec.split("]:").nth(1).unwrap().split(':').next().unwrap();
+                assert_eq!(message, o.value, "zsh: what {} of {cmd} takes", o.long);
+            }
+            let fish_spec = format!(
+                "complete -c baton -n '__fish_seen_subcommand_from {cmd}' -l {} ",
+                o.long.trim_start_matches("--")
+            );
+            let fish_line = fish.lines().find(|l| l.starts_with(&fish_spec)).unwrap();
+            assert_eq!(
+                fish_line.contains(" -r ") || fish_line.contains(" -x "),
+                valued,
+                "fish: whether {} of {cmd} takes a value: {fish_line}",
+                o.long
+            );
+        }
+        // Nothing in the man page's option list that the help lacks.
+        for tag in &tags {
+            assert!(
+                opts.iter().any(|o| &o.shown == tag),
+                "baton.1 lists {tag:?} for 'baton {cmd}', which 'baton help {cmd}' does not"
             );
         }
     }

@@ -607,7 +607,10 @@ fn inbox_cli_claim_complete_list_and_status() {
     let out = env.run(&["inbox", "claim", "clia"]);
     assert_eq!(out.status, 0, "{out:?}");
     assert_eq!(out.stdout, "");
-    assert_eq!(out.stderr, "baton: the inbox is empty\n");
+    assert_eq!(
+        out.stderr,
+        "baton: nothing to claim: clia's inbox is empty\n"
+    );
 
     let out = env.run(&["inbox", "list", "clia", "--json"]);
     let list: Value = serde_json::from_str(out.stdout.trim()).unwrap();

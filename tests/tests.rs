@@ -10,6 +10,7 @@ mod commands;
 mod control;
 mod dispatch;
 mod docs;
+mod drift;
 mod hooks;
 mod hostile;
 mod inbox_wait;

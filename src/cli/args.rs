@@ -90,6 +90,40 @@ impl Opt {
             ..self
         }
     }
+
+    /// What `usage` calls the option's value: `SECONDS` in `[--timeout
+    /// SECONDS]`, `N` in `-n N`, `coding|sysadmin`. The usage line is the
+    /// one place a value is named; the option list, the man page and the
+    /// completions say what it says. Empty for a switch, `VALUE` when
+    /// usage does not spell the option with its value.
+    pub fn value_name(&self, usage: &'static str) -> &'static str {
+        if !self.takes_value {
+            return "";
+        }
+        let spellings = std::iter::once(format!("--{} ", self.long))
+            .chain(self.short.map(|c| format!("-{c} ")));
+        for spelled in spellings {
+            for (at, _) in usage.match_indices(&spelled) {
+                let starts_a_word = usage[..at].ends_with(['[', ' ', '|']);
+                let rest = &usage[at + spelled.len()..];
+                let name = &rest[..rest.find([' ', ']', '\n']).unwrap_or(rest.len())];
+                if starts_a_word && !name.is_empty() && !name.starts_with('-') {
+                    return name;
+                }
+            }
+        }
+        "VALUE"
+    }
+
+    /// The option as an option list shows it: `-n, --lines N`.
+    pub fn spelled(&self, usage: &'static str) -> String {
+        let short = self.short.map(|c| format!("-{c}, ")).unwrap_or_default();
+        let value = match self.value_name(usage) {
+            "" => String::new(),
+            name => format!(" {name}"),
+        };
+        format!("{short}--{}{value}", self.long)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -270,6 +304,30 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("help baton"), "{e}");
+    }
+
+    #[test]
+    fn every_value_is_named_by_its_usage() {
+        for c in crate::cli::COMMANDS {
+            for o in c.opts.iter().filter(|o| o.takes_value) {
+                let name = o.value_name(c.usage);
+                assert_ne!(
+                    name, "VALUE",
+                    "{}: --{} is not in its usage",
+                    c.name, o.long
+                );
+            }
+        }
+        let usage = "baton x [--name-of X] [--wait [--name NAME]] [-n N] [--approve a|b [--yes]]";
+        assert_eq!(value("name", "").value_name(usage), "NAME");
+        assert_eq!(value("lines", "").alias('n').value_name(usage), "N");
+        assert_eq!(value("approve", "").value_name(usage), "a|b");
+        assert_eq!(value("other", "").value_name(usage), "VALUE");
+        assert_eq!(switch("yes", "").value_name(usage), "");
+        assert_eq!(
+            value("lines", "").alias('n').spelled(usage),
+            "-n, --lines N"
+        );
     }
 
     #[test]

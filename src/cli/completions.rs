@@ -49,11 +49,16 @@ fn values(long: &str) -> Option<Values> {
     }
 }
 
-/// The options of `cmd` (empty: `baton` without a command, which takes
-/// serve's).
-fn opts_of(t: Table, cmd: &str) -> &'static [super::Opt] {
+/// The command `cmd` (empty: `baton` without a command, which takes
+/// serve's options).
+fn command_of(t: Table, cmd: &str) -> Option<&'static Command> {
     let cmd = if cmd.is_empty() { "serve" } else { cmd };
-    t.iter().find(|c| c.name == cmd).map_or(&[], |c| c.opts)
+    t.iter().find(|c| c.name == cmd)
+}
+
+/// The options of `cmd`.
+fn opts_of(t: Table, cmd: &str) -> &'static [super::Opt] {
+    command_of(t, cmd).map_or(&[], |c| c.opts)
 }
 
 /// Every spelling of an option: `--long`, and `-s` when it has one.
@@ -239,8 +244,9 @@ complete -F _{func} {prog}
     )
 }
 
-/// An option's `_arguments` specs (one per spelling).
-fn zsh_specs(prog: &str, o: &super::Opt) -> Vec<String> {
+/// An option's `_arguments` specs (one per spelling); the message of a
+/// value is what `usage` calls it.
+fn zsh_specs(prog: &str, usage: &'static str, o: &super::Opt) -> Vec<String> {
     let help = o.help.replace('\'', "").replace(['[', ']', ':'], " ");
     let action = match values(o.long) {
         Some(Values::Words(w)) => format!("({})", w.join(" ")),
@@ -252,8 +258,8 @@ fn zsh_specs(prog: &str, o: &super::Opt) -> Vec<String> {
     spellings(o)
         .iter()
         .map(|s| match (o.takes_value, s.starts_with("--")) {
-            (true, true) => format!("'{s}=[{help}]:{}:{action}'", o.long),
-            (true, false) => format!("'{s}[{help}]:{}:{action}'", o.long),
+            (true, true) => format!("'{s}=[{help}]:{}:{action}'", o.value_name(usage)),
+            (true, false) => format!("'{s}[{help}]:{}:{action}'", o.value_name(usage)),
             (false, _) => format!("'{s}[{help}]'"),
         })
         .collect()
@@ -282,9 +288,10 @@ fn zsh_positional(t: Table, prog: &str, cmd: &str) -> String {
 
 fn zsh(t: Table, prog: &str) -> String {
     let specs = |cmd: &str| -> String {
+        let usage = command_of(t, cmd).map_or("", |c| c.usage);
         opts_of(t, cmd)
             .iter()
-            .flat_map(|o| zsh_specs(prog, o))
+            .flat_map(|o| zsh_specs(prog, usage, o))
             .collect::<Vec<_>>()
             .join(" ")
     };
@@ -433,7 +440,7 @@ mod tests {
     const FUTURE: &[Command] = &[
         Command {
             name: "serve",
-            usage: "",
+            usage: "baton serve [--tmux-pane PANE] [--profile coding|sysadmin] [--attach]",
             summary: "",
             opts: &[
                 super::super::args::value("tmux-pane", "the pane"),
@@ -444,7 +451,7 @@ mod tests {
         },
         Command {
             name: "log",
-            usage: "",
+            usage: "baton log [-n N] [--utc] [--follow] [--since WHEN]",
             summary: "",
             opts: &[
                 super::super::args::value("lines", "the last N").alias('n'),
@@ -456,7 +463,7 @@ mod tests {
         },
         Command {
             name: "inbox",
-            usage: "",
+            usage: "baton inbox wait [--timeout SECONDS]",
             summary: "",
             opts: &[super::super::args::value("timeout", "seconds")],
             run: never,
@@ -483,11 +490,11 @@ mod tests {
         );
         let zsh = zsh(FUTURE, "baton");
         assert!(
-            zsh.contains("'--tmux-pane=[the pane]:tmux-pane:_baton_panes'"),
+            zsh.contains("'--tmux-pane=[the pane]:PANE:_baton_panes'"),
             "{zsh}"
         );
         assert!(
-            zsh.contains("'-n[the last N]:lines:'") && zsh.contains("'--utc[UTC]'"),
+            zsh.contains("'-n[the last N]:N:'") && zsh.contains("'--utc[UTC]'"),
             "{zsh}"
         );
         assert!(zsh.contains("'-a[attach]'"), "{zsh}");

@@ -48,7 +48,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         "claim" => {
             let (r, c) = target::call::<Claimed>(config, &peer, Call::InboxClaim, params)?;
             if !json {
-                print_claim(&c);
+                print_claim(&c, &peer.manifest.name);
             }
             (r, matches!(c.status.as_str(), "claimed" | "empty"))
         }
@@ -141,8 +141,9 @@ fn list_stopped(
     print_list(args, &all, target)
 }
 
-/// `inbox claim`: the envelope on stdout (it says how to reply).
-fn print_claim(c: &Claimed) {
+/// `inbox claim` of `name`'s inbox: the envelope on stdout (it says how
+/// to reply).
+fn print_claim(c: &Claimed, name: &str) {
     for rej in &c.rejected {
         let rej = serde_json::to_string(rej).expect("serializes");
         eprintln!("baton: a bad task file went to rejected/: {}", escape(&rej));
@@ -150,7 +151,7 @@ fn print_claim(c: &Claimed) {
     match (c.status.as_str(), &c.task) {
         // The envelope says how to reply ([to reply: ...]).
         ("claimed", Some(t)) => emit(&escape_multiline(&t.envelope)),
-        ("empty", _) => eprintln!("baton: the inbox is empty"),
+        ("empty", _) => eprintln!("baton: nothing to claim: {}'s inbox is empty", escape(name)),
         (status, _) => eprintln!(
             "baton: cannot claim: {status}: {}",
             escape(c.reason.as_deref().unwrap_or(""))

@@ -387,8 +387,9 @@ fn overview() -> String {
          \x20                               the view on the instance serving this directory\n\
          \x20      baton COMMAND [ARGS]\n\ncommands:\n",
     );
+    let width = COMMANDS.iter().map(|c| c.name.len()).max().unwrap_or(0);
     for c in COMMANDS {
-        s.push_str(&format!("  {:<8} {}\n", c.name, c.summary));
+        s.push_str(&format!("  {:<width$}  {}\n", c.name, c.summary));
     }
     s.push_str(
         "\nTARGET is an exact instance id or a name that one live instance has;\n\
@@ -405,11 +406,10 @@ fn overview() -> String {
 /// The help text of one command.
 pub fn command_help(c: &Command) -> String {
     let mut s = format!("usage: {}\n\n{}\n\noptions:\n", c.usage, c.summary);
-    for o in c.opts {
-        let short = o.short.map(|c| format!("-{c}, ")).unwrap_or_default();
-        let value = if o.takes_value { " VALUE" } else { "" };
-        let flag = format!("{short}--{}{value}", o.long);
-        s.push_str(&format!("  {flag:<22} {}\n", o.help));
+    let flags: Vec<String> = c.opts.iter().map(|o| o.spelled(c.usage)).collect();
+    let width = flags.iter().map(String::len).max().unwrap_or(0);
+    for (flag, o) in flags.iter().zip(c.opts) {
+        s.push_str(&format!("  {flag:<width$}  {}\n", o.help));
     }
     s
 }
@@ -419,12 +419,17 @@ fn help_cmd(args: &Args, _: &Config) -> Result<ExitCode> {
         None => shown(&overview()),
         Some(name) => match COMMANDS.iter().find(|c| c.name == name) {
             Some(c) => shown(&command_help(c)),
-            None => Err(Error::Usage(format!(
-                "no command {}: see 'baton help'",
-                crate::sanitize::escape(name)
-            ))),
+            None => Err(unknown_command(name)),
         },
     }
+}
+
+/// `baton nosuch` and `baton help nosuch` alike.
+fn unknown_command(name: &str) -> Error {
+    Error::Usage(format!(
+        "unknown command {}: see 'baton help'",
+        crate::sanitize::escape(name)
+    ))
 }
 
 /// Prints `text`: what the command had to do.
@@ -503,10 +508,7 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         return serve::interactive(&args, &config);
     }
     let Some(cmd) = COMMANDS.iter().find(|c| c.name == first) else {
-        return Err(Error::Usage(format!(
-            "unknown command {}: see 'baton help'",
-            crate::sanitize::escape(&argv[0].to_string_lossy())
-        )));
+        return Err(unknown_command(&argv[0].to_string_lossy()));
     };
     let args = args::parse(cmd.name, &argv[1..], cmd.opts)?;
     if args.flag("help") {

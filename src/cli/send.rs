@@ -192,7 +192,7 @@ fn target_and_mode(args: &Args) -> (&str, &str) {
 /// apply. Inside a turn of NAME itself, that turn's scope applies too.
 fn from_instance(args: &Args, config: &Config, from: &str, body: &str) -> Result<ExitCode> {
     let (target_arg, mode) = target_and_mode(args);
-    let peer = target::resolve(config, Some(from))?;
+    let peer = target::resolve_option(config, "send --from", from)?;
     let mut conn = target::connect(config, &peer)?;
     let own = target::own_instance_id();
     let turn = baton_turn().filter(|_| own.as_deref() == Some(&*peer.manifest.instance_id));

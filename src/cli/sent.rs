@@ -5,6 +5,7 @@
 use super::args::Args;
 use super::{emit, emit_json};
 use crate::error::{Error, ExitCode, Result};
+use crate::lookup;
 use crate::sanitize::escape;
 use crate::status::Status;
 use crate::wire::answer::SendResult;
@@ -64,23 +65,13 @@ pub(super) fn report(args: &Args, v: &Value) -> Result<ExitCode> {
             escape(t.name.as_deref().unwrap_or(""))
         )),
         Some(Status::NoTarget) => {
-            let peers: String = (r.candidates.iter().flatten())
+            let rows: Vec<[String; 4]> = (r.candidates.iter().flatten())
                 .map(|c| {
-                    let (name, workspace) = (escape(&c.name), escape(&c.workspace));
-                    // A spool of a stopped agent has no pid and no id.
-                    match c.pid {
-                        Some(pid) => format!(
-                            "\n  {name}  pid {pid}  {workspace}  {}",
-                            c.instance_id.as_deref().unwrap_or("")
-                        ),
-                        None => format!("\n  {name}  not running  {workspace}"),
-                    }
+                    let id = c.instance_id.as_deref().unwrap_or("");
+                    lookup::candidate(&c.name, c.pid, &c.workspace, id)
                 })
                 .collect();
-            match peers.as_str() {
-                "" => eprintln!("baton: {reason}; no live instances are running"),
-                _ => eprintln!("baton: {reason}; candidates:{peers}"),
-            }
+            eprintln!("baton: {reason}; {}", lookup::candidate_list(&rows));
         }
         Some(Status::Transport) => eprintln!("baton: {reason}"),
         Some(Status::Denied | Status::Invalid | Status::Unsupported) if r.target.is_none() => {

@@ -140,12 +140,13 @@ fn stopped_spool(args: &Args, config: &Config, name: &str) -> Result<KnownSpool>
         }
         Stopped::Several(spools) => spools,
     };
-    let list: String = (spools.iter())
-        .map(|s| format!("\n  {}  {}", escape(&s.name), escape(&s.workspace)))
+    let rows: Vec<[String; 4]> = (spools.iter())
+        .map(|s| lookup::candidate(&s.name, None, &s.workspace, ""))
         .collect();
     Err(Error::NoTarget(format!(
-        "forget: several spools have the name {}: pick one with --workspace DIR; candidates:{list}",
-        escape(name)
+        "forget: several spools have the name {}: pick one with --workspace DIR; {}",
+        escape(name),
+        lookup::candidate_list(&rows)
     )))
 }
 

@@ -51,6 +51,21 @@ pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
     )))
 }
 
+/// Resolves the live instance an option names (`what`: `send --from`), as
+/// `resolve` does, its errors introduced by the option.
+pub fn resolve_option(config: &Config, what: &str, name: &str) -> Result<Peer> {
+    if name.trim().is_empty() {
+        return Err(Error::Usage(format!(
+            "{what} is empty: name an instance by its id or name"
+        )));
+    }
+    resolve(config, Some(name)).map_err(|e| match e {
+        Error::NoTarget(why) => Error::NoTarget(format!("{what}: {why}")),
+        Error::Transport(why) => Error::Transport(format!("{what}: {why}")),
+        e => e,
+    })
+}
+
 /// Opens a native connection to a resolved peer.
 pub fn connect(config: &Config, peer: &Peer) -> Result<Session> {
     if peer.wire != registry::Wire::Jsonrpc {

@@ -57,12 +57,12 @@ pub(super) fn stopped(config: &Config, target: Option<&str>, why: String) -> Res
         .filter(|s| s.running(&live).is_none())
         .collect();
     if found.len() > 1 {
-        let list: String = (found.iter())
-            .map(|s| (escape(&s.name), escape(&s.workspace)))
-            .map(|(name, workspace)| format!("\n  {name}  not running  {workspace}"))
+        let rows: Vec<[String; 4]> = (found.iter())
+            .map(|s| crate::lookup::candidate(&s.name, None, &s.workspace, ""))
             .collect();
         return Err(Error::NoTarget(format!(
-            "{why}; several stopped agents' spools match: candidates:{list}"
+            "{why}; several stopped agents' spools match: {}",
+            crate::lookup::candidate_list(&rows)
         )));
     }
     let Some(spool) = found.pop() else {
