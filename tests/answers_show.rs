@@ -3,7 +3,7 @@
 //! `status` and `inbox list` with the command that answers it, and `serve
 //! --exec CMD --stdin body` gives a script the task's text alone.
 
-use crate::util::{Env, Served, event_is, me_as_instance, wait_event, wait_until};
+use crate::util::{Env, Served, event_is, me_as_instance, wait_event};
 use serde_json::Value;
 use std::fs;
 use std::path::Path;
@@ -11,13 +11,11 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// Waits for task `id`'s receipt in `done/` and returns it.
+/// Waits for task `id`'s receipt and returns it.
 fn wait_receipt(spool: &Path, id: &str) -> Value {
-    let path = spool.join("done").join(format!("{id}.json"));
-    wait_until(&format!("receipt {}", path.display()), WAIT, || {
-        path.exists()
-    });
-    serde_json::from_slice(&fs::read(&path).unwrap()).unwrap()
+    crate::util::wait_for(&format!("the receipt of {id}"), WAIT, || {
+        crate::util::receipt(spool, id)
+    })
 }
 
 /// Sends `body` as task `id` over a raw connection, from a plain sender
