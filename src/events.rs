@@ -534,16 +534,22 @@ impl Out {
             self.file = Some(f);
         }
         let f = self.file.as_mut().expect("opened");
-        let mut bytes = Vec::new();
+        // Only after a gap is the line copied, behind the gap's notice.
+        let mut after_gap = Vec::new();
         if let Some(gap) = &mut self.gap {
             if gap.torn {
                 f.set_len(self.size)?;
                 gap.torn = false;
             }
-            bytes = gap_notice(gap);
+            after_gap = gap_notice(gap);
+            after_gap.extend_from_slice(line);
         }
-        bytes.extend_from_slice(line);
-        let written = crate::failpoint::hit("transcript-write").and_then(|()| f.write_all(&bytes));
+        let bytes = if self.gap.is_some() {
+            &after_gap[..]
+        } else {
+            line
+        };
+        let written = crate::failpoint::hit("transcript-write").and_then(|()| f.write_all(bytes));
         if let Err(e) = written {
             // Part of it may be in the file: cut back before the next try.
             self.gap.get_or_insert_with(|| Gap::new(now())).torn = true;
