@@ -16,7 +16,7 @@ use super::{Receipt, Spool};
 use crate::error::{Error, Result};
 use crate::files;
 use std::collections::{HashMap, VecDeque};
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -52,7 +52,6 @@ struct Group {
 /// The log being appended to.
 struct Current {
     n: u64,
-    file: File,
     bytes: u64,
 }
 
@@ -97,6 +96,9 @@ impl Receipts {
     /// Appends `receipt` to the current log (starting one if need be) and,
     /// with `fsync`, makes it durable. A failed append cuts the log back
     /// and ends it: the next receipt starts a new one, after no torn line.
+    /// The log is opened for each append and closed after it: finishing a
+    /// task never holds more than one descriptor at a time, so one that
+    /// comes back after a shortage is enough.
     pub(super) fn append(
         &mut self,
         dir: &Path,
@@ -107,12 +109,12 @@ impl Receipts {
         if self.current.is_none() {
             let n = self.next_log.max(1);
             let name = log_name(n);
-            let file = files::create_new(&done.join(&name), true)?;
+            drop(files::create_new(&done.join(&name), true)?);
             self.next_log = n + 1;
             if fsync {
                 super::dirsync::sync_dir(&done)?;
             }
-            self.current = Some(Current { n, file, bytes: 0 });
+            self.current = Some(Current { n, bytes: 0 });
             self.groups.push_back(Group {
                 file: name,
                 ids: Vec::new(),
@@ -123,20 +125,28 @@ impl Receipts {
         let path = done.join(log_name(cur.n));
         let mut line = serde_json::to_vec(receipt).expect("a receipt serializes");
         line.push(b'\n');
+        let mut file = match files::open_regular(&path, OpenOptions::new().append(true)) {
+            Ok(f) => f,
+            Err(e) => {
+                self.current = None;
+                return Err(e);
+            }
+        };
         let written = crate::failpoint::hit("receipt-append")
-            .and_then(|()| files::write_all(&mut cur.file, &path, &line))
+            .and_then(|()| files::write_all(&mut file, &path, &line))
             .and_then(|()| {
                 if fsync {
-                    files::sync_file(&cur.file, &path)
+                    files::sync_file(&file, &path)
                 } else {
                     Ok(())
                 }
             });
         if let Err(e) = written {
-            let _ = files::truncate(&cur.file, &path, cur.bytes);
+            let _ = files::truncate(&file, &path, cur.bytes);
             self.current = None;
             return Err(e);
         }
+        drop(file);
         let hash = id_hash(&receipt.message_id);
         let w = Where::Log {
             n: cur.n,

@@ -449,15 +449,34 @@ fn set_soft_nofile(pid: u32, soft: u64) {
     assert_eq!(r, 0, "prlimit set: {}", io::Error::last_os_error());
 }
 
-/// Stops `n` fillers and waits until the instance closed their sockets.
+/// Descriptors the instance holds for one connection: its socket and
+/// the clone it reads from.
+const CONN_FDS: usize = 2;
+
+/// Stops `n` fillers and waits until the instance closed both descriptors
+/// of each.
 fn give_back(inst: &Served, fillers: &mut Vec<RawClient>, n: usize) {
     let before = fd_count(inst.pid());
     fillers.truncate(fillers.len() - n);
     wait_until(
         "the instance to close the connections",
         Duration::from_secs(5),
-        || fd_count(inst.pid()) <= before - n,
+        || fd_count(inst.pid()) <= before - n * CONN_FDS,
     );
+}
+
+/// Lowers the instance's soft RLIMIT_NOFILE so that exactly `k`
+/// descriptor numbers are free below it: what it may open at once.
+fn leave_free(inst: &Served, k: usize) {
+    let held: std::collections::BTreeSet<usize> = fs::read_dir(format!("/proc/{}/fd", inst.pid()))
+        .expect("the instance's descriptors")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let last_free = (0..)
+        .filter(|n| !held.contains(n))
+        .nth(k - 1)
+        .expect("a free number");
+    set_soft_nofile(inst.pid(), last_free as u64 + 1);
 }
 
 /// A pull agent out of descriptors (RLIMIT_NOFILE reached; `fsync` is
@@ -526,7 +545,11 @@ pub fn pull_claim_out_of_descriptors(fsync: &str) {
     let v = spool(&dir);
     assert_eq!(v.in_place("inbox").len(), 3, "{v:?}");
     assert!(v.in_place("processing").is_empty() && v.rejected.is_empty());
+    // One descriptor back, not two: a claim, a resend's receipt read and
+    // a completion (its receipt appended and made durable, the task's
+    // file removed and its directory synced) each need one at a time.
     give_back(&inst, &mut fillers, 1);
+    leave_free(&inst, 1);
     assert_eq!(
         inst.send(&mut c, "d-0", &body_for("d-0"))["status"],
         "duplicate"
