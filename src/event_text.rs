@@ -225,7 +225,7 @@ fn task_ended(ev: &Event, id: &str) -> String {
         let bytes = r.body.len();
         match &r.message_id {
             Some(rid) => format!(", reply {rid} ({bytes} bytes)"),
-            None => format!(", reply kept, not sent ({bytes} bytes)"),
+            None => format!(", reply kept in the receipt ({bytes} bytes)"),
         }
     });
     format!("{id} {}{reply}", outcome(ev))

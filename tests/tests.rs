@@ -4,6 +4,7 @@
 mod util;
 
 mod answers;
+mod answers_said;
 mod answers_show;
 mod approve;
 mod commands;

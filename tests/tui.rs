@@ -976,6 +976,17 @@ fn two_interactive_instances_relay_pause_quit_cleanly_and_reload_the_transcript(
         wait_gone(pid_a as u32, WAIT),
         "alpha still runs after /quit"
     );
+    // What the terminal shows last says that alpha stopped, not the
+    // `serving` line of its start that the view's screen gave back.
+    let screen = tmux.wait_for("alpha", &format!("baton: alpha ({id_a}) stopped"));
+    let said: Vec<&str> = screen
+        .lines()
+        .filter(|l| l.starts_with("baton: "))
+        .collect();
+    assert!(
+        said.last().is_some_and(|l| l.contains(" stopped")),
+        "{screen}"
+    );
 
     // Alpha again in the same workspace: the earlier sends are shown again.
     tmux.window(

@@ -241,7 +241,11 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
     }
     let (id, who) = (escape(message_id), escape(name));
     match end {
-        _ if done => {}
+        _ if done && reply.is_some() => {}
+        // Exit 0 and nothing on stdout would read as a lost reply.
+        _ if done => eprintln!(
+            "baton: message {id} ended done at {who} with no reply (an --exec handler's output goes back only under serve --reply; a pull agent replies with inbox complete --reply)"
+        ),
         End::Final { outcome, .. } => {
             eprintln!(
                 "baton: message {id} ended {outcome} at {who}{}",

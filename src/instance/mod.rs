@@ -284,5 +284,27 @@ impl Foreground {
         self.interrupt_turn(&inputs.turns);
         listeners.close();
         self.shared.spool.remove_if_ephemeral();
+        // The last line on the terminal says it stopped, never the
+        // `serving` line of its start (a view's screen gives that back).
+        eprintln!("baton: {}", self.stopped_line());
+    }
+
+    /// `NAME (ID) stopped`, with what its spool keeps for the next start.
+    fn stopped_line(&self) -> String {
+        let name = crate::sanitize::escape(&self.origin.name);
+        let id = &self.shared.instance_id;
+        if self.opts.ephemeral {
+            return format!("{name} ({id}) stopped; its spool is removed (--ephemeral)");
+        }
+        let c = self.shared.spool.counts();
+        let waiting = c.queued + c.processing + c.interrupted;
+        match waiting {
+            0 => format!("{name} ({id}) stopped"),
+            n => format!(
+                "{name} ({id}) stopped; {n} task{} wait{} in its spool for its next start",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "s" } else { "" }
+            ),
+        }
     }
 }

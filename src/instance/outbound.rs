@@ -19,6 +19,9 @@ use crossbeam_channel as chan;
 use serde_json::{Value, json};
 use std::time::Duration;
 
+/// Why a `--reply` to a plain command line is not sent, and where it is.
+pub(super) const PLAIN_SENDER: &str = "the reply stays in the task's receipt, where a waiting sender reads it (send --wait, task/status): the sender is a plain command line, with no inbox to send it to";
+
 /// A planned send, or the refusal to answer with instead.
 pub(super) type Plan = Result<Outbound, Value>;
 
@@ -40,9 +43,10 @@ impl Foreground {
             body: super::outcome::bounded(&text, limit),
         });
         let send = match &task.sender.instance_id {
-            None => Err(
-                "no reply: the sender is a plain command line, which cannot be replied to".into(),
-            ),
+            // A line typed in the view: its reply is shown there, from
+            // the receipt, and goes to no inbox; nothing to say.
+            None if super::is_local(&task.sender) => Err(String::new()),
+            None => Err(PLAIN_SENDER.into()),
             Some(_) if stdout.len() > limit => Err(format!(
                 "no reply: the handler printed more than {limit} bytes (BATON_MAX_MESSAGE_BYTES)"
             )),
@@ -64,6 +68,7 @@ impl Foreground {
     pub(super) fn send_stdout_reply(&mut self, id: String, plan: StdoutReply) {
         match plan.send {
             Ok(out) => self.spawn_send(out, Some(id), None),
+            Err(why) if why.is_empty() => {}
             Err(why) => self.notice(Some(&id), why),
         }
     }

@@ -1,0 +1,90 @@
+//! Messages say what happened (issue 31, point 7): a wait that ends
+//! `done` without a reply says so; a reply kept for a plain command line
+//! is said to be kept where the waiting sender read it, not refused; a
+//! line typed in the view gets no notice about a command line; the last
+//! line of a stopped instance says it stopped (tests/tui.rs checks the
+//! view's terminal).
+
+use crate::util::{self, Env, RawClient, event_is as is};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+#[track_caller]
+fn wait_ended(spool: &Path, id: &str) -> Value {
+    util::wait_event(spool, &format!("task.ended for {id}"), WAIT, |e| {
+        is(e, "task.ended", id)
+    })
+}
+
+#[test]
+fn a_wait_that_ends_done_without_a_reply_says_so() {
+    let env = Env::new();
+    let _beta = env.serve(&env.workspace("beta"), &["--name", "beta", "--exec", "cat"]);
+    let out = env.run(&["send", "--wait", "--message-id", "m-1", "beta", "hi"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "");
+    assert_eq!(
+        out.stderr,
+        "baton: accepted: message m-1 to beta; waiting for it to end\n\
+         baton: message m-1 ended done at beta with no reply (an --exec handler's output goes back only under serve --reply; a pull agent replies with inbox complete --reply)\n"
+    );
+}
+
+#[test]
+fn a_reply_kept_for_a_waiting_command_line_is_said_kept_not_refused() {
+    let env = Env::new();
+    let beta = env.serve(
+        &env.workspace("beta"),
+        &["--name", "beta", "--reply", "--exec", "echo pong"],
+    );
+    let out = env.run(&["send", "--wait", "--message-id", "m-1", "beta", "ping"]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "pong\n");
+    wait_ended(&beta.spool(), "m-1");
+    let log = env.run(&["log", "beta"]);
+    assert_eq!(log.status, 0, "{log:?}");
+    assert!(
+        log.stdout
+            .contains("task.ended         m-1 done, reply kept in the receipt (5 bytes)"),
+        "{}",
+        log.stdout
+    );
+    assert!(
+        log.stdout.contains(
+            "m-1: the reply stays in the task's receipt, where a waiting sender reads it (send --wait, task/status)"
+        ),
+        "{}",
+        log.stdout
+    );
+    assert!(
+        !log.stdout.contains("cannot be replied to") && !log.stdout.contains("not sent"),
+        "{}",
+        log.stdout
+    );
+}
+
+#[test]
+fn a_line_typed_in_the_view_gets_no_notice_about_a_command_line() {
+    let env = Env::new();
+    let beta = env.serve(
+        &env.workspace("beta"),
+        &["--name", "beta", "--reply", "--exec", "echo pong"],
+    );
+    let mut c: RawClient = beta.client();
+    let r = c.call(2, "turn/local", json!({"text": "typed here"}));
+    let id = r["result"]["message_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("turn/local: {r}"))
+        .to_string();
+    let ended = wait_ended(&beta.spool(), &id);
+    assert_eq!(ended["outcome"], "done", "{ended}");
+    assert_eq!(ended["reply"]["body"], "pong\n", "{ended}");
+    let notices: Vec<Value> = util::transcript(&beta.spool())
+        .into_iter()
+        .filter(|e| is(e, "notice", &id))
+        .collect();
+    assert!(notices.is_empty(), "{notices:?}");
+}
