@@ -108,7 +108,8 @@ impl Door {
                 | Call::InboxRequeue
                 | Call::InboxDiscard
                 | Call::TurnCancel => AGENT,
-                Call::RelaySend => RELAY,
+                // Who may send as this instance may say it got the reply.
+                Call::RelaySend | Call::InboxReceived => RELAY,
                 Call::ApprovalRespond | Call::TurnLocal => OPERATOR,
                 Call::TaskStatus => ANYONE,
                 Call::PermissionAsk => &[Own],

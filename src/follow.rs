@@ -152,6 +152,8 @@ pub enum End {
     Final {
         outcome: Outcome,
         reply: Option<String>,
+        /// The reply's own message id, when it was sent back.
+        reply_id: Option<String>,
         handler: HandlerExit,
     },
     /// The receiver does not know the task.
@@ -165,11 +167,15 @@ impl End {
     /// waits (`TimedOut` there, until a later answer or the deadline).
     pub fn of(st: TaskStatus) -> End {
         match st.status {
-            TaskState::Ended(outcome) => End::Final {
-                outcome,
-                reply: st.reply.flatten().map(|r| r.body),
-                handler: st.handler,
-            },
+            TaskState::Ended(outcome) => {
+                let reply = st.reply.flatten();
+                End::Final {
+                    outcome,
+                    reply_id: reply.as_ref().and_then(|r| r.message_id.clone()),
+                    reply: reply.map(|r| r.body),
+                    handler: st.handler,
+                }
+            }
             TaskState::Pending(Pending::Unknown) => End::Unknown,
             TaskState::Pending(p) => End::TimedOut(Some(p)),
         }
@@ -196,6 +202,18 @@ pub fn wait(
         |peer| watch(config, &peer, message_id, deadline, &mut last),
     )?;
     Ok(end.unwrap_or(End::TimedOut(last)))
+}
+
+/// After a wait handed over the reply `reply_id` to the task
+/// `message_id`: tells the instance that sent the task, on `conn`, that
+/// its sender has the reply (`inbox/received`), so that the reply queued
+/// there is not handed out again as new work. Its answer's `status`.
+pub fn tell_received(conn: &mut Session, reply_id: &str, message_id: &str) -> Result<String> {
+    let params = json!({"message_id": reply_id, "in_reply_to": message_id});
+    let v: Value = conn
+        .call(Call::InboxReceived, params)
+        .map_err(|e| Error::Transport(format!("inbox/received: {e}")))?;
+    Ok(v["status"].as_str().unwrap_or("").to_string())
 }
 
 /// Asks the instance `who` finds once for `task/status` of `message_id`:
@@ -287,6 +305,7 @@ fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Opt
             return Ok(None);
         }
         let outcome = ev.outcome.unwrap_or(Outcome::Failed);
+        let reply_id = ev.reply.as_ref().and_then(|r| r.message_id.clone());
         let reply = ev.reply.map(|r| r.body);
         let handler = HandlerExit {
             exit_status: ev.exit_status,
@@ -296,6 +315,7 @@ fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Opt
         return Ok(Some(Step::Done(End::Final {
             outcome,
             reply,
+            reply_id,
             handler,
         })));
     }

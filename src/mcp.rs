@@ -96,6 +96,7 @@ fn tools() -> Value {
             "inputSchema": input(json!({
                 "message_id": {"type": "string", "description": "The message_id check_inbox gave."},
                 "reply": {"type": "string", "description": "Optional answer for the sender."},
+                "reply_to_reply": {"type": "boolean", "description": "Optional: send reply even though the task is itself a reply (its in_reply_to is set); without it, a reply to a reply is refused, so that two agents do not answer each other forever."},
             }), &["message_id"]),
         },
     ])
@@ -136,6 +137,9 @@ struct Adapter {
     /// instance of the target's name, the one it reached first), for
     /// `task_status` (the last `tasks::SENT_KEPT`).
     sent: Vec<(String, crate::follow::Who)>,
+    /// The replies a `wait_seconds` returned, newest last (the last
+    /// `tasks::SENT_KEPT`): recorded as received, never pushed.
+    got: std::collections::VecDeque<String>,
     /// The tasks pushed on the channel this session (`notify`).
     pushed: notify::Pushed,
     /// The host's name, as its `initialize` gave it (`clientInfo.name`).
@@ -194,6 +198,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
         levels: vec![(0.0, LEVELS.len() - 1)],
         open: Vec::new(),
         sent: Vec::new(),
+        got: Default::default(),
         host: None,
         relayed: Vec::new(),
         facts: None,
@@ -632,6 +637,15 @@ impl Adapter {
         let mut params = json!({"message_id": id, "outcome": "done"});
         if !matches!(args.get("reply"), None | Some(Value::Null)) {
             params["reply"] = json!(string_arg(args, "reply")?);
+        }
+        match args.get("reply_to_reply") {
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(b)) => params["reply_to_reply"] = json!(b),
+            Some(_) => {
+                return Err(tool_error(
+                    "Input validation error: reply_to_reply must be a boolean",
+                ));
+            }
         }
         let (r, h) = self
             .call::<Handled>(Call::InboxComplete, params)

@@ -23,6 +23,7 @@ mod offline;
 mod outcomes;
 mod protocol;
 mod registry;
+mod replies;
 mod security;
 mod spool;
 mod ssh;

@@ -401,20 +401,26 @@ fn replies_and_in_turn_sends_reach_only_the_verified_sender() {
     assert_eq!(a.queued(&mut ac), 0, "alpha got nothing more");
 }
 
+/// `--reply` never answers a reply (tests/replies.rs), but a handler
+/// may: one that answers every task with `baton send --reply` itself
+/// loops with another such, and the hop limit ends that.
 #[test]
 fn a_reply_loop_between_two_exec_agents_stops_at_the_hop_limit() {
     let env = Env::new();
     let hops = [("BATON_MAX_HOPS", "3")];
-    let exec = "cat > /dev/null; echo \"pong for $BATON_MESSAGE_ID\"";
+    let exec = format!(
+        "cat > /dev/null; '{}' send --reply \"pong for $BATON_MESSAGE_ID\" >/dev/null 2>&1; exit 0",
+        crate::util::baton_bin().display()
+    );
     let x = env.serve_with(
         &env.workspace("xray"),
         &hops,
-        &["--name", "xray", "--reply", "--exec", exec],
+        &["--name", "xray", "--exec", &exec],
     );
     let y = env.serve_with(
         &env.workspace("yankee"),
         &hops,
-        &["--name", "yankee", "--reply", "--exec", exec],
+        &["--name", "yankee", "--exec", &exec],
     );
     let (xs, ys) = (x.spool(), y.spool());
 

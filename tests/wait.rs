@@ -675,10 +675,13 @@ fn wait_works_for_a_send_from_an_instance() {
     let out = env.run(&["send", "--from", "alice", "--wait", "bob", "hi"]);
     assert_eq!(out.status, 0, "{out:?}");
     assert_eq!(out.stdout, "from bob\n", "{out:?}");
-    wait_until("the reply in alice's inbox", T, || {
-        let l = env.run(&["inbox", "list", "alice", "--json"]);
-        l.stdout.contains("\"bob\"")
+    // The reply printed was also sent to alice: received, not queued.
+    wait_until("the reply received at alice", T, || {
+        let l = env.run(&["inbox", "list", "--all", "alice", "--json"]);
+        l.stdout.contains("\"outcome\":\"received\"")
     });
+    let l = env.run(&["inbox", "list", "alice", "--json"]);
+    assert!(l.stdout.contains("\"queued\":[]"), "{l:?}");
     assert_eq!(bob.term(), 0, "{}", bob.stderr());
     assert_eq!(alice.term(), 0, "{}", alice.stderr());
 }

@@ -9,11 +9,16 @@ use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::registry;
 use crate::sanitize::{escape, escape_multiline};
+use crate::spool::{self, Receipt};
 use crate::status::{ReplyStatus, Status};
 use crate::text::table;
 use crate::wire::Call;
-use crate::wire::answer::{Claimed, Handled, InboxPage, ReplySent};
+use crate::wire::answer::{Claimed, ControlStatus, Handled, InboxPage, ReplySent};
 use serde_json::{Value, json};
+use std::path::Path;
+
+/// The finished tasks `inbox list --all` shows: the last this many.
+const FINISHED_SHOWN: usize = 100;
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let Some(action) = args.positional.first().map(String::as_str) else {
@@ -39,11 +44,16 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     let (r, ok) = match action {
         "list" => {
             let mut conn = target::connect(config, &peer)?;
-            return print_list(
-                args,
-                &list_all(&mut conn, &peer)?,
-                target_arg.map(String::as_str),
-            );
+            let all = list_all(&mut conn, &peer)?;
+            let finished = match args.flag("all") {
+                true => {
+                    let st: ControlStatus = (conn.call(Call::ControlStatus, json!({})))
+                        .map_err(|e| target::transport(&peer, e))?;
+                    spool::read_recent(Path::new(&st.spool), FINISHED_SHOWN)
+                }
+                false => Vec::new(),
+            };
+            return print_list(args, &all, &finished, target_arg.map(String::as_str));
         }
         "claim" => {
             let (r, c) = target::call::<Claimed>(config, &peer, Call::InboxClaim, params)?;
@@ -105,6 +115,14 @@ pub(super) fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a St
         if let Some(reply) = args.value("reply") {
             params["reply"] = json!(reply);
         }
+        if args.flag("reply-to-reply") {
+            if args.value("reply").is_none() {
+                return Err(Error::Usage(
+                    "inbox complete: --reply-to-reply sends the --reply TEXT to a task that is itself a reply, so it needs --reply".into(),
+                ));
+            }
+            params["reply_to_reply"] = json!(true);
+        }
     }
     Ok((t.first(), params))
 }
@@ -131,6 +149,10 @@ fn list_stopped(
 ) -> Result<ExitCode> {
     let spool = super::watch::stopped(config, target, why)?;
     let l = crate::spool::read_listing(&spool.dir)?;
+    let finished = match args.flag("all") {
+        true => spool::read_recent(&spool.dir, FINISHED_SHOWN),
+        false => Vec::new(),
+    };
     let all = InboxPage {
         queued: l.queued,
         processing: l.processing,
@@ -138,7 +160,7 @@ fn list_stopped(
         rejected: l.rejected,
         ..InboxPage::default()
     };
-    print_list(args, &all, target)
+    print_list(args, &all, &finished, target)
 }
 
 /// `inbox claim` of `name`'s inbox: the envelope on stdout (it says how
@@ -210,10 +232,23 @@ fn print_reply(reply: &ReplySent) {
 
 /// A whole inbox, as a table or (`--json`) as one page. A queued task
 /// waiting for an approval is shown `awaiting approval`, and stderr names
-/// the command that answers it.
-fn print_list(args: &Args, all: &InboxPage, target: Option<&str>) -> Result<ExitCode> {
+/// the command that answers it. With `--all`, the tasks that finished
+/// last follow (`finished`), each with its outcome for its place.
+fn print_list(
+    args: &Args,
+    all: &InboxPage,
+    finished: &[Receipt],
+    target: Option<&str>,
+) -> Result<ExitCode> {
     if args.flag("json") {
-        emit_json(&json!(all));
+        let mut v = json!(all);
+        if args.flag("all") {
+            let ended: Vec<Value> = (finished.iter())
+                .map(|r| json!({"message_id": r.message_id, "outcome": r.outcome, "finished_at": r.finished_at}))
+                .collect();
+            v["finished"] = json!(ended);
+        }
+        emit_json(&v);
         return Ok(ExitCode::Ok);
     }
     // `rejected`: expired or bad tasks, which the operator may requeue or
@@ -233,6 +268,11 @@ fn print_list(args: &Args, all: &InboxPage, target: Option<&str>) -> Result<Exit
                 t.bytes.to_string(),
             ]
         })
+        .chain(finished.iter().map(|r| {
+            let dash = || "-".to_string();
+            let id = escape(&r.message_id).into_owned();
+            [r.outcome.to_string(), id, dash(), dash(), dash()]
+        }))
         .collect();
     if rows.is_empty() {
         eprintln!("baton: no tasks");

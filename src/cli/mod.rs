@@ -227,7 +227,7 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "inbox",
-        usage: "baton inbox list|claim [TARGET] [--json]\n       baton inbox wait [--timeout SECONDS] [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--reply TEXT] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
+        usage: "baton inbox list [--all] [TARGET] [--json]\n       baton inbox claim [TARGET] [--json]\n       baton inbox wait [--timeout SECONDS] [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--reply TEXT [--reply-to-reply]] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
         summary: "see queued tasks, wait for one, claim the next one, complete it; requeue or discard interrupted ones",
         opts: &[
             JSON,
@@ -239,6 +239,14 @@ pub const COMMANDS: &[Command] = &[
             value(
                 "reply",
                 "for complete: send TEXT back to the task's sender as a reply",
+            ),
+            switch(
+                "reply-to-reply",
+                "for complete: send --reply TEXT even when the task is itself a reply",
+            ),
+            switch(
+                "all",
+                "for list: also show the last 100 finished tasks, each with its outcome",
             ),
             HELP,
         ],

@@ -176,7 +176,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         let r = conn
             .call(Call::RelaySend, relay_params(args, params, baton_turn()))
             .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
-        return finish(args, config, &r);
+        return finish(args, config, &r, baton_socket().as_deref());
     }
     plain(args, config, &body)
 }
@@ -200,7 +200,7 @@ fn from_instance(args: &Args, config: &Config, from: &str, body: &str) -> Result
     let r = conn
         .call(Call::RelaySend, relay_params(args, params, turn))
         .map_err(|e| target::transport(&peer, e))?;
-    finish(args, config, &r)
+    finish(args, config, &r, Some(Path::new(&peer.manifest.socket)))
 }
 
 /// `--via 'ssh host'`: the same delivery through `baton bridge` there.
@@ -295,7 +295,7 @@ fn plain(args: &Args, config: &Config, body: &str) -> Result<ExitCode> {
     let make = || super::sent::plain_task(&message_id, body, mode);
     let peer = match relay::route(config, &dir, target_arg, &message_id, &make) {
         relay::Route::Live(p) => *p,
-        relay::Route::Done(v) => return finish(args, config, &v),
+        relay::Route::Done(v) => return finish(args, config, &v, None),
     };
     let failed_twice = |e: ClientError| {
         Error::Transport(format!(
@@ -338,7 +338,7 @@ fn plain(args: &Args, config: &Config, body: &str) -> Result<ExitCode> {
         Err(e) => return Err(failed_twice(e)),
     };
     result["target"] = target_of(&peer);
-    finish(args, config, &result)
+    finish(args, config, &result, None)
 }
 
 /// `message/send`'s params for this command line's task, checked against
@@ -354,9 +354,11 @@ fn frame(args: &Args, config: &Config, id: &str, body: &str, to: Option<&String>
 }
 
 /// Reports a delivery; with `--wait`, first waits for the task to end.
-fn finish(args: &Args, config: &Config, r: &Value) -> Result<ExitCode> {
+/// `sender`: the socket of the instance the task was sent as, which
+/// gets a reply back (and hears that the wait handed it over).
+fn finish(args: &Args, config: &Config, r: &Value, sender: Option<&Path>) -> Result<ExitCode> {
     if args.flag("wait") {
-        return super::wait::run(args, config, r);
+        return super::wait::run(args, config, r, sender);
     }
     super::sent::report(args, r)
 }

@@ -18,6 +18,7 @@
 use super::args::Args;
 use super::bridge::Remote;
 use super::{emit, emit_json};
+use crate::client::Session;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::follow::{self, End, Follow, Who};
@@ -26,6 +27,7 @@ use crate::status::Status;
 use crate::wire::answer::{Pending, SendResult, Target};
 use crate::wire::{HandlerExit, Outcome};
 use serde_json::{Value, json};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Checks `--wait` and `--timeout` against the rest of the command line,
@@ -97,7 +99,16 @@ fn kept(args: &Args, delivery: &Value) -> Result<std::result::Result<Kept, ExitC
 /// After a delivery: waits for the task when the receiver kept it, then
 /// reports the delivery and the outcome together. A refused delivery is
 /// reported as it is, with no outcome.
-pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
+///
+/// A reply printed here was also sent back to `sender` (the instance the
+/// task went out as) as a task: once printed, that instance is told it
+/// was received (`inbox/received`), so it is not handed out again.
+pub fn run(
+    args: &Args,
+    config: &Config,
+    delivery: &Value,
+    sender: Option<&Path>,
+) -> Result<ExitCode> {
     let k = match kept(args, delivery)? {
         Ok(k) => k,
         Err(code) => return Ok(code),
@@ -107,7 +118,30 @@ pub fn run(args: &Args, config: &Config, delivery: &Value) -> Result<ExitCode> {
         ..Who::named(k.name.clone(), k.target.instance_id.clone())
     };
     let end = follow::wait(config, &who, &k.message_id, k.deadline)?;
-    Ok(show(args, delivery, &k.name, &k.message_id, end))
+    let reply_id = match &end {
+        End::Final { reply_id, .. } => reply_id.clone(),
+        _ => None,
+    };
+    let code = show(args, delivery, &k.name, &k.message_id, end);
+    if let (Some(reply_id), Some(socket)) = (reply_id, sender) {
+        received(config, socket, &reply_id, &k.message_id);
+    }
+    Ok(code)
+}
+
+/// Tells the sending instance at `socket` that the reply `reply_id` was
+/// handed over here; if it cannot be told, says that the reply stays in
+/// its inbox as a task.
+fn received(config: &Config, socket: &Path, reply_id: &str, message_id: &str) {
+    let told = Session::open(socket, config.io_timeout)
+        .map_err(|e| Error::Transport(e.to_string()))
+        .and_then(|mut conn| follow::tell_received(&mut conn, reply_id, message_id));
+    if let Err(e) = told {
+        eprintln!(
+            "baton: the reply {} could not be recorded as received ({e}); it stays queued as a task for the sending instance",
+            escape(reply_id)
+        );
+    }
 }
 
 /// `send --via ... --wait`: after a delivery through the bridge, waits on
@@ -210,6 +244,7 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
             outcome,
             reply,
             handler,
+            ..
         } => (Some(outcome.as_str()), reply.as_deref(), None, handler),
         End::Unknown => (Some("unknown"), None, None, &none),
         End::TimedOut(last) => (None, None, last.map(Pending::as_str), &none),

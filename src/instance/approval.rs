@@ -28,6 +28,8 @@ pub(super) enum Gate {
     Go,
     Wait,
     Denied,
+    /// A reply its sender already got (`received`): recorded, not run.
+    Received,
 }
 
 /// The longest kind a client may declare in `by`.
@@ -119,7 +121,7 @@ impl Foreground {
             match self.gate(&head) {
                 Gate::Go => return Some(head.message_id),
                 Gate::Wait => return None,
-                Gate::Denied => {}
+                Gate::Denied | Gate::Received => {}
             }
         }
     }
@@ -128,6 +130,9 @@ impl Foreground {
     /// approval (asked for once), or it was refused and ended.
     pub(super) fn gate(&mut self, task: &spool::Summary) -> Gate {
         let id = &task.message_id;
+        if self.received_on_arrival(id) {
+            return Gate::Received;
+        }
         if is_local(&task.sender) {
             // The operator typed it: there is no one else to ask.
             return Gate::Go;

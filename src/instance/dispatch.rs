@@ -55,6 +55,7 @@ impl Foreground {
     /// at the queue anyway.
     pub(super) fn publish_wait(&self) {
         let waits = self.opts.ttl.is_some()
+            || !self.expected.is_empty()
             || (self.running.is_none()
                 && !self.paused()
                 && (self.opts.exec.is_some()
@@ -219,6 +220,7 @@ impl Foreground {
             Call::InboxClaim => Ok(self.claim()),
             Call::InboxComplete => return self.complete(params, reply),
             Call::InboxRequeue | Call::InboxDiscard => self.interrupted(method, params),
+            Call::InboxReceived => self.received(params),
             Call::ApprovalRespond => self.approval_respond(params, caller.pid),
             Call::TurnCancel => self.cancel(params),
             Call::TurnLocal => self.local(params),

@@ -50,7 +50,7 @@ impl Foreground {
                 Some((steer, _)) => match self.gate(steer) {
                     Gate::Go => Some(steer.message_id.clone()),
                     Gate::Wait => None,
-                    Gate::Denied => continue,
+                    Gate::Denied | Gate::Received => continue,
                 },
                 None => self.approved_head(),
             };
@@ -194,6 +194,8 @@ impl Foreground {
         let id = need_str(params, "message_id")?;
         let outcome = get_str(params, "outcome")?;
         let reply = get_str(params, "reply")?;
+        let reply_to_reply =
+            server::opt(params, "reply_to_reply", "a boolean", Value::as_bool)?.unwrap_or(false);
         let invalid = |reason: String| {
             Ok((
                 json!({"status": "invalid", "message_id": id, "reason": reason}),
@@ -208,6 +210,15 @@ impl Foreground {
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
             return invalid(format!("task {} is not open here", escape(&id)));
         };
+        let of = self.open[pos].task.in_reply_to.as_deref();
+        if let (Some(of), Some(_), false) = (of, &reply, reply_to_reply) {
+            // Two agents that answer every reply would never stop.
+            return invalid(format!(
+                "task {} is itself a reply (to {}): its reply would go back to the agent that answered; complete it without a reply, or ask for one with reply_to_reply (baton inbox complete --reply-to-reply)",
+                escape(&id),
+                escape(of)
+            ));
+        }
         let planned = reply.map(|body| {
             let p = json!({"body": body, "reply": true, "turn": self.open[pos].token});
             let plan = self.plan_send(p.as_object().expect("an object"), None);

@@ -8,7 +8,8 @@
 //! The foreground's methods live by concern: `startup` (sockets, spool,
 //! manifest, signals), `dispatch` (events, calls, state, timers),
 //! `approval`, `turns` (exec turns, local turns, cancelling), `inbox` (the
-//! pull inbox) and `outbound` (sends made on the agent's behalf).
+//! pull inbox), `received` (replies a waiter already handed over) and
+//! `outbound` (sends made on the agent's behalf).
 
 mod approval;
 mod backoff;
@@ -18,6 +19,7 @@ mod outbound;
 mod outcome;
 mod pane;
 mod permission;
+mod received;
 mod startup;
 mod turns;
 
@@ -177,6 +179,9 @@ struct Foreground {
     short: Option<backoff::Shortage>,
     /// `--tmux-pane`: the pane tasks are typed into.
     pane: Option<pane::Pane>,
+    /// Replies their sender got through a wait before they arrived here
+    /// (`inbox/received`): each is recorded as received on arrival.
+    expected: received::Expected,
 }
 
 /// What the foreground waits on, besides its timers.

@@ -42,18 +42,25 @@ impl Foreground {
             message_id: None,
             body: super::outcome::bounded(&text, limit),
         });
-        let send = match &task.sender.instance_id {
+        let send = match (&task.sender.instance_id, &task.in_reply_to) {
+            // An answer to an answer would bounce between two `--reply`
+            // handlers until the hop limit: a reply is answered only when
+            // asked (`inbox complete --reply-to-reply`, `send --reply`).
+            (_, Some(of)) => Err(format!(
+                "no reply: the task is itself a reply (to {}), and a reply is never answered automatically",
+                escape(of)
+            )),
             // A line typed in the view: its reply is shown there, from
             // the receipt, and goes to no inbox; nothing to say.
-            None if super::is_local(&task.sender) => Err(String::new()),
-            None => Err(PLAIN_SENDER.into()),
-            Some(_) if stdout.len() > limit => Err(format!(
+            (None, _) if super::is_local(&task.sender) => Err(String::new()),
+            (None, _) => Err(PLAIN_SENDER.into()),
+            (Some(_), _) if stdout.len() > limit => Err(format!(
                 "no reply: the handler printed more than {limit} bytes (BATON_MAX_MESSAGE_BYTES)"
             )),
-            Some(_) if text.trim().is_empty() => {
+            (Some(_), _) if text.trim().is_empty() => {
                 Err("no reply: the handler printed nothing".into())
             }
-            Some(sender) => {
+            (Some(sender), None) => {
                 let id = self.new_message_id();
                 Ok(back_to(task, sender, text, id, "a reply".into()))
             }

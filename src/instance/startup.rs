@@ -133,6 +133,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
         idle_since: None,
         short: None,
         pane,
+        expected: Default::default(),
     };
     let inputs = Inputs {
         events,

@@ -43,6 +43,7 @@ impl Foreground {
     /// one starts at once the instance stays busy, and neither the
     /// manifest nor the state changes in between.
     pub(super) fn pump(&mut self) {
+        self.settle_received();
         self.pump_turn();
         if self.running.is_none()
             && self.open.is_empty()

@@ -115,7 +115,9 @@ impl Adapter {
         };
         match ev.kind {
             Some(EventKind::MessageAccepted) => {
-                if let Some(task) = arrived(&ev) {
+                // A reply a wait already returned is no new task.
+                let task = arrived(&ev).filter(|t| !self.got_by_wait(&t.message_id));
+                if let Some(task) = task {
                     self.push(&task);
                 }
                 if let Some(news) = event_text::said(&ev).to_host {

@@ -10,7 +10,7 @@ use crate::follow::{self, End, Who};
 use crate::sanitize::{escape, escape_multiline};
 use crate::status::Status;
 use crate::wire::answer::{Pending, SendResult, TaskState, TaskStatus};
-use crate::wire::{HandlerExit, Outcome};
+use crate::wire::{Call, HandlerExit, Outcome};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::time::{Duration, Instant};
@@ -140,8 +140,12 @@ impl Adapter {
             End::Final {
                 outcome,
                 reply,
+                reply_id,
                 handler,
             } => {
+                if let Some(reply_id) = reply_id {
+                    self.received(reply_id, &id);
+                }
                 r["outcome"] = json!(outcome);
                 r["reply"] = json!(reply);
                 let members = serde_json::to_value(handler).expect("serializes");
@@ -169,6 +173,24 @@ impl Adapter {
             }
         };
         tool_result(text, false, Some(r))
+    }
+
+    /// The reply `reply_id` to the task `id` is returned by this wait:
+    /// the instance records it as received (`inbox/received`), and it is
+    /// not pushed as a new task. One that cannot be told stays queued
+    /// there as a task (nothing is lost).
+    fn received(&mut self, reply_id: &str, id: &str) {
+        if self.got.len() >= SENT_KEPT {
+            self.got.pop_front();
+        }
+        self.got.push_back(reply_id.to_string());
+        let params = json!({"message_id": reply_id, "in_reply_to": id});
+        let _ = self.call::<Value>(Call::InboxReceived, params);
+    }
+
+    /// Whether `id` is a reply a wait of this session returned.
+    pub(super) fn got_by_wait(&self, id: &str) -> bool {
+        self.got.iter().any(|g| g == id)
     }
 
     /// `follow::wait` on a thread of its own, so that the

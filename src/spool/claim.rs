@@ -278,6 +278,11 @@ impl Spool {
         (self.idx().entries.get(message_id)).map(|e| e.summary.sender.remote.is_some())
     }
 
+    /// Whether the task is queued in `inbox/` (the index alone).
+    pub fn is_queued(&self, message_id: &str) -> bool {
+        (self.idx().entries.get(message_id)).is_some_and(|e| e.place == Place::Inbox)
+    }
+
     /// A queued task read back where it waits, without claiming it (for
     /// an approval request's context). None when it is not queued or its
     /// file cannot be read now.

@@ -318,6 +318,31 @@ fn load_log(
     Ok(Some(group))
 }
 
+/// The newest `n` receipts in the logs of `dir`'s `done/`, oldest first
+/// (`baton inbox list --all`), read without a lock: a log cut short or
+/// pruned meanwhile gives fewer. Receipts of earlier versions (one file
+/// each) are not among them.
+pub fn read_recent(dir: &Path, n: usize) -> Vec<Receipt> {
+    let done = dir.join("done");
+    let mut logs: Vec<String> = list(&done).unwrap_or_default();
+    logs.retain(|name| parse_log_name(name).is_some());
+    logs.sort();
+    let mut got: Vec<Receipt> = Vec::new();
+    for name in logs.iter().rev() {
+        if got.len() >= n {
+            break;
+        }
+        let Ok(bytes) = files::read_regular(&done.join(name), LOG_BYTES + MAX_TASK_FILE) else {
+            continue;
+        };
+        let lines = bytes.split(|b| *b == b'\n').rev();
+        got.extend(lines.filter_map(|l| serde_json::from_slice::<Receipt>(l).ok()));
+    }
+    got.truncate(n);
+    got.reverse();
+    got
+}
+
 /// How many receipts `done/` holds (for `forget`), read without a lock.
 pub fn count_in(dir: &Path) -> usize {
     let Ok(names) = list(&dir.join("done")) else {

@@ -229,6 +229,7 @@ spelled! {
         InboxComplete = "inbox/complete",
         InboxRequeue = "inbox/requeue",
         InboxDiscard = "inbox/discard",
+        InboxReceived = "inbox/received",
         RelaySend = "relay/send",
         ApprovalRespond = "approval/respond",
         TurnCancel = "turn/cancel",
@@ -240,7 +241,7 @@ spelled! {
 
 impl Method {
     /// Every method, in the order `initialize` lists them as capabilities.
-    pub const ALL: [Method; 19] = [
+    pub const ALL: [Method; 20] = [
         Method::Initialize,
         Method::Ping,
         Method::AgentInfo,
@@ -253,6 +254,7 @@ impl Method {
         Method::Foreground(Call::InboxComplete),
         Method::Foreground(Call::InboxRequeue),
         Method::Foreground(Call::InboxDiscard),
+        Method::Foreground(Call::InboxReceived),
         Method::Foreground(Call::RelaySend),
         Method::EventsSubscribe,
         Method::Foreground(Call::ApprovalRespond),

@@ -25,6 +25,9 @@ spelled! {
         Expired = "expired",
         /// Its task file was bad data.
         Rejected = "rejected",
+        /// A reply its sender already got through a wait (`send --wait`,
+        /// MCP's `wait_seconds`; `inbox/received`): never handed out.
+        Received = "received",
     }
 }
 
@@ -132,7 +135,8 @@ mod tests {
                 "denied",
                 "discarded",
                 "expired",
-                "rejected"
+                "rejected",
+                "received"
             ]
         );
         let completes: Vec<Outcome> = Outcome::ALL
