@@ -242,6 +242,10 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
     let (id, who) = (escape(message_id), escape(name));
     match end {
         _ if done => {}
+        End::Final {
+            outcome: Outcome::Cancelled,
+            ..
+        } => eprintln!("baton: message {id} was cancelled at {who}"),
         End::Final { outcome, .. } => {
             eprintln!(
                 "baton: message {id} ended {outcome} at {who}{}",

@@ -7,7 +7,7 @@ use super::outbound::{Plan, Waiter};
 use super::{Answer, Foreground, OpenTask, Params, Reply, get_str, need_str};
 use crate::sanitize::escape;
 use crate::server::{self, RpcError};
-use crate::spool::{Claim, ReplyRecord, Task};
+use crate::spool::{Claim, ReplyRecord, Task, Whereabouts};
 use crate::status::Status;
 use crate::turn;
 use crate::wire::Outcome;
@@ -206,7 +206,15 @@ impl Foreground {
             Some(_) => return invalid("outcome is not done or failed".into()),
         };
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
-            return invalid(format!("task {} is not open here", escape(&id)));
+            // Cancelled (or otherwise ended) while it was open: say so.
+            return invalid(match self.spool().whereabouts(&id) {
+                Whereabouts::Finished(Some(r)) => format!(
+                    "task {} already ended {}: there is nothing to complete",
+                    escape(&id),
+                    r.outcome
+                ),
+                _ => format!("task {} is not open here", escape(&id)),
+            });
         };
         let planned = reply.map(|body| {
             let p = json!({"body": body, "reply": true, "turn": self.open[pos].token});
