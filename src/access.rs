@@ -312,7 +312,7 @@ impl Caller {
                     _ => name,
                 };
                 format!(
-                    "not permitted: this key is limited to sending to {target} (initialize, ping, message/send, and task/status of the tasks it sent), not {what}"
+                    "not permitted: this key is limited to sending to {target} (initialize, ping, message/send, and task/status and task/cancel of the tasks it sent), not {what}"
                 )
             }
             Role::Turn => format!(

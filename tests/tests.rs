@@ -6,6 +6,7 @@ mod util;
 mod answers;
 mod answers_show;
 mod approve;
+mod cancel;
 mod commands;
 mod control;
 mod dispatch;
