@@ -156,7 +156,7 @@ fn a_pull_agents_open_task_ends_and_its_complete_says_it_was_cancelled() {
     assert_eq!(out.status, 1, "{}", out.stderr);
     assert!(
         out.stderr
-            .contains("task p-1 already ended cancelled: there is nothing to complete"),
+            .ends_with("invalid: task p-1 is not open here: it was cancelled\n"),
         "{}",
         out.stderr
     );

@@ -206,15 +206,11 @@ impl Foreground {
             Some(_) => return invalid("outcome is not done or failed".into()),
         };
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
-            // Cancelled (or otherwise ended) while it was open: say so.
-            return invalid(match self.spool().whereabouts(&id) {
-                Whereabouts::Finished(Some(r)) => format!(
-                    "task {} already ended {}: there is nothing to complete",
-                    escape(&id),
-                    r.outcome
-                ),
-                _ => format!("task {} is not open here", escape(&id)),
-            });
+            // Cancelled while it was open (`task/cancel`): say so.
+            let cancelled = matches!(self.spool().whereabouts(&id),
+                Whereabouts::Finished(Some(r)) if r.outcome == Outcome::Cancelled);
+            let why = if cancelled { ": it was cancelled" } else { "" };
+            return invalid(format!("task {} is not open here{why}", escape(&id)));
         };
         let planned = reply.map(|body| {
             let p = json!({"body": body, "reply": true, "turn": self.open[pos].token});
