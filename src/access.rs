@@ -8,7 +8,8 @@
 //! way in; no method decides that by itself. The methods then hold a role
 //! to its scope: a process of a turn sends only inside that turn
 //! (`instance/outbound.rs`), a bridge asks only about the tasks that came
-//! through a bridge (`instance/outcome.rs`).
+//! through a bridge (`instance/outcome.rs`), and the agent and a bridge
+//! cancel only their own tasks (`instance/cancel.rs`).
 
 use crate::config::{BATON_SOCKET, BATON_TURN};
 use crate::sys;
@@ -112,6 +113,10 @@ impl Door {
                 Call::RelaySend | Call::InboxReceived => RELAY,
                 Call::ApprovalRespond | Call::TurnLocal => OPERATOR,
                 Call::TaskStatus => ANYONE,
+                // Held to the caller's own tasks: the agent to what this
+                // instance sent, a bridge to what came through a bridge
+                // (`instance/cancel.rs`).
+                Call::TaskCancel => SENDERS,
                 Call::PermissionAsk => &[Own],
             },
             Door::Controller | Door::Reply => OPERATOR,
@@ -308,7 +313,7 @@ impl Caller {
                     _ => name,
                 };
                 format!(
-                    "not permitted: this key is limited to sending to {target} (initialize, ping, message/send, and task/status of the tasks it sent), not {what}"
+                    "not permitted: this key is limited to sending to {target} (initialize, ping, message/send, and task/status and task/cancel of the tasks it sent), not {what}"
                 )
             }
             Role::Turn => format!(

@@ -7,6 +7,7 @@ mod answers;
 mod answers_said;
 mod answers_show;
 mod approve;
+mod cancel;
 mod commands;
 mod control;
 mod dispatch;

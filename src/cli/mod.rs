@@ -6,6 +6,7 @@ mod args;
 mod attach;
 mod bridge;
 mod bridged;
+mod cancel;
 mod completions;
 mod control;
 mod inbox;
@@ -255,6 +256,13 @@ pub const COMMANDS: &[Command] = &[
             Some("wait") => inbox_wait::run(args, config),
             _ => inbox::run(args, config),
         },
+    },
+    Command {
+        name: "cancel",
+        usage: "baton cancel [TARGET] MESSAGE_ID [--json]",
+        summary: "withdraw a queued task or stop its running turn (outcome cancelled), a stopped agent's too",
+        opts: &[JSON, HELP],
+        run: cancel::run,
     },
     Command {
         name: "wake",

@@ -225,6 +225,7 @@ impl Foreground {
             Call::TurnCancel => self.cancel(params),
             Call::TurnLocal => self.local(params),
             Call::TaskStatus => self.task_status(params, caller),
+            Call::TaskCancel => self.task_cancel(params, caller),
             Call::PermissionAsk => self.permission_ask(params, caller.pid),
         };
         let _ = reply.send(answer);

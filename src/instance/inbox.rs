@@ -7,7 +7,7 @@ use super::outbound::{Plan, Waiter};
 use super::{Answer, Foreground, OpenTask, Params, Reply, get_str, need_str};
 use crate::sanitize::escape;
 use crate::server::{self, RpcError};
-use crate::spool::{Claim, ReplyRecord, Task};
+use crate::spool::{Claim, ReplyRecord, Task, Whereabouts};
 use crate::status::Status;
 use crate::turn;
 use crate::wire::Outcome;
@@ -208,7 +208,11 @@ impl Foreground {
             Some(_) => return invalid("outcome is not done or failed".into()),
         };
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
-            return invalid(format!("task {} is not open here", escape(&id)));
+            // Cancelled while it was open (`task/cancel`): say so.
+            let cancelled = matches!(self.spool().whereabouts(&id),
+                Whereabouts::Finished(Some(r)) if r.outcome == Outcome::Cancelled);
+            let why = if cancelled { ": it was cancelled" } else { "" };
+            return invalid(format!("task {} is not open here{why}", escape(&id)));
         };
         let of = self.open[pos].task.in_reply_to.as_deref();
         if let (Some(of), Some(_), false) = (of, &reply, reply_to_reply) {

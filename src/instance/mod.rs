@@ -13,6 +13,7 @@
 
 mod approval;
 mod backoff;
+mod cancel;
 mod dispatch;
 mod inbox;
 mod outbound;
@@ -41,6 +42,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub use crate::wire::Approve;
+pub use cancel::cancel_stopped;
 pub(crate) use startup::signal_channel;
 
 /// What `baton serve` was asked to be.

@@ -271,7 +271,7 @@ impl Foreground {
 
     /// Ends the running handler as `outcome`: SIGTERM to its process group
     /// now (said as `what`), SIGKILL once `KILL_GRACE` passed.
-    fn end_running(&mut self, outcome: Outcome, what: &str) {
+    pub(super) fn end_running(&mut self, outcome: Outcome, what: &str) {
         let Some(r) = &mut self.running else {
             return;
         };

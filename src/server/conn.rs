@@ -377,9 +377,9 @@ fn dispatch(s: &Session, method: Method, params: Map<String, Value>) -> Result<V
         }
         // Every other method needs the agent's state: the foreground
         // answers it.
-        Method::Foreground(Call::TaskStatus) => {
+        Method::Foreground(call @ (Call::TaskStatus | Call::TaskCancel)) => {
             verify_asker(shared, &params, peer)?;
-            ask_foreground(shared, Call::TaskStatus, params, peer.caller(shared))
+            ask_foreground(shared, call, params, peer.caller(shared))
         }
         Method::Foreground(call) => ask_foreground(shared, call, params, peer.caller(shared)),
         Method::EventsSubscribe => unreachable!("a subscription is taken before dispatch"),
@@ -436,9 +436,10 @@ fn bridge_key(params: &Map<String, Value>) -> Result<Option<BridgeKey>, RpcError
     Ok(Some(BridgeKey { target, remote }))
 }
 
-/// `task/status` with `sender_instance_id`: the asker says it is that
-/// instance, which is checked as a sender's claim is (deliver.rs); the
-/// foreground then answers it about its own tasks only.
+/// `task/status` or `task/cancel` with `sender_instance_id`: the asker
+/// says it is that instance, which is checked as a sender's claim is
+/// (deliver.rs); the foreground then answers it about, or lets it cancel,
+/// its own tasks only.
 fn verify_asker(shared: &Shared, params: &Map<String, Value>, peer: &Peer) -> Result<(), RpcError> {
     let id = opt(params, "sender_instance_id", "an instance id", |v| {
         v.as_str().filter(|id| crate::registry::valid_id(id))

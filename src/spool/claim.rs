@@ -1,6 +1,6 @@
 //! A task leaves the queue only by rename, and a finished one leaves its
 //! receipt in `done/` before its payload goes, so a crash in between can
-//! never run it twice. Claim, finish, requeue and expiry.
+//! never run it twice. Claim, finish, withdrawal, requeue and expiry.
 
 use super::dirsync::sync_dir;
 use super::index::{Entry, Place};
@@ -175,16 +175,9 @@ impl Spool {
             Place::Rejected if outcome == Outcome::Discarded => "rejected",
             _ => return Err(not_processing(message_id)),
         };
-        let receipt = Receipt {
-            message_id: message_id.to_string(),
-            digest: e.digest.clone().unwrap_or_default(),
-            outcome,
-            finished_at: now_f64(),
-            reply,
-            sender_instance_id: e.sender_id().map(str::to_string),
-            remote: e.summary.sender.remote.is_some(),
-            handler: handler.unwrap_or_default(),
-        };
+        let mut receipt = receipt_of(message_id, &e, outcome);
+        receipt.reply = reply;
+        receipt.handler = handler.unwrap_or_default();
         let write = (|| -> std::io::Result<()> {
             idx.receipts.append(&self.dir, self.fsync, &receipt)?;
             files::remove_file(&self.path(sub, &e.file))?;
@@ -199,6 +192,33 @@ impl Spool {
             idx.release(e.sender_id());
         }
         // From now on its receipt answers for it (`receipt_digest`).
+        idx.entries.remove(message_id);
+        Ok(())
+    }
+
+    /// Withdraws a queued task as `outcome` (`task/cancel`, and `baton
+    /// cancel` of a stopped agent's task): as `finish` does, its receipt
+    /// first, then its file goes, so a crash in between leaves both and
+    /// the next open removes the file (`recover`): it never runs.
+    pub fn withdraw(&self, message_id: &str, outcome: Outcome) -> Result<()> {
+        let mut idx = self.idx();
+        let e = match idx.entries.get(message_id) {
+            Some(e) if e.place == Place::Inbox => e.clone(),
+            _ => return Err(Error::Usage(format!("task {message_id} is not queued"))),
+        };
+        let receipt = receipt_of(message_id, &e, outcome);
+        let write = (|| -> std::io::Result<()> {
+            idx.receipts.append(&self.dir, self.fsync, &receipt)?;
+            files::remove_file(&self.path("inbox", &e.file))?;
+            if self.fsync {
+                sync_dir(&self.dir.join("inbox"))?;
+            }
+            Ok(())
+        })();
+        write.map_err(|err| Error::io("withdraw task from", &self.dir, err))?;
+        idx.inbox.remove(&e.key);
+        idx.fresh.take(message_id);
+        idx.release(e.sender_id());
         idx.entries.remove(message_id);
         Ok(())
     }
@@ -335,6 +355,21 @@ impl Spool {
             let _ = self.sync(&["inbox", "rejected"]);
         }
         out
+    }
+}
+
+/// The receipt of the task `e` ending now as `outcome`, without a reply
+/// or a handler's end.
+fn receipt_of(message_id: &str, e: &Entry, outcome: Outcome) -> Receipt {
+    Receipt {
+        message_id: message_id.to_string(),
+        digest: e.digest.clone().unwrap_or_default(),
+        outcome,
+        finished_at: now_f64(),
+        reply: None,
+        sender_instance_id: e.sender_id().map(str::to_string),
+        remote: e.summary.sender.remote.is_some(),
+        handler: HandlerExit::default(),
     }
 }
 

@@ -18,6 +18,10 @@ use crate::wire::TaskMode;
 use std::fs;
 use std::time::UNIX_EPOCH;
 
+/// Where a task that has its receipt may still have its payload: where
+/// `finish` and `withdraw` remove it from.
+const FINISHED_FROM: [&str; 4] = ["inbox", "processing", "interrupted", "rejected"];
+
 impl Spool {
     pub(super) fn recover(&mut self) -> Result<()> {
         let mut notes = Vec::new();
@@ -101,13 +105,13 @@ impl Spool {
         Ok(())
     }
 
-    /// Phase 2. A crash during `finish`, after the receipt landed in done/
-    /// but before the payload was removed, leaves both: the task finished,
-    /// so the payload goes now rather than being set aside (and maybe
-    /// requeued and run a second time).
+    /// Phase 2. A crash during `finish` or `withdraw`, after the receipt
+    /// landed in done/ but before the payload was removed, leaves both:
+    /// the task finished, so the payload goes now rather than being set
+    /// aside or queued (and maybe run a second time).
     fn remove_finished_payloads(&self, receipts: &Receipts, notes: &mut Vec<String>) -> Result<()> {
         let mut finished = false;
-        for sub in ["processing", "interrupted", "rejected"] {
+        for sub in FINISHED_FROM {
             for name in list(&self.dir.join(sub))? {
                 let Some((_, id)) = parse_file_name(&name) else {
                     continue;
@@ -137,7 +141,7 @@ impl Spool {
             }
         }
         if finished && self.fsync {
-            self.sync(&["processing", "interrupted", "rejected"])?;
+            self.sync(&FINISHED_FROM)?;
         }
         Ok(())
     }

@@ -318,7 +318,8 @@ pub struct ReplySent {
 }
 
 /// What a call that handles one thing answers (`inbox/complete`,
-/// `requeue`, `discard`, `turn/*`, `approval/respond`, `permission/ask`):
+/// `requeue`, `discard`, `turn/*`, `task/cancel`, `approval/respond`,
+/// `permission/ask`):
 /// its status, and why when it did nothing.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Handled {
@@ -334,6 +335,10 @@ pub struct Handled {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<ReplySent>,
     pub status: String,
+    /// `task/cancel`'s, when it cancelled: where the task was (`queued`,
+    /// `running`, `open`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub was: Option<String>,
 }
 
 /// One line a client reads, as far as telling answers apart needs: an

@@ -235,13 +235,14 @@ spelled! {
         TurnCancel = "turn/cancel",
         TurnLocal = "turn/local",
         TaskStatus = "task/status",
+        TaskCancel = "task/cancel",
         PermissionAsk = "permission/ask",
     }
 }
 
 impl Method {
     /// Every method, in the order `initialize` lists them as capabilities.
-    pub const ALL: [Method; 20] = [
+    pub const ALL: [Method; 21] = [
         Method::Initialize,
         Method::Ping,
         Method::AgentInfo,
@@ -261,6 +262,7 @@ impl Method {
         Method::Foreground(Call::TurnCancel),
         Method::Foreground(Call::TurnLocal),
         Method::Foreground(Call::TaskStatus),
+        Method::Foreground(Call::TaskCancel),
         Method::Foreground(Call::PermissionAsk),
     ];
 

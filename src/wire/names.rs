@@ -13,7 +13,8 @@ spelled! {
         Failed = "failed",
         /// `--turn-timeout` ran out.
         Timeout = "timeout",
-        /// `turn/cancel` ended it.
+        /// `turn/cancel` or `task/cancel` ended it, or withdrew it
+        /// from the queue.
         Cancelled = "cancelled",
         /// The instance stopped while it ran.
         Interrupted = "interrupted",

@@ -46,6 +46,7 @@ pub const TRANSITIONS: &[Transition] = &[
     ("requeue", requeue),
     ("discard", discard),
     ("discard_expired", discard_expired),
+    ("cancel_queued", cancel_queued),
     ("expire", expire),
     ("recover_at_open", recover_at_open),
     ("prune_at_open", prune_at_open),
@@ -120,6 +121,13 @@ fn discard_expired(t: &mut Trial) {
     let s = t.queued(&["y1", "y2"]);
     assert_eq!(s.expire(0).len(), 2);
     t.record(|_| s.finish("y1", Outcome::Discarded).unwrap());
+}
+
+/// A queued task withdrawn (`task/cancel`, `baton cancel`): its receipt,
+/// then its file goes; the task behind it stays queued.
+fn cancel_queued(t: &mut Trial) {
+    let s = t.queued(&["w1", "w2"]);
+    t.record(|_| s.withdraw("w1", Outcome::Cancelled).unwrap());
 }
 
 fn expire(t: &mut Trial) {

@@ -119,9 +119,12 @@ fn a_bridge_key_is_a_sender_to_its_target_and_nothing_else() {
                 json!({"protocol_version": 1, "client": {"name": "t", "version": "0"}}),
             ),
             req(10, "inbox/list", json!({})),
+            // Carol's own task is not the key's to cancel; its own is.
+            req(11, "task/cancel", json!({"message_id": "c1"})),
+            req(12, "task/cancel", json!({"message_id": "r1"})),
         ],
     );
-    for id in [1, 2, 3, 4, 5, 10] {
+    for id in [1, 2, 3, 4, 5, 10, 11] {
         limited(&by_id(&answers, id), "carol");
     }
     assert!(by_id(&answers, 0)["result"]["instance"]["instance_id"] == json!(carol.id));
@@ -133,6 +136,11 @@ fn a_bridge_key_is_a_sender_to_its_target_and_nothing_else() {
     assert_eq!(
         by_id(&answers, 7)["result"]["status"],
         "queued",
+        "{answers:?}"
+    );
+    assert_eq!(
+        by_id(&answers, 12)["result"]["status"],
+        "cancelled",
         "{answers:?}"
     );
     // Another sender's task is none of the key's business.

@@ -1,0 +1,183 @@
+//! `baton cancel [TARGET] MESSAGE_ID`: withdraws a queued task, or stops
+//! its running turn (`task/cancel`, docs/protocol.md); the task ends
+//! `cancelled`, which its sender's wait reports. TARGET is a live
+//! instance as `inbox complete` takes it, or a stopped agent's name,
+//! whose spool is then written under its lock as an offline send writes
+//! it. Without TARGET, the one instance, live or stopped, that holds
+//! MESSAGE_ID queued or running.
+
+use super::args::Args;
+use super::{emit, emit_json, target};
+use crate::config::Config;
+use crate::error::{Error, ExitCode, Result};
+use crate::lookup::{self, KnownSpool, Stopped};
+use crate::registry::{self, Peer, Wire};
+use crate::sanitize::escape;
+use crate::spool::Spool;
+use crate::wire::Call;
+use crate::wire::answer::{Handled, Pending, TaskState, TaskStatus};
+use serde_json::json;
+
+/// Where the task is to be cancelled.
+enum Holder {
+    Live(Box<Peer>),
+    Stopped(KnownSpool),
+}
+
+impl Holder {
+    fn name(&self) -> &str {
+        match self {
+            Holder::Live(p) => &p.manifest.name,
+            Holder::Stopped(s) => &s.name,
+        }
+    }
+
+    /// The holder as a candidate list shows it.
+    fn candidate(&self) -> [String; 4] {
+        match self {
+            Holder::Live(p) => {
+                let m = &p.manifest;
+                lookup::candidate(&m.name, Some(m.pid), &m.workspace, &m.instance_id)
+            }
+            Holder::Stopped(s) => lookup::candidate(&s.name, None, &s.workspace, ""),
+        }
+    }
+}
+
+pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
+    let (target_arg, id) = match args.positional.as_slice() {
+        [id] => (None, id),
+        [t, id] => (Some(t.as_str()), id),
+        [] => return Err(Error::Usage("cancel: MESSAGE_ID is missing".into())),
+        [_, _, extra, ..] => {
+            return Err(Error::Usage(format!(
+                "cancel: unexpected argument {}",
+                escape(extra)
+            )));
+        }
+    };
+    if id.trim().is_empty() {
+        return Err(Error::Usage("cancel: MESSAGE_ID is empty".into()));
+    }
+    let holder = match target_arg {
+        Some(t) => named(config, t)?,
+        None => holding(config, id)?,
+    };
+    let (raw, h) = match &holder {
+        Holder::Live(peer) => {
+            target::call::<Handled>(config, peer, Call::TaskCancel, json!({"message_id": id}))?
+        }
+        Holder::Stopped(spool) => {
+            let h = cancel_stopped(config, spool, id)?;
+            (serde_json::to_value(&h).expect("an answer serializes"), h)
+        }
+    };
+    let ok = h.status == "cancelled";
+    if args.flag("json") {
+        emit_json(&raw);
+    } else {
+        print(&h, id, &holder);
+    }
+    Ok(if ok { ExitCode::Ok } else { ExitCode::Refused })
+}
+
+/// The live instance TARGET names, else the one stopped agent's spool of
+/// that name.
+fn named(config: &Config, t: &str) -> Result<Holder> {
+    let why = match target::resolve(config, Some(t)) {
+        Ok(p) => return Ok(Holder::Live(Box::new(p))),
+        Err(Error::NoTarget(why)) => why,
+        Err(e) => return Err(e),
+    };
+    let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);
+    match lookup::stopped(&dirs, t, None, config.io_timeout) {
+        Stopped::One(s) => Ok(Holder::Stopped(s)),
+        // Started meanwhile.
+        Stopped::Running(p) => Ok(Holder::Live(p)),
+        Stopped::None => Err(Error::NoTarget(why)),
+        Stopped::Several(spools) => {
+            let rows: Vec<[String; 4]> = (spools.into_iter())
+                .map(|s| Holder::Stopped(s).candidate())
+                .collect();
+            Err(Error::NoTarget(format!(
+                "{} is not running and several spools have that name: start the one you mean; {}",
+                escape(t),
+                lookup::candidate_list(&rows)
+            )))
+        }
+    }
+}
+
+/// The one instance that holds `id` queued or running: each live one is
+/// asked (`task/status`), each stopped agent's spool is read.
+fn holding(config: &Config, id: &str) -> Result<Holder> {
+    let dir = registry::ensure_dir(config)?;
+    let live = registry::discover(&registry::scan_dirs(&dir), None, config.io_timeout).peers;
+    let mut found = Vec::new();
+    for p in live
+        .iter()
+        .filter(|p| p.wire == Wire::Jsonrpc && !p.unresponsive())
+    {
+        let asked =
+            target::call::<TaskStatus>(config, p, Call::TaskStatus, json!({"message_id": id}));
+        if let Ok((_, TaskStatus { status, .. })) = asked {
+            if matches!(status, TaskState::Pending(w) if w != Pending::Unknown) {
+                found.push(Holder::Live(Box::new(p.clone())));
+            }
+        }
+    }
+    for s in lookup::known_spools() {
+        let Ok(l) = crate::spool::read_listing(&s.dir) else {
+            continue;
+        };
+        let mut held = l.queued.iter().chain(&l.processing);
+        if s.running(&live).is_none() && held.any(|t| t.message_id == id) {
+            found.push(Holder::Stopped(s));
+        }
+    }
+    if found.len() == 1 {
+        return Ok(found.pop().expect("one"));
+    }
+    let id = escape(id);
+    if found.is_empty() {
+        return Err(Error::NoTarget(format!(
+            "no instance, live or stopped, holds message {id} queued or running: name the TARGET to hear what became of it"
+        )));
+    }
+    let rows: Vec<[String; 4]> = found.iter().map(Holder::candidate).collect();
+    Err(Error::NoTarget(format!(
+        "message {id} is queued or running at several instances: name one as TARGET; {}",
+        lookup::candidate_list(&rows)
+    )))
+}
+
+/// A stopped agent's task, cancelled in its spool under the spool's lock.
+/// A process of a turn writes no peer's spool (docs/security.md).
+fn cancel_stopped(config: &Config, spool: &KnownSpool, id: &str) -> Result<Handled> {
+    super::sent::not_in_a_turn()?;
+    match Spool::open_offline(&spool.dir, config.fsync)? {
+        Some(s) => Ok(crate::instance::cancel_stopped(&s, id)),
+        None => Err(Error::Env(format!(
+            "{}'s spool is locked: its instance is starting, or another command holds it; try again",
+            escape(&spool.name)
+        ))),
+    }
+}
+
+/// What became of the task, in words.
+fn print(h: &Handled, id: &str, holder: &Holder) {
+    let (id, who) = (escape(id), escape(holder.name()));
+    let how = match h.was.as_deref() {
+        Some("running") => "its turn is stopped: SIGTERM to its handler's process group",
+        Some("open") => "its open turn ended",
+        _ if matches!(holder, Holder::Stopped(_)) => "withdrawn from its queue; it is not running",
+        _ => "withdrawn from the queue",
+    };
+    match h.status.as_str() {
+        "cancelled" => emit(&format!("cancelled {id} at {who} ({how})\n")),
+        status => eprintln!(
+            "baton: cannot cancel {id} at {who}: {status}: {}",
+            escape(h.reason.as_deref().unwrap_or(""))
+        ),
+    }
+}

@@ -1,0 +1,237 @@
+//! `task/cancel` (issue 31; docs/protocol.md): a task's sender, or the
+//! operator, withdraws a queued task or stops its running turn; either
+//! way it ends `cancelled`, recorded as `task.ended`, which the sender's
+//! wait reports. The access table lets the instance's own front end, the
+//! operator, its agent and a bridge call it; here the agent is held to
+//! the tasks this instance sent itself, a bridge to those that came
+//! through a bridge, and a verified asker (`sender_instance_id`) to its
+//! own. A task set aside (interrupted, expired, rejected) is the
+//! operator's to requeue or discard, not cancelled; `inbox/discard` keeps
+//! that meaning.
+
+use super::{Answer, Foreground, Params, need_str};
+use crate::access::{Caller, Role};
+use crate::events::Hub;
+use crate::sanitize::escape;
+use crate::server::RpcError;
+use crate::spool::{Spool, Whereabouts};
+use crate::wire::answer::Handled;
+use crate::wire::{self, EventKind, Outcome};
+use serde_json::{Value, json};
+
+impl Foreground {
+    /// `task/cancel`.
+    pub(super) fn task_cancel(&mut self, params: &Params, caller: &Caller) -> Answer {
+        let id = need_str(params, "message_id")?;
+        let whereabouts = self.spool().whereabouts(&id);
+        self.may_cancel(&id, &whereabouts, params, caller)?;
+        let by = cancelled_by(caller);
+        let handled = match whereabouts {
+            Whereabouts::Queued(_) => self.withdraw(&id, &by),
+            Whereabouts::Processing => self.stop_turn(&id, &by),
+            w => not_pending(&id, &w),
+        };
+        Ok(serde_json::to_value(handled).expect("an answer serializes"))
+    }
+
+    /// Holds the agent, a bridge and a verified asker to their own tasks:
+    /// `Err` is the refusal, which says who the caller is taken for. A
+    /// task the spool does not know is nobody's: its answer says so.
+    fn may_cancel(
+        &self,
+        id: &str,
+        w: &Whereabouts,
+        params: &Params,
+        caller: &Caller,
+    ) -> Result<(), RpcError> {
+        let (sender, remote) = match w {
+            Whereabouts::Unknown | Whereabouts::Finished(None) => return Ok(()),
+            Whereabouts::Finished(Some(r)) => (r.sender_instance_id.clone(), r.remote),
+            _ => (
+                self.spool().sender_of(id).flatten(),
+                self.spool().remote_sent(id).unwrap_or(false),
+            ),
+        };
+        let name = self.origin.name.clone();
+        let ours = &self.shared.instance_id;
+        let sent_by = match &sender {
+            Some(s) => format!("instance {}", escape(s)),
+            None => "a sender that is no instance".into(),
+        };
+        let shown = |p: Option<u32>| p.map_or_else(|| "?".to_string(), |p| p.to_string());
+        let asker = params.get("sender_instance_id").and_then(Value::as_str);
+        let why = if caller.bridge.is_some() && !remote {
+            Some(format!(
+                "not permitted: this key is limited to sending to {name}, and cancels only the tasks sent through a bridge; task {} did not come through one",
+                escape(id)
+            ))
+        } else if caller.role == Role::Agent && sender.as_deref() != Some(ours.as_str()) {
+            Some(format!(
+                "not permitted: pid {} is a process of the agent {name} serves (pid {}), which cancels only the tasks {name} sent; task {} was sent by {sent_by}",
+                shown(caller.pid),
+                shown(caller.agent),
+                escape(id)
+            ))
+        } else if asker.is_some_and(|a| sender.as_deref() != Some(a)) {
+            Some(format!(
+                "not permitted: instance {} did not send task {}: an instance cancels only its own tasks",
+                escape(asker.unwrap_or_default()),
+                escape(id)
+            ))
+        } else {
+            None
+        };
+        match why {
+            None => Ok(()),
+            Some(message) => Err(RpcError {
+                code: wire::NOT_PERMITTED,
+                message,
+                data: Some(json!({"role": caller.role.as_str()})),
+            }),
+        }
+    }
+
+    /// A queued task leaves the queue with a receipt `cancelled`, and any
+    /// approval it waited for goes with it.
+    fn withdraw(&mut self, id: &str, by: &str) -> Handled {
+        if let Some(p) = self.asked.remove(id) {
+            self.requests.retain(|_, a| *a != p.id);
+        }
+        self.approved.remove(id);
+        if let Err(e) = self.spool().withdraw(id, Outcome::Cancelled) {
+            return handled("error", id, Some(e.to_string()));
+        }
+        self.notice(
+            Some(id),
+            format!("cancelled by {by}: withdrawn from the queue"),
+        );
+        self.ended(id, Outcome::Cancelled, None);
+        self.refresh();
+        Handled {
+            was: Some("queued".into()),
+            ..handled("cancelled", id, None)
+        }
+    }
+
+    /// The turn of a processing task: an exec handler's process group is
+    /// stopped as `turn/cancel` stops it (the outcome is `cancelled`, said
+    /// once the handler exits); a pull agent's open task ends at once, and
+    /// the agent's later `inbox/complete` hears that it was cancelled.
+    fn stop_turn(&mut self, id: &str, by: &str) -> Handled {
+        if let Some(r) = self.running.as_ref().filter(|r| r.task.message_id == id) {
+            if let Some(o) = r.ended_by {
+                let why = format!("the turn of task {} is already ending ({o})", escape(id));
+                return handled("invalid", id, Some(why));
+            }
+            self.end_running(Outcome::Cancelled, &format!("turn cancelled by {by}"));
+            return Handled {
+                was: Some("running".into()),
+                ..handled("cancelled", id, None)
+            };
+        }
+        let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
+            let why = format!(
+                "task {} is being processed, but no turn of it is open here",
+                escape(id)
+            );
+            return handled("invalid", id, Some(why));
+        };
+        if let Err(e) = self.finish_turn(pos, Outcome::Cancelled, None) {
+            return handled("error", id, Some(e.to_string()));
+        }
+        self.notice(Some(id), format!("cancelled by {by}: its open turn ended"));
+        self.refresh();
+        Handled {
+            was: Some("open".into()),
+            ..handled("cancelled", id, None)
+        }
+    }
+}
+
+/// Who cancelled, as the transcript's notice says it.
+fn cancelled_by(caller: &Caller) -> String {
+    let pid = caller
+        .pid
+        .map_or_else(String::new, |p| format!(" (pid {p})"));
+    match caller.role {
+        Role::Own => "this instance's own front end".into(),
+        Role::Agent => format!("its agent{pid}"),
+        Role::Bridge => "a bridge key".into(),
+        _ => format!("the operator{pid}"),
+    }
+}
+
+fn handled(status: &str, id: &str, reason: Option<String>) -> Handled {
+    Handled {
+        approval_id: None,
+        message_id: Some(id.to_string()),
+        outcome: None,
+        reason,
+        reply: None,
+        status: status.into(),
+        was: None,
+    }
+}
+
+/// The answer for a task that is neither queued nor processing: set
+/// aside for the operator, already ended (with its outcome), or unknown.
+fn not_pending(id: &str, w: &Whereabouts) -> Handled {
+    let shown = escape(id);
+    let aside = |place: &str| {
+        let why = format!(
+            "task {shown} is {place}, set aside for the operator, not queued or running: requeue or discard it (baton inbox requeue|discard)"
+        );
+        handled("invalid", id, Some(why))
+    };
+    let ended = |o: Option<Outcome>| {
+        let why = match o {
+            Some(o) => format!("task {shown} already ended {o}: there is nothing to cancel"),
+            None => format!("task {shown} already ended (its receipt cannot be read back)"),
+        };
+        Handled {
+            outcome: o.map(|o| o.to_string()),
+            ..handled("ended", id, Some(why))
+        }
+    };
+    match w {
+        Whereabouts::Interrupted => aside("interrupted"),
+        Whereabouts::Expired => aside("expired"),
+        Whereabouts::Rejected(_) => aside("rejected"),
+        Whereabouts::Finished(r) => ended(r.as_ref().map(|r| r.outcome)),
+        Whereabouts::Queued(_) | Whereabouts::Processing | Whereabouts::Unknown => {
+            let why =
+                format!("no task {shown} here: it was never accepted, or its record was pruned");
+            handled("unknown", id, Some(why))
+        }
+    }
+}
+
+/// `baton cancel` of a stopped agent's task, in its spool, which the
+/// caller opened and so holds the lock of: a queued task is withdrawn as
+/// its live instance would withdraw it, and its `task.ended` recorded in
+/// the spool's transcript, where a sender's wait reads it. Nothing of a
+/// stopped agent runs: what is not queued gets `task/cancel`'s answer.
+pub fn cancel_stopped(spool: &Spool, id: &str) -> Handled {
+    let w = spool.whereabouts(id);
+    if !matches!(w, Whereabouts::Queued(_)) {
+        return not_pending(id, &w);
+    }
+    if let Err(e) = spool.withdraw(id, Outcome::Cancelled) {
+        return handled("error", id, Some(e.to_string()));
+    }
+    let hub = Hub::open(spool.dir());
+    let pid = std::process::id();
+    hub.emit(
+        EventKind::Notice,
+        json!({"message_id": id, "text": format!("cancelled by the operator (pid {pid}) while stopped: withdrawn from the queue")}),
+    );
+    hub.emit(
+        EventKind::TaskEnded,
+        json!({"message_id": id, "outcome": Outcome::Cancelled, "reply": null}),
+    );
+    hub.flush();
+    Handled {
+        was: Some("queued".into()),
+        ..handled("cancelled", id, None)
+    }
+}
