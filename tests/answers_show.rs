@@ -100,6 +100,25 @@ fn status_and_inbox_list_show_a_task_awaiting_approval() {
     let out = env.run(&["inbox", "list", "gamma", "--json"]);
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["awaiting_approval"], serde_json::json!(["ask-1"]), "{v}");
+
+    // The view's /inbox shows it too, with the view's way to answer.
+    let mut c = inst.client();
+    let text = baton::tui::inbox_listing(&mut |params| {
+        let r = c.call(9, "inbox/list", params);
+        Ok(r["result"].clone())
+    })
+    .unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "awaiting approval ask-1  from (cli)",
+            "queued      ask-2  from (cli)",
+            "2 tasks: 2 queued, 0 processing, 0 interrupted, 0 rejected",
+            "1 task awaits approval: /approve ID or /deny ID answers it",
+        ],
+        "{text}"
+    );
 }
 
 /// A handler that keeps what it read and the turn's variables.

@@ -61,7 +61,7 @@ fn a_queued_task_is_withdrawn_and_its_waiting_sender_hears_cancelled() {
     assert!(
         waiting
             .stderr()
-            .ends_with("baton: message m-2 was cancelled at beta\n"),
+            .ends_with("baton: message m-2 ended cancelled at beta\n"),
         "{}",
         waiting.stderr()
     );
@@ -127,7 +127,7 @@ fn a_running_exec_turn_has_its_handlers_group_stopped() {
     assert!(
         waiting
             .stderr()
-            .contains("message r-1 was cancelled at beta"),
+            .contains("message r-1 ended cancelled at beta"),
         "{}",
         waiting.stderr()
     );

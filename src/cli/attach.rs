@@ -38,11 +38,7 @@ fn view(config: &Config, peer: &Peer) -> Result<ExitCode> {
 /// The workspace and name bare `baton` would serve, and the live
 /// instances (baton's own wire) serving that workspace.
 fn here(args: &Args, config: &Config) -> Result<(PathBuf, String, Vec<Peer>)> {
-    let ws = match args.value("workspace") {
-        Some(w) => PathBuf::from(w),
-        None => std::env::current_dir().map_err(|e| Error::io("read", Path::new("."), e))?,
-    };
-    let ws = std::fs::canonicalize(&ws).map_err(|e| Error::io("resolve workspace", &ws, e))?;
+    let ws = crate::instance::resolve_workspace(args.value("workspace").map(Path::new))?;
     let name = (args.value("name")).map_or_else(|| registry::default_name(&ws), str::to_string);
     let dir = registry::ensure_dir(config)?;
     let want = ws.display().to_string();

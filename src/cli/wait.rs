@@ -281,10 +281,6 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
         _ if done => eprintln!(
             "baton: message {id} ended done at {who} with no reply (an --exec handler's output goes back only under serve --reply; a pull agent replies with inbox complete --reply)"
         ),
-        End::Final {
-            outcome: Outcome::Cancelled,
-            ..
-        } => eprintln!("baton: message {id} was cancelled at {who}"),
         End::Final { outcome, .. } => {
             eprintln!(
                 "baton: message {id} ended {outcome} at {who}{}",

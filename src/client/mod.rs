@@ -48,6 +48,15 @@ impl ClientError {
         matches!(self, ClientError::Connect(e) if absent(e))
     }
 
+    /// What ran short in this process when the connection could not be
+    /// made (descriptors, memory): no word on the instance.
+    pub fn shortage(&self) -> Option<&'static str> {
+        match self {
+            ClientError::Connect(e) => crate::sys::shortage(e),
+            _ => None,
+        }
+    }
+
     /// True for failures where the request may or may not have arrived.
     pub fn is_transport(&self) -> bool {
         !matches!(self, ClientError::Rpc { .. })

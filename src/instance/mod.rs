@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 
 pub use crate::wire::Approve;
 pub use cancel::cancel_stopped;
+pub use startup::resolve_workspace;
 pub(crate) use startup::signal_channel;
 
 /// What `baton serve` was asked to be.

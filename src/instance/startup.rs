@@ -214,15 +214,23 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
 
 /// The workspace, resolved: `--workspace` or the current directory.
 fn workspace(opts: &ServeOptions) -> Result<PathBuf> {
-    let workspace = match &opts.workspace {
-        Some(w) => w.clone(),
-        None => std::env::current_dir().map_err(|e| Error::io("read", Path::new("."), e))?,
+    resolve_workspace(opts.workspace.as_deref())
+}
+
+/// `--workspace`'s value (`given`) or the current directory, made
+/// absolute and checked to be a directory; an error names which it was.
+pub fn resolve_workspace(given: Option<&Path>) -> Result<PathBuf> {
+    let (what, workspace) = match given {
+        Some(w) => ("--workspace", w.to_path_buf()),
+        None => (
+            "the current directory",
+            std::env::current_dir().map_err(|e| Error::io("read", Path::new("."), e))?,
+        ),
     };
-    let workspace =
-        fs::canonicalize(&workspace).map_err(|e| Error::io("resolve workspace", &workspace, e))?;
+    let workspace = fs::canonicalize(&workspace).map_err(|e| Error::io(what, &workspace, e))?;
     if !workspace.is_dir() {
         return Err(Error::Env(format!(
-            "workspace {} is not a directory",
+            "{what} {} is not a directory",
             workspace.display()
         )));
     }

@@ -100,6 +100,8 @@ struct PingFailure {
     unreachable: bool,
     /// A connection was made but no answer came in time.
     timed_out: bool,
+    /// This process ran short of a resource to ask.
+    shortage: Option<&'static str>,
 }
 
 /// A manifest that discovery did not list, and why.
@@ -151,6 +153,9 @@ pub struct Discovery {
     pub skipped: Vec<Skipped>,
     /// The directories whose scan was cut short.
     pub truncated: Vec<Truncated>,
+    /// What this process ran short of to ask a peer, if it did: a peer
+    /// not listed for it may be live.
+    pub shortage: Option<&'static str>,
 }
 
 pub(super) enum Candidate {
@@ -270,6 +275,15 @@ fn settle(
             Err(f) if f.timed_out && sys::pid_status(m.pid) != sys::PidStatus::Gone => {
                 UNRESPONSIVE.to_string()
             }
+            Err(PingFailure {
+                shortage: Some(what),
+                ..
+            }) => {
+                found.shortage = Some(what);
+                let problem = format!("not asked: this process is {what}");
+                found.skipped.push(skipped_peer(m, wire, problem));
+                continue;
+            }
             Err(f) => {
                 let stale = f.unreachable && sys::pid_status(m.pid) == sys::PidStatus::Gone;
                 let problem = if stale {
@@ -387,6 +401,7 @@ fn ping_peer(m: &Manifest, wire: Wire, timeout: Duration) -> Result<State, PingF
         problem: e.to_string(),
         unreachable: e.is_unreachable(),
         timed_out: matches!(e, client::ClientError::Timeout),
+        shortage: e.shortage(),
     })
 }
 

@@ -29,6 +29,8 @@ fn inbox_text(all: &InboxPage) -> String {
     let mut out: Vec<String> = all
         .tasks()
         .map(|(place, t)| {
+            let asked = place == "queued" && all.awaiting_approval.contains(&t.message_id);
+            let place = if asked { "awaiting approval" } else { place };
             format!(
                 "{place:<11} {}  from {}",
                 t.message_id,
@@ -49,5 +51,12 @@ fn inbox_text(all: &InboxPage) -> String {
         if n == 1 { "" } else { "s" },
         counts.join(", ")
     ));
+    match all.awaiting_approval.len() {
+        0 => {}
+        1 => out.push("1 task awaits approval: /approve ID or /deny ID answers it".into()),
+        n => out.push(format!(
+            "{n} tasks await approval: /approve ID or /deny ID answers each"
+        )),
+    }
     out.join("\n")
 }
