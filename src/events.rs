@@ -597,6 +597,12 @@ fn open_append(path: &Path) -> Option<File> {
 
 /// The sequence number of the last complete line of a transcript file.
 fn last_seq(path: &Path) -> Option<u64> {
+    last_line(path, |v| v.get("seq").and_then(Value::as_u64))
+}
+
+/// What `pick` finds in the last complete line where it finds anything,
+/// among the last 64 KiB of a transcript file.
+fn last_line<T>(path: &Path, pick: impl Fn(&Value) -> Option<T>) -> Option<T> {
     let mut f = crate::files::open_regular(path, OpenOptions::new().read(true)).ok()?;
     let len = f.metadata().ok()?.len();
     let start = len.saturating_sub(64 * 1024);
@@ -606,7 +612,21 @@ fn last_seq(path: &Path) -> Option<u64> {
     tail.split(|&b| b == b'\n')
         .rev()
         .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
-        .find_map(|v| v.get("seq").and_then(Value::as_u64))
+        .find_map(|v| pick(&v))
+}
+
+/// The time of the last event the instance itself recorded in the
+/// transcript of the spool `dir` (either generation; a task a sender
+/// stored while it was stopped, marked `stored`, does not count): when a
+/// stopped agent was last heard of. None when the last 64 KiB hold none.
+pub fn last_time(dir: &Path) -> Option<f64> {
+    let own = |v: &Value| match v.get("stored") {
+        Some(Value::Bool(true)) => None,
+        _ => v.get("time").and_then(Value::as_f64),
+    };
+    [TRANSCRIPT, TRANSCRIPT_OLD]
+        .iter()
+        .find_map(|name| last_line(&dir.join(name), own))
 }
 
 /// Calls `each` with every recorded event line whose sequence number is in

@@ -1,8 +1,9 @@
 //! What a TARGET names: an exact instance id, else a name exactly one live
 //! instance has; without TARGET, the instance of `$BATON_SOCKET`, else the
-//! one serving the current directory. A name no live instance has may be
-//! known from its spool's `meta.json`: a stopped agent's. The CLI
-//! (`cli/target.rs`) and senders (`relay`) say what each answer means.
+//! one serving the current directory. A name (or, without TARGET, a
+//! workspace) no live instance has may be known from its spool's
+//! `meta.json`: a stopped agent's, the one verdict `Lookup::Stopped`. The
+//! CLI (`cli/target.rs`) and senders (`relay`) say what each answer means.
 
 use crate::registry::{self, Manifest, Peer, RegistryDir, Wire};
 use crate::sanitize::escape;
@@ -26,8 +27,15 @@ pub enum Lookup {
     One(Box<Peer>),
     /// Several live instances match: why that is no answer, and them.
     Several { why: String, matched: Vec<Peer> },
-    /// None matches: why, every live instance, and the spools of a name
-    /// (their agents are stopped).
+    /// No live instance matches but one spool does: its agent is stopped.
+    Stopped(Box<KnownSpool>),
+    /// This process ran short of a resource (descriptors, memory) to ask
+    /// the live instances, and none that it could ask matches: why, in
+    /// words that say what to raise. Never a verdict on the target.
+    Short(String),
+    /// None matches: why, every live instance, and the spools that match
+    /// when there are several (their agents are stopped; none is the
+    /// answer).
     None {
         why: String,
         live: Vec<Peer>,
@@ -83,6 +91,17 @@ impl Target<'_> {
         }
     }
 
+    /// Whether a stopped agent's spool is what the target names: a name's,
+    /// or the current directory's. `$BATON_SOCKET` names a live instance
+    /// only.
+    fn owns(&self, s: &KnownSpool) -> bool {
+        match self {
+            Target::Named(t) => s.name == *t,
+            Target::Workspace(w) => Path::new(&s.workspace) == w,
+            Target::Socket(_) => false,
+        }
+    }
+
     /// Why no live instance is the answer: none matches, or `several`.
     fn why(&self, several: bool) -> String {
         let shown = |p: &Path| escape(&p.display().to_string()).into_owned();
@@ -115,23 +134,43 @@ pub fn find(dirs: &[RegistryDir], target: &Target<'_>, timeout: Duration) -> Loo
     if let Some(found) = target.pick(&named.peers) {
         return found;
     }
-    let all = registry::discover(dirs, None, timeout).peers;
+    let everyone = registry::discover(dirs, None, timeout);
+    let all = everyone.peers;
     if let Some(found) = target.pick(&all) {
         return found;
     }
-    // No live instance has the name: every spool of it is a stopped agent's.
-    let stopped = match target {
-        Target::Named(t) => known_spools()
-            .into_iter()
-            .filter(|s| s.name == *t)
+    // A peer that could not be asked may be the one: no answer, no spool
+    // taken for a stopped agent's.
+    if let Some(what) = named.shortage.or(everyone.shortage) {
+        return Lookup::Short(short_of(what));
+    }
+    // No live instance has the name (or serves the workspace): every spool
+    // of it is a stopped agent's, and one is the answer.
+    let mut stopped: Vec<KnownSpool> = match target {
+        Target::Socket(_) => Vec::new(),
+        _ => (known_spools().into_iter())
+            .filter(|s| target.owns(s) && s.running(&all).is_none())
             .collect(),
-        _ => Vec::new(),
     };
+    if stopped.len() == 1 {
+        return Lookup::Stopped(Box::new(stopped.pop().expect("one spool")));
+    }
     Lookup::None {
         why: target.why(false),
         live: all,
         stopped,
     }
+}
+
+/// Why a lookup that ran short of `what` found nothing, and what to do.
+pub fn short_of(what: &str) -> String {
+    let raise = match crate::sys::open_files_limit() {
+        Some(n) if what.contains("descriptors") => {
+            format!("raise the limit of open files (ulimit -n, now {n}) and try again")
+        }
+        _ => "try again when it is back".to_string(),
+    };
+    format!("this process is {what}, so live instances could not be asked: {raise}")
 }
 
 /// One line per candidate, as errors list them.
@@ -202,6 +241,23 @@ pub struct KnownSpool {
 }
 
 impl KnownSpool {
+    /// Since when its agent is stopped, in epoch seconds: the time of the
+    /// last event its instance recorded in the transcript (it records its
+    /// stopping last; after a crash, the last thing it did is when it was
+    /// last known to run; tasks senders stored since then do not count),
+    /// else, with none, when `meta.json` was written (its last start).
+    pub fn stopped_since(&self) -> Option<f64> {
+        crate::events::last_time(&self.dir).or_else(|| {
+            let m = std::fs::symlink_metadata(self.dir.join("meta.json")).ok()?;
+            let t = m
+                .modified()
+                .ok()?
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?;
+            Some(t.as_secs_f64())
+        })
+    }
+
     /// The live instance serving this spool's name and workspace, if any.
     pub fn running<'p>(&self, live: &'p [Peer]) -> Option<&'p Peer> {
         live.iter()

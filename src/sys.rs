@@ -188,6 +188,17 @@ pub fn listen_here(listener: &UnixListener) -> io::Result<()> {
     check(unsafe { libc::listen(listener.as_raw_fd(), libc::SOMAXCONN) }).map(drop)
 }
 
+/// This process's soft limit of open files (`ulimit -n`), when it has one.
+pub fn open_files_limit() -> Option<u64> {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `l` is a live rlimit for getrlimit to fill.
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) };
+    (r == 0 && l.rlim_cur != libc::RLIM_INFINITY).then_some(l.rlim_cur as u64)
+}
+
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }

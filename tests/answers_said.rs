@@ -88,3 +88,73 @@ fn a_line_typed_in_the_view_gets_no_notice_about_a_command_line() {
         .collect();
     assert!(notices.is_empty(), "{notices:?}");
 }
+
+/// Regression (issue 31, point 7): a command out of descriptors could not
+/// read the manifests, took the live `beta` for a stopped one and said
+/// `no live instance has the id or name beta` (or, with its spool
+/// locked, `spool stayed locked but no live instance answered`). It
+/// names the shortage and the limit to raise, exits 4 (try again), and
+/// stores nothing.
+#[test]
+fn a_command_out_of_descriptors_names_the_shortage_not_the_target() {
+    let env = Env::new();
+    let beta = env.serve(&env.workspace("beta"), &["--name", "beta"]);
+    // Standard input, output and error, and one more: the registry's
+    // directory takes it, and the first manifest finds none left.
+    let short = |args: &str| {
+        let out = env
+            .cmd_for("sh")
+            .args(["-c", &format!("ulimit -n 4 && exec \"$0\" {args}")])
+            .arg(util::baton_bin())
+            .output()
+            .expect("sh");
+        (
+            util::exit_code(out.status),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for args in ["send beta hello", "status beta", "list"] {
+        let (code, err) = short(args);
+        assert_eq!(code, 4, "{args}: {err}");
+        assert!(
+            err.contains("this process is out of file descriptors (the process's limit, EMFILE), so live instances could not be asked: raise the limit of open files (ulimit -n, now 4) and try again"),
+            "{args}: {err}"
+        );
+        assert!(!err.contains("no live instance"), "{args}: {err}");
+    }
+    let mut c = beta.client();
+    let l = c.call(3, "inbox/list", json!({}));
+    assert_eq!(l["result"]["queued"], json!([]), "{l}");
+}
+
+/// Errors about a flag's value name the flag (issue 31, point 7).
+#[test]
+fn a_bad_or_empty_flag_value_is_named_by_its_flag() {
+    let env = Env::new();
+    let ws = env.workspace("ws");
+    let missing = ws.join("nonexistent");
+    let out = env.run(&["serve", "--workspace", missing.to_str().unwrap()]);
+    assert_eq!(out.status, 2, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with(&format!("baton: --workspace {}: ", missing.display())),
+        "{}",
+        out.stderr
+    );
+    for (args, flag) in [
+        (&["list", "--via", ""][..], "--via"),
+        (&["serve", "--accept-from", ""][..], "--accept-from"),
+        (&["send", "--from", "", "x", "y"][..], "--from"),
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.status, 2, "{args:?}: {out:?}");
+        assert_eq!(
+            out.stderr,
+            format!(
+                "baton: {}: {flag} needs a value, and was given an empty one\n",
+                args[0]
+            ),
+            "{args:?}"
+        );
+    }
+}

@@ -1,8 +1,13 @@
 //! Issue 19: `baton send --from NAME` sends as a live local instance, and a
 //! stopped agent stays readable: `baton log` and `baton inbox list` read its
 //! spool from disk, without a lock, and change nothing there.
+//!
+//! Issue 31, point 4: one verdict per stopped name. The commands that need
+//! a live instance exit 3 saying it is stopped, since when, what its spool
+//! holds and how to start it; `status`, `log` and `inbox list` read its
+//! spool and say it is stopped; `log -f` follows it from its next start.
 
-use crate::util::{Env, Output, event_is, wait_event, wait_for};
+use crate::util::{Env, Output, event_is, transcript, wait_event, wait_for, wait_until};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs;
@@ -92,7 +97,23 @@ fn stopped_keeper(env: &Env) -> (PathBuf, PathBuf) {
     (ws, spool_of(env, "keeper"))
 }
 
-const STOPPED: &str = "baton: keeper is not running; reading its spool\n";
+/// Whether `stderr` is the one line `log` and `inbox list` say on a
+/// stopped agent: `baton: keeper is stopped (since TIME); reading its
+/// spool`.
+#[track_caller]
+fn says_stopped(out: &Output) {
+    let rest = out.stderr.strip_prefix("baton: keeper is stopped (since ");
+    let time = rest.and_then(|r| r.strip_suffix("); reading its spool\n"));
+    assert!(time.is_some_and(is_time), "{out:?}");
+}
+
+/// A time as `log` prints it: `HH:MM:SS`, or with the date before it.
+fn is_time(t: &str) -> bool {
+    let hms = t.rsplit(' ').next().unwrap_or("");
+    hms.len() == 8
+        && hms.split(':').count() == 3
+        && t.chars().all(|c| c.is_ascii_digit() || ":- ".contains(c))
+}
 
 fn queued_ids(v: &Value) -> Vec<String> {
     v["queued"]
@@ -209,7 +230,7 @@ fn a_stopped_agents_log_and_inbox_are_read_from_its_spool_and_left_unchanged() {
 
     let out = env.run(&["log", "keeper"]);
     assert_eq!(out.status, 0, "{out:?}");
-    assert_eq!(out.stderr, STOPPED, "{out:?}");
+    says_stopped(&out);
     assert!(out.stdout.contains("instance.started"), "{out:?}");
     for id in ["k1", "k2"] {
         assert!(
@@ -221,7 +242,7 @@ fn a_stopped_agents_log_and_inbox_are_read_from_its_spool_and_left_unchanged() {
     }
     let out = env.run_with(&[], Some(&ws), &["log", "--json"], None);
     assert_eq!(out.status, 0, "{out:?}");
-    assert_eq!(out.stderr, STOPPED, "{out:?}");
+    says_stopped(&out);
     let events: Vec<Value> = out
         .stdout
         .lines()
@@ -231,7 +252,7 @@ fn a_stopped_agents_log_and_inbox_are_read_from_its_spool_and_left_unchanged() {
 
     let out = env.run_with(&[], Some(&ws), &["inbox", "list"], None);
     assert_eq!(out.status, 0, "{out:?}");
-    assert_eq!(out.stderr, STOPPED, "{out:?}");
+    says_stopped(&out);
     let rows: Vec<&str> = out.stdout.lines().skip(1).collect();
     assert_eq!(rows.len(), 2, "{out:?}");
     assert!(
@@ -244,7 +265,7 @@ fn a_stopped_agents_log_and_inbox_are_read_from_its_spool_and_left_unchanged() {
     );
     let out = env.run(&["inbox", "list", "keeper", "--json"]);
     assert_eq!(out.status, 0, "{out:?}");
-    assert_eq!(out.stderr, STOPPED, "{out:?}");
+    says_stopped(&out);
     let v = parse(&out);
     assert_eq!(queued_ids(&v), ["k1", "k2"], "{v}");
     assert_eq!(v["queued"][0]["bytes"], 7, "{v}");
@@ -278,4 +299,127 @@ fn reading_a_stopped_spool_takes_no_lock_and_waits_on_no_fifo() {
     assert_eq!(out.status, 0, "{out:?}");
     assert!(out.stdout.contains("k2"), "{out:?}");
     drop(lock);
+}
+
+/// `baton: keeper is stopped (since TIME); its spool holds 2 tasks; baton
+/// wake keeper or start it`, TIME as `log` prints it.
+#[track_caller]
+fn stopped_verdict(out: &Output, what: &str) {
+    assert_eq!(out.status, 3, "{what}: {out:?}");
+    assert_eq!(out.stdout, "", "{what}: {out:?}");
+    let rest = out.stderr.strip_prefix("baton: keeper is stopped (since ");
+    let time = rest.and_then(|r| {
+        r.strip_suffix("); its spool holds 2 tasks; baton wake keeper or start it\n")
+    });
+    assert!(time.is_some_and(is_time), "{what}: {out:?}");
+}
+
+#[test]
+fn issue_31_commands_that_need_a_live_instance_say_a_stopped_name_is_stopped() {
+    let env = Env::new();
+    let (ws, spool) = stopped_keeper(&env);
+    let before = snapshot(&spool);
+    for cmd in [
+        &["ping", "keeper"][..],
+        &["watch", "keeper"],
+        &["watch", "--approve", "keeper"],
+        &["pause", "keeper"],
+        &["resume", "keeper"],
+        &["attach", "keeper"],
+        &["inbox", "claim", "keeper"],
+        &["inbox", "wait", "keeper", "--timeout", "1"],
+        &["bridge", "keeper"],
+    ] {
+        stopped_verdict(&env.run(cmd), &cmd.join(" "));
+    }
+    // Without TARGET, in the workspace of the stopped agent.
+    let out = env.run_with(&[], Some(&ws), &["ping"], None);
+    stopped_verdict(&out, "ping in its workspace");
+    // `stop` has nothing to stop: exit 3, as for a name nobody has.
+    let out = env.run(&["stop", "keeper"]);
+    assert_eq!(out.status, 3, "{out:?}");
+    let rest = out
+        .stderr
+        .strip_prefix("baton: stop: keeper is stopped (since ");
+    let time = rest.and_then(|r| r.strip_suffix("); its spool holds 2 tasks: nothing to stop\n"));
+    assert!(time.is_some_and(is_time), "{out:?}");
+    assert_eq!(snapshot(&spool), before, "the verdicts changed the spool");
+    // A name with neither an instance nor a spool keeps its answer.
+    let out = env.run(&["ping", "nobody"]);
+    assert_eq!(out.status, 3, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("baton: no live instance has the id or name nobody;"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn issue_31_status_of_a_stopped_name_reads_its_spool() {
+    let env = Env::new();
+    let (ws, spool) = stopped_keeper(&env);
+    let before = snapshot(&spool);
+    let out = env.run(&["status", "keeper"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "name:        keeper", "{out:?}");
+    let time =
+        (lines[1].strip_prefix("state:       stopped (since ")).and_then(|r| r.strip_suffix(')'));
+    assert!(time.is_some_and(is_time), "{out:?}");
+    for line in ["queued:      2", "processing:  0", "interrupted: 0"] {
+        assert!(lines.contains(&line), "{line}: {out:?}");
+    }
+    let out = env.run_with(&[], Some(&ws), &["status", "--json"], None);
+    assert_eq!(out.status, 0, "{out:?}");
+    let v = parse(&out);
+    assert_eq!(v["state"], "stopped", "{v}");
+    assert_eq!(v["name"], "keeper", "{v}");
+    assert_eq!(v["queue"]["queued"], 2, "{v}");
+    assert_eq!(v["awaiting_approval"], serde_json::json!([]), "{v}");
+    // Since the last event the instance itself recorded (its stopping),
+    // not the tasks stored after it.
+    let own = transcript(&spool)
+        .into_iter()
+        .rfind(|e| e.get("stored").is_none())
+        .expect("an event of the instance");
+    let since = own["time"].as_f64().unwrap() as u64;
+    assert_eq!(v["stopped_since"], since, "{v}");
+    assert_eq!(snapshot(&spool), before, "status changed the spool");
+}
+
+#[test]
+fn issue_31_log_follow_of_a_stopped_name_follows_its_next_start() {
+    let env = Env::new();
+    let (ws, _spool) = stopped_keeper(&env);
+    let mut log = env.spawn(&["log", "-f", "keeper"], &ws);
+    let what = "log -f to print the transcript and wait for the next start";
+    wait_until(what, T, || {
+        let waits = log
+            .stderr()
+            .contains("keeper is not running; waiting for it to start");
+        waits || !log.is_running()
+    });
+    assert!(log.is_running(), "{}", log.stderr());
+    assert!(log.stdout().contains("k2"), "{}", log.stdout());
+    let mut served = env.serve(&ws, &["--name", "keeper"]);
+    let out = env.run(&["send", "keeper", "after the start", "--message-id", "k3"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    // The new instance's events, from its start on, each once.
+    wait_until("log -f to show k3", T, || log.stdout().contains("k3"));
+    let shown = log.stdout();
+    let started = shown
+        .lines()
+        .filter(|l| l.contains("instance.started"))
+        .count();
+    assert_eq!(started, 2, "{shown}");
+    assert!(shown.contains(&format!("pid {}", served.pid())), "{shown}");
+    // Ctrl-C ends it, as it ends `log -f` of a live instance.
+    log.signal(libc::SIGINT);
+    assert_eq!(
+        log.wait_exit(T),
+        Some(128 + libc::SIGINT),
+        "{}",
+        log.stderr()
+    );
+    assert_eq!(served.term(), 0, "{}", served.stderr());
 }

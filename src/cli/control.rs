@@ -1,14 +1,17 @@
-//! `baton ping`, `status`, `pause` and `resume`: one call to one instance.
+//! `baton ping`, `status`, `pause` and `resume`: one call to one instance;
+//! `status` of a stopped agent reads its spool instead.
 
 use super::args::Args;
-use super::target;
+use super::target::{self, Resolved};
 use crate::config::Config;
 use crate::error::{ExitCode, Result};
+use crate::lookup::KnownSpool;
 use crate::registry::{Peer, Wire};
 use crate::sanitize::escape;
 use crate::server::ANSWER_WAIT_MIN;
 use crate::wire::answer::{ControlStatus, Paused, Pong};
 use crate::wire::{Call, Method};
+use serde::Serialize;
 use serde_json::json;
 use std::path::Path;
 use std::time::Instant;
@@ -74,7 +77,11 @@ fn zcoder_status(args: &Args, config: &Config, peer: &Peer) -> Result<ExitCode> 
 
 pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "status", 1)?;
-    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
+    let peer =
+        match target::resolve_or_stopped(config, args.positional.first().map(String::as_str))? {
+            Resolved::Live(peer) => peer,
+            Resolved::Stopped(spool) => return stopped_status(args, &spool),
+        };
     if peer.wire == Wire::Zcoder {
         return zcoder_status(args, config, &peer);
     }
@@ -106,6 +113,71 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
         ));
     }
     super::answer(args, &v, &text)
+}
+
+/// `status --json` of a stopped agent: what its spool holds, in the shape
+/// of a live instance's answer where the members mean the same. `state`
+/// is `stopped`, which no instance answers (so it is not a wire `State`).
+#[derive(Serialize)]
+struct StoppedStatus<'a> {
+    name: &'a str,
+    state: &'static str,
+    /// Epoch seconds: `KnownSpool::stopped_since`.
+    stopped_since: Option<u64>,
+    workspace: &'a str,
+    spool: String,
+    /// Whether senders store tasks in its spool while it is stopped.
+    offline: bool,
+    queue: StoppedQueue,
+    /// Always empty: only a running instance asks for an approval.
+    awaiting_approval: [&'a str; 0],
+}
+
+#[derive(Serialize)]
+struct StoppedQueue {
+    queued: usize,
+    processing: usize,
+    interrupted: usize,
+    rejected: usize,
+}
+
+/// `status` of a stopped agent: its spool read as `inbox list` reads it
+/// (no lock, nothing moved), `state: stopped (since TIME)`.
+fn stopped_status(args: &Args, spool: &KnownSpool) -> Result<ExitCode> {
+    let l = crate::spool::read_listing(&spool.dir)?;
+    let r = StoppedStatus {
+        name: &spool.name,
+        state: "stopped",
+        stopped_since: spool.stopped_since().map(|t| t as u64),
+        workspace: &spool.workspace,
+        spool: spool.dir.display().to_string(),
+        offline: spool.offline,
+        queue: StoppedQueue {
+            queued: l.queued.len(),
+            processing: l.processing.len(),
+            interrupted: l.interrupted.len(),
+            rejected: l.rejected.len(),
+        },
+        awaiting_approval: [],
+    };
+    let q = &r.queue;
+    let text = format!(
+        "name:        {}\nstate:       stopped ({})\nworkspace:   {}\nspool:       {}\nqueued:      {}\nprocessing:  {}\ninterrupted: {}\nrejected:    {}\noffline:     {}\n",
+        escape(r.name),
+        target::since(spool, false),
+        escape(r.workspace),
+        escape(&r.spool),
+        q.queued,
+        q.processing,
+        q.interrupted,
+        q.rejected,
+        if r.offline {
+            "yes: tasks sent to it wait in its spool"
+        } else {
+            "no (serve --no-offline): tasks sent to it are refused"
+        },
+    );
+    super::answer(args, &json!(r), &text)
 }
 
 /// `pause` and `resume`. A pause is answered once the acceptances before

@@ -7,6 +7,7 @@ use super::{emit, emit_json, target};
 use crate::client::{self, ListError, Session};
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
+use crate::lookup::KnownSpool;
 use crate::registry;
 use crate::sanitize::{escape, escape_multiline};
 use crate::spool::{self, Receipt};
@@ -33,12 +34,15 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         )));
     }
     let (target_arg, params) = request(args, action)?;
-    let peer = match target::resolve(config, target_arg.map(String::as_str)) {
-        Ok(peer) => peer,
-        Err(Error::NoTarget(why)) if action == "list" => {
-            return list_stopped(args, config, target_arg.map(String::as_str), why);
-        }
-        Err(e) => return Err(e),
+    // Only `list` reads a stopped agent's spool; the others need it running.
+    let peer = match action {
+        "list" => match target::resolve_or_stopped(config, target_arg.map(String::as_str))? {
+            target::Resolved::Live(peer) => peer,
+            target::Resolved::Stopped(spool) => {
+                return list_stopped(args, &spool, target_arg.map(String::as_str));
+            }
+        },
+        _ => target::resolve(config, target_arg.map(String::as_str))?,
     };
     let json = args.flag("json");
     let (r, ok) = match action {
@@ -141,13 +145,8 @@ pub(super) fn list_all(conn: &mut Session, peer: &registry::Peer) -> Result<Inbo
 
 /// `inbox list` of a stopped agent: its spool's directories as they are,
 /// in the live listing's shape. Nothing is claimed, moved or locked.
-fn list_stopped(
-    args: &Args,
-    config: &Config,
-    target: Option<&str>,
-    why: String,
-) -> Result<ExitCode> {
-    let spool = super::watch::stopped(config, target, why)?;
+fn list_stopped(args: &Args, spool: &KnownSpool, target: Option<&str>) -> Result<ExitCode> {
+    super::watch::say_stopped(spool, false);
     let l = crate::spool::read_listing(&spool.dir)?;
     let finished = match args.flag("all") {
         true => spool::read_recent(&spool.dir, FINISHED_SHOWN),

@@ -37,6 +37,10 @@ fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
     let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);
     let me = target::own_instance_id();
     let found = registry::discover(&dirs, me.as_deref(), config.io_timeout);
+    // A listing without the peers it could not ask would be a wrong one.
+    if let Some(what) = found.shortage {
+        return Err(Error::Transport(crate::lookup::short_of(what)));
+    }
     if args.flag("offline") {
         return Ok(crate::relay::known_spools()
             .iter()

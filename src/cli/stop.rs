@@ -31,7 +31,16 @@ pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
         ));
     };
     let wait = args.seconds("stop", "timeout")?.unwrap_or(STOP_WAIT);
-    let peer = target::resolve(config, Some(name))?;
+    let peer = match target::resolve_or_stopped(config, Some(name))? {
+        target::Resolved::Live(peer) => peer,
+        // Nothing to signal: exit 3, as for a name no live instance has.
+        target::Resolved::Stopped(spool) => {
+            return Err(Error::NoTarget(format!(
+                "stop: {}: nothing to stop",
+                target::stopped_holding(&spool)
+            )));
+        }
+    };
     let (_, r): (_, ControlStatus) = target::call(config, &peer, Call::ControlStatus, json!({}))?;
     let Some(pid) = peer.verified_pid(&r.instance_id, r.pid) else {
         let m = &peer.manifest;

@@ -1,11 +1,13 @@
 //! A TARGET argument as the CLI takes it: the one live instance that
-//! answers (`lookup::find` says which it names), else the error and exit
-//! code; and a connection to it.
+//! answers (`lookup::find` says which it names), or a stopped agent's
+//! spool for the commands that read one, else the error and exit code;
+//! and a connection to it.
 
+use super::since::Clock;
 use crate::client::{ClientError, Session};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::lookup::{self, Lookup, Target};
+use crate::lookup::{self, KnownSpool, Lookup, Target};
 use crate::registry::{self, Peer};
 use crate::sanitize::escape;
 use crate::wire::Method;
@@ -22,10 +24,58 @@ pub fn own_instance_id() -> Option<String> {
     registry::valid_id(id).then(|| id.to_string())
 }
 
-/// Resolves TARGET among live peers (`lookup::find`): one that answers,
-/// or the error that says why not. An unresponsive one is there, but
-/// nothing can be asked of it now (exit 4, not "no such instance").
+/// What TARGET names for a command that can read a stopped agent's spool
+/// (`status`, `log`, `inbox list`).
+pub enum Resolved {
+    Live(Peer),
+    Stopped(KnownSpool),
+}
+
+/// Resolves TARGET for a command that needs a live instance: as
+/// `resolve_or_stopped`, a stopped agent's name being the error (exit 3)
+/// that says so, how much waits in its spool, and how to start it.
 pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
+    match resolve_or_stopped(config, target)? {
+        Resolved::Live(peer) => Ok(peer),
+        Resolved::Stopped(spool) => Err(Error::NoTarget(format!(
+            "{}; baton wake {} or start it",
+            stopped_holding(&spool),
+            escape(&spool.name)
+        ))),
+    }
+}
+
+/// `since TIME` of a stopped agent (`KnownSpool::stopped_since`), the time
+/// as `log` shows times: local, or UTC with `utc`, the date when it is
+/// not today.
+pub fn since(spool: &KnownSpool, utc: bool) -> String {
+    let time = spool
+        .stopped_since()
+        .map_or_else(|| "an unknown time".into(), |t| Clock::new(utc).stamp(t));
+    format!("since {time}")
+}
+
+/// `NAME is stopped (since TIME)`.
+pub fn stopped_since(spool: &KnownSpool, utc: bool) -> String {
+    format!("{} is stopped ({})", escape(&spool.name), since(spool, utc))
+}
+
+/// `NAME is stopped (since TIME); its spool holds N tasks`: the verdict on
+/// a stopped name for every command that needs it running.
+pub fn stopped_holding(spool: &KnownSpool) -> String {
+    let tasks = if spool.queued == 1 { "task" } else { "tasks" };
+    format!(
+        "{}; its spool holds {} {tasks}",
+        stopped_since(spool, false),
+        spool.queued
+    )
+}
+
+/// Resolves TARGET (`lookup::find`): one live instance that answers, or
+/// the one spool of a stopped agent, or the error that says why not. An
+/// unresponsive instance is there, but nothing can be asked of it now
+/// (exit 4, not "no such instance").
+pub fn resolve_or_stopped(config: &Config, target: Option<&str>) -> Result<Resolved> {
     if target.is_some_and(|t| t.trim().is_empty()) {
         return Err(Error::Usage(format!(
             "TARGET {:?} is empty: name an instance by its id or name",
@@ -41,8 +91,19 @@ pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
         Lookup::One(p) if p.unresponsive() => {
             return Err(Error::Transport(p.silence(config.io_timeout)));
         }
-        Lookup::One(p) => return Ok(*p),
+        Lookup::One(p) => return Ok(Resolved::Live(*p)),
+        Lookup::Stopped(spool) => return Ok(Resolved::Stopped(*spool)),
+        Lookup::Short(why) => return Err(Error::Transport(why)),
         Lookup::Several { why, matched } => (why, matched),
+        Lookup::None { why, stopped, .. } if !stopped.is_empty() => {
+            let rows: Vec<[String; 4]> = (stopped.iter())
+                .map(|s| lookup::candidate(&s.name, None, &s.workspace, ""))
+                .collect();
+            return Err(Error::NoTarget(format!(
+                "{why}; several stopped agents' spools match: {}",
+                lookup::candidate_list(&rows)
+            )));
+        }
         Lookup::None { why, live, .. } => (why, live),
     };
     Err(Error::NoTarget(format!(

@@ -6,10 +6,12 @@ use super::args::Args;
 use super::log::print;
 use super::since::{Clock, parse_since};
 use super::target;
+use super::target::Resolved;
 use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
-use crate::registry::{self, Peer};
-use crate::relay::{self, KnownSpool};
+use crate::follow::{Follow, Step, Who};
+use crate::lookup::KnownSpool;
+use crate::registry::Peer;
 use crate::sanitize::escape;
 use crate::wire::answer::Subscribed;
 use crate::wire::{Event, EventKind, Method};
@@ -38,41 +40,14 @@ type Writer = Box<dyn Write + Send>;
 /// The id of the ping that marks the end of the replay.
 const REPLAYED: &str = "replayed";
 
-/// The spool of a stopped agent, when TARGET names no live instance
-/// (`why`) but a spool does: the one spool of that name, or without a name
-/// the one whose workspace is the current directory, that no live instance
-/// serves. Said on stderr, so that `--json` output stays pure. Only each
-/// spool's `meta.json` is read.
-pub(super) fn stopped(config: &Config, target: Option<&str>, why: String) -> Result<KnownSpool> {
-    let dir = registry::ensure_dir(config)?;
-    let live = registry::discover(&registry::scan_dirs(&dir), None, config.io_timeout).peers;
-    let cwd = std::env::current_dir()
-        .and_then(std::fs::canonicalize)
-        .map_err(|e| Error::io("read", std::path::Path::new("."), e))?
-        .display()
-        .to_string();
-    let mut found: Vec<KnownSpool> = relay::known_spools()
-        .into_iter()
-        .filter(|s| target.map_or(s.workspace == cwd, |n| s.name == n))
-        .filter(|s| s.running(&live).is_none())
-        .collect();
-    if found.len() > 1 {
-        let rows: Vec<[String; 4]> = (found.iter())
-            .map(|s| crate::lookup::candidate(&s.name, None, &s.workspace, ""))
-            .collect();
-        return Err(Error::NoTarget(format!(
-            "{why}; several stopped agents' spools match: {}",
-            crate::lookup::candidate_list(&rows)
-        )));
-    }
-    let Some(spool) = found.pop() else {
-        return Err(Error::NoTarget(why));
-    };
+/// A stopped agent's spool, as `log` and `inbox list` read it: said on
+/// stderr (`NAME is stopped (since TIME); reading its spool`), so that
+/// `--json` output stays pure.
+pub(super) fn say_stopped(spool: &KnownSpool, utc: bool) {
     eprintln!(
-        "baton: {} is not running; reading its spool",
-        escape(&spool.name)
+        "baton: {}; reading its spool",
+        target::stopped_since(spool, utc)
     );
-    Ok(spool)
 }
 
 /// Which recorded events `baton log` shows: the last `last` of them
@@ -121,30 +96,16 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     let filter = Filter::from_args(args, &clock)?;
     let target_arg = args.positional.first().map(String::as_str);
     let then_live = args.flag("follow");
-    let peer = match target::resolve(config, target_arg) {
-        Ok(peer) => peer,
-        Err(Error::NoTarget(why)) if !then_live => {
-            let spool = stopped(config, target_arg, why)?;
-            let keep = filter.last.map_or(usize::MAX, |n| n as usize);
-            let mut shown: VecDeque<(Value, Event)> = VecDeque::new();
-            crate::events::replay(&spool.dir, 1, u64::MAX, |line| {
-                if let Ok(v) = serde_json::from_slice::<Value>(line) {
-                    let ev = Event::read(&v);
-                    if filter.by_time(&ev) {
-                        shown.push_back((v, ev));
-                    }
-                    if shown.len() > keep {
-                        shown.pop_front();
-                    }
-                }
-                true
-            });
-            for (v, ev) in &shown {
-                print(args, &clock, v, ev);
+    let peer = match target::resolve_or_stopped(config, target_arg)? {
+        Resolved::Live(peer) => peer,
+        Resolved::Stopped(spool) => {
+            say_stopped(&spool, args.flag("utc"));
+            let last = log_recorded(args, &clock, filter, &spool);
+            if !then_live {
+                return Ok(ExitCode::Ok);
             }
-            return Ok(ExitCode::Ok);
+            return follow_next_start(args, config, &clock, &spool, last);
         }
-        Err(e) => return Err(e),
     };
     let params = match then_live {
         true => json!({"controller": false, "since": 1}),
@@ -180,6 +141,66 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     }
     // Rotation may have removed the oldest events; what exists was shown.
     Ok(ExitCode::Ok)
+}
+
+/// Prints what a stopped agent's transcript recorded, as `filter` keeps
+/// it; the sequence number of the last event there is (0: none).
+fn log_recorded(args: &Args, clock: &Clock, filter: Filter, spool: &KnownSpool) -> u64 {
+    let keep = filter.last.map_or(usize::MAX, |n| n as usize);
+    let mut shown: VecDeque<(Value, Event)> = VecDeque::new();
+    let mut last = 0;
+    crate::events::replay(&spool.dir, 1, u64::MAX, |line| {
+        if let Ok(v) = serde_json::from_slice::<Value>(line) {
+            let ev = Event::read(&v);
+            last = last.max(ev.seq);
+            if filter.by_time(&ev) {
+                shown.push_back((v, ev));
+            }
+            if shown.len() > keep {
+                shown.pop_front();
+            }
+        }
+        true
+    });
+    for (v, ev) in &shown {
+        print(args, clock, v, ev);
+    }
+    last
+}
+
+/// `log --follow` of a stopped agent, after its recorded events (up to
+/// `last`): waits for the next instance of its name and workspace to
+/// start (`follow::follow`, which says it waits), then prints its events
+/// from the one after `last` on, until it closes the connection.
+fn follow_next_start(
+    args: &Args,
+    config: &Config,
+    clock: &Clock,
+    spool: &KnownSpool,
+    last: u64,
+) -> Result<ExitCode> {
+    let who = Who {
+        workspace: Some(spool.workspace.clone()),
+        only_workspace: true,
+        ..Who::named(spool.name.clone(), None)
+    };
+    let f = Follow {
+        name: &spool.name,
+        deadline: None,
+        quiet: false,
+    };
+    let params = json!({"controller": false, "since": last + 1});
+    let end = crate::follow::follow(
+        &f,
+        || who.find(config),
+        // One that went away before it could be subscribed to is not the
+        // next start: wait for another.
+        |peer| match subscribe(config, &peer, params.clone()) {
+            Ok((_, rx, stream)) => follow(args, clock, rx, stream, false, None).map(Step::Done),
+            Err(_) => Ok(Step::Unwatched(None)),
+        },
+    )?;
+    Ok(end.unwrap_or(ExitCode::Ok))
 }
 
 /// `baton watch`: live events until the instance goes away; with

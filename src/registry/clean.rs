@@ -42,6 +42,8 @@ pub fn collect_stale(dir: &Path) -> Collected {
     for c in candidates {
         let m = match c {
             Candidate::Ok(m, _) => m,
+            // Unread for want of a resource: nothing is known of it.
+            Candidate::Short(_) => continue,
             Candidate::Bad(s) => {
                 if remove_malformed(dir, &s) {
                     malformed.push(s.path);

@@ -3,8 +3,8 @@
 //! exact instance id is found without a scan.
 
 use super::{
-    MAX_CANDIDATES, MAX_ENTRIES, Manifest, RegistryDir, Wire, manifest_path, read_manifest,
-    valid_id,
+    MAX_CANDIDATES, MAX_ENTRIES, Manifest, RegistryDir, Wire, manifest_path,
+    read_manifest_or_short, valid_id,
 };
 use crate::client;
 use crate::error::Invalid;
@@ -161,13 +161,17 @@ pub struct Discovery {
 pub(super) enum Candidate {
     Ok(Manifest, Wire),
     Bad(Skipped),
+    /// Not read: this process ran short of what it needed (no word on
+    /// the manifest, which is neither listed nor removed).
+    Short(&'static str),
 }
 
 /// Reads `file`, the manifest of `id` in `dir`, into a candidate.
 fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
-    match read_manifest(dir, &file) {
-        Ok(m) => Candidate::Ok(m, dir.wire),
-        Err(problem) => Candidate::Bad(Skipped {
+    match read_manifest_or_short(dir, &file) {
+        Err(what) => Candidate::Short(what),
+        Ok(Ok(m)) => Candidate::Ok(m, dir.wire),
+        Ok(Err(problem)) => Candidate::Bad(Skipped {
             path: file,
             instance_id: valid_id(id).then(|| id.to_string()),
             manifest: None,
@@ -265,7 +269,7 @@ fn settle(
     keep: &dyn Fn(&Manifest) -> bool,
 ) -> Discovery {
     let mut found = Discovery::default();
-    let to_ping = triage(candidates, exclude, keep, &mut found.skipped);
+    let to_ping = triage(candidates, exclude, keep, &mut found);
     let results = ping_all(&to_ping, timeout);
     for ((mut m, wire), r) in to_ping.into_iter().zip(results) {
         m.state = match r {
@@ -308,8 +312,9 @@ fn triage(
     candidates: Vec<Candidate>,
     exclude: Option<&str>,
     keep: &dyn Fn(&Manifest) -> bool,
-    skipped: &mut Vec<Skipped>,
+    found: &mut Discovery,
 ) -> Vec<(Manifest, Wire)> {
+    let skipped = &mut found.skipped;
     let mut to_ping = Vec::new();
     // An instance published in both registries is one peer: its native
     // entry comes first (ours is scanned first) and wins.
@@ -319,6 +324,10 @@ fn triage(
             Candidate::Ok(m, w) => (m, w),
             Candidate::Bad(s) => {
                 skipped.push(s);
+                continue;
+            }
+            Candidate::Short(what) => {
+                found.shortage = Some(what);
                 continue;
             }
         };

@@ -18,6 +18,37 @@ const MAX_FIELD: usize = 4096;
 
 /// Reads and validates one manifest file; `Err` names the problem.
 pub fn read_manifest(dir: &RegistryDir, file: &Path) -> Result<Manifest, Invalid> {
+    read_manifest_or_short(dir, file)
+        .unwrap_or_else(|what| Err(Invalid(format!("manifest: this process is {what}"))))
+}
+
+/// `read_manifest`, or (`Err`) what this process ran short of to read
+/// it: no word on the manifest.
+pub fn read_manifest_or_short(
+    dir: &RegistryDir,
+    file: &Path,
+) -> Result<Result<Manifest, Invalid>, &'static str> {
+    match check_and_read(dir, file) {
+        Ok(m) => Ok(Ok(m)),
+        Err(Read::Invalid(why)) => Ok(Err(why)),
+        Err(Read::Short(what)) => Err(what),
+    }
+}
+
+/// Why a manifest was not read: it is not valid, or this process ran
+/// short.
+enum Read {
+    Invalid(Invalid),
+    Short(&'static str),
+}
+
+impl<T: Into<Invalid>> From<T> for Read {
+    fn from(e: T) -> Read {
+        Read::Invalid(e.into())
+    }
+}
+
+fn check_and_read(dir: &RegistryDir, file: &Path) -> Result<Manifest, Read> {
     let meta = fs::symlink_metadata(file).map_err(|e| Invalid(e.to_string()))?;
     if meta.file_type().is_symlink() {
         return Err("manifest is a symlink".into());
@@ -36,15 +67,17 @@ pub fn read_manifest(dir: &RegistryDir, file: &Path) -> Result<Manifest, Invalid
         return Err(format!("manifest is {} bytes, over 16 KiB", meta.len()).into());
     }
     // Read without waiting, whatever was swapped in since the look.
-    let bytes =
-        files::read_regular(file, MAX_MANIFEST).map_err(|e| Invalid(format!("manifest: {e}")))?;
+    let bytes = files::read_regular(file, MAX_MANIFEST).map_err(|e| match sys::shortage(&e) {
+        Some(what) => Read::Short(what),
+        None => Read::Invalid(Invalid(format!("manifest: {e}"))),
+    })?;
     let id = file
         .file_name()
         .and_then(|n| n.to_str())
         .and_then(|n| n.strip_prefix("a-"))
         .and_then(|n| n.strip_suffix(".json"))
         .ok_or("manifest name is not a-<id>.json")?;
-    parse_manifest(dir, id, &bytes)
+    Ok(parse_manifest(dir, id, &bytes)?)
 }
 
 /// Validates every field of a manifest as data.

@@ -12,7 +12,7 @@ pub use clean::{Collected, MALFORMED_AGE, collect_stale};
 pub use discover::{
     Discovery, Peer, Skipped, Truncated, UNRESPONSIVE, discover, discover_matching, find_id,
 };
-pub use manifest::{Manifest, parse_manifest, read_manifest};
+pub use manifest::{Manifest, parse_manifest, read_manifest, read_manifest_or_short};
 
 use crate::config::Config;
 use crate::error::{Error, Result};

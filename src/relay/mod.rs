@@ -123,7 +123,7 @@ fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
                 Route::Done(v) => Err(v),
             };
         }
-        Lookup::None { .. } if *only == out.target => {
+        Lookup::None { .. } | Lookup::Stopped(_) if *only == out.target => {
             return Err(match &out.only_spool {
                 Some(owner) => {
                     let task = task(origin, out);
@@ -135,7 +135,10 @@ fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
                 }
             });
         }
+        Lookup::Short(why) => return Err(outcome(Status::Transport, id, why)),
         Lookup::None { live: all, .. } | Lookup::Several { matched: all, .. } => all,
+        // Every live instance is a candidate, as when no spool has the name.
+        Lookup::Stopped(_) => registry::discover(&dirs, None, config.io_timeout).peers,
     };
     let why = format!(
         "no single live instance has the id or name {}",

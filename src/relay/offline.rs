@@ -46,12 +46,14 @@ pub fn route(
                 let candidates = lookup::candidates_json(&matched);
                 return Route::Done(no_target(message_id, why, candidates));
             }
+            Lookup::Stopped(spool) => match takes_offline(target, message_id, *spool) {
+                Ok(spool) => spool,
+                Err(done) => return Route::Done(done),
+            },
             Lookup::None { why, live, stopped } => {
-                match offline_spool(target, message_id, why, &live, stopped) {
-                    Ok(spool) => spool,
-                    Err(done) => return Route::Done(done),
-                }
+                return Route::Done(no_offline_spool(target, message_id, why, &live, &stopped));
             }
+            Lookup::Short(why) => return Route::Done(outcome(Status::Transport, message_id, why)),
         };
         match store(config, registry_dir, &spool, message_id, make_task) {
             Some(done) => return Route::Done(done),
@@ -81,31 +83,33 @@ pub(super) fn live(config: &Config, p: Box<Peer>, message_id: &str) -> Route {
     Route::Live(p)
 }
 
-/// The one spool of a name no live instance has (`why`), if it takes
-/// offline delivery; `Err` with the result otherwise. `live` lists every
-/// live instance, the candidates when there is no such spool.
-fn offline_spool(
+/// The result for a name no live instance has (`why`) and no single
+/// spool: `live` lists every live instance, the candidates when no spool
+/// has the name; several `spools` are the candidates otherwise.
+fn no_offline_spool(
     target: &str,
     message_id: &str,
     why: String,
     live: &[Peer],
-    mut spools: Vec<KnownSpool>,
-) -> Result<KnownSpool, Value> {
+    spools: &[KnownSpool],
+) -> Value {
     if spools.is_empty() {
-        return Err(no_target(message_id, why, lookup::candidates_json(live)));
+        return no_target(message_id, why, lookup::candidates_json(live));
     }
-    if spools.len() > 1 {
-        let why = format!(
-            "{} is not running and several spools have that name: start the one you mean",
-            escape(target)
-        );
-        let candidates = spools
-            .iter()
-            .map(|s| json!({"name": s.name, "workspace": s.workspace, "pid": null, "instance_id": ""}))
-            .collect();
-        return Err(no_target(message_id, why, candidates));
-    }
-    let spool = spools.pop().expect("one spool");
+    let why = format!(
+        "{} is not running and several spools have that name: start the one you mean",
+        escape(target)
+    );
+    let candidates = spools
+        .iter()
+        .map(|s| json!({"name": s.name, "workspace": s.workspace, "pid": null, "instance_id": ""}))
+        .collect();
+    no_target(message_id, why, candidates)
+}
+
+/// The one spool of a name no live instance has, if it takes offline
+/// delivery; `Err` with the result otherwise.
+fn takes_offline(target: &str, message_id: &str, spool: KnownSpool) -> Result<KnownSpool, Value> {
     if !spool.offline {
         return Err(outcome(Status::Denied, message_id, no_offline(target)));
     }
