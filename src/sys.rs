@@ -196,7 +196,10 @@ pub fn open_files_limit() -> Option<u64> {
     };
     // SAFETY: `l` is a live rlimit for getrlimit to fill.
     let r = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) };
-    (r == 0 && l.rlim_cur != libc::RLIM_INFINITY).then_some(l.rlim_cur as u64)
+    // `rlim_t` is a u64 on Linux, an i64 on the BSDs.
+    #[allow(clippy::unnecessary_cast)]
+    let soft = l.rlim_cur as u64;
+    (r == 0 && l.rlim_cur != libc::RLIM_INFINITY).then_some(soft)
 }
 
 pub fn euid() -> u32 {

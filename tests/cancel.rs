@@ -75,6 +75,15 @@ fn a_queued_task_is_withdrawn_and_its_waiting_sender_hears_cancelled() {
     assert_eq!(st["result"]["status"], "cancelled", "{st}");
     let list = env.run(&["inbox", "list", "beta"]);
     assert!(!list.stdout.contains("m-2"), "{}", list.stdout);
+    // `--all` lists it among the finished tasks, as cancelled.
+    let list = env.run(&["inbox", "list", "--all", "beta"]);
+    assert!(
+        list.stdout
+            .lines()
+            .any(|l| l.starts_with("cancelled") && l.contains("m-2")),
+        "{}",
+        list.stdout
+    );
 
     // Once ended, it says how; an id never sent is unknown.
     let out = env.run(&["cancel", "beta", "m-2"]);
