@@ -229,14 +229,6 @@ pub fn parse(cmd: &str, argv: &[OsString], opts: &[Opt]) -> Result<Args> {
             (false, Some(_)) => return Err(usage(format!("--{long} takes no value"))),
             (false, None) => None,
         };
-        // No option means anything by an empty value: it is a slip (an
-        // unset shell variable), said as one, never taken as a host, a
-        // glob or a name.
-        if value.as_deref() == Some("") {
-            return Err(usage(format!(
-                "--{long} needs a value, and was given an empty one"
-            )));
-        }
         args.given.push((opt.long, value));
     }
     Ok(args)

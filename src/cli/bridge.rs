@@ -271,6 +271,13 @@ impl Via {
     /// spaces as ssh does, sees the same words. With `multiplex`, an `ssh
     /// ...` VIA shares one connection per VIA (`multiplexed`).
     pub fn spawn(via: &str, config: &Config, remote_args: &[&str], multiplex: bool) -> Result<Via> {
+        // An unset shell variable, not a command: nothing to run.
+        if via.trim().is_empty() {
+            return Err(Error::Usage(
+                "--via is empty: give the command that reaches the other host, such as 'ssh HOST'"
+                    .into(),
+            ));
+        }
         let quoted: Vec<String> = remote_args.iter().map(|a| shell_quote(a)).collect();
         let line = multiplex.then(|| multiplexed(via, config)).flatten();
         let line = line.unwrap_or_else(|| via.to_string());

@@ -85,8 +85,8 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
         paused: args.flag("paused"),
         ephemeral_spool: args.flag("ephemeral-spool"),
         policy: Policy {
-            accept_from: args.values("accept-from"),
-            deny_from: args.values("deny-from"),
+            accept_from: globs(args, "accept-from")?,
+            deny_from: globs(args, "deny-from")?,
         },
         exec,
         reply: args.flag("reply"),
@@ -145,4 +145,16 @@ fn tmux_pane(args: &Args, exec: bool) -> Result<Option<String>> {
         )));
     }
     Ok(Some(pane.to_string()))
+}
+
+/// The globs of `--accept-from` or `--deny-from` (`long`); an empty one
+/// is a slip (an unset shell variable), never a glob that matches nothing.
+fn globs(args: &Args, long: &str) -> Result<Vec<String>> {
+    let v = args.values(long);
+    if v.iter().any(|g| g.trim().is_empty()) {
+        return Err(Error::Usage(format!(
+            "serve: --{long} is empty: give a glob of sender names, such as 'alice*'"
+        )));
+    }
+    Ok(v)
 }
