@@ -616,8 +616,9 @@ fn last_line<T>(path: &Path, pick: impl Fn(&Value) -> Option<T>) -> Option<T> {
 }
 
 /// The time of the last event the instance itself recorded in the
-/// transcript of the spool `dir` (either generation; a task a sender
-/// stored while it was stopped, marked `stored`, does not count): when a
+/// transcript of the spool `dir` (either generation; what other commands
+/// wrote while it was stopped, marked `stored`, does not count: a task a
+/// sender stored, a task `baton cancel` withdrew): when a
 /// stopped agent was last heard of. None when the last 64 KiB hold none.
 pub fn last_time(dir: &Path) -> Option<f64> {
     let own = |v: &Value| match v.get("stored") {

@@ -195,6 +195,11 @@ fn a_stopped_agents_queued_task_is_withdrawn_from_its_spool() {
     let ended = wait_event(&spool, "task.ended", "s-1");
     assert_eq!(ended["outcome"], "cancelled", "{ended}");
     assert_eq!(fs::read_dir(spool.join("inbox")).unwrap().count(), 0);
+    // Written by this command, not by the agent: marked `stored`, so
+    // that "stopped (since ...)" stays the agent's own last time.
+    let notice = wait_event(&spool, "notice", "s-1");
+    assert_eq!(notice["stored"], true, "{notice}");
+    assert_eq!(ended["stored"], true, "{ended}");
 
     // Started again, it does not run it, and knows how it ended.
     let coder = env.serve(&ws, &["--name", "coder"]);

@@ -221,13 +221,15 @@ pub fn cancel_stopped(spool: &Spool, id: &str) -> Handled {
     }
     let hub = Hub::open(spool.dir());
     let pid = std::process::id();
+    // Marked `stored`, as a task stored while it was stopped is: written
+    // by another command, never a sign that the agent ran then.
     hub.emit(
         EventKind::Notice,
-        json!({"message_id": id, "text": format!("cancelled by the operator (pid {pid}) while stopped: withdrawn from the queue")}),
+        json!({"message_id": id, "stored": true, "text": format!("cancelled by the operator (pid {pid}) while stopped: withdrawn from the queue")}),
     );
     hub.emit(
         EventKind::TaskEnded,
-        json!({"message_id": id, "outcome": Outcome::Cancelled, "reply": null}),
+        json!({"message_id": id, "outcome": Outcome::Cancelled, "reply": null, "stored": true}),
     );
     hub.flush();
     Handled {
