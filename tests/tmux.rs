@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::util::{
     Env, Served, event_is, finish, have, me_as_instance, pid_alive, transcript, wait_event,
-    wait_gone, wait_until,
+    wait_for, wait_gone, wait_until,
 };
 
 /// The bound on every wait for the instance or the pane.
@@ -142,6 +142,29 @@ impl Tmux {
     /// Everything the stand-in read after `ready`, as one string.
     pub(crate) fn typed(&self) -> String {
         self.reads().iter().skip(1).map(String::as_str).collect()
+    }
+
+    /// `typed`, once it holds `needle` (see `wait_done_line`).
+    pub(crate) fn wait_typed(&self, needle: &str) -> String {
+        wait_for(&format!("the pane to have read {needle:?}"), WAIT, || {
+            let typed = self.typed();
+            typed.contains(needle).then_some(typed)
+        })
+    }
+
+    /// `typed`, once it holds the whole `[when done: ...]` line:
+    /// `task.typed` is recorded when tmux took the keys, which the
+    /// stand-in reads and writes down a moment later.
+    pub(crate) fn wait_done_line(&self) -> String {
+        wait_for(
+            "the pane to have read the [when done: ...] line",
+            WAIT,
+            || {
+                let typed = self.typed();
+                let at = typed.find("[when done: baton ")?;
+                typed[at..].contains(']').then_some(typed)
+            },
+        )
     }
 
     fn in_mode(&self) -> String {
@@ -330,7 +353,7 @@ fn the_next_task_is_typed_only_after_the_agent_completes_the_one_before() {
         "{seen:?}"
     );
     assert_eq!(places(&env), (vec!["two".into()], vec!["one".into()]));
-    let typed = tmux.typed();
+    let typed = tmux.wait_done_line();
     assert!(typed.contains("task one") && !typed.contains("task two"));
 
     // The agent finishes as the envelope says.
@@ -340,7 +363,7 @@ fn the_next_task_is_typed_only_after_the_agent_completes_the_one_before() {
     let out = env.run(&args);
     assert_eq!(out.status, 0, "{}", out.stderr);
     typed_event(&spool, "two");
-    let typed = tmux.typed();
+    let typed = tmux.wait_typed("task two");
     let (a, b) = (
         typed.find("task one").unwrap(),
         typed.find("task two").unwrap(),
@@ -454,11 +477,11 @@ fn tasks_stay_queued_while_the_pane_is_gone_and_are_typed_in_order_once_it_is_ba
                 .as_str()
                 .is_some_and(|t| t.contains("answers again"))
     });
-    let args = done_command(&tmux.typed());
+    let args = done_command(&tmux.wait_done_line());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     assert_eq!(env.run(&args).status, 0);
     typed_event(&spool, &two);
-    let typed = tmux.typed();
+    let typed = tmux.wait_typed("second while gone");
     let (a, b) = (
         typed.find("first while gone").unwrap(),
         typed.find("second while gone").unwrap(),
@@ -478,7 +501,7 @@ fn a_task_the_pane_vanished_under_goes_back_to_its_place_and_is_typed_after_a_re
     let spool = s.spool();
     let one = send(&env, "typed before the pane went");
     typed_event(&spool, &one);
-    let args = done_command(&tmux.typed());
+    let args = done_command(&tmux.wait_done_line());
     tmux.stop();
     // The pane was there the last time: the next task is claimed, and
     // goes back when typing it fails.
@@ -509,7 +532,7 @@ fn a_task_the_pane_vanished_under_goes_back_to_its_place_and_is_typed_after_a_re
     tmux.start(&env);
     let s = serve(&env, &tmux, &[], &[]);
     typed_event(&spool, &two);
-    assert!(tmux.typed().contains("the pane went meanwhile"));
+    tmux.wait_typed("the pane went meanwhile");
     assert_eq!(places(&env), (vec![three], vec![two]));
     drop(s);
 }

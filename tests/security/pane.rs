@@ -192,5 +192,5 @@ fn a_pane_whose_program_has_not_asked_for_bracketed_paste_is_not_typed_into() {
     assert!(!tmux.typed().contains("while it does not ask"));
     fs::write(&flag, "1").unwrap();
     typed_event(&spool, &two);
-    assert!(tmux.typed().contains("while it does not ask"));
+    tmux.wait_typed("while it does not ask");
 }
