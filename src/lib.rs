@@ -59,6 +59,7 @@ pub mod tmux;
 pub mod tui;
 pub mod turn;
 pub mod wire;
+pub mod ws;
 
 /// Writes `text` to stderr in one write(2) (the kernel may still split a
 /// write to a pipe beyond `PIPE_BUF`; error lines are far shorter). Where
