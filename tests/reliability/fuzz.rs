@@ -1,5 +1,5 @@
 //! The std-only fuzz loop (issue 32): the checks of the cargo-fuzz
-//! targets `wire` and `disk` (tests/fuzz/checks/), run in process on a
+//! targets `wire` and `disk` (tests/reliability/fuzz/), run in process on a
 //! fixed number of inputs made from valid seeds (a request line, a zcoder
 //! frame, a manifest, a task file, receipt lines, `meta.json`,
 //! `sequence`) by byte flips, truncation, splicing and inserted NULs,
@@ -7,9 +7,11 @@
 //! the same seed makes the same inputs on any machine. The seed is
 //! printed, and `BATON_FUZZ_SEED` (decimal, or hex with `0x`) replays it.
 
-#[path = "../fuzz/checks/disk.rs"]
+// In this package, not in the fuzz crate's (tests/fuzz, which `cargo
+// package` leaves out): the packaged tests build without it.
+#[path = "fuzz/disk.rs"]
 mod disk;
-#[path = "../fuzz/checks/wire.rs"]
+#[path = "fuzz/wire.rs"]
 mod wire;
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};

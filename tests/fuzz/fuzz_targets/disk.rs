@@ -1,6 +1,6 @@
 //! Fuzzes what baton reads back from disk (manifests, task files, receipt
 //! logs, legacy receipts, `meta.json`, `sequence`) with libFuzzer: the
-//! checks are in `tests/fuzz/checks/disk.rs`, which the std-only loop of
+//! checks are in `tests/reliability/fuzz/disk.rs`, which the std-only loop of
 //! tests/reliability/fuzz.rs runs too. Each input is written into a fresh
 //! spool under a scratch directory of this process, in the system's
 //! temporary directory.
@@ -12,7 +12,7 @@
 
 // Its seeds are for the std-only loop.
 #[allow(dead_code)]
-#[path = "../checks/disk.rs"]
+#[path = "../../reliability/fuzz/disk.rs"]
 mod disk;
 
 use std::path::PathBuf;

@@ -1,5 +1,5 @@
 //! Fuzzes baton's wire parsers with libFuzzer: the checks are in
-//! `tests/fuzz/checks/wire.rs`, which the std-only loop of
+//! `tests/reliability/fuzz/wire.rs`, which the std-only loop of
 //! tests/reliability/fuzz.rs runs too.
 //!
 //! Run it from the repository root (docs/testing.md):
@@ -7,7 +7,7 @@
 
 #![no_main]
 
-#[path = "../checks/wire.rs"]
+#[path = "../../reliability/fuzz/wire.rs"]
 mod wire;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| wire::run(data));
