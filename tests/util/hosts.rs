@@ -53,8 +53,10 @@ pub fn candidates(host: &str) -> (&'static str, Vec<PathBuf>) {
                 modules.join(format!(
                     "@anthropic-ai/claude-code-linux-{npm_arch}-musl/claude"
                 )),
-                // What the package's postinstall links the native binary to.
-                modules.join("@anthropic-ai/claude-code/bin/claude.exe"),
+                // Not `@anthropic-ai/claude-code/bin/claude.exe`: the
+                // package's postinstall links the native binary there, and
+                // without it (`--ignore-scripts`, as `.ci/run` installs)
+                // it is a stub that says so and fails.
             ],
         ),
         "codex" => (
