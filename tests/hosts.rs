@@ -13,6 +13,7 @@ use crate::util::{Env, baton_bin};
 use serde_json::{Value, json};
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{ChildStdin, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -409,4 +410,122 @@ plugins = false
     assert_eq!(input.matches("review the parser").count(), 1, "{evidence}");
     assert_eq!(asked[0].path, "/v1/responses", "{evidence}");
     drop(app);
+}
+
+/// (b): the Stop hook of docs/hooks.md, as written there, in the
+/// project's `.claude/settings.json`. A task waits when the model ends its
+/// first turn: the hook blocks, and Claude Code goes on with the hook's
+/// reason; the model claims the task and completes it with `baton inbox`
+/// through its Bash tool, and the sender's `send --wait` gets the reply.
+/// At the next stop nothing waits, and the hook lets Claude stop.
+#[test]
+fn claude_code_stop_hook_keeps_it_working_while_a_task_waits() {
+    let Some(claude) = host_bin("claude") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("claude-hook");
+    let sender_ws = env.workspace("alice");
+    let mut inst = env.serve(&ws, &[]);
+
+    // The hook, saved as the page says, on PATH beside `baton`.
+    let bin = env.root.join("bin");
+    fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(baton_bin(), bin.join("baton")).unwrap();
+    let hook = bin.join("baton-stop-hook");
+    fs::write(&hook, crate::hooks::recipe("baton-stop-hook")).unwrap();
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir(ws.join(".claude")).unwrap();
+    let settings = json!({"hooks": {"Stop": [{"hooks": [
+        {"type": "command", "command": "baton-stop-hook", "timeout": 30}
+    ]}]}});
+    fs::write(ws.join(".claude/settings.json"), settings.to_string()).unwrap();
+
+    let id = "typo-1";
+    let mut sender = env.spawn(
+        &[
+            "send",
+            "claude-hook",
+            "fix the typo in README",
+            "--message-id",
+            id,
+            "--wait",
+            "--timeout",
+            "170",
+        ],
+        &sender_ws,
+    );
+    let queued = env.run(&["inbox", "wait", "--timeout", "20", "claude-hook"]);
+    assert_eq!(queued.status, 0, "{}{}", queued.stderr, sender.stderr());
+
+    let reply = "fixed the typo";
+    let model = ModelServer::anthropic(vec![
+        Turn::text("Hello."),
+        Turn::tool(
+            "Bash",
+            json!({"command": "baton inbox claim", "description": "Claim the waiting task"}),
+        ),
+        Turn::tool(
+            "Bash",
+            json!({
+                "command": format!("baton inbox complete {id} --reply '{reply}'"),
+                "description": "Complete the task",
+            }),
+        ),
+        Turn::text("Done."),
+    ]);
+    claude_home(&env.root.join("home"), &ws);
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = env.cmd_for(&claude);
+    cmd.current_dir(&ws)
+        .env("PATH", path)
+        .env("ANTHROPIC_BASE_URL", model.url())
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .args(["-p", "hello", "--allowedTools", "Bash(baton inbox:*)"]);
+    let mut host = Host::spawn(
+        cmd,
+        &env.root.join("claude.out"),
+        &env.root.join("claude.err"),
+        false,
+    );
+    let status = host.wait_exit(CLAUDE_RUN);
+    let evidence = || {
+        format!(
+            "claude exit {status:?}\nstdout:\n{}\nstderr:\n{}\n{}",
+            host.stdout(),
+            host.stderr(),
+            model.evidence()
+        )
+    };
+    assert_eq!(status, Some(0), "{}", evidence());
+    assert_eq!(host.stdout().trim(), "Done.", "{}", evidence());
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 4, "{}", evidence());
+    assert_eq!(model.requests().len(), 4, "{}", evidence());
+    // 2: the hook's reason, after the first turn.
+    let second = asked[1].body["messages"].to_string();
+    assert!(
+        second.contains("Stop hook blocking error")
+            && second.contains(&format!("1 task waits to be claimed; next: {id} from")),
+        "{}",
+        evidence()
+    );
+    // 3: the claimed envelope came back from Bash.
+    let claimed = tool_results(&asked[2].body).join("\n");
+    assert!(
+        claimed.contains("<agent_relay") && claimed.contains("fix the typo in README"),
+        "{}",
+        evidence()
+    );
+    // The sender heard back.
+    let code = sender.wait_exit(Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{}\n{}", sender.stderr(), evidence());
+    assert!(sender.stdout().contains(reply), "{}", sender.stdout());
+    inst.term();
 }
