@@ -91,7 +91,14 @@ pub fn host_bin(host: &str) -> Option<PathBuf> {
                 "{host} is required (BATON_REQUIRE_ALL=1) but not installed: looked at {looked}"
             );
         }
-        eprintln!("skipped: {host} is not installed (looked at {looked}; .ci/run installs it)");
+        let version = if host == "claude" {
+            CLAUDE_VERSION
+        } else {
+            CODEX_VERSION
+        };
+        eprintln!(
+            "skipped: {host} is not installed (looked at {looked}; .ci/run installs {host} {version})"
+        );
     }
     found
 }
