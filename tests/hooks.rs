@@ -19,7 +19,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const T: Duration = Duration::from_secs(10);
 
 /// The script the page gives under `<!-- tested: NAME -->`.
-fn recipe(name: &str) -> String {
+pub(crate) fn recipe(name: &str) -> String {
     let doc = fs::read_to_string(format!("{ROOT}/docs/hooks.md")).unwrap();
     let mark = format!("<!-- tested: {name} -->\n```sh\n");
     let start = doc

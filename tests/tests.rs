@@ -15,6 +15,7 @@ mod docs;
 mod drift;
 mod hooks;
 mod hostile;
+mod hosts;
 mod inbox_wait;
 mod lifecycle;
 mod limits;

@@ -10,13 +10,19 @@
 //! client for speaking JSON-RPC to a socket directly (`client`), and
 //! readers of what an instance records (its transcript, its manifests).
 //! `reliability` holds what only the crash, fault and load tests need,
-//! `sshd` a private OpenSSH server. Everything that waits has a deadline,
-//! so a hung baton fails the test with a message instead of hanging CI;
-//! every wait that polls is `poll`, or `wait_for` and `wait_until` on it.
+//! `sshd` a private OpenSSH server, `hosts` the real agent hosts (Claude
+//! Code, Codex) and `model` the stand-in model servers they talk to.
+//! Everything that waits has a deadline, so a hung baton fails the test
+//! with a message instead of hanging CI; every wait that polls is `poll`,
+//! or `wait_for` and `wait_until` on it.
 //!
 //! Not every test binary uses every helper, hence the `dead_code` allowances.
 
 mod client;
+#[allow(dead_code)]
+pub mod hosts;
+#[allow(dead_code)]
+pub mod model;
 mod process;
 #[allow(dead_code)]
 pub mod reliability;

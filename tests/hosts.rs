@@ -1,0 +1,531 @@
+//! The real agent hosts (docs/hosts.md): Claude Code and Codex, the
+//! pinned native binaries `.ci/run` installs (tests/util/hosts.rs), run
+//! offline against a stand-in model server on 127.0.0.1 that each test
+//! scripts (tests/util/model.rs). Every assertion about what a host did
+//! comes with the requests it sent the model as evidence.
+//!
+//! A host that is not installed skips its test with a reason, and fails it
+//! under BATON_REQUIRE_ALL=1.
+
+use crate::util::hosts::{Host, host_bin};
+use crate::util::model::{EXHAUSTED, ModelServer, Turn};
+use crate::util::{Env, baton_bin};
+use serde_json::{Value, json};
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{ChildStdin, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a host may take to start and answer its first request.
+const HOST_START: Duration = Duration::from_secs(60);
+/// How long a whole `claude -p` run with a few model turns may take.
+const CLAUDE_RUN: Duration = Duration::from_secs(150);
+/// How long one turn of Codex may take.
+const CODEX_TURN: Duration = Duration::from_secs(90);
+/// Any API key: the stand-in does not check it; Claude Code wants its
+/// last 20 characters approved in `.claude.json`.
+const API_KEY: &str = "sk-ant-standin-0123456789abcdefghijklmnopqrstuv";
+
+/// `HOME/.claude.json` that skips every first-run dialog for `workspace`:
+/// onboarding done, the workspace trusted, the API key approved.
+fn claude_home(home: &Path, workspace: &Path) {
+    let key_tail = &API_KEY[API_KEY.len() - 20..];
+    let mut projects = serde_json::Map::new();
+    projects.insert(
+        workspace.display().to_string(),
+        json!({"hasTrustDialogAccepted": true}),
+    );
+    let config = json!({
+        "hasCompletedOnboarding": true,
+        "projects": projects,
+        "customApiKeyResponses": {"approved": [key_tail], "rejected": []},
+    });
+    fs::write(home.join(".claude.json"), config.to_string()).unwrap();
+}
+
+/// The text of every `tool_result` block in a Messages API request.
+fn tool_results(body: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    for m in body["messages"].as_array().into_iter().flatten() {
+        for block in m["content"].as_array().into_iter().flatten() {
+            if block["type"] == "tool_result" {
+                found.push(block["content"].to_string());
+            }
+        }
+    }
+    found
+}
+
+/// (a), sending: Claude Code with `baton mcp` configured by
+/// `--mcp-config` calls `send_agent_message`, and the task reaches another
+/// instance from Claude's own instance. baton's tools are deferred in
+/// Claude Code 2.1.328: the first request names them only in its text,
+/// the model loads one with `ToolSearch` (`select:NAME`), and the next
+/// request offers it.
+#[test]
+fn claude_code_sends_a_task_through_baton_mcp() {
+    let Some(claude) = host_bin("claude") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("claude-ws");
+    let other_ws = env.workspace("other");
+    let mut other = env.serve(&other_ws, &[]);
+    let body = "please review the parser";
+    let model = ModelServer::anthropic(vec![
+        Turn::tool(
+            "ToolSearch",
+            json!({"query": "select:send_agent_message", "max_results": 1}),
+        ),
+        Turn::tool(
+            "mcp__baton__send_agent_message",
+            json!({"target_instance_id": "other", "message": body}),
+        ),
+        Turn::text("Sent the review to other."),
+    ]);
+
+    let home = env.root.join("home");
+    claude_home(&home, &ws);
+    // As a user writes it (docs/hosts.md): no `env`, the server inherits
+    // Claude Code's environment, BATON_DIR and XDG_STATE_HOME included.
+    let mcp_config = env.root.join("mcp.json");
+    let server = json!({"mcpServers": {"baton": {
+        "command": baton_bin(),
+        "args": ["mcp", "--name", "claude"],
+    }}});
+    fs::write(&mcp_config, server.to_string()).unwrap();
+
+    let mut cmd = env.cmd_for(&claude);
+    cmd.current_dir(&ws)
+        .env("ANTHROPIC_BASE_URL", model.url())
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .args([
+            "-p",
+            "Hand the review of the parser to the agent named other.",
+        ])
+        .arg("--mcp-config")
+        .arg(&mcp_config)
+        // -p asks no one: a tool not allowed is refused ("Claude requested
+        // permissions to use ..., but you haven't granted it yet").
+        .args(["--allowedTools", "mcp__baton__send_agent_message"]);
+    let mut host = Host::spawn(
+        cmd,
+        &env.root.join("claude.out"),
+        &env.root.join("claude.err"),
+        false,
+    );
+    let status = host.wait_exit(CLAUDE_RUN);
+    let evidence = || {
+        format!(
+            "claude exit {status:?}\nstdout:\n{}\nstderr:\n{}\n{}",
+            host.stdout(),
+            host.stderr(),
+            model.evidence()
+        )
+    };
+    assert_eq!(status, Some(0), "{}", evidence());
+    assert!(
+        host.stdout().contains("Sent the review to other."),
+        "{}",
+        evidence()
+    );
+
+    // Three turns of the script, and with nonessential traffic off,
+    // nothing else: no count_tokens, no other endpoint.
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 3, "{}", evidence());
+    assert_eq!(model.requests().len(), 3, "{}", evidence());
+    assert_eq!(model.left(), 0, "{}", evidence());
+    let tool = "mcp__baton__send_agent_message";
+    // 1: the tool is deferred, listed by name in the request's text.
+    assert!(!asked[0].tool_names().iter().any(|t| t == tool));
+    assert!(asked[0].tool_names().iter().any(|t| t == "ToolSearch"));
+    let first = asked[0].body.to_string();
+    for name in [
+        "list_agents",
+        "send_agent_message",
+        "task_status",
+        "check_inbox",
+        "complete_task",
+    ] {
+        assert!(
+            first.contains(&format!("mcp__baton__{name}")),
+            "{name} not among the deferred tools:\n{}",
+            evidence()
+        );
+    }
+    // 2: ToolSearch loaded it; it is offered with baton's schema.
+    assert!(
+        asked[1].tool_names().iter().any(|t| t == tool),
+        "{}",
+        evidence()
+    );
+    let schema = asked[1].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == tool)
+        .unwrap()["input_schema"]
+        .clone();
+    assert!(
+        schema["properties"]["target_instance_id"].is_object(),
+        "{schema}"
+    );
+    // 3: the tool's answer came back to the model: accepted, with an id.
+    let results = tool_results(&asked[2].body);
+    let answer = results.last().cloned().unwrap_or_default();
+    assert!(answer.contains("accepted"), "{}", evidence());
+
+    // The task is at `other`, sent by Claude's instance.
+    let list = env.run(&["inbox", "list", "--json", "other"]);
+    assert_eq!(list.status, 0, "{}", list.stderr);
+    let list: Value = serde_json::from_str(&list.stdout).unwrap();
+    let queued = list["queued"].as_array().unwrap();
+    assert_eq!(queued.len(), 1, "{list}\n{}", evidence());
+    let task = &queued[0];
+    assert_eq!(task["sender"]["name"], "claude", "{task}");
+    assert_eq!(
+        task["sender"]["workspace"],
+        ws.display().to_string(),
+        "{task}"
+    );
+    let id = task["message_id"].as_str().unwrap();
+    assert!(
+        answer.contains(id),
+        "the model was told another id: {answer}"
+    );
+    let claimed = env.run(&["inbox", "claim", "other"]);
+    assert_eq!(claimed.status, 0, "{}", claimed.stderr);
+    assert!(claimed.stdout.contains(body), "{}", claimed.stdout);
+    assert!(
+        claimed.stdout.contains("from=\"claude\""),
+        "{}",
+        claimed.stdout
+    );
+    other.term();
+}
+
+/// JSON-RPC with `codex app-server` on its stdio, newline-delimited; every
+/// message both ways is kept, for evidence and for docs/hosts.md.
+struct AppServer {
+    host: Host,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    /// `> ` for what the test sent, `< ` for what Codex sent.
+    log: Vec<String>,
+    next_id: u64,
+}
+
+impl AppServer {
+    fn start(env: &Env, codex: &Path, codex_home: &Path, cwd: &Path) -> AppServer {
+        let mut cmd = env.cmd_for(codex);
+        cmd.current_dir(cwd)
+            .env("CODEX_HOME", codex_home)
+            .arg("app-server")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut host = Host::spawn(
+            cmd,
+            &env.root.join("codex.out"),
+            &env.root.join("codex.err"),
+            true,
+        );
+        let stdin = host.child.stdin.take().expect("piped");
+        let stdout = host.child.stdout.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        AppServer {
+            host,
+            stdin,
+            lines,
+            log: Vec::new(),
+            next_id: 0,
+        }
+    }
+
+    fn send(&mut self, msg: &Value) {
+        self.log.push(format!("> {msg}"));
+        writeln!(self.stdin, "{msg}").unwrap_or_else(|e| panic!("write to codex: {e}"));
+    }
+
+    /// Reads messages until one satisfies `pred`, which it returns.
+    #[track_caller]
+    fn until(&mut self, what: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.log.push(format!("< {line}"));
+                    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+                        panic!("codex wrote a line that is not JSON ({e}): {line}")
+                    });
+                    if pred(&v) {
+                        return v;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "timed out after {timeout:?} waiting for {what}\n{}",
+                        self.evidence()
+                    )
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "codex app-server closed stdout waiting for {what}\n{}",
+                        self.evidence()
+                    )
+                }
+            }
+        }
+    }
+
+    /// Sends a request and returns its `result`; an error fails the test.
+    #[track_caller]
+    fn request(&mut self, method: &str, params: Value, timeout: Duration) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let answer = self.until(&format!("the answer to {method}"), timeout, |v| {
+            v["id"] == id && v.get("method").is_none()
+        });
+        if answer.get("error").is_some() {
+            panic!("{method} failed: {answer}\n{}", self.evidence());
+        }
+        answer["result"].clone()
+    }
+
+    fn evidence(&self) -> String {
+        format!(
+            "app-server messages:\n{}\nstderr:\n{}",
+            self.log.join("\n"),
+            self.host.stderr()
+        )
+    }
+}
+
+/// Codex's app-server, driven as `baton serve --codex` will drive it:
+/// initialize, find or start the workspace's thread, start a turn with a
+/// text input, read notifications until the turn completes; the turn's
+/// final agent message is the model's scripted answer.
+#[test]
+fn codex_app_server_runs_a_turn_for_an_outside_client() {
+    let Some(codex) = host_bin("codex") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("codex-ws");
+    let answer = "The parser looks fine.";
+    let model = ModelServer::openai(vec![Turn::text(answer)]);
+    let codex_home = env.root.join("codex-home");
+    fs::create_dir(&codex_home).unwrap();
+    let config = format!(
+        r#"model = "stand-in"
+model_provider = "standin"
+
+[model_providers.standin]
+name = "stand-in"
+base_url = "{}/v1"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+
+[features]
+unbounded_connection_retries = false
+plugins = false
+"#,
+        model.url()
+    );
+    fs::write(codex_home.join("config.toml"), config).unwrap();
+
+    let mut app = AppServer::start(&env, &codex, &codex_home, &ws);
+    let init = app.request(
+        "initialize",
+        json!({
+            "clientInfo": {"name": "baton-test", "version": "0"},
+            "capabilities": {"experimentalApi": true},
+        }),
+        HOST_START,
+    );
+    assert_eq!(
+        init["codexHome"],
+        codex_home.display().to_string(),
+        "{init}"
+    );
+    app.send(&json!({"jsonrpc": "2.0", "method": "initialized"}));
+    let loaded = app.request("thread/loaded/list", json!({}), HOST_START);
+    assert_eq!(loaded["data"], json!([]), "{loaded}");
+    let started = app.request("thread/start", json!({"cwd": ws}), HOST_START);
+    let thread = started["thread"]["id"].as_str().unwrap().to_string();
+    assert_eq!(started["cwd"], ws.display().to_string(), "{started}");
+    let loaded = app.request("thread/loaded/list", json!({}), HOST_START);
+    assert_eq!(loaded["data"], json!([thread]), "{loaded}");
+
+    let task = "<agent_relay from=\"alice\">review the parser</agent_relay>";
+    let turn = app.request(
+        "turn/start",
+        json!({"threadId": thread, "input": [{"type": "text", "text": task}]}),
+        HOST_START,
+    );
+    let turn_id = turn["turn"]["id"].as_str().unwrap().to_string();
+    assert_eq!(turn["turn"]["status"], "inProgress", "{turn}");
+    let done = app.until("turn/completed", CODEX_TURN, |v| {
+        v["method"] == "turn/completed" && v["params"]["turn"]["id"] == turn_id.as_str()
+    });
+    let evidence = format!("{}\n{}", app.evidence(), model.evidence());
+    let ended = &done["params"]["turn"];
+    assert_eq!(done["params"]["threadId"], thread.as_str(), "{evidence}");
+    assert_eq!(ended["status"], "completed", "{evidence}");
+    let said: Vec<&str> = ended["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "agentMessage")
+        .filter_map(|i| i["text"].as_str())
+        .collect();
+    assert_eq!(said.last(), Some(&answer), "{evidence}");
+
+    // The model got the task's text as the user's input, once.
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 1, "{evidence}");
+    assert_eq!(model.requests().len(), 1, "{evidence}");
+    assert!(
+        !asked.iter().any(|r| r.body.to_string().contains(EXHAUSTED)),
+        "{evidence}"
+    );
+    let input = asked[0].body["input"].to_string();
+    assert_eq!(input.matches("review the parser").count(), 1, "{evidence}");
+    assert_eq!(asked[0].path, "/v1/responses", "{evidence}");
+    drop(app);
+}
+
+/// (b): the Stop hook of docs/hooks.md, as written there, in the
+/// project's `.claude/settings.json`. A task waits when the model ends its
+/// first turn: the hook blocks, and Claude Code goes on with the hook's
+/// reason; the model claims the task and completes it with `baton inbox`
+/// through its Bash tool, and the sender's `send --wait` gets the reply.
+/// At the next stop nothing waits, and the hook lets Claude stop.
+#[test]
+fn claude_code_stop_hook_keeps_it_working_while_a_task_waits() {
+    let Some(claude) = host_bin("claude") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("claude-hook");
+    let sender_ws = env.workspace("alice");
+    let mut inst = env.serve(&ws, &[]);
+
+    // The hook, saved as the page says, on PATH beside `baton`.
+    let bin = env.root.join("bin");
+    fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(baton_bin(), bin.join("baton")).unwrap();
+    let hook = bin.join("baton-stop-hook");
+    fs::write(&hook, crate::hooks::recipe("baton-stop-hook")).unwrap();
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir(ws.join(".claude")).unwrap();
+    let settings = json!({"hooks": {"Stop": [{"hooks": [
+        {"type": "command", "command": "baton-stop-hook", "timeout": 30}
+    ]}]}});
+    fs::write(ws.join(".claude/settings.json"), settings.to_string()).unwrap();
+
+    let id = "typo-1";
+    let mut sender = env.spawn(
+        &[
+            "send",
+            "claude-hook",
+            "fix the typo in README",
+            "--message-id",
+            id,
+            "--wait",
+            "--timeout",
+            "170",
+        ],
+        &sender_ws,
+    );
+    let queued = env.run(&["inbox", "wait", "--timeout", "20", "claude-hook"]);
+    assert_eq!(queued.status, 0, "{}{}", queued.stderr, sender.stderr());
+
+    let reply = "fixed the typo";
+    let model = ModelServer::anthropic(vec![
+        Turn::text("Hello."),
+        Turn::tool(
+            "Bash",
+            json!({"command": "baton inbox claim", "description": "Claim the waiting task"}),
+        ),
+        Turn::tool(
+            "Bash",
+            json!({
+                "command": format!("baton inbox complete {id} --reply '{reply}'"),
+                "description": "Complete the task",
+            }),
+        ),
+        Turn::text("Done."),
+    ]);
+    claude_home(&env.root.join("home"), &ws);
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = env.cmd_for(&claude);
+    cmd.current_dir(&ws)
+        .env("PATH", path)
+        .env("ANTHROPIC_BASE_URL", model.url())
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .args(["-p", "hello", "--allowedTools", "Bash(baton inbox:*)"]);
+    let mut host = Host::spawn(
+        cmd,
+        &env.root.join("claude.out"),
+        &env.root.join("claude.err"),
+        false,
+    );
+    let status = host.wait_exit(CLAUDE_RUN);
+    let evidence = || {
+        format!(
+            "claude exit {status:?}\nstdout:\n{}\nstderr:\n{}\n{}",
+            host.stdout(),
+            host.stderr(),
+            model.evidence()
+        )
+    };
+    assert_eq!(status, Some(0), "{}", evidence());
+    assert_eq!(host.stdout().trim(), "Done.", "{}", evidence());
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 4, "{}", evidence());
+    assert_eq!(model.requests().len(), 4, "{}", evidence());
+    // 2: the hook's reason, after the first turn.
+    let second = asked[1].body["messages"].to_string();
+    assert!(
+        second.contains("Stop hook blocking error")
+            && second.contains(&format!("1 task waits to be claimed; next: {id} from")),
+        "{}",
+        evidence()
+    );
+    // 3: the claimed envelope came back from Bash.
+    let claimed = tool_results(&asked[2].body).join("\n");
+    assert!(
+        claimed.contains("<agent_relay") && claimed.contains("fix the typo in README"),
+        "{}",
+        evidence()
+    );
+    // The sender heard back.
+    let code = sender.wait_exit(Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{}\n{}", sender.stderr(), evidence());
+    assert!(sender.stdout().contains(reply), "{}", sender.stdout());
+    inst.term();
+}
