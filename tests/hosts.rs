@@ -47,6 +47,42 @@ fn claude_home(home: &Path, workspace: &Path) {
     fs::write(home.join(".claude.json"), config.to_string()).unwrap();
 }
 
+/// `claude` in `ws`, its private HOME set up (`claude_home`), talking to
+/// `model` quietly; the caller adds the prompt and the options.
+fn claude_cmd(env: &Env, claude: &Path, ws: &Path, model: &ModelServer) -> std::process::Command {
+    claude_home(&env.root.join("home"), ws);
+    let mut cmd = env.cmd_for(claude);
+    cmd.current_dir(ws)
+        .env("ANTHROPIC_BASE_URL", model.url())
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+    cmd
+}
+
+/// Runs `cmd` (a `claude -p`) to its end: the host, and how it exited.
+fn run_claude(env: &Env, cmd: std::process::Command) -> (Host, Option<i32>) {
+    let mut host = Host::spawn(
+        cmd,
+        &env.root.join("claude.out"),
+        &env.root.join("claude.err"),
+        false,
+    );
+    let status = host.wait_exit(CLAUDE_RUN);
+    (host, status)
+}
+
+/// What a failed assertion shows: how claude ended, what it printed, and
+/// the model's requests.
+fn claude_evidence(host: &Host, status: Option<i32>, model: &ModelServer) -> String {
+    format!(
+        "claude exit {status:?}\nstdout:\n{}\nstderr:\n{}\n{}",
+        host.stdout(),
+        host.stderr(),
+        model.evidence()
+    )
+}
+
 /// The text of every `tool_result` block in a Messages API request.
 fn tool_results(body: &Value) -> Vec<String> {
     let mut found = Vec::new();
@@ -88,8 +124,6 @@ fn claude_code_sends_a_task_through_baton_mcp() {
         Turn::text("Sent the review to other."),
     ]);
 
-    let home = env.root.join("home");
-    claude_home(&home, &ws);
     // As a user writes it (docs/hosts.md): no `env`, the server inherits
     // Claude Code's environment, BATON_DIR and XDG_STATE_HOME included.
     let mcp_config = env.root.join("mcp.json");
@@ -99,36 +133,18 @@ fn claude_code_sends_a_task_through_baton_mcp() {
     }}});
     fs::write(&mcp_config, server.to_string()).unwrap();
 
-    let mut cmd = env.cmd_for(&claude);
-    cmd.current_dir(&ws)
-        .env("ANTHROPIC_BASE_URL", model.url())
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .env("DISABLE_TELEMETRY", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .args([
-            "-p",
-            "Hand the review of the parser to the agent named other.",
-        ])
-        .arg("--mcp-config")
-        .arg(&mcp_config)
-        // -p asks no one: a tool not allowed is refused ("Claude requested
-        // permissions to use ..., but you haven't granted it yet").
-        .args(["--allowedTools", "mcp__baton__send_agent_message"]);
-    let mut host = Host::spawn(
-        cmd,
-        &env.root.join("claude.out"),
-        &env.root.join("claude.err"),
-        false,
-    );
-    let status = host.wait_exit(CLAUDE_RUN);
-    let evidence = || {
-        format!(
-            "claude exit {status:?}\nstdout:\n{}\nstderr:\n{}\n{}",
-            host.stdout(),
-            host.stderr(),
-            model.evidence()
-        )
-    };
+    let mut cmd = claude_cmd(&env, &claude, &ws, &model);
+    cmd.args([
+        "-p",
+        "Hand the review of the parser to the agent named other.",
+    ])
+    .arg("--mcp-config")
+    .arg(&mcp_config)
+    // -p asks no one: a tool not allowed is refused ("Claude requested
+    // permissions to use ..., but you haven't granted it yet").
+    .args(["--allowedTools", "mcp__baton__send_agent_message"]);
+    let (host, status) = run_claude(&env, cmd);
+    let evidence = || claude_evidence(&host, status, &model);
     assert_eq!(status, Some(0), "{}", evidence());
     assert!(
         host.stdout().contains("Sent the review to other."),
@@ -474,35 +490,16 @@ fn claude_code_stop_hook_keeps_it_working_while_a_task_waits() {
         ),
         Turn::text("Done."),
     ]);
-    claude_home(&env.root.join("home"), &ws);
     let path = format!(
         "{}:{}",
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut cmd = env.cmd_for(&claude);
-    cmd.current_dir(&ws)
-        .env("PATH", path)
-        .env("ANTHROPIC_BASE_URL", model.url())
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .env("DISABLE_TELEMETRY", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    let mut cmd = claude_cmd(&env, &claude, &ws, &model);
+    cmd.env("PATH", path)
         .args(["-p", "hello", "--allowedTools", "Bash(baton inbox:*)"]);
-    let mut host = Host::spawn(
-        cmd,
-        &env.root.join("claude.out"),
-        &env.root.join("claude.err"),
-        false,
-    );
-    let status = host.wait_exit(CLAUDE_RUN);
-    let evidence = || {
-        format!(
-            "claude exit {status:?}\nstdout:\n{}\nstderr:\n{}\n{}",
-            host.stdout(),
-            host.stderr(),
-            model.evidence()
-        )
-    };
+    let (host, status) = run_claude(&env, cmd);
+    let evidence = || claude_evidence(&host, status, &model);
     assert_eq!(status, Some(0), "{}", evidence());
     assert_eq!(host.stdout().trim(), "Done.", "{}", evidence());
     let asked = model.model_requests();
