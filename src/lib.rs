@@ -30,6 +30,7 @@ pub mod access;
 
 pub mod cli;
 pub mod client;
+pub mod codex;
 pub mod config;
 pub mod digest;
 pub mod embedded;

@@ -9,12 +9,13 @@
 
 use crate::util::hosts::{Host, host_bin};
 use crate::util::model::{EXHAUSTED, ModelServer, Turn};
-use crate::util::{Env, baton_bin};
+use crate::util::{Env, POLL, baton_bin, poll};
+use baton::codex::{AppServer as CodexClient, TurnStatus};
 use serde_json::{Value, json};
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
@@ -227,6 +228,32 @@ fn claude_code_sends_a_task_through_baton_mcp() {
     other.term();
 }
 
+/// A `CODEX_HOME` under the test's root whose model provider is the
+/// stand-in `model`, with no retries and nothing that reaches out.
+fn codex_home(env: &Env, model: &ModelServer) -> PathBuf {
+    let codex_home = env.root.join("codex-home");
+    fs::create_dir(&codex_home).unwrap();
+    let config = format!(
+        r#"model = "stand-in"
+model_provider = "standin"
+
+[model_providers.standin]
+name = "stand-in"
+base_url = "{}/v1"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+
+[features]
+unbounded_connection_retries = false
+plugins = false
+"#,
+        model.url()
+    );
+    fs::write(codex_home.join("config.toml"), config).unwrap();
+    codex_home
+}
+
 /// JSON-RPC with `codex app-server` on its stdio, newline-delimited; every
 /// message both ways is kept, for evidence and for docs/hosts.md.
 struct AppServer {
@@ -346,26 +373,7 @@ fn codex_app_server_runs_a_turn_for_an_outside_client() {
     let ws = env.workspace("codex-ws");
     let answer = "The parser looks fine.";
     let model = ModelServer::openai(vec![Turn::text(answer)]);
-    let codex_home = env.root.join("codex-home");
-    fs::create_dir(&codex_home).unwrap();
-    let config = format!(
-        r#"model = "stand-in"
-model_provider = "standin"
-
-[model_providers.standin]
-name = "stand-in"
-base_url = "{}/v1"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-
-[features]
-unbounded_connection_retries = false
-plugins = false
-"#,
-        model.url()
-    );
-    fs::write(codex_home.join("config.toml"), config).unwrap();
+    let codex_home = codex_home(&env, &model);
 
     let mut app = AppServer::start(&env, &codex, &codex_home, &ws);
     let init = app.request(
@@ -426,6 +434,90 @@ plugins = false
     assert_eq!(input.matches("review the parser").count(), 1, "{evidence}");
     assert_eq!(asked[0].path, "/v1/responses", "{evidence}");
     drop(app);
+}
+
+/// `baton::codex::AppServer` against the real `codex app-server --listen
+/// unix://PATH` (PATH a symlink Codex makes to its socket under
+/// `/tmp/codex-daemon-$UID/`): it initializes over the WebSocket, finds
+/// no thread of the workspace, starts one there, and a turn whose end
+/// carries the model's scripted answer.
+#[test]
+fn codex_client_runs_a_turn_over_the_app_servers_unix_socket() {
+    let Some(codex) = host_bin("codex") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("codex-ws");
+    let answer = "Nothing to change in the lexer.";
+    let model = ModelServer::openai(vec![Turn::text(answer)]);
+    let codex_home = codex_home(&env, &model);
+    let socket = env.root.join("cx.sock");
+    let mut cmd = env.cmd_for(&codex);
+    cmd.current_dir(&ws)
+        .env("CODEX_HOME", &codex_home)
+        .arg("app-server")
+        .arg("--listen")
+        .arg(format!("unix://{}", socket.display()));
+    let host = Host::spawn(
+        cmd,
+        &env.root.join("codex.out"),
+        &env.root.join("codex.err"),
+        false,
+    );
+    // `exists` follows the symlink: true once the socket it points to is
+    // there.
+    let up = poll(HOST_START, POLL, || socket.exists().then_some(()));
+    assert!(
+        up.is_some(),
+        "no socket at {} after {HOST_START:?}\nstderr:\n{}",
+        socket.display(),
+        host.stderr()
+    );
+    let evidence = |what: &str| format!("{what}\nstderr:\n{}\n{}", host.stderr(), model.evidence());
+
+    let mut app = CodexClient::connect(&socket, HOST_START)
+        .unwrap_or_else(|e| panic!("{}", evidence(&format!("connect: {e}"))));
+    assert_eq!(
+        app.info().codex_home.as_deref(),
+        Some(codex_home.as_path()),
+        "{:?}",
+        app.info()
+    );
+    let found = app.workspace_thread(&ws).unwrap();
+    assert_eq!(found, None, "a thread before any was started");
+    let thread = app.start_thread(&ws).unwrap();
+    assert_eq!(thread.cwd, ws);
+    assert_eq!(app.loaded_threads().unwrap(), vec![thread.id.clone()]);
+    let read = app.read_thread(&thread.id).unwrap();
+    assert_eq!((read.id.as_str(), &read.cwd), (thread.id.as_str(), &ws));
+    let found = app.workspace_thread(&ws).unwrap();
+    assert_eq!(found.map(|t| t.id), Some(thread.id.clone()));
+
+    let task = "<agent_relay from=\"alice\">review the lexer</agent_relay>";
+    let turn = app.start_turn(&thread.id, task).unwrap();
+    assert_eq!(turn.status, TurnStatus::InProgress, "{turn:?}");
+    let end = app
+        .wait_turn(&thread.id, &turn.id, CODEX_TURN)
+        .unwrap_or_else(|e| panic!("{}", evidence(&format!("the turn's end: {e}"))));
+    let evidence = evidence(&format!("{end:?}"));
+    assert_eq!(end.status, TurnStatus::Completed, "{evidence}");
+    assert_eq!(end.text.as_deref(), Some(answer), "{evidence}");
+    assert_eq!(end.error, None, "{evidence}");
+
+    // The model got the task's text as the user's input, once.
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 1, "{evidence}");
+    let input = asked[0].body["input"].to_string();
+    assert_eq!(input.matches("review the lexer").count(), 1, "{evidence}");
+    app.close().unwrap();
+    // Dropping the guard ends Codex's process group (SIGTERM, then
+    // SIGKILL); on SIGTERM Codex removes its socket and the symlink.
+    drop(host);
+    assert!(
+        socket.symlink_metadata().is_err(),
+        "{} left behind",
+        socket.display()
+    );
 }
 
 /// (b): the Stop hook of docs/hooks.md, as written there, in the

@@ -1,0 +1,22 @@
+//! A client of Codex's app-server (`baton serve --codex`, issue 33): the
+//! JSON-RPC that docs/hosts.md ("Codex app-server as seen") records,
+//! over a WebSocket on a Unix socket (`ws`). Only the few calls baton
+//! needs: `initialize`, the loaded threads and one thread's cwd and
+//! recency, starting a thread and a turn, and reading notifications until
+//! a turn completes.
+//!
+//! Codex's messages carry no `"jsonrpc"` member, and its notifications
+//! come at any time, between a request and its answer too: answers are
+//! matched by `id`, notifications read on the way are kept for later.
+//! It knows no other room but `ws` and `sanitize`.
+
+pub mod client;
+pub mod error;
+pub mod proto;
+
+pub use client::{AppServer, Notification, TurnEnd};
+pub use error::Error;
+pub use proto::{Thread, ThreadStatus, Turn, TurnStatus};
+
+#[cfg(test)]
+mod tests;

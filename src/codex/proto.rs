@@ -1,0 +1,174 @@
+//! The few messages of Codex's app-server protocol baton reads, as
+//! docs/hosts.md records them (Codex 0.169.0). Every field not used here
+//! is ignored, and a field that may be missing or null is an `Option` or
+//! has a default, so a newer Codex that adds members still reads.
+
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// A message from the app-server: an answer (`id` with `result` or
+/// `error`), a notification (`method` without `id`) or a request of its
+/// own (`method` with `id`). No `"jsonrpc"` member is required.
+#[derive(Debug, Deserialize)]
+pub struct Incoming {
+    #[serde(default)]
+    pub id: Option<Value>,
+    #[serde(default)]
+    pub method: Option<String>,
+    #[serde(default)]
+    pub params: Option<Value>,
+    #[serde(default)]
+    pub result: Option<Value>,
+    #[serde(default)]
+    pub error: Option<RpcError>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RpcError {
+    #[serde(default)]
+    pub code: i64,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// `initialize`'s answer.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    #[serde(default)]
+    pub user_agent: String,
+    #[serde(default)]
+    pub codex_home: Option<PathBuf>,
+}
+
+/// `thread/loaded/list`'s answer: thread ids, a page of them.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadedList {
+    #[serde(default)]
+    pub data: Vec<String>,
+    #[serde(default)]
+    pub next_cursor: Option<String>,
+}
+
+/// The answer of `thread/read` and `thread/start`, and the params of
+/// `thread/started`: `{"thread": {...}}` with more beside it.
+#[derive(Debug, Deserialize)]
+pub struct WithThread {
+    pub thread: Thread,
+}
+
+/// A thread: its id, working directory, state and recency (seconds since
+/// the epoch).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Thread {
+    pub id: String,
+    pub cwd: PathBuf,
+    #[serde(default)]
+    pub status: ThreadStatus,
+    #[serde(default)]
+    pub updated_at: Option<i64>,
+    #[serde(default)]
+    pub recency_at: Option<i64>,
+}
+
+impl Thread {
+    /// When it was last active, as well as it says.
+    pub fn recency(&self) -> i64 {
+        self.recency_at.or(self.updated_at).unwrap_or(0)
+    }
+}
+
+/// `thread.status`: `{"type": "idle"}`, `{"type": "active", ...}`, ...
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum ThreadStatus {
+    Idle,
+    Active,
+    /// Another state, or none given.
+    #[default]
+    #[serde(other)]
+    Other,
+}
+
+/// The answer of `turn/start` and the params of `turn/started` and
+/// `turn/completed` (with `threadId` beside it in the notifications).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WithTurn {
+    #[serde(default)]
+    pub thread_id: Option<String>,
+    pub turn: Turn,
+}
+
+/// A turn. In `turn/completed` of a completed turn, `items` holds its
+/// final `agentMessage` (`itemsView: "summary"`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Turn {
+    pub id: String,
+    pub status: TurnStatus,
+    #[serde(default)]
+    pub items: Vec<Item>,
+    #[serde(default)]
+    pub error: Option<TurnError>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum TurnStatus {
+    InProgress,
+    Completed,
+    Interrupted,
+    Failed,
+    /// A status this client does not know.
+    #[serde(other)]
+    Other,
+}
+
+/// A turn's failure, in Codex's own words.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnError {
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub codex_error_info: Option<Value>,
+}
+
+/// One item of a turn; only what baton reads of it: its kind (`type`:
+/// `agentMessage`, `userMessage`, ...), an agent message's text, a user
+/// message's `clientId`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Item {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub client_id: Option<String>,
+}
+
+impl Item {
+    pub fn agent_text(&self) -> Option<&str> {
+        match self.kind == "agentMessage" {
+            true => self.text.as_deref(),
+            false => None,
+        }
+    }
+}
+
+/// The params of `item/started` and `item/completed`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WithItem {
+    pub item: Item,
+    #[serde(default)]
+    pub thread_id: Option<String>,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+}
