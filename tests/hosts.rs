@@ -7,6 +7,7 @@
 //! A host that is not installed skips its test with a reason, and fails it
 //! under BATON_REQUIRE_ALL=1.
 
+use crate::util::codex::codex_home;
 use crate::util::hosts::{Host, host_bin};
 use crate::util::model::{EXHAUSTED, ModelServer, Turn};
 use crate::util::{Env, POLL, baton_bin, poll};
@@ -15,7 +16,7 @@ use serde_json::{Value, json};
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ChildStdin, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
@@ -226,32 +227,6 @@ fn claude_code_sends_a_task_through_baton_mcp() {
         claimed.stdout
     );
     other.term();
-}
-
-/// A `CODEX_HOME` under the test's root whose model provider is the
-/// stand-in `model`, with no retries and nothing that reaches out.
-fn codex_home(env: &Env, model: &ModelServer) -> PathBuf {
-    let codex_home = env.root.join("codex-home");
-    fs::create_dir(&codex_home).unwrap();
-    let config = format!(
-        r#"model = "stand-in"
-model_provider = "standin"
-
-[model_providers.standin]
-name = "stand-in"
-base_url = "{}/v1"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-
-[features]
-unbounded_connection_retries = false
-plugins = false
-"#,
-        model.url()
-    );
-    fs::write(codex_home.join("config.toml"), config).unwrap();
-    codex_home
 }
 
 /// JSON-RPC with `codex app-server` on its stdio, newline-delimited; every

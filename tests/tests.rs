@@ -8,6 +8,7 @@ mod answers_said;
 mod answers_show;
 mod approve;
 mod cancel;
+mod codex;
 mod commands;
 mod control;
 mod dispatch;

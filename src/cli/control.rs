@@ -104,6 +104,18 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
         q.interrupted,
         r.open_task.as_deref().map_or("-".into(), escape),
     );
+    if let Some(c) = &r.codex {
+        let line = match (c.connected, &c.thread, &c.reason) {
+            (true, Some(t), _) => format!("{} (thread {})", c.socket, t),
+            (true, None, _) => c.socket.clone(),
+            (false, _, Some(why)) => format!(
+                "{} cannot be reached ({why}): tasks stay queued until it answers",
+                c.socket
+            ),
+            (false, _, None) => format!("{} (not asked yet)", c.socket),
+        };
+        text.push_str(&format!("codex:       {}\n", escape(&line)));
+    }
     let target = args.positional.first().map(String::as_str);
     for id in &r.awaiting_approval {
         text.push_str(&format!(

@@ -55,8 +55,8 @@ const NO_MULTIPLEX: Opt = switch(
 pub const COMMANDS: &[Command] = &[
     Command {
         name: "serve",
-        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] [--stdin envelope|body] | --tmux-pane PANE] [--turn-timeout SECONDS] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--zcoder] [--ttl SECONDS] [--no-offline] [--accept-from PATTERN]... [--deny-from PATTERN]...",
-        summary: "run an instance for a workspace: tasks run through --exec, are typed into a tmux pane (--tmux-pane), or wait for 'baton inbox claim'",
+        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] [--stdin envelope|body] | --tmux-pane PANE | --codex [--codex-socket PATH]] [--turn-timeout SECONDS] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--zcoder] [--ttl SECONDS] [--no-offline] [--accept-from PATTERN]... [--deny-from PATTERN]...",
+        summary: "run an instance for a workspace: tasks run through --exec, are typed into a tmux pane (--tmux-pane), go to Codex (--codex), or wait for 'baton inbox claim'",
         opts: &[
             value(
                 "name",
@@ -100,9 +100,17 @@ pub const COMMANDS: &[Command] = &[
                 "tmux-pane",
                 "type each task into this tmux pane (%3, session:window.pane), one at a time; not with --exec",
             ),
+            switch(
+                "codex",
+                "hand each task to the Codex session of the workspace through Codex's app-server, one at a time; not with --exec or --tmux-pane",
+            ),
+            value(
+                "codex-socket",
+                "with --codex: the app-server's socket (default: $CODEX_HOME/app-server-control/app-server-control.sock, CODEX_HOME ~/.codex)",
+            ),
             value(
                 "turn-timeout",
-                "end a turn after this many seconds: an --exec handler (SIGTERM, then SIGKILL), or a task typed by --tmux-pane (outcome timeout)",
+                "end a turn after this many seconds: an --exec handler (SIGTERM, then SIGKILL), a task typed by --tmux-pane or a Codex turn (outcome timeout)",
             ),
             value(
                 "approve",

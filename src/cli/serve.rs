@@ -41,10 +41,12 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
     }
     let stdin = stdin(args, exec.is_some())?;
     let tmux_pane = tmux_pane(args, exec.is_some())?;
+    let codex = codex(args, exec.is_some() || tmux_pane.is_some())?;
     let turn_timeout = args.seconds("serve", "turn-timeout")?;
-    if turn_timeout.is_some() && exec.is_none() && tmux_pane.is_none() {
+    if turn_timeout.is_some() && exec.is_none() && tmux_pane.is_none() && codex.is_none() {
         return Err(Error::Usage(
-            "serve: --turn-timeout bounds a turn, so it needs --exec or --tmux-pane".into(),
+            "serve: --turn-timeout bounds a turn, so it needs --exec, --tmux-pane or --codex"
+                .into(),
         ));
     }
     let approve = match (args.value("approve"), profile) {
@@ -98,6 +100,7 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
         ttl,
         no_offline: args.flag("no-offline"),
         tmux_pane,
+        codex,
         // Not embedded in another front end, whose agent it would serve.
         ..ServeOptions::default()
     })
@@ -145,6 +148,47 @@ fn tmux_pane(args: &Args, exec: bool) -> Result<Option<String>> {
         )));
     }
     Ok(Some(pane.to_string()))
+}
+
+/// `--codex [--codex-socket PATH]`: the app-server's socket, by default
+/// the daemon socket of `$CODEX_HOME` (`~/.codex` when unset). Neither
+/// `--exec` nor `--tmux-pane` goes with it: a task goes one way.
+fn codex(args: &Args, other_way: bool) -> Result<Option<PathBuf>> {
+    let socket = args.value("codex-socket");
+    if !args.flag("codex") {
+        return match socket {
+            Some(_) => Err(Error::Usage(
+                "serve: --codex-socket names Codex's app-server, so it needs --codex".into(),
+            )),
+            None => Ok(None),
+        };
+    }
+    if other_way {
+        return Err(Error::Usage(
+            "serve: --codex hands each task to Codex, --exec runs it and --tmux-pane types it: use one of them"
+                .into(),
+        ));
+    }
+    if let Some(s) = socket {
+        if s.trim().is_empty() {
+            return Err(Error::Usage(
+                "serve: --codex-socket is empty: give the path of Codex's app-server socket".into(),
+            ));
+        }
+        return Ok(Some(PathBuf::from(s)));
+    }
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let found =
+        instance::codex_default_socket(var("CODEX_HOME").as_deref(), var("HOME").as_deref());
+    found.map(Some).ok_or_else(|| {
+        Error::Env(
+            "serve --codex: neither CODEX_HOME nor HOME is set, so Codex's app-server socket is unknown: give --codex-socket PATH".into(),
+        )
+    })
 }
 
 /// The globs of `--accept-from` or `--deny-from` (`long`); an empty one

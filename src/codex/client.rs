@@ -3,7 +3,7 @@
 
 use super::error::Error;
 use super::proto::{
-    Incoming, InitializeResult, LoadedList, Thread, Turn, TurnStatus, WithItem, WithThread,
+    Incoming, InitializeResult, LoadedList, Queued, Thread, Turn, TurnStatus, WithItem, WithThread,
     WithTurn,
 };
 use crate::ws;
@@ -152,6 +152,67 @@ impl<S: ws::Stream> AppServer<S> {
         Ok(started.turn)
     }
 
+    /// Subscribes this connection to the notifications of a thread it
+    /// did not start (`thread/resume`); refused for a thread with no turn
+    /// yet.
+    pub fn resume_thread(&mut self, id: &str) -> Result<Thread, Error> {
+        let resumed: WithThread = self.request("thread/resume", json!({"threadId": id}))?;
+        Ok(resumed.thread)
+    }
+
+    /// Queues `text` on `thread_id` as the user's input, named
+    /// `client_id` (`thread/queue/add`): it starts a turn at once on an
+    /// idle thread, and after the current turn on a busy one. Returns the
+    /// queued submission's id.
+    pub fn queue_add(
+        &mut self,
+        thread_id: &str,
+        client_id: &str,
+        text: &str,
+    ) -> Result<String, Error> {
+        let params = json!({
+            "threadId": thread_id,
+            "clientUserMessageId": client_id,
+            "input": [{"type": "text", "text": text}],
+        });
+        let added: Queued = self.request("thread/queue/add", params)?;
+        Ok(added.queued_submission.id)
+    }
+
+    /// Starts a queued submission now (`thread/queue/start`): the queue
+    /// does not move on its own after an interrupted turn.
+    pub fn queue_start(&mut self, thread_id: &str, submission: &str) -> Result<(), Error> {
+        let params = json!({"threadId": thread_id, "queuedSubmissionId": submission});
+        let _: Value = self.request("thread/queue/start", params)?;
+        Ok(())
+    }
+
+    /// Adds `text` to the running turn `turn_id` (`turn/steer`).
+    pub fn steer(
+        &mut self,
+        thread_id: &str,
+        turn_id: &str,
+        client_id: &str,
+        text: &str,
+    ) -> Result<(), Error> {
+        let params = json!({
+            "threadId": thread_id,
+            "expectedTurnId": turn_id,
+            "clientUserMessageId": client_id,
+            "input": [{"type": "text", "text": text}],
+        });
+        let _: Value = self.request("turn/steer", params)?;
+        Ok(())
+    }
+
+    /// Interrupts the running turn `turn_id` (`turn/interrupt`); its
+    /// `turn/completed` says `interrupted`.
+    pub fn interrupt(&mut self, thread_id: &str, turn_id: &str) -> Result<(), Error> {
+        let params = json!({"threadId": thread_id, "turnId": turn_id});
+        let _: Value = self.request("turn/interrupt", params)?;
+        Ok(())
+    }
+
     /// Reads notifications until `turn/completed` of `turn_id` on
     /// `thread_id`, for at most `timeout`. The reply is the last
     /// `agentMessage` of the completed turn's items, else the last one
@@ -233,7 +294,7 @@ impl<S: ws::Stream> AppServer<S> {
         self.next_id += 1;
         let id = self.next_id;
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.ws.send_text(&msg.to_string())?;
+        self.ws.send_text(&msg.to_string()).map_err(Error::Unsent)?;
         let deadline = Instant::now() + self.timeout;
         let what = format!("answer to {method}");
         loop {

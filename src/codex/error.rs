@@ -17,6 +17,9 @@ pub enum Error {
     },
     /// A message that is not the JSON expected.
     Json { what: String, why: String },
+    /// A request could not be written (nothing of it reached Codex
+    /// whole).
+    Unsent(ws::Error),
     /// The app-server closed the connection.
     Closed,
     /// What was waited for did not come in time.
@@ -41,6 +44,7 @@ impl fmt::Display for Error {
                 "Codex app-server sent {what} that baton cannot read: {}",
                 sanitize::escape(why)
             ),
+            Error::Unsent(e) => write!(f, "Codex app-server: cannot send a request: {e}"),
             Error::Closed => f.write_str("Codex app-server closed the connection (did it exit?)"),
             Error::TimedOut { what, after } => write!(
                 f,
@@ -54,7 +58,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Ws(e) => Some(e),
+            Error::Ws(e) | Error::Unsent(e) => Some(e),
             _ => None,
         }
     }

@@ -11,6 +11,7 @@
 //! It knows no other room but `ws` and `sanitize`.
 
 pub mod client;
+pub mod driver;
 pub mod error;
 pub mod proto;
 

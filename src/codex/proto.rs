@@ -172,3 +172,15 @@ pub struct WithItem {
     #[serde(default)]
     pub turn_id: Option<String>,
 }
+
+/// `thread/queue/add`'s answer.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Queued {
+    pub queued_submission: Submission,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Submission {
+    pub id: String,
+}

@@ -60,6 +60,7 @@ impl Foreground {
                 && !self.paused()
                 && (self.opts.exec.is_some()
                     || self.opts.tmux_pane.is_some()
+                    || self.opts.codex.is_some()
                     || self.opts.approve != Approve::Auto));
         self.shared.wake_on_accept.store(waits, Ordering::SeqCst);
     }
@@ -128,6 +129,7 @@ impl Foreground {
         }
         at.extend(self.retry_at());
         at.extend(self.pane_timer());
+        at.extend(self.codex_timer());
         // Only with --ttl: finding the oldest task walks the whole queue,
         // and this runs at every turn of the foreground loop.
         let ttl_due = self
@@ -351,6 +353,7 @@ impl Foreground {
             started_at: m.started_at,
             state: self.shared.state(),
             tmux_pane: self.opts.tmux_pane.clone(),
+            codex: self.codex_status(),
             turn,
             workspace: m.workspace,
         };

@@ -102,7 +102,9 @@ impl Foreground {
         } else {
             turn::reply_by_inbox(&self.origin.name, &task.message_id)
         };
-        let envelope = self.pane_envelope(&task).unwrap_or_else(|| {
+        let envelope = self.pane_envelope(&task);
+        let envelope = envelope.or_else(|| self.codex_envelope(&task));
+        let envelope = envelope.unwrap_or_else(|| {
             turn::envelope(&task, task.sender.instance_id.is_some().then_some(&*how))
         });
         let follows = self.open.first().map(|o| o.task.message_id.clone());

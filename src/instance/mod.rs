@@ -14,6 +14,7 @@
 mod approval;
 mod backoff;
 mod cancel;
+mod codex;
 mod dispatch;
 mod inbox;
 mod outbound;
@@ -43,6 +44,7 @@ use std::time::{Duration, Instant};
 
 pub use crate::wire::Approve;
 pub use cancel::cancel_stopped;
+pub use codex::default_socket as codex_default_socket;
 pub use startup::resolve_workspace;
 pub(crate) use startup::signal_channel;
 
@@ -80,6 +82,9 @@ pub struct ServeOptions {
     pub reply_by_tool: bool,
     /// `--tmux-pane PANE`: type each task into this tmux pane (`pane`).
     pub tmux_pane: Option<String>,
+    /// `--codex`: hand each task to the Codex session of the workspace
+    /// through the app-server at this socket (`codex`).
+    pub codex: Option<PathBuf>,
     /// The agent's process, where the front end knows it (`baton mcp`:
     /// its host). Its processes may use the agent's doors, not the
     /// operator's (`access`).
@@ -182,6 +187,8 @@ struct Foreground {
     short: Option<backoff::Shortage>,
     /// `--tmux-pane`: the pane tasks are typed into.
     pane: Option<pane::Pane>,
+    /// `--codex`: the app-server tasks are handed to.
+    codex: Option<codex::Codex>,
     /// Replies their sender got through a wait before they arrived here
     /// (`inbox/received`): each is recorded as received on arrival.
     expected: received::Expected,
@@ -193,6 +200,7 @@ struct Inputs {
     turns: chan::Receiver<TurnEvent>,
     pauses: chan::Receiver<dispatch::Settled>,
     panes: chan::Receiver<crate::tmux::Report>,
+    codex: chan::Receiver<crate::codex::driver::Report>,
     signals: chan::Receiver<i32>,
     stop: chan::Receiver<()>,
 }
@@ -229,6 +237,7 @@ impl Foreground {
             self.publish_wait();
             self.pump();
             self.pane_pump();
+            self.codex_pump();
             self.publish_wait();
             let timer = match self.next_timer() {
                 Some(at) => chan::at(at),
@@ -255,6 +264,11 @@ impl Foreground {
                 recv(inputs.panes) -> report => {
                     if let Ok(report) = report {
                         self.pane_report(report);
+                    }
+                },
+                recv(inputs.codex) -> report => {
+                    if let Ok(report) = report {
+                        self.codex_report(report);
                     }
                 },
                 recv(inputs.pauses) -> settled => {

@@ -81,6 +81,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     let listeners = accept(sockets, &shared)?;
     let signals = signal_channel(&[SIGTERM, SIGINT, SIGHUP])?;
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
+    let (codex, codex_reports) = super::codex::start(&opts, &place.workspace, &place.id)?;
     // The listener is accepting: only now may peers find us.
     registry::publish(&place.dir, &manifest)?;
     if let Some((zdir, zsock)) = &place.zcoder {
@@ -133,6 +134,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
         idle_since: None,
         short: None,
         pane,
+        codex,
         expected: Default::default(),
     };
     let inputs = Inputs {
@@ -140,6 +142,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
         turns,
         pauses,
         panes,
+        codex: codex_reports,
         signals,
         stop,
     };

@@ -141,6 +141,27 @@ impl Spool {
         Ok(())
     }
 
+    /// Sets a processing task aside as interrupted now, as the next open
+    /// would: its turn may have run in part, so it is not run again
+    /// unless the operator requeues it.
+    pub fn set_interrupted(&self, message_id: &str) -> Result<()> {
+        let mut idx = self.idx();
+        let processing = |e: &&Entry| e.place == Place::Processing;
+        let entry = idx.entries.get(message_id).filter(processing).cloned();
+        let e = entry.ok_or_else(|| not_processing(message_id))?;
+        let from = self.path("processing", &e.file);
+        files::rename(&from, &self.path("interrupted", &e.file))
+            .map_err(|err| Error::io("move to interrupted/", &from, err))?;
+        idx.processing -= 1;
+        idx.release(e.sender_id());
+        idx.entries.get_mut(message_id).expect("indexed").place = Place::Interrupted;
+        drop(idx);
+        if self.fsync {
+            self.sync(&["processing", "interrupted"])?;
+        }
+        Ok(())
+    }
+
     /// Finishes a processing task: receipt first, then the payload goes.
     pub fn finish(&self, message_id: &str, outcome: Outcome) -> Result<()> {
         self.finish_with(message_id, outcome, None)

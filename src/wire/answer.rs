@@ -121,8 +121,22 @@ pub struct ControlStatus {
     pub started_at: u64,
     pub state: State,
     pub tmux_pane: Option<String>,
+    /// `serve --codex`: the app-server, and whether it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codex: Option<CodexStatus>,
     pub turn: Option<RunningTurn>,
     pub workspace: String,
+}
+
+/// What `control/status` says of the Codex app-server of `serve --codex`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CodexStatus {
+    pub socket: String,
+    pub connected: bool,
+    /// The workspace's thread there, once found.
+    pub thread: Option<String>,
+    /// Why it cannot be reached, while it cannot.
+    pub reason: Option<String>,
 }
 
 /// `control/pause`'s and `control/resume`'s answer.

@@ -20,6 +20,8 @@
 
 mod client;
 #[allow(dead_code)]
+pub mod codex;
+#[allow(dead_code)]
 pub mod hosts;
 #[allow(dead_code)]
 pub mod model;

@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -122,6 +122,10 @@ struct Shared {
     turns: Mutex<usize>,
     requests: Mutex<Vec<Request>>,
     stop: AtomicBool,
+    /// While true, a scripted turn is recorded but not answered
+    /// (`hold`, `release`).
+    held: Mutex<bool>,
+    released: Condvar,
 }
 
 /// A stand-in model server on 127.0.0.1; stops accepting when dropped.
@@ -150,6 +154,8 @@ impl ModelServer {
             turns: Mutex::new(0),
             requests: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
+            held: Mutex::new(false),
+            released: Condvar::new(),
         });
         let s = Arc::clone(&shared);
         thread::spawn(move || {
@@ -188,6 +194,19 @@ impl ModelServer {
             .collect();
         found.sort_by_key(|r| r.turn);
         found
+    }
+
+    /// From now on each scripted turn is recorded at once and answered
+    /// only after `release` (or the I/O timeout): a turn that stays
+    /// running while the test acts.
+    pub fn hold(&self) {
+        *lock(&self.shared.held) = true;
+    }
+
+    /// Answers the held turns, and the later ones at once.
+    pub fn release(&self) {
+        *lock(&self.shared.held) = false;
+        self.shared.released.notify_all();
     }
 
     /// How many turns of the script are left.
@@ -302,6 +321,9 @@ fn serve_conn(shared: &Shared, conn: TcpStream) -> io::Result<()> {
     let mut out = &conn;
     match turn {
         Some(turn) => {
+            let held = lock(&shared.held);
+            let wait = shared.released.wait_timeout_while(held, IO_TIMEOUT, |h| *h);
+            drop(wait.unwrap_or_else(|e| e.into_inner()));
             out.write_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
                   Cache-Control: no-cache\r\nConnection: close\r\n\r\n",

@@ -1,0 +1,428 @@
+//! `serve --codex`: a pull instance whose tasks are handed, one at a
+//! time, to the Codex session of its workspace through Codex's
+//! app-server (docs/hosts.md). The foreground claims the head of the queue
+//! itself, exactly as `inbox/claim` does, and hands the envelope to the
+//! Codex thread (`crate::codex::driver`), which reports back on a channel;
+//! it never waits on Codex. The turn's end is the task's: `completed` is
+//! `done` with the turn's last agent message as the reply, `interrupted`
+//! is `cancelled` (`timeout` when `--turn-timeout` ran out), `failed` is
+//! `failed` with Codex's error as the task's stderr tail.
+//!
+//! An app-server that cannot be reached is no verdict on a task: a task
+//! whose input never reached it goes back to its place in the queue; one
+//! whose input may have reached it (the connection broke under its turn)
+//! is set aside as `interrupted`, for the operator to requeue or discard,
+//! never delivered twice. Either way the instance says why once (a
+//! `notice` with `codex`), shows it in its status, and tries again after
+//! a delay that grows to `LAST_RETRY`.
+
+use super::{Foreground, ServeOptions};
+use crate::codex::driver::{self, Driver, Job, Lost, Report};
+use crate::codex::{TurnEnd, TurnStatus};
+use crate::error::{Error, Result};
+use crate::sanitize::escape;
+use crate::spool::{ReplyRecord, Task};
+use crate::turn;
+use crate::wire::answer::{Claimed, CodexStatus};
+use crate::wire::{EventKind, HandlerExit, Outcome, TaskMode};
+use crossbeam_channel as chan;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const LAST_RETRY: Duration = Duration::from_secs(2);
+/// What the envelope says about replying.
+const HOW_TO_REPLY: &str = "your last message in this turn is the reply; baton sends it back";
+
+/// The app-server and what is under way with it.
+pub(super) struct Codex {
+    socket: PathBuf,
+    driver: Driver,
+    /// A probe is with the thread.
+    asked: bool,
+    /// Whether it answered the last time: `None` before the first probe,
+    /// `Some(false)` from a failure (said) until it answers again.
+    up: Option<bool>,
+    why_down: Option<String>,
+    thread: Option<String>,
+    delay: Duration,
+    retry_at: Option<Instant>,
+    /// The task handed over, while it is open: when its turn runs out,
+    /// and whether it is being ended for that.
+    task: Option<Handed>,
+}
+
+struct Handed {
+    message_id: String,
+    deadline: Option<Instant>,
+    timed_out: bool,
+}
+
+/// The app-server's socket of `--codex-socket`, else the daemon's socket
+/// of `$CODEX_HOME` (`~/.codex` when unset).
+pub fn default_socket(codex_home: Option<&Path>, home: Option<&Path>) -> Option<PathBuf> {
+    let dir = match (codex_home, home) {
+        (Some(c), _) => c.to_path_buf(),
+        (None, Some(h)) => h.join(".codex"),
+        (None, None) => return None,
+    };
+    Some(
+        dir.join("app-server-control")
+            .join("app-server-control.sock"),
+    )
+}
+
+/// The Codex thread of `--codex`, and the channel it reports on (never
+/// ready without the option).
+pub(super) fn start(
+    opts: &ServeOptions,
+    workspace: &Path,
+    instance_id: &str,
+) -> Result<(Option<Codex>, chan::Receiver<Report>)> {
+    let Some(socket) = &opts.codex else {
+        return Ok((None, chan::never()));
+    };
+    let (tx, rx) = chan::unbounded();
+    let driver = driver::start(socket.clone(), workspace.to_path_buf(), tx)
+        .map_err(|e| Error::Env(format!("cannot start the Codex thread: {e}")))?;
+    eprintln!(
+        "baton: {instance_id}: handing tasks to Codex's app-server at {}",
+        escape(&socket.display().to_string())
+    );
+    let codex = Codex {
+        socket: socket.clone(),
+        driver,
+        asked: false,
+        up: None,
+        why_down: None,
+        thread: None,
+        delay: FIRST_RETRY,
+        retry_at: None,
+        task: None,
+    };
+    Ok((Some(codex), rx))
+}
+
+impl Foreground {
+    /// Moves Codex's work on: ends a turn that ran out, asks whether the
+    /// app-server is there while that is unknown, or claims the next task
+    /// and hands it over. Nothing while a probe is out, a task is open, or
+    /// the instance is paused.
+    pub(super) fn codex_pump(&mut self) {
+        let now = Instant::now();
+        let Some(c) = self.codex.as_mut() else {
+            return;
+        };
+        if let Some(h) = c.task.as_mut() {
+            if !h.timed_out && h.deadline.is_some_and(|d| d <= now) {
+                h.timed_out = true;
+                let id = h.message_id.clone();
+                c.driver.ask(Job::Interrupt {
+                    message_id: id.clone(),
+                });
+                let seconds = self.opts.turn_timeout.unwrap_or_default().as_secs_f64();
+                self.notice(
+                    Some(&id),
+                    format!("turn timed out: not ended within --turn-timeout {seconds} s; Codex's turn is interrupted"),
+                );
+            }
+            return;
+        }
+        let idle = self.open.is_empty() && !self.paused();
+        let Some(c) = self.codex.as_mut() else {
+            return;
+        };
+        if c.asked || !idle || c.retry_at.is_some_and(|at| at > now) {
+            return;
+        }
+        if c.up != Some(true) {
+            c.asked = c.driver.ask(Job::Probe);
+            return;
+        }
+        let claimed: Claimed = serde_json::from_value(self.claim()).expect("a claim reads back");
+        match (claimed.status.as_str(), claimed.task) {
+            ("claimed", Some(task)) => {
+                let steer = task.mode == TaskMode::Steer.to_string();
+                let deadline = self.opts.turn_timeout.map(|t| Instant::now() + t);
+                let c = self.codex.as_mut().expect("checked");
+                c.task = Some(Handed {
+                    message_id: task.message_id.clone(),
+                    deadline,
+                    timed_out: false,
+                });
+                c.driver.ask(Job::Deliver {
+                    message_id: task.message_id,
+                    text: task.envelope,
+                    steer,
+                });
+            }
+            ("error", _) => self.codex_retry_later(),
+            _ => {}
+        }
+    }
+
+    /// Applies what the Codex thread reported.
+    pub(super) fn codex_report(&mut self, report: Report) {
+        if self.codex.is_none() {
+            return;
+        }
+        match report {
+            Report::Up { thread_id } => {
+                let c = self.codex.as_mut().expect("checked");
+                c.asked = false;
+                self.codex_up(thread_id);
+            }
+            Report::Down { why, lost } => {
+                let c = self.codex.as_mut().expect("checked");
+                c.asked = false;
+                c.task = None;
+                let what = lost.map(|l| self.codex_lost(&l));
+                self.codex_down(&why, what.as_deref());
+            }
+            Report::Refused { message_id, why } => {
+                self.codex_ended(&message_id, Outcome::Failed, None, Some(why));
+            }
+            Report::Started {
+                message_id,
+                thread_id,
+                turn_id,
+            } => {
+                self.codex_up(thread_id.clone());
+                self.hub.emit(
+                    EventKind::Notice,
+                    json!({"message_id": message_id, "codex_thread": thread_id, "codex_turn": turn_id,
+                           "text": format!("Codex turn {turn_id} started on thread {thread_id}")}),
+                );
+            }
+            Report::Ended { message_id, end } => self.codex_turn_ended(&message_id, end),
+        }
+    }
+
+    fn codex_turn_ended(&mut self, id: &str, end: TurnEnd) {
+        let timed_out = self
+            .codex
+            .as_ref()
+            .and_then(|c| c.task.as_ref())
+            .is_some_and(|h| h.message_id == id && h.timed_out);
+        let (outcome, reply, error) = match end.status {
+            TurnStatus::Completed => (Outcome::Done, end.text, None),
+            TurnStatus::Interrupted if timed_out => (Outcome::Timeout, None, None),
+            TurnStatus::Interrupted => (Outcome::Cancelled, None, None),
+            TurnStatus::Failed => (Outcome::Failed, None, end.error),
+            TurnStatus::InProgress | TurnStatus::Other => (
+                Outcome::Failed,
+                None,
+                Some("Codex ended the turn with a status baton does not know".into()),
+            ),
+        };
+        self.codex_ended(id, outcome, reply, error);
+    }
+
+    /// Finishes the handed task as `outcome`: a reply goes back to a
+    /// sender that is an instance, as `inbox complete --reply` sends it,
+    /// and is kept in the receipt either way.
+    fn codex_ended(
+        &mut self,
+        id: &str,
+        outcome: Outcome,
+        reply: Option<String>,
+        error: Option<String>,
+    ) {
+        if let Some(c) = self.codex.as_mut() {
+            if c.task.as_ref().is_some_and(|h| h.message_id == id) {
+                c.task = None;
+            }
+        }
+        // Cancelled here meanwhile (`task/cancel`): already finished.
+        let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
+            return;
+        };
+        let task = &self.open[pos].task;
+        let answers_a_sender = task.sender.instance_id.is_some() && task.in_reply_to.is_none();
+        if let (Some(body), true) = (&reply, answers_a_sender) {
+            let mut params = serde_json::Map::new();
+            params.insert("message_id".into(), json!(id));
+            params.insert("reply".into(), json!(body));
+            // The answer is the foreground's own: nobody waits for it.
+            let (tx, _rx) = chan::bounded(1);
+            self.complete(&params, tx);
+            return;
+        }
+        let record = reply.map(|body| ReplyRecord {
+            message_id: None,
+            body: super::outcome::bounded(&body, self.shared.config.max_message_bytes),
+        });
+        let handler = error.map(|e| HandlerExit {
+            stderr_tail: Some(crate::sanitize::escape_tail(&e, turn::STDERR_TAIL_BYTES)),
+            ..HandlerExit::default()
+        });
+        if let Some(e) = &handler.as_ref().and_then(|h| h.stderr_tail.clone()) {
+            self.notice(Some(id), format!("Codex: {e}"));
+        }
+        if let Err(e) = self.finish_handed(pos, outcome, record, handler) {
+            self.notice(Some(id), e.to_string());
+        }
+        self.refresh();
+    }
+
+    /// Finishes the handed task at `pos` as `outcome`, with its reply
+    /// and, for a failed turn, Codex's error.
+    fn finish_handed(
+        &mut self,
+        pos: usize,
+        outcome: Outcome,
+        reply: Option<ReplyRecord>,
+        handler: Option<HandlerExit>,
+    ) -> Result<()> {
+        let id = self.open[pos].task.message_id.clone();
+        self.spool()
+            .finish_turn(&id, outcome, reply.clone(), handler.clone())?;
+        self.open.remove(pos);
+        self.hub.emit(
+            EventKind::TurnFinished,
+            json!({"message_id": id, "outcome": outcome}),
+        );
+        self.ended_turn(&id, outcome, reply.as_ref(), handler.as_ref());
+        Ok(())
+    }
+
+    /// The task that was under way when the connection broke: back in the
+    /// queue if Codex never had it, else set aside as interrupted. Says
+    /// which.
+    fn codex_lost(&mut self, l: &Lost) -> String {
+        let Some(pos) = self
+            .open
+            .iter()
+            .position(|o| o.task.message_id == l.message_id)
+        else {
+            return String::new();
+        };
+        let id = l.message_id.clone();
+        if !l.sent {
+            self.open.remove(pos);
+            let back = self.unclaim(&id);
+            if back {
+                self.approved.insert(id.clone());
+            }
+            self.refresh();
+            return format!("task {id} went back to its place in the queue; ");
+        }
+        self.open.remove(pos);
+        match self.spool().set_interrupted(&id) {
+            Ok(()) => {
+                self.ended(&id, Outcome::Interrupted, None);
+                self.refresh();
+                format!(
+                    "task {id} may have run in part and is set aside as interrupted (baton inbox requeue or discard); "
+                )
+            }
+            Err(e) => {
+                self.notice(Some(&id), e.to_string());
+                format!("task {id} shows as interrupted at the next start; ")
+            }
+        }
+    }
+
+    /// The app-server answered, with the workspace's thread.
+    fn codex_up(&mut self, thread: String) {
+        let Some(c) = self.codex.as_mut() else {
+            return;
+        };
+        let was_down = c.up == Some(false);
+        c.up = Some(true);
+        c.why_down = None;
+        c.thread = Some(thread.clone());
+        c.retry_at = None;
+        c.delay = FIRST_RETRY;
+        if was_down {
+            let text = format!(
+                "Codex's app-server at {} answers again (thread {thread}): queued tasks are handed to it",
+                c.socket.display()
+            );
+            eprintln!("baton: {}", escape(&text));
+            self.hub
+                .emit(EventKind::Notice, json!({"text": text, "codex": true}));
+        }
+    }
+
+    /// The app-server cannot be reached: said when it was not known to be
+    /// down, and asked again after a growing delay.
+    fn codex_down(&mut self, why: &str, lost: Option<&str>) {
+        let Some(c) = self.codex.as_mut() else {
+            return;
+        };
+        let say = c.up != Some(false) || lost.is_some_and(|l| !l.is_empty());
+        c.up = Some(false);
+        c.why_down = Some(why.to_string());
+        self.codex_retry_later();
+        if !say {
+            return;
+        }
+        let c = self.codex.as_ref().expect("checked");
+        let text = format!(
+            "Codex's app-server at {} cannot be reached ({why}): {}queued tasks stay queued and are handed over once it answers",
+            c.socket.display(),
+            lost.unwrap_or("")
+        );
+        eprintln!("baton: {}", escape(&text));
+        self.hub.emit(
+            EventKind::Notice,
+            json!({"text": text, "codex": true, "reason": why}),
+        );
+    }
+
+    fn codex_retry_later(&mut self) {
+        let Some(c) = self.codex.as_mut() else {
+            return;
+        };
+        c.delay = match c.retry_at {
+            Some(_) => (c.delay * 2).min(LAST_RETRY),
+            None => FIRST_RETRY,
+        };
+        c.retry_at = Some(Instant::now() + c.delay);
+    }
+
+    /// The next due moment: a retry, or the handed task's timeout.
+    pub(super) fn codex_timer(&self) -> Option<Instant> {
+        let c = self.codex.as_ref()?;
+        let now = Instant::now();
+        let retry = c.retry_at.filter(|at| *at > now);
+        let timeout = c
+            .task
+            .as_ref()
+            .filter(|h| !h.timed_out)
+            .and_then(|h| h.deadline);
+        retry.into_iter().chain(timeout).min()
+    }
+
+    /// A task cancelled while Codex runs it: its turn is interrupted too.
+    pub(super) fn codex_cancelled(&mut self, id: &str) {
+        if let Some(c) = self.codex.as_ref() {
+            if c.task.as_ref().is_some_and(|h| h.message_id == id) {
+                c.driver.ask(Job::Interrupt {
+                    message_id: id.to_string(),
+                });
+            }
+        }
+    }
+
+    /// The envelope of a task for Codex: its last message is the reply
+    /// (None without `--codex`).
+    pub(super) fn codex_envelope(&self, task: &Task) -> Option<String> {
+        self.codex.as_ref()?;
+        let can_reply = task.sender.instance_id.is_some();
+        Some(turn::envelope(task, can_reply.then_some(HOW_TO_REPLY)))
+    }
+
+    /// What `control/status` says of the app-server.
+    pub(super) fn codex_status(&self) -> Option<CodexStatus> {
+        let c = self.codex.as_ref()?;
+        Some(CodexStatus {
+            socket: c.socket.display().to_string(),
+            connected: c.up == Some(true),
+            thread: c.thread.clone(),
+            reason: c.why_down.clone(),
+        })
+    }
+}

@@ -1,0 +1,217 @@
+//! `baton serve --codex` (docs/hosts.md) with the real Codex: `codex
+//! app-server --listen unix://PATH`, its model a stand-in Responses server
+//! on 127.0.0.1 (tests/util/model.rs) that the test holds and releases, so
+//! a turn runs for as long as the test needs it to. Every assertion comes
+//! with the model's requests, Codex's stderr and the instance's as
+//! evidence.
+//!
+//! A Codex that is not installed skips these tests with a reason, and
+//! fails them under BATON_REQUIRE_ALL=1.
+
+use crate::util::codex::{codex_home, listen};
+use crate::util::hosts::{Host, host_bin};
+use crate::util::model::{ModelServer, Turn};
+use crate::util::{Env, wait_for, wait_until};
+use crate::util::{Served, finish};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Output, Stdio};
+use std::time::Duration;
+
+/// How long a task may take through Codex: its turn, and Codex's start.
+const CODEX_TASK: Duration = Duration::from_secs(120);
+
+/// `baton send --wait NAME TEXT` in the background, its output in pipes
+/// (small: a reply).
+fn send_wait(env: &Env, name: &str, text: &str) -> Child {
+    let mut cmd = env.cmd();
+    cmd.args(["send", "--wait", "--timeout", "110", name, text])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.spawn().expect("spawn baton send --wait")
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `baton status NAME --json`, read.
+fn status(env: &Env, name: &str) -> Value {
+    let out = env.run(&["status", name, "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    serde_json::from_str(&out.stdout).expect("status --json")
+}
+
+/// The user input of each request the model got, as JSON text.
+fn inputs(model: &ModelServer) -> Vec<String> {
+    let asked = model.model_requests();
+    asked.iter().map(|r| r.body["input"].to_string()).collect()
+}
+
+fn evidence(model: &ModelServer, codex: &Host, served: &Served) -> String {
+    format!(
+        "codex stderr:\n{}\nbaton serve stderr:\n{}\n{}",
+        codex.stderr(),
+        served.stderr(),
+        model.evidence()
+    )
+}
+
+/// `baton serve --codex --codex-socket SOCKET --name NAME` in `ws`.
+fn serve_codex(env: &Env, ws: &Path, name: &str, socket: &Path) -> Served {
+    let socket = socket.to_str().expect("a UTF-8 path");
+    env.serve(ws, &["--name", name, "--codex", "--codex-socket", socket])
+}
+
+/// A task handed to Codex ends with its turn: `send --wait` exits 0 with
+/// the model's answer as the reply. A second task sent while the first
+/// turn runs waits in baton's queue (the status shows it), and is handed
+/// over after the first turn ended: the model sees the two in order, each
+/// once, inside its envelope.
+#[test]
+fn serve_codex_hands_each_task_to_codex_in_order() {
+    let Some(codex) = host_bin("codex") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("cx");
+    let model = ModelServer::openai(vec![
+        Turn::text("The lexer is fine."),
+        Turn::text("The parser is fine too."),
+    ]);
+    model.hold();
+    let home = codex_home(&env, &model);
+    let socket = env.root.join("cx.sock");
+    let host = listen(&env, &codex, &home, &ws, &socket, 1);
+    let mut served = serve_codex(&env, &ws, "cx", &socket);
+
+    let first = send_wait(&env, "cx", "review the lexer");
+    // The first turn runs: the model was asked, and holds its answer.
+    wait_until("the first turn's model request", CODEX_TASK, || {
+        model.model_requests().len() == 1
+    });
+    let second = send_wait(&env, "cx", "review the parser");
+    let queued = wait_for("the second task queued in baton", CODEX_TASK, || {
+        let s = status(&env, "cx");
+        (s["queue"]["queued"] == 1).then_some(s)
+    });
+    let evidence_now = evidence(&model, &host, &served);
+    assert!(queued["open_task"].is_string(), "{queued}\n{evidence_now}");
+    assert_eq!(queued["codex"]["connected"], true, "{queued}");
+    assert!(queued["codex"]["thread"].is_string(), "{queued}");
+    assert_eq!(model.model_requests().len(), 1, "{evidence_now}");
+    model.release();
+
+    let first = finish(first, "send --wait of the first task", CODEX_TASK);
+    let second = finish(second, "send --wait of the second task", CODEX_TASK);
+    let ev = evidence(&model, &host, &served);
+    let (out, err) = text(&first);
+    assert_eq!(first.status.code(), Some(0), "{out}{err}\n{ev}");
+    assert_eq!(out.trim_end(), "The lexer is fine.", "{err}\n{ev}");
+    let (out, err) = text(&second);
+    assert_eq!(second.status.code(), Some(0), "{out}{err}\n{ev}");
+    assert_eq!(out.trim_end(), "The parser is fine too.", "{err}\n{ev}");
+
+    // In order, each once, each inside its envelope.
+    let asked = inputs(&model);
+    assert_eq!(asked.len(), 2, "{ev}");
+    assert!(asked[0].contains("review the lexer"), "{ev}");
+    assert!(asked[0].contains("agent_relay"), "{ev}");
+    assert!(!asked[0].contains("review the parser"), "{ev}");
+    assert_eq!(asked[1].matches("review the parser").count(), 1, "{ev}");
+    assert_eq!(asked[1].matches("review the lexer").count(), 1, "{ev}");
+    served.term();
+    drop(host);
+}
+
+/// The app-server goes away while a task's turn runs: that task may have
+/// run in part, so it is set aside as interrupted, never handed over
+/// again on its own; a task sent meanwhile stays queued, the status says
+/// why; once the app-server is back, the queued task is handed to it and
+/// answered. The model saw the first task once.
+#[test]
+fn serve_codex_keeps_tasks_while_the_app_server_is_gone() {
+    let Some(codex) = host_bin("codex") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("cx");
+    let model = ModelServer::openai(vec![
+        Turn::text("never heard: the app-server is gone"),
+        Turn::text("The parser is fine."),
+    ]);
+    model.hold();
+    let home = codex_home(&env, &model);
+    let socket = env.root.join("cx.sock");
+    let host = listen(&env, &codex, &home, &ws, &socket, 1);
+    let mut served = serve_codex(&env, &ws, "cx", &socket);
+
+    let out = env.run(&["send", "cx", "review the lexer", "--message-id", "lexer-1"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    wait_until("the first turn's model request", CODEX_TASK, || {
+        model.model_requests().len() == 1
+    });
+    let gone = evidence(&model, &host, &served);
+    // Ends Codex's process group: SIGTERM, then SIGKILL.
+    drop(host);
+
+    let s = wait_for("the task set aside as interrupted", CODEX_TASK, || {
+        let s = status(&env, "cx");
+        (s["queue"]["interrupted"] == 1).then_some(s)
+    });
+    assert_eq!(s["codex"]["connected"], false, "{s}\n{gone}");
+    assert!(s["codex"]["reason"].is_string(), "{s}");
+    let text = env.run(&["status", "cx"]);
+    assert!(
+        text.stdout.contains("cannot be reached") && text.stdout.contains("tasks stay queued"),
+        "{text:?}"
+    );
+    let out = env.run(&[
+        "send",
+        "cx",
+        "review the parser",
+        "--message-id",
+        "parser-1",
+    ]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let s = status(&env, "cx");
+    assert_eq!(s["queue"]["queued"], 1, "{s}");
+
+    model.release();
+    let host = listen(&env, &codex, &home, &ws, &socket, 2);
+    let done = env.run(&[
+        "send",
+        "--wait",
+        "--timeout",
+        "15",
+        "cx",
+        "review the parser",
+        "--message-id",
+        "parser-1",
+    ]);
+    let ev = evidence(&model, &host, &served);
+    assert_eq!(done.status, 0, "{done:?}\n{ev}");
+    assert_eq!(
+        done.stdout.trim_end(),
+        "The parser is fine.",
+        "{done:?}\n{ev}"
+    );
+
+    // The interrupted task was not handed over again; the operator may.
+    let list = env.run(&["inbox", "list", "cx", "--json"]);
+    assert!(list.stdout.contains("lexer-1"), "{list:?}");
+    let asked = inputs(&model);
+    assert_eq!(asked.len(), 2, "{ev}");
+    let lexer = asked
+        .iter()
+        .filter(|i| i.contains("review the lexer"))
+        .count();
+    assert_eq!(lexer, 1, "{ev}");
+    let log = env.run(&["log", "cx"]);
+    assert!(log.stdout.contains("interrupted"), "{log:?}");
+    served.term();
+    drop(host);
+}
