@@ -3,8 +3,8 @@
 
 use super::error::Error;
 use super::proto::{
-    Incoming, InitializeResult, LoadedList, Queued, Thread, Turn, TurnStatus, WithItem, WithThread,
-    WithTurn,
+    Incoming, InitializeResult, LoadedList, Queued, Thread, Turn, TurnPage, TurnStatus, WithItem,
+    WithThread, WithTurn,
 };
 use crate::ws;
 use serde::de::DeserializeOwned;
@@ -156,8 +156,16 @@ impl<S: ws::Stream> AppServer<S> {
     /// did not start (`thread/resume`); refused for a thread with no turn
     /// yet.
     pub fn resume_thread(&mut self, id: &str) -> Result<Thread, Error> {
-        let resumed: WithThread = self.request("thread/resume", json!({"threadId": id}))?;
+        let params = json!({"threadId": id, "excludeTurns": true});
+        let resumed: WithThread = self.request("thread/resume", params)?;
         Ok(resumed.thread)
+    }
+
+    /// The last `limit` turns of a thread, newest first, with every item.
+    pub fn recent_turns(&mut self, thread_id: &str, limit: u32) -> Result<Vec<Turn>, Error> {
+        let params = json!({"threadId": thread_id, "limit": limit, "itemsView": "full"});
+        let page: TurnPage = self.request("thread/turns/list", params)?;
+        Ok(page.data)
     }
 
     /// Queues `text` on `thread_id` as the user's input, named

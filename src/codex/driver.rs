@@ -127,6 +127,11 @@ struct Under {
     interrupt_sent: bool,
     /// The last agent message of its turn so far.
     said: Option<String>,
+    /// Whether the thread's notifications reach this connection: not yet
+    /// for a thread another client started and that has no turn yet
+    /// (`thread/resume` is refused until its first turn), so the thread
+    /// is resumed again until it is.
+    subscribed: bool,
 }
 
 struct Worker {
@@ -159,6 +164,7 @@ impl Worker {
                     Err(chan::TryRecvError::Disconnected) => return,
                 }
             }
+            self.subscribe();
             self.read(TURN_LOOK);
         }
     }
@@ -170,7 +176,7 @@ impl Worker {
     fn job(&mut self, job: Job) {
         match job {
             Job::Probe => match self.thread() {
-                Ok(thread_id) => self.report(Report::Up { thread_id }),
+                Ok((thread_id, _)) => self.report(Report::Up { thread_id }),
                 Err(e) => self.fail(&e, None),
             },
             Job::Deliver {
@@ -190,7 +196,7 @@ impl Worker {
     /// The connection, made if need be, and the workspace's thread: the
     /// loaded thread whose cwd is the workspace, the most recently active,
     /// else a new one.
-    fn thread(&mut self) -> Result<String, Error> {
+    fn thread(&mut self) -> Result<(String, bool), Error> {
         if self.conn.is_none() {
             self.subscribed.clear();
             self.active.clear();
@@ -207,16 +213,84 @@ impl Worker {
             }
         };
         if !self.subscribed.contains(&thread.id) {
-            // A thread with no turn yet cannot be resumed; its turns are
-            // heard anyway once this connection adds input to it.
             match conn.resume_thread(&thread.id) {
-                Ok(_) | Err(Error::Rpc { .. }) => {
+                Ok(_) => {
                     self.subscribed.insert(thread.id.clone());
                 }
+                // No turn yet: resumed once the task's turn began.
+                Err(Error::Rpc { .. }) => return Ok((thread.id, false)),
                 Err(e) => return Err(e),
             }
         }
-        Ok(thread.id)
+        Ok((thread.id, true))
+    }
+
+    /// Resumes the thread of the task under way, whose notifications do
+    /// not reach this connection yet; once it does, what was missed is
+    /// read from the thread's last turns.
+    fn subscribe(&mut self) {
+        let Some(u) = self.task.as_ref().filter(|u| !u.subscribed) else {
+            return;
+        };
+        let thread = u.thread_id.clone();
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let turns = match conn.resume_thread(&thread) {
+            Ok(_) => conn.recent_turns(&thread, 8),
+            Err(Error::Rpc { .. }) => return,
+            Err(e) => Err(e),
+        };
+        let turns = match turns {
+            Ok(t) => t,
+            Err(e) => {
+                let lost = self.task.take().map(|u| Lost {
+                    message_id: u.message_id,
+                    sent: true,
+                });
+                self.fail(&e, lost);
+                return;
+            }
+        };
+        self.subscribed.insert(thread.clone());
+        let u = self.task.as_mut().expect("checked");
+        u.subscribed = true;
+        let id = u.message_id.clone();
+        let ours = turns.into_iter().find(|t| {
+            t.items
+                .iter()
+                .any(|i| i.kind == "userMessage" && i.client_id.as_deref() == Some(id.as_str()))
+        });
+        let Some(turn) = ours else {
+            return;
+        };
+        if turn.status == TurnStatus::InProgress {
+            self.active.insert(thread.clone(), turn.id.clone());
+            let item = WithItem {
+                item: turn
+                    .items
+                    .into_iter()
+                    .find(|i| i.kind == "userMessage")
+                    .expect("found"),
+                thread_id: Some(thread),
+                turn_id: Some(turn.id),
+            };
+            self.item(item);
+            return;
+        }
+        if u.turn_id.is_none() {
+            u.turn_id = Some(turn.id.clone());
+            let r = Report::Started {
+                message_id: id,
+                thread_id: thread.clone(),
+                turn_id: turn.id.clone(),
+            };
+            self.report(r);
+        }
+        self.completed(WithTurn {
+            thread_id: Some(thread),
+            turn,
+        });
     }
 
     fn deliver(&mut self, message_id: String, text: &str, steer: bool) {
@@ -225,7 +299,7 @@ impl Worker {
             self.report(Report::Refused { message_id, why });
             return;
         }
-        let thread_id = match self.thread() {
+        let (thread_id, subscribed) = match self.thread() {
             Ok(t) => t,
             Err(e) => {
                 let lost = Lost {
@@ -246,6 +320,7 @@ impl Worker {
             interrupt: false,
             interrupt_sent: false,
             said: None,
+            subscribed,
         };
         let sent = match (steer, running) {
             (true, Some(turn_id)) => match conn.steer(&thread_id, &turn_id, &message_id, text) {

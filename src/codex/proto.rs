@@ -184,3 +184,10 @@ pub struct Queued {
 pub struct Submission {
     pub id: String,
 }
+
+/// `thread/turns/list`'s answer, a page of turns.
+#[derive(Debug, Deserialize)]
+pub struct TurnPage {
+    #[serde(default)]
+    pub data: Vec<Turn>,
+}
