@@ -347,3 +347,195 @@ fn serve_codex_task_shows_in_an_attached_codex_tui() {
     drop(tui);
     drop(host);
 }
+
+/// `--codex` goes one way only, and `--codex-socket` needs it: each a
+/// usage error naming the options, and no instance starts.
+#[test]
+fn serve_codex_options_are_checked() {
+    let env = Env::new();
+    let ws = env.workspace("cx");
+    let ws = ws.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--codex-socket", "/tmp/x.sock"],
+            "--codex-socket names Codex's app-server, so it needs --codex",
+        ),
+        (&["--codex", "--exec", "true"], "use one of them"),
+        (&["--codex", "--tmux-pane", "%1"], "use one of them"),
+        (
+            &["--codex", "--codex-socket", " "],
+            "--codex-socket is empty",
+        ),
+    ];
+    for (args, said) in cases {
+        let mut all = vec!["serve", "--workspace", ws];
+        all.extend_from_slice(args);
+        let out = env.run(&all);
+        assert_eq!(out.status, 2, "{args:?}: {out:?}");
+        assert!(out.stderr.contains(said), "{args:?}: {out:?}");
+    }
+    // Without CODEX_HOME, the daemon socket under HOME's .codex is asked
+    // for, and its absence is said, not a verdict: the instance serves.
+    let mut served = env.serve(
+        std::path::Path::new(ws),
+        &["--name", "cx", "--codex", "--turn-timeout", "5"],
+    );
+    let s = wait_for(
+        "the app-server said unreachable",
+        Duration::from_secs(30),
+        || {
+            let s = status(&env, "cx");
+            (s["codex"]["connected"] == false && s["codex"]["reason"].is_string()).then_some(s)
+        },
+    );
+    let want = env
+        .root
+        .join("home/.codex/app-server-control/app-server-control.sock");
+    assert_eq!(s["codex"]["socket"], want.to_str().unwrap(), "{s}");
+    served.term();
+}
+
+/// A steer task from the sender of the task Codex is working on joins
+/// that task's running turn (`turn/steer`): the model's next request in
+/// the same turn holds it, both tasks end with the turn, and the sender
+/// gets the turn's answer once, as the first task's reply.
+#[test]
+fn serve_codex_steer_task_joins_the_running_turn() {
+    let Some(codex) = host_bin("codex") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("cx");
+    let alpha_ws = env.workspace("alpha");
+    let model = ModelServer::openai(vec![
+        Turn::text("Looking at the lexer."),
+        Turn::text("Lexer and parser are fine."),
+    ]);
+    model.hold();
+    let home = codex_home(&env, &model);
+    let socket = env.root.join("cx.sock");
+    let host = listen(&env, &codex, &home, &ws, &socket, 1);
+    let mut served = serve_codex(&env, &ws, "cx", &socket);
+    let mut alpha = env.serve(&alpha_ws, &["--name", "alpha"]);
+
+    let send = |args: &[&str]| {
+        let out = env.run(args);
+        assert_eq!(out.status, 0, "{out:?}");
+    };
+    send(&[
+        "send",
+        "--from",
+        "alpha",
+        "--message-id",
+        "t1",
+        "cx",
+        "review the lexer",
+    ]);
+    wait_until("the first turn's model request", CODEX_TASK, || {
+        model.model_requests().len() == 1
+    });
+    send(&[
+        "send",
+        "--from",
+        "alpha",
+        "--mode",
+        "steer",
+        "--message-id",
+        "t2",
+        "cx",
+        "and the parser",
+    ]);
+    wait_until("the steer task open beside the first", CODEX_TASK, || {
+        status(&env, "cx")["queue"]["processing"] == 2
+    });
+    model.release();
+
+    let ev = || evidence(&model, &host, &served);
+    let list = wait_for("both tasks finished", CODEX_TASK, || {
+        let out = env.run(&["inbox", "list", "cx", "--all", "--json"]);
+        let v: Value = serde_json::from_str(&out.stdout).ok()?;
+        let done = v["finished"]
+            .as_array()?
+            .iter()
+            .filter(|r| r["outcome"] == "done")
+            .count();
+        (done == 2).then_some(v)
+    });
+    let asked = inputs(&model);
+    assert_eq!(asked.len(), 2, "{list}\n{}", ev());
+    assert!(!asked[0].contains("and the parser"), "{}", ev());
+    assert_eq!(asked[1].matches("and the parser").count(), 1, "{}", ev());
+    // One reply, to the first task, in alpha's inbox.
+    let replies = wait_for("the reply at alpha", CODEX_TASK, || {
+        let out = env.run(&["inbox", "list", "alpha", "--json"]);
+        let v: Value = serde_json::from_str(&out.stdout).ok()?;
+        let q = v["queued"].as_array()?.clone();
+        (!q.is_empty()).then_some(q)
+    });
+    assert_eq!(replies.len(), 1, "{replies:?}\n{}", ev());
+    let out = env.run(&["inbox", "claim", "alpha", "--json"]);
+    let claimed: Value = serde_json::from_str(&out.stdout).expect("claim --json");
+    assert_eq!(claimed["task"]["in_reply_to"], "t1", "{claimed}");
+    assert_eq!(
+        claimed["task"]["body"], "Lexer and parser are fine.",
+        "{claimed}"
+    );
+    alpha.term();
+    served.term();
+    drop(host);
+}
+
+/// `--turn-timeout` interrupts Codex's turn (`turn/interrupt`): the task
+/// ends `timeout`, Codex records the turn as interrupted, and the next
+/// task runs on the same thread.
+#[test]
+fn serve_codex_turn_timeout_interrupts_the_turn() {
+    let Some(codex) = host_bin("codex") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("cx");
+    let model = ModelServer::openai(vec![
+        Turn::text("never heard: the turn is interrupted"),
+        Turn::text("The parser is fine."),
+    ]);
+    model.hold();
+    let home = codex_home(&env, &model);
+    let socket = env.root.join("cx.sock");
+    let host = listen(&env, &codex, &home, &ws, &socket, 1);
+    let sock = socket.to_str().unwrap();
+    let mut served = env.serve(
+        &ws,
+        &[
+            "--name",
+            "cx",
+            "--codex",
+            "--codex-socket",
+            sock,
+            "--turn-timeout",
+            "3",
+        ],
+    );
+    let out = env.run(&["send", "--wait", "--json", "cx", "review the lexer"]);
+    let ev = || evidence(&model, &host, &served);
+    assert_eq!(out.status, 1, "{out:?}\n{}", ev());
+    let v: Value = serde_json::from_str(&out.stdout).expect("send --json");
+    assert_eq!(v["outcome"], "timeout", "{v}\n{}", ev());
+    let thread = status(&env, "cx")["codex"]["thread"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    model.release();
+
+    let done = env.run(&["send", "--wait", "cx", "review the parser"]);
+    assert_eq!(done.status, 0, "{done:?}\n{}", ev());
+    assert_eq!(done.stdout.trim_end(), "The parser is fine.", "{}", ev());
+    let mut app = baton::codex::AppServer::connect(&socket, CODEX_TASK).unwrap();
+    let turns = app.recent_turns(&thread, 8).unwrap();
+    let statuses: Vec<_> = turns.iter().rev().map(|t| t.status).collect();
+    use baton::codex::TurnStatus::{Completed, Interrupted};
+    assert_eq!(statuses, [Interrupted, Completed], "{turns:?}");
+    app.close().unwrap();
+    served.term();
+    drop(host);
+}

@@ -128,7 +128,7 @@ impl<S: ws::Stream> AppServer<S> {
                 Err(e) => return Err(e),
             };
             let newer = best.as_ref().is_none_or(|b| thread.recency() > b.recency());
-            if thread.cwd == cwd && newer {
+            if thread.cwd == cwd && !thread.ephemeral && newer {
                 best = Some(thread);
             }
         }
@@ -144,8 +144,20 @@ impl<S: ws::Stream> AppServer<S> {
     /// Starts a turn on `thread_id` with `text` as the user's input; the
     /// turn as first answered (`inProgress`).
     pub fn start_turn(&mut self, thread_id: &str, text: &str) -> Result<Turn, Error> {
+        self.start_turn_as(thread_id, None, text)
+    }
+
+    /// `start_turn`, the user's input named `client_id` (its
+    /// `userMessage` item's `clientId`).
+    pub fn start_turn_as(
+        &mut self,
+        thread_id: &str,
+        client_id: Option<&str>,
+        text: &str,
+    ) -> Result<Turn, Error> {
         let params = json!({
             "threadId": thread_id,
+            "clientUserMessageId": client_id,
             "input": [{"type": "text", "text": text}],
         });
         let started: WithTurn = self.request("turn/start", params)?;

@@ -19,7 +19,7 @@
 
 use super::client::{AppServer, Notification, TurnEnd};
 use super::error::Error;
-use super::proto::{TurnStatus, WithItem, WithTurn};
+use super::proto::{ThreadStatus, TurnStatus, WithItem, WithTurn};
 use crossbeam_channel as chan;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -60,14 +60,21 @@ pub enum Report {
     Down { why: String, lost: Option<Lost> },
     /// Codex refused the task's input (`why`): a verdict on it.
     Refused { message_id: String, why: String },
+    /// A steer task could not join the running turn (`why`): it goes back
+    /// to baton's queue, no verdict on it.
+    Back { message_id: String, why: String },
     /// The task's turn started.
     Started {
         message_id: String,
         thread_id: String,
         turn_id: String,
     },
-    /// The task's turn ended.
-    Ended { message_id: String, end: TurnEnd },
+    /// The task's turn ended, and with it the steer tasks that joined it.
+    Ended {
+        message_id: String,
+        followers: Vec<String>,
+        end: TurnEnd,
+    },
 }
 
 /// A task under way when the connection failed.
@@ -77,6 +84,8 @@ pub struct Lost {
     /// Its input may have reached Codex: it may have run, in part or
     /// whole, and must not be delivered again on its own.
     pub sent: bool,
+    /// The steer tasks that had joined its turn (all sent).
+    pub followers: Vec<String>,
 }
 
 /// The foreground's end of the thread.
@@ -115,6 +124,33 @@ pub fn start(
     Ok(Driver { jobs })
 }
 
+/// The workspace's thread as found.
+struct Found {
+    id: String,
+    /// Its notifications reach this connection.
+    subscribed: bool,
+    /// No turn runs on it.
+    idle: bool,
+}
+
+/// Hands the task's input to Codex: a turn of its own on an idle thread
+/// (`turn/start`: after an interrupted turn, queued input would not
+/// start), else queued behind the running turn (`thread/queue/add`).
+/// Either way the input is named by the task's message id.
+fn submit(conn: &mut AppServer, u: &mut Under, idle: bool, text: &str) -> Result<(), Error> {
+    let (thread, id) = (u.thread_id.clone(), u.message_id.clone());
+    if idle {
+        match conn.start_turn_as(&thread, Some(&id), text) {
+            Ok(_) => return Ok(()),
+            // A turn began meanwhile: queued behind it.
+            Err(Error::Rpc { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    u.submission = Some(conn.queue_add(&thread, &id, text)?);
+    Ok(())
+}
+
 /// The task under way.
 struct Under {
     message_id: String,
@@ -132,6 +168,8 @@ struct Under {
     /// (`thread/resume` is refused until its first turn), so the thread
     /// is resumed again until it is.
     subscribed: bool,
+    /// Steer tasks that joined its turn.
+    followers: Vec<String>,
 }
 
 struct Worker {
@@ -176,7 +214,9 @@ impl Worker {
     fn job(&mut self, job: Job) {
         match job {
             Job::Probe => match self.thread() {
-                Ok((thread_id, _)) => self.report(Report::Up { thread_id }),
+                Ok(found) => self.report(Report::Up {
+                    thread_id: found.id,
+                }),
                 Err(e) => self.fail(&e, None),
             },
             Job::Deliver {
@@ -196,7 +236,7 @@ impl Worker {
     /// The connection, made if need be, and the workspace's thread: the
     /// loaded thread whose cwd is the workspace, the most recently active,
     /// else a new one.
-    fn thread(&mut self) -> Result<(String, bool), Error> {
+    fn thread(&mut self) -> Result<Found, Error> {
         if self.conn.is_none() {
             self.subscribed.clear();
             self.active.clear();
@@ -212,17 +252,23 @@ impl Worker {
                 t
             }
         };
-        if !self.subscribed.contains(&thread.id) {
-            match conn.resume_thread(&thread.id) {
+        let idle = thread.status == ThreadStatus::Idle;
+        let mut found = Found {
+            id: thread.id,
+            subscribed: true,
+            idle,
+        };
+        if !self.subscribed.contains(&found.id) {
+            match conn.resume_thread(&found.id) {
                 Ok(_) => {
-                    self.subscribed.insert(thread.id.clone());
+                    self.subscribed.insert(found.id.clone());
                 }
                 // No turn yet: resumed once the task's turn began.
-                Err(Error::Rpc { .. }) => return Ok((thread.id, false)),
+                Err(Error::Rpc { .. }) => found.subscribed = false,
                 Err(e) => return Err(e),
             }
         }
-        Ok((thread.id, true))
+        Ok(found)
     }
 
     /// Resumes the thread of the task under way, whose notifications do
@@ -244,11 +290,7 @@ impl Worker {
         let turns = match turns {
             Ok(t) => t,
             Err(e) => {
-                let lost = self.task.take().map(|u| Lost {
-                    message_id: u.message_id,
-                    sent: true,
-                });
-                self.fail(&e, lost);
+                self.lose(&e);
                 return;
             }
         };
@@ -295,16 +337,20 @@ impl Worker {
 
     fn deliver(&mut self, message_id: String, text: &str, steer: bool) {
         if self.task.is_some() {
-            let why = "another task's turn is still under way".to_string();
-            self.report(Report::Refused { message_id, why });
+            self.follow(message_id, text);
             return;
         }
-        let (thread_id, subscribed) = match self.thread() {
+        let Found {
+            id: thread_id,
+            subscribed,
+            idle,
+        } = match self.thread() {
             Ok(t) => t,
             Err(e) => {
                 let lost = Lost {
                     message_id,
                     sent: false,
+                    followers: Vec::new(),
                 };
                 self.fail(&e, Some(lost));
                 return;
@@ -321,6 +367,7 @@ impl Worker {
             interrupt_sent: false,
             said: None,
             subscribed,
+            followers: Vec::new(),
         };
         let sent = match (steer, running) {
             (true, Some(turn_id)) => match conn.steer(&thread_id, &turn_id, &message_id, text) {
@@ -334,14 +381,10 @@ impl Worker {
                     Ok(())
                 }
                 // The turn ended meanwhile: queued as any task is.
-                Err(Error::Rpc { .. }) => conn
-                    .queue_add(&thread_id, &message_id, text)
-                    .map(|s| under.submission = Some(s)),
+                Err(Error::Rpc { .. }) => submit(conn, &mut under, false, text),
                 Err(e) => Err(e),
             },
-            _ => conn
-                .queue_add(&thread_id, &message_id, text)
-                .map(|s| under.submission = Some(s)),
+            _ => submit(conn, &mut under, idle, text),
         };
         match sent {
             Ok(()) => self.task = Some(under),
@@ -351,7 +394,58 @@ impl Worker {
             }
             Err(e) => {
                 let sent = !matches!(e, Error::Unsent(_));
-                self.fail(&e, Some(Lost { message_id, sent }));
+                let followers = Vec::new();
+                self.fail(
+                    &e,
+                    Some(Lost {
+                        message_id,
+                        sent,
+                        followers,
+                    }),
+                );
+            }
+        }
+    }
+
+    /// A steer task from the sender of the task under way joins its
+    /// running turn (`turn/steer`) and ends with it; if that turn is not
+    /// running (yet, or any more), the task goes back to baton's queue.
+    fn follow(&mut self, message_id: String, text: &str) {
+        let (Some(u), Some(conn)) = (self.task.as_mut(), self.conn.as_mut()) else {
+            let why = "no turn of the task it follows is running".into();
+            self.report(Report::Back { message_id, why });
+            return;
+        };
+        let Some(turn) = u.turn_id.clone().filter(|_| !u.interrupt) else {
+            let why = "the turn of the task it follows is not running".into();
+            self.report(Report::Back { message_id, why });
+            return;
+        };
+        match conn.steer(&u.thread_id, &turn, &message_id, text) {
+            Ok(()) => {
+                u.followers.push(message_id.clone());
+                let r = Report::Started {
+                    thread_id: u.thread_id.clone(),
+                    message_id,
+                    turn_id: turn,
+                };
+                self.report(r);
+            }
+            Err(Error::Rpc { message, .. }) => {
+                let why = format!("Codex did not take it into the running turn: {message}");
+                self.report(Report::Back { message_id, why });
+            }
+            Err(e) => {
+                let mut lost = self.task.take().map(|u| Lost {
+                    message_id: u.message_id,
+                    sent: true,
+                    followers: u.followers,
+                });
+                if let Some(l) = lost.as_mut() {
+                    // It may have joined the turn: as sent as the turn's task.
+                    l.followers.push(message_id);
+                }
+                self.fail(&e, lost);
             }
         }
     }
@@ -365,11 +459,7 @@ impl Worker {
             Ok(n) => self.note(n),
             Err(Error::TimedOut { .. }) => {}
             Err(e) => {
-                let lost = self.task.take().map(|u| Lost {
-                    message_id: u.message_id,
-                    sent: true,
-                });
-                self.fail(&e, lost);
+                self.lose(&e);
             }
         }
     }
@@ -473,6 +563,7 @@ impl Worker {
             };
             self.report(Report::Ended {
                 message_id: u.message_id,
+                followers: u.followers,
                 end,
             });
             return;
@@ -483,11 +574,7 @@ impl Worker {
             if let Some(conn) = self.conn.as_mut() {
                 if let Err(e) = conn.queue_start(&thread, &sub) {
                     if !matches!(e, Error::Rpc { .. }) {
-                        let lost = self.task.take().map(|u| Lost {
-                            message_id: u.message_id,
-                            sent: true,
-                        });
-                        self.fail(&e, lost);
+                        self.lose(&e);
                     }
                 }
             }
@@ -511,13 +598,20 @@ impl Worker {
             // Refused: the turn ended meanwhile; its end is on the way.
             Ok(()) | Err(Error::Rpc { .. }) => {}
             Err(e) => {
-                let lost = self.task.take().map(|u| Lost {
-                    message_id: u.message_id,
-                    sent: true,
-                });
-                self.fail(&e, lost);
+                self.lose(&e);
             }
         }
+    }
+
+    /// The connection broke under the task's turn: given up, and said
+    /// with the task (and the steer tasks that joined it) as sent.
+    fn lose(&mut self, e: &Error) {
+        let lost = self.task.take().map(|u| Lost {
+            message_id: u.message_id,
+            sent: true,
+            followers: u.followers,
+        });
+        self.fail(e, lost);
     }
 
     /// The connection is given up after `e`; said, with the task it took.

@@ -72,6 +72,10 @@ pub struct Thread {
     pub updated_at: Option<i64>,
     #[serde(default)]
     pub recency_at: Option<i64>,
+    /// A thread that keeps no rollout (one Codex makes for itself, as for
+    /// a title): it takes no queued input, so baton never picks it.
+    #[serde(default)]
+    pub ephemeral: bool,
 }
 
 impl Thread {

@@ -140,7 +140,6 @@ impl Foreground {
             return handled("error", id, Some(e.to_string()));
         }
         self.notice(Some(id), format!("cancelled by {by}: its open turn ended"));
-        self.codex_cancelled(id);
         self.refresh();
         Handled {
             was: Some("open".into()),

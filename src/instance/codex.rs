@@ -57,6 +57,10 @@ struct Handed {
     message_id: String,
     deadline: Option<Instant>,
     timed_out: bool,
+    /// Its turn began (only then can a steer task join it).
+    started: bool,
+    /// Steer tasks of its sender handed over to join its turn.
+    followers: Vec<String>,
 }
 
 /// The app-server's socket of `--codex-socket`, else the daemon's socket
@@ -115,9 +119,11 @@ impl Foreground {
             return;
         };
         if let Some(h) = c.task.as_mut() {
-            if !h.timed_out && h.deadline.is_some_and(|d| d <= now) {
-                h.timed_out = true;
-                let id = h.message_id.clone();
+            let ran_out = !h.timed_out && h.deadline.is_some_and(|d| d <= now);
+            let id = h.message_id.clone();
+            h.timed_out |= ran_out;
+            let follow = h.started && !h.timed_out;
+            if ran_out {
                 c.driver.ask(Job::Interrupt {
                     message_id: id.clone(),
                 });
@@ -126,6 +132,9 @@ impl Foreground {
                     Some(&id),
                     format!("turn timed out: not ended within --turn-timeout {seconds} s; Codex's turn is interrupted"),
                 );
+            }
+            if follow && !self.paused() {
+                self.codex_follow_up();
             }
             return;
         }
@@ -150,6 +159,8 @@ impl Foreground {
                     message_id: task.message_id.clone(),
                     deadline,
                     timed_out: false,
+                    started: false,
+                    followers: Vec::new(),
                 });
                 c.driver.ask(Job::Deliver {
                     message_id: task.message_id,
@@ -160,6 +171,47 @@ impl Foreground {
             ("error", _) => self.codex_retry_later(),
             _ => {}
         }
+    }
+
+    /// A steer task of the handed task's sender, if one waits, is
+    /// claimed as `inbox/claim` claims it (a follow-up) and handed over to
+    /// join the running turn.
+    fn codex_follow_up(&mut self) {
+        let claimed: Claimed = serde_json::from_value(self.claim()).expect("a claim reads back");
+        let (true, Some(task)) = (claimed.status == "claimed", claimed.task) else {
+            return;
+        };
+        let Some(h) = self.codex.as_mut().and_then(|c| c.task.as_mut()) else {
+            return;
+        };
+        h.followers.push(task.message_id.clone());
+        let c = self.codex.as_ref().expect("checked");
+        c.driver.ask(Job::Deliver {
+            message_id: task.message_id,
+            text: task.envelope,
+            steer: true,
+        });
+    }
+
+    /// A steer task that could not join the running turn goes back to its
+    /// place in the queue, still approved; said.
+    fn codex_back(&mut self, id: &str, why: &str) {
+        if let Some(h) = self.codex.as_mut().and_then(|c| c.task.as_mut()) {
+            h.followers.retain(|f| f != id);
+            // Not tried again before the next turn.
+            h.started = false;
+        }
+        if let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) {
+            self.open.remove(pos);
+            if self.unclaim(id) {
+                self.approved.insert(id.to_string());
+            }
+        }
+        self.notice(
+            Some(id),
+            format!("{why}: it went back to its place in the queue"),
+        );
+        self.refresh();
     }
 
     /// Applies what the Codex thread reported.
@@ -180,6 +232,7 @@ impl Foreground {
                 let what = lost.map(|l| self.codex_lost(&l));
                 self.codex_down(&why, what.as_deref());
             }
+            Report::Back { message_id, why } => self.codex_back(&message_id, &why),
             Report::Refused { message_id, why } => {
                 self.codex_ended(&message_id, Outcome::Failed, None, Some(why));
             }
@@ -189,13 +242,41 @@ impl Foreground {
                 turn_id,
             } => {
                 self.codex_up(thread_id.clone());
+                if let Some(h) = self.codex.as_mut().and_then(|c| c.task.as_mut()) {
+                    h.started |= h.message_id == message_id;
+                }
                 self.hub.emit(
                     EventKind::Notice,
                     json!({"message_id": message_id, "codex_thread": thread_id, "codex_turn": turn_id,
                            "text": format!("Codex turn {turn_id} started on thread {thread_id}")}),
                 );
             }
-            Report::Ended { message_id, end } => self.codex_turn_ended(&message_id, end),
+            Report::Ended {
+                message_id,
+                followers,
+                end,
+            } => {
+                for f in &followers {
+                    self.codex_follower_ended(f, end.status);
+                }
+                self.codex_turn_ended(&message_id, end);
+            }
+        }
+    }
+
+    /// A steer task that joined a turn ends with it; the turn's reply
+    /// goes to the sender once, with the task the turn was started for.
+    fn codex_follower_ended(&mut self, id: &str, status: TurnStatus) {
+        let outcome = match status {
+            TurnStatus::Completed => Outcome::Done,
+            TurnStatus::Interrupted => Outcome::Cancelled,
+            _ => Outcome::Failed,
+        };
+        let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
+            return;
+        };
+        if let Err(e) = self.finish_handed(pos, outcome, None, None) {
+            self.notice(Some(id), e.to_string());
         }
     }
 
@@ -309,6 +390,15 @@ impl Foreground {
             return format!("task {id} went back to its place in the queue; ");
         }
         self.open.remove(pos);
+        for f in &l.followers {
+            if let Some(p) = self.open.iter().position(|o| &o.task.message_id == f) {
+                self.open.remove(p);
+                match self.spool().set_interrupted(f) {
+                    Ok(()) => self.ended(f, Outcome::Interrupted, None),
+                    Err(e) => self.notice(Some(f), e.to_string()),
+                }
+            }
+        }
         match self.spool().set_interrupted(&id) {
             Ok(()) => {
                 self.ended(&id, Outcome::Interrupted, None);
@@ -396,7 +486,9 @@ impl Foreground {
         retry.into_iter().chain(timeout).min()
     }
 
-    /// A task cancelled while Codex runs it: its turn is interrupted too.
+    /// A task finished here while Codex still runs its turn (a cancel, an
+    /// operator's `inbox complete`): the turn is interrupted, and the next
+    /// task waits for its end. No-op once the turn has ended.
     pub(super) fn codex_cancelled(&mut self, id: &str) {
         if let Some(c) = self.codex.as_ref() {
             if c.task.as_ref().is_some_and(|h| h.message_id == id) {

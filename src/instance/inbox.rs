@@ -255,6 +255,7 @@ impl Foreground {
         let id = self.open[pos].task.message_id.clone();
         self.spool().finish_with(&id, outcome, reply.clone())?;
         self.open.remove(pos);
+        self.codex_cancelled(&id);
         self.hub.emit(
             EventKind::TurnFinished,
             json!({"message_id": id, "outcome": outcome}),
