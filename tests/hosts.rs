@@ -9,7 +9,7 @@
 
 use crate::util::hosts::{Host, host_bin};
 use crate::util::model::{EXHAUSTED, ModelServer, Turn};
-use crate::util::{Env, POLL, baton_bin, poll};
+use crate::util::{Env, POLL, baton_bin, poll, wait_for};
 use baton::codex::{AppServer as CodexClient, TurnStatus};
 use serde_json::{Value, json};
 use std::fs;
@@ -48,16 +48,24 @@ fn claude_home(home: &Path, workspace: &Path) {
     fs::write(home.join(".claude.json"), config.to_string()).unwrap();
 }
 
+/// What Claude Code needs besides the world's environment (`Env::cmd_for`)
+/// to talk to `model` quietly, once its private HOME is set up for `ws`
+/// (`claude_home`).
+fn claude_vars(env: &Env, ws: &Path, model: &ModelServer) -> Vec<(&'static str, String)> {
+    claude_home(&env.root.join("home"), ws);
+    vec![
+        ("ANTHROPIC_BASE_URL", model.url()),
+        ("ANTHROPIC_API_KEY", API_KEY.to_string()),
+        ("DISABLE_TELEMETRY", "1".to_string()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+    ]
+}
+
 /// `claude` in `ws`, its private HOME set up (`claude_home`), talking to
 /// `model` quietly; the caller adds the prompt and the options.
 fn claude_cmd(env: &Env, claude: &Path, ws: &Path, model: &ModelServer) -> std::process::Command {
-    claude_home(&env.root.join("home"), ws);
     let mut cmd = env.cmd_for(claude);
-    cmd.current_dir(ws)
-        .env("ANTHROPIC_BASE_URL", model.url())
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .env("DISABLE_TELEMETRY", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+    cmd.current_dir(ws).envs(claude_vars(env, ws, model));
     cmd
 }
 
@@ -97,6 +105,19 @@ fn tool_results(body: &Value) -> Vec<String> {
     found
 }
 
+/// A `--mcp-config` file that runs `baton mcp --name NAME`, as a user
+/// writes it (docs/hosts.md): no `env`, the server inherits Claude Code's
+/// environment, BATON_DIR and XDG_STATE_HOME included.
+fn mcp_config(env: &Env, name: &str) -> PathBuf {
+    let path = env.root.join("mcp.json");
+    let server = json!({"mcpServers": {"baton": {
+        "command": baton_bin(),
+        "args": ["mcp", "--name", name],
+    }}});
+    fs::write(&path, server.to_string()).unwrap();
+    path
+}
+
 /// (a), sending: Claude Code with `baton mcp` configured by
 /// `--mcp-config` calls `send_agent_message`, and the task reaches another
 /// instance from Claude's own instance. baton's tools are deferred in
@@ -125,15 +146,7 @@ fn claude_code_sends_a_task_through_baton_mcp() {
         Turn::text("Sent the review to other."),
     ]);
 
-    // As a user writes it (docs/hosts.md): no `env`, the server inherits
-    // Claude Code's environment, BATON_DIR and XDG_STATE_HOME included.
-    let mcp_config = env.root.join("mcp.json");
-    let server = json!({"mcpServers": {"baton": {
-        "command": baton_bin(),
-        "args": ["mcp", "--name", "claude"],
-    }}});
-    fs::write(&mcp_config, server.to_string()).unwrap();
-
+    let mcp_config = mcp_config(&env, "claude");
     let mut cmd = claude_cmd(&env, &claude, &ws, &model);
     cmd.args([
         "-p",
@@ -226,6 +239,111 @@ fn claude_code_sends_a_task_through_baton_mcp() {
         claimed.stdout
     );
     other.term();
+}
+
+/// (a), receiving: a task sent to Claude's instance while Claude Code is
+/// not running waits in the instance's spool (offline delivery: the
+/// instance, `baton mcp --name claude` in the workspace, has run there
+/// before). Claude Code starts with `baton mcp` configured; the model
+/// loads `check_inbox` and `complete_task` with `ToolSearch`, takes the
+/// task with `check_inbox` (Claude Code shows the model the tool's
+/// structured content: the message id and the envelope), and completes it
+/// with a reply; the sender's `send --wait` prints that reply.
+#[test]
+fn claude_code_takes_a_task_with_check_inbox_and_completes_it() {
+    let Some(claude) = host_bin("claude") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("claude-ws");
+    let sender_ws = env.workspace("alice");
+    // A first session of Claude's instance makes its spool: `baton mcp`
+    // whose host hangs up at once.
+    let first = env.run_with(&[], Some(&ws), &["mcp", "--name", "claude"], Some(b""));
+    assert_eq!(first.status, 0, "{first:?}");
+
+    let id = "review-1";
+    let body = "please review the lexer";
+    let mut sender = env.spawn(
+        &[
+            "send",
+            "claude",
+            body,
+            "--message-id",
+            id,
+            "--wait",
+            "--timeout",
+            "170",
+        ],
+        &sender_ws,
+    );
+    let queued = wait_for("the task to wait in claude's spool", Duration::from_secs(20), || {
+        let list = env.run(&["inbox", "list", "--json", "claude"]);
+        let list: Value = serde_json::from_str(&list.stdout).ok()?;
+        let queued = list["queued"].as_array()?;
+        (queued.len() == 1).then(|| queued[0].clone())
+    });
+    assert_eq!(queued["message_id"], id, "{queued}
+{}", sender.stderr());
+
+    let reply = "the lexer is fine";
+    let model = ModelServer::anthropic(vec![
+        Turn::tool(
+            "ToolSearch",
+            json!({"query": "select:check_inbox,complete_task", "max_results": 2}),
+        ),
+        Turn::tool("mcp__baton__check_inbox", json!({})),
+        Turn::tool(
+            "mcp__baton__complete_task",
+            json!({"message_id": id, "reply": reply}),
+        ),
+        Turn::text("Reviewed the lexer."),
+    ]);
+    let mut cmd = claude_cmd(&env, &claude, &ws, &model);
+    cmd.args(["-p", "Take the next task from your baton inbox and do it."])
+        .arg("--mcp-config")
+        .arg(mcp_config(&env, "claude"))
+        .args([
+            "--allowedTools",
+            "mcp__baton__check_inbox,mcp__baton__complete_task",
+        ]);
+    let (host, status) = run_claude(&env, cmd);
+    let evidence = || claude_evidence(&host, status, &model);
+    assert_eq!(status, Some(0), "{}", evidence());
+    assert_eq!(host.stdout().trim(), "Reviewed the lexer.", "{}", evidence());
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 4, "{}", evidence());
+    assert_eq!(model.left(), 0, "{}", evidence());
+    // 2: ToolSearch loaded both tools.
+    for tool in ["mcp__baton__check_inbox", "mcp__baton__complete_task"] {
+        assert!(
+            asked[1].tool_names().iter().any(|t| t == tool),
+            "{tool} not offered after ToolSearch:\n{}",
+            evidence()
+        );
+    }
+    // 3: check_inbox gave the model the task: its id and its envelope.
+    let taken = tool_results(&asked[2].body);
+    let taken = taken.last().cloned().unwrap_or_default();
+    assert!(
+        taken.contains(id) && taken.contains(body) && taken.contains("<agent_relay"),
+        "{}",
+        evidence()
+    );
+    // 4: complete_task accepted the reply.
+    let completed = tool_results(&asked[3].body);
+    let completed = completed.last().cloned().unwrap_or_default();
+    assert!(completed.contains(id), "{}", evidence());
+
+    // The sender heard back, with the model's reply.
+    let code = sender.wait_exit(Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{}\n{}", sender.stderr(), evidence());
+    assert!(
+        sender.stdout().contains(reply),
+        "{}\n{}",
+        sender.stdout(),
+        evidence()
+    );
 }
 
 /// A `CODEX_HOME` under the test's root whose model provider is the
