@@ -9,7 +9,7 @@
 
 use crate::util::hosts::{Host, host_bin};
 use crate::util::model::{EXHAUSTED, ModelServer, Turn};
-use crate::util::{Env, POLL, baton_bin, poll, wait_for};
+use crate::util::{Env, PANE_POLL, POLL, baton_bin, have, poll, wait_for};
 use baton::codex::{AppServer as CodexClient, TurnStatus};
 use serde_json::{Value, json};
 use std::fs;
@@ -277,14 +277,23 @@ fn claude_code_takes_a_task_with_check_inbox_and_completes_it() {
         ],
         &sender_ws,
     );
-    let queued = wait_for("the task to wait in claude's spool", Duration::from_secs(20), || {
-        let list = env.run(&["inbox", "list", "--json", "claude"]);
-        let list: Value = serde_json::from_str(&list.stdout).ok()?;
-        let queued = list["queued"].as_array()?;
-        (queued.len() == 1).then(|| queued[0].clone())
-    });
-    assert_eq!(queued["message_id"], id, "{queued}
-{}", sender.stderr());
+    let queued = wait_for(
+        "the task to wait in claude's spool",
+        Duration::from_secs(20),
+        || {
+            let list = env.run(&["inbox", "list", "--json", "claude"]);
+            let list: Value = serde_json::from_str(&list.stdout).ok()?;
+            let queued = list["queued"].as_array()?;
+            (queued.len() == 1).then(|| queued[0].clone())
+        },
+    );
+    assert_eq!(
+        queued["message_id"],
+        id,
+        "{queued}
+{}",
+        sender.stderr()
+    );
 
     let reply = "the lexer is fine";
     let model = ModelServer::anthropic(vec![
@@ -310,7 +319,12 @@ fn claude_code_takes_a_task_with_check_inbox_and_completes_it() {
     let (host, status) = run_claude(&env, cmd);
     let evidence = || claude_evidence(&host, status, &model);
     assert_eq!(status, Some(0), "{}", evidence());
-    assert_eq!(host.stdout().trim(), "Reviewed the lexer.", "{}", evidence());
+    assert_eq!(
+        host.stdout().trim(),
+        "Reviewed the lexer.",
+        "{}",
+        evidence()
+    );
     let asked = model.model_requests();
     assert_eq!(asked.len(), 4, "{}", evidence());
     assert_eq!(model.left(), 0, "{}", evidence());
@@ -638,6 +652,49 @@ fn codex_client_runs_a_turn_over_the_app_servers_unix_socket() {
     );
 }
 
+/// Saves docs/hooks.md's script `name` as a user does, executable, in
+/// `root/bin` beside a link to `baton`; the PATH that finds both.
+fn save_recipe(env: &Env, name: &str) -> String {
+    let bin = env.root.join("bin");
+    if !bin.exists() {
+        fs::create_dir(&bin).unwrap();
+        std::os::unix::fs::symlink(baton_bin(), bin.join("baton")).unwrap();
+    }
+    let script = bin.join(name);
+    fs::write(&script, crate::hooks::recipe(name)).unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// The text of the last user message of a Messages API request, one
+/// string per text block (Claude Code adds blocks of its own, such as
+/// `<system-reminder>`s, beside what the user typed).
+fn last_user_texts(body: &Value) -> Vec<String> {
+    let Some(last) = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rfind(|m| m["role"] == "user")
+    else {
+        return Vec::new();
+    };
+    match &last["content"] {
+        Value::String(text) => vec![text.clone()],
+        blocks => blocks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "text")
+            .filter_map(|b| b["text"].as_str())
+            .map(str::to_string)
+            .collect(),
+    }
+}
+
 /// (b): the Stop hook of docs/hooks.md, as written there, in the
 /// project's `.claude/settings.json`. A task waits when the model ends its
 /// first turn: the hook blocks, and Claude Code goes on with the hook's
@@ -655,12 +712,7 @@ fn claude_code_stop_hook_keeps_it_working_while_a_task_waits() {
     let mut inst = env.serve(&ws, &[]);
 
     // The hook, saved as the page says, on PATH beside `baton`.
-    let bin = env.root.join("bin");
-    fs::create_dir(&bin).unwrap();
-    std::os::unix::fs::symlink(baton_bin(), bin.join("baton")).unwrap();
-    let hook = bin.join("baton-stop-hook");
-    fs::write(&hook, crate::hooks::recipe("baton-stop-hook")).unwrap();
-    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    let path = save_recipe(&env, "baton-stop-hook");
     fs::create_dir(ws.join(".claude")).unwrap();
     let settings = json!({"hooks": {"Stop": [{"hooks": [
         {"type": "command", "command": "baton-stop-hook", "timeout": 30}
@@ -700,11 +752,6 @@ fn claude_code_stop_hook_keeps_it_working_while_a_task_waits() {
         ),
         Turn::text("Done."),
     ]);
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let mut cmd = claude_cmd(&env, &claude, &ws, &model);
     cmd.env("PATH", path)
         .args(["-p", "hello", "--allowedTools", "Bash(baton inbox:*)"]);
@@ -735,4 +782,196 @@ fn claude_code_stop_hook_keeps_it_working_while_a_task_waits() {
     assert_eq!(code, Some(0), "{}\n{}", sender.stderr(), evidence());
     assert!(sender.stdout().contains(reply), "{}", sender.stdout());
     inst.term();
+}
+
+/// (c): the shell loop of docs/hooks.md (`baton-agent-loop`, as written
+/// there) with `claude -p` as its command, in the workspace of a pull
+/// instance: the loop claims the task, Claude Code gets its envelope on
+/// stdin as the prompt, and what it prints is the reply the sender's
+/// `send --wait` prints.
+#[test]
+fn claude_code_answers_a_task_through_the_agent_loop() {
+    let Some(claude) = host_bin("claude") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("claude-loop");
+    let sender_ws = env.workspace("alice");
+    let mut inst = env.serve(&ws, &[]);
+    let answer = "Tabs are fine in the tokenizer.";
+    let model = ModelServer::anthropic(vec![Turn::text(answer)]);
+
+    let path = save_recipe(&env, "baton-agent-loop");
+    let mut cmd = env.cmd_for(env.root.join("bin/baton-agent-loop"));
+    cmd.current_dir(&ws)
+        .envs(claude_vars(&env, &ws, &model))
+        .env("PATH", path)
+        .arg(&claude)
+        .arg("-p");
+    // Its own process group: dropping it ends the loop and any claude.
+    let agent_loop = Host::spawn(
+        cmd,
+        &env.root.join("loop.out"),
+        &env.root.join("loop.err"),
+        false,
+    );
+
+    let body = "do tabs work in the tokenizer?";
+    let mut sender = env.spawn(
+        &["send", "claude-loop", body, "--wait", "--timeout", "150"],
+        &sender_ws,
+    );
+    let code = sender.wait_exit(CLAUDE_RUN);
+    let evidence = || {
+        format!(
+            "send: exit {code:?}\nstdout:\n{}\nstderr:\n{}\nthe loop's stderr:\n{}\n{}",
+            sender.stdout(),
+            sender.stderr(),
+            agent_loop.stderr(),
+            model.evidence()
+        )
+    };
+    assert_eq!(code, Some(0), "{}", evidence());
+    assert!(sender.stdout().contains(answer), "{}", evidence());
+
+    // One turn: the model got the task's envelope as the prompt.
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 1, "{}", evidence());
+    assert_eq!(model.left(), 0, "{}", evidence());
+    let prompt = last_user_texts(&asked[0].body).join("\n");
+    assert!(
+        prompt.contains("<agent_relay")
+            && prompt.contains(body)
+            && prompt.contains("</agent_relay>"),
+        "{}",
+        evidence()
+    );
+    drop(agent_loop);
+    inst.term();
+}
+
+/// How long Claude Code's terminal UI may take to show its prompt.
+const TUI_START: Duration = Duration::from_secs(60);
+
+/// (d): `baton serve --tmux-pane` types a task into Claude Code's
+/// terminal UI, running in a pane of a private tmux server: Claude Code
+/// asks for bracketed paste, so the envelope arrives as one paste and the
+/// Enter after it submits it. The model gets the envelope as the user's
+/// message, once, and nothing typed besides it.
+#[test]
+fn claude_code_in_a_tmux_pane_gets_a_task_typed_by_serve() {
+    let Some(claude) = host_bin("claude") else {
+        return;
+    };
+    if !have("tmux") {
+        return;
+    }
+    let env = Env::new();
+    let ws = env.workspace("claude-tui");
+    let answer = "I will look at the README.";
+    let model = ModelServer::anthropic(vec![Turn::text(answer)]);
+
+    // The pane's program gets the tmux server's environment, not ours:
+    // a script sets the world's and Claude's.
+    let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let mut vars: Vec<(String, String)> = [
+        ("HOME", env.root.join("home")),
+        ("BATON_DIR", env.registry.clone()),
+        ("XDG_STATE_HOME", env.state.clone()),
+        ("TMPDIR", env.root.join("tmp")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.display().to_string()))
+    .collect();
+    vars.push(("LANG".into(), "C.UTF-8".into()));
+    vars.push(("PATH".into(), std::env::var("PATH").unwrap_or_default()));
+    vars.extend(
+        claude_vars(&env, &ws, &model)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v)),
+    );
+    let mut script = String::new();
+    for (k, v) in &vars {
+        script.push_str(&format!("export {k}={}\n", q(v)));
+    }
+    script.push_str(&format!(
+        "cd {}\nexec {}\n",
+        q(&ws.display().to_string()),
+        q(&claude.display().to_string())
+    ));
+    let launch = env.root.join("claude-tui.sh");
+    fs::write(&launch, script).unwrap();
+    let mut tmux = crate::tmux::Tmux::new(&env);
+    tmux.start_program(&format!("sh {}", launch.display()));
+    let screen = || tmux.run(&["capture-pane", "-p", "-t", "t:0.0"]);
+    // Ready: the prompt `❯` between its two rules, no dialog before it.
+    let mut shown = String::new();
+    let ready = poll(TUI_START, PANE_POLL, || {
+        shown = screen();
+        shown
+            .lines()
+            .any(|l| l.trim_end() == "\u{276f}")
+            .then_some(())
+    });
+    assert!(
+        ready.is_some(),
+        "no prompt after {TUI_START:?}; the pane:\n{shown}\n{}",
+        model.evidence()
+    );
+
+    let (k, v) = tmux.var();
+    let mut inst = env.serve_with(&ws, &[(k, v.as_str())], &["--tmux-pane", "t:0.0"]);
+    let body = "summarise the README";
+    let sent = env.run_stdin(&["send", "claude-tui", "-", "--json"], body.as_bytes());
+    assert_eq!(sent.status, 0, "{sent:?}");
+    let sent: Value = serde_json::from_str(&sent.stdout).unwrap();
+    let id = sent["message_id"].as_str().unwrap().to_string();
+
+    // The model's answer shows in the pane: the turn is over.
+    let mut shown = String::new();
+    let answered = poll(CLAUDE_RUN, PANE_POLL, || {
+        shown = screen();
+        shown.contains(answer).then_some(())
+    });
+    let evidence = |shown: &str| format!("the pane:\n{shown}\n{}", model.evidence());
+    assert!(answered.is_some(), "{}", evidence(&shown));
+
+    // The model got the envelope once, as the whole of what was typed:
+    // Claude Code 2.1.328 hands a paste to the model inside a
+    // `<pasted_content id="N">` element of its own, with nothing else
+    // around it but blank lines.
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 1, "{}", evidence(&shown));
+    let typed: Vec<String> = model
+        .requests()
+        .iter()
+        .flat_map(|r| last_user_texts(&r.body))
+        .filter(|t| t.contains("agent_relay"))
+        .collect();
+    assert_eq!(typed.len(), 1, "{typed:?}\n{}", evidence(&shown));
+    let pasted = typed[0].trim();
+    let envelope = pasted
+        .strip_prefix("<pasted_content id=\"")
+        .and_then(|rest| {
+            let (n, rest) = rest.split_once("\">\n")?;
+            rest.strip_suffix(&format!("\n</pasted_content id=\"{n}\">"))
+        })
+        .unwrap_or_else(|| panic!("not one paste: {pasted:?}\n{}", evidence(&shown)));
+    assert!(
+        envelope.starts_with("<agent_relay ") && envelope.ends_with("\n</agent_relay>"),
+        "{envelope:?}\n{}",
+        evidence(&shown)
+    );
+    assert_eq!(envelope.matches("<agent_relay ").count(), 1, "{envelope:?}");
+    assert!(
+        envelope
+            .lines()
+            .next()
+            .unwrap()
+            .contains(&format!("message_id=\"{id}\"")),
+        "{envelope:?}"
+    );
+    assert!(envelope.contains(&format!("\n{body}\n")), "{envelope:?}");
+    inst.term();
+    drop(tmux);
 }
