@@ -299,7 +299,7 @@ fn forget_refuses_while_the_spool_lock_is_held() {
     // another test's child, forked while we held it and not yet at its
     // exec, keeps it a moment longer. So `in use` may still be the answer
     // for that moment, and nothing else may.
-    let out = crate::util::wait_for(
+    let out = wait_for(
         "forget once the lock is free",
         Duration::from_secs(10),
         || {
