@@ -69,14 +69,19 @@ fn claude_cmd(env: &Env, claude: &Path, ws: &Path, model: &ModelServer) -> std::
     cmd
 }
 
-/// Runs `cmd` (a `claude -p`) to its end: the host, and how it exited.
-fn run_claude(env: &Env, cmd: std::process::Command) -> (Host, Option<i32>) {
-    let mut host = Host::spawn(
+/// Starts `cmd` (a `claude -p`), its output in files under the root.
+fn start_claude(env: &Env, cmd: std::process::Command) -> Host {
+    Host::spawn(
         cmd,
         &env.root.join("claude.out"),
         &env.root.join("claude.err"),
         false,
-    );
+    )
+}
+
+/// Runs `cmd` (a `claude -p`) to its end: the host, and how it exited.
+fn run_claude(env: &Env, cmd: std::process::Command) -> (Host, Option<i32>) {
+    let mut host = start_claude(env, cmd);
     let status = host.wait_exit(CLAUDE_RUN);
     (host, status)
 }
@@ -249,6 +254,11 @@ fn claude_code_sends_a_task_through_baton_mcp() {
 /// task with `check_inbox` (Claude Code shows the model the tool's
 /// structured content: the message id and the envelope), and completes it
 /// with a reply; the sender's `send --wait` prints that reply.
+///
+/// The model's last answer is held until the sender has exited: a wait
+/// for a stored task learns its end only from a running instance (it
+/// looks for one once a second), and Claude's instance ends with Claude
+/// Code, a second or so after it starts.
 #[test]
 fn claude_code_takes_a_task_with_check_inbox_and_completes_it() {
     let Some(claude) = host_bin("claude") else {
@@ -316,7 +326,11 @@ fn claude_code_takes_a_task_with_check_inbox_and_completes_it() {
             "--allowedTools",
             "mcp__baton__check_inbox,mcp__baton__complete_task",
         ]);
-    let (host, status) = run_claude(&env, cmd);
+    let last = model.hold(3);
+    let mut host = start_claude(&env, cmd);
+    let sent = sender.wait_exit(CLAUDE_RUN);
+    last.open();
+    let status = host.wait_exit(CLAUDE_RUN);
     let evidence = || claude_evidence(&host, status, &model);
     assert_eq!(status, Some(0), "{}", evidence());
     assert_eq!(
@@ -344,14 +358,17 @@ fn claude_code_takes_a_task_with_check_inbox_and_completes_it() {
         "{}",
         evidence()
     );
-    // 4: complete_task accepted the reply.
+    // 4: complete_task completed it.
     let completed = tool_results(&asked[3].body);
     let completed = completed.last().cloned().unwrap_or_default();
-    assert!(completed.contains(id), "{}", evidence());
+    assert!(
+        completed.contains(&format!("completed {id}")),
+        "{}",
+        evidence()
+    );
 
     // The sender heard back, with the model's reply.
-    let code = sender.wait_exit(Duration::from_secs(30));
-    assert_eq!(code, Some(0), "{}\n{}", sender.stderr(), evidence());
+    assert_eq!(sent, Some(0), "{}\n{}", sender.stderr(), evidence());
     assert!(
         sender.stdout().contains(reply),
         "{}\n{}",
