@@ -854,6 +854,7 @@ fn claude_code_answers_a_task_through_the_agent_loop() {
     // One turn: the model got the task's envelope as the prompt.
     let asked = model.model_requests();
     assert_eq!(asked.len(), 1, "{}", evidence());
+    assert_eq!(model.requests().len(), 1, "{}", evidence());
     assert_eq!(model.left(), 0, "{}", evidence());
     let prompt = last_user_texts(&asked[0].body).join("\n");
     assert!(
@@ -959,6 +960,7 @@ fn claude_code_in_a_tmux_pane_gets_a_task_typed_by_serve() {
     // around it but blank lines.
     let asked = model.model_requests();
     assert_eq!(asked.len(), 1, "{}", evidence(&shown));
+    assert_eq!(model.requests().len(), 1, "{}", evidence(&shown));
     let typed: Vec<String> = model
         .requests()
         .iter()
@@ -989,6 +991,10 @@ fn claude_code_in_a_tmux_pane_gets_a_task_typed_by_serve() {
         "{envelope:?}"
     );
     assert!(envelope.contains(&format!("\n{body}\n")), "{envelope:?}");
+    assert!(
+        envelope.contains("\n[when done: baton inbox complete "),
+        "{envelope:?}"
+    );
     inst.term();
     drop(tmux);
 }
