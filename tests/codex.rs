@@ -82,7 +82,7 @@ fn serve_codex_hands_each_task_to_codex_in_order() {
         Turn::text("The lexer is fine."),
         Turn::text("The parser is fine too."),
     ]);
-    model.hold();
+    let gate = model.hold(0);
     let home = codex_home(&env, &model);
     let socket = env.root.join("cx.sock");
     let host = listen(&env, &codex, &home, &ws, &socket, 1);
@@ -103,7 +103,7 @@ fn serve_codex_hands_each_task_to_codex_in_order() {
     assert_eq!(queued["codex"]["connected"], true, "{queued}");
     assert!(queued["codex"]["thread"].is_string(), "{queued}");
     assert_eq!(model.model_requests().len(), 1, "{evidence_now}");
-    model.release();
+    gate.open();
 
     let first = finish(first, "send --wait of the first task", CODEX_TASK);
     let second = finish(second, "send --wait of the second task", CODEX_TASK);
@@ -143,7 +143,7 @@ fn serve_codex_keeps_tasks_while_the_app_server_is_gone() {
         Turn::text("never heard: the app-server is gone"),
         Turn::text("The parser is fine."),
     ]);
-    model.hold();
+    let gate = model.hold(0);
     let home = codex_home(&env, &model);
     let socket = env.root.join("cx.sock");
     let host = listen(&env, &codex, &home, &ws, &socket, 1);
@@ -180,7 +180,7 @@ fn serve_codex_keeps_tasks_while_the_app_server_is_gone() {
     let s = status(&env, "cx");
     assert_eq!(s["queue"]["queued"], 1, "{s}");
 
-    model.release();
+    gate.open();
     let host = listen(&env, &codex, &home, &ws, &socket, 2);
     let done = env.run(&[
         "send",
@@ -411,7 +411,7 @@ fn serve_codex_steer_task_joins_the_running_turn() {
         Turn::text("Looking at the lexer."),
         Turn::text("Lexer and parser are fine."),
     ]);
-    model.hold();
+    let gate = model.hold(0);
     let home = codex_home(&env, &model);
     let socket = env.root.join("cx.sock");
     let host = listen(&env, &codex, &home, &ws, &socket, 1);
@@ -448,7 +448,7 @@ fn serve_codex_steer_task_joins_the_running_turn() {
     wait_until("the steer task open beside the first", CODEX_TASK, || {
         status(&env, "cx")["queue"]["processing"] == 2
     });
-    model.release();
+    gate.open();
 
     let ev = || evidence(&model, &host, &served);
     let list = wait_for("both tasks finished", CODEX_TASK, || {
@@ -499,7 +499,7 @@ fn serve_codex_turn_timeout_interrupts_the_turn() {
         Turn::text("never heard: the turn is interrupted"),
         Turn::text("The parser is fine."),
     ]);
-    model.hold();
+    let gate = model.hold(0);
     let home = codex_home(&env, &model);
     let socket = env.root.join("cx.sock");
     let host = listen(&env, &codex, &home, &ws, &socket, 1);
@@ -525,7 +525,7 @@ fn serve_codex_turn_timeout_interrupts_the_turn() {
         .as_str()
         .unwrap()
         .to_string();
-    model.release();
+    gate.open();
 
     let done = env.run(&["send", "--wait", "cx", "review the parser"]);
     assert_eq!(done.status, 0, "{done:?}\n{}", ev());

@@ -10,13 +10,13 @@
 use crate::util::codex::codex_home;
 use crate::util::hosts::{Host, host_bin};
 use crate::util::model::{EXHAUSTED, ModelServer, Turn};
-use crate::util::{Env, POLL, baton_bin, poll};
+use crate::util::{Env, PANE_POLL, POLL, baton_bin, have, poll, wait_for};
 use baton::codex::{AppServer as CodexClient, TurnStatus};
 use serde_json::{Value, json};
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
@@ -49,27 +49,40 @@ fn claude_home(home: &Path, workspace: &Path) {
     fs::write(home.join(".claude.json"), config.to_string()).unwrap();
 }
 
+/// What Claude Code needs besides the world's environment (`Env::cmd_for`)
+/// to talk to `model` quietly, once its private HOME is set up for `ws`
+/// (`claude_home`).
+fn claude_vars(env: &Env, ws: &Path, model: &ModelServer) -> Vec<(&'static str, String)> {
+    claude_home(&env.root.join("home"), ws);
+    vec![
+        ("ANTHROPIC_BASE_URL", model.url()),
+        ("ANTHROPIC_API_KEY", API_KEY.to_string()),
+        ("DISABLE_TELEMETRY", "1".to_string()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+    ]
+}
+
 /// `claude` in `ws`, its private HOME set up (`claude_home`), talking to
 /// `model` quietly; the caller adds the prompt and the options.
 fn claude_cmd(env: &Env, claude: &Path, ws: &Path, model: &ModelServer) -> std::process::Command {
-    claude_home(&env.root.join("home"), ws);
     let mut cmd = env.cmd_for(claude);
-    cmd.current_dir(ws)
-        .env("ANTHROPIC_BASE_URL", model.url())
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .env("DISABLE_TELEMETRY", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+    cmd.current_dir(ws).envs(claude_vars(env, ws, model));
     cmd
 }
 
-/// Runs `cmd` (a `claude -p`) to its end: the host, and how it exited.
-fn run_claude(env: &Env, cmd: std::process::Command) -> (Host, Option<i32>) {
-    let mut host = Host::spawn(
+/// Starts `cmd` (a `claude -p`), its output in files under the root.
+fn start_claude(env: &Env, cmd: std::process::Command) -> Host {
+    Host::spawn(
         cmd,
         &env.root.join("claude.out"),
         &env.root.join("claude.err"),
         false,
-    );
+    )
+}
+
+/// Runs `cmd` (a `claude -p`) to its end: the host, and how it exited.
+fn run_claude(env: &Env, cmd: std::process::Command) -> (Host, Option<i32>) {
+    let mut host = start_claude(env, cmd);
     let status = host.wait_exit(CLAUDE_RUN);
     (host, status)
 }
@@ -96,6 +109,19 @@ fn tool_results(body: &Value) -> Vec<String> {
         }
     }
     found
+}
+
+/// A `--mcp-config` file that runs `baton mcp --name NAME`, as a user
+/// writes it (docs/hosts.md): no `env`, the server inherits Claude Code's
+/// environment, BATON_DIR and XDG_STATE_HOME included.
+fn mcp_config(env: &Env, name: &str) -> PathBuf {
+    let path = env.root.join("mcp.json");
+    let server = json!({"mcpServers": {"baton": {
+        "command": baton_bin(),
+        "args": ["mcp", "--name", name],
+    }}});
+    fs::write(&path, server.to_string()).unwrap();
+    path
 }
 
 /// (a), sending: Claude Code with `baton mcp` configured by
@@ -126,15 +152,7 @@ fn claude_code_sends_a_task_through_baton_mcp() {
         Turn::text("Sent the review to other."),
     ]);
 
-    // As a user writes it (docs/hosts.md): no `env`, the server inherits
-    // Claude Code's environment, BATON_DIR and XDG_STATE_HOME included.
-    let mcp_config = env.root.join("mcp.json");
-    let server = json!({"mcpServers": {"baton": {
-        "command": baton_bin(),
-        "args": ["mcp", "--name", "claude"],
-    }}});
-    fs::write(&mcp_config, server.to_string()).unwrap();
-
+    let mcp_config = mcp_config(&env, "claude");
     let mut cmd = claude_cmd(&env, &claude, &ws, &model);
     cmd.args([
         "-p",
@@ -227,6 +245,137 @@ fn claude_code_sends_a_task_through_baton_mcp() {
         claimed.stdout
     );
     other.term();
+}
+
+/// (a), receiving: a task sent to Claude's instance while Claude Code is
+/// not running waits in the instance's spool (offline delivery: the
+/// instance, `baton mcp --name claude` in the workspace, has run there
+/// before). Claude Code starts with `baton mcp` configured; the model
+/// loads `check_inbox` and `complete_task` with `ToolSearch`, takes the
+/// task with `check_inbox` (Claude Code shows the model the tool's
+/// structured content: the message id and the envelope), and completes it
+/// with a reply; the sender's `send --wait` prints that reply.
+///
+/// The model's last answer is held until the sender has exited: a wait
+/// for a stored task learns its end only from a running instance (it
+/// looks for one once a second), and Claude's instance ends with Claude
+/// Code, a second or so after it starts.
+#[test]
+fn claude_code_takes_a_task_with_check_inbox_and_completes_it() {
+    let Some(claude) = host_bin("claude") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("claude-ws");
+    let sender_ws = env.workspace("alice");
+    // A first session of Claude's instance makes its spool: `baton mcp`
+    // whose host hangs up at once.
+    let first = env.run_with(&[], Some(&ws), &["mcp", "--name", "claude"], Some(b""));
+    assert_eq!(first.status, 0, "{first:?}");
+
+    let id = "review-1";
+    let body = "please review the lexer";
+    let mut sender = env.spawn(
+        &[
+            "send",
+            "claude",
+            body,
+            "--message-id",
+            id,
+            "--wait",
+            "--timeout",
+            "170",
+        ],
+        &sender_ws,
+    );
+    let queued = wait_for(
+        "the task to wait in claude's spool",
+        Duration::from_secs(20),
+        || {
+            let list = env.run(&["inbox", "list", "--json", "claude"]);
+            let list: Value = serde_json::from_str(&list.stdout).ok()?;
+            let queued = list["queued"].as_array()?;
+            (queued.len() == 1).then(|| queued[0].clone())
+        },
+    );
+    assert_eq!(
+        queued["message_id"],
+        id,
+        "{queued}
+{}",
+        sender.stderr()
+    );
+
+    let reply = "the lexer is fine";
+    let model = ModelServer::anthropic(vec![
+        Turn::tool(
+            "ToolSearch",
+            json!({"query": "select:check_inbox,complete_task", "max_results": 2}),
+        ),
+        Turn::tool("mcp__baton__check_inbox", json!({})),
+        Turn::tool(
+            "mcp__baton__complete_task",
+            json!({"message_id": id, "reply": reply}),
+        ),
+        Turn::text("Reviewed the lexer."),
+    ]);
+    let mut cmd = claude_cmd(&env, &claude, &ws, &model);
+    cmd.args(["-p", "Take the next task from your baton inbox and do it."])
+        .arg("--mcp-config")
+        .arg(mcp_config(&env, "claude"))
+        .args([
+            "--allowedTools",
+            "mcp__baton__check_inbox,mcp__baton__complete_task",
+        ]);
+    let last = model.hold(3);
+    let mut host = start_claude(&env, cmd);
+    let sent = sender.wait_exit(CLAUDE_RUN);
+    last.open();
+    let status = host.wait_exit(CLAUDE_RUN);
+    let evidence = || claude_evidence(&host, status, &model);
+    assert_eq!(status, Some(0), "{}", evidence());
+    assert_eq!(
+        host.stdout().trim(),
+        "Reviewed the lexer.",
+        "{}",
+        evidence()
+    );
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 4, "{}", evidence());
+    assert_eq!(model.left(), 0, "{}", evidence());
+    // 2: ToolSearch loaded both tools.
+    for tool in ["mcp__baton__check_inbox", "mcp__baton__complete_task"] {
+        assert!(
+            asked[1].tool_names().iter().any(|t| t == tool),
+            "{tool} not offered after ToolSearch:\n{}",
+            evidence()
+        );
+    }
+    // 3: check_inbox gave the model the task: its id and its envelope.
+    let taken = tool_results(&asked[2].body);
+    let taken = taken.last().cloned().unwrap_or_default();
+    assert!(
+        taken.contains(id) && taken.contains(body) && taken.contains("<agent_relay"),
+        "{}",
+        evidence()
+    );
+    // 4: complete_task completed it.
+    let completed = tool_results(&asked[3].body);
+    let completed = completed.last().cloned().unwrap_or_default();
+    assert!(
+        completed.contains(&format!("completed {id}")),
+        "{}",
+        evidence()
+    );
+
+    // The sender heard back, with the model's reply.
+    assert_eq!(sent, Some(0), "{}\n{}", sender.stderr(), evidence());
+    assert!(
+        sender.stdout().contains(reply),
+        "{}\n{}",
+        sender.stdout(),
+        evidence()
+    );
 }
 
 /// JSON-RPC with `codex app-server` on its stdio, newline-delimited; every
@@ -495,6 +644,49 @@ fn codex_client_runs_a_turn_over_the_app_servers_unix_socket() {
     );
 }
 
+/// Saves docs/hooks.md's script `name` as a user does, executable, in
+/// `root/bin` beside a link to `baton`; the PATH that finds both.
+fn save_recipe(env: &Env, name: &str) -> String {
+    let bin = env.root.join("bin");
+    if !bin.exists() {
+        fs::create_dir(&bin).unwrap();
+        std::os::unix::fs::symlink(baton_bin(), bin.join("baton")).unwrap();
+    }
+    let script = bin.join(name);
+    fs::write(&script, crate::hooks::recipe(name)).unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// The text of the last user message of a Messages API request, one
+/// string per text block (Claude Code adds blocks of its own, such as
+/// `<system-reminder>`s, beside what the user typed).
+fn last_user_texts(body: &Value) -> Vec<String> {
+    let Some(last) = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rfind(|m| m["role"] == "user")
+    else {
+        return Vec::new();
+    };
+    match &last["content"] {
+        Value::String(text) => vec![text.clone()],
+        blocks => blocks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "text")
+            .filter_map(|b| b["text"].as_str())
+            .map(str::to_string)
+            .collect(),
+    }
+}
+
 /// (b): the Stop hook of docs/hooks.md, as written there, in the
 /// project's `.claude/settings.json`. A task waits when the model ends its
 /// first turn: the hook blocks, and Claude Code goes on with the hook's
@@ -512,12 +704,7 @@ fn claude_code_stop_hook_keeps_it_working_while_a_task_waits() {
     let mut inst = env.serve(&ws, &[]);
 
     // The hook, saved as the page says, on PATH beside `baton`.
-    let bin = env.root.join("bin");
-    fs::create_dir(&bin).unwrap();
-    std::os::unix::fs::symlink(baton_bin(), bin.join("baton")).unwrap();
-    let hook = bin.join("baton-stop-hook");
-    fs::write(&hook, crate::hooks::recipe("baton-stop-hook")).unwrap();
-    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    let path = save_recipe(&env, "baton-stop-hook");
     fs::create_dir(ws.join(".claude")).unwrap();
     let settings = json!({"hooks": {"Stop": [{"hooks": [
         {"type": "command", "command": "baton-stop-hook", "timeout": 30}
@@ -557,11 +744,6 @@ fn claude_code_stop_hook_keeps_it_working_while_a_task_waits() {
         ),
         Turn::text("Done."),
     ]);
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let mut cmd = claude_cmd(&env, &claude, &ws, &model);
     cmd.env("PATH", path)
         .args(["-p", "hello", "--allowedTools", "Bash(baton inbox:*)"]);
@@ -592,4 +774,202 @@ fn claude_code_stop_hook_keeps_it_working_while_a_task_waits() {
     assert_eq!(code, Some(0), "{}\n{}", sender.stderr(), evidence());
     assert!(sender.stdout().contains(reply), "{}", sender.stdout());
     inst.term();
+}
+
+/// (c): the shell loop of docs/hooks.md (`baton-agent-loop`, as written
+/// there) with `claude -p` as its command, in the workspace of a pull
+/// instance: the loop claims the task, Claude Code gets its envelope on
+/// stdin as the prompt, and what it prints is the reply the sender's
+/// `send --wait` prints.
+#[test]
+fn claude_code_answers_a_task_through_the_agent_loop() {
+    let Some(claude) = host_bin("claude") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("claude-loop");
+    let sender_ws = env.workspace("alice");
+    let mut inst = env.serve(&ws, &[]);
+    let answer = "Tabs are fine in the tokenizer.";
+    let model = ModelServer::anthropic(vec![Turn::text(answer)]);
+
+    let path = save_recipe(&env, "baton-agent-loop");
+    let mut cmd = env.cmd_for(env.root.join("bin/baton-agent-loop"));
+    cmd.current_dir(&ws)
+        .envs(claude_vars(&env, &ws, &model))
+        .env("PATH", path)
+        .arg(&claude)
+        .arg("-p");
+    // Its own process group: dropping it ends the loop and any claude.
+    let agent_loop = Host::spawn(
+        cmd,
+        &env.root.join("loop.out"),
+        &env.root.join("loop.err"),
+        false,
+    );
+
+    let body = "do tabs work in the tokenizer?";
+    let mut sender = env.spawn(
+        &["send", "claude-loop", body, "--wait", "--timeout", "150"],
+        &sender_ws,
+    );
+    let code = sender.wait_exit(CLAUDE_RUN);
+    let evidence = || {
+        format!(
+            "send: exit {code:?}\nstdout:\n{}\nstderr:\n{}\nthe loop's stderr:\n{}\n{}",
+            sender.stdout(),
+            sender.stderr(),
+            agent_loop.stderr(),
+            model.evidence()
+        )
+    };
+    assert_eq!(code, Some(0), "{}", evidence());
+    assert!(sender.stdout().contains(answer), "{}", evidence());
+
+    // One turn: the model got the task's envelope as the prompt.
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 1, "{}", evidence());
+    assert_eq!(model.requests().len(), 1, "{}", evidence());
+    assert_eq!(model.left(), 0, "{}", evidence());
+    let prompt = last_user_texts(&asked[0].body).join("\n");
+    assert!(
+        prompt.contains("<agent_relay")
+            && prompt.contains(body)
+            && prompt.contains("</agent_relay>"),
+        "{}",
+        evidence()
+    );
+    drop(agent_loop);
+    inst.term();
+}
+
+/// How long Claude Code's terminal UI may take to show its prompt.
+const TUI_START: Duration = Duration::from_secs(60);
+
+/// (d): `baton serve --tmux-pane` types a task into Claude Code's
+/// terminal UI, running in a pane of a private tmux server: Claude Code
+/// asks for bracketed paste, so the envelope arrives as one paste and the
+/// Enter after it submits it. The model gets the envelope as the user's
+/// message, once, and nothing typed besides it.
+#[test]
+fn claude_code_in_a_tmux_pane_gets_a_task_typed_by_serve() {
+    let Some(claude) = host_bin("claude") else {
+        return;
+    };
+    if !have("tmux") {
+        return;
+    }
+    let env = Env::new();
+    let ws = env.workspace("claude-tui");
+    let answer = "I will look at the README.";
+    let model = ModelServer::anthropic(vec![Turn::text(answer)]);
+
+    // The pane's program gets the tmux server's environment, not ours:
+    // a script sets the world's and Claude's.
+    let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let mut vars: Vec<(String, String)> = [
+        ("HOME", env.root.join("home")),
+        ("BATON_DIR", env.registry.clone()),
+        ("XDG_STATE_HOME", env.state.clone()),
+        ("TMPDIR", env.root.join("tmp")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.display().to_string()))
+    .collect();
+    vars.push(("LANG".into(), "C.UTF-8".into()));
+    vars.push(("PATH".into(), std::env::var("PATH").unwrap_or_default()));
+    vars.extend(
+        claude_vars(&env, &ws, &model)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v)),
+    );
+    let mut script = String::new();
+    for (k, v) in &vars {
+        script.push_str(&format!("export {k}={}\n", q(v)));
+    }
+    script.push_str(&format!(
+        "cd {}\nexec {}\n",
+        q(&ws.display().to_string()),
+        q(&claude.display().to_string())
+    ));
+    let launch = env.root.join("claude-tui.sh");
+    fs::write(&launch, script).unwrap();
+    let mut tmux = crate::tmux::Tmux::new(&env);
+    tmux.start_program(&format!("sh {}", launch.display()));
+    let screen = || tmux.run(&["capture-pane", "-p", "-t", "t:0.0"]);
+    // Ready: the prompt `❯` between its two rules, no dialog before it.
+    let mut shown = String::new();
+    let ready = poll(TUI_START, PANE_POLL, || {
+        shown = screen();
+        shown
+            .lines()
+            .any(|l| l.trim_end() == "\u{276f}")
+            .then_some(())
+    });
+    assert!(
+        ready.is_some(),
+        "no prompt after {TUI_START:?}; the pane:\n{shown}\n{}",
+        model.evidence()
+    );
+
+    let (k, v) = tmux.var();
+    let mut inst = env.serve_with(&ws, &[(k, v.as_str())], &["--tmux-pane", "t:0.0"]);
+    let body = "summarise the README";
+    let sent = env.run_stdin(&["send", "claude-tui", "-", "--json"], body.as_bytes());
+    assert_eq!(sent.status, 0, "{sent:?}");
+    let sent: Value = serde_json::from_str(&sent.stdout).unwrap();
+    let id = sent["message_id"].as_str().unwrap().to_string();
+
+    // The model's answer shows in the pane: the turn is over.
+    let mut shown = String::new();
+    let answered = poll(CLAUDE_RUN, PANE_POLL, || {
+        shown = screen();
+        shown.contains(answer).then_some(())
+    });
+    let evidence = |shown: &str| format!("the pane:\n{shown}\n{}", model.evidence());
+    assert!(answered.is_some(), "{}", evidence(&shown));
+
+    // The model got the envelope once, as the whole of what was typed:
+    // Claude Code 2.1.328 hands a paste to the model inside a
+    // `<pasted_content id="N">` element of its own, with nothing else
+    // around it but blank lines.
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 1, "{}", evidence(&shown));
+    assert_eq!(model.requests().len(), 1, "{}", evidence(&shown));
+    let typed: Vec<String> = model
+        .requests()
+        .iter()
+        .flat_map(|r| last_user_texts(&r.body))
+        .filter(|t| t.contains("agent_relay"))
+        .collect();
+    assert_eq!(typed.len(), 1, "{typed:?}\n{}", evidence(&shown));
+    let pasted = typed[0].trim();
+    let envelope = pasted
+        .strip_prefix("<pasted_content id=\"")
+        .and_then(|rest| {
+            let (n, rest) = rest.split_once("\">\n")?;
+            rest.strip_suffix(&format!("\n</pasted_content id=\"{n}\">"))
+        })
+        .unwrap_or_else(|| panic!("not one paste: {pasted:?}\n{}", evidence(&shown)));
+    assert!(
+        envelope.starts_with("<agent_relay ") && envelope.ends_with("\n</agent_relay>"),
+        "{envelope:?}\n{}",
+        evidence(&shown)
+    );
+    assert_eq!(envelope.matches("<agent_relay ").count(), 1, "{envelope:?}");
+    assert!(
+        envelope
+            .lines()
+            .next()
+            .unwrap()
+            .contains(&format!("message_id=\"{id}\"")),
+        "{envelope:?}"
+    );
+    assert!(envelope.contains(&format!("\n{body}\n")), "{envelope:?}");
+    assert!(
+        envelope.contains("\n[when done: baton inbox complete "),
+        "{envelope:?}"
+    );
+    inst.term();
+    drop(tmux);
 }

@@ -95,7 +95,7 @@ impl Tmux {
     }
 
     /// `TMUX_TMPDIR`, for baton.
-    fn var(&self) -> (&'static str, String) {
+    pub(crate) fn var(&self) -> (&'static str, String) {
         ("TMUX_TMPDIR", self.tmpdir.display().to_string())
     }
 
@@ -113,7 +113,7 @@ impl Tmux {
     }
 
     /// Runs one tmux command (10 s bound); its stdout.
-    fn run(&self, args: &[&str]) -> String {
+    pub(crate) fn run(&self, args: &[&str]) -> String {
         let child = self.cmd().args(args).spawn().expect("spawn tmux");
         let out = finish(child, &format!("tmux {args:?}"), TMUX_RUN);
         assert!(

@@ -13,15 +13,18 @@
 //! recorded and answered minimally: it never takes a turn of the script.
 //! A request that finds the script empty gets the text `(script
 //! exhausted)`, so a host that asks once too often ends its turn instead
-//! of waiting.
+//! of waiting. A turn can be held (`ModelServer::hold`): its answer waits
+//! until the test opens the gate, as a slow model's would, so the test
+//! can look at the world while the host waits in the middle of a run.
 
+use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -49,6 +52,35 @@ impl Turn {
         Turn::Tool {
             name: name.to_string(),
             input,
+        }
+    }
+}
+
+/// What a held turn waits for: the test opens it once, from any thread.
+#[derive(Clone, Debug, Default)]
+pub struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+impl Gate {
+    pub fn open(&self) {
+        let (open, cv) = &*self.0;
+        *lock(open) = true;
+        cv.notify_all();
+    }
+
+    /// Waits until the gate is open, or `timeout` has passed.
+    fn wait(&self, timeout: Duration) {
+        let (open, cv) = &*self.0;
+        let deadline = Instant::now() + timeout;
+        let mut is_open = lock(open);
+        while !*is_open {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            is_open = cv
+                .wait_timeout(is_open, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 }
@@ -121,11 +153,9 @@ struct Shared {
     /// How many turns of the script have been handed out.
     turns: Mutex<usize>,
     requests: Mutex<Vec<Request>>,
+    /// The turns whose answers wait for a gate, by number (0-based).
+    held: Mutex<HashMap<usize, Gate>>,
     stop: AtomicBool,
-    /// While true, a scripted turn is recorded but not answered
-    /// (`hold`, `release`).
-    held: Mutex<bool>,
-    released: Condvar,
 }
 
 /// A stand-in model server on 127.0.0.1; stops accepting when dropped.
@@ -153,9 +183,8 @@ impl ModelServer {
             script: Mutex::new(script.into()),
             turns: Mutex::new(0),
             requests: Mutex::new(Vec::new()),
+            held: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
-            held: Mutex::new(false),
-            released: Condvar::new(),
         });
         let s = Arc::clone(&shared);
         thread::spawn(move || {
@@ -196,17 +225,13 @@ impl ModelServer {
         found
     }
 
-    /// From now on each scripted turn is recorded at once and answered
-    /// only after `release` (or the I/O timeout): a turn that stays
-    /// running while the test acts.
-    pub fn hold(&self) {
-        *lock(&self.shared.held) = true;
-    }
-
-    /// Answers the held turns, and the later ones at once.
-    pub fn release(&self) {
-        *lock(&self.shared.held) = false;
-        self.shared.released.notify_all();
+    /// Holds the answer to turn `n` (0-based) until the returned gate is
+    /// opened; the request is recorded when it comes. A gate never opened
+    /// lets the answer go after the connection's I/O timeout (60 s).
+    pub fn hold(&self, n: usize) -> Gate {
+        let gate = Gate::default();
+        lock(&self.shared.held).insert(n, gate.clone());
+        gate
     }
 
     /// How many turns of the script are left.
@@ -321,9 +346,10 @@ fn serve_conn(shared: &Shared, conn: TcpStream) -> io::Result<()> {
     let mut out = &conn;
     match turn {
         Some(turn) => {
-            let held = lock(&shared.held);
-            let wait = shared.released.wait_timeout_while(held, IO_TIMEOUT, |h| *h);
-            drop(wait.unwrap_or_else(|e| e.into_inner()));
+            let gate = lock(&shared.held).get(&n).cloned();
+            if let Some(gate) = gate {
+                gate.wait(IO_TIMEOUT);
+            }
             out.write_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
                   Cache-Control: no-cache\r\nConnection: close\r\n\r\n",
