@@ -216,67 +216,6 @@ fn serve_codex_keeps_tasks_while_the_app_server_is_gone() {
     drop(host);
 }
 
-/// A private tmux server (`-L`), its sockets under the test's root, with
-/// one pane running `command`; dropping it kills the server.
-struct Tmux<'a> {
-    env: &'a Env,
-    socket: String,
-}
-
-impl<'a> Tmux<'a> {
-    fn start(env: &'a Env, cwd: &Path, command: &str) -> Tmux<'a> {
-        let socket = format!("baton-codex-{}", std::process::id());
-        let t = Tmux { env, socket };
-        let cwd = cwd.to_str().expect("a UTF-8 path");
-        t.run(&[
-            "new-session",
-            "-d",
-            "-x",
-            "160",
-            "-y",
-            "45",
-            "-c",
-            cwd,
-            command,
-        ]);
-        t
-    }
-
-    /// One tmux command, bounded; its stdout.
-    fn run(&self, args: &[&str]) -> String {
-        let mut cmd = self.env.cmd_for("tmux");
-        cmd.env("TMUX_TMPDIR", self.env.root.join("tmp"))
-            .args(["-L", &self.socket, "-f", "/dev/null"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let out = finish(
-            cmd.spawn().unwrap(),
-            &format!("tmux {args:?}"),
-            Duration::from_secs(20),
-        );
-        assert!(out.status.success(), "tmux {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn screen(&self) -> String {
-        self.run(&["capture-pane", "-p", "-J", "-S", "-200"])
-    }
-}
-
-impl Drop for Tmux<'_> {
-    fn drop(&mut self) {
-        let mut cmd = self.env.cmd_for("tmux");
-        cmd.env("TMUX_TMPDIR", self.env.root.join("tmp"))
-            .args(["-L", &self.socket, "kill-server"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if let Ok(child) = cmd.spawn() {
-            let _ = finish(child, "tmux kill-server", Duration::from_secs(20));
-        }
-    }
-}
-
 const ANSWER: &str = "Seen from the TUI: the lexer is fine.";
 
 /// Once with Codex's terminal UI attached to the same app-server (`codex
@@ -297,15 +236,20 @@ fn serve_codex_task_shows_in_an_attached_codex_tui() {
     let socket = env.root.join("cx.sock");
     let host = listen(&env, &codex, &home, &ws, &socket, 1);
     let command = format!(
-        "CODEX_HOME='{}' '{}' --remote 'unix://{}'; sleep 600",
+        "cd '{}' && CODEX_HOME='{}' '{}' --remote 'unix://{}'; sleep 600",
+        ws.display(),
         home.display(),
         codex.display(),
         socket.display()
     );
-    let tui = Tmux::start(&env, &ws, &command);
+    let mut tui = crate::tmux::Tmux::new(&env);
+    tui.start_program(&command);
+    let screen_of = |tui: &crate::tmux::Tmux| {
+        tui.run(&["capture-pane", "-p", "-J", "-S", "-200", "-t", "t:0.0"])
+    };
     let mut screen = String::new();
     let ready = crate::util::poll(CODEX_TASK, Duration::from_millis(200), || {
-        screen = tui.screen();
+        screen = screen_of(&tui);
         (screen.contains("›") || screen.contains("Ask Codex")).then_some(())
     });
     assert!(
@@ -328,7 +272,7 @@ fn serve_codex_task_shows_in_an_attached_codex_tui() {
         "review the lexer",
     ]);
     let ev = evidence(&model, &host, &served);
-    let screen = tui.screen();
+    let screen = screen_of(&tui);
     assert_eq!(out.status, 0, "{out:?}\n{screen}\n{ev}");
     assert_eq!(out.stdout.trim_end(), ANSWER, "{out:?}\n{ev}");
     // It went to the UI's thread, and shows there: the envelope as the
@@ -336,7 +280,7 @@ fn serve_codex_task_shows_in_an_attached_codex_tui() {
     let s = status(&env, "cx");
     assert_eq!(s["codex"]["thread"], ui_thread.as_str(), "{s}");
     let shown = wait_for("the task and its answer in the TUI", CODEX_TASK, || {
-        let screen = tui.screen();
+        let screen = screen_of(&tui);
         (screen.contains("review the lexer") && screen.contains(ANSWER)).then_some(screen)
     });
     assert!(shown.contains("<agent_relay"), "{shown}");
