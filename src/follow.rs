@@ -145,6 +145,26 @@ impl Who {
     }
 }
 
+impl Who {
+    /// The end of `message_id` as a spool of the name keeps it in its
+    /// receipts, read without a lock: an instance that finished the task
+    /// and stopped before the waiter looked again (one that runs for a
+    /// moment, as `baton mcp` under a short-lived host) leaves it there.
+    fn stored_end(&self, message_id: &str) -> Option<End> {
+        let workspace = self.workspace.as_deref().filter(|_| self.only_workspace);
+        crate::lookup::known_spools()
+            .into_iter()
+            .filter(|s| s.name == self.name && workspace.is_none_or(|w| w == s.workspace))
+            .find_map(|s| crate::spool::read_receipt(&s.dir, message_id))
+            .map(|r| End::Final {
+                outcome: r.outcome,
+                reply_id: r.reply.as_ref().and_then(|x| x.message_id.clone()),
+                reply: r.reply.map(|x| x.body),
+                handler: r.handler,
+            })
+    }
+}
+
 /// How waiting for a task ended.
 pub enum End {
     /// The task reached a final outcome, with its reply text if it made
@@ -198,10 +218,23 @@ pub fn wait(
     };
     let end = follow(
         &f,
-        || who.find(config),
-        |peer| watch(config, &peer, message_id, deadline, &mut last),
+        || match who.find(config)? {
+            Some(peer) => Ok(Some(Found::Live(peer))),
+            None => Ok(who.stored_end(message_id).map(Found::Ended)),
+        },
+        |found| match found {
+            Found::Live(peer) => watch(config, &peer, message_id, deadline, &mut last),
+            Found::Ended(end) => Ok(Step::Done(end)),
+        },
     )?;
     Ok(end.unwrap_or(End::TimedOut(last)))
+}
+
+/// What a waiter finds while it follows a task: the live instance to
+/// watch, or, while none runs, the task's end as its spool kept it.
+enum Found {
+    Live(Peer),
+    Ended(End),
 }
 
 /// After a wait handed over the reply `reply_id` to the task

@@ -423,3 +423,51 @@ fn issue_31_log_follow_of_a_stopped_name_follows_its_next_start() {
     );
     assert_eq!(served.term(), 0, "{}", served.stderr());
 }
+
+/// A waiter learns a task's end from its spool's receipt while no
+/// instance of the name runs: the instance that ran the task may have
+/// come and gone between two of the waiter's looks at the registry (as
+/// `baton mcp` under a host that runs for a second does). Here the
+/// instance runs where the waiter cannot see it (another registry, the
+/// same spool), so only the receipt can tell it.
+#[test]
+fn send_wait_learns_the_end_from_the_receipt_once_the_agent_stopped_again() {
+    let env = Env::new();
+    let ws = env.workspace("keeper");
+    let mut s = env.serve(&ws, &["--name", "keeper"]);
+    assert_eq!(s.term(), 0, "{}", s.stderr());
+    let mut cmd = env.cmd();
+    cmd.args([
+        "send",
+        "--wait",
+        "--timeout",
+        "60",
+        "keeper",
+        "hello",
+        "--message-id",
+        "w1",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let waiter = cmd.spawn().unwrap();
+    wait_until("the task stored", Duration::from_secs(20), || {
+        env.run(&["inbox", "list", "keeper"]).stdout.contains("w1")
+    });
+    let elsewhere = env.root.join("elsewhere");
+    let other = elsewhere.to_str().unwrap();
+    let vars = [("BATON_DIR", other)];
+    let mut s = env.serve_with(&ws, &vars, &["--name", "keeper"]);
+    let claimed = env.run_with(&vars, None, &["inbox", "claim", "keeper"], None);
+    assert!(claimed.stdout.contains("hello"), "{claimed:?}");
+    let args = ["inbox", "complete", "keeper", "w1", "--reply", "done here"];
+    let done = env.run_with(&vars, None, &args, None);
+    assert_eq!(done.status, 0, "{done:?}");
+    assert_eq!(s.term(), 0, "{}", s.stderr());
+    let out = crate::util::finish(waiter, "send --wait", Duration::from_secs(70));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout.trim_end(), "done here", "{stderr}");
+}

@@ -60,7 +60,9 @@ const DIRS: [&str; 6] = [
     "interrupted",
 ];
 
-pub use receipts::{LOG_BYTES, LOG_RECEIPTS, RECEIPTS_KEEP, RECEIPTS_MAX_AGE, read_recent};
+pub use receipts::{
+    LOG_BYTES, LOG_RECEIPTS, RECEIPTS_KEEP, RECEIPTS_MAX_AGE, read_receipt, read_recent,
+};
 
 pub use crate::wire::{HandlerExit, ReplyRecord, Sender, Summary};
 

@@ -343,6 +343,33 @@ pub fn read_recent(dir: &Path, n: usize) -> Vec<Receipt> {
     got
 }
 
+/// The receipt of `message_id` in the logs of `dir`'s `done/`, newest
+/// log first, read without a lock: how a waiter learns the end of a task
+/// whose receiver is no longer running (`follow::wait`).
+pub fn read_receipt(dir: &Path, message_id: &str) -> Option<Receipt> {
+    let done = dir.join("done");
+    let mut logs: Vec<String> = list(&done).unwrap_or_default();
+    logs.retain(|name| parse_log_name(name).is_some());
+    logs.sort();
+    let quoted = serde_json::to_string(message_id).ok()?;
+    for name in logs.iter().rev() {
+        let Ok(bytes) = files::read_regular(&done.join(name), LOG_BYTES + MAX_TASK_FILE) else {
+            continue;
+        };
+        let mut lines = bytes.split(|b| *b == b'\n').rev();
+        let found = lines.find_map(|l| {
+            // Only a line that names the id is parsed.
+            let names = l.windows(quoted.len()).any(|w| w == quoted.as_bytes());
+            let r = names.then(|| serde_json::from_slice::<Receipt>(l).ok())??;
+            (r.message_id == message_id).then_some(r)
+        });
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
 /// How many receipts `done/` holds (for `forget`), read without a lock.
 pub fn count_in(dir: &Path) -> usize {
     let Ok(names) = list(&dir.join("done")) else {
