@@ -686,6 +686,12 @@ fn reply_text(id: &str, reply: Option<&ReplySent>) -> (String, bool) {
             ),
             false,
         ),
+        Some(ReplyStatus::Kept) => (
+            format!(
+                "completed {id}; the sender is a plain command line: the reply stays in the task's receipt, where its waiting send reads it."
+            ),
+            false,
+        ),
         Some(ReplyStatus::Sending) => (
             format!("completed {id}; the reply ({rid}) is still being sent: {reason}"),
             false,

@@ -79,6 +79,10 @@ pub enum ReplyStatus {
     Ended(Status),
     /// The send goes on; its outcome goes to the transcript (`relay.sent`).
     Sending,
+    /// Not sent, and not lost: the sender is a plain command line, with no
+    /// inbox; the reply stays in the task's receipt, where a waiting
+    /// sender reads it (`send --wait`, `task/status`).
+    Kept,
 }
 
 impl ReplyStatus {
@@ -87,6 +91,7 @@ impl ReplyStatus {
         match self {
             ReplyStatus::Ended(st) => st.as_str(),
             ReplyStatus::Sending => "sending",
+            ReplyStatus::Kept => "kept",
         }
     }
 }
@@ -97,6 +102,9 @@ impl FromStr for ReplyStatus {
     fn from_str(s: &str) -> Result<ReplyStatus, Unknown> {
         if s == ReplyStatus::Sending.as_str() {
             return Ok(ReplyStatus::Sending);
+        }
+        if s == ReplyStatus::Kept.as_str() {
+            return Ok(ReplyStatus::Kept);
         }
         s.parse().map(ReplyStatus::Ended)
     }

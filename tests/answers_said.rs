@@ -164,3 +164,41 @@ fn a_bad_or_empty_flag_value_is_named_by_its_flag() {
         assert_eq!(out.stderr, said, "{args:?}");
     }
 }
+
+/// A pull agent that completes a plain command line's task with a reply
+/// hears that the reply is kept in the receipt, not that it was refused;
+/// the waiting sender prints it.
+#[test]
+fn completing_with_a_reply_for_a_command_line_says_kept() {
+    let env = Env::new();
+    let ws = env.workspace("pull");
+    let mut s = env.serve(&ws, &["--name", "pull"]);
+    let out = env.run(&["send", "pull", "ping", "--message-id", "k-1"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(env.run(&["inbox", "claim", "pull"]).status, 0);
+    let args = [
+        "inbox", "complete", "pull", "k-1", "--reply", "pong", "--json",
+    ];
+    let done = env.run(&args);
+    assert_eq!(done.status, 0, "{done:?}");
+    let v: Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(v["reply"]["status"], "kept", "{v}");
+    let waited = env.run(&["send", "--wait", "pull", "ping", "--message-id", "k-1"]);
+    assert_eq!(
+        (waited.status, waited.stdout.as_str()),
+        (0, "pong\n"),
+        "{waited:?}"
+    );
+
+    let out = env.run(&["send", "pull", "ping", "--message-id", "k-2"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(env.run(&["inbox", "claim", "pull"]).status, 0);
+    let done = env.run(&["inbox", "complete", "pull", "k-2", "--reply", "pong"]);
+    assert_eq!(done.status, 0, "{done:?}");
+    assert!(
+        done.stdout.contains("reply kept in the task's receipt"),
+        "{done:?}"
+    );
+    assert!(!done.stderr.contains("not sent"), "{done:?}");
+    s.term();
+}

@@ -217,6 +217,9 @@ fn print_reply(reply: &ReplySent) {
         Ok(ReplyStatus::Ended(Status::Stored)) => emit(&format!(
             "reply {id} stored for {to}, which is not running: it gets it when it starts\n"
         )),
+        Ok(ReplyStatus::Kept) => emit(
+            "reply kept in the task's receipt: the sender is a plain command line, which reads it there (send --wait, task/status)\n",
+        ),
         // No result within the I/O timeout: the send goes on.
         Ok(ReplyStatus::Sending) => emit(&format!(
             "reply {id} is still being sent to {to}; its outcome will be in 'baton log'\n"

@@ -8,7 +8,7 @@ use super::{Answer, Foreground, OpenTask, Params, Reply, get_str, need_str};
 use crate::sanitize::escape;
 use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task, Whereabouts};
-use crate::status::Status;
+use crate::status::{ReplyStatus, Status};
 use crate::turn;
 use crate::wire::Outcome;
 use crate::wire::{Call, EventKind};
@@ -224,6 +224,24 @@ impl Foreground {
                 escape(&id),
                 escape(of)
             ));
+        }
+        // A plain command line has no inbox: the reply stays in the
+        // receipt, where its waiting sender reads it, and that is said.
+        let plain = self.open[pos].task.sender.instance_id.is_none();
+        if let (true, Some(body)) = (plain, &reply) {
+            let record = ReplyRecord {
+                message_id: None,
+                body: super::outcome::bounded(body, self.shared.config.max_message_bytes),
+            };
+            if let Err(e) = self.finish_turn(pos, outcome, Some(record)) {
+                let failed = json!({"status": "error", "message_id": id, "reason": e.to_string()});
+                return Ok((failed, None));
+            }
+            let kept = json!({"status": ReplyStatus::Kept.as_str(), "message_id": "",
+                              "reason": super::outbound::PLAIN_SENDER});
+            let result = json!({"status": "completed", "message_id": id, "outcome": outcome,
+                                "reply": kept});
+            return Ok((result, None));
         }
         let planned = reply.map(|body| {
             let p = json!({"body": body, "reply": true, "turn": self.open[pos].token});

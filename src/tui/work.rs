@@ -168,6 +168,10 @@ pub fn reply_outcome(id: &str, r: Result<Value, ClientError>) -> Vec<(Role, Stri
             ),
         )),
         Ok(ReplyStatus::Ended(s)) if s.delivered() => {}
+        Ok(ReplyStatus::Kept) => out.push((
+            Role::System,
+            "reply kept in the task's receipt (the sender is a plain command line)".into(),
+        )),
         _ => out.push((
             Role::Refusal,
             format!(
