@@ -356,12 +356,14 @@ fn claude_code_takes_a_task_with_check_inbox_and_completes_it() {
         "{}",
         evidence()
     );
-    // 4: complete_task completed it.
+    // 4: complete_task completed it, and said the reply is kept for the
+    // sender, a plain command line (Claude Code shows the model the
+    // tool's structured content).
     let completed = tool_results(&asked[3].body);
     let completed = completed.last().cloned().unwrap_or_default();
     assert!(
-        completed.contains(&format!("completed {id}")),
-        "{}",
+        completed.contains(id) && completed.contains("completed") && completed.contains("kept"),
+        "{completed}\n{}",
         evidence()
     );
 

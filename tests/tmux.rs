@@ -634,7 +634,7 @@ fn tmux_pane_is_refused_with_exec_and_without_tmux() {
     let out = env.run_with(&[], Some(&ws), &["serve", "--turn-timeout", "3"], None);
     assert_eq!(out.status, 2, "{out:?}");
     assert!(
-        out.stderr.contains("needs --exec or --tmux-pane"),
+        out.stderr.contains("needs --exec, --tmux-pane or --codex"),
         "{}",
         out.stderr
     );
