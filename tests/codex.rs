@@ -483,3 +483,49 @@ fn serve_codex_turn_timeout_interrupts_the_turn() {
     served.term();
     drop(host);
 }
+
+/// The app-server's processes are the agent's (as a pane's are): a
+/// command Codex runs in a task's turn may not use the operator's doors.
+/// Here the model has Codex run `baton watch --approve` (a controller,
+/// which answers approvals: the operator's); baton refuses it, naming
+/// the operator.
+#[test]
+fn serve_codex_commands_codex_runs_are_the_agents_not_the_operators() {
+    let Some(codex) = host_bin("codex") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("cx");
+    let baton = crate::util::baton_bin();
+    let command = format!(
+        "timeout 10 '{}' watch cx --approve </dev/null; echo exit=$?",
+        baton.display()
+    );
+    let model = ModelServer::openai(vec![
+        Turn::tool("exec_command", serde_json::json!({"cmd": command})),
+        Turn::text("Tried to be the controller."),
+    ]);
+    let home = codex_home(&env, &model);
+    // Commands run unsandboxed and unasked, so that only baton can say no.
+    let config = std::fs::read_to_string(home.join("config.toml")).unwrap();
+    let config =
+        format!("approval_policy = \"never\"\nsandbox_mode = \"danger-full-access\"\n{config}");
+    std::fs::write(home.join("config.toml"), config).unwrap();
+    let socket = env.root.join("cx.sock");
+    let host = listen(&env, &codex, &home, &ws, &socket, 1);
+    let mut served = serve_codex(&env, &ws, "cx", &socket);
+    let out = env.run(&["send", "--wait", "cx", "be the controller"]);
+    let ev = || evidence(&model, &host, &served);
+    assert_eq!(out.status, 0, "{out:?}\n{}", ev());
+    let asked = model.model_requests();
+    assert_eq!(asked.len(), 2, "{}", ev());
+    let said = asked[1].body["input"].to_string();
+    assert!(said.contains("not permitted"), "{said}\n{}", ev());
+    assert!(said.contains("operator"), "{said}\n{}", ev());
+    assert!(
+        said.contains("exit=3") || said.contains("exit=2") || said.contains("exit=1"),
+        "{said}"
+    );
+    served.term();
+    drop(host);
+}

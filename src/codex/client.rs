@@ -59,6 +59,11 @@ impl AppServer<UnixStream> {
         let ws = ws::Client::connect(socket, timeout)?;
         AppServer::initialize(ws, timeout)
     }
+
+    /// The app-server's process, as the kernel tells it (`SO_PEERCRED`).
+    pub fn peer_pid(&self) -> Option<u32> {
+        crate::sys::peer_cred(self.ws.get_ref()).ok()?.pid
+    }
 }
 
 impl<S: ws::Stream> AppServer<S> {

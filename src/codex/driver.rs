@@ -53,8 +53,9 @@ pub enum Job {
 /// What the thread reports.
 #[derive(Debug)]
 pub enum Report {
-    /// Connected; the workspace's thread is `thread_id`.
-    Up { thread_id: String },
+    /// Connected; the workspace's thread is `thread_id`; the app-server's
+    /// process is `pid`, where the kernel says.
+    Up { thread_id: String, pid: Option<u32> },
     /// The app-server cannot be reached, or went away (`why`), with the
     /// task that was under way, if one was.
     Down { why: String, lost: Option<Lost> },
@@ -214,9 +215,13 @@ impl Worker {
     fn job(&mut self, job: Job) {
         match job {
             Job::Probe => match self.thread() {
-                Ok(found) => self.report(Report::Up {
-                    thread_id: found.id,
-                }),
+                Ok(found) => {
+                    let pid = self.conn.as_ref().and_then(AppServer::peer_pid);
+                    self.report(Report::Up {
+                        thread_id: found.id,
+                        pid,
+                    })
+                }
                 Err(e) => self.fail(&e, None),
             },
             Job::Deliver {

@@ -28,6 +28,7 @@ use crate::wire::{EventKind, HandlerExit, Outcome, TaskMode};
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -220,9 +221,15 @@ impl Foreground {
             return;
         }
         match report {
-            Report::Up { thread_id } => {
+            Report::Up { thread_id, pid } => {
                 let c = self.codex.as_mut().expect("checked");
                 c.asked = false;
+                // The app-server runs the agent's turns and their commands:
+                // its processes may use the agent's doors, not the
+                // operator's (`access`), as a pane's do.
+                if let Some(pid) = pid {
+                    self.shared.agent.store(pid, Ordering::SeqCst);
+                }
                 self.codex_up(thread_id);
             }
             Report::Down { why, lost } => {
