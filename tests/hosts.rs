@@ -10,7 +10,7 @@
 use crate::util::codex::codex_home;
 use crate::util::hosts::{Host, host_bin};
 use crate::util::model::{EXHAUSTED, ModelServer, Turn};
-use crate::util::{Env, PANE_POLL, POLL, baton_bin, have, poll, wait_for};
+use crate::util::{Env, PANE_POLL, baton_bin, have, poll, wait_for};
 use baton::codex::{AppServer as CodexClient, TurnStatus};
 use serde_json::{Value, json};
 use std::fs;
@@ -575,27 +575,7 @@ fn codex_client_runs_a_turn_over_the_app_servers_unix_socket() {
     let model = ModelServer::openai(vec![Turn::text(answer)]);
     let codex_home = codex_home(&env, &model);
     let socket = env.root.join("cx.sock");
-    let mut cmd = env.cmd_for(&codex);
-    cmd.current_dir(&ws)
-        .env("CODEX_HOME", &codex_home)
-        .arg("app-server")
-        .arg("--listen")
-        .arg(format!("unix://{}", socket.display()));
-    let host = Host::spawn(
-        cmd,
-        &env.root.join("codex.out"),
-        &env.root.join("codex.err"),
-        false,
-    );
-    // `exists` follows the symlink: true once the socket it points to is
-    // there.
-    let up = poll(HOST_START, POLL, || socket.exists().then_some(()));
-    assert!(
-        up.is_some(),
-        "no socket at {} after {HOST_START:?}\nstderr:\n{}",
-        socket.display(),
-        host.stderr()
-    );
+    let host = crate::util::codex::listen(&env, &codex, &codex_home, &ws, &socket, 1);
     let evidence = |what: &str| format!("{what}\nstderr:\n{}\n{}", host.stderr(), model.evidence());
 
     let mut app = CodexClient::connect(&socket, HOST_START)
