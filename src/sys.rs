@@ -3,7 +3,8 @@
 //! sun_path limit, a peer's working directory, a send and a connect that
 //! do not wait, listening again on a passed socket, waiting on pipes or a
 //! stop signal, a child that dies with us, local time, and `sysctl` where
-//! there is no `/proc`).
+//! there is no `/proc`); and SHA-256's rounds on the CPU's SHA extensions,
+//! whose intrinsics are `unsafe` too.
 
 use std::fs::File;
 use std::io;
@@ -628,6 +629,79 @@ pub fn activated_listener() -> Option<UnixListener> {
             // Not ours to close: left as it was found.
             let _ = file.into_raw_fd();
             None
+        }
+    }
+}
+
+/// SHA-256's compression of `blocks` (whole 64-byte blocks) into `state`
+/// on the CPU's SHA extensions, if it has them; false, and nothing done,
+/// if not (the caller hashes them in portable code: `digest.rs`).
+pub fn sha256_blocks(state: &mut [u32; 8], blocks: &[u8], k: &[u32; 64]) -> bool {
+    debug_assert_eq!(blocks.len() % 64, 0);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("sha")
+        && std::arch::is_x86_feature_detected!("sse4.1")
+        && std::arch::is_x86_feature_detected!("ssse3")
+    {
+        // SAFETY: `shani` needs the SHA, SSE4.1 and SSSE3 instructions
+        // (SSE2 is in every x86-64 CPU), and this CPU has them, checked
+        // just above; it reads and writes only through the references.
+        unsafe { shani::compress(state, blocks, k) };
+        return true;
+    }
+    let _ = (state, k);
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+mod shani {
+    use std::arch::x86_64::*;
+
+    /// FIPS 180-4's rounds four at a time, as Intel's SHA extensions
+    /// reference code does them: the state held as ABEF and CDGH.
+    #[target_feature(enable = "sha,sse2,ssse3,sse4.1")]
+    pub(super) unsafe fn compress(state: &mut [u32; 8], blocks: &[u8], k: &[u32; 64]) {
+        // SAFETY (of the loads and stores): every pointer comes from a
+        // reference and reads or writes 16 bytes inside it: `state` is 32
+        // bytes, `k` 256, and each block 64 (`chunks_exact`).
+        unsafe {
+            let order = _mm_set_epi64x(0x0c0d_0e0f_0809_0a0b, 0x0405_0607_0001_0203);
+            let at = state.as_mut_ptr().cast::<__m128i>();
+            let dcba = _mm_loadu_si128(at);
+            let hgfe = _mm_loadu_si128(at.add(1));
+            let cdab = _mm_shuffle_epi32(dcba, 0xb1);
+            let efgh = _mm_shuffle_epi32(hgfe, 0x1b);
+            let mut abef = _mm_alignr_epi8(cdab, efgh, 8);
+            let mut cdgh = _mm_blend_epi16(efgh, cdab, 0xf0);
+            for block in blocks.chunks_exact(64) {
+                let (abef_in, cdgh_in) = (abef, cdgh);
+                let p = block.as_ptr().cast::<__m128i>();
+                let mut w = [
+                    _mm_shuffle_epi8(_mm_loadu_si128(p), order),
+                    _mm_shuffle_epi8(_mm_loadu_si128(p.add(1)), order),
+                    _mm_shuffle_epi8(_mm_loadu_si128(p.add(2)), order),
+                    _mm_shuffle_epi8(_mm_loadu_si128(p.add(3)), order),
+                ];
+                for i in 0..16 {
+                    if i >= 4 {
+                        // W[i] from W[i-4], W[i-3], W[i-2] and W[i-1].
+                        let t = _mm_sha256msg1_epu32(w[i % 4], w[(i + 1) % 4]);
+                        let t =
+                            _mm_add_epi32(t, _mm_alignr_epi8(w[(i + 3) % 4], w[(i + 2) % 4], 4));
+                        w[i % 4] = _mm_sha256msg2_epu32(t, w[(i + 3) % 4]);
+                    }
+                    let kv = _mm_loadu_si128(k.as_ptr().add(4 * i).cast::<__m128i>());
+                    let wk = _mm_add_epi32(w[i % 4], kv);
+                    cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+                    abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0e));
+                }
+                abef = _mm_add_epi32(abef, abef_in);
+                cdgh = _mm_add_epi32(cdgh, cdgh_in);
+            }
+            let feba = _mm_shuffle_epi32(abef, 0x1b);
+            let dchg = _mm_shuffle_epi32(cdgh, 0xb1);
+            _mm_storeu_si128(at, _mm_blend_epi16(feba, dchg, 0xf0));
+            _mm_storeu_si128(at.add(1), _mm_alignr_epi8(dchg, feba, 8));
         }
     }
 }

@@ -503,7 +503,7 @@ fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
             ),
             Fig::Time(median(&rb[0])),
             Fig::Time(median(&rb[1])),
-            Target::None,
+            Target::Ratio(1.5),
         ),
     ])
 }

@@ -5,7 +5,7 @@
 //! announcement.
 
 use super::dirsync::sync_dir;
-use super::index::{Entry, Fresh, Index, Place, Reservation, order_key, summary};
+use super::index::{Entry, Index, Place, Reservation, order_key, summary_of};
 use super::receipts::Where;
 use super::taskfile::{Body, TaskFile, file_name};
 use super::{Admission, Limits, Receipt, Spool, Task};
@@ -82,12 +82,7 @@ impl Spool {
             reservation.give_back = clean;
             e
         })?;
-        // The copy a claim may hand out, made before the lock is taken.
-        let fresh = Fresh::keeps(task.body.len()).then(|| task.clone());
         let mut idx = self.idx();
-        if let Some(t) = fresh {
-            idx.fresh.put(t, len);
-        }
         reservation.settled = true;
         idx.pending.remove(&task.message_id);
         let queue_position = idx.inbox.len() + 1 + idx.processing;
@@ -96,21 +91,22 @@ impl Spool {
         announce(&task, queue_position);
         let key = order_key(task.mode, task.seq);
         let id = task.message_id.clone();
-        let digest = std::mem::take(&mut task.digest);
-        let queued_at = task.accepted_at;
         idx.inbox.insert(key, id.clone());
         idx.entries.insert(
             id,
             Entry {
-                digest: Some(digest),
+                digest: Some(task.digest.clone()),
                 place: Place::Inbox,
                 file: name,
                 key,
-                queued_at,
-                summary: summary(task),
+                queued_at: task.accepted_at,
+                summary: summary_of(&task),
                 reason: None,
             },
         );
+        // Kept as written, for a claim to hand out (moved, not copied: the
+        // body is not copied again).
+        idx.fresh.put(task, len);
         self.wake_settled(idx);
         Ok(Admission::Accepted { queue_position })
     }

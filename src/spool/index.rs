@@ -192,6 +192,17 @@ pub(super) fn summary(task: Task) -> Summary {
     }
 }
 
+/// `summary` of a task that is kept whole (the index's `Fresh`).
+pub(super) fn summary_of(task: &Task) -> Summary {
+    Summary {
+        bytes: task.body.len(),
+        message_id: task.message_id.clone(),
+        sender: task.sender.clone(),
+        accepted_at: task.accepted_at,
+        mode: task.mode,
+    }
+}
+
 /// `summary` of the task `id` whose file did not read back, if it did
 /// not: its id alone.
 pub(super) fn summary_or_id(task: Option<Task>, id: &str) -> Summary {
