@@ -36,6 +36,7 @@ fn normalize(line: &str, real: &[(&str, &str)]) -> Value {
     for p in [
         "\"pid\":",
         "pid=\\\"",
+        "\"process_start\":",
         "\"started_at\":",
         "\"accepted_at\":",
         "\"finished_at\":",

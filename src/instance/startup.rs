@@ -58,7 +58,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     let mut place = place(&opts, &config)?;
     let spool = open_spool(&opts, &config, &place)?;
     // Stale entries of dead instances go before we add our own.
-    registry::collect_stale(&place.dir);
+    registry::collect_stale(&place.dir, false);
     let sockets = bind(&mut place)?;
     let paused = opts.paused || config.relay == Relay::Paused;
     let manifest = manifest(&place, &opts, paused);
@@ -373,6 +373,7 @@ fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
         started_at: spool::now_secs(),
         wire: "jsonrpc".into(),
         baton_version: env!("CARGO_PKG_VERSION").into(),
+        process_start: sys::process_start(std::process::id()),
     }
 }
 

@@ -186,6 +186,16 @@ fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
 /// valid: a file that is not a manifest costs a look, never a place, and
 /// the scan stays bounded in time however full the directory is.
 pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Truncated> {
+    scan_ids(dir, out, &|_| true)
+}
+
+/// `scan`, reading only the manifests whose id `read` accepts (by its
+/// name alone); the others are passed over, as if absent.
+pub(super) fn scan_ids(
+    dir: &RegistryDir,
+    out: &mut Vec<Candidate>,
+    read: &dyn Fn(&str) -> bool,
+) -> Option<Truncated> {
     let mut entries = fs::read_dir(&dir.path).ok()?;
     let mut names: Vec<String> = (entries.by_ref().take(MAX_ENTRIES))
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -204,6 +214,9 @@ pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Trunca
         }
         looked += 1;
         let id = &name[2..name.len() - 5];
+        if !read(id) {
+            continue;
+        }
         let c = candidate(dir, dir.path.join(name), id);
         if matches!(c, Candidate::Ok(..)) {
             valid += 1;
@@ -242,6 +255,33 @@ pub fn discover_matching(
     let mut found = settle(candidates, exclude, timeout, keep);
     found.truncated = truncated;
     found
+}
+
+/// The best native peer `keep` accepts that answers its ping, best by
+/// `rank` (lowest first; ties by name, case-insensitively, then pid, as
+/// discovery sorts): the manifests are read and the kernel rules out the
+/// stale ones, then the candidates are pinged one at a time, best first,
+/// until one answers. One that does not answer (refused, or
+/// unresponsive) is passed over for the next.
+pub fn first_answering<K: Ord>(
+    dirs: &[RegistryDir],
+    timeout: Duration,
+    keep: &dyn Fn(&Manifest) -> bool,
+    rank: &dyn Fn(&Manifest) -> K,
+) -> Option<Peer> {
+    let mut candidates = Vec::new();
+    for d in dirs {
+        scan(d, &mut candidates);
+    }
+    let mut found = Discovery::default();
+    let mut to_ping = triage(candidates, None, keep, &mut found);
+    to_ping.retain(|(_, w)| *w == Wire::Jsonrpc);
+    to_ping.sort_by_cached_key(|(m, _)| (rank(m), m.name.to_lowercase(), m.pid));
+    to_ping.into_iter().find_map(|(mut m, wire)| {
+        let state = ping_peer(&m, wire, timeout).ok()?;
+        m.state = state.to_string();
+        Some(Peer { manifest: m, wire })
+    })
 }
 
 /// The live instance with exactly this id, found without a scan: its
@@ -347,11 +387,42 @@ fn triage(
                 m.pid
             );
             skipped.push(skipped_peer(m, w, problem));
-        } else if keep(&m) {
+        } else if !keep(&m) {
+            continue;
+        } else if let Err(problem) = check_socket(&m) {
+            // Never connected to, and never stale.
+            skipped.push(skipped_peer(m, w, problem.0));
+        } else if let Some(why) = kernel_says_stale(&m) {
+            // Not connected to: the kernel has said it all.
+            skipped.push(skipped_peer(m, w, format!("stale: {why}")));
+        } else {
             to_ping.push((m, w));
         }
     }
     to_ping
+}
+
+/// Why the kernel says a manifest's instance is gone, with no connection
+/// to its socket: its pid is gone (`kill(pid, 0)`: `ESRCH`), or it is
+/// another process's now (its start time in `/proc` is not the one the
+/// manifest recorded). `None`: it may be there, and only a ping tells.
+pub(super) fn kernel_says_stale(m: &Manifest) -> Option<String> {
+    if sys::pid_status(m.pid) == sys::PidStatus::Gone {
+        return Some(format!("pid {} is gone", m.pid));
+    }
+    let (recorded, now) = (m.process_start?, sys::process_start(m.pid)?);
+    (recorded != now).then(|| {
+        format!(
+            "pid {} is another process now (started at tick {now}, not {recorded})",
+            m.pid
+        )
+    })
+}
+
+/// The pid an instance id (`<pid>-<nonce>`) names, if it is one.
+pub(super) fn id_pid(id: &str) -> Option<u32> {
+    let pid: u32 = id.split_once('-')?.0.parse().ok()?;
+    (1..=i32::MAX as u32).contains(&pid).then_some(pid)
 }
 
 /// Pings the peers, at most `PING_CONCURRENCY` at a time; the answers

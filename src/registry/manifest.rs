@@ -163,6 +163,9 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
         started_at,
         wire: dir.wire.to_string(),
         baton_version: string("baton_version", false)?,
+        // Optional (older manifests, zcoder's): one that is not a
+        // non-negative integer says nothing.
+        process_start: obj.get("process_start").and_then(Value::as_u64),
     })
 }
 

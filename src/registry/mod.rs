@@ -11,6 +11,7 @@ mod manifest;
 pub use clean::{Collected, MALFORMED_AGE, collect_stale};
 pub use discover::{
     Discovery, Peer, Skipped, Truncated, UNRESPONSIVE, discover, discover_matching, find_id,
+    first_answering,
 };
 pub use manifest::{Manifest, parse_manifest, read_manifest, read_manifest_or_short};
 
@@ -25,12 +26,14 @@ use std::path::{Path, PathBuf};
 
 pub use crate::wire::PROTOCOL;
 pub const MAX_MANIFEST: u64 = 16 * 1024;
-/// Valid manifests read per directory: junk does not count.
-pub const MAX_CANDIDATES: usize = 1024;
+/// Valid manifests read per directory: junk does not count. Past it a
+/// name is not resolved, and the error says so.
+pub const MAX_CANDIDATES: usize = 10_000;
 /// Directory entries listed per directory, whatever they are: a bound on
-/// the scan's time, generous beside the two files of each of
-/// `MAX_CANDIDATES` instances.
-pub const MAX_ENTRIES: usize = 16 * 1024;
+/// the scan's time, room for four entries (a manifest, its socket, the
+/// manifest being rewritten, and more) of each of `MAX_CANDIDATES`
+/// instances.
+pub const MAX_ENTRIES: usize = 4 * MAX_CANDIDATES;
 
 /// `[A-Za-z0-9_.-]{1,100}`: instance ids and message ids.
 pub fn valid_id(s: &str) -> bool {
