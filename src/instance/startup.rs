@@ -57,8 +57,6 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     sys::set_umask(0o077);
     let mut place = place(&opts, &config)?;
     let spool = open_spool(&opts, &config, &place)?;
-    // Stale entries of dead instances go before we add our own.
-    registry::collect_stale(&place.dir, false);
     let sockets = bind(&mut place)?;
     let paused = opts.paused || config.relay == Relay::Paused;
     let manifest = manifest(&place, &opts, paused);
@@ -88,6 +86,10 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
         let z = registry::zcoder_manifest(&manifest, zsock);
         registry::publish_value(zdir, &place.id, &z)?;
     }
+    // Stale entries of dead instances go once we are found: the kernel
+    // judges them (no connection), and removing a thousand of them is not
+    // paid for by the time to our manifest.
+    registry::collect_stale(&place.dir, false);
     let stop = match &opts.embedded {
         Some(e) => {
             let _ = e.ready.send((place.id.clone(), place.socket.clone()));
