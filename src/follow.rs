@@ -141,6 +141,7 @@ impl Who {
         Ok(registry::first_answering(
             &dirs,
             config.io_timeout,
+            &self.name,
             &keep,
             &rank,
         ))

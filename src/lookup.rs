@@ -134,7 +134,11 @@ pub fn find(dirs: &[RegistryDir], target: &Target<'_>, timeout: Duration) -> Loo
             return Lookup::One(Box::new(p));
         }
     }
-    let named = registry::discover_matching(dirs, None, timeout, &|m| target.may_be(m));
+    let keep = |m: &Manifest| target.may_be(m);
+    let named = match target {
+        Target::Named(t) => registry::discover_named(dirs, timeout, t, &keep),
+        _ => registry::discover_matching(dirs, None, timeout, &keep),
+    };
     if let Some(found) = target.pick(&named.peers) {
         return found;
     }
@@ -347,7 +351,7 @@ pub fn stopped(
     workspace: Option<&str>,
     timeout: Duration,
 ) -> Stopped {
-    let live = registry::discover_matching(dirs, None, timeout, &|m| m.name == name).peers;
+    let live = registry::discover_named(dirs, timeout, name, &|m| m.name == name).peers;
     let (mut idle, busy): (Vec<KnownSpool>, Vec<KnownSpool>) = known_spools()
         .into_iter()
         .filter(|s| s.name == name && workspace.is_none_or(|w| w == s.workspace))

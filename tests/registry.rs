@@ -1060,6 +1060,33 @@ fn discovery_reads_at_most_10000_valid_manifests_and_says_how_many_it_did_not() 
     }
 }
 
+/// Issue 34: an instance publishes a name entry, `n-<id>@<name>`, an
+/// empty private file, with its manifest, and removes both
+/// when it stops; a crash leaves it, and the next start removes it with
+/// the stale manifest.
+#[test]
+fn the_name_entry_comes_and_goes_with_the_manifest() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    let mut a = env.serve(&env.workspace("named"), &[]);
+    let entry = reg.join(format!("n-{}@named", a.id));
+    let meta = fs::symlink_metadata(&entry).expect("the name entry");
+    assert!(meta.is_file() && meta.len() == 0, "{meta:?}");
+    assert_eq!(meta.mode() & 0o777, 0o600, "{meta:?}");
+    assert_eq!(a.term(), 0);
+    assert!(!exists(&entry), "stopping left the name entry");
+
+    let mut b = env.serve(&env.workspace("crashed"), &[]);
+    let crashed = reg.join(format!("n-{}@crashed", b.id));
+    b.kill9();
+    assert!(exists(&crashed));
+    let _c = env.serve(&env.workspace("next"), &[]);
+    assert!(
+        gone_soon(&crashed),
+        "the next start left the crashed one's name entry"
+    );
+}
+
 /// Issue 34: 1,100 instances in one registry, 1,099 of them stale entries
 /// that sort first: the live one stays reachable by its name (the scan's
 /// bound was 1,024 manifests, and `send` then said that no live instance

@@ -81,6 +81,11 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
     let (codex, codex_reports) = super::codex::start(&opts, &place.workspace, &place.id)?;
     // The listener is accepting: only now may peers find us.
+    // A socket-activated agent's manifest goes unindexed: its registry
+    // holds the service manager's wake socket and the manifest only.
+    if place.socket == registry::socket_path(&place.dir, &place.id) {
+        registry::publish_name(&place.dir, &place.id, &place.name);
+    }
     registry::publish(&place.dir, &manifest)?;
     if let Some((zdir, zsock)) = &place.zcoder {
         let z = registry::zcoder_manifest(&manifest, zsock);

@@ -59,12 +59,35 @@ pub fn collect_stale(dir: &Path, thorough: bool) -> Collected {
         // The kernel's word, never a connection: a socket is not asked.
         // One that is a symlink or not a socket is never stale.
         if check_socket(&m).is_ok() && kernel_says_stale(&m).is_some() {
+            super::unpublish_name(dir, &m.instance_id, &m.name);
             stale.push(m.instance_id);
         }
+    }
+    if thorough {
+        remove_orphan_names(dir);
     }
     Collected {
         removed: remove_stale(dir, stale),
         malformed,
+    }
+}
+
+/// Removes the name entries whose manifest is gone and whose pid the
+/// kernel reports gone: what a crash between the two leaves.
+fn remove_orphan_names(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.take(super::MAX_ENTRIES).filter_map(Result::ok) {
+        let file_name = e.file_name();
+        let Some((id, name)) = file_name.to_str().and_then(super::parse_name_entry) else {
+            continue;
+        };
+        let orphan = fs::symlink_metadata(manifest_path(dir, id)).is_err()
+            && id_pid(id).is_some_and(pid_gone);
+        if orphan {
+            super::unpublish_name(dir, id, name);
+        }
     }
 }
 

@@ -189,6 +189,23 @@ pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Trunca
     scan_ids(dir, out, &|_| true)
 }
 
+/// `scan` for one name: a manifest whose name entry (`n-<id>@<name>`,
+/// `registry::name_path`) names another is passed over unread; the
+/// others (that name's, and those without an entry) are read.
+pub(super) fn scan_for_name(
+    dir: &RegistryDir,
+    out: &mut Vec<Candidate>,
+    name: &str,
+) -> Option<Truncated> {
+    let (names, unlisted) = list(dir)?;
+    let others: std::collections::HashSet<&str> = (names.iter())
+        .filter_map(|n| super::parse_name_entry(n))
+        .filter(|(_, n)| *n != name)
+        .map(|(id, _)| id)
+        .collect();
+    read_listed(dir, &names, unlisted, out, &|id| !others.contains(id))
+}
+
 /// `scan`, reading only the manifests whose id `read` accepts (by its
 /// name alone); the others are passed over, as if absent.
 pub(super) fn scan_ids(
@@ -196,34 +213,53 @@ pub(super) fn scan_ids(
     out: &mut Vec<Candidate>,
     read: &dyn Fn(&str) -> bool,
 ) -> Option<Truncated> {
+    let (names, unlisted) = list(dir)?;
+    read_listed(dir, &names, unlisted, out, read)
+}
+
+/// The names of at most `MAX_ENTRIES` entries of a directory, and
+/// whether there were more.
+fn list(dir: &RegistryDir) -> Option<(Vec<String>, bool)> {
     let mut entries = fs::read_dir(&dir.path).ok()?;
-    let mut names: Vec<String> = (entries.by_ref().take(MAX_ENTRIES))
+    let names: Vec<String> = (entries.by_ref().take(MAX_ENTRIES))
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|name| {
-            name.strip_prefix("a-")
-                .is_some_and(|rest| rest.ends_with(".json"))
-        })
         .collect();
     let unlisted = entries.next().is_some();
-    names.sort_unstable();
+    Some((names, unlisted))
+}
+
+/// Reads the manifests (`a-*.json`) among `names` in byte order, those
+/// `read` accepts, until `MAX_CANDIDATES` of them are valid.
+fn read_listed(
+    dir: &RegistryDir,
+    names: &[String],
+    unlisted: bool,
+    out: &mut Vec<Candidate>,
+    read: &dyn Fn(&str) -> bool,
+) -> Option<Truncated> {
+    let mut manifests: Vec<&String> = (names.iter())
+        .filter(|n| n.starts_with("a-") && n.ends_with(".json"))
+        .collect();
+    // In the file names' byte order.
+    manifests.sort_unstable();
+    let ids: Vec<&str> = (manifests.iter()).map(|n| &n[2..n.len() - 5]).collect();
     let mut valid = 0;
     let mut looked = 0;
-    for name in &names {
+    for id in &ids {
         if valid == MAX_CANDIDATES {
             break;
         }
         looked += 1;
-        let id = &name[2..name.len() - 5];
         if !read(id) {
             continue;
         }
-        let c = candidate(dir, dir.path.join(name), id);
+        let c = candidate(dir, dir.path.join(format!("a-{id}.json")), id);
         if matches!(c, Candidate::Ok(..)) {
             valid += 1;
         }
         out.push(c);
     }
-    let not_looked_at = names.len() - looked;
+    let not_looked_at = ids.len() - looked;
     (not_looked_at > 0 || unlisted).then(|| Truncated {
         path: dir.path.clone(),
         wire: dir.wire,
@@ -237,6 +273,25 @@ pub(super) fn scan_ids(
 /// the caller's own instance id.
 pub fn discover(dirs: &[RegistryDir], exclude: Option<&str>, timeout: Duration) -> Discovery {
     discover_matching(dirs, exclude, timeout, &|_| true)
+}
+
+/// `discover_matching` for candidates of one `name` at most (`keep`
+/// accepts none other): the manifests of other names are not even read
+/// where their name entries say so.
+pub fn discover_named(
+    dirs: &[RegistryDir],
+    timeout: Duration,
+    name: &str,
+    keep: &dyn Fn(&Manifest) -> bool,
+) -> Discovery {
+    let mut candidates = Vec::new();
+    let mut truncated = Vec::new();
+    for d in dirs {
+        truncated.extend(scan_for_name(d, &mut candidates, name));
+    }
+    let mut found = settle(candidates, None, timeout, keep);
+    found.truncated = truncated;
+    found
 }
 
 /// Like `discover`, but pings only the candidates `keep` accepts (the
@@ -257,7 +312,8 @@ pub fn discover_matching(
     found
 }
 
-/// The best native peer `keep` accepts that answers its ping, best by
+/// The best native peer of `name` that `keep` accepts and answers its
+/// ping, best by
 /// `rank` (lowest first; ties by name, case-insensitively, then pid, as
 /// discovery sorts): the manifests are read and the kernel rules out the
 /// stale ones, then the candidates are pinged one at a time, best first,
@@ -266,12 +322,13 @@ pub fn discover_matching(
 pub fn first_answering<K: Ord>(
     dirs: &[RegistryDir],
     timeout: Duration,
+    name: &str,
     keep: &dyn Fn(&Manifest) -> bool,
     rank: &dyn Fn(&Manifest) -> K,
 ) -> Option<Peer> {
     let mut candidates = Vec::new();
     for d in dirs {
-        scan(d, &mut candidates);
+        scan_for_name(d, &mut candidates, name);
     }
     let mut found = Discovery::default();
     let mut to_ping = triage(candidates, None, keep, &mut found);
