@@ -81,20 +81,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
     let (codex, codex_reports) = super::codex::start(&opts, &place.workspace, &place.id)?;
     // The listener is accepting: only now may peers find us.
-    // A socket-activated agent's manifest goes unindexed: its registry
-    // holds the service manager's wake socket and the manifest only.
-    if place.socket == registry::socket_path(&place.dir, &place.id) {
-        registry::publish_name(&place.dir, &place.id, &place.name);
-    }
-    registry::publish(&place.dir, &manifest)?;
-    if let Some((zdir, zsock)) = &place.zcoder {
-        let z = registry::zcoder_manifest(&manifest, zsock);
-        registry::publish_value(zdir, &place.id, &z)?;
-    }
-    // Stale entries of dead instances go once we are found: the kernel
-    // judges them (no connection), and removing a thousand of them is not
-    // paid for by the time to our manifest.
-    registry::collect_stale(&place.dir, false);
+    publish(&place, &manifest)?;
     let stop = match &opts.embedded {
         Some(e) => {
             let _ = e.ready.send((place.id.clone(), place.socket.clone()));
@@ -362,6 +349,25 @@ impl Listeners {
             let _ = fs::remove_file(&s.path);
         }
     }
+}
+
+/// Publishes the name entry and the manifest (zcoder's too), then
+/// removes the stale entries of dead instances: once we are found, so
+/// that removing a thousand of them does not delay our manifest (the
+/// kernel judges them; none is connected to).
+fn publish(place: &Place, manifest: &Manifest) -> Result<()> {
+    // A socket-activated agent's manifest goes unindexed: its registry
+    // holds the service manager's wake socket and the manifest only.
+    if place.socket == registry::socket_path(&place.dir, &place.id) {
+        registry::publish_name(&place.dir, &place.id, &place.name);
+    }
+    registry::publish(&place.dir, manifest)?;
+    if let Some((zdir, zsock)) = &place.zcoder {
+        let z = registry::zcoder_manifest(manifest, zsock);
+        registry::publish_value(zdir, &place.id, &z)?;
+    }
+    registry::collect_stale(&place.dir, false);
+    Ok(())
 }
 
 fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
