@@ -58,6 +58,13 @@ pub fn process_start(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// This process's pid namespace: the inode of `/proc/self/ns/pid`. None
+/// where there is no `/proc`.
+pub fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
 /// Every process `/proc` lists (Linux); none where there is no `/proc`.
 pub fn processes() -> Vec<ProcEntry> {
     let Ok(dir) = std::fs::read_dir("/proc") else {

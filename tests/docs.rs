@@ -37,6 +37,7 @@ fn normalize(line: &str, real: &[(&str, &str)]) -> Value {
         "\"pid\":",
         "pid=\\\"",
         "\"process_start\":",
+        "\"pid_ns\":",
         "\"started_at\":",
         "\"accepted_at\":",
         "\"finished_at\":",

@@ -27,12 +27,13 @@ const SUN_PATH_MAX: usize = if cfg!(any(target_os = "linux", target_os = "androi
 const MAX_MANIFEST: usize = 16 * 1024;
 
 /// Every field of a manifest (docs/protocol.md §7), and nothing else.
-const FIELDS: [&str; 15] = [
+const FIELDS: [&str; 16] = [
     "baton_version",
     "instance_id",
     "model",
     "name",
     "pid",
+    "pid_ns",
     "process_start",
     "profile",
     "project",
@@ -159,6 +160,7 @@ fn fake_manifest(reg: &Path, id: &str, name: &str) -> Value {
         "started_at": now_secs(),
         "wire": "jsonrpc",
         "baton_version": "0.1.0",
+        "pid_ns": crate::util::pid_namespace(),
     })
 }
 
@@ -211,6 +213,14 @@ fn check_fields(v: &Value, served: &Served, reg: &Path, model: &str, window: (u6
         .and_then(|f| f.parse().ok())
         .unwrap();
     assert_eq!(v["process_start"], json!(start), "{v}");
+    // The pid namespace the pid is in: this test's, the inode of its
+    // /proc/self/ns/pid.
+    let ns = fs::metadata("/proc/self/ns/pid").unwrap();
+    assert_eq!(
+        v["pid_ns"],
+        json!(std::os::unix::fs::MetadataExt::ino(&ns)),
+        "{v}"
+    );
     let name = served.workspace.file_name().unwrap().to_str().unwrap();
     assert_eq!(v["project"], json!(name), "{v}");
     assert_eq!(v["name"], json!(name), "{v}");
@@ -1555,4 +1565,41 @@ fn a_fifo_or_socket_named_as_a_manifest_never_stalls_discovery() {
     assert!(fs::symlink_metadata(&sock).unwrap().file_type().is_socket());
     let out = send_to(&env, &served.id, b"still reached");
     assert_eq!(out.status, 0, "{out:?}");
+}
+
+/// The kernel's word on a pid holds only in the pid namespace the
+/// manifest was written in: an entry from another namespace (a container
+/// sharing the registry), whose pid this namespace does not have, is not
+/// called stale on that word, nor removed for it; it is asked over its
+/// socket, as an entry without `pid_ns` is. Here its socket is bound and
+/// silent: not stale, only slow to answer.
+#[test]
+fn an_entry_from_another_pid_namespace_is_not_judged_by_our_kernel() {
+    let env = Env::new();
+    let reg = make_registry(&env);
+    let pid = dead_pid();
+    let id = format!("{pid}-4343434343434343");
+    let mut manifest = fake_manifest(&reg, &id, "guest");
+    manifest["pid_ns"] = json!(1u64);
+    let mpath = write_manifest(&reg, &id, manifest.to_string().as_bytes());
+    let listener = UnixListener::bind(reg.join(format!("a-{id}.sock"))).unwrap();
+    let vars = [("BATON_IO_TIMEOUT", "1")];
+    let out = env.run_with(&vars, None, &["list", "--json", "--all"], None);
+    assert_eq!(out.status, 0, "{out:?}");
+    let all: Vec<Value> = serde_json::from_str(&out.stdout).unwrap();
+    let guest: Vec<&Value> = all
+        .iter()
+        .filter(|e| e["instance_id"] == json!(id))
+        .collect();
+    assert_eq!(guest.len(), 1, "{all:?}");
+    let problem = guest[0]["problem"].as_str().unwrap_or("");
+    assert!(!problem.starts_with("stale"), "{problem}");
+    // Neither gc nor a starting instance removes it on the kernel's word.
+    let out = env.run_with(&vars, None, &["gc"], None);
+    assert_eq!(out.status, 0, "{out:?}");
+    let mut s = env.serve_with(&env.workspace("host"), &vars, &["--name", "host"]);
+    assert!(exists(&mpath), "{}", s.stderr());
+    s.term();
+    assert!(exists(&mpath));
+    drop(listener);
 }

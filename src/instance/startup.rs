@@ -387,6 +387,7 @@ fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
         wire: "jsonrpc".into(),
         baton_version: env!("CARGO_PKG_VERSION").into(),
         process_start: sys::process_start(std::process::id()),
+        pid_ns: sys::pid_namespace(),
     }
 }
 

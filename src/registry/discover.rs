@@ -462,8 +462,13 @@ fn triage(
 /// Why the kernel says a manifest's instance is gone, with no connection
 /// to its socket: its pid is gone (`kill(pid, 0)`: `ESRCH`), or it is
 /// another process's now (its start time in `/proc` is not the one the
-/// manifest recorded). `None`: it may be there, and only a ping tells.
+/// manifest recorded). `None`: it may be there, and only a ping tells;
+/// so always for a manifest written in another pid namespace (a
+/// container sharing the registry), or one that does not say which.
 pub(super) fn kernel_says_stale(m: &Manifest) -> Option<String> {
+    if m.pid_ns.is_none() || m.pid_ns != sys::pid_namespace() {
+        return None;
+    }
     if sys::pid_status(m.pid) == sys::PidStatus::Gone {
         return Some(format!("pid {} is gone", m.pid));
     }

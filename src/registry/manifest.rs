@@ -218,6 +218,7 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
         // Optional (older manifests, zcoder's): one that is not a
         // non-negative integer says nothing.
         process_start: obj.get("process_start").and_then(Value::as_u64),
+        pid_ns: obj.get("pid_ns").and_then(Value::as_u64),
     })
 }
 

@@ -31,6 +31,11 @@ pub struct Manifest {
     /// manifests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process_start: Option<u64>,
+    /// The pid namespace its pid is in (the inode of `/proc/self/ns/pid`):
+    /// the kernel's word on its pid holds only in that namespace. Absent
+    /// where there is no `/proc`, and in older manifests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<u64>,
 }
 
 /// Who sent a task, as the receiver recorded it.
