@@ -14,7 +14,7 @@
 use crate::client::{ClientError, Session, request};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::registry::{self, Peer, Wire};
+use crate::registry::{self, Manifest, Peer};
 use crate::sanitize::escape;
 use crate::wire::answer::{Pending, Reply, TaskState, TaskStatus};
 use crate::wire::{self, Call, Event, EventKind, HandlerExit, Outcome};
@@ -125,23 +125,26 @@ impl Who {
     }
 
     /// The instance it names now, as a front end following a task or an
-    /// inbox across restarts finds it again: the registry's, pinged.
+    /// inbox across restarts finds it again: the registry's manifests
+    /// ranked, and only the best pinged (the next when it does not
+    /// answer).
     pub fn find(&self, config: &Config) -> Result<Option<Peer>> {
         let (id, workspace) = (self.instance_id.as_deref(), self.workspace.as_deref());
         let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);
-        let found = registry::discover_matching(&dirs, None, config.io_timeout, &|m| {
+        let keep = |m: &Manifest| {
             m.name == self.name && (!self.only_workspace || workspace == Some(m.workspace.as_str()))
-        });
-        let rank = |p: &Peer| {
-            let m = &p.manifest;
+        };
+        let rank = |m: &Manifest| {
             let other_id = id != Some(m.instance_id.as_str());
             (other_id, workspace != Some(m.workspace.as_str()))
         };
-        Ok(found
-            .peers
-            .into_iter()
-            .filter(|p| p.wire == Wire::Jsonrpc && !p.unresponsive())
-            .min_by_key(rank))
+        Ok(registry::first_answering(
+            &dirs,
+            config.io_timeout,
+            &self.name,
+            &keep,
+            &rank,
+        ))
     }
 }
 
@@ -219,7 +222,7 @@ pub fn wait(
     let end = follow(
         &f,
         || match who.find(config)? {
-            Some(peer) => Ok(Some(Found::Live(peer))),
+            Some(peer) => Ok(Some(Found::Live(Box::new(peer)))),
             None => Ok(who.stored_end(message_id).map(Found::Ended)),
         },
         |found| match found {
@@ -233,7 +236,7 @@ pub fn wait(
 /// What a waiter finds while it follows a task: the live instance to
 /// watch, or, while none runs, the task's end as its spool kept it.
 enum Found {
-    Live(Peer),
+    Live(Box<Peer>),
     Ended(End),
 }
 

@@ -30,8 +30,10 @@ pub enum Lookup {
     /// No live instance matches but one spool does: its agent is stopped.
     Stopped(Box<KnownSpool>),
     /// This process ran short of a resource (descriptors, memory) to ask
-    /// the live instances, and none that it could ask matches: why, in
-    /// words that say what to raise. Never a verdict on the target.
+    /// the live instances, or the registry holds more manifests than
+    /// discovery reads (`registry::MAX_CANDIDATES`), and none that it could
+    /// ask matches: why, in words that say what to do. Never a verdict on
+    /// the target.
     Short(String),
     /// None matches: why, every live instance, and the spools that match
     /// when there are several (their agents are stopped; none is the
@@ -121,45 +123,73 @@ impl Target<'_> {
 }
 
 /// Looks for `target` among the live instances of `dirs`. An exact id
-/// needs no scan (its manifest is read directly); then only what the
-/// target can name is pinged, and everyone only to list the candidates
-/// when that finds nothing.
+/// needs no scan (its manifest is read directly); then the manifests are
+/// read, the kernel rules out those whose process is gone, and only what
+/// the target can name is pinged. Everyone is pinged only to list the
+/// candidates when that finds nothing and no stopped agent's spool is the
+/// answer.
 pub fn find(dirs: &[RegistryDir], target: &Target<'_>, timeout: Duration) -> Lookup {
     if let Target::Named(t) = target {
         if let Some(p) = registry::find_id(dirs, t, timeout) {
             return Lookup::One(Box::new(p));
         }
     }
-    let named = registry::discover_matching(dirs, None, timeout, &|m| target.may_be(m));
+    let keep = |m: &Manifest| target.may_be(m);
+    let named = match target {
+        Target::Named(t) => registry::discover_named(dirs, timeout, t, &keep),
+        _ => registry::discover_matching(dirs, None, timeout, &keep),
+    };
     if let Some(found) = target.pick(&named.peers) {
         return found;
     }
+    // A peer that could not be asked, or whose manifest was not read, may
+    // be the one: no answer, no spool taken for a stopped agent's.
+    if let Some(what) = named.shortage {
+        return Lookup::Short(short_of(what));
+    }
+    if let Some(t) = named.truncated.first() {
+        return Lookup::Short(past_the_bound(target, t));
+    }
+    // No live instance has the name (or serves the workspace): every spool
+    // of it is a stopped agent's, and one is the answer. The live
+    // instances of the name are all among `named`.
+    let stopped_of = |live: &[Peer]| -> Vec<KnownSpool> {
+        match target {
+            Target::Socket(_) => Vec::new(),
+            _ => (known_spools().into_iter())
+                .filter(|s| target.owns(s) && s.running(live).is_none())
+                .collect(),
+        }
+    };
+    let mut stopped = stopped_of(&named.peers);
+    if stopped.len() == 1 {
+        return Lookup::Stopped(Box::new(stopped.pop().expect("one spool")));
+    }
     let everyone = registry::discover(dirs, None, timeout);
     let all = everyone.peers;
+    // One that started since the first look.
     if let Some(found) = target.pick(&all) {
         return found;
     }
-    // A peer that could not be asked may be the one: no answer, no spool
-    // taken for a stopped agent's.
-    if let Some(what) = named.shortage.or(everyone.shortage) {
+    if let Some(what) = everyone.shortage {
         return Lookup::Short(short_of(what));
-    }
-    // No live instance has the name (or serves the workspace): every spool
-    // of it is a stopped agent's, and one is the answer.
-    let mut stopped: Vec<KnownSpool> = match target {
-        Target::Socket(_) => Vec::new(),
-        _ => (known_spools().into_iter())
-            .filter(|s| target.owns(s) && s.running(&all).is_none())
-            .collect(),
-    };
-    if stopped.len() == 1 {
-        return Lookup::Stopped(Box::new(stopped.pop().expect("one spool")));
     }
     Lookup::None {
         why: target.why(false),
         live: all,
         stopped,
     }
+}
+
+/// Why a target was not found in a registry whose scan stopped at its
+/// bound: it may be past it.
+fn past_the_bound(target: &Target<'_>, t: &registry::Truncated) -> String {
+    format!(
+        "{}, but {}: {} holds more than discovery reads; remove stale entries (baton gc) or name the instance by its id",
+        target.why(false),
+        t.problem(),
+        escape(&t.path.display().to_string())
+    )
 }
 
 /// Why a lookup that ran short of `what` found nothing, and what to do.
@@ -321,7 +351,7 @@ pub fn stopped(
     workspace: Option<&str>,
     timeout: Duration,
 ) -> Stopped {
-    let live = registry::discover_matching(dirs, None, timeout, &|m| m.name == name).peers;
+    let live = registry::discover_named(dirs, timeout, name, &|m| m.name == name).peers;
     let (mut idle, busy): (Vec<KnownSpool>, Vec<KnownSpool>) = known_spools()
         .into_iter()
         .filter(|s| s.name == name && workspace.is_none_or(|w| w == s.workspace))

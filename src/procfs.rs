@@ -42,6 +42,29 @@ pub fn is_zombie(pid: u32) -> Option<bool> {
         .then(|| process(pid).is_some_and(|p| p.zombie))
 }
 
+/// When `pid` started, in clock ticks after boot (`/proc/PID/stat`,
+/// field 22): with the pid, it names one process for the whole boot, so
+/// a pid the kernel gave to another process since is told from the one a
+/// manifest recorded. None where there is no `/proc` or no such process.
+pub fn process_start(pid: u32) -> Option<u64> {
+    let mut stat = String::new();
+    File::open(format!("/proc/{pid}/stat"))
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut stat)
+        .ok()?;
+    // Field 3 (the state) is the first after comm; field 22 the 20th.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// This process's pid namespace: the inode of `/proc/self/ns/pid`. None
+/// where there is no `/proc`.
+pub fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
 /// Every process `/proc` lists (Linux); none where there is no `/proc`.
 pub fn processes() -> Vec<ProcEntry> {
     let Ok(dir) = std::fs::read_dir("/proc") else {

@@ -13,7 +13,8 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 
 pub use crate::procfs::{
-    ProcEntry, environ_has, is_zombie, lists_processes, process_cwd, processes,
+    ProcEntry, environ_has, is_zombie, lists_processes, pid_namespace, process_cwd, process_start,
+    processes,
 };
 pub use bsd::{environ_values, process};
 pub use errno::{errno_named, shortage};

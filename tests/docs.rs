@@ -36,6 +36,8 @@ fn normalize(line: &str, real: &[(&str, &str)]) -> Value {
     for p in [
         "\"pid\":",
         "pid=\\\"",
+        "\"process_start\":",
+        "\"pid_ns\":",
         "\"started_at\":",
         "\"accepted_at\":",
         "\"finished_at\":",

@@ -175,7 +175,7 @@ fn print(args: &Args, items: &[Value], here: bool) {
 pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "gc", 0)?;
     let dir = registry::ensure_dir(config)?;
-    let collected = registry::collect_stale(&dir);
+    let collected = registry::collect_stale(&dir, true);
     let malformed: Vec<String> = collected
         .malformed
         .iter()

@@ -299,6 +299,7 @@ impl Foreground {
     fn shut_down(&mut self, inputs: &Inputs, listeners: &startup::Listeners) {
         let id = self.shared.instance_id.clone();
         registry::unpublish(&self.origin.registry, &id);
+        registry::unpublish_name(&self.origin.registry, &id, &self.origin.name);
         if let Some((zdir, _)) = &self.zcoder {
             registry::unpublish(zdir, &id);
         }

@@ -57,8 +57,6 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     sys::set_umask(0o077);
     let mut place = place(&opts, &config)?;
     let spool = open_spool(&opts, &config, &place)?;
-    // Stale entries of dead instances go before we add our own.
-    registry::collect_stale(&place.dir);
     let sockets = bind(&mut place)?;
     let paused = opts.paused || config.relay == Relay::Paused;
     let manifest = manifest(&place, &opts, paused);
@@ -83,11 +81,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
     let (codex, codex_reports) = super::codex::start(&opts, &place.workspace, &place.id)?;
     // The listener is accepting: only now may peers find us.
-    registry::publish(&place.dir, &manifest)?;
-    if let Some((zdir, zsock)) = &place.zcoder {
-        let z = registry::zcoder_manifest(&manifest, zsock);
-        registry::publish_value(zdir, &place.id, &z)?;
-    }
+    publish(&place, &manifest)?;
     let stop = match &opts.embedded {
         Some(e) => {
             let _ = e.ready.send((place.id.clone(), place.socket.clone()));
@@ -357,6 +351,25 @@ impl Listeners {
     }
 }
 
+/// Publishes the name entry and the manifest (zcoder's too), then
+/// removes the stale entries of dead instances: once we are found, so
+/// that removing a thousand of them does not delay our manifest (the
+/// kernel judges them; none is connected to).
+fn publish(place: &Place, manifest: &Manifest) -> Result<()> {
+    // A socket-activated agent's manifest goes unindexed: its registry
+    // holds the service manager's wake socket and the manifest only.
+    if place.socket == registry::socket_path(&place.dir, &place.id) {
+        registry::publish_name(&place.dir, &place.id, &place.name);
+    }
+    registry::publish(&place.dir, manifest)?;
+    if let Some((zdir, zsock)) = &place.zcoder {
+        let z = registry::zcoder_manifest(manifest, zsock);
+        registry::publish_value(zdir, &place.id, &z)?;
+    }
+    registry::collect_stale(&place.dir, false);
+    Ok(())
+}
+
 fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
     Manifest {
         protocol: registry::PROTOCOL,
@@ -373,6 +386,8 @@ fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
         started_at: spool::now_secs(),
         wire: "jsonrpc".into(),
         baton_version: env!("CARGO_PKG_VERSION").into(),
+        process_start: sys::process_start(std::process::id()),
+        pid_ns: sys::pid_namespace(),
     }
 }
 

@@ -2,7 +2,7 @@
 //! only names of our grammar, owned by us, of the right type, and only
 //! what is provably dead, or a manifest that does not parse.
 
-use super::discover::{Candidate, Skipped, check_socket, scan};
+use super::discover::{Candidate, Skipped, check_socket, id_pid, kernel_says_stale, scan_ids};
 use super::{MAX_MANIFEST, RegistryDir, Wire, manifest_path, socket_path, valid_id};
 use crate::{files, sys};
 use std::fs;
@@ -25,18 +25,23 @@ pub struct Collected {
 }
 
 /// Finds and removes the stale entries of our own registry without
-/// pinging anyone alive: only an entry whose pid is gone is looked at, and
-/// it is stale if its socket is missing or refuses connections (or is a
-/// wake socket, which outlives its instances). Startup and `gc` use this,
-/// so starting one instance among many costs no pings. Manifests that do
-/// not parse go too, once `MALFORMED_AGE` old.
-pub fn collect_stale(dir: &Path) -> Collected {
+/// connecting to anyone: an entry is stale when the kernel says its pid
+/// is gone or another process's (`kernel_says_stale`). Startup and `gc`
+/// use this, so starting one instance among many costs no pings, and a
+/// stale entry is removed once, not paid for by every later listing.
+/// Manifests that do not parse go too, once `MALFORMED_AGE` old.
+pub fn collect_stale(dir: &Path, thorough: bool) -> Collected {
     let reg = RegistryDir {
         path: dir.to_path_buf(),
         wire: Wire::Jsonrpc,
     };
     let mut candidates = Vec::new();
-    scan(&reg, &mut candidates);
+    // At start, a manifest whose id names a pid that is there is not
+    // read: starting among many live instances costs a `kill(pid, 0)`
+    // each. `gc` reads them all (a pid given to another process since,
+    // a malformed manifest).
+    let maybe_dead = |id: &str| thorough || id_pid(id).is_none_or(pid_gone);
+    scan_ids(&reg, &mut candidates, &maybe_dead);
     let mut stale = Vec::new();
     let mut malformed = Vec::new();
     for c in candidates {
@@ -51,25 +56,38 @@ pub fn collect_stale(dir: &Path) -> Collected {
                 continue;
             }
         };
-        if sys::pid_status(m.pid) != sys::PidStatus::Gone {
-            continue;
-        }
-        let socket = Path::new(&m.socket);
-        let is_wake = socket != socket_path(dir, &m.instance_id);
-        // Never through a symlink: connecting could reach out of the
-        // registry, and the entry is not provably dead.
-        let refused =
-            |e: std::io::Error| matches!(e.raw_os_error(), Some(sys::ECONNREFUSED | sys::ENOENT));
-        let dead = is_wake
-            || (check_socket(&m).is_ok()
-                && std::os::unix::net::UnixStream::connect(socket).is_err_and(refused));
-        if dead {
+        // The kernel's word, never a connection: a socket is not asked.
+        // One that is a symlink or not a socket is never stale.
+        if check_socket(&m).is_ok() && kernel_says_stale(&m).is_some() {
+            super::unpublish_name(dir, &m.instance_id, &m.name);
             stale.push(m.instance_id);
         }
+    }
+    if thorough {
+        remove_orphan_names(dir);
     }
     Collected {
         removed: remove_stale(dir, stale),
         malformed,
+    }
+}
+
+/// Removes the name entries whose manifest is gone and whose pid the
+/// kernel reports gone: what a crash between the two leaves.
+fn remove_orphan_names(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.take(super::MAX_ENTRIES).filter_map(Result::ok) {
+        let file_name = e.file_name();
+        let Some((id, name)) = file_name.to_str().and_then(super::parse_name_entry) else {
+            continue;
+        };
+        let orphan = fs::symlink_metadata(manifest_path(dir, id)).is_err()
+            && id_pid(id).is_some_and(pid_gone);
+        if orphan {
+            super::unpublish_name(dir, id, name);
+        }
     }
 }
 
@@ -122,4 +140,8 @@ fn remove_malformed(dir: &Path, s: &Skipped) -> bool {
     };
     let parses = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes);
     parses.is_err() && fs::remove_file(&path).is_ok()
+}
+
+fn pid_gone(pid: u32) -> bool {
+    sys::pid_status(pid) == sys::PidStatus::Gone
 }

@@ -186,31 +186,80 @@ fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
 /// valid: a file that is not a manifest costs a look, never a place, and
 /// the scan stays bounded in time however full the directory is.
 pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Truncated> {
+    scan_ids(dir, out, &|_| true)
+}
+
+/// `scan` for one name: a manifest whose name entry (`n-<id>@<name>`,
+/// `registry::name_path`) names another is passed over unread; the
+/// others (that name's, and those without an entry) are read.
+pub(super) fn scan_for_name(
+    dir: &RegistryDir,
+    out: &mut Vec<Candidate>,
+    name: &str,
+) -> Option<Truncated> {
+    let (names, unlisted) = list(dir)?;
+    let others: std::collections::HashSet<&str> = (names.iter())
+        .filter_map(|n| super::parse_name_entry(n))
+        .filter(|(_, n)| *n != name)
+        .map(|(id, _)| id)
+        .collect();
+    read_listed(dir, &names, unlisted, out, &|id| !others.contains(id))
+}
+
+/// `scan`, reading only the manifests whose id `read` accepts (by its
+/// name alone); the others are passed over, as if absent.
+pub(super) fn scan_ids(
+    dir: &RegistryDir,
+    out: &mut Vec<Candidate>,
+    read: &dyn Fn(&str) -> bool,
+) -> Option<Truncated> {
+    let (names, unlisted) = list(dir)?;
+    read_listed(dir, &names, unlisted, out, read)
+}
+
+/// The names of at most `MAX_ENTRIES` entries of a directory, and
+/// whether there were more.
+fn list(dir: &RegistryDir) -> Option<(Vec<String>, bool)> {
     let mut entries = fs::read_dir(&dir.path).ok()?;
-    let mut names: Vec<String> = (entries.by_ref().take(MAX_ENTRIES))
+    let names: Vec<String> = (entries.by_ref().take(MAX_ENTRIES))
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|name| {
-            name.strip_prefix("a-")
-                .is_some_and(|rest| rest.ends_with(".json"))
-        })
         .collect();
     let unlisted = entries.next().is_some();
-    names.sort_unstable();
+    Some((names, unlisted))
+}
+
+/// Reads the manifests (`a-*.json`) among `names` in byte order, those
+/// `read` accepts, until `MAX_CANDIDATES` of them are valid.
+fn read_listed(
+    dir: &RegistryDir,
+    names: &[String],
+    unlisted: bool,
+    out: &mut Vec<Candidate>,
+    read: &dyn Fn(&str) -> bool,
+) -> Option<Truncated> {
+    let mut manifests: Vec<&String> = (names.iter())
+        .filter(|n| n.starts_with("a-") && n.ends_with(".json"))
+        .collect();
+    // In the file names' byte order.
+    manifests.sort_unstable();
+    let ids: Vec<&str> = (manifests.iter()).map(|n| &n[2..n.len() - 5]).collect();
     let mut valid = 0;
     let mut looked = 0;
-    for name in &names {
+    for id in &ids {
         if valid == MAX_CANDIDATES {
             break;
         }
         looked += 1;
-        let id = &name[2..name.len() - 5];
-        let c = candidate(dir, dir.path.join(name), id);
+        if !read(id) {
+            continue;
+        }
+        let c = candidate(dir, dir.path.join(format!("a-{id}.json")), id);
         if matches!(c, Candidate::Ok(..)) {
             valid += 1;
         }
         out.push(c);
     }
-    let not_looked_at = names.len() - looked;
+    let not_looked_at = ids.len() - looked;
     (not_looked_at > 0 || unlisted).then(|| Truncated {
         path: dir.path.clone(),
         wire: dir.wire,
@@ -224,6 +273,25 @@ pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Trunca
 /// the caller's own instance id.
 pub fn discover(dirs: &[RegistryDir], exclude: Option<&str>, timeout: Duration) -> Discovery {
     discover_matching(dirs, exclude, timeout, &|_| true)
+}
+
+/// `discover_matching` for candidates of one `name` at most (`keep`
+/// accepts none other): the manifests of other names are not even read
+/// where their name entries say so.
+pub fn discover_named(
+    dirs: &[RegistryDir],
+    timeout: Duration,
+    name: &str,
+    keep: &dyn Fn(&Manifest) -> bool,
+) -> Discovery {
+    let mut candidates = Vec::new();
+    let mut truncated = Vec::new();
+    for d in dirs {
+        truncated.extend(scan_for_name(d, &mut candidates, name));
+    }
+    let mut found = settle(candidates, None, timeout, keep);
+    found.truncated = truncated;
+    found
 }
 
 /// Like `discover`, but pings only the candidates `keep` accepts (the
@@ -242,6 +310,35 @@ pub fn discover_matching(
     let mut found = settle(candidates, exclude, timeout, keep);
     found.truncated = truncated;
     found
+}
+
+/// The best native peer of `name` that `keep` accepts and answers its
+/// ping, best by
+/// `rank` (lowest first; ties by name, case-insensitively, then pid, as
+/// discovery sorts): the manifests are read and the kernel rules out the
+/// stale ones, then the candidates are pinged one at a time, best first,
+/// until one answers. One that does not answer (refused, or
+/// unresponsive) is passed over for the next.
+pub fn first_answering<K: Ord>(
+    dirs: &[RegistryDir],
+    timeout: Duration,
+    name: &str,
+    keep: &dyn Fn(&Manifest) -> bool,
+    rank: &dyn Fn(&Manifest) -> K,
+) -> Option<Peer> {
+    let mut candidates = Vec::new();
+    for d in dirs {
+        scan_for_name(d, &mut candidates, name);
+    }
+    let mut found = Discovery::default();
+    let mut to_ping = triage(candidates, None, keep, &mut found);
+    to_ping.retain(|(_, w)| *w == Wire::Jsonrpc);
+    to_ping.sort_by_cached_key(|(m, _)| (rank(m), m.name.to_lowercase(), m.pid));
+    to_ping.into_iter().find_map(|(mut m, wire)| {
+        let state = ping_peer(&m, wire, timeout).ok()?;
+        m.state = state.to_string();
+        Some(Peer { manifest: m, wire })
+    })
 }
 
 /// The live instance with exactly this id, found without a scan: its
@@ -347,11 +444,47 @@ fn triage(
                 m.pid
             );
             skipped.push(skipped_peer(m, w, problem));
-        } else if keep(&m) {
+        } else if !keep(&m) {
+            continue;
+        } else if let Err(problem) = check_socket(&m) {
+            // Never connected to, and never stale.
+            skipped.push(skipped_peer(m, w, problem.0));
+        } else if let Some(why) = kernel_says_stale(&m) {
+            // Not connected to: the kernel has said it all.
+            skipped.push(skipped_peer(m, w, format!("stale: {why}")));
+        } else {
             to_ping.push((m, w));
         }
     }
     to_ping
+}
+
+/// Why the kernel says a manifest's instance is gone, with no connection
+/// to its socket: its pid is gone (`kill(pid, 0)`: `ESRCH`), or it is
+/// another process's now (its start time in `/proc` is not the one the
+/// manifest recorded). `None`: it may be there, and only a ping tells;
+/// so always for a manifest written in another pid namespace (a
+/// container sharing the registry), or one that does not say which.
+pub(super) fn kernel_says_stale(m: &Manifest) -> Option<String> {
+    if m.pid_ns.is_none() || m.pid_ns != sys::pid_namespace() {
+        return None;
+    }
+    if sys::pid_status(m.pid) == sys::PidStatus::Gone {
+        return Some(format!("pid {} is gone", m.pid));
+    }
+    let (recorded, now) = (m.process_start?, sys::process_start(m.pid)?);
+    (recorded != now).then(|| {
+        format!(
+            "pid {} is another process now (started at tick {now}, not {recorded})",
+            m.pid
+        )
+    })
+}
+
+/// The pid an instance id (`<pid>-<nonce>`) names, if it is one.
+pub(super) fn id_pid(id: &str) -> Option<u32> {
+    let pid: u32 = id.split_once('-')?.0.parse().ok()?;
+    (1..=i32::MAX as u32).contains(&pid).then_some(pid)
 }
 
 /// Pings the peers, at most `PING_CONCURRENCY` at a time; the answers

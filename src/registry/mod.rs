@@ -10,7 +10,8 @@ mod manifest;
 
 pub use clean::{Collected, MALFORMED_AGE, collect_stale};
 pub use discover::{
-    Discovery, Peer, Skipped, Truncated, UNRESPONSIVE, discover, discover_matching, find_id,
+    Discovery, Peer, Skipped, Truncated, UNRESPONSIVE, discover, discover_matching, discover_named,
+    find_id, first_answering,
 };
 pub use manifest::{Manifest, parse_manifest, read_manifest, read_manifest_or_short};
 
@@ -25,12 +26,14 @@ use std::path::{Path, PathBuf};
 
 pub use crate::wire::PROTOCOL;
 pub const MAX_MANIFEST: u64 = 16 * 1024;
-/// Valid manifests read per directory: junk does not count.
-pub const MAX_CANDIDATES: usize = 1024;
+/// Valid manifests read per directory: junk does not count. Past it a
+/// name is not resolved, and the error says so.
+pub const MAX_CANDIDATES: usize = 10_000;
 /// Directory entries listed per directory, whatever they are: a bound on
-/// the scan's time, generous beside the two files of each of
-/// `MAX_CANDIDATES` instances.
-pub const MAX_ENTRIES: usize = 16 * 1024;
+/// the scan's time, room for four entries (a manifest, its socket, the
+/// manifest being rewritten, and more) of each of `MAX_CANDIDATES`
+/// instances.
+pub const MAX_ENTRIES: usize = 4 * MAX_CANDIDATES;
 
 /// `[A-Za-z0-9_.-]{1,100}`: instance ids and message ids.
 pub fn valid_id(s: &str) -> bool {
@@ -197,6 +200,44 @@ pub fn publish_value(dir: &Path, id: &str, m: &Value) -> Result<()> {
 
 pub fn unpublish(dir: &Path, id: &str) {
     let _ = fs::remove_file(manifest_path(dir, id));
+}
+
+/// The name entry of an instance: `n-<id>@<name>`, an empty private
+/// file. Resolving a name reads only the manifests whose entry names it
+/// (and those without an entry), so it does not read every manifest of
+/// the registry. Neither grammar has `@`.
+pub fn name_path(dir: &Path, id: &str, name: &str) -> PathBuf {
+    dir.join(format!("n-{id}@{name}"))
+}
+
+/// The id and name of a name entry's file name, if it is one.
+pub fn parse_name_entry(file_name: &str) -> Option<(&str, &str)> {
+    let (id, name) = file_name.strip_prefix("n-")?.split_once('@')?;
+    (valid_id(id) && valid_name(name)).then_some((id, name))
+}
+
+/// Publishes the name entry, before the first manifest: a manifest is
+/// then never seen without it. Failing costs only speed (a manifest
+/// without one is read whatever the name).
+pub fn publish_name(dir: &Path, id: &str, name: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(name_path(dir, id, name));
+}
+
+/// Removes the name entry, after the manifest: only a regular file owned
+/// by us.
+pub fn unpublish_name(dir: &Path, id: &str, name: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let path = name_path(dir, id, name);
+    let ours = |m: fs::Metadata| m.is_file() && m.uid() == sys::euid();
+    if fs::symlink_metadata(&path).is_ok_and(ours) {
+        let _ = fs::remove_file(&path);
+    }
 }
 
 /// A fresh instance id: `<pid>-<nonce>`, the nonce 16 decimal digits from

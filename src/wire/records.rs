@@ -25,6 +25,17 @@ pub struct Manifest {
     pub started_at: u64,
     pub wire: String,
     pub baton_version: String,
+    /// When its process started, in clock ticks after boot (`/proc`'s
+    /// `starttime`): a pid now another process's is known without a
+    /// connection. Absent where there is no `/proc`, and in older
+    /// manifests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_start: Option<u64>,
+    /// The pid namespace its pid is in (the inode of `/proc/self/ns/pid`):
+    /// the kernel's word on its pid holds only in that namespace. Absent
+    /// where there is no `/proc`, and in older manifests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<u64>,
 }
 
 /// Who sent a task, as the receiver recorded it.

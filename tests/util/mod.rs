@@ -435,6 +435,8 @@ pub fn fake_manifest(registry: &Path, pid: u32, name: &str, workspace: &str) -> 
         "started_at": 1_700_000_000u64,
         "wire": "jsonrpc",
         "baton_version": "0.1.0",
+        // Written in this pid namespace, as an instance here writes it.
+        "pid_ns": pid_namespace(),
     });
     fs::write(registry.join(format!("a-{id}.json")), m.to_string()).unwrap();
     id
@@ -662,4 +664,12 @@ impl Drop for Leftovers {
             }
         }
     }
+}
+
+/// This process's pid namespace (the inode of `/proc/self/ns/pid`), as a
+/// manifest's `pid_ns` records it.
+#[allow(dead_code)]
+pub fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
 }
