@@ -47,15 +47,21 @@ pub fn is_zombie(pid: u32) -> Option<bool> {
 /// a pid the kernel gave to another process since is told from the one a
 /// manifest recorded. None where there is no `/proc` or no such process.
 pub fn process_start(pid: u32) -> Option<u64> {
+    let stat = read_stat(pid)?;
+    // Field 3 (the state) is the first after comm; field 22 the 20th.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// `/proc/PID/stat`, read bounded.
+fn read_stat(pid: u32) -> Option<String> {
     let mut stat = String::new();
     File::open(format!("/proc/{pid}/stat"))
         .ok()?
         .take(4096)
         .read_to_string(&mut stat)
         .ok()?;
-    // Field 3 (the state) is the first after comm; field 22 the 20th.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    Some(stat)
 }
 
 /// This process's pid namespace: the inode of `/proc/self/ns/pid`. None
@@ -79,12 +85,7 @@ pub fn processes() -> Vec<ProcEntry> {
 /// `/proc/PID/stat`, read bounded: `pid (comm) state ppid pgrp session …`,
 /// where comm may hold anything but ends at the last `)`.
 pub fn process(pid: u32) -> Option<ProcEntry> {
-    let mut stat = String::new();
-    File::open(format!("/proc/{pid}/stat"))
-        .ok()?
-        .take(4096)
-        .read_to_string(&mut stat)
-        .ok()?;
+    let stat = read_stat(pid)?;
     let rest = &stat[stat.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().take(4).collect();
     Some(ProcEntry {
