@@ -68,15 +68,123 @@ pub fn write_private_fresh(
     fsync: bool,
     at: impl Fn(Step) -> io::Result<()>,
 ) -> io::Result<()> {
-    let mut f = create_private(tmp)?;
+    let f = create_private(tmp)?;
+    write_fresh(f, tmp, bytes, fsync, at)?;
+    rename(tmp, dest)
+}
+
+/// The steps of a fresh write between the create and the rename.
+fn write_fresh(
+    mut f: File,
+    tmp: &Path,
+    bytes: &[u8],
+    fsync: bool,
+    at: impl Fn(Step) -> io::Result<()>,
+) -> io::Result<()> {
     write_all(&mut f, tmp, bytes)?;
     at(Step::Written)?;
     if fsync {
         sync_file(&f, tmp)?;
     }
-    at(Step::Renaming)?;
-    drop(f);
-    rename(tmp, dest)
+    at(Step::Renaming)
+}
+
+/// A directory held open, so that a name in it is found without walking
+/// the directory's path again: the spool's `tmp/`, `inbox/` and
+/// `processing/`, where every accepted task is created and renamed
+/// (docs/performance.md, *The spool's directories held open*). `path`
+/// names it in errors and notes. A directory removed or replaced while
+/// held is opened again by its path when a name in it is not found, so a
+/// spool repaired while its instance runs works again without a restart,
+/// as it did when every operation walked the path.
+pub struct Dir {
+    fd: std::sync::RwLock<std::os::fd::OwnedFd>,
+    path: std::path::PathBuf,
+}
+
+impl Dir {
+    /// Opens the directory at `path`, never through a symlink.
+    pub fn open(path: &Path) -> io::Result<Dir> {
+        Ok(Dir {
+            fd: std::sync::RwLock::new(Dir::open_fd(path)?),
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn open_fd(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+        let f = OpenOptions::new()
+            .read(true)
+            .custom_flags(sys::O_DIRECTORY | sys::O_NOFOLLOW)
+            .open(path)?;
+        Ok(f.into())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `op` on the directory held; if a name was not found, once
+    /// more on the directory at `path` now.
+    fn with<T>(&self, op: impl Fn(std::os::fd::BorrowedFd<'_>) -> io::Result<T>) -> io::Result<T> {
+        use std::os::fd::AsFd;
+        let read = || self.fd.read().unwrap_or_else(|e| e.into_inner());
+        // (The read guard must be gone before the write below.)
+        let first = op(read().as_fd());
+        match first {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let fresh = Dir::open_fd(&self.path)?;
+                *self.fd.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+                op(read().as_fd())
+            }
+            r => r,
+        }
+    }
+
+    /// `name` for a system call: one file name, nothing else.
+    fn c_name(name: &str) -> io::Result<std::ffi::CString> {
+        if name.is_empty() || name.contains('/') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name:?} is not a file name"),
+            ));
+        }
+        std::ffi::CString::new(name).map_err(|_| io::ErrorKind::InvalidInput.into())
+    }
+
+    /// Creates `name` here, as `create_new` does (mode 0600, never through
+    /// a symlink, never over anything).
+    pub fn create_new(&self, name: &str) -> io::Result<File> {
+        let c = Dir::c_name(name)?;
+        let f = self.with(|dir| sys::create_new_at(dir, &c))?;
+        note!(Op::Create(self.path.join(name)));
+        Ok(f)
+    }
+
+    /// Renames `name` here to the same name in `to`.
+    pub fn rename_into(&self, name: &str, to: &Dir) -> io::Result<()> {
+        let c = Dir::c_name(name)?;
+        self.with(|from| to.with(|dest| sys::rename_at(from, &c, dest, &c)))?;
+        note!(Op::Rename {
+            from: self.path.join(name),
+            to: to.path.join(name)
+        });
+        Ok(())
+    }
+}
+
+/// `write_private_fresh` for the file `name` created in `tmp` and renamed
+/// into `dest`, both held open; `tmp_path` is the file's path in `tmp`.
+pub fn write_private_fresh_in(
+    (tmp, dest): (&Dir, &Dir),
+    name: &str,
+    tmp_path: &Path,
+    bytes: &[u8],
+    fsync: bool,
+    at: impl Fn(Step) -> io::Result<()>,
+) -> io::Result<()> {
+    let f = tmp.create_new(name)?;
+    write_fresh(f, tmp_path, bytes, fsync, at)?;
+    tmp.rename_into(name, dest)
 }
 
 fn create_private(path: &Path) -> io::Result<File> {

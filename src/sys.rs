@@ -257,6 +257,39 @@ pub fn limit_malloc_arenas() {
     }
 }
 
+/// Creates `name` in the open directory `dir` to write, mode 0600; it
+/// must not exist, and is never created through a symlink.
+pub fn create_new_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<File> {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let mode: libc::c_uint = 0o600;
+    // SAFETY: `name` is NUL-terminated and outlives the call; `dir` is an
+    // open descriptor for its duration.
+    let fd =
+        retrying(|| unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode) }.into())?;
+    // SAFETY: a descriptor `openat` just returned, owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd as RawFd) })
+}
+
+/// Renames `from` in the open directory `from_dir` to `to` in `to_dir`.
+pub fn rename_at(
+    from_dir: BorrowedFd<'_>,
+    from: &std::ffi::CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &std::ffi::CStr,
+) -> io::Result<()> {
+    // SAFETY: both names are NUL-terminated and outlive the call; both
+    // descriptors are open for its duration.
+    check(unsafe {
+        libc::renameat(
+            from_dir.as_raw_fd(),
+            from.as_ptr(),
+            to_dir.as_raw_fd(),
+            to.as_ptr(),
+        )
+    })
+    .map(drop)
+}
+
 /// Sends `sig` to the process `pid` (never a group: 0 and values that
 /// would read as negative are refused).
 pub fn signal(pid: u32, sig: i32) -> io::Result<()> {

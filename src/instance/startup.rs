@@ -463,12 +463,14 @@ fn sweep_ephemeral_spools() {
             continue;
         };
         let pid = id.split('-').next().and_then(|p| p.parse::<u32>().ok());
-        let path = base.join(&name);
-        let ours = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == sys::euid());
-        if ours
-            && registry::valid_id(id)
-            && pid.is_some_and(|p| sys::pid_status(p) == sys::PidStatus::Gone)
+        // The kernel first: a live instance's spool costs no stat.
+        if !(registry::valid_id(id)
+            && pid.is_some_and(|p| sys::pid_status(p) == sys::PidStatus::Gone))
         {
+            continue;
+        }
+        let path = base.join(&name);
+        if fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == sys::euid()) {
             let _ = fs::remove_dir_all(&path);
         }
     }

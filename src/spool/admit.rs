@@ -199,8 +199,8 @@ impl Spool {
         let mut bytes = Vec::with_capacity(body + 512);
         serde_json::to_writer(&mut bytes, task).expect("a task always serializes");
         let result = (|| -> std::io::Result<()> {
-            let inbox_file = self.path("inbox", name);
-            files::write_private_fresh(&tmp, &inbox_file, &bytes, self.fsync, |step| {
+            let dirs = (&self.at.tmp, &self.at.inbox);
+            files::write_private_fresh_in(dirs, name, &tmp, &bytes, self.fsync, |step| {
                 failpoint::hit(match step {
                     Step::Written => "after-write",
                     Step::Renaming => "after-file-fsync",

@@ -73,10 +73,10 @@ impl Spool {
     /// Moves a checked task from `inbox/` to `processing/`. A move that
     /// cannot be made durable is undone, and the task stays queued.
     fn take(&self, key: (u8, u64), id: &str, file: &str) -> Result<()> {
-        let from = self.path("inbox", file);
         let mut idx = self.idx();
-        files::rename(&from, &self.path("processing", file))
-            .map_err(|e| Error::io("claim", &from, e))?;
+        (self.at.inbox)
+            .rename_into(file, &self.at.processing)
+            .map_err(|e| Error::io("claim", &self.path("inbox", file), e))?;
         idx.inbox.remove(&key);
         idx.processing += 1;
         idx.entries.get_mut(id).expect("indexed").place = Place::Processing;

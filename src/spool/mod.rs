@@ -195,6 +195,9 @@ pub struct Spool {
     /// Signalled whenever a reservation settles (`Index::pending`).
     settled: Condvar,
     dir_sync: DirSync,
+    /// `tmp/`, `inbox/` and `processing/` held open: an acceptance and a
+    /// claim find their names without walking the spool's path.
+    at: Dirs,
     /// Held for the spool's whole life; the flock goes with it.
     _lock: File,
     /// Problems found while opening (bad files moved to `rejected/`).
@@ -203,6 +206,13 @@ pub struct Spool {
     /// `interrupted/`, and of those it set aside in `rejected/` as bad
     /// data: their outcome is decided now (`task.ended`).
     pub ended_at_open: Vec<(String, Outcome)>,
+}
+
+/// The spool's busiest directories, held open (`Spool::at`).
+struct Dirs {
+    tmp: files::Dir,
+    inbox: files::Dir,
+    processing: files::Dir,
 }
 
 /// The spool directory for a name and a canonical workspace under the
@@ -492,6 +502,15 @@ impl Spool {
         if fsync {
             sync_made(dir, missing, made.as_deref())?;
         }
+        let open = |sub: &str| {
+            let p = dir.join(sub);
+            files::Dir::open(&p).map_err(|e| Error::io("open directory", &p, e))
+        };
+        let at = Dirs {
+            tmp: open("tmp")?,
+            inbox: open("inbox")?,
+            processing: open("processing")?,
+        };
         let mut spool = Spool {
             dir: dir.to_path_buf(),
             fsync,
@@ -499,6 +518,7 @@ impl Spool {
             index: Mutex::new(Index::new()),
             settled: Condvar::new(),
             dir_sync: DirSync::default(),
+            at,
             _lock: lock,
             recovery_notes: Vec::new(),
             ended_at_open: Vec::new(),

@@ -107,6 +107,8 @@ pub struct World {
     pub state: PathBuf,
     vars: Vec<(String, String)>,
     children: Vec<Child>,
+    /// The inotify watches of timed starts, closed with the world.
+    watches: Vec<Arrivals>,
 }
 
 impl World {
@@ -144,6 +146,7 @@ impl World {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             children: Vec::new(),
+            watches: Vec::new(),
         })
     }
 
@@ -173,6 +176,10 @@ impl World {
     /// published its manifest.
     pub fn start(&mut self, names: &[String], args: &[&str]) -> Result<Vec<Instance>, String> {
         let mut pending: HashMap<u32, (usize, PathBuf)> = HashMap::new();
+        // Set before the start, so that no arrival is missed.
+        let watch = (names.len() == 1)
+            .then(|| Arrivals::watch(&self.reg))
+            .flatten();
         let first = self.children.len();
         for (i, name) in names.iter().enumerate() {
             let ws = self.root().join("ws").join(name);
@@ -194,10 +201,26 @@ impl World {
             self.children.push(child);
         }
         let mut found: Vec<Option<Instance>> = vec![None; names.len()];
-        // Finer polling when one start is being timed.
+        // Finer polling when one start is being timed: woken by the
+        // manifest's arrival where inotify can tell, rather than scanning
+        // a registry of thousands of entries every millisecond beside the
+        // start being measured.
         let every = Duration::from_millis(if names.len() == 1 { 1 } else { 5 });
+        let (every, wait) = match &watch {
+            Some(_) => (Duration::ZERO, Duration::from_millis(50)),
+            None => (every, Duration::ZERO),
+        };
+        // With a watch, a scan too now and then: an arrival it could not
+        // read yet is not lost.
+        let mut scanned = Instant::now();
         let started = poll(START_TIMEOUT, every, || {
-            collect_published(&self.reg, &mut pending, &mut found);
+            let seen = watch
+                .as_ref()
+                .is_some_and(|w| w.arrivals(&self.reg, wait, &mut pending, &mut found));
+            if !seen || scanned.elapsed() > Duration::from_millis(500) {
+                collect_published(&self.reg, &mut pending, &mut found);
+                scanned = Instant::now();
+            }
             for child in &mut self.children[first..] {
                 let Some((_, log)) = pending.get(&child.id()) else {
                     continue;
@@ -218,7 +241,22 @@ impl World {
                 names.len()
             ))
         })?;
+        // Closed later: closing an inotify descriptor waits for an RCU
+        // grace period, milliseconds that are not the start's.
+        self.watches.extend(watch);
         Ok(found.into_iter().map(|i| i.expect("found")).collect())
+    }
+
+    /// Waits until the instance `name` has said on stderr that it serves,
+    /// which it does once its start is over (after its manifest, and
+    /// after it removed the stale entries it found).
+    pub fn wait_started(&self, name: &str) -> Result<(), String> {
+        let log = self.root().join("log").join(format!("{name}.err"));
+        poll(START_TIMEOUT, POLL, || {
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            text.contains(") serving ").then_some(())
+        })
+        .ok_or_else(|| format!("{name} did not say that it serves within {START_TIMEOUT:?}"))
     }
 
     /// Starts `count` instances in batches of `batch` at a time.
@@ -297,6 +335,69 @@ fn signal(pid: u32, sig: libc::c_int) {
 
 /// Moves each instance in `pending` (by pid: its index in `found` and its
 /// log) whose manifest is now readable in `reg` to `found`.
+/// The names renamed or created into a directory, from inotify (Linux).
+struct Arrivals(std::os::fd::OwnedFd);
+
+impl Arrivals {
+    fn watch(dir: &Path) -> Option<Arrivals> {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+        // SAFETY: a plain system call.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: a descriptor inotify_init1 just returned, owned by nobody else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let mask = libc::IN_MOVED_TO | libc::IN_CREATE;
+        // SAFETY: `path` is NUL-terminated and outlives the call.
+        let wd = unsafe { libc::inotify_add_watch(raw(&fd), path.as_ptr(), mask) };
+        (wd >= 0).then_some(Arrivals(fd))
+    }
+
+    /// Waits up to `wait` for arrivals and takes the manifests among them
+    /// of the pending starts (as `collect_published` does). False when
+    /// the kernel's queue overflowed: the caller scans instead.
+    fn arrivals(
+        &self,
+        reg: &Path,
+        wait: Duration,
+        pending: &mut HashMap<u32, (usize, PathBuf)>,
+        found: &mut [Option<Instance>],
+    ) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: raw(&self.0),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the call's duration.
+        unsafe { libc::poll(&mut pfd, 1, wait.as_millis() as i32) };
+        let mut buf = vec![0u8; 1 << 16];
+        // SAFETY: the buffer is writable for its length.
+        let n = unsafe { libc::read(raw(&self.0), buf.as_mut_ptr().cast(), buf.len()) };
+        let mut at = 0;
+        while n > 0 && at + 16 <= n as usize {
+            // struct inotify_event: wd, mask, cookie, len, then the name.
+            let word = |i: usize| u32::from_ne_bytes(buf[at + i..at + i + 4].try_into().unwrap());
+            let (mask, len) = (word(4), word(12) as usize);
+            if mask & libc::IN_Q_OVERFLOW != 0 {
+                return false;
+            }
+            let name = &buf[at + 16..at + 16 + len];
+            let name = String::from_utf8_lossy(name.split(|b| *b == 0).next().unwrap_or(&[]));
+            take_manifest(reg, &name, pending, found);
+            at += 16 + len;
+        }
+        true
+    }
+}
+
+fn raw(fd: &std::os::fd::OwnedFd) -> i32 {
+    use std::os::fd::AsRawFd;
+    fd.as_raw_fd()
+}
+
 fn collect_published(
     reg: &Path,
     pending: &mut HashMap<u32, (usize, PathBuf)>,
@@ -306,37 +407,46 @@ fn collect_published(
         return;
     };
     for e in rd.filter_map(|e| e.ok()) {
-        let Ok(file) = e.file_name().into_string() else {
-            continue;
-        };
-        let Some(id) = file
-            .strip_prefix("a-")
-            .and_then(|f| f.strip_suffix(".json"))
-        else {
-            continue;
-        };
-        let Some(pid) = id.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Some((i, _)) = pending.get(&pid) else {
-            continue;
-        };
-        let Some(m) = fs::read(e.path())
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        else {
-            continue;
-        };
-        let Some(socket) = m["socket"].as_str() else {
-            continue;
-        };
-        found[*i] = Some(Instance {
-            pid,
-            id: id.to_string(),
-            socket: PathBuf::from(socket),
-        });
-        pending.remove(&pid);
+        if let Ok(file) = e.file_name().into_string() {
+            take_manifest(reg, &file, pending, found);
+        }
     }
+}
+
+/// If `file` in `reg` is the manifest of a pending start, records it.
+fn take_manifest(
+    reg: &Path,
+    file: &str,
+    pending: &mut HashMap<u32, (usize, PathBuf)>,
+    found: &mut [Option<Instance>],
+) {
+    let Some(id) = file
+        .strip_prefix("a-")
+        .and_then(|f| f.strip_suffix(".json"))
+    else {
+        return;
+    };
+    let Some(pid) = id.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+        return;
+    };
+    let Some((i, _)) = pending.get(&pid) else {
+        return;
+    };
+    let Some(m) = fs::read(reg.join(file))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+    else {
+        return;
+    };
+    let Some(socket) = m["socket"].as_str() else {
+        return;
+    };
+    found[*i] = Some(Instance {
+        pid,
+        id: id.to_string(),
+        socket: PathBuf::from(socket),
+    });
+    pending.remove(&pid);
 }
 
 /// Runs a command to completion with `stdin` fed to it, killing it (by
