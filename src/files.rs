@@ -119,10 +119,6 @@ impl Dir {
         Ok(f.into())
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Runs `op` on the directory held; if a name was not found, once
     /// more on the directory at `path` now.
     fn with<T>(&self, op: impl Fn(std::os::fd::BorrowedFd<'_>) -> io::Result<T>) -> io::Result<T> {
