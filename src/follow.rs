@@ -347,6 +347,7 @@ fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Opt
             exit_status: ev.exit_status,
             signal: ev.signal,
             stderr_tail: ev.stderr_tail,
+            host: ev.host,
         };
         return Ok(Some(Step::Done(End::Final {
             outcome,

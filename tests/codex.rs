@@ -216,6 +216,67 @@ fn serve_codex_keeps_tasks_while_the_app_server_is_gone() {
     drop(host);
 }
 
+/// A turn Codex fails (the model refused the request) fails the task
+/// with Codex's error, and `send --wait` says it is Codex's error, not a
+/// handler's stderr; `--json` names the host (`"host": "codex"`), with the
+/// error in `stderr_tail` as before.
+#[test]
+fn serve_codex_a_failed_turn_says_codex_error() {
+    let Some(codex) = host_bin("codex") else {
+        return;
+    };
+    let env = Env::new();
+    let ws = env.workspace("cx");
+    let model = ModelServer::openai(vec![
+        Turn::fail("the stand-in refuses this one"),
+        Turn::fail("the stand-in refuses this one"),
+    ]);
+    let home = codex_home(&env, &model);
+    let socket = env.root.join("cx.sock");
+    let host = listen(&env, &codex, &home, &ws, &socket, 1);
+    let mut served = serve_codex(&env, &ws, "cx", &socket);
+
+    let args = [
+        "send",
+        "--wait",
+        "--timeout",
+        "110",
+        "cx",
+        "review the lexer",
+    ];
+    let out = env.run(&args);
+    let ev = evidence(&model, &host, &served);
+    assert_eq!(out.status, 1, "{out:?}\n{ev}");
+    assert_eq!(out.stdout, "", "{ev}");
+    assert!(
+        out.stderr.contains(" ended failed at cx\n"),
+        "{out:?}\n{ev}"
+    );
+    assert!(
+        out.stderr.contains("baton: Codex's error:\n"),
+        "{out:?}\n{ev}"
+    );
+    assert!(
+        out.stderr.contains("the stand-in refuses this one"),
+        "{out:?}\n{ev}"
+    );
+    assert!(!out.stderr.contains("stderr"), "{out:?}\n{ev}");
+
+    let mut args = args.to_vec();
+    args.insert(2, "--json");
+    let out = env.run(&args);
+    let ev = evidence(&model, &host, &served);
+    assert_eq!(out.status, 1, "{out:?}\n{ev}");
+    let v: Value = serde_json::from_str(&out.stdout).expect("send --json");
+    assert_eq!(v["outcome"], "failed", "{v}\n{ev}");
+    assert_eq!(v["host"], "codex", "{v}\n{ev}");
+    assert_eq!(v["exit_status"], Value::Null, "{v}");
+    let tail = v["stderr_tail"].as_str().unwrap_or_default();
+    assert!(tail.contains("the stand-in refuses this one"), "{v}\n{ev}");
+    served.term();
+    drop(host);
+}
+
 const ANSWER: &str = "Seen from the TUI: the lexer is fine.";
 
 /// Once with Codex's terminal UI attached to the same app-server (`codex

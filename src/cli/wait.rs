@@ -211,6 +211,7 @@ fn put_handler(r: &mut Value, h: &HandlerExit) {
     r["exit_status"] = json!(h.exit_status);
     r["signal"] = json!(h.signal);
     r["stderr_tail"] = json!(h.stderr_tail);
+    r["host"] = json!(h.host);
 }
 
 /// After `ended failed at NAME`: ` (exit status N)` or ` (killed by
@@ -223,14 +224,18 @@ fn exit_said(h: &HandlerExit) -> String {
     }
 }
 
-/// The end of the failed handler's stderr, when it wrote any: a line
-/// that says so, then each of its lines indented by two spaces,
+/// The end of the failed handler's stderr, when it wrote any, or the
+/// error of the agent host that ran the turn (`Codex's error:`): a line
+/// that says which, then each of its lines indented by two spaces,
 /// escaped (the receiver escaped it; a receiver is not trusted to).
 fn say_stderr(h: &HandlerExit) {
     let Some(tail) = h.stderr_tail.as_deref().filter(|t| !t.trim().is_empty()) else {
         return;
     };
-    eprintln!("baton: the handler's stderr ended with:");
+    match h.host_said() {
+        Some(host) => eprintln!("baton: {host}'s error:"),
+        None => eprintln!("baton: the handler's stderr ended with:"),
+    }
     for line in escape_multiline(tail).lines() {
         eprintln!("  {line}");
     }

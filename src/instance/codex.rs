@@ -24,7 +24,7 @@ use crate::sanitize::escape;
 use crate::spool::{ReplyRecord, Task};
 use crate::turn;
 use crate::wire::answer::{Claimed, CodexStatus};
-use crate::wire::{EventKind, HandlerExit, Outcome, TaskMode};
+use crate::wire::{CODEX_HOST, EventKind, HandlerExit, Outcome, TaskMode};
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -343,6 +343,7 @@ impl Foreground {
         });
         let handler = error.map(|e| HandlerExit {
             stderr_tail: Some(crate::sanitize::escape_tail(&e, turn::STDERR_TAIL_BYTES)),
+            host: Some(CODEX_HOST.into()),
             ..HandlerExit::default()
         });
         if let Some(e) = &handler.as_ref().and_then(|h| h.stderr_tail.clone()) {

@@ -305,6 +305,7 @@ impl Foreground {
             exit_status: code,
             signal,
             stderr_tail: Some(escape_tail(&r.stderr_last, turn::STDERR_TAIL_BYTES)),
+            host: None,
         });
         let finished = (self
             .spool()

@@ -65,7 +65,8 @@ fn unknown_text(id: &str, who: &str) -> String {
 
 /// A final outcome: `done: <reply>`, or that it ended with no reply;
 /// then, for a failed turn, how its handler ended and the end of its
-/// stderr (escaped by the receiver, and again here).
+/// stderr, or the error of the agent host that ran it (escaped by the
+/// receiver, and again here).
 fn ended_text(
     id: &str,
     who: &str,
@@ -87,7 +88,10 @@ fn ended_text(
         .as_deref()
         .filter(|t| !t.trim().is_empty());
     if let Some(tail) = tail {
-        text.push_str(" Its stderr ended with:\n");
+        match handler.host_said() {
+            Some(host) => text.push_str(&format!(" {host}'s error:\n")),
+            None => text.push_str(" Its stderr ended with:\n"),
+        }
         text.push_str(&escape_multiline(tail));
     }
     text
@@ -235,5 +239,38 @@ impl Adapter {
             ))),
             Err(e) => Err(tool_error(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ended_text;
+    use crate::wire::{CODEX_HOST, HandlerExit, Outcome};
+
+    /// A failed turn's tail is the handler's stderr, or, when an agent
+    /// host ran the turn, that host's error: said as such, never as a
+    /// stderr.
+    #[test]
+    fn a_failed_turn_says_whose_words_its_tail_is() {
+        let mut h = HandlerExit {
+            exit_status: Some(1),
+            stderr_tail: Some("failing on purpose\n".into()),
+            ..HandlerExit::default()
+        };
+        let said = ended_text("m-1", "beta", Outcome::Failed, None, &h);
+        assert_eq!(
+            said,
+            "failed: task m-1 ended on beta with no reply. Its handler exited with status 1. \
+             Its stderr ended with:\nfailing on purpose\n"
+        );
+        h.exit_status = None;
+        h.stderr_tail = Some("stream disconnected before completion".into());
+        h.host = Some(CODEX_HOST.into());
+        let said = ended_text("m-2", "cx", Outcome::Failed, None, &h);
+        assert_eq!(
+            said,
+            "failed: task m-2 ended on cx with no reply. \
+             Codex's error:\nstream disconnected before completion"
+        );
     }
 }

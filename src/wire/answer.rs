@@ -166,7 +166,7 @@ pub enum TaskState {
 }
 
 /// `task/status`'s answer. `reply` is there (null or the reply) for a
-/// finished task alone; `exit_status`, `signal` and `stderr_tail`
+/// finished task alone; `exit_status`, `signal`, `stderr_tail` and `host`
 /// (`handler`) for a finished task whose turn failed or timed out.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TaskStatus {

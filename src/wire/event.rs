@@ -55,8 +55,8 @@ pub struct Event {
     pub stream: Option<String>,
     pub dropped: Option<u64>,
     pub exit_code: Option<i32>,
-    /// `task.ended`'s, with `signal` and `stderr_tail`: how a failed
-    /// turn's handler ended (`HandlerExit`).
+    /// `task.ended`'s, with `signal`, `stderr_tail` and `host`: how a
+    /// failed turn's handler ended (`HandlerExit`).
     pub exit_status: Option<i32>,
     pub signal: Option<i32>,
     pub stderr_tail: Option<String>,

@@ -72,7 +72,9 @@ pub struct ReplyRecord {
 /// status or the signal that killed it, and the last of its stderr,
 /// escaped as a terminal shows a peer's text (at most
 /// `turn::STDERR_TAIL_BYTES`). All absent for any other ending, a pull
-/// agent's among them: no handler ran.
+/// agent's among them: no handler ran. A turn an agent host ran instead
+/// of a handler names it in `host` (`codex`): `stderr_tail` is then the
+/// host's error message, not a stderr.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HandlerExit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,6 +83,23 @@ pub struct HandlerExit {
     pub signal: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_tail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// `HandlerExit::host` of a turn Codex ran (`baton serve --codex`).
+pub const CODEX_HOST: &str = "codex";
+
+impl HandlerExit {
+    /// Who `stderr_tail` is from when an agent host ran the turn, for a
+    /// sentence (`Codex's error`): `None` for a handler, whose stderr it
+    /// is. A host this version does not know is `the agent host`.
+    pub fn host_said(&self) -> Option<&'static str> {
+        self.host.as_deref().map(|h| match h {
+            CODEX_HOST => "Codex",
+            _ => "the agent host",
+        })
+    }
 }
 
 /// What `inbox/list` shows of a task without reading its file.

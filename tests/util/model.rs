@@ -41,11 +41,18 @@ pub enum Turn {
     /// A call of the tool `name` with `input`; the host runs it and asks
     /// again with the result.
     Tool { name: String, input: Value },
+    /// The model fails the request with this message (the Responses API's
+    /// `response.failed`, the Messages API's `error` event).
+    Fail(String),
 }
 
 impl Turn {
     pub fn text(text: &str) -> Turn {
         Turn::Text(text.to_string())
+    }
+
+    pub fn fail(message: &str) -> Turn {
+        Turn::Fail(message.to_string())
     }
 
     pub fn tool(name: &str, input: Value) -> Turn {
@@ -434,6 +441,10 @@ fn minimal_answer(api: Api, method: &str, path: &str, body: &Value) -> (&'static
 /// Turn `n` as the Messages API streams it.
 fn anthropic_events(n: usize, body: &Value, turn: &Turn) -> Vec<(&'static str, Value)> {
     let (block, delta, stop) = match turn {
+        Turn::Fail(message) => {
+            let error = json!({"type": "api_error", "message": message});
+            return vec![("error", json!({"type": "error", "error": error}))];
+        }
         Turn::Text(text) => (
             json!({"type": "text", "text": ""}),
             json!({"type": "text_delta", "text": text}),
@@ -500,6 +511,7 @@ fn openai_events(n: usize, body: &Value, turn: &Turn) -> Vec<(&'static str, Valu
             "arguments": input.to_string(),
             "status": "completed",
         }),
+        Turn::Fail(_) => Value::Null,
     };
     let response = |status: &str, output: Value| {
         json!({
@@ -518,11 +530,23 @@ fn openai_events(n: usize, body: &Value, turn: &Turn) -> Vec<(&'static str, Valu
             },
         })
     };
+    let created = (
+        "response.created",
+        json!({"type": "response.created", "response": response("in_progress", json!([]))}),
+    );
+    if let Turn::Fail(message) = turn {
+        let mut failed = response("failed", json!([]));
+        failed["error"] = json!({"code": "server_error", "message": message});
+        return vec![
+            created,
+            (
+                "response.failed",
+                json!({"type": "response.failed", "response": failed}),
+            ),
+        ];
+    }
     vec![
-        (
-            "response.created",
-            json!({"type": "response.created", "response": response("in_progress", json!([]))}),
-        ),
+        created,
         (
             "response.output_item.done",
             json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
