@@ -453,6 +453,16 @@ fn serve_codex_steer_task_joins_the_running_turn() {
     wait_until("the steer task open beside the first", CODEX_TASK, || {
         status(&env, "cx")["queue"]["processing"] == 2
     });
+    // Claimed is not yet joined: the model may answer only once Codex
+    // took the steer into the running turn (the notice naming its turn),
+    // or the turn could end first and the steer task run a turn of its own.
+    wait_until("the steer task joined the running turn", CODEX_TASK, || {
+        let out = env.run(&["log", "cx", "--json"]);
+        out.stdout.lines().any(|l| {
+            serde_json::from_str::<Value>(l)
+                .is_ok_and(|e| e["message_id"] == "t2" && e["codex_turn"].is_string())
+        })
+    });
     gate.open();
 
     let ev = || evidence(&model, &host, &served);
