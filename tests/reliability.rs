@@ -155,6 +155,11 @@ fn fail_point_errors_refuse_and_leave_no_file() {
 }
 
 #[test]
+fn a_store_short_of_descriptors_says_try_again() {
+    faults::store_short_of_descriptors_says_try_again();
+}
+
+#[test]
 fn a_panic_in_dispatch_closes_only_its_connection() {
     faults::dispatch_panic();
 }

@@ -182,9 +182,16 @@ pub struct NotStored(pub Error);
 
 impl NotStored {
     /// What the sender is told: the -32603 message of a live receiver, and
-    /// the `transport` reason of an offline sender.
+    /// the `transport` reason of an offline sender. A shortage (descriptors,
+    /// memory) passes: the sender is told to try again, in the words every
+    /// shortage is said in.
     pub fn message(&self) -> String {
-        format!("internal error: {self}; the task was not accepted")
+        let again = if self.0.shortage().is_some() {
+            ": try again"
+        } else {
+            ""
+        };
+        format!("internal error: {self}; the task was not accepted{again}")
     }
 }
 
@@ -554,15 +561,25 @@ mod tests {
             (stored.status, stored.queue_position),
             (Status::Stored, Some(4))
         );
-        let eio = || {
+        let err = |errno| {
             Error::io(
                 "write",
                 Path::new("/s/tmp/x"),
-                std::io::Error::from_raw_os_error(5),
+                std::io::Error::from_raw_os_error(errno),
             )
         };
         for r in [live, offline] {
-            let e = admission_verdict(Err(eio()), r).unwrap_err();
+            let e = admission_verdict(Err(err(libc::EMFILE)), r).unwrap_err();
+            assert!(
+                e.message().starts_with(
+                    "internal error: the spool could not store the task: write /s/tmp/x: "
+                ) && e
+                    .message()
+                    .ends_with("; the task was not accepted: try again"),
+                "{}",
+                e.message()
+            );
+            let e = admission_verdict(Err(err(libc::ENOTDIR)), r).unwrap_err();
             assert!(
                 e.message().starts_with(
                     "internal error: the spool could not store the task: write /s/tmp/x: "

@@ -235,6 +235,40 @@ pub fn error_at(point: &str) {
     case.retry_runs_once(&id, "accepted", &[]);
 }
 
+/// A store that runs out of descriptors (`after-write:emfile*1`) is no
+/// verdict on the task: the answer is -32603 that says the task was not
+/// accepted and to try again, nothing stays in the spool, and the same id
+/// sent again on the same connection is accepted and runs once.
+pub fn store_short_of_descriptors_says_try_again() {
+    let case = Case::new();
+    let mut inst = case.start(Some("after-write:emfile*1"));
+    let id = "e-emfile";
+    let mut c = inst.client();
+    let r = c
+        .try_call("message/send", inst.msg(id, &body_for(id)))
+        .unwrap();
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let msg = r["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.starts_with("internal error: the spool could not store the task: ")
+            && msg.contains("(os error 24)")
+            && msg.ends_with("; the task was not accepted: try again"),
+        "{msg}"
+    );
+    let v = spool(&case.dir);
+    assert!(
+        v.items.is_empty() && v.tmp.is_empty() && v.done.is_empty(),
+        "left files: {v:?}"
+    );
+    let r = c
+        .try_result("message/send", inst.msg(id, &body_for(id)))
+        .unwrap();
+    assert_eq!(r["status"], "accepted", "{r}");
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+    case.retry_runs_once(id, "duplicate", &[]);
+}
+
 /// `before-answer:error` is not a storage error: the task is stored, so
 /// the point cannot fail it and the answer is `accepted`.
 pub fn error_before_answer_is_ignored() {
