@@ -47,6 +47,8 @@ pub(crate) struct Tmux {
     /// What the stand-in read, one JSON record per read.
     log: PathBuf,
     pid: Option<u32>,
+    /// The pane's process, a session leader: what runs in the pane.
+    pane: Option<u32>,
 }
 
 impl Tmux {
@@ -59,6 +61,7 @@ impl Tmux {
             tmpdir,
             log: env.root.join("agent.log"),
             pid: None,
+            pane: None,
         }
     }
 
@@ -92,6 +95,8 @@ impl Tmux {
         ]);
         let pid = self.run(&["display-message", "-p", "#{pid}"]);
         self.pid = Some(pid.trim().parse().expect("the server's pid"));
+        let pane = self.run(&["display-message", "-p", "-t", "t:0.0", "#{pane_pid}"]);
+        self.pane = Some(pane.trim().parse().expect("the pane's pid"));
     }
 
     /// `TMUX_TMPDIR`, for baton.
@@ -173,7 +178,11 @@ impl Tmux {
             .to_string()
     }
 
-    /// Kills the server: `kill-server`, then its pid if it is still there.
+    /// Kills the server: `kill-server`, then its pid if it is still there;
+    /// then waits for what ran in the pane (every process of its session),
+    /// which the hang-up of its terminal ends, and kills what outlives
+    /// that. A program there may still write under the test's directory
+    /// on its way out (Claude Code saves its state in HOME).
     fn stop(&mut self) {
         let Some(pid) = self.pid.take() else {
             return;
@@ -188,7 +197,50 @@ impl Tmux {
                 libc::kill(pid as libc::pid_t, libc::SIGKILL);
             }
         }
+        if let Some(pane) = self.pane.take() {
+            stop_session(pane);
+        }
     }
+}
+
+/// The live processes of the session `sid` (a pane's).
+fn in_session(sid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                let after = s.rfind(')').map_or("", |i| &s[i + 1..]);
+                let f: Vec<&str> = after.split_whitespace().collect();
+                // state, ppid, pgrp, session: a zombie has exited.
+                f.len() > 3 && !matches!(f[0], "Z" | "X") && f[3] == sid.to_string()
+            })
+        })
+        .collect()
+}
+
+/// Waits (10 s) for the session `sid` to end, then kills what is left of
+/// it by pid and waits again; a process that outlives SIGKILL fails.
+fn stop_session(sid: u32) {
+    let over = || in_session(sid).is_empty().then_some(());
+    if crate::util::poll(Duration::from_secs(10), crate::util::POLL, over).is_some() {
+        return;
+    }
+    for pid in in_session(sid) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is
+        // a process of the pane this test started.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+    let left = crate::util::poll(Duration::from_secs(10), crate::util::POLL, over);
+    assert!(
+        left.is_some(),
+        "the pane's processes outlived SIGKILL: {:?}",
+        in_session(sid)
+    );
 }
 
 impl Drop for Tmux {
