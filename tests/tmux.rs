@@ -16,8 +16,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::util::{
-    Env, Served, event_is, finish, have, me_as_instance, pid_alive, transcript, wait_event,
-    wait_for, wait_gone, wait_until,
+    Env, POLL, Served, event_is, finish, have, me_as_instance, pid_alive, poll, session,
+    transcript, wait_event, wait_for, wait_gone, wait_until,
 };
 
 /// The bound on every wait for the instance or the pane.
@@ -210,14 +210,7 @@ fn in_session(sid: u32) -> Vec<u32> {
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| {
-            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                let after = s.rfind(')').map_or("", |i| &s[i + 1..]);
-                let f: Vec<&str> = after.split_whitespace().collect();
-                // state, ppid, pgrp, session: a zombie has exited.
-                f.len() > 3 && !matches!(f[0], "Z" | "X") && f[3] == sid.to_string()
-            })
-        })
+        .filter(|&pid| session(pid) == Some(sid) && pid_alive(pid))
         .collect()
 }
 
@@ -225,7 +218,7 @@ fn in_session(sid: u32) -> Vec<u32> {
 /// it by pid and waits again; a process that outlives SIGKILL fails.
 fn stop_session(sid: u32) {
     let over = || in_session(sid).is_empty().then_some(());
-    if crate::util::poll(Duration::from_secs(10), crate::util::POLL, over).is_some() {
+    if poll(Duration::from_secs(10), POLL, over).is_some() {
         return;
     }
     for pid in in_session(sid) {
@@ -235,7 +228,7 @@ fn stop_session(sid: u32) {
             libc::kill(pid as libc::pid_t, libc::SIGKILL);
         }
     }
-    let left = crate::util::poll(Duration::from_secs(10), crate::util::POLL, over);
+    let left = poll(Duration::from_secs(10), POLL, over);
     assert!(
         left.is_some(),
         "the pane's processes outlived SIGKILL: {:?}",

@@ -35,7 +35,7 @@ pub use client::RawClient;
 #[allow(unused_imports)]
 pub use process::{
     Proc, Serve, Served, blocked, exited, exited_or_killed, finish, pid_alive, pid_exists,
-    published, settled_threads, switches, threads, wait_gone, writing,
+    published, session, settled_threads, switches, threads, wait_gone, writing,
 };
 
 use std::fs::{self, File, OpenOptions};

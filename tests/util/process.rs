@@ -534,6 +534,19 @@ pub fn state(pid: u32) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
+/// A process's session id, as /proc/PID/stat has it; None once it is gone.
+#[allow(dead_code)]
+pub fn session(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the name: state, ppid, pgrp, session.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
+}
+
 /// Waits (up to 10 s) until `pid` is blocked: asleep, with no context
 /// switch of any thread for 50 ms. What was last sent to it has then been
 /// read and acted on: "it did not exit" is then a verdict, not a guess.
