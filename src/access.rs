@@ -124,6 +124,26 @@ impl Door {
     }
 }
 
+impl Door {
+    /// The doors that, with `serve --operator`, only the operators'
+    /// accounts pass: the instance's own account is at most its agent,
+    /// and its agent neither decides nor stops what runs.
+    pub fn operators_only(self) -> bool {
+        matches!(
+            self,
+            Door::Controller
+                | Door::Reply
+                | Door::Method(Method::Foreground(
+                    Call::ApprovalRespond
+                        | Call::TurnLocal
+                        | Call::ControlPause
+                        | Call::ControlResume
+                        | Call::TurnCancel
+                ))
+        )
+    }
+}
+
 /// What a bridge proved: the instance it was started for, and the remote
 /// end as OpenSSH gave it (`SSH_CONNECTION`'s client address and port).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,6 +165,16 @@ pub struct Caller {
     /// `Agent`: the agent's process.
     pub agent: Option<u32>,
     pub bridge: Option<BridgeKey>,
+    /// The kernel's peer uid.
+    pub uid: u32,
+    /// A process of the instance's own account while `--operator` names
+    /// the operators' accounts: at most the agent, whatever its ancestry,
+    /// and never through the doors `Door::operators_only` names.
+    pub capped: bool,
+    /// The peer process is gone (it connected and exited, leaving the
+    /// connection to a child), or is of an account not let in: nothing
+    /// tells who it is, so every door that asks is shut to it.
+    pub gone: bool,
     /// An ancestor's record could not be read for want of a resource
     /// (descriptors, memory) while the process lives: the role is not
     /// known, and the caller is told to try again, never judged.
@@ -162,6 +192,15 @@ pub struct Ours<'a> {
     /// The tokens of the exec turns the instance started (the running
     /// one last, when one runs).
     pub tokens: Option<&'a Mutex<VecDeque<String>>>,
+    /// The instance's account.
+    pub uid: u32,
+    /// `serve --operator`: the accounts whose processes are its
+    /// operators. Empty: roles among processes of one user.
+    pub operators: &'a [u32],
+    /// Whether the instance is the subreaper of its handlers' orphans
+    /// (`sys::become_subreaper`): then only its descendants are its
+    /// turns', and a turn token only says which turn.
+    pub reaper: bool,
 }
 
 /// Exec turns whose token is remembered: a process left over from an
@@ -190,20 +229,41 @@ impl Ours<'_> {
 /// Ancestors looked at, at most: far deeper than any real tree.
 const MAX_DEPTH: usize = 128;
 
-/// The role of the process `pid`. A process of one of our turns is
-/// found by its process group (the running handler's), by its ancestry
-/// (it descends from us), or, once orphaned, by the `BATON_TURN` of one
-/// of our exec turns that it or an ancestor started with beside our
-/// `BATON_SOCKET`; a process of another instance's turn by a
-/// `BATON_TURN` beside a `BATON_SOCKET` that is not ours, as every
-/// handler starts with. Without a peer pid nothing tells callers apart:
-/// the operator.
-pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
+/// The role of the process `pid` of account `uid`. With `--operator`, a
+/// process of a listed account is an operator and nothing else is: the
+/// instance's own account is at most its agent (`capped`). Among the
+/// processes of the instance's account, a process of one of our turns is
+/// found by its process group (the running handler's) or by its ancestry
+/// (it descends from us: the orphans of a turn are ours too, as we are
+/// their subreaper); the `BATON_TURN` of one of our exec turns that it or
+/// an ancestor started with only says which turn. Where there is no
+/// subreaper, such a token beside our `BATON_SOCKET` still marks a
+/// process left over from one of our turns. A process of another
+/// instance's turn is found by a `BATON_TURN` beside a `BATON_SOCKET`
+/// that is not ours, as every handler starts with. A peer that is gone
+/// is `gone`; without a peer pid nothing tells callers apart: the
+/// operator (at most the agent with `--operator`).
+pub fn classify(pid: Option<u32>, uid: u32, ours: &Ours) -> Caller {
+    let separated = !ours.operators.is_empty();
     let mut c = Caller {
         pid,
+        uid,
         ..Caller::default()
     };
-    let Some(pid) = pid else { return c };
+    if uid != ours.uid {
+        // Only a listed account is let in (`server::accept_loop`).
+        c.gone = !ours.operators.contains(&uid);
+        return c;
+    }
+    c.capped = separated;
+    let Some(pid) = pid else {
+        c.role = if separated {
+            Role::Agent
+        } else {
+            Role::Operator
+        };
+        return c;
+    };
     if pid == ours.pid {
         c.role = Role::Own;
         return c;
@@ -214,12 +274,50 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
         c.leader = Some(h);
         return c;
     }
-    let (mut cur, mut child) = (pid, None);
+    // An ancestor that exits during the walk leaves its child to a
+    // reaper: the walk is made again.
+    for _ in 0..3 {
+        match walk(pid, ours, &mut c) {
+            Walked::Done => return c,
+            Walked::Top => break,
+            Walked::Lost => {
+                c = Caller {
+                    pid: Some(pid),
+                    uid,
+                    capped: separated,
+                    ..Caller::default()
+                }
+            }
+        }
+    }
+    c.role = match (&c.instance_socket, c.agent) {
+        (Some(_), _) => Role::OtherTurn,
+        (None, Some(_)) => Role::Agent,
+        (None, None) if separated => Role::Agent,
+        (None, None) => Role::Operator,
+    };
+    c
+}
+
+/// How a walk up a peer's ancestry ended.
+enum Walked {
+    /// The role is decided (or the peer is gone or unreadable).
+    Done,
+    /// It reached the top: the role follows from what it saw.
+    Top,
+    /// An ancestor vanished on the way.
+    Lost,
+}
+
+/// Walks from `pid` up its ancestry, noting in `c` what it finds.
+fn walk(pid: u32, ours: &Ours, c: &mut Caller) -> Walked {
+    let (mut cur, mut child, mut token_here) = (pid, None, None);
     for _ in 0..MAX_DEPTH {
         if cur == ours.pid {
             c.role = Role::Turn;
-            c.leader = child;
-            return c;
+            let running = token_here.is_some() && ours.running_token() == token_here;
+            c.leader = if running { ours.handler } else { child };
+            return Walked::Done;
         }
         let marked = match c.instance_socket {
             None => sys::environ_values(cur, [BATON_TURN, BATON_SOCKET]),
@@ -228,14 +326,16 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
         if let [Some(token), Some(socket)] = marked {
             if socket != ours.socket {
                 c.instance_socket = Some(socket);
-            } else if ours.issued(&token) {
-                // Left over from one of our turns (its parent gone, out of
-                // its group): still that turn's, which may have ended.
-                c.role = Role::Turn;
-                c.leader = ours
-                    .handler
-                    .filter(|_| ours.running_token().as_deref() == Some(token.as_str()));
-                return c;
+            } else if ours.issued(&token) && token_here.is_none() {
+                if !ours.reaper {
+                    // Left over from one of our turns (its parent gone, out
+                    // of its group): still that turn's, which may have ended.
+                    c.role = Role::Turn;
+                    let running = ours.running_token().as_deref() == Some(token.as_str());
+                    c.leader = ours.handler.filter(|_| running);
+                    return Walked::Done;
+                }
+                token_here = Some(token);
             }
         }
         if ours.agent == Some(cur) {
@@ -243,22 +343,19 @@ pub fn classify(pid: Option<u32>, ours: &Ours) -> Caller {
         }
         match sys::process(cur) {
             Some(p) if p.ppid > 1 => (child, cur) = (Some(cur), p.ppid),
-            Some(_) => break,
+            Some(_) => return Walked::Top,
+            None if cur != pid => return Walked::Lost,
             None => {
                 // Gone, or not readable now: /proc's entry says which,
                 // without a descriptor.
-                c.unsure = cfg!(any(target_os = "linux", target_os = "android"))
-                    && std::path::Path::new(&format!("/proc/{cur}")).exists();
-                break;
+                let exists = std::path::Path::new(&format!("/proc/{cur}")).exists();
+                c.unsure = cfg!(any(target_os = "linux", target_os = "android")) && exists;
+                c.gone = !c.unsure;
+                return Walked::Done;
             }
         }
     }
-    c.role = match (&c.instance_socket, c.agent) {
-        (Some(_), _) => Role::OtherTurn,
-        (None, Some(_)) => Role::Agent,
-        (None, None) => Role::Operator,
-    };
-    c
+    Walked::Top
 }
 
 /// The socket of the instance whose turn this very process belongs to,
@@ -295,6 +392,9 @@ impl Caller {
     /// Whether the table lets this caller through `door`: its role's row,
     /// and a bridge's too when it declared one.
     pub fn may(&self, door: Door) -> bool {
+        if self.gone || (self.capped && door.operators_only()) {
+            return false;
+        }
         let roles = door.roles();
         roles.contains(&self.role) && (self.bridge.is_none() || roles.contains(&Role::Bridge))
     }
@@ -306,6 +406,18 @@ impl Caller {
         let what = door.name();
         let shown = |p: Option<u32>| p.map_or_else(|| "?".to_string(), |p| p.to_string());
         let pid = shown(self.pid);
+        if self.gone {
+            return format!(
+                "not permitted: the caller (pid {pid}, uid {}) is gone or not of an account this instance serves: baton cannot tell who it is, so {what} is shut to it",
+                self.uid
+            );
+        }
+        if self.capped && door.operators_only() {
+            return format!(
+                "not permitted: {what} is for the operators of {name} (serve --operator); pid {pid} runs as {name}'s own account (uid {}), which is at most its agent",
+                self.uid
+            );
+        }
         match self.role {
             Role::Bridge => {
                 let target = match &self.bridge {
@@ -364,25 +476,94 @@ mod tests {
             handler: None,
             agent: None,
             tokens: None,
+            uid: sys::euid(),
+            operators: &[],
+            reaper: false,
         };
-        assert_eq!(classify(Some(me), &ours).role, Role::Own);
-        assert_eq!(classify(None, &ours).role, Role::Operator);
+        let uid = sys::euid();
+        assert_eq!(classify(Some(me), uid, &ours).role, Role::Own);
+        assert_eq!(classify(None, uid, &ours).role, Role::Operator);
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .env_remove(crate::config::BATON_TURN)
             .spawn()
             .unwrap();
-        let c = classify(Some(child.id()), &ours);
+        let c = classify(Some(child.id()), uid, &ours);
         let parent = Ours {
             pid: std::os::unix::process::parent_id(),
             ..ours
         };
-        let of_parent = classify(Some(child.id()), &parent);
+        let of_parent = classify(Some(child.id()), uid, &parent);
         let _ = child.kill();
         let _ = child.wait();
         if sys::KNOWS_PEER_PID {
             assert_eq!((c.role, c.leader), (Role::Turn, Some(child.id())));
             assert_eq!((of_parent.role, of_parent.leader), (Role::Turn, Some(me)));
         }
+    }
+
+    fn ours_with(operators: &[u32]) -> Ours<'_> {
+        Ours {
+            pid: std::process::id(),
+            socket: "/nonexistent/ours.sock",
+            handler: None,
+            agent: None,
+            tokens: None,
+            uid: sys::euid(),
+            operators,
+            reaper: true,
+        }
+    }
+
+    #[test]
+    fn a_caller_that_is_gone_is_refused_never_the_operator() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        if !sys::lists_processes() || sys::process(pid).is_some() {
+            return;
+        }
+        let c = classify(Some(pid), sys::euid(), &ours_with(&[]));
+        assert!(c.gone && !c.unsure, "{c:?}");
+        let door = Door::Method(Method::Foreground(Call::ApprovalRespond));
+        assert!(!c.may(door));
+        assert!(!c.may(Door::Method(Method::Foreground(Call::InboxList))));
+        let why = c.refusal(door, "alpha", "id");
+        assert!(why.contains("is gone"), "{why}");
+    }
+
+    #[test]
+    fn with_operators_the_own_account_is_at_most_the_agent_and_a_listed_one_operates() {
+        let (me, uid) = (std::process::id(), sys::euid());
+        let other = uid.wrapping_add(4242);
+        let ours = ours_with(std::slice::from_ref(&other));
+        let op = classify(Some(me.wrapping_add(1)), other, &ours);
+        assert_eq!(
+            (op.role, op.capped, op.gone),
+            (Role::Operator, false, false)
+        );
+        let approve = Door::Method(Method::Foreground(Call::ApprovalRespond));
+        assert!(op.may(approve) && op.may(Door::Controller));
+        // Not a descendant of ours, of our account: the agent at most.
+        let mine = classify(
+            Some(std::os::unix::process::parent_id()),
+            uid,
+            &ours_with(&[other]),
+        );
+        if sys::KNOWS_PEER_PID {
+            assert_eq!((mine.role, mine.capped), (Role::Agent, true));
+        }
+        for door in Door::all().into_iter().filter(|d| d.operators_only()) {
+            assert!(!mine.may(door), "{}", door.name());
+        }
+        assert!(mine.may(Door::Method(Method::Foreground(Call::InboxClaim))));
+        let own = classify(Some(me), uid, &ours_with(&[other]));
+        assert_eq!(own.role, Role::Own);
+        assert!(
+            !own.may(approve) && own.may(Door::Method(Method::Foreground(Call::PermissionAsk)))
+        );
+        // An account neither ours nor listed.
+        let stranger = classify(Some(me), other.wrapping_add(1), &ours_with(&[other]));
+        assert!(stranger.gone && !stranger.may(Door::Method(Method::AgentInfo)));
     }
 }

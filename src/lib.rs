@@ -27,6 +27,7 @@ macro_rules! eprint {
 pub mod spelled;
 
 pub mod access;
+pub mod accounts;
 
 pub mod cli;
 pub mod client;
@@ -47,6 +48,7 @@ pub mod instance;
 pub mod lookup;
 pub mod mcp;
 pub mod procfs;
+pub mod reaper;
 pub mod registry;
 pub mod relay;
 pub mod sanitize;

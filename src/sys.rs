@@ -214,20 +214,47 @@ pub fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// Makes this process the reaper of its descendants' orphans (Linux's
+/// `PR_SET_CHILD_SUBREAPER`, FreeBSD's `PROC_REAP_ACQUIRE`); false where
+/// there is none.
+pub fn become_subreaper() -> io::Result<bool> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: prctl takes plain integers and touches no memory.
+    check(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) })?;
+    #[cfg(target_os = "freebsd")]
+    // SAFETY: PROC_REAP_ACQUIRE takes no data (null); pid 0 is this one.
+    check(unsafe {
+        libc::procctl(
+            libc::P_PID,
+            0,
+            libc::PROC_REAP_ACQUIRE,
+            std::ptr::null_mut(),
+        )
+    })?;
+    Ok(cfg!(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "freebsd"
+    )))
+}
+
+/// Becomes `who` for good: its groups, its group, then its uid (as root,
+/// `setuid` sets all three ids). Only root may; every thread changes.
+pub fn become_account(who: &Account) -> io::Result<()> {
+    let name = std::ffi::CString::new(who.name.as_str())?;
+    // SAFETY: plain integers and a NUL-terminated name; each call changes
+    // only this process's credentials.
+    unsafe {
+        check(libc::initgroups(name.as_ptr(), who.gid as _))?;
+        check(libc::setgid(who.gid))?;
+        check(libc::setuid(who.uid)).map(drop)
+    }
+}
+
 /// Sets the process umask, returning the previous one.
 pub fn set_umask(mask: u32) -> u32 {
     // SAFETY: umask has no preconditions and cannot fail.
     unsafe { libc::umask(mask as libc::mode_t) as u32 }
-}
-
-pub fn pid_status(pid: u32) -> PidStatus {
-    // Signal 0 performs only the existence and permission check; a pid
-    // `signal` refuses is unknown.
-    match signal(pid, 0).map_err(|e| e.raw_os_error()) {
-        Ok(()) | Err(Some(libc::EPERM)) => PidStatus::Alive,
-        Err(Some(libc::ESRCH)) => PidStatus::Gone,
-        _ => PidStatus::Unknown,
-    }
 }
 
 /// Takes an exclusive `flock` without blocking. `Ok(false)` means another
@@ -290,19 +317,8 @@ pub fn rename_at(
     .map(drop)
 }
 
-/// Sends `sig` to the process `pid` (never a group: 0 and values that
-/// would read as negative are refused).
-pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
-    kill(pid, 1, sig, "bad pid")
-}
-
-/// Sends `sig` to every process in the process group `pgid`.
-pub fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
-    kill(pgid, -1, sig, "bad process group")
-}
-
 /// kill(2) to `id`: a process with `sign` 1, a process group with -1.
-fn kill(id: u32, sign: libc::pid_t, sig: i32, bad: &str) -> io::Result<()> {
+pub(super) fn kill(id: u32, sign: libc::pid_t, sig: i32, bad: &str) -> io::Result<()> {
     if id == 0 || id > i32::MAX as u32 {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, bad));
     }
@@ -344,11 +360,6 @@ pub fn fill_random(buf: &mut [u8]) -> io::Result<()> {
     Err(io::Error::from(io::ErrorKind::UnexpectedEof))
 }
 
-/// This process's session.
-pub fn session_id() -> Option<u32> {
-    session_of(0)
-}
-
 /// The session of the process `pid` (0: this one); None when it is gone
 /// or not ours to ask about.
 pub fn session_of(pid: u32) -> Option<u32> {
@@ -375,19 +386,11 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     check(rc).map(drop)
 }
 
-/// Waits for the child `pid` to exit and reaps it: its exit code, or the
-/// signal that ended it.
-pub fn wait_leader(pid: u32) -> io::Result<(Option<i32>, Option<i32>)> {
-    waitpid(pid, 0).map(Option::unwrap_or_default)
-}
-
-/// Whether the child `pid` exited, without waiting: reaps it if so.
-pub fn try_wait_leader(pid: u32) -> io::Result<Option<(Option<i32>, Option<i32>)>> {
-    waitpid(pid, libc::WNOHANG)
-}
-
 /// waitpid(2) with `flags`: None when WNOHANG finds the child running.
-fn waitpid(pid: u32, flags: libc::c_int) -> io::Result<Option<(Option<i32>, Option<i32>)>> {
+pub(super) fn waitpid(
+    pid: u32,
+    flags: libc::c_int,
+) -> io::Result<Option<(Option<i32>, Option<i32>)>> {
     let mut status: libc::c_int = 0;
     // SAFETY: waitpid writes only `status`, a valid c_int.
     let rc = retrying(|| unsafe { libc::waitpid(pid as libc::pid_t, &mut status, flags) }.into())?;

@@ -1,6 +1,6 @@
 //! Starting a handler's leader (part of `sys`, which re-exports it): the
 //! entry points, what stands for them where there is no `clone`, and the
-//! plain data the child is given. The calls, and their `unsafe`, are
+//! plain data the child is given; waiting for it, signalling it. The calls, and their `unsafe`, are
 //! `linux_spawn`'s, in sys.rs.
 
 /// Starts `program` with `args` (`argv[0]` is `program`) in `dir`, with
@@ -81,4 +81,45 @@ pub(super) mod data {
         pub sched: Option<SchedAttr>,
         pub errno: AtomicI32,
     }
+}
+
+use super::PidStatus;
+use std::io;
+
+/// Whether the process `pid` exists.
+pub fn pid_status(pid: u32) -> PidStatus {
+    // Signal 0 performs only the existence and permission check; a pid
+    // `signal` refuses is unknown.
+    match signal(pid, 0).map_err(|e| e.raw_os_error()) {
+        Ok(()) | Err(Some(libc::EPERM)) => PidStatus::Alive,
+        Err(Some(libc::ESRCH)) => PidStatus::Gone,
+        _ => PidStatus::Unknown,
+    }
+}
+
+/// Sends `sig` to the process `pid` (never a group: 0 and values that
+/// would read as negative are refused).
+pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
+    super::kill(pid, 1, sig, "bad pid")
+}
+
+/// Sends `sig` to every process in the process group `pgid`.
+pub fn kill_group(pgid: u32, sig: i32) -> io::Result<()> {
+    super::kill(pgid, -1, sig, "bad process group")
+}
+
+/// Waits for the child `pid` to exit and reaps it: its exit code, or the
+/// signal that ended it.
+pub fn wait_leader(pid: u32) -> io::Result<(Option<i32>, Option<i32>)> {
+    super::waitpid(pid, 0).map(Option::unwrap_or_default)
+}
+
+/// Whether the child `pid` exited, without waiting: reaps it if so.
+pub fn try_wait_leader(pid: u32) -> io::Result<Option<(Option<i32>, Option<i32>)>> {
+    super::waitpid(pid, libc::WNOHANG)
+}
+
+/// This process's session.
+pub fn session_id() -> Option<u32> {
+    super::session_of(0)
 }

@@ -26,6 +26,15 @@ pub struct PeerCred {
     pub pid: Option<u32>,
 }
 
+/// An account of the system's user database (`sys::account`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Account {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: std::path::PathBuf,
+}
+
 /// A date and time of day on the wall clock, as `struct tm` holds it but
 /// with the month from 1 and the full year (`local_time`, `local_to_epoch`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -209,8 +209,7 @@ fn tmux(args: &[&str], input: Option<&str>) -> Result<String, Trouble> {
         .stderr(Stdio::piped());
     sys::die_with_parent(&mut cmd);
     let what = args.first().copied().unwrap_or("");
-    let mut child = cmd
-        .spawn()
+    let mut child = crate::reaper::spawned(|| cmd.spawn(), Child::id)
         .map_err(|e| Trouble::Failed(format!("cannot run tmux {what}: {e}")))?;
     if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
         // On a thread of its own: a tmux that does not read cannot hold
@@ -222,14 +221,18 @@ fn tmux(args: &[&str], input: Option<&str>) -> Result<String, Trouble> {
                 let _ = stdin.write_all(text.as_bytes());
             });
     }
-    let Some(status) = wait_bounded(&mut child) else {
+    let status = wait_bounded(&mut child);
+    let pid = child.id();
+    let Some(status) = status else {
         let _ = child.kill();
         let _ = child.wait();
+        crate::reaper::waited(pid);
         return Err(Trouble::Failed(format!(
             "tmux {what} did not finish within {} s",
             CALL_TIMEOUT.as_secs()
         )));
     };
+    crate::reaper::waited(pid);
     let out = read_all(child.stdout.take());
     if status.success() {
         return Ok(out);

@@ -100,7 +100,8 @@ pub struct Handler {
 pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<Handler> {
     // Created close-on-exec: the handler never holds it.
     let (stop, stopped) = UnixStream::pair()?;
-    let leader = spawn_leader("/bin/sh", &["-c", spec.command], spec.workspace, &spec.env)?;
+    let start = || spawn_leader("/bin/sh", &["-c", spec.command], spec.workspace, &spec.env);
+    let leader = crate::reaper::spawned(start, |l| l.pid)?;
     let pid = leader.pid;
     let exit = sys::exit_notifier(pid).ok();
     let wait_here = exit.is_none();
@@ -127,13 +128,13 @@ pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<
         let token = spec.token;
         std::thread::Builder::new()
             .name("baton-turn-wait".into())
-            .spawn(move || exited(sys::wait_leader(pid), &token, &events))
+            .spawn(move || exited(wait_leader(pid), &token, &events))
             .map(drop)
     });
     if let Err(e) = threads {
         // Nothing would serve it: it is ended here.
         let _ = sys::kill_group(pid, sys::SIGKILL);
-        let _ = sys::wait_leader(pid);
+        let _ = wait_leader(pid);
         return Err(e);
     }
     Ok(Handler { pid, _stop: stop })
@@ -141,6 +142,23 @@ pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 use sys::spawn_leader;
+
+/// `sys::wait_leader`, and the leader is no longer ours to wait for
+/// (`reaper`).
+fn wait_leader(pid: u32) -> io::Result<(Option<i32>, Option<i32>)> {
+    let status = sys::wait_leader(pid);
+    crate::reaper::waited(pid);
+    status
+}
+
+/// `sys::try_wait_leader`, likewise once it reaped.
+fn try_wait_leader(pid: u32) -> io::Result<Option<(Option<i32>, Option<i32>)>> {
+    let status = sys::try_wait_leader(pid);
+    if !matches!(status, Ok(None)) {
+        crate::reaper::waited(pid);
+    }
+    status
+}
 
 /// `sys::spawn_leader` where there is no `clone`: `Command`, with a
 /// process group and no death signal.
@@ -295,7 +313,7 @@ impl Io {
         }
         self.stdin = None;
         if let Some((pid, _)) = self.leader.take() {
-            exited(sys::wait_leader(pid), token, events);
+            exited(wait_leader(pid), token, events);
         }
     }
 
@@ -304,7 +322,7 @@ impl Io {
         let Some((pid, _)) = &self.leader else {
             return;
         };
-        if let Some(status) = sys::try_wait_leader(*pid).transpose() {
+        if let Some(status) = try_wait_leader(*pid).transpose() {
             self.leader = None;
             exited(status, token, events);
         }

@@ -79,7 +79,7 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "status", 1)?;
     let peer =
         match target::resolve_or_stopped(config, args.positional.first().map(String::as_str))? {
-            Resolved::Live(peer) => peer,
+            Resolved::Live(peer) => *peer,
             Resolved::Stopped(spool) => return stopped_status(args, &spool),
         };
     if peer.wire == Wire::Zcoder {

@@ -37,7 +37,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     // Only `list` reads a stopped agent's spool; the others need it running.
     let peer = match action {
         "list" => match target::resolve_or_stopped(config, target_arg.map(String::as_str))? {
-            target::Resolved::Live(peer) => peer,
+            target::Resolved::Live(peer) => *peer,
             target::Resolved::Stopped(spool) => {
                 return list_stopped(args, &spool, target_arg.map(String::as_str));
             }

@@ -55,7 +55,8 @@ const NO_MULTIPLEX: Opt = switch(
 pub const COMMANDS: &[Command] = &[
     Command {
         name: "serve",
-        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] [--stdin envelope|body] | --tmux-pane PANE | --codex [--codex-socket PATH]] [--turn-timeout SECONDS] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--zcoder] [--ttl SECONDS] [--no-offline] [--accept-from PATTERN]... [--deny-from PATTERN]...",
+        usage: "baton serve [--name NAME] [--workspace DIR] [--profile coding|sysadmin] [--model LABEL]\n         [--exec CMD [--reply] [--stdin envelope|body] | --tmux-pane PANE | --codex [--codex-socket PATH]] [--turn-timeout SECONDS] [--approve auto|ask|deny [--yes]]\n         [--paused] [--ephemeral] [--ephemeral-spool] [--zcoder] [--ttl SECONDS] [--no-offline] [--accept-from PATTERN]... [--deny-from PATTERN]...
+         [--operator USER]...",
         summary: "run an instance for a workspace: tasks run through --exec, are typed into a tmux pane (--tmux-pane), go to Codex (--codex), or wait for 'baton inbox claim'",
         opts: &[
             value(
@@ -83,6 +84,10 @@ pub const COMMANDS: &[Command] = &[
             value(
                 "deny-from",
                 "refuse senders whose name or workspace matches this glob (repeatable)",
+            ),
+            value(
+                "operator",
+                "the account (user name or uid) whose processes are this instance's operators; its own account is then at most its agent (repeatable)",
             ),
             value(
                 "exec",

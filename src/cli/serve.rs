@@ -101,6 +101,7 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
         no_offline: args.flag("no-offline"),
         tmux_pane,
         codex,
+        operators: operators(args)?,
         // Not embedded in another front end, whose agent it would serve.
         ..ServeOptions::default()
     })
@@ -189,6 +190,27 @@ fn codex(args: &Args, other_way: bool) -> Result<Option<PathBuf>> {
             "serve --codex: neither CODEX_HOME nor HOME is set, so Codex's app-server socket is unknown: give --codex-socket PATH".into(),
         )
     })
+}
+
+/// `--operator USER`...: the uids of the accounts named, each once; the
+/// instance's own account is refused, as it would make nobody the agent.
+fn operators(args: &Args) -> Result<Vec<u32>> {
+    let mut uids = Vec::new();
+    for key in args.values("operator") {
+        let shown = crate::sanitize::escape(&key).into_owned();
+        let account = crate::accounts::find(&key)
+            .map_err(|e| Error::Usage(format!("serve: --operator {shown}: {e}")))?;
+        if account.uid == crate::sys::euid() {
+            return Err(Error::Usage(format!(
+                "serve: --operator {shown}: that is the account this instance runs as (uid {}); name the operators' own account, and run the agent under another",
+                account.uid
+            )));
+        }
+        if !uids.contains(&account.uid) {
+            uids.push(account.uid);
+        }
+    }
+    Ok(uids)
 }
 
 /// The globs of `--accept-from` or `--deny-from` (`long`); an empty one

@@ -32,7 +32,7 @@ pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
     };
     let wait = args.seconds("stop", "timeout")?.unwrap_or(STOP_WAIT);
     let peer = match target::resolve_or_stopped(config, Some(name))? {
-        target::Resolved::Live(peer) => peer,
+        target::Resolved::Live(peer) => *peer,
         // Nothing to signal: exit 3, as for a name no live instance has.
         target::Resolved::Stopped(spool) => {
             return Err(Error::NoTarget(format!(

@@ -27,7 +27,7 @@ pub fn own_instance_id() -> Option<String> {
 /// What TARGET names for a command that can read a stopped agent's spool
 /// (`status`, `log`, `inbox list`).
 pub enum Resolved {
-    Live(Peer),
+    Live(Box<Peer>),
     Stopped(KnownSpool),
 }
 
@@ -36,7 +36,7 @@ pub enum Resolved {
 /// that says so, how much waits in its spool, and how to start it.
 pub fn resolve(config: &Config, target: Option<&str>) -> Result<Peer> {
     match resolve_or_stopped(config, target)? {
-        Resolved::Live(peer) => Ok(peer),
+        Resolved::Live(peer) => Ok(*peer),
         Resolved::Stopped(spool) => Err(Error::NoTarget(format!(
             "{}; baton wake {} or start it",
             stopped_holding(&spool),
@@ -91,7 +91,7 @@ pub fn resolve_or_stopped(config: &Config, target: Option<&str>) -> Result<Resol
         Lookup::One(p) if p.unresponsive() => {
             return Err(Error::Transport(p.silence(config.io_timeout)));
         }
-        Lookup::One(p) => return Ok(Resolved::Live(*p)),
+        Lookup::One(p) => return Ok(Resolved::Live(p)),
         Lookup::Stopped(spool) => return Ok(Resolved::Stopped(*spool)),
         Lookup::Short(why) => return Err(Error::Transport(why)),
         Lookup::Several { why, matched } => (why, matched),

@@ -97,7 +97,7 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     let target_arg = args.positional.first().map(String::as_str);
     let then_live = args.flag("follow");
     let peer = match target::resolve_or_stopped(config, target_arg)? {
-        Resolved::Live(peer) => peer,
+        Resolved::Live(peer) => *peer,
         Resolved::Stopped(spool) => {
             say_stopped(&spool, args.flag("utc"));
             let last = log_recorded(args, &clock, filter, &spool);

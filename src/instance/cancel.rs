@@ -65,6 +65,15 @@ impl Foreground {
                 "not permitted: this key is limited to sending to {name}, and cancels only the tasks sent through a bridge; task {} did not come through one",
                 escape(id)
             ))
+        } else if caller.capped
+            && matches!(caller.role, Role::Own | Role::Agent)
+            && sender.as_deref() != Some(ours.as_str())
+        {
+            Some(format!(
+                "not permitted: pid {} runs as {name}'s own account, which serve --operator makes at most its agent: it cancels only the tasks {name} sent; task {} was sent by {sent_by}",
+                shown(caller.pid),
+                escape(id)
+            ))
         } else if caller.role == Role::Agent && sender.as_deref() != Some(ours.as_str()) {
             Some(format!(
                 "not permitted: pid {} is a process of the agent {name} serves (pid {}), which cancels only the tasks {name} sent; task {} was sent by {sent_by}",

@@ -89,6 +89,9 @@ pub struct ServeOptions {
     /// its host). Its processes may use the agent's doors, not the
     /// operator's (`access`).
     pub agent: Option<u32>,
+    /// `--operator`: the uids of the accounts whose processes are its
+    /// operators (`access`).
+    pub operators: Vec<u32>,
 }
 
 /// How a front end that runs an instance on a thread of its own learns it

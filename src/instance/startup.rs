@@ -23,6 +23,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Where the instance lives, decided before anything is created.
@@ -76,6 +77,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
         events_tx.clone(),
         opts.agent,
     ));
+    shared.reaper.store(reap_orphans()?, Ordering::SeqCst);
     let listeners = accept(sockets, &shared)?;
     let signals = signal_channel(&[SIGTERM, SIGINT, SIGHUP])?;
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
@@ -388,6 +390,7 @@ fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
         baton_version: env!("CARGO_PKG_VERSION").into(),
         process_start: sys::process_start(std::process::id()),
         pid_ns: sys::pid_namespace(),
+        operators: opts.operators.clone(),
     }
 }
 
@@ -495,6 +498,24 @@ fn write_meta(dir: &Path, place: &Place, opts: &ServeOptions) -> Result<()> {
         workspace: place.workspace.display().to_string(),
     }
     .write(dir)
+}
+
+/// Makes the instance the subreaper of its handlers' orphans, so that a
+/// turn's process stays the turn's whatever its parent does
+/// (docs/security.md), and reaps them as they end, on a thread of its own
+/// woken by SIGCHLD. False where the system has no subreaper.
+fn reap_orphans() -> Result<bool> {
+    let cannot = |e: std::io::Error| Error::Env(format!("cannot reap a turn's orphans: {e}"));
+    if !sys::become_subreaper().map_err(cannot)? {
+        return Ok(false);
+    }
+    let mut chld = signal_hook::iterator::Signals::new([signal_hook::consts::SIGCHLD])
+        .map_err(|e| Error::Env(format!("cannot install signal handlers: {e}")))?;
+    std::thread::Builder::new()
+        .name("baton-reaper".into())
+        .spawn(move || chld.forever().for_each(|_| crate::reaper::reap_orphans()))
+        .map_err(cannot)?;
+    Ok(true)
 }
 
 /// `signals` as a channel a loop can select on (the foreground's, the

@@ -219,6 +219,11 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
         // non-negative integer says nothing.
         process_start: obj.get("process_start").and_then(Value::as_u64),
         pid_ns: obj.get("pid_ns").and_then(Value::as_u64),
+        operators: match obj.get("operators") {
+            None => Vec::new(),
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|_| "operators is not a list of uids".to_string())?,
+        },
     })
 }
 

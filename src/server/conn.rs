@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 /// leaves, a deadline passes or an answer cannot be written.
 pub(super) fn serve_connection(
     stream: UnixStream,
-    peer_pid: Option<u32>,
+    cred: sys::PeerCred,
     shared: &Shared,
     slot: u64,
 ) {
-    let peer = Peer::new(peer_pid);
+    let peer = Peer::new(cred.pid, cred.uid);
     let cfg = &shared.config;
     let input = match stream.try_clone() {
         Ok(input) => input,

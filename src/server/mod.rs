@@ -145,6 +145,11 @@ pub struct Shared {
     /// host): its processes may not approve (`access`).
     /// 0: none (yet). A tmux pane's process is learnt when it answers.
     pub agent: AtomicU32,
+    /// `serve --operator`: the accounts whose processes are its operators
+    /// (the manifest's `operators`); empty: roles among one user's.
+    pub operators: Vec<u32>,
+    /// Whether it is the subreaper of its handlers' orphans.
+    pub reaper: AtomicBool,
     /// The tokens of the exec turns this instance started, the newest
     /// last (at most `access::KEPT_TOKENS`): a process that started with
     /// one and our socket is a turn's, even after its turn ended.
@@ -170,6 +175,8 @@ impl Shared {
     ) -> Shared {
         Shared {
             slots: slots::Slots::new(config.max_connections),
+            operators: manifest.operators.clone(),
+            reaper: AtomicBool::new(false),
             config,
             instance_id: manifest.instance_id.clone(),
             socket: manifest.socket.clone(),
@@ -197,6 +204,9 @@ impl Shared {
             handler: Some(self.handler.load(Ordering::SeqCst)).filter(|h| *h != 0),
             agent: Some(self.agent.load(Ordering::SeqCst)).filter(|a| *a != 0),
             tokens: Some(&self.turn_tokens),
+            uid: sys::euid(),
+            operators: &self.operators,
+            reaper: self.reaper.load(Ordering::SeqCst),
         }
     }
 
@@ -237,13 +247,14 @@ pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
             continue;
         };
         let cred = match sys::peer_cred(&stream) {
-            Ok(c) if c.uid == me => c,
+            Ok(c) if c.uid == me || shared.operators.contains(&c.uid) => c,
             Ok(c) => {
                 if last_refusal.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                     last_refusal = Some(std::time::Instant::now());
                     eprintln!(
-                        "baton: refused a connection from uid {} (not uid {me}) before reading from it",
-                        c.uid
+                        "baton: refused a connection from uid {} (not uid {me}{}) before reading from it",
+                        c.uid,
+                        operators_said(&shared.operators)
                     );
                 }
                 continue;
@@ -264,12 +275,21 @@ pub fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
                 // connection only.
                 let _guard = ConnectionGuard(Arc::clone(&s), slot);
                 let _ = s.events.send(Event::Connected);
-                conn::serve_connection(stream, cred.pid, &s, slot);
+                conn::serve_connection(stream, cred, &s, slot);
             });
         if spawned.is_err() {
             shared.slots.release(slot);
         }
     }
+}
+
+/// `, nor an --operator's: uid 1001, 0`, or nothing without `--operator`.
+fn operators_said(operators: &[u32]) -> String {
+    if operators.is_empty() {
+        return String::new();
+    }
+    let uids: Vec<String> = operators.iter().map(u32::to_string).collect();
+    format!(", nor an --operator's: uid {}", uids.join(", "))
 }
 
 /// Ends a connection's accounting when its thread ends, however it ends.

@@ -13,6 +13,8 @@ use serde_json::json;
 pub struct Peer {
     /// The kernel's peer pid, where the platform reports it.
     pub pid: Option<u32>,
+    /// Its account, as the kernel says.
+    pub uid: u32,
     /// Its working directory, read from the kernel once per connection,
     /// when a plain sender first needs it.
     cwd: std::cell::OnceCell<Option<String>>,
@@ -28,9 +30,10 @@ pub struct Peer {
 }
 
 impl Peer {
-    pub fn new(pid: Option<u32>) -> Peer {
+    pub fn new(pid: Option<u32>, uid: u32) -> Peer {
         Peer {
             pid,
+            uid,
             ..Peer::default()
         }
     }
@@ -40,7 +43,7 @@ impl Peer {
     pub fn caller(&self, shared: &Shared) -> Caller {
         let known = self.classified.borrow().clone();
         let c = known.unwrap_or_else(|| {
-            let c = access::classify(self.pid, &shared.ours());
+            let c = access::classify(self.pid, self.uid, &shared.ours());
             if !c.unsure {
                 *self.classified.borrow_mut() = Some(c.clone());
             }

@@ -36,6 +36,11 @@ pub struct Manifest {
     /// where there is no `/proc`, and in older manifests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid_ns: Option<u64>,
+    /// `serve --operator`: the uids of the accounts whose processes are
+    /// its operators (the instance's own account is then at most its
+    /// agent). Absent: roles among the processes of one user.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub operators: Vec<u32>,
 }
 
 /// Who sent a task, as the receiver recorded it.
