@@ -1,9 +1,52 @@
 //! The system's accounts, as `--operator` and `--user` name them: a user
 //! name or a numeric uid, looked up in `/etc/passwd`, then with `getent
-//! passwd` (which asks NSS: LDAP, sssd) where it is not there.
+//! passwd` (which asks NSS: LDAP, sssd) where it is not there; and the
+//! account a client command acts for (`--user`), whose registry and
+//! spools it reads and writes as that account's (docs/security.md).
 
 use crate::error::{Error, Result};
+use crate::sys;
 pub use crate::sys::Account;
+use std::sync::OnceLock;
+
+/// `--user NAME`: set once, by the command line, before anything is read.
+static TARGET: OnceLock<Account> = OnceLock::new();
+
+/// Makes `who` the account whose instances this command acts on.
+pub fn set_target(who: Account) {
+    let _ = TARGET.set(who);
+}
+
+/// The account `--user` named, if it did.
+pub fn target() -> Option<&'static Account> {
+    TARGET.get()
+}
+
+/// Whose the registry, its sockets and the spools must be: the account
+/// `--user` named, else ours.
+pub fn owner() -> u32 {
+    // Asked once: discovery reads every manifest of the registry.
+    static EUID: OnceLock<u32> = OnceLock::new();
+    target().map_or_else(|| *EUID.get_or_init(sys::euid), |a| a.uid)
+}
+
+/// Before writing into the spool of the account `--user` named (an
+/// offline store, a cancel, a forget): root becomes that account for the
+/// rest of the command, so that what it writes is the account's, never
+/// root's; another account may not write there at all.
+pub fn write_as_target() -> Result<()> {
+    let Some(who) = target().filter(|a| a.uid != sys::euid()) else {
+        return Ok(());
+    };
+    if sys::euid() != 0 {
+        return Err(Error::Env(format!(
+            "only {} or root may write into {}'s spools (the instance is stopped, so nothing else can take this)",
+            who.name, who.name
+        )));
+    }
+    sys::become_account(who)
+        .map_err(|e| Error::Env(format!("cannot become {} (uid {}): {e}", who.name, who.uid)))
+}
 
 /// The account `key` names: a user name, or a uid in decimal.
 pub fn find(key: &str) -> Result<Account> {

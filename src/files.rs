@@ -439,12 +439,13 @@ pub fn private_dir(path: &Path, create: bool) -> Result<(), DirError> {
     if home.is_some_and(|h| same(Path::new(&h))) {
         return refuse("is your home directory".into());
     }
-    let me = sys::euid();
+    let me = crate::accounts::owner();
     if meta.uid() != me {
-        return refuse(format!(
-            "is owned by uid {}, not by you (uid {me})",
-            meta.uid()
-        ));
+        let whose = match crate::accounts::target() {
+            Some(a) => format!("by {} (uid {me})", a.name),
+            None => format!("by you (uid {me})"),
+        };
+        return refuse(format!("is owned by uid {}, not {whose}", meta.uid()));
     }
     if meta.mode() & 0o077 != 0 {
         return refuse(format!(

@@ -17,10 +17,14 @@ pub use crate::wire::Decision;
 /// named it, or nothing for the instance a command without TARGET finds),
 /// as `status` and `inbox list` name it beside a waiting task.
 pub fn answer_with(target: Option<&str>) -> String {
-    match target {
+    let mut with = match target {
         Some(t) => format!("baton watch --approve {}", escape(t)),
         None => "baton watch --approve".into(),
+    };
+    if let Some(who) = crate::accounts::target() {
+        with.push_str(&format!(" --user {}", escape(&who.name)));
     }
+    with
 }
 
 /// One line the operator typed.

@@ -155,6 +155,7 @@ fn holding(config: &Config, id: &str) -> Result<Holder> {
 /// A process of a turn writes no peer's spool (docs/security.md).
 fn cancel_stopped(config: &Config, spool: &KnownSpool, id: &str) -> Result<Handled> {
     super::sent::not_in_a_turn()?;
+    crate::accounts::write_as_target()?;
     match Spool::open_offline(&spool.dir, config.fsync)? {
         Some(s) => Ok(crate::instance::cancel_stopped(&s, id)),
         None => Err(Error::Env(format!(

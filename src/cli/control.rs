@@ -104,6 +104,9 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
         q.interrupted,
         r.open_task.as_deref().map_or("-".into(), escape),
     );
+    if !r.operators.is_empty() {
+        text.push_str(&format!("operators:   {}\n", operators_said(&r.operators)));
+    }
     if let Some(c) = &r.codex {
         let line = match (c.connected, &c.thread, &c.reason) {
             (true, Some(t), _) => format!("{} (thread {})", c.socket, t),
@@ -125,6 +128,15 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
         ));
     }
     super::answer(args, &v, &text)
+}
+
+/// The accounts of `serve --operator`, as `status` and `list` name them:
+/// `alice (uid 1001), root (uid 0)`.
+pub(super) fn operators_said(uids: &[u32]) -> String {
+    let named: Vec<String> = (uids.iter())
+        .map(|u| format!("{} (uid {u})", escape(&crate::accounts::name_of(*u))))
+        .collect();
+    named.join(", ")
 }
 
 /// `status --json` of a stopped agent: what its spool holds, in the shape

@@ -93,6 +93,8 @@ struct Item {
     not_looked_at: Option<u64>,
     queued: usize,
     offline: bool,
+    #[serde(deserialize_with = "crate::wire::uid_list::deserialize")]
+    operators: Vec<u32>,
 }
 
 /// `list`'s items as text; `here` when they are this host's, whose
@@ -139,10 +141,19 @@ fn print(args: &Args, items: &[Value], here: bool) {
         .iter()
         .filter(|t| t.problem.is_none())
         .map(|t| {
+            // Who operates it, where an account other than its own does.
+            let state = escape(t.state.as_deref().unwrap_or("")).into_owned();
+            let state = match t.operators.as_slice() {
+                [] => state,
+                uids => format!(
+                    "{state}, operators {}",
+                    super::control::operators_said(uids)
+                ),
+            };
             [
                 escape(&t.name).into_owned(),
                 t.pid.to_string(),
-                escape(t.state.as_deref().unwrap_or("")).into_owned(),
+                state,
                 escape(&t.instance_id).into_owned(),
                 escape(&t.wire).into_owned(),
                 escape(&t.workspace).into_owned(),

@@ -20,6 +20,7 @@ mod serve;
 mod since;
 mod stop;
 mod target;
+mod user;
 mod wait;
 mod wake;
 mod watch;
@@ -151,7 +152,7 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "list",
-        usage: "baton list [--json] [--all] [--offline] [--via CMD [--no-multiplex]]",
+        usage: "baton list [--json] [--all] [--offline] [--via CMD [--no-multiplex]] [--user NAME]",
         summary: "list live instances (name, pid, state, id, workspace)",
         opts: &[
             JSON,
@@ -168,13 +169,14 @@ pub const COMMANDS: &[Command] = &[
                 "list the instances of another host through CMD (e.g. 'ssh host')",
             ),
             NO_MULTIPLEX,
+            user::USER,
             HELP,
         ],
         run: list::run,
     },
     Command {
         name: "send",
-        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer] [--wait [--timeout SECONDS]]\n                [--from NAME | --via CMD [--no-multiplex]]\n       baton send --reply [MESSAGE|-]    (inside a turn: answer its sender)",
+        usage: "baton send TARGET [MESSAGE|-] [--json] [--message-id ID] [--mode queue|steer] [--wait [--timeout SECONDS]]\n                [--from NAME | --via CMD [--no-multiplex]] [--user NAME]\n       baton send --reply [MESSAGE|-]    (inside a turn: answer its sender)",
         summary: "deliver a task to an instance (exact id or unique name); MESSAGE or stdin",
         opts: &[
             JSON,
@@ -207,41 +209,42 @@ pub const COMMANDS: &[Command] = &[
                 "deliver on another host through CMD (e.g. 'ssh host'), with baton bridge there",
             ),
             NO_MULTIPLEX,
+            user::USER,
             HELP,
         ],
         run: send::run,
     },
     Command {
         name: "ping",
-        usage: "baton ping [TARGET] [--json]",
+        usage: "baton ping [TARGET] [--json] [--user NAME]",
         summary: "check that an instance answers, and how fast",
-        opts: &[JSON, HELP],
+        opts: &[JSON, user::USER, HELP],
         run: control::ping,
     },
     Command {
         name: "status",
-        usage: "baton status [TARGET] [--json]",
+        usage: "baton status [TARGET] [--json] [--user NAME]",
         summary: "show an instance's state, queue and spool",
-        opts: &[JSON, HELP],
+        opts: &[JSON, user::USER, HELP],
         run: control::status,
     },
     Command {
         name: "pause",
-        usage: "baton pause [TARGET] [--json]",
+        usage: "baton pause [TARGET] [--json] [--user NAME]",
         summary: "refuse new tasks (status paused); queued tasks are kept",
-        opts: &[JSON, HELP],
+        opts: &[JSON, user::USER, HELP],
         run: |args, config| control::set_paused(args, config, "pause"),
     },
     Command {
         name: "resume",
-        usage: "baton resume [TARGET] [--json]",
+        usage: "baton resume [TARGET] [--json] [--user NAME]",
         summary: "accept tasks again and continue the queue",
-        opts: &[JSON, HELP],
+        opts: &[JSON, user::USER, HELP],
         run: |args, config| control::set_paused(args, config, "resume"),
     },
     Command {
         name: "inbox",
-        usage: "baton inbox list [--all] [TARGET] [--json]\n       baton inbox claim [TARGET] [--json]\n       baton inbox wait [--timeout SECONDS] [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--reply TEXT [--reply-to-reply]] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
+        usage: "baton inbox list [--all] [TARGET] [--json] [--user NAME]\n       baton inbox claim [TARGET] [--json]\n       baton inbox wait [--timeout SECONDS] [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--reply TEXT [--reply-to-reply]] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
         summary: "see queued tasks, wait for one, claim the next one, complete it; requeue or discard interrupted ones",
         opts: &[
             JSON,
@@ -262,6 +265,7 @@ pub const COMMANDS: &[Command] = &[
                 "all",
                 "for list: also show the last 100 finished tasks, each with its outcome",
             ),
+            user::USER,
             HELP,
         ],
         // `wait` is a command of its own, which reads the inbox as `list` does.
@@ -272,9 +276,9 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "cancel",
-        usage: "baton cancel [TARGET] MESSAGE_ID [--json]",
+        usage: "baton cancel [TARGET] MESSAGE_ID [--json] [--user NAME]",
         summary: "withdraw a queued task or stop its running turn (outcome cancelled), a stopped agent's too",
-        opts: &[JSON, HELP],
+        opts: &[JSON, user::USER, HELP],
         run: cancel::run,
     },
     Command {
@@ -286,20 +290,21 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "stop",
-        usage: "baton stop NAME [--timeout SECONDS]",
+        usage: "baton stop NAME [--timeout SECONDS] [--user NAME]",
         summary: "stop a running instance (SIGTERM to its pid, once it answers as that instance)",
         opts: &[
             value(
                 "timeout",
                 "wait at most this many seconds for it to exit (default 10)",
             ),
+            user::USER,
             HELP,
         ],
         run: stop::stop,
     },
     Command {
         name: "forget",
-        usage: "baton forget NAME [--workspace DIR] [--yes]",
+        usage: "baton forget NAME [--workspace DIR] [--yes] [--user NAME]",
         summary: "remove a stopped name's spool, after showing what it holds",
         opts: &[
             value(
@@ -310,13 +315,14 @@ pub const COMMANDS: &[Command] = &[
                 "yes",
                 "remove without asking (needed when stdin is not a terminal)",
             ),
+            user::USER,
             HELP,
         ],
         run: stop::forget,
     },
     Command {
         name: "log",
-        usage: "baton log [TARGET] [--json] [--utc] [-n N] [--since WHEN] [--follow]",
+        usage: "baton log [TARGET] [--json] [--utc] [-n N] [--since WHEN] [--follow] [--user NAME]",
         summary: "print an instance's transcript: every event it recorded",
         opts: &[
             JSON,
@@ -331,13 +337,14 @@ pub const COMMANDS: &[Command] = &[
                 "then go on with the live events, as 'baton watch'",
             )
             .alias('f'),
+            user::USER,
             HELP,
         ],
         run: watch::log,
     },
     Command {
         name: "watch",
-        usage: "baton watch [TARGET] [--json] [--utc] [--since SEQ] [--approve]",
+        usage: "baton watch [TARGET] [--json] [--utc] [--since SEQ] [--approve] [--user NAME]",
         summary: "follow an instance's events live; --approve answers its approval requests",
         opts: &[
             JSON,
@@ -350,6 +357,7 @@ pub const COMMANDS: &[Command] = &[
                 "approve",
                 "be a controller: answer each approval request on stdin with y or n (or y ID, n ID)",
             ),
+            user::USER,
             HELP,
         ],
         run: watch::watch,
@@ -549,6 +557,9 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
     } else {
         Config::from_env()?
     };
+    if let Some(key) = args.value("user") {
+        user::enter(key, &config)?;
+    }
     (cmd.run)(&args, &config)
 }
 

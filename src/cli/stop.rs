@@ -100,6 +100,7 @@ pub fn forget(args: &Args, config: &Config) -> Result<ExitCode> {
         eprintln!("baton: nothing was removed");
         return Ok(ExitCode::Refused);
     }
+    crate::accounts::write_as_target()?;
     let why = match spool::forget(&spool.dir, &held)? {
         Removal::Removed => {
             return super::shown(&format!(

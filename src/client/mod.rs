@@ -1,8 +1,11 @@
 //! Connecting to instances: a native JSON-RPC connection with deadlines,
 //! pings on both wires.
 
+mod connect;
 mod listing;
 mod session;
+
+pub use connect::{connect, is_abstract};
 pub use listing::{ListError, ListParams, PLACES, list_all};
 pub use session::{Lines, PipeLines, Session, request};
 
@@ -14,7 +17,6 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::fmt;
 use std::io::{self, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -214,7 +216,7 @@ pub fn zcoder_exchange(
     payload: &Value,
     timeout: Duration,
 ) -> Result<serde_json::Map<String, Value>, ClientError> {
-    let mut stream = UnixStream::connect(socket).map_err(ClientError::Connect)?;
+    let mut stream = connect(socket).map_err(ClientError::Connect)?;
     stream
         .set_write_timeout(Some(timeout))
         .map_err(ClientError::Connect)?;

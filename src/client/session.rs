@@ -11,7 +11,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::io::{self, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -99,7 +98,7 @@ impl Session {
         timeout: Duration,
         params: &HelloParams,
     ) -> Result<Session, ClientError> {
-        let stream = UnixStream::connect(socket).map_err(ClientError::Connect)?;
+        let stream = super::connect(socket).map_err(ClientError::Connect)?;
         stream
             .set_write_timeout(Some(timeout))
             .map_err(ClientError::Connect)?;

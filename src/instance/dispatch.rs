@@ -356,6 +356,7 @@ impl Foreground {
             codex: self.codex_status(),
             turn,
             workspace: m.workspace,
+            operators: m.operators,
         };
         serde_json::to_value(status).expect("an answer serializes")
     }

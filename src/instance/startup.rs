@@ -79,6 +79,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     ));
     shared.reaper.store(reap_orphans()?, Ordering::SeqCst);
     let listeners = accept(sockets, &shared)?;
+    operators_socket(&shared, &place.id)?;
     let signals = signal_channel(&[SIGTERM, SIGINT, SIGHUP])?;
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
     let (codex, codex_reports) = super::codex::start(&opts, &place.workspace, &place.id)?;
@@ -498,6 +499,29 @@ fn write_meta(dir: &Path, place: &Place, opts: &ServeOptions) -> Result<()> {
         workspace: place.workspace.display().to_string(),
     }
     .write(dir)
+}
+
+/// With `--operator`, on Linux: the operators' socket too
+/// (`registry::operators`), served by the same accept loop, whose uid
+/// check lets in only the listed accounts and our own. It lives as long
+/// as the process (an abstract socket leaves no file behind).
+fn operators_socket(shared: &Arc<Shared>, id: &str) -> Result<()> {
+    let linux = cfg!(any(target_os = "linux", target_os = "android"));
+    if shared.operators.is_empty() || !linux {
+        return Ok(());
+    }
+    let name = format!("@baton/{}/a-{id}.sock", sys::euid());
+    let listener = registry::operators::listen(id).map_err(|e| {
+        Error::Env(format!(
+            "cannot listen on the operators' socket {name}: {e}"
+        ))
+    })?;
+    let shared = Arc::clone(shared);
+    std::thread::Builder::new()
+        .name("baton-accept".into())
+        .spawn(move || server::accept_loop(listener, shared))
+        .map_err(|e| Error::Env(format!("cannot start the listener thread: {e}")))?;
+    Ok(())
 }
 
 /// Makes the instance the subreaper of its handlers' orphans, so that a

@@ -168,6 +168,18 @@ pub(super) enum Candidate {
 
 /// Reads `file`, the manifest of `id` in `dir`, into a candidate.
 fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
+    if client::is_abstract(&dir.path) {
+        return match super::operators::manifest(dir, id) {
+            Ok(m) => Candidate::Ok(m, dir.wire),
+            Err(problem) => Candidate::Bad(Skipped {
+                path: file,
+                instance_id: Some(id.to_string()),
+                manifest: None,
+                problem,
+                wire: dir.wire,
+            }),
+        };
+    }
     match read_manifest_or_short(dir, &file) {
         Err(what) => Candidate::Short(what),
         Ok(Ok(m)) => Candidate::Ok(m, dir.wire),
@@ -220,6 +232,9 @@ pub(super) fn scan_ids(
 /// The names of at most `MAX_ENTRIES` entries of a directory, and
 /// whether there were more.
 fn list(dir: &RegistryDir) -> Option<(Vec<String>, bool)> {
+    if client::is_abstract(&dir.path) {
+        return Some((super::operators::names(dir), false));
+    }
     let mut entries = fs::read_dir(&dir.path).ok()?;
     let names: Vec<String> = (entries.by_ref().take(MAX_ENTRIES))
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -567,7 +582,7 @@ pub(super) fn check_socket(m: &Manifest) -> Result<(), Invalid> {
     let own = path
         .file_name()
         .is_some_and(|n| *n == *format!("a-{}.sock", m.instance_id));
-    if own && meta.uid() != sys::euid() {
+    if own && meta.uid() != crate::accounts::owner() {
         return Err(format!("socket is owned by uid {}", meta.uid()).into());
     }
     Ok(())

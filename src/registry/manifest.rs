@@ -77,7 +77,7 @@ fn read_fast(file: &Path) -> Result<Option<Vec<u8>>, &'static str> {
     let Ok(meta) = f.metadata() else {
         return Ok(None);
     };
-    if !meta.is_file() || meta.uid() != euid() || meta.len() > MAX_MANIFEST {
+    if !meta.is_file() || meta.uid() != crate::accounts::owner() || meta.len() > MAX_MANIFEST {
         return Ok(None);
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
@@ -86,12 +86,6 @@ fn read_fast(file: &Path) -> Result<Option<Vec<u8>>, &'static str> {
         Ok(_) => Ok(None),
         Err(e) => sys::shortage(&e).map_or(Ok(None), Err),
     }
-}
-
-/// The effective uid, asked once.
-fn euid() -> u32 {
-    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *EUID.get_or_init(sys::euid)
 }
 
 /// `check_and_read` one check at a time, each failure named.
@@ -107,7 +101,7 @@ fn check_and_read_slowly(dir: &RegistryDir, file: &Path) -> Result<Manifest, Rea
         )
         .into());
     }
-    if meta.uid() != sys::euid() {
+    if meta.uid() != crate::accounts::owner() {
         return Err(format!("manifest is owned by uid {}", meta.uid()).into());
     }
     if meta.len() > MAX_MANIFEST {
@@ -221,8 +215,9 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
         pid_ns: obj.get("pid_ns").and_then(Value::as_u64),
         operators: match obj.get("operators") {
             None => Vec::new(),
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|_| "operators is not a list of uids".to_string())?,
+            Some(v) => (v.as_str())
+                .and_then(crate::wire::parse_operators)
+                .ok_or("operators is not a list of uids, such as \"1001,0\"")?,
         },
     })
 }

@@ -7,6 +7,7 @@
 mod clean;
 mod discover;
 mod manifest;
+pub mod operators;
 
 pub use clean::{Collected, MALFORMED_AGE, collect_stale};
 pub use discover::{
@@ -115,10 +116,47 @@ pub fn zcoder_dir() -> PathBuf {
 /// Creates (mode 0700) and checks the registry directory the
 /// configuration selects, returning its canonical path.
 pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
+    if let Some(who) = crate::accounts::target() {
+        return target_dir(config, who);
+    }
     let runtime = || absolute_var("XDG_RUNTIME_DIR").map(|r| r.join("baton"));
     let tmp = || tmp_base().join(format!("baton-{}", sys::uid()));
     let chosen = config.dir.clone().or_else(runtime).unwrap_or_else(tmp);
     ensure_private_dir(&chosen, "registry")
+}
+
+/// The registry of the account `--user` named: `BATON_DIR` when set,
+/// else `/run/user/UID/baton` where `/run/user/UID` is, else
+/// `${TMPDIR:-/tmp}/baton-UID`; never created, and checked to be that
+/// account's, mode 0700.
+fn target_dir(config: &Config, who: &crate::accounts::Account) -> Result<PathBuf> {
+    let run = PathBuf::from(format!("/run/user/{}", who.uid));
+    let chosen = match &config.dir {
+        Some(d) => d.clone(),
+        None if run.is_dir() => run.join("baton"),
+        None => tmp_base().join(format!("baton-{}", who.uid)),
+    };
+    let shown = chosen.display();
+    let checked = files::private_dir(&chosen, false);
+    // Not root, and the registry is not ours to read (or there is none
+    // here): the account's operators' sockets, where its instances name
+    // us with --operator.
+    let readable = checked.is_ok() && fs::read_dir(&chosen).is_ok();
+    let linux = cfg!(any(target_os = "linux", target_os = "android"));
+    if !readable && sys::euid() != 0 && linux {
+        return Ok(operators::dir_of(who.uid));
+    }
+    checked.map_err(|e| match e {
+        DirError::Inspect(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Error::Env(format!(
+                "cannot read {}'s registry {shown}: {e} (run as root, or as an account its instances name with --operator)",
+                who.name
+            ))
+        }
+        DirError::Inspect(e) => Error::Env(format!("no registry of {} at {shown}: {e}", who.name)),
+        e => Error::Env(format!("unsafe registry directory {shown}: {e}")),
+    })?;
+    fs::canonicalize(&chosen).map_err(|e| Error::io("resolve", &chosen, e))
 }
 
 /// Creates (mode 0700) and checks a registry directory (`what` names it

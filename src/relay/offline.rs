@@ -178,6 +178,10 @@ fn store(
         };
         Some(with_target(r, spool_target(known)))
     };
+    // Written as the spool's account (`--user`), never left root's.
+    if let Err(e) = crate::accounts::write_as_target() {
+        return answer(Err(NotStored(e)));
+    }
     let s = match Spool::open_offline(&known.dir, config.fsync) {
         Ok(Some(s)) => s,
         Ok(None) => return None,

@@ -225,8 +225,13 @@ pub fn spool_dir(state_home: &Path, name: &str, workspace: &Path) -> PathBuf {
         .join(format!("{name}-{}", &hash[..16]))
 }
 
-/// `$XDG_STATE_HOME`, or `~/.local/state`.
+/// `$XDG_STATE_HOME`, or `~/.local/state`: of the account `--user`
+/// named, when it did, unless `XDG_STATE_HOME` names it.
 pub fn state_home() -> Result<PathBuf> {
+    let given = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty());
+    if let (Some(who), None) = (crate::accounts::target(), &given) {
+        return Ok(who.home.join(".local/state"));
+    }
     if let Some(v) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         let p = PathBuf::from(v);
         if !p.is_absolute() {

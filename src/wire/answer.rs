@@ -126,6 +126,9 @@ pub struct ControlStatus {
     pub codex: Option<CodexStatus>,
     pub turn: Option<RunningTurn>,
     pub workspace: String,
+    /// `serve --operator`: the uids of the accounts that operate it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operators: Vec<u32>,
 }
 
 /// What `control/status` says of the Codex app-server of `serve --codex`.

@@ -12,7 +12,9 @@ mod zcoder;
 pub use event::*;
 pub use id::Id;
 pub use names::{Approve, Decision, EventKind, Mode, Outcome, State, TaskMode};
-pub use records::{CODEX_HOST, HandlerExit, Manifest, ReplyRecord, Sender, Summary};
+pub use records::{
+    CODEX_HOST, HandlerExit, Manifest, ReplyRecord, Sender, Summary, parse_operators, uid_list,
+};
 pub use zcoder::{
     FrameError, ZCODER_MAGIC, parse_flat, read_zcoder_frame, zcoder_frame, zcoder_length,
 };

@@ -38,9 +38,38 @@ pub struct Manifest {
     pub pid_ns: Option<u64>,
     /// `serve --operator`: the uids of the accounts whose processes are
     /// its operators (the instance's own account is then at most its
-    /// agent). Absent: roles among the processes of one user.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// agent). Absent: roles among the processes of one user. A manifest
+    /// is one flat object, so the list is written `"1001,0"`.
+    #[serde(skip_serializing_if = "Vec::is_empty", with = "uid_list")]
     pub operators: Vec<u32>,
+}
+
+/// A list of uids as one string, `"1001,0"`.
+pub mod uid_list {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(uids: &[u32], s: S) -> Result<S::Ok, S::Error> {
+        let words: Vec<String> = uids.iter().map(u32::to_string).collect();
+        s.serialize_str(&words.join(","))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+        let text = String::deserialize(d)?;
+        parse(&text).ok_or_else(|| D::Error::custom("operators is not a list of uids"))
+    }
+
+    /// `"1001,0"` as uids; the empty string as none.
+    pub fn parse(text: &str) -> Option<Vec<u32>> {
+        text.split(',')
+            .filter(|w| !w.is_empty())
+            .map(|w| w.parse().ok())
+            .collect()
+    }
+}
+
+/// A manifest's `operators`, as the file says it.
+pub fn parse_operators(text: &str) -> Option<Vec<u32>> {
+    uid_list::parse(text)
 }
 
 /// Who sent a task, as the receiver recorded it.
