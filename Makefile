@@ -25,7 +25,7 @@ fishcompdir ?= $(datarootdir)/fish/vendor_completions.d
 # `make install-only`, which builds nothing.
 RELEASE ?= target/release/baton
 
-.PHONY: all build demo test test-busy test-slow bench bench-smoke layout check distro-check dist install install-only uninstall clean
+.PHONY: all build demo test test-busy test-slow bench bench-smoke layout unicode check distro-check dist install install-only uninstall clean
 
 all: build
 
@@ -90,6 +90,14 @@ LAYOUT_DIR = target/layout
 layout:
 	CARGO_TARGET_DIR=$(LAYOUT_DIR) $(CARGO) build --release $(CARGOFLAGS)
 	python3 tests/layout.py $(LAYOUT_DIR)/release/baton src/layout.ld
+
+# src/sanitize/tables.rs anew, the characters escaped as hiding text
+# (docs/security.md), from Unicode's data files in UNICODE_DATA (Debian's
+# unicode-data package): after a new Unicode version.
+UNICODE_DATA ?= /usr/share/unicode
+unicode:
+	python3 src/sanitize/unicode.py $(UNICODE_DATA) > src/sanitize/tables.rs.new
+	mv src/sanitize/tables.rs.new src/sanitize/tables.rs
 
 # The packaging checks (.ci/package-check) build the dist tarball offline
 # in a temporary directory, install it into a DESTDIR and compare the

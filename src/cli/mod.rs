@@ -508,7 +508,12 @@ pub fn main() -> i32 {
     match run(&argv) {
         Ok(code) => code as i32,
         Err(e) => {
-            eprintln!("baton: {e}");
+            // Idempotent for the parts already escaped; catches a path
+            // (a workspace, a socket) an error names as it was given.
+            eprintln!(
+                "baton: {}",
+                crate::sanitize::escape_multiline(&e.to_string())
+            );
             e.exit_code() as i32
         }
     }

@@ -104,12 +104,12 @@ impl Foreground {
         self.shared.set_state(want);
         let m = self.shared.lock_manifest().clone();
         if let Err(e) = registry::publish(&self.origin.registry, &m) {
-            eprintln!("baton: {e}");
+            eprintln!("baton: {}", crate::sanitize::escape(&e.to_string()));
         }
         if let Some((zdir, zsock)) = &self.zcoder {
             let z = registry::zcoder_manifest(&m, zsock);
             if let Err(e) = registry::publish_value(zdir, &m.instance_id, &z) {
-                eprintln!("baton: {e}");
+                eprintln!("baton: {}", crate::sanitize::escape(&e.to_string()));
             }
         }
         self.hub

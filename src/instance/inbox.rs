@@ -75,7 +75,9 @@ impl Foreground {
                 Ok(Claim::Empty) => break json!({"status": "empty"}),
                 Ok(Claim::Rejected { message_id, reason }) => {
                     eprintln!(
-                        "baton: task {message_id} is bad data and went to rejected/: {reason}"
+                        "baton: task {} is bad data and went to rejected/: {}",
+                        escape(&message_id),
+                        escape(&reason)
                     );
                     self.hub.emit(
                         EventKind::TaskRejected,

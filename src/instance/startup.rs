@@ -92,12 +92,15 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
         }
         None => chan::never(),
     };
+    // The workspace and the registry are any path the user gave: a
+    // directory name may hold an escape sequence.
+    let shown = |p: &Path| crate::sanitize::escape(&p.display().to_string()).into_owned();
     eprintln!(
         "baton: {} ({}) serving {} on {}",
-        place.name,
+        crate::sanitize::escape(&place.name),
         place.id,
-        place.workspace.display(),
-        place.socket.display()
+        shown(&place.workspace),
+        shown(&place.socket)
     );
     let (turns_tx, turns) = chan::unbounded();
     let (pauses_tx, pauses) = chan::unbounded();

@@ -6,6 +6,7 @@ mod approval;
 mod bridge;
 mod pane;
 mod table;
+mod text;
 mod turns;
 mod verify;
 
