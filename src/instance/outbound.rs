@@ -17,6 +17,7 @@ use crate::turn;
 use crate::wire::EventKind;
 use crossbeam_channel as chan;
 use serde_json::{Value, json};
+use std::cmp::Reverse;
 use std::time::Duration;
 
 /// Why a `--reply` to a plain command line is not sent, and where it is.
@@ -173,12 +174,15 @@ impl Foreground {
     /// (docs/decisions.md); with neither, for the agent (or the front end
     /// it talks through), the task it holds open: a pull agent's send is
     /// never hop 0 while it holds one (docs/mcp.md). Of several open
-    /// tasks of one turn (steer follow-ups), the one with the highest hop.
-    /// None: the token names no open turn.
+    /// tasks of one turn (steer follow-ups), the one with the highest hop,
+    /// the first claimed of equals. None: the token names no open turn.
     fn scope_of(&self, turn: Option<&str>, caller: Option<&Caller>) -> Option<Option<Task>> {
         let highest = |t: Option<&str>| {
             let open = self.open.iter().filter(|o| t.is_none_or(|t| o.token == t));
-            open.max_by_key(|o| o.task.hop).map(|o| &o.task)
+            let first_highest = |(i, o): &(usize, &super::OpenTask)| (o.task.hop, Reverse(*i));
+            open.enumerate()
+                .max_by_key(first_highest)
+                .map(|(_, o)| &o.task)
         };
         let Some(t) = turn else {
             let agent = caller.is_some_and(|c| matches!(c.role, Role::Own | Role::Agent));
