@@ -144,12 +144,28 @@ impl Door {
     }
 }
 
-/// What a bridge proved: the instance it was started for, and the remote
-/// end as OpenSSH gave it (`SSH_CONNECTION`'s client address and port).
+/// What a bridge proved: the instance it was started for, the remote
+/// end as OpenSSH gave it (`SSH_CONNECTION`'s client address and port),
+/// and the label its forced command names the key by (`baton bridge
+/// --key LABEL`): a bridge reaches only the tasks sent through a bridge
+/// of the same label, none only those of none (`instance/cancel.rs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BridgeKey {
     pub target: String,
     pub remote: Option<String>,
+    pub label: Option<String>,
+}
+
+impl BridgeKey {
+    /// The longest label, in bytes.
+    pub const MAX_LABEL: usize = 64;
+
+    /// Whether `label` may name a key: 1 to 64 ASCII letters, digits and
+    /// `-_.@`, so that it is shown as it is, anywhere.
+    pub fn valid_label(label: &str) -> bool {
+        (1..=Self::MAX_LABEL).contains(&label.len())
+            && (label.bytes()).all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b))
+    }
 }
 
 /// One connection's caller.

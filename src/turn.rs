@@ -527,13 +527,23 @@ pub fn envelope(task: &Task, reply_by: Option<&str>) -> String {
 
 /// How a sender is named to the agent and the operator: its name, or
 /// `(cli)` for a plain command line with no instance, which cannot be
-/// replied to.
+/// replied to, or `(remote LABEL)` (`(remote)` without a label) for a
+/// task through a bridge.
 pub fn display_name(s: &crate::spool::Sender) -> String {
     match (&s.instance_id, &s.name) {
         (_, Some(n)) => n.clone(),
-        (None, None) if s.remote.is_some() => "(remote)".into(),
+        (None, None) if s.remote.is_some() => remote_name(s.key.as_deref()),
         (None, None) => "(cli)".into(),
         (Some(id), None) => id.clone(),
+    }
+}
+
+/// A bridged sender as it is shown: `(remote LABEL)`, or `(remote)` for
+/// a key without a label.
+pub fn remote_name(label: Option<&str>) -> String {
+    match label {
+        Some(l) => format!("(remote {l})"),
+        None => "(remote)".into(),
     }
 }
 
@@ -607,6 +617,20 @@ mod tests {
     use super::*;
     use crate::spool::{Sender, new_task};
 
+    /// A bridged sender is shown by its key's label, a command line as
+    /// such (issue 44: `inbox list` showed a bridged sender as `(cli)`).
+    #[test]
+    fn a_bridged_sender_is_shown_by_its_label() {
+        let remote = |key: Option<&str>| Sender {
+            remote: Some("192.0.2.7 52100".into()),
+            key: key.map(String::from),
+            ..Sender::default()
+        };
+        assert_eq!(display_name(&remote(Some("ci-bot"))), "(remote ci-bot)");
+        assert_eq!(display_name(&remote(None)), "(remote)");
+        assert_eq!(display_name(&Sender::default()), "(cli)");
+    }
+
     #[test]
     fn envelope_shape() {
         let sender = Sender {
@@ -614,7 +638,7 @@ mod tests {
             name: Some("user-profiles".into()),
             workspace: Some("/w/a \"b\"".into()),
             pid: Some(42110),
-            remote: None,
+            ..Sender::default()
         };
         let t = new_task(
             "m1",

@@ -10,6 +10,7 @@
 //! package is missing, and fails instead under BATON_REQUIRE_ALL=1.
 
 mod channel;
+mod hops;
 mod permission;
 
 use crate::util::{

@@ -41,6 +41,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
                 .into(),
         ));
     }
+    let key = bridged::key_label(args)?;
     let name = args.positional.first().map(String::as_str);
     let peer = match (target::resolve(config, name), name) {
         (Ok(peer), _) => peer,
@@ -49,7 +50,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             // the client leave, and keeps what it wrote meanwhile.
             let input = stdin_chunks();
             return match await_target(config, t, &input)? {
-                Some((peer, held)) => join(&peer, input, held),
+                Some((peer, held)) => join(&peer, key, input, held),
                 None => Ok(ExitCode::Ok),
             };
         }
@@ -58,11 +59,11 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             if !relay::known_spools().iter().any(|s| s.name == t) {
                 return Err(Error::NoTarget(why));
             }
-            return offline(config, t);
+            return offline(config, t, key);
         }
         (Err(e), _) => return Err(e),
     };
-    join(&peer, stdin_chunks(), Vec::new())
+    join(&peer, key, stdin_chunks(), Vec::new())
 }
 
 /// The bytes the client writes, in chunks.
@@ -109,10 +110,10 @@ fn await_target(config: &Config, name: &str, input: &Chunks) -> Result<Option<(P
     }
 }
 
-/// Joins the client to `peer`'s socket byte for byte: `held` and then the
-/// rest of stdin to the socket, the socket to stdout. Either side closing
-/// ends the bridge.
-fn join(peer: &Peer, input: Chunks, held: Vec<u8>) -> Result<ExitCode> {
+/// Joins the client to `peer`'s socket byte for byte, declared as the
+/// bridge of the key `key` names: `held` and then the rest of stdin to
+/// the socket, the socket to stdout. Either side closing ends the bridge.
+fn join(peer: &Peer, key: Option<&str>, input: Chunks, held: Vec<u8>) -> Result<ExitCode> {
     if peer.wire != crate::registry::Wire::Jsonrpc {
         return Err(Error::Usage(format!(
             "bridge: {} is a zcoder instance; only native instances can be bridged",
@@ -122,7 +123,7 @@ fn join(peer: &Peer, input: Chunks, held: Vec<u8>) -> Result<ExitCode> {
     let socket = std::path::Path::new(&peer.manifest.socket);
     let fail = |e| Error::io("connect to", socket, e);
     let stream = UnixStream::connect(socket).map_err(fail)?;
-    let mut stream = bridged::declare(stream, peer, socket)?;
+    let mut stream = bridged::declare(stream, peer, socket, key)?;
     let mut to_socket = stream.try_clone().map_err(fail)?;
     std::thread::spawn(move || {
         let _ = std::iter::once(held)
@@ -148,7 +149,7 @@ fn join(peer: &Peer, input: Chunks, held: Vec<u8>) -> Result<ExitCode> {
 /// `initialize` (`instance` null, `offline` naming it) and routes each
 /// `message/send` as a plain local send does: stored in the spool, or
 /// delivered if the agent has started meanwhile.
-fn offline(config: &Config, target: &str) -> Result<ExitCode> {
+fn offline(config: &Config, target: &str, key: Option<&str>) -> Result<ExitCode> {
     super::sent::not_in_a_turn()?;
     let dir = registry::ensure_dir(config)?;
     let mut input = std::io::stdin().lock();
@@ -165,7 +166,7 @@ fn offline(config: &Config, target: &str) -> Result<ExitCode> {
             Err(_) => wire::error_line(&Value::Null, wire::PARSE_ERROR, "not JSON", None),
             // A notification has no answer.
             Ok(req) if req.get("id").is_none() => continue,
-            Ok(req) => offline_call(config, &dir, target, &req),
+            Ok(req) => offline_call(config, &dir, target, key, &req),
         };
         if out.write_all(&answer).and_then(|()| out.flush()).is_err() || too_long {
             return Ok(ExitCode::Ok);
@@ -184,7 +185,13 @@ fn line_of(r: &mut impl BufRead, max: usize) -> Vec<u8> {
 }
 
 /// One request to a stopped agent's stand-in: its answer line.
-fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Vec<u8> {
+fn offline_call(
+    config: &Config,
+    dir: &Path,
+    target: &str,
+    key: Option<&str>,
+    req: &Value,
+) -> Vec<u8> {
     let id = &req["id"];
     let p = &req["params"];
     let error = |code, message: &str| wire::error_line(id, code, message, None);
@@ -223,6 +230,7 @@ fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Vec<u
                 let mut task = super::sent::plain_task(message_id, &req.body, &req.mode);
                 task.sender.workspace = None;
                 task.sender.remote = Some(bridged::ssh_remote().unwrap_or_else(|| "ssh".into()));
+                task.sender.key = key.map(String::from);
                 task
             };
             match relay::route(config, dir, target, message_id, &make) {
@@ -231,7 +239,7 @@ fn offline_call(config: &Config, dir: &Path, target: &str, req: &Value) -> Vec<u
                     // It started meanwhile: deliver to it as a local send would.
                     let mut params = p.clone();
                     params["target_instance_id"] = json!(peer.manifest.instance_id);
-                    match bridged::send(config, &peer, &params) {
+                    match bridged::send(config, &peer, key, &params) {
                         Ok(mut v) => {
                             v["target"] = json!({"instance_id": peer.manifest.instance_id, "name": peer.manifest.name});
                             v

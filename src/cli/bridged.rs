@@ -1,8 +1,10 @@
 //! What a bridge says of itself (docs/security.md): before its client's
 //! first byte, `baton bridge` declares the key it serves in `initialize`
-//! (`bridge`: the target and the remote end), and the instance holds the
-//! connection to what a remote key may do.
+//! (`bridge`: the target, the remote end and the key's label), and the
+//! instance holds the connection to what a remote key may do.
 
+use super::args::Args;
+use crate::access::BridgeKey;
 use crate::client::{Session, request};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -20,8 +22,13 @@ use std::time::Duration;
 /// (`initialize` with `bridge`, docs/protocol.md §2), and the instance
 /// holds the connection to what a bridge may do for the rest of its life
 /// (docs/security.md). The answer is the bridge's own, not the client's.
-pub(super) fn declare(stream: UnixStream, peer: &Peer, socket: &Path) -> Result<UnixStream> {
-    let hello = request("bridge", Method::Initialize, bridge_hello(peer));
+pub(super) fn declare(
+    stream: UnixStream,
+    peer: &Peer,
+    socket: &Path,
+    key: Option<&str>,
+) -> Result<UnixStream> {
+    let hello = request("bridge", Method::Initialize, bridge_hello(peer, key));
     let fail = |e: std::io::Error| Error::io("declare the bridge to", socket, e);
     let timeout = Some(Duration::from_secs(10));
     stream.set_read_timeout(timeout).map_err(fail)?;
@@ -60,10 +67,27 @@ pub(super) fn ssh_remote() -> Option<String> {
     Some(format!("{} {}", f.next()?, f.next()?))
 }
 
+/// `--key LABEL`, checked: the label a forced command names its key by
+/// (docs/ssh.md).
+pub(super) fn key_label(args: &Args) -> Result<Option<&str>> {
+    let Some(label) = args.value("key") else {
+        return Ok(None);
+    };
+    if !BridgeKey::valid_label(label) {
+        return Err(Error::Usage(format!(
+            "bridge: --key {}: a key's label is 1 to {} bytes of letters, digits and -_.@",
+            escape(label),
+            BridgeKey::MAX_LABEL
+        )));
+    }
+    Ok(Some(label))
+}
+
 /// What the bridge says of itself in `initialize`.
-fn bridge_hello(peer: &Peer) -> HelloParams {
+fn bridge_hello(peer: &Peer, key: Option<&str>) -> HelloParams {
     HelloParams {
         bridge: Some(BridgeParams {
+            key: key.map(String::from),
             remote: ssh_remote(),
             target: peer.manifest.instance_id.clone(),
         }),
@@ -73,9 +97,14 @@ fn bridge_hello(peer: &Peer) -> HelloParams {
 
 /// `message/send` to an instance that started while `--offline` stood in
 /// for it, on a connection declared as this bridge's; its result.
-pub(super) fn send(config: &Config, peer: &Peer, params: &Value) -> Result<Value> {
+pub(super) fn send(
+    config: &Config,
+    peer: &Peer,
+    key: Option<&str>,
+    params: &Value,
+) -> Result<Value> {
     let socket = Path::new(&peer.manifest.socket);
-    let mut s = Session::connect(socket, config.io_timeout, &bridge_hello(peer))
+    let mut s = Session::connect(socket, config.io_timeout, &bridge_hello(peer, key))
         .map_err(|e| super::target::transport(peer, e))?;
     s.call(Method::MessageSend, params)
         .map_err(|e| super::target::transport(peer, e))

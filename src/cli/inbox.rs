@@ -262,10 +262,7 @@ fn print_list(
             [
                 if asked { "awaiting approval" } else { place }.to_string(),
                 escape(&t.message_id).into_owned(),
-                t.sender
-                    .name
-                    .as_deref()
-                    .map_or_else(|| "(cli)".into(), |s| escape(s).into_owned()),
+                escape(&crate::turn::display_name(&t.sender)).into_owned(),
                 t.sender.pid.map_or_else(|| "-".into(), |p| p.to_string()),
                 t.bytes.to_string(),
             ]

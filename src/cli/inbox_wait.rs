@@ -230,10 +230,7 @@ fn look(config: &Config, peer: &Peer) -> Result<Seen> {
             count,
             message_id: t.message_id.clone(),
             // As `message.accepted`'s `from` names the sender.
-            from: (t.sender.name.as_deref())
-                .or(t.sender.instance_id.as_deref())
-                .unwrap_or("(cli)")
-                .to_string(),
+            from: crate::turn::display_name(&t.sender),
         });
     }
     Ok(seen)

@@ -378,9 +378,13 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bridge",
-        usage: "baton bridge [TARGET] [--offline | --await]",
+        usage: "baton bridge [TARGET] [--key LABEL] [--offline | --await]",
         summary: "join stdin and stdout to an instance's socket (for ssh host baton bridge NAME)",
         opts: &[
+            value(
+                "key",
+                "name the ssh key this forced command serves: it reaches only its own tasks, shown (remote LABEL)",
+            ),
             switch(
                 "offline",
                 "when TARGET is not running but has a spool, store each message/send there (stored)",

@@ -4,7 +4,7 @@
 //! wait reports. The access table lets the instance's own front end, the
 //! operator, its agent and a bridge call it; here the agent is held to
 //! the tasks this instance sent itself, a bridge to those that came
-//! through a bridge, and a verified asker (`sender_instance_id`) to its
+//! through a bridge of its own key's label, and a verified asker (`sender_instance_id`) to its
 //! own. A task set aside (interrupted, expired, rejected) is the
 //! operator's to requeue or discard, not cancelled; `inbox/discard` keeps
 //! that meaning.
@@ -44,13 +44,10 @@ impl Foreground {
         params: &Params,
         caller: &Caller,
     ) -> Result<(), RpcError> {
-        let (sender, remote) = match w {
+        let sender = match w {
             Whereabouts::Unknown | Whereabouts::Finished(None) => return Ok(()),
-            Whereabouts::Finished(Some(r)) => (r.sender_instance_id.clone(), r.remote),
-            _ => (
-                self.spool().sender_of(id).flatten(),
-                self.spool().remote_sent(id).unwrap_or(false),
-            ),
+            Whereabouts::Finished(Some(r)) => r.sender_instance_id.clone(),
+            _ => self.spool().sender_of(id).flatten(),
         };
         let name = self.origin.name.clone();
         let ours = &self.shared.instance_id;
@@ -60,9 +57,11 @@ impl Foreground {
         };
         let shown = |p: Option<u32>| p.map_or_else(|| "?".to_string(), |p| p.to_string());
         let asker = params.get("sender_instance_id").and_then(Value::as_str);
-        let why = if caller.bridge.is_some() && !remote {
+        let label = caller.bridge.as_ref().map(|b| b.label.as_deref());
+        let why = if let Some(label) = label.filter(|l| !self.bridged_with(id, w, *l)) {
+            let with = super::outcome::with_label(label);
             Some(format!(
-                "not permitted: this key is limited to sending to {name}, and cancels only the tasks sent through a bridge; task {} did not come through one",
+                "not permitted: this key is limited to sending to {name}, and cancels only the tasks sent through a bridge {with}; task {} was not",
                 escape(id)
             ))
         } else if caller.capped
@@ -165,7 +164,10 @@ fn cancelled_by(caller: &Caller) -> String {
     match caller.role {
         Role::Own => "this instance's own front end".into(),
         Role::Agent => format!("its agent{pid}"),
-        Role::Bridge => "a bridge key".into(),
+        Role::Bridge => match caller.bridge.as_ref().and_then(|b| b.label.as_deref()) {
+            Some(label) => format!("the bridge key {label}"),
+            None => "a bridge key".into(),
+        },
         _ => format!("the operator{pid}"),
     }
 }

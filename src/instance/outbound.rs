@@ -17,6 +17,7 @@ use crate::turn;
 use crate::wire::EventKind;
 use crossbeam_channel as chan;
 use serde_json::{Value, json};
+use std::cmp::Reverse;
 use std::time::Duration;
 
 /// Why a `--reply` to a plain command line is not sent, and where it is.
@@ -170,14 +171,31 @@ impl Foreground {
     /// The task whose turn a send is made in: the token's (the running
     /// turn's or an open one's), or with no token the running exec turn's,
     /// which holds a send from this agent to its scope all the same
-    /// (docs/decisions.md). None: the token names no open turn.
-    fn scope_of(&self, turn: Option<&str>) -> Option<Option<Task>> {
+    /// (docs/decisions.md); with neither, for the agent (or the front end
+    /// it talks through), the task it holds open: a pull agent's send is
+    /// never hop 0 while it holds one (docs/mcp.md). Of several open
+    /// tasks of one turn (steer follow-ups), the one with the highest hop,
+    /// the first claimed of equals. None: the token names no open turn.
+    fn scope_of(&self, turn: Option<&str>, caller: Option<&Caller>) -> Option<Option<Task>> {
+        let highest = |t: Option<&str>| {
+            let open = self.open.iter().filter(|o| t.is_none_or(|t| o.token == t));
+            let first_highest = |(i, o): &(usize, &super::OpenTask)| (o.task.hop, Reverse(*i));
+            open.enumerate()
+                .max_by_key(first_highest)
+                .map(|(_, o)| &o.task)
+        };
         let Some(t) = turn else {
-            return Some(self.running.as_ref().map(|r| r.task.clone()));
+            let agent = caller.is_some_and(|c| matches!(c.role, Role::Own | Role::Agent));
+            let running = self.running.as_ref().map(|r| &r.task);
+            let held = || highest(None).filter(|_| agent);
+            return Some(running.or_else(held).cloned());
         };
         let running = self.running.as_ref().filter(|r| r.token == t);
-        let open = || self.open.iter().find(|o| o.token == t).map(|o| &o.task);
-        running.map(|r| &r.task).or_else(open).cloned().map(Some)
+        running
+            .map(|r| &r.task)
+            .or_else(|| highest(Some(t)))
+            .cloned()
+            .map(Some)
     }
 
     /// A process of one of our turns speaks only as that turn, token or
@@ -200,8 +218,9 @@ impl Foreground {
         }
     }
 
-    /// Plans a `relay/send`: a send in a relayed turn goes back to that
-    /// turn's verified sender, one hop further; any other (a local turn,
+    /// Plans a `relay/send`: a send in a relayed turn, or by the agent
+    /// while it holds a claimed task, goes back to that task's verified
+    /// sender, one hop further; any other (a local turn, the operator's,
     /// or no turn) goes to any target at hop 0.
     pub(super) fn plan_send(
         &mut self,
@@ -233,7 +252,7 @@ impl Foreground {
         if let Some(Err(reason)) = of_turn.map(|c| self.turn_of_process(c, turn.as_deref())) {
             return refuse(Status::Denied, &reason);
         }
-        let Some(task) = self.scope_of(turn.as_deref()) else {
+        let Some(task) = self.scope_of(turn.as_deref(), caller) else {
             return refuse(Status::Denied, "the turn token names no open turn here");
         };
         let task = task.filter(|t| !is_local(&t.sender));

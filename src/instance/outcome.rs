@@ -5,8 +5,8 @@
 //! disk read, which the foreground may do.
 
 use super::{Answer, Foreground, Params, need_str};
-use crate::access::{Caller, Role};
-use crate::spool::{HandlerExit, ReplyRecord, Whereabouts};
+use crate::access::Caller;
+use crate::spool::{HandlerExit, ReplyRecord, Through, Whereabouts};
 use crate::wire::answer::{Pending, TaskState, TaskStatus};
 use crate::wire::{EventKind, Outcome};
 use serde_json::{Value, json};
@@ -36,6 +36,18 @@ impl Foreground {
         self.hub.emit(EventKind::TaskEnded, ev);
     }
 
+    /// Whether the task `id` (at `w`) came through a bridge whose key had
+    /// `label`; a task the spool does not know is nobody's, and its
+    /// answer says so (true).
+    pub(super) fn bridged_with(&self, id: &str, w: &Whereabouts, label: Option<&str>) -> bool {
+        let through = match w {
+            Whereabouts::Unknown | Whereabouts::Finished(None) => return true,
+            Whereabouts::Finished(Some(r)) => Some(r.through()),
+            _ => self.spool().through(id),
+        };
+        through.is_none_or(|t| t == Through::Bridge(label.map(String::from)))
+    }
+
     /// `task/status`.
     pub(super) fn task_status(&self, params: &Params, caller: &Caller) -> Answer {
         let id = need_str(params, "message_id")?;
@@ -50,18 +62,15 @@ impl Foreground {
         };
         let answer = |v: TaskStatus| Ok(serde_json::to_value(v).expect("an answer serializes"));
         let whereabouts = self.spool().whereabouts(&id);
-        // A remote key hears about what came through a bridge, nothing
-        // else (docs/security.md).
-        if caller.role == Role::Bridge {
-            let remote = match &whereabouts {
-                Whereabouts::Finished(Some(r)) => r.remote,
-                Whereabouts::Unknown | Whereabouts::Finished(None) => true,
-                _ => self.spool().remote_sent(&id).unwrap_or(true),
-            };
-            if !remote {
-                v.reason = Some(
-                    "it did not come through a bridge: a bridge asks only about the tasks sent through one".into(),
-                );
+        // A remote key hears about what came through a bridge of its own
+        // label, nothing else (docs/security.md).
+        if let Some(key) = &caller.bridge {
+            let label = key.label.as_deref();
+            if !self.bridged_with(&id, &whereabouts, label) {
+                v.reason = Some(format!(
+                    "it was not sent through a bridge {}: a bridge asks only about the tasks sent through one with its own key's label",
+                    with_label(label)
+                ));
                 return answer(v);
             }
         }
@@ -108,6 +117,15 @@ impl Foreground {
             Whereabouts::Unknown => TaskState::Pending(Pending::Unknown),
         };
         answer(v)
+    }
+}
+
+/// A bridge's key as its refusals name it: `with --key LABEL`, or
+/// `without --key`.
+pub(super) fn with_label(label: Option<&str>) -> String {
+    match label {
+        Some(l) => format!("with --key {l}"),
+        None => "without --key".into(),
     }
 }
 

@@ -79,9 +79,9 @@ impl Pushed {
 fn arrived(ev: &Event) -> Option<Task> {
     let from = ev.sender().unwrap_or("");
     // `from` is the sender's display name: its name, its instance id, or
-    // `(cli)` for a command line and `(remote)` for a bridge, which have
-    // neither.
-    let plain = matches!(from, "(cli)" | "(remote)");
+    // `(cli)` for a command line and `(remote LABEL)` for a bridge, which
+    // have neither.
+    let plain = from == "(cli)" || ev.remote.is_some();
     let name = (ev.sender_id.is_some() || !plain).then(|| from.to_string());
     let sender = Sender {
         instance_id: ev.sender_id.clone(),
@@ -89,6 +89,7 @@ fn arrived(ev: &Event) -> Option<Task> {
         workspace: ev.workspace.clone(),
         pid: ev.pid,
         remote: ev.remote.clone(),
+        key: ev.key.clone(),
     };
     let mode = ev.mode.as_deref().unwrap_or_default();
     let (id, body) = (ev.message_id.as_deref()?, ev.body.clone()?);
@@ -170,13 +171,8 @@ impl Adapter {
                 .iter()
                 .take(WAITING_NOTICES.saturating_sub(logged))
             {
-                let s = &t.sender;
-                let from = s
-                    .name
-                    .as_deref()
-                    .or(s.instance_id.as_deref())
-                    .unwrap_or("(cli)");
-                let news = event_text::task_news(&escape(from), &t.message_id, "waits");
+                let from = turn::display_name(&t.sender);
+                let news = event_text::task_news(&escape(&from), &t.message_id, "waits");
                 self.log_info(crate::events::now(), news);
                 logged += 1;
             }

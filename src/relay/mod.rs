@@ -88,7 +88,7 @@ fn task(origin: &Origin, out: &Outbound) -> Task {
         name: Some(origin.name.clone()),
         workspace: Some(origin.workspace.clone()),
         pid: Some(std::process::id()),
-        remote: None,
+        ..crate::spool::Sender::default()
     };
     crate::spool::new_task(
         &out.message_id,

@@ -425,6 +425,9 @@ fn initialize(s: &Session, params: &Map<String, Value>) -> Result<Value, RpcErro
     }))
 }
 
+/// What `bridge.key` must be, as its refusal says.
+const KEY_LABEL: &str = "a label of 1 to 64 letters, digits and -_.@";
+
 /// `initialize`'s `bridge` (docs/protocol.md §2): what `baton bridge`
 /// says of the key it serves, before its client's first byte.
 fn bridge_key(params: &Map<String, Value>) -> Result<Option<BridgeKey>, RpcError> {
@@ -433,7 +436,15 @@ fn bridge_key(params: &Map<String, Value>) -> Result<Option<BridgeKey>, RpcError
     };
     let target = need(b, "bridge.target", "a string", Value::as_str)?.to_string();
     let remote = opt(b, "bridge.remote", "a string", Value::as_str)?.map(String::from);
-    Ok(Some(BridgeKey { target, remote }))
+    let label = opt(b, "bridge.key", KEY_LABEL, |v| {
+        v.as_str().filter(|l| BridgeKey::valid_label(l))
+    })?;
+    let label = label.map(String::from);
+    Ok(Some(BridgeKey {
+        target,
+        remote,
+        label,
+    }))
 }
 
 /// `task/status` or `task/cancel` with `sender_instance_id`: the asker

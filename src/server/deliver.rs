@@ -59,8 +59,15 @@ pub fn deliver(
         Ok((hop, sender)) => admit(shared, &mut req, sender, hop, body_json, peer, wire),
         Err(refusal) => refusal,
     };
+    // Refused before its sender was recorded: a bridge is shown as the
+    // remote end, whatever its `sender` claims.
+    let bridged = peer
+        .bridge
+        .get()
+        .map(|k| crate::turn::remote_name(k.label.as_deref()));
     let refused = |status: Status, reason: &str| {
-        let from = from.as_deref().or(req.sender_instance_id.as_deref());
+        let claimed = || req.sender_instance_id.as_deref();
+        let from = from.as_deref().or(bridged.as_deref()).or_else(claimed);
         shared.hub.emit(
             EventKind::MessageRejected,
             json!({"message_id": req.message_id, "status": status, "reason": reason,
@@ -100,9 +107,11 @@ pub struct Accepted<'a> {
     body: spool::Body<'a>,
     sender_id: &'a Option<String>,
     workspace: &'a Option<String>,
-    /// A task through a bridge: the remote end.
+    /// A task through a bridge: the remote end, and its key's label.
     #[serde(skip_serializing_if = "Option::is_none")]
     remote: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: &'a Option<String>,
     /// Set by an offline sender that stored the task itself
     /// (docs/protocol.md §8).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -127,6 +136,7 @@ impl<'a> Accepted<'a> {
             sender_id: &task.sender.instance_id,
             workspace: &task.sender.workspace,
             remote: &task.sender.remote,
+            key: &task.sender.key,
             stored: false,
         }
     }
@@ -341,6 +351,7 @@ fn check_sender(
         Some(key) => Sender {
             pid: peer.pid,
             remote: Some(key.remote.unwrap_or_else(|| "ssh".into())),
+            key: key.label,
             ..Sender::default()
         },
         None => verify_sender(shared, req, peer, cwd.clone())
@@ -455,7 +466,7 @@ fn verify_sender(
         name: Some(m.name),
         workspace: Some(m.workspace),
         pid: peer.pid,
-        remote: None,
+        ..Sender::default()
     })
 }
 

@@ -314,9 +314,10 @@ impl Spool {
         (self.idx().entries.get(message_id)).map(|e| e.sender_id().map(str::to_string))
     }
 
-    /// Whether a task the index holds came through a bridge.
-    pub fn remote_sent(&self, message_id: &str) -> Option<bool> {
-        (self.idx().entries.get(message_id)).map(|e| e.summary.sender.remote.is_some())
+    /// How a task the index holds came in: through a bridge (with which
+    /// key's label), or not.
+    pub fn through(&self, message_id: &str) -> Option<super::Through> {
+        (self.idx().entries.get(message_id)).map(|e| super::Through::of(&e.summary.sender))
     }
 
     /// Whether the task is queued in `inbox/` (the index alone).
@@ -390,6 +391,7 @@ fn receipt_of(message_id: &str, e: &Entry, outcome: Outcome) -> Receipt {
         reply: None,
         sender_instance_id: e.sender_id().map(str::to_string),
         remote: e.summary.sender.remote.is_some(),
+        key: e.summary.sender.key.clone(),
         handler: HandlerExit::default(),
     }
 }

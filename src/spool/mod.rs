@@ -106,11 +106,46 @@ pub struct Receipt {
     /// such tasks only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub remote: bool,
+    /// The label of the bridge's key it came through (`baton bridge
+    /// --key`); receipts before issue 44 hold none, which reads as no
+    /// label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// How a failed or timed-out turn's handler ended: `exit_status`,
     /// `signal`, `stderr_tail`, each absent when unknown (receipts before
     /// issue 31, and every other ending, hold none).
     #[serde(flatten)]
     pub handler: HandlerExit,
+}
+
+/// How a task came in, as a bridge's `task/status` and `task/cancel`
+/// match it: a bridge reaches only `Bridge` of its own key's label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Through {
+    /// Not through a bridge: a local sender.
+    Local,
+    /// Through a bridge whose key had this label (`None`: no `--key`).
+    Bridge(Option<String>),
+}
+
+impl Through {
+    /// How the task of `sender` came in.
+    pub fn of(sender: &Sender) -> Through {
+        match sender.remote {
+            Some(_) => Through::Bridge(sender.key.clone()),
+            None => Through::Local,
+        }
+    }
+}
+
+impl Receipt {
+    /// How its task came in.
+    pub fn through(&self) -> Through {
+        match self.remote {
+            true => Through::Bridge(self.key.clone()),
+            false => Through::Local,
+        }
+    }
 }
 
 /// Where a task is, as `task/status` tells it from the spool alone.

@@ -34,7 +34,7 @@ fn inbox_text(all: &InboxPage) -> String {
             format!(
                 "{place:<11} {}  from {}",
                 t.message_id,
-                t.sender.name.as_deref().unwrap_or("(cli)")
+                crate::turn::display_name(&t.sender)
             )
         })
         .collect();

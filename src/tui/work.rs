@@ -58,7 +58,7 @@ pub fn claim<E: Display>(view: &mut View, call: Call<E>) {
 }
 
 fn claimed(view: &mut View, t: ClaimedTask) {
-    let from = t.sender.name.unwrap_or_else(|| "(cli)".into());
+    let from = crate::turn::display_name(&t.sender);
     let replyable = t.sender.instance_id.is_some();
     let mut head = format!("claimed task {} from {from}", t.message_id);
     if let Some(ws) = t.sender.workspace.filter(|w| !w.is_empty()) {

@@ -30,6 +30,9 @@ impl Software {
 /// What a bridge says of the key it serves (`initialize`'s `bridge`).
 #[derive(Clone, Debug, Serialize)]
 pub struct BridgeParams {
+    /// The key's label (`baton bridge --key LABEL`), when it names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     pub remote: Option<String>,
     pub target: String,
 }

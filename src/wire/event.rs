@@ -36,6 +36,8 @@ pub struct Event {
     pub queue_position: Option<u64>,
     pub sender_id: Option<String>,
     pub remote: Option<String>,
+    /// A bridged sender's key label (`baton bridge --key`).
+    pub key: Option<String>,
     pub stored: bool,
     pub noted: bool,
     pub instance_id: Option<String>,

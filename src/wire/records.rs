@@ -90,6 +90,11 @@ pub struct Sender {
     /// port), or `ssh` where it did not.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub remote: Option<String>,
+    /// A task that came through `baton bridge --key LABEL`: the label of
+    /// the key it came with. A bridge's `task/status` and `task/cancel`
+    /// reach only the tasks of its own label (none reaches none).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub key: Option<String>,
 }
 
 /// What a receipt remembers of a task's reply: its text (bounded by

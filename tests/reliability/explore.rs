@@ -166,6 +166,7 @@ fn prune_at_open(t: &mut Trial) {
         reply: None,
         sender_instance_id: None,
         remote: false,
+        key: None,
         handler: Default::default(),
     };
     let done = t.dir().join("done");

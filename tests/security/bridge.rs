@@ -17,9 +17,14 @@ const T: Duration = Duration::from_secs(20);
 
 /// `baton bridge NAME` with `lines` on its stdin; its answers by id.
 fn bridge(env: &Env, name: &str, lines: &[Value]) -> Vec<Value> {
+    bridge_args(env, &["bridge", name], lines)
+}
+
+/// `baton ARGS` (a bridge) with `lines` on its stdin; its answers.
+fn bridge_args(env: &Env, args: &[&str], lines: &[Value]) -> Vec<Value> {
     let mut child = env
         .cmd()
-        .args(["bridge", name])
+        .args(args)
         .env("SSH_CONNECTION", "192.0.2.7 52100 127.0.0.1 22")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -188,4 +193,140 @@ fn a_bridge_key_is_a_sender_to_its_target_and_nothing_else() {
         .call(1, "task/status", json!({"message_id": "g1"}));
     assert_eq!(g1["result"]["status"], "awaiting_approval", "{g1}");
     drop((carol, dave, gate));
+}
+
+/// `baton bridge carol --key LABEL` with `lines` on its stdin.
+fn keyed(env: &Env, label: Option<&str>, lines: &[Value]) -> Vec<Value> {
+    let mut args = vec!["bridge", "carol"];
+    args.extend(label.map(|l| ["--key", l]).into_iter().flatten());
+    bridge_args(env, &args, lines)
+}
+
+fn send(id: u64, message_id: &str, target: &str) -> Value {
+    req(
+        id,
+        "message/send",
+        json!({"message_id": message_id, "target_instance_id": target,
+               "body": "from afar", "sender": {}}),
+    )
+}
+
+/// Regression (issue 44, point 7): a second ssh session cancelled the
+/// first session's task, and a bridged sender was shown `(cli)` in
+/// `inbox list` and `(remote)` in events. Each key's label holds its
+/// bridge to its own tasks, and names its sender everywhere.
+#[test]
+fn a_bridge_key_reaches_only_the_tasks_of_its_own_label() {
+    let env = Env::new();
+    let carol = env.serve(&env.workspace("carol"), &["--name", "carol"]);
+    let c = carol.id.as_str();
+    let sent = keyed(
+        &env,
+        Some("a"),
+        &[hello(), send(1, "ra1", c), send(2, "ra2", c)],
+    );
+    let sent_b = keyed(&env, Some("b"), &[hello(), send(1, "rb1", c)]);
+    let sent_n = keyed(&env, None, &[hello(), send(1, "rn1", c)]);
+    for (answers, id) in [(&sent, 1), (&sent, 2), (&sent_b, 1), (&sent_n, 1)] {
+        let a = by_id(answers, id);
+        assert_eq!(a["result"]["status"], "accepted", "{a}");
+    }
+
+    // b, and a bridge without --key, reach none of a's tasks.
+    let refused = |with: &str, id: &str| {
+        format!(
+            "not permitted: this key is limited to sending to carol, and cancels only the tasks sent through a bridge {with}; task {id} was not"
+        )
+    };
+    let b = keyed(
+        &env,
+        Some("b"),
+        &[
+            hello(),
+            req(1, "task/cancel", json!({"message_id": "ra1"})),
+            req(2, "task/status", json!({"message_id": "ra1"})),
+            req(3, "task/status", json!({"message_id": "rb1"})),
+        ],
+    );
+    let cancel = by_id(&b, 1);
+    assert_eq!(cancel["error"]["code"], -32012, "{cancel}");
+    assert_eq!(cancel["error"]["message"], refused("with --key b", "ra1"));
+    let status = &by_id(&b, 2)["result"];
+    assert_eq!(status["status"], "unknown", "{status}");
+    assert_eq!(
+        status["reason"],
+        "it was not sent through a bridge with --key b: a bridge asks only about the tasks sent through one with its own key's label"
+    );
+    assert_eq!(by_id(&b, 3)["result"]["status"], "queued", "{b:?}");
+    let n = keyed(
+        &env,
+        None,
+        &[
+            hello(),
+            req(1, "task/cancel", json!({"message_id": "ra2"})),
+            req(2, "task/status", json!({"message_id": "rn1"})),
+        ],
+    );
+    let cancel = by_id(&n, 1);
+    assert_eq!(cancel["error"]["message"], refused("without --key", "ra2"));
+    assert_eq!(by_id(&n, 2)["result"]["status"], "queued", "{n:?}");
+
+    // a reaches its own.
+    let a = keyed(
+        &env,
+        Some("a"),
+        &[
+            hello(),
+            req(1, "task/status", json!({"message_id": "ra1"})),
+            req(2, "task/cancel", json!({"message_id": "ra1"})),
+        ],
+    );
+    assert_eq!(by_id(&a, 1)["result"]["status"], "queued", "{a:?}");
+    assert_eq!(by_id(&a, 2)["result"]["status"], "cancelled", "{a:?}");
+    let ra2 = carol
+        .client()
+        .call(1, "task/status", json!({"message_id": "ra2"}));
+    assert_eq!(ra2["result"]["status"], "queued", "{ra2}");
+
+    // Shown by its label: events, inbox list, log.
+    let accepted = wait_event(&carol.spool(), "ra2 at carol", T, |e| {
+        e["kind"] == "message.accepted" && e["message_id"] == "ra2"
+    });
+    assert_eq!(accepted["from"], "(remote a)", "{accepted}");
+    assert_eq!(accepted["key"], "a", "{accepted}");
+    let listed = env.run(&["inbox", "list", "carol"]);
+    assert_eq!(listed.status, 0, "{listed:?}");
+    for (id, from) in [
+        ("ra2", "(remote a)"),
+        ("rb1", "(remote b)"),
+        ("rn1", "(remote)"),
+    ] {
+        let row = listed.stdout.lines().find(|l| l.contains(id));
+        let row = row.unwrap_or_else(|| panic!("{id}: {}", listed.stdout));
+        assert!(row.contains(&format!(" {from} ")), "{row}");
+    }
+    let log = env.run(&["log", "carol"]);
+    assert!(log.stdout.contains("ra2 from (remote a)"), "{}", log.stdout);
+    assert!(log.stdout.contains("rn1 from (remote) "), "{}", log.stdout);
+
+    // A label is a short name.
+    let bad = env.run(&["bridge", "carol", "--key", "a b"]);
+    assert_eq!(bad.status, 2, "{bad:?}");
+    assert_eq!(
+        bad.stderr.trim(),
+        "baton: bridge: --key a b: a key's label is 1 to 64 bytes of letters, digits and -_.@"
+    );
+    // The instance holds a declaration to the same grammar.
+    let declared = carol.client().call(
+        1,
+        "initialize",
+        json!({"protocol_version": 1, "client": {"name": "t", "version": "0"},
+               "bridge": {"target": c, "key": "a\u{1b}[2J"}}),
+    );
+    assert_eq!(declared["error"]["code"], -32602, "{declared}");
+    assert_eq!(
+        declared["error"]["message"],
+        "invalid params: bridge.key must be a label of 1 to 64 letters, digits and -_.@"
+    );
+    drop(carol);
 }

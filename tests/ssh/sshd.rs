@@ -80,7 +80,7 @@ fn a_real_sshd_carries_send_list_bridge_and_a_forced_command_key() {
     let bin = bin.to_str().unwrap();
     // docs/ssh.md's forced-command key: its command carries its environment.
     let forced = format!(
-        "env BATON_DIR={} XDG_STATE_HOME={} {bin} bridge far",
+        "env BATON_DIR={} XDG_STATE_HOME={} {bin} bridge --key ci-bot far",
         h.remote.registry.display(),
         h.remote.state.display()
     );

@@ -76,6 +76,7 @@ pub fn seed_task(id: &str) -> Task {
         workspace: Some("/work/ops".into()),
         pid: Some(77),
         remote: None,
+        key: None,
     };
     let mut t = spool::new_task(
         id,
@@ -112,6 +113,7 @@ pub fn seed_receipt() -> Vec<u8> {
         }),
         sender_instance_id: Some("77-1234567890123456".into()),
         remote: false,
+        key: None,
         handler: Default::default(),
     };
     let mut line = serde_json::to_vec(&r).expect("a receipt serializes");
