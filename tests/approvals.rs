@@ -326,3 +326,98 @@ fn watch_approve_counts_what_it_escaped_and_v_prints_the_whole_body() {
     assert_eq!(wait_receipt(&inst.spool(), "w-1")["outcome"], "done");
     assert_eq!(ran(&inst), "w-1\n");
 }
+
+/// The view (`baton attach`): the prompt says how many lines the body
+/// has and how many of its characters are escaped, and `v` shows the
+/// whole body, escaped, before `n` answers.
+#[test]
+fn the_views_v_shows_the_whole_body_and_its_prompt_the_counts() {
+    if !crate::util::have("tmux") {
+        return;
+    }
+    use crate::tui::Tmux;
+    let env = Env::new();
+    let ws = env.workspace("h");
+    let mut h = env.serve(&ws, &["--name", "h", "--exec", RECORD, "--approve", "ask"]);
+    let tmux = Tmux::start(
+        &env,
+        "view",
+        &format!("cd '{}'\nexec \"$BATON\" attach h", ws.display()),
+    );
+    tmux.wait_for("view", &format!("baton h ({}) coding ready", h.id));
+    let body = lines(9).replace("line 9\n", "line 9 \x1b[31mred\n");
+    send_waiting(&env, &h, "v-1", &body);
+    // The status row, cut at the pane's width.
+    tmux.wait_for("view", "mode queue, 72 bytes, 9 lines, 1 escaped; v reads");
+
+    tmux.key("view", "v");
+    let screen = tmux.wait_for("view", "(end of task v-1)");
+    let rows: Vec<&str> = screen.lines().map(str::trim_end).collect();
+    let at = (rows.iter())
+        .position(|l| l.starts_with("* the whole of task v-1 ("))
+        .unwrap_or_else(|| panic!("{screen}"));
+    let whole: Vec<String> = (1..=9)
+        .map(|n| match n {
+            9 => "    | line 9 \\e[31mred".to_string(),
+            n => format!("    | line {n}"),
+        })
+        .collect();
+    assert_eq!(rows[at + 1..at + 10], whole, "{screen}");
+    tmux.key("view", "n");
+    assert_eq!(wait_receipt(&h.spool(), "v-1")["outcome"], "denied");
+    assert_eq!(ran(&h), "");
+    drop(tmux);
+    assert_eq!(h.term(), 0);
+}
+
+/// A tool call an MCP host asks its user to allow is listed beside the
+/// tasks (mode `tool`) and answered by its approval id the same way: the
+/// host is told `allow`.
+#[test]
+fn a_hosts_tool_call_is_listed_and_approved_by_id() {
+    use crate::mcp::{Mcp, NEWEST};
+    let env = Env::new();
+    let ws = env.workspace("perm");
+    let mut m = Mcp::start_hosted(&env, &ws, &["--name", "perm"]);
+    m.initialize(NEWEST);
+    let note = serde_json::json!({"jsonrpc": "2.0",
+        "method": "notifications/claude/channel/permission_request", "params": {
+        "request_id": "tbxkq", "tool_name": "Bash", "description": "Remove the build",
+        "input_preview": "{\"command\":\"rm -rf build\"}"}});
+    m.send_line(&note.to_string());
+    let row = crate::util::wait_for("the tool call to be listed", WAIT, || {
+        let out = env.run(&["approvals", "perm"]);
+        let row = out.stdout.lines().nth(1)?.to_string();
+        Some(row)
+    });
+    let cells: Vec<&str> = row
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    // Its size and lines: the description and the input, one line each.
+    let size = ("Remove the build\n".len() + "{\"command\":\"rm -rf build\"}".len()).to_string();
+    assert_eq!(
+        cells[1..],
+        [
+            "tbxkq",
+            "baton-tests",
+            "tool",
+            &size,
+            "2",
+            "Bash: Remove the build …"
+        ],
+        "{row}"
+    );
+    let ask = cells[0].to_string();
+    let out = env.run(&["approve", "perm", &ask]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(
+        out.stdout,
+        format!("approved {ask} (tool call tbxkq) at perm\n")
+    );
+    let v = m.wait_note("notifications/claude/channel/permission", |p| {
+        p["request_id"] == "tbxkq"
+    });
+    assert_eq!(v["params"]["behavior"], "allow", "{v}");
+}

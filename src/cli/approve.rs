@@ -8,10 +8,11 @@
 
 use crate::error::{Error, Result};
 use crate::event_text::who_asked;
-use crate::sanitize::{escape, escape_multiline, is_unsafe};
+use crate::sanitize::escape;
 use serde_json::Value;
 use std::collections::VecDeque;
 
+pub use crate::event_text::{Whole, escaped_count, show_whole, whole_of};
 pub use crate::wire::Decision;
 pub use crate::wire::answer::Asked;
 
@@ -86,67 +87,6 @@ pub fn parse_answer(line: &str) -> Result<Option<Answer>> {
         )));
     }
     Ok(Some(Answer { decision, id }))
-}
-
-/// The whole of what an approval shows, for the operator to read before
-/// deciding: a task's body (from `approval/list`), or a tool call's
-/// description and input; or why it could not be read.
-pub type Whole = std::result::Result<String, String>;
-
-/// How many characters of `text` a terminal is shown escaped
-/// (`sanitize::is_unsafe`), line ends and tabs aside: what the operator
-/// cannot read as it stands.
-pub fn escaped_count(text: &str) -> usize {
-    (text.chars())
-        .filter(|&c| c != '\n' && c != '\t' && is_unsafe(c))
-        .count()
-}
-
-/// The whole text of an approval as `approval/list` with `full` gave it:
-/// a task's body, checked against the SHA-256 its approval shows (which
-/// the digest an answer names covers); a tool call's description and
-/// input, which its request shows whole.
-pub fn whole_of(a: &Asked) -> Whole {
-    if a.is_tool() {
-        let (what, input) = (a.description.as_deref(), a.input_preview.as_deref());
-        return Ok(format!("{}\n{}", what.unwrap_or(""), input.unwrap_or("")));
-    }
-    let Some(body) = &a.body else {
-        return Err("its file could not be read".into());
-    };
-    match &a.body_sha256 {
-        Some(want) if *want != crate::digest::sha256_hex(body.as_bytes()) => {
-            Err("the body read is not the one the approval shows (its SHA-256 differs)".into())
-        }
-        _ => Ok(body.clone()),
-    }
-}
-
-/// The whole text, escaped (`escape_multiline`), each line behind `  | `
-/// so that no line of it can pass for baton's own.
-pub fn show_whole(a: &Asked, whole: &Whole) -> String {
-    let what = match a.is_tool() {
-        true => format!("tool call {}", escape(a.subject())),
-        false => format!("task {}", escape(a.subject())),
-    };
-    let text = match whole {
-        Ok(t) => t,
-        Err(why) => return format!("  the whole of {what} cannot be shown: {}\n", escape(why)),
-    };
-    let mut out = format!(
-        "  the whole of {what} ({} bytes, {}):\n",
-        text.len(),
-        lines_said(text.lines().count() as u64)
-    );
-    for l in escape_multiline(text).lines() {
-        out.push_str(&format!("  | {l}\n"));
-    }
-    out.push_str(&format!("  (end of {what})\n"));
-    out
-}
-
-fn lines_said(n: u64) -> String {
-    format!("{n} line{}", if n == 1 { "" } else { "s" })
 }
 
 /// A request waiting for the operator: the request's id (echoed in the
@@ -299,7 +239,8 @@ pub fn describe(a: &Asked, whole: Option<&Whole>) -> String {
     }
     let lines = a.lines.unwrap_or(0);
     if let Some(bytes) = a.bytes {
-        out.push_str(&format!("  body:  {bytes} bytes, {}\n", lines_said(lines)));
+        let plural = if lines == 1 { "" } else { "s" };
+        out.push_str(&format!("  body:  {bytes} bytes, {lines} line{plural}\n"));
     }
     out.push_str(&escaped);
     if let Some(ex) = &a.excerpt {
