@@ -101,7 +101,8 @@ impl Door {
             // zcoder's framing has no bridge.
             Door::Zcoder => AGENT,
             Door::Method(Method::Foreground(call)) => match call {
-                Call::ControlStatus | Call::InboxList => LOCAL,
+                // What waits for an approval is what the events show.
+                Call::ControlStatus | Call::InboxList | Call::ApprovalList => LOCAL,
                 Call::ControlPause
                 | Call::ControlResume
                 | Call::InboxClaim

@@ -4,7 +4,9 @@
 //! host) and of an approval that waits. The text holds the peers' words as
 //! they came: each face escapes it where it meets a terminal.
 
+use crate::sanitize::{escape, escape_multiline, is_unsafe};
 use crate::status::Status;
+pub use crate::wire::answer::Asked;
 use crate::wire::{Event, EventKind as K};
 
 /// How many lines of a body an approval request carries, or the view
@@ -325,6 +327,12 @@ pub struct Waiting {
     /// The body's first lines.
     pub excerpt: String,
     pub bytes: Option<u64>,
+    /// How many lines the body has, where the event says.
+    pub lines: Option<u64>,
+    /// How many characters of the whole body (a tool call's description
+    /// and input) a terminal is shown escaped (`escaped_count`), once the
+    /// whole was read (`approval/list`).
+    pub escaped: Option<usize>,
     /// For a tool call an MCP host relayed (`permission.requested`): the
     /// tool; `id` is then its request id.
     pub tool: Option<String>,
@@ -342,15 +350,27 @@ fn approval_about(w: &Waiting) -> String {
     let bytes = part(w.bytes, |n| {
         format!(", {n} byte{}", if n == 1 { "" } else { "s" })
     });
-    format!("{from}{ws}{mode}{bytes}")
+    format!("{from}{ws}{mode}{bytes}{}", whole_read(w))
+}
+
+/// What the whole read says, once it was: `, 7 lines, 2 escaped; v reads
+/// it whole`.
+fn whole_read(w: &Waiting) -> String {
+    let Some(n) = w.escaped else {
+        return String::new();
+    };
+    let lines = part(w.lines, |l| format!(", {}", lines_said(l)));
+    format!("{lines}, {n} escaped; v reads it whole")
 }
 
 /// The view's status row while a task waits: the question and its context.
 pub fn approval_prompt(w: &Waiting) -> String {
     match &w.tool {
         Some(tool) => format!(
-            "allow tool call {} ({tool}) asked by {}? [y/n]",
-            w.id, w.from
+            "allow tool call {} ({tool}) asked by {}{}? [y/n]",
+            w.id,
+            w.from,
+            whole_read(w)
         ),
         None => format!("approve task {} from {}? [y/n]", w.id, approval_about(w)),
     }
@@ -375,6 +395,68 @@ pub fn approval_text(w: &Waiting) -> String {
         t.push_str(&format!("\n  {line}"));
     }
     t
+}
+
+/// The whole of what an approval shows, for the operator to read before
+/// deciding: a task's body (from `approval/list`), or a tool call's
+/// description and input; or why it could not be read.
+pub type Whole = std::result::Result<String, String>;
+
+/// How many characters of `text` a terminal is shown escaped
+/// (`sanitize::is_unsafe`), line ends and tabs aside: what the operator
+/// cannot read as it stands.
+pub fn escaped_count(text: &str) -> usize {
+    (text.chars())
+        .filter(|&c| c != '\n' && c != '\t' && is_unsafe(c))
+        .count()
+}
+
+/// The whole text of an approval as `approval/list` with `full` gave it:
+/// a task's body, checked against the SHA-256 its approval shows (which
+/// the digest an answer names covers); a tool call's description and
+/// input, which its request shows whole.
+pub fn whole_of(a: &Asked) -> Whole {
+    if a.is_tool() {
+        let (what, input) = (a.description.as_deref(), a.input_preview.as_deref());
+        return Ok(format!("{}\n{}", what.unwrap_or(""), input.unwrap_or("")));
+    }
+    let Some(body) = &a.body else {
+        return Err("its file could not be read".into());
+    };
+    match &a.body_sha256 {
+        Some(want) if *want != crate::digest::sha256_hex(body.as_bytes()) => {
+            Err("the body read is not the one the approval shows (its SHA-256 differs)".into())
+        }
+        _ => Ok(body.clone()),
+    }
+}
+
+/// The whole text, escaped (`escape_multiline`), each line behind `  | `
+/// so that no line of it can pass for baton's own.
+pub fn show_whole(a: &Asked, whole: &Whole) -> String {
+    let what = match a.is_tool() {
+        true => format!("tool call {}", escape(a.subject())),
+        false => format!("task {}", escape(a.subject())),
+    };
+    let text = match whole {
+        Ok(t) => t,
+        Err(why) => return format!("  the whole of {what} cannot be shown: {}\n", escape(why)),
+    };
+    let mut out = format!(
+        "  the whole of {what} ({} bytes, {}):\n",
+        text.len(),
+        lines_said(text.lines().count() as u64)
+    );
+    for l in escape_multiline(text).lines() {
+        out.push_str(&format!("  | {l}\n"));
+    }
+    out.push_str(&format!("  (end of {what})\n"));
+    out
+}
+
+/// `N line(s)`.
+fn lines_said(n: u64) -> String {
+    format!("{n} line{}", if n == 1 { "" } else { "s" })
 }
 
 /// `s` cut after `chars` characters; `…` marks the cut.

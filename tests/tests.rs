@@ -6,6 +6,7 @@ mod util;
 mod answers;
 mod answers_said;
 mod answers_show;
+mod approvals;
 mod approve;
 mod cancel;
 mod codex;

@@ -2,16 +2,19 @@
 //! requests. An answer is `y`/`yes` or `n`/`no`, alone (the oldest request
 //! waiting) or with a task id or a unique prefix of one (`y ID`). Answers
 //! read before a request waits are kept in order, so a piped
-//! `printf 'y\nn\n'` answers the first request y and the second n.
+//! `printf 'y\nn\n'` answers the first request y and the second n. `v`
+//! (or `v ID`) prints the whole of what waits, escaped, before answering.
+//! What a request shows is said here for `baton approvals` too.
 
 use crate::error::{Error, Result};
 use crate::event_text::who_asked;
 use crate::sanitize::escape;
-use serde::Deserialize;
 use serde_json::Value;
 use std::collections::VecDeque;
 
+pub use crate::event_text::{Whole, escaped_count, show_whole, whole_of};
 pub use crate::wire::Decision;
+pub use crate::wire::answer::Asked;
 
 /// The command that answers the approvals of TARGET (as the operator
 /// named it, or nothing for the instance a command without TARGET finds),
@@ -33,6 +36,33 @@ pub struct Answer {
     pub decision: Decision,
     /// A task id, or the start of one.
     pub id: Option<String>,
+}
+
+/// A line that says something: an answer, or `v [ID]`, to read the whole
+/// of what waits (the oldest, or the one ID starts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Line {
+    Answer(Answer),
+    View(Option<String>),
+}
+
+/// What a line says: `v` or `view` (any case) and an optional task id, or
+/// an answer (`parse_answer`).
+pub fn parse_line(line: &str) -> Result<Option<Line>> {
+    let mut words = line.split_whitespace();
+    let first = words.next().map(str::to_ascii_lowercase);
+    if !matches!(first.as_deref(), Some("v" | "view")) {
+        return Ok(parse_answer(line)?.map(Line::Answer));
+    }
+    let id = words.next().map(str::to_string);
+    match words.next() {
+        Some(extra) => Err(Error::Usage(format!(
+            "not an answer: {}: one task id at most ({} is one too many)",
+            escape(line.trim()),
+            escape(extra)
+        ))),
+        None => Ok(Some(Line::View(id))),
+    }
 }
 
 /// What the answers say: `y`, `yes`, `n`, `no` (any case), then an
@@ -65,8 +95,8 @@ pub fn parse_answer(line: &str) -> Result<Option<Answer>> {
 
 /// A request waiting for the operator: the request's id (echoed in the
 /// reply), the task's id or the tool call's (`tool`: a request an MCP
-/// host relayed, `permission/ask`), the approval's id, and the digest of
-/// what was shown, which the reply carries back.
+/// host relayed, `permission/ask`), the approval's id, the digest of
+/// what was shown, which the reply carries back, and what it shows.
 #[derive(Debug)]
 pub struct Waiting {
     pub rid: Value,
@@ -74,19 +104,21 @@ pub struct Waiting {
     pub tool: bool,
     pub approval_id: String,
     pub digest: Value,
+    /// What `v` prints.
+    pub shown: Option<(Asked, Whole)>,
 }
 
 impl Waiting {
-    /// The request `req`, whose id is `rid`, as it waits.
-    pub fn of(rid: Value, req: Request) -> Waiting {
-        let tool = req.message_id.is_none();
-        let id = if tool { req.request_id } else { req.message_id };
+    /// The request `req`, whose id is `rid`, as it waits, and the whole of
+    /// what it shows.
+    pub fn of(rid: Value, req: Asked, whole: Whole) -> Waiting {
         Waiting {
             rid,
-            message_id: id.unwrap_or_default(),
-            tool,
-            approval_id: req.approval_id.unwrap_or_default(),
-            digest: req.digest,
+            message_id: req.subject().to_string(),
+            tool: req.is_tool(),
+            approval_id: req.approval_id.clone().unwrap_or_default(),
+            digest: req.digest.clone(),
+            shown: Some((req, whole)),
         }
     }
 }
@@ -118,26 +150,31 @@ impl Approvals {
         None
     }
 
-    /// The operator answered: the request it decides, or `None` when it is
-    /// kept for a request still to come. An id prefix that matches more
-    /// than one waiting task is an error.
-    pub fn answer(&mut self, a: Answer) -> Result<Option<Decided>> {
-        let p = a.id.as_deref().unwrap_or("");
-        let ids: Vec<_> = (self.waiting.iter())
+    /// The one waiting request whose id starts with `prefix` (any: the
+    /// oldest); `None` when none does. A prefix of more than one is an
+    /// error.
+    pub fn find(&self, prefix: Option<&str>) -> Result<Option<&Waiting>> {
+        let p = prefix.unwrap_or("");
+        let matching: Vec<&Waiting> = (self.waiting.iter())
             .filter(|w| w.message_id.starts_with(p))
-            .map(|w| escape(&w.message_id))
             .collect();
-        if ids.len() > 1 && a.id.is_some() {
+        if matching.len() > 1 && prefix.is_some() {
+            let ids: Vec<_> = matching.iter().map(|w| escape(&w.message_id)).collect();
             return Err(Error::Usage(format!(
                 "{} matches more than one waiting task: {}",
                 escape(p),
                 ids.join(", ")
             )));
         }
-        let i = self
-            .waiting
-            .iter()
-            .position(|w| w.message_id.starts_with(p));
+        Ok(matching.first().copied())
+    }
+
+    /// The operator answered: the request it decides, or `None` when it is
+    /// kept for a request still to come. An id prefix that matches more
+    /// than one waiting task is an error.
+    pub fn answer(&mut self, a: Answer) -> Result<Option<Decided>> {
+        let id = self.find(a.id.as_deref())?.map(|w| w.approval_id.clone());
+        let i = id.and_then(|id| self.waiting.iter().position(|w| w.approval_id == id));
         if let Some(w) = i.and_then(|i| self.waiting.remove(i)) {
             return Ok(Some((w, a.decision)));
         }
@@ -160,88 +197,66 @@ impl Approvals {
     }
 }
 
-/// The params of an `approval/request` (docs/protocol.md): a task's
-/// (its id, who sent it, its mode, size and first lines) or a tool call's
-/// that an MCP host relayed (`request_id`, the tool, who asked, what it
-/// does and its input), with the approval's id and the digest of what
-/// they show. One with a member of another type reads as empty.
-#[derive(Default, Deserialize)]
-#[serde(default)]
-pub struct Request {
-    message_id: Option<String>,
-    from: Option<String>,
-    workspace: Option<String>,
-    pid: Option<u64>,
-    mode: Option<String>,
-    bytes: Option<u64>,
-    lines: Option<u64>,
-    excerpt: Option<String>,
-    request_id: Option<String>,
-    tool_name: Option<String>,
-    host: Option<String>,
-    host_pid: Option<u64>,
-    description: Option<String>,
-    input_preview: Option<String>,
-    approval_id: Option<String>,
-    digest: Value,
-}
-
-impl Request {
-    /// An `approval/request`'s `params`.
-    pub fn read(params: &Value) -> Request {
-        Request::deserialize(params).unwrap_or_default()
+/// What the operator reads before deciding: who sent the task, from
+/// where, its mode, size and first lines; or for a tool call, the tool,
+/// who asked, what it does, its input (all escaped); and, where the whole
+/// was read (`whole`), how many of its characters are shown escaped.
+pub fn describe(a: &Asked, whole: Option<&Whole>) -> String {
+    let s = |v: &Option<String>| v.as_deref().map(|v| escape(v).into_owned());
+    let escaped = match whole {
+        Some(Ok(text)) => format!(
+            "  escaped: {} characters; v shows it whole\n",
+            escaped_count(text)
+        ),
+        Some(Err(why)) => format!("  escaped: unknown ({})\n", escape(why)),
+        None => String::new(),
+    };
+    if a.is_tool() {
+        let mut out = format!(
+            "tool call {} waits for permission\n  tool:  {}\n",
+            s(&a.request_id).unwrap_or_default(),
+            s(&a.tool_name).unwrap_or_default()
+        );
+        let who = who_asked(a.host.as_deref(), a.host_pid, a.pid);
+        out.push_str(&format!("  asked: by {}\n", escape(&who)));
+        for (label, v) in [("what", &a.description), ("input", &a.input_preview)] {
+            for l in v.as_deref().unwrap_or("").lines() {
+                out.push_str(&format!("  {label}: {}\n", escape(l)));
+            }
+        }
+        out.push_str(&escaped);
+        return out;
     }
-
-    /// What the operator reads before deciding: who sent the task, from
-    /// where, its mode, size and first lines; or for a tool call, the
-    /// tool, who asked, what it does, its input (all escaped).
-    pub fn describe(&self) -> String {
-        let s = |v: &Option<String>| v.as_deref().map(|v| escape(v).into_owned());
-        if self.message_id.is_none() && self.request_id.is_some() {
-            let mut out = format!(
-                "tool call {} waits for permission\n  tool:  {}\n",
-                s(&self.request_id).unwrap_or_default(),
-                s(&self.tool_name).unwrap_or_default()
-            );
-            let who = who_asked(self.host.as_deref(), self.host_pid, self.pid);
-            out.push_str(&format!("  asked: by {}\n", escape(&who)));
-            for (label, v) in [("what", &self.description), ("input", &self.input_preview)] {
-                for l in v.as_deref().unwrap_or("").lines() {
-                    out.push_str(&format!("  {label}: {}\n", escape(l)));
-                }
-            }
-            return out;
-        }
-        let id = s(&self.message_id).unwrap_or_default();
-        let mut out = format!("task {id} waits for approval\n");
-        let from = s(&self.from).unwrap_or_else(|| "?".into());
-        out.push_str(&format!("  from:  {from}"));
-        if let Some(ws) = s(&self.workspace) {
-            out.push_str(&format!(", workspace {ws}"));
-        }
-        if let Some(pid) = self.pid {
-            out.push_str(&format!(", pid {pid}"));
-        }
-        out.push('\n');
-        if let Some(mode) = s(&self.mode) {
-            out.push_str(&format!("  mode:  {mode}\n"));
-        }
-        let lines = self.lines.unwrap_or(0);
-        if let Some(bytes) = self.bytes {
-            let plural = if lines == 1 { "" } else { "s" };
-            out.push_str(&format!("  body:  {bytes} bytes, {lines} line{plural}\n"));
-        }
-        if let Some(ex) = &self.excerpt {
-            let shown = ex.lines().count() as u64;
-            for l in ex.lines() {
-                out.push_str(&format!("  | {}\n", escape(l)));
-            }
-            if lines > shown {
-                out.push_str(&format!("  | … {} more lines\n", lines - shown));
-            }
-        }
-        out
+    let id = s(&a.message_id).unwrap_or_default();
+    let mut out = format!("task {id} waits for approval\n");
+    let from = s(&a.from).unwrap_or_else(|| "?".into());
+    out.push_str(&format!("  from:  {from}"));
+    if let Some(ws) = s(&a.workspace) {
+        out.push_str(&format!(", workspace {ws}"));
     }
+    if let Some(pid) = a.pid {
+        out.push_str(&format!(", pid {pid}"));
+    }
+    out.push('\n');
+    if let Some(mode) = s(&a.mode) {
+        out.push_str(&format!("  mode:  {mode}\n"));
+    }
+    let lines = a.lines.unwrap_or(0);
+    if let Some(bytes) = a.bytes {
+        let plural = if lines == 1 { "" } else { "s" };
+        out.push_str(&format!("  body:  {bytes} bytes, {lines} line{plural}\n"));
+    }
+    out.push_str(&escaped);
+    if let Some(ex) = &a.excerpt {
+        let shown = ex.lines().count() as u64;
+        for l in ex.lines() {
+            out.push_str(&format!("  | {}\n", escape(l)));
+        }
+        if lines > shown {
+            out.push_str(&format!("  | … {} more lines\n", lines - shown));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -256,6 +271,7 @@ mod tests {
             tool: false,
             approval_id: format!("ask-{id}"),
             digest: json!(format!("digest of {id}")),
+            shown: None,
         }
     }
 
@@ -319,7 +335,7 @@ mod tests {
     fn describe_shows_context_escaped() {
         let p = json!({"message_id": "t-1", "from": "alice", "workspace": "/w\x1b", "pid": 7,
                        "mode": "queue", "bytes": 30, "lines": 7, "excerpt": "a\nb\x07"});
-        let d = Request::read(&p).describe();
+        let d = describe(&Asked::read(&p), None);
         assert!(d.contains("from:  alice, workspace /w\\e, pid 7"), "{d}");
         assert!(d.contains("body:  30 bytes, 7 lines"), "{d}");
         assert!(
@@ -333,12 +349,64 @@ mod tests {
         let p = json!({"request_id": "tbxkq", "tool_name": "Bash", "pid": 9,
                        "host": "claude\x07", "host_pid": 8,
                        "description": "List files", "input_preview": "{\"command\":\"ls\x1b\"}"});
-        let d = Request::read(&p).describe();
+        let d = describe(&Asked::read(&p), None);
         assert_eq!(
             d,
             "tool call tbxkq waits for permission\n  tool:  Bash\n  \
              asked: by claude\\u{7} (pid 8) through baton mcp (pid 9)\n  \
              what: List files\n  input: {\"command\":\"ls\\e\"}\n"
         );
+    }
+
+    #[test]
+    fn v_asks_for_the_whole_text() {
+        let v = |l: &str| parse_line(l).unwrap();
+        assert_eq!(v("v"), Some(Line::View(None)));
+        assert_eq!(v(" View ab-1 "), Some(Line::View(Some("ab-1".into()))));
+        assert!(matches!(v("y"), Some(Line::Answer(_))));
+        assert_eq!(v(""), None);
+        assert!(parse_line("v a b").is_err());
+        assert!(parse_line("vv").is_err());
+    }
+
+    #[test]
+    fn escaped_characters_are_counted_but_line_ends_and_tabs_are_not() {
+        assert_eq!(escaped_count("a\tb\nc\r\n\x1b[2J\u{202e}"), 3);
+        assert_eq!(escaped_count("plain\n"), 0);
+    }
+
+    #[test]
+    fn the_whole_body_is_shown_escaped_behind_bars_when_its_digest_matches() {
+        let body = "one\n\x1b]0;x\x07two\n";
+        let sha = crate::digest::sha256_hex(body.as_bytes());
+        let p = json!({"message_id": "t-1", "body": body, "body_sha256": sha});
+        let a = Asked::read(&p);
+        let whole = whole_of(&a);
+        assert_eq!(whole.as_deref(), Ok(body));
+        let shown = show_whole(&a, &whole);
+        assert_eq!(
+            shown,
+            "  the whole of task t-1 (14 bytes, 2 lines):\n  | one\n  | \\e]0;x\\u{7}two\n  (end of task t-1)\n"
+        );
+        let d = describe(&a, Some(&whole));
+        assert!(
+            d.contains("  escaped: 2 characters; v shows it whole\n"),
+            "{d}"
+        );
+        let forged = json!({"message_id": "t-1", "body": "other", "body_sha256": sha});
+        assert!(whole_of(&Asked::read(&forged)).is_err());
+        assert!(whole_of(&Asked::read(&json!({"message_id": "t-2"}))).is_err());
+    }
+
+    #[test]
+    fn v_finds_the_oldest_or_the_one_an_id_starts() {
+        let mut a = Approvals::default();
+        assert!(a.find(None).unwrap().is_none());
+        assert!(a.request(w("r1", "abc-1")).is_none());
+        assert!(a.request(w("r2", "abc-2")).is_none());
+        assert_eq!(a.find(None).unwrap().unwrap().message_id, "abc-1");
+        assert_eq!(a.find(Some("abc-2")).unwrap().unwrap().message_id, "abc-2");
+        assert!(a.find(Some("abc")).is_err());
+        assert!(a.find(Some("zz")).unwrap().is_none());
     }
 }

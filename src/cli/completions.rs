@@ -15,8 +15,20 @@ use crate::error::{Error, ExitCode, Result};
 
 /// Commands whose positional argument is a live TARGET.
 const TARGETED: &[&str] = &[
-    "send", "ping", "status", "pause", "resume", "log", "watch", "attach", "bridge", "stop",
+    "send",
+    "ping",
+    "status",
+    "pause",
+    "resume",
+    "log",
+    "watch",
+    "attach",
+    "bridge",
+    "stop",
     "cancel",
+    "approvals",
+    "approve",
+    "deny",
 ];
 /// Commands whose positional argument is a name baton knows a spool of
 /// (`baton list --offline`).

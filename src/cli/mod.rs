@@ -1,6 +1,7 @@
 //! The command line (baton(1)): one table of commands, each in its own
 //! file with a `run`, and the one place where errors become exit codes.
 
+mod approvals;
 mod approve;
 mod args;
 mod attach;
@@ -355,12 +356,33 @@ pub const COMMANDS: &[Command] = &[
             ),
             switch(
                 "approve",
-                "be a controller: answer each approval request on stdin with y or n (or y ID, n ID)",
+                "be a controller: answer each approval request on stdin with y or n (or y ID, n ID); v (or v ID) prints its whole body",
             ),
             user::USER,
             HELP,
         ],
         run: watch::watch,
+    },
+    Command {
+        name: "approvals",
+        usage: "baton approvals [TARGET] [--json] [--full] [--user NAME]",
+        summary: "list the approvals waiting at an instance: tasks, and tool calls MCP hosts ask about",
+        opts: &[JSON, switch("full", "print each whole body, escaped"), user::USER, HELP],
+        run: approvals::list,
+    },
+    Command {
+        name: "approve",
+        usage: "baton approve [TARGET] APPROVAL_ID... [--json] [--user NAME]",
+        summary: "approve waiting approvals by id, as 'baton approvals' lists them",
+        opts: &[JSON, user::USER, HELP],
+        run: approvals::approve,
+    },
+    Command {
+        name: "deny",
+        usage: "baton deny [TARGET] APPROVAL_ID... [--json] [--user NAME]",
+        summary: "deny waiting approvals by id, as 'baton approvals' lists them",
+        opts: &[JSON, user::USER, HELP],
+        run: approvals::deny,
     },
     Command {
         name: "mcp",

@@ -1,7 +1,7 @@
 //! `baton log` and `baton watch`: an instance's transcript, recorded or
 //! live, and answering approvals from a terminal.
 
-use super::approve::{self, Approvals, Decided, Waiting};
+use super::approve::{self, Approvals, Asked, Decided, Line, Waiting};
 use super::args::Args;
 use super::log::print;
 use super::since::{Clock, parse_since};
@@ -114,7 +114,7 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     let (result, rx, mut stream) = subscribe(config, &peer, params)?;
     let last = result.next_seq.saturating_sub(1);
     if then_live {
-        return follow(args, &clock, rx, stream, false, Some((last, filter)));
+        return follow(args, &clock, rx, stream, None, Some((last, filter)));
     }
     if last == 0 {
         return Ok(ExitCode::Ok);
@@ -196,7 +196,7 @@ fn follow_next_start(
         // One that went away before it could be subscribed to is not the
         // next start: wait for another.
         |peer| match subscribe(config, &peer, params.clone()) {
-            Ok((_, rx, stream)) => follow(args, clock, rx, stream, false, None).map(Step::Done),
+            Ok((_, rx, stream)) => follow(args, clock, rx, stream, None, None).map(Step::Done),
             Err(_) => Ok(Step::Unwatched(None)),
         },
     )?;
@@ -221,7 +221,8 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "watch", 1)?;
     let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
     let (_, rx, stream) = subscribe(config, &peer, params)?;
-    follow(args, &clock, rx, stream, approve, None)
+    let asking = approve.then_some((config, &peer));
+    follow(args, &clock, rx, stream, asking, None)
 }
 
 /// Reads the operator's answers on a thread of its own.
@@ -236,15 +237,17 @@ fn read_stdin() -> Receiver<String> {
 
 /// Prints events as they come until the instance goes away; `replay`
 /// (the last recorded seq and `log`'s filter) limits the recorded ones.
-/// With `approve`, answers approval requests from stdin.
+/// With `asking` (the instance, to read a waiting task's whole body
+/// from), answers approval requests from stdin.
 fn follow(
     args: &Args,
     clock: &Clock,
     rx: Receiver<Value>,
     mut stream: Writer,
-    approve: bool,
+    asking: Option<(&Config, &Peer)>,
     replay: Option<(u64, Filter)>,
 ) -> Result<ExitCode> {
+    let approve = asking.is_some();
     let mut lines = if approve { read_stdin() } else { chan::never() };
     let mut approvals = Approvals::default();
     loop {
@@ -267,9 +270,13 @@ fn follow(
                         }
                     }
                     Some("approval/request") if approve => {
-                        let req = approve::Request::read(&msg["params"]);
-                        eprint!("{}", req.describe());
-                        match approvals.request(Waiting::of(msg["id"].clone(), req)) {
+                        let req = Asked::read(&msg["params"]);
+                        let whole = asking.map_or(Err(String::new()), |(c, p)| {
+                            super::approvals::fetch_whole(c, p, &req)
+                        });
+                        eprint!("{}", approve::describe(&req, Some(&whole)));
+                        let w = Waiting::of(msg["id"].clone(), req, whole);
+                        match approvals.request(w) {
                             Some(d) => decide(&mut stream, &d, " (an answer read before)")?,
                             None => prompt(&approvals),
                         }
@@ -282,8 +289,12 @@ fn follow(
                     lines = chan::never();
                     continue;
                 };
-                let answer = match approve::parse_answer(&line) {
-                    Ok(Some(a)) => a,
+                let answer = match approve::parse_line(&line) {
+                    Ok(Some(Line::Answer(a))) => a,
+                    Ok(Some(Line::View(id))) => {
+                        view(&approvals, id.as_deref());
+                        continue;
+                    }
                     Ok(None) => continue,
                     Err(e) => {
                         eprintln!("baton: {e}");
@@ -301,6 +312,23 @@ fn follow(
             },
         }
     }
+}
+
+/// `v [ID]`: the whole of what waits (the oldest, or the one ID
+/// starts), escaped, then the prompt again.
+fn view(approvals: &Approvals, id: Option<&str>) {
+    match approvals.find(id) {
+        Ok(Some(Waiting {
+            shown: Some((req, whole)),
+            ..
+        })) => eprint!("{}", approve::show_whole(req, whole)),
+        Ok(_) => match id {
+            Some(id) => eprintln!("baton: nothing waits for approval as {}", escape(id)),
+            None => eprintln!("baton: nothing waits for approval"),
+        },
+        Err(e) => eprintln!("baton: {e}"),
+    }
+    prompt(approvals);
 }
 
 fn prompt(approvals: &Approvals) {

@@ -95,8 +95,10 @@ fn excerpt(body: &str) -> (String, usize) {
 }
 
 /// What an approval request and its event say of a queued task: its
-/// summary, and its first lines where its file reads back (protocol.md,
-/// `approval/request`).
+/// summary, and its first lines and its body's SHA-256 where its file
+/// reads back (protocol.md, `approval/request`). The SHA-256 is there so
+/// that the digest an answer names covers the whole body, not only the
+/// lines shown (`approval/list` gives the rest to read).
 fn context(s: &spool::Summary, task: Option<&Task>) -> Value {
     let (sender, mode) = task.map_or((&s.sender, &s.mode), |t| (&t.sender, &t.mode));
     let mut v = json!({"message_id": s.message_id, "from": turn::display_name(sender),
@@ -107,8 +109,17 @@ fn context(s: &spool::Summary, task: Option<&Task>) -> Value {
         v["bytes"] = json!(t.body.len());
         v["lines"] = json!(lines);
         v["excerpt"] = json!(text);
+        // Checked against the body each time the task file is read.
+        v["body_sha256"] = json!(t.digest);
     }
     v
+}
+
+/// The number in an approval's id (`ask-<n>`), for the oldest first.
+fn number(p: &Pending) -> u64 {
+    p.id.strip_prefix("ask-")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX)
 }
 
 impl Foreground {
@@ -306,6 +317,39 @@ impl Foreground {
         }
         let status = if approved { "approved" } else { "denied" };
         Ok(json!({"status": status, "approval_id": approval_id, key: about}))
+    }
+
+    /// `approval/list`: the approvals that wait, oldest first, each as its
+    /// `approval/request` shows it (`kind`: `task` or `tool`); with
+    /// `full`, a task's whole body too, read from its file. `approval_id`
+    /// keeps that one only.
+    pub(super) fn approval_list(&mut self, params: &Params) -> Answer {
+        let full = crate::server::opt(params, "full", "a boolean", Value::as_bool)?;
+        let only = get_str(params, "approval_id")?;
+        let mut waiting: Vec<(&str, &Pending)> = (self.asked.iter())
+            .map(|(m, p)| (m.as_str(), p))
+            .chain(self.permissions.iter().map(|p| ("", p)))
+            .filter(|(_, p)| only.as_ref().is_none_or(|id| *id == p.id))
+            .collect();
+        waiting.sort_by_key(|(_, p)| number(p));
+        let listed: Vec<(String, Value)> = (waiting.into_iter())
+            .map(|(m, p)| (m.to_string(), p.params.clone()))
+            .collect();
+        let approvals: Vec<Value> = (listed.into_iter())
+            .map(|(message_id, mut v)| {
+                v["kind"] = json!(if message_id.is_empty() {
+                    "tool"
+                } else {
+                    "task"
+                });
+                if full == Some(true) && !message_id.is_empty() {
+                    let task = self.spool().queued_task(&message_id);
+                    v["body"] = json!(task.map(|t| t.body));
+                }
+                v
+            })
+            .collect();
+        Ok(json!({ "approvals": approvals }))
     }
 
     /// `approval/respond`, from the connection of peer `pid`.

@@ -224,6 +224,7 @@ impl Foreground {
             Call::InboxRequeue | Call::InboxDiscard => self.interrupted(method, params),
             Call::InboxReceived => self.received(params),
             Call::ApprovalRespond => self.approval_respond(params, caller.pid),
+            Call::ApprovalList => self.approval_list(params),
             Call::TurnCancel => self.cancel(params),
             Call::TurnLocal => self.local(params),
             Call::TaskStatus => self.task_status(params, caller),

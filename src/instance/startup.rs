@@ -65,7 +65,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     // Opened, and the start recorded, before the listener runs: connection
     // threads emit into it from their first acceptance.
     let hub = Arc::new(Hub::open(spool.dir()));
-    started(&hub, &manifest, &opts, &spool);
+    let first_seq = started(&hub, &manifest, &opts, &spool);
     let shared = Arc::new(Shared::new(
         config,
         spool,
@@ -126,7 +126,9 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
         asked: HashMap::new(),
         requests: HashMap::new(),
         next_request: 1,
-        next_approval: 1,
+        // Past every approval id an earlier run of this spool gave: each
+        // was asked with an event, and the transcript's numbers go on.
+        next_approval: first_seq,
         permissions: Vec::new(),
         next_out: 1,
         clients: 0,
@@ -398,8 +400,9 @@ fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
     }
 }
 
-/// The first events of a run: the start, and what recovery found.
-fn started(hub: &Hub, m: &Manifest, opts: &ServeOptions, spool: &Spool) {
+/// The first events of a run: the start, and what recovery found. The
+/// start's sequence number.
+fn started(hub: &Hub, m: &Manifest, opts: &ServeOptions, spool: &Spool) -> u64 {
     let mut started = json!({
             "instance_id": m.instance_id,
             "name": m.name,
@@ -412,7 +415,7 @@ fn started(hub: &Hub, m: &Manifest, opts: &ServeOptions, spool: &Spool) {
     if let Some(pane) = &opts.tmux_pane {
         started["tmux_pane"] = json!(pane);
     }
-    hub.emit(EventKind::InstanceStarted, started);
+    let first = hub.emit(EventKind::InstanceStarted, started);
     for note in &spool.recovery_notes {
         hub.emit(EventKind::Notice, json!({"text": note}));
     }
@@ -433,6 +436,7 @@ fn started(hub: &Hub, m: &Manifest, opts: &ServeOptions, spool: &Spool) {
             )}),
         );
     }
+    first
 }
 
 /// Says clearly when a socket path cannot be bound, before `bind` fails

@@ -16,15 +16,17 @@ use crate::client::{CallError, ClientError, Reconnecting, Session};
 use crate::config::{Config, Relay};
 use crate::embedded;
 use crate::error::{Error, Result};
+use crate::event_text::{Asked, escaped_count, show_whole, whole_of};
 use crate::instance::{self, ServeOptions};
 use crate::registry;
 use crate::sanitize::escape;
 use crate::status::Status;
 use crate::wire::Call;
-use crate::wire::answer::{ControlStatus, Handled, Paused};
+use crate::wire::answer::{ApprovalList, ControlStatus, Handled, Paused};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use term::{Terminal, Tty};
 use view::{Role, View};
@@ -35,6 +37,7 @@ const HELP: &str = "commands:
   /agents pause|resume    refuse new tasks / accept them again
   /send TARGET MESSAGE    hand a task to another instance (id or name)
   /approve [ID] /deny [ID]  answer a task waiting for approval (also y / n)
+  /body [ID]              the whole body of a task waiting for approval (also v)
   /claim                  take the next task (an instance without --exec)
   /reply TEXT             answer the task claimed last and complete it
   /complete [ID] [--failed]  complete a claimed task (default: the last)
@@ -190,6 +193,8 @@ fn run_view(
         print!("{}", term::RESTORE);
         default_hook(info);
     }));
+    // The approvals whose whole body was read for its counts.
+    let mut read: HashSet<String> = HashSet::new();
     let mut tty =
         Tty::open().map_err(|e| Error::Env(format!("cannot set up the terminal: {e}")))?;
     refresh_header(&mut ctl, &mut view);
@@ -219,6 +224,7 @@ fn run_view(
                         }
                     }
                     refresh_header(&mut ctl, &mut view);
+                    count_escaped(&mut ctl, &mut view, &mut read);
                 }
                 Err(_) => {
                     view.push(Role::Refusal, "the instance closed the event stream");
@@ -271,6 +277,9 @@ fn handle_key(
         Key::Char(c @ ('y' | 'n')) if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
             decide(view, ctl, "", if c == 'y' { "approve" } else { "deny" });
         }
+        Key::Char('v') if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
+            show_body(view, ctl, "")
+        }
         Key::Char('\t') => view.editor.insert(' '),
         Key::Char(c) => view.editor.insert(c),
         Key::Backspace => view.editor.backspace(),
@@ -305,24 +314,81 @@ fn handle_key(
     false
 }
 
+/// The whole of what each approval that waits shows, read once from the
+/// instance (`approval/list`): how many of its characters are shown
+/// escaped, and its lines, for the prompt.
+fn count_escaped(ctl: &mut Control, view: &mut View, read: &mut HashSet<String>) {
+    if view.waiting.iter().all(|w| read.contains(&w.approval_id)) {
+        return;
+    }
+    let Ok(list) = ctl.call::<ApprovalList>(Call::ApprovalList, json!({"full": true})) else {
+        return;
+    };
+    let listed: Vec<Asked> = list.approvals.iter().map(Asked::read).collect();
+    for w in view.waiting.iter_mut() {
+        if !read.insert(w.approval_id.clone()) {
+            continue;
+        }
+        let a = listed.iter().find(|a| {
+            a.approval_id.as_deref() == Some(&w.approval_id) && a.digest == w.digest.as_str()
+        });
+        if let Some(Ok(text)) = a.map(whole_of) {
+            w.escaped = Some(escaped_count(&text));
+            w.lines = Some(text.lines().count() as u64);
+        }
+    }
+}
+
+/// The waiting approval `id` names (a task's or a tool call's id as
+/// shown, or the approval's own; empty: the oldest).
+fn waiting_as(view: &View, id: &str) -> std::result::Result<view::Waiting, String> {
+    let found = match id {
+        "" => view.waiting.first(),
+        id => (view.waiting.iter())
+            .find(|w| w.approval_id == id)
+            .or_else(|| view.waiting.iter().find(|w| w.id == id)),
+    };
+    match (found, id) {
+        (Some(w), _) => Ok(w.clone()),
+        (None, "") => Err("no task is waiting for approval".into()),
+        (None, id) => Err(format!("nothing waits for approval as {}", escape(id))),
+    }
+}
+
+/// `v` and `/body [ID]`: the whole of what an approval that waits shows,
+/// as the instance has it now and only as its request showed it (the
+/// same digest), escaped, each line behind `| `.
+fn show_body(view: &mut View, ctl: &mut Control, id: &str) {
+    let w = match waiting_as(view, id) {
+        Ok(w) => w,
+        Err(why) => return view.push(Role::Refusal, why),
+    };
+    let params = json!({"full": true, "approval_id": w.approval_id});
+    let listed = match ctl.call::<ApprovalList>(Call::ApprovalList, params) {
+        Ok(l) => l.approvals.iter().map(Asked::read).next(),
+        Err(e) => return view.push(Role::Refusal, e.to_string()),
+    };
+    match listed {
+        Some(a) if a.digest == w.digest.as_str() => {
+            let text = show_whole(&a, &whole_of(&a));
+            view.push(Role::System, text.trim().to_string());
+        }
+        Some(_) => view.push(Role::Refusal, "it waits with other text now"),
+        None => view.push(Role::Refusal, "it no longer waits"),
+    }
+}
+
 /// Answers the approval that waits for `id` (a task's or a tool call's
 /// id as shown, or the approval's own; empty: the oldest) by the
 /// approval's id and the digest of what was shown. Once answered, it no
 /// longer waits here, whatever the answer: a refusal means this view
 /// cannot answer it.
 fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
-    let id = match (id, view.waiting.first()) {
-        ("", Some(w)) => w.approval_id.clone(),
-        ("", None) => return view.push(Role::System, "no task is waiting for approval"),
-        (id, _) => id.to_string(),
-    };
-    let Some(w) = (view.waiting.iter())
-        .find(|w| w.approval_id == id)
-        .or_else(|| view.waiting.iter().find(|w| w.id == id))
-        .cloned()
-    else {
-        let why = format!("nothing waits for approval as {}", escape(&id));
-        return view.push(Role::Refusal, why);
+    let w = match waiting_as(view, id) {
+        Ok(w) => w,
+        // Nothing to answer is no refusal.
+        Err(why) if id.is_empty() => return view.push(Role::System, why),
+        Err(why) => return view.push(Role::Refusal, why),
     };
     let answer = json!({"approval_id": w.approval_id, "digest": w.digest,
                         "decision": decision, "by": "view"});
@@ -386,6 +452,7 @@ fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Li
         "/agents" => agents_command(rest, view, ctl),
         "/send" => send_command(rest, view, ctl, work),
         "/approve" => decide(view, ctl, rest, "approve"),
+        "/body" => show_body(view, ctl, rest),
         "/deny" => decide(view, ctl, rest, "deny"),
         "/inbox" => match inbox_listing(&mut |params| ctl.call(Call::InboxList, params)) {
             Ok(text) => view.push(Role::System, text),

@@ -173,20 +173,23 @@ impl View {
             }) => Some(w.as_str()),
             _ => ev.workspace.as_deref(),
         };
-        let excerpt = match &ev.body_excerpt {
+        let excerpt = match ev.excerpt.as_ref().or(ev.body_excerpt.as_ref()) {
             Some(x) => x.clone(),
             None => seen
                 .map(|x| excerpt(x.body.as_deref().unwrap_or("")))
                 .unwrap_or_default(),
         };
-        let seen_bytes = seen.map(|x| x.body.as_ref().map_or(0, |b| b.len() as u64));
+        let seen_body = seen.map(|x| x.body.as_deref().unwrap_or(""));
+        let seen_bytes = seen_body.map(|b| b.len() as u64);
         Waiting {
             id: ev.id().to_string(),
             from: or_seen(ev.sender(), Event::sender),
             workspace: or_seen(ws, |x| x.workspace.as_deref()),
             mode: or_seen(ev.mode.as_deref(), |x| x.mode.as_deref()),
             excerpt,
-            bytes: ev.body_bytes.or(seen_bytes),
+            bytes: ev.bytes.or(ev.body_bytes).or(seen_bytes),
+            lines: ev.lines.or(seen_body.map(|b| b.lines().count() as u64)),
+            escaped: None,
             tool: None,
             approval_id,
             digest,

@@ -361,6 +361,70 @@ pub struct Handled {
     pub was: Option<String>,
 }
 
+/// An approval that waits, as its `approval/request` shows it and
+/// `approval/list` lists it: a task's (its id, who sent it, its mode,
+/// size, first lines and the SHA-256 of its body) or a tool call's that
+/// an MCP host relayed (`request_id`, the tool, who asked, what it does
+/// and its input), with the approval's id and the digest of what they
+/// show. `kind` and `body` are `approval/list`'s. A member of another
+/// type leaves the whole approval empty (`Asked::read`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Asked {
+    pub approval_id: Option<String>,
+    pub digest: Value,
+    /// `task` or `tool` (`approval/list`).
+    pub kind: Option<String>,
+    pub message_id: Option<String>,
+    pub from: Option<String>,
+    pub workspace: Option<String>,
+    pub pid: Option<u64>,
+    pub mode: Option<String>,
+    pub bytes: Option<u64>,
+    pub lines: Option<u64>,
+    pub excerpt: Option<String>,
+    pub body_sha256: Option<String>,
+    /// The whole body (`approval/list` with `full`); `None` when its
+    /// file could not be read.
+    pub body: Option<String>,
+    pub request_id: Option<String>,
+    pub tool_name: Option<String>,
+    pub host: Option<String>,
+    pub host_pid: Option<u64>,
+    pub description: Option<String>,
+    pub input_preview: Option<String>,
+}
+
+impl Asked {
+    /// An `approval/request`'s `params`, or one entry of `approval/list`.
+    pub fn read(params: &Value) -> Asked {
+        Asked::deserialize(params).unwrap_or_default()
+    }
+
+    /// Whether it is a tool call an MCP host asks about.
+    pub fn is_tool(&self) -> bool {
+        self.message_id.is_none() && self.request_id.is_some()
+    }
+
+    /// The task's id, or the tool call's.
+    pub fn subject(&self) -> &str {
+        let id = if self.is_tool() {
+            &self.request_id
+        } else {
+            &self.message_id
+        };
+        id.as_deref().unwrap_or("")
+    }
+}
+
+/// `approval/list`'s answer: the approvals that wait, oldest first, as
+/// the instance gave them (read each with `Asked::read`).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ApprovalList {
+    #[serde(default)]
+    pub approvals: Vec<Value>,
+}
+
 /// One line a client reads, as far as telling answers apart needs: an
 /// answer (`id` with `result` or `error`), or a notification or request
 /// of the instance's (`method`).

@@ -70,6 +70,9 @@ pub struct Event {
     pub approval_id: Option<String>,
     pub digest: Option<String>,
     pub bytes: Option<u64>,
+    /// `approval.requested`'s: the body's line count and first lines.
+    pub lines: Option<u64>,
+    pub excerpt: Option<String>,
     pub decision: Option<Decision>,
     pub by: Option<String>,
     pub by_pid: Option<u32>,

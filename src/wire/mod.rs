@@ -234,6 +234,7 @@ spelled! {
         InboxReceived = "inbox/received",
         RelaySend = "relay/send",
         ApprovalRespond = "approval/respond",
+        ApprovalList = "approval/list",
         TurnCancel = "turn/cancel",
         TurnLocal = "turn/local",
         TaskStatus = "task/status",
@@ -244,7 +245,7 @@ spelled! {
 
 impl Method {
     /// Every method, in the order `initialize` lists them as capabilities.
-    pub const ALL: [Method; 21] = [
+    pub const ALL: [Method; 22] = [
         Method::Initialize,
         Method::Ping,
         Method::AgentInfo,
@@ -261,6 +262,7 @@ impl Method {
         Method::Foreground(Call::RelaySend),
         Method::EventsSubscribe,
         Method::Foreground(Call::ApprovalRespond),
+        Method::Foreground(Call::ApprovalList),
         Method::Foreground(Call::TurnCancel),
         Method::Foreground(Call::TurnLocal),
         Method::Foreground(Call::TaskStatus),

@@ -1,0 +1,251 @@
+//! `baton approvals [TARGET]`: the approvals that wait at an instance (a
+//! task's under `--approve ask`, a tool call's an MCP host asks about),
+//! read with `approval/list`; and `baton approve|deny [TARGET]
+//! APPROVAL_ID…`, which answer them by id in one shot (`approval/respond`,
+//! with the digest the list gives). An approval id is never given twice
+//! by a spool's instances (docs/protocol.md, `approval/request`), so an
+//! id the operator read names the same text when it is answered: one
+//! that was decided, or asked again under a new id, no longer waits, and
+//! the command says so (exit 1).
+
+use super::approve::{self, Asked, Decision, Whole};
+use super::args::Args;
+use super::{emit, emit_json, target};
+use crate::config::Config;
+use crate::error::{Error, ExitCode, Result};
+use crate::registry::Peer;
+use crate::sanitize::escape;
+use crate::wire::Call;
+use crate::wire::answer::{ApprovalList, Handled};
+use serde_json::{Value, json};
+
+/// Characters of a body's first line the list shows.
+const EXCERPT_CHARS: usize = 60;
+
+/// The instance a command's TARGET names (none: the one a command
+/// without TARGET finds): the one place these commands resolve it.
+fn instance(config: &Config, target: Option<&str>) -> Result<Peer> {
+    target::resolve(config, target)
+}
+
+/// `approval/list` at `peer`: the answer as given, and each approval.
+fn list_at(config: &Config, peer: &Peer, params: Value) -> Result<(Value, Vec<Asked>)> {
+    let (raw, list) = target::call::<ApprovalList>(config, peer, Call::ApprovalList, params)?;
+    Ok((raw, list.approvals.iter().map(Asked::read).collect()))
+}
+
+/// The whole of what `req` (an `approval/request`'s params) shows, read
+/// from `peer` for a task (`approval/list` with `full`), and only when it
+/// still waits as `req` showed it (the same digest).
+pub fn fetch_whole(config: &Config, peer: &Peer, req: &Asked) -> Whole {
+    if req.is_tool() {
+        return approve::whole_of(req);
+    }
+    let id = req.approval_id.as_deref().unwrap_or("");
+    let params = json!({"full": true, "approval_id": id});
+    let listed = list_at(config, peer, params).map_err(|e| e.to_string())?.1;
+    match listed.into_iter().next() {
+        Some(a) if a.digest == req.digest => approve::whole_of(&a),
+        Some(_) => Err("it waits with other text now".into()),
+        None => Err("it no longer waits".into()),
+    }
+}
+
+/// `baton approvals [TARGET] [--json] [--full]`.
+pub fn list(args: &Args, config: &Config) -> Result<ExitCode> {
+    super::at_most(args, "approvals", 1)?;
+    let peer = instance(config, args.positional.first().map(String::as_str))?;
+    let full = args.flag("full");
+    let (raw, waiting) = list_at(config, &peer, json!({"full": full}))?;
+    if args.flag("json") {
+        emit_json(&raw);
+        return Ok(ExitCode::Ok);
+    }
+    let name = escape(&peer.manifest.name);
+    if waiting.is_empty() {
+        emit(&format!("no approvals wait at {name}\n"));
+        return Ok(ExitCode::Ok);
+    }
+    if !full {
+        let rows: Vec<[String; 7]> = waiting.iter().map(row).collect();
+        let head = [
+            "APPROVAL", "TASK", "FROM", "MODE", "SIZE", "LINES", "EXCERPT",
+        ];
+        emit(&crate::text::table(head, &rows));
+        return Ok(ExitCode::Ok);
+    }
+    let mut out = String::new();
+    for a in &waiting {
+        let whole = approve::whole_of(a);
+        let id = escape(a.approval_id.as_deref().unwrap_or(""));
+        out.push_str(&format!("approval {id} at {name}: "));
+        out.push_str(&approve::describe(a, Some(&whole)));
+        out.push_str(&approve::show_whole(a, &whole));
+        out.push('\n');
+    }
+    emit(&out);
+    Ok(ExitCode::Ok)
+}
+
+/// One approval as the list shows it: its id, the task's id (or the tool
+/// call's), who sent or asked, the mode (`tool` for a tool call), size,
+/// lines and the first line, all escaped.
+fn row(a: &Asked) -> [String; 7] {
+    let s = |v: &Option<String>| escape(v.as_deref().unwrap_or("")).into_owned();
+    let (from, mode, text) = if a.is_tool() {
+        let host = a.host.clone().filter(|h| !h.is_empty());
+        let whole = approve::whole_of(a).unwrap_or_default();
+        let tool = a.tool_name.as_deref().unwrap_or("");
+        let excerpt = format!("{tool}: {}", whole.trim_start());
+        (s(&host.or(Some("MCP host".into()))), "tool".into(), excerpt)
+    } else {
+        (
+            s(&a.from),
+            s(&a.mode),
+            a.excerpt.clone().unwrap_or_default(),
+        )
+    };
+    let whole_text = a
+        .is_tool()
+        .then(|| approve::whole_of(a).unwrap_or_default());
+    let (bytes, lines) = match &whole_text {
+        Some(t) => (Some(t.len() as u64), Some(t.lines().count() as u64)),
+        None => (a.bytes, a.lines),
+    };
+    let mut first: String = text.lines().next().unwrap_or("").to_string();
+    let more = text.lines().nth(1).is_some() || lines.is_some_and(|n| n > 1);
+    first = crate::event_text::cut(&first, EXCERPT_CHARS);
+    if more && !first.ends_with('…') {
+        first.push_str(" …");
+    }
+    let num = |n: Option<u64>| n.map_or("?".into(), |n| n.to_string());
+    [
+        s(&a.approval_id),
+        escape(a.subject()).into_owned(),
+        from,
+        mode,
+        num(bytes),
+        num(lines),
+        escape(&first).into_owned(),
+    ]
+}
+
+/// `baton approve [TARGET] APPROVAL_ID…`.
+pub fn approve(args: &Args, config: &Config) -> Result<ExitCode> {
+    decide(args, config, "approve", Decision::Approve)
+}
+
+/// `baton deny [TARGET] APPROVAL_ID…`.
+pub fn deny(args: &Args, config: &Config) -> Result<ExitCode> {
+    decide(args, config, "deny", Decision::Deny)
+}
+
+/// Whether a word is an approval id as instances give them (`ask-<n>`):
+/// the first positional is TARGET unless it is one.
+fn is_approval_id(word: &str) -> bool {
+    word.strip_prefix("ask-")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// TARGET, if given, and the approval ids.
+fn target_and_ids<'a>(args: &'a Args, cmd: &str) -> Result<(Option<&'a str>, &'a [String])> {
+    let (target, ids) = match args.positional.split_first() {
+        Some((first, rest)) if !is_approval_id(first) => (Some(first.as_str()), rest),
+        _ => (None, args.positional.as_slice()),
+    };
+    if ids.is_empty() {
+        return Err(Error::Usage(format!(
+            "{cmd}: APPROVAL_ID is missing ('baton approvals' lists them)"
+        )));
+    }
+    Ok((target, ids))
+}
+
+/// Answers each approval id with `decision`, by the digest the instance
+/// lists it with: exit 0 when each was decided, else 1 (`Refused`), each
+/// one not decided said with its reason.
+fn decide(args: &Args, config: &Config, cmd: &str, decision: Decision) -> Result<ExitCode> {
+    let (target, ids) = target_and_ids(args, cmd)?;
+    let peer = instance(config, target)?;
+    let (_, waiting) = list_at(config, &peer, json!({}))?;
+    let name = escape(&peer.manifest.name).into_owned();
+    let mut all = true;
+    for id in ids {
+        let found = waiting
+            .iter()
+            .find(|a| a.approval_id.as_deref() == Some(id));
+        let (raw, h): (Value, Handled) = match found {
+            Some(a) => {
+                let answer = json!({"approval_id": id, "digest": a.digest,
+                                    "decision": decision, "by": format!("baton {cmd}")});
+                target::call(config, &peer, Call::ApprovalRespond, answer)?
+            }
+            None => {
+                let reason = format!("no approval {id} is waiting");
+                let v = json!({"status": "invalid", "approval_id": id, "reason": reason});
+                (v.clone(), serde_json::from_value(v).expect("a Handled"))
+            }
+        };
+        let decided = matches!(h.status.as_str(), "approved" | "denied");
+        all &= decided;
+        if args.flag("json") {
+            emit_json(&raw);
+        } else if decided {
+            let what = found.map_or(String::new(), |a| {
+                let kind = if a.is_tool() { "tool call" } else { "task" };
+                format!(" ({kind} {})", escape(a.subject()))
+            });
+            emit(&format!("{} {}{what} at {name}\n", h.status, escape(id)));
+        } else {
+            eprintln!(
+                "baton: cannot {cmd} {} at {name}: {} (decided already, or asked again under a new id: 'baton approvals {name}' lists what waits)",
+                escape(id),
+                escape(h.reason.as_deref().unwrap_or(&h.status))
+            );
+        }
+    }
+    Ok(if all { ExitCode::Ok } else { ExitCode::Refused })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn approval_ids_are_ask_and_a_number() {
+        assert!(is_approval_id("ask-1"));
+        assert!(is_approval_id("ask-204"));
+        assert!(!is_approval_id("ask-"));
+        assert!(!is_approval_id("ask-1x"));
+        assert!(!is_approval_id("srv"));
+    }
+
+    #[test]
+    fn a_row_shows_the_first_line_escaped_and_marks_more() {
+        let a = Asked::read(
+            &json!({"approval_id": "ask-3", "message_id": "m-1", "from": "al\u{1b}",
+                                    "mode": "queue", "bytes": 20, "lines": 3, "excerpt": "hi\u{7}\nthere"}),
+        );
+        assert_eq!(
+            row(&a),
+            ["ask-3", "m-1", "al\\e", "queue", "20", "3", "hi\\u{7} …"].map(String::from)
+        );
+        let t = Asked::read(
+            &json!({"approval_id": "ask-4", "request_id": "tbxkq", "tool_name": "Bash",
+                                    "description": "List", "input_preview": "ls"}),
+        );
+        assert_eq!(
+            row(&t),
+            [
+                "ask-4",
+                "tbxkq",
+                "MCP host",
+                "tool",
+                "7",
+                "2",
+                "Bash: List …"
+            ]
+            .map(String::from)
+        );
+    }
+}
