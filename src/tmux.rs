@@ -127,9 +127,13 @@ impl Trouble {
         }
     }
 
-    /// The same kind of trouble, whatever its words.
+    /// The same kind of trouble, whatever tmux's words: the same shell,
+    /// or the same other kind.
     pub fn same_kind(&self, other: &Trouble) -> bool {
-        std::mem::discriminant(self) == std::mem::discriminant(other)
+        match (self, other) {
+            (Trouble::Shell(a), Trouble::Shell(b)) => a == b,
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
+        }
     }
 }
 

@@ -212,6 +212,21 @@ fn wait_shell_said(env: &Env, pwned: &Path) -> String {
     })
 }
 
+/// Waits until tmux names the pane's command `name`: the shell tmux runs
+/// a pane's program with (`sh -c`) has handed over to it.
+fn wait_command(tmux: &Tmux, name: &str) {
+    wait_until(&format!("the pane to run {name}"), WAIT, || {
+        let args = [
+            "display-message",
+            "-p",
+            "-t",
+            "t:0.0",
+            "#{pane_current_command}",
+        ];
+        tmux.run(&args).trim() == name
+    });
+}
+
 /// Issue 44, point 5: `--tmux-pane` at a pane where `bash -i` runs typed
 /// the task, and bash ran its lines. Now nothing is typed while a shell
 /// is the pane's foreground program: the task stays queued, `status` and
@@ -225,6 +240,7 @@ fn a_pane_that_runs_a_shell_is_not_typed_into_until_an_agent_runs_there() {
     let env = Env::new();
     let mut tmux = Tmux::new(&env);
     tmux.start_program("bash --norc --noprofile -i");
+    wait_command(&tmux, "bash");
     let s = serve(&env, &tmux, &[], &[]);
     let spool = s.spool();
     let pwned = env.root.join("PWNED");
@@ -286,14 +302,7 @@ fn a_shell_renamed_as_an_agent_is_still_a_shell() {
     let env = Env::new();
     let mut tmux = Tmux::new(&env);
     tmux.start_program("bash -c 'exec -a claude bash --norc --noprofile -i'");
-    let named = tmux.run(&[
-        "display-message",
-        "-p",
-        "-t",
-        "t:0.0",
-        "#{pane_current_command}",
-    ]);
-    assert_eq!(named.trim(), "claude");
+    wait_command(&tmux, "claude");
     let _s = serve(&env, &tmux, &[], &[]);
     let pwned = env.root.join("PWNED");
     let id = send(&env, &format!("please review\ntouch {}", pwned.display()));
