@@ -349,6 +349,11 @@ fn type_block(
         return Err(e);
     }
     thread::sleep(ENTER_DELAY);
+    // A shell that took the terminal back meanwhile (the agent exited)
+    // holds the paste in its line, unrun: it gets no Enter.
+    if let Some(shell) = shell_in(&pane_state(pane)?, shells) {
+        return Err(Trouble::Shell(shell));
+    }
     tmux(&["send-keys", "-t", pane, "Enter"], None).map(|_| state.pid)
 }
 
