@@ -23,13 +23,22 @@
 //! would be keys too: where tmux says that the pane's program has not asked
 //! for it (`#{bracket_paste_flag}` is 0; tmux 3.3a has no such format and
 //! says nothing), nothing is typed and `Trouble::Unbracketed` is reported.
+//!
+//! Nor is anything typed into a shell, which would run a task's lines as
+//! commands once Enter comes: before each paste, and at each probe, the
+//! pane's foreground program is read twice, as tmux names it
+//! (`#{pane_current_command}`) and as the kernel does (the leader of the
+//! foreground process group of the pane's terminal: `tpgid` in
+//! `/proc/PID/stat` of the pane's process, then that leader's `comm`;
+//! Linux only). If either is a shell (`is_shell`), `Trouble::Shell` is
+//! reported.
 
 use crate::sanitize::escape_multiline;
 use crate::sys;
 use crossbeam_channel as chan;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -43,8 +52,15 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 pub const ENTER_DELAY: Duration = Duration::from_millis(150);
 /// The most of a tmux call's output kept (what it prints is one line).
 const OUTPUT_BYTES: u64 = 4096;
-/// What `pane_state` asks tmux of a pane.
-const STATE: &str = "#{pane_pid} #{pane_in_mode} #{bracket_paste_flag}";
+/// What `pane_state` asks tmux of a pane. The command comes last: it is
+/// the rest of the line, whatever it holds.
+const STATE: &str = "#{pane_pid} #{pane_in_mode} #{bracket_paste_flag} #{pane_current_command}";
+/// Shells by name, whatever `/etc/shells` lists.
+const SHELLS: [&str; 10] = [
+    "sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "tcsh", "csh", "busybox",
+];
+/// The most of `/etc/shells` and of a `/proc` file read.
+const FILE_BYTES: u64 = 64 * 1024;
 
 /// What the foreground asks of the helper thread.
 #[derive(Debug)]
@@ -81,14 +97,42 @@ pub enum Trouble {
     /// paste: the line ends of a task would reach it as Enter keys, each
     /// submitting a line of its own.
     Unbracketed,
+    /// The pane's foreground program is this shell, which would run a
+    /// task's lines as commands.
+    Shell(String),
 }
 
 impl Trouble {
     /// Why, in a line (a notice's `reason`).
-    pub fn reason(&self) -> &str {
+    pub fn reason(&self) -> String {
         match self {
-            Trouble::Failed(why) => why,
-            Trouble::Unbracketed => "the program in the pane has not asked for bracketed paste",
+            Trouble::Failed(why) => why.clone(),
+            Trouble::Unbracketed => {
+                "the program in the pane has not asked for bracketed paste".into()
+            }
+            Trouble::Shell(name) => format!("the pane runs a shell ({name})"),
+        }
+    }
+
+    /// Why tasks wait, and for what (`control/status`'s `tmux_wait`).
+    pub fn waiting(&self) -> String {
+        let until = match self {
+            Trouble::Failed(_) => "tasks wait until it answers",
+            Trouble::Unbracketed => "tasks wait until it asks",
+            Trouble::Shell(_) => "tasks wait until an agent runs there",
+        };
+        match self {
+            Trouble::Failed(why) => format!("the pane cannot be reached ({why}): {until}"),
+            _ => format!("{}: {until}", self.reason()),
+        }
+    }
+
+    /// The same kind of trouble, whatever tmux's words: the same shell,
+    /// or the same other kind.
+    pub fn same_kind(&self, other: &Trouble) -> bool {
+        match (self, other) {
+            (Trouble::Shell(a), Trouble::Shell(b)) => a == b,
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
         }
     }
 }
@@ -113,14 +157,15 @@ pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<Typist> {
     thread::Builder::new()
         .name("baton-tmux".into())
         .spawn(move || {
+            let shells = shells();
             let mut done = todo.into_iter().map(|job| match job {
-                Job::Probe => Report::Probed(probe(&pane)),
+                Job::Probe => Report::Probed(probe(&pane, &shells)),
                 Job::Type {
                     message_id,
                     buffer,
                     text,
                 } => Report::Typed {
-                    result: type_block(&pane, &buffer, &text),
+                    result: type_block(&pane, &shells, &buffer, &text),
                     message_id,
                 },
             });
@@ -140,27 +185,48 @@ pub fn find_on_path() -> Option<PathBuf> {
         .find(|p| std::fs::metadata(p).is_ok_and(executable))
 }
 
+/// What tmux says of a pane (`STATE`).
+#[derive(Debug, PartialEq, Eq)]
+struct PaneState {
+    /// The pane's process.
+    pid: Option<u32>,
+    in_mode: bool,
+    /// Whether its program asked for bracketed paste; `None`: this tmux
+    /// does not say.
+    bracketed: Option<bool>,
+    /// `#{pane_current_command}`: the foreground program, as tmux names it.
+    command: String,
+}
+
 /// Is the pane there, and can it take a paste? A pane in a mode can: the
 /// mode is left before the paste, and what its program asked for is read
-/// then.
-fn probe(pane: &str) -> Result<Option<u32>, Trouble> {
-    match pane_state(pane)? {
-        (_, false, Some(false)) => Err(Trouble::Unbracketed),
-        (pid, _, _) => Ok(pid),
+/// then. A pane that runs a shell cannot.
+fn probe(pane: &str, shells: &[String]) -> Result<Option<u32>, Trouble> {
+    let state = pane_state(pane)?;
+    if let Some(shell) = shell_in(&state, shells) {
+        return Err(Trouble::Shell(shell));
+    }
+    match state {
+        PaneState {
+            in_mode: false,
+            bracketed: Some(false),
+            ..
+        } => Err(Trouble::Unbracketed),
+        PaneState { pid, .. } => Ok(pid),
     }
 }
 
-/// The pane's process, whether the pane is in a mode, and whether its
-/// program asked for bracketed paste (`None`: this tmux does not say).
-fn pane_state(pane: &str) -> Result<(Option<u32>, bool, Option<bool>), Trouble> {
+/// What tmux says of the pane now.
+fn pane_state(pane: &str) -> Result<PaneState, Trouble> {
     let out = tmux(&["display-message", "-p", "-t", pane, STATE], None)?;
     Ok(parse_state(&out))
 }
 
-/// `STATE` as printed: a tmux without its last format prints nothing for
-/// it.
-fn parse_state(out: &str) -> (Option<u32>, bool, Option<bool>) {
-    let mut words = out.split_whitespace();
+/// `STATE` as printed: a tmux without `bracket_paste_flag` prints nothing
+/// for it (its space stays), and the command is the rest of the line.
+fn parse_state(out: &str) -> PaneState {
+    let line = out.lines().next().unwrap_or("");
+    let mut words = line.splitn(4, ' ');
     let pid = words.next().and_then(|w| w.parse().ok());
     let in_mode = words.next() == Some("1");
     let bracketed = match words.next() {
@@ -168,20 +234,107 @@ fn parse_state(out: &str) -> (Option<u32>, bool, Option<bool>) {
         Some("0") => Some(false),
         _ => None,
     };
-    (pid, in_mode, bracketed)
+    let command = words.next().unwrap_or("").to_string();
+    PaneState {
+        pid,
+        in_mode,
+        bracketed,
+        command,
+    }
+}
+
+/// The shell the pane's foreground program is, if it is one: as tmux
+/// names it, or as the kernel names the leader of the foreground process
+/// group of the pane's terminal.
+fn shell_in(state: &PaneState, shells: &[String]) -> Option<String> {
+    let leader = state.pid.and_then(foreground_leader);
+    [Some(state.command.as_str()), leader.as_deref()]
+        .into_iter()
+        .flatten()
+        .map(program_name)
+        .find(|name| is_shell(name, shells))
+        .map(str::to_string)
+}
+
+/// A program's name as a shell list spells it: no directory, and no `-`
+/// of a login shell (`-bash`).
+fn program_name(command: &str) -> &str {
+    let command = command.trim();
+    let base = command.rsplit('/').next().unwrap_or(command);
+    base.trim_start_matches('-')
+}
+
+/// Whether `name` is a shell: one of `SHELLS`, or the last part of a
+/// path `/etc/shells` lists (`shells`).
+fn is_shell(name: &str, shells: &[String]) -> bool {
+    !name.is_empty() && (SHELLS.contains(&name) || shells.iter().any(|s| s == name))
+}
+
+/// The names of the programs `/etc/shells` lists (read bounded; none if
+/// it cannot be read).
+fn shells() -> Vec<String> {
+    let text = read_bounded(Path::new("/etc/shells")).unwrap_or_default();
+    shell_names(&text)
+}
+
+fn shell_names(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| program_name(l).to_string())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// The `comm` of the leader of the foreground process group of `pid`'s
+/// controlling terminal (`tpgid`, field 8 of `/proc/PID/stat`): what runs
+/// in the pane in front, whatever tmux says. None where there is no
+/// `/proc`, no terminal, or that leader has exited.
+fn foreground_leader(pid: u32) -> Option<String> {
+    let stat = read_bounded(Path::new(&format!("/proc/{pid}/stat")))?;
+    // After the comm: state, ppid, pgrp, session, tty_nr, tpgid.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let tpgid: i64 = rest.split_whitespace().nth(5)?.parse().ok()?;
+    if tpgid <= 0 {
+        return None;
+    }
+    let stat = read_bounded(Path::new(&format!("/proc/{tpgid}/stat")))?;
+    let comm = &stat[stat.find('(')? + 1..stat.rfind(')')?];
+    Some(comm.to_string())
+}
+
+/// A small file's text, read bounded.
+fn read_bounded(path: &Path) -> Option<String> {
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(FILE_BYTES)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
 }
 
 /// Leaves a mode the pane is in, pastes `text` as one block with its
-/// controls made visible, waits `ENTER_DELAY`, presses Enter.
-fn type_block(pane: &str, buffer: &str, text: &str) -> Result<Option<u32>, Trouble> {
-    let (pid, in_mode, mut bracketed) = pane_state(pane)?;
-    if in_mode {
+/// controls made visible, waits `ENTER_DELAY`, presses Enter; nothing if
+/// the pane runs a shell.
+fn type_block(
+    pane: &str,
+    shells: &[String],
+    buffer: &str,
+    text: &str,
+) -> Result<Option<u32>, Trouble> {
+    let mut state = pane_state(pane)?;
+    if state.in_mode {
         tmux(&["send-keys", "-t", pane, "-X", "cancel"], None)?;
-        bracketed = pane_state(pane)?.2;
+        state = pane_state(pane)?;
     }
     // Read just before the paste; a program that turns bracketed paste off
-    // in the few milliseconds between gets the paste without markers.
-    if bracketed == Some(false) {
+    // (or a shell that takes the terminal back) in the few milliseconds
+    // between gets the paste.
+    if let Some(shell) = shell_in(&state, shells) {
+        return Err(Trouble::Shell(shell));
+    }
+    if state.bracketed == Some(false) {
         return Err(Trouble::Unbracketed);
     }
     let text = escape_multiline(text);
@@ -196,7 +349,12 @@ fn type_block(pane: &str, buffer: &str, text: &str) -> Result<Option<u32>, Troub
         return Err(e);
     }
     thread::sleep(ENTER_DELAY);
-    tmux(&["send-keys", "-t", pane, "Enter"], None).map(|_| pid)
+    // A shell that took the terminal back meanwhile (the agent exited)
+    // holds the paste in its line, unrun: it gets no Enter.
+    if let Some(shell) = shell_in(&pane_state(pane)?, shells) {
+        return Err(Trouble::Shell(shell));
+    }
+    tmux(&["send-keys", "-t", pane, "Enter"], None).map(|_| state.pid)
 }
 
 /// Runs `tmux ARGS` (with `input` on its standard input), killed after
@@ -282,13 +440,51 @@ mod tests {
 
     #[test]
     fn a_tmux_without_bracket_paste_flag_does_not_say() {
+        let st = |pid, in_mode, bracketed, command: &str| PaneState {
+            pid,
+            in_mode,
+            bracketed,
+            command: command.into(),
+        };
         let p = Some(42);
-        assert_eq!(parse_state("42 0 1\n"), (p, false, Some(true)));
-        assert_eq!(parse_state("42 0 0\n"), (p, false, Some(false)));
-        assert_eq!(parse_state("42 1 0\n"), (p, true, Some(false)));
-        // tmux 3.3a: an unknown format is empty.
-        assert_eq!(parse_state("42 0 \n"), (p, false, None));
-        assert_eq!(parse_state("42 1\n"), (p, true, None));
-        assert_eq!(parse_state("\n"), (None, false, None));
+        assert_eq!(
+            parse_state("42 0 1 claude\n"),
+            st(p, false, Some(true), "claude")
+        );
+        assert_eq!(
+            parse_state("42 0 0 bash\n"),
+            st(p, false, Some(false), "bash")
+        );
+        assert_eq!(
+            parse_state("42 1 0 node\n"),
+            st(p, true, Some(false), "node")
+        );
+        // tmux 3.3a: an unknown format is empty, its space stays.
+        assert_eq!(parse_state("42 0  bash\n"), st(p, false, None, "bash"));
+        assert_eq!(parse_state("42 1  \n"), st(p, true, None, ""));
+        assert_eq!(parse_state("42 1\n"), st(p, true, None, ""));
+        assert_eq!(parse_state("\n"), st(None, false, None, ""));
+    }
+
+    #[test]
+    fn a_shell_is_known_by_its_name_or_by_etc_shells() {
+        let listed = shell_names("# /etc/shells\n/bin/sh\n/usr/bin/rbash\n\n/usr/local/bin/nu\n");
+        assert_eq!(listed, ["sh", "rbash", "nu"]);
+        for name in [
+            "bash", "-bash", "/bin/zsh", "busybox", "rbash", "nu", " fish ",
+        ] {
+            assert!(is_shell(program_name(name), &listed), "{name}");
+        }
+        for name in ["claude", "python3", "node", "", "-", "bashful", "codex"] {
+            assert!(!is_shell(program_name(name), &listed), "{name}");
+        }
+        let state = |command: &str| PaneState {
+            pid: None,
+            in_mode: false,
+            bracketed: None,
+            command: command.into(),
+        };
+        assert_eq!(shell_in(&state("-bash"), &[]), Some("bash".into()));
+        assert_eq!(shell_in(&state("claude"), &[]), None);
     }
 }

@@ -25,13 +25,15 @@ pub(crate) const WAIT: Duration = Duration::from_secs(15);
 /// The bound on one tmux command.
 const TMUX_RUN: Duration = Duration::from_secs(10);
 
+/// `TCSANOW`: what a paste typed before it started (from a shell, as a
+/// user does) is read, not flushed.
 const AGENT: &str = r#"
-import json, os, sys, time, tty
+import json, os, sys, termios, time, tty
 out = open(sys.argv[1], "a")
 def note(data):
     out.write(json.dumps({"t": time.monotonic(), "d": data}) + "\n")
     out.flush()
-tty.setraw(0)
+tty.setraw(0, termios.TCSANOW)
 os.write(1, b"\x1b[?2004h")
 note("ready")
 while True:
@@ -67,15 +69,16 @@ impl Tmux {
 
     /// Starts the server and waits (bounded) until the stand-in is reading.
     pub(crate) fn start(&mut self, env: &Env) {
-        let agent = env.root.join("agent.py");
-        self.start_program(&format!(
-            "python3 '{}' '{}'",
-            agent.display(),
-            self.log.display()
-        ));
+        self.start_program(&self.agent_command(env));
         wait_until("the stand-in agent to start", WAIT, || {
             self.reads().first().is_some_and(|r| r == "ready")
         });
+    }
+
+    /// The command line that runs the stand-in agent.
+    pub(crate) fn agent_command(&self, env: &Env) -> String {
+        let agent = env.root.join("agent.py");
+        format!("python3 '{}' '{}'", agent.display(), self.log.display())
     }
 
     /// Starts the server with `program` in its one pane.

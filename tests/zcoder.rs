@@ -2,7 +2,10 @@
 //! peer written here from zcoder's description (its registry manifest,
 //! one `ZCODER-AGENT/1 <n>\n` frame each way per connection, its statuses
 //! and its sender check), and a raw frame sender, both spoken against the
-//! real `baton` binary.
+//! real `baton` binary. As in zcoder, the manifest names the main process
+//! (this test's), which is also the one that sends, while a child process
+//! listens on the socket ("relay_start creates a background Zsh
+//! listener"): `ListenerChild`.
 //!
 //! - baton → zcoder: discovery, plain `baton send`, the retry under the same
 //!   id, sends made by an instance through `relay/send`, bodies byte for
@@ -102,6 +105,124 @@ fn zcoder_manifest(dir: &Path, id: &str, project: &str, workspace: &str) -> Valu
         "model": "qwen3-coder", "socket": s(&dir.join(format!("a-{id}.sock"))),
         "state": "ready", "started_at": 1788012102u64,
     })
+}
+
+/// zcoder's background listener: a child process that listens on a socket
+/// (`LISTEN_PY`, on the descriptor it inherits as 3). The kernel names the
+/// process that last called `listen` on a socket as its listener
+/// (`SO_PEERCRED`), so to baton the socket is served by this child, while
+/// the manifest names its parent, as zcoder's names its main process.
+/// Killed by its pid when dropped.
+pub(crate) struct ListenerChild {
+    child: std::process::Child,
+    /// The listening process: `child`, or what it started.
+    listener: u32,
+}
+
+/// Listens on descriptor 3, says `ready` and its pid, and waits for its
+/// standard input to end.
+pub(crate) const LISTEN_PY: &str = "import os, socket, sys\n\
+s = socket.socket(fileno=3)\n\
+s.listen(64)\n\
+print('ready', os.getpid(), flush=True)\n\
+sys.stdin.read()\n";
+
+impl ListenerChild {
+    /// A child (python3) listens on `listener`, which this process bound
+    /// and may go on accepting on.
+    pub(crate) fn take_over(listener: &UnixListener) -> ListenerChild {
+        ListenerChild::start(listener, &["python3", "-c", LISTEN_PY])
+    }
+
+    /// Binds `socket` and has a child listen on it; this process keeps no
+    /// descriptor of it, as zcoder's main process keeps none.
+    pub(crate) fn serve(socket: &Path) -> ListenerChild {
+        let listener =
+            UnixListener::bind(socket).unwrap_or_else(|e| panic!("bind {}: {e}", socket.display()));
+        ListenerChild::take_over(&listener)
+    }
+
+    /// Runs `argv` (`LISTEN_PY`, or a program that runs it) with
+    /// `listener` as its descriptor 3; waits (bounded) for its `ready`
+    /// line.
+    pub(crate) fn start(listener: &UnixListener, argv: &[&str]) -> ListenerChild {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let fd = listener.as_raw_fd();
+        let mut cmd = std::process::Command::new(argv[0]);
+        cmd.args(&argv[1..])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        // SAFETY: between fork and exec only dup2(2) and fcntl(2), both
+        // async-signal-safe, on a descriptor `listener` keeps open until
+        // `spawn` returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                let r = if fd == 3 {
+                    libc::fcntl(3, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, 3)
+                };
+                if r == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().expect("spawn the listener child");
+        let ready = ready_line(&mut child);
+        let listener = ready
+            .as_deref()
+            .ok()
+            .and_then(|l| l.strip_prefix("ready "))
+            .and_then(|pid| pid.trim().parse().ok());
+        let Some(listener) = listener else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the listener child did not start: {ready:?}");
+        };
+        ListenerChild { child, listener }
+    }
+
+    /// The pid the kernel names as the socket's listener.
+    pub(crate) fn pid(&self) -> u32 {
+        self.listener
+    }
+}
+
+impl Drop for ListenerChild {
+    fn drop(&mut self) {
+        if self.listener != self.child.id() {
+            // SAFETY: kill(2) has no memory-safety preconditions; the pid
+            // is the listener this test started, which its parent (not
+            // yet reaped) waits for.
+            unsafe {
+                libc::kill(self.listener as libc::pid_t, libc::SIGKILL);
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first line `child` prints, waited for `T` at most.
+fn ready_line(
+    child: &mut std::process::Child,
+) -> Result<String, crossbeam_channel::RecvTimeoutError> {
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
+        let _ = tx.send(line);
+    });
+    rx.recv_timeout(T)
+}
+
+/// Whether python3, which the listener child runs, is here (else the
+/// test is skipped, or fails under BATON_REQUIRE_ALL=1).
+fn python() -> bool {
+    crate::util::have("python3")
 }
 
 fn frame(payload: &[u8]) -> Vec<u8> {
@@ -217,6 +338,9 @@ struct ZPeer {
     id: String,
     dir: PathBuf,
     socket: PathBuf,
+    /// What the kernel names as the socket's listener; this process
+    /// accepts on it too.
+    _listener: ListenerChild,
     state: Arc<Mutex<PeerState>>,
     accepted: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
@@ -225,11 +349,14 @@ struct ZPeer {
 
 impl ZPeer {
     /// Listens on `<dir>/a-<id>.sock`, then publishes `a-<id>.json`, as
-    /// zcoder does; one connection at a time, like zcoder's listener.
+    /// zcoder does; one connection at a time, like zcoder's listener. The
+    /// kernel names a child as the listener (`ListenerChild`), the
+    /// manifest this process.
     fn start(dir: &Path, project: &str, workspace: &str) -> ZPeer {
         let id = new_id();
         let socket = dir.join(format!("a-{id}.sock"));
         let listener = UnixListener::bind(&socket).unwrap();
+        let child = ListenerChild::take_over(&listener);
         listener.set_nonblocking(true).unwrap();
         let state = Arc::new(Mutex::new(PeerState {
             paused: false,
@@ -261,6 +388,7 @@ impl ZPeer {
             id,
             dir: dir.to_path_buf(),
             socket,
+            _listener: child,
             state,
             accepted,
             stop,
@@ -620,6 +748,9 @@ fn keys(m: &Map<String, Value>) -> BTreeSet<&str> {
 
 #[test]
 fn zcoder_peer_catches_clients_that_do_not_read_the_whole_ack() {
+    if !python() {
+        return;
+    }
     let env = Env::new();
     let zdir = zcoder_dir(&env);
     let peer = ZPeer::start(&zdir, "self check", "/work/self-check");
@@ -667,6 +798,9 @@ fn zcoder_peer_catches_clients_that_do_not_read_the_whole_ack() {
 
 #[test]
 fn baton_sends_to_a_zcoder_peer() {
+    if !python() {
+        return;
+    }
     let env = Env::new();
     let zdir = zcoder_dir(&env);
     let peer = ZPeer::start(&zdir, "weekly digest", "/work/app/services/weekly-digest");
@@ -933,6 +1067,9 @@ fn baton_sends_to_a_zcoder_peer() {
 
 #[test]
 fn a_strict_zcoder_peer_accepts_only_senders_in_its_registry() {
+    if !python() {
+        return;
+    }
     let env = Env::new();
     let zdir = zcoder_dir(&env);
     let peer = ZPeer::start(&zdir, "weekly digest", "/work/app/services/weekly-digest");
@@ -1167,6 +1304,9 @@ fn zcoder_frames_get_every_status_on_both_sockets() {
 
 #[test]
 fn zcoder_senders_are_verified_and_refusals_keep_their_precise_status() {
+    if !python() {
+        return;
+    }
     let env = Env::new();
     let zdir = zcoder_dir(&env);
     let ws = env.workspace("recv");
@@ -1206,13 +1346,17 @@ fn zcoder_senders_are_verified_and_refusals_keep_their_precise_status() {
         elsewhere,
         &zcoder_manifest(&zdir, elsewhere, "init", "/"),
     );
-    // This process serves the sockets of its two, as an instance would.
-    for mine in [&good, &denied] {
-        crate::util::serve_socket(&zdir.join(format!("a-{mine}.sock")));
-    }
+    // A child of this process serves the sockets of its two, as zcoder's
+    // background listener does; this process sends, as zcoder's main
+    // process does.
+    let _listeners: Vec<ListenerChild> = [&good, &denied]
+        .iter()
+        .map(|mine| ListenerChild::serve(&zdir.join(format!("a-{mine}.sock"))))
+        .collect();
 
     // Verified: the task names the zcoder instance, its name derived
-    // from its project, and the kernel's pid.
+    // from its project, and the kernel's pid (the sender's, which its
+    // manifest names, not its listener's).
     assert_ack(
         &zsend(
             &b.socket,
@@ -1762,6 +1906,9 @@ fn zcoder_flag_refuses_baton_s_own_registry() {
 /// it is instead of failing to verify an instance.
 #[test]
 fn issue_18_plain_send_carries_the_sender_fields_zcoder_requires() {
+    if !python() {
+        return;
+    }
     let env = Env::new();
     let zdir = zcoder_dir(&env);
     let peer = ZPeer::start(&zdir, "weekly digest", "/work/app/services/weekly-digest");
@@ -1844,6 +1991,9 @@ fn issue_18_plain_send_carries_the_sender_fields_zcoder_requires() {
 /// what its frame cannot do stays a usage error.
 #[test]
 fn issue_18_ping_and_status_work_on_a_zcoder_peer() {
+    if !python() {
+        return;
+    }
     let env = Env::new();
     let zdir = zcoder_dir(&env);
     let peer = ZPeer::start(&zdir, "weekly digest", "/work/app/services/weekly-digest");
@@ -1896,16 +2046,17 @@ fn issue_18_ping_and_status_work_on_a_zcoder_peer() {
     assert!(out.stderr.contains("is a zcoder instance"), "{out:?}");
 }
 
-/// A zcoder peer in a process of its own (python3: the test process
+/// A zcoder listener in a process of its own (python3: the test process
 /// cannot be stopped itself), answering `ping` with `pong`: it binds
-/// `<dir>/a-<its pid>-100000000000.sock`, says `ready` on stdout, and
-/// serves one frame a connection. Killed by its pid when dropped.
-struct ZProcess(std::process::Child);
+/// `<dir>/a-<id>.sock`, says `ready` on stdout, and serves one frame a
+/// connection. As zcoder's, it is a child of the process its manifest
+/// names (this test's). Killed by its pid when dropped.
+struct ZProcess(std::process::Child, String);
 
 const ZPEER_PY: &str = r#"
-import json, os, socket, sys
+import json, socket, sys
 srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-srv.bind("%s/a-%d-100000000000.sock" % (sys.argv[1], os.getpid()))
+srv.bind("%s/a-%s.sock" % (sys.argv[1], sys.argv[2]))
 srv.listen(16)
 print("ready", flush=True)
 while True:
@@ -1925,22 +2076,17 @@ while True:
 
 impl ZProcess {
     fn start(dir: &Path) -> ZProcess {
+        let id = new_id();
         let mut child = std::process::Command::new("python3")
             .args(["-c", ZPEER_PY])
             .arg(dir)
+            .arg(&id)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        thread::spawn(move || {
-            let mut line = String::new();
-            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
-            let _ = tx.send(line);
-        });
-        let ready = rx.recv_timeout(T);
-        let peer = ZProcess(child);
+        let ready = ready_line(&mut child);
+        let peer = ZProcess(child, id);
         assert_eq!(
             ready.as_deref(),
             Ok("ready\n"),
@@ -1949,9 +2095,10 @@ impl ZProcess {
         peer
     }
 
-    /// Its instance id: its pid first, as zcoder's are.
+    /// Its instance id: its main process's pid (this test's) first, as
+    /// zcoder's are.
     fn id(&self) -> String {
-        format!("{}-100000000000", self.0.id())
+        self.1.clone()
     }
 
     fn signal(&self, sig: libc::c_int) {
@@ -1987,8 +2134,7 @@ fn issue_18_a_frozen_zcoder_peer_is_unresponsive_not_missing() {
     let zdir = zcoder_dir(&env);
     let peer = ZProcess::start(&zdir);
     let id = peer.id();
-    let mut m = zcoder_manifest(&zdir, &id, "frozen", "/work/frozen");
-    m["pid"] = json!(peer.0.id());
+    let m = zcoder_manifest(&zdir, &id, "frozen", "/work/frozen");
     write_manifest(&zdir, &id, &m);
     let quick = [("BATON_IO_TIMEOUT", "0.5")];
     let run = |args: &[&str]| {

@@ -119,6 +119,13 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
         };
         text.push_str(&format!("codex:       {}\n", escape(&line)));
     }
+    if let Some(pane) = &r.tmux_pane {
+        let line = match &r.tmux_wait {
+            Some(wait) => format!("{pane}: {wait}"),
+            None => pane.clone(),
+        };
+        text.push_str(&format!("tmux pane:   {}\n", escape(&line)));
+    }
     let target = args.positional.first().map(String::as_str);
     for id in &r.awaiting_approval {
         text.push_str(&format!(

@@ -354,6 +354,7 @@ impl Foreground {
             started_at: m.started_at,
             state: self.shared.state(),
             tmux_pane: self.opts.tmux_pane.clone(),
+            tmux_wait: self.pane_wait(),
             codex: self.codex_status(),
             turn,
             workspace: m.workspace,

@@ -12,7 +12,9 @@
 //! place in the queue, the instance says why once (a `notice` with
 //! `tmux_pane`), and asks tmux again after a delay that grows to
 //! `LAST_RETRY`, only whether the pane is there; once it is, that is said
-//! too and the queue is typed in order.
+//! too and the queue is typed in order. A pane whose foreground program
+//! is a shell is waited for the same way (`Trouble::Shell`): nothing is
+//! typed into it until an agent runs there.
 
 use super::{Foreground, ServeOptions};
 use crate::error::{Error, Result};
@@ -44,6 +46,8 @@ pub(super) struct Pane {
     /// Whether the pane answered the last time: `None` before the first
     /// probe, `Some(false)` from a failure (said) until it answers again.
     up: Option<bool>,
+    /// Why nothing is typed now, while `up` is `Some(false)`.
+    waiting: Option<Trouble>,
     delay: Duration,
     retry_at: Option<Instant>,
     /// The task typed last, while it is open, and when its turn runs out.
@@ -71,6 +75,7 @@ pub(super) fn start(
         typist,
         asked: false,
         up: None,
+        waiting: None,
         delay: FIRST_RETRY,
         retry_at: None,
         typed: None,
@@ -199,12 +204,18 @@ impl Foreground {
             return;
         };
         let was_down = p.up == Some(false);
+        let was_shell = matches!(p.waiting.take(), Some(Trouble::Shell(_)));
         p.up = Some(true);
         p.retry_at = None;
         p.delay = FIRST_RETRY;
         if was_down {
+            let again = if was_shell {
+                "no longer runs a shell"
+            } else {
+                "answers again"
+            };
             let text = format!(
-                "tmux pane {} answers again: queued tasks are typed into it",
+                "tmux pane {} {again}: queued tasks are typed into it",
                 p.target
             );
             eprintln!("baton: {}", escape(&text));
@@ -215,15 +226,25 @@ impl Foreground {
         }
     }
 
+    /// Why queued tasks are not typed into the pane now, and until when
+    /// (`control/status`'s `tmux_wait`); None while they are typed.
+    pub(super) fn pane_wait(&self) -> Option<String> {
+        let p = self.pane.as_ref()?;
+        p.waiting.as_ref().map(Trouble::waiting)
+    }
+
     /// Nothing can be typed into the pane, for `trouble`: said when the
-    /// pane was not known to be down (with the task that went back to the
-    /// queue, if one did), and asked again after a growing delay.
+    /// pane was not known to be down, or was for another kind of trouble
+    /// (with the task that went back to the queue, if one did), and asked
+    /// again after a growing delay.
     fn pane_down(&mut self, trouble: &Trouble, put_back: Option<&str>) {
         let Some(p) = self.pane.as_mut() else {
             return;
         };
-        let say = p.up != Some(false);
+        let known = p.waiting.as_ref().is_some_and(|w| w.same_kind(trouble));
+        let say = p.up != Some(false) || !known;
         p.up = Some(false);
+        p.waiting = Some(trouble.clone());
         self.pane_retry_later();
         if !say {
             return;
@@ -240,6 +261,10 @@ impl Foreground {
             ),
             Trouble::Unbracketed => format!(
                 "tmux pane {} is not typed into: {reason}, so a task's lines would arrive as keys, each line submitted alone; {back}queued tasks stay queued and are typed once it asks",
+                p.target
+            ),
+            Trouble::Shell(_) => format!(
+                "tmux pane {} is not typed into: {reason}, which would run a task's lines as commands; {back}queued tasks stay queued and are typed once an agent runs there",
                 p.target
             ),
         };

@@ -8,7 +8,7 @@
 use super::request::SendRequest;
 use super::{Event, Peer, RpcError, Shared};
 use crate::error::{Error, Invalid};
-use crate::registry;
+use crate::registry::{self, RegistryDir};
 use crate::spool::{self, Admission, Limits, Sender, Task};
 use crate::status::Status;
 use crate::wire::answer::SendResult;
@@ -472,8 +472,8 @@ fn verify_sender(
 
 /// Checks that the connection comes from instance `id`: its manifest, in
 /// a scanned registry that passes the discovery checks, names the
-/// connection's peer pid, and that pid serves the manifest's socket. Its
-/// manifest.
+/// connection's peer pid, and that pid serves the manifest's socket,
+/// itself or through a child (`check_served`). Its manifest.
 pub(super) fn verify_instance(
     shared: &Shared,
     id: &str,
@@ -482,7 +482,8 @@ pub(super) fn verify_instance(
     let Some(pid) = peer.pid else {
         return Err("this platform does not report the peer pid".into());
     };
-    for dir in &registry::scan_dirs(&shared.registry) {
+    let dirs = registry::scan_dirs(&shared.registry);
+    for dir in &dirs {
         let path: PathBuf = registry::manifest_path(&dir.path, id);
         if !path.exists() && std::fs::symlink_metadata(&path).is_err() {
             continue;
@@ -498,7 +499,7 @@ pub(super) fn verify_instance(
         // The socket is asked once per connection: an instance's sends on
         // one connection pay for one connect. Its pid is compared above at
         // every send.
-        peer.serves(id, &m.socket, || check_served(id, &m.socket, pid))?;
+        peer.serves(id, &m.socket, || check_served(&dirs, id, &m.socket, pid))?;
         return Ok(m);
     }
     Err(format!("no manifest for instance {id} in the registry").into())
@@ -510,8 +511,10 @@ pub(super) fn verify_instance(
 /// reads (`SO_PEERCRED`: the process that called `listen`). Nothing is
 /// said on the socket, so a zcoder instance's is checked alike, and the
 /// connect never waits: a listener whose backlog is full is refused at
-/// once.
-fn check_served(id: &str, socket: &str, pid: u32) -> Result<(), Invalid> {
+/// once. The listener is `pid`, or a direct child of it that is no
+/// instance itself (`serving_child`): zcoder's main process sends, and
+/// its background listener serves its socket.
+fn check_served(dirs: &[RegistryDir], id: &str, socket: &str, pid: u32) -> Result<(), Invalid> {
     let unreachable = |why: String| {
         Invalid(format!(
             "instance {id}'s socket {socket} cannot be reached: {why}"
@@ -525,11 +528,54 @@ fn check_served(id: &str, socket: &str, pid: u32) -> Result<(), Invalid> {
     })?;
     let why = match sys::peer_cred(&stream).map(|c| c.pid) {
         Ok(Some(listener)) if listener == pid => return Ok(()),
-        Ok(Some(listener)) => format!("is served by pid {listener}, not by pid {pid}"),
+        Ok(Some(listener)) => match serving_child(dirs, listener, pid) {
+            Ok(()) => return Ok(()),
+            Err(why) => why,
+        },
         Ok(None) => "does not say which pid serves it".into(),
         Err(e) => return Err(unreachable(e.to_string())),
     };
     Err(format!("instance {id}'s socket {socket} {why}").into())
+}
+
+/// Checks that `listener` is a child of `pid` (its parent now, so never
+/// a process that outlived `pid`) and is no instance of its own: no
+/// manifest in the scanned registries names it. Without the second, a
+/// process that started an instance could link that instance's socket
+/// into the registry under a manifest of its own and be verified as
+/// whatever that manifest says, through its child. Only a direct child:
+/// a zcoder listener is its main process's, and a deeper descendant would
+/// let any ancestor of a listener (a shell, a service manager) speak
+/// through it. Why not, when it is not.
+fn serving_child(dirs: &[RegistryDir], listener: u32, pid: u32) -> Result<(), String> {
+    let parent = sys::process(listener).map(|p| p.ppid);
+    if parent != Some(pid) {
+        return Err(format!(
+            "is served by pid {listener}, not by pid {pid} or a child of it"
+        ));
+    }
+    match instance_of(dirs, listener) {
+        Some(other) => Err(format!(
+            "is served by pid {listener}, a child of pid {pid} that is instance {other}"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The instance whose manifest, in one of `dirs`, names `pid` as its
+/// own. An instance id begins with its pid (baton's and zcoder's alike),
+/// so only `a-<pid>-*.json` is read.
+fn instance_of(dirs: &[RegistryDir], pid: u32) -> Option<String> {
+    let prefix = format!("a-{pid}-");
+    dirs.iter().find_map(|dir| {
+        std::fs::read_dir(&dir.path)
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&prefix) && n.ends_with(".json"))
+            .filter_map(|n| registry::read_manifest(dir, &dir.path.join(n)).ok())
+            .find(|m| m.pid == pid)
+            .map(|m| m.instance_id)
+    })
 }
 
 #[cfg(test)]

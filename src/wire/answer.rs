@@ -124,6 +124,10 @@ pub struct ControlStatus {
     pub started_at: u64,
     pub state: State,
     pub tmux_pane: Option<String>,
+    /// `serve --tmux-pane`: why queued tasks are not typed into the pane
+    /// now, and until when; `None` while they are.
+    #[serde(default)]
+    pub tmux_wait: Option<String>,
     /// `serve --codex`: the app-server, and whether it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub codex: Option<CodexStatus>,

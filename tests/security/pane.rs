@@ -2,14 +2,17 @@
 //! cannot end the bracketed paste it is typed in, nor press a key, because
 //! every control character it holds arrives made visible, as `baton inbox
 //! claim` prints it. The pane runs the stand-in agent of `tests/tmux.rs`,
-//! which asks for bracketed paste and records every byte it reads.
+//! which asks for bracketed paste and records every byte it reads. Nor is
+//! a task typed into a pane where a shell runs (issue 44, point 5).
 
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 
 use crate::tmux::{Tmux, WAIT, chmod_x, done_command, places, send, serve, tools, typed_event};
-use crate::util::{Env, me_as_instance, wait_event, wait_until};
+use crate::util::{
+    Env, event_is, have, me_as_instance, transcript, wait_event, wait_for, wait_until,
+};
 
 const START: &str = "\x1b[200~";
 const END: &str = "\x1b[201~";
@@ -193,4 +196,116 @@ fn a_pane_whose_program_has_not_asked_for_bracketed_paste_is_not_typed_into() {
     fs::write(&flag, "1").unwrap();
     typed_event(&spool, &two);
     tmux.wait_typed("while it does not ask");
+}
+
+/// What `baton status` says of a pane where bash runs.
+const SHELL_WAIT: &str = "the pane runs a shell (bash): tasks wait until an agent runs there";
+
+/// `baton status pa`'s text once it says `SHELL_WAIT`; the file `pwned`
+/// must not be made meanwhile (a shell that got the task would make it).
+fn wait_shell_said(env: &Env, pwned: &Path) -> String {
+    wait_for("status to say the pane runs a shell", WAIT, || {
+        assert!(!pwned.exists(), "the pane's shell ran the task's body");
+        let out = env.run(&["status", "pa"]);
+        assert_eq!(out.status, 0, "{out:?}");
+        out.stdout.contains(SHELL_WAIT).then_some(out.stdout)
+    })
+}
+
+/// Waits until tmux names the pane's command `name`: the shell tmux runs
+/// a pane's program with (`sh -c`) has handed over to it.
+fn wait_command(tmux: &Tmux, name: &str) {
+    wait_until(&format!("the pane to run {name}"), WAIT, || {
+        let args = [
+            "display-message",
+            "-p",
+            "-t",
+            "t:0.0",
+            "#{pane_current_command}",
+        ];
+        tmux.run(&args).trim() == name
+    });
+}
+
+/// Issue 44, point 5: `--tmux-pane` at a pane where `bash -i` runs typed
+/// the task, and bash ran its lines. Now nothing is typed while a shell
+/// is the pane's foreground program: the task stays queued, `status` and
+/// a notice say why, and once an agent runs there (started from that
+/// shell, as a user does) the task is typed, once.
+#[test]
+fn a_pane_that_runs_a_shell_is_not_typed_into_until_an_agent_runs_there() {
+    if !tools() || !have("bash") {
+        return;
+    }
+    let env = Env::new();
+    let mut tmux = Tmux::new(&env);
+    tmux.start_program("bash --norc --noprofile -i");
+    wait_command(&tmux, "bash");
+    let s = serve(&env, &tmux, &[], &[]);
+    let spool = s.spool();
+    let pwned = env.root.join("PWNED");
+    let id = send(&env, &format!("please review\ntouch {}", pwned.display()));
+    let status = wait_shell_said(&env, &pwned);
+    assert!(
+        status.contains(&format!("\ntmux pane:   t:0.0: {SHELL_WAIT}\n")),
+        "{status}"
+    );
+    assert!(!pwned.exists(), "the pane's shell ran the task's body");
+    assert_eq!(places(&env), (vec![id.clone()], vec![]));
+    let said = wait_event(&spool, "the shell said", WAIT, |e| {
+        e["kind"] == "notice" && e["tmux_pane"] == "t:0.0"
+    });
+    assert_eq!(said["reason"], "the pane runs a shell (bash)", "{said}");
+    assert_eq!(
+        said["text"],
+        "tmux pane t:0.0 is not typed into: the pane runs a shell (bash), which would run a task's lines as commands; queued tasks stay queued and are typed once an agent runs there",
+    );
+    let out = env.run(&["status", "pa", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["tmux_wait"], SHELL_WAIT, "{json}");
+
+    // The user starts the agent in that shell: the task is typed into it.
+    tmux.run(&["send-keys", "-t", "t:0.0", "-l", &tmux.agent_command(&env)]);
+    tmux.run(&["send-keys", "-t", "t:0.0", "Enter"]);
+    typed_event(&spool, &id);
+    wait_event(&spool, "the agent said", WAIT, |e| {
+        e["kind"] == "notice"
+            && e["text"] == "tmux pane t:0.0 no longer runs a shell: queued tasks are typed into it"
+    });
+    let typed = tmux.wait_done_line();
+    assert_eq!(typed.matches("please review").count(), 1, "{typed:?}");
+    assert_eq!(places(&env), (vec![], vec![id.clone()]));
+    let out = env.run(&["inbox", "complete", &s.id, &id]);
+    assert_eq!(out.status, 0, "{out:?}");
+    wait_event(&spool, "the task ended", WAIT, |e| {
+        event_is(e, "task.ended", &id)
+    });
+    let seen = transcript(&spool);
+    for kind in ["task.claimed", "task.typed"] {
+        let n = seen.iter().filter(|e| event_is(e, kind, &id)).count();
+        assert_eq!(n, 1, "{kind}: {seen:?}");
+    }
+    assert!(!pwned.exists(), "the pane's shell ran the task's body");
+    let out = env.run(&["status", "pa", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["tmux_wait"], serde_json::Value::Null, "{json}");
+}
+
+/// A shell that calls itself something else (`exec -a claude bash`: tmux
+/// names the pane's command `claude`) is still bash to the kernel: the
+/// `comm` of the leader of the terminal's foreground process group.
+#[test]
+fn a_shell_renamed_as_an_agent_is_still_a_shell() {
+    if !tools() || !have("bash") {
+        return;
+    }
+    let env = Env::new();
+    let mut tmux = Tmux::new(&env);
+    tmux.start_program("bash -c 'exec -a claude bash --norc --noprofile -i'");
+    wait_command(&tmux, "claude");
+    let _s = serve(&env, &tmux, &[], &[]);
+    let pwned = env.root.join("PWNED");
+    let id = send(&env, &format!("please review\ntouch {}", pwned.display()));
+    wait_shell_said(&env, &pwned);
+    assert_eq!(places(&env), (vec![id], vec![]));
 }

@@ -186,12 +186,14 @@ fn the_pane_agents_processes_get_the_agents_doors_only() {
     let rpc = script(&dir, "rpc.py", super::RPC);
     let out = |n: &str| dir.join(n);
     let mut tmux = crate::tmux::Tmux::new(&env);
-    // The pane's program reads the task typed into it, then calls in.
+    // The pane's program reads the task typed into it, then calls in. It
+    // is no shell: a pane where a shell runs is not typed into.
     let program = format!(
-        "sh -c 'read line; s=$(cat {sock}); \
-         python3 {rpc} $s approval/respond \"{{}}\" > {a}; \
-         python3 {rpc} $s turn/local \"{{}}\" > {l}; \
-         python3 {rpc} $s inbox/list \"{{}}\" > {i}; touch {d}; exec cat >/dev/null'",
+        "python3 -c 'import subprocess as p, sys; sys.stdin.readline(); \
+         s = open(\"{sock}\").read(); \
+         [p.run([\"python3\", \"{rpc}\", s, m, \"{{}}\"], stdout=open(o, \"w\")) \
+         for m, o in [(\"approval/respond\", \"{a}\"), (\"turn/local\", \"{l}\"), \
+         (\"inbox/list\", \"{i}\")]]; open(\"{d}\", \"w\"); sys.stdin.read()'",
         sock = out("socket").display(),
         rpc = rpc.display(),
         a = out("approve.json").display(),

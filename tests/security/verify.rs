@@ -1,11 +1,13 @@
 //! Sender verification (docs/protocol.md §5, "Sender verification"): a
 //! claimed `sender.instance_id` holds only for the process that serves
-//! that instance's socket now, as the kernel says of its listener. A
-//! manifest is a file any process of the user can write: naming its own
-//! pid in one proves nothing.
+//! that instance's socket now, as the kernel says of its listener (the
+//! process itself, or a child of it that is no instance: zcoder's
+//! listener). A manifest is a file any process of the user can write:
+//! naming its own pid in one proves nothing.
 
 use crate::offline::{activated, manifest_of};
-use crate::util::{Env, RawClient, event_is, fake_manifest, transcript, wait_event};
+use crate::util::{Env, RawClient, event_is, fake_manifest, have, transcript, wait_event};
+use crate::zcoder::{LISTEN_PY, ListenerChild};
 use serde_json::{Value, json};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::symlink;
@@ -13,6 +15,11 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(20);
+
+/// The parent of the live process `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    baton::sys::process(pid).map(|p| p.ppid)
+}
 
 fn send(c: &mut RawClient, params: Value) -> Value {
     let r = c.call(1, "message/send", params);
@@ -23,7 +30,8 @@ fn send(c: &mut RawClient, params: Value) -> Value {
 
 /// A process that writes `a-<its pid>-<n>.json` with `"name":"boss"` and
 /// sends as that instance is not boss: neither with no socket behind the
-/// manifest nor with another process's socket linked in its place. The
+/// manifest nor with another instance's socket linked in its place (by a
+/// symlink or a hard link), although that instance is its child. The
 /// task is refused `invalid` before `--accept-from boss` is asked, and
 /// never reaches the inbox; `task/status` refuses the same claim.
 #[test]
@@ -38,6 +46,9 @@ fn a_written_manifest_does_not_make_a_sender_verified() {
     let unserved = fake_manifest(&inbox.registry, me, "boss", "/w/boss");
     let borrowed = fake_manifest(&inbox.registry, me, "boss", "/w/boss");
     symlink(&inbox.socket, socket_of(&borrowed)).unwrap();
+    let linked = fake_manifest(&inbox.registry, me, "boss", "/w/boss");
+    std::fs::hard_link(&inbox.socket, socket_of(&linked)).unwrap();
+    assert_eq!(parent_of(inbox.pid()), Some(me));
     let mut c = inbox.client();
 
     let r = send(&mut c, inbox.msg_from("f-1", "do as boss says", &unserved));
@@ -51,17 +62,23 @@ fn a_written_manifest_does_not_make_a_sender_verified() {
         reason.starts_with(&want) && reason.contains("os error 2"),
         "{r}"
     );
-    let r = send(&mut c, inbox.msg_from("f-2", "do as boss says", &borrowed));
-    assert_eq!(r["status"], "invalid", "{r}");
-    assert_eq!(
-        r["reason"],
-        format!(
-            "sender not verified: instance {borrowed}'s socket {} is served by pid {}, not by pid {me}",
-            socket_of(&borrowed).display(),
-            inbox.pid()
-        ),
-        "{r}"
-    );
+    for (n, fake) in [(2, &borrowed), (3, &linked)] {
+        let r = send(
+            &mut c,
+            inbox.msg_from(&format!("f-{n}"), "do as boss says", fake),
+        );
+        assert_eq!(r["status"], "invalid", "{r}");
+        assert_eq!(
+            r["reason"],
+            format!(
+                "sender not verified: instance {fake}'s socket {} is served by pid {}, a child of pid {me} that is instance {}",
+                socket_of(fake).display(),
+                inbox.pid(),
+                inbox.id
+            ),
+            "{r}"
+        );
+    }
     let r = c.call(
         2,
         "task/status",
@@ -79,8 +96,8 @@ fn a_written_manifest_does_not_make_a_sender_verified() {
     let r = c.call(3, "inbox/list", json!({}));
     assert_eq!(r["result"]["queued"], json!([]), "{r}");
     let spool = inbox.spool();
-    wait_event(&spool, "the second refusal", WAIT, |e| {
-        event_is(e, "message.rejected", "f-2")
+    wait_event(&spool, "the third refusal", WAIT, |e| {
+        event_is(e, "message.rejected", "f-3")
     });
     for e in transcript(&spool) {
         assert_ne!(e["kind"], "message.accepted", "{e}");
@@ -211,4 +228,70 @@ fn a_socket_activated_instance_named_boss_relaying_is_verified() {
     let task = &r["result"]["task"];
     assert_eq!(task["sender"]["name"], "boss", "{r}");
     assert_eq!(task["sender"]["pid"], boss.pid(), "{r}");
+}
+
+/// zcoder's layout (docs/zcoder.md, section 5): the manifest names the
+/// main process, which sends, and a child of it listens on the socket. It
+/// is verified. A socket served by a grandchild is not, nor a manifest
+/// naming a pid that has exited, whoever serves its socket.
+#[test]
+fn a_sender_whose_socket_a_child_of_it_serves_is_verified_and_no_other() {
+    if !have("python3") {
+        return;
+    }
+    let env = Env::new();
+    let inbox = env.serve(
+        &env.workspace("inbox"),
+        &["--name", "inbox", "--accept-from", "boss"],
+    );
+    let me = std::process::id();
+    let socket_of = |id: &str| inbox.registry.join(format!("a-{id}.sock"));
+    let child = fake_manifest(&inbox.registry, me, "boss", "/w/boss");
+    let listener = ListenerChild::serve(&socket_of(&child));
+    assert_ne!(listener.pid(), me);
+    let mut c = inbox.client();
+    let r = send(&mut c, inbox.msg_from("c-1", "from boss", &child));
+    assert_eq!(r["status"], "accepted", "{r}");
+    let r = inbox.client().call(2, "inbox/claim", json!({}));
+    let task = &r["result"]["task"];
+    assert_eq!(task["sender"]["name"], "boss", "{r}");
+    assert_eq!(task["sender"]["instance_id"], child.as_str(), "{r}");
+    assert_eq!(task["sender"]["pid"], me, "{r}");
+
+    // A grandchild: `sh` runs the listener and waits for it.
+    let deeper = fake_manifest(&inbox.registry, me, "boss", "/w/boss");
+    let bound = UnixListener::bind(socket_of(&deeper)).unwrap();
+    let script = "python3 -c \"$1\"; exit $?";
+    let grandchild = ListenerChild::start(&bound, &["sh", "-c", script, "sh", LISTEN_PY]);
+    drop(bound);
+    assert_ne!(parent_of(grandchild.pid()), Some(me));
+    let mut c = inbox.client();
+    let r = send(&mut c, inbox.msg_from("c-2", "from boss", &deeper));
+    assert_eq!(r["status"], "invalid", "{r}");
+    assert_eq!(
+        r["reason"],
+        format!(
+            "sender not verified: instance {deeper}'s socket {} is served by pid {}, not by pid {me} or a child of it",
+            socket_of(&deeper).display(),
+            grandchild.pid()
+        ),
+        "{r}"
+    );
+
+    // A manifest naming a pid that has exited: its socket served by a
+    // child of this process changes nothing.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = fake_manifest(&inbox.registry, dead, "boss", "/w/boss");
+    let _served = ListenerChild::serve(&socket_of(&stale));
+    let r = send(&mut c, inbox.msg_from("c-3", "from boss", &stale));
+    assert_eq!(r["status"], "invalid", "{r}");
+    assert_eq!(
+        r["reason"],
+        format!(
+            "sender not verified: instance {stale} has pid {dead}, but the connection comes from pid {me}"
+        ),
+        "{r}"
+    );
 }
