@@ -15,6 +15,7 @@ use crate::config::{BATON_SOCKET, BATON_TURN};
 use crate::sys;
 use crate::wire::{Call, Method};
 use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::Mutex;
 
 spelled! {
@@ -218,6 +219,10 @@ pub struct Ours<'a> {
     /// (`sys::become_subreaper`): then only its descendants are its
     /// turns', and a turn token only says which turn.
     pub reaper: bool,
+    /// Our registry: a peer that descends from another instance listed
+    /// there (its manifest's pid an ancestor of the peer's) is a process
+    /// of that instance's turn, whatever its environment says.
+    pub registry: Option<&'a Path>,
 }
 
 /// Exec turns whose token is remembered: a process left over from an
@@ -329,12 +334,20 @@ enum Walked {
 /// Walks from `pid` up its ancestry, noting in `c` what it finds.
 fn walk(pid: u32, ours: &Ours, c: &mut Caller) -> Walked {
     let (mut cur, mut child, mut token_here) = (pid, None, None);
+    let mut instances: Option<Vec<(u32, String)>> = None;
     for _ in 0..MAX_DEPTH {
         if cur == ours.pid {
             c.role = Role::Turn;
             let running = token_here.is_some() && ours.running_token() == token_here;
             c.leader = if running { ours.handler } else { child };
             return Walked::Done;
+        }
+        if cur != pid && c.instance_socket.is_none() {
+            let listed =
+                instances.get_or_insert_with(|| ours.registry.map_or_else(Vec::new, instances_in));
+            if let Some((_, socket)) = listed.iter().find(|(p, _)| *p == cur) {
+                c.instance_socket = Some(socket.clone());
+            }
         }
         let marked = match c.instance_socket {
             None => sys::environ_values(cur, [BATON_TURN, BATON_SOCKET]),
@@ -373,6 +386,27 @@ fn walk(pid: u32, ours: &Ours, c: &mut Caller) -> Walked {
         }
     }
     Walked::Top
+}
+
+/// The instances of `registry` by their manifests' names
+/// (`a-PID-N.json`): each one's pid and socket. Read once per walk, and
+/// only when a walk needs it.
+fn instances_in(registry: &Path) -> Vec<(u32, String)> {
+    let entries = std::fs::read_dir(registry)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok());
+    entries
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_prefix("a-")?.strip_suffix(".json")?;
+            let pid = id.split('-').next()?.parse().ok()?;
+            Some((
+                pid,
+                registry.join(format!("a-{id}.sock")).display().to_string(),
+            ))
+        })
+        .collect()
 }
 
 /// The socket of the instance whose turn this very process belongs to,
@@ -496,6 +530,7 @@ mod tests {
             uid: sys::euid(),
             operators: &[],
             reaper: false,
+            registry: None,
         };
         let uid = sys::euid();
         assert_eq!(classify(Some(me), uid, &ours).role, Role::Own);
@@ -529,6 +564,7 @@ mod tests {
             uid: sys::euid(),
             operators,
             reaper: true,
+            registry: None,
         }
     }
 

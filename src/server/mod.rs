@@ -207,6 +207,7 @@ impl Shared {
             uid: sys::euid(),
             operators: &self.operators,
             reaper: self.reaper.load(Ordering::SeqCst),
+            registry: Some(&self.registry),
         }
     }
 

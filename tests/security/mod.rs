@@ -4,6 +4,7 @@
 
 mod approval;
 mod bridge;
+mod escape;
 mod pane;
 mod table;
 mod text;
