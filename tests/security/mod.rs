@@ -2,6 +2,7 @@
 //! outside its row of the access table, and each attack that once got
 //! through is pinned by a test named after it.
 
+mod accounts;
 mod approval;
 mod bridge;
 mod escape;
