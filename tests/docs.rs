@@ -745,3 +745,32 @@ fn the_man_page_help_and_completions_agree_on_options_and_value_names() {
         }
     }
 }
+
+#[test]
+fn the_doors_only_operators_pass_are_the_codes() {
+    use baton::access::Door;
+    let page = fs::read_to_string(format!("{ROOT}/docs/protocol.md")).unwrap();
+    let para = page
+        .split("**With `serve --operator USER`**")
+        .nth(1)
+        .expect("protocol.md says what --operator changes");
+    let listed = para
+        .split("the doors ")
+        .nth(1)
+        .and_then(|p| p.split(" open to the listed accounts only").next())
+        .expect("the doors --operator keeps for the listed accounts");
+    let mut doc: Vec<String> = listed
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|d| d.replace('\n', " "))
+        .collect();
+    let mut code: Vec<String> = Door::all()
+        .into_iter()
+        .filter(|d| d.operators_only())
+        .map(|d| d.name().to_string())
+        .collect();
+    doc.sort();
+    code.sort();
+    assert_eq!(doc, code, "docs/protocol.md's doors for --operator's accounts");
+}
