@@ -772,5 +772,8 @@ fn the_doors_only_operators_pass_are_the_codes() {
         .collect();
     doc.sort();
     code.sort();
-    assert_eq!(doc, code, "docs/protocol.md's doors for --operator's accounts");
+    assert_eq!(
+        doc, code,
+        "docs/protocol.md's doors for --operator's accounts"
+    );
 }
