@@ -75,7 +75,8 @@ fn ended_text(
     handler: &HandlerExit,
 ) -> String {
     let mut text = match reply {
-        Some(body) => format!("{outcome}: {body}"),
+        // Peer text: what the model reads is what its user can see.
+        Some(body) => format!("{outcome}: {}", escape_multiline(body)),
         None => format!("{outcome}: task {id} ended on {who} with no reply."),
     };
     match (handler.exit_status, handler.signal) {
