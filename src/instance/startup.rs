@@ -16,7 +16,7 @@ use crate::sys;
 use crate::wire::EventKind;
 use crossbeam_channel as chan;
 use serde_json::json;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -77,10 +77,13 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
         events_tx.clone(),
         opts.agent,
     ));
-    shared.reaper.store(reap_orphans()?, Ordering::SeqCst);
+    let reaper = become_reaper()?;
+    shared.reaper.store(reaper, Ordering::SeqCst);
     let listeners = accept(sockets, &shared)?;
     operators_socket(&shared, &place.id)?;
-    let signals = signal_channel(&[SIGTERM, SIGINT, SIGHUP])?;
+    // SIGCHLD too where we reap a turn's orphans: reaped on the signal
+    // thread itself, never forwarded (no descriptor more for it).
+    let signals = signal_channel(&[SIGTERM, SIGINT, SIGHUP, SIGCHLD][..3 + usize::from(reaper)])?;
     let (pane, panes) = super::pane::start(&opts, &place.id)?;
     let (codex, codex_reports) = super::codex::start(&opts, &place.workspace, &place.id)?;
     // The listener is accepting: only now may peers find us.
@@ -533,20 +536,11 @@ fn operators_socket(shared: &Arc<Shared>, id: &str) -> Result<()> {
 
 /// Makes the instance the subreaper of its handlers' orphans, so that a
 /// turn's process stays the turn's whatever its parent does
-/// (docs/security.md), and reaps them as they end, on a thread of its own
-/// woken by SIGCHLD. False where the system has no subreaper.
-fn reap_orphans() -> Result<bool> {
-    let cannot = |e: std::io::Error| Error::Env(format!("cannot reap a turn's orphans: {e}"));
-    if !sys::become_subreaper().map_err(cannot)? {
-        return Ok(false);
-    }
-    let mut chld = signal_hook::iterator::Signals::new([signal_hook::consts::SIGCHLD])
-        .map_err(|e| Error::Env(format!("cannot install signal handlers: {e}")))?;
-    std::thread::Builder::new()
-        .name("baton-reaper".into())
-        .spawn(move || chld.forever().for_each(|_| crate::reaper::reap_orphans()))
-        .map_err(cannot)?;
-    Ok(true)
+/// (docs/security.md); the signal thread reaps them at each SIGCHLD
+/// (`signal_channel`). False where the system has no subreaper.
+fn become_reaper() -> Result<bool> {
+    sys::become_subreaper()
+        .map_err(|e| Error::Env(format!("cannot become the reaper of a turn's orphans: {e}")))
 }
 
 /// `signals` as a channel a loop can select on (the foreground's, the
@@ -558,7 +552,14 @@ pub(crate) fn signal_channel(signals: &[i32]) -> Result<chan::Receiver<i32>> {
     std::thread::Builder::new()
         .name("baton-signals".into())
         .spawn(move || {
-            let _ = signals.forever().try_for_each(|sig| tx.send(sig));
+            // SIGCHLD, where asked for, reaps a turn's orphans here.
+            let _ = signals.forever().try_for_each(|sig| match sig {
+                SIGCHLD => {
+                    crate::reaper::reap_orphans();
+                    Ok(())
+                }
+                sig => tx.send(sig),
+            });
         })
         .map_err(|e| Error::Env(format!("cannot start the signal thread: {e}")))?;
     Ok(rx)
