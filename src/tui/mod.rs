@@ -195,12 +195,14 @@ fn run_view(
     }));
     // The approvals whose whole body was read for its counts.
     let mut read: HashSet<String> = HashSet::new();
+    let mut tries = 0;
     let mut tty =
         Tty::open().map_err(|e| Error::Env(format!("cannot set up the terminal: {e}")))?;
     refresh_header(&mut ctl, &mut view);
     loop {
         let (cols, rows) = tty.size();
         let _ = tty.draw(&view.render(cols, rows));
+        let again = ask_again(&view, &read, tries);
         select! {
             recv(keys) -> k => match k {
                 Ok(k) => {
@@ -225,11 +227,16 @@ fn run_view(
                     }
                     refresh_header(&mut ctl, &mut view);
                     count_escaped(&mut ctl, &mut view, &mut read);
+                    tries = 0;
                 }
                 Err(_) => {
                     view.push(Role::Refusal, "the instance closed the event stream");
                     events = chan::never();
                 }
+            },
+            recv(again) -> _ => {
+                tries += 1;
+                count_escaped(&mut ctl, &mut view, &mut read);
             },
             recv(work) -> w => {
                 for (role, text) in w.unwrap_or_default() {
@@ -314,6 +321,22 @@ fn handle_key(
     false
 }
 
+/// While an approval's counts are not read (its listing failed, or came
+/// before it), a tick to ask for them again a little later: at most 40
+/// times after the last event, so an instance that never lists it leaves
+/// the view idle.
+fn ask_again(
+    view: &View,
+    read: &HashSet<String>,
+    tries: u32,
+) -> chan::Receiver<std::time::Instant> {
+    let unread = view.waiting.iter().any(|w| !read.contains(&w.approval_id));
+    match unread && tries < 40 {
+        true => chan::after(std::time::Duration::from_millis(250)),
+        false => chan::never(),
+    }
+}
+
 /// The whole of what each approval that waits shows, read once from the
 /// instance (`approval/list`): how many of its characters are shown
 /// escaped, and its lines, for the prompt.
@@ -326,15 +349,17 @@ fn count_escaped(ctl: &mut Control, view: &mut View, read: &mut HashSet<String>)
     };
     let listed: Vec<Asked> = list.approvals.iter().map(Asked::read).collect();
     for w in view.waiting.iter_mut() {
-        if !read.insert(w.approval_id.clone()) {
+        if read.contains(&w.approval_id) {
             continue;
         }
         let a = listed.iter().find(|a| {
             a.approval_id.as_deref() == Some(&w.approval_id) && a.digest == w.digest.as_str()
         });
+        // Read once it was: one not listed yet is asked about again.
         if let Some(Ok(text)) = a.map(whole_of) {
             w.escaped = Some(escaped_count(&text));
             w.lines = Some(text.lines().count() as u64);
+            read.insert(w.approval_id.clone());
         }
     }
 }

@@ -57,6 +57,13 @@ impl World {
         let dir = PathBuf::from("/tmp").join(format!("baton-accounts-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        // The binary under test, where every account may run it (the
+        // build's own directory may be private).
+        let bin = PathBuf::from(baton());
+        fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        fs::copy(baton_bin(), &bin).unwrap();
+        fs::set_permissions(bin.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
         World {
             dir,
             users: Vec::new(),
@@ -157,8 +164,9 @@ fn waiting(who: Option<&Account>, agent: &Account, name: &str) -> (String, Strin
     found.unwrap()
 }
 
+/// The copy of the binary under test that `World::new` makes.
 fn baton() -> String {
-    baton_bin().display().to_string()
+    format!("/tmp/baton-accounts-{}/bin/baton", std::process::id())
 }
 
 /// The one spool under `state`.
