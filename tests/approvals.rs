@@ -345,9 +345,11 @@ fn the_views_v_shows_the_whole_body_and_its_prompt_the_counts() {
         &format!("cd '{}'\nexec \"$BATON\" attach h", ws.display()),
     );
     tmux.wait_for("view", &format!("baton h ({}) coding ready", h.id));
+    // Wide enough for the status row whatever the length of the sender's
+    // directory (this process's, where the suite was started).
+    tmux.run(&["resize-window", "-t", "t:view", "-x", "300"]);
     let body = lines(9).replace("line 9\n", "line 9 \x1b[31mred\n");
     send_waiting(&env, &h, "v-1", &body);
-    // The status row, cut at the pane's width.
     tmux.wait_for("view", "mode queue, 72 bytes, 9 lines, 1 escaped; v reads");
 
     tmux.key("view", "v");
