@@ -41,6 +41,42 @@ pub enum Error {
     Refused(String),
     /// The connection failed or timed out.
     Transport(String),
+    /// A task is not where an operation on the spool needs it.
+    Spool(SpoolError),
+}
+
+/// Why the spool would not move a task (`spool/claim.rs`): the words say
+/// what, and which task; the front end chooses the exit code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SpoolError {
+    /// The spool holds no task with this id.
+    NoTask(String),
+    /// The task is not being processed (nor interrupted, for a finish).
+    NotProcessing(String),
+    /// The task is not queued.
+    NotQueued(String),
+    /// The task is neither interrupted nor rejected with data that can be
+    /// read back.
+    NotSetAside(String),
+}
+
+impl fmt::Display for SpoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpoolError::NoTask(id) => write!(f, "no task {id} in the spool"),
+            SpoolError::NotProcessing(id) => write!(f, "task {id} is not being processed"),
+            SpoolError::NotQueued(id) => write!(f, "task {id} is not queued"),
+            SpoolError::NotSetAside(id) => write!(f, "no interrupted or rejected task {id}"),
+        }
+    }
+}
+
+impl std::error::Error for SpoolError {}
+
+impl From<SpoolError> for Error {
+    fn from(e: SpoolError) -> Error {
+        Error::Spool(e)
+    }
 }
 
 /// What is wrong with a piece of data baton did not write itself (a
@@ -88,7 +124,9 @@ impl Error {
 
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            Error::Usage(_) | Error::Env(_) | Error::Io { .. } => ExitCode::Usage,
+            // A task that is not where the command needs it is a usage
+            // error, as a wrong id on the command line is.
+            Error::Usage(_) | Error::Env(_) | Error::Io { .. } | Error::Spool(_) => ExitCode::Usage,
             Error::NoTarget(_) => ExitCode::NoTarget,
             Error::Refused(_) => ExitCode::Refused,
             Error::Transport(_) => ExitCode::Transport,
@@ -107,6 +145,7 @@ impl fmt::Display for Error {
             Error::Io { op, path, source } => {
                 write!(f, "{op} {}: {source}", path.display())
             }
+            Error::Spool(e) => e.fmt(f),
         }
     }
 }
@@ -115,9 +154,58 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Io { source, .. } => Some(source),
+            Error::Spool(e) => Some(e),
             _ => None,
         }
     }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spool::Spool;
+    use crate::wire::Outcome;
+
+    /// The spool says which task is not where, as a typed error; the
+    /// front end's one `match` gives it exit status 2, as before, with
+    /// the words it always had.
+    #[test]
+    fn a_misplaced_task_is_a_spool_error_with_the_usage_exit() {
+        let dir = crate::files::scratch("error-misplaced");
+        let s = Spool::open(&dir, false, false).unwrap();
+        let cases = [
+            (
+                s.finish("m1", Outcome::Done).unwrap_err(),
+                SpoolError::NoTask("m1".into()),
+                "no task m1 in the spool",
+            ),
+            (
+                s.withdraw("m2", Outcome::Cancelled).unwrap_err(),
+                SpoolError::NotQueued("m2".into()),
+                "task m2 is not queued",
+            ),
+            (
+                s.requeue("m3").unwrap_err(),
+                SpoolError::NotSetAside("m3".into()),
+                "no interrupted or rejected task m3",
+            ),
+            (
+                s.unclaim("m4").unwrap_err(),
+                SpoolError::NotProcessing("m4".into()),
+                "task m4 is not being processed",
+            ),
+        ];
+        for (got, want, text) in cases {
+            assert_eq!(got.to_string(), text);
+            assert_eq!(got.exit_code(), ExitCode::Usage, "{text}");
+            match got {
+                Error::Spool(e) => assert_eq!(e, want),
+                other => panic!("{text}: not a spool error: {other:?}"),
+            }
+        }
+        drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

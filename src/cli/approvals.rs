@@ -183,7 +183,16 @@ fn decide(args: &Args, config: &Config, cmd: &str, decision: Decision) -> Result
             None => {
                 let reason = format!("no approval {id} is waiting");
                 let v = json!({"status": "invalid", "approval_id": id, "reason": reason});
-                (v.clone(), serde_json::from_value(v).expect("a Handled"))
+                let h = Handled {
+                    approval_id: Some(id.to_string()),
+                    message_id: None,
+                    outcome: None,
+                    reason: Some(reason),
+                    reply: None,
+                    status: "invalid".into(),
+                    was: None,
+                };
+                (v, h)
             }
         };
         let decided = matches!(h.status.as_str(), "approved" | "denied");

@@ -9,7 +9,8 @@ use super::Foreground;
 use crate::error::Error;
 use crate::sanitize::escape;
 use crate::wire::EventKind;
-use serde_json::{Value, json};
+use crate::wire::answer::Claimed;
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 /// The first delay before an exec agent tries again, and the longest.
@@ -76,15 +77,18 @@ impl Foreground {
 
     /// A claim of `id` failed and left the task queued: it stays
     /// approved. What `inbox/claim` answers.
-    pub(super) fn claim_failed(&mut self, id: &str, e: &Error) -> Value {
+    pub(super) fn claim_failed(&mut self, id: &str, e: &Error) -> Claimed {
         self.approved.insert(id.to_string());
         match e.shortage() {
             Some(what) => {
                 self.short_of(what, &e.to_string());
-                json!({"status": "error", "temporary": true,
-                       "reason": format!("{what}: {e}; the task stays queued: claim again later")})
+                let why = format!("{what}: {e}; the task stays queued: claim again later");
+                Claimed {
+                    temporary: true,
+                    ..Claimed::not("error", Some(why))
+                }
             }
-            None => json!({"status": "error", "reason": e.to_string()}),
+            None => Claimed::not("error", Some(e.to_string())),
         }
     }
 

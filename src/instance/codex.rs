@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::sanitize::escape;
 use crate::spool::{ReplyRecord, Task};
 use crate::turn;
-use crate::wire::answer::{Claimed, CodexStatus};
+use crate::wire::answer::CodexStatus;
 use crate::wire::{CODEX_HOST, EventKind, HandlerExit, Outcome, TaskMode};
 use crossbeam_channel as chan;
 use serde_json::json;
@@ -150,7 +150,7 @@ impl Foreground {
             c.asked = c.driver.ask(Job::Probe);
             return;
         }
-        let claimed: Claimed = serde_json::from_value(self.claim()).expect("a claim reads back");
+        let claimed = self.claim();
         match (claimed.status.as_str(), claimed.task) {
             ("claimed", Some(task)) => {
                 let steer = task.mode == TaskMode::Steer.to_string();
@@ -178,7 +178,7 @@ impl Foreground {
     /// claimed as `inbox/claim` claims it (a follow-up) and handed over to
     /// join the running turn.
     fn codex_follow_up(&mut self) {
-        let claimed: Claimed = serde_json::from_value(self.claim()).expect("a claim reads back");
+        let claimed = self.claim();
         let (true, Some(task)) = (claimed.status == "claimed", claimed.task) else {
             return;
         };

@@ -219,7 +219,9 @@ impl Foreground {
             }
             Call::ControlStatus => Ok(self.status()),
             Call::InboxList => self.inbox_list(params),
-            Call::InboxClaim => Ok(self.claim()),
+            Call::InboxClaim => {
+                Ok(serde_json::to_value(self.claim()).expect("an answer serializes"))
+            }
             Call::InboxComplete => return self.complete(params, reply),
             Call::InboxRequeue | Call::InboxDiscard => self.interrupted(method, params),
             Call::InboxReceived => self.received(params),

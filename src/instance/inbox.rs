@@ -11,6 +11,7 @@ use crate::spool::{Claim, ReplyRecord, Task, Whereabouts};
 use crate::status::{ReplyStatus, Status};
 use crate::turn;
 use crate::wire::Outcome;
+use crate::wire::answer::{Claimed, ClaimedTask, RejectedTask};
 use crate::wire::{Call, EventKind};
 use serde_json::{Value, json};
 
@@ -21,13 +22,13 @@ type PlannedReply = Result<Plan, RpcError>;
 
 impl Foreground {
     /// Pull mode: hands out the next task and opens its turn.
-    pub(super) fn claim(&mut self) -> Value {
+    pub(super) fn claim(&mut self) -> Claimed {
         if self.opts.exec.is_some() {
-            return json!({"status": "invalid",
-                          "reason": "this instance runs its tasks with --exec; there is nothing to claim"});
+            let why = "this instance runs its tasks with --exec; there is nothing to claim";
+            return Claimed::not("invalid", Some(why.to_string()));
         }
         if self.paused() {
-            return json!({"status": "paused", "reason": server::reason::PAUSED});
+            return Claimed::not("paused", Some(server::reason::PAUSED.to_string()));
         }
         let mut rejected = Vec::new();
         let mut result = loop {
@@ -40,11 +41,11 @@ impl Foreground {
             });
             if let (None, Some(o)) = (&follow_up, self.open.first()) {
                 let id = o.task.message_id.clone();
-                break json!({
-                    "status": "busy",
-                    "message_id": id,
-                    "reason": format!("task {id} is still open: complete it first"),
-                });
+                let why = format!("task {id} is still open: complete it first");
+                break Claimed {
+                    message_id: Some(id),
+                    ..Claimed::not("busy", Some(why))
+                };
             }
             let next = match &follow_up {
                 Some((steer, _)) => match self.gate(steer) {
@@ -60,9 +61,12 @@ impl Foreground {
                     .map(|(s, _)| s.message_id.clone())
                     .or_else(|| self.asked.keys().next().cloned());
                 break match waiting {
-                    Some(w) => json!({"status": "awaiting_approval", "message_id": w,
-                                      "reason": format!("task {w} waits for approval")}),
-                    None => json!({"status": "empty"}),
+                    Some(w) => Claimed {
+                        reason: Some(format!("task {w} waits for approval")),
+                        message_id: Some(w),
+                        ..Claimed::not("awaiting_approval", None)
+                    },
+                    None => Claimed::not("empty", None),
                 };
             };
             self.approved.remove(&id);
@@ -72,7 +76,7 @@ impl Foreground {
                     let token = follow_up.map_or_else(Self::new_token, |(_, t)| t);
                     break self.open_turn(*task, token);
                 }
-                Ok(Claim::Empty) => break json!({"status": "empty"}),
+                Ok(Claim::Empty) => break Claimed::not("empty", None),
                 Ok(Claim::Rejected { message_id, reason }) => {
                     eprintln!(
                         "baton: task {} is bad data and went to rejected/: {}",
@@ -84,21 +88,19 @@ impl Foreground {
                         json!({"message_id": message_id, "reason": reason}),
                     );
                     self.ended(&message_id, Outcome::Rejected, None);
-                    rejected.push(json!({"message_id": message_id, "reason": reason}));
+                    rejected.push(RejectedTask { message_id, reason });
                 }
                 Err(e) => break self.claim_failed(&id, &e),
             }
         };
         self.refresh();
-        if !rejected.is_empty() {
-            result["rejected"] = Value::Array(rejected);
-        }
+        result.rejected = rejected;
         result
     }
 
     /// Opens the turn of a claimed task (or adds it to the open turn whose
     /// token it gets) and says so.
-    fn open_turn(&mut self, task: Task, token: String) -> Value {
+    fn open_turn(&mut self, task: Task, token: String) -> Claimed {
         let how = if self.opts.reply_by_tool {
             turn::REPLY_BY_TOOL.to_string()
         } else {
@@ -115,22 +117,10 @@ impl Foreground {
             json!({"message_id": task.message_id, "from": turn::display_name(&task.sender),
                    "follow_up_of": follows}),
         );
-        let v = json!({
-            "status": "claimed",
-            "task": {
-                "message_id": task.message_id,
-                "body": task.body,
-                "sender": task.sender,
-                "hop": task.hop,
-                "in_reply_to": task.in_reply_to,
-                "mode": task.mode,
-                "accepted_at": task.accepted_at,
-                "wire": task.wire,
-                "envelope": envelope,
-                "turn": token,
-                "follow_up_of": follows,
-            },
-        });
+        let v = Claimed {
+            task: Some(claimed_task(&task, envelope, &token, follows)),
+            ..Claimed::not("claimed", None)
+        };
         self.open.push(OpenTask { task, token });
         v
     }
@@ -309,5 +299,86 @@ impl Foreground {
                 let _ = answer_to.send(Ok(answer));
             }
         }
+    }
+}
+
+/// What `inbox/claim` hands out of a claimed task: the task as its sender
+/// gave it, with its envelope, its turn's token and the open task it
+/// follows up, if any.
+fn claimed_task(
+    task: &Task,
+    envelope: String,
+    token: &str,
+    follows: Option<String>,
+) -> ClaimedTask {
+    ClaimedTask {
+        accepted_at: task.accepted_at,
+        body: task.body.clone(),
+        envelope,
+        follow_up_of: follows,
+        hop: task.hop,
+        in_reply_to: task.in_reply_to.clone(),
+        message_id: task.message_id.clone(),
+        mode: task.mode.to_string(),
+        sender: task.sender.clone(),
+        turn: token.to_string(),
+        wire: task.wire.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Sender;
+
+    /// The claim the foreground hands its own pane and Codex is the typed
+    /// answer itself, and on the wire it reads as `inbox/claim` always
+    /// answered (docs/protocol.md): every task field, absent ones null.
+    #[test]
+    fn a_claim_is_typed_and_reads_on_the_wire_as_before() {
+        let sender = Sender {
+            instance_id: Some("i-1".into()),
+            name: Some("alice".into()),
+            ..Sender::default()
+        };
+        let task = crate::spool::new_task("m1", "hi", sender, 2, None, "steer", None, "jsonrpc");
+        let claimed = Claimed {
+            task: Some(claimed_task(&task, "ENVELOPE".into(), "tok", None)),
+            rejected: vec![RejectedTask {
+                message_id: "m0".into(),
+                reason: "bad".into(),
+            }],
+            ..Claimed::not("claimed", None)
+        };
+        let t = claimed.task.as_ref().unwrap();
+        assert_eq!((t.envelope.as_str(), t.turn.as_str()), ("ENVELOPE", "tok"));
+        assert_eq!(t.mode, "steer");
+        let want = json!({
+            "status": "claimed",
+            "task": {
+                "message_id": "m1", "body": "hi", "hop": 2, "in_reply_to": null,
+                "sender": {"instance_id": "i-1", "name": "alice"},
+                "mode": "steer", "accepted_at": task.accepted_at, "wire": "jsonrpc",
+                "envelope": "ENVELOPE", "turn": "tok", "follow_up_of": null,
+            },
+            "rejected": [{"message_id": "m0", "reason": "bad"}],
+        });
+        assert_eq!(serde_json::to_value(&claimed).unwrap(), want);
+
+        // Without a task, only what the status says is there.
+        let busy = Claimed {
+            message_id: Some("m1".into()),
+            ..Claimed::not("busy", Some("open".into()))
+        };
+        let want = json!({"status": "busy", "message_id": "m1", "reason": "open"});
+        assert_eq!(serde_json::to_value(&busy).unwrap(), want);
+        let short = Claimed {
+            temporary: true,
+            ..Claimed::not("error", Some("short".into()))
+        };
+        let want = json!({"status": "error", "temporary": true, "reason": "short"});
+        assert_eq!(serde_json::to_value(&short).unwrap(), want);
+        let empty = serde_json::to_value(Claimed::not("empty", None)).unwrap();
+        assert_eq!(empty, json!({"status": "empty"}));
     }
 }

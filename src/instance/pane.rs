@@ -24,7 +24,6 @@ use crate::tmux::{self, Job, Report, Trouble, Typist};
 use crate::turn;
 use crate::wire::EventKind;
 use crate::wire::Outcome;
-use crate::wire::answer::Claimed;
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::sync::atomic::Ordering;
@@ -115,7 +114,7 @@ impl Foreground {
             p.asked = p.typist.ask(Job::Probe);
             return;
         }
-        let claimed: Claimed = serde_json::from_value(self.claim()).expect("a claim reads back");
+        let claimed = self.claim();
         match (claimed.status.as_str(), claimed.task) {
             ("claimed", Some(task)) => {
                 let buffer = format!("baton-{}-{}", self.shared.instance_id, task.message_id);

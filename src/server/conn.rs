@@ -401,11 +401,11 @@ fn initialize(s: &Session, params: &Map<String, Value>) -> Result<Value, RpcErro
         need(client, k, "a string", Value::as_str)?;
     }
     let bridge = bridge_key(params)?;
-    if *version != json!(1) {
+    if version.as_u64() != Some(wire::PROTOCOL) {
         return Err(RpcError {
             code: wire::UNSUPPORTED_PROTOCOL,
             message: format!("unsupported protocol version {version}"),
-            data: Some(json!({"supported": [1]})),
+            data: Some(json!({"supported": [wire::PROTOCOL]})),
         });
     }
     if let Some(key) = bridge {

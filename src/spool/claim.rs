@@ -6,7 +6,7 @@ use super::dirsync::sync_dir;
 use super::index::{Entry, Place};
 use super::taskfile::{parse_task, read_checked, read_task};
 use super::{Claim, HandlerExit, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SpoolError};
 use crate::failpoint;
 use crate::files;
 use crate::wire::Outcome;
@@ -188,7 +188,7 @@ impl Spool {
     ) -> Result<()> {
         let mut idx = self.idx();
         let Some(e) = idx.entries.get(message_id).cloned() else {
-            return Err(Error::Usage(format!("no task {message_id} in the spool")));
+            return Err(SpoolError::NoTask(message_id.to_string()).into());
         };
         let sub = match e.place {
             Place::Processing => "processing",
@@ -225,7 +225,7 @@ impl Spool {
         let mut idx = self.idx();
         let e = match idx.entries.get(message_id) {
             Some(e) if e.place == Place::Inbox => e.clone(),
-            _ => return Err(Error::Usage(format!("task {message_id} is not queued"))),
+            _ => return Err(SpoolError::NotQueued(message_id.to_string()).into()),
         };
         let receipt = receipt_of(message_id, &e, outcome);
         let write = (|| -> std::io::Result<()> {
@@ -251,11 +251,7 @@ impl Spool {
             Some(e) if e.place == Place::Interrupted => (e.clone(), "interrupted"),
             // A rejected task goes back only if its data could be read.
             Some(e) if e.place == Place::Rejected && e.digest.is_some() => (e.clone(), "rejected"),
-            _ => {
-                return Err(Error::Usage(format!(
-                    "no interrupted or rejected task {message_id}"
-                )));
-            }
+            _ => return Err(SpoolError::NotSetAside(message_id.to_string()).into()),
         };
         let from = self.path(sub, &e.file);
         let to = self.path("inbox", &e.file);
@@ -398,5 +394,5 @@ fn receipt_of(message_id: &str, e: &Entry, outcome: Outcome) -> Receipt {
 
 /// The refusal of a task that is not where a finished turn leaves it.
 fn not_processing(message_id: &str) -> Error {
-    Error::Usage(format!("task {message_id} is not being processed"))
+    SpoolError::NotProcessing(message_id.to_string()).into()
 }

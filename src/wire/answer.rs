@@ -306,7 +306,9 @@ pub struct RejectedTask {
 
 /// `inbox/claim`'s answer: `claimed` with the task, or why not
 /// (`empty`, `busy`, `paused`, `awaiting_approval`, `invalid`, `error`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// The foreground builds it and hands it to its own pane and Codex as it
+/// is: nothing is written out and read back within one process.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Claimed {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
@@ -317,6 +319,20 @@ pub struct Claimed {
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<ClaimedTask>,
+    /// With `error`: a resource ran short; the task stays queued.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub temporary: bool,
+}
+
+impl Claimed {
+    /// An answer without a task: `status`, and why when `reason` says.
+    pub fn not(status: &str, reason: Option<String>) -> Claimed {
+        Claimed {
+            status: status.to_string(),
+            reason,
+            ..Claimed::default()
+        }
+    }
 }
 
 /// `events/subscribe`'s answer.
