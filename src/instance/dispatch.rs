@@ -203,6 +203,7 @@ impl Foreground {
                 }
             }
             Event::Relayed { result, reply_of } => self.relayed(result, reply_of),
+            Event::Undelivered { message_id, turn } => self.claim_undelivered(&message_id, &turn),
         }
     }
 
@@ -219,7 +220,7 @@ impl Foreground {
             }
             Call::ControlStatus => Ok(self.status()),
             Call::InboxList => self.inbox_list(params),
-            Call::InboxClaim => Ok(self.claim()),
+            Call::InboxClaim => return self.answer_claim(reply),
             Call::InboxComplete => return self.complete(params, reply),
             Call::InboxRequeue | Call::InboxDiscard => self.interrupted(method, params),
             Call::InboxReceived => self.received(params),
@@ -232,6 +233,20 @@ impl Foreground {
             Call::PermissionAsk => self.permission_ask(params, caller.pid),
         };
         let _ = reply.send(answer);
+    }
+
+    /// `inbox/claim`. A task handed out to a caller that is gone (its
+    /// connection thread stopped waiting, or it closed) goes back to the
+    /// head of the queue: no one else could ever claim it.
+    fn answer_claim(&mut self, reply: Reply) {
+        let answer = self.claim();
+        let handed = server::handed_out(&answer);
+        let _ = crate::failpoint::hit("claim-answer");
+        if reply.send(Ok(answer)).is_err() {
+            if let Some((id, turn)) = handed {
+                self.claim_undelivered(&id, &turn);
+            }
+        }
     }
 
     /// `control/pause`. The flag is set at once: from here on every offer
