@@ -2,7 +2,8 @@
 //! makes the named point exit the process (`exit`, status 86), fail with an
 //! I/O error (`error`), fail with a particular error number (`emfile`,
 //! `enfile`, `enomem`, `eagain`, `eio`, `enospc`), panic (`panic`), or
-//! stall for a while and then pass (`sleep=MS`).
+//! stall for a while and then pass (`sleep=MS`; `claim-answer:sleep=MS`
+//! holds back the answer to an `inbox/claim` after the task is claimed).
 //! `ACTION*N` acts at the first N hits only, then the point passes, as a
 //! resource that ran short comes back; several points are separated by
 //! commas. Compiled in only with the `failpoints` cargo feature, which

@@ -14,6 +14,8 @@
 
 mod util;
 
+#[path = "reliability/claims.rs"]
+mod claims;
 #[path = "reliability/crash.rs"]
 mod crash;
 #[path = "reliability/crash_states.rs"]
@@ -228,6 +230,18 @@ fn a_stalled_settle_leaves_the_foreground_answering() {
 fn a_settle_without_its_thread_is_bounded() {
     let _serial = serial();
     settle::settle_without_its_thread_is_bounded();
+}
+
+// A claimed task whose answer never reaches its caller goes back.
+
+#[test]
+fn a_claim_answered_after_its_caller_gave_up_goes_back() {
+    claims::claim_answered_after_its_caller_gave_up_goes_back();
+}
+
+#[test]
+fn a_claim_whose_caller_closed_goes_back() {
+    claims::claim_whose_caller_closed_goes_back();
 }
 
 // Load and limits.

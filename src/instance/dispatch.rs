@@ -203,6 +203,7 @@ impl Foreground {
                 }
             }
             Event::Relayed { result, reply_of } => self.relayed(result, reply_of),
+            Event::Undelivered { message_id, turn } => self.claim_undelivered(&message_id, &turn),
         }
     }
 
@@ -219,9 +220,7 @@ impl Foreground {
             }
             Call::ControlStatus => Ok(self.status()),
             Call::InboxList => self.inbox_list(params),
-            Call::InboxClaim => {
-                Ok(serde_json::to_value(self.claim()).expect("an answer serializes"))
-            }
+            Call::InboxClaim => return self.answer_claim(reply),
             Call::InboxComplete => return self.complete(params, reply),
             Call::InboxRequeue | Call::InboxDiscard => self.interrupted(method, params),
             Call::InboxReceived => self.received(params),
@@ -234,6 +233,21 @@ impl Foreground {
             Call::PermissionAsk => self.permission_ask(params, caller.pid),
         };
         let _ = reply.send(answer);
+    }
+
+    /// `inbox/claim`. A task handed out to a caller that is gone (its
+    /// connection thread stopped waiting, or it closed) goes back to the
+    /// head of the queue: no one else could ever claim it.
+    fn answer_claim(&mut self, reply: Reply) {
+        let claimed = self.claim();
+        let handed = (claimed.task.as_ref()).map(|t| (t.message_id.clone(), t.turn.clone()));
+        let answer = serde_json::to_value(claimed).expect("an answer serializes");
+        let _ = crate::failpoint::hit("claim-answer");
+        if reply.send(Ok(answer)).is_err() {
+            if let Some((id, turn)) = handed {
+                self.claim_undelivered(&id, &turn);
+            }
+        }
     }
 
     /// `control/pause`. The flag is set at once: from here on every offer

@@ -17,6 +17,9 @@ use serde_json::{Value, json};
 
 use super::approval::Gate;
 
+/// The `notice` of a claimed task put back because its caller is gone.
+pub(crate) const UNDELIVERED: &str = "the answer to inbox/claim did not reach its caller (it stopped waiting or closed its connection): the task went back to its place at the head of the queue";
+
 /// `plan_send`'s answer for the reply of `inbox/complete`.
 type PlannedReply = Result<Plan, RpcError>;
 
@@ -96,6 +99,24 @@ impl Foreground {
         self.refresh();
         result.rejected = rejected;
         result
+    }
+
+    /// The answer that handed out `id` under `turn` never reached its
+    /// caller: if the task is still open under that turn, it goes back to
+    /// its place in the queue (the head, unless a task sent earlier was
+    /// put back meanwhile), still approved, and a `notice` says so. Once:
+    /// a task completed meanwhile, or claimed again, is left alone.
+    pub(super) fn claim_undelivered(&mut self, id: &str, turn: &str) {
+        let open = |o: &OpenTask| o.task.message_id == id && o.token == turn;
+        let Some(pos) = self.open.iter().position(open) else {
+            return;
+        };
+        self.open.remove(pos);
+        if self.unclaim(id) {
+            self.approved.insert(id.to_string());
+            self.notice(Some(id), UNDELIVERED);
+        }
+        self.refresh();
     }
 
     /// Opens the turn of a claimed task (or adds it to the open turn whose

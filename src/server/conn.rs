@@ -51,6 +51,7 @@ pub(super) fn serve_connection(
         initialized: false,
         subscription: None,
         close: false,
+        handed: None,
     };
     let mut first = true;
     loop {
@@ -102,7 +103,13 @@ pub(super) fn serve_connection(
         } else {
             session.answer(line)
         };
-        if answer.is_some_and(|a| !answer_then_flush(shared, &out, &a)) || session.close {
+        let written = answer.is_none_or(|a| answer_then_flush(shared, &out, &a));
+        let handed = session.handed.take();
+        if let (false, Some((message_id, turn))) = (written, handed) {
+            // The caller never read the task it claimed: it goes back.
+            let _ = shared.events.send(Event::Undelivered { message_id, turn });
+        }
+        if !written || session.close {
             break;
         }
         if open {
@@ -174,6 +181,9 @@ struct Session<'a> {
     subscription: Option<u64>,
     /// Close the connection once the answer is written.
     close: bool,
+    /// The task (and turn token) the answer being written hands out, if it
+    /// is an `inbox/claim` that claimed one.
+    handed: Option<(String, String)>,
 }
 
 impl Session<'_> {
@@ -242,6 +252,10 @@ impl Session<'_> {
         }
         let _ = crate::failpoint::hit("dispatch");
         let r = dispatch(self, method, params);
+        self.handed = match (&r, method) {
+            (Ok(v), Method::Foreground(Call::InboxClaim)) => super::handed_out(v),
+            _ => None,
+        };
         if method == Method::Initialize && r.is_ok() && !self.initialized {
             self.initialized = true;
             self.shared.slots.initialized(self.slot);

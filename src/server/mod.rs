@@ -86,11 +86,25 @@ pub enum Event {
     /// A connection was accepted, or ended (for `--ephemeral`).
     Connected,
     Disconnected,
+    /// The answer of an `inbox/claim` that handed out a task could not
+    /// be written to its caller (its connection closed): the task goes
+    /// back to the head of the queue if it is still open under `turn`.
+    Undelivered {
+        message_id: String,
+        turn: String,
+    },
     /// A send made on the agent's behalf finished (for the transcript).
     Relayed {
         result: Value,
         reply_of: Option<String>,
     },
+}
+
+/// The task an `inbox/claim` answer hands out, and its turn token:
+/// what must go back to the queue when the answer never reaches its caller.
+pub fn handed_out(answer: &Value) -> Option<(String, String)> {
+    let field = |k: &str| Some(answer.pointer(k)?.as_str()?.to_string());
+    Some((field("/task/message_id")?, field("/task/turn")?))
 }
 
 /// A JSON-RPC error to answer with.
