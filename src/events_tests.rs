@@ -281,3 +281,18 @@ fn a_subscriber_is_dropped_at_its_byte_bound() {
     assert_eq!(alone.rx.len(), 1, "a long line for an idle subscriber");
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `SUBSCRIBER_LINE` holds the longest request line an instance may be
+/// configured to read, with room for what an event adds to it.
+#[test]
+fn a_subscribers_longest_line_holds_the_longest_request_line() {
+    let max_bytes = |n: usize| {
+        crate::config::Config::from_lookup(|name| {
+            (name == "BATON_MAX_BYTES").then(|| n.to_string().into())
+        })
+        .map(|c| c.max_bytes)
+    };
+    let longest = SUBSCRIBER_LINE - 64 * 1024;
+    assert_eq!(max_bytes(longest).unwrap(), longest);
+    assert!(max_bytes(longest + 1).is_err());
+}

@@ -186,7 +186,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
     // Events of our own instance, to tell the host when a task arrives.
     let mut events = client.subscribe(json!({})).unwrap_or_else(|e| {
         eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
-        chan::never()
+        crate::client::Events::never()
     });
     let mut a = Adapter {
         pushed: notify::Pushed::new(config.max_queue),
@@ -226,7 +226,7 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
                 Ok(ev) => a.on_event(&ev),
                 // The stream ended (the instance is stopping): stop
                 // selecting on a closed channel, which would spin.
-                Err(_) => events = chan::never(),
+                Err(_) => events = crate::client::Events::never(),
             },
             recv(instance.done) -> r => {
                 if let Ok(Err(e)) = r {

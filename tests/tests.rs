@@ -32,6 +32,7 @@ mod security;
 mod spool;
 mod ssh;
 mod stopped;
+mod subscribers;
 mod tmux;
 mod tui;
 mod tui_work;

@@ -26,7 +26,7 @@ fn subscribe(
     config: &Config,
     peer: &Peer,
     params: Value,
-) -> Result<(Subscribed, Receiver<Value>, Writer)> {
+) -> Result<(Subscribed, crate::client::Events, Writer)> {
     let mut conn = target::connect(config, peer)?;
     let sub = conn
         .subscribe(params)
@@ -242,7 +242,7 @@ fn read_stdin() -> Receiver<String> {
 fn follow(
     args: &Args,
     clock: &Clock,
-    rx: Receiver<Value>,
+    rx: crate::client::Events,
     mut stream: Writer,
     asking: Option<(&Config, &Peer)>,
     replay: Option<(u64, Filter)>,

@@ -7,11 +7,10 @@ mod session;
 
 pub use connect::{connect, is_abstract};
 pub use listing::{ListError, ListParams, PLACES, list_all};
-pub use session::{Lines, PipeLines, Session, request};
+pub use session::{Events, Lines, PipeLines, Session, request};
 
 use crate::wire::answer::{ErrorObject, Pong};
 use crate::wire::{self, Method, State};
-use crossbeam_channel::Receiver;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -174,8 +173,9 @@ impl Reconnecting {
     }
 
     /// Subscribes to events on a connection of its own, read by a thread
-    /// into the returned channel while it is wanted.
-    pub fn subscribe(&self, params: impl Serialize) -> Result<Receiver<Value>, ClientError> {
+    /// into the returned channel while it is wanted (`Session::into_events`:
+    /// bounded as the hub bounds a subscriber; dropping it hangs up).
+    pub fn subscribe(&self, params: impl Serialize) -> Result<Events, ClientError> {
         let mut s = Session::open(&self.socket, self.timeout)?;
         s.subscribe(params)?;
         Ok(s.into_events().0)

@@ -4,6 +4,7 @@
 //! instance through it.
 
 use super::{ClientError, rpc_error};
+use crate::events::{SUBSCRIBER_BACKLOG, SUBSCRIBER_LINE};
 use crate::wire::answer::{Hello, HelloParams, Reply, Subscribed};
 use crate::wire::{self, LineReader, Method, ReadError};
 use crossbeam_channel::{self as chan, Receiver};
@@ -11,6 +12,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::io::{self, Write};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -22,6 +25,15 @@ const MAX_LINE: usize = 128 * 1024 * 1024;
 pub trait Lines: Send {
     /// The next line, without its `\n`; `Timeout` once `until` passes.
     fn next_line(&mut self, until: Option<Instant>) -> Result<&[u8], ClientError>;
+
+    /// From now on, lines longer than `max` end the session.
+    fn limit(&mut self, _max: usize) {}
+
+    /// A handle that hangs the connection up from another thread, waking
+    /// a reader blocked on it; None where there is none (a pipe).
+    fn hangup(&self) -> Option<UnixStream> {
+        None
+    }
 }
 
 /// A socket's lines, bounded.
@@ -29,6 +41,8 @@ struct SocketLines {
     reader: LineReader,
     /// The most one line may take once it has begun.
     line_timeout: Duration,
+    /// The same socket, to hang it up with.
+    socket: UnixStream,
 }
 
 impl Lines for SocketLines {
@@ -44,6 +58,14 @@ impl Lines for SocketLines {
                 ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => ClientError::Closed,
                 ReadError::TooLarge => ClientError::Protocol("answer too large".into()),
             })
+    }
+
+    fn limit(&mut self, max: usize) {
+        self.reader.set_max(max);
+    }
+
+    fn hangup(&self) -> Option<UnixStream> {
+        self.socket.try_clone().ok()
     }
 }
 
@@ -106,6 +128,7 @@ impl Session {
         let lines = SocketLines {
             reader: LineReader::new(reader, MAX_LINE),
             line_timeout: timeout,
+            socket: stream.try_clone().map_err(ClientError::Connect)?,
         };
         let until = Some(Instant::now() + timeout);
         Session::start(Box::new(lines), Box::new(stream), timeout, params, until)?
@@ -233,11 +256,27 @@ impl Session {
     }
 
     /// Hands the session's lines to a thread that reads them into the
-    /// returned channel (closed when the connection is); the writer stays
+    /// returned events (closed when the connection is); the writer stays
     /// for answering the instance's requests.
-    pub fn into_events(self) -> (Receiver<Value>, Box<dyn Write + Send>) {
-        let (tx, rx) = chan::unbounded();
+    ///
+    /// The thread keeps the hub's numbers (src/events.rs): at most
+    /// `SUBSCRIBER_BACKLOG` events wait in the channel and no line is
+    /// longer than `SUBSCRIBER_LINE`. When the channel is full the thread
+    /// waits rather than drop an event, and so stops reading: the
+    /// instance's own bound then cuts the subscriber off as it cuts any
+    /// slow one, and the events end once those queued are taken.
+    ///
+    /// Dropping the events hangs the socket up (`Events`' drop shuts it
+    /// down both ways): the thread, blocked in a read or a send, wakes
+    /// and ends, and the instance frees the subscriber's place at once
+    /// rather than when its next event fails to reach it. Over a pipe
+    /// (`--via`) there is no socket to hang up; the thread ends when its
+    /// next line finds the events gone, or when the pipe closes.
+    pub fn into_events(self) -> (Events, Box<dyn Write + Send>) {
+        let (tx, rx) = chan::bounded(SUBSCRIBER_BACKLOG);
         let mut lines = self.lines;
+        lines.limit(SUBSCRIBER_LINE);
+        let hangup = lines.hangup();
         std::thread::spawn(move || {
             while let Ok(line) = lines.next_line(None) {
                 let Ok(v) = serde_json::from_slice::<Value>(line) else {
@@ -248,7 +287,41 @@ impl Session {
                 }
             }
         });
-        (rx, self.writer)
+        (Events { rx, hangup }, self.writer)
+    }
+}
+
+/// A subscription's events, as `Session::into_events` reads them: a
+/// channel's receiving end (it derefs to one) that hangs the connection up
+/// when dropped.
+pub struct Events {
+    rx: Receiver<Value>,
+    hangup: Option<UnixStream>,
+}
+
+impl Events {
+    /// Events that never come (no subscription).
+    pub fn never() -> Events {
+        Events {
+            rx: chan::never(),
+            hangup: None,
+        }
+    }
+}
+
+impl std::ops::Deref for Events {
+    type Target = Receiver<Value>;
+
+    fn deref(&self) -> &Receiver<Value> {
+        &self.rx
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        if let Some(socket) = &self.hangup {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
     }
 }
 
@@ -256,4 +329,69 @@ impl Session {
 pub fn request(id: impl Into<Value>, method: Method, params: impl Serialize) -> Vec<u8> {
     let params = serde_json::to_value(params).expect("parameters serialize");
     wire::request_line(id, method.as_str(), params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// A subscribed session over one end of a socket pair; the other end
+    /// plays the instance.
+    fn subscribed() -> (Session, UnixStream) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let lines = SocketLines {
+            reader: LineReader::new(ours.try_clone().unwrap(), MAX_LINE),
+            line_timeout: Duration::from_secs(5),
+            socket: ours.try_clone().unwrap(),
+        };
+        let s = Session {
+            lines: Box::new(lines),
+            writer: Box::new(ours),
+            next_id: 1,
+            timeout: Duration::from_secs(5),
+            hello: Hello::default(),
+        };
+        (s, theirs)
+    }
+
+    #[test]
+    fn events_wait_in_a_channel_bounded_as_the_hub_bounds_a_subscriber() {
+        let (s, mut instance) = subscribed();
+        let (events, _writer) = s.into_events();
+        assert_eq!(events.capacity(), Some(SUBSCRIBER_BACKLOG));
+        instance
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"event\",\"params\":{\"seq\":1}}\n")
+            .unwrap();
+        let ev = events.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(ev["params"]["seq"], 1);
+    }
+
+    #[test]
+    fn a_line_longer_than_the_hub_writes_ends_the_events() {
+        let (s, mut instance) = subscribed();
+        let (events, _writer) = s.into_events();
+        let writer = std::thread::spawn(move || {
+            let long = vec![b' '; SUBSCRIBER_LINE + 1];
+            let _ = instance.write_all(&long);
+            instance
+        });
+        assert!(events.recv_timeout(Duration::from_secs(30)).is_err());
+        drop(events);
+        drop(writer.join().unwrap());
+    }
+
+    #[test]
+    fn dropping_the_events_hangs_the_connection_up() {
+        let (s, mut instance) = subscribed();
+        let (events, writer) = s.into_events();
+        drop(events);
+        // The writer is still held, and yet the instance reads the end.
+        instance
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(instance.read(&mut buf).unwrap(), 0);
+        drop(writer);
+    }
 }

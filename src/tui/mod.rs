@@ -178,10 +178,10 @@ fn run_view(
             Ok(rx) => rx,
             Err(e) => {
                 view.push(Role::Refusal, format!("no event stream: {e}"));
-                chan::never()
+                crate::client::Events::never()
             }
         },
-        None => chan::never(),
+        None => crate::client::Events::never(),
     };
     let keys = key_channel();
     let signals = instance::signal_channel(&[SIGWINCH, SIGTERM, SIGHUP, SIGINT])?;
@@ -231,7 +231,7 @@ fn run_view(
                 }
                 Err(_) => {
                     view.push(Role::Refusal, "the instance closed the event stream");
-                    events = chan::never();
+                    events = crate::client::Events::never();
                 }
             },
             recv(again) -> _ => {

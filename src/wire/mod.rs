@@ -92,6 +92,12 @@ impl LineReader {
         Ok(())
     }
 
+    /// Lowers (or raises) the longest line read from now on; what is
+    /// already buffered stays.
+    pub fn set_max(&mut self, max: usize) {
+        self.max = max;
+    }
+
     /// Bytes already read but not yet returned as part of a line.
     pub fn buffered(&self) -> &[u8] {
         &self.buf[self.start..self.end]
