@@ -25,20 +25,11 @@ pub const TRANSCRIPT_OLD: &str = "transcript.1.jsonl";
 /// A transcript rotates when it grows past this size, so the two files
 /// together stay under twice this.
 pub const ROTATE_BYTES: u64 = 4 * 1024 * 1024;
-/// Lines a subscriber may have waiting before it is dropped.
-pub const SUBSCRIBER_BACKLOG: usize = 4096;
+pub use crate::wire::{SUBSCRIBER_BACKLOG, SUBSCRIBER_LINE};
 /// Bytes a subscriber may have waiting before it is dropped, counting the
 /// line its connection is writing; a line longer than this is still
 /// queued for a subscriber with nothing waiting.
 pub const SUBSCRIBER_BYTES: usize = 4 * 1024 * 1024;
-
-/// The longest line the hub writes to a subscriber. An event carries at
-/// most what one request line brought (a message's body as its sender
-/// spelt it, an approval's question), and a request line holds at most
-/// `BATON_MAX_BYTES`, whose ceiling is 16 MiB; 64 KiB more hold what the
-/// instance adds (numbering, the sender as it knows it, the notification
-/// around the event). Clients read a subscription's lines up to this.
-pub const SUBSCRIBER_LINE: usize = 16 * 1024 * 1024 + 64 * 1024;
 
 /// One encoded line for subscribers (an `event` notification or a server
 /// request), `\n` included, shared by every subscriber.

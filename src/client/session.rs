@@ -4,9 +4,8 @@
 //! instance through it.
 
 use super::{ClientError, rpc_error};
-use crate::events::{SUBSCRIBER_BACKLOG, SUBSCRIBER_LINE};
 use crate::wire::answer::{Hello, HelloParams, Reply, Subscribed};
-use crate::wire::{self, LineReader, Method, ReadError};
+use crate::wire::{self, LineReader, Method, ReadError, SUBSCRIBER_BACKLOG, SUBSCRIBER_LINE};
 use crossbeam_channel::{self as chan, Receiver};
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -24,6 +24,19 @@ use std::io::{self, Read};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+// A subscription's bounds, which both ends keep: the hub (`events`) and a
+// client's reader of one (`client::Session::subscribe`).
+/// Lines a subscriber may have waiting before it is dropped.
+pub const SUBSCRIBER_BACKLOG: usize = 4096;
+
+/// The longest line the hub writes to a subscriber. An event carries at
+/// most what one request line brought (a message's body as its sender
+/// spelt it, an approval's question), and a request line holds at most
+/// `BATON_MAX_BYTES`, whose ceiling is 16 MiB; 64 KiB more hold what the
+/// instance adds (numbering, the sender as it knows it, the notification
+/// around the event). Clients read a subscription's lines up to this.
+pub const SUBSCRIBER_LINE: usize = 16 * 1024 * 1024 + 64 * 1024;
+
 /// The protocol version: `initialize`'s and a manifest's `protocol`.
 pub const PROTOCOL: u64 = 1;
 pub const PARSE_ERROR: i64 = -32700;
