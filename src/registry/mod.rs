@@ -26,6 +26,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub use crate::wire::PROTOCOL;
+use crate::wire::id_byte;
 pub const MAX_MANIFEST: u64 = 16 * 1024;
 /// Valid manifests read per directory: junk does not count. Past it a
 /// name is not resolved, and the error says so.
@@ -36,10 +37,9 @@ pub const MAX_CANDIDATES: usize = 10_000;
 /// instances.
 pub const MAX_ENTRIES: usize = 4 * MAX_CANDIDATES;
 
-/// `[A-Za-z0-9_.-]{1,100}`: instance ids and message ids.
-pub fn valid_id(s: &str) -> bool {
-    (1..=100).contains(&s.len()) && s.bytes().all(id_byte)
-}
+/// `[A-Za-z0-9_.-]{1,100}`: instance ids and message ids (`wire`'s, which
+/// the spool checks too).
+pub use crate::wire::valid_text_id as valid_id;
 
 /// The sender id a plain command line (not an instance) gives in a zcoder
 /// `enqueue`, whose every sender must have one: `cli-<pid>`. No instance
@@ -58,10 +58,6 @@ pub fn is_plain_sender_id(id: &str) -> bool {
 /// `[A-Za-z0-9_.-]{1,64}`, other than `.` and `..`: names.
 pub fn valid_name(s: &str) -> bool {
     (1..=64).contains(&s.len()) && s.bytes().all(id_byte) && s != "." && s != ".."
-}
-
-fn id_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
 }
 
 /// The default name: the workspace's basename, every character outside the

@@ -218,7 +218,7 @@ impl Receipts {
         for name in names {
             let Some(id) = name
                 .strip_suffix(".json")
-                .filter(|id| crate::registry::valid_id(id))
+                .filter(|id| crate::wire::valid_text_id(id))
             else {
                 continue;
             };
@@ -294,7 +294,7 @@ fn load_log(
         }
         let whole = line.last() == Some(&b'\n');
         match serde_json::from_slice::<Receipt>(&line) {
-            Ok(r) if whole && crate::registry::valid_id(&r.message_id) => {
+            Ok(r) if whole && crate::wire::valid_text_id(&r.message_id) => {
                 let hash = id_hash(&r.message_id);
                 at.insert(hash, Where::Log { n, offset });
                 group.ids.push(hash);

@@ -106,7 +106,7 @@ pub(super) fn parse_file_name(name: &str) -> Option<(u64, &str)> {
     // hold one place in the queue.
     if seq.len() != SEQ_WIDTH
         || !seq.bytes().all(|b| b.is_ascii_digit())
-        || !crate::registry::valid_id(id)
+        || !crate::wire::valid_text_id(id)
     {
         return None;
     }

@@ -90,6 +90,17 @@ pub(super) fn echo_id(line: &[u8], parsed: Option<&Value>) -> Id {
     }
 }
 
+/// `[A-Za-z0-9_.-]{1,100}`: instance ids and message ids, as text (a
+/// request's `Id` is any JSON string, number or `null`).
+pub fn valid_text_id(s: &str) -> bool {
+    (1..=100).contains(&s.len()) && s.bytes().all(id_byte)
+}
+
+/// A byte of an id or a name: `[A-Za-z0-9_.-]`.
+pub fn id_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+}
+
 #[cfg(test)]
 mod tests {
     use crate::wire::{Incoming, classify, error_line, result_line};

@@ -10,7 +10,7 @@ mod records;
 mod zcoder;
 
 pub use event::*;
-pub use id::Id;
+pub use id::{Id, id_byte, valid_text_id};
 pub use names::{Approve, Decision, EventKind, Mode, Outcome, State, TaskMode};
 pub use records::{
     CODEX_HOST, HandlerExit, Manifest, ReplyRecord, Sender, Summary, parse_operators, uid_list,
