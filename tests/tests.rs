@@ -19,6 +19,7 @@ mod hooks;
 mod hostile;
 mod hosts;
 mod inbox_wait;
+mod layers;
 mod lifecycle;
 mod limits;
 mod log;
