@@ -25,7 +25,7 @@ fishcompdir ?= $(datarootdir)/fish/vendor_completions.d
 # `make install-only`, which builds nothing.
 RELEASE ?= target/release/baton
 
-.PHONY: all build demo test test-busy test-slow bench bench-smoke layout unicode check distro-check dist install install-only uninstall clean
+.PHONY: all build demo test test-busy test-slow bench bench-smoke unicode check distro-check dist install install-only uninstall clean
 
 all: build
 
@@ -82,14 +82,6 @@ bench:
 
 bench-smoke:
 	$(CARGO) test $(CARGOFLAGS) --test bench -- --smoke
-
-# src/layout.ld anew, from the functions an idle instance runs
-# (tests/layout.py; needs valgrind and nm): after changes that move row 6b
-# of `make bench`, or a new toolchain or Cargo.lock.
-LAYOUT_DIR = target/layout
-layout:
-	CARGO_TARGET_DIR=$(LAYOUT_DIR) $(CARGO) build --release $(CARGOFLAGS)
-	python3 tests/layout.py $(LAYOUT_DIR)/release/baton src/layout.ld
 
 # src/sanitize/tables.rs anew, the characters escaped as hiding text
 # (docs/security.md), from Unicode's data files in UNICODE_DATA (Debian's

@@ -137,8 +137,11 @@ const BIG_BODY_BYTES: usize = 16_000;
 const SENDERS: usize = 8;
 /// Instances started at once when many are needed.
 const START_BATCH: usize = 25;
-/// Row 6: the idle budget.
-const RSS_BUDGET: f64 = 4.0 * 1024.0 * 1024.0;
+/// Row 6: the idle budget. 4 MiB while `src/layout.ld` ordered the
+/// code (issue 34); without it (issue 45) the row read 4.8 to 5.2 MiB,
+/// and the budget keeps the margin the old one had over its figure.
+const RSS_BUDGET_MIB: f64 = 5.5;
+const RSS_BUDGET: f64 = RSS_BUDGET_MIB * 1024.0 * 1024.0;
 /// Row 8: the second `send --via ssh` against a fresh `ssh host true`.
 /// Measured at 0.33×; an unshared send reads about 1.0×, twice this and
 /// past the slack, so losing the shared connection fails the run.
@@ -1064,7 +1067,7 @@ fn row_idle(sc: &Scale) -> Result<Vec<Row>, String> {
         ),
         row(
             "6b",
-            &format!("idle, {n} watchers: RSS; 4 MiB budget"),
+            &format!("idle, {n} watchers: RSS; {RSS_BUDGET_MIB} MiB budget"),
             Fig::Bytes(rss),
             Fig::Bytes(RSS_BUDGET),
             Target::Ratio(1.0),
@@ -1078,7 +1081,7 @@ fn row_idle(sc: &Scale) -> Result<Vec<Row>, String> {
         ),
         row(
             "6d",
-            "idle, no watcher: RSS; 4 MiB budget",
+            &format!("idle, no watcher: RSS; {RSS_BUDGET_MIB} MiB budget"),
             Fig::Bytes(bare_rss),
             Fig::Bytes(RSS_BUDGET),
             Target::None,
