@@ -5,8 +5,9 @@
 use std::io;
 
 /// What ran short, when `e` says a resource is short for now and may come
-/// back (descriptors, memory, processes, a failing device): such an error
-/// is no verdict on the data being read. `None` for any other error.
+/// back (descriptors, memory, processes, a failing device, disk space or
+/// quota): such an error is no verdict on the data being read or written.
+/// `None` for any other error.
 pub fn shortage(e: &io::Error) -> Option<&'static str> {
     Some(match e.raw_os_error()? {
         libc::EMFILE => "out of file descriptors (the process's limit, EMFILE)",
@@ -14,12 +15,14 @@ pub fn shortage(e: &io::Error) -> Option<&'static str> {
         libc::ENOMEM => "out of memory (ENOMEM)",
         libc::EAGAIN => "out of a resource for now (EAGAIN)",
         libc::EIO => "an input/output error (EIO)",
+        libc::ENOSPC => "out of disk space (ENOSPC)",
+        libc::EDQUOT => "out of disk quota (EDQUOT)",
         _ => return None,
     })
 }
 
 /// An error number by its name, for the fail points: those `shortage`
-/// knows, and `ENOSPC` (a full disk).
+/// knows but `EDQUOT`.
 pub fn errno_named(name: &str) -> Option<i32> {
     Some(match name {
         "emfile" => libc::EMFILE,

@@ -306,6 +306,11 @@ fn a_full_disk_loses_events_not_the_transcript() {
 }
 
 #[test]
+fn a_full_disk_at_acceptance_says_try_again() {
+    disk::a_full_disk_at_acceptance_says_try_again();
+}
+
+#[test]
 fn a_failed_transcript_write_is_tried_again() {
     disk::a_failed_transcript_write_is_tried_again();
 }

@@ -49,13 +49,8 @@ impl Hosts {
         // A key whose authorized_keys line forces `baton bridge far`: sshd
         // runs that whatever the client asked for.
         stand_in(&remote, &bin.join("forced-ssh"), None, "'baton bridge far'");
-        // A host where a non-interactive ssh's PATH has no baton.
-        stand_in(
-            &remote,
-            &bin.join("bare-ssh"),
-            Some("/usr/bin:/bin"),
-            "\"$*\"",
-        );
+        // A host where baton is nowhere a non-interactive ssh looks.
+        bare_stand_in(&remote, &bin.join("bare-ssh"));
         let path = match std::env::var("PATH") {
             Ok(p) if !p.is_empty() => format!("{}:{p}", bin.display()),
             _ => format!("{}:/usr/bin:/bin", bin.display()),
@@ -109,6 +104,43 @@ fn stand_in(remote: &Env, at: &std::path::Path, path: Option<&str>, run: &str) {
     )
     .unwrap();
     fs::set_permissions(at, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The PATH a non-interactive ssh has on the host `bare-ssh` reaches: a
+/// directory of its own that holds only `sh`.
+fn bare_path(remote: &Env) -> String {
+    remote.root.join("bare-bin").display().to_string()
+}
+
+/// Writes a stand-in for `ssh HOST COMMAND...` to a host with no baton
+/// installed, whether or not this machine has one (issue 47): PATH is
+/// `bare_path`, and the system places the remote lookup tries by name
+/// (`/usr/local/bin/baton`, `/usr/bin/baton`, `/opt/baton/bin/baton`) are
+/// that host's, under the remote world's `bare-root`, where nothing is
+/// installed. Otherwise as `stand_in`.
+fn bare_stand_in(remote: &Env, at: &std::path::Path) {
+    let path = bare_path(remote);
+    fs::create_dir_all(&path).unwrap();
+    std::os::unix::fs::symlink("/bin/sh", format!("{path}/sh")).unwrap();
+    let root = remote.root.join("bare-root");
+    let root = root.display();
+    // The rewrite below is only sound while these are the system places
+    // the lookup names (src/cli/bridge.rs LOOKUP).
+    let places = [
+        "/usr/local/bin/baton",
+        "/usr/bin/baton",
+        "/opt/baton/bin/baton",
+    ];
+    let rewrite: String = places
+        .iter()
+        .map(|p| format!(" -e 's#{p}#{root}{p}#g'"))
+        .collect();
+    stand_in(
+        remote,
+        at,
+        Some(&path),
+        &format!("\"$(printf '%s\\n' \"$*\" | sed{rewrite})\""),
+    );
 }
 
 /// The same send made locally on the remote host, for comparison.

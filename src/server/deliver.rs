@@ -88,7 +88,9 @@ pub fn deliver(
             v
         }
         Err(e) => {
-            refused(Status::Error, &e.to_string());
+            // The transcript says what the sender is told, `try again`
+            // included.
+            refused(Status::Error, &e.message());
             return Err(RpcError::new(wire::INTERNAL_ERROR, e.message()));
         }
     };
@@ -192,8 +194,9 @@ pub struct NotStored(pub Error);
 
 impl NotStored {
     /// What the sender is told: the -32603 message of a live receiver, and
-    /// the `transport` reason of an offline sender. A shortage (descriptors,
-    /// memory) passes: the sender is told to try again, in the words every
+    /// the `transport` reason of an offline sender, and the reason its
+    /// refusal is recorded with. A shortage (descriptors, memory, a full
+    /// disk) passes: the sender is told to try again, in the words every
     /// shortage is said in.
     pub fn message(&self) -> String {
         let again = if self.0.shortage().is_some() {
@@ -626,16 +629,18 @@ mod tests {
             )
         };
         for r in [live, offline] {
-            let e = admission_verdict(Err(err(libc::EMFILE)), r).unwrap_err();
-            assert!(
-                e.message().starts_with(
-                    "internal error: the spool could not store the task: write /s/tmp/x: "
-                ) && e
-                    .message()
-                    .ends_with("; the task was not accepted: try again"),
-                "{}",
-                e.message()
-            );
+            for short in [libc::EMFILE, libc::ENOSPC, libc::EDQUOT] {
+                let e = admission_verdict(Err(err(short)), r).unwrap_err();
+                assert!(
+                    e.message().starts_with(
+                        "internal error: the spool could not store the task: write /s/tmp/x: "
+                    ) && e
+                        .message()
+                        .ends_with("; the task was not accepted: try again"),
+                    "{}",
+                    e.message()
+                );
+            }
             let e = admission_verdict(Err(err(libc::ENOTDIR)), r).unwrap_err();
             assert!(
                 e.message().starts_with(

@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::util::reliability::{body_for, env, spool_dir_in};
-use crate::util::{transcript, wait_until};
+use crate::util::reliability::{
+    body_for, env, logging_handler, runs, spool as spool_of, spool_dir_in,
+};
+use crate::util::{receipt, transcript, transcript_until, wait_until};
 use serde_json::Value;
 
 /// A tmpfs of `size` mounted at `at`, unmounted when dropped, however the
@@ -149,6 +151,89 @@ pub fn a_full_disk_loses_events_not_the_transcript() {
     let said = inst.stderr();
     assert!(said.contains("writing the transcript failed"), "{said}");
     assert!(said.contains("the transcript is written again"), "{said}");
+}
+
+/// A full disk at acceptance is a shortage, not a verdict (issue 47): the
+/// answer, `baton send`'s exit-4 message and the transcript say `try
+/// again`, nothing is stored, and once there is room the same id is
+/// accepted once and runs once. The transcript is on the full disk too,
+/// so its part is checked through the `after-write:enospc` fail point.
+pub fn a_full_disk_at_acceptance_says_try_again() {
+    let env = env();
+    let small = env.root.join("small");
+    let Some(_mounted) = Tmpfs::mount(&small, "2m") else {
+        return;
+    };
+    let state = small.to_str().unwrap();
+    let ws = env.workspace("ws");
+    let spool = spool_dir_in(&small, "fp", &ws);
+    let log = env.root.join("runs.log");
+    let handler = logging_handler(&log);
+    // Declared after the mount, so it stops before the unmount.
+    let mut inst = env.serve_with(
+        &ws,
+        &[("XDG_STATE_HOME", state)],
+        &["--name", "fp", "--exec", &handler],
+    );
+    let mut c = inst.client();
+    assert_eq!(inst.send(&mut c, "before", "x")["status"], "accepted");
+    wait_until("before to run", Duration::from_secs(10), || {
+        receipt(&spool, "before").is_some()
+    });
+    let filler = fill(&small);
+    let id = "full-1";
+    let r = c
+        .try_call("message/send", inst.msg(id, &body_for(id)))
+        .unwrap();
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let msg = r["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("No space left on device")
+            && msg.ends_with("; the task was not accepted: try again"),
+        "{msg}"
+    );
+    let out = env.run(&["send", "fp", "x", "--message-id", "full-2"]);
+    assert_eq!(out.status, 4, "{out:?}");
+    assert!(out.stderr.contains("try again"), "{out:?}");
+    for id in [id, "full-2"] {
+        assert!(receipt(&spool, id).is_none(), "{id} stored");
+        assert!(spool_of(&spool).places(id).is_empty(), "{id} stored");
+    }
+    fs::remove_file(&filler).unwrap();
+    let r = c
+        .try_result("message/send", inst.msg(id, &body_for(id)))
+        .unwrap();
+    assert_eq!(r["status"], "accepted", "{r}");
+    wait_until("full-1 to run", Duration::from_secs(10), || {
+        receipt(&spool, id).is_some()
+    });
+    let r = c
+        .try_result("message/send", inst.msg(id, &body_for(id)))
+        .unwrap();
+    assert_eq!(r["status"], "duplicate", "{r}");
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
+    let ran: Vec<String> = runs(&log).into_iter().filter(|r| r == id).collect();
+    assert_eq!(ran.len(), 1, "{ran:?}");
+
+    let spool = spool_dir_in(&env.state, "fp", &ws);
+    let mut inst = env.serve_with(
+        &ws,
+        &[("BATON_FAILPOINT", "after-write:enospc*1")],
+        &["--name", "fp"],
+    );
+    let mut c = inst.client();
+    let r = c
+        .try_call("message/send", inst.msg(id, &body_for(id)))
+        .unwrap();
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let said = transcript_until(&spool, "the refusal", Duration::from_secs(10), |e| {
+        e["kind"] == "message.rejected" && e["message_id"] == id
+    });
+    let reason = said.last().unwrap()["reason"].as_str().unwrap_or("");
+    assert!(reason.ends_with(": try again"), "{reason}");
+    drop(c);
+    assert_eq!(inst.term(), 0, "{}", inst.stderr());
 }
 
 /// The same through the fail point: the first three writes fail, so the

@@ -58,11 +58,8 @@ fn send_via_finds_baton_in_local_bin_without_baton_remote() {
     assert_eq!(missing.status, 4, "{missing:?}");
     // The remote lookup names the places it looked (stderr); baton here
     // names BATON_REMOTE in its transport result (stdout, --json).
-    for said in [
-        "not on PATH (/usr/bin:/bin)",
-        "~/.local/bin/baton",
-        "/opt/baton/bin/baton",
-    ] {
+    let path = format!("not on PATH ({})", super::bare_path(&h.remote));
+    for said in [path.as_str(), "~/.local/bin/baton", "/opt/baton/bin/baton"] {
         assert!(missing.stderr.contains(said), "{said}: {missing:?}");
     }
     assert_eq!(super::parse(&missing)["status"], "transport", "{missing:?}");
