@@ -13,8 +13,8 @@ use crate::sanitize::{escape, escape_multiline};
 use crate::spool::{self, Receipt};
 use crate::status::{ReplyStatus, Status};
 use crate::text::table;
-use crate::wire::Call;
 use crate::wire::answer::{Claimed, ControlStatus, Handled, InboxPage, ReplySent};
+use crate::wire::{Call, ClaimStatus, Handling};
 use serde_json::{Value, json};
 use std::path::Path;
 
@@ -64,13 +64,16 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             if !json {
                 print_claim(&c, &peer.manifest.name);
             }
-            (r, matches!(c.status.as_str(), "claimed" | "empty"))
+            (
+                r,
+                c.status == ClaimStatus::Claimed || c.status == ClaimStatus::Empty,
+            )
         }
         _ => {
             let (call, done) = match action {
-                "complete" => (Call::InboxComplete, "completed"),
-                "requeue" => (Call::InboxRequeue, "requeued"),
-                _ => (Call::InboxDiscard, "discarded"),
+                "complete" => (Call::InboxComplete, Handling::Completed),
+                "requeue" => (Call::InboxRequeue, Handling::Requeued),
+                _ => (Call::InboxDiscard, Handling::Discarded),
             };
             let (r, h) = target::call::<Handled>(config, &peer, call, params)?;
             if !json {
@@ -169,12 +172,15 @@ fn print_claim(c: &Claimed, name: &str) {
         let rej = serde_json::to_string(rej).expect("serializes");
         eprintln!("baton: a bad task file went to rejected/: {}", escape(&rej));
     }
-    match (c.status.as_str(), &c.task) {
+    match (c.status.known(), &c.task) {
         // The envelope says how to reply ([to reply: ...]).
-        ("claimed", Some(t)) => emit(&escape_multiline(&t.envelope)),
-        ("empty", _) => eprintln!("baton: nothing to claim: {}'s inbox is empty", escape(name)),
-        (status, _) => eprintln!(
-            "baton: cannot claim: {status}: {}",
+        (Some(ClaimStatus::Claimed), Some(t)) => emit(&escape_multiline(&t.envelope)),
+        (Some(ClaimStatus::Empty), _) => {
+            eprintln!("baton: nothing to claim: {}'s inbox is empty", escape(name))
+        }
+        _ => eprintln!(
+            "baton: cannot claim: {}: {}",
+            c.status,
             escape(c.reason.as_deref().unwrap_or(""))
         ),
     }
@@ -184,8 +190,8 @@ fn print_claim(c: &Claimed, name: &str) {
 /// reply).
 fn print_outcome(h: &Handled, action: &str) {
     let id = escape(h.message_id.as_deref().unwrap_or(""));
-    match h.status.as_str() {
-        "completed" => {
+    match h.status.known() {
+        Some(Handling::Completed) => {
             emit(&format!(
                 "completed {id} ({})\n",
                 h.outcome.as_deref().unwrap_or("")
@@ -194,9 +200,12 @@ fn print_outcome(h: &Handled, action: &str) {
                 print_reply(reply);
             }
         }
-        status @ ("requeued" | "discarded") => emit(&format!("{status} {id}\n")),
-        status => eprintln!(
-            "baton: cannot {action}: {status}: {}",
+        Some(status @ (Handling::Requeued | Handling::Discarded)) => {
+            emit(&format!("{status} {id}\n"))
+        }
+        _ => eprintln!(
+            "baton: cannot {action}: {}: {}",
+            h.status,
             escape(h.reason.as_deref().unwrap_or(""))
         ),
     }

@@ -9,7 +9,7 @@ use crate::client::ClientError;
 use crate::error::Error;
 use crate::status::ReplyStatus;
 use crate::wire::answer::{Claimed, ClaimedTask, Handled, Queue};
-use crate::wire::{self, Mode};
+use crate::wire::{self, ClaimStatus, Handling, Mode};
 use serde_json::{Value, json};
 use std::fmt::Display;
 
@@ -39,21 +39,26 @@ pub fn claim<E: Display>(view: &mut View, call: Call<E>) {
         );
     }
     let reason = r.reason.unwrap_or_default();
-    match (r.status.as_str(), r.task) {
-        ("claimed", Some(t)) => claimed(view, t),
-        ("empty", _) => view.push(Role::System, "the inbox is empty: nothing to claim"),
-        ("awaiting_approval", _) => view.push(
+    match (r.status.known(), r.task) {
+        (Some(ClaimStatus::Claimed), Some(t)) => claimed(view, t),
+        (Some(ClaimStatus::Empty), _) => {
+            view.push(Role::System, "the inbox is empty: nothing to claim")
+        }
+        (Some(ClaimStatus::AwaitingApproval), _) => view.push(
             Role::System,
             format!(
                 "{reason}: y or n, or /approve {}",
                 r.message_id.unwrap_or_default()
             ),
         ),
-        ("busy", _) => view.push(
+        (Some(ClaimStatus::Busy), _) => view.push(
             Role::Refusal,
             format!("{reason} (/complete, or /reply TEXT)"),
         ),
-        (status, _) => view.push(Role::Refusal, format!("cannot claim: {status}: {reason}")),
+        _ => view.push(
+            Role::Refusal,
+            format!("cannot claim: {}: {reason}", r.status),
+        ),
     }
 }
 
@@ -113,7 +118,7 @@ pub fn complete<E: Display>(rest: &str, view: &mut View, call: Call<E>) {
     let outcome = if failed { "failed" } else { "done" };
     let params = json!({"message_id": id, "outcome": outcome});
     match read::<Handled, E>(call(wire::Call::InboxComplete, params)) {
-        Ok(r) if r.status == "completed" => {
+        Ok(r) if r.status == Handling::Completed => {
             view.open.retain(|o| o.id != id);
             view.push(Role::System, format!("completed {id} ({outcome})"));
         }
@@ -154,7 +159,7 @@ pub fn reply_outcome(id: &str, r: Result<Value, ClientError>) -> Vec<(Role, Stri
         Ok(r) => r,
         Err(e) => return vec![(Role::Refusal, format!("not completed {id}: {e}"))],
     };
-    if r.status != "completed" {
+    if r.status != Handling::Completed {
         return vec![(Role::Refusal, not_completed(id, r))];
     }
     let mut out = vec![(Role::System, format!("completed {id} (done)"))];

@@ -5,7 +5,10 @@
 //! instance adds is ignored by an older client; one it leaves out reads
 //! as its default where the protocol allows that.
 
-use super::{Approve, HandlerExit, Manifest, Mode, Outcome, ReplyRecord, Sender, State, Summary};
+use super::{
+    Approve, ClaimStatus, HandlerExit, Handling, Manifest, Mode, Outcome, ReplyRecord, Said,
+    Sender, State, Summary,
+};
 use crate::status::Status;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -316,7 +319,7 @@ pub struct Claimed {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<RejectedTask>,
-    pub status: String,
+    pub status: Said<ClaimStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<ClaimedTask>,
     /// With `error`: a resource ran short; the task stays queued.
@@ -326,9 +329,9 @@ pub struct Claimed {
 
 impl Claimed {
     /// An answer without a task: `status`, and why when `reason` says.
-    pub fn not(status: &str, reason: Option<String>) -> Claimed {
+    pub fn not(status: ClaimStatus, reason: Option<String>) -> Claimed {
         Claimed {
-            status: status.to_string(),
+            status: status.into(),
             reason,
             ..Claimed::default()
         }
@@ -374,7 +377,7 @@ pub struct Handled {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<ReplySent>,
-    pub status: String,
+    pub status: Said<Handling>,
     /// `task/cancel`'s, when it cancelled: where the task was (`queued`,
     /// `running`, `open`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,7 +11,9 @@ mod zcoder;
 
 pub use event::*;
 pub use id::{Id, id_byte, valid_text_id};
-pub use names::{Approve, Decision, EventKind, Mode, Outcome, State, TaskMode};
+pub use names::{
+    Approve, ClaimStatus, Decision, EventKind, Handling, Mode, Outcome, Said, State, TaskMode,
+};
 pub use records::{
     CODEX_HOST, HandlerExit, Manifest, ReplyRecord, Sender, Summary, parse_operators, uid_list,
 };
