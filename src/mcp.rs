@@ -14,8 +14,8 @@ use crate::registry;
 use crate::sanitize::escape;
 use crate::status::{ReplyStatus, Status};
 use crate::wire;
-use crate::wire::answer::{Claimed, Handled, ReplySent, SendResult};
-use crate::wire::{Call, ClaimStatus, Handling};
+use crate::wire::answer::{Claimed, CompleteParams, Handled, ReplySent, SendResult};
+use crate::wire::{Call, ClaimStatus, Handling, Outcome};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::io::{Read, Write};
@@ -634,13 +634,13 @@ impl Adapter {
 
     fn complete(&mut self, args: &Map<String, Value>) -> Tool {
         let id = string_arg(args, "message_id")?;
-        let mut params = json!({"message_id": id, "outcome": "done"});
+        let mut params = CompleteParams::new(id, Outcome::Done);
         if !matches!(args.get("reply"), None | Some(Value::Null)) {
-            params["reply"] = json!(string_arg(args, "reply")?);
+            params.reply = Some(string_arg(args, "reply")?.to_string());
         }
         match args.get("reply_to_reply") {
             None | Some(Value::Null) => {}
-            Some(Value::Bool(b)) => params["reply_to_reply"] = json!(b),
+            Some(Value::Bool(b)) => params.reply_to_reply = Some(*b),
             Some(_) => {
                 return Err(tool_error(
                     "Input validation error: reply_to_reply must be a boolean",
@@ -648,7 +648,7 @@ impl Adapter {
             }
         }
         let (r, h) = self
-            .call::<Handled>(Call::InboxComplete, params)
+            .call::<Handled>(Call::InboxComplete, params.to_value())
             .map_err(tool_error)?;
         if h.status != Handling::Completed {
             // `invalid` (the outcome is always valid here) means the

@@ -13,7 +13,8 @@ use crate::sanitize::{escape, escape_multiline};
 use crate::spool::{self, Receipt};
 use crate::status::{ReplyStatus, Status};
 use crate::text::table;
-use crate::wire::answer::{Claimed, ControlStatus, Handled, InboxPage, ReplySent};
+use crate::wire::Said;
+use crate::wire::answer::{Claimed, CompleteParams, ControlStatus, Handled, InboxPage, ReplySent};
 use crate::wire::{Call, ClaimStatus, Handling};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -116,22 +117,23 @@ pub(super) fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a St
             "inbox {action}: MESSAGE_ID is missing"
         )));
     };
-    let mut params = json!({"message_id": id});
-    if action == "complete" {
-        params["outcome"] = json!(args.value("outcome").unwrap_or("done"));
-        if let Some(reply) = args.value("reply") {
-            params["reply"] = json!(reply);
-        }
-        if args.flag("reply-to-reply") {
-            if args.value("reply").is_none() {
-                return Err(Error::Usage(
-                    "inbox complete: --reply-to-reply sends the --reply TEXT to a task that is itself a reply, so it needs --reply".into(),
-                ));
-            }
-            params["reply_to_reply"] = json!(true);
-        }
+    if action != "complete" {
+        return Ok((t.first(), json!({"message_id": id})));
     }
-    Ok((t.first(), params))
+    let outcome = Said::spelled(args.value("outcome").unwrap_or("done"));
+    let mut params = CompleteParams {
+        reply: args.value("reply").map(str::to_string),
+        ..CompleteParams::new(id, outcome)
+    };
+    if args.flag("reply-to-reply") {
+        if params.reply.is_none() {
+            return Err(Error::Usage(
+                "inbox complete: --reply-to-reply sends the --reply TEXT to a task that is itself a reply, so it needs --reply".into(),
+            ));
+        }
+        params.reply_to_reply = Some(true);
+    }
+    Ok((t.first(), params.to_value()))
 }
 
 /// Every page of `inbox/list`, as one listing.

@@ -560,9 +560,9 @@ fn reply_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Se
         Ok(p) => p,
         Err(e) => return view.push(Role::Refusal, e.to_string()),
     };
-    let id = params["message_id"].as_str().unwrap_or("").to_string();
+    let id = params.message_id.clone();
     view.push(Role::Local, format!("/reply {rest}"));
-    ctl.on_worker(work, Call::InboxComplete, params, move |r| {
+    ctl.on_worker(work, Call::InboxComplete, params.to_value(), move |r| {
         work::reply_outcome(&id, r)
     });
 }

@@ -8,7 +8,8 @@ use super::view::{Open, Role, View};
 use crate::client::ClientError;
 use crate::error::Error;
 use crate::status::ReplyStatus;
-use crate::wire::answer::{Claimed, ClaimedTask, Handled, Queue};
+use crate::wire::Outcome;
+use crate::wire::answer::{Claimed, ClaimedTask, CompleteParams, Handled, Queue};
 use crate::wire::{self, ClaimStatus, Handling, Mode};
 use serde_json::{Value, json};
 use std::fmt::Display;
@@ -115,8 +116,12 @@ pub fn complete<E: Display>(rest: &str, view: &mut View, call: Call<E>) {
             "no task is open here: /claim one first, or /complete ID",
         );
     };
-    let outcome = if failed { "failed" } else { "done" };
-    let params = json!({"message_id": id, "outcome": outcome});
+    let outcome = if failed {
+        Outcome::Failed
+    } else {
+        Outcome::Done
+    };
+    let params = CompleteParams::new(&id, outcome).to_value();
     match read::<Handled, E>(call(wire::Call::InboxComplete, params)) {
         Ok(r) if r.status == Handling::Completed => {
             view.open.retain(|o| o.id != id);
@@ -135,7 +140,7 @@ fn not_completed(id: &str, r: Handled) -> String {
 
 /// `/reply TEXT`: the `inbox/complete` params that answer the task
 /// claimed last with TEXT and complete it as done; Err says why not.
-pub fn reply_params(rest: &str, view: &View) -> Result<Value, Error> {
+pub fn reply_params(rest: &str, view: &View) -> Result<CompleteParams, Error> {
     let usage = |why: String| Err(Error::Usage(why));
     if rest.is_empty() {
         return usage("usage: /reply TEXT (answers the task claimed last and completes it)".into());
@@ -149,7 +154,10 @@ pub fn reply_params(rest: &str, view: &View) -> Result<Value, Error> {
             open.id, open.from
         ));
     }
-    Ok(json!({"message_id": open.id, "outcome": "done", "reply": rest}))
+    Ok(CompleteParams {
+        reply: Some(rest.to_string()),
+        ..CompleteParams::new(&open.id, Outcome::Done)
+    })
 }
 
 /// What an `inbox/complete` with a reply came to, as transcript lines.

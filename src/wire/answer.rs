@@ -60,6 +60,37 @@ impl HelloParams {
     }
 }
 
+/// `inbox/complete`'s parameters: the one place a client builds them
+/// (the CLI, the view and `baton mcp`).
+#[derive(Clone, Debug, Serialize)]
+pub struct CompleteParams {
+    pub message_id: String,
+    /// As given: the instance answers `invalid` for one that does not
+    /// complete (`Outcome::completes`).
+    pub outcome: Said<Outcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_to_reply: Option<bool>,
+}
+
+impl CompleteParams {
+    /// Completes `message_id` with `outcome`, without a reply.
+    pub fn new(message_id: &str, outcome: impl Into<Said<Outcome>>) -> CompleteParams {
+        CompleteParams {
+            message_id: message_id.to_string(),
+            outcome: outcome.into(),
+            reply: None,
+            reply_to_reply: None,
+        }
+    }
+
+    /// The params as a call sends them.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("strings and a boolean serialize")
+    }
+}
+
 /// The stopped agent a `bridge --offline` stands in for.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Offline {
@@ -488,6 +519,24 @@ pub struct ErrorData {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn complete_params_are_written_as_the_map_they_replace() {
+        let plain = CompleteParams::new("m", Outcome::Failed);
+        let plain_map = json!({"message_id": "m", "outcome": "failed"});
+        assert_eq!(plain.to_value().to_string(), plain_map.to_string());
+        let reply = CompleteParams {
+            reply: Some("r".into()),
+            reply_to_reply: Some(false),
+            ..CompleteParams::new("m", Said::spelled("sideways"))
+        };
+        let reply_map = json!({"message_id": "m", "outcome": "sideways", "reply": "r",
+                               "reply_to_reply": false});
+        assert_eq!(
+            serde_json::to_string(&reply).unwrap(),
+            reply_map.to_string()
+        );
+    }
 
     #[test]
     fn task_status_reads_a_pending_place_or_an_outcome_and_keeps_a_null_reply() {

@@ -170,6 +170,14 @@ pub enum Said<T> {
     Other(String),
 }
 
+impl<T: std::str::FromStr> Said<T> {
+    /// `s` as a name this version knows, else as it is.
+    pub fn spelled(s: &str) -> Said<T> {
+        s.parse()
+            .map_or_else(|_| Said::Other(s.to_string()), Said::Known)
+    }
+}
+
 impl<T> Said<T> {
     /// The known name, if it is one.
     pub fn known(&self) -> Option<&T> {
