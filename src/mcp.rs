@@ -14,8 +14,8 @@ use crate::registry;
 use crate::sanitize::escape;
 use crate::status::{ReplyStatus, Status};
 use crate::wire;
-use crate::wire::Call;
-use crate::wire::answer::{Claimed, Handled, ReplySent, SendResult};
+use crate::wire::answer::{Claimed, CompleteParams, Handled, ReplySent, SendResult};
+use crate::wire::{Call, ClaimStatus, Handling, Outcome};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
 use std::io::{Read, Write};
@@ -601,8 +601,8 @@ impl Adapter {
             .call::<Claimed>(Call::InboxClaim, json!({}))
             .map_err(tool_error)?;
         let reason = c.reason.as_deref().unwrap_or("");
-        Ok(match (c.status.as_str(), c.task) {
-            ("claimed", Some(t)) => {
+        Ok(match (c.status.known(), c.task) {
+            (Some(ClaimStatus::Claimed), Some(t)) => {
                 self.open.push((t.message_id.clone(), t.turn));
                 let text = format!(
                     "{}\nWhen you are done, call complete_task with message_id \"{}\"{}.",
@@ -620,27 +620,27 @@ impl Adapter {
                 });
                 tool_result(text, false, Some(structured))
             }
-            ("empty", _) => {
+            (Some(ClaimStatus::Empty), _) => {
                 let empty = json!({"status": "empty"});
                 tool_result("The inbox is empty.".into(), false, Some(empty))
             }
-            ("awaiting_approval", _) => {
+            (Some(ClaimStatus::AwaitingApproval), _) => {
                 let id = c.message_id.as_deref().unwrap_or("");
                 tool_result(self.awaiting_text(id, reason), false, Some(r))
             }
-            (status, _) => tool_result(format!("{status}: {reason}"), false, Some(r)),
+            _ => tool_result(format!("{}: {reason}", c.status), false, Some(r)),
         })
     }
 
     fn complete(&mut self, args: &Map<String, Value>) -> Tool {
         let id = string_arg(args, "message_id")?;
-        let mut params = json!({"message_id": id, "outcome": "done"});
+        let mut params = CompleteParams::new(id, Outcome::Done);
         if !matches!(args.get("reply"), None | Some(Value::Null)) {
-            params["reply"] = json!(string_arg(args, "reply")?);
+            params.reply = Some(string_arg(args, "reply")?.to_string());
         }
         match args.get("reply_to_reply") {
             None | Some(Value::Null) => {}
-            Some(Value::Bool(b)) => params["reply_to_reply"] = json!(b),
+            Some(Value::Bool(b)) => params.reply_to_reply = Some(*b),
             Some(_) => {
                 return Err(tool_error(
                     "Input validation error: reply_to_reply must be a boolean",
@@ -648,13 +648,13 @@ impl Adapter {
             }
         }
         let (r, h) = self
-            .call::<Handled>(Call::InboxComplete, params)
+            .call::<Handled>(Call::InboxComplete, params.to_value())
             .map_err(tool_error)?;
-        if h.status != "completed" {
+        if h.status != Handling::Completed {
             // `invalid` (the outcome is always valid here) means the
             // instance has no such open task, as when it was completed
             // another way (`baton inbox complete`): stop sending its turn.
-            if h.status == "invalid" {
+            if h.status == Handling::Invalid {
                 self.open.retain(|(o, _)| o != id);
             }
             let why = h.reason.as_deref().unwrap_or("");

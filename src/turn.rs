@@ -10,8 +10,8 @@
 //! pipes: dropping the `Handler` stops them, and they close our ends of the
 //! pipes, even while a daemon the handler started keeps its ends open.
 
-use crate::spool::Task;
 use crate::sys;
+use crate::wire::Task;
 use crossbeam_channel as chan;
 use std::borrow::Cow;
 use std::fs::File;
@@ -529,7 +529,7 @@ pub fn envelope(task: &Task, reply_by: Option<&str>) -> String {
 /// `(cli)` for a plain command line with no instance, which cannot be
 /// replied to, or `(remote LABEL)` (`(remote)` without a label) for a
 /// task through a bridge.
-pub fn display_name(s: &crate::spool::Sender) -> String {
+pub fn display_name(s: &crate::wire::Sender) -> String {
     match (&s.instance_id, &s.name) {
         (_, Some(n)) => n.clone(),
         (None, None) if s.remote.is_some() => remote_name(s.key.as_deref()),

@@ -187,7 +187,7 @@ fn reply_answers_the_task_claimed_last_and_completes_it() {
             .starts_with("usage: /reply TEXT")
     );
     assert_eq!(
-        work::reply_params("the answer", &view).unwrap(),
+        work::reply_params("the answer", &view).unwrap().to_value(),
         json!({"message_id": "t-2", "outcome": "done", "reply": "the answer"})
     );
 

@@ -16,6 +16,7 @@ use crate::error::{Error, ExitCode, Result};
 use crate::registry::Peer;
 use crate::sanitize::escape;
 use crate::wire::Call;
+use crate::wire::Handling;
 use crate::wire::answer::{ApprovalList, Handled};
 use serde_json::{Value, json};
 
@@ -189,13 +190,13 @@ fn decide(args: &Args, config: &Config, cmd: &str, decision: Decision) -> Result
                     outcome: None,
                     reason: Some(reason),
                     reply: None,
-                    status: "invalid".into(),
+                    status: Handling::Invalid.into(),
                     was: None,
                 };
                 (v, h)
             }
         };
-        let decided = matches!(h.status.as_str(), "approved" | "denied");
+        let decided = h.status == Handling::Approved || h.status == Handling::Denied;
         all &= decided;
         if args.flag("json") {
             emit_json(&raw);
@@ -209,7 +210,7 @@ fn decide(args: &Args, config: &Config, cmd: &str, decision: Decision) -> Result
             eprintln!(
                 "baton: cannot {cmd} {} at {name}: {} (decided already, or asked again under a new id: 'baton approvals {name}' lists what waits)",
                 escape(id),
-                escape(h.reason.as_deref().unwrap_or(&h.status))
+                escape(&h.reason.clone().unwrap_or_else(|| h.status.to_string()))
             );
         }
     }

@@ -15,6 +15,7 @@ use crate::registry::{self, Peer, Wire};
 use crate::sanitize::escape;
 use crate::spool::Spool;
 use crate::wire::Call;
+use crate::wire::Handling;
 use crate::wire::answer::{Handled, Pending, TaskState, TaskStatus};
 use serde_json::json;
 
@@ -72,7 +73,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             (serde_json::to_value(&h).expect("an answer serializes"), h)
         }
     };
-    let ok = h.status == "cancelled";
+    let ok = h.status == Handling::Cancelled;
     if args.flag("json") {
         emit_json(&raw);
     } else {
@@ -174,8 +175,8 @@ fn print(h: &Handled, id: &str, holder: &Holder) {
         _ if matches!(holder, Holder::Stopped(_)) => "withdrawn from its queue; it is not running",
         _ => "withdrawn from the queue",
     };
-    match h.status.as_str() {
-        "cancelled" => emit(&format!("cancelled {id} at {who} ({how})\n")),
+    match &h.status {
+        s if *s == Handling::Cancelled => emit(&format!("cancelled {id} at {who} ({how})\n")),
         status => eprintln!(
             "baton: cannot cancel {id} at {who}: {status}: {}",
             escape(h.reason.as_deref().unwrap_or(""))

@@ -13,8 +13,9 @@ use crate::sanitize::{escape, escape_multiline};
 use crate::spool::{self, Receipt};
 use crate::status::{ReplyStatus, Status};
 use crate::text::table;
-use crate::wire::Call;
-use crate::wire::answer::{Claimed, ControlStatus, Handled, InboxPage, ReplySent};
+use crate::wire::Said;
+use crate::wire::answer::{Claimed, CompleteParams, ControlStatus, Handled, InboxPage, ReplySent};
+use crate::wire::{Call, ClaimStatus, Handling};
 use serde_json::{Value, json};
 use std::path::Path;
 
@@ -64,13 +65,16 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             if !json {
                 print_claim(&c, &peer.manifest.name);
             }
-            (r, matches!(c.status.as_str(), "claimed" | "empty"))
+            (
+                r,
+                c.status == ClaimStatus::Claimed || c.status == ClaimStatus::Empty,
+            )
         }
         _ => {
             let (call, done) = match action {
-                "complete" => (Call::InboxComplete, "completed"),
-                "requeue" => (Call::InboxRequeue, "requeued"),
-                _ => (Call::InboxDiscard, "discarded"),
+                "complete" => (Call::InboxComplete, Handling::Completed),
+                "requeue" => (Call::InboxRequeue, Handling::Requeued),
+                _ => (Call::InboxDiscard, Handling::Discarded),
             };
             let (r, h) = target::call::<Handled>(config, &peer, call, params)?;
             if !json {
@@ -113,22 +117,23 @@ pub(super) fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a St
             "inbox {action}: MESSAGE_ID is missing"
         )));
     };
-    let mut params = json!({"message_id": id});
-    if action == "complete" {
-        params["outcome"] = json!(args.value("outcome").unwrap_or("done"));
-        if let Some(reply) = args.value("reply") {
-            params["reply"] = json!(reply);
-        }
-        if args.flag("reply-to-reply") {
-            if args.value("reply").is_none() {
-                return Err(Error::Usage(
-                    "inbox complete: --reply-to-reply sends the --reply TEXT to a task that is itself a reply, so it needs --reply".into(),
-                ));
-            }
-            params["reply_to_reply"] = json!(true);
-        }
+    if action != "complete" {
+        return Ok((t.first(), json!({"message_id": id})));
     }
-    Ok((t.first(), params))
+    let outcome = Said::spelled(args.value("outcome").unwrap_or("done"));
+    let mut params = CompleteParams {
+        reply: args.value("reply").map(str::to_string),
+        ..CompleteParams::new(id, outcome)
+    };
+    if args.flag("reply-to-reply") {
+        if params.reply.is_none() {
+            return Err(Error::Usage(
+                "inbox complete: --reply-to-reply sends the --reply TEXT to a task that is itself a reply, so it needs --reply".into(),
+            ));
+        }
+        params.reply_to_reply = Some(true);
+    }
+    Ok((t.first(), params.to_value()))
 }
 
 /// Every page of `inbox/list`, as one listing.
@@ -169,12 +174,15 @@ fn print_claim(c: &Claimed, name: &str) {
         let rej = serde_json::to_string(rej).expect("serializes");
         eprintln!("baton: a bad task file went to rejected/: {}", escape(&rej));
     }
-    match (c.status.as_str(), &c.task) {
+    match (c.status.known(), &c.task) {
         // The envelope says how to reply ([to reply: ...]).
-        ("claimed", Some(t)) => emit(&escape_multiline(&t.envelope)),
-        ("empty", _) => eprintln!("baton: nothing to claim: {}'s inbox is empty", escape(name)),
-        (status, _) => eprintln!(
-            "baton: cannot claim: {status}: {}",
+        (Some(ClaimStatus::Claimed), Some(t)) => emit(&escape_multiline(&t.envelope)),
+        (Some(ClaimStatus::Empty), _) => {
+            eprintln!("baton: nothing to claim: {}'s inbox is empty", escape(name))
+        }
+        _ => eprintln!(
+            "baton: cannot claim: {}: {}",
+            c.status,
             escape(c.reason.as_deref().unwrap_or(""))
         ),
     }
@@ -184,8 +192,8 @@ fn print_claim(c: &Claimed, name: &str) {
 /// reply).
 fn print_outcome(h: &Handled, action: &str) {
     let id = escape(h.message_id.as_deref().unwrap_or(""));
-    match h.status.as_str() {
-        "completed" => {
+    match h.status.known() {
+        Some(Handling::Completed) => {
             emit(&format!(
                 "completed {id} ({})\n",
                 h.outcome.as_deref().unwrap_or("")
@@ -194,9 +202,12 @@ fn print_outcome(h: &Handled, action: &str) {
                 print_reply(reply);
             }
         }
-        status @ ("requeued" | "discarded") => emit(&format!("{status} {id}\n")),
-        status => eprintln!(
-            "baton: cannot {action}: {status}: {}",
+        Some(status @ (Handling::Requeued | Handling::Discarded)) => {
+            emit(&format!("{status} {id}\n"))
+        }
+        _ => eprintln!(
+            "baton: cannot {action}: {}: {}",
+            h.status,
             escape(h.reason.as_deref().unwrap_or(""))
         ),
     }

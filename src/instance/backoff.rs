@@ -8,8 +8,8 @@
 use super::Foreground;
 use crate::error::Error;
 use crate::sanitize::escape;
-use crate::wire::EventKind;
 use crate::wire::answer::Claimed;
+use crate::wire::{ClaimStatus, EventKind};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -85,10 +85,10 @@ impl Foreground {
                 let why = format!("{what}: {e}; the task stays queued: claim again later");
                 Claimed {
                     temporary: true,
-                    ..Claimed::not("error", Some(why))
+                    ..Claimed::not(ClaimStatus::Error, Some(why))
                 }
             }
-            None => Claimed::not("error", Some(e.to_string())),
+            None => Claimed::not(ClaimStatus::Error, Some(e.to_string())),
         }
     }
 

@@ -15,6 +15,7 @@ use crate::events::Hub;
 use crate::sanitize::escape;
 use crate::server::RpcError;
 use crate::spool::{Spool, Whereabouts};
+use crate::wire::Handling;
 use crate::wire::answer::Handled;
 use crate::wire::{self, EventKind, Outcome};
 use serde_json::{Value, json};
@@ -107,7 +108,7 @@ impl Foreground {
         }
         self.approved.remove(id);
         if let Err(e) = self.spool().withdraw(id, Outcome::Cancelled) {
-            return handled("error", id, Some(e.to_string()));
+            return handled(Handling::Error, id, Some(e.to_string()));
         }
         self.notice(
             Some(id),
@@ -117,7 +118,7 @@ impl Foreground {
         self.refresh();
         Handled {
             was: Some("queued".into()),
-            ..handled("cancelled", id, None)
+            ..handled(Handling::Cancelled, id, None)
         }
     }
 
@@ -129,12 +130,12 @@ impl Foreground {
         if let Some(r) = self.running.as_ref().filter(|r| r.task.message_id == id) {
             if let Some(o) = r.ended_by {
                 let why = format!("the turn of task {} is already ending ({o})", escape(id));
-                return handled("invalid", id, Some(why));
+                return handled(Handling::Invalid, id, Some(why));
             }
             self.end_running(Outcome::Cancelled, &format!("turn cancelled by {by}"));
             return Handled {
                 was: Some("running".into()),
-                ..handled("cancelled", id, None)
+                ..handled(Handling::Cancelled, id, None)
             };
         }
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
@@ -142,16 +143,16 @@ impl Foreground {
                 "task {} is being processed, but no turn of it is open here",
                 escape(id)
             );
-            return handled("invalid", id, Some(why));
+            return handled(Handling::Invalid, id, Some(why));
         };
         if let Err(e) = self.finish_turn(pos, Outcome::Cancelled, None) {
-            return handled("error", id, Some(e.to_string()));
+            return handled(Handling::Error, id, Some(e.to_string()));
         }
         self.notice(Some(id), format!("cancelled by {by}: its open turn ended"));
         self.refresh();
         Handled {
             was: Some("open".into()),
-            ..handled("cancelled", id, None)
+            ..handled(Handling::Cancelled, id, None)
         }
     }
 }
@@ -172,7 +173,7 @@ fn cancelled_by(caller: &Caller) -> String {
     }
 }
 
-fn handled(status: &str, id: &str, reason: Option<String>) -> Handled {
+fn handled(status: Handling, id: &str, reason: Option<String>) -> Handled {
     Handled {
         approval_id: None,
         message_id: Some(id.to_string()),
@@ -192,7 +193,7 @@ fn not_pending(id: &str, w: &Whereabouts) -> Handled {
         let why = format!(
             "task {shown} is {place}, set aside for the operator, not queued or running: requeue or discard it (baton inbox requeue|discard)"
         );
-        handled("invalid", id, Some(why))
+        handled(Handling::Invalid, id, Some(why))
     };
     let ended = |o: Option<Outcome>| {
         let why = match o {
@@ -201,7 +202,7 @@ fn not_pending(id: &str, w: &Whereabouts) -> Handled {
         };
         Handled {
             outcome: o.map(|o| o.to_string()),
-            ..handled("ended", id, Some(why))
+            ..handled(Handling::Ended, id, Some(why))
         }
     };
     match w {
@@ -212,7 +213,7 @@ fn not_pending(id: &str, w: &Whereabouts) -> Handled {
         Whereabouts::Queued(_) | Whereabouts::Processing | Whereabouts::Unknown => {
             let why =
                 format!("no task {shown} here: it was never accepted, or its record was pruned");
-            handled("unknown", id, Some(why))
+            handled(Handling::Unknown, id, Some(why))
         }
     }
 }
@@ -228,7 +229,7 @@ pub fn cancel_stopped(spool: &Spool, id: &str) -> Handled {
         return not_pending(id, &w);
     }
     if let Err(e) = spool.withdraw(id, Outcome::Cancelled) {
-        return handled("error", id, Some(e.to_string()));
+        return handled(Handling::Error, id, Some(e.to_string()));
     }
     let hub = Hub::open(spool.dir());
     let pid = std::process::id();
@@ -245,6 +246,6 @@ pub fn cancel_stopped(spool: &Spool, id: &str) -> Handled {
     hub.flush();
     Handled {
         was: Some("queued".into()),
-        ..handled("cancelled", id, None)
+        ..handled(Handling::Cancelled, id, None)
     }
 }

@@ -24,7 +24,7 @@ use crate::sanitize::escape;
 use crate::spool::{ReplyRecord, Task};
 use crate::turn;
 use crate::wire::answer::CodexStatus;
-use crate::wire::{CODEX_HOST, EventKind, HandlerExit, Outcome, TaskMode};
+use crate::wire::{CODEX_HOST, ClaimStatus, EventKind, HandlerExit, Outcome, TaskMode};
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -151,8 +151,8 @@ impl Foreground {
             return;
         }
         let claimed = self.claim();
-        match (claimed.status.as_str(), claimed.task) {
-            ("claimed", Some(task)) => {
+        match (claimed.status.known(), claimed.task) {
+            (Some(ClaimStatus::Claimed), Some(task)) => {
                 let steer = task.mode == TaskMode::Steer.to_string();
                 let deadline = self.opts.turn_timeout.map(|t| Instant::now() + t);
                 let c = self.codex.as_mut().expect("checked");
@@ -169,7 +169,7 @@ impl Foreground {
                     steer,
                 });
             }
-            ("error", _) => self.codex_retry_later(),
+            (Some(ClaimStatus::Error), _) => self.codex_retry_later(),
             _ => {}
         }
     }
@@ -179,7 +179,7 @@ impl Foreground {
     /// join the running turn.
     fn codex_follow_up(&mut self) {
         let claimed = self.claim();
-        let (true, Some(task)) = (claimed.status == "claimed", claimed.task) else {
+        let (true, Some(task)) = (claimed.status == ClaimStatus::Claimed, claimed.task) else {
             return;
         };
         let Some(h) = self.codex.as_mut().and_then(|c| c.task.as_mut()) else {

@@ -10,6 +10,7 @@ use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task, Whereabouts};
 use crate::status::{ReplyStatus, Status};
 use crate::turn;
+use crate::wire::ClaimStatus;
 use crate::wire::Outcome;
 use crate::wire::answer::{Claimed, ClaimedTask, RejectedTask};
 use crate::wire::{Call, EventKind};
@@ -28,10 +29,13 @@ impl Foreground {
     pub(super) fn claim(&mut self) -> Claimed {
         if self.opts.exec.is_some() {
             let why = "this instance runs its tasks with --exec; there is nothing to claim";
-            return Claimed::not("invalid", Some(why.to_string()));
+            return Claimed::not(ClaimStatus::Invalid, Some(why.to_string()));
         }
         if self.paused() {
-            return Claimed::not("paused", Some(server::reason::PAUSED.to_string()));
+            return Claimed::not(
+                ClaimStatus::Paused,
+                Some(server::reason::PAUSED.to_string()),
+            );
         }
         let mut rejected = Vec::new();
         let mut result = loop {
@@ -47,7 +51,7 @@ impl Foreground {
                 let why = format!("task {id} is still open: complete it first");
                 break Claimed {
                     message_id: Some(id),
-                    ..Claimed::not("busy", Some(why))
+                    ..Claimed::not(ClaimStatus::Busy, Some(why))
                 };
             }
             let next = match &follow_up {
@@ -67,9 +71,9 @@ impl Foreground {
                     Some(w) => Claimed {
                         reason: Some(format!("task {w} waits for approval")),
                         message_id: Some(w),
-                        ..Claimed::not("awaiting_approval", None)
+                        ..Claimed::not(ClaimStatus::AwaitingApproval, None)
                     },
-                    None => Claimed::not("empty", None),
+                    None => Claimed::not(ClaimStatus::Empty, None),
                 };
             };
             self.approved.remove(&id);
@@ -79,7 +83,7 @@ impl Foreground {
                     let token = follow_up.map_or_else(Self::new_token, |(_, t)| t);
                     break self.open_turn(*task, token);
                 }
-                Ok(Claim::Empty) => break Claimed::not("empty", None),
+                Ok(Claim::Empty) => break Claimed::not(ClaimStatus::Empty, None),
                 Ok(Claim::Rejected { message_id, reason }) => {
                     eprintln!(
                         "baton: task {} is bad data and went to rejected/: {}",
@@ -140,7 +144,7 @@ impl Foreground {
         );
         let v = Claimed {
             task: Some(claimed_task(&task, envelope, &token, follows)),
-            ..Claimed::not("claimed", None)
+            ..Claimed::not(ClaimStatus::Claimed, None)
         };
         self.open.push(OpenTask { task, token });
         v
@@ -369,7 +373,7 @@ mod tests {
                 message_id: "m0".into(),
                 reason: "bad".into(),
             }],
-            ..Claimed::not("claimed", None)
+            ..Claimed::not(ClaimStatus::Claimed, None)
         };
         let t = claimed.task.as_ref().unwrap();
         assert_eq!((t.envelope.as_str(), t.turn.as_str()), ("ENVELOPE", "tok"));
@@ -389,17 +393,17 @@ mod tests {
         // Without a task, only what the status says is there.
         let busy = Claimed {
             message_id: Some("m1".into()),
-            ..Claimed::not("busy", Some("open".into()))
+            ..Claimed::not(ClaimStatus::Busy, Some("open".into()))
         };
         let want = json!({"status": "busy", "message_id": "m1", "reason": "open"});
         assert_eq!(serde_json::to_value(&busy).unwrap(), want);
         let short = Claimed {
             temporary: true,
-            ..Claimed::not("error", Some("short".into()))
+            ..Claimed::not(ClaimStatus::Error, Some("short".into()))
         };
         let want = json!({"status": "error", "temporary": true, "reason": "short"});
         assert_eq!(serde_json::to_value(&short).unwrap(), want);
-        let empty = serde_json::to_value(Claimed::not("empty", None)).unwrap();
+        let empty = serde_json::to_value(Claimed::not(ClaimStatus::Empty, None)).unwrap();
         assert_eq!(empty, json!({"status": "empty"}));
     }
 }

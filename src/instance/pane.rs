@@ -22,8 +22,8 @@ use crate::sanitize::escape;
 use crate::spool::Task;
 use crate::tmux::{self, Job, Report, Trouble, Typist};
 use crate::turn;
-use crate::wire::EventKind;
 use crate::wire::Outcome;
+use crate::wire::{ClaimStatus, EventKind};
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::sync::atomic::Ordering;
@@ -115,8 +115,8 @@ impl Foreground {
             return;
         }
         let claimed = self.claim();
-        match (claimed.status.as_str(), claimed.task) {
-            ("claimed", Some(task)) => {
+        match (claimed.status.known(), claimed.task) {
+            (Some(ClaimStatus::Claimed), Some(task)) => {
                 let buffer = format!("baton-{}-{}", self.shared.instance_id, task.message_id);
                 let job = Job::Type {
                     message_id: task.message_id,
@@ -127,7 +127,7 @@ impl Foreground {
                 p.asked = p.typist.ask(job);
             }
             // A resource ran short (said by the claim): tried again later.
-            ("error", _) => self.pane_retry_later(),
+            (Some(ClaimStatus::Error), _) => self.pane_retry_later(),
             _ => {}
         }
     }

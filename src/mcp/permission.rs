@@ -17,6 +17,7 @@
 
 use super::{Adapter, notify};
 use crate::sanitize::escape;
+use crate::wire::Handling;
 use crate::wire::answer::Handled;
 use crate::wire::{Call, Decision, Event};
 use serde_json::{Value, json};
@@ -59,7 +60,7 @@ impl Adapter {
                          "input_preview": field("input_preview").unwrap_or_default(),
                          "host": self.host});
         match self.call::<Handled>(Call::PermissionAsk, ask) {
-            Ok((_, r)) if r.status == "waiting" => match r.approval_id {
+            Ok((_, r)) if r.status == Handling::Waiting => match r.approval_id {
                 Some(approval_id) => {
                     if self.relayed.len() >= KEPT {
                         self.relayed.remove(0);

@@ -64,27 +64,7 @@ pub use receipts::{
     LOG_BYTES, LOG_RECEIPTS, RECEIPTS_KEEP, RECEIPTS_MAX_AGE, read_receipt, read_recent,
 };
 
-pub use crate::wire::{HandlerExit, ReplyRecord, Sender, Summary};
-
-/// One task as stored in the spool: the accepted request plus what the
-/// receiver learned.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Task {
-    pub message_id: String,
-    pub body: String,
-    pub sender: Sender,
-    pub hop: u64,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub in_reply_to: Option<String>,
-    pub mode: TaskMode,
-    pub accepted_at: u64,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub peer_pid: Option<u32>,
-    pub wire: String,
-    /// SHA-256 of the body, hex.
-    pub digest: String,
-    pub seq: u64,
-}
+pub use crate::wire::{HandlerExit, ReplyRecord, Sender, Summary, Task};
 
 /// The receipt kept in `done/` after a task finished (`receipts`).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -20,9 +20,8 @@ use crate::event_text::{Asked, escaped_count, show_whole, whole_of};
 use crate::instance::{self, ServeOptions};
 use crate::registry;
 use crate::sanitize::escape;
-use crate::status::Status;
-use crate::wire::Call;
 use crate::wire::answer::{ApprovalList, ControlStatus, Handled, Paused};
+use crate::wire::{Call, Handling};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
@@ -306,10 +305,11 @@ fn handle_key(
         Key::Ctrl('d') if view.editor.buf.is_empty() => return true,
         Key::Ctrl('l') => {}
         Key::Esc => match ctl.call::<Handled>(Call::TurnCancel, json!({})) {
-            Ok(r) if r.status == "cancelling" || r.status == "cancelled" => view.push(
-                Role::System,
-                format!("cancelling turn {}", r.message_id.unwrap_or_default()),
-            ),
+            Ok(r) if r.status == Handling::Cancelling || r.status == Handling::Cancelled => view
+                .push(
+                    Role::System,
+                    format!("cancelling turn {}", r.message_id.unwrap_or_default()),
+                ),
             Ok(r) => view.push(
                 Role::System,
                 format!("nothing to cancel: {}", r.reason.unwrap_or_default()),
@@ -422,7 +422,7 @@ fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
         view.waiting.retain(|x| x.approval_id != w.approval_id);
     }
     match r {
-        Ok(r) if r.status == "approved" || r.status == "denied" => {}
+        Ok(r) if r.status == Handling::Approved || r.status == Handling::Denied => {}
         Ok(r) => view.push(
             Role::Refusal,
             format!("{}: {}", r.status, r.reason.unwrap_or_default()),
@@ -505,7 +505,7 @@ fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
     // The instance records the line as local.input; the view shows it
     // from the event stream like everything else.
     match ctl.call::<Handled>(Call::TurnLocal, json!({"text": line})) {
-        Ok(r) if r.status == Status::Accepted.as_str() || r.status == "noted" => {}
+        Ok(r) if r.status == Handling::Accepted || r.status == Handling::Noted => {}
         Ok(r) => view.push(
             Role::Refusal,
             format!("not run: {}: {}", r.status, r.reason.unwrap_or_default()),
@@ -560,9 +560,9 @@ fn reply_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Se
         Ok(p) => p,
         Err(e) => return view.push(Role::Refusal, e.to_string()),
     };
-    let id = params["message_id"].as_str().unwrap_or("").to_string();
+    let id = params.message_id.clone();
     view.push(Role::Local, format!("/reply {rest}"));
-    ctl.on_worker(work, Call::InboxComplete, params, move |r| {
+    ctl.on_worker(work, Call::InboxComplete, params.to_value(), move |r| {
         work::reply_outcome(&id, r)
     });
 }
@@ -574,7 +574,7 @@ fn requeue_or_discard(cmd: &str, call: Call, rest: &str, view: &mut View, ctl: &
     }
     match ctl.call::<Handled>(call, json!({"message_id": rest})) {
         Ok(r) => {
-            let done = r.status == "requeued" || r.status == "discarded";
+            let done = r.status == Handling::Requeued || r.status == Handling::Discarded;
             let role = if done { Role::System } else { Role::Refusal };
             let reason = r.reason.map(|x| format!(": {x}")).unwrap_or_default();
             view.push(role, format!("{} {rest}{reason}", r.status));

@@ -8,8 +8,9 @@ use super::view::{Open, Role, View};
 use crate::client::ClientError;
 use crate::error::Error;
 use crate::status::ReplyStatus;
-use crate::wire::answer::{Claimed, ClaimedTask, Handled, Queue};
-use crate::wire::{self, Mode};
+use crate::wire::Outcome;
+use crate::wire::answer::{Claimed, ClaimedTask, CompleteParams, Handled, Queue};
+use crate::wire::{self, ClaimStatus, Handling, Mode};
 use serde_json::{Value, json};
 use std::fmt::Display;
 
@@ -39,21 +40,26 @@ pub fn claim<E: Display>(view: &mut View, call: Call<E>) {
         );
     }
     let reason = r.reason.unwrap_or_default();
-    match (r.status.as_str(), r.task) {
-        ("claimed", Some(t)) => claimed(view, t),
-        ("empty", _) => view.push(Role::System, "the inbox is empty: nothing to claim"),
-        ("awaiting_approval", _) => view.push(
+    match (r.status.known(), r.task) {
+        (Some(ClaimStatus::Claimed), Some(t)) => claimed(view, t),
+        (Some(ClaimStatus::Empty), _) => {
+            view.push(Role::System, "the inbox is empty: nothing to claim")
+        }
+        (Some(ClaimStatus::AwaitingApproval), _) => view.push(
             Role::System,
             format!(
                 "{reason}: y or n, or /approve {}",
                 r.message_id.unwrap_or_default()
             ),
         ),
-        ("busy", _) => view.push(
+        (Some(ClaimStatus::Busy), _) => view.push(
             Role::Refusal,
             format!("{reason} (/complete, or /reply TEXT)"),
         ),
-        (status, _) => view.push(Role::Refusal, format!("cannot claim: {status}: {reason}")),
+        _ => view.push(
+            Role::Refusal,
+            format!("cannot claim: {}: {reason}", r.status),
+        ),
     }
 }
 
@@ -110,10 +116,14 @@ pub fn complete<E: Display>(rest: &str, view: &mut View, call: Call<E>) {
             "no task is open here: /claim one first, or /complete ID",
         );
     };
-    let outcome = if failed { "failed" } else { "done" };
-    let params = json!({"message_id": id, "outcome": outcome});
+    let outcome = if failed {
+        Outcome::Failed
+    } else {
+        Outcome::Done
+    };
+    let params = CompleteParams::new(&id, outcome).to_value();
     match read::<Handled, E>(call(wire::Call::InboxComplete, params)) {
-        Ok(r) if r.status == "completed" => {
+        Ok(r) if r.status == Handling::Completed => {
             view.open.retain(|o| o.id != id);
             view.push(Role::System, format!("completed {id} ({outcome})"));
         }
@@ -130,7 +140,7 @@ fn not_completed(id: &str, r: Handled) -> String {
 
 /// `/reply TEXT`: the `inbox/complete` params that answer the task
 /// claimed last with TEXT and complete it as done; Err says why not.
-pub fn reply_params(rest: &str, view: &View) -> Result<Value, Error> {
+pub fn reply_params(rest: &str, view: &View) -> Result<CompleteParams, Error> {
     let usage = |why: String| Err(Error::Usage(why));
     if rest.is_empty() {
         return usage("usage: /reply TEXT (answers the task claimed last and completes it)".into());
@@ -144,7 +154,10 @@ pub fn reply_params(rest: &str, view: &View) -> Result<Value, Error> {
             open.id, open.from
         ));
     }
-    Ok(json!({"message_id": open.id, "outcome": "done", "reply": rest}))
+    Ok(CompleteParams {
+        reply: Some(rest.to_string()),
+        ..CompleteParams::new(&open.id, Outcome::Done)
+    })
 }
 
 /// What an `inbox/complete` with a reply came to, as transcript lines.
@@ -154,7 +167,7 @@ pub fn reply_outcome(id: &str, r: Result<Value, ClientError>) -> Vec<(Role, Stri
         Ok(r) => r,
         Err(e) => return vec![(Role::Refusal, format!("not completed {id}: {e}"))],
     };
-    if r.status != "completed" {
+    if r.status != Handling::Completed {
         return vec![(Role::Refusal, not_completed(id, r))];
     }
     let mut out = vec![(Role::System, format!("completed {id} (done)"))];

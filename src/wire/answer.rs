@@ -5,7 +5,10 @@
 //! instance adds is ignored by an older client; one it leaves out reads
 //! as its default where the protocol allows that.
 
-use super::{Approve, HandlerExit, Manifest, Mode, Outcome, ReplyRecord, Sender, State, Summary};
+use super::{
+    Approve, ClaimStatus, HandlerExit, Handling, Manifest, Mode, Outcome, ReplyRecord, Said,
+    Sender, State, Summary,
+};
 use crate::status::Status;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -54,6 +57,37 @@ impl HelloParams {
             client: Software::baton(name),
             protocol_version: super::PROTOCOL,
         }
+    }
+}
+
+/// `inbox/complete`'s parameters: the one place a client builds them
+/// (the CLI, the view and `baton mcp`).
+#[derive(Clone, Debug, Serialize)]
+pub struct CompleteParams {
+    pub message_id: String,
+    /// As given: the instance answers `invalid` for one that does not
+    /// complete (`Outcome::completes`).
+    pub outcome: Said<Outcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_to_reply: Option<bool>,
+}
+
+impl CompleteParams {
+    /// Completes `message_id` with `outcome`, without a reply.
+    pub fn new(message_id: &str, outcome: impl Into<Said<Outcome>>) -> CompleteParams {
+        CompleteParams {
+            message_id: message_id.to_string(),
+            outcome: outcome.into(),
+            reply: None,
+            reply_to_reply: None,
+        }
+    }
+
+    /// The params as a call sends them.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("strings and a boolean serialize")
     }
 }
 
@@ -316,7 +350,7 @@ pub struct Claimed {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<RejectedTask>,
-    pub status: String,
+    pub status: Said<ClaimStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<ClaimedTask>,
     /// With `error`: a resource ran short; the task stays queued.
@@ -326,9 +360,9 @@ pub struct Claimed {
 
 impl Claimed {
     /// An answer without a task: `status`, and why when `reason` says.
-    pub fn not(status: &str, reason: Option<String>) -> Claimed {
+    pub fn not(status: ClaimStatus, reason: Option<String>) -> Claimed {
         Claimed {
-            status: status.to_string(),
+            status: status.into(),
             reason,
             ..Claimed::default()
         }
@@ -374,7 +408,7 @@ pub struct Handled {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<ReplySent>,
-    pub status: String,
+    pub status: Said<Handling>,
     /// `task/cancel`'s, when it cancelled: where the task was (`queued`,
     /// `running`, `open`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -485,6 +519,24 @@ pub struct ErrorData {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn complete_params_are_written_as_the_map_they_replace() {
+        let plain = CompleteParams::new("m", Outcome::Failed);
+        let plain_map = json!({"message_id": "m", "outcome": "failed"});
+        assert_eq!(plain.to_value().to_string(), plain_map.to_string());
+        let reply = CompleteParams {
+            reply: Some("r".into()),
+            reply_to_reply: Some(false),
+            ..CompleteParams::new("m", Said::spelled("sideways"))
+        };
+        let reply_map = json!({"message_id": "m", "outcome": "sideways", "reply": "r",
+                               "reply_to_reply": false});
+        assert_eq!(
+            serde_json::to_string(&reply).unwrap(),
+            reply_map.to_string()
+        );
+    }
 
     #[test]
     fn task_status_reads_a_pending_place_or_an_outcome_and_keeps_a_null_reply() {

@@ -11,9 +11,12 @@ mod zcoder;
 
 pub use event::*;
 pub use id::{Id, id_byte, valid_text_id};
-pub use names::{Approve, Decision, EventKind, Mode, Outcome, State, TaskMode};
+pub use names::{
+    Approve, ClaimStatus, Decision, EventKind, Handling, Mode, Outcome, Said, State, TaskMode,
+};
 pub use records::{
-    CODEX_HOST, HandlerExit, Manifest, ReplyRecord, Sender, Summary, parse_operators, uid_list,
+    CODEX_HOST, HandlerExit, Manifest, ReplyRecord, Sender, Summary, Task, parse_operators,
+    uid_list,
 };
 pub use zcoder::{
     FrameError, ZCODER_MAGIC, parse_flat, read_zcoder_frame, zcoder_frame, zcoder_length,

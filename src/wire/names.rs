@@ -118,6 +118,104 @@ spelled! {
     }
 }
 
+spelled! {
+    /// What `inbox/claim` answers (docs/protocol.md `inbox/claim`).
+    pub enum ClaimStatus ("claim status") {
+        Invalid = "invalid",
+        Paused = "paused",
+        Busy = "busy",
+        /// A task was taken: the answer carries it.
+        Claimed = "claimed",
+        AwaitingApproval = "awaiting_approval",
+        Empty = "empty",
+        Error = "error",
+    }
+}
+
+spelled! {
+    /// What a call that handles one thing answers (`answer::Handled`):
+    /// `inbox/complete`, `inbox/received`, `inbox/requeue` and
+    /// `inbox/discard`, `approval/respond`, `turn/local`, `turn/cancel`,
+    /// `task/cancel` and `permission/ask`, in the protocol's order.
+    pub enum Handling ("status") {
+        Completed = "completed",
+        Received = "received",
+        Expected = "expected",
+        HandedOut = "handed_out",
+        Ended = "ended",
+        Requeued = "requeued",
+        Discarded = "discarded",
+        Approved = "approved",
+        Denied = "denied",
+        Accepted = "accepted",
+        Noted = "noted",
+        Full = "full",
+        Cancelling = "cancelling",
+        Cancelled = "cancelled",
+        Unknown = "unknown",
+        Waiting = "waiting",
+        Invalid = "invalid",
+        Error = "error",
+    }
+}
+
+/// A name as an answer spells it: one this version knows, or another,
+/// kept as it came. A client reads any string where the protocol lets a
+/// newer peer add values (a status it does not know is shown as it is),
+/// and writes either back unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum Said<T> {
+    Known(T),
+    Other(String),
+}
+
+impl<T: std::str::FromStr> Said<T> {
+    /// `s` as a name this version knows, else as it is.
+    pub fn spelled(s: &str) -> Said<T> {
+        s.parse()
+            .map_or_else(|_| Said::Other(s.to_string()), Said::Known)
+    }
+}
+
+impl<T> Said<T> {
+    /// The known name, if it is one.
+    pub fn known(&self) -> Option<&T> {
+        match self {
+            Said::Known(t) => Some(t),
+            Said::Other(_) => None,
+        }
+    }
+}
+
+/// Empty, as a missing string read before.
+impl<T> Default for Said<T> {
+    fn default() -> Said<T> {
+        Said::Other(String::new())
+    }
+}
+
+impl<T> From<T> for Said<T> {
+    fn from(t: T) -> Said<T> {
+        Said::Known(t)
+    }
+}
+
+impl<T: PartialEq> PartialEq<T> for Said<T> {
+    fn eq(&self, other: &T) -> bool {
+        self.known() == Some(other)
+    }
+}
+
+impl<T: std::fmt::Display> std::fmt::Display for Said<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Said::Known(t) => t.fmt(f),
+            Said::Other(s) => f.write_str(s),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,8 +267,22 @@ mod tests {
         check(Approve::ALL);
         check(Decision::ALL);
         check(EventKind::ALL);
+        check(ClaimStatus::ALL);
+        check(Handling::ALL);
         check(crate::status::Status::ALL);
         assert!("Done".parse::<Outcome>().is_err());
         assert!("task.ended ".parse::<EventKind>().is_err());
+    }
+
+    #[test]
+    fn a_said_name_keeps_one_it_does_not_know_as_it_came() {
+        let known: Said<Handling> = serde_json::from_str(r#""completed""#).unwrap();
+        assert_eq!(known, Handling::Completed);
+        let other: Said<Handling> = serde_json::from_str(r#""later""#).unwrap();
+        assert_eq!(other, Said::Other("later".to_string()));
+        assert_eq!(other.to_string(), "later");
+        assert_eq!(serde_json::to_string(&other).unwrap(), r#""later""#);
+        assert_eq!(serde_json::to_string(&known).unwrap(), r#""completed""#);
+        assert!(serde_json::from_str::<Said<Handling>>("1").is_err());
     }
 }

@@ -1,8 +1,9 @@
 //! The protocol's records, as more than one room reads them: an
 //! instance's manifest (docs/protocol.md §7), a task's sender, a reply a
-//! receipt keeps and how a failed turn's handler ended, a task as
-//! `inbox/list` shows it.
+//! receipt keeps and how a failed turn's handler ended, a task as the
+//! spool stores it and as `inbox/list` shows it.
 
+use super::TaskMode;
 use serde::{Deserialize, Serialize};
 
 /// One instance's manifest, exactly the fields of docs/protocol.md §7.
@@ -149,4 +150,24 @@ pub struct Summary {
     pub accepted_at: u64,
     pub mode: super::TaskMode,
     pub bytes: usize,
+}
+
+/// One task as stored in the spool: the accepted request plus what the
+/// receiver learned.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Task {
+    pub message_id: String,
+    pub body: String,
+    pub sender: Sender,
+    pub hop: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub in_reply_to: Option<String>,
+    pub mode: TaskMode,
+    pub accepted_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub peer_pid: Option<u32>,
+    pub wire: String,
+    /// SHA-256 of the body, hex.
+    pub digest: String,
+    pub seq: u64,
 }
