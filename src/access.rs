@@ -348,11 +348,11 @@ fn walk(pid: u32, ours: &Ours, c: &mut Caller) -> Walked {
             // Every turn runs in a process group of its own (its
             // handler's), never in its instance's: a child in the
             // instance's own group is none of its turns'.
-            let turn_below = child.and_then(sys::group_of) != sys::group_of(cur);
+            let turn_below = || child.and_then(sys::group_of) != sys::group_of(cur);
             if let Some((_, socket)) = listed
                 .iter()
                 .find(|(p, _)| *p == cur)
-                .filter(|_| turn_below)
+                .filter(|_| turn_below())
             {
                 c.instance_socket = Some(socket.clone());
             }

@@ -35,20 +35,19 @@ pub fn enter(key: &str, config: &Config) -> Result<()> {
 /// Whether an instance in the account's registry names root with
 /// `--operator`: root then stays root, to connect as its operator.
 fn names_root(config: &Config) -> bool {
-    let Ok(dir) = crate::registry::ensure_dir(config) else {
+    let Ok(path) = crate::registry::ensure_dir(config) else {
         return false;
     };
-    let entries = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok());
-    entries
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.starts_with("a-") && n.ends_with(".json"))
+    // Every manifest, read and checked as discovery reads them.
+    crate::registry::scan_dirs(&path)
+        .iter()
+        .flat_map(|dir| {
+            let names = std::fs::read_dir(&dir.path).into_iter().flatten();
+            names
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                .filter_map(|p| crate::registry::read_manifest(dir, &p).ok())
+                .collect::<Vec<_>>()
         })
-        .filter_map(|e| crate::files::read_regular(&e.path(), 65536).ok())
-        .filter_map(|text| serde_json::from_slice::<crate::wire::Manifest>(&text).ok())
         .any(|m| m.operators.contains(&0))
 }
