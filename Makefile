@@ -83,13 +83,13 @@ bench:
 bench-smoke:
 	$(CARGO) test $(CARGOFLAGS) --test bench -- --smoke
 
-# src/sanitize/tables.rs anew, the characters escaped as hiding text
+# src/text/sanitize/tables.rs anew, the characters escaped as hiding text
 # (docs/security.md), from Unicode's data files in UNICODE_DATA (Debian's
 # unicode-data package): after a new Unicode version.
 UNICODE_DATA ?= /usr/share/unicode
 unicode:
-	python3 src/sanitize/unicode.py $(UNICODE_DATA) > src/sanitize/tables.rs.new
-	mv src/sanitize/tables.rs.new src/sanitize/tables.rs
+	python3 src/text/sanitize/unicode.py $(UNICODE_DATA) > src/text/sanitize/tables.rs.new
+	mv src/text/sanitize/tables.rs.new src/text/sanitize/tables.rs
 
 # The packaging checks (.ci/package-check) build the dist tarball offline
 # in a temporary directory, install it into a DESTDIR and compare the

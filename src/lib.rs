@@ -23,46 +23,24 @@ macro_rules! eprint {
     };
 }
 
-#[macro_use]
-pub mod spelled;
-
-pub mod access;
-pub mod accounts;
-
-pub mod cli;
-pub mod client;
-pub mod codex;
-pub mod config;
-pub mod digest;
-pub mod embedded;
-pub mod error;
-pub mod event_text;
-pub mod events;
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub mod execargs;
-pub mod failpoint;
-pub mod files;
-pub mod follow;
-pub mod glob;
-pub mod instance;
-pub mod lookup;
-pub mod mcp;
-pub mod procfs;
-pub mod reaper;
-pub mod registry;
-pub mod relay;
-pub mod sanitize;
-pub mod server;
-pub mod spool;
-pub mod status;
+// The folders are the layers of docs/ARCHITECTURE.md, lowest first.
 #[allow(unsafe_code)]
 pub mod sys;
+#[macro_use]
 pub mod text;
-pub mod tmux;
+pub mod base;
+pub mod cli;
+pub mod client;
+pub mod front;
+pub mod instance;
+pub mod mcp;
+pub mod registry;
+pub mod relay;
+pub mod server;
+pub mod spool;
 pub mod tui;
-pub mod turn;
 pub mod wire;
-pub mod ws;
+pub mod workers;
 
 /// Writes `text` to stderr in one write(2) (the kernel may still split a
 /// write to a pipe beyond `PIPE_BUF`; error lines are far shorter). Where

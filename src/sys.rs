@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 
-pub use crate::procfs::{
+pub use crate::sys::procfs::{
     ProcEntry, environ_has, is_zombie, lists_processes, pid_namespace, process_cwd, process_start,
     processes,
 };
@@ -21,13 +21,13 @@ pub use errno::{errno_named, shortage};
 pub use spawn::*;
 pub use types::*;
 
-#[path = "sys_bsd.rs"]
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub mod execargs;
+pub mod procfs;
+
 mod bsd;
-#[path = "sys_errno.rs"]
 mod errno;
-#[path = "sys_spawn.rs"]
 mod spawn;
-#[path = "sys_types.rs"]
 mod types;
 
 /// A call's result as C gives it: -1 (any negative value) says `errno`.
@@ -421,7 +421,7 @@ mod linux_spawn {
         Args, DEFAULT_SLICE, SCHED_FLAG_RESET_ON_FORK, SHORT_SLICE_NS, SchedAttr,
     };
     use super::{Leader, check};
-    use crate::execargs::ExecArgs;
+    use crate::sys::execargs::ExecArgs;
     use std::cell::Cell;
     use std::ffi::{c_int, c_void};
     use std::fs::File;
@@ -743,8 +743,16 @@ mod shani {
     }
 }
 
+/// A directory for a unit test, `tag` naming it: removed if a run before
+/// left it, and not created.
 #[cfg(test)]
-#[path = "sys_tests.rs"]
+pub(crate) fn scratch(tag: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("baton-test-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    p
+}
+
+#[cfg(test)]
 mod tests;
 
 /// `epoch` (seconds) in the local time zone (`TZ`, else the system's).

@@ -96,7 +96,7 @@ fn approvals_lists_a_waiting_task_with_its_size_lines_and_excerpt() {
     );
     assert_eq!(a["digest"], approval_of(&inst.spool(), "p-1")["digest"]);
     // The digest an answer names covers the whole body.
-    let sha = baton::digest::sha256_hex(body.as_bytes());
+    let sha = baton::base::digest::sha256_hex(body.as_bytes());
     assert_eq!(a["body_sha256"], sha.as_str(), "{a}");
     assert!(a.get("body").is_none(), "{a}");
 

@@ -319,7 +319,7 @@ fn serve_codex_task_shows_in_an_attached_codex_tui() {
         host.stderr()
     );
     // The UI starts its thread once it is up: baton is to find that one.
-    let mut app = baton::codex::AppServer::connect(&socket, CODEX_TASK).unwrap();
+    let mut app = baton::workers::codex::AppServer::connect(&socket, CODEX_TASK).unwrap();
     let ui_thread = wait_for("the TUI's thread", CODEX_TASK, || {
         app.workspace_thread(&ws).unwrap().map(|t| t.id)
     });
@@ -545,10 +545,10 @@ fn serve_codex_turn_timeout_interrupts_the_turn() {
     let done = env.run(&["send", "--wait", "cx", "review the parser"]);
     assert_eq!(done.status, 0, "{done:?}\n{}", ev());
     assert_eq!(done.stdout.trim_end(), "The parser is fine.", "{}", ev());
-    let mut app = baton::codex::AppServer::connect(&socket, CODEX_TASK).unwrap();
+    let mut app = baton::workers::codex::AppServer::connect(&socket, CODEX_TASK).unwrap();
     let turns = app.recent_turns(&thread, 8).unwrap();
     let statuses: Vec<_> = turns.iter().rev().map(|t| t.status).collect();
-    use baton::codex::TurnStatus::{Completed, Interrupted};
+    use baton::workers::codex::TurnStatus::{Completed, Interrupted};
     assert_eq!(statuses, [Interrupted, Completed], "{turns:?}");
     app.close().unwrap();
     served.term();

@@ -26,7 +26,7 @@ const RECORD: &str = "echo \"$BATON_MESSAGE_ID\" >> ran.txt";
 /// `src/cli/serve.rs`: the sysadmin profile refuses `--approve auto`
 /// without `--yes`.
 const SYSADMIN_AUTO: &str = "baton: serve: --approve auto with --profile sysadmin runs every task unasked; add --yes to mean it\n";
-/// `src/events.rs` `ROTATE_BYTES`.
+/// `src/spool/events.rs` `ROTATE_BYTES`.
 const ROTATE_BYTES: u64 = 4 * 1024 * 1024;
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -509,7 +509,7 @@ fn access_rows(page: &str) -> (Vec<String>, Vec<(String, Vec<String>)>) {
 /// row for row, and every method the page describes has a row.
 #[test]
 fn the_access_table_in_the_protocol_page_is_the_codes() {
-    use baton::access::{Door, Role};
+    use baton::wire::access::{Door, Role};
     let page = fs::read_to_string(format!("{ROOT}/docs/protocol.md")).unwrap();
     let (roles, rows) = access_rows(&page);
     let want: Vec<&str> = Role::ALL.iter().map(|r| r.as_str()).collect();
@@ -748,7 +748,7 @@ fn the_man_page_help_and_completions_agree_on_options_and_value_names() {
 
 #[test]
 fn the_doors_only_operators_pass_are_the_codes() {
-    use baton::access::Door;
+    use baton::wire::access::Door;
     let page = fs::read_to_string(format!("{ROOT}/docs/protocol.md")).unwrap();
     let para = page
         .split("**With `serve --operator USER`**")

@@ -11,7 +11,7 @@ use crate::util::codex::codex_home;
 use crate::util::hosts::{Host, host_bin};
 use crate::util::model::{EXHAUSTED, ModelServer, Turn};
 use crate::util::{Env, PANE_POLL, baton_bin, have, poll, wait_for};
-use baton::codex::{AppServer as CodexClient, TurnStatus};
+use baton::workers::codex::{AppServer as CodexClient, TurnStatus};
 use serde_json::{Value, json};
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -559,7 +559,7 @@ fn codex_app_server_runs_a_turn_for_an_outside_client() {
     drop(app);
 }
 
-/// `baton::codex::AppServer` against the real `codex app-server --listen
+/// `baton::workers::codex::AppServer` against the real `codex app-server --listen
 /// unix://PATH` (PATH a symlink Codex makes to its socket under
 /// `/tmp/codex-daemon-$UID/`): it initializes over the WebSocket, finds
 /// no thread of the workspace, starts one there, and a turn whose end

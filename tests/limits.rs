@@ -17,7 +17,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// `src/events.rs` `SUBSCRIBER_BYTES`.
+/// `src/spool/events.rs` `SUBSCRIBER_BYTES`.
 const SUBSCRIBER_BYTES: u64 = 4 * 1024 * 1024;
 /// docs/protocol.md, `inbox/list`: no answer line is longer.
 const LIST_PAGE_BYTES: usize = 1024 * 1024;

@@ -11,10 +11,10 @@
 use super::approve::{self, Asked, Decision, Whole};
 use super::args::Args;
 use super::{emit, emit_json, target};
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
 use crate::registry::Peer;
-use crate::sanitize::escape;
+use crate::text::sanitize::escape;
 use crate::wire::Call;
 use crate::wire::Handling;
 use crate::wire::answer::{ApprovalList, Handled};
@@ -115,7 +115,7 @@ fn row(a: &Asked) -> [String; 7] {
     };
     let mut first: String = text.lines().next().unwrap_or("").to_string();
     let more = text.lines().nth(1).is_some() || lines.is_some_and(|n| n > 1);
-    first = crate::event_text::cut(&first, EXCERPT_CHARS);
+    first = crate::wire::event_text::cut(&first, EXCERPT_CHARS);
     if more && !first.ends_with('…') {
         first.push_str(" …");
     }

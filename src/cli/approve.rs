@@ -6,15 +6,15 @@
 //! (or `v ID`) prints the whole of what waits, escaped, before answering.
 //! What a request shows is said here for `baton approvals` too.
 
-use crate::error::{Error, Result};
-use crate::event_text::who_asked;
-use crate::sanitize::escape;
+use crate::base::error::{Error, Result};
+use crate::text::sanitize::escape;
+use crate::wire::event_text::who_asked;
 use serde_json::Value;
 use std::collections::VecDeque;
 
-pub use crate::event_text::{Whole, escaped_count, show_whole, whole_of};
 pub use crate::wire::Decision;
 pub use crate::wire::answer::Asked;
+pub use crate::wire::event_text::{Whole, escaped_count, show_whole, whole_of};
 
 /// The command that answers the approvals of TARGET (as the operator
 /// named it, or nothing for the instance a command without TARGET finds),
@@ -24,7 +24,7 @@ pub fn answer_with(target: Option<&str>) -> String {
         Some(t) => format!("baton watch --approve {}", escape(t)),
         None => "baton watch --approve".into(),
     };
-    if let Some(who) = crate::accounts::target() {
+    if let Some(who) = crate::base::accounts::target() {
         with.push_str(&format!(" --user {}", escape(&who.name)));
     }
     with
@@ -378,7 +378,7 @@ mod tests {
     #[test]
     fn the_whole_body_is_shown_escaped_behind_bars_when_its_digest_matches() {
         let body = "one\n\x1b]0;x\x07two\n";
-        let sha = crate::digest::sha256_hex(body.as_bytes());
+        let sha = crate::base::digest::sha256_hex(body.as_bytes());
         let p = json!({"message_id": "t-1", "body": body, "body_sha256": sha});
         let a = Asked::read(&p);
         let whole = whole_of(&a);

@@ -2,7 +2,7 @@
 //! switches, a few short aliases, `--` and positionals. Unknown options are
 //! usage errors that name the option.
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use std::ffi::OsString;
 
 /// The fixed values an option takes, for its check and its completion:
@@ -36,7 +36,7 @@ pub fn check_name(what: &str, name: &str) -> Result<()> {
     let shown = if name.is_empty() {
         "(empty)".into()
     } else {
-        crate::sanitize::escape(name).into_owned()
+        crate::text::sanitize::escape(name).into_owned()
     };
     Err(Error::Usage(format!("{what} {shown}: {NAME_RULE}")))
 }
@@ -51,7 +51,7 @@ pub fn name_and_profile<'a>(args: &'a Args, cmd: &str) -> Result<&'a str> {
     if !is_choice("profile", profile) {
         return Err(Error::Usage(format!(
             "{cmd}: --profile {}: use coding or sysadmin",
-            crate::sanitize::escape(profile)
+            crate::text::sanitize::escape(profile)
         )));
     }
     Ok(profile)
@@ -164,7 +164,7 @@ impl Args {
             }
             _ => Err(Error::Usage(format!(
                 "{cmd}: --{long} {}: use a number of seconds above 0",
-                crate::sanitize::escape(v)
+                crate::text::sanitize::escape(v)
             ))),
         }
     }
@@ -235,7 +235,7 @@ pub fn parse(cmd: &str, argv: &[OsString], opts: &[Opt]) -> Result<Args> {
 }
 
 fn unknown(cmd: &str, arg: &str) -> Error {
-    let arg = crate::sanitize::escape(arg);
+    let arg = crate::text::sanitize::escape(arg);
     if cmd.is_empty() {
         // `baton [serve options]`: its options are serve's.
         return Error::Usage(format!(

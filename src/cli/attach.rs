@@ -4,10 +4,10 @@
 
 use super::args::{Args, Opt, switch};
 use super::target;
-use crate::config::{Config, Relay};
-use crate::error::{Error, ExitCode, Result};
+use crate::base::config::{Config, Relay};
+use crate::base::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer, Wire};
-use crate::sanitize::escape;
+use crate::text::sanitize::escape;
 use std::path::{Path, PathBuf};
 
 /// `baton -a`, `baton --attach`.

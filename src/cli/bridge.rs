@@ -11,14 +11,14 @@
 use super::args::Args;
 use super::bridged;
 use super::target;
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
+use crate::base::status::Status;
 use crate::client::{ClientError, PipeLines, Session};
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
 use crate::registry::Peer;
 use crate::relay::{self, Route};
-use crate::sanitize::escape;
 use crate::server::{self, SendRequest};
-use crate::status::Status;
+use crate::text::sanitize::escape;
 use crate::wire::INVALID_REQUEST;
 use crate::wire::Method;
 use crate::wire::answer::{Hello, HelloParams, Offline, Software};

@@ -4,13 +4,13 @@
 //! instance holds the connection to what a remote key may do.
 
 use super::args::Args;
-use crate::access::BridgeKey;
+use crate::base::config::Config;
+use crate::base::error::{Error, Result};
 use crate::client::{Session, request};
-use crate::config::Config;
-use crate::error::{Error, Result};
 use crate::registry::Peer;
-use crate::sanitize::escape;
+use crate::text::sanitize::escape;
 use crate::wire::Method;
+use crate::wire::access::BridgeKey;
 use crate::wire::answer::{BridgeParams, HelloParams, Reply};
 use serde_json::Value;
 use std::io::{Read, Write};

@@ -8,12 +8,12 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
-use crate::lookup::{self, KnownSpool, Stopped};
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
+use crate::registry::lookup::{self, KnownSpool, Stopped};
 use crate::registry::{self, Peer, Wire};
-use crate::sanitize::escape;
 use crate::spool::Spool;
+use crate::text::sanitize::escape;
 use crate::wire::Call;
 use crate::wire::Handling;
 use crate::wire::answer::{Handled, Pending, TaskState, TaskStatus};
@@ -156,7 +156,7 @@ fn holding(config: &Config, id: &str) -> Result<Holder> {
 /// A process of a turn writes no peer's spool (docs/security.md).
 fn cancel_stopped(config: &Config, spool: &KnownSpool, id: &str) -> Result<Handled> {
     super::sent::not_in_a_turn()?;
-    crate::accounts::write_as_target()?;
+    crate::base::accounts::write_as_target()?;
     match Spool::open_offline(&spool.dir, config.fsync)? {
         Some(s) => Ok(crate::instance::cancel_stopped(&s, id)),
         None => Err(Error::Env(format!(

@@ -10,8 +10,8 @@ use super::{COMMANDS, Command, emit};
 
 /// The command table a script is generated from.
 type Table = &'static [Command];
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
 
 /// Commands whose positional argument is a live TARGET.
 const TARGETED: &[&str] = &[
@@ -105,7 +105,7 @@ pub fn run(args: &Args, _: &Config) -> Result<ExitCode> {
         Some(other) => {
             return Err(Error::Usage(format!(
                 "completions: {}: use bash, zsh or fish",
-                crate::sanitize::escape(other)
+                crate::text::sanitize::escape(other)
             )));
         }
         None => {

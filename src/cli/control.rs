@@ -3,12 +3,12 @@
 
 use super::args::Args;
 use super::target::{self, Resolved};
-use crate::config::Config;
-use crate::error::{ExitCode, Result};
-use crate::lookup::KnownSpool;
+use crate::base::config::Config;
+use crate::base::error::{ExitCode, Result};
+use crate::registry::lookup::KnownSpool;
 use crate::registry::{Peer, Wire};
-use crate::sanitize::escape;
 use crate::server::ANSWER_WAIT_MIN;
+use crate::text::sanitize::escape;
 use crate::wire::answer::{ControlStatus, Paused, Pong};
 use crate::wire::{Call, Method};
 use serde::Serialize;
@@ -141,7 +141,7 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
 /// `alice (uid 1001), root (uid 0)`.
 pub(super) fn operators_said(uids: &[u32]) -> String {
     let named: Vec<String> = (uids.iter())
-        .map(|u| format!("{} (uid {u})", escape(&crate::accounts::name_of(*u))))
+        .map(|u| format!("{} (uid {u})", escape(&crate::base::accounts::name_of(*u))))
         .collect();
     named.join(", ")
 }

@@ -4,14 +4,14 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
+use crate::base::status::{ReplyStatus, Status};
 use crate::client::{self, ListError, Session};
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
-use crate::lookup::KnownSpool;
 use crate::registry;
-use crate::sanitize::{escape, escape_multiline};
+use crate::registry::lookup::KnownSpool;
 use crate::spool::{self, Receipt};
-use crate::status::{ReplyStatus, Status};
+use crate::text::sanitize::{escape, escape_multiline};
 use crate::text::table;
 use crate::wire::Said;
 use crate::wire::answer::{Claimed, CompleteParams, ControlStatus, Handled, InboxPage, ReplySent};
@@ -273,7 +273,7 @@ fn print_list(
             [
                 if asked { "awaiting approval" } else { place }.to_string(),
                 escape(&t.message_id).into_owned(),
-                escape(&crate::turn::display_name(&t.sender)).into_owned(),
+                escape(&crate::workers::turn::display_name(&t.sender)).into_owned(),
                 t.sender.pid.map_or_else(|| "-".into(), |p| p.to_string()),
                 t.bytes.to_string(),
             ]

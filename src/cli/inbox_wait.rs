@@ -21,12 +21,12 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
 use crate::client::{ClientError, Session};
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
-use crate::follow::{self, Follow, Step, Who};
+use crate::front::follow::{self, Follow, Step, Who};
 use crate::registry::{self, Peer};
-use crate::sanitize::escape;
+use crate::text::sanitize::escape;
 use crate::wire::answer::ControlStatus;
 use crate::wire::{Approve, Call, Decision, Event, EventKind, Mode, State};
 use serde_json::{Value, json};
@@ -230,7 +230,7 @@ fn look(config: &Config, peer: &Peer) -> Result<Seen> {
             count,
             message_id: t.message_id.clone(),
             // As `message.accepted`'s `from` names the sender.
-            from: crate::turn::display_name(&t.sender),
+            from: crate::workers::turn::display_name(&t.sender),
         });
     }
     Ok(seen)

@@ -2,11 +2,11 @@
 
 use super::args::Args;
 use super::{emit, emit_json, target};
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
 use crate::client::request;
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
 use crate::registry;
-use crate::sanitize::escape;
+use crate::text::sanitize::escape;
 use crate::text::table;
 use crate::wire::Method;
 use crate::wire::answer::{Hello, HelloParams, Pong, Reply};
@@ -39,7 +39,7 @@ fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
     let found = registry::discover(&dirs, me.as_deref(), config.io_timeout);
     // A listing without the peers it could not ask would be a wrong one.
     if let Some(what) = found.shortage {
-        return Err(Error::Transport(crate::lookup::short_of(what)));
+        return Err(Error::Transport(crate::registry::lookup::short_of(what)));
     }
     if args.flag("offline") {
         return Ok(crate::relay::known_spools()

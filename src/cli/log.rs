@@ -6,8 +6,8 @@
 use super::args::Args;
 use super::since::Clock;
 use super::{emit, emit_json};
-use crate::event_text;
-use crate::sanitize::{escape, escape_multiline};
+use crate::text::sanitize::{escape, escape_multiline};
+use crate::wire::event_text;
 use crate::wire::{Event, EventKind};
 use serde_json::Value;
 

@@ -1,8 +1,8 @@
 //! `baton mcp`: an MCP server over stdio backed by a pull-mode instance.
 
 use super::args::Args;
-use crate::config::Config;
-use crate::error::{ExitCode, Result};
+use crate::base::config::Config;
+use crate::base::error::{ExitCode, Result};
 use crate::mcp::{self, McpOptions};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {

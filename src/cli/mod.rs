@@ -29,8 +29,8 @@ mod watch;
 pub use args::Opt;
 use args::{Args, switch, value};
 
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
 
@@ -491,7 +491,7 @@ fn help_cmd(args: &Args, _: &Config) -> Result<ExitCode> {
 fn unknown_command(name: &str) -> Error {
     Error::Usage(format!(
         "unknown command {}: see 'baton help'",
-        crate::sanitize::escape(name)
+        crate::text::sanitize::escape(name)
     ))
 }
 
@@ -538,7 +538,7 @@ pub fn main() -> i32 {
             // (a workspace, a socket) an error names as it was given.
             eprintln!(
                 "baton: {}",
-                crate::sanitize::escape_multiline(&e.to_string())
+                crate::text::sanitize::escape_multiline(&e.to_string())
             );
             e.exit_code() as i32
         }
@@ -608,7 +608,7 @@ fn at_most(args: &Args, cmd: &str, n: usize) -> Result<()> {
     if args.positional.len() > n {
         return Err(Error::Usage(format!(
             "{cmd}: unexpected argument {} (see 'baton help {cmd}')",
-            crate::sanitize::escape(&args.positional[n])
+            crate::text::sanitize::escape(&args.positional[n])
         )));
     }
     Ok(())

@@ -5,13 +5,13 @@
 
 use super::args::Args;
 use super::{emit_json, target};
+use crate::base::config::{Config, baton_socket, baton_turn};
+use crate::base::error::{Error, ExitCode, Result};
+use crate::base::status::Status;
 use crate::client::{ClientError, Session};
-use crate::config::{Config, baton_socket, baton_turn};
-use crate::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer};
 use crate::relay;
-use crate::sanitize::escape;
-use crate::status::Status;
+use crate::text::sanitize::escape;
 use crate::wire;
 use crate::wire::{Call, Method};
 use serde_json::{Value, json};
@@ -65,7 +65,7 @@ fn body(arg: Option<&str>, config: &Config) -> Result<String> {
         };
         return Err(Error::Usage(format!(
             "send: {}",
-            crate::config::body_too_large(&size, limit)
+            crate::base::config::body_too_large(&size, limit)
         )));
     }
     if body.trim().is_empty() {

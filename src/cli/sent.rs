@@ -4,10 +4,10 @@
 
 use super::args::Args;
 use super::{emit, emit_json};
-use crate::error::{Error, ExitCode, Result};
-use crate::lookup;
-use crate::sanitize::escape;
-use crate::status::Status;
+use crate::base::error::{Error, ExitCode, Result};
+use crate::base::status::Status;
+use crate::registry::lookup;
+use crate::text::sanitize::escape;
 use crate::wire::answer::SendResult;
 use serde_json::Value;
 
@@ -86,7 +86,7 @@ pub(super) fn report(args: &Args, v: &Value) -> Result<ExitCode> {
 /// itself: not for a process of a turn, which speaks only through its
 /// own instance (docs/security.md).
 pub(super) fn not_in_a_turn() -> Result<()> {
-    match crate::access::turn_of_this_process() {
+    match crate::wire::access::turn_of_this_process() {
         None => Ok(()),
         Some(socket) => Err(Error::Refused(format!(
             "not permitted: this process belongs to a turn of the instance at {}, and sends only through that instance (baton send with that BATON_SOCKET)",

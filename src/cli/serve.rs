@@ -1,11 +1,11 @@
 //! `baton serve`: run an instance in the foreground until a signal.
 
 use super::args::Args;
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
-use crate::glob::Policy;
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
 use crate::instance::{self, Approve, ServeOptions};
-use crate::turn::Stdin;
+use crate::text::glob::Policy;
+use crate::workers::turn::Stdin;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
     super::at_most(args, "serve", 0)?;
     let profile = super::args::name_and_profile(args, "serve")?;
     let model = args.value("model").unwrap_or("").to_string();
-    if model.len() > 256 || model.chars().any(crate::sanitize::is_unsafe) {
+    if model.len() > 256 || model.chars().any(crate::text::sanitize::is_unsafe) {
         return Err(Error::Usage(
             "serve: --model must be at most 256 bytes without control characters".into(),
         ));
@@ -61,7 +61,7 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
         (Some(v), _) => v.parse().map_err(|_| {
             Error::Usage(format!(
                 "serve: --approve {}: use auto, ask or deny",
-                crate::sanitize::escape(v)
+                crate::text::sanitize::escape(v)
             ))
         })?,
     };
@@ -74,7 +74,7 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
             _ => {
                 return Err(Error::Usage(format!(
                     "serve: --ttl {}: use a whole number of seconds, 1 or more",
-                    crate::sanitize::escape(v)
+                    crate::text::sanitize::escape(v)
                 )));
             }
         },
@@ -115,7 +115,7 @@ fn stdin(args: &Args, exec: bool) -> Result<Stdin> {
     let stdin = v.parse().map_err(|_| {
         Error::Usage(format!(
             "serve: --stdin {}: use envelope or body",
-            crate::sanitize::escape(v)
+            crate::text::sanitize::escape(v)
         ))
     })?;
     if !exec {
@@ -141,11 +141,11 @@ fn tmux_pane(args: &Args, exec: bool) -> Result<Option<String>> {
     if pane.trim().is_empty()
         || pane.len() > 256
         || pane.starts_with('-')
-        || pane.chars().any(crate::sanitize::is_unsafe)
+        || pane.chars().any(crate::text::sanitize::is_unsafe)
     {
         return Err(Error::Usage(format!(
             "serve: --tmux-pane {}: name a tmux pane, as %3 or session:window.pane",
-            crate::sanitize::escape(pane)
+            crate::text::sanitize::escape(pane)
         )));
     }
     Ok(Some(pane.to_string()))
@@ -197,8 +197,8 @@ fn codex(args: &Args, other_way: bool) -> Result<Option<PathBuf>> {
 fn operators(args: &Args) -> Result<Vec<u32>> {
     let mut uids = Vec::new();
     for key in args.values("operator") {
-        let shown = crate::sanitize::escape(&key).into_owned();
-        let account = crate::accounts::find(&key)
+        let shown = crate::text::sanitize::escape(&key).into_owned();
+        let account = crate::base::accounts::find(&key)
             .map_err(|e| Error::Usage(format!("serve: --operator {shown}: {e}")))?;
         if account.uid == crate::sys::euid() {
             return Err(Error::Usage(format!(

@@ -2,9 +2,9 @@
 //! when it is not today) or UTC, and `log --since WHEN`, read on that
 //! clock.
 
-use crate::error::{Error, Result};
-use crate::sanitize::escape;
+use crate::base::error::{Error, Result};
 use crate::sys::{self, Civil};
+use crate::text::sanitize::escape;
 
 /// How times are shown: the local time zone or UTC, and today's date in
 /// it (a time on another day shows its date).

@@ -5,13 +5,13 @@
 
 use super::args::Args;
 use super::{emit, target};
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
-use crate::lookup::{self, KnownSpool, Stopped};
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
 use crate::registry;
-use crate::sanitize::escape;
+use crate::registry::lookup::{self, KnownSpool, Stopped};
 use crate::spool::{self, Holdings, Removal};
 use crate::sys;
+use crate::text::sanitize::escape;
 use crate::wire::Call;
 use crate::wire::answer::ControlStatus;
 use serde_json::json;
@@ -100,7 +100,7 @@ pub fn forget(args: &Args, config: &Config) -> Result<ExitCode> {
         eprintln!("baton: nothing was removed");
         return Ok(ExitCode::Refused);
     }
-    crate::accounts::write_as_target()?;
+    crate::base::accounts::write_as_target()?;
     let why = match spool::forget(&spool.dir, &held)? {
         Removal::Removed => {
             return super::shown(&format!(

@@ -4,12 +4,12 @@
 //! and a connection to it.
 
 use super::since::Clock;
+use crate::base::config::Config;
+use crate::base::error::{Error, Result};
 use crate::client::{ClientError, Session};
-use crate::config::Config;
-use crate::error::{Error, Result};
-use crate::lookup::{self, KnownSpool, Lookup, Target};
+use crate::registry::lookup::{self, KnownSpool, Lookup, Target};
 use crate::registry::{self, Peer};
-use crate::sanitize::escape;
+use crate::text::sanitize::escape;
 use crate::wire::Method;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -18,7 +18,7 @@ use std::path::Path;
 
 /// The instance id of `$BATON_SOCKET` (`…/a-<id>.sock`), if any.
 pub fn own_instance_id() -> Option<String> {
-    let s = crate::config::baton_socket()?;
+    let s = crate::base::config::baton_socket()?;
     let name = s.file_name()?.to_str()?;
     let id = name.strip_prefix("a-")?.strip_suffix(".sock")?;
     registry::valid_id(id).then(|| id.to_string())

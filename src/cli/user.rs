@@ -9,9 +9,9 @@
 //! operators' socket (`registry::operators`).
 
 use super::args::{Opt, value};
-use crate::accounts;
-use crate::config::Config;
-use crate::error::Result;
+use crate::base::accounts;
+use crate::base::config::Config;
+use crate::base::error::Result;
 use crate::sys;
 
 pub const USER: Opt = value(

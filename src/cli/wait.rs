@@ -18,12 +18,12 @@
 use super::args::Args;
 use super::bridge::Remote;
 use super::{emit, emit_json};
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
+use crate::base::status::Status;
 use crate::client::Session;
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
-use crate::follow::{self, End, Follow, Who};
-use crate::sanitize::{escape, escape_multiline};
-use crate::status::Status;
+use crate::front::follow::{self, End, Follow, Who};
+use crate::text::sanitize::{escape, escape_multiline};
 use crate::wire::answer::{Pending, SendResult, Target};
 use crate::wire::{HandlerExit, Outcome};
 use serde_json::{Value, json};

@@ -3,11 +3,11 @@
 
 use super::args::Args;
 use super::emit;
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
 use crate::registry;
 use crate::relay;
-use crate::sanitize::escape;
+use crate::text::sanitize::escape;
 use std::time::{Duration, Instant};
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {

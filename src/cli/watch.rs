@@ -7,12 +7,12 @@ use super::log::print;
 use super::since::{Clock, parse_since};
 use super::target;
 use super::target::Resolved;
-use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
-use crate::follow::{Follow, Step, Who};
-use crate::lookup::KnownSpool;
+use crate::base::config::Config;
+use crate::base::error::{Error, ExitCode, Result};
+use crate::front::follow::{Follow, Step, Who};
 use crate::registry::Peer;
-use crate::sanitize::escape;
+use crate::registry::lookup::KnownSpool;
+use crate::text::sanitize::escape;
 use crate::wire::answer::Subscribed;
 use crate::wire::{Event, EventKind, Method};
 use crossbeam_channel::{self as chan, Receiver, select};
@@ -149,7 +149,7 @@ fn log_recorded(args: &Args, clock: &Clock, filter: Filter, spool: &KnownSpool) 
     let keep = filter.last.map_or(usize::MAX, |n| n as usize);
     let mut shown: VecDeque<(Value, Event)> = VecDeque::new();
     let mut last = 0;
-    crate::events::replay(&spool.dir, 1, u64::MAX, |line| {
+    crate::spool::events::replay(&spool.dir, 1, u64::MAX, |line| {
         if let Ok(v) = serde_json::from_slice::<Value>(line) {
             let ev = Event::read(&v);
             last = last.max(ev.seq);
@@ -190,7 +190,7 @@ fn follow_next_start(
         quiet: false,
     };
     let params = json!({"controller": false, "since": last + 1});
-    let end = crate::follow::follow(
+    let end = crate::front::follow::follow(
         &f,
         || who.find(config),
         // One that went away before it could be subscribed to is not the

@@ -258,7 +258,7 @@ impl Session {
     /// returned events (closed when the connection is); the writer stays
     /// for answering the instance's requests.
     ///
-    /// The thread keeps the hub's numbers (src/events.rs): at most
+    /// The thread keeps the hub's numbers (src/spool/events.rs): at most
     /// `SUBSCRIBER_BACKLOG` events wait in the channel and no line is
     /// longer than `SUBSCRIBER_LINE`. When the channel is full the thread
     /// waits rather than drop an event, and so stops reading: the

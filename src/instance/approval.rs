@@ -14,13 +14,13 @@
 
 use super::outbound::back_to;
 use super::{Answer, Approve, Foreground, Params, get_str, is_local, need_str};
-use crate::sanitize::escape;
 use crate::server::RpcError;
 use crate::spool::{self, Claim, Task};
-use crate::turn;
+use crate::text::sanitize::escape;
 use crate::wire::EventKind;
 use crate::wire::INVALID_PARAMS;
 use crate::wire::Outcome;
+use crate::workers::turn;
 use serde_json::{Value, json};
 
 /// What the approval policy says of a queued task.
@@ -55,7 +55,7 @@ enum Subject {
 /// as compact JSON with the keys in order (`serde_json`'s `Map` is
 /// sorted), so that a controller can compute it from the request too.
 fn digest_of(shown: &Value) -> String {
-    crate::digest::sha256_hex(&serde_json::to_vec(shown).expect("serializes"))
+    crate::base::digest::sha256_hex(&serde_json::to_vec(shown).expect("serializes"))
 }
 
 /// A required member of an answer, with what an answer needs when it is
@@ -90,7 +90,7 @@ fn valid_by(s: &str) -> bool {
 /// The first lines of a body (`event_text::first_lines`), and how many
 /// lines it has in all.
 fn excerpt(body: &str) -> (String, usize) {
-    let first = crate::event_text::first_lines(body);
+    let first = crate::wire::event_text::first_lines(body);
     (first.join("\n"), body.lines().count())
 }
 
@@ -255,7 +255,7 @@ impl Foreground {
         let body = format!(
             "baton: task {} was denied by {} at {}; it did not run.\n",
             task.message_id,
-            crate::event_text::decided_by(&by.kind, by.pid),
+            crate::wire::event_text::decided_by(&by.kind, by.pid),
             self.origin.name
         );
         let id = self.new_message_id();
@@ -424,7 +424,10 @@ mod tests {
     fn the_digest_is_of_what_is_shown_with_the_keys_in_order() {
         let shown = json!({"tool_name": "Bash", "request_id": "bbbbb"});
         let canonical = br#"{"request_id":"bbbbb","tool_name":"Bash"}"#;
-        assert_eq!(digest_of(&shown), crate::digest::sha256_hex(canonical));
+        assert_eq!(
+            digest_of(&shown),
+            crate::base::digest::sha256_hex(canonical)
+        );
         let other = json!({"tool_name": "Read", "request_id": "bbbbb"});
         assert_ne!(digest_of(&shown), digest_of(&other));
     }

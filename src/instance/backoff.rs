@@ -6,8 +6,8 @@
 //! it says that it is over.
 
 use super::Foreground;
-use crate::error::Error;
-use crate::sanitize::escape;
+use crate::base::error::Error;
+use crate::text::sanitize::escape;
 use crate::wire::answer::Claimed;
 use crate::wire::{ClaimStatus, EventKind};
 use serde_json::json;

@@ -10,12 +10,12 @@
 //! that meaning.
 
 use super::{Answer, Foreground, Params, need_str};
-use crate::access::{Caller, Role};
-use crate::events::Hub;
-use crate::sanitize::escape;
 use crate::server::RpcError;
+use crate::spool::events::Hub;
 use crate::spool::{Spool, Whereabouts};
+use crate::text::sanitize::escape;
 use crate::wire::Handling;
+use crate::wire::access::{Caller, Role};
 use crate::wire::answer::Handled;
 use crate::wire::{self, EventKind, Outcome};
 use serde_json::{Value, json};

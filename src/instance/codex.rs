@@ -2,7 +2,7 @@
 //! time, to the Codex session of its workspace through Codex's
 //! app-server (docs/hosts.md). The foreground claims the head of the queue
 //! itself, exactly as `inbox/claim` does, and hands the envelope to the
-//! Codex thread (`crate::codex::driver`), which reports back on a channel;
+//! Codex thread (`crate::workers::codex::driver`), which reports back on a channel;
 //! it never waits on Codex. The turn's end is the task's: `completed` is
 //! `done` with the turn's last agent message as the reply, `interrupted`
 //! is `cancelled` (`timeout` when `--turn-timeout` ran out), `failed` is
@@ -17,14 +17,14 @@
 //! a delay that grows to `LAST_RETRY`.
 
 use super::{Foreground, ServeOptions};
-use crate::codex::driver::{self, Driver, Job, Lost, Report};
-use crate::codex::{TurnEnd, TurnStatus};
-use crate::error::{Error, Result};
-use crate::sanitize::escape;
+use crate::base::error::{Error, Result};
 use crate::spool::{ReplyRecord, Task};
-use crate::turn;
+use crate::text::sanitize::escape;
 use crate::wire::answer::CodexStatus;
 use crate::wire::{CODEX_HOST, ClaimStatus, EventKind, HandlerExit, Outcome, TaskMode};
+use crate::workers::codex::driver::{self, Driver, Job, Lost, Report};
+use crate::workers::codex::{TurnEnd, TurnStatus};
+use crate::workers::turn;
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -342,7 +342,10 @@ impl Foreground {
             body: super::outcome::bounded(&body, self.shared.config.max_message_bytes),
         });
         let handler = error.map(|e| HandlerExit {
-            stderr_tail: Some(crate::sanitize::escape_tail(&e, turn::STDERR_TAIL_BYTES)),
+            stderr_tail: Some(crate::text::sanitize::escape_tail(
+                &e,
+                turn::STDERR_TAIL_BYTES,
+            )),
             host: Some(CODEX_HOST.into()),
             ..HandlerExit::default()
         });

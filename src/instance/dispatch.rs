@@ -5,7 +5,6 @@
 //! published, and the timers armed.
 
 use super::{Answer, Approve, EPHEMERAL_GRACE, Foreground, Params, Reply};
-use crate::access::Caller;
 use crate::registry;
 use crate::server::{self, Event, State};
 use crate::spool::{self, Spool};
@@ -13,6 +12,7 @@ use crate::wire::Call;
 use crate::wire::EventKind;
 use crate::wire::Mode;
 use crate::wire::Outcome;
+use crate::wire::access::Caller;
 use crate::wire::answer::{ControlStatus, Queue, RunningTurn};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -104,12 +104,12 @@ impl Foreground {
         self.shared.set_state(want);
         let m = self.shared.lock_manifest().clone();
         if let Err(e) = registry::publish(&self.origin.registry, &m) {
-            eprintln!("baton: {}", crate::sanitize::escape(&e.to_string()));
+            eprintln!("baton: {}", crate::text::sanitize::escape(&e.to_string()));
         }
         if let Some((zdir, zsock)) = &self.zcoder {
             let z = registry::zcoder_manifest(&m, zsock);
             if let Err(e) = registry::publish_value(zdir, &m.instance_id, &z) {
-                eprintln!("baton: {}", crate::sanitize::escape(&e.to_string()));
+                eprintln!("baton: {}", crate::text::sanitize::escape(&e.to_string()));
             }
         }
         self.hub
@@ -242,7 +242,7 @@ impl Foreground {
         let claimed = self.claim();
         let handed = (claimed.task.as_ref()).map(|t| (t.message_id.clone(), t.turn.clone()));
         let answer = serde_json::to_value(claimed).expect("an answer serializes");
-        let _ = crate::failpoint::hit("claim-answer");
+        let _ = crate::base::failpoint::hit("claim-answer");
         if reply.send(Ok(answer)).is_err() {
             if let Some((id, turn)) = handed {
                 self.claim_undelivered(&id, &turn);
@@ -267,7 +267,7 @@ impl Foreground {
             reply: reply.clone(),
             changed,
         };
-        let spawned = crate::failpoint::hit("settle-spawn").and_then(|()| {
+        let spawned = crate::base::failpoint::hit("settle-spawn").and_then(|()| {
             std::thread::Builder::new()
                 .name("baton-settle".into())
                 .spawn(move || {

@@ -5,15 +5,15 @@
 
 use super::outbound::{Plan, Waiter};
 use super::{Answer, Foreground, OpenTask, Params, Reply, get_str, need_str};
-use crate::sanitize::escape;
+use crate::base::status::{ReplyStatus, Status};
 use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task, Whereabouts};
-use crate::status::{ReplyStatus, Status};
-use crate::turn;
+use crate::text::sanitize::escape;
 use crate::wire::ClaimStatus;
 use crate::wire::Outcome;
 use crate::wire::answer::{Claimed, ClaimedTask, RejectedTask};
 use crate::wire::{Call, EventKind};
+use crate::workers::turn;
 use serde_json::{Value, json};
 
 use super::approval::Gate;
@@ -286,7 +286,7 @@ impl Foreground {
         pos: usize,
         outcome: Outcome,
         reply: Option<ReplyRecord>,
-    ) -> crate::error::Result<()> {
+    ) -> crate::base::error::Result<()> {
         let id = self.open[pos].task.message_id.clone();
         self.spool().finish_with(&id, outcome, reply.clone())?;
         self.open.remove(pos);

@@ -25,15 +25,15 @@ mod received;
 mod startup;
 mod turns;
 
-use crate::config::Config;
-use crate::error::Result;
-use crate::events::Hub;
-use crate::glob::Policy;
+use crate::base::config::Config;
+use crate::base::error::Result;
 use crate::registry;
 use crate::relay::Origin;
 use crate::server::{Event, RpcError, Shared, get_str, need_str};
+use crate::spool::events::Hub;
 use crate::spool::{self, Task};
-use crate::turn::TurnEvent;
+use crate::text::glob::Policy;
+use crate::workers::turn::TurnEvent;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -63,7 +63,7 @@ pub struct ServeOptions {
     /// `--reply`: send the handler's stdout back to the sender.
     pub reply: bool,
     /// `--stdin`: what the handler reads, the envelope or the body alone.
-    pub stdin: crate::turn::Stdin,
+    pub stdin: crate::workers::turn::Stdin,
     pub turn_timeout: Option<Duration>,
     pub approve: Approve,
     /// `--ephemeral`: exit about a second after the last client left.
@@ -137,7 +137,7 @@ struct Running {
     task: Task,
     token: String,
     /// Dropped when the turn ends, which closes our ends of its pipes.
-    handler: crate::turn::Handler,
+    handler: crate::workers::turn::Handler,
     started: Instant,
     deadline: Option<Instant>,
     kill_at: Option<Instant>,
@@ -202,8 +202,8 @@ struct Inputs {
     events: chan::Receiver<Event>,
     turns: chan::Receiver<TurnEvent>,
     pauses: chan::Receiver<dispatch::Settled>,
-    panes: chan::Receiver<crate::tmux::Report>,
-    codex: chan::Receiver<crate::codex::driver::Report>,
+    panes: chan::Receiver<crate::workers::tmux::Report>,
+    codex: chan::Receiver<crate::workers::codex::driver::Report>,
     signals: chan::Receiver<i32>,
     stop: chan::Receiver<()>,
 }
@@ -317,7 +317,7 @@ impl Foreground {
 
     /// `NAME (ID) stopped`, with what its spool keeps for the next start.
     fn stopped_line(&self) -> String {
-        let name = crate::sanitize::escape(&self.origin.name);
+        let name = crate::text::sanitize::escape(&self.origin.name);
         let id = &self.shared.instance_id;
         if self.opts.ephemeral {
             return format!("{name} ({id}) stopped; its spool is removed (--ephemeral)");

@@ -6,15 +6,15 @@
 //! the reply of `inbox/complete`.
 
 use super::{Foreground, Params, Reply, get_str, is_local, need_str};
-use crate::access::{Caller, Role};
+use crate::base::status::{ReplyStatus, Status};
 use crate::registry;
 use crate::relay::{self, Outbound};
-use crate::sanitize::escape;
 use crate::server::{self, Event, RpcError};
 use crate::spool::{ReplyRecord, Task};
-use crate::status::{ReplyStatus, Status};
-use crate::turn;
+use crate::text::sanitize::escape;
 use crate::wire::EventKind;
+use crate::wire::access::{Caller, Role};
+use crate::workers::turn;
 use crossbeam_channel as chan;
 use serde_json::{Value, json};
 use std::cmp::Reverse;
@@ -104,7 +104,7 @@ impl Foreground {
                     result: result.clone(),
                     reply_of,
                 });
-                let _ = crate::failpoint::hit("between-send-reports");
+                let _ = crate::base::failpoint::hit("between-send-reports");
                 let _ = result_tx.send(result);
             });
         if let Err(e) = spawned {

@@ -5,8 +5,8 @@
 //! disk read, which the foreground may do.
 
 use super::{Answer, Foreground, Params, need_str};
-use crate::access::Caller;
 use crate::spool::{HandlerExit, ReplyRecord, Through, Whereabouts};
+use crate::wire::access::Caller;
 use crate::wire::answer::{Pending, TaskState, TaskStatus};
 use crate::wire::{EventKind, Outcome};
 use serde_json::{Value, json};

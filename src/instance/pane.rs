@@ -1,7 +1,7 @@
 //! `serve --tmux-pane PANE`: a pull instance whose tasks are typed into
 //! the tmux pane where an interactive agent runs. The foreground claims
 //! the head of the queue itself, exactly as `inbox/claim` does, hands the
-//! envelope to the tmux helper thread (`crate::tmux`) and hears back on a
+//! envelope to the tmux helper thread (`crate::workers::tmux`) and hears back on a
 //! channel; it never waits on tmux. One task at a time: the next is typed
 //! only once the agent ran `baton inbox complete` for this one (the
 //! envelope says how), or once `--turn-timeout` ran out (the task then
@@ -17,13 +17,13 @@
 //! typed into it until an agent runs there.
 
 use super::{Foreground, ServeOptions};
-use crate::error::{Error, Result};
-use crate::sanitize::escape;
+use crate::base::error::{Error, Result};
 use crate::spool::Task;
-use crate::tmux::{self, Job, Report, Trouble, Typist};
-use crate::turn;
+use crate::text::sanitize::escape;
 use crate::wire::Outcome;
 use crate::wire::{ClaimStatus, EventKind};
+use crate::workers::tmux::{self, Job, Report, Trouble, Typist};
+use crate::workers::turn;
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::sync::atomic::Ordering;

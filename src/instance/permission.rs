@@ -13,8 +13,8 @@
 //! anyone, never inherits a decision on other text.
 
 use super::{Answer, Foreground, Params, get_str, need_str};
-use crate::event_text;
 use crate::wire::EventKind;
+use crate::wire::event_text;
 use serde_json::json;
 
 /// The most tool-call requests that wait at once.

@@ -11,8 +11,8 @@
 
 use super::{Answer, Foreground, Params, need_str};
 use crate::registry;
-use crate::sanitize::escape;
 use crate::spool::{Claim, Whereabouts};
+use crate::text::sanitize::escape;
 use crate::wire::Outcome;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -131,7 +131,7 @@ impl Foreground {
             self.requests.retain(|_, a| *a != p.id);
         }
         self.approved.remove(id);
-        let failed = |e: crate::error::Error| json!({"status": "error", "message_id": id, "reason": e.to_string()});
+        let failed = |e: crate::base::error::Error| json!({"status": "error", "message_id": id, "reason": e.to_string()});
         match self.spool().claim_id(id) {
             Ok(Claim::Task(_)) => {}
             Ok(_) => return json!({"status": "handed_out", "message_id": id}),

@@ -5,12 +5,12 @@
 //! spools, and the signal channel.
 
 use super::{Foreground, Inputs, ServeOptions};
-use crate::config::{Config, Relay};
-use crate::error::{Error, Result};
-use crate::events::Hub;
+use crate::base::config::{Config, Relay};
+use crate::base::error::{Error, Result};
 use crate::registry::{self, Manifest};
 use crate::relay::Origin;
 use crate::server::{self, Shared};
+use crate::spool::events::Hub;
 use crate::spool::{self, Spool};
 use crate::sys;
 use crate::wire::EventKind;
@@ -97,10 +97,10 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     };
     // The workspace and the registry are any path the user gave: a
     // directory name may hold an escape sequence.
-    let shown = |p: &Path| crate::sanitize::escape(&p.display().to_string()).into_owned();
+    let shown = |p: &Path| crate::text::sanitize::escape(&p.display().to_string()).into_owned();
     eprintln!(
         "baton: {} ({}) serving {} on {}",
-        crate::sanitize::escape(&place.name),
+        crate::text::sanitize::escape(&place.name),
         place.id,
         shown(&place.workspace),
         shown(&place.socket)
@@ -163,7 +163,7 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
             "BATON_RELAY=off: the relay is disabled, so serve does not start".into(),
         ));
     }
-    if opts.tmux_pane.is_some() && crate::tmux::find_on_path().is_none() {
+    if opts.tmux_pane.is_some() && crate::workers::tmux::find_on_path().is_none() {
         return Err(Error::Env(
             "--tmux-pane: tmux is not on PATH, so no task can be typed into a pane".into(),
         ));
@@ -175,7 +175,7 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
         Some(n) => {
             return Err(Error::Usage(format!(
                 "--name {}: a name must match [A-Za-z0-9_.-]{{1,64}}",
-                crate::sanitize::escape(n)
+                crate::text::sanitize::escape(n)
             )));
         }
         None => registry::default_name(&workspace),
@@ -281,7 +281,7 @@ fn open_spool(opts: &ServeOptions, config: &Config, place: &Place) -> Result<Arc
         ));
     }
     for note in &spool.recovery_notes {
-        eprintln!("baton: {}", crate::sanitize::escape(note));
+        eprintln!("baton: {}", crate::text::sanitize::escape(note));
     }
     Ok(Arc::new(spool))
 }
@@ -555,7 +555,7 @@ pub(crate) fn signal_channel(signals: &[i32]) -> Result<chan::Receiver<i32>> {
             // SIGCHLD, where asked for, reaps a turn's orphans here.
             let _ = signals.forever().try_for_each(|sig| match sig {
                 SIGCHLD => {
-                    crate::reaper::reap_orphans();
+                    crate::base::reaper::reap_orphans();
                     Ok(())
                 }
                 sig => tx.send(sig),

@@ -9,15 +9,15 @@ use super::{
     Answer, DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Params, Running, get_str, is_local,
     need_str,
 };
-use crate::config;
+use crate::base::config;
+use crate::base::status::Status;
 use crate::registry;
-use crate::sanitize::{escape, escape_tail};
 use crate::server::{self, RpcError, State};
 use crate::spool::{self, Claim, Task};
-use crate::status::Status;
 use crate::sys;
-use crate::turn::{self, TurnEvent};
+use crate::text::sanitize::{escape, escape_tail};
 use crate::wire::{EventKind, HandlerExit, Outcome};
+use crate::workers::turn::{self, TurnEvent};
 use crossbeam_channel as chan;
 use serde_json::json;
 use std::collections::HashMap;
@@ -138,7 +138,7 @@ impl Foreground {
                 {
                     let t = self.shared.turn_tokens.lock();
                     let mut t = t.unwrap_or_else(|e| e.into_inner());
-                    if t.len() >= crate::access::KEPT_TOKENS {
+                    if t.len() >= crate::wire::access::KEPT_TOKENS {
                         t.pop_front();
                     }
                     t.push_back(token.clone());
@@ -444,9 +444,10 @@ impl Foreground {
     /// token (`Spool::record_handler`), so that whoever opens the spool
     /// after this instance died kills what is left of it. Without the
     /// record, no handler runs.
-    fn spawn_handler(&self, spec: turn::ExecSpec<'_>) -> crate::error::Result<turn::Handler> {
-        let cannot_run = |e| crate::error::Error::io("run", std::path::Path::new("/bin/sh"), e);
-        crate::failpoint::hit("handler-spawn").map_err(cannot_run)?;
+    fn spawn_handler(&self, spec: turn::ExecSpec<'_>) -> crate::base::error::Result<turn::Handler> {
+        let cannot_run =
+            |e| crate::base::error::Error::io("run", std::path::Path::new("/bin/sh"), e);
+        crate::base::failpoint::hit("handler-spawn").map_err(cannot_run)?;
         let spool = self.spool();
         spool.record_handler(&spec.token, None)?;
         turn::spawn(spec, self.turns_tx.clone()).map_err(|e| {

@@ -4,11 +4,11 @@
 //! session's spool, where it waits.
 
 use super::Adapter;
-use crate::sanitize::escape;
 use crate::spool::{self, Task};
-use crate::turn;
+use crate::text::sanitize::escape;
 use crate::wire::Call;
 use crate::wire::answer::ControlStatus;
+use crate::workers::turn;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 

@@ -12,13 +12,13 @@
 //! Both follow the instance's events (`message.accepted`): nothing polls.
 
 use super::{Adapter, LEVELS, notify};
-use crate::event_text;
-use crate::sanitize::escape;
 use crate::spool::{self, Sender, Task};
-use crate::turn;
+use crate::text::sanitize::escape;
 use crate::wire::Summary;
 use crate::wire::answer::InboxPage;
+use crate::wire::event_text;
 use crate::wire::{Call, Event, EventKind};
+use crate::workers::turn;
 use serde_json::{Value, json};
 use std::collections::{HashSet, VecDeque};
 
@@ -173,7 +173,7 @@ impl Adapter {
             {
                 let from = turn::display_name(&t.sender);
                 let news = event_text::task_news(&escape(&from), &t.message_id, "waits");
-                self.log_info(crate::events::now(), news);
+                self.log_info(crate::spool::events::now(), news);
                 logged += 1;
             }
             match listed.next {

@@ -16,7 +16,7 @@
 //! dialog decides. A host's `request_id` is relayed once while it waits.
 
 use super::{Adapter, notify};
-use crate::sanitize::escape;
+use crate::text::sanitize::escape;
 use crate::wire::Handling;
 use crate::wire::answer::Handled;
 use crate::wire::{Call, Decision, Event};

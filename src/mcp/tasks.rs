@@ -4,12 +4,12 @@
 //! and its `task.ended` event.
 
 use super::{Adapter, Tool, string_arg, tool_error, tool_result};
-use crate::error::{Error, Result};
-use crate::event_text::num;
-use crate::follow::{self, End, Who};
-use crate::sanitize::{escape, escape_multiline};
-use crate::status::Status;
+use crate::base::error::{Error, Result};
+use crate::base::status::Status;
+use crate::front::follow::{self, End, Who};
+use crate::text::sanitize::{escape, escape_multiline};
 use crate::wire::answer::{Pending, SendResult, TaskState, TaskStatus};
+use crate::wire::event_text::num;
 use crate::wire::{Call, HandlerExit, Outcome};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};

@@ -4,7 +4,7 @@
 
 use super::discover::{Candidate, Skipped, check_socket, id_pid, kernel_says_stale, scan_ids};
 use super::{MAX_MANIFEST, RegistryDir, Wire, manifest_path, socket_path, valid_id};
-use crate::{files, sys};
+use crate::{base::files, sys};
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};

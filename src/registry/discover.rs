@@ -6,8 +6,8 @@ use super::{
     MAX_CANDIDATES, MAX_ENTRIES, Manifest, RegistryDir, Wire, manifest_path,
     read_manifest_or_short, valid_id,
 };
+use crate::base::error::Invalid;
 use crate::client;
-use crate::error::Invalid;
 use crate::sys;
 use crate::wire::State;
 use serde::Serialize;
@@ -34,7 +34,7 @@ pub struct Peer {
 /// `NAME (ID)`, the name escaped for a terminal.
 impl std::fmt::Display for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = crate::sanitize::escape(&self.manifest.name);
+        let name = crate::text::sanitize::escape(&self.manifest.name);
         write!(f, "{name} ({})", self.manifest.instance_id)
     }
 }
@@ -79,7 +79,7 @@ impl Peer {
     pub fn silence(&self, timeout: Duration) -> String {
         format!(
             "{} ({}) did not answer within {} s",
-            crate::sanitize::escape(&self.manifest.name),
+            crate::text::sanitize::escape(&self.manifest.name),
             self.manifest.instance_id,
             seconds(timeout)
         )
@@ -582,7 +582,7 @@ pub(super) fn check_socket(m: &Manifest) -> Result<(), Invalid> {
     let own = path
         .file_name()
         .is_some_and(|n| *n == *format!("a-{}.sock", m.instance_id));
-    if own && meta.uid() != crate::accounts::owner() {
+    if own && meta.uid() != crate::base::accounts::owner() {
         return Err(format!("socket is owned by uid {}", meta.uid()).into());
     }
     Ok(())

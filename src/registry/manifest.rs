@@ -4,8 +4,8 @@
 use super::{
     MAX_MANIFEST, PROTOCOL, RegistryDir, Wire, default_name, socket_path, valid_id, valid_name,
 };
-use crate::error::Invalid;
-use crate::{files, sys};
+use crate::base::error::Invalid;
+use crate::{base::files, sys};
 
 use serde_json::Value;
 use std::fs;
@@ -77,7 +77,8 @@ fn read_fast(file: &Path) -> Result<Option<Vec<u8>>, &'static str> {
     let Ok(meta) = f.metadata() else {
         return Ok(None);
     };
-    if !meta.is_file() || meta.uid() != crate::accounts::owner() || meta.len() > MAX_MANIFEST {
+    if !meta.is_file() || meta.uid() != crate::base::accounts::owner() || meta.len() > MAX_MANIFEST
+    {
         return Ok(None);
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
@@ -101,7 +102,7 @@ fn check_and_read_slowly(dir: &RegistryDir, file: &Path) -> Result<Manifest, Rea
         )
         .into());
     }
-    if meta.uid() != crate::accounts::owner() {
+    if meta.uid() != crate::base::accounts::owner() {
         return Err(format!("manifest is owned by uid {}", meta.uid()).into());
     }
     if meta.len() > MAX_MANIFEST {

@@ -4,6 +4,8 @@
 //! without one, concurrent pings), `clean` removes stale entries, zcoder's
 //! registry included where it applies.
 
+pub mod lookup;
+
 mod clean;
 mod discover;
 mod manifest;
@@ -16,9 +18,9 @@ pub use discover::{
 };
 pub use manifest::{Manifest, parse_manifest, read_manifest, read_manifest_or_short};
 
-use crate::config::Config;
-use crate::error::{Error, Result};
-use crate::files::{self, DirError};
+use crate::base::config::Config;
+use crate::base::error::{Error, Result};
+use crate::base::files::{self, DirError};
 use crate::sys;
 use serde_json::Value;
 use std::fs;
@@ -112,7 +114,7 @@ pub fn zcoder_dir() -> PathBuf {
 /// Creates (mode 0700) and checks the registry directory the
 /// configuration selects, returning its canonical path.
 pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
-    if let Some(who) = crate::accounts::target() {
+    if let Some(who) = crate::base::accounts::target() {
         return target_dir(config, who);
     }
     let runtime = || absolute_var("XDG_RUNTIME_DIR").map(|r| r.join("baton"));
@@ -125,7 +127,7 @@ pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
 /// else `/run/user/UID/baton` where `/run/user/UID` is, else
 /// `${TMPDIR:-/tmp}/baton-UID`; never created, and checked to be that
 /// account's, mode 0700.
-fn target_dir(config: &Config, who: &crate::accounts::Account) -> Result<PathBuf> {
+fn target_dir(config: &Config, who: &crate::base::accounts::Account) -> Result<PathBuf> {
     let run = PathBuf::from(format!("/run/user/{}", who.uid));
     let chosen = match &config.dir {
         Some(d) => d.clone(),

@@ -5,11 +5,11 @@
 
 use super::Origin;
 use super::result::outcome;
+use crate::base::config::Config;
+use crate::base::status::Status;
 use crate::client::{ClientError, Session};
-use crate::config::Config;
 use crate::registry::{self, Peer};
-use crate::sanitize::escape;
-use crate::status::Status;
+use crate::text::sanitize::escape;
 use crate::wire::Method;
 use serde_json::{Value, json};
 use std::path::Path;

@@ -3,10 +3,10 @@
 //! no send to this instance itself, and during a relayed turn none but to
 //! its sender.
 
-use crate::config::Config;
+use crate::base::config::Config;
+use crate::base::status::Status;
 use crate::registry::Peer;
-use crate::sanitize::escape;
-use crate::status::Status;
+use crate::text::sanitize::escape;
 use serde_json::Value;
 use std::fmt;
 
@@ -36,7 +36,7 @@ pub(super) fn check_body(config: &Config, body: &str) -> Result<(), Refusal> {
     }
     let (size, limit) = (body.len().to_string(), config.max_message_bytes);
     if body.len() > limit {
-        return Err(invalid(crate::config::body_too_large(&size, limit)));
+        return Err(invalid(crate::base::config::body_too_large(&size, limit)));
     }
     Ok(())
 }

@@ -11,19 +11,19 @@ mod offline;
 mod result;
 mod wake;
 
-pub use crate::lookup::{KnownSpool, known_spools};
+pub use crate::registry::lookup::{KnownSpool, known_spools};
 pub use deliver::{ZCODER_MAX_BYTES, deliver, deliver_zcoder};
 pub use guard::{Refusal, check_frame};
 pub use offline::{Route, route};
 pub use wake::{wake, wake_socket};
 
+use crate::base::config::Config;
+use crate::base::status::Status;
 use crate::client::ClientError;
-use crate::config::Config;
-use crate::lookup::{self, Lookup, Target};
+use crate::registry::lookup::{self, Lookup, Target};
 use crate::registry::{self, Peer, Wire};
-use crate::sanitize::escape;
 use crate::spool::Task;
-use crate::status::Status;
+use crate::text::sanitize::escape;
 use deliver::transport_failure;
 use result::{no_target, outcome, peer_target, with_target};
 use serde_json::{Value, json};

@@ -4,13 +4,13 @@
 //! between that and a live instance.
 
 use super::result::{no_target, outcome, peer_target, spool_target, with_target};
-use crate::config::Config;
-use crate::lookup::{self, KnownSpool, Lookup, Target};
+use crate::base::config::Config;
+use crate::base::status::Status;
+use crate::registry::lookup::{self, KnownSpool, Lookup, Target};
 use crate::registry::{self, Peer};
-use crate::sanitize::escape;
 use crate::server::{self, NotStored, Receiver, Verdict};
 use crate::spool::{Spool, Task};
-use crate::status::Status;
+use crate::text::sanitize::escape;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -179,7 +179,7 @@ fn store(
         Some(with_target(r, spool_target(known)))
     };
     // Written as the spool's account (`--user`), never left root's.
-    if let Err(e) = crate::accounts::write_as_target() {
+    if let Err(e) = crate::base::accounts::write_as_target() {
         return answer(Err(NotStored(e)));
     }
     let s = match Spool::open_offline(&known.dir, config.fsync) {
@@ -200,11 +200,11 @@ fn store(
         max_queue: config.max_queue,
         max_inflight: config.max_inflight,
     };
-    let from = crate::turn::display_name(&task.sender);
+    let from = crate::workers::turn::display_name(&task.sender);
     let pid = Some(std::process::id());
     // Under the spool's lock, as a live receiver records an acceptance.
     let announce = |task: &Task, queue_position| {
-        let hub = crate::events::Hub::open(s.dir());
+        let hub = crate::spool::events::Hub::open(s.dir());
         let mut event = server::Accepted::new(task, None, &from, pid, queue_position);
         event.stored = true;
         hub.record(crate::wire::EventKind::MessageAccepted, &event);

@@ -1,9 +1,9 @@
 //! A sender's result, spelled as a `message/send` result is: its status,
 //! the message id and why, and the target it names.
 
-use crate::lookup::KnownSpool;
+use crate::base::status::Status;
 use crate::registry::Peer;
-use crate::status::Status;
+use crate::registry::lookup::KnownSpool;
 use serde_json::{Value, json};
 
 pub(super) fn outcome(status: Status, message_id: &str, reason: String) -> Value {

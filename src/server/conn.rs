@@ -9,9 +9,9 @@ use super::out::{Out, Writer, answer_then_flush, write_line};
 use super::peer::Peer;
 use super::request::{self, SendRequest};
 use super::{Event, INIT_TIMEOUT, RpcError, Shared, invalid_params, need, opt, zcoder};
-use crate::access::{BridgeKey, Caller, Door};
-use crate::events::{self, Subscription};
+use crate::spool::events::{self, Subscription};
 use crate::sys;
+use crate::wire::access::{BridgeKey, Caller, Door};
 use crate::wire::answer::{Hello, Pong, Software, Subscribed};
 use crate::wire::{self, Call, Id, Incoming, LineReader, Method, ReadError};
 use crossbeam_channel as chan;
@@ -197,7 +197,7 @@ impl Session<'_> {
             None
         };
         if let Some((id, req, body)) = fast {
-            let _ = crate::failpoint::hit("dispatch");
+            let _ = crate::base::failpoint::hit("dispatch");
             let r = self
                 .peer
                 .check(self.shared, Door::Method(Method::MessageSend))
@@ -229,7 +229,7 @@ impl Session<'_> {
             return Some(RpcError::new(wire::NOT_INITIALIZED, message).line(id));
         }
         let Some(method) = method else {
-            let message = format!("method not found: {}", crate::sanitize::escape(name));
+            let message = format!("method not found: {}", crate::text::sanitize::escape(name));
             return Some(RpcError::new(wire::METHOD_NOT_FOUND, message).line(id));
         };
         if let Err(e) = self.peer.check(self.shared, Door::Method(method)) {
@@ -250,7 +250,7 @@ impl Session<'_> {
                 }
             };
         }
-        let _ = crate::failpoint::hit("dispatch");
+        let _ = crate::base::failpoint::hit("dispatch");
         let r = dispatch(self, method, params);
         self.handed = match (&r, method) {
             (Ok(v), Method::Foreground(Call::InboxClaim)) => super::handed_out(v),

@@ -7,10 +7,10 @@
 
 use super::request::SendRequest;
 use super::{Event, Peer, RpcError, Shared};
-use crate::error::{Error, Invalid};
+use crate::base::error::{Error, Invalid};
+use crate::base::status::Status;
 use crate::registry::{self, RegistryDir};
 use crate::spool::{self, Admission, Limits, Sender, Task};
-use crate::status::Status;
 use crate::wire::answer::SendResult;
 use crate::wire::{EventKind, State, TaskMode};
 use crate::{sys, wire};
@@ -64,7 +64,7 @@ pub fn deliver(
     let bridged = peer
         .bridge
         .get()
-        .map(|k| crate::turn::remote_name(k.label.as_deref()));
+        .map(|k| crate::workers::turn::remote_name(k.label.as_deref()));
     let refused = |status: Status, reason: &str| {
         let claimed = || req.sender_instance_id.as_deref();
         let from = from.as_deref().or(bridged.as_deref()).or_else(claimed);
@@ -76,7 +76,7 @@ pub fn deliver(
     };
     let verdict = match verdict {
         Ok(v) if v.status == Status::Accepted => {
-            let _ = crate::failpoint::hit("before-answer");
+            let _ = crate::base::failpoint::hit("before-answer");
             // The acceptance was recorded under the spool lock (see `admit`).
             if shared.wake_on_accept.load(Ordering::SeqCst) {
                 let _ = shared.events.send(Event::Queued);
@@ -217,7 +217,7 @@ impl fmt::Display for NotStored {
 /// The one reading of what `Spool::admit` returned, for a live receiver
 /// (checks 14 to 18 of `message/send`) and an offline sender alike.
 pub fn admission_verdict(
-    admitted: crate::error::Result<Admission>,
+    admitted: crate::base::error::Result<Admission>,
     receiver: Receiver<'_>,
 ) -> Result<Verdict, NotStored> {
     Ok(match admitted.map_err(NotStored)? {
@@ -274,7 +274,7 @@ fn refuse(status: Status, reason: impl Into<String>) -> Outcome {
 /// acceptance does.
 fn refuse_verified(sender: &Sender, status: Status, reason: String) -> Outcome {
     Outcome {
-        from: Some(crate::turn::display_name(sender)),
+        from: Some(crate::workers::turn::display_name(sender)),
         ..refuse(status, reason)
     }
 }
@@ -287,7 +287,7 @@ fn check_values(shared: &Shared, req: &SendRequest) -> Result<u64, Outcome> {
             format!(
                 "this is instance {}, not {}",
                 shared.instance_id,
-                crate::sanitize::escape(&req.target_instance_id)
+                crate::text::sanitize::escape(&req.target_instance_id)
             ),
         ));
     }
@@ -296,7 +296,7 @@ fn check_values(shared: &Shared, req: &SendRequest) -> Result<u64, Outcome> {
 
 /// Checks 2 to 10, which need no instance (a stand-in for a stopped
 /// agent, `bridge --offline`, makes them too): the hop, or the refusal.
-pub fn check_request(cfg: &crate::config::Config, req: &SendRequest) -> Result<u64, Verdict> {
+pub fn check_request(cfg: &crate::base::config::Config, req: &SendRequest) -> Result<u64, Verdict> {
     let invalid = |reason: &str| Err(Verdict::with_reason(Status::Invalid, reason));
     let bad_id = |s: &Option<String>| s.as_deref().is_some_and(|s| !registry::valid_id(s));
     if !registry::valid_id(&req.message_id) {
@@ -422,7 +422,7 @@ fn admit(
         max_inflight: if answers_us { 0 } else { cfg.max_inflight },
     };
     let sender_id = task.sender.instance_id.clone().unwrap_or_default();
-    let from = crate::turn::display_name(&task.sender);
+    let from = crate::workers::turn::display_name(&task.sender);
     let announce = |task: &Task, queue_position| {
         let event = Accepted::new(task, Some(&body_json), &from, peer.pid, queue_position);
         shared.hub.record(EventKind::MessageAccepted, &event);

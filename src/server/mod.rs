@@ -27,12 +27,12 @@ pub use peer::Peer;
 pub use request::SendRequest;
 pub(crate) use request::{get_str, need_str};
 
-use crate::config::Config;
-use crate::events::{Hub, Subscription};
-use crate::glob::Policy;
+use crate::base::config::Config;
 use crate::registry::Manifest;
 use crate::spool::Spool;
+use crate::spool::events::{Hub, Subscription};
 use crate::sys;
+use crate::text::glob::Policy;
 use crate::wire;
 use crossbeam_channel as chan;
 use serde_json::{Map, Value};
@@ -68,7 +68,7 @@ pub enum Event {
         reply: chan::Sender<Result<Value, RpcError>>,
         /// Who calls: its peer pid (who answered an approval) and its
         /// role (what a turn's process may send).
-        caller: crate::access::Caller,
+        caller: crate::wire::access::Caller,
     },
     /// `events/subscribe`: the foreground registers the subscriber.
     Subscribe {
@@ -211,8 +211,8 @@ impl Shared {
     }
 
     /// What the access table needs to know of this instance.
-    pub fn ours(&self) -> crate::access::Ours<'_> {
-        crate::access::Ours {
+    pub fn ours(&self) -> crate::wire::access::Ours<'_> {
+        crate::wire::access::Ours {
             pid: std::process::id(),
             socket: &self.socket,
             handler: Some(self.handler.load(Ordering::SeqCst)).filter(|h| *h != 0),

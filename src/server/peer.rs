@@ -3,8 +3,8 @@
 //! bridge's declaration, the instance it serves).
 
 use super::{RpcError, Shared};
-use crate::access::{self, BridgeKey, Caller, Door};
 use crate::sys;
+use crate::wire::access::{self, BridgeKey, Caller, Door};
 use crate::wire::{self, Method};
 use serde_json::json;
 

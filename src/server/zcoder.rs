@@ -9,7 +9,7 @@ use super::deliver::deliver;
 use super::out::{Writer, answer_then_flush, write_line};
 use super::peer::Peer;
 use super::request::SendRequest;
-use crate::status::Status;
+use crate::base::status::Status;
 use crate::wire::EventKind;
 use crate::wire::{self, LineReader, ReadError};
 use serde_json::{Map, Value, json};
@@ -94,7 +94,7 @@ fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
             };
             // zcoder has no word for "not permitted" (nor "denied"): the
             // transcript says who was refused and why.
-            if let Err(e) = peer.check(shared, crate::access::Door::Zcoder) {
+            if let Err(e) = peer.check(shared, crate::wire::access::Door::Zcoder) {
                 shared.hub.emit(
                     EventKind::Notice,
                     json!({"message_id": message_id, "text": format!("a zcoder frame refused: {}", e.message)}),

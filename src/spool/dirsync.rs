@@ -84,7 +84,7 @@ pub(super) fn sync_dir(path: &Path) -> std::io::Result<()> {
         .custom_flags(sys::O_DIRECTORY | sys::O_NOFOLLOW | sys::O_NONBLOCK)
         .open(path)?
         .sync_all()?;
-    crate::files::note!(Op::DirFsync(path.into()));
+    crate::base::files::note!(Op::DirFsync(path.into()));
     Ok(())
 }
 
@@ -97,7 +97,7 @@ pub(super) fn sync_parent_dir(path: &Path) -> std::io::Result<()> {
         .custom_flags(sys::O_DIRECTORY | sys::O_NONBLOCK)
         .open(path)?
         .sync_all()?;
-    crate::files::note!(Op::DirFsync(path.into()));
+    crate::base::files::note!(Op::DirFsync(path.into()));
     Ok(())
 }
 
@@ -145,7 +145,7 @@ mod tests {
 
     #[test]
     fn a_dir_sync_takes_only_a_directory_and_never_through_a_symlink() {
-        let dir = crate::files::scratch("dirsync");
+        let dir = crate::base::files::scratch("dirsync");
         std::fs::create_dir(&dir).unwrap();
         let real = dir.join("real");
         std::fs::create_dir(&real).unwrap();

@@ -3,7 +3,7 @@
 //! while it still holds what was shown.
 
 use super::{check_private_dir, open_lock, read_listing};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 use crate::sys;
 use std::fmt;
 use std::fs;

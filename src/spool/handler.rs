@@ -20,8 +20,8 @@
 //! there: nothing tells it from a recycled id.
 
 use super::Spool;
-use crate::error::{Error, Result};
-use crate::files;
+use crate::base::error::{Error, Result};
+use crate::base::files;
 use crate::sys;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -99,7 +99,7 @@ fn groups_of(rec: &Record) -> BTreeSet<u32> {
     let procs = sys::processes();
     let leader_gone = |pgid: u32| !procs.iter().any(|p| p.pid == pgid && !p.zombie);
     let own = sys::process(std::process::id()).map(|p| p.pgid);
-    let entry = format!("{}={}", crate::config::BATON_TURN, rec.token);
+    let entry = format!("{}={}", crate::base::config::BATON_TURN, rec.token);
     let mut groups = BTreeSet::new();
     for p in procs
         .iter()
@@ -141,7 +141,7 @@ mod tests {
         fn start(token: &str) -> Orphaned {
             let mut child = Command::new("/bin/sh")
                 .args(["-c", "sleep 30 & exit 0"])
-                .env(crate::config::BATON_TURN, token)
+                .env(crate::base::config::BATON_TURN, token)
                 .process_group(0)
                 .spawn()
                 .unwrap();

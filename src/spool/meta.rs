@@ -4,8 +4,8 @@
 //! senders apply.
 
 use super::taskfile::read_bounded;
-use crate::error::{Error, Result};
-use crate::files;
+use crate::base::error::{Error, Result};
+use crate::base::files;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use std::path::Path;
@@ -54,7 +54,7 @@ impl Meta {
     pub fn write(&self, dir: &Path) -> Result<()> {
         let path = dir.join("meta.json");
         let bytes = serde_json::to_vec(self).expect("meta serializes");
-        crate::failpoint::hit("meta-write")
+        crate::base::failpoint::hit("meta-write")
             .and_then(|()| {
                 files::write_private(&dir.join("tmp").join("meta.json"), &path, &bytes, false)
             })
@@ -122,7 +122,7 @@ mod tests {
 
     #[test]
     fn meta_round_trips_through_its_file_and_reads_leniently() {
-        let dir = crate::files::scratch("meta");
+        let dir = crate::base::files::scratch("meta");
         fs::create_dir_all(dir.join("tmp")).unwrap();
         meta().write(&dir).unwrap();
         assert_eq!(Meta::read(&dir).unwrap(), meta());

@@ -17,6 +17,8 @@
 //! syncs), `meta` (`meta.json`) and `forget` (removing a stopped agent's
 //! spool).
 
+pub mod events;
+
 mod admit;
 mod claim;
 mod dirsync;
@@ -32,10 +34,10 @@ pub use forget::{Holdings, Removal, forget};
 pub use meta::Meta;
 pub use taskfile::Body;
 
-use crate::digest::sha256_hex;
-use crate::error::{Error, Result};
-use crate::failpoint;
-use crate::files::{self, DirError};
+use crate::base::digest::sha256_hex;
+use crate::base::error::{Error, Result};
+use crate::base::failpoint;
+use crate::base::files::{self, DirError};
 use crate::sys;
 use crate::wire::Outcome;
 use crate::wire::TaskMode;
@@ -244,7 +246,7 @@ pub fn spool_dir(state_home: &Path, name: &str, workspace: &Path) -> PathBuf {
 /// named, when it did, unless `XDG_STATE_HOME` names it.
 pub fn state_home() -> Result<PathBuf> {
     let given = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty());
-    if let (Some(who), None) = (crate::accounts::target(), &given) {
+    if let (Some(who), None) = (crate::base::accounts::target(), &given) {
         return Ok(who.home.join(".local/state"));
     }
     if let Some(v) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {

@@ -13,8 +13,8 @@
 
 use super::taskfile::{MAX_TASK_FILE, list, receipt_name};
 use super::{Receipt, Spool};
-use crate::error::{Error, Result};
-use crate::files;
+use crate::base::error::{Error, Result};
+use crate::base::files;
 use std::collections::{HashMap, VecDeque};
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
@@ -132,7 +132,7 @@ impl Receipts {
                 return Err(e);
             }
         };
-        let written = crate::failpoint::hit("receipt-append")
+        let written = crate::base::failpoint::hit("receipt-append")
             .and_then(|()| files::write_all(&mut file, &path, &line))
             .and_then(|()| {
                 if fsync {

@@ -5,10 +5,10 @@
 //! device in a file's place); the spool only renames them.
 
 use super::{Sender, Task};
-use crate::digest::sha256_hex;
-use crate::error::Invalid;
-use crate::error::{Error, Result};
-use crate::files;
+use crate::base::digest::sha256_hex;
+use crate::base::error::Invalid;
+use crate::base::error::{Error, Result};
+use crate::base::files;
 use crate::wire::TaskMode;
 use serde::Serialize;
 use serde_json::value::RawValue;

@@ -7,7 +7,7 @@ use serde_json::value::RawValue;
 use std::time::{Duration, Instant};
 
 fn tmpdir(tag: &str) -> PathBuf {
-    crate::files::scratch(&format!("spool-{tag}"))
+    crate::base::files::scratch(&format!("spool-{tag}"))
 }
 
 fn task(id: &str, body: &str) -> Task {

@@ -1,7 +1,7 @@
 //! `/inbox`: the whole inbox of the view's instance, a page at a time.
 
+use crate::base::error::{Error, Result};
 use crate::client::{self, ListError, PLACES};
-use crate::error::{Error, Result};
 use crate::wire::answer::InboxPage;
 use serde_json::Value;
 
@@ -34,7 +34,7 @@ fn inbox_text(all: &InboxPage) -> String {
             format!(
                 "{place:<11} {}  from {}",
                 t.message_id,
-                crate::turn::display_name(&t.sender)
+                crate::workers::turn::display_name(&t.sender)
             )
         })
         .collect();

@@ -12,15 +12,15 @@ pub mod work;
 
 pub use inbox::inbox_listing;
 
+use crate::base::config::{Config, Relay};
+use crate::base::error::{Error, Result};
 use crate::client::{CallError, ClientError, Reconnecting, Session};
-use crate::config::{Config, Relay};
-use crate::embedded;
-use crate::error::{Error, Result};
-use crate::event_text::{Asked, escaped_count, show_whole, whole_of};
+use crate::front::embedded;
 use crate::instance::{self, ServeOptions};
 use crate::registry;
-use crate::sanitize::escape;
+use crate::text::sanitize::escape;
 use crate::wire::answer::{ApprovalList, ControlStatus, Handled, Paused};
+use crate::wire::event_text::{Asked, escaped_count, show_whole, whole_of};
 use crate::wire::{Call, Handling};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};

@@ -131,7 +131,7 @@ pub fn unusable_term(term: Option<&str>, has_terminfo: &dyn Fn(&str) -> bool) ->
         }
         Some(t) => format!(
             "TERM={} is no terminal type baton knows, and terminfo has no entry for it",
-            crate::sanitize::escape(t)
+            crate::text::sanitize::escape(t)
         ),
     };
     Some(format!(

@@ -6,9 +6,9 @@
 
 pub use super::editor::Editor;
 use super::term::{Frame, Line, Style};
-use crate::event_text::{self, approval_text, who_asked};
-pub use crate::event_text::{Role, Waiting, approval_prompt, excerpt};
-use crate::sanitize::escape;
+use crate::text::sanitize::escape;
+use crate::wire::event_text::{self, approval_text, who_asked};
+pub use crate::wire::event_text::{Role, Waiting, approval_prompt, excerpt};
 use crate::wire::{Event, EventKind, Shown};
 use serde_json::Value;
 

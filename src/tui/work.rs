@@ -5,9 +5,9 @@
 //! the instance as a function, so the logic is tested without a socket.
 
 use super::view::{Open, Role, View};
+use crate::base::error::Error;
+use crate::base::status::ReplyStatus;
 use crate::client::ClientError;
-use crate::error::Error;
-use crate::status::ReplyStatus;
 use crate::wire::Outcome;
 use crate::wire::answer::{Claimed, ClaimedTask, CompleteParams, Handled, Queue};
 use crate::wire::{self, ClaimStatus, Handling, Mode};
@@ -64,7 +64,7 @@ pub fn claim<E: Display>(view: &mut View, call: Call<E>) {
 }
 
 fn claimed(view: &mut View, t: ClaimedTask) {
-    let from = crate::turn::display_name(&t.sender);
+    let from = crate::workers::turn::display_name(&t.sender);
     let replyable = t.sender.instance_id.is_some();
     let mut head = format!("claimed task {} from {from}", t.message_id);
     if let Some(ws) = t.sender.workspace.filter(|w| !w.is_empty()) {
@@ -104,7 +104,7 @@ pub fn complete<E: Display>(rest: &str, view: &mut View, call: Call<E>) {
                     Role::Refusal,
                     format!(
                         "/complete: unexpected {}: use /complete [ID] [--failed]",
-                        crate::sanitize::escape(w)
+                        crate::text::sanitize::escape(w)
                     ),
                 );
             }

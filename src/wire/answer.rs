@@ -9,7 +9,7 @@ use super::{
     Approve, ClaimStatus, HandlerExit, Handling, Manifest, Mode, Outcome, ReplyRecord, Said,
     Sender, State, Summary,
 };
-use crate::status::Status;
+use crate::base::status::Status;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 

@@ -2,8 +2,10 @@
 //! classification of one incoming object with its id as spelled, answer
 //! lines, and (in `zcoder`) the zcoder frame.
 
+pub mod access;
 pub mod answer;
 mod event;
+pub mod event_text;
 mod id;
 mod names;
 mod records;

@@ -269,7 +269,7 @@ mod tests {
         check(EventKind::ALL);
         check(ClaimStatus::ALL);
         check(Handling::ALL);
-        check(crate::status::Status::ALL);
+        check(crate::base::status::Status::ALL);
         assert!("Done".parse::<Outcome>().is_err());
         assert!("task.ended ".parse::<EventKind>().is_err());
     }

@@ -172,7 +172,7 @@ fn check(dir: &Path, log: &Path, acked: &[u64], cycle: usize, strict: bool) -> L
     for (id, r) in &view.done {
         assert_eq!(
             r["digest"],
-            baton::digest::sha256_hex(body_for(id).as_bytes()),
+            baton::base::digest::sha256_hex(body_for(id).as_bytes()),
             "cycle {cycle}: the receipt of {id} names another digest"
         );
         assert_eq!(r["outcome"], "done", "cycle {cycle}: receipt {r}");

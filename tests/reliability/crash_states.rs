@@ -1,5 +1,5 @@
 //! Every state a crash could leave, built from a recording of file-system
-//! operations (`baton::files::record`) and a snapshot of the directory
+//! operations (`baton::base::files::record`) and a snapshot of the directory
 //! taken before them: the model of the crash-state explorer
 //! (`explore.rs`; docs/testing.md describes it).
 //!
@@ -38,7 +38,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-pub use baton::files::record::Op;
+pub use baton::base::files::record::Op;
 
 /// Open entry changes tried in every combination up to this many.
 pub const ALL_SUBSETS: usize = 10;

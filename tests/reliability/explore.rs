@@ -1,5 +1,5 @@
 //! The crash-state explorer: each spool transition runs once on a real
-//! spool with its file-system operations recorded (`baton::files::record`);
+//! spool with its file-system operations recorded (`baton::base::files::record`);
 //! every state a crash during it could leave (`crash_states.rs`) is
 //! written to a scratch directory and opened by the real code, and
 //! checked:
@@ -23,7 +23,7 @@
 use crate::crash_states::{
     Node, Recording, Tree, fingerprint, materialise, materialise_from, snapshot,
 };
-use baton::files::record::{Recorder, Scope};
+use baton::base::files::record::{Recorder, Scope};
 use baton::spool::{self, Admission, Claim, Limits, Receipt, ReplyRecord, Spool, Whereabouts};
 use baton::wire::Outcome;
 use std::cell::RefCell;
@@ -235,7 +235,7 @@ fn claimed(s: &Spool, id: &str) {
 pub struct Trial {
     world: PathBuf,
     ids: Vec<String>,
-    recorded: Option<(Tree, Vec<baton::files::record::Op>)>,
+    recorded: Option<(Tree, Vec<baton::base::files::record::Op>)>,
 }
 
 impl Trial {

@@ -1,4 +1,4 @@
-//! Fail points (`BATON_FAILPOINT=NAME:ACTION`, src/failpoint.rs) at each
+//! Fail points (`BATON_FAILPOINT=NAME:ACTION`, src/base/failpoint.rs) at each
 //! step of storing a task, and a panic in a connection thread; resources
 //! that run short (descriptors under a low RLIMIT_NOFILE, a handler that
 //! cannot be started, a full disk at start).
@@ -124,7 +124,7 @@ impl Case {
         assert_eq!(v.places(id), ["done"], "{v:?}");
         assert_eq!(
             v.done[id]["digest"],
-            baton::digest::sha256_hex(body_for(id).as_bytes())
+            baton::base::digest::sha256_hex(body_for(id).as_bytes())
         );
         assert!(v.items.is_empty() && v.tmp.is_empty(), "{v:?}");
     }

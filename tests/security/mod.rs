@@ -13,7 +13,7 @@ mod turns;
 mod verify;
 
 use crate::util::have;
-use baton::access::Door;
+use baton::wire::access::Door;
 use std::path::Path;
 
 /// A client that knocks on doors from wherever it is started.

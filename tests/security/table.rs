@@ -6,7 +6,7 @@
 
 use super::{PROBE, probe_doors, python, script};
 use crate::util::{Env, baton_bin, manifests, wait_for, wait_until};
-use baton::access::{Door, Role};
+use baton::wire::access::{Door, Role};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs;

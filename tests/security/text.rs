@@ -394,7 +394,7 @@ fn the_unicode_table_is_what_the_data_files_make() {
     for (n, what) in all {
         let c = char::from_u32(n).unwrap();
         assert!(
-            baton::sanitize::is_hidden(c),
+            baton::text::sanitize::is_hidden(c),
             "U+{n:04X} ({what}) is not escaped"
         );
     }
@@ -403,7 +403,7 @@ fn the_unicode_table_is_what_the_data_files_make() {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let made = std::process::Command::new("python3")
-        .arg(root.join("src/sanitize/unicode.py"))
+        .arg(root.join("src/text/sanitize/unicode.py"))
         .arg(&data)
         .output()
         .unwrap();
@@ -412,10 +412,10 @@ fn the_unicode_table_is_what_the_data_files_make() {
         "{}",
         String::from_utf8_lossy(&made.stderr)
     );
-    let committed = fs::read_to_string(root.join("src/sanitize/tables.rs")).unwrap();
+    let committed = fs::read_to_string(root.join("src/text/sanitize/tables.rs")).unwrap();
     assert!(
         String::from_utf8(made.stdout).unwrap() == committed,
-        "src/sanitize/tables.rs is not what `make unicode` makes from {}: run it",
+        "src/text/sanitize/tables.rs is not what `make unicode` makes from {}: run it",
         data.display()
     );
 }

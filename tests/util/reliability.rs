@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use baton::digest::sha256_hex;
+use baton::base::digest::sha256_hex;
 use serde_json::Value;
 
 use super::{Env, Rng, baton_bin};

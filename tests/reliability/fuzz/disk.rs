@@ -30,8 +30,8 @@
 //! never written to after a restart; an admission after any `sequence`
 //! gets a file the next open finds queued.
 
-use baton::digest::sha256_hex;
-use baton::error::Error;
+use baton::base::digest::sha256_hex;
+use baton::base::error::Error;
 use baton::registry::{self, RegistryDir, Wire};
 use baton::spool::{
     self, Admission, Claim, Holdings, Limits, Meta, Receipt, Sender, Spool, Task, Whereabouts,

@@ -1,0 +1,388 @@
+//! Following an instance across restarts, and a task at it until it
+//! ends: the waiting of `baton send --wait` (local and `--via`), `baton
+//! inbox wait` and `baton mcp`'s `wait_seconds` and `task_status`.
+//!
+//! `follow` is the one loop: find an instance of the name (the lookup is
+//! the caller's: the registry here, a `bridge --await` there), watch it,
+//! and when it is lost find its successor, with a backoff from 0.1 s to
+//! 1 s between reconnections and the registry read once a second while
+//! none runs. Watching a task is one subscription: subscribe to the
+//! receiver's events first, then ask `task/status` on the same
+//! connection (so a `task.ended` in between is not missed), then wait for
+//! `task.ended` with the task's id.
+
+use crate::base::config::Config;
+use crate::base::error::{Error, Result};
+use crate::client::{ClientError, Session, request};
+use crate::registry::{self, Manifest, Peer};
+use crate::text::sanitize::escape;
+use crate::wire::answer::{Pending, Reply, TaskState, TaskStatus};
+use crate::wire::{self, Call, Event, EventKind, HandlerExit, Outcome};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How often the registry is read while no instance of the name runs.
+pub const REDISCOVER: Duration = Duration::from_secs(1);
+/// The backoff between reconnections: from the first to the last, doubling.
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_LAST: Duration = Duration::from_secs(1);
+/// The id of the `task/status` request on a subscribed connection.
+const STATUS_ID: &str = "wait-status";
+
+/// What watching one instance came to.
+pub enum Step<T> {
+    Done(T),
+    /// Lost after it had been watched: find its successor, the backoff
+    /// starting over.
+    Lost,
+    /// It could not be watched at all: the error ends the follow if
+    /// nothing has been watched yet; else, or without one, try again
+    /// after a longer backoff.
+    Unwatched(Option<Error>),
+}
+
+/// What `follow` looks for and how a stay of absence is told.
+pub struct Follow<'a> {
+    /// The name, for "NAME is not running; waiting for it to start".
+    pub name: &'a str,
+    pub deadline: Option<Instant>,
+    /// Says the note itself (a `--via` wait says where).
+    pub quiet: bool,
+}
+
+/// Finds an instance (`find`: None while none runs) and watches it
+/// (`watch`, told whether the last one was lost) until it is `Done`, or
+/// until the deadline (None).
+pub fn follow<P, T>(
+    f: &Follow,
+    mut find: impl FnMut() -> Result<Option<P>>,
+    mut watch: impl FnMut(P) -> Result<Step<T>>,
+) -> Result<Option<T>> {
+    let mut backoff = BACKOFF_FIRST;
+    let mut watched = false;
+    let mut said_absent = false;
+    loop {
+        if f.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        let Some(p) = find()? else {
+            if !said_absent && !f.quiet {
+                eprintln!(
+                    "baton: {} is not running; waiting for it to start",
+                    escape(f.name)
+                );
+            }
+            said_absent = true;
+            pause(REDISCOVER, f.deadline);
+            continue;
+        };
+        said_absent = false;
+        match watch(p)? {
+            Step::Done(t) => return Ok(Some(t)),
+            Step::Unwatched(Some(e)) if !watched => return Err(e),
+            Step::Unwatched(_) => {}
+            Step::Lost => {
+                watched = true;
+                backoff = BACKOFF_FIRST;
+            }
+        }
+        pause(backoff, f.deadline);
+        backoff = (backoff * 2).min(BACKOFF_LAST);
+    }
+}
+
+/// Sleeps for `d`, or until the deadline if that comes first: the wait
+/// between two looks at the registry, which has no event to wait for.
+pub fn pause(d: Duration, deadline: Option<Instant>) {
+    let d = match deadline {
+        Some(end) => d.min(end.saturating_duration_since(Instant::now())),
+        None => d,
+    };
+    std::thread::sleep(d);
+}
+
+/// The live native instance with the name, if one answers: `first` the
+/// id the task was delivered to, then one in `workspace`, then any
+/// (none other with `only_workspace`).
+#[derive(Clone)]
+pub struct Who {
+    pub name: String,
+    pub instance_id: Option<String>,
+    pub workspace: Option<String>,
+    pub only_workspace: bool,
+}
+
+impl Who {
+    /// Any instance of the name, `instance_id` first.
+    pub fn named(name: String, instance_id: Option<String>) -> Who {
+        Who {
+            name,
+            instance_id,
+            workspace: None,
+            only_workspace: false,
+        }
+    }
+
+    /// The instance it names now, as a front end following a task or an
+    /// inbox across restarts finds it again: the registry's manifests
+    /// ranked, and only the best pinged (the next when it does not
+    /// answer).
+    pub fn find(&self, config: &Config) -> Result<Option<Peer>> {
+        let (id, workspace) = (self.instance_id.as_deref(), self.workspace.as_deref());
+        let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);
+        let keep = |m: &Manifest| {
+            m.name == self.name && (!self.only_workspace || workspace == Some(m.workspace.as_str()))
+        };
+        let rank = |m: &Manifest| {
+            let other_id = id != Some(m.instance_id.as_str());
+            (other_id, workspace != Some(m.workspace.as_str()))
+        };
+        Ok(registry::first_answering(
+            &dirs,
+            config.io_timeout,
+            &self.name,
+            &keep,
+            &rank,
+        ))
+    }
+}
+
+impl Who {
+    /// The end of `message_id` as a spool of the name keeps it in its
+    /// receipts, read without a lock: an instance that finished the task
+    /// and stopped before the waiter looked again (one that runs for a
+    /// moment, as `baton mcp` under a short-lived host) leaves it there.
+    fn stored_end(&self, message_id: &str) -> Option<End> {
+        let workspace = self.workspace.as_deref().filter(|_| self.only_workspace);
+        crate::registry::lookup::known_spools()
+            .into_iter()
+            .filter(|s| s.name == self.name && workspace.is_none_or(|w| w == s.workspace))
+            .find_map(|s| crate::spool::read_receipt(&s.dir, message_id))
+            .map(|r| End::Final {
+                outcome: r.outcome,
+                reply_id: r.reply.as_ref().and_then(|x| x.message_id.clone()),
+                reply: r.reply.map(|x| x.body),
+                handler: r.handler,
+            })
+    }
+}
+
+/// How waiting for a task ended.
+pub enum End {
+    /// The task reached a final outcome, with its reply text if it made
+    /// one, and how its handler ended if its turn failed.
+    Final {
+        outcome: Outcome,
+        reply: Option<String>,
+        /// The reply's own message id, when it was sent back.
+        reply_id: Option<String>,
+        handler: HandlerExit,
+    },
+    /// The receiver does not know the task.
+    Unknown,
+    /// The deadline passed first; the last status seen, if any.
+    TimedOut(Option<Pending>),
+}
+
+impl End {
+    /// What a `task/status` answer says: the task's end, or where it
+    /// waits (`TimedOut` there, until a later answer or the deadline).
+    pub fn of(st: TaskStatus) -> End {
+        match st.status {
+            TaskState::Ended(outcome) => {
+                let reply = st.reply.flatten();
+                End::Final {
+                    outcome,
+                    reply_id: reply.as_ref().and_then(|r| r.message_id.clone()),
+                    reply: reply.map(|r| r.body),
+                    handler: st.handler,
+                }
+            }
+            TaskState::Pending(Pending::Unknown) => End::Unknown,
+            TaskState::Pending(p) => End::TimedOut(Some(p)),
+        }
+    }
+}
+
+/// Waits for the task `message_id` at whichever instance `who` finds,
+/// until `deadline`. Notes on stderr say when none runs.
+pub fn wait(
+    config: &Config,
+    who: &Who,
+    message_id: &str,
+    deadline: Option<Instant>,
+) -> Result<End> {
+    let mut last = None;
+    let f = Follow {
+        name: &who.name,
+        deadline,
+        quiet: false,
+    };
+    let end = follow(
+        &f,
+        || match who.find(config)? {
+            Some(peer) => Ok(Some(Found::Live(Box::new(peer)))),
+            None => Ok(who.stored_end(message_id).map(Found::Ended)),
+        },
+        |found| match found {
+            Found::Live(peer) => watch(config, &peer, message_id, deadline, &mut last),
+            Found::Ended(end) => Ok(Step::Done(end)),
+        },
+    )?;
+    Ok(end.unwrap_or(End::TimedOut(last)))
+}
+
+/// What a waiter finds while it follows a task: the live instance to
+/// watch, or, while none runs, the task's end as its spool kept it.
+enum Found {
+    Live(Box<Peer>),
+    Ended(End),
+}
+
+/// After a wait handed over the reply `reply_id` to the task
+/// `message_id`: tells the instance that sent the task, on `conn`, that
+/// its sender has the reply (`inbox/received`), so that the reply queued
+/// there is not handed out again as new work. Its answer's `status`.
+pub fn tell_received(conn: &mut Session, reply_id: &str, message_id: &str) -> Result<String> {
+    let params = json!({"message_id": reply_id, "in_reply_to": message_id});
+    let v: Value = conn
+        .call(Call::InboxReceived, params)
+        .map_err(|e| Error::Transport(format!("inbox/received: {e}")))?;
+    Ok(v["status"].as_str().unwrap_or("").to_string())
+}
+
+/// Asks the instance `who` finds once for `task/status` of `message_id`:
+/// its answer, or `None` when none runs.
+pub fn ask_status(config: &Config, who: &Who, message_id: &str) -> Result<Option<TaskStatus>> {
+    let Some(peer) = who.find(config)? else {
+        return Ok(None);
+    };
+    let socket = Path::new(&peer.manifest.socket);
+    let name = escape(&who.name);
+    let mut conn = Session::open(socket, config.io_timeout)
+        .map_err(|e| Error::Refused(format!("{name} does not answer: {e}")))?;
+    conn.call(Call::TaskStatus, json!({"message_id": message_id}))
+        .map(Some)
+        .map_err(|e| Error::Refused(format!("{name} answered task/status with {e}")))
+}
+
+/// Subscribes to one instance's events, asks for the task's status, and
+/// waits for its end there.
+fn watch(
+    config: &Config,
+    peer: &Peer,
+    message_id: &str,
+    deadline: Option<Instant>,
+    last: &mut Option<Pending>,
+) -> Result<Step<End>> {
+    let socket = Path::new(&peer.manifest.socket);
+    let Ok(mut conn) = Session::open(socket, config.io_timeout) else {
+        return Ok(Step::Unwatched(None));
+    };
+    // Only live events: the status answer covers what happened before.
+    if conn.subscribe(json!({})).is_err() {
+        return Ok(Step::Unwatched(None));
+    }
+    watch_session(&mut conn, message_id, deadline, last, None)
+}
+
+/// Asks `task/status` on `conn` and reads what follows until the task's
+/// end: its `task.ended` on a subscribed connection, or a final status.
+/// With `again`, the question is asked again after that long, doubling
+/// up to once a second (a bridge, which may not subscribe).
+pub fn watch_session(
+    conn: &mut Session,
+    message_id: &str,
+    deadline: Option<Instant>,
+    last: &mut Option<Pending>,
+    again: Option<Duration>,
+) -> Result<Step<End>> {
+    let ask = request(
+        STATUS_ID,
+        Call::TaskStatus.into(),
+        json!({"message_id": message_id}),
+    );
+    let mut every = again;
+    loop {
+        if conn.write(&ask).is_err() {
+            return Ok(Step::Lost);
+        }
+        let until = match every {
+            Some(e) => {
+                every = Some((e * 2).min(BACKOFF_LAST));
+                let next = Instant::now() + e;
+                Some(deadline.map_or(next, |d| d.min(next)))
+            }
+            None => deadline,
+        };
+        loop {
+            match conn.next(until) {
+                Ok(msg) => {
+                    if let Some(end) = read(&msg, message_id, last)? {
+                        return Ok(end);
+                    }
+                }
+                Err(ClientError::Timeout) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return Ok(Step::Done(End::TimedOut(*last)));
+                }
+                Err(ClientError::Timeout) => break,
+                Err(_) => return Ok(Step::Lost),
+            }
+        }
+    }
+}
+
+/// What one line says about the task: its end, a lost cause, or nothing
+/// yet.
+fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Option<Step<End>>> {
+    if let Some(ev) = Event::of_notification(msg) {
+        if ev.kind != Some(EventKind::TaskEnded) || ev.id() != message_id {
+            return Ok(None);
+        }
+        let outcome = ev.outcome.unwrap_or(Outcome::Failed);
+        let reply_id = ev.reply.as_ref().and_then(|r| r.message_id.clone());
+        let reply = ev.reply.map(|r| r.body);
+        let handler = HandlerExit {
+            exit_status: ev.exit_status,
+            signal: ev.signal,
+            stderr_tail: ev.stderr_tail,
+            host: ev.host,
+        };
+        return Ok(Some(Step::Done(End::Final {
+            outcome,
+            reply,
+            reply_id,
+            handler,
+        })));
+    }
+    let Ok(line) = serde_json::from_value::<Reply>(msg.clone()) else {
+        return Ok(None);
+    };
+    if line.id.as_ref().and_then(Value::as_str) != Some(STATUS_ID) {
+        return Ok(None);
+    }
+    if let Some(err) = line.error {
+        if err.code == wire::METHOD_NOT_FOUND {
+            return Err(Error::Refused(
+                "the receiver does not answer task/status (an older baton), so its tasks cannot be waited for"
+                    .into(),
+            ));
+        }
+        // Shutting down, or too busy to answer: ask its successor.
+        return Ok(Some(Step::Lost));
+    }
+    let Some(st) = line
+        .result
+        .and_then(|r| serde_json::from_value::<TaskStatus>(r).ok())
+    else {
+        return Ok(None);
+    };
+    match End::of(st) {
+        End::TimedOut(p) => {
+            *last = p;
+            Ok(None)
+        }
+        end => Ok(Some(Step::Done(end))),
+    }
+}
