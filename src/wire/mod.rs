@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod answer;
+pub mod request;
 mod event;
 pub mod event_text;
 mod id;

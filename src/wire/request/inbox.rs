@@ -1,0 +1,2 @@
+//! The work methods: `inbox/*`, `task/*`, `relay/send`, `turn/*` and
+//! `message/send`.
