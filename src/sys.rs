@@ -327,9 +327,13 @@ pub(super) fn kill(id: u32, sign: libc::pid_t, sig: i32, bad: &str) -> io::Resul
     check(unsafe { libc::kill(sign * id as libc::pid_t, sig) }).map(drop)
 }
 
-/// Waits, without a deadline, until one of `fds` can be read (written,
-/// where its flag says so), hung up or failed; says which did.
-pub fn poll_ready(fds: &[(BorrowedFd<'_>, bool)]) -> io::Result<Vec<bool>> {
+/// Waits up to `timeout` (`None`: without end) until one of `fds` can
+/// be read (written, where its flag says so), is hung up or failed; says
+/// which did (none: the time passed).
+pub fn poll_ready(
+    fds: &[(BorrowedFd<'_>, bool)],
+    timeout: Option<std::time::Duration>,
+) -> io::Result<Vec<bool>> {
     let mut polled: Vec<libc::pollfd> = fds
         .iter()
         .map(|(fd, write)| libc::pollfd {
@@ -341,7 +345,11 @@ pub fn poll_ready(fds: &[(BorrowedFd<'_>, bool)]) -> io::Result<Vec<bool>> {
     let (all, n) = (polled.as_mut_ptr(), polled.len() as libc::nfds_t);
     // SAFETY: `all` is a valid, writable array of `n` pollfd for the call,
     // and every descriptor is borrowed, so open.
-    retrying(|| unsafe { libc::poll(all, n, -1) }.into())?;
+    // Rounded up, so that a wait never ends early.
+    let ms = timeout.map_or(-1, |t| {
+        i32::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
+    });
+    retrying(|| unsafe { libc::poll(all, n, ms) }.into())?;
     Ok(polled.iter().map(|p| p.revents != 0).collect())
 }
 
@@ -741,15 +749,6 @@ mod shani {
             _mm_storeu_si128(at.add(1), _mm_alignr_epi8(dchg, feba, 8));
         }
     }
-}
-
-/// A directory for a unit test, `tag` naming it: removed if a run before
-/// left it, and not created.
-#[cfg(test)]
-pub(crate) fn scratch(tag: &str) -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("baton-test-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    p
 }
 
 #[cfg(test)]

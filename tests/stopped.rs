@@ -471,3 +471,62 @@ fn send_wait_learns_the_end_from_the_receipt_once_the_agent_stopped_again() {
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert_eq!(stdout.trim_end(), "done here", "{stderr}");
 }
+
+/// Issue 45: a stopped agent's stand-in (`bridge --offline`, what `send
+/// --via` reaches a stopped agent through) reads and checks as an
+/// instance's connection does, where it was once a second server of the
+/// command line's own: a request before `initialize` is refused as a
+/// connection refuses it, params that are not an object get the server's
+/// words, and a line gets one deadline (`BATON_IO_TIMEOUT`) from its first
+/// byte: one that never ends is answered `read timeout` and the bridge
+/// exits, where it once waited for the rest forever.
+#[test]
+fn a_stopped_agents_stand_in_reads_and_checks_as_a_connection_does() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let env = Env::new();
+    stopped_keeper(&env);
+    let mut child = env
+        .cmd()
+        .args(["bridge", "--offline", "keeper"])
+        .env("BATON_IO_TIMEOUT", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap());
+        }
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let mut ask = |line: &str| {
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        rx.recv_timeout(T).expect("an answer from the stand-in")
+    };
+    let send = r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"k3","body":"b","sender":{}}}"#;
+    let early = ask(&format!("{send}\n"));
+    assert_eq!(early["error"]["code"], -32010, "{early}");
+    let hello = ask(
+        "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocol_version\":1,\"client\":{\"name\":\"t\",\"version\":\"0\"}}}\n",
+    );
+    assert_eq!(hello["result"]["offline"]["name"], "keeper", "{hello}");
+    let bad = ask("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"message/send\",\"params\":[1]}\n");
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    assert_eq!(
+        bad["error"]["message"], "invalid params: params must be an object",
+        "{bad}"
+    );
+    // Half a line, and the client goes quiet with its end still open.
+    let stalled = ask(r#"{"jsonrpc":"2.0","id":3,"#);
+    assert_eq!(stalled["error"]["code"], -32000, "{stalled}");
+    let m = stalled["error"]["message"].as_str().unwrap_or("");
+    assert!(m.starts_with("read timeout: "), "{stalled}");
+    let exited = wait_for("the stand-in's exit", T, || child.try_wait().unwrap());
+    assert!(exited.success(), "{exited:?}");
+    drop(stdin);
+}

@@ -9,24 +9,21 @@
 //! session (`Remote::write`, `Remote::lines`) to wait for the task.
 
 use super::args::Args;
-use super::bridged;
 use super::target;
 use crate::base::config::Config;
 use crate::base::error::{Error, ExitCode, Result};
-use crate::base::status::Status;
 use crate::client::{ClientError, PipeLines, Session};
 use crate::registry::Peer;
-use crate::relay::{self, Route};
-use crate::server::{self, SendRequest};
+use crate::relay;
 use crate::text::sanitize::escape;
-use crate::wire::INVALID_REQUEST;
 use crate::wire::Method;
-use crate::wire::answer::{Hello, HelloParams, Offline, Software};
+use crate::wire::access::BridgeKey;
+use crate::wire::answer::HelloParams;
 use crate::{registry, sys, wire};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -41,7 +38,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
                 .into(),
         ));
     }
-    let key = bridged::key_label(args)?;
+    let key = key_label(args)?;
     let name = args.positional.first().map(String::as_str);
     let peer = match (target::resolve(config, name), name) {
         (Ok(peer), _) => peer,
@@ -64,6 +61,22 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         (Err(e), _) => return Err(e),
     };
     join(&peer, key, stdin_chunks(), Vec::new())
+}
+
+/// `--key LABEL`, checked: the label a forced command names its key by
+/// (docs/ssh.md).
+fn key_label(args: &Args) -> Result<Option<&str>> {
+    let Some(label) = args.value("key") else {
+        return Ok(None);
+    };
+    if !BridgeKey::valid_label(label) {
+        return Err(Error::Usage(format!(
+            "bridge: --key {}: a key's label is 1 to {} bytes of letters, digits and -_.@",
+            escape(label),
+            BridgeKey::MAX_LABEL
+        )));
+    }
+    Ok(Some(label))
 }
 
 /// The bytes the client writes, in chunks.
@@ -123,7 +136,7 @@ fn join(peer: &Peer, key: Option<&str>, input: Chunks, held: Vec<u8>) -> Result<
     let socket = std::path::Path::new(&peer.manifest.socket);
     let fail = |e| Error::io("connect to", socket, e);
     let stream = UnixStream::connect(socket).map_err(fail)?;
-    let mut stream = bridged::declare(stream, peer, socket, key)?;
+    let (mut stream, early) = relay::bridge::declare(stream, peer, key)?;
     let mut to_socket = stream.try_clone().map_err(fail)?;
     std::thread::spawn(move || {
         let _ = std::iter::once(held)
@@ -132,6 +145,13 @@ fn join(peer: &Peer, key: Option<&str>, input: Chunks, held: Vec<u8>) -> Result<
         let _ = to_socket.shutdown(std::net::Shutdown::Write);
     });
     let mut stdout = std::io::stdout().lock();
+    if stdout
+        .write_all(&early)
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
+        return Ok(ExitCode::Ok);
+    }
     let mut buf = [0u8; 8192];
     while let Ok(n @ 1..) = stream.read(&mut buf) {
         if stdout
@@ -145,33 +165,25 @@ fn join(peer: &Peer, key: Option<&str>, input: Chunks, held: Vec<u8>) -> Result<
     Ok(ExitCode::Ok)
 }
 
-/// `bridge --offline NAME` for a NAME that is not running: answers
-/// `initialize` (`instance` null, `offline` naming it) and routes each
-/// `message/send` as a plain local send does: stored in the spool, or
-/// delivered if the agent has started meanwhile.
+/// `bridge --offline NAME` for a NAME that is not running: the engine's
+/// stand-in for it serves the client on stdin and stdout
+/// (`relay::stand_in`).
 fn offline(config: &Config, target: &str, key: Option<&str>) -> Result<ExitCode> {
     super::sent::not_in_a_turn()?;
     let dir = registry::ensure_dir(config)?;
-    let mut input = std::io::stdin().lock();
-    let mut out = std::io::stdout().lock();
-    loop {
-        // A read error ends the input as its end does.
-        let line = line_of(&mut input, config.max_bytes);
-        if line.is_empty() {
-            return Ok(ExitCode::Ok);
-        }
-        let too_long = line.len() > config.max_bytes;
-        let answer = match serde_json::from_slice::<Value>(&line) {
-            _ if too_long => wire::error_line(&Value::Null, INVALID_REQUEST, "line too long", None),
-            Err(_) => wire::error_line(&Value::Null, wire::PARSE_ERROR, "not JSON", None),
-            // A notification has no answer.
-            Ok(req) if req.get("id").is_none() => continue,
-            Ok(req) => offline_call(config, &dir, target, key, &req),
-        };
-        if out.write_all(&answer).and_then(|()| out.flush()).is_err() || too_long {
-            return Ok(ExitCode::Ok);
-        }
-    }
+    let fail = |e| Error::io("read", Path::new("the standard input"), e);
+    let input = wire::Pipe::new(std::io::stdin().as_fd()).map_err(fail)?;
+    // A client that left, or a write that failed, ends the stand-in as
+    // the end of its input does.
+    let _ = relay::stand_in(
+        config,
+        &dir,
+        target,
+        key,
+        input,
+        &mut std::io::stdout().lock(),
+    );
+    Ok(ExitCode::Ok)
 }
 
 /// The next line of `r` with its `\n`, holding at most one byte past
@@ -182,85 +194,6 @@ fn line_of(r: &mut impl BufRead, max: usize) -> Vec<u8> {
         Ok(_) => line,
         Err(_) => Vec::new(),
     }
-}
-
-/// One request to a stopped agent's stand-in: its answer line.
-fn offline_call(
-    config: &Config,
-    dir: &Path,
-    target: &str,
-    key: Option<&str>,
-    req: &Value,
-) -> Vec<u8> {
-    let id = &req["id"];
-    let p = &req["params"];
-    let error = |code, message: &str| wire::error_line(id, code, message, None);
-    let result = match req["method"].as_str().unwrap_or("") {
-        "initialize" => serde_json::to_value(Hello {
-            offline: Some(Offline {
-                name: target.to_string(),
-            }),
-            protocol_version: wire::PROTOCOL,
-            server: Software::baton("baton"),
-            ..Hello::default()
-        })
-        .expect("serializes"),
-        "message/send" => {
-            // Read and checked as a live instance does (server/), but for
-            // the target: a stopped agent has no instance id to name.
-            let Value::Object(mut params) = p.clone() else {
-                return error(wire::INVALID_PARAMS, "params must be an object");
-            };
-            params
-                .entry("target_instance_id")
-                .or_insert_with(|| json!(""));
-            let req = match SendRequest::from_params(&params) {
-                Ok(req) => req,
-                Err(e) => return error(e.code, &e.message),
-            };
-            if let Err(v) = server::check_request(config, &req) {
-                let refusal =
-                    json!({"status": v.status, "message_id": req.message_id, "reason": v.reason});
-                return wire::result_line(id, &refusal);
-            }
-            let message_id = req.message_id.as_str();
-            // Stored as having come through a bridge, as a live instance
-            // records it.
-            let make = || {
-                let mut task = super::sent::plain_task(message_id, &req.body, &req.mode);
-                task.sender.workspace = None;
-                task.sender.remote = Some(bridged::ssh_remote().unwrap_or_else(|| "ssh".into()));
-                task.sender.key = key.map(String::from);
-                task
-            };
-            match relay::route(config, dir, target, message_id, &make) {
-                Route::Done(v) => v,
-                Route::Live(peer) => {
-                    // It started meanwhile: deliver to it as a local send would.
-                    let mut params = p.clone();
-                    params["target_instance_id"] = json!(peer.manifest.instance_id);
-                    match bridged::send(config, &peer, key, &params) {
-                        Ok(mut v) => {
-                            v["target"] = json!({"instance_id": peer.manifest.instance_id, "name": peer.manifest.name});
-                            v
-                        }
-                        Err(e) => {
-                            json!({"status": Status::Transport, "message_id": message_id, "reason": e.to_string()})
-                        }
-                    }
-                }
-            }
-        }
-        m => {
-            let why = format!(
-                "{} is not running: only message/send is taken for it, not {}",
-                escape(target),
-                escape(m)
-            );
-            return error(wire::METHOD_NOT_FOUND, &why);
-        }
-    };
-    wire::result_line(id, &result)
 }
 
 /// A via command (`sh -c "VIA REMOTE ARGS..."`) running in a process group

@@ -6,7 +6,6 @@ mod approve;
 mod args;
 mod attach;
 mod bridge;
-mod bridged;
 mod cancel;
 mod completions;
 mod control;

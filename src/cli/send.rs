@@ -292,7 +292,7 @@ fn plain(args: &Args, config: &Config, body: &str) -> Result<ExitCode> {
     let message_id = message_id(args)?;
     super::sent::not_in_a_turn()?;
     let dir = registry::ensure_dir(config)?;
-    let make = || super::sent::plain_task(&message_id, body, mode);
+    let make = || crate::relay::plain_task(&message_id, body, mode);
     let peer = match relay::route(config, &dir, target_arg, &message_id, &make) {
         relay::Route::Live(p) => *p,
         relay::Route::Done(v) => return finish(args, config, &v, None),

@@ -11,28 +11,6 @@ use crate::text::sanitize::escape;
 use crate::wire::answer::SendResult;
 use serde_json::Value;
 
-/// The task a plain command line stores in a stopped agent's spool: the
-/// sender is recorded as such, by its pid and working directory.
-pub(super) fn plain_task(message_id: &str, body: &str, mode: &str) -> crate::spool::Task {
-    let sender = crate::spool::Sender {
-        pid: Some(std::process::id()),
-        workspace: std::env::current_dir()
-            .ok()
-            .map(|d| d.display().to_string()),
-        ..crate::spool::Sender::default()
-    };
-    crate::spool::new_task(
-        message_id,
-        body,
-        sender,
-        0,
-        None,
-        mode,
-        Some(std::process::id()),
-        "jsonrpc",
-    )
-}
-
 /// Prints a delivery result and maps its status to the exit code.
 pub(super) fn report(args: &Args, v: &Value) -> Result<ExitCode> {
     let r: SendResult = serde_json::from_value(v.clone())

@@ -2,19 +2,24 @@
 //! its agent (`relay/send`, `--reply`), run on a worker thread, here; the
 //! sender-side guards (`guard`), delivery to a live peer with one retry
 //! (`deliver`), offline delivery into a stopped agent's spool
-//! (`offline`), wake sockets (`wake`). The CLI uses the same parts for
+//! (`offline`), a stopped agent's stand-in on a pipe (`standin`, for
+//! `bridge --offline`) and what a bridge declares (`bridge`), wake sockets
+//! (`wake`). The CLI uses the same parts for
 //! plain sends.
 
+pub mod bridge;
 mod deliver;
 mod guard;
 mod offline;
 mod result;
+mod standin;
 mod wake;
 
 pub use crate::registry::lookup::{KnownSpool, known_spools};
 pub use deliver::{ZCODER_MAX_BYTES, deliver, deliver_zcoder};
 pub use guard::{Refusal, check_frame};
-pub use offline::{Route, route};
+pub use offline::{Route, plain_task, route};
+pub use standin::stand_in;
 pub use wake::{wake, wake_socket};
 
 use crate::base::config::Config;

@@ -27,6 +27,28 @@ pub enum Route {
 /// instance that is starting (it publishes its manifest right after).
 const RACE_WAIT: Duration = Duration::from_secs(3);
 
+/// The task a plain command line stores in a stopped agent's spool: the
+/// sender is recorded as such, by its pid and working directory.
+pub fn plain_task(message_id: &str, body: &str, mode: &str) -> crate::spool::Task {
+    let sender = crate::spool::Sender {
+        pid: Some(std::process::id()),
+        workspace: std::env::current_dir()
+            .ok()
+            .map(|d| d.display().to_string()),
+        ..crate::spool::Sender::default()
+    };
+    crate::spool::new_task(
+        message_id,
+        body,
+        sender,
+        0,
+        None,
+        mode,
+        Some(std::process::id()),
+        "jsonrpc",
+    )
+}
+
 /// Resolves TARGET among live peers; when no live instance has that name
 /// but exactly one spool does, stores the task there. `make_task` builds
 /// the task to store.

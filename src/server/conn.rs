@@ -136,36 +136,14 @@ fn no_descriptor(e: &io::Error) -> Vec<u8> {
 /// Says why a line could not be read, while an answer is still possible:
 /// in zcoder's framing if the line was the start of a zcoder header.
 fn answer_read_error(shared: &Shared, out: &Writer, e: &ReadError, zcoder: bool) {
-    let cfg = &shared.config;
-    let (code, message) = match e {
-        ReadError::TooLarge => (
-            wire::INVALID_REQUEST,
-            format!(
-                "frame too large: a line may hold at most {} bytes",
-                cfg.max_bytes
-            ),
-        ),
-        ReadError::Idle => (
-            wire::CONNECTION_ERROR,
-            format!(
-                "idle timeout: no request for {} s",
-                cfg.idle_timeout.as_secs_f64()
-            ),
-        ),
-        ReadError::LineTimeout => (
-            wire::CONNECTION_ERROR,
-            format!(
-                "read timeout: a line must complete within {} s of its first byte",
-                cfg.io_timeout.as_secs_f64()
-            ),
-        ),
-        ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => return,
+    let Some(line) = super::read_error_line(&shared.config, e) else {
+        return;
     };
     // A zcoder header that never completed is answered in its own framing.
     let line = if zcoder {
         zcoder::invalid(shared)
     } else {
-        wire::error_line(&Value::Null, code, &message, None)
+        line
     };
     write_line(out, &line);
 }

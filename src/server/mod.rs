@@ -125,7 +125,7 @@ impl RpcError {
     }
 
     /// The error's line, answering request `id`.
-    fn line<I: serde::Serialize + ?Sized>(self, id: &I) -> Vec<u8> {
+    pub fn line<I: serde::Serialize + ?Sized>(self, id: &I) -> Vec<u8> {
         wire::error_line(id, self.code, &self.message, self.data)
     }
 }
@@ -344,7 +344,39 @@ fn cap_line(shared: &Shared, why: slots::GaveWay) -> Vec<u8> {
     )
 }
 
-fn invalid_params(what: impl std::fmt::Display) -> RpcError {
+/// The error line for a line that could not be read, while an answer is
+/// still possible (none for a peer that left): a connection's, and a
+/// stopped agent's stand-in's (`relay::stand_in`).
+pub fn read_error_line(cfg: &crate::base::config::Config, e: &wire::ReadError) -> Option<Vec<u8>> {
+    use wire::ReadError;
+    let (code, message) = match e {
+        ReadError::TooLarge => (
+            wire::INVALID_REQUEST,
+            format!(
+                "frame too large: a line may hold at most {} bytes",
+                cfg.max_bytes
+            ),
+        ),
+        ReadError::Idle => (
+            wire::CONNECTION_ERROR,
+            format!(
+                "idle timeout: no request for {} s",
+                cfg.idle_timeout.as_secs_f64()
+            ),
+        ),
+        ReadError::LineTimeout => (
+            wire::CONNECTION_ERROR,
+            format!(
+                "read timeout: a line must complete within {} s of its first byte",
+                cfg.io_timeout.as_secs_f64()
+            ),
+        ),
+        ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => return None,
+    };
+    Some(wire::error_line(&Value::Null, code, &message, None))
+}
+
+pub fn invalid_params(what: impl std::fmt::Display) -> RpcError {
     RpcError::new(wire::INVALID_PARAMS, format!("invalid params: {what}"))
 }
 

@@ -86,3 +86,12 @@ pub const KNOWS_PEER_PID: bool = cfg!(any(
     target_os = "netbsd",
     target_os = "macos"
 ));
+
+/// A directory for a unit test, `tag` naming it: removed if a run before
+/// left it, and not created.
+#[cfg(test)]
+pub(crate) fn scratch(tag: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("baton-test-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    p
+}

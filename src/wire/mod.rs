@@ -4,12 +4,12 @@
 
 pub mod access;
 pub mod answer;
-pub mod request;
 mod event;
 pub mod event_text;
 mod id;
 mod names;
 mod records;
+pub mod request;
 mod zcoder;
 
 pub use event::*;
@@ -74,10 +74,59 @@ pub enum ReadError {
     Io(io::Error),
 }
 
+/// What a `LineReader` reads: a byte stream whose reads can be bounded in
+/// time (a timed-out read fails as `timed_out` says).
+pub trait Source: Read {
+    /// Bounds each read from now on; `None`: no bound.
+    fn set_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+}
+
+impl Source for UnixStream {
+    fn set_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(timeout)
+    }
+}
+
+/// A pipe (or any descriptor) read as a `Source`, each read waiting for
+/// its bytes with `poll`: the standard input of `baton bridge --offline`.
+pub struct Pipe {
+    file: std::fs::File,
+    timeout: Option<Duration>,
+}
+
+impl Pipe {
+    /// Reads a descriptor of its own onto what `fd` reads (stdin's, say,
+    /// without the standard library's buffer in between).
+    pub fn new(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<Pipe> {
+        let file = std::fs::File::from(fd.try_clone_to_owned()?);
+        Ok(Pipe {
+            file,
+            timeout: None,
+        })
+    }
+}
+
+impl Read for Pipe {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::fd::AsFd;
+        if !crate::sys::poll_ready(&[(self.file.as_fd(), false)], self.timeout)?[0] {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.file.read(buf)
+    }
+}
+
+impl Source for Pipe {
+    fn set_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.timeout = timeout;
+        Ok(())
+    }
+}
+
 /// Reads `\n`-terminated lines from a stream without ever holding more than
 /// `max + 1` bytes, so an endless line costs a fixed amount of memory.
-pub struct LineReader {
-    stream: UnixStream,
+pub struct LineReader<S: Source = UnixStream> {
+    stream: S,
     buf: Vec<u8>,
     start: usize,
     end: usize,
@@ -88,8 +137,8 @@ pub struct LineReader {
     timeout_set: Option<Option<Duration>>,
 }
 
-impl LineReader {
-    pub fn new(stream: UnixStream, max: usize) -> LineReader {
+impl<S: Source> LineReader<S> {
+    pub fn new(stream: S, max: usize) -> LineReader<S> {
         LineReader {
             stream,
             buf: Vec::new(),
@@ -103,9 +152,7 @@ impl LineReader {
 
     fn set_timeout(&mut self, timeout: Option<Duration>) -> Result<(), ReadError> {
         if self.timeout_set != Some(timeout) {
-            self.stream
-                .set_read_timeout(timeout)
-                .map_err(ReadError::Io)?;
+            self.stream.set_timeout(timeout).map_err(ReadError::Io)?;
             self.timeout_set = Some(timeout);
         }
         Ok(())
@@ -127,27 +174,10 @@ impl LineReader {
         self.buf.capacity()
     }
 
-    /// Takes exactly `n` more bytes (buffered ones first) within
-    /// `timeout`; the caller bounds `n`.
-    pub fn read_exact_within(&mut self, n: usize, timeout: Duration) -> Result<Vec<u8>, ReadError> {
-        let deadline = Instant::now() + timeout;
-        let take = n.min(self.end - self.start);
-        let mut out = Vec::with_capacity(n);
-        out.extend_from_slice(&self.buf[self.start..self.start + take]);
-        self.start += take;
-        let mut chunk = [0u8; 8192];
-        // `read_some` sets the socket's timeout as it goes.
-        self.timeout_set = None;
-        while out.len() < n {
-            let want = (n - out.len()).min(chunk.len());
-            match zcoder::read_some(&mut self.stream, &mut chunk[..want], deadline) {
-                Ok(0) => return Err(ReadError::Truncated),
-                Ok(k) => out.extend_from_slice(&chunk[..k]),
-                Err(FrameError::Timeout) => return Err(ReadError::LineTimeout),
-                Err(e) => return Err(ReadError::Io(io::Error::other(e.to_string()))),
-            }
-        }
-        Ok(out)
+    /// The stream and the bytes read past the last line returned.
+    pub fn into_parts(self) -> (S, Vec<u8>) {
+        let rest = self.buf[self.start..self.end].to_vec();
+        (self.stream, rest)
     }
 
     /// Returns the next line without its `\n`. `idle` bounds the wait for
@@ -220,6 +250,31 @@ impl LineReader {
             self.buf.reserve_exact(want - self.buf.len());
             self.buf.resize(want, 0);
         }
+    }
+}
+
+impl LineReader<UnixStream> {
+    /// Takes exactly `n` more bytes (buffered ones first) within
+    /// `timeout`; the caller bounds `n`.
+    pub fn read_exact_within(&mut self, n: usize, timeout: Duration) -> Result<Vec<u8>, ReadError> {
+        let deadline = Instant::now() + timeout;
+        let take = n.min(self.end - self.start);
+        let mut out = Vec::with_capacity(n);
+        out.extend_from_slice(&self.buf[self.start..self.start + take]);
+        self.start += take;
+        let mut chunk = [0u8; 8192];
+        // `read_some` sets the socket's timeout as it goes.
+        self.timeout_set = None;
+        while out.len() < n {
+            let want = (n - out.len()).min(chunk.len());
+            match zcoder::read_some(&mut self.stream, &mut chunk[..want], deadline) {
+                Ok(0) => return Err(ReadError::Truncated),
+                Ok(k) => out.extend_from_slice(&chunk[..k]),
+                Err(FrameError::Timeout) => return Err(ReadError::LineTimeout),
+                Err(e) => return Err(ReadError::Io(io::Error::other(e.to_string()))),
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -284,7 +284,7 @@ impl Io {
             if fds.len() == 1 {
                 break;
             }
-            let Ok(ready) = sys::poll_ready(&fds) else {
+            let Ok(ready) = sys::poll_ready(&fds, None) else {
                 break;
             };
             if ready[0] {
