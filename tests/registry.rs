@@ -1049,7 +1049,8 @@ fn discovery_reads_at_most_10000_valid_manifests_and_says_how_many_it_did_not() 
     assert_eq!(
         out.stderr,
         format!(
-            "baton: {}: {problem}\nbaton: no other live instances\n",
+            "baton: {}: {problem}\nbaton: no other live instances in {}\n",
+            reg.display(),
             reg.display()
         )
     );
@@ -1602,4 +1603,44 @@ fn an_entry_from_another_pid_namespace_is_not_judged_by_our_kernel() {
     s.term();
     assert!(exists(&mpath));
     drop(listener);
+}
+
+/// Issue 46, point 4: an answer that found no instance names the
+/// directory it searched, and a relative `XDG_RUNTIME_DIR` is ignored with
+/// a warning that says so, where `list` once said `no other live
+/// instances` and nothing of where it had looked.
+#[test]
+fn finding_no_instance_names_the_registry_searched() {
+    let env = Env::new();
+    let out = env.run(&["list"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    let reg = std::fs::canonicalize(&env.registry).unwrap();
+    let none = format!("baton: no other live instances in {}\n", reg.display());
+    assert_eq!(out.stderr, none);
+    let out = env.run(&["send", "nobody", "hello"]);
+    assert_eq!(out.status, 3, "{out:?}");
+    assert!(
+        out.stderr
+            .contains(&format!("no live instances in {}", reg.display())),
+        "{out:?}"
+    );
+    // Without BATON_DIR: the relative XDG_RUNTIME_DIR is passed over, and
+    // said to be; the registry used is the temporary one.
+    let tmp = env.root.join("tmp");
+    let out = env
+        .cmd()
+        .arg("list")
+        .env_remove("BATON_DIR")
+        .env("XDG_RUNTIME_DIR", "relative/run")
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(
+            "baton: warning: XDG_RUNTIME_DIR=relative/run is not an absolute path; ignored\n"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("no other live instances in "), "{err}");
 }

@@ -161,7 +161,7 @@ fn print(args: &Args, items: &[Value], here: bool) {
         })
         .collect();
     if rows.is_empty() && here {
-        eprintln!("baton: no other live instances");
+        eprintln!("baton: no other live instances {}", registry::searched());
     } else if rows.is_empty() {
         eprintln!("baton: no live instances there");
     } else {

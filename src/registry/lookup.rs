@@ -236,7 +236,7 @@ pub fn candidate(name: &str, pid: Option<u32>, workspace: &str, id: &str) -> [St
 /// list of candidates is printed here.
 pub fn candidate_list(rows: &[[String; 4]]) -> String {
     if rows.is_empty() {
-        return "no live instances are running".into();
+        return format!("no live instances {}", super::searched());
     }
     let lines: String = (crate::text::columns(rows).iter())
         .map(|l| format!("\n  {l}"))

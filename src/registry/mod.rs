@@ -111,16 +111,90 @@ pub fn zcoder_dir() -> PathBuf {
         .unwrap_or_else(tmp)
 }
 
-/// Creates (mode 0700) and checks the registry directory the
-/// configuration selects, returning its canonical path.
-pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
-    if let Some(who) = crate::base::accounts::target() {
-        return target_dir(config, who);
+/// Where a registry came from: the first of these that gives one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirSource {
+    /// `$BATON_DIR`.
+    BatonDir,
+    /// `$XDG_RUNTIME_DIR/baton`.
+    Runtime,
+    /// `/run/user/UID/baton`, where `/run/user/UID` is the user's own,
+    /// mode 0700 (cron, `sudo` and some ssh logins set no
+    /// `XDG_RUNTIME_DIR`, while the user's sessions made it).
+    RunUser,
+    /// `${TMPDIR:-/tmp}/baton-UID`.
+    Tmp,
+}
+
+/// The registry directory the configuration and the environment select
+/// for this user, and which rule chose it (docs/protocol.md §2). A
+/// relative `XDG_RUNTIME_DIR` is ignored, with a warning on stderr once.
+pub fn chosen_dir(config: &Config) -> (PathBuf, DirSource) {
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    let run = Path::new("/run/user");
+    let (dir, source, ignored) = choose(config.dir.as_deref(), xdg, run, sys::uid(), tmp_base());
+    if let Some(v) = ignored {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            eprintln!(
+                "baton: warning: XDG_RUNTIME_DIR={} is not an absolute path; ignored",
+                crate::text::sanitize::escape(&v.to_string_lossy())
+            );
+        });
     }
-    let runtime = || absolute_var("XDG_RUNTIME_DIR").map(|r| r.join("baton"));
-    let tmp = || tmp_base().join(format!("baton-{}", sys::uid()));
-    let chosen = config.dir.clone().or_else(runtime).unwrap_or_else(tmp);
-    ensure_private_dir(&chosen, "registry")
+    (dir, source)
+}
+
+/// `chosen_dir` with what it reads given: `BATON_DIR`, `XDG_RUNTIME_DIR`,
+/// the directory of the users' runtime directories, the uid and the
+/// temporary directory; a relative `XDG_RUNTIME_DIR` comes back ignored.
+fn choose(
+    dir: Option<&Path>,
+    xdg: Option<PathBuf>,
+    run: &Path,
+    uid: u32,
+    tmp: PathBuf,
+) -> (PathBuf, DirSource, Option<PathBuf>) {
+    if let Some(d) = dir {
+        return (d.to_path_buf(), DirSource::BatonDir, None);
+    }
+    let ignored = match xdg.filter(|v| !v.as_os_str().is_empty()) {
+        Some(v) if v.is_absolute() => return (v.join("baton"), DirSource::Runtime, None),
+        relative => relative,
+    };
+    let run = run.join(uid.to_string());
+    let own = fs::symlink_metadata(&run).is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.is_dir() && m.uid() == uid && m.mode() & 0o777 == 0o700
+    });
+    if own {
+        return (run.join("baton"), DirSource::RunUser, ignored);
+    }
+    (tmp.join(format!("baton-{uid}")), DirSource::Tmp, ignored)
+}
+
+/// The registry directory this process searched last (`ensure_dir`), for
+/// the words of an answer that found no instance there.
+static SEARCHED: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Where this process looked for instances: `in DIR`, for an answer that
+/// found none (`no live instances in /run/user/1000/baton`).
+pub fn searched() -> String {
+    match &*SEARCHED.lock().unwrap_or_else(|e| e.into_inner()) {
+        Some(d) => format!("in {}", d.display()),
+        None => "in the registry".into(),
+    }
+}
+
+/// Creates (mode 0700) and checks the registry directory the
+/// configuration selects (`chosen_dir`), returning its canonical path.
+pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
+    let dir = match crate::base::accounts::target() {
+        Some(who) => target_dir(config, who),
+        None => ensure_private_dir(&chosen_dir(config).0, "registry"),
+    }?;
+    *SEARCHED.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.clone());
+    Ok(dir)
 }
 
 /// The registry of the account `--user` named: `BATON_DIR` when set,
@@ -339,5 +413,41 @@ mod tests {
         let d = random_digits(16).unwrap();
         assert_eq!(d.len(), 16);
         assert!(d.bytes().all(|b| b.is_ascii_digit()));
+    }
+
+    /// Issue 46: the registry is the first of `BATON_DIR`,
+    /// `XDG_RUNTIME_DIR/baton`, `/run/user/UID/baton` where that
+    /// directory is the user's own with mode 0700, and the temporary one;
+    /// a relative `XDG_RUNTIME_DIR` is ignored and said to be.
+    #[test]
+    fn the_registry_is_the_first_directory_that_gives_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = crate::sys::scratch("registry-order");
+        let run = root.join("run");
+        let tmp = root.join("tmp");
+        let uid = crate::sys::uid();
+        let mine = run.join(uid.to_string());
+        fs::create_dir_all(&mine).unwrap();
+        let at = |dir: Option<&Path>, xdg: Option<&str>| {
+            choose(dir, xdg.map(PathBuf::from), &run, uid, tmp.clone())
+        };
+        let (d, s, i) = at(Some(Path::new("/b")), Some("/x"));
+        assert_eq!((d, s, i), (PathBuf::from("/b"), DirSource::BatonDir, None));
+        let (d, s, i) = at(None, Some("/x"));
+        assert_eq!(
+            (d, s, i),
+            (PathBuf::from("/x/baton"), DirSource::Runtime, None)
+        );
+        // Mode 0755 is not a runtime directory of the user's own.
+        fs::set_permissions(&mine, fs::Permissions::from_mode(0o755)).unwrap();
+        let (d, s, _) = at(None, None);
+        assert_eq!((d, s), (tmp.join(format!("baton-{uid}")), DirSource::Tmp));
+        fs::set_permissions(&mine, fs::Permissions::from_mode(0o700)).unwrap();
+        let (d, s, i) = at(None, None);
+        assert_eq!((d, s, i), (mine.join("baton"), DirSource::RunUser, None));
+        let (d, s, i) = at(None, Some("rel"));
+        assert_eq!((d, s), (mine.join("baton"), DirSource::RunUser));
+        assert_eq!(i, Some(PathBuf::from("rel")));
+        let _ = fs::remove_dir_all(&root);
     }
 }

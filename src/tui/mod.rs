@@ -591,7 +591,8 @@ fn list_agents(config: &Config, me: &str) -> Lines {
     };
     let found = registry::discover(&registry::scan_dirs(&dir), Some(me), config.io_timeout);
     if found.peers.is_empty() {
-        return vec![(Role::System, "no other live instances".into())];
+        let none = format!("no other live instances {}", registry::searched());
+        return vec![(Role::System, none)];
     }
     let rows: Vec<[String; 5]> = found
         .peers
