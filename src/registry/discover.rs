@@ -467,6 +467,9 @@ fn triage(
         } else if let Some(why) = kernel_says_stale(&m) {
             // Not connected to: the kernel has said it all.
             skipped.push(skipped_peer(m, w, format!("stale: {why}")));
+        } else if let Some(problem) = unreachable_unasked(&m) {
+            // Nothing a connection could tell: no thread, no connect.
+            skipped.push(skipped_peer(m, w, problem));
         } else {
             to_ping.push((m, w));
         }
@@ -494,6 +497,34 @@ pub(super) fn kernel_says_stale(m: &Manifest) -> Option<String> {
             m.pid
         )
     })
+}
+
+/// Why a manifest that `kernel_says_stale` leaves to a ping needs none
+/// (issue 47): its socket file is missing, so a connection would fail,
+/// and the verdict is the one that failure gives (stale if the pid is
+/// gone too); or it does not say its pid namespace (zcoder's, an earlier
+/// baton's) and `kill(pid, 0)` says `ESRCH`. Such a manifest is taken to
+/// be of this namespace, as every registry is one user's on one host
+/// (docs/decisions.md); one that names another namespace is still asked.
+/// `None`: only a ping tells.
+fn unreachable_unasked(m: &Manifest) -> Option<String> {
+    let socket = Path::new(&m.socket);
+    if client::is_abstract(socket) {
+        return None;
+    }
+    let gone = || sys::pid_status(m.pid) == sys::PidStatus::Gone;
+    match fs::symlink_metadata(socket) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // What the ping's connect would have said.
+            let problem = client::ClientError::Connect(e).to_string();
+            Some(match gone() {
+                true => format!("stale: {problem} and pid {} is gone", m.pid),
+                false => problem,
+            })
+        }
+        _ if m.pid_ns.is_none() && gone() => Some(format!("stale: pid {} is gone", m.pid)),
+        _ => None,
+    }
 }
 
 /// The pid an instance id (`<pid>-<nonce>`) names, if it is one.
