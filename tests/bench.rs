@@ -9,7 +9,7 @@
 //! number. Row ids after the flag (`-- --full 1 5`) run only those rows.
 //! `--oneshot SOCKET` makes it the one-shot client that stands in for
 //! socat when socat is missing; `--floor-server SOCKET DIR` makes it row
-//! 1's floor server in a process of its own (row 1f).
+//! 1's floor server in a process of its own (rows 1, 1b and 1e).
 //!
 //! Each row is a function that starts what it needs in a private world
 //! (registry, state home and temporary directory of its own) and stops
@@ -22,6 +22,8 @@ mod channel;
 mod inbox_wait;
 #[path = "bench/net.rs"]
 mod net;
+#[path = "bench/stale.rs"]
+mod stale;
 #[path = "bench/world.rs"]
 mod world;
 // The tests' harness, for its waits and its private sshd.
@@ -411,9 +413,11 @@ impl Drop for FloorProcess {
     }
 }
 
-/// Row 1: round trip on tmpfs with fsync off, against the floor (create,
-/// write, rename, echo) and a bare echo; also how it grows with the queue
-/// and with the body.
+/// Row 1: round trip on tmpfs with fsync off, against the floor (read a
+/// line, create, write, rename, echo) in a process of its own, as baton
+/// is, and a bare echo; also how it grows with the queue and with the
+/// body. The floor as a thread of the harness (row 1's before issue 47)
+/// stays beside it, rows 1f and 1g.
 fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
     let mut w = World::new(
         false,
@@ -430,12 +434,12 @@ fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
     let echo = Floor::start(w.root().join("echo.sock"), Store::Echo)?;
     let apart = FloorProcess::start(&w.root().join("apart.sock"), &w.root().join("apart"))?;
     let mut b = LineClient::baton(&inst.socket)?;
-    let mut f = LineClient::connect(&floor.path).map_err(|e| e.to_string())?;
-    let mut e = LineClient::connect(&echo.path).map_err(|e| e.to_string())?;
     let mut fp = LineClient::connect(&apart.path).map_err(|e| e.to_string())?;
+    let mut e = LineClient::connect(&echo.path).map_err(|e| e.to_string())?;
+    let mut f = LineClient::connect(&floor.path).map_err(|e| e.to_string())?;
     let small = body(BODY_BYTES);
     let r = interleaved(
-        &mut [&mut b, &mut f, &mut e, &mut fp],
+        &mut [&mut b, &mut fp, &mut e, &mut f],
         &inst.id,
         &small,
         "m",
@@ -449,7 +453,7 @@ fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
     let mut bb = LineClient::baton(&big_inst.socket)?;
     let big = body(BIG_BODY_BYTES);
     let rb = interleaved(
-        &mut [&mut bb, &mut f],
+        &mut [&mut bb, &mut fp, &mut f],
         &big_inst.id,
         &big,
         "big",
@@ -466,7 +470,7 @@ fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
         row(
             "1",
             &format!(
-                "round trip p50, tmpfs, fsync off, {} tasks; floor: create+write+rename, echo",
+                "round trip p50, tmpfs, fsync off, {} tasks; floor process: create+write+rename, echo",
                 sc.rt_tasks
             ),
             Fig::Time(median(&r[0])),
@@ -475,7 +479,7 @@ fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
         ),
         row(
             "1b",
-            "round trip p99, same run; floor p99",
+            "round trip p99, same run; floor process p99",
             Fig::Time(pct(&r[0], 99.0)),
             Fig::Time(pct(&r[1], 99.0)),
             Target::None,
@@ -501,7 +505,7 @@ fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
         ),
         row(
             "1f",
-            "round trip p50, same run; the floor as a process of its own",
+            "round trip p50, same run; the floor as a thread of the harness",
             Fig::Time(median(&r[0])),
             Fig::Time(median(&r[3])),
             Target::None,
@@ -509,12 +513,21 @@ fn row_round_trip(sc: &Scale) -> Result<Vec<Row>, String> {
         row(
             "1e",
             &format!(
-                "round trip p50, {BIG_BODY_BYTES}-byte body, {} tasks; floor, same body",
+                "round trip p50, {BIG_BODY_BYTES}-byte body, {} tasks; floor process, same body",
                 sc.big_tasks
             ),
             Fig::Time(median(&rb[0])),
             Fig::Time(median(&rb[1])),
             Target::Ratio(1.5),
+        ),
+        row(
+            "1g",
+            &format!(
+                "round trip p50, {BIG_BODY_BYTES}-byte body, same run; the floor as a thread of the harness"
+            ),
+            Fig::Time(median(&rb[0])),
+            Fig::Time(median(&rb[2])),
+            Target::None,
         ),
     ])
 }
@@ -1648,7 +1661,7 @@ fn main() {
     // Row 5 runs last: starting 500 instances leaves the machine busy for
     // a while (reaping, removing spools), which would weigh on the rows
     // after it. The table is printed in row order all the same.
-    let all: [(&str, RowFn); 11] = [
+    let all: [(&str, RowFn); 12] = [
         ("1", row_round_trip),
         ("2", row_durable),
         ("3", row_throughput),
@@ -1659,6 +1672,7 @@ fn main() {
         ("11", inbox_wait::row_inbox_wait),
         ("7", row_turns),
         ("8", row_ssh),
+        ("5f", stale::row_stale_formats),
         ("5", row_list),
     ];
     let started = Instant::now();

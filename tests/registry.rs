@@ -1572,8 +1572,8 @@ fn a_fifo_or_socket_named_as_a_manifest_never_stalls_discovery() {
 /// manifest was written in: an entry from another namespace (a container
 /// sharing the registry), whose pid this namespace does not have, is not
 /// called stale on that word, nor removed for it; it is asked over its
-/// socket, as an entry without `pid_ns` is. Here its socket is bound and
-/// silent: not stale, only slow to answer.
+/// socket. Here its socket is bound and silent: not stale, only slow to
+/// answer.
 #[test]
 fn an_entry_from_another_pid_namespace_is_not_judged_by_our_kernel() {
     let env = Env::new();

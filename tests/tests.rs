@@ -32,6 +32,7 @@ mod replies;
 mod security;
 mod spool;
 mod ssh;
+mod stale;
 mod stopped;
 mod subscribers;
 mod tmux;

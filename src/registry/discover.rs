@@ -459,16 +459,11 @@ fn triage(
                 m.pid
             );
             skipped.push(skipped_peer(m, w, problem));
-        } else if !keep(&m) {
-            continue;
-        } else if let Err(problem) = check_socket(&m) {
-            // Never connected to, and never stale.
-            skipped.push(skipped_peer(m, w, problem.0));
-        } else if let Some(why) = kernel_says_stale(&m) {
-            // Not connected to: the kernel has said it all.
-            skipped.push(skipped_peer(m, w, format!("stale: {why}")));
-        } else {
-            to_ping.push((m, w));
+        } else if keep(&m) {
+            match unasked(&m) {
+                Some(problem) => skipped.push(skipped_peer(m, w, problem)),
+                None => to_ping.push((m, w)),
+            }
         }
     }
     to_ping
@@ -494,6 +489,36 @@ pub(super) fn kernel_says_stale(m: &Manifest) -> Option<String> {
             m.pid
         )
     })
+}
+
+/// Why a candidate is skipped without a connection (`None`: only a ping
+/// tells). Its socket may not be connected to (`check_socket`: never
+/// stale); or the kernel says it is stale (`kernel_says_stale`); or
+/// (issue 47) its socket file is missing, so a connection would fail,
+/// and the verdict is the one that failure gives (stale if the pid is
+/// gone too); or it does not say its pid namespace (zcoder's, an earlier
+/// baton's) and `kill(pid, 0)` says `ESRCH`. Such a manifest is taken to
+/// be of this namespace, as every registry is one user's on one host
+/// (docs/decisions.md); one that names another namespace is still asked.
+fn unasked(m: &Manifest) -> Option<String> {
+    let present = match socket_present(m) {
+        Err(problem) => return Some(problem.0),
+        Ok(present) => present,
+    };
+    if let Some(why) = kernel_says_stale(m) {
+        return Some(format!("stale: {why}"));
+    }
+    let gone = || sys::pid_status(m.pid) == sys::PidStatus::Gone;
+    if !present {
+        // What the ping's connect would have said.
+        let e = std::io::Error::from_raw_os_error(sys::ENOENT);
+        let problem = client::ClientError::Connect(e).to_string();
+        return Some(match gone() {
+            true => format!("stale: {problem} and pid {} is gone", m.pid),
+            false => problem,
+        });
+    }
+    (m.pid_ns.is_none() && gone()).then(|| format!("stale: pid {} is gone", m.pid))
 }
 
 /// The pid an instance id (`<pid>-<nonce>`) names, if it is one.
@@ -567,10 +592,19 @@ fn ping_peer(m: &Manifest, wire: Wire, timeout: Duration) -> Result<State, PingF
 /// a wake socket (a service manager's). A missing one is for the ping to
 /// find, which then tells a dead instance by it.
 pub(super) fn check_socket(m: &Manifest) -> Result<(), Invalid> {
+    socket_present(m).map(drop)
+}
+
+/// `check_socket`, and whether the socket file is there (an abstract
+/// socket, which has no file, counts as there).
+fn socket_present(m: &Manifest) -> Result<bool, Invalid> {
     let path = Path::new(&m.socket);
+    if client::is_abstract(path) {
+        return Ok(true);
+    }
     let meta = match fs::symlink_metadata(path) {
         Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(format!("socket: {e}").into()),
     };
     if meta.file_type().is_symlink() {
@@ -585,5 +619,5 @@ pub(super) fn check_socket(m: &Manifest) -> Result<(), Invalid> {
     if own && meta.uid() != crate::base::accounts::owner() {
         return Err(format!("socket is owned by uid {}", meta.uid()).into());
     }
-    Ok(())
+    Ok(true)
 }
