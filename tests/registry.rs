@@ -1644,3 +1644,47 @@ fn finding_no_instance_names_the_registry_searched() {
     );
     assert!(err.contains("no other live instances in "), "{err}");
 }
+
+/// Issue 46, point 6: `serve` refuses a name a live instance has (exit 2,
+/// naming it, its pid and workspace, and `--name`), where a second one was
+/// accepted and every `send NAME` then failed `ambiguous`; a name must
+/// start with a letter or a digit (`--name -x` was accepted, and could
+/// not then be used); and a directory name outside the grammar is made a
+/// name by the documented rule, keeping its letters (`café` → `cafe`, once
+/// `caf_`), which `serve` says.
+#[test]
+fn serve_takes_no_live_name_and_says_the_name_it_made() {
+    let env = Env::new();
+    let ws = env.workspace("café");
+    let mut first = env.serve(&ws, &[]);
+    assert!(
+        first.stderr().contains(
+            "baton: the name is cafe, made of the directory's name café (docs/protocol.md §2); --name chooses another\n"
+        ),
+        "{}",
+        first.stderr()
+    );
+    let other = env.workspace("elsewhere");
+    let ws_arg = other.to_str().unwrap();
+    let out = env.run(&["serve", "--name", "cafe", "--workspace", ws_arg]);
+    assert_eq!(out.status, 2, "{out:?}");
+    let want = format!(
+        "baton: the name cafe is taken by the live instance {} (pid {}, workspace {}): choose another with --name\n",
+        first.id,
+        first.pid(),
+        ws.display()
+    );
+    assert_eq!(out.stderr, want);
+    for bad in ["-x", "_x", ".x"] {
+        let out = env.run(&["serve", "--name", bad, "--workspace", ws_arg]);
+        assert_eq!(out.status, 2, "{bad}: {out:?}");
+        assert!(
+            out.stderr.contains("start with a letter or a digit"),
+            "{out:?}"
+        );
+    }
+    // The name is sendable: one instance has it.
+    let out = env.run(&["send", "cafe", "hello", "--json"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(first.term(), 0);
+}

@@ -98,6 +98,14 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     // The workspace and the registry are any path the user gave: a
     // directory name may hold an escape sequence.
     let shown = |p: &Path| crate::text::sanitize::escape(&p.display().to_string()).into_owned();
+    let basename = place.workspace.file_name().map(|b| b.to_string_lossy());
+    if let Some(b) = basename.filter(|b| opts.name.is_none() && *b != place.name) {
+        eprintln!(
+            "baton: the name is {}, made of the directory's name {} (docs/protocol.md §2); --name chooses another",
+            crate::text::sanitize::escape(&place.name),
+            shown(Path::new(&*b))
+        );
+    }
     eprintln!(
         "baton: {} ({}) serving {} on {}",
         crate::text::sanitize::escape(&place.name),
@@ -171,15 +179,18 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
     let dir = registry::ensure_dir(config)?;
     let workspace = workspace(opts)?;
     let name = match &opts.name {
-        Some(n) if registry::valid_name(n) => n.clone(),
+        Some(n) if registry::valid_new_name(n) => n.clone(),
         Some(n) => {
             return Err(Error::Usage(format!(
-                "--name {}: a name must match [A-Za-z0-9_.-]{{1,64}}",
+                "--name {}: a name must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,63}} (start with a letter or a digit)",
                 crate::text::sanitize::escape(n)
             )));
         }
         None => registry::default_name(&workspace),
     };
+    if opts.embedded.is_none() {
+        name_is_free(&dir, &name, config)?;
+    }
     let id = registry::new_instance_id()?;
     // Under socket activation the listener already exists (fd 3): its
     // path, a wake socket in the registry, is the instance's socket.
@@ -218,6 +229,26 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
         socket,
         zcoder,
     })
+}
+
+/// `serve` takes no name a live instance of this user has (in our
+/// registry or zcoder's): from then on every `send NAME` would be
+/// ambiguous. Two starting at once may both pass; `send` then lists both.
+fn name_is_free(dir: &Path, name: &str, config: &Config) -> Result<()> {
+    let dirs = registry::scan_dirs(dir);
+    let found = registry::discover_named(&dirs, config.io_timeout, name, &|m| m.name == name);
+    let Some(peer) = found.peers.first() else {
+        return Ok(());
+    };
+    let m = &peer.manifest;
+    let escape = crate::text::sanitize::escape;
+    Err(Error::Usage(format!(
+        "the name {} is taken by the live instance {} (pid {}, workspace {}): choose another with --name",
+        escape(name),
+        m.instance_id,
+        m.pid,
+        escape(&m.workspace)
+    )))
 }
 
 /// The workspace, resolved: `--workspace` or the current directory.

@@ -57,23 +57,43 @@ pub fn is_plain_sender_id(id: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// `[A-Za-z0-9_.-]{1,64}`, other than `.` and `..`: names.
+/// `[A-Za-z0-9_.-]{1,64}`, other than `.` and `..`: names, as a peer
+/// may spell them (a zcoder project's, an older baton's).
 pub fn valid_name(s: &str) -> bool {
     (1..=64).contains(&s.len()) && s.bytes().all(id_byte) && s != "." && s != ".."
 }
 
-/// The default name: the workspace's basename, every character outside the
-/// name grammar replaced by `_`, cut to 64 bytes.
+/// A name `serve` takes: `valid_name`, starting with a letter or a digit
+/// (so that it is never taken for an option, `-x`, nor hidden, `.x`).
+pub fn valid_new_name(s: &str) -> bool {
+    valid_name(s) && s.as_bytes()[0].is_ascii_alphanumeric()
+}
+
+/// The default name (docs/protocol.md §2): the workspace's basename with
+/// each Latin letter with diacritics as its base letter (`café` →
+/// `cafe`), every other character outside the name grammar as `_`, cut
+/// to 64 bytes, and what comes before its first letter or digit left
+/// out. `root` for `/`, and `agent` for a basename with no letter or
+/// digit at all.
 pub fn default_name(workspace: &Path) -> String {
-    let base = workspace
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let keep = |c: char| c.is_ascii() && id_byte(c as u8);
-    let name: String = (base.chars().map(|c| if keep(c) { c } else { '_' }))
-        .take(64)
-        .collect();
-    if name.is_empty() { "root".into() } else { name }
+    let Some(base) = workspace.file_name() else {
+        return "root".into();
+    };
+    let mut name = String::new();
+    for c in base.to_string_lossy().chars() {
+        match crate::text::sanitize::latin_base(c) {
+            Some(s) => name.push_str(s),
+            None if c.is_ascii() && id_byte(c as u8) => name.push(c),
+            None => name.push('_'),
+        }
+    }
+    let name = name.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
+    let name = &name[..name.len().min(64)];
+    if name.is_empty() {
+        "agent".into()
+    } else {
+        name.to_string()
+    }
 }
 
 spelled! {
@@ -400,7 +420,14 @@ mod tests {
     #[test]
     fn default_names() {
         assert_eq!(default_name(Path::new("/w/weekly digest")), "weekly_digest");
-        assert_eq!(default_name(Path::new("/w/été")), "_t_");
+        assert_eq!(default_name(Path::new("/w/été")), "ete");
+        assert_eq!(default_name(Path::new("/w/café")), "cafe");
+        assert_eq!(default_name(Path::new("/w/Straße Œuvre")), "Strasse_OEuvre");
+        assert_eq!(default_name(Path::new("/w/-x")), "x");
+        assert_eq!(default_name(Path::new("/w/.hidden")), "hidden");
+        assert_eq!(default_name(Path::new("/w/日本")), "agent");
+        assert!(valid_new_name("a-1") && valid_new_name("9") && !valid_new_name("-x"));
+        assert!(!valid_new_name("_x") && !valid_new_name(".x") && valid_name("_x"));
         assert_eq!(default_name(Path::new("/")), "root");
         assert_eq!(
             default_name(Path::new(&format!("/{}", "x".repeat(80)))).len(),

@@ -23,6 +23,44 @@ pub fn is_unsafe(c: char) -> bool {
     n <= 0x9f || n == 0x2028 || n == 0x2029 || is_hidden(c)
 }
 
+/// The ASCII base letter of a Latin letter with diacritics (`é` → `e`,
+/// `Ő` → `O`: Unicode's canonical decomposition, `tables.rs`), or of one
+/// of the letters that have none (`ß` → `ss`, `æ` → `ae`, `œ` → `oe`,
+/// `ø` → `o`, `đ` and `ð` → `d`, `ł` → `l`, `þ` → `th`, `ħ` → `h`, `ı`
+/// → `i`, `ŧ` → `t`, and their capitals); `None` for any other character.
+pub fn latin_base(c: char) -> Option<&'static str> {
+    const LETTERS: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let other = match c {
+        'ß' => "ss",
+        'Æ' => "AE",
+        'æ' => "ae",
+        'Œ' => "OE",
+        'œ' => "oe",
+        'Ø' => "O",
+        'ø' => "o",
+        'Đ' | 'Ð' => "D",
+        'đ' | 'ð' => "d",
+        'Ł' => "L",
+        'ł' => "l",
+        'Þ' => "TH",
+        'þ' => "th",
+        'Ħ' => "H",
+        'ħ' => "h",
+        'ı' => "i",
+        'Ŧ' => "T",
+        'ŧ' => "t",
+        _ => {
+            let i = tables::LATIN_BASE
+                .binary_search_by_key(&c, |&(k, _)| k)
+                .ok()?;
+            let b = tables::LATIN_BASE[i].1;
+            let at = LETTERS.find(char::from(b))?;
+            return Some(&LETTERS[at..at + 1]);
+        }
+    };
+    Some(other)
+}
+
 /// True for characters that show nothing yet may be read by a model:
 /// general category Cf, Default_Ignorable_Code_Point, the tag block
 /// U+E0000..U+E007F and the blanks U+115F, U+1160, U+2800, U+3164,
