@@ -280,6 +280,11 @@ fn instances_with_the_same_basename_list_each_other() {
     let ws_b = env.workspace("y/app");
     let before = now_secs();
     let a = env.serve(&ws_a, &[]);
+    // Issue 46: the basename's name is taken, so the second says another.
+    let ws = ws_b.to_str().unwrap();
+    let taken = env.run(&["serve", "--workspace", ws, "--model", "model-b"]);
+    assert_eq!(taken.status, 2, "{taken:?}");
+    let ws_b = env.workspace("y/app2");
     let b = env.serve(&ws_b, &["--model", "model-b"]);
     let window = (before, now_secs());
 
@@ -291,7 +296,10 @@ fn instances_with_the_same_basename_list_each_other() {
     let disk_a = check_manifest_file(&a, &reg, "", window);
     let disk_b = check_manifest_file(&b, &reg, "model-b", window);
     assert_ne!(a.id, b.id);
-    assert_eq!(disk_a["name"], disk_b["name"]);
+    assert_eq!(
+        (&disk_a["name"], &disk_b["name"]),
+        (&json!("app"), &json!("app2"))
+    );
     assert_ne!(disk_a["workspace"], disk_b["workspace"]);
 
     // From inside each instance, the other one is the only peer.
@@ -304,11 +312,10 @@ fn instances_with_the_same_basename_list_each_other() {
     check_fields(&seen_by_b[0], &a, &reg, "", window);
     assert_eq!(seen_by_b[0], disk_a);
 
-    // From outside, both, in pid order since the names are equal.
-    let mut by_pid = [&a, &b];
-    by_pid.sort_by_key(|x| x.proc.pid());
+    // From outside, both, in name order.
+    let by_name = [(&a, "app"), (&b, "app2")];
     let all = list_json(&env, None, &[]);
-    assert_eq!(ids(&all), [by_pid[0].id.as_str(), by_pid[1].id.as_str()]);
+    assert_eq!(ids(&all), [a.id.as_str(), b.id.as_str()]);
 
     // The text view shows both rows, with their workspaces.
     let out = env.run(&["list"]);
@@ -324,9 +331,9 @@ fn instances_with_the_same_basename_list_each_other() {
             .map(String::from)
             .to_vec(),
     )
-    .chain(by_pid.iter().map(|x| {
+    .chain(by_name.iter().map(|(x, name)| {
         vec![
-            "app".to_string(),
+            name.to_string(),
             x.proc.pid().to_string(),
             "ready".to_string(),
             x.id.clone(),

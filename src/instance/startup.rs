@@ -95,24 +95,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
         }
         None => chan::never(),
     };
-    // The workspace and the registry are any path the user gave: a
-    // directory name may hold an escape sequence.
-    let shown = |p: &Path| crate::text::sanitize::escape(&p.display().to_string()).into_owned();
-    let basename = place.workspace.file_name().map(|b| b.to_string_lossy());
-    if let Some(b) = basename.filter(|b| opts.name.is_none() && *b != place.name) {
-        eprintln!(
-            "baton: the name is {}, made of the directory's name {} (docs/protocol.md §2); --name chooses another",
-            crate::text::sanitize::escape(&place.name),
-            shown(Path::new(&*b))
-        );
-    }
-    eprintln!(
-        "baton: {} ({}) serving {} on {}",
-        crate::text::sanitize::escape(&place.name),
-        place.id,
-        shown(&place.workspace),
-        shown(&place.socket)
-    );
+    announce(&place, opts.name.is_none());
     let (turns_tx, turns) = chan::unbounded();
     let (pauses_tx, pauses) = chan::unbounded();
     let fg = Foreground {
@@ -162,6 +145,29 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     Ok((fg, inputs, listeners))
 }
 
+/// Says on stderr that the instance serves, and the name it made of the
+/// directory's when that differs from it (`made`: no `--name`).
+fn announce(place: &Place, made: bool) {
+    // The workspace and the registry are any path the user gave: a
+    // directory name may hold an escape sequence.
+    let shown = |p: &Path| crate::text::sanitize::escape(&p.display().to_string()).into_owned();
+    let basename = place.workspace.file_name().map(|b| b.to_string_lossy());
+    if let Some(b) = basename.filter(|b| made && *b != place.name) {
+        eprintln!(
+            "baton: the name is {}, made of the directory's name {} (docs/protocol.md §2); --name chooses another",
+            crate::text::sanitize::escape(&place.name),
+            shown(Path::new(&*b))
+        );
+    }
+    eprintln!(
+        "baton: {} ({}) serving {} on {}",
+        crate::text::sanitize::escape(&place.name),
+        place.id,
+        shown(&place.workspace),
+        shown(&place.socket)
+    );
+}
+
 /// Resolves the registry, workspace, name, id and sockets, and checks
 /// them and that the instance can serve at all; creates nothing but the
 /// registry directories.
@@ -189,7 +195,7 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
         None => registry::default_name(&workspace),
     };
     if opts.embedded.is_none() {
-        name_is_free(&dir, &name, config)?;
+        name_is_free(&dir, &name, &workspace, config)?;
     }
     let id = registry::new_instance_id()?;
     // Under socket activation the listener already exists (fd 3): its
@@ -234,10 +240,13 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
 /// `serve` takes no name a live instance of this user has (in our
 /// registry or zcoder's): from then on every `send NAME` would be
 /// ambiguous. Two starting at once may both pass; `send` then lists both.
-fn name_is_free(dir: &Path, name: &str, config: &Config) -> Result<()> {
+fn name_is_free(dir: &Path, name: &str, workspace: &Path, config: &Config) -> Result<()> {
     let dirs = registry::scan_dirs(dir);
     let found = registry::discover_named(&dirs, config.io_timeout, name, &|m| m.name == name);
-    let Some(peer) = found.peers.first() else {
+    // One of this name and workspace holds the spool, whose lock says so
+    // in its own words.
+    let here = workspace.to_string_lossy();
+    let Some(peer) = found.peers.iter().find(|p| p.manifest.workspace != here) else {
         return Ok(());
     };
     let m = &peer.manifest;
