@@ -234,7 +234,7 @@ fn offline_call(
                 task
             };
             match relay::route(config, dir, target, message_id, &make) {
-                Route::Done(v) => v,
+                Route::Done(r) => serde_json::to_value(r).expect("a result serializes"),
                 Route::Live(peer) => {
                     // It started meanwhile: deliver to it as a local send would.
                     let mut params = p.clone();

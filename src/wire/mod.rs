@@ -4,12 +4,12 @@
 
 pub mod access;
 pub mod answer;
-pub mod request;
 mod event;
 pub mod event_text;
 mod id;
 mod names;
 mod records;
+pub mod request;
 mod zcoder;
 
 pub use event::*;
