@@ -14,7 +14,7 @@ use crate::spool::{self, Receipt};
 use crate::text::sanitize::{escape, escape_multiline};
 use crate::text::table;
 use crate::wire::Said;
-use crate::wire::answer::{Claimed, CompleteParams, ControlStatus, Handled, InboxPage, ReplySent};
+use crate::wire::answer::{Claimed, CompleteParams, ControlStatus, Handled, InboxPage, SendResult};
 use crate::wire::{Call, ClaimStatus, Handling};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -194,10 +194,7 @@ fn print_outcome(h: &Handled, action: &str) {
     let id = escape(h.message_id.as_deref().unwrap_or(""));
     match h.status.known() {
         Some(Handling::Completed) => {
-            emit(&format!(
-                "completed {id} ({})\n",
-                h.outcome.as_deref().unwrap_or("")
-            ));
+            emit(&format!("completed {id} ({})\n", h.outcome_said()));
             if let Some(reply) = &h.reply {
                 print_reply(reply);
             }
@@ -215,8 +212,8 @@ fn print_outcome(h: &Handled, action: &str) {
 
 /// Where the reply of `inbox complete --reply` went, in words: its final
 /// status as the sender side knows it.
-fn print_reply(reply: &ReplySent) {
-    let id = escape(&reply.message_id);
+fn print_reply(reply: &SendResult) {
+    let id = escape(reply.id());
     let to = (reply.target.as_ref())
         .and_then(|t| t.name.as_deref())
         .map_or_else(|| "the sender".into(), escape);

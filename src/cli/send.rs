@@ -13,8 +13,10 @@ use crate::registry::{self, Peer};
 use crate::relay;
 use crate::text::sanitize::escape;
 use crate::wire;
+use crate::wire::answer::{SendResult, Target};
+use crate::wire::request::{RelayParams, SendParams, SendSender};
 use crate::wire::{Call, Method};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::io::{IsTerminal, Read};
 use std::path::Path;
 
@@ -79,16 +81,22 @@ fn inside(config: &Config) -> Option<Session> {
     Session::open(&baton_socket()?, config.io_timeout).ok()
 }
 
-/// `relay/send`'s params: `params` with the turn, when there is one, and
-/// `--message-id`.
-fn relay_params(args: &Args, mut params: Value, turn: Option<String>) -> Value {
-    if let Some(t) = turn {
-        params["turn"] = json!(t);
+/// `relay/send`'s params: `body` to `target` (none for a reply) in
+/// `--mode`, with the turn, when there is one, and `--message-id`.
+fn relay_params(
+    args: &Args,
+    target: Option<&str>,
+    body: &str,
+    turn: Option<String>,
+) -> RelayParams {
+    RelayParams {
+        body: body.to_string(),
+        message_id: args.value("message-id").map(str::to_string),
+        mode: Some(args.value("mode").unwrap_or("queue").to_string()),
+        reply: target.is_none().then_some(true),
+        target: target.map(str::to_string),
+        turn,
     }
-    if let Some(id) = args.value("message-id") {
-        params["message_id"] = json!(id);
-    }
-    params
 }
 
 /// `--message-id`, or a new id.
@@ -146,9 +154,11 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         let (Some(token), Some(mut conn)) = (baton_turn(), inside(config)) else {
             return Err(Error::Usage(outside.into()));
         };
-        let params = json!({"reply": true, "body": body, "mode": mode});
         let r = conn
-            .call(Call::RelaySend, relay_params(args, params, Some(token)))
+            .call(
+                Call::RelaySend,
+                relay_params(args, None, &body, Some(token)),
+            )
             .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
         return super::sent::report(args, &r);
     }
@@ -172,9 +182,9 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         return remote(args, config, via, &body);
     }
     if let Some(mut conn) = inside(config) {
-        let params = json!({"target": target_arg, "body": body, "mode": mode});
+        let params = relay_params(args, Some(target_arg), &body, baton_turn());
         let r = conn
-            .call(Call::RelaySend, relay_params(args, params, baton_turn()))
+            .call(Call::RelaySend, params)
             .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
         return finish(args, config, &r, baton_socket().as_deref());
     }
@@ -191,14 +201,16 @@ fn target_and_mode(args: &Args) -> (&str, &str) {
 /// receiver sees NAME, a reply goes to NAME's inbox, and NAME's guards
 /// apply. Inside a turn of NAME itself, that turn's scope applies too.
 fn from_instance(args: &Args, config: &Config, from: &str, body: &str) -> Result<ExitCode> {
-    let (target_arg, mode) = target_and_mode(args);
+    let (target_arg, _) = target_and_mode(args);
     let peer = target::resolve_option(config, "send --from", from)?;
     let mut conn = target::connect(config, &peer)?;
     let own = target::own_instance_id();
     let turn = baton_turn().filter(|_| own.as_deref() == Some(&*peer.manifest.instance_id));
-    let params = json!({"target": target_arg, "body": body, "mode": mode});
     let r = conn
-        .call(Call::RelaySend, relay_params(args, params, turn))
+        .call(
+            Call::RelaySend,
+            relay_params(args, Some(target_arg), body, turn),
+        )
         .map_err(|e| target::transport(&peer, e))?;
     finish(args, config, &r, Some(Path::new(&peer.manifest.socket)))
 }
@@ -213,7 +225,7 @@ fn remote(args: &Args, config: &Config, via: &str, body: &str) -> Result<ExitCod
     let transport = |e: Error| match e {
         Error::Transport(reason) => super::sent::report(
             args,
-            &json!({"status": Status::Transport, "message_id": message_id, "reason": reason}),
+            &SendResult::new(Status::Transport, &message_id, Some(reason)),
         ),
         e => Err(e),
     };
@@ -238,14 +250,21 @@ fn remote(args: &Args, config: &Config, via: &str, body: &str) -> Result<ExitCod
         return wrong_target(args, &message_id, target_arg, &id, name.as_deref());
     }
     let params = frame(args, config, &message_id, body, live.then_some(&id))?;
-    let mut result: Value = match r.call(Method::MessageSend, params) {
+    let mut result: SendResult = match r.call(Method::MessageSend, params) {
         Ok(v) => v,
         Err(e) => return transport(e),
     };
     if live {
-        result["target"] = json!({"instance_id": id, "name": name});
-    } else if result.get("target").is_none() {
-        result["target"] = json!({"name": name});
+        result.target = Some(Target {
+            instance_id: Some(id),
+            name,
+            workspace: None,
+        });
+    } else if result.target.is_none() {
+        result.target = Some(Target {
+            name,
+            ..Target::default()
+        });
     }
     if args.flag("wait") {
         // The same bridge carries the wait when it joins a live instance;
@@ -295,7 +314,7 @@ fn plain(args: &Args, config: &Config, body: &str) -> Result<ExitCode> {
     let make = || crate::relay::plain_task(&message_id, body, mode);
     let peer = match relay::route(config, &dir, target_arg, &message_id, &make) {
         relay::Route::Live(p) => *p,
-        relay::Route::Done(v) => return finish(args, config, &v, None),
+        relay::Route::Done(r) => return finish(args, config, &r, None),
     };
     let failed_twice = |e: ClientError| {
         Error::Transport(format!(
@@ -313,7 +332,7 @@ fn plain(args: &Args, config: &Config, body: &str) -> Result<ExitCode> {
         // zcoder instance decides what to make of that.
         let mut result =
             relay::deliver_zcoder(config, &peer, &message_id, body, None).map_err(failed_twice)?;
-        result["target"] = target_of(&peer);
+        result.target = Some(target_of(&peer));
         return super::sent::report(args, &result);
     }
     let params = frame(
@@ -331,24 +350,34 @@ fn plain(args: &Args, config: &Config, body: &str) -> Result<ExitCode> {
         Err(ClientError::Rpc {
             code: wire::INTERNAL_ERROR,
             message,
-        }) => json!({"status": Status::Transport, "message_id": message_id, "reason": message}),
+        }) => SendResult::new(Status::Transport, &message_id, Some(message)),
         Err(e @ (ClientError::Rpc { .. } | ClientError::TooManyConnections { .. })) => {
             return Err(target::transport(&peer, e));
         }
         Err(e) => return Err(failed_twice(e)),
     };
-    result["target"] = target_of(&peer);
+    result.target = Some(target_of(&peer));
     finish(args, config, &result, None)
 }
 
 /// `message/send`'s params for this command line's task, checked against
 /// the frame bound; `to` is the instance it goes to, when that is known.
-fn frame(args: &Args, config: &Config, id: &str, body: &str, to: Option<&String>) -> Result<Value> {
-    let mode = target_and_mode(args).1;
-    let mut params = json!({"message_id": id, "body": body, "sender": {}, "hop": 0, "mode": mode});
-    if let Some(to) = to {
-        params["target_instance_id"] = json!(to);
-    }
+fn frame(
+    args: &Args,
+    config: &Config,
+    id: &str,
+    body: &str,
+    to: Option<&String>,
+) -> Result<SendParams> {
+    let params = SendParams {
+        body: body.to_string(),
+        hop: 0,
+        in_reply_to: None,
+        message_id: id.to_string(),
+        mode: target_and_mode(args).1.to_string(),
+        sender: SendSender::default(),
+        target_instance_id: to.cloned(),
+    };
     relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
     Ok(params)
 }
@@ -356,13 +385,17 @@ fn frame(args: &Args, config: &Config, id: &str, body: &str, to: Option<&String>
 /// Reports a delivery; with `--wait`, first waits for the task to end.
 /// `sender`: the socket of the instance the task was sent as, which
 /// gets a reply back (and hears that the wait handed it over).
-fn finish(args: &Args, config: &Config, r: &Value, sender: Option<&Path>) -> Result<ExitCode> {
+fn finish(args: &Args, config: &Config, r: &SendResult, sender: Option<&Path>) -> Result<ExitCode> {
     if args.flag("wait") {
         return super::wait::run(args, config, r, sender);
     }
     super::sent::report(args, r)
 }
 
-fn target_of(peer: &Peer) -> Value {
-    json!({"instance_id": peer.manifest.instance_id, "name": peer.manifest.name})
+fn target_of(peer: &Peer) -> Target {
+    Target {
+        instance_id: Some(peer.manifest.instance_id.clone()),
+        name: Some(peer.manifest.name.clone()),
+        workspace: None,
+    }
 }

@@ -9,19 +9,16 @@ use crate::base::status::Status;
 use crate::registry::lookup;
 use crate::text::sanitize::escape;
 use crate::wire::answer::SendResult;
-use serde_json::Value;
 
 /// Prints a delivery result and maps its status to the exit code.
-pub(super) fn report(args: &Args, v: &Value) -> Result<ExitCode> {
-    let r: SendResult = serde_json::from_value(v.clone())
-        .map_err(|e| Error::Transport(format!("the send's result cannot be read: {e}")))?;
+pub(super) fn report(args: &Args, r: &SendResult) -> Result<ExitCode> {
     let status = r.status();
     let spelled = escape(&r.status);
-    let id = escape(&r.message_id);
+    let id = escape(r.id());
     let reason = escape(r.reason.as_deref().unwrap_or(""));
     let code = status.map_or(ExitCode::Refused, Status::exit_code);
     if args.flag("json") {
-        emit_json(v);
+        emit_json(&serde_json::to_value(r).expect("a result serializes"));
         return Ok(code);
     }
     let t = r.target.clone().unwrap_or_default();
@@ -44,10 +41,7 @@ pub(super) fn report(args: &Args, v: &Value) -> Result<ExitCode> {
         )),
         Some(Status::NoTarget) => {
             let rows: Vec<[String; 4]> = (r.candidates.iter().flatten())
-                .map(|c| {
-                    let id = c.instance_id.as_deref().unwrap_or("");
-                    lookup::candidate(&c.name, c.pid, &c.workspace, id)
-                })
+                .map(|c| lookup::candidate(&c.name, c.pid, &c.workspace, &c.instance_id))
                 .collect();
             eprintln!("baton: {reason}; {}", lookup::candidate_list(&rows));
         }

@@ -22,11 +22,10 @@ use crate::base::config::Config;
 use crate::base::error::{Error, ExitCode, Result};
 use crate::base::status::Status;
 use crate::client::Session;
-use crate::front::follow::{self, End, Follow, Who};
+use crate::front::follow::{self, End, Follow, Report, Waited, Who};
 use crate::text::sanitize::{escape, escape_multiline};
 use crate::wire::answer::{Pending, SendResult, Target};
 use crate::wire::{HandlerExit, Outcome};
-use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -61,35 +60,34 @@ struct Kept {
 /// A delivery the receiver did not keep is reported as it is, with no
 /// outcome (`Err`, the exit code); a kept one is waited for, which is
 /// said on stderr (not with `--json`).
-fn kept(args: &Args, delivery: &Value) -> Result<std::result::Result<Kept, ExitCode>> {
+fn kept(args: &Args, r: &SendResult) -> Result<std::result::Result<Kept, ExitCode>> {
     let timeout = check(args)?;
-    let r: SendResult = serde_json::from_value(delivery.clone())
-        .map_err(|e| Error::Transport(format!("the send's result cannot be read: {e}")))?;
     let status = r.status();
     if !matches!(
         status,
         Some(Status::Accepted | Status::Duplicate | Status::Stored)
     ) {
-        // With `--json`, the delivery with no outcome.
-        let mut r = delivery.clone();
-        r["outcome"] = Value::Null;
-        r["reply"] = Value::Null;
-        put_handler(&mut r, &HandlerExit::default());
-        return super::sent::report(args, &r).map(Err);
+        if args.flag("json") {
+            // The delivery with no outcome.
+            let waited = Waited::new(r.clone(), None, Report::Command);
+            emit_json(&serde_json::to_value(waited).expect("a result serializes"));
+            return Ok(Err(status.map_or(ExitCode::Refused, Status::exit_code)));
+        }
+        return super::sent::report(args, r).map(Err);
     }
-    let target = r.target.unwrap_or_default();
+    let target = r.target.clone().unwrap_or_default();
     let name = target.name.clone().or(args.positional.first().cloned());
     let name = name.unwrap_or_default();
     if !args.flag("json") {
         eprintln!(
             "baton: {}: message {} to {}; waiting for it to end",
             r.status,
-            escape(&r.message_id),
+            escape(r.id()),
             escape(&name)
         );
     }
     Ok(Ok(Kept {
-        message_id: r.message_id,
+        message_id: r.id().to_string(),
         name,
         target,
         deadline: timeout.map(|t| Instant::now() + t),
@@ -106,7 +104,7 @@ fn kept(args: &Args, delivery: &Value) -> Result<std::result::Result<Kept, ExitC
 pub fn run(
     args: &Args,
     config: &Config,
-    delivery: &Value,
+    delivery: &SendResult,
     sender: Option<&Path>,
 ) -> Result<ExitCode> {
     let k = match kept(args, delivery)? {
@@ -158,7 +156,7 @@ fn received(config: &Config, socket: &Path, reply_id: &str, message_id: &str) {
 /// task left as it is.
 pub fn run_via(
     args: &Args,
-    delivery: &Value,
+    delivery: &SendResult,
     mut first: Option<Remote>,
     target: &str,
     mut reopen: impl FnMut(Option<Instant>) -> Result<Option<Remote>>,
@@ -205,15 +203,6 @@ pub fn run_via(
     Ok(show(args, delivery, &k.name, &k.message_id, end))
 }
 
-/// `--json`'s members for how the handler of a failed turn ended: null
-/// where the receiver did not say.
-fn put_handler(r: &mut Value, h: &HandlerExit) {
-    r["exit_status"] = json!(h.exit_status);
-    r["signal"] = json!(h.signal);
-    r["stderr_tail"] = json!(h.stderr_tail);
-    r["host"] = json!(h.host);
-}
-
 /// After `ended failed at NAME`: ` (exit status N)` or ` (killed by
 /// signal N)`, when the receiver said.
 fn exit_said(h: &HandlerExit) -> String {
@@ -242,17 +231,17 @@ fn say_stderr(h: &HandlerExit) {
 }
 
 /// Prints how the wait ended and gives the exit code.
-fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -> ExitCode {
+fn show(args: &Args, delivery: &SendResult, name: &str, message_id: &str, end: End) -> ExitCode {
     let none = HandlerExit::default();
-    let (outcome, reply, last, handler) = match &end {
+    let (outcome, reply, handler) = match &end {
         End::Final {
             outcome,
             reply,
             handler,
             ..
-        } => (Some(outcome.as_str()), reply.as_deref(), None, handler),
-        End::Unknown => (Some("unknown"), None, None, &none),
-        End::TimedOut(last) => (None, None, last.map(Pending::as_str), &none),
+        } => (Some(outcome.as_str()), reply.as_deref(), handler),
+        End::Unknown => (Some("unknown"), None, &none),
+        End::TimedOut(_) => (None, None, &none),
     };
     let done = outcome == Some(Outcome::Done.as_str());
     let code = match &end {
@@ -261,15 +250,8 @@ fn show(args: &Args, delivery: &Value, name: &str, message_id: &str, end: End) -
         _ => ExitCode::Refused,
     };
     if args.flag("json") {
-        let mut r = delivery.clone();
-        r["outcome"] = json!(outcome);
-        r["reply"] = json!(reply);
-        put_handler(&mut r, handler);
-        if let End::TimedOut(_) = end {
-            r["timed_out"] = json!(true);
-            r["task_status"] = json!(last);
-        }
-        emit_json(&r);
+        let waited = Waited::new(delivery.clone(), Some(&end), Report::Command);
+        emit_json(&serde_json::to_value(waited).expect("a result serializes"));
         return code;
     }
     if let Some(text) = reply {

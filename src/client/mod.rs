@@ -11,8 +11,8 @@ pub use session::{Events, Lines, PipeLines, Session, request};
 
 use crate::wire::answer::{ErrorObject, Pong};
 use crate::wire::{self, Method, State};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::fmt;
 use std::io::{self, Write};
@@ -210,23 +210,65 @@ pub fn ping(socket: &Path, expected_id: &str, timeout: Duration) -> Result<State
     Ok(r.state)
 }
 
+/// A zcoder request frame, `ping` or `enqueue` (an enqueue's body and
+/// sender), its members in the order zcoder's own sender writes them.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ZcoderRequest<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<u64>,
+    pub message_id: &'a str,
+    pub protocol: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_instance_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_project: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_workspace: Option<&'a str>,
+    pub target_instance_id: &'a str,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+}
+
+/// A zcoder ack, as far as baton reads one: its status, and for an
+/// enqueue the queue position and state it names.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ZcoderAck {
+    pub status: Option<String>,
+    pub queue_position: Option<usize>,
+    pub state: Option<String>,
+}
+
+impl ZcoderAck {
+    /// The state it names, if this version knows it.
+    pub fn state(&self) -> Option<State> {
+        self.state.as_deref().and_then(|s| s.parse().ok())
+    }
+}
+
 /// Sends one zcoder frame and reads the whole answer frame.
 pub fn zcoder_exchange(
     socket: &Path,
-    payload: &Value,
+    payload: &ZcoderRequest,
     timeout: Duration,
-) -> Result<serde_json::Map<String, Value>, ClientError> {
+) -> Result<ZcoderAck, ClientError> {
     let mut stream = connect(socket).map_err(ClientError::Connect)?;
     stream
         .set_write_timeout(Some(timeout))
         .map_err(ClientError::Connect)?;
     let bytes = serde_json::to_vec(payload).expect("serializes");
     (stream.write_all(&wire::zcoder_frame(&bytes))).map_err(|_| ClientError::Closed)?;
-    wire::read_zcoder_frame(&mut stream, b"", 65536, timeout).map_err(|e| match e {
+    let ack = wire::read_zcoder_frame(&mut stream, b"", 65536, timeout).map_err(|e| match e {
         wire::FrameError::Timeout => ClientError::Timeout,
         wire::FrameError::Short => ClientError::Closed,
         other => ClientError::Protocol(other.to_string()),
-    })
+    })?;
+    serde_json::from_value(Value::Object(ack))
+        .map_err(|e| ClientError::Protocol(format!("ack: {e}")))
 }
 
 /// Pings a zcoder instance; zcoder answers `wrong_target` for another id,
@@ -236,21 +278,20 @@ pub fn zcoder_ping(
     expected_id: &str,
     timeout: Duration,
 ) -> Result<State, ClientError> {
-    let ping = json!({
-        "protocol": 1,
-        "type": "ping",
-        "message_id": format!("ping-{}", std::process::id()),
-        "target_instance_id": expected_id,
-    });
+    let message_id = format!("ping-{}", std::process::id());
+    let ping = ZcoderRequest {
+        message_id: &message_id,
+        protocol: 1,
+        target_instance_id: expected_id,
+        kind: "ping",
+        ..ZcoderRequest::default()
+    };
     let ack = zcoder_exchange(socket, &ping, timeout)?;
-    let text = |k: &str| ack.get(k).and_then(Value::as_str);
-    match text("status") {
+    match ack.status.as_deref() {
         Some("pong") => {}
         Some(other) => return Err(ClientError::Protocol(format!("ping answered {other}"))),
         None => return Err(ClientError::Protocol("ack has no status".into())),
     }
     // A zcoder that names no state it could be in is taken as ready.
-    Ok(text("state")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(State::Ready))
+    Ok(ack.state().unwrap_or(State::Ready))
 }

@@ -13,11 +13,14 @@
 
 use crate::base::config::Config;
 use crate::base::error::{Error, Result};
+use crate::base::status::Status;
 use crate::client::{ClientError, Session, request};
 use crate::registry::{self, Manifest, Peer};
 use crate::text::sanitize::escape;
-use crate::wire::answer::{Pending, Reply, TaskState, TaskStatus};
+use crate::wire::answer::{Handled, Pending, Reply, SendResult, TaskState, TaskStatus};
+use crate::wire::request::{ReceivedParams, TaskParams};
 use crate::wire::{self, Call, Event, EventKind, HandlerExit, Outcome};
+use serde::Serialize;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -168,6 +171,101 @@ impl Who {
     }
 }
 
+/// Who reports a wait: `send --wait --json` and MCP's `send_message`
+/// with `wait_seconds` have always spelled it differently, and each
+/// keeps its spelling (`Waited::new`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// `send --wait --json`: every member of how the handler ended (null
+    /// where unsaid), and `timed_out` with the last status seen.
+    Command,
+    /// MCP: the handler's members only where said; a wait that timed out
+    /// gives the status it last knew, or the delivery's.
+    Tool,
+}
+
+/// A delivery waited for: its result, and how the task ended (`outcome`
+/// and `reply` null while it has not).
+#[derive(Clone, Debug, Serialize)]
+pub struct Waited {
+    #[serde(flatten)]
+    pub delivery: SendResult,
+    #[serde(flatten)]
+    pub handler: Handler,
+    pub outcome: Option<String>,
+    pub reply: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_status: Option<Option<String>>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+}
+
+/// How a failed turn's handler ended, as a `Report` spells it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub enum Handler {
+    /// The members the receiver said (`Report::Tool`).
+    Said(HandlerExit),
+    /// All four, null where unsaid (`Report::Command`).
+    Every(EveryMember),
+}
+
+/// `HandlerExit` with every member written.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct EveryMember {
+    exit_status: Option<i32>,
+    host: Option<String>,
+    signal: Option<i32>,
+    stderr_tail: Option<String>,
+}
+
+impl Waited {
+    /// `delivery`, and the `end` of the wait for it (none: not waited).
+    pub fn new(delivery: SendResult, end: Option<&End>, report: Report) -> Waited {
+        let none = HandlerExit::default();
+        let h = match end {
+            Some(End::Final { handler, .. }) => handler,
+            _ => &none,
+        };
+        let handler = match report {
+            Report::Tool => Handler::Said(h.clone()),
+            Report::Command => Handler::Every(EveryMember {
+                exit_status: h.exit_status,
+                host: h.host.clone(),
+                signal: h.signal,
+                stderr_tail: h.stderr_tail.clone(),
+            }),
+        };
+        let (outcome, reply) = match end {
+            Some(End::Final { outcome, reply, .. }) => (Some(outcome.to_string()), reply.clone()),
+            Some(End::Unknown) => (Some(Pending::Unknown.to_string()), None),
+            _ => (None, None),
+        };
+        let last = match end {
+            Some(End::TimedOut(last)) => Some(last.map(|l| l.to_string())),
+            _ => None,
+        };
+        let stored = delivery.status() == Some(Status::Stored);
+        let task_status = match report {
+            Report::Command => last,
+            // Not asked (the receiver is not running): as delivered.
+            Report::Tool => last.map(|l| match l {
+                Some(l) => Some(l),
+                None if stored => Some(Status::Stored.to_string()),
+                None => Some(Pending::Queued.to_string()),
+            }),
+        };
+        Waited {
+            timed_out: report == Report::Command && task_status.is_some(),
+            delivery,
+            handler,
+            outcome,
+            reply,
+            task_status,
+        }
+    }
+}
+
 /// How waiting for a task ended.
 pub enum End {
     /// The task reached a final outcome, with its reply text if it made
@@ -245,11 +343,14 @@ enum Found {
 /// its sender has the reply (`inbox/received`), so that the reply queued
 /// there is not handed out again as new work. Its answer's `status`.
 pub fn tell_received(conn: &mut Session, reply_id: &str, message_id: &str) -> Result<String> {
-    let params = json!({"message_id": reply_id, "in_reply_to": message_id});
-    let v: Value = conn
+    let params = ReceivedParams {
+        in_reply_to: message_id.to_string(),
+        message_id: reply_id.to_string(),
+    };
+    let h: Handled = conn
         .call(Call::InboxReceived, params)
         .map_err(|e| Error::Transport(format!("inbox/received: {e}")))?;
-    Ok(v["status"].as_str().unwrap_or("").to_string())
+    Ok(h.status.to_string())
 }
 
 /// Asks the instance `who` finds once for `task/status` of `message_id`:
@@ -262,7 +363,7 @@ pub fn ask_status(config: &Config, who: &Who, message_id: &str) -> Result<Option
     let name = escape(&who.name);
     let mut conn = Session::open(socket, config.io_timeout)
         .map_err(|e| Error::Refused(format!("{name} does not answer: {e}")))?;
-    conn.call(Call::TaskStatus, json!({"message_id": message_id}))
+    conn.call(Call::TaskStatus, TaskParams::new(message_id))
         .map(Some)
         .map_err(|e| Error::Refused(format!("{name} answered task/status with {e}")))
 }
@@ -301,7 +402,7 @@ pub fn watch_session(
     let ask = request(
         STATUS_ID,
         Call::TaskStatus.into(),
-        json!({"message_id": message_id}),
+        TaskParams::new(message_id),
     );
     let mut every = again;
     loop {

@@ -9,7 +9,7 @@
 //! operator's to requeue or discard, not cancelled; `inbox/discard` keeps
 //! that meaning.
 
-use super::{Answer, Foreground, Params, need_str};
+use super::{Answer, Foreground, Params};
 use crate::server::RpcError;
 use crate::spool::events::Hub;
 use crate::spool::{Spool, Whereabouts};
@@ -17,34 +17,31 @@ use crate::text::sanitize::escape;
 use crate::wire::Handling;
 use crate::wire::access::{Caller, Role};
 use crate::wire::answer::Handled;
+use crate::wire::request::TaskParams;
 use crate::wire::{self, EventKind, Outcome};
-use serde_json::{Value, json};
+use serde_json::json;
 
 impl Foreground {
     /// `task/cancel`.
     pub(super) fn task_cancel(&mut self, params: &Params, caller: &Caller) -> Answer {
-        let id = need_str(params, "message_id")?;
+        let params = TaskParams::read(params)?;
+        let id = params.message_id.clone();
         let whereabouts = self.spool().whereabouts(&id);
-        self.may_cancel(&id, &whereabouts, params, caller)?;
+        self.may_cancel(&params, &whereabouts, caller)?;
         let by = cancelled_by(caller);
         let handled = match whereabouts {
             Whereabouts::Queued(_) => self.withdraw(&id, &by),
             Whereabouts::Processing => self.stop_turn(&id, &by),
             w => not_pending(&id, &w),
         };
-        Ok(serde_json::to_value(handled).expect("an answer serializes"))
+        Ok(super::answer(handled))
     }
 
     /// Holds the agent, a bridge and a verified asker to their own tasks:
     /// `Err` is the refusal, which says who the caller is taken for. A
     /// task the spool does not know is nobody's: its answer says so.
-    fn may_cancel(
-        &self,
-        id: &str,
-        w: &Whereabouts,
-        params: &Params,
-        caller: &Caller,
-    ) -> Result<(), RpcError> {
+    fn may_cancel(&self, p: &TaskParams, w: &Whereabouts, caller: &Caller) -> Result<(), RpcError> {
+        let id = p.message_id.as_str();
         let sender = match w {
             Whereabouts::Unknown | Whereabouts::Finished(None) => return Ok(()),
             Whereabouts::Finished(Some(r)) => r.sender_instance_id.clone(),
@@ -57,7 +54,7 @@ impl Foreground {
             None => "a sender that is no instance".into(),
         };
         let shown = |p: Option<u32>| p.map_or_else(|| "?".to_string(), |p| p.to_string());
-        let asker = params.get("sender_instance_id").and_then(Value::as_str);
+        let asker = p.sender_instance_id.as_deref();
         let label = caller.bridge.as_ref().map(|b| b.label.as_deref());
         let why = if let Some(label) = label.filter(|l| !self.bridged_with(id, w, *l)) {
             let with = super::outcome::with_label(label);
@@ -174,15 +171,7 @@ fn cancelled_by(caller: &Caller) -> String {
 }
 
 fn handled(status: Handling, id: &str, reason: Option<String>) -> Handled {
-    Handled {
-        approval_id: None,
-        message_id: Some(id.to_string()),
-        outcome: None,
-        reason,
-        reply: None,
-        status: status.into(),
-        was: None,
-    }
+    Handled::new(status, Some(id), reason)
 }
 
 /// The answer for a task that is neither queued nor processing: set
@@ -201,7 +190,7 @@ fn not_pending(id: &str, w: &Whereabouts) -> Handled {
             None => format!("task {shown} already ended (its receipt cannot be read back)"),
         };
         Handled {
-            outcome: o.map(|o| o.to_string()),
+            outcome: o.map(|o| Some(o.into())),
             ..handled(Handling::Ended, id, Some(why))
         }
     };

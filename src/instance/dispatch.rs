@@ -6,14 +6,16 @@
 
 use super::{Answer, Approve, EPHEMERAL_GRACE, Foreground, Params, Reply};
 use crate::registry;
-use crate::server::{self, Event, State};
+use crate::server::{Event, State};
 use crate::spool::{self, Spool};
 use crate::wire::Call;
 use crate::wire::EventKind;
+use crate::wire::Handling;
 use crate::wire::Mode;
 use crate::wire::Outcome;
 use crate::wire::access::Caller;
-use crate::wire::answer::{ControlStatus, Queue, RunningTurn};
+use crate::wire::answer::{ControlStatus, Handled, Queue, RunningTurn};
+use crate::wire::request::{ListParams, Page};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -40,6 +42,11 @@ const LIST_ROOM: usize = 1024;
 /// yet listed cannot move back past the page's end, and a moved `after`
 /// makes tasks be listed again, not skipped.
 const LIST_ORDER: [&str; 4] = ["processing", "rejected", "interrupted", "queued"];
+
+/// The bytes `v` takes as a page writes it.
+fn written(v: &impl serde::Serialize) -> usize {
+    serde_json::to_string(v).map_or(0, |s| s.len())
+}
 
 /// A `control/pause` whose earlier acceptances are stored: it can be
 /// answered.
@@ -299,10 +306,8 @@ impl Foreground {
     /// of them and `LIST_RESULT_BYTES` in all, with the next page's
     /// `after` in `next` (null on the last page).
     fn inbox_list(&self, params: &Params) -> Answer {
-        let positive = |v: &Value| v.as_u64().filter(|n| *n > 0);
-        let limit = server::opt(params, "limit", "a positive integer", positive)?
-            .map_or(LIST_LIMIT, |n| usize::try_from(n).unwrap_or(usize::MAX));
-        let after = super::get_str(params, "after")?;
+        let ListParams { after, limit } = ListParams::read(params)?;
+        let limit = limit.map_or(LIST_LIMIT, |n| usize::try_from(n).unwrap_or(usize::MAX));
         let l = self.spool().list();
         let mut tasks = [l.processing, l.rejected, l.interrupted, l.queued]
             .into_iter()
@@ -310,33 +315,34 @@ impl Foreground {
             .flat_map(|(v, place)| v.into_iter().map(move |t| (place, t)));
         if let Some(id) = &after {
             if !tasks.any(|(_, t)| t.message_id == *id) {
-                return Ok(json!({"status": "invalid", "message_id": id,
-                                 "reason": format!("task {id} is not listed (it left the inbox): list again from the start")}));
+                let why = format!(
+                    "task {id} is not listed (it left the inbox): list again from the start"
+                );
+                let refused = Handled::new(Handling::Invalid, Some(id), Some(why));
+                return Ok(super::answer(refused));
             }
         }
-        let mut page = json!({"processing": [], "rejected": [], "interrupted": [], "queued": [],
-                              "awaiting_approval": [], "next": null});
+        let mut page = Page::default();
         let (mut bytes, mut taken, mut last) = (0, 0, None);
         for (place, t) in tasks {
-            let summary = serde_json::to_value(&t).expect("a summary serializes");
             let asked = place == "queued" && self.asked.contains_key(&t.message_id);
             // Each with its comma; an id in `awaiting_approval` too.
-            let mut size = summary.to_string().len() + 1;
+            let mut size = written(&t) + 1;
             if asked {
-                size += json!(t.message_id).to_string().len() + 1;
+                size += written(&t.message_id) + 1;
             }
             if taken == limit || (taken > 0 && bytes + size > LIST_RESULT_BYTES - LIST_ROOM) {
-                page["next"] = json!(last);
+                page.next = last;
                 break;
             }
-            let mut push = |k: &str, v| page[k].as_array_mut().expect("a list").push(v);
             if asked {
-                push("awaiting_approval", json!(t.message_id));
+                page.awaiting_approval.push(t.message_id.clone());
             }
-            push(place, summary);
-            (bytes, taken, last) = (bytes + size, taken + 1, Some(t.message_id));
+            let id = t.message_id.clone();
+            page.place_mut(place).push(t);
+            (bytes, taken, last) = (bytes + size, taken + 1, Some(id));
         }
-        Ok(page)
+        Ok(super::answer(page))
     }
 
     fn status(&self) -> Value {

@@ -4,17 +4,20 @@
 //! ends it. Here too: putting interrupted tasks back, or discarding them.
 
 use super::outbound::{Plan, Waiter};
-use super::{Answer, Foreground, OpenTask, Params, Reply, get_str, need_str};
+use super::{Answer, Foreground, OpenTask, Params, Reply, answer};
 use crate::base::status::{ReplyStatus, Status};
 use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task, Whereabouts};
 use crate::text::sanitize::escape;
 use crate::wire::ClaimStatus;
 use crate::wire::Outcome;
-use crate::wire::answer::{Claimed, ClaimedTask, RejectedTask};
-use crate::wire::{Call, EventKind};
+use crate::wire::answer::{
+    Claimed, ClaimedTask, CompleteParams, Handled, RejectedTask, SendResult,
+};
+use crate::wire::request::{RelayParams, TaskParams};
+use crate::wire::{Call, EventKind, Handling};
 use crate::workers::turn;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::approval::Gate;
 
@@ -154,38 +157,36 @@ impl Foreground {
     /// discards it with a receipt, so a retry of its id stays a duplicate
     /// (`inbox/discard`).
     pub(super) fn interrupted(&mut self, call: Call, params: &Params) -> Answer {
-        let id = need_str(params, "message_id")?;
+        let id = TaskParams::read(params)?.message_id;
+        let handled = |status, reason| Ok(answer(Handled::new(status, Some(&id), reason)));
         if !self.spool().is_set_aside(&id) {
-            return Ok(json!({
-                "status": "invalid",
-                "message_id": id,
-                "reason": format!("no interrupted or rejected task {}", escape(&id)),
-            }));
+            let why = format!("no interrupted or rejected task {}", escape(&id));
+            return handled(Handling::Invalid, Some(why));
         }
         let discard = call == Call::InboxDiscard;
         let (r, status, kind) = if discard {
             (
                 self.spool().finish(&id, Outcome::Discarded),
-                "discarded",
+                Handling::Discarded,
                 EventKind::TaskDiscarded,
             )
         } else {
             (
                 self.spool().requeue(&id),
-                "requeued",
+                Handling::Requeued,
                 EventKind::TaskRequeued,
             )
         };
-        Ok(match r {
+        match r {
             Ok(()) => {
                 self.hub.emit(kind, json!({"message_id": id}));
                 if discard {
                     self.ended(&id, Outcome::Discarded, None);
                 }
-                json!({"status": status, "message_id": id})
+                handled(status, None)
             }
-            Err(e) => json!({"status": "error", "message_id": id, "reason": e.to_string()}),
-        })
+            Err(e) => handled(Handling::Error, Some(e.to_string())),
+        }
     }
 
     /// `inbox/complete`. With `reply`, the answer waits for the reply's
@@ -199,7 +200,7 @@ impl Foreground {
         match finished {
             Ok((answer, Some((id, plan)))) => self.reply_from(id, plan, answer, answer_to),
             done => {
-                let _ = answer_to.send(done.map(|(answer, _)| answer));
+                let _ = answer_to.send(done.map(|(handled, _)| answer(handled)));
             }
         }
     }
@@ -209,22 +210,14 @@ impl Foreground {
     fn finish_open(
         &mut self,
         params: &Params,
-    ) -> Result<(Value, Option<(String, PlannedReply)>), RpcError> {
-        let id = need_str(params, "message_id")?;
-        let outcome = get_str(params, "outcome")?;
-        let reply = get_str(params, "reply")?;
-        let reply_to_reply =
-            server::opt(params, "reply_to_reply", "a boolean", Value::as_bool)?.unwrap_or(false);
-        let invalid = |reason: String| {
-            Ok((
-                json!({"status": "invalid", "message_id": id, "reason": reason}),
-                None,
-            ))
-        };
-        let outcome = match outcome.map(|o| o.parse::<Outcome>()) {
-            None => Outcome::Done,
-            Some(Ok(o)) if o.completes() => o,
-            Some(_) => return invalid("outcome is not done or failed".into()),
+    ) -> Result<(Handled, Option<(String, PlannedReply)>), RpcError> {
+        let params = CompleteParams::read(params)?;
+        let (id, reply) = (params.message_id.clone(), params.reply.clone());
+        let reply_to_reply = params.reply_to_reply.unwrap_or(false);
+        let handled = |status, reason| Handled::new(status, Some(&id), reason);
+        let invalid = |reason: String| Ok((handled(Handling::Invalid, Some(reason)), None));
+        let Some(outcome) = params.completes() else {
+            return invalid("outcome is not done or failed".into());
         };
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
             // Cancelled while it was open (`task/cancel`): say so.
@@ -251,18 +244,24 @@ impl Foreground {
                 body: super::outcome::bounded(body, self.shared.config.max_message_bytes),
             };
             if let Err(e) = self.finish_turn(pos, outcome, Some(record)) {
-                let failed = json!({"status": "error", "message_id": id, "reason": e.to_string()});
-                return Ok((failed, None));
+                return Ok((handled(Handling::Error, Some(e.to_string())), None));
             }
-            let kept = json!({"status": ReplyStatus::Kept.as_str(), "message_id": "",
-                              "reason": super::outbound::PLAIN_SENDER});
-            let result = json!({"status": "completed", "message_id": id, "outcome": outcome,
-                                "reply": kept});
+            let why = super::outbound::PLAIN_SENDER.to_string();
+            let kept = SendResult::new(ReplyStatus::Kept.as_str(), "", Some(why));
+            let result = Handled {
+                reply: Some(kept),
+                ..completed(&id, outcome)
+            };
             return Ok((result, None));
         }
         let planned = reply.map(|body| {
-            let p = json!({"body": body, "reply": true, "turn": self.open[pos].token});
-            let plan = self.plan_send(p.as_object().expect("an object"), None);
+            let p = RelayParams {
+                body: body.clone(),
+                reply: Some(true),
+                turn: Some(self.open[pos].token.clone()),
+                ..RelayParams::default()
+            };
+            let plan = self.plan_send(p, None);
             let sent = plan.as_ref().ok().and_then(|p| p.as_ref().ok());
             let record = ReplyRecord {
                 message_id: sent.map(|out| out.message_id.clone()),
@@ -272,10 +271,9 @@ impl Foreground {
         });
         let record = planned.as_ref().map(|(_, r)| r.clone());
         if let Err(e) = self.finish_turn(pos, outcome, record) {
-            let failed = json!({"status": "error", "message_id": id, "reason": e.to_string()});
-            return Ok((failed, None));
+            return Ok((handled(Handling::Error, Some(e.to_string())), None));
         }
-        let result = json!({"status": "completed", "message_id": id, "outcome": outcome});
+        let result = completed(&id, outcome);
         Ok((result, planned.map(|(plan, _)| (id, plan))))
     }
 
@@ -303,27 +301,45 @@ impl Foreground {
     /// --reply` from the turn just completed (planned while it was open),
     /// on a sender thread, and `answer` goes to `answer_to` with the
     /// reply's result once it is known (bounded by the I/O timeout).
-    fn reply_from(&mut self, id: String, plan: PlannedReply, mut answer: Value, answer_to: Reply) {
+    fn reply_from(&mut self, id: String, plan: PlannedReply, done: Handled, answer_to: Reply) {
         match plan {
             Ok(Ok(out)) => {
                 let waiter = Waiter::Complete {
                     reply: answer_to,
-                    answer,
+                    answer: Box::new(done),
                 };
                 self.spawn_send(out, Some(id), Some(waiter));
             }
             Ok(Err(refusal)) => {
-                let mut r = refusal.clone();
+                let mut r = serde_json::to_value(&refusal).expect("a result serializes");
                 r["reply_of"] = json!(id);
                 self.hub.emit(EventKind::RelaySent, r);
-                answer["reply"] = refusal;
-                let _ = answer_to.send(Ok(answer));
+                let done = Handled {
+                    reply: Some(refusal),
+                    ..done
+                };
+                let _ = answer_to.send(Ok(answer(done)));
             }
             Err(e) => {
-                answer["reply"] = json!({"status": Status::Invalid, "reason": e.message});
-                let _ = answer_to.send(Ok(answer));
+                let refused = SendResult {
+                    message_id: None,
+                    ..SendResult::new(Status::Invalid, "", Some(e.message))
+                };
+                let done = Handled {
+                    reply: Some(refused),
+                    ..done
+                };
+                let _ = answer_to.send(Ok(answer(done)));
             }
         }
+    }
+}
+
+/// `inbox/complete`'s answer for the task `id`, finished as `outcome`.
+fn completed(id: &str, outcome: Outcome) -> Handled {
+    Handled {
+        outcome: Some(Some(outcome.into())),
+        ..Handled::new(Handling::Completed, Some(id), None)
     }
 }
 

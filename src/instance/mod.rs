@@ -126,6 +126,11 @@ type Answer = std::result::Result<Value, RpcError>;
 /// The answer channel of a call the foreground answers.
 type Reply = chan::Sender<Answer>;
 
+/// A typed answer as the reply channel carries it.
+fn answer(a: impl serde::Serialize) -> Value {
+    serde_json::to_value(a).expect("an answer serializes")
+}
+
 /// A task an agent claimed (pull mode) and has not completed.
 struct OpenTask {
     task: Task,

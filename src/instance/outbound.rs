@@ -5,7 +5,7 @@
 //! reports as `Event::Relayed`. This covers `relay/send`, `--reply` and
 //! the reply of `inbox/complete`.
 
-use super::{Foreground, Params, Reply, get_str, is_local, need_str};
+use super::{Foreground, Params, Reply, is_local};
 use crate::base::status::{ReplyStatus, Status};
 use crate::registry;
 use crate::relay::{self, Outbound};
@@ -14,9 +14,11 @@ use crate::spool::{ReplyRecord, Task};
 use crate::text::sanitize::escape;
 use crate::wire::EventKind;
 use crate::wire::access::{Caller, Role};
+use crate::wire::answer::{Handled, SendResult};
+use crate::wire::request::{RelayParams, missing};
 use crate::workers::turn;
 use crossbeam_channel as chan;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::cmp::Reverse;
 use std::time::Duration;
 
@@ -24,7 +26,7 @@ use std::time::Duration;
 pub(super) const PLAIN_SENDER: &str = "the reply stays in the task's receipt, where a waiting sender reads it (send --wait, task/status): the sender is a plain command line, with no inbox to send it to";
 
 /// A planned send, or the refusal to answer with instead.
-pub(super) type Plan = Result<Outbound, Value>;
+pub(super) type Plan = Result<Outbound, SendResult>;
 
 /// A `--reply` planned: what the receipt keeps, and the send, or why
 /// there is none (the notice's text, said here).
@@ -91,7 +93,7 @@ impl Foreground {
     ) {
         let origin = self.origin.clone();
         let events = self.events_tx.clone();
-        let (result_tx, result_rx) = chan::bounded::<Value>(1);
+        let (result_tx, result_rx) = chan::bounded::<SendResult>(1);
         let message_id = out.message_id.clone();
         let spawned = std::thread::Builder::new()
             .name("baton-send".into())
@@ -111,9 +113,7 @@ impl Foreground {
             let text = format!("cannot start a sender thread: {e}");
             self.notice(None, &text);
             if let Some(w) = waiter {
-                w.answer(
-                    json!({"status": Status::Transport, "message_id": message_id, "reason": text}),
-                );
+                w.answer(SendResult::new(Status::Transport, &message_id, Some(text)));
             }
             return;
         }
@@ -131,16 +131,17 @@ impl Foreground {
     /// A sender thread's result, for the transcript. A reply that was not
     /// delivered is also said as a notice (and on stderr): a handler run
     /// with `--reply` has exited by then, and the operator is who learns.
-    pub(super) fn relayed(&mut self, mut fields: Value, reply_of: Option<String>) {
+    pub(super) fn relayed(&mut self, result: SendResult, reply_of: Option<String>) {
+        let mut fields = serde_json::to_value(&result).expect("a result serializes");
         if let Some(r) = &reply_of {
             fields["reply_of"] = json!(r);
-            let status = fields["status"].as_str().unwrap_or("");
-            let delivered = status.parse::<Status>().is_ok_and(Status::delivered);
+            let delivered = result.status().is_some_and(Status::delivered);
             if !delivered {
                 let text = format!(
-                    "the reply to {} was not delivered: {status}: {}",
+                    "the reply to {} was not delivered: {}: {}",
                     escape(r),
-                    escape(fields["reason"].as_str().unwrap_or(""))
+                    result.status,
+                    escape(result.reason.as_deref().unwrap_or(""))
                 );
                 eprintln!("baton: {text}");
                 self.notice(Some(r), text);
@@ -152,15 +153,18 @@ impl Foreground {
     /// `relay/send`: the sender-side guards need the turn, so they are
     /// decided here; the delivery itself runs on a worker thread.
     pub(super) fn relay_send(&mut self, params: &Params, reply: Reply, caller: &Caller) {
-        let plan = self.plan_send(params, Some(caller));
+        let plan = RelayParams::read(params)
+            .map_err(RpcError::from)
+            .and_then(|p| self.plan_send(p, Some(caller)));
         match plan {
             Ok(Ok(out)) => {
                 let reply_of = out.in_reply_to.clone();
                 self.spawn_send(out, reply_of, Some(Waiter::Relay(reply)));
             }
             Ok(Err(refusal)) => {
-                self.hub.emit(EventKind::RelaySent, refusal.clone());
-                let _ = reply.send(Ok(refusal));
+                let fields = serde_json::to_value(&refusal).expect("a result serializes");
+                self.hub.emit(EventKind::RelaySent, fields);
+                let _ = reply.send(Ok(super::answer(refusal)));
             }
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -224,23 +228,25 @@ impl Foreground {
     /// or no turn) goes to any target at hop 0.
     pub(super) fn plan_send(
         &mut self,
-        params: &Params,
+        params: RelayParams,
         caller: Option<&Caller>,
     ) -> Result<Plan, RpcError> {
-        let body = need_str(params, "body")?;
-        let turn = get_str(params, "turn")?;
-        let target = get_str(params, "target")?;
-        let mode = get_str(params, "mode")?.unwrap_or_else(|| "queue".into());
-        let is_reply = server::opt(params, "reply", "a boolean", Value::as_bool)?.unwrap_or(false);
-        let given = get_str(params, "message_id")?;
+        let RelayParams {
+            body, turn, target, ..
+        } = params;
+        let mode = params.mode.unwrap_or_else(|| "queue".into());
+        let is_reply = params.reply.unwrap_or(false);
+        let given = params.message_id;
         let valid = given.as_deref().is_none_or(registry::valid_id);
         let message_id = given
             .filter(|_| valid)
             .unwrap_or_else(|| self.new_message_id());
         let refuse = |status: Status, reason: &str| {
-            Ok(Err(
-                json!({"status": status, "message_id": message_id, "reason": reason}),
-            ))
+            Ok(Err(SendResult::new(
+                status,
+                &message_id,
+                Some(reason.to_string()),
+            )))
         };
         if !valid {
             return refuse(Status::Invalid, server::reason::BAD_MESSAGE_ID);
@@ -263,7 +269,7 @@ impl Foreground {
                 return refuse(Status::Invalid, "a reply needs the turn it answers (turn)");
             }
             return Ok(Ok(Outbound {
-                target: target.ok_or_else(|| server::missing("target"))?,
+                target: target.ok_or_else(|| missing("target"))?,
                 body,
                 message_id,
                 hop: 0,
@@ -284,7 +290,7 @@ impl Foreground {
         let target = match (is_reply, target) {
             (true, _) => sender.clone(),
             (false, Some(t)) => t,
-            (false, None) => return Err(server::missing("target")),
+            (false, None) => return Err(missing("target").into()),
         };
         let scope = format!("this turn runs a task relayed from {}", escape(&from));
         Ok(Ok(Outbound {
@@ -304,30 +310,34 @@ pub(super) enum Waiter {
     /// margin, so the caller's own timeout does not run out first), the
     /// reply is said to be `sending`, and its result goes only to the
     /// transcript (`relay.sent`).
-    Complete { reply: Reply, answer: Value },
+    Complete { reply: Reply, answer: Box<Handled> },
 }
 
 impl Waiter {
-    fn wait(self, result: &chan::Receiver<Value>, io_timeout: Duration, message_id: &str) {
+    fn wait(self, result: &chan::Receiver<SendResult>, io_timeout: Duration, message_id: &str) {
         let got = match &self {
             Waiter::Relay(_) => result.recv().ok(),
             Waiter::Complete { .. } => result.recv_timeout(io_timeout - io_timeout / 5).ok(),
         };
         let got = got.unwrap_or_else(|| {
-            json!({"status": ReplyStatus::Sending.as_str(), "message_id": message_id,
-                   "reason": "no result within the I/O timeout; the outcome goes to the transcript (relay.sent)"})
+            let why =
+                "no result within the I/O timeout; the outcome goes to the transcript (relay.sent)";
+            SendResult::new(ReplyStatus::Sending.as_str(), message_id, Some(why.into()))
         });
         self.answer(got);
     }
 
-    fn answer(self, result: Value) {
+    fn answer(self, result: SendResult) {
         match self {
             Waiter::Relay(reply) => {
-                let _ = reply.send(Ok(result));
+                let _ = reply.send(Ok(super::answer(result)));
             }
-            Waiter::Complete { reply, mut answer } => {
-                answer["reply"] = result;
-                let _ = reply.send(Ok(answer));
+            Waiter::Complete { reply, answer } => {
+                let answer = Handled {
+                    reply: Some(result),
+                    ..*answer
+                };
+                let _ = reply.send(Ok(super::answer(answer)));
             }
         }
     }

@@ -4,12 +4,13 @@
 //! waiting, so it holds across restarts. Reading a receipt is a local
 //! disk read, which the foreground may do.
 
-use super::{Answer, Foreground, Params, need_str};
+use super::{Answer, Foreground, Params};
 use crate::spool::{HandlerExit, ReplyRecord, Through, Whereabouts};
 use crate::wire::access::Caller;
 use crate::wire::answer::{Pending, TaskState, TaskStatus};
+use crate::wire::request::TaskParams;
 use crate::wire::{EventKind, Outcome};
-use serde_json::{Value, json};
+use serde_json::json;
 
 impl Foreground {
     /// Records a task's final outcome at this receiver, with its reply
@@ -50,7 +51,10 @@ impl Foreground {
 
     /// `task/status`.
     pub(super) fn task_status(&self, params: &Params, caller: &Caller) -> Answer {
-        let id = need_str(params, "message_id")?;
+        let TaskParams {
+            message_id: id,
+            sender_instance_id: asker,
+        } = TaskParams::read(params)?;
         let mut v = TaskStatus {
             finished_at: None,
             handler: HandlerExit::default(),
@@ -60,7 +64,7 @@ impl Foreground {
             reply: None,
             status: TaskState::Pending(Pending::Unknown),
         };
-        let answer = |v: TaskStatus| Ok(serde_json::to_value(v).expect("an answer serializes"));
+        let answer = |v: TaskStatus| Ok(super::answer(v));
         let whereabouts = self.spool().whereabouts(&id);
         // A remote key hears about what came through a bridge of its own
         // label, nothing else (docs/security.md).
@@ -76,7 +80,7 @@ impl Foreground {
         }
         // Checked by the connection (`verify_asker`): a verified asker
         // hears about its own tasks only.
-        if let Some(asker) = params.get("sender_instance_id").and_then(Value::as_str) {
+        if let Some(asker) = asker.as_deref() {
             let sender = match &whereabouts {
                 Whereabouts::Finished(Some(r)) => Some(r.sender_instance_id.clone()),
                 Whereabouts::Unknown | Whereabouts::Finished(None) => None,

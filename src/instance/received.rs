@@ -9,12 +9,13 @@
 //! restart, or past the bound, the reply is handed out as ordinary work
 //! (once more, never lost).
 
-use super::{Answer, Foreground, Params, need_str};
+use super::{Answer, Foreground, Params, answer};
 use crate::registry;
 use crate::spool::{Claim, Whereabouts};
 use crate::text::sanitize::escape;
-use crate::wire::Outcome;
-use serde_json::{Value, json};
+use crate::wire::answer::Handled;
+use crate::wire::request::ReceivedParams;
+use crate::wire::{Handling, Outcome};
 use std::collections::VecDeque;
 
 /// Replies expected at most; the oldest expectation goes first.
@@ -55,40 +56,39 @@ impl Expected {
 impl Foreground {
     /// `inbox/received {message_id, in_reply_to}`.
     pub(super) fn received(&mut self, params: &Params) -> Answer {
-        let id = need_str(params, "message_id")?;
-        let of = need_str(params, "in_reply_to")?;
-        let answer = |status: &str| json!({"status": status, "message_id": id});
+        let ReceivedParams {
+            in_reply_to: of,
+            message_id: id,
+        } = ReceivedParams::read(params)?;
+        let handled = |status, reason| Handled::new(status, Some(&id), reason);
+        let ended = |outcome: Option<Outcome>| Handled {
+            outcome: Some(outcome.map(Into::into)),
+            ..handled(Handling::Ended, None)
+        };
         if !registry::valid_id(&id) || !registry::valid_id(&of) {
-            let mut v = answer("invalid");
-            v["reason"] = json!(crate::server::reason::BAD_MESSAGE_ID);
-            return Ok(v);
+            let why = crate::server::reason::BAD_MESSAGE_ID.to_string();
+            return Ok(answer(handled(Handling::Invalid, Some(why))));
         }
-        Ok(match self.spool().whereabouts(&id) {
+        let h = match self.spool().whereabouts(&id) {
             Whereabouts::Queued(_) => match self.answers(&id) {
                 Some(o) if o == of => self.record_received(&id, &of),
                 _ => {
-                    let mut v = answer("invalid");
-                    v["reason"] = json!(format!(
-                        "task {} is not a reply to {}",
-                        escape(&id),
-                        escape(&of)
-                    ));
-                    v
+                    let why = format!("task {} is not a reply to {}", escape(&id), escape(&of));
+                    handled(Handling::Invalid, Some(why))
                 }
             },
             Whereabouts::Unknown => {
                 self.expected.expect(id.clone(), of);
-                answer("expected")
+                handled(Handling::Expected, None)
             }
-            Whereabouts::Processing | Whereabouts::Interrupted => answer("handed_out"),
-            Whereabouts::Finished(r) => {
-                let mut v = answer("ended");
-                v["outcome"] = json!(r.map(|r| r.outcome));
-                v
+            Whereabouts::Processing | Whereabouts::Interrupted => {
+                handled(Handling::HandedOut, None)
             }
-            Whereabouts::Expired => ended(answer("ended"), Outcome::Expired),
-            Whereabouts::Rejected(_) => ended(answer("ended"), Outcome::Rejected),
-        })
+            Whereabouts::Finished(r) => ended(r.map(|r| r.outcome)),
+            Whereabouts::Expired => ended(Some(Outcome::Expired)),
+            Whereabouts::Rejected(_) => ended(Some(Outcome::Rejected)),
+        };
+        Ok(answer(h))
     }
 
     /// The task a queued task answers (`in_reply_to`), read back.
@@ -105,8 +105,8 @@ impl Foreground {
         if self.answers(id).as_deref() != Some(&*of) {
             return false;
         }
-        let v = self.record_received(id, &of);
-        v["status"] == "received"
+        let h = self.record_received(id, &of);
+        h.status == Handling::Received
     }
 
     /// Records every expected reply that is queued now.
@@ -125,16 +125,18 @@ impl Foreground {
 
     /// Finishes the queued reply `id` (to `of`) as received, with a
     /// receipt; a spool that fails leaves it queued.
-    fn record_received(&mut self, id: &str, of: &str) -> Value {
+    fn record_received(&mut self, id: &str, of: &str) -> Handled {
         self.expected.forget(id);
         if let Some(p) = self.asked.remove(id) {
             self.requests.retain(|_, a| *a != p.id);
         }
         self.approved.remove(id);
-        let failed = |e: crate::base::error::Error| json!({"status": "error", "message_id": id, "reason": e.to_string()});
+        let failed = |e: crate::base::error::Error| {
+            Handled::new(Handling::Error, Some(id), Some(e.to_string()))
+        };
         match self.spool().claim_id(id) {
             Ok(Claim::Task(_)) => {}
-            Ok(_) => return json!({"status": "handed_out", "message_id": id}),
+            Ok(_) => return Handled::new(Handling::HandedOut, Some(id), None),
             Err(e) => return failed(e),
         }
         if let Err(e) = self.spool().finish(id, Outcome::Received) {
@@ -150,11 +152,6 @@ impl Foreground {
             ),
         );
         self.ended(id, Outcome::Received, None);
-        json!({"status": "received", "message_id": id})
+        Handled::new(Handling::Received, Some(id), None)
     }
-}
-
-fn ended(mut v: Value, outcome: Outcome) -> Value {
-    v["outcome"] = json!(outcome);
-    v
 }

@@ -6,8 +6,7 @@
 //! operator's own lines (`turn/local`) become tasks.
 
 use super::{
-    Answer, DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Params, Running, get_str, is_local,
-    need_str,
+    Answer, DRAIN_GRACE, Foreground, KILL_GRACE, LOCAL, Params, Running, answer, is_local,
 };
 use crate::base::config;
 use crate::base::status::Status;
@@ -16,7 +15,9 @@ use crate::server::{self, RpcError, State};
 use crate::spool::{self, Claim, Task};
 use crate::sys;
 use crate::text::sanitize::{escape, escape_tail};
-use crate::wire::{EventKind, HandlerExit, Outcome};
+use crate::wire::answer::{Handled, SendResult};
+use crate::wire::request::{LocalParams, TurnCancelParams};
+use crate::wire::{EventKind, HandlerExit, Handling, Outcome};
 use crate::workers::turn::{self, TurnEvent};
 use crossbeam_channel as chan;
 use serde_json::json;
@@ -342,22 +343,23 @@ impl Foreground {
     }
 
     pub(super) fn cancel(&mut self, params: &Params) -> Answer {
-        let want = get_str(params, "message_id")?;
+        let want = TurnCancelParams::read(params)?.message_id;
         let wanted = |id: &str| want.as_ref().is_none_or(|w| w == id);
+        let handled = |status, id: &str, reason| Ok(answer(Handled::new(status, Some(id), reason)));
         if let Some(r) = self.running.as_mut().filter(|r| wanted(&r.task.message_id)) {
             let id = r.task.message_id.clone();
             if r.ended_by.is_none() {
                 self.end_running(Outcome::Cancelled, "turn cancelled");
             }
-            return Ok(json!({"status": "cancelling", "message_id": id}));
+            return handled(Handling::Cancelling, &id, None);
         }
         if let Some(pos) = self.open.iter().position(|o| wanted(&o.task.message_id)) {
             let id = self.open[pos].task.message_id.clone();
             if let Err(e) = self.finish_turn(pos, Outcome::Cancelled, None) {
-                return Ok(json!({"status": "error", "message_id": id, "reason": e.to_string()}));
+                return handled(Handling::Error, &id, Some(e.to_string()));
             }
             self.refresh();
-            return Ok(json!({"status": "cancelled", "message_id": id}));
+            return handled(Handling::Cancelled, &id, None);
         }
         let reason = match (&want, &self.running) {
             (Some(w), Some(r)) => format!(
@@ -370,23 +372,33 @@ impl Foreground {
             }
             _ => "no turn is running".to_string(),
         };
-        Ok(json!({"status": "invalid", "message_id": want, "reason": reason}))
+        Ok(answer(Handled::new(
+            Handling::Invalid,
+            want.as_deref(),
+            Some(reason),
+        )))
     }
 
     /// `turn/local`: a line the operator typed. With `--exec` it becomes a
     /// task of its own, queued like any other; otherwise it is only noted.
     pub(super) fn local(&mut self, params: &Params) -> Answer {
-        let text = need_str(params, "text")?;
+        let text = LocalParams::read(params)?.text;
+        // Its answer is a send's: it names a task only once one is queued.
+        let said = |status: &str, reason: &str| SendResult {
+            message_id: None,
+            ..SendResult::new(status, "", Some(reason.to_string()))
+        };
         if text.trim().is_empty() {
-            return Ok(json!({"status": Status::Invalid, "reason": server::reason::EMPTY_BODY}));
+            let refused = said(Status::Invalid.as_str(), server::reason::EMPTY_BODY);
+            return Ok(answer(refused));
         }
         if self.opts.exec.is_none() {
             self.hub.emit(
                 EventKind::LocalInput,
                 json!({"from": LOCAL, "body": text, "noted": true}),
             );
-            return Ok(json!({"status": "noted",
-                             "reason": "this instance has no --exec handler: the line is noted in the transcript"}));
+            let why = "this instance has no --exec handler: the line is noted in the transcript";
+            return Ok(answer(said(Handling::Noted.as_str(), why)));
         }
         let id = self.new_message_id();
         let sender = spool::Sender {
@@ -394,7 +406,7 @@ impl Foreground {
             pid: Some(std::process::id()),
             ..spool::Sender::default()
         };
-        let task = spool::new_task(&id, text, sender, 0, None, "queue", None, "local");
+        let task = spool::new_task(&id, &text, sender, 0, None, "queue", None, "local");
         let limits = spool::Limits {
             max_queue: self.shared.config.max_queue,
             max_inflight: 0,
@@ -413,7 +425,7 @@ impl Foreground {
         // the operator); a spool that fails is an error, not a verdict.
         let verdict = server::admission_verdict(r, server::Receiver::Live { sender_id: "" })
             .map_err(|e| RpcError::new(crate::wire::INTERNAL_ERROR, e.message()))?;
-        Ok(serde_json::to_value(verdict.answer(id, None)).expect("an answer serializes"))
+        Ok(answer(verdict.answer(id, None)))
     }
 
     /// At shutdown: the running handler is ended; its task stays in

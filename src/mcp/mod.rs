@@ -13,8 +13,9 @@ use crate::instance::{Approve, ServeOptions};
 use crate::registry;
 use crate::text::sanitize::escape;
 use crate::wire;
-use crate::wire::answer::{Claimed, CompleteParams, Handled, ReplySent, SendResult};
+use crate::wire::answer::{Claimed, CompleteParams, Handled, SendResult};
 use crate::wire::event_text::num;
+use crate::wire::request::{NoParams, RelayParams};
 use crate::wire::{Call, ClaimStatus, Handling, Outcome};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
@@ -555,14 +556,16 @@ impl Adapter {
             ));
         };
         let wait = tasks::wait_seconds(args)?;
-        let mut params = json!({"target": target, "body": message});
-        if let Some((_, token)) = self.open.last() {
-            params["turn"] = json!(token);
-        }
+        let params = RelayParams {
+            body: message.clone(),
+            target: Some(target.clone()),
+            turn: self.open.last().map(|(_, token)| token.clone()),
+            ..RelayParams::default()
+        };
         let (r, sent) = self
             .call::<SendResult>(Call::RelaySend, params)
             .map_err(tool_error)?;
-        let id = &sent.message_id;
+        let id = sent.id();
         let target_of = sent.target.clone().unwrap_or_default();
         let who = match (target_of.name, target_of.instance_id) {
             (Some(n), Some(i)) => format!("{n} ({i})"),
@@ -591,14 +594,14 @@ impl Adapter {
         }
         self.remember(&sent, target);
         Ok(match wait {
-            Some(secs) => self.follow(text, secs, r),
+            Some(secs) => self.follow(text, secs, sent),
             None => tool_result(text, false, Some(r)),
         })
     }
 
     fn check_inbox(&mut self) -> Tool {
         let (r, c) = self
-            .call::<Claimed>(Call::InboxClaim, json!({}))
+            .call::<Claimed>(Call::InboxClaim, NoParams {})
             .map_err(tool_error)?;
         let reason = c.reason.as_deref().unwrap_or("");
         Ok(match (c.status.known(), c.task) {
@@ -648,7 +651,7 @@ impl Adapter {
             }
         }
         let (r, h) = self
-            .call::<Handled>(Call::InboxComplete, params.to_value())
+            .call::<Handled>(Call::InboxComplete, &params)
             .map_err(tool_error)?;
         if h.status != Handling::Completed {
             // `invalid` (the outcome is always valid here) means the
@@ -669,11 +672,11 @@ impl Adapter {
 
 /// What `complete_task` says of its reply, and whether that is an error:
 /// where the reply went, by its final delivery status.
-fn reply_text(id: &str, reply: Option<&ReplySent>) -> (String, bool) {
+fn reply_text(id: &str, reply: Option<&SendResult>) -> (String, bool) {
     let Some(reply) = reply else {
         return (format!("completed {id}."), false);
     };
-    let (status, rid) = (reply.status.as_str(), reply.message_id.as_str());
+    let (status, rid) = (reply.status.as_str(), reply.id());
     let reason = reply.reason.as_deref().unwrap_or("");
     match status.parse::<ReplyStatus>().ok() {
         Some(ReplyStatus::Ended(Status::Accepted | Status::Duplicate)) => (

@@ -6,13 +6,14 @@
 use super::{Adapter, Tool, string_arg, tool_error, tool_result};
 use crate::base::error::{Error, Result};
 use crate::base::status::Status;
-use crate::front::follow::{self, End, Who};
+use crate::front::follow::{self, End, Report, Waited, Who};
 use crate::text::sanitize::{escape, escape_multiline};
 use crate::wire::answer::{Pending, SendResult, TaskState, TaskStatus};
 use crate::wire::event_text::num;
+use crate::wire::request::ReceivedParams;
 use crate::wire::{Call, HandlerExit, Outcome};
 use crossbeam_channel::{self as chan, select};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::time::{Duration, Instant};
 
 /// The longest `wait_seconds` a `send_agent_message` takes.
@@ -98,30 +99,34 @@ fn ended_text(
     text
 }
 
+/// A typed result as a tool result's structured content.
+fn written(v: &impl serde::Serialize) -> Value {
+    serde_json::to_value(v).expect("a result serializes")
+}
+
 impl Adapter {
     /// Remembers a delivered task for `task_status`.
     pub(super) fn remember(&mut self, r: &SendResult, target: &str) {
         if self.sent.len() >= SENT_KEPT {
             self.sent.remove(0);
         }
-        self.sent.retain(|(id, _)| *id != r.message_id);
+        self.sent.retain(|(id, _)| id != r.id());
         let to = r.target.clone().unwrap_or_default();
         let name = to.name.unwrap_or_else(|| target.to_string());
         self.sent
-            .push((r.message_id.clone(), Who::named(name, to.instance_id)));
+            .push((r.id().to_string(), Who::named(name, to.instance_id)));
     }
 
     /// After a delivery: waits up to `secs` for the task's end and says
     /// how far it got. Not reaching the end is no error.
-    pub(super) fn follow(&mut self, delivered: String, secs: u64, mut r: Value) -> Value {
+    pub(super) fn follow(&mut self, delivered: String, secs: u64, sent: SendResult) -> Value {
         let Some((id, to)) = self.sent.last().cloned() else {
-            return tool_result(delivered, false, Some(r));
+            return tool_result(delivered, false, Some(written(&sent)));
         };
         let who = escape(&to.name).into_owned();
         let deadline = Instant::now() + Duration::from_secs(secs);
         // Null unless the task is found to have ended.
-        r["outcome"] = Value::Null;
-        r["reply"] = Value::Null;
+        let r = written(&Waited::new(sent.clone(), None, Report::Tool));
         let end = match self.wait_or_stop(to.clone(), &id, deadline) {
             Some(Ok(end)) => end,
             Some(Err(e)) => {
@@ -151,33 +156,24 @@ impl Adapter {
                 if let Some(reply_id) = reply_id {
                     self.received(reply_id, &id);
                 }
-                r["outcome"] = json!(outcome);
-                r["reply"] = json!(reply);
-                let members = serde_json::to_value(handler).expect("serializes");
-                if let (Some(r), Value::Object(m)) = (r.as_object_mut(), members) {
-                    r.extend(m);
-                }
                 ended_text(&id, &who, *outcome, reply.as_deref(), handler)
             }
-            End::Unknown => {
-                r["outcome"] = json!("unknown");
-                unknown_text(&id, &who)
-            }
+            End::Unknown => unknown_text(&id, &who),
             End::TimedOut(last) => {
                 // Not asked (the receiver is not running): as delivered.
                 let last = match last {
                     Some(l) => l.to_string(),
-                    None if r["status"] == Status::Stored.as_str() => Status::Stored.to_string(),
+                    None if sent.status() == Some(Status::Stored) => Status::Stored.to_string(),
                     None => "queued".to_string(),
                 };
-                r["task_status"] = json!(last);
                 format!(
                     "{delivered} It is still {} after {secs} s; call task_status with message_id \"{id}\" to ask again.",
                     escape(&last)
                 )
             }
         };
-        tool_result(text, false, Some(r))
+        let waited = Waited::new(sent, Some(&end), Report::Tool);
+        tool_result(text, false, Some(written(&waited)))
     }
 
     /// The reply `reply_id` to the task `id` is returned by this wait:
@@ -189,7 +185,10 @@ impl Adapter {
             self.got.pop_front();
         }
         self.got.push_back(reply_id.to_string());
-        let params = json!({"message_id": reply_id, "in_reply_to": id});
+        let params = ReceivedParams {
+            in_reply_to: id.to_string(),
+            message_id: reply_id.to_string(),
+        };
         let _ = self.call::<Value>(Call::InboxReceived, params);
     }
 

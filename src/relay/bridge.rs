@@ -10,7 +10,7 @@ use crate::base::error::{Error, Result};
 use crate::client::{ClientError, Session, request};
 use crate::registry::Peer;
 use crate::text::sanitize::escape;
-use crate::wire::answer::{BridgeParams, HelloParams, Reply};
+use crate::wire::answer::{BridgeParams, HelloParams, Reply, SendResult};
 use crate::wire::{LineReader, Method, ReadError};
 use serde_json::Value;
 use std::io::Write;
@@ -89,7 +89,7 @@ fn hello(peer: &Peer, key: Option<&str>) -> HelloParams {
 
 /// `message/send` to `peer` on a connection declared as the bridge of
 /// `key`: its result, or why there is none.
-pub fn send(config: &Config, peer: &Peer, key: Option<&str>, params: &Value) -> Result<Value> {
+pub fn send(config: &Config, peer: &Peer, key: Option<&str>, params: &Value) -> Result<SendResult> {
     let socket = Path::new(&peer.manifest.socket);
     let fail = |e: ClientError| match e {
         ClientError::TooManyConnections { .. } => Error::Transport(format!(

@@ -7,23 +7,29 @@ use super::Origin;
 use super::result::outcome;
 use crate::base::config::Config;
 use crate::base::status::Status;
+use crate::client::ZcoderRequest;
 use crate::client::{ClientError, Session};
 use crate::registry::{self, Peer};
 use crate::text::sanitize::escape;
 use crate::wire::Method;
-use serde_json::{Value, json};
+use crate::wire::answer::SendResult;
+use crate::wire::request::SendParams;
 use std::path::Path;
 
 /// `once`, and once more after a transport failure.
-fn retried(once: impl Fn() -> Result<Value, ClientError>) -> Result<Value, ClientError> {
+fn retried(once: impl Fn() -> Result<SendResult, ClientError>) -> Result<SendResult, ClientError> {
     once().or_else(|e| if e.is_transport() { once() } else { Err(e) })
 }
 
 /// `message/send` to a native peer.
-pub fn deliver(config: &Config, peer: &Peer, params: &Value) -> Result<Value, ClientError> {
+pub fn deliver(
+    config: &Config,
+    peer: &Peer,
+    params: &SendParams,
+) -> Result<SendResult, ClientError> {
     retried(|| {
         let mut conn = Session::open(Path::new(&peer.manifest.socket), config.io_timeout)?;
-        conn.call(Method::MessageSend, params.clone())
+        conn.call(Method::MessageSend, params)
     })
 }
 
@@ -41,7 +47,7 @@ pub fn deliver_zcoder(
     message_id: &str,
     body: &str,
     sender: Option<&Origin>,
-) -> Result<Value, ClientError> {
+) -> Result<SendResult, ClientError> {
     let socket = Path::new(&peer.manifest.socket);
     let id = &peer.manifest.instance_id;
     // zcoder requires a sender id and pid in every enqueue (as context:
@@ -50,20 +56,18 @@ pub fn deliver_zcoder(
     let pid = std::process::id();
     let sender_id =
         sender.map_or_else(|| registry::plain_sender_id(pid), |s| s.instance_id.clone());
-    let mut req = json!({
-        "protocol": 1,
-        "type": "enqueue",
-        "message_id": message_id,
-        "target_instance_id": id,
-        "body": body,
-        "created_at": crate::spool::now_secs(),
-        "sender_instance_id": sender_id,
-        "sender_pid": pid,
-    });
-    if let Some(s) = sender {
-        req["sender_project"] = json!(s.name);
-        req["sender_workspace"] = json!(s.workspace);
-    }
+    let req = ZcoderRequest {
+        body: Some(body),
+        created_at: Some(crate::spool::now_secs()),
+        message_id,
+        protocol: 1,
+        sender_instance_id: Some(&sender_id),
+        sender_pid: Some(pid),
+        sender_project: sender.map(|s| s.name.as_str()),
+        sender_workspace: sender.map(|s| s.workspace.as_str()),
+        target_instance_id: id,
+        kind: "enqueue",
+    };
     // zcoder's own frame bound (ZCODER_RELAY_MAX_BYTES, 65536 unless its
     // user changed it): a bigger frame would only be refused there.
     let size = serde_json::to_vec(&req).expect("serializes").len();
@@ -76,25 +80,22 @@ pub fn deliver_zcoder(
     retried(|| {
         crate::client::zcoder_ping(socket, id, config.io_timeout)?;
         let ack = crate::client::zcoder_exchange(socket, &req, config.io_timeout)?;
-        let status = ack
-            .get("status")
-            .and_then(Value::as_str)
+        let status = (ack.status.as_deref())
             .ok_or_else(|| ClientError::Protocol("ack has no status".into()))?;
-        let mut r = json!({"status": status, "message_id": message_id});
-        for k in ["queue_position", "state"] {
-            if let Some(v) = ack.get(k) {
-                r[k] = v.clone();
-            }
-        }
+        let mut r = SendResult {
+            queue_position: ack.queue_position,
+            state: ack.state(),
+            ..SendResult::new(status, message_id, None)
+        };
         if !matches!(status.parse(), Ok(Status::Accepted | Status::Duplicate)) {
-            r["reason"] = json!(format!("the zcoder instance answered {}", escape(status)));
+            r.reason = Some(format!("the zcoder instance answered {}", escape(status)));
         }
         Ok(r)
     })
 }
 
 /// The result of a send that failed in transport twice.
-pub(super) fn transport_failure(peer: &Peer, message_id: &str, e: &ClientError) -> Value {
+pub(super) fn transport_failure(peer: &Peer, message_id: &str, e: &ClientError) -> SendResult {
     let m = &peer.manifest;
     outcome(
         Status::Transport,

@@ -7,7 +7,7 @@ use crate::base::config::Config;
 use crate::base::status::Status;
 use crate::registry::Peer;
 use crate::text::sanitize::escape;
-use serde_json::Value;
+use crate::wire::request::SendParams;
 use std::fmt;
 
 /// A send refused before it went: the status a sender reports, and why.
@@ -42,8 +42,9 @@ pub(super) fn check_body(config: &Config, body: &str) -> Result<(), Refusal> {
 }
 
 /// Checks that the request line fits the frame bound.
-pub fn check_frame(config: &Config, params: &Value) -> Result<(), Refusal> {
-    let size = crate::wire::request_line(u64::MAX, "message/send", params.clone()).len() - 1;
+pub fn check_frame(config: &Config, params: &SendParams) -> Result<(), Refusal> {
+    let params = serde_json::to_value(params).expect("strings and numbers serialize");
+    let size = crate::wire::request_line(u64::MAX, "message/send", params).len() - 1;
     if size > config.max_bytes {
         return Err(invalid(format!(
             "the request would be {size} bytes, over the frame limit of {} bytes (BATON_MAX_BYTES)",

@@ -29,9 +29,10 @@ use crate::registry::lookup::{self, Lookup, Target};
 use crate::registry::{self, Peer, Wire};
 use crate::spool::Task;
 use crate::text::sanitize::escape;
+use crate::wire::answer::SendResult;
+use crate::wire::request::{SendParams, SendSender};
 use deliver::transport_failure;
 use result::{no_target, outcome, peer_target, with_target};
-use serde_json::{Value, json};
 use std::path::PathBuf;
 
 /// The instance a relayed send is made on behalf of.
@@ -66,14 +67,14 @@ pub struct Outbound {
 /// result is a `message/send` result, or a sender-side status: `denied`,
 /// `invalid`, `no_target` (with `candidates`), `transport` or
 /// `unsupported`.
-pub fn send_as(origin: &Origin, out: &Outbound) -> Value {
+pub fn send_as(origin: &Origin, out: &Outbound) -> SendResult {
     let refused = |r: Refusal| outcome(r.status, &out.message_id, r.reason);
     if let Err(r) = guard::check_body(&origin.config, &out.body) {
         return refused(r);
     }
     let peer = match find_target(origin, out) {
-        Ok(peer) => peer,
-        Err(done) => return done,
+        Route::Live(peer) => *peer,
+        Route::Done(done) => return done,
     };
     let only = out.only.as_deref();
     if let Err(r) = guard::check_scope(&origin.instance_id, only, &out.scope, &peer) {
@@ -107,29 +108,26 @@ fn task(origin: &Origin, out: &Outbound) -> Task {
     )
 }
 
-/// The live peer the send goes to; `Err` with the result when there is
-/// none, or when the task was stored for a stopped agent instead.
-fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
+/// The live peer the send goes to, or the result when there is none,
+/// or when the task was stored for a stopped agent instead.
+fn find_target(origin: &Origin, out: &Outbound) -> Route {
     let (config, id) = (&origin.config, out.message_id.as_str());
     // A relayed turn may answer only its sender instance, which a stored
     // task for a name is not: offline delivery is for local sends.
     let Some(only) = &out.only else {
         let make = || task(origin, out);
         return match route(config, &origin.registry, &out.target, id, &make) {
-            Route::Live(p) => Ok(*p),
-            Route::Done(v) => Err(without_self(v, &origin.instance_id)),
+            Route::Done(v) => Route::Done(without_self(v, &origin.instance_id)),
+            live => live,
         };
     };
     let dirs = registry::scan_dirs(&origin.registry);
     let all = match lookup::find(&dirs, &Target::Named(&out.target), config.io_timeout) {
         Lookup::One(p) => {
-            return match offline::live(config, p, id) {
-                Route::Live(p) => Ok(*p),
-                Route::Done(v) => Err(v),
-            };
+            return offline::live(config, p, id);
         }
         Lookup::None { .. } | Lookup::Stopped(_) if *only == out.target => {
-            return Err(match &out.only_spool {
+            return Route::Done(match &out.only_spool {
                 Some(owner) => {
                     let task = task(origin, out);
                     offline::store_for_stopped(config, &origin.registry, only, owner, task)
@@ -140,7 +138,7 @@ fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
                 }
             });
         }
-        Lookup::Short(why) => return Err(outcome(Status::Transport, id, why)),
+        Lookup::Short(why) => return Route::Done(outcome(Status::Transport, id, why)),
         Lookup::None { live: all, .. } | Lookup::Several { matched: all, .. } => all,
         // Every live instance is a candidate, as when no spool has the name.
         Lookup::Stopped(_) => registry::discover(&dirs, None, config.io_timeout).peers,
@@ -149,21 +147,21 @@ fn find_target(origin: &Origin, out: &Outbound) -> Result<Peer, Value> {
         "no single live instance has the id or name {}",
         escape(&out.target)
     );
-    let v = no_target(id, why, lookup::candidates_json(&all));
-    Err(without_self(v, &origin.instance_id))
+    let v = no_target(id, why, lookup::as_candidates(&all));
+    Route::Done(without_self(v, &origin.instance_id))
 }
 
 /// A `no_target` result without the sender among its candidates: it
 /// cannot be sent to.
-fn without_self(mut v: Value, own_id: &str) -> Value {
-    if let Some(list) = v.get_mut("candidates").and_then(Value::as_array_mut) {
-        list.retain(|c| c["instance_id"] != own_id);
+fn without_self(mut r: SendResult, own_id: &str) -> SendResult {
+    if let Some(list) = &mut r.candidates {
+        list.retain(|c| c.instance_id != own_id);
     }
-    v
+    r
 }
 
 /// Delivers to a zcoder peer, as this instance.
-fn to_zcoder(origin: &Origin, out: &Outbound, peer: &Peer) -> Value {
+fn to_zcoder(origin: &Origin, out: &Outbound, peer: &Peer) -> SendResult {
     let id = &out.message_id;
     let r = deliver_zcoder(&origin.config, peer, id, &out.body, Some(origin))
         .unwrap_or_else(|e| transport_failure(peer, id, &e));
@@ -171,23 +169,21 @@ fn to_zcoder(origin: &Origin, out: &Outbound, peer: &Peer) -> Value {
 }
 
 /// Delivers to a native peer with `message/send`, as this instance.
-fn to_native(origin: &Origin, out: &Outbound, peer: &Peer) -> Value {
+fn to_native(origin: &Origin, out: &Outbound, peer: &Peer) -> SendResult {
     let (m, id) = (&peer.manifest, out.message_id.as_str());
-    let mut params = json!({
-        "message_id": id,
-        "target_instance_id": m.instance_id,
-        "body": out.body,
-        "sender": {
-            "instance_id": origin.instance_id,
-            "name": origin.name,
-            "workspace": origin.workspace,
+    let params = SendParams {
+        body: out.body.clone(),
+        hop: out.hop,
+        in_reply_to: out.in_reply_to.clone(),
+        message_id: id.to_string(),
+        mode: out.mode.clone(),
+        sender: SendSender {
+            instance_id: Some(origin.instance_id.clone()),
+            name: Some(origin.name.clone()),
+            workspace: Some(origin.workspace.clone()),
         },
-        "hop": out.hop,
-        "mode": out.mode,
-    });
-    if let Some(r) = &out.in_reply_to {
-        params["in_reply_to"] = json!(r);
-    }
+        target_instance_id: Some(m.instance_id.clone()),
+    };
     if let Err(r) = check_frame(&origin.config, &params) {
         return outcome(r.status, id, r.reason);
     }

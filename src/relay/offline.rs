@@ -11,7 +11,7 @@ use crate::registry::{self, Peer};
 use crate::server::{self, NotStored, Receiver, Verdict};
 use crate::spool::{Spool, Task};
 use crate::text::sanitize::escape;
-use serde_json::{Value, json};
+use crate::wire::answer::{Candidate, SendResult};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ pub enum Route {
     /// A live instance: deliver through its socket.
     Live(Box<Peer>),
     /// The outcome is known: stored offline, refused, or no target.
-    Done(Value),
+    Done(SendResult),
 }
 
 /// How long a sender keeps trying while a spool's lock is held by an
@@ -65,12 +65,12 @@ pub fn route(
         let spool = match lookup::find(&dirs, &Target::Named(target), config.io_timeout) {
             Lookup::One(p) => return live(config, p, message_id),
             Lookup::Several { why, matched } => {
-                let candidates = lookup::candidates_json(&matched);
+                let candidates = lookup::as_candidates(&matched);
                 return Route::Done(no_target(message_id, why, candidates));
             }
             Lookup::Stopped(spool) => match takes_offline(target, message_id, *spool) {
                 Ok(spool) => spool,
-                Err(done) => return Route::Done(done),
+                Err(done) => return Route::Done(*done),
             },
             Lookup::None { why, live, stopped } => {
                 return Route::Done(no_offline_spool(target, message_id, why, &live, &stopped));
@@ -114,9 +114,9 @@ fn no_offline_spool(
     why: String,
     live: &[Peer],
     spools: &[KnownSpool],
-) -> Value {
+) -> SendResult {
     if spools.is_empty() {
-        return no_target(message_id, why, lookup::candidates_json(live));
+        return no_target(message_id, why, lookup::as_candidates(live));
     }
     let why = format!(
         "{} is not running and several spools have that name: start the one you mean",
@@ -124,16 +124,28 @@ fn no_offline_spool(
     );
     let candidates = spools
         .iter()
-        .map(|s| json!({"name": s.name, "workspace": s.workspace, "pid": null, "instance_id": ""}))
+        .map(|s| Candidate {
+            name: s.name.clone(),
+            workspace: s.workspace.clone(),
+            ..Candidate::default()
+        })
         .collect();
     no_target(message_id, why, candidates)
 }
 
 /// The one spool of a name no live instance has, if it takes offline
 /// delivery; `Err` with the result otherwise.
-fn takes_offline(target: &str, message_id: &str, spool: KnownSpool) -> Result<KnownSpool, Value> {
+fn takes_offline(
+    target: &str,
+    message_id: &str,
+    spool: KnownSpool,
+) -> Result<KnownSpool, Box<SendResult>> {
     if !spool.offline {
-        return Err(outcome(Status::Denied, message_id, no_offline(target)));
+        return Err(Box::new(outcome(
+            Status::Denied,
+            message_id,
+            no_offline(target),
+        )));
     }
     Ok(spool)
 }
@@ -156,7 +168,7 @@ pub(super) fn store_for_stopped(
     target: &str,
     (name, workspace): &(String, String),
     task: Task,
-) -> Value {
+) -> SendResult {
     let id = task.message_id.clone();
     let gone = |why: &str| {
         let why = format!("{} ({}) is not running{why}", escape(name), escape(target));
@@ -191,11 +203,11 @@ fn store(
     known: &KnownSpool,
     id: &str,
     make_task: impl FnOnce() -> Task,
-) -> Option<Value> {
+) -> Option<SendResult> {
     // Every answer names the spool's owner, as a live receiver's does.
     let answer = |verdict: Result<Verdict, NotStored>| {
         let r = match verdict {
-            Ok(v) => serde_json::to_value(v.answer(id.into(), None)).expect("serializes"),
+            Ok(v) => v.answer(id.into(), None),
             Err(e) => outcome(Status::Transport, id, e.message()),
         };
         Some(with_target(r, spool_target(known)))

@@ -4,31 +4,42 @@
 use crate::base::status::Status;
 use crate::registry::Peer;
 use crate::registry::lookup::KnownSpool;
-use serde_json::{Value, json};
+use crate::wire::answer::{Candidate, SendResult, Target};
 
-pub(super) fn outcome(status: Status, message_id: &str, reason: String) -> Value {
-    json!({"status": status, "message_id": message_id, "reason": reason})
+pub(super) fn outcome(status: Status, message_id: &str, reason: String) -> SendResult {
+    SendResult::new(status, message_id, Some(reason))
 }
 
-/// `v`, naming the target it was meant for.
-pub(super) fn with_target(mut v: Value, target: Value) -> Value {
-    v["target"] = target;
-    v
+/// `r`, naming the target it was meant for.
+pub(super) fn with_target(r: SendResult, target: Target) -> SendResult {
+    SendResult {
+        target: Some(target),
+        ..r
+    }
 }
 
 /// The target of a result from a live peer.
-pub(super) fn peer_target(peer: &Peer) -> Value {
-    json!({"instance_id": peer.manifest.instance_id, "name": peer.manifest.name})
+pub(super) fn peer_target(peer: &Peer) -> Target {
+    Target {
+        instance_id: Some(peer.manifest.instance_id.clone()),
+        name: Some(peer.manifest.name.clone()),
+        workspace: None,
+    }
 }
 
 /// How a result names a stopped agent's spool's owner.
-pub(super) fn spool_target(spool: &KnownSpool) -> Value {
-    json!({"name": spool.name, "workspace": spool.workspace})
+pub(super) fn spool_target(spool: &KnownSpool) -> Target {
+    Target {
+        instance_id: None,
+        name: Some(spool.name.clone()),
+        workspace: Some(spool.workspace.clone()),
+    }
 }
 
 /// A `no_target` result: why, and the candidates to pick from.
-pub(super) fn no_target(message_id: &str, why: String, candidates: Value) -> Value {
-    let mut v = outcome(Status::NoTarget, message_id, why);
-    v["candidates"] = candidates;
-    v
+pub(super) fn no_target(message_id: &str, why: String, candidates: Vec<Candidate>) -> SendResult {
+    SendResult {
+        candidates: Some(candidates),
+        ..outcome(Status::NoTarget, message_id, why)
+    }
 }

@@ -134,11 +134,10 @@ fn send(
     key: Option<&str>,
     req: &SendRequest,
     mut params: Value,
-) -> Value {
+) -> SendResult {
     let message_id = req.message_id.as_str();
     if let Err(v) = server::check_request(config, req) {
-        let refusal = v.answer(req.message_id.clone(), None);
-        return serde_json::to_value(refusal).expect("a result serializes");
+        return v.answer(req.message_id.clone(), None);
     }
     // Stored as having come through a bridge, as a live instance records
     // it.
@@ -150,31 +149,27 @@ fn send(
         task
     };
     match route(config, dir, target, message_id, &make) {
-        Route::Done(v) => v,
+        Route::Done(result) => result,
         Route::Live(peer) => {
             // It started meanwhile: delivered to it as a local send would
             // be, its answer naming it.
             let m = &peer.manifest;
             params["target_instance_id"] = Value::String(m.instance_id.clone());
             match bridge::send(config, &peer, key, &params) {
-                Ok(Value::Object(mut answer)) => {
-                    let target = Target {
+                Ok(answer) => SendResult {
+                    target: Some(Target {
                         instance_id: Some(m.instance_id.clone()),
                         name: Some(m.name.clone()),
                         workspace: None,
-                    };
-                    let target = serde_json::to_value(target).expect("a target serializes");
-                    answer.insert("target".into(), target);
-                    Value::Object(answer)
-                }
-                Ok(other) => other,
-                Err(e) => serde_json::to_value(SendResult {
-                    message_id: message_id.to_string(),
+                    }),
+                    ..answer
+                },
+                Err(e) => SendResult {
+                    message_id: Some(message_id.to_string()),
                     reason: Some(e.to_string()),
                     status: Status::Transport.to_string(),
                     ..SendResult::default()
-                })
-                .expect("a result serializes"),
+                },
             }
         }
     }

@@ -165,7 +165,7 @@ impl Verdict {
     /// `state`, or an offline sender's own, without.
     pub fn answer(self, message_id: String, state: Option<State>) -> SendResult {
         SendResult {
-            message_id,
+            message_id: Some(message_id),
             queue_position: self.queue_position,
             reason: self.reason,
             state,

@@ -95,7 +95,7 @@ pub enum Event {
     },
     /// A send made on the agent's behalf finished (for the transcript).
     Relayed {
-        result: Value,
+        result: crate::wire::answer::SendResult,
         reply_of: Option<String>,
     },
 }

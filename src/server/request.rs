@@ -121,6 +121,12 @@ fn json_string(raw: &RawValue) -> Option<String> {
     }
 }
 
+impl From<crate::wire::request::Invalid> for RpcError {
+    fn from(e: crate::wire::request::Invalid) -> RpcError {
+        RpcError::new(crate::wire::INVALID_PARAMS, e.to_string())
+    }
+}
+
 /// Member `name` (its last dotted part the key), a string if there.
 pub(crate) fn get_str(p: &Map<String, Value>, name: &str) -> Result<Option<String>, RpcError> {
     opt(p, name, "a string", |v| v.as_str().map(String::from))

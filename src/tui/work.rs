@@ -175,10 +175,7 @@ pub fn reply_outcome(id: &str, r: Result<Value, ClientError>) -> Vec<(Role, Stri
     match reply.status.parse::<ReplyStatus>() {
         Ok(ReplyStatus::Sending) => out.push((
             Role::System,
-            format!(
-                "reply {} is on its way; its outcome follows",
-                reply.message_id
-            ),
+            format!("reply {} is on its way; its outcome follows", reply.id()),
         )),
         Ok(ReplyStatus::Ended(s)) if s.delivered() => {}
         Ok(ReplyStatus::Kept) => out.push((

@@ -66,8 +66,9 @@ impl HelloParams {
 pub struct CompleteParams {
     pub message_id: String,
     /// As given: the instance answers `invalid` for one that does not
-    /// complete (`Outcome::completes`).
-    pub outcome: Said<Outcome>,
+    /// complete (`completes`); none is `done`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Said<Outcome>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,7 +80,7 @@ impl CompleteParams {
     pub fn new(message_id: &str, outcome: impl Into<Said<Outcome>>) -> CompleteParams {
         CompleteParams {
             message_id: message_id.to_string(),
-            outcome: outcome.into(),
+            outcome: Some(outcome.into()),
             reply: None,
             reply_to_reply: None,
         }
@@ -254,26 +255,27 @@ pub struct Target {
 }
 
 /// One instance a target could have meant: a live one, or a stopped
-/// agent's spool (no pid, no id).
+/// agent's spool (its id empty, its pid null).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Candidate {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub instance_id: Option<String>,
+    pub instance_id: String,
     pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     pub workspace: String,
 }
 
-/// `message/send`'s and `relay/send`'s answer: a delivery status, and
-/// for a sender-side one what the sender learned.
+/// `message/send`'s and `relay/send`'s answer, and every delivery's
+/// result on its way (`relay`): a delivery status, and for a sender-side
+/// one what the sender learned. `inbox/complete`'s `reply` too (`sending`
+/// while it goes on, `kept` for a plain sender's, and without an id when
+/// the reply could not even be planned).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SendResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidates: Option<Vec<Candidate>>,
-    #[serde(default)]
-    pub message_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -288,9 +290,24 @@ pub struct SendResult {
 }
 
 impl SendResult {
+    /// A result with `status`, for `message_id`, and why.
+    pub fn new(status: impl ToString, message_id: &str, reason: Option<String>) -> SendResult {
+        SendResult {
+            message_id: Some(message_id.to_string()),
+            reason,
+            status: status.to_string(),
+            ..SendResult::default()
+        }
+    }
+
     /// The status, if this version knows it.
     pub fn status(&self) -> Option<Status> {
         self.status.parse().ok()
+    }
+
+    /// The message id it names ("" for none).
+    pub fn id(&self) -> &str {
+        self.message_id.as_deref().unwrap_or("")
     }
 }
 
@@ -378,19 +395,6 @@ pub struct Subscribed {
     pub subscribed: bool,
 }
 
-/// Where the reply of `inbox/complete` went: its send's status as the
-/// sender side knows it (`sending` while it goes on).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ReplySent {
-    #[serde(default)]
-    pub message_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<Target>,
-}
-
 /// What a call that handles one thing answers (`inbox/complete`,
 /// `requeue`, `discard`, `turn/*`, `task/cancel`, `approval/respond`,
 /// `permission/ask`):
@@ -402,17 +406,45 @@ pub struct Handled {
     pub approval_id: Option<String>,
     #[serde(default)]
     pub message_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<String>,
+    /// How the task ended (`completed`, `ended`): null when its receipt
+    /// cannot be read back.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub outcome: Option<Option<Said<Outcome>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// `inbox/complete`'s: where its reply went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply: Option<ReplySent>,
+    pub reply: Option<SendResult>,
     pub status: Said<Handling>,
     /// `task/cancel`'s, when it cancelled: where the task was (`queued`,
     /// `running`, `open`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub was: Option<String>,
+}
+
+impl Handled {
+    /// `status` of the task `message_id`, and why when `reason` says.
+    pub fn new(status: Handling, message_id: Option<&str>, reason: Option<String>) -> Handled {
+        Handled {
+            approval_id: None,
+            message_id: message_id.map(str::to_string),
+            outcome: None,
+            reason,
+            reply: None,
+            status: status.into(),
+            was: None,
+        }
+    }
+
+    /// The outcome it names, as spelled ("" for none).
+    pub fn outcome_said(&self) -> String {
+        let said = self.outcome.as_ref().and_then(Option::as_ref);
+        said.map_or_else(String::new, Said::to_string)
+    }
 }
 
 /// An approval that waits, as its `approval/request` shows it and
