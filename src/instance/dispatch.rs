@@ -8,12 +8,13 @@ use super::{Answer, Approve, EPHEMERAL_GRACE, Foreground, Params, Reply};
 use crate::registry;
 use crate::server::{self, Event, State};
 use crate::spool::{self, Spool};
+use crate::wire::Body;
 use crate::wire::Call;
-use crate::wire::EventKind;
 use crate::wire::Mode;
 use crate::wire::Outcome;
 use crate::wire::access::Caller;
 use crate::wire::answer::{ControlStatus, Queue, RunningTurn};
+use crate::wire::body::Notice;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -75,11 +76,11 @@ impl Foreground {
 
     /// A `notice`, of the task `id` or of the instance's own.
     pub(super) fn notice(&self, id: Option<&str>, text: impl Into<String>) {
-        let mut fields = json!({"text": text.into()});
-        if let Some(id) = id {
-            fields["message_id"] = json!(id);
-        }
-        self.hub.emit(EventKind::Notice, fields);
+        self.hub.emit(Body::Notice(Notice {
+            message_id: id,
+            text: &text.into(),
+            ..Notice::default()
+        }));
     }
 
     pub(super) fn new_message_id(&mut self) -> String {
@@ -112,8 +113,7 @@ impl Foreground {
                 eprintln!("baton: {}", crate::text::sanitize::escape(&e.to_string()));
             }
         }
-        self.hub
-            .emit(EventKind::StateChanged, json!({"state": want.as_str()}));
+        self.hub.emit(Body::StateChanged { state: want });
     }
 
     /// The earliest moment a timer must fire.
@@ -151,11 +151,14 @@ impl Foreground {
         for id in self.shared.spool.expire(ttl.as_secs()) {
             self.asked.remove(&id);
             self.approved.remove(&id);
-            self.hub.emit(
-                EventKind::TaskExpired,
-                json!({"message_id": id, "reason": "expired",
-                       "text": format!("waited longer than --ttl {} s; moved to rejected/", ttl.as_secs())}),
-            );
+            self.hub.emit(Body::TaskExpired {
+                message_id: &id,
+                reason: Outcome::Expired.as_str(),
+                text: &format!(
+                    "waited longer than --ttl {} s; moved to rejected/",
+                    ttl.as_secs()
+                ),
+            });
             self.ended(&id, Outcome::Expired, None);
         }
     }

@@ -12,8 +12,9 @@ use crate::relay::{self, Outbound};
 use crate::server::{self, Event, RpcError};
 use crate::spool::{ReplyRecord, Task};
 use crate::text::sanitize::escape;
-use crate::wire::EventKind;
+use crate::wire::Body;
 use crate::wire::access::{Caller, Role};
+use crate::wire::body::Relayed;
 use crate::workers::turn;
 use crossbeam_channel as chan;
 use serde_json::{Value, json};
@@ -131,9 +132,8 @@ impl Foreground {
     /// A sender thread's result, for the transcript. A reply that was not
     /// delivered is also said as a notice (and on stderr): a handler run
     /// with `--reply` has exited by then, and the operator is who learns.
-    pub(super) fn relayed(&mut self, mut fields: Value, reply_of: Option<String>) {
+    pub(super) fn relayed(&mut self, fields: Value, reply_of: Option<String>) {
         if let Some(r) = &reply_of {
-            fields["reply_of"] = json!(r);
             let status = fields["status"].as_str().unwrap_or("");
             let delivered = status.parse::<Status>().is_ok_and(Status::delivered);
             if !delivered {
@@ -146,7 +146,10 @@ impl Foreground {
                 self.notice(Some(r), text);
             }
         }
-        self.hub.emit(EventKind::RelaySent, fields);
+        self.hub.emit(Body::RelaySent(Relayed {
+            result: &fields,
+            reply_of: reply_of.as_deref(),
+        }));
     }
 
     /// `relay/send`: the sender-side guards need the turn, so they are
@@ -159,7 +162,10 @@ impl Foreground {
                 self.spawn_send(out, reply_of, Some(Waiter::Relay(reply)));
             }
             Ok(Err(refusal)) => {
-                self.hub.emit(EventKind::RelaySent, refusal.clone());
+                self.hub.emit(Body::RelaySent(Relayed {
+                    result: &refusal,
+                    reply_of: None,
+                }));
                 let _ = reply.send(Ok(refusal));
             }
             Err(e) => {
