@@ -173,7 +173,7 @@ fn on_event(msg: &Value, seen: &mut Seen) -> bool {
     match ev.kind {
         Some(EventKind::StateChanged) => {
             let was = seen.paused;
-            seen.paused = ev.state.as_deref() == Some(State::Paused.as_str());
+            seen.paused = ev.state.as_ref().is_some_and(|s| *s == State::Paused);
             was && !seen.paused
         }
         // Under `--approve auto` an accepted task is claimable at once;

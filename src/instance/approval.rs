@@ -17,9 +17,9 @@ use super::{Answer, Approve, Foreground, Params, get_str, is_local, need_str};
 use crate::server::RpcError;
 use crate::spool::{self, Claim, Task};
 use crate::text::sanitize::escape;
-use crate::wire::EventKind;
 use crate::wire::INVALID_PARAMS;
 use crate::wire::Outcome;
+use crate::wire::{Body, Said};
 use crate::workers::turn;
 use serde_json::{Value, json};
 
@@ -155,7 +155,7 @@ impl Foreground {
                 if !self.asked.contains_key(id) {
                     let full = self.spool().queued_task(id);
                     let shown = context(task, full.as_ref());
-                    let (p, _) = self.ask(EventKind::ApprovalRequested, shown);
+                    let (p, _) = self.ask(|p| Body::ApprovalRequested(p), shown);
                     self.asked.insert(id.clone(), p);
                 }
                 Gate::Wait
@@ -172,16 +172,17 @@ impl Foreground {
     }
 
     /// A new approval of what `shown` shows, recorded as a `kind` event
+    /// (`Body::ApprovalRequested` or `Body::PermissionRequested`)
     /// and asked of every controller: it, and how many were asked. Its id
     /// and digest are added to the params its requests and its event carry.
-    pub(super) fn ask(&mut self, kind: EventKind, shown: Value) -> (Pending, usize) {
+    pub(super) fn ask(&mut self, kind: fn(&Value) -> Body<'_>, shown: Value) -> (Pending, usize) {
         let id = format!("ask-{}", self.next_approval);
         self.next_approval += 1;
         let digest = digest_of(&shown);
         let mut params = shown;
         params["approval_id"] = json!(id);
         params["digest"] = json!(digest);
-        self.hub.emit(kind, params.clone());
+        self.hub.emit(kind(&params));
         let asked = self.send_request(&id, params.clone(), None);
         (Pending { id, digest, params }, asked)
     }
@@ -233,10 +234,11 @@ impl Foreground {
             self.notice(None, e.to_string());
             None
         });
-        self.hub.emit(
-            EventKind::TaskDenied,
-            json!({"message_id": message_id, "by": by.kind, "by_pid": by.pid}),
-        );
+        self.hub.emit(Body::TaskDenied {
+            by: &by.kind,
+            by_pid: by.pid,
+            message_id,
+        });
         if let Some(task) = task {
             self.ended(message_id, Outcome::Denied, None);
             self.tell_denied(&task, by);
@@ -292,21 +294,34 @@ impl Foreground {
             Some((subject, true)) => subject,
         };
         self.requests.retain(|_, a| a != approval_id);
-        let (kind, key, about) = match &subject {
+        let (key, about) = match &subject {
             Subject::Task(m) => {
                 self.asked.remove(m);
-                (EventKind::ApprovalResolved, "message_id", json!(m))
+                ("message_id", json!(m))
             }
             Subject::Tool(at) => {
                 let mut p = self.permissions.remove(*at);
                 let request_id = p.params["request_id"].take();
-                (EventKind::PermissionResolved, "request_id", request_id)
+                ("request_id", request_id)
             }
         };
-        let mut event = json!({"approval_id": approval_id, "decision": decision,
-                               "by": by.kind, "by_pid": by.pid});
-        event[key] = about.clone();
-        self.hub.emit(kind, event);
+        let (by_kind, by_pid) = (&by.kind, by.pid);
+        self.hub.emit(match &subject {
+            Subject::Task(m) => Body::ApprovalResolved {
+                approval_id,
+                by: by_kind,
+                by_pid,
+                decision: Said::spelled(decision),
+                message_id: m,
+            },
+            Subject::Tool(_) => Body::PermissionResolved {
+                approval_id,
+                by: by_kind,
+                by_pid,
+                decision: Said::spelled(decision),
+                request_id: about.as_str().unwrap_or_default(),
+            },
+        });
         let approved = decision == "approve";
         if let Subject::Task(m) = &subject {
             if approved {

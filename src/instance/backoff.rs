@@ -8,9 +8,10 @@
 use super::Foreground;
 use crate::base::error::Error;
 use crate::text::sanitize::escape;
+use crate::wire::Body;
+use crate::wire::ClaimStatus;
 use crate::wire::answer::Claimed;
-use crate::wire::{ClaimStatus, EventKind};
-use serde_json::json;
+use crate::wire::body::Notice;
 use std::time::{Duration, Instant};
 
 /// The first delay before an exec agent tries again, and the longest.
@@ -39,8 +40,11 @@ impl Foreground {
                     "{what}: {error}; queued tasks stay queued and are handed out once it is back"
                 );
                 eprintln!("baton: {}", escape(&text));
-                self.hub
-                    .emit(EventKind::Notice, json!({"text": text, "shortage": what}));
+                self.hub.emit(Body::Notice(Notice {
+                    shortage: Some(what),
+                    text: &text,
+                    ..Notice::default()
+                }));
                 self.short = Some(Shortage {
                     what,
                     delay: FIRST_RETRY,

@@ -14,11 +14,13 @@ use crate::server::RpcError;
 use crate::spool::events::Hub;
 use crate::spool::{Spool, Whereabouts};
 use crate::text::sanitize::escape;
+use crate::wire::Body;
 use crate::wire::Handling;
 use crate::wire::access::{Caller, Role};
 use crate::wire::answer::Handled;
+use crate::wire::body::{Ended, Notice};
 use crate::wire::request::TaskParams;
-use crate::wire::{self, EventKind, Outcome};
+use crate::wire::{self, Outcome};
 use serde_json::json;
 
 impl Foreground {
@@ -224,14 +226,17 @@ pub fn cancel_stopped(spool: &Spool, id: &str) -> Handled {
     let pid = std::process::id();
     // Marked `stored`, as a task stored while it was stopped is: written
     // by another command, never a sign that the agent ran then.
-    hub.emit(
-        EventKind::Notice,
-        json!({"message_id": id, "stored": true, "text": format!("cancelled by the operator (pid {pid}) while stopped: withdrawn from the queue")}),
-    );
-    hub.emit(
-        EventKind::TaskEnded,
-        json!({"message_id": id, "outcome": Outcome::Cancelled, "reply": null, "stored": true}),
-    );
+    hub.emit(Body::Notice(Notice {
+        message_id: Some(id),
+        stored: true,
+        text: &format!(
+            "cancelled by the operator (pid {pid}) while stopped: withdrawn from the queue"
+        ),
+        ..Notice::default()
+    }));
+    let mut ended = Ended::new(id, Outcome::Cancelled, None, None);
+    ended.stored = true;
+    hub.emit(Body::TaskEnded(ended));
     hub.flush();
     Handled {
         was: Some("queued".into()),

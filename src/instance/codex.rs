@@ -20,8 +20,10 @@ use super::{Foreground, ServeOptions};
 use crate::base::error::{Error, Result};
 use crate::spool::{ReplyRecord, Task};
 use crate::text::sanitize::escape;
+use crate::wire::Body;
 use crate::wire::answer::CodexStatus;
-use crate::wire::{CODEX_HOST, ClaimStatus, EventKind, HandlerExit, Outcome, TaskMode};
+use crate::wire::body::Notice;
+use crate::wire::{CODEX_HOST, ClaimStatus, HandlerExit, Outcome, TaskMode};
 use crate::workers::codex::driver::{self, Driver, Job, Lost, Report};
 use crate::workers::codex::{TurnEnd, TurnStatus};
 use crate::workers::turn;
@@ -252,11 +254,13 @@ impl Foreground {
                 if let Some(h) = self.codex.as_mut().and_then(|c| c.task.as_mut()) {
                     h.started |= h.message_id == message_id;
                 }
-                self.hub.emit(
-                    EventKind::Notice,
-                    json!({"message_id": message_id, "codex_thread": thread_id, "codex_turn": turn_id,
-                           "text": format!("Codex turn {turn_id} started on thread {thread_id}")}),
-                );
+                self.hub.emit(Body::Notice(Notice {
+                    codex_thread: Some(&thread_id),
+                    codex_turn: Some(&turn_id),
+                    message_id: Some(&message_id),
+                    text: &format!("Codex turn {turn_id} started on thread {thread_id}"),
+                    ..Notice::default()
+                }));
             }
             Report::Ended {
                 message_id,
@@ -371,10 +375,7 @@ impl Foreground {
         self.spool()
             .finish_turn(&id, outcome, reply.clone(), handler.clone())?;
         self.open.remove(pos);
-        self.hub.emit(
-            EventKind::TurnFinished,
-            json!({"message_id": id, "outcome": outcome}),
-        );
+        self.hub.emit(Body::turn_finished(&id, outcome));
         self.ended_turn(&id, outcome, reply.as_ref(), handler.as_ref());
         Ok(())
     }
@@ -442,8 +443,11 @@ impl Foreground {
                 c.socket.display()
             );
             eprintln!("baton: {}", escape(&text));
-            self.hub
-                .emit(EventKind::Notice, json!({"text": text, "codex": true}));
+            self.hub.emit(Body::Notice(Notice {
+                codex: true,
+                text: &text,
+                ..Notice::default()
+            }));
         }
     }
 
@@ -467,10 +471,12 @@ impl Foreground {
             lost.unwrap_or("")
         );
         eprintln!("baton: {}", escape(&text));
-        self.hub.emit(
-            EventKind::Notice,
-            json!({"text": text, "codex": true, "reason": why}),
-        );
+        self.hub.emit(Body::Notice(Notice {
+            codex: true,
+            reason: Some(why),
+            text: &text,
+            ..Notice::default()
+        }));
     }
 
     fn codex_retry_later(&mut self) {

@@ -8,13 +8,14 @@ use super::{Answer, Approve, EPHEMERAL_GRACE, Foreground, Params, Reply};
 use crate::registry;
 use crate::server::{Event, State};
 use crate::spool::{self, Spool};
+use crate::wire::Body;
 use crate::wire::Call;
-use crate::wire::EventKind;
 use crate::wire::Handling;
 use crate::wire::Mode;
 use crate::wire::Outcome;
 use crate::wire::access::Caller;
 use crate::wire::answer::{ControlStatus, Handled, Queue, RunningTurn};
+use crate::wire::body::Notice;
 use crate::wire::request::{ListParams, Page};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -82,11 +83,11 @@ impl Foreground {
 
     /// A `notice`, of the task `id` or of the instance's own.
     pub(super) fn notice(&self, id: Option<&str>, text: impl Into<String>) {
-        let mut fields = json!({"text": text.into()});
-        if let Some(id) = id {
-            fields["message_id"] = json!(id);
-        }
-        self.hub.emit(EventKind::Notice, fields);
+        self.hub.emit(Body::Notice(Notice {
+            message_id: id,
+            text: &text.into(),
+            ..Notice::default()
+        }));
     }
 
     pub(super) fn new_message_id(&mut self) -> String {
@@ -119,8 +120,7 @@ impl Foreground {
                 eprintln!("baton: {}", crate::text::sanitize::escape(&e.to_string()));
             }
         }
-        self.hub
-            .emit(EventKind::StateChanged, json!({"state": want.as_str()}));
+        self.hub.emit(Body::StateChanged { state: want });
     }
 
     /// The earliest moment a timer must fire.
@@ -158,11 +158,14 @@ impl Foreground {
         for id in self.shared.spool.expire(ttl.as_secs()) {
             self.asked.remove(&id);
             self.approved.remove(&id);
-            self.hub.emit(
-                EventKind::TaskExpired,
-                json!({"message_id": id, "reason": "expired",
-                       "text": format!("waited longer than --ttl {} s; moved to rejected/", ttl.as_secs())}),
-            );
+            self.hub.emit(Body::TaskExpired {
+                message_id: &id,
+                reason: Outcome::Expired.as_str(),
+                text: &format!(
+                    "waited longer than --ttl {} s; moved to rejected/",
+                    ttl.as_secs()
+                ),
+            });
             self.ended(&id, Outcome::Expired, None);
         }
     }

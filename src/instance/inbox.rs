@@ -15,11 +15,12 @@ use crate::wire::answer::{
     Claimed, ClaimedTask, CompleteParams, Handled, RejectedTask, SendResult,
 };
 use crate::wire::request::{RelayParams, TaskParams};
-use crate::wire::{Call, EventKind, Handling};
+use crate::wire::{Call, Handling};
 use crate::workers::turn;
-use serde_json::json;
 
 use super::approval::Gate;
+use crate::wire::Body;
+use crate::wire::body::Relayed;
 
 /// The `notice` of a claimed task put back because its caller is gone.
 pub(crate) const UNDELIVERED: &str = "the answer to inbox/claim did not reach its caller (it stopped waiting or closed its connection): the task went back to its place at the head of the queue";
@@ -93,10 +94,10 @@ impl Foreground {
                         escape(&message_id),
                         escape(&reason)
                     );
-                    self.hub.emit(
-                        EventKind::TaskRejected,
-                        json!({"message_id": message_id, "reason": reason}),
-                    );
+                    self.hub.emit(Body::TaskRejected {
+                        message_id: &message_id,
+                        reason: &reason,
+                    });
                     self.ended(&message_id, Outcome::Rejected, None);
                     rejected.push(RejectedTask { message_id, reason });
                 }
@@ -140,11 +141,11 @@ impl Foreground {
             turn::envelope(&task, task.sender.instance_id.is_some().then_some(&*how))
         });
         let follows = self.open.first().map(|o| o.task.message_id.clone());
-        self.hub.emit(
-            EventKind::TaskClaimed,
-            json!({"message_id": task.message_id, "from": turn::display_name(&task.sender),
-                   "follow_up_of": follows}),
-        );
+        self.hub.emit(Body::TaskClaimed {
+            follow_up_of: follows.as_deref(),
+            from: &turn::display_name(&task.sender),
+            message_id: &task.message_id,
+        });
         let v = Claimed {
             task: Some(claimed_task(&task, envelope, &token, follows)),
             ..Claimed::not(ClaimStatus::Claimed, None)
@@ -164,22 +165,21 @@ impl Foreground {
             return handled(Handling::Invalid, Some(why));
         }
         let discard = call == Call::InboxDiscard;
-        let (r, status, kind) = if discard {
+        let (r, status) = if discard {
             (
                 self.spool().finish(&id, Outcome::Discarded),
                 Handling::Discarded,
-                EventKind::TaskDiscarded,
             )
         } else {
-            (
-                self.spool().requeue(&id),
-                Handling::Requeued,
-                EventKind::TaskRequeued,
-            )
+            (self.spool().requeue(&id), Handling::Requeued)
         };
         match r {
             Ok(()) => {
-                self.hub.emit(kind, json!({"message_id": id}));
+                self.hub.emit(if discard {
+                    Body::TaskDiscarded { message_id: &id }
+                } else {
+                    Body::TaskRequeued { message_id: &id }
+                });
                 if discard {
                     self.ended(&id, Outcome::Discarded, None);
                 }
@@ -289,10 +289,7 @@ impl Foreground {
         self.spool().finish_with(&id, outcome, reply.clone())?;
         self.open.remove(pos);
         self.codex_cancelled(&id);
-        self.hub.emit(
-            EventKind::TurnFinished,
-            json!({"message_id": id, "outcome": outcome}),
-        );
+        self.hub.emit(Body::turn_finished(&id, outcome));
         self.ended(&id, outcome, reply.as_ref());
         Ok(())
     }
@@ -311,9 +308,10 @@ impl Foreground {
                 self.spawn_send(out, Some(id), Some(waiter));
             }
             Ok(Err(refusal)) => {
-                let mut r = serde_json::to_value(&refusal).expect("a result serializes");
-                r["reply_of"] = json!(id);
-                self.hub.emit(EventKind::RelaySent, r);
+                self.hub.emit(Body::RelaySent(Relayed {
+                    result: &refusal,
+                    reply_of: Some(&id),
+                }));
                 let done = Handled {
                     reply: Some(refusal),
                     ..done
@@ -371,6 +369,7 @@ fn claimed_task(
 mod tests {
     use super::*;
     use crate::wire::Sender;
+    use serde_json::json;
 
     /// The claim the foreground hands its own pane and Codex is the typed
     /// answer itself, and on the wire it reads as `inbox/claim` always

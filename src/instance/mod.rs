@@ -33,6 +33,7 @@ use crate::server::{Event, RpcError, Shared, get_str, need_str};
 use crate::spool::events::Hub;
 use crate::spool::{self, Task};
 use crate::text::glob::Policy;
+use crate::wire::Stream;
 use crate::workers::turn::TurnEvent;
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value};
@@ -150,7 +151,7 @@ struct Running {
     ended_by: Option<crate::wire::Outcome>,
     exit: Option<(Option<i32>, Option<i32>)>,
     streams_open: u8,
-    bytes: HashMap<&'static str, (u64, u64)>,
+    bytes: HashMap<Stream, (u64, u64)>,
     captured: Option<Vec<u8>>,
     /// The last of its stderr (`TurnEvent::StreamDone`'s `last`), for
     /// the record of a failed or timed-out turn.

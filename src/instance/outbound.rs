@@ -12,13 +12,13 @@ use crate::relay::{self, Outbound};
 use crate::server::{self, Event, RpcError};
 use crate::spool::{ReplyRecord, Task};
 use crate::text::sanitize::escape;
-use crate::wire::EventKind;
+use crate::wire::Body;
 use crate::wire::access::{Caller, Role};
 use crate::wire::answer::{Handled, SendResult};
+use crate::wire::body::Relayed;
 use crate::wire::request::{RelayParams, missing};
 use crate::workers::turn;
 use crossbeam_channel as chan;
-use serde_json::json;
 use std::cmp::Reverse;
 use std::time::Duration;
 
@@ -132,9 +132,7 @@ impl Foreground {
     /// delivered is also said as a notice (and on stderr): a handler run
     /// with `--reply` has exited by then, and the operator is who learns.
     pub(super) fn relayed(&mut self, result: SendResult, reply_of: Option<String>) {
-        let mut fields = serde_json::to_value(&result).expect("a result serializes");
         if let Some(r) = &reply_of {
-            fields["reply_of"] = json!(r);
             let delivered = result.status().is_some_and(Status::delivered);
             if !delivered {
                 let text = format!(
@@ -147,7 +145,10 @@ impl Foreground {
                 self.notice(Some(r), text);
             }
         }
-        self.hub.emit(EventKind::RelaySent, fields);
+        self.hub.emit(Body::RelaySent(Relayed {
+            result: &result,
+            reply_of: reply_of.as_deref(),
+        }));
     }
 
     /// `relay/send`: the sender-side guards need the turn, so they are
@@ -162,8 +163,10 @@ impl Foreground {
                 self.spawn_send(out, reply_of, Some(Waiter::Relay(reply)));
             }
             Ok(Err(refusal)) => {
-                let fields = serde_json::to_value(&refusal).expect("a result serializes");
-                self.hub.emit(EventKind::RelaySent, fields);
+                self.hub.emit(Body::RelaySent(Relayed {
+                    result: &refusal,
+                    reply_of: None,
+                }));
                 let _ = reply.send(Ok(super::answer(refusal)));
             }
             Err(e) => {

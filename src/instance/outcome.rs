@@ -6,11 +6,12 @@
 
 use super::{Answer, Foreground, Params};
 use crate::spool::{HandlerExit, ReplyRecord, Through, Whereabouts};
+use crate::wire::Body;
+use crate::wire::Outcome;
 use crate::wire::access::Caller;
 use crate::wire::answer::{Pending, TaskState, TaskStatus};
+use crate::wire::body::Ended;
 use crate::wire::request::TaskParams;
-use crate::wire::{EventKind, Outcome};
-use serde_json::json;
 
 impl Foreground {
     /// Records a task's final outcome at this receiver, with its reply
@@ -27,14 +28,8 @@ impl Foreground {
         reply: Option<&ReplyRecord>,
         handler: Option<&HandlerExit>,
     ) {
-        let mut ev = json!({"message_id": message_id, "outcome": outcome, "reply": reply});
-        if let Some(h) = handler {
-            let members = serde_json::to_value(h).expect("a record serializes");
-            ev.as_object_mut()
-                .expect("an object")
-                .extend(members.as_object().cloned().unwrap_or_default());
-        }
-        self.hub.emit(EventKind::TaskEnded, ev);
+        let ended = Ended::new(message_id, outcome, reply, handler);
+        self.hub.emit(Body::TaskEnded(ended));
     }
 
     /// Whether the task `id` (at `w`) came through a bridge whose key had

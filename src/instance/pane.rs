@@ -20,12 +20,13 @@ use super::{Foreground, ServeOptions};
 use crate::base::error::{Error, Result};
 use crate::spool::Task;
 use crate::text::sanitize::escape;
+use crate::wire::Body;
+use crate::wire::ClaimStatus;
 use crate::wire::Outcome;
-use crate::wire::{ClaimStatus, EventKind};
+use crate::wire::body::Notice;
 use crate::workers::tmux::{self, Job, Report, Trouble, Typist};
 use crate::workers::turn;
 use crossbeam_channel as chan;
-use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -149,10 +150,10 @@ impl Foreground {
                 let open = self.open.iter().any(|o| o.task.message_id == message_id);
                 let deadline = self.opts.turn_timeout.map(|t| Instant::now() + t);
                 let p = self.pane.as_mut().expect("checked");
-                self.hub.emit(
-                    EventKind::TaskTyped,
-                    json!({"message_id": message_id, "tmux_pane": p.target}),
-                );
+                self.hub.emit(Body::TaskTyped {
+                    message_id: &message_id,
+                    tmux_pane: &p.target,
+                });
                 p.typed = open.then_some((message_id, deadline));
             }
             Report::Typed {
@@ -218,10 +219,11 @@ impl Foreground {
                 p.target
             );
             eprintln!("baton: {}", escape(&text));
-            self.hub.emit(
-                EventKind::Notice,
-                json!({"text": text, "tmux_pane": p.target}),
-            );
+            self.hub.emit(Body::Notice(Notice {
+                text: &text,
+                tmux_pane: Some(&p.target),
+                ..Notice::default()
+            }));
         }
     }
 
@@ -268,11 +270,13 @@ impl Foreground {
             ),
         };
         eprintln!("baton: {}", escape(&text));
-        let mut event = json!({"text": text, "tmux_pane": p.target, "reason": reason});
-        if let Some(id) = put_back {
-            event["message_id"] = json!(id);
-        }
-        self.hub.emit(EventKind::Notice, event);
+        self.hub.emit(Body::Notice(Notice {
+            message_id: put_back,
+            reason: Some(&reason),
+            text: &text,
+            tmux_pane: Some(&p.target),
+            ..Notice::default()
+        }));
     }
 
     /// The next try after a growing delay.

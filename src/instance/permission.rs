@@ -13,7 +13,7 @@
 //! anyone, never inherits a decision on other text.
 
 use super::{Answer, Foreground, Params, get_str, need_str};
-use crate::wire::EventKind;
+use crate::wire::Body;
 use crate::wire::event_text;
 use serde_json::json;
 
@@ -75,7 +75,7 @@ impl Foreground {
                            "description": cut(&description), "input_preview": cut(&input_preview),
                            "host": host.map(|h| event_text::cut(&h, HOST_CHARS)), "host_pid": host_pid,
                            "pid": pid});
-        let (p, controllers) = self.ask(EventKind::PermissionRequested, shown);
+        let (p, controllers) = self.ask(|p| Body::PermissionRequested(p), shown);
         let approval_id = p.id.clone();
         self.permissions.push(p);
         Ok(

@@ -13,9 +13,9 @@ use crate::server::{self, Shared};
 use crate::spool::events::Hub;
 use crate::spool::{self, Spool};
 use crate::sys;
-use crate::wire::EventKind;
+use crate::wire::body::Ended;
+use crate::wire::{Body, Mode, Said};
 use crossbeam_channel as chan;
-use serde_json::json;
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -446,38 +446,33 @@ fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
 /// The first events of a run: the start, and what recovery found. The
 /// start's sequence number.
 fn started(hub: &Hub, m: &Manifest, opts: &ServeOptions, spool: &Spool) -> u64 {
-    let mut started = json!({
-            "instance_id": m.instance_id,
-            "name": m.name,
-            "pid": m.pid,
-            "workspace": m.workspace,
-            "mode": if opts.exec.is_some() { "exec" } else { "pull" },
-            "approve": opts.approve.as_str(),
-            "state": m.state,
+    let first = hub.emit(Body::InstanceStarted {
+        approve: opts.approve,
+        instance_id: &m.instance_id,
+        mode: if opts.exec.is_some() {
+            Mode::Exec
+        } else {
+            Mode::Pull
+        },
+        name: &m.name,
+        pid: m.pid,
+        state: Said::spelled(&m.state),
+        tmux_pane: opts.tmux_pane.as_deref(),
+        workspace: &m.workspace,
     });
-    if let Some(pane) = &opts.tmux_pane {
-        started["tmux_pane"] = json!(pane);
-    }
-    let first = hub.emit(EventKind::InstanceStarted, started);
     for note in &spool.recovery_notes {
-        hub.emit(EventKind::Notice, json!({"text": note}));
+        hub.emit(Body::notice(note));
     }
     // The same shape as `Foreground::ended`: decided by this open.
     for (id, outcome) in &spool.ended_at_open {
-        hub.emit(
-            EventKind::TaskEnded,
-            json!({"message_id": id, "outcome": outcome, "reply": null}),
-        );
+        hub.emit(Body::TaskEnded(Ended::new(id, *outcome, None, None)));
     }
     let c = spool.counts();
     if c.interrupted > 0 {
-        hub.emit(
-            EventKind::Notice,
-            json!({"text": format!(
-                "{} interrupted task(s) wait for the operator: baton inbox requeue|discard",
-                c.interrupted
-            )}),
-        );
+        hub.emit(Body::notice(&format!(
+            "{} interrupted task(s) wait for the operator: baton inbox requeue|discard",
+            c.interrupted
+        )));
     }
     first
 }

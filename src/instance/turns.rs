@@ -16,11 +16,12 @@ use crate::spool::{self, Claim, Task};
 use crate::sys;
 use crate::text::sanitize::{escape, escape_tail};
 use crate::wire::answer::{Handled, SendResult};
+use crate::wire::body::{Accepted, Finished, Local};
 use crate::wire::request::{LocalParams, TurnCancelParams};
-use crate::wire::{EventKind, HandlerExit, Handling, Outcome};
+use crate::wire::{Body, Stream};
+use crate::wire::{HandlerExit, Handling, Outcome};
 use crate::workers::turn::{self, TurnEvent};
 use crossbeam_channel as chan;
-use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -78,10 +79,10 @@ impl Foreground {
         match self.spool().claim_id(&id) {
             Ok(Claim::Task(task)) => self.start_turn(*task),
             Ok(Claim::Rejected { message_id, reason }) => {
-                self.hub.emit(
-                    EventKind::TaskRejected,
-                    json!({"message_id": message_id, "reason": reason}),
-                );
+                self.hub.emit(Body::TaskRejected {
+                    message_id: &message_id,
+                    reason: &reason,
+                });
                 self.ended(&message_id, Outcome::Rejected, None);
             }
             Ok(Claim::Empty) => {}
@@ -146,11 +147,13 @@ impl Foreground {
                 }
                 self.supplied();
                 let now = Instant::now();
-                self.hub.emit(
-                    EventKind::TurnStarted,
-                    json!({"message_id": id, "pid": handler.pid, "from": turn::display_name(&task.sender),
-                           "sender_id": task.sender.instance_id, "hop": task.hop}),
-                );
+                self.hub.emit(Body::TurnStarted {
+                    from: &turn::display_name(&task.sender),
+                    hop: task.hop,
+                    message_id: &id,
+                    pid: handler.pid,
+                    sender_id: task.sender.instance_id.as_deref(),
+                });
                 // The record names the handler's process group too. Should
                 // that fail, the token's record stands, which recovery finds
                 // the group by (the instance's session, a group whose leader
@@ -181,11 +184,10 @@ impl Foreground {
             }
             Err(e) => {
                 let finished = self.spool().finish(&id, Outcome::Failed).is_ok();
-                self.hub.emit(
-                    EventKind::TurnFinished,
-                    json!({"message_id": id, "outcome": Outcome::Failed,
-                           "error": format!("cannot start the handler: {e}")}),
-                );
+                self.hub.emit(Body::TurnFinished(Finished {
+                    error: Some(&format!("cannot start the handler: {e}")),
+                    ..Finished::new(&id, Outcome::Failed)
+                }));
                 if finished {
                     self.ended(&id, Outcome::Failed, None);
                 }
@@ -208,10 +210,13 @@ impl Foreground {
         let id = r.task.message_id.clone();
         match ev {
             TurnEvent::Output { stream, text, .. } => {
-                self.hub.emit(
-                    EventKind::TurnOutput,
-                    json!({"message_id": id, "stream": stream, "text": text}),
-                );
+                self.hub.emit(Body::TurnOutput {
+                    dropped: None,
+                    message_id: &id,
+                    stream,
+                    tail: false,
+                    text: &text,
+                });
             }
             TurnEvent::StreamDone {
                 stream,
@@ -227,15 +232,17 @@ impl Foreground {
                 if captured.is_some() {
                     r.captured = captured;
                 }
-                if stream == "stderr" {
+                if stream == Stream::Stderr {
                     r.stderr_last = last;
                 }
                 if dropped > 0 {
-                    self.hub.emit(
-                        EventKind::TurnOutput,
-                        json!({"message_id": id, "stream": stream, "text": tail, "tail": true,
-                               "dropped": dropped}),
-                    );
+                    self.hub.emit(Body::TurnOutput {
+                        dropped: Some(dropped),
+                        message_id: &id,
+                        stream,
+                        tail: true,
+                        text: &tail,
+                    });
                 }
             }
             TurnEvent::Exited { code, signal, .. } => {
@@ -314,21 +321,17 @@ impl Foreground {
         .map_err(|e| self.notice(Some(&id), e.to_string()))
         .is_ok();
         self.spool().clear_handler();
-        let (out_total, out_dropped) = r.bytes.get("stdout").copied().unwrap_or_default();
-        let (err_total, err_dropped) = r.bytes.get("stderr").copied().unwrap_or_default();
-        self.hub.emit(
-            EventKind::TurnFinished,
-            json!({
-                "message_id": id,
-                "outcome": outcome,
-                "exit_code": code,
-                "signal": signal,
-                "duration_ms": r.started.elapsed().as_millis() as u64,
-                "stdout_bytes": out_total,
-                "stderr_bytes": err_total,
-                "dropped_bytes": out_dropped + err_dropped,
-            }),
-        );
+        let (out_total, out_dropped) = r.bytes.get(&Stream::Stdout).copied().unwrap_or_default();
+        let (err_total, err_dropped) = r.bytes.get(&Stream::Stderr).copied().unwrap_or_default();
+        self.hub.emit(Body::TurnFinished(Finished {
+            dropped_bytes: Some(out_dropped + err_dropped),
+            duration_ms: Some(r.started.elapsed().as_millis() as u64),
+            exit_code: Some(code),
+            signal: Some(signal),
+            stderr_bytes: Some(err_total),
+            stdout_bytes: Some(out_total),
+            ..Finished::new(&id, outcome)
+        }));
         if finished {
             self.ended_turn(&id, outcome, record.as_ref(), why.as_ref());
         }
@@ -393,10 +396,11 @@ impl Foreground {
             return Ok(answer(refused));
         }
         if self.opts.exec.is_none() {
-            self.hub.emit(
-                EventKind::LocalInput,
-                json!({"from": LOCAL, "body": text, "noted": true}),
-            );
+            self.hub.emit(Body::LocalInput(Local::Noted {
+                body: &text,
+                from: LOCAL,
+                noted: true,
+            }));
             let why = "this instance has no --exec handler: the line is noted in the transcript";
             return Ok(answer(said(Handling::Noted.as_str(), why)));
         }
@@ -412,8 +416,8 @@ impl Foreground {
             max_inflight: 0,
         };
         let announce = |task: &Task, at| {
-            let event = server::Accepted::new(task, None, LOCAL, task.sender.pid, at);
-            self.hub.record(EventKind::LocalInput, &event);
+            let event = Accepted::new(task, None, LOCAL, task.sender.pid, at);
+            self.hub.record(&Body::LocalInput(Local::Queued(event)));
         };
         let r = self
             .shared
@@ -446,10 +450,10 @@ impl Foreground {
         }
         let _ = sys::kill_group(r.handler.pid, sys::SIGKILL);
         self.spool().clear_handler();
-        self.hub.emit(
-            EventKind::TurnFinished,
-            json!({"message_id": r.task.message_id, "outcome": Outcome::Interrupted}),
-        );
+        self.hub.emit(Body::turn_finished(
+            &r.task.message_id,
+            Outcome::Interrupted,
+        ));
     }
 
     /// Starts the handler, recording it in the spool first by its turn's

@@ -11,7 +11,9 @@ use crate::registry::{self, Peer};
 use crate::server::{self, NotStored, Receiver, Verdict};
 use crate::spool::{Spool, Task};
 use crate::text::sanitize::escape;
+use crate::wire::Body;
 use crate::wire::answer::{Candidate, SendResult};
+use crate::wire::body::Accepted;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -239,9 +241,9 @@ fn store(
     // Under the spool's lock, as a live receiver records an acceptance.
     let announce = |task: &Task, queue_position| {
         let hub = crate::spool::events::Hub::open(s.dir());
-        let mut event = server::Accepted::new(task, None, &from, pid, queue_position);
+        let mut event = Accepted::new(task, None, &from, pid, queue_position);
         event.stored = true;
-        hub.record(crate::wire::EventKind::MessageAccepted, &event);
+        hub.record(&Body::MessageAccepted(event));
         hub.flush();
     };
     let admitted = s.admit(task, None, limits, || false, announce);

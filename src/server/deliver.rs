@@ -12,9 +12,9 @@ use crate::base::status::Status;
 use crate::registry::{self, RegistryDir};
 use crate::spool::{self, Admission, Limits, Sender, Task};
 use crate::wire::answer::SendResult;
-use crate::wire::{EventKind, State, TaskMode};
+use crate::wire::body::Accepted;
+use crate::wire::{Body, State, TaskMode};
 use crate::{sys, wire};
-use serde_json::json;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::fmt;
@@ -68,11 +68,13 @@ pub fn deliver(
     let refused = |status: Status, reason: &str| {
         let claimed = || req.sender_instance_id.as_deref();
         let from = from.as_deref().or(bridged.as_deref()).or_else(claimed);
-        shared.hub.emit(
-            EventKind::MessageRejected,
-            json!({"message_id": req.message_id, "status": status, "reason": reason,
-                   "from": from.unwrap_or("(cli)"), "pid": peer.pid}),
-        );
+        shared.hub.emit(Body::MessageRejected {
+            from: from.unwrap_or("(cli)"),
+            message_id: &req.message_id,
+            pid: peer.pid,
+            reason,
+            status,
+        });
     };
     let verdict = match verdict {
         Ok(v) if v.status == Status::Accepted => {
@@ -95,53 +97,6 @@ pub fn deliver(
         }
     };
     Ok(verdict.answer(req.message_id, Some(shared.state())))
-}
-
-/// The fields of an acceptance event (`message.accepted`, and the
-/// instance's `local.input`), in the order they are recorded.
-#[derive(serde::Serialize)]
-pub struct Accepted<'a> {
-    message_id: &'a str,
-    from: &'a str,
-    pid: Option<u32>,
-    queue_position: usize,
-    mode: TaskMode,
-    body: spool::Body<'a>,
-    sender_id: &'a Option<String>,
-    workspace: &'a Option<String>,
-    /// A task through a bridge: the remote end, and its key's label.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    remote: &'a Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key: &'a Option<String>,
-    /// Set by an offline sender that stored the task itself
-    /// (docs/protocol.md §8).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub stored: bool,
-}
-
-impl<'a> Accepted<'a> {
-    pub fn new(
-        task: &'a Task,
-        body_json: Option<&'a RawValue>,
-        from: &'a str,
-        pid: Option<u32>,
-        queue_position: usize,
-    ) -> Accepted<'a> {
-        Accepted {
-            message_id: &task.message_id,
-            from,
-            pid,
-            queue_position,
-            mode: task.mode,
-            body: spool::Body::new(&task.body, body_json),
-            sender_id: &task.sender.instance_id,
-            workspace: &task.sender.workspace,
-            remote: &task.sender.remote,
-            key: &task.sender.key,
-            stored: false,
-        }
-    }
 }
 
 /// What an offered task came to, as its sender is told.
@@ -425,7 +380,7 @@ fn admit(
     let from = crate::workers::turn::display_name(&task.sender);
     let announce = |task: &Task, queue_position| {
         let event = Accepted::new(task, Some(&body_json), &from, peer.pid, queue_position);
-        shared.hub.record(EventKind::MessageAccepted, &event);
+        shared.hub.record(&Body::MessageAccepted(event));
     };
     let admitted = shared.spool.admit(
         task,

@@ -21,7 +21,7 @@ mod slots;
 mod zcoder;
 
 pub use deliver::{
-    Accepted, NotStored, Receiver, Verdict, admission_verdict, check_request, deliver, reason,
+    NotStored, Receiver, Verdict, admission_verdict, check_request, deliver, reason,
 };
 pub use peer::Peer;
 pub use request::SendRequest;

@@ -10,7 +10,8 @@ use super::out::{Writer, answer_then_flush, write_line};
 use super::peer::Peer;
 use super::request::SendRequest;
 use crate::base::status::Status;
-use crate::wire::EventKind;
+use crate::wire::Body;
+use crate::wire::body::Notice;
 use crate::wire::{self, LineReader, ReadError};
 use serde_json::{Map, Value, json};
 
@@ -95,10 +96,11 @@ fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
             // zcoder has no word for "not permitted" (nor "denied"): the
             // transcript says who was refused and why.
             if let Err(e) = peer.check(shared, crate::wire::access::Door::Zcoder) {
-                shared.hub.emit(
-                    EventKind::Notice,
-                    json!({"message_id": message_id, "text": format!("a zcoder frame refused: {}", e.message)}),
-                );
+                shared.hub.emit(Body::Notice(Notice {
+                    message_id: Some(&message_id),
+                    text: &format!("a zcoder frame refused: {}", e.message),
+                    ..Notice::default()
+                }));
                 return ack(Status::Invalid.as_str());
             }
             match deliver(shared, req, None, peer, "zcoder") {

@@ -6,10 +6,10 @@
 //! Subscribers that fall behind are dropped, never waited for, and what
 //! they had queued is freed when they are.
 
-use crate::wire::EventKind;
+use crate::wire::{Body, EventKind};
 use crossbeam_channel as chan;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -287,17 +287,9 @@ impl Hub {
     }
 
     /// Records one event and sends it to every subscriber. Returns its
-    /// sequence number. `fields` is an object; its own `seq`, `time` or
-    /// `kind` would be dropped.
-    pub fn emit(&self, kind: EventKind, fields: Value) -> u64 {
-        let mut fields = match fields {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        };
-        for k in ["seq", "time", "kind"] {
-            fields.remove(k);
-        }
-        let seq = self.record(kind, &fields);
+    /// sequence number.
+    pub fn emit(&self, body: Body<'_>) -> u64 {
+        let seq = self.record(&body);
         self.flush();
         seq
     }
@@ -305,17 +297,16 @@ impl Hub {
     /// Numbers and queues an event, to be written to the transcript and to
     /// subscribers by the next `flush` (or `emit`) of anyone: a connection
     /// thread records an acceptance under the spool's lock, answers its
-    /// client, and then flushes. `fields` serialize as a struct with none
-    /// of the names `seq`, `time` and `kind`.
-    pub fn record<T: Serialize>(&self, kind: EventKind, fields: &T) -> u64 {
-        /// An event as recorded: its number, time and kind, then its fields.
+    /// client, and then flushes.
+    pub fn record(&self, body: &Body<'_>) -> u64 {
+        /// An event as recorded: its number, time and kind, then its body.
         #[derive(Serialize)]
-        struct Numbered<'a, T> {
+        struct Numbered<'a, 'b> {
             seq: u64,
             time: f64,
             kind: EventKind,
             #[serde(flatten)]
-            fields: &'a T,
+            body: &'a Body<'b>,
         }
         let mut q = lock(&self.queue);
         let seq = q.next_seq;
@@ -323,8 +314,8 @@ impl Hub {
         let event = Numbered {
             seq,
             time: now(),
-            kind,
-            fields,
+            kind: body.kind(),
+            body,
         };
         let mut line = Vec::with_capacity(512);
         serde_json::to_writer(&mut line, &event).expect("an event serializes");

@@ -29,15 +29,15 @@ fn sequence_continues_across_reopen_and_rotation_keeps_order() {
     let sub = hub.subscribe(false);
     assert_eq!(sub.next_seq, 1);
     for i in 0..3 {
-        hub.emit(EventKind::Notice, json!({"i": i}));
+        hub.emit(Body::notice(&i.to_string()));
     }
     assert_eq!(sub.rx.len(), 3);
     drop(hub);
     let hub = Hub::open(&dir);
-    assert_eq!(hub.emit(EventKind::Notice, json!({})), 4);
+    assert_eq!(hub.emit(Body::notice("")), 4);
     // Force a rotation and check replay spans both files.
     lock(&hub.out).size = ROTATE_BYTES;
-    assert_eq!(hub.emit(EventKind::Notice, json!({})), 5);
+    assert_eq!(hub.emit(Body::notice("")), 5);
     assert!(dir.join(TRANSCRIPT_OLD).exists());
     assert_eq!(replayed(&dir, 2, 5), [2, 3, 4]);
     fs::remove_dir_all(&dir).unwrap();
@@ -52,7 +52,7 @@ fn the_transcript_comes_back_after_failed_writes() {
     let dir = fresh_dir("gap");
     let hub = Hub::open(&dir);
     let sub = hub.subscribe(false);
-    hub.emit(EventKind::Notice, json!({"text": "one"}));
+    hub.emit(Body::notice("one"));
     let path = dir.join(TRANSCRIPT);
     {
         // A descriptor that cannot write, standing for a full disk,
@@ -62,10 +62,10 @@ fn the_transcript_comes_back_after_failed_writes() {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"{\"seq\":2,\"ti").unwrap();
     }
-    hub.emit(EventKind::Notice, json!({"text": "two"}));
-    hub.emit(EventKind::Notice, json!({"text": "three"}));
+    hub.emit(Body::notice("two"));
+    hub.emit(Body::notice("three"));
     lock(&hub.out).file = None;
-    hub.emit(EventKind::Notice, json!({"text": "four"}));
+    hub.emit(Body::notice("four"));
     // Subscribers heard every event live.
     assert_eq!(sub.rx.len(), 4);
     let lines: Vec<Value> = fs::read_to_string(&path)
@@ -85,7 +85,7 @@ fn the_transcript_comes_back_after_failed_writes() {
     assert_eq!(lines[2]["text"], "four");
     // The next start numbers on from the notice.
     drop(hub);
-    assert_eq!(Hub::open(&dir).emit(EventKind::Notice, json!({})), 5);
+    assert_eq!(Hub::open(&dir).emit(Body::notice("")), 5);
     fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -120,9 +120,9 @@ fn concurrent_flushes_write_in_order_and_a_late_subscriber_misses_nothing() {
             let (hub, handed) = (Arc::clone(&hub), handed.clone());
             std::thread::spawn(move || {
                 for i in 0..each {
-                    hub.record(EventKind::Notice, &json!({"t": t, "i": i}));
+                    hub.record(&Body::notice(&format!("{t} {i}")));
                     match i % 3 {
-                        0 => drop(hub.emit(EventKind::Notice, json!({"t": t}))),
+                        0 => drop(hub.emit(Body::notice(&t.to_string()))),
                         1 => hub.flush(),
                         _ => hub.flush_once(|| handed.send(()).unwrap()),
                     }
@@ -170,7 +170,7 @@ fn concurrent_flushes_write_in_order_and_a_late_subscriber_misses_nothing() {
 fn a_subscribe_takes_over_a_flush_handed_on_while_it_waits() {
     let dir = fresh_dir("hand");
     let hub = Arc::new(Hub::open(&dir));
-    hub.record(EventKind::Notice, &json!({"i": 1}));
+    hub.record(&Body::notice("1"));
     // As if a bounded flush were running.
     lock(&hub.queue).flushing = Flushing::Active;
     let (tx, rx) = chan::bounded(1);
@@ -203,7 +203,7 @@ fn a_controller_request_follows_the_events_recorded_before_it() {
     let dir = fresh_dir("request");
     let hub = Arc::new(Hub::open(&dir));
     let ctl = hub.subscribe(true);
-    hub.record(EventKind::ApprovalRequested, &json!({"message_id": "m"}));
+    hub.record(&Body::ApprovalRequested(&json!({"message_id": "m"})));
     // Another thread's flush has begun and not yet written the event.
     lock(&hub.queue).flushing = Flushing::Active;
     let flusher = {
@@ -234,7 +234,7 @@ fn a_full_subscriber_is_dropped_not_waited_for() {
     let hub = Hub::open(&dir);
     let slow = hub.subscribe(true);
     for _ in 0..=SUBSCRIBER_BACKLOG {
-        hub.emit(EventKind::Notice, json!({}));
+        hub.emit(Body::notice(""));
     }
     assert_eq!(hub.controllers(), 0);
     assert!(slow.backlog.is_cut());
@@ -257,7 +257,7 @@ fn a_subscriber_is_dropped_at_its_byte_bound() {
     let mut queued = 0;
     while !slow.backlog.is_cut() {
         assert!(queued < 200, "{queued} lines of 64 KiB queued");
-        hub.emit(EventKind::Notice, json!({"text": big}));
+        hub.emit(Body::notice(&big));
         queued += 1;
         // One subscriber keeps up, writing each line as it comes.
         let line = ok.rx.try_recv().unwrap();
@@ -267,17 +267,17 @@ fn a_subscriber_is_dropped_at_its_byte_bound() {
     assert_eq!(slow.rx.len(), 0);
     assert!(!ok.backlog.is_cut());
     // A line taken but not yet written counts.
-    hub.emit(EventKind::Notice, json!({"text": big}));
+    hub.emit(Body::notice(&big));
     let taken = ok.rx.try_recv().unwrap();
     let huge = "h".repeat(SUBSCRIBER_BYTES + 1);
-    hub.emit(EventKind::Notice, json!({"text": huge}));
+    hub.emit(Body::notice(&huge));
     assert!(
         ok.backlog.is_cut(),
         "a second line past the bound was queued"
     );
     ok.backlog.done(&taken);
     let alone = hub.subscribe(false);
-    hub.emit(EventKind::Notice, json!({"text": huge}));
+    hub.emit(Body::notice(&huge));
     assert_eq!(alone.rx.len(), 1, "a long line for an idle subscriber");
     fs::remove_dir_all(&dir).unwrap();
 }

@@ -26,22 +26,8 @@ pub(super) const SEQ_LIMIT: u64 = 10u64.pow(SEQ_WIDTH as u32 - 1);
 /// The largest spool file read back; anything bigger is bad data.
 pub(super) const MAX_TASK_FILE: u64 = 4 * 1024 * 1024;
 
-/// A body on its way into a task file or an event: its text, or its JSON
-/// string already escaped (as a request line spelled it), which is copied
-/// rather than escaped again.
-#[derive(Clone, Copy, Debug, Serialize)]
-#[serde(untagged)]
-pub enum Body<'a> {
-    Text(&'a str),
-    Json(&'a RawValue),
-}
-
-impl<'a> Body<'a> {
-    /// `json` must be the JSON string of `text`.
-    pub fn new(text: &'a str, json: Option<&'a RawValue>) -> Body<'a> {
-        json.map_or(Body::Text(text), Body::Json)
-    }
-}
+/// A body on its way into a task file or an event (`wire::body::BodyText`).
+pub use crate::wire::body::BodyText as Body;
 
 /// A task as its file holds it: `Task`'s fields in `Task`'s order, with
 /// the body as a `Body`.

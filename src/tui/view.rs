@@ -185,7 +185,12 @@ impl View {
             id: ev.id().to_string(),
             from: or_seen(ev.sender(), Event::sender),
             workspace: or_seen(ws, |x| x.workspace.as_deref()),
-            mode: or_seen(ev.mode.as_deref(), |x| x.mode.as_deref()),
+            mode: ev
+                .mode
+                .as_ref()
+                .or_else(|| seen.and_then(|x| x.mode.as_ref()))
+                .map(ToString::to_string)
+                .unwrap_or_default(),
             excerpt,
             bytes: ev.bytes.or(ev.body_bytes).or(seen_bytes),
             lines: ev.lines.or(seen_body.map(|b| b.lines().count() as u64)),

@@ -4,8 +4,10 @@
 //! instance's), or with a member it cannot read, is still an event, whose
 //! kind is unknown and which keeps its members as they came.
 
+use super::TaskMode;
 pub use super::answer::Target;
-use super::{Approve, Decision, EventKind, Outcome, ReplyRecord};
+use super::{Approve, Decision, EventKind, Mode, Outcome, ReplyRecord, Said, State, Stream};
+use crate::base::status::Status;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -31,7 +33,7 @@ pub struct Event {
     pub pid: Option<u32>,
     pub workspace: Option<String>,
     /// `exec` or `pull` (`instance.started`), else a task's: `queue` or `steer`.
-    pub mode: Option<String>,
+    pub mode: Option<Said<EventMode>>,
     pub body: Option<String>,
     pub queue_position: Option<u64>,
     pub sender_id: Option<String>,
@@ -46,15 +48,15 @@ pub struct Event {
     pub tmux_pane: Option<String>,
     /// The instance's state; in `relay.sent` the target's, as it answered
     /// (a zcoder peer's own words).
-    pub state: Option<String>,
+    pub state: Option<Said<State>>,
     /// A delivery status; in `relay.sent` as the target answered.
-    pub status: Option<String>,
+    pub status: Option<Said<Status>>,
     pub reason: Option<String>,
     pub text: Option<String>,
     pub follow_up_of: Option<String>,
     pub outcome: Option<Outcome>,
     pub reply: Option<ReplyRecord>,
-    pub stream: Option<String>,
+    pub stream: Option<Said<Stream>>,
     pub dropped: Option<u64>,
     pub exit_code: Option<i32>,
     /// `task.ended`'s, with `signal`, `stderr_tail` and `host`: how a
@@ -87,6 +89,23 @@ pub struct Event {
     /// carries it.
     pub body_excerpt: Option<String>,
     pub body_bytes: Option<u64>,
+}
+
+/// `mode`: an instance's in `instance.started`, else a task's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum EventMode {
+    Task(TaskMode),
+    Instance(Mode),
+}
+
+impl std::fmt::Display for EventMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EventMode::Task(m) => m.fmt(f),
+            EventMode::Instance(m) => m.fmt(f),
+        }
+    }
 }
 
 /// An event this version cannot read: its kind as spelled (`?` without
@@ -203,5 +222,25 @@ mod tests {
             Some(EventKind::Notice)
         );
         assert!(Event::of_notification(&json!({"id": 1, "result": {}})).is_none());
+    }
+
+    #[test]
+    fn names_are_typed_and_a_newer_word_is_kept() {
+        let ev = Event::read(&json!({"kind": "turn.output", "stream": "stderr", "mode": "steer"}));
+        assert_eq!(ev.stream, Some(Said::Known(Stream::Stderr)));
+        assert_eq!(ev.mode, Some(Said::Known(EventMode::Task(TaskMode::Steer))));
+        let started = Event::read(&json!({"kind": "instance.started", "mode": "pull",
+                                         "state": "paused"}));
+        assert_eq!(
+            started.mode,
+            Some(Said::Known(EventMode::Instance(Mode::Pull)))
+        );
+        assert!(started.state.is_some_and(|s| s == State::Paused));
+        let newer = Event::read(&json!({"kind": "relay.sent", "status": "later",
+                                       "state": "thinking", "stream": "fd3"}));
+        assert_eq!(newer.kind, Some(EventKind::RelaySent));
+        assert_eq!(newer.status, Some(Said::Other("later".into())));
+        assert_eq!(newer.state.unwrap().to_string(), "thinking");
+        assert_eq!(newer.stream.unwrap().to_string(), "fd3");
     }
 }

@@ -4,10 +4,9 @@
 //! host) and of an approval that waits. The text holds the peers' words as
 //! they came: each face escapes it where it meets a terminal.
 
-use crate::base::status::Status;
 use crate::text::sanitize::{escape, escape_multiline, is_unsafe};
 pub use crate::wire::answer::Asked;
-use crate::wire::{Event, EventKind as K};
+use crate::wire::{Event, EventKind as K, EventMode, TaskMode};
 
 /// How many lines of a body an approval request carries, or the view
 /// shows when the request has none, and how many characters of each.
@@ -69,6 +68,11 @@ fn s(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("")
 }
 
+/// An optional name as spelled, or empty.
+fn named<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map(ToString::to_string).unwrap_or_default()
+}
+
 /// A string member that is there and not empty.
 fn given(v: &str) -> Option<&str> {
     (!v.is_empty()).then_some(v)
@@ -110,7 +114,7 @@ pub fn said(ev: &Event) -> Said {
             format!("task {id} expired: {text}"),
         ),
         K::MessageRejected => {
-            let why = format!("{}: {}", s(&ev.status), s(&ev.reason));
+            let why = format!("{}: {}", named(&ev.status), s(&ev.reason));
             Said::new(
                 format!("{id} from {from} (pid {}): {why}", num(ev.pid)),
                 Role::Refusal,
@@ -139,7 +143,7 @@ pub fn said(ev: &Event) -> Said {
         K::TurnOutput => turn_output(ev, id),
         K::TurnFinished => turn_finished(ev, id),
         K::RelaySent => relay_sent(ev, id),
-        K::StateChanged => system(s(&ev.state).into(), format!("state: {}", s(&ev.state))),
+        K::StateChanged => system(named(&ev.state), format!("state: {}", named(&ev.state))),
         K::ApprovalRequested => Said::line(approval_requested(ev, id, from)),
         K::ApprovalResolved => system(
             format!("{id} {decision} by {}", by(ev)),
@@ -166,9 +170,9 @@ fn started(ev: &Event) -> Said {
         "{name} ({}) pid {} in {ws}: {} mode, approve {}, {}",
         s(&ev.instance_id),
         num(ev.pid),
-        s(&ev.mode),
+        named(&ev.mode),
         ev.approve.map_or("", |a| a.as_str()),
-        s(&ev.state)
+        named(&ev.state)
     );
     system(line, format!("{name} started in {ws}"))
 }
@@ -200,7 +204,7 @@ pub fn decided_by(kind: &str, pid: Option<impl std::fmt::Display>) -> String {
 
 fn accepted(ev: &Event, id: &str, from: &str) -> Said {
     let (pid, at) = (num(ev.pid), num(ev.queue_position));
-    let steer = ev.mode.as_deref() == Some("steer");
+    let steer = (ev.mode.as_ref()).is_some_and(|m| *m == EventMode::Task(TaskMode::Steer));
     let steer = if steer { ", steer" } else { "" };
     let stored = if ev.stored {
         ", stored while the instance was stopped"
@@ -253,7 +257,7 @@ fn turn_output(ev: &Event, id: &str) -> Said {
     };
     let line = format!(
         "{id} {}: {line_note}{}",
-        s(&ev.stream),
+        named(&ev.stream),
         text.trim_end_matches('\n')
     );
     let entry = format!("{entry_note}{}", text.strip_suffix('\n').unwrap_or(text));
@@ -275,11 +279,12 @@ fn turn_finished(ev: &Event, id: &str) -> Said {
 /// `relay.sent`: where the task went, or why it did not.
 fn relay_sent(ev: &Event, id: &str) -> Said {
     let to = ev.target.as_ref().and_then(|t| t.name.as_deref());
-    let (status, reason) = (s(&ev.status), s(&ev.reason));
+    let (status, reason) = (named(&ev.status), s(&ev.reason));
     let why = part(given(reason), |r| format!(": {r}"));
     let of = part(ev.reply_of.as_ref(), |o| format!(" (reply to {o})"));
     let line = format!("{id} to {}: {status}{why}{of}", to.unwrap_or("?"));
-    if status.parse::<Status>().is_ok_and(Status::delivered) {
+    let known = ev.status.as_ref().and_then(crate::wire::Said::known);
+    if known.is_some_and(|s| s.delivered()) {
         let at = part(ev.queue_position, |p| format!(" at position {p}"));
         let entry = format!("sent {id} to {}: {status}{at}", to.unwrap_or(""));
         return Said::new(line, Role::System, entry);

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod answer;
+pub mod body;
 mod event;
 pub mod event_text;
 mod id;
@@ -12,10 +13,12 @@ mod records;
 pub mod request;
 mod zcoder;
 
+pub use body::Body;
 pub use event::*;
 pub use id::{Id, id_byte, valid_text_id};
 pub use names::{
-    Approve, ClaimStatus, Decision, EventKind, Handling, Mode, Outcome, Said, State, TaskMode,
+    Approve, ClaimStatus, Decision, EventKind, Handling, Mode, Outcome, Said, State, Stream,
+    TaskMode,
 };
 pub use records::{
     CODEX_HOST, HandlerExit, Manifest, ReplyRecord, Sender, Summary, Task, parse_operators,

@@ -119,6 +119,16 @@ spelled! {
 }
 
 spelled! {
+    /// A handler's output stream (`turn.output`).
+    #[derive(Default)]
+    pub enum Stream ("stream") {
+        #[default]
+        Stdout = "stdout",
+        Stderr = "stderr",
+    }
+}
+
+spelled! {
     /// What `inbox/claim` answers (docs/protocol.md `inbox/claim`).
     pub enum ClaimStatus ("claim status") {
         Invalid = "invalid",
@@ -268,6 +278,7 @@ mod tests {
         check(Decision::ALL);
         check(EventKind::ALL);
         check(ClaimStatus::ALL);
+        check(Stream::ALL);
         check(Handling::ALL);
         check(crate::base::status::Status::ALL);
         assert!("Done".parse::<Outcome>().is_err());

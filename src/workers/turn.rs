@@ -11,6 +11,7 @@
 //! pipes, even while a daemon the handler started keeps its ends open.
 
 use crate::sys;
+use crate::wire::Stream as OutputStream;
 use crate::wire::Task;
 use crossbeam_channel as chan;
 use std::borrow::Cow;
@@ -36,7 +37,7 @@ const CHUNK: usize = 8192;
 pub enum TurnEvent {
     Output {
         token: String,
-        stream: &'static str,
+        stream: OutputStream,
         text: String,
     },
     /// A stream reached EOF. `captured` is stdout up to the reply limit
@@ -44,7 +45,7 @@ pub enum TurnEvent {
     /// `TAIL_BYTES`, whether dropped or not, from a character's start.
     StreamDone {
         token: String,
-        stream: &'static str,
+        stream: OutputStream,
         total: u64,
         dropped: u64,
         tail: String,
@@ -110,8 +111,8 @@ pub fn spawn(spec: ExecSpec<'_>, events: chan::Sender<TurnEvent>) -> io::Result<
         input: spec.input.into_bytes(),
         written: 0,
         streams: [
-            Stream::new(leader.stdout, "stdout", spec.capture),
-            Stream::new(leader.stderr, "stderr", None),
+            Stream::new(leader.stdout, OutputStream::Stdout, spec.capture),
+            Stream::new(leader.stderr, OutputStream::Stderr, None),
         ],
         leader: exit.map(|fd| (pid, fd)),
     };
@@ -361,7 +362,7 @@ impl Io {
 struct Stream {
     /// Closed at EOF.
     r: Option<File>,
-    name: &'static str,
+    name: OutputStream,
     capture: Option<usize>,
     pending: Vec<u8>,
     total: u64,
@@ -372,7 +373,7 @@ struct Stream {
 }
 
 impl Stream {
-    fn new(r: File, name: &'static str, capture: Option<usize>) -> Stream {
+    fn new(r: File, name: OutputStream, capture: Option<usize>) -> Stream {
         Stream {
             r: Some(r),
             name,
