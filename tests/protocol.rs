@@ -580,19 +580,44 @@ fn cli_send_reports_and_exit_codes() {
 fn cli_send_to_an_ambiguous_name_lists_both() {
     let env = Env::new();
     let a = env.serve(&env.workspace("a/w"), &["--name", "twin"]);
-    let b = env.serve(&env.workspace("b/w"), &["--name", "twin"]);
+    // `serve` takes no name a live instance has (issue 46); the instance
+    // of a `baton mcp`, whose name its host chose, may still share one.
+    let mut b = env
+        .cmd()
+        .args(["mcp", "--name", "twin"])
+        .current_dir(env.workspace("b/w"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let prefix = format!("a-{}-", b.id());
+    let b_id = crate::util::wait_for("baton mcp's instance", Duration::from_secs(20), || {
+        crate::util::manifests(&env.registry)
+            .into_iter()
+            .find_map(|p| {
+                let n = p.file_name()?.to_str()?.to_string();
+                let id = n.strip_prefix("a-")?.strip_suffix(".json")?;
+                n.starts_with(&prefix).then(|| id.to_string())
+            })
+    });
     let out = env.run(&["send", "twin", "hello"]);
     assert_eq!(out.status, 3, "{out:?}");
     assert!(out.stderr.contains("ambiguous"), "{out:?}");
     assert!(out.stderr.contains(&a.id), "{out:?}");
-    assert!(out.stderr.contains(&b.id), "{out:?}");
+    assert!(out.stderr.contains(&b_id), "{out:?}");
     // Neither got the task.
     assert_eq!(a.queued(&mut a.client()), 0);
-    assert_eq!(b.queued(&mut b.client()), 0);
     // By exact id it goes through.
-    let out = env.run(&["send", &b.id, "hello"]);
+    let out = env.run(&["send", &b_id, "hello", "--json"]);
     assert_eq!(out.status, 0, "{out:?}");
-    assert_eq!(b.queued(&mut b.client()), 1);
+    assert!(out.stdout.contains("\"status\":\"accepted\""), "{out:?}");
+    assert!(
+        out.stdout.contains(&format!("\"instance_id\":\"{b_id}\"")),
+        "{out:?}"
+    );
+    drop(b.stdin.take());
+    let _ = crate::util::exited_or_killed(&mut b, Duration::from_secs(20));
 }
 
 /// The body limit's refusal (`config::body_too_large`).
