@@ -151,10 +151,12 @@ dist:
 	rm -rf target/dist/$(DIST)
 	@echo target/dist/$(DIST).tar.gz
 
-# Debian's own toolchain (rustc-web 1.85, called by path) and Debian 13's
-# crate versions in a scratch copy: the whole suite, a type-check for the
-# BSDs and macOS, and reproducible release builds and dist tarballs. See
-# .ci/distro-check and docs/packaging.md.
+# Debian 12's rustc-web 1.85 (called by path) on the committed lock, a
+# type-check for the BSDs and macOS, a reproducible make dist; then, in a
+# Debian 13 chroot (root and debootstrap; cached in ~/.cache/baton-trixie),
+# docs/examples/debian built offline with Debian's rustc and crates, its
+# tests run, lintian, dpkg -i and a smoke run, and a second build that
+# must give the same .debs. See .ci/distro-check and docs/packaging.md.
 distro-check:
 	sh .ci/distro-check
 
