@@ -75,10 +75,16 @@ impl Tmux {
         });
     }
 
-    /// The command line that runs the stand-in agent.
+    /// The command line that runs the stand-in agent: `exec`, so that the
+    /// pane's program is the agent whatever the user's shell (tmux runs it
+    /// with `$SHELL -c`, and dash, unlike bash, does not exec a lone command).
     pub(crate) fn agent_command(&self, env: &Env) -> String {
         let agent = env.root.join("agent.py");
-        format!("python3 '{}' '{}'", agent.display(), self.log.display())
+        format!(
+            "exec python3 '{}' '{}'",
+            agent.display(),
+            self.log.display()
+        )
     }
 
     /// Starts the server with `program` in its one pane.

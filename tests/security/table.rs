@@ -189,7 +189,7 @@ fn the_pane_agents_processes_get_the_agents_doors_only() {
     // The pane's program reads the task typed into it, then calls in. It
     // is no shell: a pane where a shell runs is not typed into.
     let program = format!(
-        "python3 -c 'import subprocess as p, sys; sys.stdin.readline(); \
+        "exec python3 -c 'import subprocess as p, sys; sys.stdin.readline(); \
          s = open(\"{sock}\").read(); \
          [p.run([\"python3\", \"{rpc}\", s, m, \"{{}}\"], stdout=open(o, \"w\")) \
          for m, o in [(\"approval/respond\", \"{a}\"), (\"turn/local\", \"{l}\"), \
