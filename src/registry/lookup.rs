@@ -7,7 +7,8 @@
 
 use crate::registry::{self, Manifest, Peer, RegistryDir, Wire};
 use crate::text::sanitize::escape;
-use serde_json::{Value, json};
+use crate::wire::answer::Candidate;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -246,13 +247,18 @@ pub fn candidate_list(rows: &[[String; 4]]) -> String {
 
 /// The candidates of a sender's `no_target` result.
 pub fn candidates_json(peers: &[Peer]) -> Value {
-    peers
-        .iter()
+    let candidates: Vec<Candidate> = (peers.iter())
         .map(|p| {
             let m = &p.manifest;
-            json!({"instance_id": m.instance_id, "name": m.name, "pid": m.pid, "workspace": m.workspace})
+            Candidate {
+                instance_id: Some(m.instance_id.clone()),
+                name: m.name.clone(),
+                pid: Some(m.pid),
+                workspace: m.workspace.clone(),
+            }
         })
-        .collect()
+        .collect();
+    serde_json::to_value(candidates).expect("strings and numbers serialize")
 }
 
 /// A spool a name has on this machine, found through its `meta.json`.

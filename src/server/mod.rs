@@ -332,16 +332,19 @@ fn cap_line(shared: &Shared, why: slots::GaveWay) -> Vec<u8> {
             "closed to make room: too many connections (the limit is {cap}); reconnect when needed"
         ),
     };
-    let data = serde_json::json!({
-        "instance_id": shared.instance_id,
-        "state": shared.state().as_str(),
-    });
+    let data = wire::answer::ErrorData::instance(&shared.instance_id, shared.state());
     wire::error_line(
         &Value::Null,
         wire::TOO_MANY_CONNECTIONS,
         &message,
         Some(data),
     )
+}
+
+impl From<wire::request::BadParam> for RpcError {
+    fn from(b: wire::request::BadParam) -> RpcError {
+        invalid_params(b.0)
+    }
 }
 
 fn invalid_params(what: impl std::fmt::Display) -> RpcError {
