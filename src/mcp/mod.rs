@@ -15,6 +15,7 @@ use crate::text::sanitize::escape;
 use crate::wire;
 use crate::wire::answer::{Claimed, CompleteParams, Handled, ReplySent, SendResult};
 use crate::wire::event_text::num;
+use crate::wire::request::SubscribeParams;
 use crate::wire::{Call, ClaimStatus, Handling, Outcome};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Map, Value, json};
@@ -23,6 +24,7 @@ use std::io::{Read, Write};
 mod approval;
 mod notify;
 mod permission;
+mod proto;
 mod tasks;
 
 /// Protocol revisions this server speaks, newest first.
@@ -184,10 +186,12 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
 
     let client = Reconnecting::new(instance.socket.clone(), config.io_timeout);
     // Events of our own instance, to tell the host when a task arrives.
-    let mut events = client.subscribe(json!({})).unwrap_or_else(|e| {
-        eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
-        crate::client::Events::never()
-    });
+    let mut events = client
+        .subscribe(SubscribeParams::default())
+        .unwrap_or_else(|e| {
+            eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
+            crate::client::Events::never()
+        });
     let mut a = Adapter {
         pushed: notify::Pushed::new(config.max_queue),
         config,
@@ -317,7 +321,8 @@ fn write_line(line: &[u8]) {
 }
 
 /// A notification to the host.
-fn notify(method: &str, params: Value) {
+fn notify(method: &str, params: impl serde::Serialize) {
+    let params = serde_json::to_value(params).expect("a notification's params serialize");
     write_line(&wire::notification_line(method, params));
 }
 

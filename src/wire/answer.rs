@@ -476,7 +476,7 @@ impl Asked {
 
 /// `approval/list`'s answer: the approvals that wait, oldest first, as
 /// the instance gave them (read each with `Asked::read`).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ApprovalList {
     #[serde(default)]
     pub approvals: Vec<Value>,
