@@ -64,3 +64,77 @@ pub struct LogParams {
     pub level: &'static str,
     pub logger: &'static str,
 }
+
+/// `initialize`'s result: the revision spoken, what the server offers,
+/// who it is and how to use it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    pub capabilities: Capabilities,
+    pub instructions: String,
+    pub protocol_version: &'static str,
+    pub server_info: ServerInfo,
+}
+
+/// Tools that do not change, logging, and the experimental capabilities
+/// named (each an empty object).
+#[derive(Clone, Debug, Serialize)]
+pub struct Capabilities {
+    pub experimental: std::collections::BTreeMap<&'static str, Empty>,
+    pub logging: Empty,
+    pub tools: ToolsCapability,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsCapability {
+    pub list_changed: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerInfo {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub version: &'static str,
+}
+
+/// `{}`: an empty result, or a capability without options.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Empty {}
+
+/// A tool's result: text for the model, whether it is an error, and the
+/// same as data where there is some.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResult {
+    pub content: [TextContent; 1],
+    pub is_error: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub structured_content: Option<Value>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TextContent {
+    pub text: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+}
+
+/// An agent as `list_agents` gives it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Agent {
+    pub instance_id: String,
+    pub model: String,
+    pub name: String,
+    pub pid: u32,
+    pub profile: String,
+    pub state: String,
+    pub wire: &'static str,
+    pub workspace: String,
+}
+
+/// `list_agents`' data.
+#[derive(Clone, Debug, Serialize)]
+pub struct Agents<'a> {
+    pub agents: &'a [Agent],
+}
