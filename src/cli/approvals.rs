@@ -18,7 +18,8 @@ use crate::text::sanitize::escape;
 use crate::wire::Call;
 use crate::wire::Handling;
 use crate::wire::answer::{ApprovalList, Handled};
-use serde_json::{Value, json};
+use crate::wire::request::{ApprovalListParams, Decided, RespondParams};
+use serde_json::Value;
 
 /// Characters of a body's first line the list shows.
 const EXCERPT_CHARS: usize = 60;
@@ -30,9 +31,14 @@ fn instance(config: &Config, target: Option<&str>) -> Result<Peer> {
 }
 
 /// `approval/list` at `peer`: the answer as given, and each approval.
-fn list_at(config: &Config, peer: &Peer, params: Value) -> Result<(Value, Vec<Asked>)> {
-    let (raw, list) = target::call::<ApprovalList>(config, peer, Call::ApprovalList, params)?;
-    Ok((raw, list.approvals.iter().map(Asked::read).collect()))
+fn list_at(
+    config: &Config,
+    peer: &Peer,
+    params: ApprovalListParams,
+) -> Result<(ApprovalList, Vec<Asked>)> {
+    let (_, list) = target::call::<ApprovalList>(config, peer, Call::ApprovalList, params)?;
+    let asked = list.approvals.iter().map(Asked::read).collect();
+    Ok((list, asked))
 }
 
 /// The whole of what `req` (an `approval/request`'s params) shows, read
@@ -43,7 +49,10 @@ pub fn fetch_whole(config: &Config, peer: &Peer, req: &Asked) -> Whole {
         return approve::whole_of(req);
     }
     let id = req.approval_id.as_deref().unwrap_or("");
-    let params = json!({"full": true, "approval_id": id});
+    let params = ApprovalListParams {
+        approval_id: Some(id.to_string()),
+        full: Some(true),
+    };
     let listed = list_at(config, peer, params).map_err(|e| e.to_string())?.1;
     match listed.into_iter().next() {
         Some(a) if a.digest == req.digest => approve::whole_of(&a),
@@ -57,9 +66,13 @@ pub fn list(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "approvals", 1)?;
     let peer = instance(config, args.positional.first().map(String::as_str))?;
     let full = args.flag("full");
-    let (raw, waiting) = list_at(config, &peer, json!({"full": full}))?;
+    let params = ApprovalListParams {
+        approval_id: None,
+        full: Some(full),
+    };
+    let (raw, waiting) = list_at(config, &peer, params)?;
     if args.flag("json") {
-        emit_json(&raw);
+        emit_json(&serde_json::to_value(raw).expect("an answer serializes"));
         return Ok(ExitCode::Ok);
     }
     let name = escape(&peer.manifest.name);
@@ -168,7 +181,7 @@ fn target_and_ids<'a>(args: &'a Args, cmd: &str) -> Result<(Option<&'a str>, &'a
 fn decide(args: &Args, config: &Config, cmd: &str, decision: Decision) -> Result<ExitCode> {
     let (target, ids) = target_and_ids(args, cmd)?;
     let peer = instance(config, target)?;
-    let (_, waiting) = list_at(config, &peer, json!({}))?;
+    let (_, waiting) = list_at(config, &peer, ApprovalListParams::default())?;
     let name = escape(&peer.manifest.name).into_owned();
     let mut all = true;
     for id in ids {
@@ -177,13 +190,18 @@ fn decide(args: &Args, config: &Config, cmd: &str, decision: Decision) -> Result
             .find(|a| a.approval_id.as_deref() == Some(id));
         let (raw, h): (Value, Handled) = match found {
             Some(a) => {
-                let answer = json!({"approval_id": id, "digest": a.digest,
-                                    "decision": decision, "by": format!("baton {cmd}")});
+                let answer = RespondParams {
+                    approval_id: id.to_string(),
+                    by: Some(format!("baton {cmd}")),
+                    decision: decision.into(),
+                    digest: a.digest.clone(),
+                };
                 target::call(config, &peer, Call::ApprovalRespond, answer)?
             }
             None => {
                 let reason = format!("no approval {id} is waiting");
-                let v = json!({"status": "invalid", "approval_id": id, "reason": reason});
+                let v = serde_json::to_value(Decided::invalid(id, &reason))
+                    .expect("an answer serializes");
                 let h = Handled {
                     approval_id: Some(id.to_string()),
                     message_id: None,
@@ -220,6 +238,7 @@ fn decide(args: &Args, config: &Config, cmd: &str, decision: Decision) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn approval_ids_are_ask_and_a_number() {

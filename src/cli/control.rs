@@ -10,9 +10,9 @@ use crate::registry::{Peer, Wire};
 use crate::server::ANSWER_WAIT_MIN;
 use crate::text::sanitize::escape;
 use crate::wire::answer::{ControlStatus, Paused, Pong};
+use crate::wire::request::NoParams;
 use crate::wire::{Call, Method};
 use serde::Serialize;
-use serde_json::json;
 use std::path::Path;
 use std::time::Instant;
 
@@ -34,29 +34,41 @@ pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "ping", 1)?;
     let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
     let start = Instant::now();
-    let (mut v, r) = if peer.wire == Wire::Zcoder {
-        let r = zcoder_ping(config, &peer)?;
-        (json!(r), r)
+    let r = if peer.wire == Wire::Zcoder {
+        zcoder_ping(config, &peer)?
     } else {
-        target::call::<Pong>(config, &peer, Method::Ping, json!({}))?
+        target::call::<Pong>(config, &peer, Method::Ping, NoParams {})?.1
     };
     let micros = start.elapsed().as_micros();
-    v["round_trip_us"] = json!(micros);
     let text = format!(
         "pong from {peer}: {}, {:.2} ms\n",
         r.state,
         micros as f64 / 1000.0
     );
-    super::answer(args, &v, &text)
+    let timed = Timed {
+        answer: &r,
+        round_trip_us: micros,
+    };
+    super::answer(args, &timed, &text)
+}
+
+/// `ping --json`: the answer, and how long it took.
+#[derive(Serialize)]
+struct Timed<'a, T> {
+    #[serde(flatten)]
+    answer: &'a T,
+    round_trip_us: u128,
 }
 
 /// A zcoder peer's status: what its manifest says, with the state its
 /// ping answered (its frame has nothing more to ask).
 fn zcoder_status(args: &Args, config: &Config, peer: &Peer) -> Result<ExitCode> {
     let state = zcoder_ping(config, peer)?.state;
-    let mut r = json!(peer.manifest);
-    r["state"] = json!(state);
-    r["wire"] = json!("zcoder");
+    let r = crate::wire::Manifest {
+        state: state.to_string(),
+        wire: Wire::Zcoder.as_str().to_string(),
+        ..peer.manifest.clone()
+    };
     let m = &peer.manifest;
     let s = |v: &str| match v {
         "" => "-".into(),
@@ -85,7 +97,7 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
     if peer.wire == Wire::Zcoder {
         return zcoder_status(args, config, &peer);
     }
-    let (v, r) = target::call::<ControlStatus>(config, &peer, Call::ControlStatus, json!({}))?;
+    let (_, r) = target::call::<ControlStatus>(config, &peer, Call::ControlStatus, NoParams {})?;
     let q = &r.queue;
     let mut text = format!(
         "name:        {}\ninstance:    {}\npid:         {}\nstate:       {}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nspool:       {}\nqueued:      {} of {}\nprocessing:  {}\ninterrupted: {}\nopen task:   {}\n",
@@ -134,7 +146,7 @@ pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
             super::approve::answer_with(target)
         ));
     }
-    super::answer(args, &v, &text)
+    super::answer(args, &r, &text)
 }
 
 /// The accounts of `serve --operator`, as `status` and `list` name them:
@@ -208,7 +220,7 @@ fn stopped_status(args: &Args, spool: &KnownSpool) -> Result<ExitCode> {
             "no (serve --no-offline): tasks sent to it are refused"
         },
     );
-    super::answer(args, &json!(r), &text)
+    super::answer(args, &r, &text)
 }
 
 /// `pause` and `resume`. A pause is answered once the acceptances before
@@ -223,7 +235,7 @@ pub fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
     }
     super::at_most(args, cmd, 1)?;
     let peer = target::resolve(&config, args.positional.first().map(String::as_str))?;
-    let (v, r) = target::call::<Paused>(&config, &peer, call, json!({}))?;
+    let (_, r) = target::call::<Paused>(&config, &peer, call, NoParams {})?;
     let text = format!("{peer}: {}\n", r.state);
-    super::answer(args, &v, &text)
+    super::answer(args, &r, &text)
 }

@@ -10,8 +10,9 @@ use crate::text::sanitize::escape;
 use crate::text::table;
 use crate::wire::Method;
 use crate::wire::answer::{Hello, HelloParams, Pong, Reply};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use crate::wire::request::NoParams;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "list", 0)?;
@@ -45,35 +46,90 @@ fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
         return Ok(crate::relay::known_spools()
             .iter()
             .filter(|s| s.running(&found.peers).is_none())
-            .map(|s| json!(s))
+            .map(item)
             .collect());
     }
-    let mut out: Vec<Value> = found.peers.iter().map(|p| json!(p.manifest)).collect();
+    let mut out: Vec<Value> = found.peers.iter().map(|p| item(&p.manifest)).collect();
     if args.flag("all") {
         for s in &found.skipped {
             // Without a manifest, an object of its own members.
-            let mut v = json!(s.manifest);
-            v["path"] = json!(s.path.display().to_string());
-            if let (None, Some(id)) = (v.get("instance_id"), &s.instance_id) {
-                v["instance_id"] = json!(id);
-            }
-            v["wire"] = json!(s.wire.as_str());
-            v["problem"] = json!(s.problem);
-            out.push(v);
+            let wire = s.wire.as_str();
+            let manifest = (s.manifest.clone()).map(|m| registry::Manifest {
+                wire: wire.to_string(),
+                ..m
+            });
+            out.push(item(&SkippedItem {
+                instance_id: (s.instance_id.as_deref()).filter(|_| manifest.is_none()),
+                wire: manifest.is_none().then_some(wire),
+                manifest,
+                path: s.path.display().to_string(),
+                problem: &s.problem,
+            }));
         }
     }
     // A truncated scan says so with or without `--all`: what it did
     // not look at may be what the reader is looking for.
     for t in &found.truncated {
-        out.push(json!({
-            "path": t.path.display().to_string(),
-            "wire": t.wire.as_str(),
-            "problem": t.problem(),
-            "not_looked_at": t.not_looked_at,
-            "unlisted": t.unlisted,
+        out.push(item(&TruncatedItem {
+            not_looked_at: t.not_looked_at,
+            path: t.path.display().to_string(),
+            problem: t.problem(),
+            unlisted: t.unlisted,
+            wire: t.wire.as_str(),
         }));
     }
     Ok(out)
+}
+
+/// One `list --json` item, as the map it is printed as.
+fn item(v: &impl Serialize) -> Value {
+    serde_json::to_value(v).expect("an item serializes")
+}
+
+/// A registry entry `list --all` skipped: its manifest if it read, where
+/// it is and why it was skipped.
+#[derive(Serialize)]
+struct SkippedItem<'a> {
+    #[serde(flatten)]
+    manifest: Option<registry::Manifest>,
+    /// Without a manifest: the id its name gives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instance_id: Option<&'a str>,
+    path: String,
+    problem: &'a str,
+    /// Without a manifest (a manifest names its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wire: Option<&'a str>,
+}
+
+/// A directory whose scan stopped short, and how far.
+#[derive(Serialize)]
+struct TruncatedItem<'a> {
+    not_looked_at: usize,
+    path: String,
+    problem: String,
+    unlisted: bool,
+    wire: &'a str,
+}
+
+/// The one instance a forced `baton bridge` reaches, as a `list` item.
+#[derive(Serialize)]
+struct BridgedItem {
+    instance_id: String,
+    name: String,
+    pid: u32,
+    state: Option<crate::wire::State>,
+    wire: &'static str,
+    workspace: String,
+}
+
+/// `gc --json`'s answer.
+#[derive(Serialize)]
+struct Collected<'a> {
+    /// Only when there were any: the answer keeps its shape otherwise.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    malformed: &'a [String],
+    removed: &'a [String],
 }
 
 /// An item of `list --json`, as far as the text shows it: a live
@@ -193,12 +249,11 @@ pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
         .map(|p| p.display().to_string())
         .collect();
     if args.flag("json") {
-        let mut out = json!({"removed": collected.removed});
-        // Only when there were any: the answer keeps its shape otherwise.
-        if !malformed.is_empty() {
-            out["malformed"] = json!(malformed);
-        }
-        emit_json(&out);
+        let out = Collected {
+            malformed: &malformed,
+            removed: &collected.removed,
+        };
+        emit_json(&item(&out));
     } else if collected.removed.is_empty() && malformed.is_empty() {
         eprintln!("baton: no stale entries in {}", dir.display());
     } else {
@@ -223,7 +278,7 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<Vec<Value>> {
     // and that one instance is what can be listed through it.
     let probe = [
         request(1, Method::Initialize, HelloParams::new("baton")),
-        request(2, Method::Ping, json!({})),
+        request(2, Method::Ping, NoParams {}),
     ]
     .concat();
     let (code, out) = super::bridge::run_to_end(
@@ -240,9 +295,9 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<Vec<Value>> {
                 eprintln!(
                     "baton: {} reaches only {}, through a forced command (baton bridge): the other instances there, if any, cannot be listed through it",
                     escape(via),
-                    escape(item["name"].as_str().unwrap_or(""))
+                    escape(&item.name)
                 );
-                Ok(vec![item])
+                Ok(vec![self::item(&item)])
             }
             None => {
                 let what = format!("{} baton list failed", escape(via));
@@ -257,7 +312,7 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<Vec<Value>> {
 
 /// The instance a forced `baton bridge NAME` answered the probe for, as a
 /// `list --json` item.
-fn forced_bridge(out: &[u8]) -> Option<Value> {
+fn forced_bridge(out: &[u8]) -> Option<BridgedItem> {
     let answers: Vec<Reply> = String::from_utf8_lossy(out)
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -271,12 +326,12 @@ fn forced_bridge(out: &[u8]) -> Option<Value> {
     let hello: Hello = serde_json::from_value(result(1)?).ok()?;
     let m = hello.instance?;
     let state = result(2).and_then(|p| serde_json::from_value::<Pong>(p).ok());
-    Some(json!({
-        "name": m.name,
-        "pid": m.pid,
-        "state": state.map(|p| p.state),
-        "instance_id": m.instance_id,
-        "wire": "jsonrpc",
-        "workspace": m.workspace,
-    }))
+    Some(BridgedItem {
+        instance_id: m.instance_id,
+        name: m.name,
+        pid: m.pid,
+        state: state.map(|p| p.state),
+        wire: "jsonrpc",
+        workspace: m.workspace,
+    })
 }

@@ -501,9 +501,10 @@ fn shown(text: &str) -> Result<ExitCode> {
 }
 
 /// Prints the answer `v` with `--json`, else `text`.
-fn answer(args: &Args, v: &serde_json::Value, text: &str) -> Result<ExitCode> {
+fn answer(args: &Args, v: &impl serde::Serialize, text: &str) -> Result<ExitCode> {
     match args.flag("json") {
-        true => emit_json(v),
+        // As a map: its members sorted, whatever built it.
+        true => emit_json(&serde_json::to_value(v).expect("an answer serializes")),
         false => emit(text),
     }
     Ok(ExitCode::Ok)

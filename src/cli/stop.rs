@@ -14,7 +14,7 @@ use crate::sys;
 use crate::text::sanitize::escape;
 use crate::wire::Call;
 use crate::wire::answer::ControlStatus;
-use serde_json::json;
+use crate::wire::request::NoParams;
 use std::fs;
 use std::io::IsTerminal;
 use std::path::Path;
@@ -41,7 +41,7 @@ pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
             )));
         }
     };
-    let (_, r): (_, ControlStatus) = target::call(config, &peer, Call::ControlStatus, json!({}))?;
+    let (_, r): (_, ControlStatus) = target::call(config, &peer, Call::ControlStatus, NoParams {})?;
     let Some(pid) = peer.verified_pid(&r.instance_id, r.pid) else {
         let m = &peer.manifest;
         return Err(Error::NoTarget(format!(
@@ -49,7 +49,7 @@ pub fn stop(args: &Args, config: &Config) -> Result<ExitCode> {
             escape(&m.name),
             m.pid,
             m.instance_id,
-            escape(&json!(r.instance_id).to_string()),
+            escape(&serde_json::Value::String(r.instance_id.clone()).to_string()),
             r.pid
         )));
     };

@@ -14,9 +14,10 @@ use crate::registry::Peer;
 use crate::registry::lookup::KnownSpool;
 use crate::text::sanitize::escape;
 use crate::wire::answer::Subscribed;
+use crate::wire::request::{NoParams, RespondParams, SubscribeParams};
 use crate::wire::{Event, EventKind, Method};
 use crossbeam_channel::{self as chan, Receiver, select};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 
@@ -25,7 +26,7 @@ use std::io::{BufRead, Write};
 fn subscribe(
     config: &Config,
     peer: &Peer,
-    params: Value,
+    params: SubscribeParams,
 ) -> Result<(Subscribed, crate::client::Events, Writer)> {
     let mut conn = target::connect(config, peer)?;
     let sub = conn
@@ -107,9 +108,9 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
             return follow_next_start(args, config, &clock, &spool, last);
         }
     };
-    let params = match then_live {
-        true => json!({"controller": false, "since": 1}),
-        false => json!({"since": 1}),
+    let params = SubscribeParams {
+        controller: then_live.then_some(false),
+        since: Some(1),
     };
     let (result, rx, mut stream) = subscribe(config, &peer, params)?;
     let last = result.next_seq.saturating_sub(1);
@@ -124,7 +125,7 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     // there is: when the transcript lacks the last ones (rotated away,
     // set aside, its writes failed), the log ends there, not at the next
     // live event.
-    let _ = stream.write_all(&crate::client::request(REPLAYED, Method::Ping, json!({})));
+    let _ = stream.write_all(&crate::client::request(REPLAYED, Method::Ping, NoParams {}));
     for msg in rx.iter() {
         if msg.get("id").and_then(Value::as_str) == Some(REPLAYED) {
             break;
@@ -189,7 +190,10 @@ fn follow_next_start(
         deadline: None,
         quiet: false,
     };
-    let params = json!({"controller": false, "since": last + 1});
+    let params = SubscribeParams {
+        controller: Some(false),
+        since: Some(last + 1),
+    };
     let end = crate::front::follow::follow(
         &f,
         || who.find(config),
@@ -207,7 +211,10 @@ fn follow_next_start(
 /// `--approve`, also answers approval requests from the terminal.
 pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
     let approve = args.flag("approve");
-    let mut params = json!({"controller": approve});
+    let mut params = SubscribeParams {
+        controller: Some(approve),
+        since: None,
+    };
     if let Some(since) = args.value("since") {
         let n: u64 = since.parse().map_err(|_| {
             Error::Usage(format!(
@@ -215,7 +222,7 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
                 escape(since)
             ))
         })?;
-        params["since"] = json!(n);
+        params.since = Some(n);
     }
     let clock = Clock::new(args.flag("utc"));
     super::at_most(args, "watch", 1)?;
@@ -343,7 +350,12 @@ fn prompt(approvals: &Approvals) {
 /// was shown, naming this client `watch` (the instance adds our pid);
 /// `how` follows it on stderr.
 fn decide(stream: &mut Writer, (w, decision): &Decided, how: &str) -> Result<()> {
-    let reply = json!({"decision": decision, "digest": w.digest, "by": "watch"});
+    let reply = RespondParams {
+        approval_id: String::new(),
+        by: Some("watch".into()),
+        decision: (*decision).into(),
+        digest: w.digest.clone(),
+    };
     let bytes = crate::wire::result_line(&w.rid, &reply);
     if stream
         .write_all(&bytes)

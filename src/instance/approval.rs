@@ -13,15 +13,16 @@
 //! again with other text, an `ask-<n>` cannot.
 
 use super::outbound::back_to;
-use super::{Answer, Approve, Foreground, Params, get_str, is_local, need_str};
-use crate::server::RpcError;
+use super::{Answer, Approve, Foreground, Params, is_local};
 use crate::spool::{self, Claim, Task};
 use crate::text::sanitize::escape;
-use crate::wire::INVALID_PARAMS;
-use crate::wire::Outcome;
-use crate::wire::{Body, Said};
+use crate::wire::Body;
+use crate::wire::request::{
+    ApprovalListParams, ApprovalsShown, ControllerReply, Decided, RespondParams, Shown, TaskShown,
+};
+use crate::wire::{Decision, Handling, Outcome, Said};
 use crate::workers::turn;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// What the approval policy says of a queued task.
 pub(super) enum Gate {
@@ -41,7 +42,7 @@ const MAX_BY: usize = 32;
 pub(super) struct Pending {
     pub(super) id: String,
     digest: String,
-    pub(super) params: Value,
+    pub(super) params: Shown,
 }
 
 /// What an approval waits on, found by its id.
@@ -54,21 +55,13 @@ enum Subject {
 /// The digest of what an approval shows: SHA-256, in hex, of its members
 /// as compact JSON with the keys in order (`serde_json`'s `Map` is
 /// sorted), so that a controller can compute it from the request too.
-fn digest_of(shown: &Value) -> String {
+fn digest_of(shown: &impl serde::Serialize) -> String {
     crate::base::digest::sha256_hex(&serde_json::to_vec(shown).expect("serializes"))
 }
 
-/// A required member of an answer, with what an answer needs when it is
-/// missing (a client that answers by `message_id`, as before, learns why).
-fn answer_param(params: &Params, k: &str) -> Result<String, RpcError> {
-    get_str(params, k)?.ok_or_else(|| {
-        RpcError::new(
-            INVALID_PARAMS,
-            format!(
-                "invalid params: {k} is missing: an answer names the approval_id and the digest its approval/request carried"
-            ),
-        )
-    })
+/// An answer as the value the foreground hands its connection.
+pub(super) fn answer(a: impl serde::Serialize) -> Answer {
+    Ok(serde_json::to_value(a).expect("an answer serializes"))
 }
 
 /// Who decided on a task: the kind of client, as it declared it (else the
@@ -99,20 +92,33 @@ fn excerpt(body: &str) -> (String, usize) {
 /// reads back (protocol.md, `approval/request`). The SHA-256 is there so
 /// that the digest an answer names covers the whole body, not only the
 /// lines shown (`approval/list` gives the rest to read).
-fn context(s: &spool::Summary, task: Option<&Task>) -> Value {
+fn context(s: &spool::Summary, task: Option<&Task>) -> Shown {
     let (sender, mode) = task.map_or((&s.sender, &s.mode), |t| (&t.sender, &t.mode));
-    let mut v = json!({"message_id": s.message_id, "from": turn::display_name(sender),
-                       "pid": sender.pid, "sender_name": sender.name,
-                       "workspace": sender.workspace, "mode": mode, "bytes": s.bytes});
+    let mut v = TaskShown {
+        approval_id: None,
+        body: None,
+        body_sha256: None,
+        bytes: s.bytes,
+        digest: None,
+        excerpt: None,
+        from: turn::display_name(sender),
+        kind: None,
+        lines: None,
+        message_id: s.message_id.clone(),
+        mode: *mode,
+        pid: sender.pid,
+        sender_name: sender.name.clone(),
+        workspace: sender.workspace.clone(),
+    };
     if let Some(t) = task {
         let (text, lines) = excerpt(&t.body);
-        v["bytes"] = json!(t.body.len());
-        v["lines"] = json!(lines);
-        v["excerpt"] = json!(text);
+        v.bytes = t.body.len();
+        v.lines = Some(lines);
+        v.excerpt = Some(text);
         // Checked against the body each time the task file is read.
-        v["body_sha256"] = json!(t.digest);
+        v.body_sha256 = Some(t.digest.clone());
     }
-    v
+    Shown::Task(v)
 }
 
 /// The number in an approval's id (`ask-<n>`), for the oldest first.
@@ -175,15 +181,13 @@ impl Foreground {
     /// (`Body::ApprovalRequested` or `Body::PermissionRequested`)
     /// and asked of every controller: it, and how many were asked. Its id
     /// and digest are added to the params its requests and its event carry.
-    pub(super) fn ask(&mut self, kind: fn(&Value) -> Body<'_>, shown: Value) -> (Pending, usize) {
+    pub(super) fn ask(&mut self, kind: fn(&Value) -> Body<'_>, shown: Shown) -> (Pending, usize) {
         let id = format!("ask-{}", self.next_approval);
         self.next_approval += 1;
         let digest = digest_of(&shown);
-        let mut params = shown;
-        params["approval_id"] = json!(id);
-        params["digest"] = json!(digest);
-        self.hub.emit(kind(&params));
-        let asked = self.send_request(&id, params.clone(), None);
+        let params = shown.with_id(&id, &digest);
+        self.hub.emit(kind(&params.to_value()));
+        let asked = self.send_request(&id, &params, None);
         (Pending { id, digest, params }, asked)
     }
 
@@ -192,13 +196,13 @@ impl Foreground {
     pub(super) fn send_request(
         &mut self,
         approval_id: &str,
-        params: Value,
+        params: &Shown,
         only: Option<u64>,
     ) -> usize {
         let rid = format!("approval-{}", self.next_request);
         self.next_request += 1;
         // A request, not a notification: it carries an id the reply names.
-        let bytes = crate::wire::request_line(rid.as_str(), "approval/request", params);
+        let bytes = crate::wire::request_line(rid.as_str(), "approval/request", params.to_value());
         let n = self.hub.send_to_controllers(&bytes, only);
         if n > 0 {
             self.requests.insert(rid, approval_id.to_string());
@@ -209,12 +213,12 @@ impl Foreground {
     /// A controller that subscribes late still hears of every approval
     /// that waits; the others were asked already.
     pub(super) fn ask_late_controller(&mut self, sub_id: u64) {
-        let waiting: Vec<(String, Value)> = (self.asked.values())
+        let waiting: Vec<(String, Shown)> = (self.asked.values())
             .chain(&self.permissions)
             .map(|p| (p.id.clone(), p.params.clone()))
             .collect();
         for (id, params) in waiting {
-            self.send_request(&id, params, Some(sub_id));
+            self.send_request(&id, &params, Some(sub_id));
         }
     }
 
@@ -273,9 +277,9 @@ impl Foreground {
         &mut self,
         approval_id: &str,
         digest: &str,
-        decision: &str,
+        decision: Decision,
         by: &Decider,
-    ) -> Result<Value, String> {
+    ) -> Result<Decided, String> {
         // What waits under `approval_id`, and whether `digest` is that of
         // what it shows.
         let task = (self.asked.iter().find(|(_, p)| p.id == approval_id))
@@ -294,35 +298,35 @@ impl Foreground {
             Some((subject, true)) => subject,
         };
         self.requests.retain(|_, a| a != approval_id);
-        let (key, about) = match &subject {
+        let about = match &subject {
             Subject::Task(m) => {
                 self.asked.remove(m);
-                ("message_id", json!(m))
+                m.clone()
             }
             Subject::Tool(at) => {
-                let mut p = self.permissions.remove(*at);
-                let request_id = p.params["request_id"].take();
-                ("request_id", request_id)
+                let p = self.permissions.remove(*at);
+                p.params.request_id().unwrap_or_default().to_string()
             }
         };
         let (by_kind, by_pid) = (&by.kind, by.pid);
+        let decision_said = Said::spelled(decision.as_str());
         self.hub.emit(match &subject {
-            Subject::Task(m) => Body::ApprovalResolved {
+            Subject::Task(_) => Body::ApprovalResolved {
                 approval_id,
                 by: by_kind,
                 by_pid,
-                decision: Said::spelled(decision),
-                message_id: m,
+                decision: decision_said,
+                message_id: &about,
             },
             Subject::Tool(_) => Body::PermissionResolved {
                 approval_id,
                 by: by_kind,
                 by_pid,
-                decision: Said::spelled(decision),
-                request_id: about.as_str().unwrap_or_default(),
+                decision: decision_said,
+                request_id: &about,
             },
         });
-        let approved = decision == "approve";
+        let approved = decision == Decision::Approve;
         if let Subject::Task(m) = &subject {
             if approved {
                 self.approved.insert(m.clone());
@@ -330,8 +334,19 @@ impl Foreground {
                 self.deny(m, by);
             }
         }
-        let status = if approved { "approved" } else { "denied" };
-        Ok(json!({"status": status, "approval_id": approval_id, key: about}))
+        let status = if approved {
+            Handling::Approved
+        } else {
+            Handling::Denied
+        };
+        let tool = matches!(subject, Subject::Tool(_));
+        Ok(Decided {
+            approval_id: approval_id.to_string(),
+            message_id: (!tool).then(|| about.clone()),
+            reason: None,
+            request_id: tool.then_some(about),
+            status,
+        })
     }
 
     /// `approval/list`: the approvals that wait, oldest first, each as its
@@ -339,55 +354,40 @@ impl Foreground {
     /// `full`, a task's whole body too, read from its file. `approval_id`
     /// keeps that one only.
     pub(super) fn approval_list(&mut self, params: &Params) -> Answer {
-        let full = crate::server::opt(params, "full", "a boolean", Value::as_bool)?;
-        let only = get_str(params, "approval_id")?;
-        let mut waiting: Vec<(&str, &Pending)> = (self.asked.iter())
-            .map(|(m, p)| (m.as_str(), p))
-            .chain(self.permissions.iter().map(|p| ("", p)))
-            .filter(|(_, p)| only.as_ref().is_none_or(|id| *id == p.id))
+        let ApprovalListParams { approval_id, full } = ApprovalListParams::read(params)?;
+        let mut waiting: Vec<&Pending> = (self.asked.values())
+            .chain(&self.permissions)
+            .filter(|p| approval_id.as_ref().is_none_or(|id| *id == p.id))
             .collect();
-        waiting.sort_by_key(|(_, p)| number(p));
-        let listed: Vec<(String, Value)> = (waiting.into_iter())
-            .map(|(m, p)| (m.to_string(), p.params.clone()))
+        waiting.sort_by_key(|p| number(p));
+        let listed: Vec<Shown> = waiting.into_iter().map(|p| p.params.clone()).collect();
+        let full = full == Some(true);
+        let approvals = (listed.iter())
+            .map(|p| p.listed(full, |m| self.spool().queued_task(m).map(|t| t.body)))
             .collect();
-        let approvals: Vec<Value> = (listed.into_iter())
-            .map(|(message_id, mut v)| {
-                v["kind"] = json!(if message_id.is_empty() {
-                    "tool"
-                } else {
-                    "task"
-                });
-                if full == Some(true) && !message_id.is_empty() {
-                    let task = self.spool().queued_task(&message_id);
-                    v["body"] = json!(task.map(|t| t.body));
-                }
-                v
-            })
-            .collect();
-        Ok(json!({ "approvals": approvals }))
+        answer(ApprovalsShown { approvals })
     }
 
     /// `approval/respond`, from the connection of peer `pid`.
     pub(super) fn approval_respond(&mut self, params: &Params, pid: Option<u32>) -> Answer {
-        let approval_id = answer_param(params, "approval_id")?;
-        let digest = answer_param(params, "digest")?;
-        let decision = need_str(params, "decision")?;
-        let by = get_str(params, "by")?;
-        let invalid = |reason: &str| json!({"status": "invalid", "approval_id": approval_id, "reason": reason});
-        if !matches!(decision.as_str(), "approve" | "deny") {
-            return Ok(invalid("decision is not approve or deny"));
-        }
-        if by.as_deref().is_some_and(|b| !valid_by(b)) {
-            return Ok(invalid(
-                "by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces",
-            ));
+        let p = RespondParams::read(params)?;
+        let approval_id = p.approval_id;
+        let invalid = |reason: &str| answer(Decided::invalid(&approval_id, reason));
+        let Said::Known(decision) = p.decision else {
+            return invalid("decision is not approve or deny");
+        };
+        if p.by.as_deref().is_some_and(|b| !valid_by(b)) {
+            return invalid("by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces");
         }
         let by = Decider {
-            kind: by.unwrap_or_else(|| "approval/respond".into()),
+            kind: p.by.unwrap_or_else(|| "approval/respond".into()),
             pid,
         };
-        let decided = self.decide_approval(&approval_id, &digest, &decision, &by);
-        Ok(decided.unwrap_or_else(|why| invalid(&why)))
+        let digest = p.digest.as_str().unwrap_or_default();
+        match self.decide_approval(&approval_id, digest, decision, &by) {
+            Ok(decided) => answer(decided),
+            Err(why) => invalid(&why),
+        }
     }
 
     /// A controller answered an `approval/request`, on the connection of
@@ -396,24 +396,20 @@ impl Foreground {
     /// not that of what waits) is said in a notice. A `by` that is not a
     /// valid kind is ignored.
     pub(super) fn client_reply(&mut self, reply: &Params, pid: Option<u32>) {
-        let Some(rid) = reply.get("id").and_then(Value::as_str) else {
+        let r = ControllerReply::read(reply);
+        let Some(rid) = r.id else {
             return;
         };
-        let Some(approval_id) = self.requests.get(rid).cloned() else {
+        let Some(approval_id) = self.requests.get(&rid).cloned() else {
             return;
         };
-        let result = reply.get("result");
-        let field = |k: &str| result.and_then(|r| r.get(k)).and_then(Value::as_str);
-        let Some(decision @ ("approve" | "deny")) = field("decision") else {
+        let Some(Ok(decision)) = r.decision.map(|d| d.parse::<Decision>()) else {
             return;
         };
-        let kind = field("by")
-            .filter(|b| valid_by(b))
-            .unwrap_or("approval/request")
-            .to_string();
+        let kind = (r.by.filter(|b| valid_by(b))).unwrap_or_else(|| "approval/request".into());
         let by = Decider { kind, pid };
-        let decided = match field("digest") {
-            Some(digest) => self.decide_approval(&approval_id, digest, decision, &by),
+        let decided = match r.digest {
+            Some(digest) => self.decide_approval(&approval_id, &digest, decision, &by),
             None => Err("digest is missing".into()),
         };
         if let Err(why) = decided {
@@ -425,6 +421,7 @@ impl Foreground {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn excerpt_keeps_five_lines_and_cuts_long_ones() {

@@ -14,10 +14,10 @@ use crate::wire::Handling;
 use crate::wire::Mode;
 use crate::wire::Outcome;
 use crate::wire::access::Caller;
-use crate::wire::answer::{ControlStatus, Handled, Queue, RunningTurn};
+use crate::wire::answer::{ControlStatus, Handled, Paused, Queue, RunningTurn};
 use crate::wire::body::Notice;
 use crate::wire::request::{ListParams, Page};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -300,9 +300,11 @@ impl Foreground {
     /// `control/resume` that came meanwhile wins, and the answer says so.
     pub(super) fn answer_pause(&mut self, settled: Settled) {
         self.refresh();
-        let state = self.shared.state().as_str();
-        let answer = json!({"state": state, "changed": settled.changed});
-        let _ = settled.reply.send(Ok(answer));
+        let answer = Paused {
+            changed: settled.changed,
+            state: self.shared.state(),
+        };
+        let _ = settled.reply.send(super::approval::answer(answer));
     }
 
     /// `inbox/list`: one page of the tasks after `after`, at most `limit`

@@ -29,7 +29,7 @@ use crate::base::config::Config;
 use crate::base::error::Result;
 use crate::registry;
 use crate::relay::Origin;
-use crate::server::{Event, RpcError, Shared, get_str, need_str};
+use crate::server::{Event, RpcError, Shared};
 use crate::spool::events::Hub;
 use crate::spool::{self, Task};
 use crate::text::glob::Policy;

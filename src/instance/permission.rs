@@ -12,10 +12,12 @@
 //! gets back and matches the decision by, so a host's id asked again, by
 //! anyone, never inherits a decision on other text.
 
-use super::{Answer, Foreground, Params, get_str, need_str};
+use super::approval::answer;
+use super::{Answer, Foreground, Params};
 use crate::wire::Body;
+use crate::wire::Handling;
 use crate::wire::event_text;
-use serde_json::json;
+use crate::wire::request::{AskParams, Asking, Shown, ToolShown};
 
 /// The most tool-call requests that wait at once.
 const MAX_WAITING: usize = 32;
@@ -40,29 +42,23 @@ fn cut(s: &str) -> String {
 impl Foreground {
     /// `permission/ask`, from the connection of peer `pid`.
     pub(super) fn permission_ask(&mut self, params: &Params, pid: Option<u32>) -> Answer {
-        let request_id = need_str(params, "request_id")?;
-        let tool_name = need_str(params, "tool_name")?;
-        let description = get_str(params, "description")?.unwrap_or_default();
-        let input_preview = get_str(params, "input_preview")?.unwrap_or_default();
-        let host = get_str(params, "host")?;
+        let ask = AskParams::read(params)?;
+        let request_id = ask.request_id;
+        let invalid = |reason: String| answer(Asking::invalid(&request_id, reason));
         if !valid_request_id(&request_id) {
-            return Ok(json!({"status": "invalid", "request_id": request_id,
-                             "reason": "request_id must be 1 to 64 ASCII letters, digits, '-' or '_'"}));
+            return invalid("request_id must be 1 to 64 ASCII letters, digits, '-' or '_'".into());
         }
-        if self
-            .permissions
-            .iter()
-            .any(|p| p.params["request_id"] == request_id.as_str())
-        {
-            return Ok(json!({"status": "invalid", "request_id": request_id,
-                             "reason": format!("permission request {request_id} is already waiting")}));
+        if (self.permissions.iter()).any(|p| p.params.request_id() == Some(request_id.as_str())) {
+            return invalid(format!(
+                "permission request {request_id} is already waiting"
+            ));
         }
         if self.permissions.len() >= MAX_WAITING {
             let old = self.permissions.remove(0);
             self.requests.retain(|_, a| *a != old.id);
             let text = format!(
                 "permission request {} ({}) no longer waits: {MAX_WAITING} newer ones do",
-                old.params["request_id"].as_str().unwrap_or(""),
+                old.params.request_id().unwrap_or(""),
                 old.id
             );
             self.notice(None, text);
@@ -71,17 +67,28 @@ impl Foreground {
         // asked on a connection of this process comes from the host that
         // started this process. Of any other asker the host is unknown.
         let host_pid = (pid == Some(std::process::id())).then(std::os::unix::process::parent_id);
-        let shown = json!({"request_id": request_id, "tool_name": cut(&tool_name),
-                           "description": cut(&description), "input_preview": cut(&input_preview),
-                           "host": host.map(|h| event_text::cut(&h, HOST_CHARS)), "host_pid": host_pid,
-                           "pid": pid});
+        let shown = Shown::Tool(ToolShown {
+            approval_id: None,
+            description: cut(&ask.description),
+            digest: None,
+            host: ask.host.map(|h| event_text::cut(&h, HOST_CHARS)),
+            host_pid,
+            input_preview: cut(&ask.input_preview),
+            kind: None,
+            pid,
+            request_id: request_id.clone(),
+            tool_name: cut(&ask.tool_name),
+        });
         let (p, controllers) = self.ask(|p| Body::PermissionRequested(p), shown);
         let approval_id = p.id.clone();
         self.permissions.push(p);
-        Ok(
-            json!({"status": "waiting", "approval_id": approval_id, "request_id": request_id,
-                  "controllers": controllers}),
-        )
+        answer(Asking {
+            approval_id: Some(approval_id),
+            controllers: Some(controllers),
+            reason: None,
+            request_id,
+            status: Handling::Waiting,
+        })
     }
 }
 

@@ -8,6 +8,7 @@ use crate::spool::{self, Task};
 use crate::text::sanitize::escape;
 use crate::wire::Call;
 use crate::wire::answer::ControlStatus;
+use crate::wire::request::NoParams;
 use crate::workers::turn;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -62,7 +63,7 @@ impl Adapter {
     /// (`control/status`), asked once.
     pub(super) fn facts(&mut self) -> Option<(PathBuf, String)> {
         if self.facts.is_none() {
-            match self.call::<ControlStatus>(Call::ControlStatus, serde_json::json!({})) {
+            match self.call::<ControlStatus>(Call::ControlStatus, NoParams {}) {
                 Ok((_, st)) => self.facts = Some((PathBuf::from(st.spool), st.name)),
                 Err(e) => eprintln!("baton mcp: cannot ask the instance its status: {e}"),
             }

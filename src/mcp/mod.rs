@@ -15,15 +15,18 @@ use crate::text::sanitize::escape;
 use crate::wire;
 use crate::wire::answer::{Claimed, CompleteParams, Handled, SendResult};
 use crate::wire::event_text::num;
+use crate::wire::request::SubscribeParams;
 use crate::wire::request::{NoParams, RelayParams};
 use crate::wire::{Call, ClaimStatus, Handling, Outcome};
 use crossbeam_channel::{self as chan, select};
+use proto::Empty;
 use serde_json::{Map, Value, json};
 use std::io::{Read, Write};
 
 mod approval;
 mod notify;
 mod permission;
+mod proto;
 mod tasks;
 
 /// Protocol revisions this server speaks, newest first.
@@ -185,10 +188,12 @@ pub fn run(opts: McpOptions, config: Config) -> Result<()> {
 
     let client = Reconnecting::new(instance.socket.clone(), config.io_timeout);
     // Events of our own instance, to tell the host when a task arrives.
-    let mut events = client.subscribe(json!({})).unwrap_or_else(|e| {
-        eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
-        crate::client::Events::never()
-    });
+    let mut events = client
+        .subscribe(SubscribeParams::default())
+        .unwrap_or_else(|e| {
+            eprintln!("baton mcp: no event stream, so no arrival notices: {e}");
+            crate::client::Events::never()
+        });
     let mut a = Adapter {
         pushed: notify::Pushed::new(config.max_queue),
         config,
@@ -318,7 +323,8 @@ fn write_line(line: &[u8]) {
 }
 
 /// A notification to the host.
-fn notify(method: &str, params: Value) {
+fn notify(method: &str, params: impl serde::Serialize) {
+    let params = serde_json::to_value(params).expect("a notification's params serialize");
     write_line(&wire::notification_line(method, params));
 }
 
@@ -331,11 +337,16 @@ fn invalid_params(what: impl std::fmt::Display) -> (i64, String) {
 
 /// A tool result: text for the model, and whether it is an error.
 fn tool_result(text: String, is_error: bool, structured: Option<Value>) -> Value {
-    let mut r = json!({"content": [{"type": "text", "text": text}], "isError": is_error});
-    if let Some(s) = structured {
-        r["structuredContent"] = s;
-    }
-    r
+    value(proto::ToolResult {
+        content: [proto::TextContent { text, kind: "text" }],
+        is_error,
+        structured_content: structured,
+    })
+}
+
+/// A result as the value an answer carries.
+fn value(v: impl serde::Serialize) -> Value {
+    serde_json::to_value(v).expect("a result serializes")
 }
 
 /// A tool result that is an error and nothing more.
@@ -414,21 +425,28 @@ impl Adapter {
                 self.initialized = true;
                 let name = params.get("clientInfo").and_then(|c| c.get("name"));
                 self.host = name.and_then(Value::as_str).map(str::to_string);
-                Ok(json!({
-                    "protocolVersion": version,
-                    "capabilities": {
-                        "tools": {"listChanged": false},
-                        "logging": {},
-                        "experimental": {notify::CHANNEL: {}, permission::PERMISSION: {}},
+                let experimental = [notify::CHANNEL, permission::PERMISSION];
+                Ok(value(proto::InitializeResult {
+                    capabilities: proto::Capabilities {
+                        experimental: experimental.map(|c| (c, Empty {})).into(),
+                        logging: Empty {},
+                        tools: proto::ToolsCapability {
+                            list_changed: false,
+                        },
                     },
-                    "serverInfo": {"name": "baton", "title": "baton relay", "version": env!("CARGO_PKG_VERSION")},
-                    "instructions": format!(
+                    instructions: format!(
                         "This server connects you to other agents on this machine through baton (you are instance {}). {RULES} {ARRIVAL}",
                         self.id
                     ),
+                    protocol_version: version,
+                    server_info: proto::ServerInfo {
+                        name: "baton",
+                        title: "baton relay",
+                        version: env!("CARGO_PKG_VERSION"),
+                    },
                 }))
             }
-            "ping" => Ok(json!({})),
+            "ping" => Ok(value(Empty {})),
             _ if !self.initialized => Err((
                 wire::INVALID_REQUEST,
                 "invalid request: initialize first".into(),
@@ -446,7 +464,7 @@ impl Adapter {
                     self.levels.remove(0);
                 }
                 self.levels.push((crate::spool::events::now(), i));
-                Ok(json!({}))
+                Ok(value(Empty {}))
             }
             "tools/call" => self.tools_call(&params),
             other => Err((
@@ -522,21 +540,19 @@ impl Adapter {
             Some(&self.id),
             self.config.io_timeout,
         );
-        let agents: Vec<Value> = found
-            .peers
-            .iter()
+        let agents: Vec<proto::Agent> = (found.peers.iter())
             .map(|p| {
-                let m = &p.manifest;
-                json!({
-                    "instance_id": m.instance_id,
-                    "name": m.name,
-                    "pid": m.pid,
-                    "workspace": m.workspace,
-                    "profile": m.profile,
-                    "model": m.model,
-                    "state": m.state,
-                    "wire": p.wire.as_str(),
-                })
+                let m = p.manifest.clone();
+                proto::Agent {
+                    instance_id: m.instance_id,
+                    model: m.model,
+                    name: m.name,
+                    pid: m.pid,
+                    profile: m.profile,
+                    state: m.state,
+                    wire: p.wire.as_str(),
+                    workspace: m.workspace,
+                }
             })
             .collect();
         let text = if agents.is_empty() {
@@ -544,7 +560,8 @@ impl Adapter {
         } else {
             serde_json::to_string_pretty(&agents).expect("serializes")
         };
-        Ok(tool_result(text, false, Some(json!({"agents": agents}))))
+        let data = value(proto::Agents { agents: &agents });
+        Ok(tool_result(text, false, Some(data)))
     }
 
     fn send(&mut self, args: &Map<String, Value>) -> Tool {

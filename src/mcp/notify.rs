@@ -11,6 +11,7 @@
 //!
 //! Both follow the instance's events (`message.accepted`): nothing polls.
 
+use super::proto::{ChannelMeta, ChannelParams, LogParams};
 use super::{Adapter, LEVELS, notify};
 use crate::spool::{self, Sender, Task};
 use crate::text::sanitize::escape;
@@ -145,8 +146,13 @@ impl Adapter {
             return;
         }
         let from = turn::display_name(&task.sender);
-        let meta = json!({"message_id": task.message_id, "from": from});
-        let params = json!({"content": content(task), "meta": meta});
+        let params = ChannelParams {
+            content: content(task),
+            meta: ChannelMeta {
+                from,
+                message_id: task.message_id.clone(),
+            },
+        };
         notify(CHANNEL_METHOD, params);
     }
 
@@ -222,7 +228,11 @@ impl Adapter {
         if !self.notifying || level < INFO {
             return;
         }
-        let params = json!({"level": LEVELS[INFO], "logger": "baton", "data": data});
+        let params = LogParams {
+            data,
+            level: LEVELS[INFO],
+            logger: "baton",
+        };
         notify("notifications/message", params);
     }
 }

@@ -15,12 +15,13 @@
 //! waiting on (32 newer ones push it out) is answered nothing: the host's
 //! dialog decides. A host's `request_id` is relayed once while it waits.
 
+use super::proto::{PermissionRequest, Verdict};
 use super::{Adapter, notify};
 use crate::text::sanitize::escape;
 use crate::wire::Handling;
 use crate::wire::answer::Handled;
+use crate::wire::request::AskParams;
 use crate::wire::{Call, Decision, Event};
-use serde_json::{Value, json};
 
 /// The capability that asks the host to relay its permission prompts.
 pub const PERMISSION: &str = "claude/channel/permission";
@@ -37,12 +38,8 @@ impl Adapter {
     /// the instance. A notification has no answer, so what goes wrong is
     /// said on stderr and the host's own dialog decides.
     pub(super) fn permission_request(&mut self, line: &str) {
-        let params = serde_json::from_str::<Value>(line)
-            .ok()
-            .map(|v| v["params"].clone())
-            .unwrap_or(Value::Null);
-        let field = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_string);
-        let (Some(request_id), Some(tool_name)) = (field("request_id"), field("tool_name")) else {
+        let asked = PermissionRequest::read(line);
+        let (Some(request_id), Some(tool_name)) = (asked.request_id, asked.tool_name) else {
             eprintln!(
                 "baton mcp: a {REQUEST_METHOD} without a string request_id and tool_name: not relayed"
             );
@@ -55,10 +52,13 @@ impl Adapter {
             );
             return;
         }
-        let ask = json!({"request_id": request_id, "tool_name": tool_name,
-                         "description": field("description").unwrap_or_default(),
-                         "input_preview": field("input_preview").unwrap_or_default(),
-                         "host": self.host});
+        let ask = AskParams {
+            description: asked.description.unwrap_or_default(),
+            host: self.host.clone(),
+            input_preview: asked.input_preview.unwrap_or_default(),
+            request_id: request_id.clone(),
+            tool_name,
+        };
         match self.call::<Handled>(Call::PermissionAsk, ask) {
             Ok((_, r)) if r.status == Handling::Waiting => match r.approval_id {
                 Some(approval_id) => {
@@ -91,7 +91,12 @@ impl Adapter {
         let (_, request_id) = self.relayed.remove(at);
         let allowed = ev.decision == Some(Decision::Approve);
         let behavior = if allowed { "allow" } else { "deny" };
-        let verdict = json!({"request_id": request_id, "behavior": behavior});
-        notify(VERDICT_METHOD, verdict);
+        notify(
+            VERDICT_METHOD,
+            Verdict {
+                behavior,
+                request_id,
+            },
+        );
     }
 }

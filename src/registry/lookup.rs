@@ -8,7 +8,6 @@
 use crate::registry::{self, Manifest, Peer, RegistryDir, Wire};
 use crate::text::sanitize::escape;
 use crate::wire::answer::Candidate;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

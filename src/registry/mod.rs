@@ -302,19 +302,36 @@ pub fn publish(dir: &Path, m: &Manifest) -> Result<()> {
 /// The manifest zcoder reads: exactly its own fields, the socket being the
 /// one in its directory.
 pub fn zcoder_manifest(m: &Manifest, socket: &Path) -> Value {
-    serde_json::json!({
-        "protocol": m.protocol,
-        "instance_id": m.instance_id,
-        "pid": m.pid,
-        "project": m.project,
-        "workspace": m.workspace,
-        "session_id": m.session_id,
-        "profile": m.profile,
-        "model": m.model,
-        "socket": socket.display().to_string(),
-        "state": m.state,
-        "started_at": m.started_at,
-    })
+    let z = ZcoderManifest {
+        instance_id: &m.instance_id,
+        model: &m.model,
+        pid: m.pid,
+        profile: &m.profile,
+        project: &m.project,
+        protocol: m.protocol,
+        session_id: &m.session_id,
+        socket: socket.display().to_string(),
+        started_at: m.started_at,
+        state: &m.state,
+        workspace: &m.workspace,
+    };
+    serde_json::to_value(z).expect("strings and numbers serialize")
+}
+
+/// A manifest as zcoder reads it (`zcoder_manifest`).
+#[derive(serde::Serialize)]
+struct ZcoderManifest<'a> {
+    instance_id: &'a str,
+    model: &'a str,
+    pid: u32,
+    profile: &'a str,
+    project: &'a str,
+    protocol: u64,
+    session_id: &'a str,
+    socket: String,
+    started_at: u64,
+    state: &'a str,
+    workspace: &'a str,
 }
 
 /// Publishes any flat manifest object atomically as `a-<id>.json`.

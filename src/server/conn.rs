@@ -8,14 +8,15 @@ use super::deliver::deliver;
 use super::out::{Out, Writer, answer_then_flush, write_line};
 use super::peer::Peer;
 use super::request::{self, SendRequest};
-use super::{Event, INIT_TIMEOUT, RpcError, Shared, invalid_params, need, opt, zcoder};
+use super::{Event, INIT_TIMEOUT, RpcError, Shared, invalid_params, opt, zcoder};
 use crate::spool::events::{self, Subscription};
 use crate::sys;
 use crate::wire::access::{BridgeKey, Caller, Door};
 use crate::wire::answer::{Hello, Pong, Software, Subscribed};
+use crate::wire::request::{AgentInfo, HelloRead, InfoQueue, SubscribeParams, Supported};
 use crate::wire::{self, Call, Id, Incoming, LineReader, Method, ReadError};
 use crossbeam_channel as chan;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -247,8 +248,8 @@ impl Session<'_> {
     /// slots they may.
     fn subscribe(&self, id: &Id, params: Map<String, Value>) -> Result<u64, RpcError> {
         let (shared, out, peer, slot) = (self.shared, self.out, self.peer, self.slot);
-        let since = opt(&params, "since", "a non-negative integer", Value::as_u64)?;
-        let controller = opt(&params, "controller", "a boolean", Value::as_bool)?.unwrap_or(false);
+        let SubscribeParams { since, controller } = SubscribeParams::read(&params)?;
+        let controller = controller.unwrap_or(false);
         if controller {
             peer.check(shared, Door::Controller)?;
         }
@@ -354,14 +355,15 @@ fn dispatch(s: &Session, method: Method, params: Map<String, Value>) -> Result<V
             wire: None,
         })),
         Method::AgentInfo => {
-            let mut info = to_value(&*shared.lock_manifest());
             let c = shared.spool.counts();
-            info["queue"] = json!({
-                "queued": c.queued,
-                "processing": c.processing,
-                "max": shared.config.max_queue,
-            });
-            Ok(info)
+            Ok(to_value(AgentInfo {
+                manifest: shared.lock_manifest().clone(),
+                queue: InfoQueue {
+                    max: shared.config.max_queue,
+                    processing: c.processing,
+                    queued: c.queued,
+                },
+            }))
         }
         Method::MessageSend => {
             let req = SendRequest::from_params(&params)?;
@@ -385,19 +387,21 @@ fn to_value(answer: impl serde::Serialize) -> Value {
 
 fn initialize(s: &Session, params: &Map<String, Value>) -> Result<Value, RpcError> {
     let (shared, peer) = (s.shared, s.peer);
-    let version = need(params, "protocol_version", "an integer", |v| {
-        (v.is_u64() || v.is_i64()).then_some(v)
-    })?;
-    let client = need(params, "client", "an object", Value::as_object)?;
-    for k in ["client.name", "client.version"] {
-        need(client, k, "a string", Value::as_str)?;
-    }
-    let bridge = bridge_key(params)?;
+    let hello = HelloRead::read(params, BridgeKey::valid_label, KEY_LABEL)?;
+    let version = hello.protocol_version;
+    let bridge = hello.bridge.map(|b| BridgeKey {
+        target: b.target,
+        remote: b.remote,
+        label: b.key,
+    });
     if version.as_u64() != Some(wire::PROTOCOL) {
+        let supported = Supported {
+            supported: vec![wire::PROTOCOL],
+        };
         return Err(RpcError {
             code: wire::UNSUPPORTED_PROTOCOL,
             message: format!("unsupported protocol version {version}"),
-            data: Some(json!({"supported": [wire::PROTOCOL]})),
+            data: Some(to_value(supported)),
         });
     }
     if let Some(key) = bridge {
@@ -419,25 +423,6 @@ fn initialize(s: &Session, params: &Map<String, Value>) -> Result<Value, RpcErro
 
 /// What `bridge.key` must be, as its refusal says.
 const KEY_LABEL: &str = "a label of 1 to 64 letters, digits and -_.@";
-
-/// `initialize`'s `bridge` (docs/protocol.md §2): what `baton bridge`
-/// says of the key it serves, before its client's first byte.
-fn bridge_key(params: &Map<String, Value>) -> Result<Option<BridgeKey>, RpcError> {
-    let Some(b) = opt(params, "bridge", "an object", Value::as_object)? else {
-        return Ok(None);
-    };
-    let target = need(b, "bridge.target", "a string", Value::as_str)?.to_string();
-    let remote = opt(b, "bridge.remote", "a string", Value::as_str)?.map(String::from);
-    let label = opt(b, "bridge.key", KEY_LABEL, |v| {
-        v.as_str().filter(|l| BridgeKey::valid_label(l))
-    })?;
-    let label = label.map(String::from);
-    Ok(Some(BridgeKey {
-        target,
-        remote,
-        label,
-    }))
-}
 
 /// `task/status` or `task/cancel` with `sender_instance_id`: the asker
 /// says it is that instance, which is checked as a sender's claim is

@@ -25,7 +25,6 @@ pub use deliver::{
 };
 pub use peer::Peer;
 pub use request::SendRequest;
-pub(crate) use request::{get_str, need_str};
 
 use crate::base::config::Config;
 use crate::registry::Manifest;
@@ -332,10 +331,7 @@ fn cap_line(shared: &Shared, why: slots::GaveWay) -> Vec<u8> {
             "closed to make room: too many connections (the limit is {cap}); reconnect when needed"
         ),
     };
-    let data = serde_json::json!({
-        "instance_id": shared.instance_id,
-        "state": shared.state().as_str(),
-    });
+    let data = wire::answer::ErrorData::instance(&shared.instance_id, shared.state());
     wire::error_line(
         &Value::Null,
         wire::TOO_MANY_CONNECTIONS,
@@ -374,6 +370,12 @@ pub fn read_error_line(cfg: &crate::base::config::Config, e: &wire::ReadError) -
         ReadError::Eof | ReadError::Truncated | ReadError::Io(_) => return None,
     };
     Some(wire::error_line(&Value::Null, code, &message, None))
+}
+
+impl From<wire::request::BadParam> for RpcError {
+    fn from(b: wire::request::BadParam) -> RpcError {
+        invalid_params(b.0)
+    }
 }
 
 pub fn invalid_params(what: impl std::fmt::Display) -> RpcError {

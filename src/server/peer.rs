@@ -5,8 +5,8 @@
 use super::{RpcError, Shared};
 use crate::sys;
 use crate::wire::access::{self, BridgeKey, Caller, Door};
+use crate::wire::answer::ErrorData;
 use crate::wire::{self, Method};
-use serde_json::json;
 
 /// The process at the other end of a connection.
 #[derive(Default)]
@@ -81,7 +81,7 @@ impl Peer {
         Err(RpcError {
             code: wire::NOT_PERMITTED,
             message: caller.refusal(door, &name, &shared.instance_id),
-            data: Some(json!({"role": caller.role.as_str()})),
+            data: Some(ErrorData::role(caller.role.as_str())),
         })
     }
 

@@ -128,12 +128,12 @@ impl From<crate::wire::request::Invalid> for RpcError {
 }
 
 /// Member `name` (its last dotted part the key), a string if there.
-pub(crate) fn get_str(p: &Map<String, Value>, name: &str) -> Result<Option<String>, RpcError> {
+fn get_str(p: &Map<String, Value>, name: &str) -> Result<Option<String>, RpcError> {
     opt(p, name, "a string", |v| v.as_str().map(String::from))
 }
 
 /// The same, for a member that must be there (a null is missing).
-pub(crate) fn need_str(p: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
+fn need_str(p: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
     get_str(p, k)?.ok_or_else(|| missing(k))
 }
 

@@ -12,8 +12,8 @@ use super::request::SendRequest;
 use crate::base::status::Status;
 use crate::wire::Body;
 use crate::wire::body::Notice;
-use crate::wire::{self, LineReader, ReadError};
-use serde_json::{Map, Value, json};
+use crate::wire::{self, LineReader, ReadError, ZcoderAck, ZcoderHead};
+use serde_json::{Map, Value};
 
 /// What a ping is answered when it reaches its target.
 const PONG: &str = "pong";
@@ -25,17 +25,15 @@ pub(super) fn ack_frame(
     queue_position: Option<usize>,
     shared: &Shared,
 ) -> Vec<u8> {
-    let mut ack = json!({
-        "protocol": 1,
-        "type": "ack",
-        "message_id": message_id,
-        "status": status,
-        "state": shared.state().as_str(),
-    });
-    if let Some(p) = queue_position {
-        ack["queue_position"] = json!(p);
-    }
-    wire::zcoder_frame(&serde_json::to_vec(&ack).expect("serializes"))
+    let ack = ZcoderAck {
+        message_id,
+        protocol: 1,
+        queue_position,
+        state: shared.state().as_str(),
+        status,
+        kind: "ack",
+    };
+    ack.frame()
 }
 
 /// The ack of a frame that cannot be read as a request.
@@ -74,20 +72,17 @@ pub(super) fn request(
 }
 
 fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
-    let message_id = obj
-        .get("message_id")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+    let head = ZcoderHead::read(obj);
+    let message_id = head.message_id;
     let ack = |status: &str| ack_frame(&message_id, status, None, shared);
-    if obj.get("protocol") != Some(&json!(1)) {
+    if !head.protocol_one {
         return ack(Status::Unsupported.as_str());
     }
-    match obj.get("type").and_then(Value::as_str) {
-        Some("ping") => match obj.get("target_instance_id") {
-            Some(Value::String(t)) if *t != shared.instance_id => ack(Status::WrongTarget.as_str()),
-            None | Some(Value::String(_)) => ack(PONG),
-            Some(_) => ack(Status::Invalid.as_str()),
+    match head.kind.as_deref() {
+        Some("ping") => match head.target {
+            Some(Some(t)) if t != shared.instance_id => ack(Status::WrongTarget.as_str()),
+            None | Some(Some(_)) => ack(PONG),
+            Some(None) => ack(Status::Invalid.as_str()),
         },
         Some("enqueue") => {
             let Some(req) = SendRequest::from_zcoder(obj) else {

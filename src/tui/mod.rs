@@ -21,7 +21,8 @@ use crate::registry;
 use crate::text::sanitize::escape;
 use crate::wire::answer::{ApprovalList, ControlStatus, Handled, Paused};
 use crate::wire::event_text::{Asked, escaped_count, show_whole, whole_of};
-use crate::wire::{Call, Handling};
+use crate::wire::request::{ApprovalListParams, NoParams, RespondParams, SubscribeParams};
+use crate::wire::{Call, Decision, Handling};
 use crossbeam_channel::{self as chan, select};
 use serde_json::{Value, json};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
@@ -173,7 +174,7 @@ fn run_view(
         embedded,
     };
     let mut events = match &ctl.client {
-        Some(c) => match c.subscribe(json!({"since": 1})) {
+        Some(c) => match c.subscribe(SubscribeParams::since(1)) {
             Ok(rx) => rx,
             Err(e) => {
                 view.push(Role::Refusal, format!("no event stream: {e}"));
@@ -254,7 +255,7 @@ fn refresh_header(ctl: &mut Control, view: &mut View) {
         view.header.state = "no relay".into();
         return;
     }
-    if let Ok(st) = ctl.call::<ControlStatus>(Call::ControlStatus, json!({})) {
+    if let Ok(st) = ctl.call::<ControlStatus>(Call::ControlStatus, NoParams {}) {
         view.header.name = st.name;
         view.header.id = st.instance_id;
         view.header.profile = st.profile;
@@ -281,7 +282,16 @@ fn handle_key(
             return submit(line.trim(), view, ctl, work);
         }
         Key::Char(c @ ('y' | 'n')) if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
-            decide(view, ctl, "", if c == 'y' { "approve" } else { "deny" });
+            decide(
+                view,
+                ctl,
+                "",
+                if c == 'y' {
+                    Decision::Approve
+                } else {
+                    Decision::Deny
+                },
+            );
         }
         Key::Char('v') if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
             show_body(view, ctl, "")
@@ -344,7 +354,7 @@ fn count_escaped(ctl: &mut Control, view: &mut View, read: &mut HashSet<String>)
     if view.waiting.iter().all(|w| read.contains(&w.approval_id)) {
         return;
     }
-    let Ok(list) = ctl.call::<ApprovalList>(Call::ApprovalList, json!({"full": true})) else {
+    let Ok(list) = ctl.call::<ApprovalList>(Call::ApprovalList, full_list(None)) else {
         return;
     };
     let listed: Vec<Asked> = list.approvals.iter().map(Asked::read).collect();
@@ -361,6 +371,14 @@ fn count_escaped(ctl: &mut Control, view: &mut View, read: &mut HashSet<String>)
             w.lines = Some(text.lines().count() as u64);
             read.insert(w.approval_id.clone());
         }
+    }
+}
+
+/// `approval/list`'s params for the whole of what waits (`only` that one).
+fn full_list(only: Option<String>) -> ApprovalListParams {
+    ApprovalListParams {
+        approval_id: only,
+        full: Some(true),
     }
 }
 
@@ -388,7 +406,7 @@ fn show_body(view: &mut View, ctl: &mut Control, id: &str) {
         Ok(w) => w,
         Err(why) => return view.push(Role::Refusal, why),
     };
-    let params = json!({"full": true, "approval_id": w.approval_id});
+    let params = full_list(Some(w.approval_id.clone()));
     let listed = match ctl.call::<ApprovalList>(Call::ApprovalList, params) {
         Ok(l) => l.approvals.iter().map(Asked::read).next(),
         Err(e) => return view.push(Role::Refusal, e.to_string()),
@@ -408,15 +426,19 @@ fn show_body(view: &mut View, ctl: &mut Control, id: &str) {
 /// approval's id and the digest of what was shown. Once answered, it no
 /// longer waits here, whatever the answer: a refusal means this view
 /// cannot answer it.
-fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: &str) {
+fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: Decision) {
     let w = match waiting_as(view, id) {
         Ok(w) => w,
         // Nothing to answer is no refusal.
         Err(why) if id.is_empty() => return view.push(Role::System, why),
         Err(why) => return view.push(Role::Refusal, why),
     };
-    let answer = json!({"approval_id": w.approval_id, "digest": w.digest,
-                        "decision": decision, "by": "view"});
+    let answer = RespondParams {
+        approval_id: w.approval_id.clone(),
+        by: Some("view".into()),
+        decision: decision.into(),
+        digest: Value::String(w.digest.clone()),
+    };
     let r = ctl.call::<Handled>(Call::ApprovalRespond, answer);
     if r.is_ok() {
         view.waiting.retain(|x| x.approval_id != w.approval_id);
@@ -462,7 +484,7 @@ fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Li
     }
     match cmd {
         "/quit" | "/exit" => {
-            let status = ctl.call::<Value>(Call::ControlStatus, json!({})).ok();
+            let status = ctl.call::<Value>(Call::ControlStatus, NoParams {}).ok();
             return work::quit(view, status.as_ref(), ctl.embedded);
         }
         "/claim" => work::claim(view, &mut |m, p| ctl.call(m, p)),
@@ -476,9 +498,9 @@ fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Li
         }
         "/agents" => agents_command(rest, view, ctl),
         "/send" => send_command(rest, view, ctl, work),
-        "/approve" => decide(view, ctl, rest, "approve"),
+        "/approve" => decide(view, ctl, rest, Decision::Approve),
         "/body" => show_body(view, ctl, rest),
-        "/deny" => decide(view, ctl, rest, "deny"),
+        "/deny" => decide(view, ctl, rest, Decision::Deny),
         "/inbox" => match inbox_listing(&mut |params| ctl.call(Call::InboxList, params)) {
             Ok(text) => view.push(Role::System, text),
             Err(e) => view.push(Role::Refusal, e.to_string()),
@@ -518,7 +540,7 @@ fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
 fn agents_command(rest: &str, view: &mut View, ctl: &mut Control) {
     let call = match rest {
         "" => {
-            return match ctl.call::<ControlStatus>(Call::ControlStatus, json!({})) {
+            return match ctl.call::<ControlStatus>(Call::ControlStatus, NoParams {}) {
                 Ok(st) => view.push(Role::System, status_text(&st)),
                 Err(e) => view.push(Role::Refusal, e.to_string()),
             };
@@ -530,7 +552,7 @@ fn agents_command(rest: &str, view: &mut View, ctl: &mut Control) {
             return view.push(Role::Refusal, why);
         }
     };
-    match ctl.call::<Paused>(call, json!({})) {
+    match ctl.call::<Paused>(call, NoParams {}) {
         Ok(r) => view.push(Role::System, format!("relay {}", r.state)),
         Err(e) => view.push(Role::Refusal, e.to_string()),
     }

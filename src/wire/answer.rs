@@ -184,9 +184,12 @@ pub struct CodexStatus {
     pub reason: Option<String>,
 }
 
-/// `control/pause`'s and `control/resume`'s answer.
+/// `control/pause`'s and `control/resume`'s answer: the state, and
+/// whether the call changed it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Paused {
+    #[serde(default)]
+    pub changed: bool,
     pub state: State,
 }
 
@@ -505,7 +508,7 @@ impl Asked {
 
 /// `approval/list`'s answer: the approvals that wait, oldest first, as
 /// the instance gave them (read each with `Asked::read`).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ApprovalList {
     #[serde(default)]
     pub approvals: Vec<Value>,
@@ -540,11 +543,38 @@ pub struct ErrorObject {
     pub data: Option<ErrorData>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+/// An error's `data`: the instance and its state (a refusal for the
+/// connection cap), or the caller's role (`not permitted`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ErrorData {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub instance_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+}
+
+impl ErrorData {
+    /// A refusal's data naming the caller's role.
+    pub fn role(role: &str) -> Value {
+        let data = ErrorData {
+            role: Some(role.to_string()),
+            ..ErrorData::default()
+        };
+        serde_json::to_value(data).expect("strings serialize")
+    }
+
+    /// A refusal's data naming the instance and its state.
+    pub fn instance(instance_id: &str, state: State) -> Value {
+        let data = ErrorData {
+            instance_id: Some(instance_id.to_string()),
+            state: Some(state.as_str().to_string()),
+            ..ErrorData::default()
+        };
+        serde_json::to_value(data).expect("strings serialize")
+    }
 }
 
 #[cfg(test)]

@@ -17,15 +17,16 @@ pub use body::Body;
 pub use event::*;
 pub use id::{Id, id_byte, valid_text_id};
 pub use names::{
-    Approve, ClaimStatus, Decision, EventKind, Handling, Mode, Outcome, Said, State, Stream,
-    TaskMode,
+    ApprovalKind, Approve, ClaimStatus, Decision, EventKind, Handling, Mode, Outcome, Said, State,
+    Stream, TaskMode,
 };
 pub use records::{
     CODEX_HOST, HandlerExit, Manifest, ReplyRecord, Sender, Summary, Task, parse_operators,
     uid_list,
 };
 pub use zcoder::{
-    FrameError, ZCODER_MAGIC, parse_flat, read_zcoder_frame, zcoder_frame, zcoder_length,
+    FrameError, ZCODER_MAGIC, ZcoderAck, ZcoderHead, parse_flat, read_zcoder_frame, zcoder_frame,
+    zcoder_length,
 };
 
 use serde_json::{Map, Value, json};

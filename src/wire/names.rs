@@ -143,6 +143,15 @@ spelled! {
 }
 
 spelled! {
+    /// What an approval waits on (`approval/list`'s `kind`): a queued
+    /// task, or a tool call an MCP host relayed.
+    pub enum ApprovalKind ("approval kind") {
+        Task = "task",
+        Tool = "tool",
+    }
+}
+
+spelled! {
     /// What a call that handles one thing answers (`answer::Handled`):
     /// `inbox/complete`, `inbox/received`, `inbox/requeue` and
     /// `inbox/discard`, `approval/respond`, `turn/local`, `turn/cancel`,
@@ -280,6 +289,7 @@ mod tests {
         check(ClaimStatus::ALL);
         check(Stream::ALL);
         check(Handling::ALL);
+        check(ApprovalKind::ALL);
         check(crate::base::status::Status::ALL);
         assert!("Done".parse::<Outcome>().is_err());
         assert!("task.ended ".parse::<EventKind>().is_err());

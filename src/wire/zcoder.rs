@@ -16,6 +16,53 @@ pub fn zcoder_frame(payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// An ack frame's payload (docs/zcoder.md): `pong`, or one of zcoder's
+/// statuses, with the instance's state.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ZcoderAck<'a> {
+    pub message_id: &'a str,
+    pub protocol: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<usize>,
+    pub state: &'a str,
+    pub status: &'a str,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+}
+
+impl ZcoderAck<'_> {
+    /// The ack as one frame.
+    pub fn frame(&self) -> Vec<u8> {
+        zcoder_frame(&serde_json::to_vec(self).expect("strings and numbers serialize"))
+    }
+}
+
+/// What a zcoder request's payload says before its kind's own fields:
+/// its message id (empty when not a string), whether it speaks protocol
+/// 1, its `type`, and the `target_instance_id` a ping names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZcoderHead {
+    pub message_id: String,
+    pub protocol_one: bool,
+    pub kind: Option<String>,
+    /// `None` when absent; `Some(None)` when not a string.
+    pub target: Option<Option<String>>,
+}
+
+impl ZcoderHead {
+    pub fn read(obj: &Map<String, Value>) -> ZcoderHead {
+        let text = |k: &str| obj.get(k).and_then(Value::as_str).map(String::from);
+        ZcoderHead {
+            message_id: text("message_id").unwrap_or_default(),
+            protocol_one: obj.get("protocol").and_then(Value::as_u64) == Some(1),
+            kind: text("type"),
+            target: obj
+                .get("target_instance_id")
+                .map(|_| text("target_instance_id")),
+        }
+    }
+}
+
 /// Why a zcoder frame could not be read.
 #[derive(Debug, PartialEq, Eq)]
 pub enum FrameError {

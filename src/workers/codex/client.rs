@@ -3,12 +3,15 @@
 
 use super::error::Error;
 use super::proto::{
-    Incoming, InitializeResult, LoadedList, Queued, Thread, Turn, TurnPage, TurnStatus, WithItem,
+    Capabilities, ClientInfo, Incoming, InitializeParams, InitializeResult, InputParams,
+    InterruptParams, LoadedList, Outgoing, PageParams, QueueStartParams, Queued, ResumeParams,
+    StartThreadParams, Thread, ThreadParams, Turn, TurnPage, TurnStatus, TurnsParams, WithItem,
     WithThread, WithTurn,
 };
 use crate::workers::ws;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -81,12 +84,17 @@ impl<S: ws::Stream> AppServer<S> {
                 codex_home: None,
             },
         };
-        let params = json!({
-            "clientInfo": {"name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION")},
-            "capabilities": {"experimentalApi": true},
-        });
+        let params = InitializeParams {
+            capabilities: Capabilities {
+                experimental_api: true,
+            },
+            client_info: ClientInfo {
+                name: CLIENT_NAME,
+                version: env!("CARGO_PKG_VERSION"),
+            },
+        };
         app.init = app.request("initialize", params)?;
-        app.notify("initialized", None)?;
+        app.notify("initialized", None::<Value>)?;
         Ok(app)
     }
 
@@ -101,9 +109,8 @@ impl<S: ws::Stream> AppServer<S> {
         let mut ids = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            let params = match &cursor {
-                Some(c) => json!({"cursor": c}),
-                None => json!({}),
+            let params = PageParams {
+                cursor: cursor.as_deref(),
             };
             let page: LoadedList = self.request("thread/loaded/list", params)?;
             ids.extend(page.data);
@@ -117,7 +124,7 @@ impl<S: ws::Stream> AppServer<S> {
 
     /// One thread: its cwd, status and recency (no turns).
     pub fn read_thread(&mut self, id: &str) -> Result<Thread, Error> {
-        let read: WithThread = self.request("thread/read", json!({"threadId": id}))?;
+        let read: WithThread = self.request("thread/read", ThreadParams { thread_id: id })?;
         Ok(read.thread)
     }
 
@@ -142,7 +149,7 @@ impl<S: ws::Stream> AppServer<S> {
 
     /// A new thread in `cwd`, with Codex's defaults otherwise.
     pub fn start_thread(&mut self, cwd: &Path) -> Result<Thread, Error> {
-        let started: WithThread = self.request("thread/start", json!({"cwd": cwd}))?;
+        let started: WithThread = self.request("thread/start", StartThreadParams { cwd })?;
         Ok(started.thread)
     }
 
@@ -160,11 +167,7 @@ impl<S: ws::Stream> AppServer<S> {
         client_id: Option<&str>,
         text: &str,
     ) -> Result<Turn, Error> {
-        let params = json!({
-            "threadId": thread_id,
-            "clientUserMessageId": client_id,
-            "input": [{"type": "text", "text": text}],
-        });
+        let params = InputParams::text(thread_id, client_id, text);
         let started: WithTurn = self.request("turn/start", params)?;
         Ok(started.turn)
     }
@@ -173,14 +176,21 @@ impl<S: ws::Stream> AppServer<S> {
     /// did not start (`thread/resume`); refused for a thread with no turn
     /// yet.
     pub fn resume_thread(&mut self, id: &str) -> Result<Thread, Error> {
-        let params = json!({"threadId": id, "excludeTurns": true});
+        let params = ResumeParams {
+            exclude_turns: true,
+            thread_id: id,
+        };
         let resumed: WithThread = self.request("thread/resume", params)?;
         Ok(resumed.thread)
     }
 
     /// The last `limit` turns of a thread, newest first, with every item.
     pub fn recent_turns(&mut self, thread_id: &str, limit: u32) -> Result<Vec<Turn>, Error> {
-        let params = json!({"threadId": thread_id, "limit": limit, "itemsView": "full"});
+        let params = TurnsParams {
+            items_view: "full",
+            limit,
+            thread_id,
+        };
         let page: TurnPage = self.request("thread/turns/list", params)?;
         Ok(page.data)
     }
@@ -195,11 +205,7 @@ impl<S: ws::Stream> AppServer<S> {
         client_id: &str,
         text: &str,
     ) -> Result<String, Error> {
-        let params = json!({
-            "threadId": thread_id,
-            "clientUserMessageId": client_id,
-            "input": [{"type": "text", "text": text}],
-        });
+        let params = InputParams::text(thread_id, Some(client_id), text);
         let added: Queued = self.request("thread/queue/add", params)?;
         Ok(added.queued_submission.id)
     }
@@ -207,7 +213,10 @@ impl<S: ws::Stream> AppServer<S> {
     /// Starts a queued submission now (`thread/queue/start`): the queue
     /// does not move on its own after an interrupted turn.
     pub fn queue_start(&mut self, thread_id: &str, submission: &str) -> Result<(), Error> {
-        let params = json!({"threadId": thread_id, "queuedSubmissionId": submission});
+        let params = QueueStartParams {
+            queued_submission_id: submission,
+            thread_id,
+        };
         let _: Value = self.request("thread/queue/start", params)?;
         Ok(())
     }
@@ -220,12 +229,10 @@ impl<S: ws::Stream> AppServer<S> {
         client_id: &str,
         text: &str,
     ) -> Result<(), Error> {
-        let params = json!({
-            "threadId": thread_id,
-            "expectedTurnId": turn_id,
-            "clientUserMessageId": client_id,
-            "input": [{"type": "text", "text": text}],
-        });
+        let params = InputParams {
+            expected_turn_id: Some(turn_id),
+            ..InputParams::text(thread_id, Some(client_id), text)
+        };
         let _: Value = self.request("turn/steer", params)?;
         Ok(())
     }
@@ -233,7 +240,7 @@ impl<S: ws::Stream> AppServer<S> {
     /// Interrupts the running turn `turn_id` (`turn/interrupt`); its
     /// `turn/completed` says `interrupted`.
     pub fn interrupt(&mut self, thread_id: &str, turn_id: &str) -> Result<(), Error> {
-        let params = json!({"threadId": thread_id, "turnId": turn_id});
+        let params = InterruptParams { thread_id, turn_id };
         let _: Value = self.request("turn/interrupt", params)?;
         Ok(())
     }
@@ -314,12 +321,17 @@ impl<S: ws::Stream> AppServer<S> {
     pub fn request<T: DeserializeOwned>(
         &mut self,
         method: &str,
-        params: Value,
+        params: impl Serialize,
     ) -> Result<T, Error> {
         self.next_id += 1;
         let id = self.next_id;
-        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.ws.send_text(&msg.to_string()).map_err(Error::Unsent)?;
+        let msg = Outgoing {
+            id: Some(id),
+            jsonrpc: "2.0",
+            method,
+            params: Some(params),
+        };
+        self.ws.send_text(&to_text(&msg)).map_err(Error::Unsent)?;
         let deadline = Instant::now() + self.timeout;
         let what = format!("answer to {method}");
         loop {
@@ -349,12 +361,14 @@ impl<S: ws::Stream> AppServer<S> {
     }
 
     /// Sends notification `method`.
-    pub fn notify(&mut self, method: &str, params: Option<Value>) -> Result<(), Error> {
-        let msg = match params {
-            Some(p) => json!({"jsonrpc": "2.0", "method": method, "params": p}),
-            None => json!({"jsonrpc": "2.0", "method": method}),
+    pub fn notify(&mut self, method: &str, params: Option<impl Serialize>) -> Result<(), Error> {
+        let msg = Outgoing {
+            id: None,
+            jsonrpc: "2.0",
+            method,
+            params,
         };
-        self.ws.send_text(&msg.to_string())?;
+        self.ws.send_text(&to_text(&msg))?;
         Ok(())
     }
 
@@ -397,4 +411,9 @@ fn parse<T: DeserializeOwned>(what: &str, value: Value) -> Result<T, Error> {
         what: what.to_string(),
         why: e.to_string(),
     })
+}
+
+/// A message as the text of one WebSocket frame.
+fn to_text(msg: &impl Serialize) -> String {
+    serde_json::to_string(msg).expect("a message serializes")
 }

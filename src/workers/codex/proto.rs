@@ -3,9 +3,9 @@
 //! is ignored, and a field that may be missing or null is an `Option` or
 //! has a default, so a newer Codex that adds members still reads.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A message from the app-server: an answer (`id` with `result` or
 /// `error`), a notification (`method` without `id`) or a request of its
@@ -194,4 +194,126 @@ pub struct Submission {
 pub struct TurnPage {
     #[serde(default)]
     pub data: Vec<Turn>,
+}
+
+// What baton sends. Each message is written as the map it replaces was:
+// members in sorted order (as bytes: `clientInfo` after `capabilities`),
+// a missing one left out, a null written where the map wrote one.
+
+/// A request (`id`) or a notification (none) to the app-server.
+#[derive(Debug, Serialize)]
+pub struct Outgoing<'a, P> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    pub jsonrpc: &'static str,
+    pub method: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub params: Option<P>,
+}
+
+/// `initialize`'s params: who asks, and that it wants the experimental
+/// API (`thread/queue/*`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams<'a> {
+    pub capabilities: Capabilities,
+    pub client_info: ClientInfo<'a>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    pub experimental_api: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ClientInfo<'a> {
+    pub name: &'a str,
+    pub version: &'a str,
+}
+
+/// `thread/loaded/list`'s params: the page after `cursor`.
+#[derive(Debug, Serialize)]
+pub struct PageParams<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<&'a str>,
+}
+
+/// `thread/read`'s params.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadParams<'a> {
+    pub thread_id: &'a str,
+}
+
+/// `thread/start`'s params.
+#[derive(Debug, Serialize)]
+pub struct StartThreadParams<'a> {
+    pub cwd: &'a Path,
+}
+
+/// `thread/resume`'s params.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeParams<'a> {
+    pub exclude_turns: bool,
+    pub thread_id: &'a str,
+}
+
+/// `thread/turns/list`'s params.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnsParams<'a> {
+    pub items_view: &'a str,
+    pub limit: u32,
+    pub thread_id: &'a str,
+}
+
+/// The user's input to a thread: `turn/start`, `thread/queue/add` and
+/// (with the turn it expects) `turn/steer`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InputParams<'a> {
+    /// Null when the input has no name.
+    pub client_user_message_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_turn_id: Option<&'a str>,
+    pub input: [TextInput<'a>; 1],
+    pub thread_id: &'a str,
+}
+
+/// One piece of input: text.
+#[derive(Debug, Serialize)]
+pub struct TextInput<'a> {
+    pub text: &'a str,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+}
+
+impl<'a> InputParams<'a> {
+    /// `text` as the input to `thread_id`, named `client_id`.
+    pub fn text(thread_id: &'a str, client_id: Option<&'a str>, text: &'a str) -> Self {
+        InputParams {
+            client_user_message_id: client_id,
+            expected_turn_id: None,
+            input: [TextInput { text, kind: "text" }],
+            thread_id,
+        }
+    }
+}
+
+/// `thread/queue/start`'s params.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStartParams<'a> {
+    pub queued_submission_id: &'a str,
+    pub thread_id: &'a str,
+}
+
+/// `turn/interrupt`'s params.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptParams<'a> {
+    pub thread_id: &'a str,
+    pub turn_id: &'a str,
 }
