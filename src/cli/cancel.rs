@@ -17,7 +17,6 @@ use crate::text::sanitize::escape;
 use crate::wire::Call;
 use crate::wire::Handling;
 use crate::wire::answer::{Handled, Pending, TaskState, TaskStatus};
-use serde_json::json;
 
 /// Where the task is to be cancelled.
 enum Holder {
@@ -65,9 +64,12 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         None => holding(config, id)?,
     };
     let (raw, h) = match &holder {
-        Holder::Live(peer) => {
-            target::call::<Handled>(config, peer, Call::TaskCancel, json!({"message_id": id}))?
-        }
+        Holder::Live(peer) => target::call::<Handled>(
+            config,
+            peer,
+            Call::TaskCancel,
+            crate::wire::request::TaskParams::new(id),
+        )?,
         Holder::Stopped(spool) => {
             let h = cancel_stopped(config, spool, id)?;
             (serde_json::to_value(&h).expect("an answer serializes"), h)
@@ -119,8 +121,12 @@ fn holding(config: &Config, id: &str) -> Result<Holder> {
         .iter()
         .filter(|p| p.wire == Wire::Jsonrpc && !p.unresponsive())
     {
-        let asked =
-            target::call::<TaskStatus>(config, p, Call::TaskStatus, json!({"message_id": id}));
+        let asked = target::call::<TaskStatus>(
+            config,
+            p,
+            Call::TaskStatus,
+            crate::wire::request::TaskParams::new(id),
+        );
         if let Ok((_, TaskStatus { status, .. })) = asked {
             if matches!(status, TaskState::Pending(w) if w != Pending::Unknown) {
                 found.push(Holder::Live(Box::new(p.clone())));

@@ -16,7 +16,7 @@ use crate::text::table;
 use crate::wire::Said;
 use crate::wire::answer::{Claimed, CompleteParams, ControlStatus, Handled, InboxPage, SendResult};
 use crate::wire::{Call, ClaimStatus, Handling};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::path::Path;
 
 /// The finished tasks `inbox list --all` shows: the last this many.
@@ -52,8 +52,9 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
             let all = list_all(&mut conn, &peer)?;
             let finished = match args.flag("all") {
                 true => {
-                    let st: ControlStatus = (conn.call(Call::ControlStatus, json!({})))
-                        .map_err(|e| target::transport(&peer, e))?;
+                    let st: ControlStatus = (conn
+                        .call(Call::ControlStatus, crate::wire::request::NoParams {}))
+                    .map_err(|e| target::transport(&peer, e))?;
                     spool::read_recent(Path::new(&st.spool), FINISHED_SHOWN)
                 }
                 false => Vec::new(),
@@ -110,7 +111,7 @@ pub(super) fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a St
         )));
     }
     if most == 1 {
-        return Ok((rest.first(), json!({})));
+        return Ok((rest.first(), Value::Object(serde_json::Map::new())));
     }
     let Some((id, t)) = rest.split_last() else {
         return Err(Error::Usage(format!(
@@ -118,7 +119,11 @@ pub(super) fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a St
         )));
     };
     if action != "complete" {
-        return Ok((t.first(), json!({"message_id": id})));
+        let params = crate::wire::request::TaskParams::new(id);
+        return Ok((
+            t.first(),
+            serde_json::to_value(params).expect("a string serializes"),
+        ));
     }
     let outcome = Said::spelled(args.value("outcome").unwrap_or("done"));
     let mut params = CompleteParams {
@@ -251,14 +256,36 @@ fn print_list(
     target: Option<&str>,
 ) -> Result<ExitCode> {
     if args.flag("json") {
-        let mut v = json!(all);
-        if args.flag("all") {
-            let ended: Vec<Value> = (finished.iter())
-                .map(|r| json!({"message_id": r.message_id, "outcome": r.outcome, "finished_at": r.finished_at}))
-                .collect();
-            v["finished"] = json!(ended);
+        /// A finished task as `--all --json` lists it.
+        #[derive(serde::Serialize)]
+        struct Finished<'a> {
+            finished_at: f64,
+            message_id: &'a str,
+            outcome: crate::wire::Outcome,
         }
-        emit_json(&v);
+        /// The page, and with `--all` the tasks that finished.
+        #[derive(serde::Serialize)]
+        struct Listed<'a> {
+            #[serde(flatten)]
+            page: &'a InboxPage,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            finished: Option<Vec<Finished<'a>>>,
+        }
+        let finished = args.flag("all").then(|| {
+            (finished.iter())
+                .map(|r| Finished {
+                    finished_at: r.finished_at,
+                    message_id: &r.message_id,
+                    outcome: r.outcome,
+                })
+                .collect()
+        });
+        // Through a `Value`, whose members are in sorted order.
+        let listed = Listed {
+            page: all,
+            finished,
+        };
+        emit_json(&serde_json::to_value(listed).expect("a listing serializes"));
         return Ok(ExitCode::Ok);
     }
     // `rejected`: expired or bad tasks, which the operator may requeue or

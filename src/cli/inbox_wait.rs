@@ -29,7 +29,7 @@ use crate::registry::{self, Peer};
 use crate::text::sanitize::escape;
 use crate::wire::answer::ControlStatus;
 use crate::wire::{Approve, Call, Decision, Event, EventKind, Mode, State};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::Instant;
@@ -88,11 +88,34 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     Ok(report(args, &who.name, found.flatten()))
 }
 
+/// `--json`'s object: what waits, or that none did before the timeout.
+fn line(name: &str, w: Option<&Waiting>) -> Value {
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        from: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message_id: Option<&'a str>,
+        name: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        timed_out: Option<bool>,
+        waiting: usize,
+    }
+    let line = Line {
+        from: w.map(|w| w.from.as_str()),
+        message_id: w.map(|w| w.message_id.as_str()),
+        name,
+        timed_out: w.is_none().then_some(true),
+        waiting: w.map_or(0, |w| w.count),
+    };
+    serde_json::to_value(line).expect("strings serialize")
+}
+
 /// Prints the one line (or object) and gives the exit code.
 fn report(args: &Args, name: &str, found: Option<Waiting>) -> ExitCode {
     let Some(w) = found else {
         if args.flag("json") {
-            emit_json(&json!({"name": name, "waiting": 0, "timed_out": true}));
+            emit_json(&line(name, None));
         } else {
             eprintln!(
                 "baton: no task waits to be claimed at {} (--timeout passed)",
@@ -102,8 +125,7 @@ fn report(args: &Args, name: &str, found: Option<Waiting>) -> ExitCode {
         return ExitCode::WaitTimedOut;
     };
     if args.flag("json") {
-        emit_json(&json!({"name": name, "waiting": w.count,
-                          "message_id": w.message_id, "from": w.from}));
+        emit_json(&line(name, Some(&w)));
     } else {
         let tasks = if w.count == 1 {
             "task waits"
@@ -128,7 +150,7 @@ fn watch(config: &Config, peer: &Peer, deadline: Option<Instant>) -> Result<Step
     let socket = Path::new(&peer.manifest.socket);
     // Only live events: the look that follows covers what came before.
     let sub = Session::open(socket, config.io_timeout).and_then(|mut s| {
-        s.subscribe(json!({}))?;
+        s.subscribe(crate::wire::request::SubscribeParams::default())?;
         Ok(s)
     });
     let mut sub = match sub {
@@ -196,7 +218,7 @@ fn on_event(msg: &Value, seen: &mut Seen) -> bool {
 fn look(config: &Config, peer: &Peer) -> Result<Seen> {
     let mut conn = target::connect(config, peer)?;
     let st: ControlStatus = conn
-        .call(Call::ControlStatus, json!({}))
+        .call(Call::ControlStatus, crate::wire::request::NoParams {})
         .map_err(|e| target::transport(peer, e))?;
     let name = escape(&peer.manifest.name);
     if st.mode == Mode::Exec {

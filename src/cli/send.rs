@@ -16,7 +16,6 @@ use crate::wire;
 use crate::wire::answer::{SendResult, Target};
 use crate::wire::request::{RelayParams, SendParams, SendSender};
 use crate::wire::{Call, Method};
-use serde_json::json;
 use std::io::{IsTerminal, Read};
 use std::path::Path;
 
@@ -293,12 +292,28 @@ fn wrong_target(
         escape(asked)
     );
     if args.flag("json") {
-        emit_json(&json!({
-            "status": Status::WrongTarget,
-            "message_id": message_id,
-            "reason": reason,
-            "target": {"instance_id": id, "name": name},
-        }));
+        #[derive(serde::Serialize)]
+        struct To<'a> {
+            instance_id: &'a str,
+            name: Option<&'a str>,
+        }
+        #[derive(serde::Serialize)]
+        struct Refused<'a> {
+            message_id: &'a str,
+            reason: &'a str,
+            status: Status,
+            target: To<'a>,
+        }
+        let refused = Refused {
+            message_id,
+            reason: &reason,
+            status: Status::WrongTarget,
+            target: To {
+                instance_id: id,
+                name,
+            },
+        };
+        emit_json(&serde_json::to_value(refused).expect("strings serialize"));
     } else {
         eprintln!("baton: not sent: {}: {reason}", Status::WrongTarget);
     }

@@ -13,7 +13,7 @@ use crate::wire::answer::{ErrorObject, Pong};
 use crate::wire::{self, Method, State};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -200,7 +200,7 @@ pub fn ping(socket: &Path, expected_id: &str, timeout: Duration) -> Result<State
         }
         Err(e) => return Err(e),
     };
-    let r: Pong = c.call(Method::Ping, json!({}))?;
+    let r: Pong = c.call(Method::Ping, crate::wire::request::NoParams {})?;
     if r.instance_id != expected_id {
         return Err(ClientError::Protocol(format!(
             "answered as instance {:?}, not {expected_id:?}",

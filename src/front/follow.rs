@@ -21,7 +21,7 @@ use crate::wire::answer::{Handled, Pending, Reply, SendResult, TaskState, TaskSt
 use crate::wire::request::{ReceivedParams, TaskParams};
 use crate::wire::{self, Call, Event, EventKind, HandlerExit, Outcome};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -382,7 +382,10 @@ fn watch(
         return Ok(Step::Unwatched(None));
     };
     // Only live events: the status answer covers what happened before.
-    if conn.subscribe(json!({})).is_err() {
+    if conn
+        .subscribe(crate::wire::request::SubscribeParams::default())
+        .is_err()
+    {
         return Ok(Step::Unwatched(None));
     }
     watch_session(&mut conn, message_id, deadline, last, None)

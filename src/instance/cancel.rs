@@ -21,7 +21,6 @@ use crate::wire::answer::Handled;
 use crate::wire::body::{Ended, Notice};
 use crate::wire::request::TaskParams;
 use crate::wire::{self, Outcome};
-use serde_json::json;
 
 impl Foreground {
     /// `task/cancel`.
@@ -94,7 +93,7 @@ impl Foreground {
             Some(message) => Err(RpcError {
                 code: wire::NOT_PERMITTED,
                 message,
-                data: Some(json!({"role": caller.role.as_str()})),
+                data: Some(crate::wire::answer::ErrorData::role(caller.role.as_str())),
             }),
         }
     }

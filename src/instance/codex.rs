@@ -28,7 +28,6 @@ use crate::workers::codex::driver::{self, Driver, Job, Lost, Report};
 use crate::workers::codex::{TurnEnd, TurnStatus};
 use crate::workers::turn;
 use crossbeam_channel as chan;
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -333,9 +332,15 @@ impl Foreground {
         let task = &self.open[pos].task;
         let answers_a_sender = task.sender.instance_id.is_some() && task.in_reply_to.is_none();
         if let (Some(body), true) = (&reply, answers_a_sender) {
-            let mut params = serde_json::Map::new();
-            params.insert("message_id".into(), json!(id));
-            params.insert("reply".into(), json!(body));
+            let complete = crate::wire::answer::CompleteParams {
+                message_id: id.to_string(),
+                outcome: None,
+                reply: Some(body.clone()),
+                reply_to_reply: None,
+            };
+            let serde_json::Value::Object(params) = complete.to_value() else {
+                unreachable!("params serialize as an object")
+            };
             // The answer is the foreground's own: nobody waits for it.
             let (tx, _rx) = chan::bounded(1);
             self.complete(&params, tx);

@@ -20,7 +20,7 @@ use crate::wire::answer::InboxPage;
 use crate::wire::event_text;
 use crate::wire::{Call, Event, EventKind};
 use crate::workers::turn;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::{HashSet, VecDeque};
 
 /// The key of `capabilities.experimental` that makes the server a
@@ -163,10 +163,10 @@ impl Adapter {
         let mut after: Option<String> = None;
         let mut logged = 0;
         loop {
-            let mut params = json!({"limit": PAGE});
-            if let Some(a) = &after {
-                params["after"] = json!(a);
-            }
+            let params = crate::wire::request::ListParams {
+                after: after.clone(),
+                limit: Some(PAGE as u64),
+            };
             let listed = match self.call::<InboxPage>(Call::InboxList, params) {
                 Ok((_, l)) if l.status.is_none() => l,
                 refused => {

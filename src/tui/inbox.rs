@@ -11,7 +11,7 @@ use serde_json::Value;
 /// it, not its first 1000 tasks or 1 MiB; the view scrolls.
 pub fn inbox_listing(call: &mut dyn FnMut(Value) -> Result<Value>) -> Result<String> {
     let all = client::list_all(&mut |p| {
-        let page = call(serde_json::json!(p))?;
+        let page = call(serde_json::to_value(p).expect("params serialize"))?;
         serde_json::from_value::<InboxPage>(page)
             .map_err(|e| Error::Transport(format!("inbox/list answered {e}")))
     });

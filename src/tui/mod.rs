@@ -24,7 +24,7 @@ use crate::wire::event_text::{Asked, escaped_count, show_whole, whole_of};
 use crate::wire::request::{ApprovalListParams, NoParams, RespondParams, SubscribeParams};
 use crate::wire::{Call, Decision, Handling};
 use crossbeam_channel::{self as chan, select};
-use serde_json::{Value, json};
+use serde_json::Value;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -314,7 +314,10 @@ fn handle_key(
         Key::Ctrl('c') => return true,
         Key::Ctrl('d') if view.editor.buf.is_empty() => return true,
         Key::Ctrl('l') => {}
-        Key::Esc => match ctl.call::<Handled>(Call::TurnCancel, json!({})) {
+        Key::Esc => match ctl.call::<Handled>(
+            Call::TurnCancel,
+            crate::wire::request::TurnCancelParams::default(),
+        ) {
             Ok(r) if r.status == Handling::Cancelling || r.status == Handling::Cancelled => view
                 .push(
                     Role::System,
@@ -526,7 +529,12 @@ fn local_line(line: &str, view: &mut View, ctl: &mut Control) {
     }
     // The instance records the line as local.input; the view shows it
     // from the event stream like everything else.
-    match ctl.call::<Handled>(Call::TurnLocal, json!({"text": line})) {
+    match ctl.call::<Handled>(
+        Call::TurnLocal,
+        crate::wire::request::LocalParams {
+            text: line.to_string(),
+        },
+    ) {
         Ok(r) if r.status == Handling::Accepted || r.status == Handling::Noted => {}
         Ok(r) => view.push(
             Role::Refusal,
@@ -566,7 +574,12 @@ fn send_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Sen
     };
     let message = message.trim();
     view.push(Role::Local, format!("/send {target} {message}"));
-    let params = json!({"target": target, "body": message});
+    let params = crate::wire::request::RelayParams {
+        body: message.to_string(),
+        target: Some(target.to_string()),
+        ..Default::default()
+    };
+    let params = serde_json::to_value(params).expect("strings serialize");
     ctl.on_worker(work, Call::RelaySend, params, |r| match r {
         // The outcome arrives as relay.sent, with the candidates of a
         // `no_target`.
@@ -594,7 +607,7 @@ fn requeue_or_discard(cmd: &str, call: Call, rest: &str, view: &mut View, ctl: &
     if rest.is_empty() {
         return view.push(Role::Refusal, format!("usage: {cmd} ID"));
     }
-    match ctl.call::<Handled>(call, json!({"message_id": rest})) {
+    match ctl.call::<Handled>(call, crate::wire::request::TaskParams::new(rest)) {
         Ok(r) => {
             let done = r.status == Handling::Requeued || r.status == Handling::Discarded;
             let role = if done { Role::System } else { Role::Refusal };

@@ -11,7 +11,7 @@ use crate::client::ClientError;
 use crate::wire::Outcome;
 use crate::wire::answer::{Claimed, ClaimedTask, CompleteParams, Handled, Queue};
 use crate::wire::{self, ClaimStatus, Handling, Mode};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::fmt::Display;
 
 /// One call to the view's instance: method, params, result or why not.
@@ -26,7 +26,10 @@ fn read<R: serde::de::DeserializeOwned, E: Display>(r: Result<Value, E>) -> Resu
 /// `/claim`: the next task, shown with its sender and body, and how to
 /// answer it.
 pub fn claim<E: Display>(view: &mut View, call: Call<E>) {
-    let r: Claimed = match read(call(wire::Call::InboxClaim, json!({}))) {
+    let r: Claimed = match read(call(
+        wire::Call::InboxClaim,
+        Value::Object(serde_json::Map::new()),
+    )) {
         Ok(r) => r,
         Err(e) => return view.push(Role::Refusal, e.to_string()),
     };
