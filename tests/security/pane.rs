@@ -239,7 +239,11 @@ fn a_pane_that_runs_a_shell_is_not_typed_into_until_an_agent_runs_there() {
     }
     let env = Env::new();
     let mut tmux = Tmux::new(&env);
-    tmux.start_program("bash --norc --noprofile -i");
+    // `exec`: bash is the pane's program whatever the login shell tmux
+    // runs it with. Under dash's `sh -c`, which forks, an interactive
+    // bash that execs the agent gives the terminal back to dash's process
+    // group first, and the agent is then rightly not in front.
+    tmux.start_program("exec bash --norc --noprofile -i");
     wait_command(&tmux, "bash");
     let s = serve(&env, &tmux, &[], &[]);
     let spool = s.spool();
@@ -301,7 +305,7 @@ fn a_shell_renamed_as_an_agent_is_still_a_shell() {
     }
     let env = Env::new();
     let mut tmux = Tmux::new(&env);
-    tmux.start_program("bash -c 'exec -a claude bash --norc --noprofile -i'");
+    tmux.start_program("exec bash -c 'exec -a claude bash --norc --noprofile -i'");
     wait_command(&tmux, "claude");
     let _s = serve(&env, &tmux, &[], &[]);
     let pwned = env.root.join("PWNED");
