@@ -845,7 +845,7 @@ fn check_send_params(p: &Map<String, Value>) {
             bad.push(k.into());
         }
     }
-    let got = SendRequest::from_params(p);
+    let got = SendRequest::read(p).map_err(baton::server::RpcError::from);
     match got {
         Ok(req) => {
             assert!(
@@ -1128,7 +1128,7 @@ fn fuzz_wire_parsers_in_process() {
             gen_send_params(&mut r, instance)
         };
         case_with(
-            "SendRequest::from_params",
+            "SendRequest::read",
             || Value::Object(p.clone()).to_string().into_bytes(),
             || check_send_params(&p),
         );

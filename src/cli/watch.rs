@@ -127,14 +127,15 @@ pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
     // live event.
     let _ = stream.write_all(&crate::client::request(REPLAYED, Method::Ping, NoParams {}));
     for msg in rx.iter() {
-        if msg.get("id").and_then(Value::as_str) == Some(REPLAYED) {
+        let m = crate::wire::Message::of(&msg);
+        if m.id.as_ref().and_then(Value::as_str) == Some(REPLAYED) {
             break;
         }
         let Some(ev) = Event::of_notification(&msg) else {
             continue;
         };
         if ev.seq <= last && filter.keeps(&ev, last) {
-            print(args, &clock, &msg["params"], &ev);
+            print(args, &clock, &m.params, &ev);
         }
         if ev.seq >= last {
             break;
@@ -264,12 +265,13 @@ fn follow(
                     eprintln!("baton: the instance closed the connection");
                     return Ok(ExitCode::Ok);
                 };
-                match msg.get("method").and_then(Value::as_str) {
+                let msg = crate::wire::Message::of(&msg);
+                match msg.method.as_deref() {
                     Some("event") => {
-                        let ev = Event::read(&msg["params"]);
+                        let ev = Event::read(&msg.params);
                         // A recorded event passes `log`'s filter; a live one always does.
                         if replay.is_none_or(|(last, f)| ev.seq > last || f.keeps(&ev, last)) {
-                            print(args, clock, &msg["params"], &ev);
+                            print(args, clock, &msg.params, &ev);
                         }
                         let resolved = [EventKind::ApprovalResolved, EventKind::PermissionResolved];
                         if approve && ev.kind.is_some_and(|k| resolved.contains(&k)) {
@@ -277,12 +279,12 @@ fn follow(
                         }
                     }
                     Some("approval/request") if approve => {
-                        let req = Asked::read(&msg["params"]);
+                        let req = Asked::read(&msg.params);
                         let whole = asking.map_or(Err(String::new()), |(c, p)| {
                             super::approvals::fetch_whole(c, p, &req)
                         });
                         eprint!("{}", approve::describe(&req, Some(&whole)));
-                        let w = Waiting::of(msg["id"].clone(), req, whole);
+                        let w = Waiting::of(msg.id.unwrap_or(Value::Null), req, whole);
                         match approvals.request(w) {
                             Some(d) => decide(&mut stream, &d, " (an answer read before)")?,
                             None => prompt(&approvals),

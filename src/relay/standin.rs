@@ -94,7 +94,7 @@ fn answer(
             params
                 .entry("target_instance_id")
                 .or_insert_with(|| Value::String(String::new()));
-            match SendRequest::from_params(&params) {
+            match SendRequest::read(&params).map_err(server::RpcError::from) {
                 Ok(req) => wire::result_line(id, &send(config, dir, target, key, &req, original)),
                 Err(e) => e.line(id),
             }

@@ -8,7 +8,7 @@ use super::deliver::deliver;
 use super::out::{Out, Writer, answer_then_flush, write_line};
 use super::peer::Peer;
 use super::request::{self, SendRequest};
-use super::{Event, INIT_TIMEOUT, RpcError, Shared, invalid_params, opt, zcoder};
+use super::{Event, INIT_TIMEOUT, RpcError, Shared, invalid_params, zcoder};
 use crate::spool::events::{self, Subscription};
 use crate::sys;
 use crate::wire::access::{BridgeKey, Caller, Door};
@@ -366,7 +366,7 @@ fn dispatch(s: &Session, method: Method, params: Map<String, Value>) -> Result<V
             }))
         }
         Method::MessageSend => {
-            let req = SendRequest::from_params(&params)?;
+            let req = SendRequest::read(&params)?;
             Ok(to_value(deliver(shared, req, None, peer, "jsonrpc")?))
         }
         // Every other method needs the agent's state: the foreground
@@ -429,9 +429,10 @@ const KEY_LABEL: &str = "a label of 1 to 64 letters, digits and -_.@";
 /// (deliver.rs); the foreground then answers it about, or lets it cancel,
 /// its own tasks only.
 fn verify_asker(shared: &Shared, params: &Map<String, Value>, peer: &Peer) -> Result<(), RpcError> {
-    let id = opt(params, "sender_instance_id", "an instance id", |v| {
-        v.as_str().filter(|id| crate::registry::valid_id(id))
-    })?;
+    let id =
+        crate::wire::request::Fields(params).opt("sender_instance_id", "an instance id", |v| {
+            v.as_str().filter(|id| crate::registry::valid_id(id))
+        })?;
     let Some(id) = id else { return Ok(()) };
     super::deliver::verify_instance(shared, id, peer)
         .map(|_| ())

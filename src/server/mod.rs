@@ -381,38 +381,3 @@ impl From<wire::request::BadParam> for RpcError {
 pub fn invalid_params(what: impl std::fmt::Display) -> RpcError {
     RpcError::new(wire::INVALID_PARAMS, format!("invalid params: {what}"))
 }
-
-/// Member `name` of `p` (the key is its last dotted part) as `read` takes
-/// it: `None` when absent or null; `want` names what `read` accepts.
-pub(crate) fn opt<'a, T>(
-    p: &'a Map<String, Value>,
-    name: &str,
-    want: &str,
-    read: impl FnOnce(&'a Value) -> Option<T>,
-) -> Result<Option<T>, RpcError> {
-    match p.get(name.rsplit('.').next().unwrap_or(name)) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => read(v).map(Some).ok_or_else(|| bad_type(name, want)),
-    }
-}
-
-/// The same, for a member that must be there: a null is of the wrong type.
-fn need<'a, T>(
-    p: &'a Map<String, Value>,
-    name: &str,
-    want: &str,
-    read: impl FnOnce(&'a Value) -> Option<T>,
-) -> Result<T, RpcError> {
-    match p.get(name.rsplit('.').next().unwrap_or(name)) {
-        None => Err(missing(name)),
-        Some(v) => read(v).ok_or_else(|| bad_type(name, want)),
-    }
-}
-
-pub(crate) fn missing(field: &str) -> RpcError {
-    invalid_params(format!("{field} is missing"))
-}
-
-fn bad_type(field: &str, want: &str) -> RpcError {
-    invalid_params(format!("{field} must be {want}"))
-}

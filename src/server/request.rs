@@ -1,31 +1,17 @@
 //! What the fast path reads, the general path reads to the same
 //! `SendRequest`: a `message/send` request is read either straight from
 //! its line (`fast_send`, the common request on a busy connection) or from
-//! the parsed params (`SendRequest::from_params`), with only JSON types
+//! the parsed params (`SendRequest::read`, in wire), with only JSON types
 //! checked here; the values are `deliver`'s to judge. A zcoder `enqueue`
-//! is read to the same request (`SendRequest::from_zcoder`).
+//! is read to the same request (`from_zcoder`).
 
-use super::{RpcError, missing, need, opt};
+use super::RpcError;
 use crate::registry;
+use crate::wire::request::Fields;
+pub use crate::wire::request::SendRequest;
 use crate::wire::{Id, TaskMode};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-
-/// A `message/send` request with well-typed fields; values are not yet
-/// checked.
-#[derive(Debug, PartialEq)]
-pub struct SendRequest {
-    pub message_id: String,
-    pub target_instance_id: String,
-    pub body: String,
-    pub sender_instance_id: Option<String>,
-    pub sender_name: Option<String>,
-    pub sender_workspace: Option<String>,
-    /// `None` for a negative hop, a value error rather than a type error.
-    pub hop: Option<u64>,
-    pub in_reply_to: Option<String>,
-    pub mode: String,
-}
 
 /// A well-formed `message/send` request read straight into its fields,
 /// without building a JSON tree: the common request on a busy connection.
@@ -127,62 +113,28 @@ impl From<crate::wire::request::Invalid> for RpcError {
     }
 }
 
-/// Member `name` (its last dotted part the key), a string if there.
-fn get_str(p: &Map<String, Value>, name: &str) -> Result<Option<String>, RpcError> {
-    opt(p, name, "a string", |v| v.as_str().map(String::from))
-}
-
-/// The same, for a member that must be there (a null is missing).
-fn need_str(p: &Map<String, Value>, k: &str) -> Result<String, RpcError> {
-    get_str(p, k)?.ok_or_else(|| missing(k))
-}
-
-impl SendRequest {
-    pub fn from_params(p: &Map<String, Value>) -> Result<SendRequest, RpcError> {
-        let message_id = need_str(p, "message_id")?;
-        let target_instance_id = need_str(p, "target_instance_id")?;
-        let body = need_str(p, "body")?;
-        let sender = need(p, "sender", "an object", Value::as_object)?;
-        // A negative hop is a value error (`None`), not a type error.
-        let hop = opt(p, "hop", "an integer", |v| {
-            v.as_u64().map(Some).or_else(|| v.is_i64().then_some(None))
-        })?;
-        Ok(SendRequest {
-            message_id,
-            target_instance_id,
-            body,
-            sender_instance_id: get_str(sender, "sender.instance_id")?,
-            sender_name: get_str(sender, "sender.name")?,
-            sender_workspace: get_str(sender, "sender.workspace")?,
-            hop: hop.unwrap_or(Some(0)),
-            in_reply_to: get_str(p, "in_reply_to")?,
-            mode: get_str(p, "mode")?.unwrap_or_else(|| "queue".into()),
-        })
+/// A zcoder `enqueue` read as `message/send`'s request; `None` when a
+/// field has the wrong type.
+pub(super) fn from_zcoder(obj: &Map<String, Value>) -> Option<SendRequest> {
+    let f = Fields(obj);
+    let s = |k: &str| f.text(k).ok();
+    for k in ["sender_pid", "created_at"] {
+        f.opt(k, "an integer", Value::as_u64).ok()?;
     }
-
-    /// A zcoder `enqueue` read as `message/send`'s request; `None` when a
-    /// field has the wrong type.
-    pub(super) fn from_zcoder(obj: &Map<String, Value>) -> Option<SendRequest> {
-        let s = |k: &str| get_str(obj, k).ok();
-        for k in ["sender_pid", "created_at"] {
-            opt(obj, k, "an integer", Value::as_u64).ok()?;
-        }
-        let project = s("sender_project")?;
-        Some(SendRequest {
-            message_id: s("message_id")??,
-            target_instance_id: s("target_instance_id")??,
-            body: s("body")??,
-            // A plain command line's `cli-<pid>` names no instance: the
-            // sender is shown as plain, by its peer credentials.
-            sender_instance_id: s("sender_instance_id")?
-                .filter(|id| !registry::is_plain_sender_id(id)),
-            sender_name: project.map(|p| registry::default_name(std::path::Path::new(&p))),
-            sender_workspace: s("sender_workspace")?,
-            hop: Some(0),
-            in_reply_to: None,
-            mode: TaskMode::Queue.as_str().into(),
-        })
-    }
+    let project = s("sender_project")?;
+    Some(SendRequest {
+        message_id: s("message_id")??,
+        target_instance_id: s("target_instance_id")??,
+        body: s("body")??,
+        // A plain command line's `cli-<pid>` names no instance: the
+        // sender is shown as plain, by its peer credentials.
+        sender_instance_id: s("sender_instance_id")?.filter(|id| !registry::is_plain_sender_id(id)),
+        sender_name: project.map(|p| registry::default_name(std::path::Path::new(&p))),
+        sender_workspace: s("sender_workspace")?,
+        hop: Some(0),
+        in_reply_to: None,
+        mode: TaskMode::Queue.as_str().into(),
+    })
 }
 
 #[cfg(test)]
@@ -198,7 +150,7 @@ mod tests {
                 let Value::Object(p) = params else {
                     return None;
                 };
-                SendRequest::from_params(&p).ok().map(|r| (id, r))
+                SendRequest::read(&p).ok().map(|r| (id, r))
             }
             _ => None,
         }

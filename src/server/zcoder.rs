@@ -8,7 +8,6 @@ use super::Shared;
 use super::deliver::deliver;
 use super::out::{Writer, answer_then_flush, write_line};
 use super::peer::Peer;
-use super::request::SendRequest;
 use crate::base::status::Status;
 use crate::wire::Body;
 use crate::wire::body::Notice;
@@ -85,7 +84,7 @@ fn answer(shared: &Shared, obj: &Map<String, Value>, peer: &Peer) -> Vec<u8> {
             Some(None) => ack(Status::Invalid.as_str()),
         },
         Some("enqueue") => {
-            let Some(req) = SendRequest::from_zcoder(obj) else {
+            let Some(req) = super::request::from_zcoder(obj) else {
                 return ack(Status::Invalid.as_str());
             };
             // zcoder has no word for "not permitted" (nor "denied"): the

@@ -221,8 +221,9 @@ fn run_view(
                 Ok(msg) => {
                     // Take whatever else is waiting before drawing again.
                     for msg in std::iter::once(msg).chain(events.try_iter()) {
-                        if msg.get("method").and_then(Value::as_str) == Some("event") {
-                            view.apply_event(&msg["params"]);
+                        let msg = crate::wire::Message::of(&msg);
+                        if msg.is_event() {
+                            view.apply_event(&msg.params);
                         }
                     }
                     refresh_header(&mut ctl, &mut view);

@@ -378,6 +378,33 @@ impl From<Call> for Method {
     }
 }
 
+/// A line a server writes to a client, as the client reads it: an
+/// answer (its `id`), a notification (`method`, `params`: an `event`),
+/// or a request of the instance's own (`approval/request`, with `id`).
+/// A member that is not there, or not of its type, is `None`/null.
+#[derive(Clone, Debug, Default)]
+pub struct Message {
+    pub id: Option<Value>,
+    pub method: Option<String>,
+    pub params: Value,
+}
+
+impl Message {
+    /// The members of `v`, if it is an object.
+    pub fn of(v: &Value) -> Message {
+        Message {
+            id: v.get("id").cloned(),
+            method: v.get("method").and_then(Value::as_str).map(String::from),
+            params: v.get("params").cloned().unwrap_or(Value::Null),
+        }
+    }
+
+    /// Whether it is the notification of an event.
+    pub fn is_event(&self) -> bool {
+        self.method.as_deref() == Some("event")
+    }
+}
+
 /// One object read from a native connection, classified as docs/protocol.md §1 says.
 #[derive(Debug)]
 pub enum Incoming {

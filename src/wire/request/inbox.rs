@@ -273,3 +273,43 @@ mod tests {
         assert_eq!(page, want.to_string());
     }
 }
+
+/// A `message/send` request with well-typed fields, as the server reads
+/// its params (or its fast path its line, or a zcoder `enqueue`); values
+/// are not yet checked (`server::deliver` judges them).
+#[derive(Debug, PartialEq)]
+pub struct SendRequest {
+    pub message_id: String,
+    pub target_instance_id: String,
+    pub body: String,
+    pub sender_instance_id: Option<String>,
+    pub sender_name: Option<String>,
+    pub sender_workspace: Option<String>,
+    /// `None` for a negative hop, a value error rather than a type error.
+    pub hop: Option<u64>,
+    pub in_reply_to: Option<String>,
+    pub mode: String,
+}
+
+impl SendRequest {
+    /// `message/send`'s params, their JSON types checked.
+    pub fn read(p: &Map<String, Value>) -> Result<SendRequest, Invalid> {
+        let f = Fields(p);
+        let sender = Fields(f.need("sender", "an object", Value::as_object)?);
+        // A negative hop is a value error (`None`), not a type error.
+        let hop = f.opt("hop", "an integer", |v| {
+            v.as_u64().map(Some).or_else(|| v.is_i64().then_some(None))
+        })?;
+        Ok(SendRequest {
+            message_id: f.need_text("message_id")?,
+            target_instance_id: f.need_text("target_instance_id")?,
+            body: f.need_text("body")?,
+            sender_instance_id: sender.text("sender.instance_id")?,
+            sender_name: sender.text("sender.name")?,
+            sender_workspace: sender.text("sender.workspace")?,
+            hop: hop.unwrap_or(Some(0)),
+            in_reply_to: f.text("in_reply_to")?,
+            mode: f.text("mode")?.unwrap_or_else(|| "queue".into()),
+        })
+    }
+}

@@ -62,7 +62,7 @@ fn envelope(line: &[u8]) {
             one_line(&wire::result_line(&id, &Value::Null));
             if method == "message/send" {
                 if let Value::Object(p) = params {
-                    let _ = SendRequest::from_params(&p);
+                    let _ = SendRequest::read(&p);
                 }
             }
         }
@@ -74,7 +74,7 @@ fn send_params(input: &[u8]) {
     let Ok(Value::Object(p)) = serde_json::from_slice::<Value>(input) else {
         return;
     };
-    if let Err(e) = SendRequest::from_params(&p) {
+    if let Err(e) = SendRequest::read(&p).map_err(baton::server::RpcError::from) {
         assert_eq!(e.code, wire::INVALID_PARAMS);
         assert!(e.message.starts_with("invalid params: "));
     }
