@@ -10,7 +10,7 @@ use crate::util::{
 use serde_json::{Value, json};
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 /// A handler that records which task ran, in order, in `ran.txt`.
@@ -22,28 +22,36 @@ struct Watch {
     child: Child,
     out: PathBuf,
     err: PathBuf,
+    /// Kept open: at the end of its input, watch --approve exits once it
+    /// has answered what it read (issue 46).
+    _input: std::process::ChildStdin,
 }
 
 impl Watch {
-    /// Starts `baton watch TARGET --approve --since 1` with `answers` as
-    /// its whole stdin, and waits until it has subscribed (its replay
-    /// printed `instance.started`), so that every answer is read before
-    /// any request is sent to it.
+    /// Starts `baton watch TARGET --approve --since 1` with `answers`
+    /// written to its stdin, which stays open, and waits until it has
+    /// subscribed (its replay printed `instance.started`), so that every
+    /// answer is read before any request is sent to it.
     fn start(env: &Env, target: &str, answers: &str) -> Watch {
         let n = fs::read_dir(env.root.path()).map_or(0, |d| d.count());
-        let input = env.root.join(format!("answers-{n}.txt"));
-        fs::write(&input, answers).unwrap();
         let out = env.root.join(format!("watch-{n}.out"));
         let err = env.root.join(format!("watch-{n}.err"));
-        let child = env
+        let mut child = env
             .cmd()
             .args(["watch", target, "--approve", "--since", "1"])
-            .stdin(File::open(&input).unwrap())
+            .stdin(Stdio::piped())
             .stdout(File::create(&out).unwrap())
             .stderr(File::create(&err).unwrap())
             .spawn()
             .expect("spawn baton watch");
-        let w = Watch { child, out, err };
+        let mut input = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut input, answers.as_bytes()).unwrap();
+        let w = Watch {
+            child,
+            out,
+            err,
+            _input: input,
+        };
         wait_until("watch to subscribe", WAIT, || {
             w.stdout().contains("instance.started")
         });
@@ -284,4 +292,49 @@ fn approval_respond_names_the_client_and_its_pid() {
             .contains(&format!("r-1 deny by view (pid {})", std::process::id())),
         "{out:?}"
     );
+}
+
+/// Issue 46, point 3: `printf 'y\n' | baton watch NAME --approve`
+/// answered and then waited forever after its input ended, and with
+/// `</dev/null` it prompted and hung. Now it exits 0 at the end of its
+/// input once it has answered what it read, and at once when there is
+/// nothing to answer with.
+#[test]
+fn watch_approve_ends_with_its_input() {
+    let env = Env::new();
+    let inst = serve_asking(&env, "srv");
+    let mut c = inst.client();
+    for id in ["e-1", "e-2"] {
+        let r = call(&mut c, "message/send", inst.msg(id, "please"));
+        assert_eq!(r["status"], "accepted", "{r}");
+    }
+    // The head of the queue waits for an approval.
+    wait_event(&inst.spool(), "the approval asked", WAIT, |e| {
+        event_is(e, "approval.requested", "e-1")
+    });
+    let run = |stdin: Stdio| {
+        let mut child = env
+            .cmd()
+            .args(["watch", "srv", "--approve"])
+            .stdin(stdin)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let status = crate::util::wait_for("watch --approve to exit", WAIT, || {
+            child.try_wait().unwrap()
+        });
+        assert_eq!(status.code(), Some(0), "{status:?}");
+    };
+    // Nothing to answer with: it leaves the approvals waiting.
+    run(Stdio::null());
+    let answers = env.root.join("yes.txt");
+    fs::write(&answers, "y\n").unwrap();
+    run(Stdio::from(File::open(&answers).unwrap()));
+    // The one answer went to the one approval waiting; the next task
+    // then waits for one of its own.
+    assert_eq!(wait_receipt(&inst.spool(), "e-1")["outcome"], "done");
+    wait_event(&inst.spool(), "the next approval asked", WAIT, |e| {
+        event_is(e, "approval.requested", "e-2")
+    });
 }

@@ -134,6 +134,11 @@ pub struct Approvals {
 }
 
 impl Approvals {
+    /// Whether answers read before their requests still wait for them.
+    pub fn has_early(&self) -> bool {
+        !self.early.is_empty()
+    }
+
     /// A request arrived: an answer read before it decides it at once (one
     /// naming its id first, else the oldest without an id); otherwise it
     /// waits.

@@ -234,6 +234,10 @@ pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
 }
 
 /// Reads the operator's answers on a thread of its own.
+/// How long answers read before their requests wait for them once the
+/// input has ended.
+const EARLY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 fn read_stdin() -> Receiver<String> {
     let (tx, rx) = chan::unbounded::<String>();
     std::thread::spawn(move || {
@@ -258,7 +262,15 @@ fn follow(
     let approve = asking.is_some();
     let mut lines = if approve { read_stdin() } else { chan::never() };
     let mut approvals = Approvals::default();
+    // Once the input ended with answers that found no request yet: until
+    // when their requests may still come (an instance sends the waiting
+    // ones as a controller subscribes).
+    let mut ended = chan::never();
+    let mut input_open = approve;
     loop {
+        if approve && !input_open && !approvals.has_early() {
+            return Ok(ExitCode::Ok);
+        }
         select! {
             recv(rx) -> msg => {
                 let Ok(msg) = msg else {
@@ -293,9 +305,17 @@ fn follow(
                     _ => {}
                 }
             },
+            recv(ended) -> _ => {
+                eprintln!("baton: the input ended; an answer read found no approval to answer");
+                return Ok(ExitCode::Ok);
+            },
             recv(lines) -> line => {
                 let Ok(line) = line else {
+                    // The input ended: what it said is answered, or, for
+                    // answers read before their request, once it comes.
                     lines = chan::never();
+                    input_open = false;
+                    ended = chan::after(EARLY_WAIT);
                     continue;
                 };
                 let answer = match approve::parse_line(&line) {
