@@ -466,3 +466,26 @@ fn forget_at_a_terminal_asks_first() {
     assert!(screen.contains("again exited 0"), "{screen}");
     assert!(!spool.exists());
 }
+
+/// Issue 46: `inbox complete` without MESSAGE_ID completes the one task
+/// this agent holds (a pull agent holds one at a time), and says so when
+/// it holds none (it once said only `MESSAGE_ID is missing`).
+#[test]
+fn inbox_complete_alone_completes_the_one_task_held() {
+    let env = Env::new();
+    let ws = env.workspace("solo");
+    let _s = env.serve(&ws, &["--name", "solo"]);
+    let run = |args: &[&str]| env.run_with(&[], Some(&ws), args, None);
+    for id in ["h-1", "h-2"] {
+        let out = env.run(&["send", "solo", "work", "--message-id", id]);
+        assert_eq!(out.status, 0, "{out:?}");
+    }
+    let none = run(&["inbox", "complete"]);
+    usage(&none, "nothing held");
+    assert!(none.stderr.contains("solo holds no task"), "{none:?}");
+    assert_eq!(run(&["inbox", "claim"]).status, 0);
+    let one = run(&["inbox", "complete", "--json"]);
+    assert_eq!(one.status, 0, "{one:?}");
+    assert!(one.stdout.contains("\"message_id\":\"h-1\""), "{one:?}");
+    assert!(one.stdout.contains("\"status\":\"completed\""), "{one:?}");
+}

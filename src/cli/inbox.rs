@@ -77,6 +77,12 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
                 "requeue" => (Call::InboxRequeue, Handling::Requeued),
                 _ => (Call::InboxDiscard, Handling::Discarded),
             };
+            // `inbox complete` alone: no TARGET, no MESSAGE_ID.
+            let missing = args.positional.len() == 1;
+            let params = match action {
+                "complete" if missing => complete_params(args, &held(config, &peer)?)?,
+                _ => params,
+            };
             let (r, h) = target::call::<Handled>(config, &peer, call, params)?;
             if !json {
                 print_outcome(&h, action);
@@ -114,6 +120,11 @@ pub(super) fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a St
         return Ok((rest.first(), Value::Object(serde_json::Map::new())));
     }
     let Some((id, t)) = rest.split_last() else {
+        if action == "complete" {
+            // The one task the agent holds, found once the target is
+            // (`held`): an empty id says so.
+            return complete_params(args, "").map(|p| (None, p));
+        }
         return Err(Error::Usage(format!(
             "inbox {action}: MESSAGE_ID is missing"
         )));
@@ -125,6 +136,11 @@ pub(super) fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a St
             serde_json::to_value(params).expect("a string serializes"),
         ));
     }
+    complete_params(args, id).map(|p| (t.first(), p))
+}
+
+/// `inbox complete`'s params for task `id`.
+fn complete_params(args: &Args, id: &str) -> Result<Value> {
     let outcome = Said::spelled(args.value("outcome").unwrap_or("done"));
     let mut params = CompleteParams {
         reply: args.value("reply").map(str::to_string),
@@ -138,7 +154,32 @@ pub(super) fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a St
         }
         params.reply_to_reply = Some(true);
     }
-    Ok((t.first(), params.to_value()))
+    Ok(params.to_value())
+}
+
+/// `inbox complete` without MESSAGE_ID: the id of the one task `peer` is
+/// processing for its agent; an error names them when it holds none or
+/// several.
+fn held(config: &Config, peer: &registry::Peer) -> Result<String> {
+    let mut conn = target::connect(config, peer)?;
+    let all = list_all(&mut conn, peer)?;
+    let name = escape(&peer.manifest.name);
+    let ids: Vec<&str> = all
+        .processing
+        .iter()
+        .map(|t| t.message_id.as_str())
+        .collect();
+    match ids[..] {
+        [one] => Ok(one.to_string()),
+        [] => Err(Error::Usage(format!(
+            "inbox complete: {name} holds no task (none is processing); nothing to complete"
+        ))),
+        _ => Err(Error::Usage(format!(
+            "inbox complete: {name} holds {} tasks ({}): say which with MESSAGE_ID",
+            ids.len(),
+            ids.iter().map(|i| escape(i)).collect::<Vec<_>>().join(", ")
+        ))),
+    }
 }
 
 /// Every page of `inbox/list`, as one listing.

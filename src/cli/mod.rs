@@ -244,7 +244,7 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "inbox",
-        usage: "baton inbox list [--all] [TARGET] [--json] [--user NAME]\n       baton inbox claim [TARGET] [--json]\n       baton inbox wait [--timeout SECONDS] [TARGET] [--json]\n       baton inbox complete [TARGET] MESSAGE_ID [--outcome done|failed] [--reply TEXT [--reply-to-reply]] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
+        usage: "baton inbox list [--all] [TARGET] [--json] [--user NAME]\n       baton inbox claim [TARGET] [--json]\n       baton inbox wait [--timeout SECONDS] [TARGET] [--json]\n       baton inbox complete [[TARGET] MESSAGE_ID] [--outcome done|failed] [--reply TEXT [--reply-to-reply]] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
         summary: "see queued tasks, wait for one, claim the next one, complete it; requeue or discard interrupted ones",
         opts: &[
             JSON,
