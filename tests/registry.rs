@@ -8,13 +8,13 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::util::{Env, Output, Proc, Served, manifests, wait_manifest};
+use crate::util::{Env, Output, Proc, Served, Sleeper, manifests, wait_manifest};
 
 /// How long a `baton serve` that must refuse to start may take to exit.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -115,31 +115,6 @@ fn dead_pid() -> u32 {
     let pid = child.id();
     child.wait().unwrap();
     pid
-}
-
-/// A live process that is not a baton instance, killed when dropped.
-struct Sleeper(Child);
-
-impl Sleeper {
-    fn start() -> Sleeper {
-        Sleeper(
-            Command::new("sleep")
-                .arg("120")
-                .spawn()
-                .expect("spawn sleep"),
-        )
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for Sleeper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A well-formed manifest for `pid-nonce` in registry `reg`.

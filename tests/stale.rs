@@ -13,7 +13,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::util::Env;
+use crate::util::{Env, Sleeper};
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("test paths are UTF-8")
@@ -25,31 +25,6 @@ fn dead_pid() -> u32 {
     let pid = child.id();
     child.wait().unwrap();
     pid
-}
-
-/// A live process that is not a baton instance, killed when dropped.
-struct Sleeper(std::process::Child);
-
-impl Sleeper {
-    fn start() -> Sleeper {
-        Sleeper(
-            Command::new("sleep")
-                .arg("120")
-                .spawn()
-                .expect("spawn sleep"),
-        )
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for Sleeper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A private directory `root/<rel>` (mode 0700), canonical.

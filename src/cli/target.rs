@@ -155,17 +155,4 @@ pub fn call<R: DeserializeOwned>(
     Ok((v, r))
 }
 
-pub fn transport(peer: &Peer, e: ClientError) -> Error {
-    match e {
-        ClientError::TooManyConnections { .. } => Error::Transport(format!(
-            "{} refused the connection: too many connections",
-            escape(&peer.manifest.name)
-        )),
-        ClientError::Rpc { code, message } => Error::Refused(format!(
-            "{} answered error {code}: {}",
-            escape(&peer.manifest.name),
-            escape(&message)
-        )),
-        e => Error::Transport(format!("{peer}: {e}")),
-    }
-}
+pub use crate::relay::bridge::transport;

@@ -87,11 +87,10 @@ fn hello(peer: &Peer, key: Option<&str>) -> HelloParams {
     }
 }
 
-/// `message/send` to `peer` on a connection declared as the bridge of
-/// `key`: its result, or why there is none.
-pub fn send(config: &Config, peer: &Peer, key: Option<&str>, params: &Value) -> Result<SendResult> {
-    let socket = Path::new(&peer.manifest.socket);
-    let fail = |e: ClientError| match e {
+/// What a failed call to `peer` is to the one who asked: its refusal
+/// (an error answer), or a transport failure (the CLI's calls too).
+pub fn transport(peer: &Peer, e: ClientError) -> Error {
+    match e {
         ClientError::TooManyConnections { .. } => Error::Transport(format!(
             "{} refused the connection: too many connections",
             escape(&peer.manifest.name)
@@ -102,7 +101,14 @@ pub fn send(config: &Config, peer: &Peer, key: Option<&str>, params: &Value) -> 
             escape(&message)
         )),
         e => Error::Transport(format!("{peer}: {e}")),
-    };
+    }
+}
+
+/// `message/send` to `peer` on a connection declared as the bridge of
+/// `key`: its result, or why there is none.
+pub fn send(config: &Config, peer: &Peer, key: Option<&str>, params: &Value) -> Result<SendResult> {
+    let socket = Path::new(&peer.manifest.socket);
+    let fail = |e| transport(peer, e);
     let mut s = Session::connect(socket, config.io_timeout, &hello(peer, key)).map_err(fail)?;
     s.call(Method::MessageSend, params).map_err(fail)
 }

@@ -34,7 +34,7 @@ pub mod sshd;
 pub use client::RawClient;
 #[allow(unused_imports)]
 pub use process::{
-    Proc, Serve, Served, blocked, exited, exited_or_killed, finish, pid_alive, pid_exists,
+    Proc, Serve, Served, Sleeper, blocked, exited, exited_or_killed, finish, pid_alive, pid_exists,
     published, session, settled_threads, switches, threads, wait_gone, writing,
 };
 

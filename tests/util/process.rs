@@ -566,3 +566,30 @@ pub fn blocked(pid: u32) -> bool {
     });
     seen.unwrap_or_else(|| panic!("pid {pid} did not settle within 10 s"))
 }
+
+/// A live process that is not a baton instance, killed when dropped.
+#[allow(dead_code)]
+pub struct Sleeper(std::process::Child);
+
+#[allow(dead_code)]
+impl Sleeper {
+    pub fn start() -> Sleeper {
+        Sleeper(
+            std::process::Command::new("sleep")
+                .arg("120")
+                .spawn()
+                .expect("spawn sleep"),
+        )
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
