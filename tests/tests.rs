@@ -37,6 +37,7 @@ mod stopped;
 mod subscribers;
 mod tmux;
 mod tui;
+mod tui_operator;
 mod tui_work;
 mod turns;
 mod wait;

@@ -4,6 +4,7 @@
 //! the view is a client of the instance's socket (events, control,
 //! approvals, relay/send), so there is one view code path.
 
+mod approvals;
 mod editor;
 mod inbox;
 pub mod term;
@@ -19,9 +20,8 @@ use crate::front::embedded;
 use crate::instance::{self, ServeOptions};
 use crate::registry;
 use crate::text::sanitize::escape;
-use crate::wire::answer::{ApprovalList, ControlStatus, Handled, Paused};
-use crate::wire::event_text::{Asked, escaped_count, show_whole, whole_of};
-use crate::wire::request::{ApprovalListParams, NoParams, RespondParams, SubscribeParams};
+use crate::wire::answer::{ControlStatus, Handled, Paused};
+use crate::wire::request::{NoParams, SubscribeParams};
 use crate::wire::{Call, Decision, Handling};
 use crossbeam_channel::{self as chan, select};
 use serde_json::Value;
@@ -36,8 +36,10 @@ const HELP: &str = "commands:
   /agents                 this instance's relay status
   /agents pause|resume    refuse new tasks / accept them again
   /send TARGET MESSAGE    hand a task to another instance (id or name)
-  /approve [ID] /deny [ID]  answer a task waiting for approval (also y / n)
-  /body [ID]              the whole body of a task waiting for approval (also v)
+  /approve [APPROVAL_ID]  approve what waits for approval (also y; default: the oldest)
+  /deny [APPROVAL_ID]     deny it: it does not run (also n)
+  /body [APPROVAL_ID]     the whole body of what waits for approval (also v)
+  /cancel MESSAGE_ID      withdraw a queued task, or stop its running turn
   /claim                  take the next task (an instance without --exec)
   /reply TEXT             answer the task claimed last and complete it
   /complete [ID] [--failed]  complete a claimed task (default: the last)
@@ -227,7 +229,7 @@ fn run_view(
                         }
                     }
                     refresh_header(&mut ctl, &mut view);
-                    count_escaped(&mut ctl, &mut view, &mut read);
+                    approvals::count_escaped(&mut ctl, &mut view, &mut read);
                     tries = 0;
                 }
                 Err(_) => {
@@ -237,7 +239,7 @@ fn run_view(
             },
             recv(again) -> _ => {
                 tries += 1;
-                count_escaped(&mut ctl, &mut view, &mut read);
+                approvals::count_escaped(&mut ctl, &mut view, &mut read);
             },
             recv(work) -> w => {
                 for (role, text) in w.unwrap_or_default() {
@@ -283,7 +285,7 @@ fn handle_key(
             return submit(line.trim(), view, ctl, work);
         }
         Key::Char(c @ ('y' | 'n')) if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
-            decide(
+            approvals::decide(
                 view,
                 ctl,
                 "",
@@ -295,7 +297,7 @@ fn handle_key(
             );
         }
         Key::Char('v') if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
-            show_body(view, ctl, "")
+            approvals::show_body(view, ctl, "")
         }
         Key::Char('\t') => view.editor.insert(' '),
         Key::Char(c) => view.editor.insert(c),
@@ -351,112 +353,6 @@ fn ask_again(
     }
 }
 
-/// The whole of what each approval that waits shows, read once from the
-/// instance (`approval/list`): how many of its characters are shown
-/// escaped, and its lines, for the prompt.
-fn count_escaped(ctl: &mut Control, view: &mut View, read: &mut HashSet<String>) {
-    if view.waiting.iter().all(|w| read.contains(&w.approval_id)) {
-        return;
-    }
-    let Ok(list) = ctl.call::<ApprovalList>(Call::ApprovalList, full_list(None)) else {
-        return;
-    };
-    let listed: Vec<Asked> = list.approvals.iter().map(Asked::read).collect();
-    for w in view.waiting.iter_mut() {
-        if read.contains(&w.approval_id) {
-            continue;
-        }
-        let a = listed.iter().find(|a| {
-            a.approval_id.as_deref() == Some(&w.approval_id) && a.digest == w.digest.as_str()
-        });
-        // Read once it was: one not listed yet is asked about again.
-        if let Some(Ok(text)) = a.map(whole_of) {
-            w.escaped = Some(escaped_count(&text));
-            w.lines = Some(text.lines().count() as u64);
-            read.insert(w.approval_id.clone());
-        }
-    }
-}
-
-/// `approval/list`'s params for the whole of what waits (`only` that one).
-fn full_list(only: Option<String>) -> ApprovalListParams {
-    ApprovalListParams {
-        approval_id: only,
-        full: Some(true),
-    }
-}
-
-/// The waiting approval `id` names (a task's or a tool call's id as
-/// shown, or the approval's own; empty: the oldest).
-fn waiting_as(view: &View, id: &str) -> std::result::Result<view::Waiting, String> {
-    let found = match id {
-        "" => view.waiting.first(),
-        id => (view.waiting.iter())
-            .find(|w| w.approval_id == id)
-            .or_else(|| view.waiting.iter().find(|w| w.id == id)),
-    };
-    match (found, id) {
-        (Some(w), _) => Ok(w.clone()),
-        (None, "") => Err("no task is waiting for approval".into()),
-        (None, id) => Err(format!("nothing waits for approval as {}", escape(id))),
-    }
-}
-
-/// `v` and `/body [ID]`: the whole of what an approval that waits shows,
-/// as the instance has it now and only as its request showed it (the
-/// same digest), escaped, each line behind `| `.
-fn show_body(view: &mut View, ctl: &mut Control, id: &str) {
-    let w = match waiting_as(view, id) {
-        Ok(w) => w,
-        Err(why) => return view.push(Role::Refusal, why),
-    };
-    let params = full_list(Some(w.approval_id.clone()));
-    let listed = match ctl.call::<ApprovalList>(Call::ApprovalList, params) {
-        Ok(l) => l.approvals.iter().map(Asked::read).next(),
-        Err(e) => return view.push(Role::Refusal, e.to_string()),
-    };
-    match listed {
-        Some(a) if a.digest == w.digest.as_str() => {
-            let text = show_whole(&a, &whole_of(&a));
-            view.push(Role::System, text.trim().to_string());
-        }
-        Some(_) => view.push(Role::Refusal, "it waits with other text now"),
-        None => view.push(Role::Refusal, "it no longer waits"),
-    }
-}
-
-/// Answers the approval that waits for `id` (a task's or a tool call's
-/// id as shown, or the approval's own; empty: the oldest) by the
-/// approval's id and the digest of what was shown. Once answered, it no
-/// longer waits here, whatever the answer: a refusal means this view
-/// cannot answer it.
-fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: Decision) {
-    let w = match waiting_as(view, id) {
-        Ok(w) => w,
-        // Nothing to answer is no refusal.
-        Err(why) if id.is_empty() => return view.push(Role::System, why),
-        Err(why) => return view.push(Role::Refusal, why),
-    };
-    let answer = RespondParams {
-        approval_id: w.approval_id.clone(),
-        by: Some("view".into()),
-        decision: decision.into(),
-        digest: Value::String(w.digest.clone()),
-    };
-    let r = ctl.call::<Handled>(Call::ApprovalRespond, answer);
-    if r.is_ok() {
-        view.waiting.retain(|x| x.approval_id != w.approval_id);
-    }
-    match r {
-        Ok(r) if r.status == Handling::Approved || r.status == Handling::Denied => {}
-        Ok(r) => view.push(
-            Role::Refusal,
-            format!("{}: {}", r.status, r.reason.unwrap_or_default()),
-        ),
-        Err(e) => view.push(Role::Refusal, e.to_string()),
-    }
-}
-
 /// Runs a typed line; true means quit.
 fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Lines>) -> bool {
     view.scroll = 0;
@@ -502,9 +398,10 @@ fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Li
         }
         "/agents" => agents_command(rest, view, ctl),
         "/send" => send_command(rest, view, ctl, work),
-        "/approve" => decide(view, ctl, rest, Decision::Approve),
-        "/body" => show_body(view, ctl, rest),
-        "/deny" => decide(view, ctl, rest, Decision::Deny),
+        "/approve" => approvals::decide(view, ctl, rest, Decision::Approve),
+        "/body" => approvals::show_body(view, ctl, rest),
+        "/cancel" => cancel_command(rest, view, ctl),
+        "/deny" => approvals::decide(view, ctl, rest, Decision::Deny),
         "/inbox" => match inbox_listing(&mut |params| ctl.call(Call::InboxList, params)) {
             Ok(text) => view.push(Role::System, text),
             Err(e) => view.push(Role::Refusal, e.to_string()),
@@ -601,6 +498,37 @@ fn reply_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Se
     ctl.on_worker(work, Call::InboxComplete, params.to_value(), move |r| {
         work::reply_outcome(&id, r)
     });
+}
+
+/// `/cancel MESSAGE_ID`: withdraws a task queued here, or stops its
+/// turn (`task/cancel`), as `baton cancel` does, said in its words.
+fn cancel_command(rest: &str, view: &mut View, ctl: &mut Control) {
+    let id = match rest.split_whitespace().collect::<Vec<_>>()[..] {
+        [id] => id.to_string(),
+        [] => return view.push(Role::Refusal, "usage: /cancel MESSAGE_ID"),
+        [_, extra, ..] => {
+            let why = format!("/cancel: unexpected argument {extra}: use /cancel MESSAGE_ID");
+            return view.push(Role::Refusal, why);
+        }
+    };
+    let params = crate::wire::request::TaskParams::new(&id);
+    let h = match ctl.call::<Handled>(Call::TaskCancel, params) {
+        Ok(h) => h,
+        Err(e) => return view.push(Role::Refusal, e.to_string()),
+    };
+    let name = &view.header.name;
+    if h.status != Handling::Cancelled {
+        let why = h.reason.unwrap_or_default();
+        let said = format!("cannot cancel {id} at {name}: {}: {why}", h.status);
+        return view.push(Role::Refusal, said);
+    }
+    let how = match h.was.as_deref() {
+        Some("running") => "its turn is stopped: SIGTERM to its handler's process group",
+        Some("open") => "its open turn ended",
+        _ => "withdrawn from the queue",
+    };
+    let said = format!("cancelled {id} at {name} ({how})");
+    view.push(Role::System, said);
 }
 
 /// `/requeue ID` and `/discard ID`.

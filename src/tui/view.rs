@@ -16,6 +16,9 @@ use serde_json::Value;
 /// the approvals that follow them.
 const REMEMBERED: usize = 256;
 
+/// The approvals that wait listed one a line; the rest are counted.
+const LISTED: usize = 5;
+
 /// The transcript keeps at most this many entries in memory.
 pub const MAX_ENTRIES: usize = 5000;
 
@@ -110,7 +113,11 @@ impl View {
             Some(EventKind::ApprovalResolved | EventKind::PermissionResolved) => {
                 self.waiting.retain(|w| w.approval_id != approval_id)
             }
-            Some(EventKind::TaskDenied) => self.waiting.retain(|w| w.tool.is_some() || w.id != id),
+            // A task cancelled (or set aside) while it waited ends without
+            // an answer to its approval.
+            Some(EventKind::TaskDenied | EventKind::TaskEnded) => {
+                self.waiting.retain(|w| w.tool.is_some() || w.id != id)
+            }
             // What waited ended with the last run; it asks again.
             Some(EventKind::InstanceStarted) => self.waiting.clear(),
             Some(EventKind::TaskClaimed) if !self.open.iter().any(|o| o.id == id) => {
@@ -242,6 +249,42 @@ impl View {
         out
     }
 
+    /// The approvals that wait, above the status line, in at most `room`
+    /// lines (none below 2): a heading, then one line each, oldest first
+    /// (at most `LISTED`): the approval's id, who sent or asked, and the
+    /// first line of what it shows, escaped.
+    fn waiting_lines(&self, width: usize, room: usize) -> Vec<Line> {
+        let n = self.waiting.len();
+        let room = room.min(LISTED + 1);
+        if n == 0 || room < 2 {
+            return Vec::new();
+        }
+        let heading = format!("waiting for approval ({n}): /approve ID, /deny ID, /body ID");
+        let mut out = vec![line(fit(&heading, width), Style::Prompt)];
+        // The last line says how many more when not all fit.
+        let slots = room - 1;
+        let shown = if n <= slots { n } else { slots - 1 };
+        for w in &self.waiting[..shown] {
+            let mut first = w.excerpt.lines().next().unwrap_or("").to_string();
+            if w.excerpt.lines().nth(1).is_some() || w.lines.is_some_and(|l| l > 1) {
+                first.push_str(" …");
+            }
+            let text = match &w.tool {
+                Some(tool) => format!(
+                    "  {}  tool {tool} asked by {}: {first}",
+                    w.approval_id, w.from
+                ),
+                None => format!("  {}  from {}: {first}", w.approval_id, w.from),
+            };
+            out.push(line(fit(&escape(&text), width), Style::Prompt));
+        }
+        if shown < n {
+            let more = format!("  and {} more", n - shown);
+            out.push(line(fit(&more, width), Style::Prompt));
+        }
+        out
+    }
+
     /// Lays the view out on a `cols` x `rows` screen. Below 3 rows only
     /// the input line is left; below 20 columns lines are just cut.
     pub fn render(&self, cols: u16, rows: u16) -> Frame {
@@ -250,7 +293,8 @@ impl View {
         let mut lines = Vec::with_capacity(rows);
         if rows >= 3 {
             lines.push(line(self.header_line(width), Style::Header));
-            let area = rows - 3;
+            let listed = self.waiting_lines(width, (rows - 3) / 2);
+            let area = rows - 3 - listed.len();
             let all = self.transcript_lines(width);
             let end = all
                 .len()
@@ -258,6 +302,7 @@ impl View {
             let start = end.saturating_sub(area);
             lines.extend_from_slice(&all[start..end]);
             lines.resize(1 + area, line(String::new(), Style::Normal));
+            lines.extend(listed);
             let scrolled = match self.scroll {
                 0 => String::new(),
                 n => format!("  (scrolled up {n} lines; PgDn)"),
