@@ -9,6 +9,7 @@ mod bridge;
 mod cancel;
 mod completions;
 mod control;
+mod hosts;
 mod inbox;
 mod inbox_wait;
 mod list;
@@ -48,7 +49,7 @@ const UTC: Opt = switch(
     "utc",
     "show times in UTC (default: local time, with the date when it is not today)",
 );
-const NO_MULTIPLEX: Opt = switch(
+pub(crate) const NO_MULTIPLEX: Opt = switch(
     "no-multiplex",
     "with --via 'ssh ...': open a connection of its own, not ssh's shared one",
 );
@@ -152,7 +153,7 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "list",
-        usage: "baton list [--json] [--all] [--offline] [--via CMD [--no-multiplex]] [--user NAME]",
+        usage: "baton list [--json] [--all] [--offline] [--user NAME]\n                [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "list live instances (name, pid, state, id, workspace)",
         opts: &[
             JSON,
@@ -164,12 +165,11 @@ pub const COMMANDS: &[Command] = &[
                 "offline",
                 "show known names that are not running, with their queued counts",
             ),
-            value(
-                "via",
-                "list the instances of another host through CMD (e.g. 'ssh host')",
-            ),
-            NO_MULTIPLEX,
             user::USER,
+            hosts::VIA,
+            hosts::HOSTS,
+            hosts::HOST_TIMEOUT,
+            NO_MULTIPLEX,
             HELP,
         ],
         run: list::run,
