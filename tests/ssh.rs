@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+mod hosts;
 mod sshd;
 mod via;
 

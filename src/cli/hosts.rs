@@ -8,7 +8,7 @@
 use super::args::{Args, Opt, value};
 use super::emit;
 use crate::base::config::Config;
-use crate::base::error::{ExitCode, Result};
+use crate::base::error::{Error, ExitCode, Result};
 use crate::relay::hosts::{self, Host};
 use crate::text::sanitize::escape;
 use serde_json::Value;
@@ -26,7 +26,6 @@ pub const HOST_TIMEOUT: Opt = value(
     "host-timeout",
     "give up on a host after this many seconds (default 10)",
 );
-
 
 /// The hosts a command was asked to reach, and how.
 pub struct Fleet {
@@ -213,6 +212,100 @@ pub fn relay(fleet: &Fleet, config: &Config, cmd: &[&str], args: &Args) -> Resul
     } else {
         for (h, v) in answers {
             super::emit_json(&with_host(&h, v));
+        }
+    }
+    Ok(asked.status())
+}
+
+/// The commands that take `--via`, `--hosts` and `--host-timeout`, but
+/// `list` (which lays out its own table) and `send` (one host, its own
+/// `--via`).
+pub const COMMANDS: [&str; 12] = [
+    "status",
+    "log",
+    "watch",
+    "inbox",
+    "result",
+    "approvals",
+    "approve",
+    "deny",
+    "cancel",
+    "pause",
+    "resume",
+    "doctor",
+];
+
+/// `cmd` run on the hosts its `--via` and `--hosts` name, when it names
+/// any: the exit status; None when it runs here.
+pub fn elsewhere(cmd: &str, args: &Args, config: &Config) -> Result<Option<ExitCode>> {
+    if !COMMANDS.contains(&cmd) {
+        return Ok(None);
+    }
+    let Some(fleet) = Fleet::of(args, cmd)? else {
+        return Ok(None);
+    };
+    let usage = |what: &str| Err(Error::Usage(format!("{cmd}: {what}")));
+    match cmd {
+        "inbox" if args.positional.first().map(String::as_str) != Some("list") => {
+            usage("--via and --hosts go with inbox list only")
+        }
+        "watch" if args.flag("approve") => usage(
+            "--approve answers one instance's requests: run it on that host (ssh HOST baton watch --approve)",
+        ),
+        "watch" => watch(&fleet, config, args).map(Some),
+        // The positionals go after `--`, `inbox`'s `list` with them.
+        _ => relay(&fleet, config, &[cmd], args).map(Some),
+    }
+}
+
+/// `watch` on several hosts: their events merged as they come, each line
+/// after its host's name (with `--json`, `"host"` in each event); it ends
+/// when every host's watch has ended.
+fn watch(fleet: &Fleet, config: &Config, args: &Args) -> Result<ExitCode> {
+    let json = args.flag("json");
+    let words = words(&["watch"], args, json);
+    let rx = hosts::stream(&fleet.hosts, config, &words, fleet.multiplex);
+    let width = fleet
+        .hosts
+        .iter()
+        .map(|h| h.name.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut asked = Asked {
+        answers: Vec::new(),
+        failed: false,
+    };
+    let mut left = fleet.hosts.len();
+    while left > 0 {
+        let Ok(got) = rx.recv() else { break };
+        match got {
+            hosts::Streamed::Line(at, line) => {
+                let host = &fleet.hosts[at];
+                let line = String::from_utf8_lossy(&line);
+                let line = line.trim_end_matches(['\n', '\r']);
+                match serde_json::from_str::<Value>(line) {
+                    Ok(v) if json => super::emit_json(&with_host(host, v)),
+                    _ => emit(&format!("{:<width$}  {line}\n", escape(&host.name))),
+                }
+            }
+            hosts::Streamed::Ended(at, end) => {
+                left -= 1;
+                let host = &fleet.hosts[at];
+                let name = escape(&host.name);
+                match end {
+                    Ok(r) => {
+                        if let Some(said) = &r.said {
+                            eprintln!("{name}: {said}");
+                        }
+                        asked.failed |= !matches!(r.code, 0 | 1 | 3 | 5);
+                        asked.answers.push((host.clone(), r.code, Vec::new()));
+                    }
+                    Err(why) => {
+                        asked.failed = true;
+                        eprintln!("{name}: {}", why.0);
+                    }
+                }
+            }
         }
     }
     Ok(asked.status())

@@ -184,6 +184,75 @@ pub fn ask(
     }
 }
 
+/// What a host streaming its answer (`watch`) gives: a line of its
+/// standard output, or its end.
+pub enum Streamed {
+    Line(usize, Vec<u8>),
+    Ended(usize, Answer),
+}
+
+/// Runs `VIA REMOTE ARGS...` on every host at once, for as long as each
+/// runs, and gives their lines as they come, each with its host's index,
+/// then each host's end (its exit status and last stderr line, with no
+/// output kept). A host's command is killed when its reader ends.
+pub fn stream(
+    hosts: &[Host],
+    config: &Config,
+    args: &[String],
+    multiplex: bool,
+) -> crossbeam_channel::Receiver<Streamed> {
+    let (tx, rx) = crossbeam_channel::bounded(64);
+    for (at, host) in hosts.iter().enumerate() {
+        let (host, config, args, tx) = (host.clone(), config.clone(), args.to_vec(), tx.clone());
+        std::thread::spawn(move || {
+            let words: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut v = match Via::spawn_quiet(&host.via, &config, &words, multiplex) {
+                Ok(v) => v,
+                Err(e) => {
+                    let _ = tx.send(Streamed::Ended(
+                        at,
+                        Err(Failure(format!("unreachable: {e}"))),
+                    ));
+                    return;
+                }
+            };
+            let (out, err) = v.pipes();
+            let err = std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(e) = err {
+                    let _ =
+                        std::io::Read::read_to_end(&mut std::io::Read::take(e, 1 << 20), &mut buf);
+                }
+                buf
+            });
+            if let Some(out) = out {
+                for line in std::io::BufRead::split(std::io::BufReader::new(out), b'\n') {
+                    let Ok(line) = line else { break };
+                    if tx.send(Streamed::Line(at, line)).is_err() {
+                        return;
+                    }
+                }
+            }
+            let code = v.exit_code(Instant::now() + Duration::from_secs(5));
+            let said = last_line(&err.join().unwrap_or_default());
+            let end = match code {
+                Some(255) => Err(Failure(format!(
+                    "unreachable: {}",
+                    said.unwrap_or_else(|| "ssh failed (exit status 255)".into())
+                ))),
+                Some(code) => Ok(Reply {
+                    code,
+                    out: Vec::new(),
+                    said,
+                }),
+                None => Err(Failure("did not exit".into())),
+            };
+            let _ = tx.send(Streamed::Ended(at, end));
+        });
+    }
+    rx
+}
+
 /// A duration as `--host-timeout` takes it: `10 s`, `0.5 s`.
 fn seconds(d: Duration) -> String {
     format!("{} s", d.as_secs_f64())

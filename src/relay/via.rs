@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The next line of `r` with its `\n`, holding at most one byte past
@@ -134,6 +134,12 @@ impl Via {
             .recv_deadline(until.max(Instant::now() + Duration::from_millis(100)))
             .ok();
         (out, err)
+    }
+
+    /// The command's stdout, and its stderr when kept, its stdin closed.
+    pub fn pipes(&mut self) -> (Option<ChildStdout>, Option<ChildStderr>) {
+        drop(self.child.stdin.take());
+        (self.child.stdout.take(), self.child.stderr.take())
     }
 
     /// Waits up to `until` for the command to exit; its status code.
