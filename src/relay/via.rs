@@ -1,7 +1,7 @@
 //! Running a command on another host (`--via 'ssh HOST'`): the command
 //! in a process group of its own (`Via`), ssh's connection sharing, the
 //! login-free lookup of baton there, a whole remote command read to its
-//! end (`run_to_end`, bounded in time and size) and a session with a
+//! end (`Via::read_to_end`, bounded in time and size) and a session with a
 //! remote instance through `baton bridge` there (`Remote`).
 
 use crate::base::config::Config;
@@ -257,9 +257,7 @@ fn failed(what: &str, code: Option<i32>) -> Error {
     }
 }
 
-/// The most a via command may write for one `run_to_end` (`list --via`:
-
-/// The most a via command may write for one `run_to_end` (`list --via`:
+/// The most a via command may write for one host's answer (`list --via`:
 /// the remote `baton list --json`, a few hundred bytes an instance), and
 /// in one line of a bridge session (`Remote`): past it, the command is
 /// stopped and the call fails (docs/decisions.md).
