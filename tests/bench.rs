@@ -18,6 +18,8 @@
 
 #[path = "bench/channel.rs"]
 mod channel;
+#[path = "bench/hosts.rs"]
+mod hosts;
 #[path = "bench/inbox_wait.rs"]
 mod inbox_wait;
 #[path = "bench/net.rs"]
@@ -1661,7 +1663,7 @@ fn main() {
     // Row 5 runs last: starting 500 instances leaves the machine busy for
     // a while (reaping, removing spools), which would weigh on the rows
     // after it. The table is printed in row order all the same.
-    let all: [(&str, RowFn); 12] = [
+    let all: [(&str, RowFn); 13] = [
         ("1", row_round_trip),
         ("2", row_durable),
         ("3", row_throughput),
@@ -1672,6 +1674,7 @@ fn main() {
         ("11", inbox_wait::row_inbox_wait),
         ("7", row_turns),
         ("8", row_ssh),
+        ("8e", hosts::row_hosts),
         ("5f", stale::row_stale_formats),
         ("5", row_list),
     ];

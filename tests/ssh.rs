@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+mod hosts;
 mod sshd;
 mod via;
 
@@ -257,7 +258,9 @@ fn list_via_names_an_item_it_cannot_read() {
     assert_eq!(out.status, 0, "{out:?}");
     let rows: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(rows.len(), 2, "{out:?}");
-    assert!(rows[1].starts_with("good  7"), "{out:?}");
+    // The via command's last word names its host (`:` here).
+    assert!(rows[0].starts_with("HOST  NAME"), "{out:?}");
+    assert!(rows[1].starts_with(":     good  7"), "{out:?}");
     assert_eq!(
         out.stderr,
         "baton: list: an item that cannot be read (invalid type: integer `5`, expected a string): {\"name\":5}\n"
@@ -287,18 +290,20 @@ fn list_via_shows_the_remote_instances() {
     assert_eq!(ids, [a.id.as_str(), b.id.as_str()], "{items:?}");
     assert_eq!(items[0]["name"], json!("alpha"));
     assert_eq!(items[0]["wire"], json!("jsonrpc"));
+    assert_eq!(items[0]["host"], json!("far.example"));
 
     let text = h.run(&["list", "--via", &h.via]);
     assert_eq!(text.status, 0, "{text:?}");
     let lines: Vec<&str> = text.stdout.lines().collect();
     assert_eq!(lines.len(), 3, "{text:?}");
-    assert!(lines[0].starts_with("NAME"), "{text:?}");
+    // A HOST column first: the via command's last word.
+    assert!(lines[0].starts_with("HOST         NAME"), "{text:?}");
     assert!(
-        lines[1].starts_with("alpha") && lines[1].contains(&a.id),
+        lines[1].starts_with("far.example  alpha") && lines[1].contains(&a.id),
         "{text:?}"
     );
     assert!(
-        lines[2].starts_with("beta") && lines[2].contains(&b.id),
+        lines[2].starts_with("far.example  beta") && lines[2].contains(&b.id),
         "{text:?}"
     );
     assert!(!text.stdout.contains(&near.id), "{text:?}");

@@ -85,7 +85,7 @@ pub struct Config {
     pub ttl: Option<Duration>,
     /// `BATON_REMOTE`: the command `--via` runs baton as on the other
     /// host, shell words inserted as given. None (unset): `--via` finds
-    /// baton there with a login-free lookup (`cli::bridge::LOOKUP`).
+    /// baton there with a login-free lookup (`relay::via::LOOKUP`).
     pub remote: Option<String>,
 }
 

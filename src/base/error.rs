@@ -23,6 +23,21 @@ pub enum ExitCode {
     WaitTimedOut = 5,
 }
 
+impl ExitCode {
+    /// The status a baton process exited with, as one of these; a status
+    /// baton never gives is a transport failure (something else failed).
+    pub fn from_code(code: i32) -> ExitCode {
+        match code {
+            0 => ExitCode::Ok,
+            1 => ExitCode::Refused,
+            2 => ExitCode::Usage,
+            3 => ExitCode::NoTarget,
+            5 => ExitCode::WaitTimedOut,
+            _ => ExitCode::Transport,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub enum Error {
     /// Bad arguments.

@@ -169,6 +169,13 @@ impl Args {
         }
     }
 
+    /// The options given, but those of `skip`, as words again (`--long`,
+    /// then its value), in order.
+    pub fn words_without(&self, skip: &[&str]) -> Vec<String> {
+        let given = self.given.iter().filter(|(l, _)| !skip.contains(l));
+        (given.flat_map(|(l, v)| std::iter::once(format!("--{l}")).chain(v.clone()))).collect()
+    }
+
     /// Every value given for a repeatable option, in order.
     pub fn values(&self, long: &str) -> Vec<String> {
         self.given

@@ -1,11 +1,13 @@
 //! `baton list` and `baton gc`: discovery, shown or cleaned.
 
 use super::args::Args;
+use super::hosts::{self, Fleet};
 use super::{emit, emit_json, target};
 use crate::base::config::Config;
 use crate::base::error::{Error, ExitCode, Result};
 use crate::client::request;
 use crate::registry;
+use crate::relay::hosts::Host;
 use crate::text::sanitize::escape;
 use crate::text::table;
 use crate::wire::Method;
@@ -16,16 +18,25 @@ use serde_json::Value;
 
 pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
     super::at_most(args, "list", 0)?;
-    let (items, here) = match args.value("via") {
-        Some(via) => (remote(args, config, via)?, false),
-        None => (local(args, config)?, true),
+    let Some(fleet) = Fleet::of(args, "list")? else {
+        let items = local(args, config)?;
+        match args.flag("json") {
+            true => emit_json(&Value::Array(items)),
+            false => print(args, &[(None, items)]),
+        }
+        return Ok(ExitCode::Ok);
     };
+    let (listed, status) = remote(args, config, &fleet);
     if args.flag("json") {
-        emit_json(&Value::Array(items));
+        let all = listed.into_iter().flat_map(|(h, items)| {
+            let h = h.expect("a host's");
+            items.into_iter().map(move |v| hosts::with_host(&h, v))
+        });
+        emit_json(&Value::Array(all.collect()));
     } else {
-        print(args, &items, here);
+        print(args, &listed);
     }
-    Ok(ExitCode::Ok)
+    Ok(status)
 }
 
 /// This host's `list --json` items: the live instances, with `--all` the
@@ -153,14 +164,21 @@ struct Item {
     operators: Vec<u32>,
 }
 
-/// `list`'s items as text; `here` when they are this host's, whose
-/// skipped entries `--all` shows too.
-fn print(args: &Args, items: &[Value], here: bool) {
+/// `list`'s items as text, each host's (`None` is this one, whose
+/// skipped entries `--all` shows too); with a `HOST` column when they are
+/// other hosts'.
+fn print(args: &Args, listed: &[Listed]) {
+    let here = listed.iter().all(|(h, _)| h.is_none());
     // An item this version cannot read (a remote's, say) is named and
     // left out, not shown as a blank row.
-    let items: Vec<Item> = (items.iter())
-        .filter_map(|v| match Item::deserialize(v) {
-            Ok(t) => Some(t),
+    let items: Vec<(String, Item)> = (listed.iter())
+        .flat_map(|(h, items)| items.iter().map(move |v| (h, v)))
+        .filter_map(|(h, v)| match Item::deserialize(v) {
+            Ok(t) => Some((
+                h.as_ref()
+                    .map_or(String::new(), |h| escape(&h.name).into_owned()),
+                t,
+            )),
             Err(e) => {
                 eprintln!(
                     "baton: list: an item that cannot be read ({e}): {}",
@@ -170,7 +188,7 @@ fn print(args: &Args, items: &[Value], here: bool) {
             }
         })
         .collect();
-    for t in items.iter().filter(|t| t.not_looked_at.is_some()) {
+    for (_, t) in items.iter().filter(|(_, t)| t.not_looked_at.is_some()) {
         let problem = t.problem.as_deref().unwrap_or("");
         eprintln!("baton: {}: {}", escape(&t.path), escape(problem));
     }
@@ -179,55 +197,34 @@ fn print(args: &Args, items: &[Value], here: bool) {
             eprintln!("baton: no known names are offline");
             return;
         }
-        let rows: Vec<[String; 4]> = items
-            .iter()
-            .map(|s| {
-                [
+        let rows: Vec<(String, [String; 4])> = (items.iter())
+            .map(|(h, s)| {
+                let row = [
                     escape(&s.name).into_owned(),
                     s.queued.to_string(),
                     if s.offline { "yes" } else { "no" }.to_string(),
                     escape(&s.workspace).into_owned(),
-                ]
+                ];
+                (h.clone(), row)
             })
             .collect();
         let head = ["NAME", "QUEUED", "OFFLINE_DELIVERY", "WORKSPACE"];
-        return emit(&table(head, &rows));
+        return emit(&with_hosts(here, head, &rows));
     }
-    let rows: Vec<[String; 6]> = items
-        .iter()
-        .filter(|t| t.problem.is_none())
-        .map(|t| {
-            // Who operates it, where an account other than its own does.
-            let state = escape(t.state.as_deref().unwrap_or("")).into_owned();
-            let state = match t.operators.as_slice() {
-                [] => state,
-                uids => format!(
-                    "{state}, operators {}",
-                    super::control::operators_said(uids)
-                ),
-            };
-            [
-                escape(&t.name).into_owned(),
-                t.pid.to_string(),
-                state,
-                escape(&t.instance_id).into_owned(),
-                escape(&t.wire).into_owned(),
-                escape(&t.workspace).into_owned(),
-            ]
-        })
+    let rows: Vec<(String, [String; 6])> = (items.iter())
+        .filter(|(_, t)| t.problem.is_none())
+        .map(|(h, t)| (h.clone(), row(t)))
         .collect();
     if rows.is_empty() && here {
         eprintln!("baton: no other live instances {}", registry::searched());
     } else if rows.is_empty() {
         eprintln!("baton: no live instances there");
     } else {
-        emit(&table(
-            ["NAME", "PID", "STATE", "ID", "WIRE", "WORKSPACE"],
-            &rows,
-        ));
+        let head = ["NAME", "PID", "STATE", "ID", "WIRE", "WORKSPACE"];
+        emit(&with_hosts(here, head, &rows));
     }
     if here && args.flag("all") {
-        for t in items.iter().filter(|t| t.not_looked_at.is_none()) {
+        for (_, t) in items.iter().filter(|(_, t)| t.not_looked_at.is_none()) {
             if let Some(problem) = &t.problem {
                 emit(&format!(
                     "skipped {}: {}\n",
@@ -236,6 +233,42 @@ fn print(args: &Args, items: &[Value], here: bool) {
                 ));
             }
         }
+    }
+}
+
+/// A live instance's row.
+fn row(t: &Item) -> [String; 6] {
+    // Who operates it, where an account other than its own does.
+    let state = escape(t.state.as_deref().unwrap_or("")).into_owned();
+    let state = match t.operators.as_slice() {
+        [] => state,
+        uids => format!(
+            "{state}, operators {}",
+            super::control::operators_said(uids)
+        ),
+    };
+    [
+        escape(&t.name).into_owned(),
+        t.pid.to_string(),
+        state,
+        escape(&t.instance_id).into_owned(),
+        escape(&t.wire).into_owned(),
+        escape(&t.workspace).into_owned(),
+    ]
+}
+
+/// The table of `rows`, with the `HOST` column unless they are `here`.
+fn with_hosts<const N: usize>(
+    here: bool,
+    head: [&str; N],
+    rows: &[(String, [String; N])],
+) -> String {
+    match here {
+        true => table(
+            head,
+            &rows.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>(),
+        ),
+        false => crate::text::table_with("HOST", head, rows),
     }
 }
 
@@ -267,12 +300,10 @@ pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
     Ok(ExitCode::Ok)
 }
 
-/// `list --via 'ssh host'`: the items of the remote `baton list --json`.
-fn remote(args: &Args, config: &Config, via: &str) -> Result<Vec<Value>> {
-    let asked = ["--all", "--offline"]
-        .into_iter()
-        .filter(|o| args.flag(&o[2..]));
-    let remote_args: Vec<&str> = ["list", "--json"].into_iter().chain(asked).collect();
+/// `list --via 'ssh host'`...: the items of each host's `baton list
+/// --json`, and the exit status.
+fn remote(args: &Args, config: &Config, fleet: &Fleet) -> (Vec<Listed>, ExitCode) {
+    let words = hosts::words(&["list"], args, true);
     // `initialize` and `ping` on stdin, which `baton list` ignores: a key
     // whose forced command is `baton bridge NAME` answers them instead,
     // and that one instance is what can be listed through it.
@@ -281,34 +312,33 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<Vec<Value>> {
         request(2, Method::Ping, NoParams {}),
     ]
     .concat();
-    let (code, out) = super::bridge::run_to_end(
-        via,
-        config,
-        &remote_args,
-        &probe,
-        !args.flag("no-multiplex"),
-    )?;
-    match serde_json::from_slice::<Vec<Value>>(&out) {
-        Ok(items) if code == Some(0) => Ok(items),
-        _ => match forced_bridge(&out) {
-            Some(item) => {
-                eprintln!(
-                    "baton: {} reaches only {}, through a forced command (baton bridge): the other instances there, if any, cannot be listed through it",
-                    escape(via),
-                    escape(&item.name)
-                );
-                Ok(vec![self::item(&item)])
-            }
-            None => {
-                let what = format!("{} baton list failed", escape(via));
-                Err(match code {
-                    Some(0) => Error::Transport(format!("{what}: its answer is not a list")),
-                    code => super::bridge::failed(&what, code),
-                })
-            }
-        },
+    let mut asked = fleet.ask(config, &words, &probe);
+    let mut listed = Vec::new();
+    for (host, code, out) in &asked.answers {
+        let name = escape(&host.name);
+        match serde_json::from_slice::<Vec<Value>>(out) {
+            Ok(items) if *code == 0 => listed.push((Some(host.clone()), items)),
+            _ => match forced_bridge(out) {
+                Some(item) => {
+                    eprintln!(
+                        "{name}: {} reaches only {}, through a forced command (baton bridge): the other instances there, if any, cannot be listed through it",
+                        escape(&host.via),
+                        escape(&item.name)
+                    );
+                    listed.push((Some(host.clone()), vec![self::item(&item)]));
+                }
+                // What went wrong there is said already.
+                None if *code != 0 => {}
+                None => eprintln!("{name}: its answer is not a list"),
+            },
+        }
     }
+    asked.failed |= listed.len() < asked.answers.len();
+    (listed, asked.status())
 }
+
+/// The items one host listed: `None` is this host.
+type Listed = (Option<Host>, Vec<Value>);
 
 /// The instance a forced `baton bridge NAME` answered the probe for, as a
 /// `list --json` item.

@@ -9,6 +9,7 @@ mod bridge;
 mod cancel;
 mod completions;
 mod control;
+mod hosts;
 mod inbox;
 mod inbox_wait;
 mod list;
@@ -48,7 +49,7 @@ const UTC: Opt = switch(
     "utc",
     "show times in UTC (default: local time, with the date when it is not today)",
 );
-const NO_MULTIPLEX: Opt = switch(
+pub(crate) const NO_MULTIPLEX: Opt = switch(
     "no-multiplex",
     "with --via 'ssh ...': open a connection of its own, not ssh's shared one",
 );
@@ -152,7 +153,7 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "list",
-        usage: "baton list [--json] [--all] [--offline] [--via CMD [--no-multiplex]] [--user NAME]",
+        usage: "baton list [--json] [--all] [--offline] [--user NAME]\n                [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "list live instances (name, pid, state, id, workspace)",
         opts: &[
             JSON,
@@ -164,12 +165,11 @@ pub const COMMANDS: &[Command] = &[
                 "offline",
                 "show known names that are not running, with their queued counts",
             ),
-            value(
-                "via",
-                "list the instances of another host through CMD (e.g. 'ssh host')",
-            ),
-            NO_MULTIPLEX,
             user::USER,
+            hosts::VIA,
+            hosts::HOSTS,
+            hosts::HOST_TIMEOUT,
+            NO_MULTIPLEX,
             HELP,
         ],
         run: list::run,
@@ -223,28 +223,28 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "status",
-        usage: "baton status [TARGET] [--json] [--user NAME]",
+        usage: "baton status [TARGET] [--json] [--user NAME]\n                    [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "show an instance's state, queue and spool",
-        opts: &[JSON, user::USER, HELP],
+        opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
         run: control::status,
     },
     Command {
         name: "pause",
-        usage: "baton pause [TARGET] [--json] [--user NAME]",
+        usage: "baton pause [TARGET] [--json] [--user NAME]\n                   [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "refuse new tasks (status paused); queued tasks are kept",
-        opts: &[JSON, user::USER, HELP],
+        opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
         run: |args, config| control::set_paused(args, config, "pause"),
     },
     Command {
         name: "resume",
-        usage: "baton resume [TARGET] [--json] [--user NAME]",
+        usage: "baton resume [TARGET] [--json] [--user NAME]\n                    [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "accept tasks again and continue the queue",
-        opts: &[JSON, user::USER, HELP],
+        opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
         run: |args, config| control::set_paused(args, config, "resume"),
     },
     Command {
         name: "inbox",
-        usage: "baton inbox list [--all] [TARGET] [--json] [--user NAME]\n       baton inbox claim [TARGET] [--json]\n       baton inbox wait [--timeout SECONDS] [TARGET] [--json]\n       baton inbox complete [[TARGET] MESSAGE_ID] [--outcome done|failed] [--reply TEXT [--reply-to-reply]] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
+        usage: "baton inbox list [--all] [TARGET] [--json] [--user NAME]\n                  [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]\n       baton inbox claim [TARGET] [--json]\n       baton inbox wait [--timeout SECONDS] [TARGET] [--json]\n       baton inbox complete [[TARGET] MESSAGE_ID] [--outcome done|failed] [--reply TEXT [--reply-to-reply]] [--json]\n       baton inbox requeue|discard [TARGET] MESSAGE_ID [--json]",
         summary: "see queued tasks, wait for one, claim the next one, complete it; requeue or discard interrupted ones",
         opts: &[
             JSON,
@@ -266,7 +266,7 @@ pub const COMMANDS: &[Command] = &[
                 "for list: also show the last 100 finished tasks, each with its outcome",
             ),
             user::USER,
-            HELP,
+            hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP,
         ],
         // `wait` is a command of its own, which reads the inbox as `list` does.
         run: |args, config| match args.positional.first().map(String::as_str) {
@@ -276,9 +276,9 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "cancel",
-        usage: "baton cancel [TARGET] MESSAGE_ID [--json] [--user NAME]",
+        usage: "baton cancel [TARGET] MESSAGE_ID [--json] [--user NAME]\n                    [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "withdraw a queued task or stop its running turn (outcome cancelled), a stopped agent's too",
-        opts: &[JSON, user::USER, HELP],
+        opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
         run: cancel::run,
     },
     Command {
@@ -322,7 +322,7 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "log",
-        usage: "baton log [TARGET] [--json] [--utc] [-n N] [--since WHEN] [--follow] [--user NAME]",
+        usage: "baton log [TARGET] [--json] [--utc] [-n N] [--since WHEN] [--follow] [--user NAME]\n                 [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "print an instance's transcript: every event it recorded",
         opts: &[
             JSON,
@@ -338,13 +338,13 @@ pub const COMMANDS: &[Command] = &[
             )
             .alias('f'),
             user::USER,
-            HELP,
+            hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP,
         ],
         run: watch::log,
     },
     Command {
         name: "watch",
-        usage: "baton watch [TARGET] [--json] [--utc] [--since SEQ] [--approve] [--user NAME]",
+        usage: "baton watch [TARGET] [--json] [--utc] [--since SEQ] [--approve] [--user NAME]\n                   [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "follow an instance's events live; --approve answers its approval requests",
         opts: &[
             JSON,
@@ -358,29 +358,29 @@ pub const COMMANDS: &[Command] = &[
                 "be a controller: answer each approval request on stdin with y or n (or y ID, n ID); v (or v ID) prints its whole body",
             ),
             user::USER,
-            HELP,
+            hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP,
         ],
         run: watch::watch,
     },
     Command {
         name: "approvals",
-        usage: "baton approvals [TARGET] [--json] [--full] [--user NAME]",
+        usage: "baton approvals [TARGET] [--json] [--full] [--user NAME]\n                       [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "list the approvals waiting at an instance: tasks, and tool calls MCP hosts ask about",
-        opts: &[JSON, switch("full", "print each whole body, escaped"), user::USER, HELP],
+        opts: &[JSON, switch("full", "print each whole body, escaped"), user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
         run: approvals::list,
     },
     Command {
         name: "approve",
-        usage: "baton approve [TARGET] APPROVAL_ID... [--json] [--user NAME]",
+        usage: "baton approve [TARGET] APPROVAL_ID... [--json] [--user NAME]\n                     [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "approve waiting approvals by id, as 'baton approvals' lists them",
-        opts: &[JSON, user::USER, HELP],
+        opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
         run: approvals::approve,
     },
     Command {
         name: "deny",
-        usage: "baton deny [TARGET] APPROVAL_ID... [--json] [--user NAME]",
+        usage: "baton deny [TARGET] APPROVAL_ID... [--json] [--user NAME]\n                  [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "deny waiting approvals by id, as 'baton approvals' lists them",
-        opts: &[JSON, user::USER, HELP],
+        opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
         run: approvals::deny,
     },
     Command {
@@ -588,6 +588,10 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
     } else {
         Config::from_env()?
     };
+    // On other hosts, `--user` goes with the command.
+    if let Some(code) = hosts::elsewhere(cmd.name, &args, &config)? {
+        return Ok(code);
+    }
     if let Some(key) = args.value("user") {
         user::enter(key, &config)?;
     }

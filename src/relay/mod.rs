@@ -4,15 +4,17 @@
 //! (`deliver`), offline delivery into a stopped agent's spool
 //! (`offline`), a stopped agent's stand-in on a pipe (`standin`, for
 //! `bridge --offline`) and what a bridge declares (`bridge`), wake sockets
-//! (`wake`). The CLI uses the same parts for
+//! (`wake`), and commands run on another host (`via`). The CLI uses the same parts for
 //! plain sends.
 
 pub mod bridge;
 mod deliver;
 mod guard;
+pub mod hosts;
 mod offline;
 mod result;
 mod standin;
+pub mod via;
 mod wake;
 
 pub use crate::registry::lookup::{KnownSpool, known_spools};

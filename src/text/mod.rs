@@ -9,25 +9,52 @@ pub mod sanitize;
 
 /// Left-aligned columns; the last column is not padded.
 pub fn table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
-    let mut all = vec![head.map(String::from)];
-    all.extend_from_slice(rows);
-    columns(&all).into_iter().map(|l| l + "\n").collect()
+    let head = head.map(String::from);
+    let all: Vec<&[String]> = std::iter::once(&head[..])
+        .chain(rows.iter().map(|r| &r[..]))
+        .collect();
+    lay(&all).into_iter().map(|l| l + "\n").collect()
+}
+
+/// `table` with a first column before the others (a `HOST`): `first`
+/// heads it, and each row is `(its cell, the other cells)`.
+pub fn table_with<const N: usize>(
+    first: &str,
+    head: [&str; N],
+    rows: &[(String, [String; N])],
+) -> String {
+    let head: Vec<String> = std::iter::once(first)
+        .chain(head)
+        .map(String::from)
+        .collect();
+    let rows: Vec<Vec<String>> = (rows.iter())
+        .map(|(c, r)| std::iter::once(c).chain(r).cloned().collect())
+        .collect();
+    let all: Vec<&[String]> = std::iter::once(&head[..])
+        .chain(rows.iter().map(|r| &r[..]))
+        .collect();
+    lay(&all).into_iter().map(|l| l + "\n").collect()
 }
 
 /// The lines of left-aligned columns, two spaces apart, without a
 /// header; the last column is not padded.
 pub fn columns<const N: usize>(rows: &[[String; N]]) -> Vec<String> {
-    let mut width = [0; N];
+    lay(&rows.iter().map(|r| &r[..]).collect::<Vec<_>>())
+}
+
+fn lay(rows: &[&[String]]) -> Vec<String> {
+    let n = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut width = vec![0; n];
     for r in rows {
         for (i, c) in r.iter().enumerate() {
             width[i] = width[i].max(c.chars().count());
         }
     }
-    let line = |cells: &[String; N]| {
+    let line = |cells: &&[String]| {
         let mut l = String::new();
         for (i, c) in cells.iter().enumerate() {
             l.push_str(c);
-            if i + 1 < N {
+            if i + 1 < n {
                 l.push_str(&" ".repeat(width[i] - c.chars().count() + 2));
             }
         }
