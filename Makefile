@@ -19,6 +19,10 @@ man7dir ?= $(mandir)/man7
 bashcompdir ?= $(datarootdir)/bash-completion/completions
 zshcompdir ?= $(datarootdir)/zsh/site-functions
 fishcompdir ?= $(datarootdir)/fish/vendor_completions.d
+# The hook scripts of docs/hooks.md (kept in docs/hooks/, the page shows
+# them whole): a Claude Code Stop hook and a loop for agents without hooks.
+pkgdatadir ?= $(datarootdir)/baton
+HOOKS = baton-stop-hook baton-agent-loop
 
 # The binary install copies: a packager who built it another way (its own
 # cargo invocation, a CARGO_TARGET_DIR) names it here and runs
@@ -100,17 +104,19 @@ check:
 	$(CARGO) test $(CARGOFLAGS)
 	CARGO="$(CARGO)" sh .ci/package-check
 
-# The program, its manual pages, and the completions the installed program
-# prints (so they complete the name it is installed as). See
-# docs/packaging.md.
+# The program, its manual pages, the completions the installed program
+# prints (so they complete the name it is installed as) and the hook
+# scripts. See docs/packaging.md.
 install: build
 	$(MAKE) install-only
 
 install-only:
 	test -x "$(RELEASE)" || { echo "install-only: no binary at $(RELEASE); run make build or set RELEASE" >&2; exit 1; }
 	install -d "$(DESTDIR)$(bindir)" "$(DESTDIR)$(man1dir)" "$(DESTDIR)$(man7dir)" \
-		"$(DESTDIR)$(bashcompdir)" "$(DESTDIR)$(zshcompdir)" "$(DESTDIR)$(fishcompdir)"
+		"$(DESTDIR)$(bashcompdir)" "$(DESTDIR)$(zshcompdir)" "$(DESTDIR)$(fishcompdir)" \
+		"$(DESTDIR)$(pkgdatadir)"
 	install -m 755 $(RELEASE) "$(DESTDIR)$(bindir)/$(BIN)"
+	for h in $(HOOKS); do install -m 755 "docs/hooks/$$h" "$(DESTDIR)$(pkgdatadir)/$$h" || exit 1; done
 	install -m 644 man/baton.1 "$(DESTDIR)$(man1dir)/$(BIN).1"
 	install -m 644 man/baton-protocol.7 "$(DESTDIR)$(man7dir)/baton-protocol.7"
 	"$(DESTDIR)$(bindir)/$(BIN)" completions bash > "$(DESTDIR)$(bashcompdir)/$(BIN)"
@@ -123,6 +129,7 @@ uninstall:
 	rm -f "$(DESTDIR)$(bindir)/$(BIN)" "$(DESTDIR)$(man1dir)/$(BIN).1" \
 		"$(DESTDIR)$(man7dir)/baton-protocol.7" "$(DESTDIR)$(bashcompdir)/$(BIN)" \
 		"$(DESTDIR)$(zshcompdir)/_$(BIN)" "$(DESTDIR)$(fishcompdir)/$(BIN).fish"
+	for h in $(HOOKS); do rm -f "$(DESTDIR)$(pkgdatadir)/$$h"; done
 
 VERSION = $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | sed -n 1p)
 DIST = baton-$(VERSION)

@@ -24,6 +24,7 @@ mod lifecycle;
 mod limits;
 mod log;
 mod mcp;
+mod newcomer;
 mod offline;
 mod outcomes;
 mod protocol;

@@ -95,6 +95,24 @@ pub fn follow<P, T>(
     }
 }
 
+/// What a sender that waits says on stderr once the receiver kept its
+/// task (`status` `accepted`, `duplicate` or `stored`):
+/// `accepted: message M to NAME; waiting for it to end`. A resend of a
+/// task kept already only waits again, which is a status, not an alarm:
+/// `already accepted as M by NAME; waiting for it to end`. Escaped.
+pub fn waiting_note(status: &str, message_id: &str, name: &str) -> String {
+    let (id, name) = (escape(message_id), escape(name));
+    match status.parse() {
+        Ok(Status::Duplicate) => {
+            format!("already accepted as {id} by {name}; waiting for it to end")
+        }
+        _ => format!(
+            "{}: message {id} to {name}; waiting for it to end",
+            escape(status)
+        ),
+    }
+}
+
 /// Sleeps for `d`, or until the deadline if that comes first: the wait
 /// between two looks at the registry, which has no event to wait for.
 pub fn pause(d: Duration, deadline: Option<Instant>) {
@@ -488,5 +506,26 @@ fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Opt
             Ok(None)
         }
         end => Ok(Some(Step::Done(end))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::waiting_note;
+
+    #[test]
+    fn a_resend_that_only_waits_again_reads_as_a_status() {
+        assert_eq!(
+            waiting_note("accepted", "m-1", "beta"),
+            "accepted: message m-1 to beta; waiting for it to end"
+        );
+        assert_eq!(
+            waiting_note("duplicate", "m-1", "beta"),
+            "already accepted as m-1 by beta; waiting for it to end"
+        );
+        assert_eq!(
+            waiting_note("duplicate", "m\u{1b}", "b\u{202e}"),
+            "already accepted as m\\e by b\\u{202e}; waiting for it to end"
+        );
     }
 }

@@ -316,17 +316,30 @@ impl Foreground {
         self.interrupt_turn(&inputs.turns);
         listeners.close();
         self.shared.spool.remove_if_ephemeral();
+        // An instance a front end started for itself (`baton mcp`, bare
+        // `baton`) is no address of its own choosing: a spool it never
+        // used goes with it (docs/decisions.md). `serve`'s name stays an
+        // address after its first start (docs/systemd.md).
+        let removed = self.opts.embedded.is_some()
+            && !self.opts.ephemeral_spool
+            && self.shared.spool.remove_if_unused();
         // The last line on the terminal says it stopped, never the
         // `serving` line of its start (a view's screen gives that back).
-        eprintln!("baton: {}", self.stopped_line());
+        eprintln!("baton: {}", self.stopped_line(removed));
     }
 
-    /// `NAME (ID) stopped`, with what its spool keeps for the next start.
-    fn stopped_line(&self) -> String {
+    /// `NAME (ID) stopped`, with what its spool keeps for the next start,
+    /// or that it went (`removed`: it never held a task).
+    fn stopped_line(&self, removed: bool) -> String {
         let name = crate::text::sanitize::escape(&self.origin.name);
         let id = &self.shared.instance_id;
         if self.opts.ephemeral {
             return format!("{name} ({id}) stopped; its spool is removed (--ephemeral)");
+        }
+        if removed {
+            return format!(
+                "{name} ({id}) stopped; its spool, which never held a task, is removed"
+            );
         }
         let c = self.shared.spool.counts();
         let waiting = c.queued + c.processing + c.interrupted;

@@ -2,8 +2,10 @@
 //! instance has; without TARGET, the instance of `$BATON_SOCKET`, else the
 //! one serving the current directory. A name (or, without TARGET, a
 //! workspace) no live instance has may be known from its spool's
-//! `meta.json`: a stopped agent's, the one verdict `Lookup::Stopped`. The
-//! CLI (`cli/target.rs`) and senders (`relay`) say what each answer means.
+//! `meta.json`: a stopped agent's, the one verdict `Lookup::Stopped`. A
+//! name no one has gets the nearest live and stopped names suggested
+//! (`did you mean beta?`). The CLI (`cli/target.rs`) and senders (`relay`)
+//! say what each answer means.
 
 use crate::registry::{self, Manifest, Peer, RegistryDir, Wire};
 use crate::text::sanitize::escape;
@@ -174,10 +176,99 @@ pub fn find(dirs: &[RegistryDir], target: &Target<'_>, timeout: Duration) -> Loo
     if let Some(what) = everyone.shortage {
         return Lookup::Short(short_of(what));
     }
+    let mut why = target.why(false);
+    if let Target::Named(t) = target {
+        why.push_str(&suggestion(t, &all, &known_spools()));
+    }
     Lookup::None {
-        why: target.why(false),
+        why,
         live: all,
         stopped,
+    }
+}
+
+/// Names suggested at most for a name no one has.
+const SUGGESTED: usize = 3;
+
+/// The edit distance of `a` and `b` in characters (insertions, deletions,
+/// substitutions and swaps of two neighbours: optimal string alignment).
+fn distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // Three rows: the one before the previous (for a swap), the previous,
+    // the current.
+    let mut rows = [
+        vec![0; b.len() + 1],
+        (0..=b.len()).collect(),
+        vec![0; b.len() + 1],
+    ];
+    for i in 1..=a.len() {
+        rows[2][0] = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (rows[1][j] + 1)
+                .min(rows[2][j - 1] + 1)
+                .min(rows[1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(rows[0][j - 2] + 1);
+            }
+            rows[2][j] = d;
+        }
+        rows.rotate_left(1);
+    }
+    rows[1][b.len()]
+}
+
+/// How far `name` is from `wanted`, when it is near enough to suggest: at
+/// most 2 edits, and at most a third of the longer name's length, so
+/// that a short name is not "near" every other short name. Letters
+/// differing only in case count as the same.
+fn near(wanted: &str, name: &str) -> Option<usize> {
+    let d = distance(&wanted.to_lowercase(), &name.to_lowercase());
+    let longer = wanted.chars().count().max(name.chars().count());
+    (name != wanted && d <= 2 && d * 3 <= longer).then_some(d)
+}
+
+/// ` (did you mean beta?)`: the live and stopped names nearest to
+/// `wanted` (a stopped name: a spool no live instance serves), nearest
+/// first, `SUGGESTED` at most, escaped; empty when none is near.
+fn suggestion(wanted: &str, live: &[Peer], spools: &[KnownSpool]) -> String {
+    let mut near_names: Vec<(usize, bool, &str)> = Vec::new();
+    let live_names = live.iter().map(|p| (p.manifest.name.as_str(), false));
+    let stopped = (spools.iter())
+        .filter(|s| s.running(live).is_none())
+        .map(|s| (s.name.as_str(), true));
+    for (name, is_stopped) in live_names.chain(stopped) {
+        let Some(d) = near(wanted, name) else {
+            continue;
+        };
+        // A name both live and stopped (another workspace) is live.
+        match near_names.iter_mut().find(|(_, _, n)| *n == name) {
+            Some(seen) => seen.1 &= is_stopped,
+            None => near_names.push((d, is_stopped, name)),
+        }
+    }
+    near_names.sort();
+    near_names.truncate(SUGGESTED);
+    if near_names.is_empty() {
+        return String::new();
+    }
+    let shown = |n: &(usize, bool, &str)| escape(n.2).into_owned();
+    let names: Vec<String> = near_names.iter().map(shown).collect();
+    let stopped: Vec<String> = near_names.iter().filter(|n| n.1).map(shown).collect();
+    let stopped = match stopped.len() {
+        0 => String::new(),
+        1 => format!(" {} is stopped", stopped[0]),
+        _ => format!(" {} are stopped", or_list(&stopped, "and")),
+    };
+    format!(" (did you mean {}?{stopped})", or_list(&names, "or"))
+}
+
+/// `a`, `a or b`, `a, b or c` (with `word` for "or").
+fn or_list(items: &[String], word: &str) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} {word} {last}", rest.join(", ")),
     }
 }
 
@@ -366,5 +457,41 @@ pub fn stopped(
         (0, Some(p)) => Stopped::Running(Box::new(p.clone())),
         (0, None) => Stopped::None,
         _ => Stopped::Several(idle),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_distance_counts_edits_and_swaps() {
+        assert_eq!(distance("bta", "beta"), 1);
+        assert_eq!(distance("beta", "beta"), 0);
+        assert_eq!(distance("btea", "beta"), 1);
+        assert_eq!(distance("", "abc"), 3);
+        assert_eq!(distance("kitten", "sitting"), 3);
+        assert_eq!(distance("caf\u{e9}", "cafe"), 1);
+    }
+
+    #[test]
+    fn only_near_names_are_suggested() {
+        assert_eq!(near("bta", "beta"), Some(1));
+        assert_eq!(near("Beta", "beta"), Some(0));
+        assert_eq!(near("beta", "beta"), None);
+        // Two edits in a short name is another name.
+        assert_eq!(near("ab", "cd"), None);
+        assert_eq!(near("abc", "xbz"), None);
+        assert_eq!(near("reviewr", "reviewer"), Some(1));
+        assert_eq!(near("rveiwer", "reviewer"), Some(2));
+        assert_eq!(near("rvwer", "reviewer"), None);
+    }
+
+    #[test]
+    fn names_are_listed_nearest_first_three_at_most() {
+        let names: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        assert_eq!(or_list(&names, "or"), "a, b or c");
+        assert_eq!(or_list(&names[..2], "and"), "a and b");
+        assert_eq!(or_list(&names[..1], "or"), "a");
     }
 }

@@ -44,6 +44,11 @@ impl Spool {
                 None => Admission::Unreadable,
             });
         }
+        if idx.closed {
+            return Err(Error::Env(
+                "the instance is stopping and its spool is being removed".into(),
+            ));
+        }
         if paused() {
             return Ok(Admission::Paused);
         }

@@ -65,6 +65,9 @@ pub(super) struct Index {
     pub(super) waiting: usize,
     /// Tasks this process has just stored, as written (`Fresh`).
     pub(super) fresh: Fresh,
+    /// The spool is going (`Spool::remove_if_unused`): no task is
+    /// accepted into it any more.
+    pub(super) closed: bool,
 }
 
 /// The tasks this process stored last, each as it was written and with

@@ -14,8 +14,8 @@
 //! (acceptance), `claim` (claim, finish, requeue, expire), `index` (the
 //! in-memory index and what reads it), `recover` (rebuilding it at open),
 //! `taskfile` (the files' names and contents), `dirsync` (shared directory
-//! syncs), `meta` (`meta.json`) and `forget` (removing a stopped agent's
-//! spool).
+//! syncs), `meta` (`meta.json`), `forget` (removing a stopped agent's
+//! spool) and `gc` (removing a spool that holds nothing worth keeping).
 
 pub mod events;
 
@@ -23,6 +23,7 @@ mod admit;
 mod claim;
 mod dirsync;
 mod forget;
+pub mod gc;
 mod handler;
 mod index;
 mod meta;
@@ -441,6 +442,37 @@ fn take_lock(dir: &Path, offline: bool) -> Result<Option<(File, Option<String>)>
     Ok(Some((lock, note)))
 }
 
+/// Makes sure `dir` is there (when `create`) and takes its lock
+/// (`take_lock`), as a lock still in place: a spool removed while we
+/// waited for its lock (`forget`, `gc`, its last instance's stop) leaves
+/// us holding the lock of a file no longer there. Then it is made afresh
+/// (offline: `None`, there is no spool to store in any more).
+fn lock_in_place(
+    dir: &Path,
+    create: bool,
+    offline: bool,
+) -> Result<Option<(File, Option<String>)>> {
+    use std::os::unix::fs::MetadataExt;
+    for _ in 0..3 {
+        private_dir(dir, create, "spool")?;
+        let Some((lock, note)) = take_lock(dir, offline)? else {
+            return Ok(None);
+        };
+        let held = lock.metadata().ok().map(|m| (m.dev(), m.ino()));
+        let there = fs::symlink_metadata(dir.join("lock")).ok();
+        if there.is_some_and(|m| Some((m.dev(), m.ino())) == held) {
+            return Ok(Some((lock, note)));
+        }
+        if offline {
+            return Ok(None);
+        }
+    }
+    Err(Error::Env(format!(
+        "spool {} was removed three times while this instance waited for its lock: try again",
+        dir.display()
+    )))
+}
+
 /// The highest of `dir` and its ancestors that is missing, if any.
 fn highest_missing(dir: &Path) -> Option<PathBuf> {
     let missing = |p: &&Path| !p.as_os_str().is_empty() && fs::symlink_metadata(p).is_err();
@@ -511,8 +543,7 @@ impl Spool {
             files::create_dir_all(parent, 0o700)
                 .map_err(|e| Error::io("create directory", parent, e))?;
         }
-        private_dir(dir, create, "spool")?;
-        let Some((lock, note)) = take_lock(dir, offline)? else {
+        let Some((lock, note)) = lock_in_place(dir, create, offline)? else {
             return Ok(None);
         };
         let missing = DIRS

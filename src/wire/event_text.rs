@@ -4,6 +4,7 @@
 //! host) and of an approval that waits. The text holds the peers' words as
 //! they came: each face escapes it where it meets a terminal.
 
+use crate::base::status::Status;
 use crate::text::sanitize::{escape, escape_multiline, is_unsafe};
 pub use crate::wire::answer::Asked;
 use crate::wire::{Event, EventKind as K, EventMode, TaskMode};
@@ -92,6 +93,10 @@ pub fn num(n: Option<impl std::fmt::Display>) -> String {
     n.map_or_else(|| "null".into(), |n| n.to_string())
 }
 
+/// What a resend of a task already kept here reads as (a
+/// `message.rejected` of status `duplicate`).
+pub const RESENT: &str = "already accepted (duplicate): nothing stored again";
+
 /// What `ev` says, for each face.
 pub fn said(ev: &Event) -> Said {
     let Some(kind) = ev.kind else {
@@ -113,6 +118,17 @@ pub fn said(ev: &Event) -> Said {
             Role::Refusal,
             format!("task {id} expired: {text}"),
         ),
+        K::MessageRejected
+            if ev.status.as_ref().and_then(|st| st.known()) == Some(&Status::Duplicate) =>
+        {
+            // A resend of a task kept here (its sender waits again, or
+            // retried): a status, not a refusal to alarm anyone with.
+            Said::new(
+                format!("{id} from {from} (pid {}): {RESENT}", num(ev.pid)),
+                Role::System,
+                format!("task {id} from {from} sent again: {RESENT}"),
+            )
+        }
         K::MessageRejected => {
             let why = format!("{}: {}", named(&ev.status), s(&ev.reason));
             Said::new(
@@ -534,5 +550,27 @@ mod tests {
         }
         let odd = said(&Event::read(&json!({"time": 0.0, "kind": "x.new", "a": 1}))).line;
         assert!(odd.contains("{\"a\":1}"), "{odd}");
+    }
+
+    #[test]
+    fn a_resend_of_a_kept_task_is_a_status_not_a_refusal() {
+        let ev = |status: &str| {
+            Event::read(&json!({"seq": 4, "time": 0.0, "kind": "message.rejected",
+                "message_id": "m-1", "from": "(cli)", "pid": 7, "status": status,
+                "reason": "this message_id was already accepted with the same body"}))
+        };
+        let resent = said(&ev("duplicate"));
+        assert_eq!(
+            resent.line,
+            "m-1 from (cli) (pid 7): already accepted (duplicate): nothing stored again"
+        );
+        let (role, entry) = resent.entry.expect("an entry in the view");
+        assert_eq!(role, Role::System);
+        assert_eq!(
+            entry,
+            "task m-1 from (cli) sent again: already accepted (duplicate): nothing stored again"
+        );
+        let refused = said(&ev("denied")).entry.expect("an entry");
+        assert_eq!(refused.0, Role::Refusal);
     }
 }
