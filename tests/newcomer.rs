@@ -146,3 +146,32 @@ fn a_resend_of_a_kept_task_is_logged_as_a_status() {
     );
     assert_eq!(s.term(), 0, "{}", s.stderr());
 }
+
+/// A sender that resends a task already kept, to wait for it again, is
+/// told so as a status, not as an alarm.
+#[test]
+fn a_resend_that_waits_again_says_so_as_a_status() {
+    let env = Env::new();
+    let mut s = env.serve(&env.workspace("beta"), &["--name", "beta"]);
+    let out = env.run(&["send", "beta", "same body", "--message-id", "m-1"]);
+    assert_eq!(out.status, 0, "{out:?}");
+    // Nobody claims it: the wait runs out (exit 5), the task stays.
+    let args = [
+        "send",
+        "beta",
+        "same body",
+        "--message-id",
+        "m-1",
+        "--wait",
+        "--timeout",
+        "0.5",
+    ];
+    let out = env.run(&args);
+    assert_eq!(out.status, 5, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("baton: already accepted as m-1 by beta; waiting for it to end\n"),
+        "{out:?}"
+    );
+    assert_eq!(s.term(), 0, "{}", s.stderr());
+}

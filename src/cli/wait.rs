@@ -79,12 +79,8 @@ fn kept(args: &Args, r: &SendResult) -> Result<std::result::Result<Kept, ExitCod
     let name = target.name.clone().or(args.positional.first().cloned());
     let name = name.unwrap_or_default();
     if !args.flag("json") {
-        eprintln!(
-            "baton: {}: message {} to {}; waiting for it to end",
-            r.status,
-            escape(r.id()),
-            escape(&name)
-        );
+        let status = r.status.to_string();
+        eprintln!("baton: {}", follow::waiting_note(&status, r.id(), &name));
     }
     Ok(Ok(Kept {
         message_id: r.id().to_string(),
