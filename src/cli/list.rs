@@ -1,5 +1,6 @@
 //! `baton list` and `baton gc`: discovery, shown or cleaned.
 
+use super::Parsed;
 use super::args::Args;
 use super::{emit, emit_json, target};
 use crate::base::config::Config;
@@ -14,25 +15,46 @@ use crate::wire::request::NoParams;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    super::at_most(args, "list", 0)?;
-    let (items, here) = match args.value("via") {
-        Some(via) => (remote(args, config, via)?, false),
-        None => (local(args, config)?, true),
-    };
-    if args.flag("json") {
-        emit_json(&Value::Array(items));
-    } else {
-        print(args, &items, here);
+/// `baton list [--json] [--all] [--offline] [--via CMD [--no-multiplex]]`.
+pub struct List {
+    json: bool,
+    all: bool,
+    offline: bool,
+    via: Option<String>,
+    multiplex: bool,
+}
+
+impl Parsed for List {
+    fn parse(args: &Args) -> Result<List> {
+        super::at_most(args, "list", 0)?;
+        Ok(List {
+            json: args.flag("json"),
+            all: args.flag("all"),
+            offline: args.flag("offline"),
+            via: args.value("via").map(str::to_string),
+            multiplex: !args.flag("no-multiplex"),
+        })
     }
-    Ok(ExitCode::Ok)
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let (items, here) = match &self.via {
+            Some(via) => (remote(&self, config, via)?, false),
+            None => (local(&self, config)?, true),
+        };
+        if self.json {
+            emit_json(&Value::Array(items));
+        } else {
+            print(&self, &items, here);
+        }
+        Ok(ExitCode::Ok)
+    }
 }
 
 /// This host's `list --json` items: the live instances, with `--all` the
 /// entries skipped, and the scans cut short; with `--offline` the names
 /// with a spool and no live instance, which a sender can still deliver
 /// to (unless they opted out).
-fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
+fn local(list: &List, config: &Config) -> Result<Vec<Value>> {
     // Every registry scanned, without this command's own instance when
     // it runs inside one.
     let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);
@@ -42,7 +64,7 @@ fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
     if let Some(what) = found.shortage {
         return Err(Error::Transport(crate::registry::lookup::short_of(what)));
     }
-    if args.flag("offline") {
+    if list.offline {
         return Ok(crate::relay::known_spools()
             .iter()
             .filter(|s| s.running(&found.peers).is_none())
@@ -50,7 +72,7 @@ fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
             .collect());
     }
     let mut out: Vec<Value> = found.peers.iter().map(|p| item(&p.manifest)).collect();
-    if args.flag("all") {
+    if list.all {
         for s in &found.skipped {
             // Without a manifest, an object of its own members.
             let wire = s.wire.as_str();
@@ -155,7 +177,7 @@ struct Item {
 
 /// `list`'s items as text; `here` when they are this host's, whose
 /// skipped entries `--all` shows too.
-fn print(args: &Args, items: &[Value], here: bool) {
+fn print(list: &List, items: &[Value], here: bool) {
     // An item this version cannot read (a remote's, say) is named and
     // left out, not shown as a blank row.
     let items: Vec<Item> = (items.iter())
@@ -174,7 +196,7 @@ fn print(args: &Args, items: &[Value], here: bool) {
         let problem = t.problem.as_deref().unwrap_or("");
         eprintln!("baton: {}: {}", escape(&t.path), escape(problem));
     }
-    if args.flag("offline") {
+    if list.offline {
         if here && items.is_empty() {
             eprintln!("baton: no known names are offline");
             return;
@@ -226,7 +248,7 @@ fn print(args: &Args, items: &[Value], here: bool) {
             &rows,
         ));
     }
-    if here && args.flag("all") {
+    if here && list.all {
         for t in items.iter().filter(|t| t.not_looked_at.is_none()) {
             if let Some(problem) = &t.problem {
                 emit(&format!(
@@ -239,39 +261,54 @@ fn print(args: &Args, items: &[Value], here: bool) {
     }
 }
 
-pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
-    super::at_most(args, "gc", 0)?;
-    let dir = registry::ensure_dir(config)?;
-    let collected = registry::collect_stale(&dir, true);
-    let malformed: Vec<String> = collected
-        .malformed
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect();
-    if args.flag("json") {
-        let out = Collected {
-            malformed: &malformed,
-            removed: &collected.removed,
-        };
-        emit_json(&item(&out));
-    } else if collected.removed.is_empty() && malformed.is_empty() {
-        eprintln!("baton: no stale entries in {}", dir.display());
-    } else {
-        for id in &collected.removed {
-            emit(&format!("removed stale instance {id}\n"));
-        }
-        for path in &malformed {
-            emit(&format!("removed malformed manifest {}\n", escape(path)));
-        }
+/// `baton gc [--json]`.
+pub struct Gc {
+    json: bool,
+}
+
+impl Parsed for Gc {
+    fn parse(args: &Args) -> Result<Gc> {
+        super::at_most(args, "gc", 0)?;
+        Ok(Gc {
+            json: args.flag("json"),
+        })
     }
-    Ok(ExitCode::Ok)
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let json = self.json;
+        let dir = registry::ensure_dir(config)?;
+        let collected = registry::collect_stale(&dir, true);
+        let malformed: Vec<String> = collected
+            .malformed
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        if json {
+            let out = Collected {
+                malformed: &malformed,
+                removed: &collected.removed,
+            };
+            emit_json(&item(&out));
+        } else if collected.removed.is_empty() && malformed.is_empty() {
+            eprintln!("baton: no stale entries in {}", dir.display());
+        } else {
+            for id in &collected.removed {
+                emit(&format!("removed stale instance {id}\n"));
+            }
+            for path in &malformed {
+                emit(&format!("removed malformed manifest {}\n", escape(path)));
+            }
+        }
+        Ok(ExitCode::Ok)
+    }
 }
 
 /// `list --via 'ssh host'`: the items of the remote `baton list --json`.
-fn remote(args: &Args, config: &Config, via: &str) -> Result<Vec<Value>> {
-    let asked = ["--all", "--offline"]
+fn remote(list: &List, config: &Config, via: &str) -> Result<Vec<Value>> {
+    let asked = [(list.all, "--all"), (list.offline, "--offline")];
+    let asked = asked
         .into_iter()
-        .filter(|o| args.flag(&o[2..]));
+        .filter_map(|(given, o)| given.then_some(o));
     let remote_args: Vec<&str> = ["list", "--json"].into_iter().chain(asked).collect();
     // `initialize` and `ping` on stdin, which `baton list` ignores: a key
     // whose forced command is `baton bridge NAME` answers them instead,
@@ -281,13 +318,7 @@ fn remote(args: &Args, config: &Config, via: &str) -> Result<Vec<Value>> {
         request(2, Method::Ping, NoParams {}),
     ]
     .concat();
-    let (code, out) = super::bridge::run_to_end(
-        via,
-        config,
-        &remote_args,
-        &probe,
-        !args.flag("no-multiplex"),
-    )?;
+    let (code, out) = super::bridge::run_to_end(via, config, &remote_args, &probe, list.multiplex)?;
     match serde_json::from_slice::<Vec<Value>>(&out) {
         Ok(items) if code == Some(0) => Ok(items),
         _ => match forced_bridge(&out) {
