@@ -79,20 +79,14 @@ fn options(args: &Args) -> Result<ServeOptions> {
         }
         (Some(approve), _) => approve,
     };
-    let ttl = match args.value("ttl") {
-        None => None,
-        Some(v) => match v.parse::<u64>() {
-            Ok(n) if n >= 1 && v.bytes().all(|b| b.is_ascii_digit()) => {
-                Some(Duration::from_secs(n))
-            }
-            _ => {
-                return Err(Error::Usage(format!(
-                    "serve: --ttl {}: use a whole number of seconds, 1 or more",
-                    crate::text::sanitize::escape(v)
-                )));
-            }
-        },
-    };
+    let ttl = args.value("ttl").map(|v| match v.parse::<u64>() {
+        Ok(n) if n >= 1 && v.bytes().all(|b| b.is_ascii_digit()) => Ok(Duration::from_secs(n)),
+        _ => Err(Error::Usage(format!(
+            "serve: --ttl {}: use a whole number of seconds, 1 or more",
+            crate::text::sanitize::escape(v)
+        ))),
+    });
+    let ttl = ttl.transpose()?;
     Ok(ServeOptions {
         name,
         workspace: args.value("workspace").map(PathBuf::from),
