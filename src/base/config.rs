@@ -18,6 +18,17 @@ spelled! {
     }
 }
 
+spelled! {
+    /// `--profile` of `serve` and `mcp`: what the agent does, and so
+    /// whether its tasks wait for an operator by default.
+    #[derive(Default)]
+    pub enum Profile ("profile") {
+        #[default]
+        Coding = "coding",
+        Sysadmin = "sysadmin",
+    }
+}
+
 /// The default body limit, which is also zcoder's own (fixed) limit.
 pub const DEFAULT_MESSAGE_BYTES: usize = 16000;
 /// The highest `BATON_MAX_MESSAGE_BYTES` allowed.

@@ -10,6 +10,7 @@
 
 use super::approve::{self, Asked, Decision, Whole};
 use super::args::Args;
+use super::{On, Parsed};
 use super::{emit, emit_json, target};
 use crate::base::config::Config;
 use crate::base::error::{Error, ExitCode, Result};
@@ -62,43 +63,59 @@ pub fn fetch_whole(config: &Config, peer: &Peer, req: &Asked) -> Whole {
 }
 
 /// `baton approvals [TARGET] [--json] [--full]`.
-pub fn list(args: &Args, config: &Config) -> Result<ExitCode> {
-    super::at_most(args, "approvals", 1)?;
-    let peer = instance(config, args.positional.first().map(String::as_str))?;
-    let full = args.flag("full");
-    let params = ApprovalListParams {
-        approval_id: None,
-        full: Some(full),
-    };
-    let (raw, waiting) = list_at(config, &peer, params)?;
-    if args.flag("json") {
-        emit_json(&serde_json::to_value(raw).expect("an answer serializes"));
-        return Ok(ExitCode::Ok);
+/// `baton approvals [TARGET] [--json] [--full]`.
+pub struct List {
+    on: On,
+    full: bool,
+}
+
+impl Parsed for List {
+    fn parse(args: &Args) -> Result<List> {
+        let on = On::parse(args, "approvals")?;
+        Ok(List {
+            on,
+            full: args.flag("full"),
+        })
     }
-    let name = escape(&peer.manifest.name);
-    if waiting.is_empty() {
-        emit(&format!("no approvals wait at {name}\n"));
-        return Ok(ExitCode::Ok);
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let a = &self;
+        let peer = instance(config, a.on.target())?;
+        let full = a.full;
+        let params = ApprovalListParams {
+            approval_id: None,
+            full: Some(full),
+        };
+        let (raw, waiting) = list_at(config, &peer, params)?;
+        if a.on.json {
+            emit_json(&serde_json::to_value(raw).expect("an answer serializes"));
+            return Ok(ExitCode::Ok);
+        }
+        let name = escape(&peer.manifest.name);
+        if waiting.is_empty() {
+            emit(&format!("no approvals wait at {name}\n"));
+            return Ok(ExitCode::Ok);
+        }
+        if !full {
+            let rows: Vec<[String; 7]> = waiting.iter().map(row).collect();
+            let head = [
+                "APPROVAL", "TASK", "FROM", "MODE", "SIZE", "LINES", "EXCERPT",
+            ];
+            emit(&crate::text::table(head, &rows));
+            return Ok(ExitCode::Ok);
+        }
+        let mut out = String::new();
+        for a in &waiting {
+            let whole = approve::whole_of(a);
+            let id = escape(a.approval_id.as_deref().unwrap_or(""));
+            out.push_str(&format!("approval {id} at {name}: "));
+            out.push_str(&approve::describe(a, Some(&whole)));
+            out.push_str(&approve::show_whole(a, &whole));
+            out.push('\n');
+        }
+        emit(&out);
+        Ok(ExitCode::Ok)
     }
-    if !full {
-        let rows: Vec<[String; 7]> = waiting.iter().map(row).collect();
-        let head = [
-            "APPROVAL", "TASK", "FROM", "MODE", "SIZE", "LINES", "EXCERPT",
-        ];
-        emit(&crate::text::table(head, &rows));
-        return Ok(ExitCode::Ok);
-    }
-    let mut out = String::new();
-    for a in &waiting {
-        let whole = approve::whole_of(a);
-        let id = escape(a.approval_id.as_deref().unwrap_or(""));
-        out.push_str(&format!("approval {id} at {name}: "));
-        out.push_str(&approve::describe(a, Some(&whole)));
-        out.push_str(&approve::show_whole(a, &whole));
-        out.push('\n');
-    }
-    emit(&out);
-    Ok(ExitCode::Ok)
 }
 
 /// One approval as the list shows it: its id, the task's id (or the tool
@@ -144,16 +161,6 @@ fn row(a: &Asked) -> [String; 7] {
     ]
 }
 
-/// `baton approve [TARGET] APPROVAL_ID…`.
-pub fn approve(args: &Args, config: &Config) -> Result<ExitCode> {
-    decide(args, config, "approve", Decision::Approve)
-}
-
-/// `baton deny [TARGET] APPROVAL_ID…`.
-pub fn deny(args: &Args, config: &Config) -> Result<ExitCode> {
-    decide(args, config, "deny", Decision::Deny)
-}
-
 /// Whether a word is an approval id as instances give them (`ask-<n>`):
 /// the first positional is TARGET unless it is one.
 fn is_approval_id(word: &str) -> bool {
@@ -161,78 +168,97 @@ fn is_approval_id(word: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// TARGET, if given, and the approval ids.
-fn target_and_ids<'a>(args: &'a Args, cmd: &str) -> Result<(Option<&'a str>, &'a [String])> {
-    let (target, ids) = match args.positional.split_first() {
-        Some((first, rest)) if !is_approval_id(first) => (Some(first.as_str()), rest),
-        _ => (None, args.positional.as_slice()),
-    };
-    if ids.is_empty() {
-        return Err(Error::Usage(format!(
-            "{cmd}: APPROVAL_ID is missing ('baton approvals' lists them)"
-        )));
-    }
-    Ok((target, ids))
+/// `baton approve` (`APPROVE`) or `baton deny`: `[TARGET] APPROVAL_ID…`.
+pub struct Decide<const APPROVE: bool> {
+    target: Option<String>,
+    ids: Vec<String>,
+    json: bool,
 }
 
-/// Answers each approval id with `decision`, by the digest the instance
-/// lists it with: exit 0 when each was decided, else 1 (`Refused`), each
-/// one not decided said with its reason.
-fn decide(args: &Args, config: &Config, cmd: &str, decision: Decision) -> Result<ExitCode> {
-    let (target, ids) = target_and_ids(args, cmd)?;
-    let peer = instance(config, target)?;
-    let (_, waiting) = list_at(config, &peer, ApprovalListParams::default())?;
-    let name = escape(&peer.manifest.name).into_owned();
-    let mut all = true;
-    for id in ids {
-        let found = waiting
-            .iter()
-            .find(|a| a.approval_id.as_deref() == Some(id));
-        let (raw, h): (Value, Handled) = match found {
-            Some(a) => {
-                let answer = RespondParams {
-                    approval_id: id.to_string(),
-                    by: Some(format!("baton {cmd}")),
-                    decision: decision.into(),
-                    digest: a.digest.clone(),
-                };
-                target::call(config, &peer, Call::ApprovalRespond, answer)?
-            }
-            None => {
-                let reason = format!("no approval {id} is waiting");
-                let v = serde_json::to_value(Decided::invalid(id, &reason))
-                    .expect("an answer serializes");
-                let h = Handled {
-                    approval_id: Some(id.to_string()),
-                    message_id: None,
-                    outcome: None,
-                    reason: Some(reason),
-                    reply: None,
-                    status: Handling::Invalid.into(),
-                    was: None,
-                };
-                (v, h)
-            }
+impl<const APPROVE: bool> Parsed for Decide<APPROVE> {
+    fn parse(args: &Args) -> Result<Self> {
+        let (target, ids) = match args.positional.split_first() {
+            Some((first, rest)) if !is_approval_id(first) => (Some(first.clone()), rest),
+            _ => (None, args.positional.as_slice()),
         };
-        let decided = h.status == Handling::Approved || h.status == Handling::Denied;
-        all &= decided;
-        if args.flag("json") {
-            emit_json(&raw);
-        } else if decided {
-            let what = found.map_or(String::new(), |a| {
-                let kind = if a.is_tool() { "tool call" } else { "task" };
-                format!(" ({kind} {})", escape(a.subject()))
-            });
-            emit(&format!("{} {}{what} at {name}\n", h.status, escape(id)));
-        } else {
-            eprintln!(
-                "baton: cannot {cmd} {} at {name}: {} (decided already, or asked again under a new id: 'baton approvals {name}' lists what waits)",
-                escape(id),
-                escape(&h.reason.clone().unwrap_or_else(|| h.status.to_string()))
-            );
+        if ids.is_empty() {
+            return Err(Error::Usage(format!(
+                "{}: APPROVAL_ID is missing ('baton approvals' lists them)",
+                Self::CMD
+            )));
         }
+        let (ids, json) = (ids.to_vec(), args.flag("json"));
+        Ok(Decide { target, ids, json })
     }
-    Ok(if all { ExitCode::Ok } else { ExitCode::Refused })
+
+    /// Answers each approval id by the digest the instance lists it
+    /// with: exit 0 when each was decided, else 1 (`Refused`), each one
+    /// not decided said with its reason.
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let (cmd, ids) = (Self::CMD, &self.ids);
+        let decision = if APPROVE {
+            Decision::Approve
+        } else {
+            Decision::Deny
+        };
+        let peer = instance(config, self.target.as_deref())?;
+        let (_, waiting) = list_at(config, &peer, ApprovalListParams::default())?;
+        let name = escape(&peer.manifest.name).into_owned();
+        let mut all = true;
+        for id in ids {
+            let found = waiting
+                .iter()
+                .find(|a| a.approval_id.as_deref() == Some(id));
+            let (raw, h): (Value, Handled) = match found {
+                Some(a) => {
+                    let answer = RespondParams {
+                        approval_id: id.to_string(),
+                        by: Some(format!("baton {cmd}")),
+                        decision: decision.into(),
+                        digest: a.digest.clone(),
+                    };
+                    target::call(config, &peer, Call::ApprovalRespond, answer)?
+                }
+                None => {
+                    let reason = format!("no approval {id} is waiting");
+                    let v = serde_json::to_value(Decided::invalid(id, &reason))
+                        .expect("an answer serializes");
+                    let h = Handled {
+                        approval_id: Some(id.to_string()),
+                        message_id: None,
+                        outcome: None,
+                        reason: Some(reason),
+                        reply: None,
+                        status: Handling::Invalid.into(),
+                        was: None,
+                    };
+                    (v, h)
+                }
+            };
+            let decided = h.status == Handling::Approved || h.status == Handling::Denied;
+            all &= decided;
+            if self.json {
+                emit_json(&raw);
+            } else if decided {
+                let what = found.map_or(String::new(), |a| {
+                    let kind = if a.is_tool() { "tool call" } else { "task" };
+                    format!(" ({kind} {})", escape(a.subject()))
+                });
+                emit(&format!("{} {}{what} at {name}\n", h.status, escape(id)));
+            } else {
+                eprintln!(
+                    "baton: cannot {cmd} {} at {name}: {} (decided already, or asked again under a new id: 'baton approvals {name}' lists what waits)",
+                    escape(id),
+                    escape(&h.reason.clone().unwrap_or_else(|| h.status.to_string()))
+                );
+            }
+        }
+        Ok(if all { ExitCode::Ok } else { ExitCode::Refused })
+    }
+}
+
+impl<const APPROVE: bool> Decide<APPROVE> {
+    const CMD: &str = if APPROVE { "approve" } else { "deny" };
 }
 
 #[cfg(test)]

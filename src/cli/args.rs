@@ -2,26 +2,52 @@
 //! switches, a few short aliases, `--` and positionals. Unknown options are
 //! usage errors that name the option.
 
+use crate::base::config::Profile;
 use crate::base::error::{Error, Result};
+use crate::wire::{Approve, Outcome, TaskMode};
+use crate::workers::turn::Stdin;
 use std::ffi::OsString;
+use std::str::FromStr;
 
-/// The fixed values an option takes, for its check and its completion:
-/// `--profile` (serve, mcp), `serve --approve` and `--stdin`, `send
-/// --mode` and `inbox complete --outcome`.
-pub fn choices(long: &str) -> Option<&'static [&'static str]> {
-    match long {
-        "profile" => Some(&["coding", "sysadmin"]),
-        "approve" => Some(&["auto", "ask", "deny"]),
-        "stdin" => Some(&["envelope", "body"]),
-        "mode" => Some(&["queue", "steer"]),
-        "outcome" => Some(&["done", "failed"]),
-        _ => None,
+/// The fixed values an option takes, for its check and its completion,
+/// as the enum it is read into spells them: `--profile` (serve, mcp),
+/// `serve --approve` and `--stdin`, `send --mode` and `inbox complete
+/// --outcome`.
+pub fn choices(long: &str) -> Option<Vec<&'static str>> {
+    fn all<T: Copy>(all: &[T], str: fn(T) -> &'static str) -> Vec<&'static str> {
+        all.iter().map(|t| str(*t)).collect()
     }
+    Some(match long {
+        "profile" => all(Profile::ALL, Profile::as_str),
+        "approve" => all(Approve::ALL, Approve::as_str),
+        "stdin" => all(Stdin::ALL, Stdin::as_str),
+        "mode" => all(TaskMode::ALL, TaskMode::as_str),
+        "outcome" => (Outcome::ALL.iter())
+            .filter(|o| o.completes())
+            .map(|o| o.as_str())
+            .collect(),
+        _ => return None,
+    })
 }
 
-/// Whether `v` is one of the values of `choices(long)`.
-pub fn is_choice(long: &str, v: &str) -> bool {
-    choices(long).is_some_and(|words| words.contains(&v))
+/// The value of option `long` read as the enum `T` (one of
+/// `choices(long)`), when given; another is a usage error of `cmd`.
+pub fn choice<T: FromStr>(args: &Args, cmd: &str, long: &str) -> Result<Option<T>> {
+    let Some(v) = args.value(long) else {
+        return Ok(None);
+    };
+    v.parse().map(Some).map_err(|_| {
+        let mut words = choices(long).unwrap_or_default();
+        let last = words.pop().unwrap_or_default();
+        let words = match words.is_empty() {
+            true => last.to_string(),
+            false => format!("{} or {last}", words.join(", ")),
+        };
+        Error::Usage(format!(
+            "{cmd}: --{long} {}: use {words}",
+            crate::text::sanitize::escape(v)
+        ))
+    })
 }
 
 /// The rule an instance name follows, as errors state it.
@@ -41,20 +67,15 @@ pub fn check_name(what: &str, name: &str) -> Result<()> {
     Err(Error::Usage(format!("{what} {shown}: {NAME_RULE}")))
 }
 
-/// `--name` and `--profile` of `cmd` (serve, mcp), checked: the profile,
-/// `coding` when none is given.
-pub fn name_and_profile<'a>(args: &'a Args, cmd: &str) -> Result<&'a str> {
-    if let Some(name) = args.value("name") {
+/// `--name` and `--profile` of `cmd` (serve, mcp), checked: the profile
+/// is `coding` when none is given.
+pub fn name_and_profile(args: &Args, cmd: &str) -> Result<(Option<String>, Profile)> {
+    let name = args.value("name").map(str::to_string);
+    if let Some(name) = &name {
         check_name(&format!("{cmd}: --name"), name)?;
     }
-    let profile = args.value("profile").unwrap_or("coding");
-    if !is_choice("profile", profile) {
-        return Err(Error::Usage(format!(
-            "{cmd}: --profile {}: use coding or sysadmin",
-            crate::text::sanitize::escape(profile)
-        )));
-    }
-    Ok(profile)
+    let profile = choice(args, cmd, "profile")?.unwrap_or_default();
+    Ok((name, profile))
 }
 
 /// One option a command accepts.

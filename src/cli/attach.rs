@@ -3,12 +3,14 @@
 //! offer to attach when this directory is already served.
 
 use super::args::{Args, Opt, switch};
+use super::serve::Serve;
 use super::target;
+use super::{Parsed, at_most};
 use crate::base::config::{Config, Relay};
 use crate::base::error::{Error, ExitCode, Result};
 use crate::registry::{self, Peer, Wire};
 use crate::text::sanitize::escape;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// `baton -a`, `baton --attach`.
 pub const ATTACH: Opt = switch(
@@ -17,10 +19,63 @@ pub const ATTACH: Opt = switch(
 )
 .alias('a');
 
-pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    super::at_most(args, "attach", 1)?;
-    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
-    view(config, &peer)
+/// `baton attach [TARGET]`.
+pub struct Attach(Option<String>);
+
+impl Parsed for Attach {
+    fn parse(args: &Args) -> Result<Attach> {
+        at_most(args, "attach", 1)?;
+        Ok(Attach(args.positional.first().cloned()))
+    }
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        view(config, &target::resolve(config, self.0.as_deref())?)
+    }
+}
+
+/// `baton [serve options]` and `baton -a|--attach [--name NAME]
+/// [--workspace DIR]`: the instance for this directory, or the view on
+/// the one that serves it.
+pub struct Bare {
+    name: Option<String>,
+    workspace: Option<PathBuf>,
+    /// Serve's options (none with `--attach`), which count only once no
+    /// instance already serves this directory.
+    serve: Option<Result<Serve>>,
+}
+
+impl Parsed for Bare {
+    fn parse(args: &Args) -> Result<Bare> {
+        let attach = args.flag("attach");
+        if attach {
+            if let Some(o) = args
+                .options_given()
+                .find(|o| !matches!(*o, "attach" | "name" | "workspace"))
+            {
+                return Err(Error::Usage(format!(
+                    "--attach opens the view on a running instance: --{o} does not go with it (only --name and --workspace do)"
+                )));
+            }
+            at_most(args, "baton --attach", 0)?;
+        }
+        Ok(Bare {
+            name: args.value("name").map(str::to_string),
+            workspace: args.value("workspace").map(PathBuf::from),
+            serve: (!attach).then(|| Serve::parse(args)),
+        })
+    }
+
+    /// `baton -a`: the view on the instance serving this directory; bare
+    /// `baton` offers that too rather than start a second one.
+    fn run(mut self, config: &Config) -> Result<ExitCode> {
+        let Some(serve) = self.serve.take() else {
+            return here_attach(&self, config);
+        };
+        if let Some(code) = offer(&self, config)? {
+            return Ok(code);
+        }
+        serve?.interactive(config)
+    }
 }
 
 /// Opens the view on `peer`.
@@ -37,9 +92,9 @@ fn view(config: &Config, peer: &Peer) -> Result<ExitCode> {
 
 /// The workspace and name bare `baton` would serve, and the live
 /// instances (baton's own wire) serving that workspace.
-fn here(args: &Args, config: &Config) -> Result<(PathBuf, String, Vec<Peer>)> {
-    let ws = crate::instance::resolve_workspace(args.value("workspace").map(Path::new))?;
-    let name = (args.value("name")).map_or_else(|| registry::default_name(&ws), str::to_string);
+fn here(bare: &Bare, config: &Config) -> Result<(PathBuf, String, Vec<Peer>)> {
+    let ws = crate::instance::resolve_workspace(bare.workspace.as_deref())?;
+    let name = (bare.name.clone()).unwrap_or_else(|| registry::default_name(&ws));
     let dir = registry::ensure_dir(config)?;
     let want = ws.display().to_string();
     // Only the manifests of this workspace are pinged.
@@ -67,19 +122,10 @@ fn describe(p: &Peer) -> String {
 /// `baton -a`: the instance with the name bare `baton` would use (`--name`
 /// or the directory's), else, without `--name`, the only instance serving
 /// this directory.
-pub fn here_attach(args: &Args, config: &Config) -> Result<ExitCode> {
-    if let Some(o) = args
-        .options_given()
-        .find(|o| !matches!(*o, "attach" | "name" | "workspace"))
-    {
-        return Err(Error::Usage(format!(
-            "--attach opens the view on a running instance: --{o} does not go with it (only --name and --workspace do)"
-        )));
-    }
-    super::at_most(args, "baton --attach", 0)?;
-    let (ws, name, peers) = here(args, config)?;
+fn here_attach(bare: &Bare, config: &Config) -> Result<ExitCode> {
+    let (ws, name, peers) = here(bare, config)?;
     let exact: Vec<&Peer> = peers.iter().filter(|p| p.manifest.name == name).collect();
-    let pick: Vec<&Peer> = match (exact.len(), args.value("name")) {
+    let pick: Vec<&Peer> = match (exact.len(), &bare.name) {
         (0, None) => peers.iter().collect(),
         _ => exact,
     };
@@ -87,7 +133,7 @@ pub fn here_attach(args: &Args, config: &Config) -> Result<ExitCode> {
         [one] => view(config, one),
         [] => Err(Error::NoTarget(format!(
             "no instance {}serves {}: 'baton' starts one, 'baton attach TARGET' attaches to another",
-            args.value("name")
+            (bare.name.as_deref())
                 .map(|n| format!("named {} ", escape(n)))
                 .unwrap_or_default(),
             escape(&ws.display().to_string())
@@ -108,13 +154,13 @@ pub fn here_attach(args: &Args, config: &Config) -> Result<ExitCode> {
 /// directory (so a second could not start): at a terminal, asks whether
 /// to attach to it instead, before the screen is touched; elsewhere an
 /// error that names it. None: nothing serves it, start one.
-pub fn offer(args: &Args, config: &Config) -> Result<Option<ExitCode>> {
+fn offer(bare: &Bare, config: &Config) -> Result<Option<ExitCode>> {
     // With the relay off, or a registry that cannot be read, `baton`
     // opens its local console as before; the view says why.
     if config.relay == Relay::Off {
         return Ok(None);
     }
-    let Ok((ws, name, peers)) = here(args, config) else {
+    let Ok((ws, name, peers)) = here(bare, config) else {
         return Ok(None);
     };
     let Some(peer) = peers.iter().find(|p| p.manifest.name == name) else {

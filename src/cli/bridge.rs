@@ -8,6 +8,7 @@
 //! own that goes with it; `send --via --wait` goes on over the same
 //! session (`Remote::write`, `Remote::lines`) to wait for the task.
 
+use super::Parsed;
 use super::args::Args;
 use super::target;
 use crate::base::config::Config;
@@ -24,53 +25,66 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    super::at_most(args, "bridge", 1)?;
-    if args.flag("offline") && args.flag("await") {
-        return Err(Error::Usage(
-            "bridge: --offline stands in for a stopped agent and --await waits for it: say one"
-                .into(),
-        ));
-    }
-    let key = key_label(args)?;
-    let name = args.positional.first().map(String::as_str);
-    let peer = match (target::resolve(config, name), name) {
-        (Ok(peer), _) => peer,
-        (Err(Error::NoTarget(_)), Some(t)) if args.flag("await") => {
-            // Read on a thread of its own while it waits, so that it sees
-            // the client leave, and keeps what it wrote meanwhile.
-            let input = stdin_chunks();
-            return match await_target(config, t, &input)? {
-                Some((peer, held)) => join(&peer, key, input, held),
-                None => Ok(ExitCode::Ok),
-            };
-        }
-        (Err(Error::NoTarget(why)), Some(t)) if args.flag("offline") => {
-            // Not running: stand in for its spool, if it has one.
-            if !relay::known_spools().iter().any(|s| s.name == t) {
-                return Err(Error::NoTarget(why));
-            }
-            return offline(config, t, key);
-        }
-        (Err(e), _) => return Err(e),
-    };
-    join(&peer, key, stdin_chunks(), Vec::new())
+/// `baton bridge [TARGET] [--key LABEL] [--offline | --await]`.
+pub struct Bridge {
+    target: Option<String>,
+    key: Option<String>,
+    offline: bool,
+    wait: bool,
 }
 
-/// `--key LABEL`, checked: the label a forced command names its key by
-/// (docs/ssh.md).
-fn key_label(args: &Args) -> Result<Option<&str>> {
-    let Some(label) = args.value("key") else {
-        return Ok(None);
-    };
-    if !BridgeKey::valid_label(label) {
-        return Err(Error::Usage(format!(
-            "bridge: --key {}: a key's label is 1 to {} bytes of letters, digits and -_.@",
-            escape(label),
-            BridgeKey::MAX_LABEL
-        )));
+impl Parsed for Bridge {
+    fn parse(args: &Args) -> Result<Bridge> {
+        super::at_most(args, "bridge", 1)?;
+        let (offline, wait) = (args.flag("offline"), args.flag("await"));
+        if offline && wait {
+            return Err(Error::Usage(
+                "bridge: --offline stands in for a stopped agent and --await waits for it: say one"
+                    .into(),
+            ));
+        }
+        // The label a forced command names its key by (docs/ssh.md).
+        let key = args.value("key").map(str::to_string);
+        if let Some(label) = key.as_deref().filter(|l| !BridgeKey::valid_label(l)) {
+            return Err(Error::Usage(format!(
+                "bridge: --key {}: a key's label is 1 to {} bytes of letters, digits and -_.@",
+                escape(label),
+                BridgeKey::MAX_LABEL
+            )));
+        }
+        let target = args.positional.first().cloned();
+        Ok(Bridge {
+            target,
+            key,
+            offline,
+            wait,
+        })
     }
-    Ok(Some(label))
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let (key, name) = (self.key.as_deref(), self.target.as_deref());
+        let peer = match (target::resolve(config, name), name) {
+            (Ok(peer), _) => peer,
+            (Err(Error::NoTarget(_)), Some(t)) if self.wait => {
+                // Read on a thread of its own while it waits, so that it sees
+                // the client leave, and keeps what it wrote meanwhile.
+                let input = stdin_chunks();
+                return match await_target(config, t, &input)? {
+                    Some((peer, held)) => join(&peer, key, input, held),
+                    None => Ok(ExitCode::Ok),
+                };
+            }
+            (Err(Error::NoTarget(why)), Some(t)) if self.offline => {
+                // Not running: stand in for its spool, if it has one.
+                if !relay::known_spools().iter().any(|s| s.name == t) {
+                    return Err(Error::NoTarget(why));
+                }
+                return offline(config, t, key);
+            }
+            (Err(e), _) => return Err(e),
+        };
+        join(&peer, key, stdin_chunks(), Vec::new())
+    }
 }
 
 /// The bytes the client writes, in chunks.

@@ -6,6 +6,7 @@
 //! it. Without TARGET, the one instance, live or stopped, that holds
 //! MESSAGE_ID queued or running.
 
+use super::Parsed;
 use super::args::Args;
 use super::{emit, emit_json, target};
 use crate::base::config::Config;
@@ -44,44 +45,60 @@ impl Holder {
     }
 }
 
-pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    let (target_arg, id) = match args.positional.as_slice() {
-        [id] => (None, id),
-        [t, id] => (Some(t.as_str()), id),
-        [] => return Err(Error::Usage("cancel: MESSAGE_ID is missing".into())),
-        [_, _, extra, ..] => {
-            return Err(Error::Usage(format!(
-                "cancel: unexpected argument {}",
-                escape(extra)
-            )));
+/// `baton cancel [TARGET] MESSAGE_ID [--json]`.
+pub struct Cancel {
+    target: Option<String>,
+    id: String,
+    json: bool,
+}
+
+impl Parsed for Cancel {
+    fn parse(args: &Args) -> Result<Cancel> {
+        let (target, id) = match args.positional.as_slice() {
+            [id] => (None, id),
+            [t, id] => (Some(t.clone()), id),
+            [] => return Err(Error::Usage("cancel: MESSAGE_ID is missing".into())),
+            [_, _, extra, ..] => {
+                return Err(Error::Usage(format!(
+                    "cancel: unexpected argument {}",
+                    escape(extra)
+                )));
+            }
+        };
+        if id.trim().is_empty() {
+            return Err(Error::Usage("cancel: MESSAGE_ID is empty".into()));
         }
-    };
-    if id.trim().is_empty() {
-        return Err(Error::Usage("cancel: MESSAGE_ID is empty".into()));
+        let (id, json) = (id.clone(), args.flag("json"));
+        Ok(Cancel { target, id, json })
     }
-    let holder = match target_arg {
-        Some(t) => named(config, t)?,
-        None => holding(config, id)?,
-    };
-    let (raw, h) = match &holder {
-        Holder::Live(peer) => target::call::<Handled>(
-            config,
-            peer,
-            Call::TaskCancel,
-            crate::wire::request::TaskParams::new(id),
-        )?,
-        Holder::Stopped(spool) => {
-            let h = cancel_stopped(config, spool, id)?;
-            (serde_json::to_value(&h).expect("an answer serializes"), h)
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let a = &self;
+        let id = &a.id;
+        let holder = match &a.target {
+            Some(t) => named(config, t)?,
+            None => holding(config, id)?,
+        };
+        let (raw, h) = match &holder {
+            Holder::Live(peer) => target::call::<Handled>(
+                config,
+                peer,
+                Call::TaskCancel,
+                crate::wire::request::TaskParams::new(id),
+            )?,
+            Holder::Stopped(spool) => {
+                let h = cancel_stopped(config, spool, id)?;
+                (serde_json::to_value(&h).expect("an answer serializes"), h)
+            }
+        };
+        let ok = h.status == Handling::Cancelled;
+        if a.json {
+            emit_json(&raw);
+        } else {
+            print(&h, id, &holder);
         }
-    };
-    let ok = h.status == Handling::Cancelled;
-    if args.flag("json") {
-        emit_json(&raw);
-    } else {
-        print(&h, id, &holder);
+        Ok(if ok { ExitCode::Ok } else { ExitCode::Refused })
     }
-    Ok(if ok { ExitCode::Ok } else { ExitCode::Refused })
 }
 
 /// The live instance TARGET names, else the one stopped agent's spool of

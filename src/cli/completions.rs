@@ -6,7 +6,7 @@
 //! completions for that name.
 
 use super::args::Args;
-use super::{COMMANDS, Command, emit};
+use super::{COMMANDS, Command, Parsed, emit};
 
 /// The command table a script is generated from.
 type Table = &'static [Command];
@@ -37,10 +37,10 @@ const SPOOL_NAMED: &[&str] = &["forget", "wake"];
 pub const INBOX_ACTIONS: &[&str] = &["list", "claim", "complete", "requeue", "discard", "wait"];
 
 /// What the value of an option completes to.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, PartialEq, Eq, Debug)]
 enum Values {
     /// A fixed list (`args::choices`, which the commands check against).
-    Words(&'static [&'static str]),
+    Words(Vec<&'static str>),
     /// The names and ids of live instances.
     Targets,
     /// A tmux pane (`serve --tmux-pane`).
@@ -95,27 +95,30 @@ fn completed_options(t: Table) -> Vec<(super::Opt, Values)> {
     out
 }
 
-pub fn run(args: &Args, _: &Config) -> Result<ExitCode> {
-    super::at_most(args, "completions", 1)?;
-    let prog = prog();
-    let script = match args.positional.first().map(String::as_str) {
-        Some("bash") => bash(COMMANDS, &prog),
-        Some("zsh") => zsh(COMMANDS, &prog),
-        Some("fish") => fish(COMMANDS, &prog),
-        Some(other) => {
-            return Err(Error::Usage(format!(
+/// `baton completions bash|zsh|fish`: the script's maker.
+pub struct Completions(fn(Table, &str) -> String);
+
+impl Parsed for Completions {
+    fn parse(args: &Args) -> Result<Completions> {
+        super::at_most(args, "completions", 1)?;
+        match args.positional.first().map(String::as_str) {
+            Some("bash") => Ok(Completions(bash)),
+            Some("zsh") => Ok(Completions(zsh)),
+            Some("fish") => Ok(Completions(fish)),
+            Some(other) => Err(Error::Usage(format!(
                 "completions: {}: use bash, zsh or fish",
                 crate::text::sanitize::escape(other)
-            )));
-        }
-        None => {
-            return Err(Error::Usage(
+            ))),
+            None => Err(Error::Usage(
                 "completions: name a shell: bash, zsh or fish".into(),
-            ));
+            )),
         }
-    };
-    emit(&script);
-    Ok(ExitCode::Ok)
+    }
+
+    fn run(self, _: &Config) -> Result<ExitCode> {
+        emit(&(self.0)(COMMANDS, &prog()));
+        Ok(ExitCode::Ok)
+    }
 }
 
 fn names(t: Table) -> Vec<&'static str> {

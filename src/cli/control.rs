@@ -3,6 +3,7 @@
 
 use super::args::Args;
 use super::target::{self, Resolved};
+use super::{On, Parsed};
 use crate::base::config::Config;
 use crate::base::error::{ExitCode, Result};
 use crate::registry::lookup::KnownSpool;
@@ -30,26 +31,35 @@ fn zcoder_ping(config: &Config, peer: &Peer) -> Result<Pong> {
     })
 }
 
-pub fn ping(args: &Args, config: &Config) -> Result<ExitCode> {
-    super::at_most(args, "ping", 1)?;
-    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
-    let start = Instant::now();
-    let r = if peer.wire == Wire::Zcoder {
-        zcoder_ping(config, &peer)?
-    } else {
-        target::call::<Pong>(config, &peer, Method::Ping, NoParams {})?.1
-    };
-    let micros = start.elapsed().as_micros();
-    let text = format!(
-        "pong from {peer}: {}, {:.2} ms\n",
-        r.state,
-        micros as f64 / 1000.0
-    );
-    let timed = Timed {
-        answer: &r,
-        round_trip_us: micros,
-    };
-    super::answer(args, &timed, &text)
+/// `baton ping [TARGET] [--json]`.
+pub struct Ping(On);
+
+impl Parsed for Ping {
+    fn parse(args: &Args) -> Result<Ping> {
+        On::parse(args, "ping").map(Ping)
+    }
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let on = &self.0;
+        let peer = target::resolve(config, on.target())?;
+        let start = Instant::now();
+        let r = if peer.wire == Wire::Zcoder {
+            zcoder_ping(config, &peer)?
+        } else {
+            target::call::<Pong>(config, &peer, Method::Ping, NoParams {})?.1
+        };
+        let micros = start.elapsed().as_micros();
+        let text = format!(
+            "pong from {peer}: {}, {:.2} ms\n",
+            r.state,
+            micros as f64 / 1000.0
+        );
+        let timed = Timed {
+            answer: &r,
+            round_trip_us: micros,
+        };
+        super::answer(on.json, &timed, &text)
+    }
 }
 
 /// `ping --json`: the answer, and how long it took.
@@ -62,7 +72,7 @@ struct Timed<'a, T> {
 
 /// A zcoder peer's status: what its manifest says, with the state its
 /// ping answered (its frame has nothing more to ask).
-fn zcoder_status(args: &Args, config: &Config, peer: &Peer) -> Result<ExitCode> {
+fn zcoder_status(json: bool, config: &Config, peer: &Peer) -> Result<ExitCode> {
     let state = zcoder_ping(config, peer)?.state;
     let r = crate::wire::Manifest {
         state: state.to_string(),
@@ -84,69 +94,77 @@ fn zcoder_status(args: &Args, config: &Config, peer: &Peer) -> Result<ExitCode> 
         s(&m.workspace),
         s(&m.socket),
     );
-    super::answer(args, &r, &text)
+    super::answer(json, &r, &text)
 }
 
-pub fn status(args: &Args, config: &Config) -> Result<ExitCode> {
-    super::at_most(args, "status", 1)?;
-    let peer =
-        match target::resolve_or_stopped(config, args.positional.first().map(String::as_str))? {
+/// `baton status [TARGET] [--json]`.
+pub struct Status(On);
+
+impl Parsed for Status {
+    fn parse(args: &Args) -> Result<Status> {
+        On::parse(args, "status").map(Status)
+    }
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let on = &self.0;
+        let peer = match target::resolve_or_stopped(config, on.target())? {
             Resolved::Live(peer) => *peer,
-            Resolved::Stopped(spool) => return stopped_status(args, &spool),
+            Resolved::Stopped(spool) => return stopped_status(on.json, &spool),
         };
-    if peer.wire == Wire::Zcoder {
-        return zcoder_status(args, config, &peer);
+        if peer.wire == Wire::Zcoder {
+            return zcoder_status(on.json, config, &peer);
+        }
+        let (_, r) =
+            target::call::<ControlStatus>(config, &peer, Call::ControlStatus, NoParams {})?;
+        let q = &r.queue;
+        let mut text = format!(
+            "name:        {}\ninstance:    {}\npid:         {}\nstate:       {}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nspool:       {}\nqueued:      {} of {}\nprocessing:  {}\ninterrupted: {}\nopen task:   {}\n",
+            escape(&r.name),
+            escape(&r.instance_id),
+            r.pid,
+            r.state,
+            escape(&r.profile),
+            escape(&r.model),
+            escape(&r.workspace),
+            escape(&r.socket),
+            escape(&r.spool),
+            q.queued,
+            q.max,
+            q.processing,
+            q.interrupted,
+            r.open_task.as_deref().map_or("-".into(), escape),
+        );
+        if !r.operators.is_empty() {
+            text.push_str(&format!("operators:   {}\n", operators_said(&r.operators)));
+        }
+        if let Some(c) = &r.codex {
+            let line = match (c.connected, &c.thread, &c.reason) {
+                (true, Some(t), _) => format!("{} (thread {})", c.socket, t),
+                (true, None, _) => c.socket.clone(),
+                (false, _, Some(why)) => format!(
+                    "{} cannot be reached ({why}): tasks stay queued until it answers",
+                    c.socket
+                ),
+                (false, _, None) => format!("{} (not asked yet)", c.socket),
+            };
+            text.push_str(&format!("codex:       {}\n", escape(&line)));
+        }
+        if let Some(pane) = &r.tmux_pane {
+            let line = match &r.tmux_wait {
+                Some(wait) => format!("{pane}: {wait}"),
+                None => pane.clone(),
+            };
+            text.push_str(&format!("tmux pane:   {}\n", escape(&line)));
+        }
+        for id in &r.awaiting_approval {
+            text.push_str(&format!(
+                "awaiting approval: {} (answer with {})\n",
+                escape(id),
+                super::approve::answer_with(on.target())
+            ));
+        }
+        super::answer(on.json, &r, &text)
     }
-    let (_, r) = target::call::<ControlStatus>(config, &peer, Call::ControlStatus, NoParams {})?;
-    let q = &r.queue;
-    let mut text = format!(
-        "name:        {}\ninstance:    {}\npid:         {}\nstate:       {}\nprofile:     {}\nmodel:       {}\nworkspace:   {}\nsocket:      {}\nspool:       {}\nqueued:      {} of {}\nprocessing:  {}\ninterrupted: {}\nopen task:   {}\n",
-        escape(&r.name),
-        escape(&r.instance_id),
-        r.pid,
-        r.state,
-        escape(&r.profile),
-        escape(&r.model),
-        escape(&r.workspace),
-        escape(&r.socket),
-        escape(&r.spool),
-        q.queued,
-        q.max,
-        q.processing,
-        q.interrupted,
-        r.open_task.as_deref().map_or("-".into(), escape),
-    );
-    if !r.operators.is_empty() {
-        text.push_str(&format!("operators:   {}\n", operators_said(&r.operators)));
-    }
-    if let Some(c) = &r.codex {
-        let line = match (c.connected, &c.thread, &c.reason) {
-            (true, Some(t), _) => format!("{} (thread {})", c.socket, t),
-            (true, None, _) => c.socket.clone(),
-            (false, _, Some(why)) => format!(
-                "{} cannot be reached ({why}): tasks stay queued until it answers",
-                c.socket
-            ),
-            (false, _, None) => format!("{} (not asked yet)", c.socket),
-        };
-        text.push_str(&format!("codex:       {}\n", escape(&line)));
-    }
-    if let Some(pane) = &r.tmux_pane {
-        let line = match &r.tmux_wait {
-            Some(wait) => format!("{pane}: {wait}"),
-            None => pane.clone(),
-        };
-        text.push_str(&format!("tmux pane:   {}\n", escape(&line)));
-    }
-    let target = args.positional.first().map(String::as_str);
-    for id in &r.awaiting_approval {
-        text.push_str(&format!(
-            "awaiting approval: {} (answer with {})\n",
-            escape(id),
-            super::approve::answer_with(target)
-        ));
-    }
-    super::answer(args, &r, &text)
 }
 
 /// The accounts of `serve --operator`, as `status` and `list` name them:
@@ -186,7 +204,7 @@ struct StoppedQueue {
 
 /// `status` of a stopped agent: its spool read as `inbox list` reads it
 /// (no lock, nothing moved), `state: stopped (since TIME)`.
-fn stopped_status(args: &Args, spool: &KnownSpool) -> Result<ExitCode> {
+fn stopped_status(json: bool, spool: &KnownSpool) -> Result<ExitCode> {
     let l = crate::spool::read_listing(&spool.dir)?;
     let r = StoppedStatus {
         name: &spool.name,
@@ -220,22 +238,29 @@ fn stopped_status(args: &Args, spool: &KnownSpool) -> Result<ExitCode> {
             "no (serve --no-offline): tasks sent to it are refused"
         },
     );
-    super::answer(args, &r, &text)
+    super::answer(json, &r, &text)
 }
 
-/// `pause` and `resume`. A pause is answered once the acceptances before
+/// `pause` (`PAUSE`) and `resume`. A pause is answered once the acceptances before
 /// it are stored (up to 4 s: docs/protocol.md `control/pause`), so `baton
 /// pause` waits as long as the instance's own connection thread does.
-pub fn set_paused(args: &Args, config: &Config, cmd: &str) -> Result<ExitCode> {
-    let mut config = config.clone();
-    let mut call = Call::ControlResume;
-    if cmd == "pause" {
-        config.io_timeout = config.io_timeout.max(ANSWER_WAIT_MIN);
-        call = Call::ControlPause;
+pub struct Pause<const PAUSE: bool>(On);
+
+impl<const PAUSE: bool> Parsed for Pause<PAUSE> {
+    fn parse(args: &Args) -> Result<Self> {
+        On::parse(args, if PAUSE { "pause" } else { "resume" }).map(Pause)
     }
-    super::at_most(args, cmd, 1)?;
-    let peer = target::resolve(&config, args.positional.first().map(String::as_str))?;
-    let (_, r) = target::call::<Paused>(&config, &peer, call, NoParams {})?;
-    let text = format!("{peer}: {}\n", r.state);
-    super::answer(args, &r, &text)
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let mut config = config.clone();
+        let mut call = Call::ControlResume;
+        if PAUSE {
+            config.io_timeout = config.io_timeout.max(ANSWER_WAIT_MIN);
+            call = Call::ControlPause;
+        }
+        let peer = target::resolve(&config, self.0.target())?;
+        let (_, r) = target::call::<Paused>(&config, &peer, call, NoParams {})?;
+        let text = format!("{peer}: {}\n", r.state);
+        super::answer(self.0.json, &r, &text)
+    }
 }

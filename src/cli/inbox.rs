@@ -2,12 +2,12 @@
 //! instance. `list` reads every page of `inbox/list` and shows them as one.
 //! `wait` is cli::inbox_wait.
 
+use super::Parsed;
 use super::args::Args;
 use super::{emit, emit_json, target};
 use crate::base::config::Config;
 use crate::base::error::{Error, ExitCode, Result};
 use crate::base::status::{ReplyStatus, Status};
-use crate::client::{self, ListError, Session};
 use crate::registry;
 use crate::registry::lookup::KnownSpool;
 use crate::spool::{self, Receipt};
@@ -15,136 +15,181 @@ use crate::text::sanitize::{escape, escape_multiline};
 use crate::text::table;
 use crate::wire::Said;
 use crate::wire::answer::{Claimed, CompleteParams, ControlStatus, Handled, InboxPage, SendResult};
+use crate::wire::request::NoParams;
 use crate::wire::{Call, ClaimStatus, Handling};
 use serde_json::Value;
 use std::path::Path;
+use std::time::Duration;
 
 /// The finished tasks `inbox list --all` shows: the last this many.
 const FINISHED_SHOWN: usize = 100;
 
-pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    let Some(action) = args.positional.first().map(String::as_str) else {
-        return Err(Error::Usage(
-            "inbox: say list, claim or complete (see 'baton help inbox')".into(),
-        ));
-    };
-    if args.flag("timeout") {
-        return Err(Error::Usage(format!(
-            "inbox {}: --timeout is for inbox wait",
-            escape(action)
-        )));
-    }
-    let (target_arg, params) = request(args, action)?;
-    // Only `list` reads a stopped agent's spool; the others need it running.
-    let peer = match action {
-        "list" => match target::resolve_or_stopped(config, target_arg.map(String::as_str))? {
-            target::Resolved::Live(peer) => *peer,
-            target::Resolved::Stopped(spool) => {
-                return list_stopped(args, &spool, target_arg.map(String::as_str));
+/// `baton inbox ACTION [TARGET] [MESSAGE_ID] [--json]`, `wait` included.
+pub struct Inbox {
+    target: Option<String>,
+    json: bool,
+    action: Action,
+}
+
+enum Action {
+    List {
+        all: bool,
+    },
+    Claim,
+    Wait(Option<Duration>),
+    /// `held`: no MESSAGE_ID, so the one task the agent holds.
+    Complete {
+        params: CompleteParams,
+        held: bool,
+    },
+    Requeue(String),
+    Discard(String),
+}
+
+impl Parsed for Inbox {
+    fn parse(args: &Args) -> Result<Inbox> {
+        let Some(action) = args.positional.first().map(String::as_str) else {
+            return Err(Error::Usage(
+                "inbox: say list, claim or complete (see 'baton help inbox')".into(),
+            ));
+        };
+        if action != "wait" && args.flag("timeout") {
+            return Err(Error::Usage(format!(
+                "inbox {}: --timeout is for inbox wait",
+                escape(action)
+            )));
+        }
+        let rest = &args.positional[1..];
+        // How many arguments follow the action: TARGET, and MESSAGE_ID.
+        let most = match action {
+            "list" | "claim" | "wait" => 1,
+            "complete" | "requeue" | "discard" => 2,
+            other => {
+                return Err(Error::Usage(format!(
+                    "inbox: unknown action {}: use list, claim, wait, complete, requeue or discard",
+                    escape(other)
+                )));
             }
-        },
-        _ => target::resolve(config, target_arg.map(String::as_str))?,
-    };
-    let json = args.flag("json");
-    let (r, ok) = match action {
-        "list" => {
-            let mut conn = target::connect(config, &peer)?;
-            let all = list_all(&mut conn, &peer)?;
-            let finished = match args.flag("all") {
-                true => {
-                    let st: ControlStatus = (conn
-                        .call(Call::ControlStatus, crate::wire::request::NoParams {}))
-                    .map_err(|e| target::transport(&peer, e))?;
-                    spool::read_recent(Path::new(&st.spool), FINISHED_SHOWN)
+        };
+        if let Some(extra) = rest.get(most) {
+            return Err(Error::Usage(format!(
+                "inbox {action}: unexpected argument {}",
+                escape(extra)
+            )));
+        }
+        let (target, id) = match rest.split_last() {
+            _ if most == 1 => (rest.first().cloned(), None),
+            Some((id, t)) => (t.first().cloned(), Some(id.clone())),
+            // The one task the agent holds, found once the target is
+            // (`held`).
+            None if action == "complete" => (None, None),
+            None => {
+                return Err(Error::Usage(format!(
+                    "inbox {action}: MESSAGE_ID is missing"
+                )));
+            }
+        };
+        let action = match (action, id) {
+            ("list", _) => Action::List {
+                all: args.flag("all"),
+            },
+            ("claim", _) => Action::Claim,
+            ("wait", _) => {
+                for opt in ["outcome", "reply"] {
+                    if args.flag(opt) {
+                        return Err(Error::Usage(format!(
+                            "inbox wait: --{opt} is for inbox complete"
+                        )));
+                    }
                 }
-                false => Vec::new(),
-            };
-            return print_list(args, &all, &finished, target_arg.map(String::as_str));
-        }
-        "claim" => {
-            let (r, c) = target::call::<Claimed>(config, &peer, Call::InboxClaim, params)?;
-            if !json {
-                print_claim(&c, &peer.manifest.name);
+                Action::Wait(args.seconds("inbox wait", "timeout")?)
             }
-            (
-                r,
-                c.status == ClaimStatus::Claimed || c.status == ClaimStatus::Empty,
-            )
-        }
-        _ => {
-            let (call, done) = match action {
-                "complete" => (Call::InboxComplete, Handling::Completed),
-                "requeue" => (Call::InboxRequeue, Handling::Requeued),
-                _ => (Call::InboxDiscard, Handling::Discarded),
-            };
-            // `inbox complete` alone: no TARGET, no MESSAGE_ID.
-            let missing = args.positional.len() == 1;
-            let params = match action {
-                "complete" if missing => complete_params(args, &held(config, &peer)?)?,
-                _ => params,
-            };
-            let (r, h) = target::call::<Handled>(config, &peer, call, params)?;
-            if !json {
-                print_outcome(&h, action);
+            ("complete", id) => complete(args, id)?,
+            ("requeue", id) => Action::Requeue(id.unwrap_or_default()),
+            (_, id) => Action::Discard(id.unwrap_or_default()),
+        };
+        let json = args.flag("json");
+        Ok(Inbox {
+            target,
+            json,
+            action,
+        })
+    }
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let (target, json) = (self.target.as_deref(), self.json);
+        // Only `list` reads a stopped agent's spool; the others need it running.
+        let peer = match self.action {
+            Action::Wait(timeout) => return super::inbox_wait::run(config, target, timeout, json),
+            Action::List { all } => match target::resolve_or_stopped(config, target)? {
+                target::Resolved::Live(peer) => *peer,
+                target::Resolved::Stopped(spool) => {
+                    return list_stopped(json, all, &spool, target);
+                }
+            },
+            _ => target::resolve(config, target)?,
+        };
+        let (call, handled, params) = match self.action {
+            Action::List { all } => {
+                let mut conn = target::connect(config, &peer)?;
+                let page = target::list_all(&mut conn, &peer)?;
+                let finished = match all {
+                    true => {
+                        let st: ControlStatus = (conn
+                            .call(Call::ControlStatus, crate::wire::request::NoParams {}))
+                        .map_err(|e| target::transport(&peer, e))?;
+                        spool::read_recent(Path::new(&st.spool), FINISHED_SHOWN)
+                    }
+                    false => Vec::new(),
+                };
+                return print_list(json, all, &page, &finished, target);
             }
-            (r, h.status == done)
+            Action::Claim => {
+                let (r, c) = target::call::<Claimed>(config, &peer, Call::InboxClaim, NoParams {})?;
+                if !json {
+                    print_claim(&c, &peer.manifest.name);
+                }
+                let ok = c.status == ClaimStatus::Claimed || c.status == ClaimStatus::Empty;
+                return done(json, &r, ok);
+            }
+            Action::Complete { mut params, held } => {
+                if held {
+                    params.message_id = held_task(config, &peer)?;
+                }
+                (Call::InboxComplete, Handling::Completed, params.to_value())
+            }
+            Action::Requeue(id) => (Call::InboxRequeue, Handling::Requeued, task(&id)),
+            Action::Discard(id) => (Call::InboxDiscard, Handling::Discarded, task(&id)),
+            Action::Wait(_) => unreachable!("inbox wait ran above"),
+        };
+        let (r, h) = target::call::<Handled>(config, &peer, call, params)?;
+        if !json {
+            print_outcome(&h, call.as_str().trim_start_matches("inbox/"));
         }
-    };
+        done(json, &r, h.status == handled)
+    }
+}
+
+/// `{"message_id": id}`.
+fn task(id: &str) -> Value {
+    serde_json::to_value(crate::wire::request::TaskParams::new(id)).expect("a string serializes")
+}
+
+/// The answer `r` printed with `--json`; the exit code of a call `ok` or not.
+fn done(json: bool, r: &Value, ok: bool) -> Result<ExitCode> {
     if json {
-        emit_json(&r);
+        emit_json(r);
     }
     Ok(if ok { ExitCode::Ok } else { ExitCode::Refused })
 }
 
-/// The target the command names, if any, and the call's params.
-pub(super) fn request<'a>(args: &'a Args, action: &str) -> Result<(Option<&'a String>, Value)> {
-    let rest = &args.positional[1..];
-    // How many arguments follow the action: TARGET, and MESSAGE_ID.
-    let most = match action {
-        "list" | "claim" | "wait" => 1,
-        "complete" | "requeue" | "discard" => 2,
-        other => {
-            return Err(Error::Usage(format!(
-                "inbox: unknown action {}: use list, claim, wait, complete, requeue or discard",
-                escape(other)
-            )));
-        }
-    };
-    if let Some(extra) = rest.get(most) {
-        return Err(Error::Usage(format!(
-            "inbox {action}: unexpected argument {}",
-            escape(extra)
-        )));
-    }
-    if most == 1 {
-        return Ok((rest.first(), Value::Object(serde_json::Map::new())));
-    }
-    let Some((id, t)) = rest.split_last() else {
-        if action == "complete" {
-            // The one task the agent holds, found once the target is
-            // (`held`): an empty id says so.
-            return complete_params(args, "").map(|p| (None, p));
-        }
-        return Err(Error::Usage(format!(
-            "inbox {action}: MESSAGE_ID is missing"
-        )));
-    };
-    if action != "complete" {
-        let params = crate::wire::request::TaskParams::new(id);
-        return Ok((
-            t.first(),
-            serde_json::to_value(params).expect("a string serializes"),
-        ));
-    }
-    complete_params(args, id).map(|p| (t.first(), p))
-}
-
-/// `inbox complete`'s params for task `id`.
-fn complete_params(args: &Args, id: &str) -> Result<Value> {
+/// `inbox complete [[TARGET] MESSAGE_ID]`'s params (an empty id without
+/// one).
+fn complete(args: &Args, id: Option<String>) -> Result<Action> {
     let outcome = Said::spelled(args.value("outcome").unwrap_or("done"));
     let mut params = CompleteParams {
         reply: args.value("reply").map(str::to_string),
-        ..CompleteParams::new(id, outcome)
+        ..CompleteParams::new(id.as_deref().unwrap_or(""), outcome)
     };
     if args.flag("reply-to-reply") {
         if params.reply.is_none() {
@@ -154,15 +199,16 @@ fn complete_params(args: &Args, id: &str) -> Result<Value> {
         }
         params.reply_to_reply = Some(true);
     }
-    Ok(params.to_value())
+    let held = id.is_none();
+    Ok(Action::Complete { params, held })
 }
 
 /// `inbox complete` without MESSAGE_ID: the id of the one task `peer` is
 /// processing for its agent; an error names them when it holds none or
 /// several.
-fn held(config: &Config, peer: &registry::Peer) -> Result<String> {
+fn held_task(config: &Config, peer: &registry::Peer) -> Result<String> {
     let mut conn = target::connect(config, peer)?;
-    let all = list_all(&mut conn, peer)?;
+    let all = target::list_all(&mut conn, peer)?;
     let name = escape(&peer.manifest.name);
     let ids: Vec<&str> = all
         .processing
@@ -182,35 +228,28 @@ fn held(config: &Config, peer: &registry::Peer) -> Result<String> {
     }
 }
 
-/// Every page of `inbox/list`, as one listing.
-pub(super) fn list_all(conn: &mut Session, peer: &registry::Peer) -> Result<InboxPage> {
-    client::list_all(&mut |p| conn.call(Call::InboxList, p)).map_err(|e| match e {
-        ListError::Call(e) => target::transport(peer, e),
-        ListError::KeptChanging => Error::Transport(format!(
-            "{}: the inbox kept changing while it was listed; try again",
-            escape(&peer.manifest.name)
-        )),
-        e => Error::Transport(format!("{}: {e}", escape(&peer.manifest.name))),
-    })
-}
-
 /// `inbox list` of a stopped agent: its spool's directories as they are,
 /// in the live listing's shape. Nothing is claimed, moved or locked.
-fn list_stopped(args: &Args, spool: &KnownSpool, target: Option<&str>) -> Result<ExitCode> {
+fn list_stopped(
+    json: bool,
+    all: bool,
+    spool: &KnownSpool,
+    target: Option<&str>,
+) -> Result<ExitCode> {
     super::watch::say_stopped(spool, false);
     let l = crate::spool::read_listing(&spool.dir)?;
-    let finished = match args.flag("all") {
+    let finished = match all {
         true => spool::read_recent(&spool.dir, FINISHED_SHOWN),
         false => Vec::new(),
     };
-    let all = InboxPage {
+    let page = InboxPage {
         queued: l.queued,
         processing: l.processing,
         interrupted: l.interrupted,
         rejected: l.rejected,
         ..InboxPage::default()
     };
-    print_list(args, &all, &finished, target)
+    print_list(json, all, &page, &finished, target)
 }
 
 /// `inbox claim` of `name`'s inbox: the envelope on stdout (it says how
@@ -291,12 +330,13 @@ fn print_reply(reply: &SendResult) {
 /// the command that answers it. With `--all`, the tasks that finished
 /// last follow (`finished`), each with its outcome for its place.
 fn print_list(
-    args: &Args,
+    json: bool,
+    with_finished: bool,
     all: &InboxPage,
     finished: &[Receipt],
     target: Option<&str>,
 ) -> Result<ExitCode> {
-    if args.flag("json") {
+    if json {
         /// A finished task as `--all --json` lists it.
         #[derive(serde::Serialize)]
         struct Finished<'a> {
@@ -312,7 +352,7 @@ fn print_list(
             #[serde(skip_serializing_if = "Option::is_none")]
             finished: Option<Vec<Finished<'a>>>,
         }
-        let finished = args.flag("all").then(|| {
+        let finished = with_finished.then(|| {
             (finished.iter())
                 .map(|r| Finished {
                     finished_at: r.finished_at,

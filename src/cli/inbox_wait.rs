@@ -19,7 +19,6 @@
 //! instance that is not paused, and ahead of the first queued task that
 //! waits for an approval.
 
-use super::args::Args;
 use super::{emit, emit_json, target};
 use crate::base::config::Config;
 use crate::base::error::{Error, ExitCode, Result};
@@ -32,7 +31,7 @@ use crate::wire::{Approve, Call, Decision, Event, EventKind, Mode, State};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What waits: how many tasks, and the one `inbox claim` takes first.
 struct Waiting {
@@ -48,18 +47,14 @@ struct Seen {
     waiting: Option<Waiting>,
 }
 
-pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    let (target_arg, _) = super::inbox::request(args, "wait")?;
-    for opt in ["outcome", "reply"] {
-        if args.flag(opt) {
-            return Err(Error::Usage(format!(
-                "inbox wait: --{opt} is for inbox complete"
-            )));
-        }
-    }
-    let timeout = args.seconds("inbox wait", "timeout")?;
+pub fn run(
+    config: &Config,
+    target: Option<&str>,
+    timeout: Option<Duration>,
+    json: bool,
+) -> Result<ExitCode> {
     let deadline = timeout.map(|t| Instant::now() + t);
-    let peer = target::resolve(config, target_arg.map(String::as_str))?;
+    let peer = target::resolve(config, target)?;
     if peer.wire != registry::Wire::Jsonrpc {
         return Err(Error::Usage(format!(
             "{} is a zcoder instance: it has no inbox to wait on",
@@ -85,7 +80,7 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
         },
         |peer| watch(config, &peer, deadline),
     )?;
-    Ok(report(args, &who.name, found.flatten()))
+    Ok(report(json, &who.name, found.flatten()))
 }
 
 /// `--json`'s object: what waits, or that none did before the timeout.
@@ -112,9 +107,9 @@ fn line(name: &str, w: Option<&Waiting>) -> Value {
 }
 
 /// Prints the one line (or object) and gives the exit code.
-fn report(args: &Args, name: &str, found: Option<Waiting>) -> ExitCode {
+fn report(json: bool, name: &str, found: Option<Waiting>) -> ExitCode {
     let Some(w) = found else {
-        if args.flag("json") {
+        if json {
             emit_json(&line(name, None));
         } else {
             eprintln!(
@@ -124,7 +119,7 @@ fn report(args: &Args, name: &str, found: Option<Waiting>) -> ExitCode {
         }
         return ExitCode::WaitTimedOut;
     };
-    if args.flag("json") {
+    if json {
         emit_json(&line(name, Some(&w)));
     } else {
         let tasks = if w.count == 1 {
@@ -239,7 +234,7 @@ fn look(config: &Config, peer: &Peer) -> Result<Seen> {
     if seen.paused || st.queue.queued == 0 {
         return Ok(seen);
     }
-    let all = super::inbox::list_all(&mut conn, peer)?;
+    let all = target::list_all(&mut conn, peer)?;
     let asked: HashSet<&str> = all.awaiting_approval.iter().map(String::as_str).collect();
     let count = all
         .queued

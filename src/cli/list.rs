@@ -1,5 +1,6 @@
 //! `baton list` and `baton gc`: discovery, shown or cleaned.
 
+use super::Parsed;
 use super::args::Args;
 use super::hosts::{self, Fleet};
 use super::{emit, emit_json, target};
@@ -16,34 +17,56 @@ use crate::wire::request::NoParams;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    super::at_most(args, "list", 0)?;
-    let Some(fleet) = Fleet::of(args, "list")? else {
-        let items = local(args, config)?;
-        match args.flag("json") {
-            true => emit_json(&Value::Array(items)),
-            false => print(args, &[(None, items)]),
-        }
-        return Ok(ExitCode::Ok);
-    };
-    let (listed, status) = remote(args, config, &fleet);
-    if args.flag("json") {
-        let all = listed.into_iter().flat_map(|(h, items)| {
-            let h = h.expect("a host's");
-            items.into_iter().map(move |v| hosts::with_host(&h, v))
-        });
-        emit_json(&Value::Array(all.collect()));
-    } else {
-        print(args, &listed);
+/// `baton list [--json] [--all] [--offline]`, here or on the hosts of
+/// `--via` and `--hosts`.
+pub struct List {
+    json: bool,
+    all: bool,
+    offline: bool,
+    /// The hosts, and the words of this list there.
+    hosts: Option<(Fleet, Vec<String>)>,
+}
+
+impl Parsed for List {
+    fn parse(args: &Args) -> Result<List> {
+        super::at_most(args, "list", 0)?;
+        let hosts = Fleet::of(args, "list")?.map(|f| (f, hosts::words(&["list"], args, true)));
+        Ok(List {
+            json: args.flag("json"),
+            all: args.flag("all"),
+            offline: args.flag("offline"),
+            hosts,
+        })
     }
-    Ok(status)
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let Some((fleet, words)) = &self.hosts else {
+            let items = local(&self, config)?;
+            match self.json {
+                true => emit_json(&Value::Array(items)),
+                false => print(&self, &[(None, items)]),
+            }
+            return Ok(ExitCode::Ok);
+        };
+        let (listed, status) = remote(config, fleet, words);
+        if self.json {
+            let all = listed.into_iter().flat_map(|(h, items)| {
+                let h = h.expect("a host's");
+                items.into_iter().map(move |v| hosts::with_host(&h, v))
+            });
+            emit_json(&Value::Array(all.collect()));
+        } else {
+            print(&self, &listed);
+        }
+        Ok(status)
+    }
 }
 
 /// This host's `list --json` items: the live instances, with `--all` the
 /// entries skipped, and the scans cut short; with `--offline` the names
 /// with a spool and no live instance, which a sender can still deliver
 /// to (unless they opted out).
-fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
+fn local(list: &List, config: &Config) -> Result<Vec<Value>> {
     // Every registry scanned, without this command's own instance when
     // it runs inside one.
     let dirs = registry::scan_dirs(&registry::ensure_dir(config)?);
@@ -53,7 +76,7 @@ fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
     if let Some(what) = found.shortage {
         return Err(Error::Transport(crate::registry::lookup::short_of(what)));
     }
-    if args.flag("offline") {
+    if list.offline {
         return Ok(crate::relay::known_spools()
             .iter()
             .filter(|s| s.running(&found.peers).is_none())
@@ -61,7 +84,7 @@ fn local(args: &Args, config: &Config) -> Result<Vec<Value>> {
             .collect());
     }
     let mut out: Vec<Value> = found.peers.iter().map(|p| item(&p.manifest)).collect();
-    if args.flag("all") {
+    if list.all {
         for s in &found.skipped {
             // Without a manifest, an object of its own members.
             let wire = s.wire.as_str();
@@ -167,7 +190,7 @@ struct Item {
 /// `list`'s items as text, each host's (`None` is this one, whose
 /// skipped entries `--all` shows too); with a `HOST` column when they are
 /// other hosts'.
-fn print(args: &Args, listed: &[Listed]) {
+fn print(list: &List, listed: &[Listed]) {
     let here = listed.iter().all(|(h, _)| h.is_none());
     // An item this version cannot read (a remote's, say) is named and
     // left out, not shown as a blank row.
@@ -192,7 +215,7 @@ fn print(args: &Args, listed: &[Listed]) {
         let problem = t.problem.as_deref().unwrap_or("");
         eprintln!("baton: {}: {}", escape(&t.path), escape(problem));
     }
-    if args.flag("offline") {
+    if list.offline {
         if here && items.is_empty() {
             eprintln!("baton: no known names are offline");
             return;
@@ -223,7 +246,7 @@ fn print(args: &Args, listed: &[Listed]) {
         let head = ["NAME", "PID", "STATE", "ID", "WIRE", "WORKSPACE"];
         emit(&with_hosts(here, head, &rows));
     }
-    if here && args.flag("all") {
+    if here && list.all {
         for (_, t) in items.iter().filter(|(_, t)| t.not_looked_at.is_none()) {
             if let Some(problem) = &t.problem {
                 emit(&format!(
@@ -272,38 +295,51 @@ fn with_hosts<const N: usize>(
     }
 }
 
-pub fn gc(args: &Args, config: &Config) -> Result<ExitCode> {
-    super::at_most(args, "gc", 0)?;
-    let dir = registry::ensure_dir(config)?;
-    let collected = registry::collect_stale(&dir, true);
-    let malformed: Vec<String> = collected
-        .malformed
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect();
-    if args.flag("json") {
-        let out = Collected {
-            malformed: &malformed,
-            removed: &collected.removed,
-        };
-        emit_json(&item(&out));
-    } else if collected.removed.is_empty() && malformed.is_empty() {
-        eprintln!("baton: no stale entries in {}", dir.display());
-    } else {
-        for id in &collected.removed {
-            emit(&format!("removed stale instance {id}\n"));
-        }
-        for path in &malformed {
-            emit(&format!("removed malformed manifest {}\n", escape(path)));
-        }
+/// `baton gc [--json]`.
+pub struct Gc {
+    json: bool,
+}
+
+impl Parsed for Gc {
+    fn parse(args: &Args) -> Result<Gc> {
+        super::at_most(args, "gc", 0)?;
+        Ok(Gc {
+            json: args.flag("json"),
+        })
     }
-    Ok(ExitCode::Ok)
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let json = self.json;
+        let dir = registry::ensure_dir(config)?;
+        let collected = registry::collect_stale(&dir, true);
+        let malformed: Vec<String> = collected
+            .malformed
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        if json {
+            let out = Collected {
+                malformed: &malformed,
+                removed: &collected.removed,
+            };
+            emit_json(&item(&out));
+        } else if collected.removed.is_empty() && malformed.is_empty() {
+            eprintln!("baton: no stale entries in {}", dir.display());
+        } else {
+            for id in &collected.removed {
+                emit(&format!("removed stale instance {id}\n"));
+            }
+            for path in &malformed {
+                emit(&format!("removed malformed manifest {}\n", escape(path)));
+            }
+        }
+        Ok(ExitCode::Ok)
+    }
 }
 
 /// `list --via 'ssh host'`...: the items of each host's `baton list
-/// --json`, and the exit status.
-fn remote(args: &Args, config: &Config, fleet: &Fleet) -> (Vec<Listed>, ExitCode) {
-    let words = hosts::words(&["list"], args, true);
+/// --json` (`words`), and the exit status.
+fn remote(config: &Config, fleet: &Fleet, words: &[String]) -> (Vec<Listed>, ExitCode) {
     // `initialize` and `ping` on stdin, which `baton list` ignores: a key
     // whose forced command is `baton bridge NAME` answers them instead,
     // and that one instance is what can be listed through it.
@@ -312,7 +348,7 @@ fn remote(args: &Args, config: &Config, fleet: &Fleet) -> (Vec<Listed>, ExitCode
         request(2, Method::Ping, NoParams {}),
     ]
     .concat();
-    let mut asked = fleet.ask(config, &words, &probe);
+    let mut asked = fleet.ask(config, words, &probe);
     let mut listed = Vec::new();
     for (host, code, out) in &asked.answers {
         let name = escape(&host.name);

@@ -3,7 +3,6 @@
 //! text continuing under an indent so that it never looks like an entry
 //! of its own; or with `--json` its members as the instance wrote them.
 
-use super::args::Args;
 use super::since::Clock;
 use super::{emit, emit_json};
 use crate::text::sanitize::{escape, escape_multiline};
@@ -12,8 +11,8 @@ use crate::wire::{Event, EventKind};
 use serde_json::Value;
 
 /// Prints one event: `v` as it came, read as `ev`.
-pub fn print(args: &Args, clock: &Clock, v: &Value, ev: &Event) {
-    if args.flag("json") {
+pub fn print(json: bool, clock: &Clock, v: &Value, ev: &Event) {
+    if json {
         emit_json(v);
     } else {
         emit(&format_event(ev, clock));

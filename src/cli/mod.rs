@@ -142,14 +142,14 @@ pub const COMMANDS: &[Command] = &[
             ),
             HELP,
         ],
-        run: serve::run,
+        run: launch::<serve::Serve>,
     },
     Command {
         name: "attach",
         usage: "baton attach [TARGET]",
         summary: "open the interactive view on a running instance",
         opts: &[HELP],
-        run: attach::run,
+        run: launch::<attach::Attach>,
     },
     Command {
         name: "list",
@@ -172,7 +172,7 @@ pub const COMMANDS: &[Command] = &[
             NO_MULTIPLEX,
             HELP,
         ],
-        run: list::run,
+        run: launch::<list::List>,
     },
     Command {
         name: "send",
@@ -212,35 +212,35 @@ pub const COMMANDS: &[Command] = &[
             user::USER,
             HELP,
         ],
-        run: send::run,
+        run: launch::<send::Send>,
     },
     Command {
         name: "ping",
         usage: "baton ping [TARGET] [--json] [--user NAME]",
         summary: "check that an instance answers, and how fast",
         opts: &[JSON, user::USER, HELP],
-        run: control::ping,
+        run: launch::<control::Ping>,
     },
     Command {
         name: "status",
         usage: "baton status [TARGET] [--json] [--user NAME]\n                    [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "show an instance's state, queue and spool",
         opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
-        run: control::status,
+        run: launch::<control::Status>,
     },
     Command {
         name: "pause",
         usage: "baton pause [TARGET] [--json] [--user NAME]\n                   [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "refuse new tasks (status paused); queued tasks are kept",
         opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
-        run: |args, config| control::set_paused(args, config, "pause"),
+        run: launch::<control::Pause<true>>,
     },
     Command {
         name: "resume",
         usage: "baton resume [TARGET] [--json] [--user NAME]\n                    [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "accept tasks again and continue the queue",
         opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
-        run: |args, config| control::set_paused(args, config, "resume"),
+        run: launch::<control::Pause<false>>,
     },
     Command {
         name: "inbox",
@@ -268,25 +268,21 @@ pub const COMMANDS: &[Command] = &[
             user::USER,
             hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP,
         ],
-        // `wait` is a command of its own, which reads the inbox as `list` does.
-        run: |args, config| match args.positional.first().map(String::as_str) {
-            Some("wait") => inbox_wait::run(args, config),
-            _ => inbox::run(args, config),
-        },
+        run: launch::<inbox::Inbox>,
     },
     Command {
         name: "cancel",
         usage: "baton cancel [TARGET] MESSAGE_ID [--json] [--user NAME]\n                    [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "withdraw a queued task or stop its running turn (outcome cancelled), a stopped agent's too",
         opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
-        run: cancel::run,
+        run: launch::<cancel::Cancel>,
     },
     Command {
         name: "wake",
         usage: "baton wake NAME",
         summary: "start a socket-activated agent by connecting to its wake socket, and wait for it",
         opts: &[HELP],
-        run: wake::run,
+        run: launch::<wake::Wake>,
     },
     Command {
         name: "stop",
@@ -300,7 +296,7 @@ pub const COMMANDS: &[Command] = &[
             user::USER,
             HELP,
         ],
-        run: stop::stop,
+        run: launch::<stop::Stop>,
     },
     Command {
         name: "forget",
@@ -318,7 +314,7 @@ pub const COMMANDS: &[Command] = &[
             user::USER,
             HELP,
         ],
-        run: stop::forget,
+        run: launch::<stop::Forget>,
     },
     Command {
         name: "log",
@@ -340,7 +336,7 @@ pub const COMMANDS: &[Command] = &[
             user::USER,
             hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP,
         ],
-        run: watch::log,
+        run: launch::<watch::Log>,
     },
     Command {
         name: "watch",
@@ -360,28 +356,28 @@ pub const COMMANDS: &[Command] = &[
             user::USER,
             hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP,
         ],
-        run: watch::watch,
+        run: launch::<watch::Watch>,
     },
     Command {
         name: "approvals",
         usage: "baton approvals [TARGET] [--json] [--full] [--user NAME]\n                       [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "list the approvals waiting at an instance: tasks, and tool calls MCP hosts ask about",
         opts: &[JSON, switch("full", "print each whole body, escaped"), user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
-        run: approvals::list,
+        run: launch::<approvals::List>,
     },
     Command {
         name: "approve",
         usage: "baton approve [TARGET] APPROVAL_ID... [--json] [--user NAME]\n                     [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "approve waiting approvals by id, as 'baton approvals' lists them",
         opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
-        run: approvals::approve,
+        run: launch::<approvals::Decide<true>>,
     },
     Command {
         name: "deny",
         usage: "baton deny [TARGET] APPROVAL_ID... [--json] [--user NAME]\n                  [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
         summary: "deny waiting approvals by id, as 'baton approvals' lists them",
         opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
-        run: approvals::deny,
+        run: launch::<approvals::Decide<false>>,
     },
     Command {
         name: "mcp",
@@ -395,7 +391,7 @@ pub const COMMANDS: &[Command] = &[
             value("profile", "coding (default) or sysadmin"),
             HELP,
         ],
-        run: mcp::run,
+        run: launch::<mcp::Mcp>,
     },
     Command {
         name: "bridge",
@@ -416,28 +412,28 @@ pub const COMMANDS: &[Command] = &[
             ),
             HELP,
         ],
-        run: bridge::run,
+        run: launch::<bridge::Bridge>,
     },
     Command {
         name: "completions",
         usage: "baton completions bash|zsh|fish",
         summary: "print a shell completion script",
         opts: &[HELP],
-        run: completions::run,
+        run: launch::<completions::Completions>,
     },
     Command {
         name: "gc",
         usage: "baton gc [--json]",
         summary: "remove the registry entries of instances that are gone",
         opts: &[JSON, HELP],
-        run: list::gc,
+        run: launch::<list::Gc>,
     },
     Command {
         name: "help",
         usage: "baton help [COMMAND]",
         summary: "show help for baton or one command",
         opts: &[HELP],
-        run: help_cmd,
+        run: launch::<Help>,
     },
 ];
 
@@ -476,13 +472,22 @@ pub fn command_help(c: &Command) -> String {
     s
 }
 
-fn help_cmd(args: &Args, _: &Config) -> Result<ExitCode> {
-    match args.positional.first() {
-        None => shown(&overview()),
-        Some(name) => match COMMANDS.iter().find(|c| c.name == name) {
-            Some(c) => shown(&command_help(c)),
-            None => Err(unknown_command(name)),
-        },
+/// `baton help [COMMAND]`.
+struct Help(Option<String>);
+
+impl Parsed for Help {
+    fn parse(args: &Args) -> Result<Help> {
+        Ok(Help(args.positional.first().cloned()))
+    }
+
+    fn run(self, _: &Config) -> Result<ExitCode> {
+        match self.0 {
+            None => shown(&overview()),
+            Some(name) => match COMMANDS.iter().find(|c| c.name == name) {
+                Some(c) => shown(&command_help(c)),
+                None => Err(unknown_command(&name)),
+            },
+        }
     }
 }
 
@@ -501,8 +506,8 @@ fn shown(text: &str) -> Result<ExitCode> {
 }
 
 /// Prints the answer `v` with `--json`, else `text`.
-fn answer(args: &Args, v: &impl serde::Serialize, text: &str) -> Result<ExitCode> {
-    match args.flag("json") {
+fn answer(json: bool, v: &impl serde::Serialize, text: &str) -> Result<ExitCode> {
+    match json {
         // As a map: its members sorted, whatever built it.
         true => emit_json(&serde_json::to_value(v).expect("an answer serializes")),
         false => emit(text),
@@ -565,15 +570,7 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
             return shown(&overview());
         }
         let config = Config::from_env()?;
-        // `baton -a`: the view on the instance serving this directory;
-        // bare `baton` offers that too rather than start a second one.
-        if args.flag("attach") {
-            return attach::here_attach(&args, &config);
-        }
-        if let Some(code) = attach::offer(&args, &config)? {
-            return Ok(code);
-        }
-        return serve::interactive(&args, &config);
+        return launch::<attach::Bare>(&args, &config);
     }
     let Some(cmd) = COMMANDS.iter().find(|c| c.name == first) else {
         return Err(unknown_command(&argv[0].to_string_lossy()));
@@ -596,6 +593,40 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         user::enter(key, &config)?;
     }
     (cmd.run)(&args, &config)
+}
+
+/// A command's arguments as one typed value, built once from the parsed
+/// command line by `parse` (every check and usage error of the command's
+/// arguments is there), then run: nothing after `parse` sees `Args`.
+trait Parsed: Sized {
+    fn parse(args: &Args) -> Result<Self>;
+    fn run(self, config: &Config) -> Result<ExitCode>;
+}
+
+/// A command of the table: its arguments parsed into `T`, then run.
+fn launch<T: Parsed>(args: &Args, config: &Config) -> Result<ExitCode> {
+    T::parse(args)?.run(config)
+}
+
+/// `[TARGET] [--json]`, which most commands take (`cmd` checks that
+/// nothing follows TARGET).
+struct On {
+    target: Option<String>,
+    json: bool,
+}
+
+impl On {
+    fn parse(args: &Args, cmd: &str) -> Result<On> {
+        at_most(args, cmd, 1)?;
+        Ok(On {
+            target: args.positional.first().cloned(),
+            json: args.flag("json"),
+        })
+    }
+
+    fn target(&self) -> Option<&str> {
+        self.target.as_deref()
+    }
 }
 
 /// Asks `question` on stderr: whether the line read on stdin says yes.

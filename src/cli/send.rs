@@ -3,8 +3,9 @@
 //! send goes through that instance's `relay/send`, so its guards apply:
 //! self-sends are refused and a relayed turn may only answer its sender.
 
-use super::args::Args;
-use super::{emit_json, target};
+use super::args::{Args, choice};
+use super::wait::Wait;
+use super::{Parsed, emit_json, target};
 use crate::base::config::{Config, baton_socket, baton_turn};
 use crate::base::error::{Error, ExitCode, Result};
 use crate::base::status::Status;
@@ -15,7 +16,7 @@ use crate::text::sanitize::escape;
 use crate::wire;
 use crate::wire::answer::{SendResult, Target};
 use crate::wire::request::{RelayParams, SendParams, SendSender};
-use crate::wire::{Call, Method};
+use crate::wire::{Call, Method, TaskMode};
 use std::io::{IsTerminal, Read};
 use std::path::Path;
 
@@ -80,207 +81,247 @@ fn inside(config: &Config) -> Option<Session> {
     Session::open(&baton_socket()?, config.io_timeout).ok()
 }
 
-/// `relay/send`'s params: `body` to `target` (none for a reply) in
-/// `--mode`, with the turn, when there is one, and `--message-id`.
-fn relay_params(
-    args: &Args,
-    target: Option<&str>,
-    body: &str,
-    turn: Option<String>,
-) -> RelayParams {
-    RelayParams {
-        body: body.to_string(),
-        message_id: args.value("message-id").map(str::to_string),
-        mode: Some(args.value("mode").unwrap_or("queue").to_string()),
-        reply: target.is_none().then_some(true),
-        target: target.map(str::to_string),
-        turn,
-    }
+/// `baton send TARGET [MESSAGE|-]` and `baton send --reply [MESSAGE|-]`,
+/// checked before anything is read or sent.
+pub struct Send {
+    /// TARGET; none with `--reply`, which answers the current turn's
+    /// sender.
+    target: Option<String>,
+    /// MESSAGE; none, or `-`, reads it from stdin.
+    message: Option<String>,
+    json: bool,
+    message_id: Option<String>,
+    mode: TaskMode,
+    wait: Option<Wait>,
+    from: Option<String>,
+    via: Option<String>,
+    multiplex: bool,
 }
 
-/// `--message-id`, or a new id.
-fn message_id(args: &Args) -> Result<String> {
-    let new = || {
-        Ok(format!(
-            "{}-{}",
-            std::process::id(),
-            registry::random_digits(16)?
-        ))
-    };
-    args.value("message-id")
-        .map_or_else(new, |id| Ok(id.to_string()))
-}
-
-pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    let mode = args.value("mode").unwrap_or("queue");
-    if !super::args::is_choice("mode", mode) {
-        return Err(Error::Usage(format!(
-            "send: --mode {}: use queue or steer",
-            escape(mode)
-        )));
-    }
-    super::wait::check(args)?;
-    if let Some(id) = args
-        .value("message-id")
-        .filter(|id| !registry::valid_id(id))
-    {
-        return Err(Error::Usage(format!(
-            "send: --message-id {}: an id must match [A-Za-z0-9_.-]{{1,100}}",
-            escape(id)
-        )));
-    }
-    if args.value("from").is_some() && (args.flag("reply") || args.value("via").is_some()) {
-        return Err(Error::Usage(
-            "send: --from sends as a live instance on this host, so it takes neither --reply nor --via"
-                .into(),
-        ));
-    }
-    if args.flag("reply") {
-        if args.value("via").is_some() {
+impl Parsed for Send {
+    fn parse(args: &Args) -> Result<Send> {
+        let mode = choice(args, "send", "mode")?.unwrap_or_default();
+        let timeout = args.seconds("send", "timeout")?;
+        let (wait, reply) = (args.flag("wait"), args.flag("reply"));
+        if timeout.is_some() && !wait {
+            return Err(Error::Usage(
+                "send: --timeout bounds the wait, so it needs --wait".into(),
+            ));
+        }
+        if wait && reply {
+            return Err(Error::Usage(
+                "send: --reply answers a turn's sender, who gets no outcome back, so it does not take --wait"
+                    .into(),
+            ));
+        }
+        let message_id = args.value("message-id").map(str::to_string);
+        if let Some(id) = message_id.as_deref().filter(|id| !registry::valid_id(id)) {
+            return Err(Error::Usage(format!(
+                "send: --message-id {}: an id must match [A-Za-z0-9_.-]{{1,100}}",
+                escape(id)
+            )));
+        }
+        let (from, via) = (args.value("from"), args.value("via"));
+        if from.is_some() && (reply || via.is_some()) {
+            return Err(Error::Usage(
+                "send: --from sends as a live instance on this host, so it takes neither --reply nor --via"
+                    .into(),
+            ));
+        }
+        if reply && via.is_some() {
             return Err(Error::Usage(
                 "send: --reply answers the current turn's sender here, so it does not take --via"
                     .into(),
             ));
         }
-        super::at_most(args, "send", 1)?;
+        super::at_most(args, "send", if reply { 1 } else { 2 })?;
+        let target = match (reply, args.positional.first()) {
+            (true, _) => None,
+            (false, None) => {
+                return Err(Error::Usage(
+                    "send: TARGET is missing (see 'baton help send')".into(),
+                ));
+            }
+            (false, Some(t)) if t.trim().is_empty() => {
+                return Err(Error::Usage(format!(
+                    "send: TARGET {t:?} is empty: name an instance by its id or name"
+                )));
+            }
+            (false, Some(t)) => Some(t.clone()),
+        };
+        let message = args.positional.get(target.is_some() as usize).cloned();
+        let json = args.flag("json");
+        Ok(Send {
+            target,
+            message,
+            json,
+            message_id,
+            mode,
+            wait: wait.then_some(Wait { timeout, json }),
+            from: from.map(str::to_string),
+            via: via.map(str::to_string),
+            multiplex: !args.flag("no-multiplex"),
+        })
+    }
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let Some(target) = &self.target else {
+            return self.reply(config);
+        };
+        let body = body(self.message.as_deref(), config)?;
+        if let Some(from) = &self.from {
+            return self.as_instance(config, target, from, &body);
+        }
+        if let Some(via) = &self.via {
+            return self.remote(config, target, via, &body);
+        }
+        if let Some(mut conn) = inside(config) {
+            let params = self.relay_params(Some(target), &body, baton_turn());
+            let r = conn
+                .call(Call::RelaySend, params)
+                .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
+            return self.finish(config, &r, baton_socket().as_deref());
+        }
+        self.plain(config, target, &body)
+    }
+}
+
+impl Send {
+    /// `--reply`: the body goes back to the sender of the current turn's
+    /// task, through this instance's `relay/send`.
+    fn reply(&self, config: &Config) -> Result<ExitCode> {
         // Outside a turn there is nothing to answer: say so before
         // reading a body from stdin.
         let outside = "send: --reply answers the task of the current turn, so it works only inside one ($BATON_SOCKET and $BATON_TURN are set there); to answer a task claimed with 'baton inbox claim', use 'baton inbox complete ID --reply TEXT'";
         if baton_turn().is_none() || baton_socket().is_none() {
             return Err(Error::Usage(outside.into()));
         }
-        let body = body(args.positional.first().map(String::as_str), config)?;
+        let body = body(self.message.as_deref(), config)?;
         let (Some(token), Some(mut conn)) = (baton_turn(), inside(config)) else {
             return Err(Error::Usage(outside.into()));
         };
         let r = conn
+            .call(Call::RelaySend, self.relay_params(None, &body, Some(token)))
+            .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
+        super::sent::report(self.json, &r)
+    }
+
+    /// `relay/send`'s params: `body` to `target` (none for a reply) in
+    /// `--mode`, with the turn, when there is one, and `--message-id`.
+    fn relay_params(&self, target: Option<&str>, body: &str, turn: Option<String>) -> RelayParams {
+        RelayParams {
+            body: body.to_string(),
+            message_id: self.message_id.clone(),
+            mode: Some(self.mode.as_str().to_string()),
+            reply: target.is_none().then_some(true),
+            target: target.map(str::to_string),
+            turn,
+        }
+    }
+
+    /// `--message-id`, or a new id.
+    fn message_id(&self) -> Result<String> {
+        match &self.message_id {
+            Some(id) => Ok(id.clone()),
+            None => Ok(format!(
+                "{}-{}",
+                std::process::id(),
+                registry::random_digits(16)?
+            )),
+        }
+    }
+
+    /// `--from NAME`: the live local instance NAME sends the task as itself,
+    /// through its `relay/send`, as a send with its `$BATON_SOCKET` does: the
+    /// receiver sees NAME, a reply goes to NAME's inbox, and NAME's guards
+    /// apply. Inside a turn of NAME itself, that turn's scope applies too.
+    fn as_instance(
+        &self,
+        config: &Config,
+        target_arg: &str,
+        from: &str,
+        body: &str,
+    ) -> Result<ExitCode> {
+        let peer = target::resolve_option(config, "send --from", from)?;
+        let mut conn = target::connect(config, &peer)?;
+        let own = target::own_instance_id();
+        let turn = baton_turn().filter(|_| own.as_deref() == Some(&*peer.manifest.instance_id));
+        let r = conn
             .call(
                 Call::RelaySend,
-                relay_params(args, None, &body, Some(token)),
+                self.relay_params(Some(target_arg), body, turn),
             )
-            .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
-        return super::sent::report(args, &r);
+            .map_err(|e| target::transport(&peer, e))?;
+        self.finish(config, &r, Some(Path::new(&peer.manifest.socket)))
     }
-    super::at_most(args, "send", 2)?;
-    let Some(target_arg) = args.positional.first() else {
-        return Err(Error::Usage(
-            "send: TARGET is missing (see 'baton help send')".into(),
-        ));
-    };
-    if target_arg.trim().is_empty() {
-        return Err(Error::Usage(format!(
-            "send: TARGET {:?} is empty: name an instance by its id or name",
-            target_arg
-        )));
-    }
-    let body = body(args.positional.get(1).map(String::as_str), config)?;
-    if let Some(from) = args.value("from") {
-        return from_instance(args, config, from, &body);
-    }
-    if let Some(via) = args.value("via") {
-        return remote(args, config, via, &body);
-    }
-    if let Some(mut conn) = inside(config) {
-        let params = relay_params(args, Some(target_arg), &body, baton_turn());
-        let r = conn
-            .call(Call::RelaySend, params)
-            .map_err(|e| Error::Transport(format!("relay/send through $BATON_SOCKET: {e}")))?;
-        return finish(args, config, &r, baton_socket().as_deref());
-    }
-    plain(args, config, &body)
-}
 
-/// TARGET and `--mode`, as `run` checked them.
-fn target_and_mode(args: &Args) -> (&str, &str) {
-    (&args.positional[0], args.value("mode").unwrap_or("queue"))
-}
-
-/// `--from NAME`: the live local instance NAME sends the task as itself,
-/// through its `relay/send`, as a send with its `$BATON_SOCKET` does: the
-/// receiver sees NAME, a reply goes to NAME's inbox, and NAME's guards
-/// apply. Inside a turn of NAME itself, that turn's scope applies too.
-fn from_instance(args: &Args, config: &Config, from: &str, body: &str) -> Result<ExitCode> {
-    let (target_arg, _) = target_and_mode(args);
-    let peer = target::resolve_option(config, "send --from", from)?;
-    let mut conn = target::connect(config, &peer)?;
-    let own = target::own_instance_id();
-    let turn = baton_turn().filter(|_| own.as_deref() == Some(&*peer.manifest.instance_id));
-    let r = conn
-        .call(
-            Call::RelaySend,
-            relay_params(args, Some(target_arg), body, turn),
-        )
-        .map_err(|e| target::transport(&peer, e))?;
-    finish(args, config, &r, Some(Path::new(&peer.manifest.socket)))
-}
-
-/// `--via 'ssh host'`: the same delivery through `baton bridge` there.
-fn remote(args: &Args, config: &Config, via: &str, body: &str) -> Result<ExitCode> {
-    let (target_arg, _) = target_and_mode(args);
-    let message_id = message_id(args)?;
-    let multiplex = !args.flag("no-multiplex");
-    // A via command that fails is a `transport` result, as a local
-    // send's would be: with --json, one that names the id to retry with.
-    let transport = |e: Error| match e {
-        Error::Transport(reason) => super::sent::report(
-            args,
-            &SendResult::new(Status::Transport, &message_id, Some(reason)),
-        ),
-        e => Err(e),
-    };
-    let mut r = match super::bridge::Remote::open(via, target_arg, config, multiplex) {
-        Ok(r) => r,
-        Err(e) => return transport(e),
-    };
-    // What answered: a live instance, or (`bridge --offline`) the remote
-    // baton standing in for a stopped agent's spool.
-    let hello = &r.session.hello;
-    let (live, id, name) = match &hello.instance {
-        Some(m) => (true, m.instance_id.clone(), Some(m.name.clone())),
-        None => (
-            false,
-            String::new(),
-            hello.offline.as_ref().map(|o| o.name.clone()),
-        ),
-    };
-    // A key with a forced command runs its own `baton bridge NAME`,
-    // whatever TARGET was asked for: the answer says who it reached.
-    if id != target_arg && name.as_deref() != Some(target_arg) {
-        return wrong_target(args, &message_id, target_arg, &id, name.as_deref());
-    }
-    let params = frame(args, config, &message_id, body, live.then_some(&id))?;
-    let mut result: SendResult = match r.call(Method::MessageSend, params) {
-        Ok(v) => v,
-        Err(e) => return transport(e),
-    };
-    if live {
-        result.target = Some(Target {
-            instance_id: Some(id),
-            name,
-            workspace: None,
-        });
-    } else if result.target.is_none() {
-        result.target = Some(Target {
-            name,
-            ..Target::default()
-        });
-    }
-    if args.flag("wait") {
-        // The same bridge carries the wait when it joins a live instance;
-        // a stopped agent's stand-in answers no events.
-        let reopen = |until| {
-            super::bridge::Remote::start(via, target_arg, config, multiplex, "--await", until)
+    /// `--via 'ssh host'`: the same delivery through `baton bridge` there.
+    fn remote(&self, config: &Config, target_arg: &str, via: &str, body: &str) -> Result<ExitCode> {
+        let message_id = self.message_id()?;
+        let multiplex = self.multiplex;
+        // A via command that fails is a `transport` result, as a local
+        // send's would be: with --json, one that names the id to retry with.
+        let transport = |e: Error| match e {
+            Error::Transport(reason) => super::sent::report(
+                self.json,
+                &SendResult::new(Status::Transport, &message_id, Some(reason)),
+            ),
+            e => Err(e),
         };
-        // The stand-in's session ends here, not after the wait.
-        return super::wait::run_via(args, &result, live.then_some(r), target_arg, reopen);
+        let mut r = match super::bridge::Remote::open(via, target_arg, config, multiplex) {
+            Ok(r) => r,
+            Err(e) => return transport(e),
+        };
+        // What answered: a live instance, or (`bridge --offline`) the remote
+        // baton standing in for a stopped agent's spool.
+        let hello = &r.session.hello;
+        let (live, id, name) = match &hello.instance {
+            Some(m) => (true, m.instance_id.clone(), Some(m.name.clone())),
+            None => (
+                false,
+                String::new(),
+                hello.offline.as_ref().map(|o| o.name.clone()),
+            ),
+        };
+        // A key with a forced command runs its own `baton bridge NAME`,
+        // whatever TARGET was asked for: the answer says who it reached.
+        if id != target_arg && name.as_deref() != Some(target_arg) {
+            return wrong_target(self.json, &message_id, target_arg, &id, name.as_deref());
+        }
+        let params = self.frame(config, &message_id, body, live.then_some(&id))?;
+        let mut result: SendResult = match r.call(Method::MessageSend, params) {
+            Ok(v) => v,
+            Err(e) => return transport(e),
+        };
+        if live {
+            result.target = Some(Target {
+                instance_id: Some(id),
+                name,
+                workspace: None,
+            });
+        } else if result.target.is_none() {
+            result.target = Some(Target {
+                name,
+                ..Target::default()
+            });
+        }
+        if let Some(w) = self.wait {
+            // The same bridge carries the wait when it joins a live instance;
+            // a stopped agent's stand-in answers no events.
+            let reopen = |until| {
+                super::bridge::Remote::start(via, target_arg, config, multiplex, "--await", until)
+            };
+            // The stand-in's session ends here, not after the wait.
+            return super::wait::run_via(w, &result, live.then_some(r), target_arg, reopen);
+        }
+        super::sent::report(self.json, &result)
     }
-    super::sent::report(args, &result)
 }
 
 /// The via command reached another instance than the one named (a key's
 /// forced command): nothing is sent.
 fn wrong_target(
-    args: &Args,
+    json: bool,
     message_id: &str,
     asked: &str,
     id: &str,
@@ -291,7 +332,7 @@ fn wrong_target(
         "the via command reached {who}, not {}; does its key force a command?",
         escape(asked)
     );
-    if args.flag("json") {
+    if json {
         #[derive(serde::Serialize)]
         struct To<'a> {
             instance_id: &'a str,
@@ -321,90 +362,87 @@ fn wrong_target(
 }
 
 /// A send from a plain command line: resolve, deliver, retry once.
-fn plain(args: &Args, config: &Config, body: &str) -> Result<ExitCode> {
-    let (target_arg, mode) = target_and_mode(args);
-    let message_id = message_id(args)?;
-    super::sent::not_in_a_turn()?;
-    let dir = registry::ensure_dir(config)?;
-    let make = || crate::relay::plain_task(&message_id, body, mode);
-    let peer = match relay::route(config, &dir, target_arg, &message_id, &make) {
-        relay::Route::Live(p) => *p,
-        relay::Route::Done(r) => return finish(args, config, &r, None),
-    };
-    let failed_twice = |e: ClientError| {
-        Error::Transport(format!(
-            "send to {peer} failed twice: {e}; the task may or may not have arrived: retry with --message-id {message_id}"
-        ))
-    };
-    if peer.wire == registry::Wire::Zcoder {
-        if args.flag("wait") {
-            return Err(Error::Usage(format!(
-                "send: {} is a zcoder instance, which cannot say when a task ends: --wait needs a baton receiver",
-                escape(&peer.manifest.name)
-            )));
+impl Send {
+    fn plain(&self, config: &Config, target_arg: &str, body: &str) -> Result<ExitCode> {
+        let mode = self.mode.as_str();
+        let message_id = self.message_id()?;
+        super::sent::not_in_a_turn()?;
+        let dir = registry::ensure_dir(config)?;
+        let make = || crate::relay::plain_task(&message_id, body, mode);
+        let peer = match relay::route(config, &dir, target_arg, &message_id, &make) {
+            relay::Route::Live(p) => *p,
+            relay::Route::Done(r) => return self.finish(config, &r, None),
+        };
+        let failed_twice = |e: ClientError| {
+            Error::Transport(format!(
+                "send to {peer} failed twice: {e}; the task may or may not have arrived: retry with --message-id {message_id}"
+            ))
+        };
+        if peer.wire == registry::Wire::Zcoder {
+            if self.wait.is_some() {
+                return Err(Error::Usage(format!(
+                    "send: {} is a zcoder instance, which cannot say when a task ends: --wait needs a baton receiver",
+                    escape(&peer.manifest.name)
+                )));
+            }
+            // A plain command line has no instance for zcoder to verify; the
+            // zcoder instance decides what to make of that.
+            let mut result = relay::deliver_zcoder(config, &peer, &message_id, body, None)
+                .map_err(failed_twice)?;
+            result.target = Some(target_of(&peer));
+            return super::sent::report(self.json, &result);
         }
-        // A plain command line has no instance for zcoder to verify; the
-        // zcoder instance decides what to make of that.
-        let mut result =
-            relay::deliver_zcoder(config, &peer, &message_id, body, None).map_err(failed_twice)?;
+        let params = self.frame(config, &message_id, body, Some(&peer.manifest.instance_id))?;
+        let mut result = match relay::deliver(config, &peer, &params) {
+            Ok(v) => v,
+            // The receiver could not store the task (its spool failed): not a
+            // verdict on the task, which was not accepted and may be sent
+            // again, as when a stopped agent's spool fails (relay::route).
+            Err(ClientError::Rpc {
+                code: wire::INTERNAL_ERROR,
+                message,
+            }) => SendResult::new(Status::Transport, &message_id, Some(message)),
+            Err(e @ (ClientError::Rpc { .. } | ClientError::TooManyConnections { .. })) => {
+                return Err(target::transport(&peer, e));
+            }
+            Err(e) => return Err(failed_twice(e)),
+        };
         result.target = Some(target_of(&peer));
-        return super::sent::report(args, &result);
+        self.finish(config, &result, None)
     }
-    let params = frame(
-        args,
-        config,
-        &message_id,
-        body,
-        Some(&peer.manifest.instance_id),
-    )?;
-    let mut result = match relay::deliver(config, &peer, &params) {
-        Ok(v) => v,
-        // The receiver could not store the task (its spool failed): not a
-        // verdict on the task, which was not accepted and may be sent
-        // again, as when a stopped agent's spool fails (relay::route).
-        Err(ClientError::Rpc {
-            code: wire::INTERNAL_ERROR,
-            message,
-        }) => SendResult::new(Status::Transport, &message_id, Some(message)),
-        Err(e @ (ClientError::Rpc { .. } | ClientError::TooManyConnections { .. })) => {
-            return Err(target::transport(&peer, e));
+
+    /// `message/send`'s params for this command line's task, checked against
+    /// the frame bound; `to` is the instance it goes to, when that is known.
+    fn frame(
+        &self,
+        config: &Config,
+        id: &str,
+        body: &str,
+        to: Option<&String>,
+    ) -> Result<SendParams> {
+        let params = SendParams {
+            body: body.to_string(),
+            hop: 0,
+            in_reply_to: None,
+            message_id: id.to_string(),
+            mode: self.mode.as_str().to_string(),
+            sender: SendSender::default(),
+            target_instance_id: to.cloned(),
+        };
+        relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
+        Ok(params)
+    }
+
+    /// Reports a delivery; with `--wait`, first waits for the task to end.
+    /// `sender`: the socket of the instance the task was sent as, which
+    /// gets a reply back (and hears that the wait handed it over).
+    fn finish(&self, config: &Config, r: &SendResult, sender: Option<&Path>) -> Result<ExitCode> {
+        if let Some(w) = self.wait {
+            let asked = self.target.as_deref().unwrap_or_default();
+            return super::wait::run(w, asked, config, r, sender);
         }
-        Err(e) => return Err(failed_twice(e)),
-    };
-    result.target = Some(target_of(&peer));
-    finish(args, config, &result, None)
-}
-
-/// `message/send`'s params for this command line's task, checked against
-/// the frame bound; `to` is the instance it goes to, when that is known.
-fn frame(
-    args: &Args,
-    config: &Config,
-    id: &str,
-    body: &str,
-    to: Option<&String>,
-) -> Result<SendParams> {
-    let params = SendParams {
-        body: body.to_string(),
-        hop: 0,
-        in_reply_to: None,
-        message_id: id.to_string(),
-        mode: target_and_mode(args).1.to_string(),
-        sender: SendSender::default(),
-        target_instance_id: to.cloned(),
-    };
-    relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
-    Ok(params)
-}
-
-/// Reports a delivery; with `--wait`, first waits for the task to end.
-/// `sender`: the socket of the instance the task was sent as, which
-/// gets a reply back (and hears that the wait handed it over).
-fn finish(args: &Args, config: &Config, r: &SendResult, sender: Option<&Path>) -> Result<ExitCode> {
-    if args.flag("wait") {
-        return super::wait::run(args, config, r, sender);
+        super::sent::report(self.json, r)
     }
-    super::sent::report(args, r)
 }
 
 fn target_of(peer: &Peer) -> Target {

@@ -2,7 +2,6 @@
 //! bridge: a delivery result printed with its exit code, and the task a
 //! plain command line stores in a stopped agent's spool.
 
-use super::args::Args;
 use super::{emit, emit_json};
 use crate::base::error::{Error, ExitCode, Result};
 use crate::base::status::Status;
@@ -11,13 +10,13 @@ use crate::text::sanitize::escape;
 use crate::wire::answer::SendResult;
 
 /// Prints a delivery result and maps its status to the exit code.
-pub(super) fn report(args: &Args, r: &SendResult) -> Result<ExitCode> {
+pub(super) fn report(json: bool, r: &SendResult) -> Result<ExitCode> {
     let status = r.status();
     let spelled = escape(&r.status);
     let id = escape(r.id());
     let reason = escape(r.reason.as_deref().unwrap_or(""));
     let code = status.map_or(ExitCode::Refused, Status::exit_code);
-    if args.flag("json") {
+    if json {
         emit_json(&serde_json::to_value(r).expect("a result serializes"));
         return Ok(code);
     }

@@ -1,7 +1,8 @@
 //! `baton serve`: run an instance in the foreground until a signal.
 
-use super::args::Args;
-use crate::base::config::Config;
+use super::Parsed;
+use super::args::{Args, choice};
+use crate::base::config::{Config, Profile};
 use crate::base::error::{Error, ExitCode, Result};
 use crate::instance::{self, Approve, ServeOptions};
 use crate::text::glob::Policy;
@@ -9,21 +10,39 @@ use crate::workers::turn::Stdin;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
-    instance::serve(options(args, config)?, config.clone())?;
-    Ok(ExitCode::Ok)
+/// `baton serve`'s options: the instance they describe.
+pub struct Serve(pub ServeOptions);
+
+impl Parsed for Serve {
+    fn parse(args: &Args) -> Result<Serve> {
+        options(args).map(Serve)
+    }
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        instance::serve(self.with_ttl(config), config.clone())?;
+        Ok(ExitCode::Ok)
+    }
 }
 
-/// `baton` with no command: the same options, and the interactive view.
-pub fn interactive(args: &Args, config: &Config) -> Result<ExitCode> {
-    crate::tui::interactive(options(args, config)?, config.clone())?;
-    Ok(ExitCode::Ok)
+impl Serve {
+    /// The options, `--ttl` else `BATON_TTL`.
+    fn with_ttl(self, config: &Config) -> ServeOptions {
+        let ttl = self.0.ttl.or(config.ttl);
+        ServeOptions { ttl, ..self.0 }
+    }
+
+    /// `baton` with no command: the same options, and the interactive view.
+    pub fn interactive(self, config: &Config) -> Result<ExitCode> {
+        crate::tui::interactive(self.with_ttl(config), config.clone())?;
+        Ok(ExitCode::Ok)
+    }
 }
 
-/// The instance `serve`'s options describe (`--ttl`, else `BATON_TTL`).
-fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
+/// The instance `serve`'s options describe (`ttl` only when `--ttl` is
+/// given).
+fn options(args: &Args) -> Result<ServeOptions> {
     super::at_most(args, "serve", 0)?;
-    let profile = super::args::name_and_profile(args, "serve")?;
+    let (name, profile) = super::args::name_and_profile(args, "serve")?;
     let model = args.value("model").unwrap_or("").to_string();
     if model.len() > 256 || model.chars().any(crate::text::sanitize::is_unsafe) {
         return Err(Error::Usage(
@@ -49,40 +68,29 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
                 .into(),
         ));
     }
-    let approve = match (args.value("approve"), profile) {
-        (None, "sysadmin") => Approve::Ask,
+    let approve = match (choice(args, "serve", "approve")?, profile) {
+        (None, Profile::Sysadmin) => Approve::Ask,
         (None, _) => Approve::Auto,
-        (Some("auto"), "sysadmin") if !args.flag("yes") => {
+        (Some(Approve::Auto), Profile::Sysadmin) if !args.flag("yes") => {
             return Err(Error::Usage(
                 "serve: --approve auto with --profile sysadmin runs every task unasked; add --yes to mean it"
                     .into(),
             ));
         }
-        (Some(v), _) => v.parse().map_err(|_| {
-            Error::Usage(format!(
-                "serve: --approve {}: use auto, ask or deny",
-                crate::text::sanitize::escape(v)
-            ))
-        })?,
+        (Some(approve), _) => approve,
     };
-    let ttl = match args.value("ttl") {
-        None => config.ttl,
-        Some(v) => match v.parse::<u64>() {
-            Ok(n) if n >= 1 && v.bytes().all(|b| b.is_ascii_digit()) => {
-                Some(Duration::from_secs(n))
-            }
-            _ => {
-                return Err(Error::Usage(format!(
-                    "serve: --ttl {}: use a whole number of seconds, 1 or more",
-                    crate::text::sanitize::escape(v)
-                )));
-            }
-        },
-    };
+    let ttl = args.value("ttl").map(|v| match v.parse::<u64>() {
+        Ok(n) if n >= 1 && v.bytes().all(|b| b.is_ascii_digit()) => Ok(Duration::from_secs(n)),
+        _ => Err(Error::Usage(format!(
+            "serve: --ttl {}: use a whole number of seconds, 1 or more",
+            crate::text::sanitize::escape(v)
+        ))),
+    });
+    let ttl = ttl.transpose()?;
     Ok(ServeOptions {
-        name: args.value("name").map(str::to_string),
+        name,
         workspace: args.value("workspace").map(PathBuf::from),
-        profile: profile.to_string(),
+        profile: profile.as_str().to_string(),
         model,
         paused: args.flag("paused"),
         ephemeral_spool: args.flag("ephemeral-spool"),
@@ -109,15 +117,9 @@ fn options(args: &Args, config: &Config) -> Result<ServeOptions> {
 
 /// `--stdin envelope|body`: what an `--exec` handler reads.
 fn stdin(args: &Args, exec: bool) -> Result<Stdin> {
-    let Some(v) = args.value("stdin") else {
+    let Some(stdin) = choice(args, "serve", "stdin")? else {
         return Ok(Stdin::Envelope);
     };
-    let stdin = v.parse().map_err(|_| {
-        Error::Usage(format!(
-            "serve: --stdin {}: use envelope or body",
-            crate::text::sanitize::escape(v)
-        ))
-    })?;
     if !exec {
         return Err(Error::Usage(
             "serve: --stdin says what an --exec handler reads, so it needs --exec".into(),

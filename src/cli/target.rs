@@ -6,11 +6,12 @@
 use super::since::Clock;
 use crate::base::config::Config;
 use crate::base::error::{Error, Result};
-use crate::client::{ClientError, Session};
+use crate::client::{self, ClientError, ListError, Session};
 use crate::registry::lookup::{self, KnownSpool, Lookup, Target};
 use crate::registry::{self, Peer};
 use crate::text::sanitize::escape;
-use crate::wire::Method;
+use crate::wire::answer::InboxPage;
+use crate::wire::{Call, Method};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -156,3 +157,15 @@ pub fn call<R: DeserializeOwned>(
 }
 
 pub use crate::relay::bridge::transport;
+
+/// Every page of `inbox/list`, as one listing.
+pub fn list_all(conn: &mut Session, peer: &Peer) -> Result<InboxPage> {
+    client::list_all(&mut |p| conn.call(Call::InboxList, p)).map_err(|e| match e {
+        ListError::Call(e) => transport(peer, e),
+        ListError::KeptChanging => Error::Transport(format!(
+            "{}: the inbox kept changing while it was listed; try again",
+            escape(&peer.manifest.name)
+        )),
+        e => Error::Transport(format!("{}: {e}", escape(&peer.manifest.name))),
+    })
+}

@@ -15,7 +15,6 @@
 //! instead (`follow::watch_session`). Ctrl-C keeps its default action: the process ends
 //! by SIGINT (the shell sees 130) and the task is left as it was.
 
-use super::args::Args;
 use super::bridge::Remote;
 use super::{emit, emit_json};
 use crate::base::config::Config;
@@ -29,22 +28,11 @@ use crate::wire::{HandlerExit, Outcome};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Checks `--wait` and `--timeout` against the rest of the command line,
-/// before anything is sent.
-pub fn check(args: &Args) -> Result<Option<Duration>> {
-    let timeout = args.seconds("send", "timeout")?;
-    if timeout.is_some() && !args.flag("wait") {
-        return Err(Error::Usage(
-            "send: --timeout bounds the wait, so it needs --wait".into(),
-        ));
-    }
-    if args.flag("wait") && args.flag("reply") {
-        return Err(Error::Usage(
-            "send: --reply answers a turn's sender, who gets no outcome back, so it does not take --wait"
-                .into(),
-        ));
-    }
-    Ok(timeout)
+/// `send --wait [--timeout SECONDS]`, and `--json`: how its end is shown.
+#[derive(Clone, Copy)]
+pub struct Wait {
+    pub timeout: Option<Duration>,
+    pub json: bool,
 }
 
 /// A delivery the receiver kept: what to wait for, and until when.
@@ -60,25 +48,23 @@ struct Kept {
 /// A delivery the receiver did not keep is reported as it is, with no
 /// outcome (`Err`, the exit code); a kept one is waited for, which is
 /// said on stderr (not with `--json`).
-fn kept(args: &Args, r: &SendResult) -> Result<std::result::Result<Kept, ExitCode>> {
-    let timeout = check(args)?;
+fn kept(w: Wait, asked: &str, r: &SendResult) -> Result<std::result::Result<Kept, ExitCode>> {
     let status = r.status();
     if !matches!(
         status,
         Some(Status::Accepted | Status::Duplicate | Status::Stored)
     ) {
-        if args.flag("json") {
+        if w.json {
             // The delivery with no outcome.
             let waited = Waited::new(r.clone(), None, Report::Command);
             emit_json(&serde_json::to_value(waited).expect("a result serializes"));
             return Ok(Err(status.map_or(ExitCode::Refused, Status::exit_code)));
         }
-        return super::sent::report(args, r).map(Err);
+        return super::sent::report(w.json, r).map(Err);
     }
     let target = r.target.clone().unwrap_or_default();
-    let name = target.name.clone().or(args.positional.first().cloned());
-    let name = name.unwrap_or_default();
-    if !args.flag("json") {
+    let name = target.name.clone().unwrap_or_else(|| asked.to_string());
+    if !w.json {
         let status = r.status.to_string();
         eprintln!("baton: {}", follow::waiting_note(&status, r.id(), &name));
     }
@@ -86,7 +72,7 @@ fn kept(args: &Args, r: &SendResult) -> Result<std::result::Result<Kept, ExitCod
         message_id: r.id().to_string(),
         name,
         target,
-        deadline: timeout.map(|t| Instant::now() + t),
+        deadline: w.timeout.map(|t| Instant::now() + t),
     }))
 }
 
@@ -98,12 +84,13 @@ fn kept(args: &Args, r: &SendResult) -> Result<std::result::Result<Kept, ExitCod
 /// task went out as) as a task: once printed, that instance is told it
 /// was received (`inbox/received`), so it is not handed out again.
 pub fn run(
-    args: &Args,
+    w: Wait,
+    asked: &str,
     config: &Config,
     delivery: &SendResult,
     sender: Option<&Path>,
 ) -> Result<ExitCode> {
-    let k = match kept(args, delivery)? {
+    let k = match kept(w, asked, delivery)? {
         Ok(k) => k,
         Err(code) => return Ok(code),
     };
@@ -116,7 +103,7 @@ pub fn run(
         End::Final { reply_id, .. } => reply_id.clone(),
         _ => None,
     };
-    let code = show(args, delivery, &k.name, &k.message_id, end);
+    let code = show(w.json, delivery, &k.name, &k.message_id, end);
     if let (Some(reply_id), Some(socket)) = (reply_id, sender) {
         received(config, socket, &reply_id, &k.message_id);
     }
@@ -151,13 +138,13 @@ fn received(config: &Config, socket: &Path, reply_id: &str, message_id: &str) {
 /// cannot be opened at all (ssh fails) ends the wait early: exit 4, the
 /// task left as it is.
 pub fn run_via(
-    args: &Args,
+    w: Wait,
     delivery: &SendResult,
     mut first: Option<Remote>,
     target: &str,
     mut reopen: impl FnMut(Option<Instant>) -> Result<Option<Remote>>,
 ) -> Result<ExitCode> {
-    let k = match kept(args, delivery)? {
+    let k = match kept(w, target, delivery)? {
         Ok(k) => k,
         Err(code) => return Ok(code),
     };
@@ -196,7 +183,7 @@ pub fn run_via(
     };
     let end = follow::follow(&f, find, watch)?;
     let end = end.unwrap_or(End::TimedOut(last));
-    Ok(show(args, delivery, &k.name, &k.message_id, end))
+    Ok(show(w.json, delivery, &k.name, &k.message_id, end))
 }
 
 /// After `ended failed at NAME`: ` (exit status N)` or ` (killed by
@@ -227,7 +214,7 @@ fn say_stderr(h: &HandlerExit) {
 }
 
 /// Prints how the wait ended and gives the exit code.
-fn show(args: &Args, delivery: &SendResult, name: &str, message_id: &str, end: End) -> ExitCode {
+fn show(json: bool, delivery: &SendResult, name: &str, message_id: &str, end: End) -> ExitCode {
     let none = HandlerExit::default();
     let (outcome, reply, handler) = match &end {
         End::Final {
@@ -245,7 +232,7 @@ fn show(args: &Args, delivery: &SendResult, name: &str, message_id: &str, end: E
         _ if done => ExitCode::Ok,
         _ => ExitCode::Refused,
     };
-    if args.flag("json") {
+    if json {
         let waited = Waited::new(delivery.clone(), Some(&end), Report::Command);
         emit_json(&serde_json::to_value(waited).expect("a result serializes"));
         return code;

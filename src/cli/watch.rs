@@ -1,6 +1,7 @@
 //! `baton log` and `baton watch`: an instance's transcript, recorded or
 //! live, and answering approvals from a terminal.
 
+use super::Parsed;
 use super::approve::{self, Approvals, Asked, Decided, Line, Waiting};
 use super::args::Args;
 use super::log::print;
@@ -60,7 +61,8 @@ struct Filter {
 }
 
 impl Filter {
-    fn from_args(args: &Args, clock: &Clock) -> Result<Filter> {
+    /// `-n N` and `--since WHEN`, read on `clock`.
+    fn parse(args: &Args, clock: &Clock) -> Result<Filter> {
         let last = args.value("lines").map(|n| {
             n.parse::<u64>().map_err(|_| {
                 Error::Usage(format!(
@@ -91,63 +93,86 @@ impl Filter {
 /// `baton log`: the recorded events, then exit (a stopped agent's from
 /// its transcript on disk); with `--follow`, then the live ones, as
 /// `baton watch`.
-pub fn log(args: &Args, config: &Config) -> Result<ExitCode> {
-    super::at_most(args, "log", 1)?;
-    let clock = Clock::new(args.flag("utc"));
-    let filter = Filter::from_args(args, &clock)?;
-    let target_arg = args.positional.first().map(String::as_str);
-    let then_live = args.flag("follow");
-    let peer = match target::resolve_or_stopped(config, target_arg)? {
-        Resolved::Live(peer) => *peer,
-        Resolved::Stopped(spool) => {
-            say_stopped(&spool, args.flag("utc"));
-            let last = log_recorded(args, &clock, filter, &spool);
-            if !then_live {
-                return Ok(ExitCode::Ok);
+pub struct Log {
+    target: Option<String>,
+    json: bool,
+    utc: bool,
+    clock: Clock,
+    filter: Filter,
+    follow: bool,
+}
+
+impl Parsed for Log {
+    fn parse(args: &Args) -> Result<Log> {
+        super::at_most(args, "log", 1)?;
+        let utc = args.flag("utc");
+        let clock = Clock::new(utc);
+        Ok(Log {
+            target: args.positional.first().cloned(),
+            json: args.flag("json"),
+            utc,
+            filter: Filter::parse(args, &clock)?,
+            clock,
+            follow: args.flag("follow"),
+        })
+    }
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let a = &self;
+        let (json, clock, filter) = (a.json, &a.clock, a.filter);
+        let then_live = a.follow;
+        let peer = match target::resolve_or_stopped(config, a.target.as_deref())? {
+            Resolved::Live(peer) => *peer,
+            Resolved::Stopped(spool) => {
+                say_stopped(&spool, a.utc);
+                let last = log_recorded(json, clock, filter, &spool);
+                if !then_live {
+                    return Ok(ExitCode::Ok);
+                }
+                return follow_next_start(json, config, clock, &spool, last);
             }
-            return follow_next_start(args, config, &clock, &spool, last);
-        }
-    };
-    let params = SubscribeParams {
-        controller: then_live.then_some(false),
-        since: Some(1),
-    };
-    let (result, rx, mut stream) = subscribe(config, &peer, params)?;
-    let last = result.next_seq.saturating_sub(1);
-    if then_live {
-        return follow(args, &clock, rx, stream, None, Some((last, filter)));
-    }
-    if last == 0 {
-        return Ok(ExitCode::Ok);
-    }
-    // The instance replays the transcript before it reads the next
-    // request, so the answer to this ping follows every recorded event
-    // there is: when the transcript lacks the last ones (rotated away,
-    // set aside, its writes failed), the log ends there, not at the next
-    // live event.
-    let _ = stream.write_all(&crate::client::request(REPLAYED, Method::Ping, NoParams {}));
-    for msg in rx.iter() {
-        let m = crate::wire::Message::of(&msg);
-        if m.id.as_ref().and_then(Value::as_str) == Some(REPLAYED) {
-            break;
-        }
-        let Some(ev) = Event::of_notification(&msg) else {
-            continue;
         };
-        if ev.seq <= last && filter.keeps(&ev, last) {
-            print(args, &clock, &m.params, &ev);
+        let params = SubscribeParams {
+            controller: then_live.then_some(false),
+            since: Some(1),
+        };
+        let (result, rx, mut stream) = subscribe(config, &peer, params)?;
+        let last = result.next_seq.saturating_sub(1);
+        if then_live {
+            return follow(json, clock, rx, stream, None, Some((last, filter)));
         }
-        if ev.seq >= last {
-            break;
+        if last == 0 {
+            return Ok(ExitCode::Ok);
         }
+        // The instance replays the transcript before it reads the next
+        // request, so the answer to this ping follows every recorded event
+        // there is: when the transcript lacks the last ones (rotated away,
+        // set aside, its writes failed), the log ends there, not at the next
+        // live event.
+        let _ = stream.write_all(&crate::client::request(REPLAYED, Method::Ping, NoParams {}));
+        for msg in rx.iter() {
+            let m = crate::wire::Message::of(&msg);
+            if m.id.as_ref().and_then(Value::as_str) == Some(REPLAYED) {
+                break;
+            }
+            let Some(ev) = Event::of_notification(&msg) else {
+                continue;
+            };
+            if ev.seq <= last && filter.keeps(&ev, last) {
+                print(json, clock, &m.params, &ev);
+            }
+            if ev.seq >= last {
+                break;
+            }
+        }
+        // Rotation may have removed the oldest events; what exists was shown.
+        Ok(ExitCode::Ok)
     }
-    // Rotation may have removed the oldest events; what exists was shown.
-    Ok(ExitCode::Ok)
 }
 
 /// Prints what a stopped agent's transcript recorded, as `filter` keeps
 /// it; the sequence number of the last event there is (0: none).
-fn log_recorded(args: &Args, clock: &Clock, filter: Filter, spool: &KnownSpool) -> u64 {
+fn log_recorded(json: bool, clock: &Clock, filter: Filter, spool: &KnownSpool) -> u64 {
     let keep = filter.last.map_or(usize::MAX, |n| n as usize);
     let mut shown: VecDeque<(Value, Event)> = VecDeque::new();
     let mut last = 0;
@@ -165,7 +190,7 @@ fn log_recorded(args: &Args, clock: &Clock, filter: Filter, spool: &KnownSpool) 
         true
     });
     for (v, ev) in &shown {
-        print(args, clock, v, ev);
+        print(json, clock, v, ev);
     }
     last
 }
@@ -175,7 +200,7 @@ fn log_recorded(args: &Args, clock: &Clock, filter: Filter, spool: &KnownSpool) 
 /// start (`follow::follow`, which says it waits), then prints its events
 /// from the one after `last` on, until it closes the connection.
 fn follow_next_start(
-    args: &Args,
+    json: bool,
     config: &Config,
     clock: &Clock,
     spool: &KnownSpool,
@@ -201,7 +226,7 @@ fn follow_next_start(
         // One that went away before it could be subscribed to is not the
         // next start: wait for another.
         |peer| match subscribe(config, &peer, params.clone()) {
-            Ok((_, rx, stream)) => follow(args, clock, rx, stream, None, None).map(Step::Done),
+            Ok((_, rx, stream)) => follow(json, clock, rx, stream, None, None).map(Step::Done),
             Err(_) => Ok(Step::Unwatched(None)),
         },
     )?;
@@ -210,27 +235,46 @@ fn follow_next_start(
 
 /// `baton watch`: live events until the instance goes away; with
 /// `--approve`, also answers approval requests from the terminal.
-pub fn watch(args: &Args, config: &Config) -> Result<ExitCode> {
-    let approve = args.flag("approve");
-    let mut params = SubscribeParams {
-        controller: Some(approve),
-        since: None,
-    };
-    if let Some(since) = args.value("since") {
-        let n: u64 = since.parse().map_err(|_| {
-            Error::Usage(format!(
-                "watch: --since {}: use a sequence number",
-                escape(since)
-            ))
-        })?;
-        params.since = Some(n);
+pub struct Watch {
+    target: Option<String>,
+    json: bool,
+    clock: Clock,
+    since: Option<u64>,
+    approve: bool,
+}
+
+impl Parsed for Watch {
+    fn parse(args: &Args) -> Result<Watch> {
+        let since = args.value("since").map(|since| {
+            since.parse().map_err(|_| {
+                Error::Usage(format!(
+                    "watch: --since {}: use a sequence number",
+                    escape(since)
+                ))
+            })
+        });
+        let since = since.transpose()?;
+        let clock = Clock::new(args.flag("utc"));
+        super::at_most(args, "watch", 1)?;
+        Ok(Watch {
+            target: args.positional.first().cloned(),
+            json: args.flag("json"),
+            clock,
+            since,
+            approve: args.flag("approve"),
+        })
     }
-    let clock = Clock::new(args.flag("utc"));
-    super::at_most(args, "watch", 1)?;
-    let peer = target::resolve(config, args.positional.first().map(String::as_str))?;
-    let (_, rx, stream) = subscribe(config, &peer, params)?;
-    let asking = approve.then_some((config, &peer));
-    follow(args, &clock, rx, stream, asking, None)
+
+    fn run(self, config: &Config) -> Result<ExitCode> {
+        let params = SubscribeParams {
+            controller: Some(self.approve),
+            since: self.since,
+        };
+        let peer = target::resolve(config, self.target.as_deref())?;
+        let (_, rx, stream) = subscribe(config, &peer, params)?;
+        let asking = self.approve.then_some((config, &peer));
+        follow(self.json, &self.clock, rx, stream, asking, None)
+    }
 }
 
 /// Reads the operator's answers on a thread of its own.
@@ -252,7 +296,7 @@ fn read_stdin() -> Receiver<String> {
 /// With `asking` (the instance, to read a waiting task's whole body
 /// from), answers approval requests from stdin.
 fn follow(
-    args: &Args,
+    json: bool,
     clock: &Clock,
     rx: crate::client::Events,
     mut stream: Writer,
@@ -283,7 +327,7 @@ fn follow(
                         let ev = Event::read(&msg.params);
                         // A recorded event passes `log`'s filter; a live one always does.
                         if replay.is_none_or(|(last, f)| ev.seq > last || f.keeps(&ev, last)) {
-                            print(args, clock, &msg.params, &ev);
+                            print(json, clock, &msg.params, &ev);
                         }
                         let resolved = [EventKind::ApprovalResolved, EventKind::PermissionResolved];
                         if approve && ev.kind.is_some_and(|k| resolved.contains(&k)) {
