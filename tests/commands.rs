@@ -110,7 +110,7 @@ fn the_body_limit_error_gives_the_size_and_how_to_raise_it() {
         assert_eq!(
             out.stderr,
             "baton: send: the message is 150 bytes, over the body limit of 100 bytes: raise it with \
-             BATON_MAX_MESSAGE_BYTES (at most 1048576) for the sender and the receiving instance \
+             BATON_MAX_MESSAGE_BYTES (at most 16777216) for the sender and the receiving instance \
              alike; zcoder peers keep their limit of 16,000 bytes\n"
         );
     }

@@ -624,7 +624,7 @@ fn cli_send_to_an_ambiguous_name_lists_both() {
 fn too_large(size: &str, limit: usize) -> String {
     format!(
         "the message is {size} bytes, over the body limit of {limit} bytes: raise it with \
-         BATON_MAX_MESSAGE_BYTES (at most 1048576) for the sender and the receiving instance \
+         BATON_MAX_MESSAGE_BYTES (at most 16777216) for the sender and the receiving instance \
          alike; zcoder peers keep their limit of 16,000 bytes"
     )
 }
