@@ -98,23 +98,39 @@ fn names_dot_and_dot_dot_are_refused_everywhere() {
 }
 
 #[test]
-fn the_body_limit_error_gives_the_size_and_how_to_raise_it() {
+fn the_body_limit_error_gives_the_size_and_the_receiver() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let s = env.serve(&ws, &["--name", "big"]);
+    // The receiver's limit decides, whatever the sender's is.
     let limit = [("BATON_MAX_MESSAGE_BYTES", "100")];
+    let s = env.serve_with(&ws, &limit, &["--name", "big"]);
     let body = "x".repeat(150);
     for (arg, stdin) in [(body.as_str(), None), ("-", Some(body.as_bytes()))] {
-        let out = env.run_with(&limit, None, &["send", "big", arg], stdin);
-        usage(&out, "a body over the limit");
-        assert_eq!(
-            out.stderr,
-            "baton: send: the message is 150 bytes, over the body limit of 100 bytes: raise it with \
-             BATON_MAX_MESSAGE_BYTES (at most 1048576) for the sender and the receiving instance \
-             alike; zcoder peers keep their limit of 16,000 bytes\n"
+        let out = env.run_with(&[], None, &["send", "big", arg], stdin);
+        assert_eq!(out.status, 1, "{out:?}");
+        assert!(
+            out.stderr.ends_with(
+                ": invalid: the message is 150 bytes; big accepts at most 100 (BATON_MAX_MESSAGE_BYTES at big)\n"
+            ),
+            "{out:?}"
         );
     }
     assert_eq!(s.queued(&mut s.client()), 0);
+    // Over the most any instance accepts: a usage error, before a look
+    // at any receiver.
+    let huge = vec![b'x'; (16 << 20) + 1];
+    let out = env.run_with(&[], None, &["send", "nobody", "-"], Some(&huge));
+    usage(&out, "a body over the ceiling");
+    assert_eq!(
+        out.stderr,
+        "baton: send: the message is 16777217 bytes, over the most any instance accepts \
+         (16777216 bytes, the highest BATON_MAX_MESSAGE_BYTES); zcoder peers keep their limit \
+         of 16,000 bytes\n"
+    );
+    // send takes one host.
+    let out = env.run(&["send", "--via", "ssh a", "--via", "ssh b", "big", "hi"]);
+    usage(&out, "two --via for send");
+    assert!(out.stderr.contains("--via takes one host"), "{out:?}");
 }
 
 #[test]

@@ -267,10 +267,11 @@ fn claude_code_takes_a_task_with_check_inbox_and_completes_it() {
     let env = Env::new();
     let ws = env.workspace("claude-ws");
     let sender_ws = env.workspace("alice");
-    // A first session of Claude's instance makes its spool: `baton mcp`
-    // whose host hangs up at once.
-    let first = env.run_with(&[], Some(&ws), &["mcp", "--name", "claude"], Some(b""));
-    assert_eq!(first.status, 0, "{first:?}");
+    // Claude's name is made an address before its host runs: an instance
+    // served once for the workspace keeps its spool (a `baton mcp` whose
+    // host hangs up at once leaves none, as a health check should).
+    let mut first = env.serve(&ws, &["--name", "claude"]);
+    assert_eq!(first.term(), 0, "{}", first.stderr());
 
     let id = "review-1";
     let body = "please review the lexer";

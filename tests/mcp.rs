@@ -573,7 +573,8 @@ fn tool_calls_and_their_exact_errors() {
     want.sort();
     assert_eq!(ids, want, "{agents}");
 
-    // Body bounds: tool errors with check_body's exact reasons.
+    // Body bounds: tool errors with check_body's and check_limit's exact
+    // reasons (the receiver's limit, from its manifest: the default).
     for empty in ["", "  \n\t "] {
         let r = b.tool(
             "send_agent_message",
@@ -584,13 +585,12 @@ fn tool_calls_and_their_exact_errors() {
     }
     let r = b.tool(
         "send_agent_message",
-        json!({"target_instance_id": c.id, "message": "x".repeat(16001)}),
+        json!({"target_instance_id": c.id, "message": "x".repeat(1_048_577)}),
     );
     assert_tool_error(
         &r,
-        "not delivered: invalid: the message is 16001 bytes, over the body limit of 16000 bytes: \
-         raise it with BATON_MAX_MESSAGE_BYTES (at most 1048576) for the sender and the receiving \
-         instance alike; zcoder peers keep their limit of 16,000 bytes",
+        "not delivered: invalid: the message is 1048577 bytes; gamma accepts at most 1048576 \
+         (BATON_MAX_MESSAGE_BYTES at gamma)",
     );
     let r = b.tool("send_agent_message", json!({"target_instance_id": c.id}));
     assert_tool_error(
@@ -600,7 +600,7 @@ fn tool_calls_and_their_exact_errors() {
     // At the bound exactly, the task goes through.
     let r = b.tool(
         "send_agent_message",
-        json!({"target_instance_id": c.id, "message": "y".repeat(16000)}),
+        json!({"target_instance_id": c.id, "message": "y".repeat(1_048_576)}),
     );
     assert_eq!(r["isError"], false, "{r}");
     assert_eq!(r["structuredContent"]["status"], "accepted", "{r}");

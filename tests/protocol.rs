@@ -620,42 +620,43 @@ fn cli_send_to_an_ambiguous_name_lists_both() {
     let _ = crate::util::exited_or_killed(&mut b, Duration::from_secs(20));
 }
 
-/// The body limit's refusal (`config::body_too_large`).
-fn too_large(size: &str, limit: usize) -> String {
+/// The refusal of a body over its receiver's limit
+/// (`config::over_receiver_limit`).
+fn too_large(size: usize, name: &str, limit: usize) -> String {
     format!(
-        "the message is {size} bytes, over the body limit of {limit} bytes: raise it with \
-         BATON_MAX_MESSAGE_BYTES (at most 1048576) for the sender and the receiving instance \
-         alike; zcoder peers keep their limit of 16,000 bytes"
+        "invalid: the message is {size} bytes; {name} accepts at most {limit} (BATON_MAX_MESSAGE_BYTES at {name})"
     )
 }
 
 #[test]
-fn cli_send_checks_the_body_limit_before_sending() {
+fn cli_send_checks_the_receivers_body_limit_before_sending() {
     let env = Env::new();
     let ws = env.workspace("ws");
-    let inst = env.serve(&ws, &["--name", "big"]);
     let limit = [("BATON_MAX_MESSAGE_BYTES", "100")];
+    let inst = env.serve_with(&ws, &limit, &["--name", "big"]);
 
     let body = "x".repeat(101);
-    let out = env.run_with(&limit, None, &["send", "big", &body], None);
-    assert_eq!(out.status, 2, "{out:?}");
-    assert_eq!(
-        out.stderr,
-        format!("baton: send: {}\n", too_large("101", 100))
+    let out = env.run(&["send", "big", &body]);
+    assert_eq!(out.status, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .ends_with(&format!("{}\n", too_large(101, "big", 100))),
+        "{out:?}"
     );
-    let out = env.run_with(&limit, None, &["send", "big", "-"], Some(body.as_bytes()));
-    assert_eq!(out.status, 2, "{out:?}");
-    assert_eq!(
-        out.stderr,
-        format!("baton: send: {}\n", too_large("101", 100))
+    let out = env.run_with(&[], None, &["send", "big", "-"], Some(body.as_bytes()));
+    assert_eq!(out.status, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .ends_with(&format!("{}\n", too_large(101, "big", 100))),
+        "{out:?}"
     );
-    // Empty after trimming: a usage error too.
-    let out = env.run_with(&limit, None, &["send", "big", "  \n"], None);
+    // Empty after trimming: a usage error.
+    let out = env.run(&["send", "big", "  \n"]);
     assert_eq!(out.status, 2, "{out:?}");
-    // Nothing reached the instance (whose own limit is the default).
+    // Nothing reached the instance.
     assert_eq!(inst.queued(&mut inst.client()), 0);
     // Exactly at the limit is sent.
-    let out = env.run_with(&limit, None, &["send", "big", &"x".repeat(100)], None);
+    let out = env.run(&["send", "big", &"x".repeat(100)]);
     assert_eq!(out.status, 0, "{out:?}");
     assert_eq!(inst.queued(&mut inst.client()), 1);
 }

@@ -27,9 +27,10 @@ const SUN_PATH_MAX: usize = if cfg!(any(target_os = "linux", target_os = "androi
 const MAX_MANIFEST: usize = 16 * 1024;
 
 /// Every field of a manifest (docs/protocol.md §7), and nothing else.
-const FIELDS: [&str; 16] = [
+const FIELDS: [&str; 17] = [
     "baton_version",
     "instance_id",
+    "max_message_bytes",
     "model",
     "name",
     "pid",

@@ -8,6 +8,7 @@ mod answers_said;
 mod answers_show;
 mod approvals;
 mod approve;
+mod bodies;
 mod cancel;
 mod codex;
 mod commands;

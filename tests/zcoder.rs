@@ -796,6 +796,34 @@ fn zcoder_peer_catches_clients_that_do_not_read_the_whole_ack() {
 // ---------------------------------------------------------------------
 // baton → zcoder.
 
+/// Issue 46: a zcoder peer keeps zcoder's own limit (16,000) while
+/// baton's default is 1 MiB: a longer body is refused before any frame
+/// carries it (the peer is only pinged, to find it), naming the limit
+/// and the peer; one at the limit is sent.
+#[test]
+fn a_zcoder_peer_keeps_its_own_body_limit() {
+    if !python() {
+        return;
+    }
+    let env = Env::new();
+    let zdir = zcoder_dir(&env);
+    let peer = ZPeer::start(&zdir, "weekly digest", "/work/weekly-digest");
+    let over = "x".repeat(16_001);
+    let (code, r) = baton_json(&env, &zdir, &[], &["send", "weekly_digest", &over]);
+    assert_eq!(code, 1, "{r}");
+    assert_eq!(r["status"], "invalid", "{r}");
+    assert_eq!(
+        r["reason"],
+        "the message is 16001 bytes; weekly_digest accepts at most 16000 (zcoder's own limit)"
+    );
+    let kinds: Vec<String> = peer.log().iter().map(|c| c.kind().to_string()).collect();
+    assert!(kinds.iter().all(|k| k == "ping"), "{kinds:?}");
+    let at = "x".repeat(16_000);
+    let (code, r) = baton_json(&env, &zdir, &[], &["send", "weekly_digest", &at]);
+    assert_eq!((code, &r["status"]), (0, &json!("accepted")), "{r}");
+    assert_eq!(peer.with(|p| p.queue.len()), 1);
+}
+
 #[test]
 fn baton_sends_to_a_zcoder_peer() {
     if !python() {

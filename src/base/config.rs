@@ -29,19 +29,48 @@ spelled! {
     }
 }
 
-/// The default body limit, which is also zcoder's own (fixed) limit.
-pub const DEFAULT_MESSAGE_BYTES: usize = 16000;
-/// The highest `BATON_MAX_MESSAGE_BYTES` allowed.
-pub const MAX_MESSAGE_BYTES_CEILING: u64 = 1_048_576;
+/// The default body limit: 1 MiB. It is also what a manifest without
+/// `max_message_bytes` (an earlier baton's) is taken to accept: an earlier
+/// baton accepted no more (docs/decisions.md, "A manifest's body limit").
+pub const DEFAULT_MESSAGE_BYTES: usize = 1_048_576;
+/// The highest `BATON_MAX_MESSAGE_BYTES` allowed: 16 MiB.
+pub const MAX_MESSAGE_BYTES_CEILING: u64 = 16 * 1024 * 1024;
+/// zcoder's own limit (`ZCODER_RELAY_MAX_MESSAGE_CHARS`, 16000 characters),
+/// checked as bytes, which are never fewer than characters.
+pub const ZCODER_MESSAGE_BYTES: usize = 16000;
 
-/// The refusal of a body over the limit: its size (`size` bytes, which may
-/// read "more than N" when it was not all read), and how to raise the limit.
-pub fn body_too_large(size: &str, limit: usize) -> String {
+/// What a request line holds besides its body, at most: the method, the
+/// ids, the sender as it names itself.
+pub const LINE_OVERHEAD: usize = 64 * 1024;
+
+/// The line bound that carries a body of `body_limit` bytes however it is
+/// escaped: JSON spells a control character in six bytes (`\u0001`), so
+/// six times the body, and the rest of the request (docs/decisions.md,
+/// "The line bound follows the body limit"). `BATON_MAX_BYTES`' default.
+pub const fn line_bound(body_limit: usize) -> usize {
+    body_limit * 6 + LINE_OVERHEAD
+}
+
+/// The highest `BATON_MAX_BYTES` allowed: the bound a body at its ceiling
+/// needs.
+pub const MAX_BYTES_CEILING: u64 = line_bound(MAX_MESSAGE_BYTES_CEILING as usize) as u64;
+
+/// The refusal of a body over the most any instance accepts: its size
+/// (`size` bytes, which may read "more than N" when it was not all read).
+pub fn body_too_large(size: &str) -> String {
     format!(
-        "the message is {size} bytes, over the body limit of {limit} bytes: raise it with \
-         BATON_MAX_MESSAGE_BYTES (at most {MAX_MESSAGE_BYTES_CEILING}) for the sender and the \
-         receiving instance alike; zcoder peers keep their limit of 16,000 bytes"
+        "the message is {size} bytes, over the most any instance accepts \
+         ({MAX_MESSAGE_BYTES_CEILING} bytes, the highest BATON_MAX_MESSAGE_BYTES); \
+         zcoder peers keep their limit of 16,000 bytes"
     )
+}
+
+/// The refusal of a body over its receiver's limit, before anything is
+/// sent: the size, the receiver (`name`, escaped by the caller) and its
+/// limit, and whose limit it is (`whose`: the variable at that instance,
+/// or zcoder's own).
+pub fn over_receiver_limit(size: usize, name: &str, limit: usize, whose: &str) -> String {
+    format!("the message is {size} bytes; {name} accepts at most {limit} ({whose})")
 }
 
 /// The variables an instance sets for its handler (docs/protocol.md, Exec
@@ -84,6 +113,8 @@ pub fn baton_failpoint() -> String {
 pub struct Config {
     pub dir: Option<PathBuf>,
     pub relay: Relay,
+    /// `BATON_MAX_BYTES`, the longest request line; unset, it follows the
+    /// body limit (`line_bound`).
     pub max_bytes: usize,
     pub max_message_bytes: usize,
     pub max_queue: usize,
@@ -105,7 +136,7 @@ impl Default for Config {
         Config {
             dir: None,
             relay: Relay::On,
-            max_bytes: 65536,
+            max_bytes: line_bound(DEFAULT_MESSAGE_BYTES),
             max_message_bytes: DEFAULT_MESSAGE_BYTES,
             max_queue: 16,
             max_inflight: 4,
@@ -151,16 +182,19 @@ impl Config {
         };
         let size = |n: u64| n as usize;
         let d = Config::default();
-        // Read in the order of the fields: the first wrong one is named.
+        let max_message_bytes = int_of("BATON_MAX_MESSAGE_BYTES", 1, MAX_MESSAGE_BYTES_CEILING)?
+            .map_or(d.max_message_bytes, size);
+        // Read in the order of the fields: the first wrong one is named
+        // (but for the body limit, which the line bound's default follows).
         Ok(Config {
             dir,
             relay: match get("BATON_RELAY")? {
                 Some(v) => (v.parse()).map_err(|_| bad("BATON_RELAY", &v, "on, off or paused"))?,
                 None => d.relay,
             },
-            max_bytes: int_of("BATON_MAX_BYTES", 1024, 16_777_216)?.map_or(d.max_bytes, size),
-            max_message_bytes: int_of("BATON_MAX_MESSAGE_BYTES", 1, MAX_MESSAGE_BYTES_CEILING)?
-                .map_or(d.max_message_bytes, size),
+            max_bytes: int_of("BATON_MAX_BYTES", 1024, MAX_BYTES_CEILING)?
+                .map_or(line_bound(max_message_bytes), size),
+            max_message_bytes,
             max_queue: int_of("BATON_MAX_QUEUE", 1, 100_000)?.map_or(d.max_queue, size),
             max_inflight: int_of("BATON_MAX_INFLIGHT", 0, 100_000)?.map_or(d.max_inflight, size),
             max_hops: int_of("BATON_MAX_HOPS", 0, 1000)?.unwrap_or(d.max_hops),
@@ -232,7 +266,9 @@ mod tests {
     #[test]
     fn defaults() {
         let c = with(&[]).unwrap();
-        assert_eq!(c.max_bytes, 65536);
+        assert_eq!(c.max_message_bytes, 1_048_576);
+        // The line bound carries a 1 MiB body of control characters.
+        assert_eq!(c.max_bytes, 6 * 1_048_576 + 65536);
         assert_eq!(c.max_queue, 16);
         assert_eq!(c.io_timeout, Duration::from_secs(2));
         assert!(c.fsync);
@@ -252,7 +288,7 @@ mod tests {
             .to_string();
         assert_eq!(
             e,
-            "BATON_MAX_BYTES=1023 is not allowed: use an integer from 1024 to 16777216"
+            "BATON_MAX_BYTES=1023 is not allowed: use an integer from 1024 to 100728832"
         );
         assert!(with(&[("BATON_MAX_INFLIGHT", "0")]).is_ok());
         assert!(with(&[("BATON_MAX_QUEUE", "0")]).is_err());
@@ -267,13 +303,11 @@ mod tests {
     }
 
     #[test]
-    fn the_body_limit_error_says_how_to_raise_it() {
-        let e = body_too_large("20000", 16000);
-        assert!(e.starts_with("the message is 20000 bytes, over the body limit of 16000 bytes"));
-        assert!(
-            e.contains("BATON_MAX_MESSAGE_BYTES (at most 1048576)"),
-            "{e}"
-        );
+    fn the_body_limit_error_names_the_ceiling() {
+        let e = body_too_large("16777217");
+        assert!(e.starts_with(
+            "the message is 16777217 bytes, over the most any instance accepts (16777216 bytes, the highest BATON_MAX_MESSAGE_BYTES)"
+        ), "{e}");
         assert!(
             e.contains("zcoder peers keep their limit of 16,000 bytes"),
             "{e}"
@@ -282,7 +316,28 @@ mod tests {
         let max = MAX_MESSAGE_BYTES_CEILING.to_string();
         assert!(with(&[("BATON_MAX_MESSAGE_BYTES", &max)]).is_ok());
         let over = (MAX_MESSAGE_BYTES_CEILING + 1).to_string();
-        assert!(with(&[("BATON_MAX_MESSAGE_BYTES", &over)]).is_err());
+        let e = with(&[("BATON_MAX_MESSAGE_BYTES", &over)])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "BATON_MAX_MESSAGE_BYTES=16777217 is not allowed: use an integer from 1 to 16777216"
+        );
+    }
+
+    #[test]
+    fn the_line_bound_follows_the_body_limit_unless_set() {
+        let c = with(&[("BATON_MAX_MESSAGE_BYTES", "100")]).unwrap();
+        assert_eq!(c.max_bytes, 600 + LINE_OVERHEAD);
+        let c = with(&[("BATON_MAX_MESSAGE_BYTES", "16777216")]).unwrap();
+        assert_eq!(c.max_bytes as u64, MAX_BYTES_CEILING);
+        // Set, it is what it says, even below what the body would need.
+        let c = with(&[("BATON_MAX_BYTES", "4096")]).unwrap();
+        assert_eq!((c.max_bytes, c.max_message_bytes), (4096, 1_048_576));
+        let ceiling = MAX_BYTES_CEILING.to_string();
+        assert!(with(&[("BATON_MAX_BYTES", &ceiling)]).is_ok());
+        let over = (MAX_BYTES_CEILING + 1).to_string();
+        assert!(with(&[("BATON_MAX_BYTES", &over)]).is_err());
     }
 
     #[test]

@@ -56,9 +56,11 @@ fn read_body(arg: Option<&str>, limit: usize) -> Result<(String, Option<u64>)> {
     Ok((body, size))
 }
 
-/// The body, checked against the body bound before anything is sent.
-fn body(arg: Option<&str>, config: &Config) -> Result<String> {
-    let limit = config.max_message_bytes;
+/// The body, checked before anything is sent against the most any
+/// instance accepts; the receiver's own limit, which its manifest
+/// carries, is checked where the send is made (`relay::check_limit`).
+fn body(arg: Option<&str>) -> Result<String> {
+    let limit = crate::base::config::MAX_MESSAGE_BYTES_CEILING as usize;
     let (body, size) = read_body(arg, limit)?;
     if body.len() > limit {
         let size = match size {
@@ -67,7 +69,7 @@ fn body(arg: Option<&str>, config: &Config) -> Result<String> {
         };
         return Err(Error::Usage(format!(
             "send: {}",
-            crate::base::config::body_too_large(&size, limit)
+            crate::base::config::body_too_large(&size)
         )));
     }
     if body.trim().is_empty() {
@@ -103,6 +105,11 @@ impl Parsed for Send {
         let mode = choice(args, "send", "mode")?.unwrap_or_default();
         let timeout = args.seconds("send", "timeout")?;
         let (wait, reply) = (args.flag("wait"), args.flag("reply"));
+        if args.values("via").len() > 1 {
+            return Err(Error::Usage(
+                "send: --via takes one host: a task goes to one instance".into(),
+            ));
+        }
         if timeout.is_some() && !wait {
             return Err(Error::Usage(
                 "send: --timeout bounds the wait, so it needs --wait".into(),
@@ -168,7 +175,7 @@ impl Parsed for Send {
         let Some(target) = &self.target else {
             return self.reply(config);
         };
-        let body = body(self.message.as_deref(), config)?;
+        let body = body(self.message.as_deref())?;
         if let Some(from) = &self.from {
             return self.as_instance(config, target, from, &body);
         }
@@ -196,7 +203,7 @@ impl Send {
         if baton_turn().is_none() || baton_socket().is_none() {
             return Err(Error::Usage(outside.into()));
         }
-        let body = body(self.message.as_deref(), config)?;
+        let body = body(self.message.as_deref())?;
         let (Some(token), Some(mut conn)) = (baton_turn(), inside(config)) else {
             return Err(Error::Usage(outside.into()));
         };
@@ -287,6 +294,18 @@ impl Send {
         // whatever TARGET was asked for: the answer says who it reached.
         if id != target_arg && name.as_deref() != Some(target_arg) {
             return wrong_target(self.json, &message_id, target_arg, &id, name.as_deref());
+        }
+        // The receiver's own limit, which its manifest carries, before
+        // the body goes over the bridge.
+        if let Some(m) = hello.instance.clone().filter(|_| live) {
+            let peer = registry::Peer {
+                manifest: m,
+                wire: registry::Wire::Jsonrpc,
+            };
+            if let Err(refused) = crate::relay::check_limit(&peer, body) {
+                let r = SendResult::new(refused.status, &message_id, Some(refused.reason));
+                return super::sent::report(self.json, &r);
+            }
         }
         let params = self.frame(config, &message_id, body, live.then_some(&id))?;
         let mut result: SendResult = match r.call(Method::MessageSend, params) {

@@ -17,8 +17,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The longest line a client reads: an answer (`inbox/claim`'s) or an
-/// event carries a body, escaped.
-const MAX_LINE: usize = 128 * 1024 * 1024;
+/// event carries a body, escaped; `inbox/claim`'s twice (as `body` and in
+/// the envelope), so twice the longest request line and 1 MiB. The
+/// reader grows with the line: a bound costs nothing until it is used.
+const MAX_LINE: usize = 2 * crate::base::config::MAX_BYTES_CEILING as usize + (1 << 20);
 
 /// Where a session's lines come from.
 pub trait Lines: Send {

@@ -60,7 +60,7 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
     let spool = open_spool(&opts, &config, &place)?;
     let sockets = bind(&mut place)?;
     let paused = opts.paused || config.relay == Relay::Paused;
-    let manifest = manifest(&place, &opts, paused);
+    let manifest = manifest(&place, &opts, &config, paused);
     let (events_tx, events) = chan::unbounded();
     // Opened, and the start recorded, before the listener runs: connection
     // threads emit into it from their first acceptance.
@@ -421,7 +421,7 @@ fn publish(place: &Place, manifest: &Manifest) -> Result<()> {
     Ok(())
 }
 
-fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
+fn manifest(place: &Place, opts: &ServeOptions, config: &Config, paused: bool) -> Manifest {
     Manifest {
         protocol: registry::PROTOCOL,
         instance_id: place.id.clone(),
@@ -439,6 +439,7 @@ fn manifest(place: &Place, opts: &ServeOptions, paused: bool) -> Manifest {
         baton_version: env!("CARGO_PKG_VERSION").into(),
         process_start: sys::process_start(std::process::id()),
         pid_ns: sys::pid_namespace(),
+        max_message_bytes: Some(config.max_message_bytes as u64),
         operators: opts.operators.clone(),
     }
 }

@@ -32,8 +32,10 @@ mod tasks;
 /// Protocol revisions this server speaks, newest first.
 pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
-/// The longest line read from the host.
-const MAX_LINE: usize = 1024 * 1024;
+/// The longest line read from the host: one that carries a body of the
+/// default limit however it is escaped, as an instance's own line bound
+/// does (`config::line_bound`).
+const MAX_LINE: usize = crate::base::config::line_bound(crate::base::config::DEFAULT_MESSAGE_BYTES);
 
 /// How many `logging/setLevel` changes are remembered, to judge events
 /// that happened before the last one by the level then.

@@ -64,6 +64,20 @@ impl Peer {
             && std::os::unix::net::UnixStream::connect(socket).is_err()
     }
 
+    /// The longest body it accepts, and whose limit that is, as a refusal
+    /// names it: zcoder's own, else the `BATON_MAX_MESSAGE_BYTES` its
+    /// manifest carries, else (an earlier baton's manifest) the default,
+    /// which is the most an earlier baton ever accepted.
+    pub fn body_limit(&self) -> (usize, String) {
+        use crate::base::config::{DEFAULT_MESSAGE_BYTES, ZCODER_MESSAGE_BYTES};
+        if self.wire == Wire::Zcoder {
+            return (ZCODER_MESSAGE_BYTES, "zcoder's own limit".into());
+        }
+        let name = crate::text::sanitize::escape(&self.manifest.name);
+        let limit = (self.manifest.max_message_bytes).map_or(DEFAULT_MESSAGE_BYTES, |n| n as usize);
+        (limit, format!("BATON_MAX_MESSAGE_BYTES at {name}"))
+    }
+
     /// The pid to signal, given the id and pid its socket answered with
     /// (`control/status`: an instance reports its own): the manifest's if
     /// they are the manifest's, so that a stale manifest whose pid was

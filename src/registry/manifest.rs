@@ -4,6 +4,7 @@
 use super::{
     MAX_MANIFEST, PROTOCOL, RegistryDir, Wire, default_name, socket_path, valid_id, valid_name,
 };
+use crate::base::config::MAX_MESSAGE_BYTES_CEILING;
 use crate::base::error::Invalid;
 use crate::{base::files, sys};
 
@@ -214,6 +215,10 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
         // non-negative integer says nothing.
         process_start: obj.get("process_start").and_then(Value::as_u64),
         pid_ns: obj.get("pid_ns").and_then(Value::as_u64),
+        // Optional too (older manifests); one out of the variable's range
+        // says nothing, and the receiver still applies its own.
+        max_message_bytes: (obj.get("max_message_bytes").and_then(Value::as_u64))
+            .filter(|n| (1..=MAX_MESSAGE_BYTES_CEILING).contains(n)),
         operators: match obj.get("operators") {
             None => Vec::new(),
             Some(v) => (v.as_str())

@@ -21,12 +21,16 @@ fn retried(once: impl Fn() -> Result<SendResult, ClientError>) -> Result<SendRes
     once().or_else(|e| if e.is_transport() { once() } else { Err(e) })
 }
 
-/// `message/send` to a native peer.
+/// `message/send` to a native peer; a body over the limit its manifest
+/// says it accepts is refused (`invalid`) without connecting.
 pub fn deliver(
     config: &Config,
     peer: &Peer,
     params: &SendParams,
 ) -> Result<SendResult, ClientError> {
+    if let Err(r) = super::check_limit(peer, &params.body) {
+        return Ok(outcome(r.status, &params.message_id, r.reason));
+    }
     retried(|| {
         let mut conn = Session::open(Path::new(&peer.manifest.socket), config.io_timeout)?;
         conn.call(Method::MessageSend, params)
@@ -38,7 +42,9 @@ pub const ZCODER_MAX_BYTES: usize = 65536;
 
 /// Delivers to a zcoder peer with its frame: a ping first, then one
 /// `enqueue`, always reading the whole ack (a zcoder listener dies of
-/// SIGPIPE otherwise). The result has the shape of a `message/send` result.
+/// SIGPIPE otherwise). A body over zcoder's own limit is refused
+/// (`invalid`) without connecting. The result has the shape of a
+/// `message/send` result.
 /// `sender` is the instance it is sent for (its name is zcoder's
 /// `sender_project`), none for a plain command line.
 pub fn deliver_zcoder(
@@ -48,6 +54,9 @@ pub fn deliver_zcoder(
     body: &str,
     sender: Option<&Origin>,
 ) -> Result<SendResult, ClientError> {
+    if let Err(r) = super::check_limit(peer, body) {
+        return Ok(outcome(r.status, message_id, r.reason));
+    }
     let socket = Path::new(&peer.manifest.socket);
     let id = &peer.manifest.instance_id;
     // zcoder requires a sender id and pid in every enqueue (as context:

@@ -1,5 +1,6 @@
 //! The sender-side guards (docs/protocol.md §6), run before anything is
-//! sent: a body within both bounds, a request line within the frame bound,
+//! sent: a body that says something, within its receiver's limit, a
+//! request line within the frame bound,
 //! no send to this instance itself, and during a relayed turn none but to
 //! its sender.
 
@@ -28,15 +29,24 @@ fn invalid(reason: String) -> Refusal {
     Refusal { status, reason }
 }
 
-/// Checks a body against both bounds; the refusal says which bound it
-/// exceeds.
-pub(super) fn check_body(config: &Config, body: &str) -> Result<(), Refusal> {
+/// Checks that a body says something. Its size is the receiver's to
+/// bound (`check_limit`), not the sender's.
+pub(super) fn check_body(body: &str) -> Result<(), Refusal> {
     if body.trim().is_empty() {
         return Err(invalid("the message is empty".into()));
     }
-    let (size, limit) = (body.len().to_string(), config.max_message_bytes);
+    Ok(())
+}
+
+/// Checks a body against the limit its receiver accepts (its manifest's
+/// `max_message_bytes`, or zcoder's own), before anything is sent to it:
+/// the refusal names the size, the receiver and the limit.
+pub fn check_limit(peer: &Peer, body: &str) -> Result<(), Refusal> {
+    let (limit, whose) = peer.body_limit();
     if body.len() > limit {
-        return Err(invalid(crate::base::config::body_too_large(&size, limit)));
+        let name = escape(&peer.manifest.name);
+        let why = crate::base::config::over_receiver_limit(body.len(), &name, limit, &whose);
+        return Err(invalid(why));
     }
     Ok(())
 }

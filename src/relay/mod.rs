@@ -19,7 +19,7 @@ mod wake;
 
 pub use crate::registry::lookup::{KnownSpool, known_spools};
 pub use deliver::{ZCODER_MAX_BYTES, deliver, deliver_zcoder};
-pub use guard::{Refusal, check_frame};
+pub use guard::{Refusal, check_frame, check_limit};
 pub use offline::{Route, plain_task, route};
 pub use standin::stand_in;
 pub use wake::{wake, wake_socket};
@@ -71,7 +71,7 @@ pub struct Outbound {
 /// `unsupported`.
 pub fn send_as(origin: &Origin, out: &Outbound) -> SendResult {
     let refused = |r: Refusal| outcome(r.status, &out.message_id, r.reason);
-    if let Err(r) = guard::check_body(&origin.config, &out.body) {
+    if let Err(r) = guard::check_body(&out.body) {
         return refused(r);
     }
     let peer = match find_target(origin, out) {
@@ -186,8 +186,10 @@ fn to_native(origin: &Origin, out: &Outbound, peer: &Peer) -> SendResult {
         },
         target_instance_id: Some(m.instance_id.clone()),
     };
-    if let Err(r) = check_frame(&origin.config, &params) {
-        return outcome(r.status, id, r.reason);
+    // The receiver's limit first: it says more than the frame bound.
+    if let Err(r) = check_limit(peer, &out.body).and_then(|()| check_frame(&origin.config, &params))
+    {
+        return with_target(outcome(r.status, id, r.reason), peer_target(peer));
     }
     let r = match deliver(&origin.config, peer, &params) {
         Ok(r) => r,

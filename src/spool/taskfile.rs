@@ -23,8 +23,11 @@ pub(super) const SEQ_WIDTH: usize = 16;
 /// be read back as a task's. Nothing baton writes comes near it.
 pub(super) const SEQ_LIMIT: u64 = 10u64.pow(SEQ_WIDTH as u32 - 1);
 
-/// The largest spool file read back; anything bigger is bad data.
-pub(super) const MAX_TASK_FILE: u64 = 4 * 1024 * 1024;
+/// The largest spool file read back; anything bigger is bad data. A task
+/// file holds what its request line held (the body as its sender spelt
+/// it, up to six times its size: `config::line_bound`) and what the
+/// instance adds; so a receipt holds a reply of the body limit at most.
+pub(super) const MAX_TASK_FILE: u64 = crate::base::config::MAX_BYTES_CEILING + 64 * 1024;
 
 /// A body on its way into a task file or an event (`wire::body::BodyText`).
 pub use crate::wire::body::BodyText as Body;

@@ -42,10 +42,11 @@ pub const SUBSCRIBER_BACKLOG: usize = 4096;
 /// The longest line the hub writes to a subscriber. An event carries at
 /// most what one request line brought (a message's body as its sender
 /// spelt it, an approval's question), and a request line holds at most
-/// `BATON_MAX_BYTES`, whose ceiling is 16 MiB; 64 KiB more hold what the
+/// `BATON_MAX_BYTES`, whose ceiling is six times the body limit's (16 MiB)
+/// and 64 KiB (`config::MAX_BYTES_CEILING`); 64 KiB more hold what the
 /// instance adds (numbering, the sender as it knows it, the notification
 /// around the event). Clients read a subscription's lines up to this.
-pub const SUBSCRIBER_LINE: usize = 16 * 1024 * 1024 + 64 * 1024;
+pub const SUBSCRIBER_LINE: usize = crate::base::config::MAX_BYTES_CEILING as usize + 64 * 1024;
 
 /// The protocol version: `initialize`'s and a manifest's `protocol`.
 pub const PROTOCOL: u64 = 1;
@@ -263,7 +264,8 @@ impl LineReader<UnixStream> {
     pub fn read_exact_within(&mut self, n: usize, timeout: Duration) -> Result<Vec<u8>, ReadError> {
         let deadline = Instant::now() + timeout;
         let take = n.min(self.end - self.start);
-        let mut out = Vec::with_capacity(n);
+        // Grown as the bytes come: a header's length costs nothing yet.
+        let mut out = Vec::with_capacity(n.min(64 * 1024));
         out.extend_from_slice(&self.buf[self.start..self.start + take]);
         self.start += take;
         let mut chunk = [0u8; 8192];
@@ -681,6 +683,24 @@ mod tests {
         let mut r = reader_with(&vec![b'x'; 100_000], 1024);
         assert!(matches!(r.read_line(Some(t), t), Err(ReadError::TooLarge)));
         assert!(r.buf.len() <= 1025);
+    }
+
+    /// A high bound (the default line bound, for a 1 MiB body) costs a
+    /// connection nothing up front: the buffer grows with the line.
+    #[test]
+    fn a_high_bound_is_not_allocated_up_front() {
+        let t = Duration::from_secs(1);
+        let max = crate::base::config::Config::default().max_bytes;
+        assert!(max > 6 * 1024 * 1024);
+        let mut r = reader_with(b"{\"jsonrpc\":\"2.0\"}\n", max);
+        assert_eq!(r.capacity(), 0);
+        r.read_line(Some(t), t).unwrap();
+        assert_eq!(r.capacity(), 4096);
+        let mut long = vec![b'x'; 100_000];
+        long.push(b'\n');
+        let mut r = reader_with(&long, max);
+        assert_eq!(r.read_line(Some(t), t).unwrap().len(), 100_000);
+        assert!(r.capacity() < 256 * 1024, "{}", r.capacity());
     }
 
     #[test]

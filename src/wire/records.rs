@@ -37,6 +37,12 @@ pub struct Manifest {
     /// where there is no `/proc`, and in older manifests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid_ns: Option<u64>,
+    /// The longest body it accepts (its `BATON_MAX_MESSAGE_BYTES`), which
+    /// a sender checks before it connects. Absent in an earlier baton's
+    /// manifest and in zcoder's: `registry::Peer::body_limit` says what is
+    /// assumed then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_message_bytes: Option<u64>,
     /// `serve --operator`: the uids of the accounts whose processes are
     /// its operators (the instance's own account is then at most its
     /// agent). Absent: roles among the processes of one user. A manifest

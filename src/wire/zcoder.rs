@@ -97,7 +97,7 @@ pub fn read_zcoder_frame(
 ) -> Result<Map<String, Value>, FrameError> {
     let deadline = Instant::now() + timeout;
     let mut got = prefix.to_vec();
-    // The header is the magic, at most 8 digits (max is 16 MiB) and `\n`.
+    // The header is the magic, at most 8 digits and `\n`.
     let header_max = ZCODER_MAGIC.len() + 9;
     let header_end = loop {
         if let Some(i) = got.iter().position(|&b| b == b'\n') {
