@@ -1712,7 +1712,7 @@ fn main() {
     // Row 5 runs last: starting 500 instances leaves the machine busy for
     // a while (reaping, removing spools), which would weigh on the rows
     // after it. The table is printed in row order all the same.
-    let all: [(&str, RowFn); 13] = [
+    let all: [(&str, RowFn); 14] = [
         ("1", row_round_trip),
         ("1h", row_mebibyte),
         ("2", row_durable),
