@@ -380,6 +380,13 @@ fn walk(pid: u32, ours: &Ours, c: &mut Caller) -> Walked {
             c.agent = Some(cur);
         }
         match sys::process(cur) {
+            // Ended and not yet reaped: its entry still names a parent,
+            // but the process is gone, and so is any claim through it.
+            Some(p) if p.zombie && cur == pid => {
+                c.gone = true;
+                return Walked::Done;
+            }
+            Some(p) if p.zombie => return Walked::Lost,
             Some(p) if p.ppid > 1 => (child, cur) = (Some(cur), p.ppid),
             Some(_) => return Walked::Top,
             None if cur != pid => return Walked::Lost,

@@ -236,22 +236,32 @@ fn a_caller_whose_process_is_gone_is_refused_never_the_operator() {
          open(sys.argv[2] + '.tmp', 'w').write(json.dumps(out))\n\
          os.rename(sys.argv[2] + '.tmp', sys.argv[2])\n",
     );
-    let answer = dir.join("answer.json");
-    let status = std::process::Command::new("python3")
-        .arg(&client)
-        .arg(&gamma.socket)
-        .arg(&answer)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    wait_until("the child's answer", T, || answer.exists());
-    let v = read_json(&dir, "answer.json");
-    assert_eq!(v["error"]["code"], -32012, "{v}");
-    let message = v["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("is gone"), "{message}");
-    let status = gamma
-        .client()
-        .call(1, "control/status", serde_json::json!({}));
-    assert_eq!(status["result"]["paused"], false, "{status}");
+    // Reaped at once, then (the connecting process a zombie while the
+    // child asks: its entry still names this test as its parent) not
+    // reaped until the child has its answer.
+    for reaped in [true, false] {
+        let answer = dir.join(format!("answer-{reaped}.json"));
+        let mut parent = std::process::Command::new("python3")
+            .arg(&client)
+            .arg(&gamma.socket)
+            .arg(&answer)
+            .spawn()
+            .unwrap();
+        if reaped {
+            assert!(parent.wait().unwrap().success());
+        }
+        wait_until("the child's answer", T, || answer.exists());
+        if !reaped {
+            assert!(parent.wait().unwrap().success());
+        }
+        let v = read_json(&dir, &format!("answer-{reaped}.json"));
+        assert_eq!(v["error"]["code"], -32012, "reaped {reaped}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("is gone"), "{message}");
+        let status = gamma
+            .client()
+            .call(1, "control/status", serde_json::json!({}));
+        assert_eq!(status["result"]["paused"], false, "{status}");
+    }
     drop(gamma);
 }
