@@ -270,3 +270,73 @@ fn older_than_goes_with_spools() {
     assert_eq!(out.status, 2, "{out:?}");
     assert!(out.stderr.contains("--spools"), "{out:?}");
 }
+
+/// `doctor --via` on two hosts through a real sshd (each alias with a
+/// registry of its own): each host's lines after its name; the host
+/// whose doctor failed is said on stderr and the whole exits 4.
+#[test]
+fn doctor_reaches_several_hosts() {
+    use crate::util::sshd::{Masters, Sshd, have_sshd};
+    if !have_sshd() {
+        return;
+    }
+    let (alpha, beta, local) = (Env::new(), Env::new(), Env::new());
+    let _a = serve(&alpha, "a1");
+    fs::create_dir(&beta.registry).unwrap();
+    fs::set_permissions(&beta.registry, fs::Permissions::from_mode(0o777)).unwrap();
+    let sshd = Sshd::start(None, Some(&local.root.join("home"))).unwrap_or_else(|e| panic!("{e}"));
+    let _masters = Masters(local.registry.clone());
+    let mut c = String::new();
+    for (alias, env) in [("alpha", &alpha), ("beta", &beta)] {
+        c.push_str(&format!(
+            "Host {alias}\n  SetEnv BATON_DIR={} XDG_STATE_HOME={}\n",
+            env.registry.display(),
+            env.state.display()
+        ));
+    }
+    c.push_str(&format!(
+        "Host *\n  HostName 127.0.0.1\n  Port {}\n  IdentityFile {}\n  IdentitiesOnly yes\n  \
+         BatchMode yes\n  StrictHostKeyChecking yes\n  UserKnownHostsFile {}\n  \
+         ConnectTimeout 5\n  LogLevel ERROR\n",
+        sshd.port,
+        sshd.key("user_key").display(),
+        sshd.key("known_hosts").display()
+    ));
+    let config = local.root.join("ssh_config");
+    fs::write(&config, c).unwrap();
+    let bin = crate::util::baton_bin();
+    let remote = [("BATON_REMOTE", bin.to_str().unwrap())];
+    let (va, vb) = (
+        format!("ssh -F {} alpha", config.display()),
+        format!("ssh -F {} beta", config.display()),
+    );
+    let out = local.run_with(&remote, None, &["doctor", "--via", &va], None);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.split_whitespace().take(3).eq(["alpha", "ok", "ping"])),
+        "{out:?}"
+    );
+    let out = local.run_with(
+        &remote,
+        None,
+        &["doctor", "--via", &va, "--via", &vb, "--json"],
+        None,
+    );
+    assert_eq!(out.status, 4, "{out:?}");
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let failed: Vec<&Value> = (v.as_array().unwrap().iter())
+        .filter(|c| c["result"] == "fail")
+        .collect();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(
+        (&failed[0]["host"], &failed[0]["check"]),
+        (&"beta".into(), &"registry".into()),
+        "{v}"
+    );
+    assert!(
+        out.stderr.contains("beta: doctor: 1 check failed"),
+        "{out:?}"
+    );
+}
