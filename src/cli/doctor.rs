@@ -46,26 +46,25 @@ pub fn run(args: &Args, config: &Config) -> Result<ExitCode> {
 fn findings(config: &Config) -> Vec<Finding> {
     let (dir, source) = registry::chosen_dir(config);
     let reg = health::registry_dir(&dir, source);
-    let scan = reg.result == Level::Ok;
+    let usable = reg.result != Level::Fail;
     let mut out = vec![reg, health::state_dir()];
     // An unsafe registry is not read, and without it no spool is known
-    // to be a stopped name's.
-    let canonical = std::fs::canonicalize(&dir).ok().filter(|_| scan);
-    if let Some(dir) = canonical {
+    // to be a stopped name's; one not made yet has no instance.
+    let mut live = Vec::new();
+    if let Some(dir) = std::fs::canonicalize(&dir).ok().filter(|_| usable) {
         let found = registry::discover(&registry::scan_dirs(&dir), None, config.io_timeout);
         out.extend(health::discovered(&found));
         for peer in found.peers.iter().filter(|p| !p.unresponsive()) {
             out.extend(instance(config, peer));
         }
-        for (spool, held) in health::stopped_spools(&found.peers) {
+        live = found.peers;
+    }
+    if usable {
+        for (spool, held) in health::stopped_spools(&live) {
             out.push(health::stopped_spool(&spool, &held));
             let ids = health::interrupted_ids(&spool.dir);
-            out.extend(health::interrupted(
-                &spool.name,
-                held.interrupted,
-                &ids,
-                true,
-            ));
+            let stopped = health::interrupted(&spool.name, held.interrupted, &ids, true);
+            out.extend(stopped);
         }
     }
     out.push(ssh());
