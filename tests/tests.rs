@@ -15,6 +15,7 @@ mod commands;
 mod control;
 mod dispatch;
 mod docs;
+mod doctor;
 mod drift;
 mod hooks;
 mod hostile;

@@ -297,7 +297,7 @@ fn with_hosts<const N: usize>(
 
 /// `baton gc [--json]`.
 pub struct Gc {
-    json: bool,
+    pub(super) json: bool,
 }
 
 impl Parsed for Gc {

@@ -9,6 +9,8 @@ mod bridge;
 mod cancel;
 mod completions;
 mod control;
+mod doctor;
+mod gc;
 mod hosts;
 mod inbox;
 mod inbox_wait;
@@ -423,10 +425,29 @@ pub const COMMANDS: &[Command] = &[
     },
     Command {
         name: "gc",
-        usage: "baton gc [--json]",
-        summary: "remove the registry entries of instances that are gone",
-        opts: &[JSON, HELP],
-        run: launch::<list::Gc>,
+        usage: "baton gc [--json]\n       baton gc --spools [--older-than DAYS] [--dry-run] [--json]",
+        summary: "remove the registry entries of instances that are gone; with --spools, the spools of stopped names that hold only old receipts",
+        opts: &[
+            JSON,
+            switch(
+                "spools",
+                "remove the spools of stopped names that hold nothing but receipts, last used more than --older-than DAYS ago",
+            ),
+            value(
+                "older-than",
+                "with --spools: the age in days past which such a spool goes (default 30)",
+            ),
+            switch("dry-run", "with --spools: list the spools, remove nothing"),
+            HELP,
+        ],
+        run: launch::<gc::Gc>,
+    },
+    Command {
+        name: "doctor",
+        usage: "baton doctor [--json]\n                    [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
+        summary: "check the registry, the state directory, the instances and what they need: one line each, ok, warn or fail",
+        opts: &[JSON, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
+        run: launch::<doctor::Doctor>,
     },
     Command {
         name: "help",

@@ -2,8 +2,10 @@
 //! publishing and removing this instance's manifest; `manifest` reads one
 //! manifest, `discover` finds the live peers (bounded scan, an exact id
 //! without one, concurrent pings), `clean` removes stale entries, zcoder's
-//! registry included where it applies.
+//! registry included where it applies; `health` is what `baton doctor`
+//! judges of them.
 
+pub mod health;
 pub mod lookup;
 
 mod clean;

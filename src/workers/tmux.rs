@@ -185,6 +185,18 @@ pub fn find_on_path() -> Option<PathBuf> {
         .find(|p| std::fs::metadata(p).is_ok_and(executable))
 }
 
+/// What `baton doctor` says of `pane`: `Err` when tmux does not know it
+/// (or cannot be asked), with what tmux said; `Ok(Some(why))` when it is
+/// there but would take no task now (a shell runs in it, or its program
+/// has not asked for bracketed paste); `Ok(None)` when it would.
+pub fn check_pane(pane: &str) -> Result<Option<String>, String> {
+    match probe(pane, &shells()) {
+        Ok(_) => Ok(None),
+        Err(Trouble::Failed(why)) => Err(why),
+        Err(t) => Ok(Some(t.reason())),
+    }
+}
+
 /// What tmux says of a pane (`STATE`).
 #[derive(Debug, PartialEq, Eq)]
 struct PaneState {

@@ -8,7 +8,8 @@
 //! Codex's messages carry no `"jsonrpc"` member, and its notifications
 //! come at any time, between a request and its answer too: answers are
 //! matched by `id`, notifications read on the way are kept for later.
-//! It knows no other room but `ws` and `sanitize`.
+//! It knows no other room but `ws` and `sanitize` (and `sys`, whose
+//! connect `reachable` uses for `baton doctor`).
 
 pub mod client;
 pub mod driver;
@@ -18,6 +19,19 @@ pub mod proto;
 pub use client::{AppServer, Notification, TurnEnd};
 pub use error::Error;
 pub use proto::{Thread, ThreadStatus, Turn, TurnStatus};
+
+/// Whether the app-server's socket is there and takes a connection, for
+/// `baton doctor`: why not, if it does not. Nothing is said on it.
+pub fn reachable(socket: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = std::fs::metadata(socket).map_err(|e| e.to_string())?;
+    if !meta.file_type().is_socket() {
+        return Err("not a socket".into());
+    }
+    crate::sys::connect_nowait(socket)
+        .map(drop)
+        .map_err(|e| format!("cannot connect: {e}"))
+}
 
 #[cfg(test)]
 mod tests;
