@@ -15,6 +15,7 @@ mod inbox_wait;
 mod list;
 mod log;
 mod mcp;
+mod result;
 mod send;
 mod sent;
 mod serve;
@@ -280,6 +281,13 @@ pub const COMMANDS: &[Command] = &[
         summary: "withdraw a queued task or stop its running turn (outcome cancelled), a stopped agent's too",
         opts: &[JSON, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
         run: cancel::run,
+    },
+    Command {
+        name: "result",
+        usage: "baton result [TARGET] MESSAGE_ID [--json] [--utc] [--wait [--timeout SECONDS]] [--user NAME]\n                    [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
+        summary: "show what became of a task: its outcome, why, its reply, when it was accepted and ended; a stopped agent's too",
+        opts: &[JSON, UTC, result::WAIT, result::TIMEOUT, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
+        run: result::run,
     },
     Command {
         name: "wake",

@@ -316,6 +316,12 @@ impl Spool {
         (self.idx().entries.get(message_id)).map(|e| super::Through::of(&e.summary.sender))
     }
 
+    /// When a task the index holds (queued, processing or set aside) was
+    /// accepted, epoch seconds.
+    pub fn accepted_at(&self, message_id: &str) -> Option<u64> {
+        (self.idx().entries.get(message_id)).map(|e| e.summary.accepted_at)
+    }
+
     /// Whether the task is queued in `inbox/` (the index alone).
     pub fn is_queued(&self, message_id: &str) -> bool {
         (self.idx().entries.get(message_id)).is_some_and(|e| e.place == Place::Inbox)
@@ -383,6 +389,7 @@ fn receipt_of(message_id: &str, e: &Entry, outcome: Outcome) -> Receipt {
         message_id: message_id.to_string(),
         digest: e.digest.clone().unwrap_or_default(),
         outcome,
+        accepted_at: Some(e.summary.accepted_at),
         finished_at: now_f64(),
         reply: None,
         sender_instance_id: e.sender_id().map(str::to_string),
