@@ -148,7 +148,7 @@ fn holding(config: &Config, id: &str) -> Result<Holder> {
     let id = escape(id);
     if found.is_empty() {
         return Err(Error::NoTarget(format!(
-            "no instance, live or stopped, holds message {id} queued or running: name the TARGET to hear what became of it"
+            "no instance, live or stopped, holds message {id} queued or running: 'baton result {id}' tells what became of it"
         )));
     }
     let rows: Vec<[String; 4]> = found.iter().map(Holder::candidate).collect();
