@@ -296,7 +296,7 @@ impl Spool {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Whereabouts::Unknown,
             Err(_) => Whereabouts::Finished(None),
             Ok(b) => Whereabouts::Finished(
-                serde_json::from_slice::<Receipt>(&b)
+                serde_json::from_slice::<Box<Receipt>>(&b)
                     .ok()
                     .filter(|r| r.message_id == message_id),
             ),

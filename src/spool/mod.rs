@@ -147,8 +147,9 @@ pub enum Whereabouts {
     Expired,
     /// In `rejected/` as bad data, with the reason when known.
     Rejected(Option<String>),
-    /// Finished: its receipt (`None` when it cannot be read back).
-    Finished(Option<Receipt>),
+    /// Finished: its receipt (`None` when it cannot be read back), boxed:
+    /// the largest variant by far.
+    Finished(Option<Box<Receipt>>),
     /// Never accepted here, or its receipt was pruned.
     Unknown,
 }
