@@ -173,8 +173,10 @@ fn task_status_and_task_ended_say_why_and_a_pull_agent_s_failure_does_not() {
     assert_eq!(
         s,
         json!({"message_id": "f-1", "status": "failed", "finished_at": s["finished_at"],
+               "accepted_at": s["accepted_at"],
                "reply": null, "exit_status": 3, "stderr_tail": "failing on purpose\n"})
     );
+    assert!(s["accepted_at"].is_u64(), "{s}");
 
     // --turn-timeout ends it with SIGTERM to its group.
     assert_eq!(inst.send(&mut c, "slow-1", "wait")["status"], "accepted");

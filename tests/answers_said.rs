@@ -54,7 +54,7 @@ fn a_reply_kept_for_a_waiting_command_line_is_said_kept_not_refused() {
     );
     assert!(
         log.stdout.contains(
-            "m-1: the reply stays in the task's receipt, where a waiting sender reads it (send --wait, task/status)"
+            "m-1: the reply stays in the task's receipt, where its sender reads it (send --wait, baton result)"
         ),
         "{}",
         log.stdout

@@ -73,17 +73,30 @@ fn task_status_follows_exec_tasks_from_queued_to_done_with_the_reply_and_failed(
     });
     send(&inst, &mut c, "second", "plain");
     send(&inst, &mut c, "broken", "FAIL");
+    // Each says when it was accepted.
+    let accepted = |s: &Value| {
+        assert!(
+            s["accepted_at"].as_u64().is_some_and(|t| t > 1_000_000_000),
+            "{s}"
+        );
+        s["accepted_at"].clone()
+    };
+    let s = status(&mut c, "held");
     assert_eq!(
-        status(&mut c, "held"),
-        json!({"message_id": "held", "status": "running"})
+        s,
+        json!({"message_id": "held", "status": "running", "accepted_at": accepted(&s)})
     );
+    let s = status(&mut c, "second");
     assert_eq!(
-        status(&mut c, "second"),
-        json!({"message_id": "second", "status": "queued", "queue_position": 1})
+        s,
+        json!({"message_id": "second", "status": "queued", "queue_position": 1,
+               "accepted_at": accepted(&s)})
     );
+    let s = status(&mut c, "broken");
     assert_eq!(
-        status(&mut c, "broken"),
-        json!({"message_id": "broken", "status": "queued", "queue_position": 2})
+        s,
+        json!({"message_id": "broken", "status": "queued", "queue_position": 2,
+               "accepted_at": accepted(&s)})
     );
 
     fs::write(&gate, b"").unwrap();
@@ -104,6 +117,8 @@ fn task_status_follows_exec_tasks_from_queued_to_done_with_the_reply_and_failed(
     assert_eq!(s["status"], "done", "{s}");
     assert_eq!(s["reply"], reply, "{s}");
     assert!(s["finished_at"].as_f64().is_some_and(|t| t > 1e9), "{s}");
+    // The receipt keeps when it was accepted.
+    accepted(&s);
     let s = status(&mut c, "broken");
     assert_eq!(s["status"], "failed", "{s}");
     assert_eq!(s["reply"], Value::Null, "{s}");
@@ -292,10 +307,12 @@ fn after_kill9_a_running_task_is_interrupted_then_discarded_and_known_after_rest
 
     let mut second = env.serve(&ws, &args);
     let mut c = second.client();
+    let s = status(&mut c, "mid");
     assert_eq!(
-        status(&mut c, "mid"),
-        json!({"message_id": "mid", "status": "interrupted"})
+        s,
+        json!({"message_id": "mid", "status": "interrupted", "accepted_at": s["accepted_at"]})
     );
+    assert!(s["accepted_at"].is_u64(), "{s}");
     let junk = status(&mut c, "junk");
     assert_eq!(junk["status"], "rejected", "{junk}");
     assert!(junk["reason"].is_string(), "{junk}");

@@ -32,6 +32,7 @@ mod outcomes;
 mod protocol;
 mod registry;
 mod replies;
+mod result;
 mod security;
 mod spool;
 mod ssh;

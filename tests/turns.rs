@@ -385,7 +385,7 @@ fn replies_and_in_turn_sends_reach_only_the_verified_sender() {
     let notice = one(&log, "notice", "from-cli");
     assert_eq!(
         notice["text"],
-        "the reply stays in the task's receipt, where a waiting sender reads it (send --wait, task/status): the sender is a plain command line, with no inbox to send it to"
+        "the reply stays in the task's receipt, where its sender reads it (send --wait, baton result): the sender is a plain command line, with no inbox to send it to"
     );
     assert!(
         !log.iter()

@@ -81,7 +81,7 @@ pub enum ReplyStatus {
     Sending,
     /// Not sent, and not lost: the sender is a plain command line, with no
     /// inbox; the reply stays in the task's receipt, where a waiting
-    /// sender reads it (`send --wait`, `task/status`).
+    /// sender reads it (`send --wait`, `baton result`).
     Kept,
 }
 

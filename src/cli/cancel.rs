@@ -11,39 +11,14 @@ use super::args::Args;
 use super::{emit, emit_json, target};
 use crate::base::config::Config;
 use crate::base::error::{Error, ExitCode, Result};
+use crate::front::result::Holder;
 use crate::registry::lookup::{self, KnownSpool, Stopped};
-use crate::registry::{self, Peer, Wire};
+use crate::registry::{self, Wire};
 use crate::spool::Spool;
 use crate::text::sanitize::escape;
 use crate::wire::Call;
 use crate::wire::Handling;
 use crate::wire::answer::{Handled, Pending, TaskState, TaskStatus};
-
-/// Where the task is to be cancelled.
-enum Holder {
-    Live(Box<Peer>),
-    Stopped(KnownSpool),
-}
-
-impl Holder {
-    fn name(&self) -> &str {
-        match self {
-            Holder::Live(p) => &p.manifest.name,
-            Holder::Stopped(s) => &s.name,
-        }
-    }
-
-    /// The holder as a candidate list shows it.
-    fn candidate(&self) -> [String; 4] {
-        match self {
-            Holder::Live(p) => {
-                let m = &p.manifest;
-                lookup::candidate(&m.name, Some(m.pid), &m.workspace, &m.instance_id)
-            }
-            Holder::Stopped(s) => lookup::candidate(&s.name, None, &s.workspace, ""),
-        }
-    }
-}
 
 /// `baton cancel [TARGET] MESSAGE_ID [--json]`.
 pub struct Cancel {
@@ -165,7 +140,7 @@ fn holding(config: &Config, id: &str) -> Result<Holder> {
     let id = escape(id);
     if found.is_empty() {
         return Err(Error::NoTarget(format!(
-            "no instance, live or stopped, holds message {id} queued or running: name the TARGET to hear what became of it"
+            "no instance, live or stopped, holds message {id} queued or running: 'baton result {id}' tells what became of it"
         )));
     }
     let rows: Vec<[String; 4]> = found.iter().map(Holder::candidate).collect();

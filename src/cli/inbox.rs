@@ -311,7 +311,7 @@ fn print_reply(reply: &SendResult) {
             "reply {id} stored for {to}, which is not running: it gets it when it starts\n"
         )),
         Ok(ReplyStatus::Kept) => emit(
-            "reply kept in the task's receipt: the sender is a plain command line, which reads it there (send --wait, task/status)\n",
+            "reply kept in the task's receipt: the sender is a plain command line, which reads it there (send --wait, baton result)\n",
         ),
         // No result within the I/O timeout: the send goes on.
         Ok(ReplyStatus::Sending) => emit(&format!(

@@ -17,6 +17,7 @@ mod inbox_wait;
 mod list;
 mod log;
 mod mcp;
+mod result;
 mod send;
 mod sent;
 mod serve;
@@ -280,6 +281,13 @@ pub const COMMANDS: &[Command] = &[
         run: launch::<cancel::Cancel>,
     },
     Command {
+        name: "result",
+        usage: "baton result [TARGET] MESSAGE_ID [--json] [--utc] [--wait [--timeout SECONDS]] [--user NAME]\n                    [--via CMD]... [--hosts FILE] [--host-timeout SECONDS] [--no-multiplex]",
+        summary: "show what became of a task: its outcome, why, its reply, when it was accepted and ended; a stopped agent's too",
+        opts: &[JSON, UTC, result::WAIT, result::TIMEOUT, user::USER, hosts::VIA, hosts::HOSTS, hosts::HOST_TIMEOUT, NO_MULTIPLEX, HELP],
+        run: launch::<result::TaskResult>,
+    },
+    Command {
         name: "wake",
         usage: "baton wake NAME",
         summary: "start a socket-activated agent by connecting to its wake socket, and wait for it",
@@ -476,7 +484,8 @@ fn overview() -> String {
          current directory.\n\n\
          exit status: 0 done, 1 refused by the receiver, 2 usage or environment\n\
          error, 3 no such target or an ambiguous one, 4 transport failure,\n\
-         5 'send --wait --timeout' stopped waiting before the task ended.\n\n\
+         5 the task had not ended when the wait stopped ('send --wait --timeout',\n\
+         'result').\n\n\
          'baton help COMMAND' shows a command's options; 'baton --version' the version.\n",
     );
     s

@@ -188,7 +188,7 @@ pub fn run_via(
 
 /// After `ended failed at NAME`: ` (exit status N)` or ` (killed by
 /// signal N)`, when the receiver said.
-fn exit_said(h: &HandlerExit) -> String {
+pub(super) fn exit_said(h: &HandlerExit) -> String {
     match (h.exit_status, h.signal) {
         (Some(code), _) => format!(" (exit status {code})"),
         (None, Some(sig)) => format!(" (killed by signal {sig})"),

@@ -180,12 +180,7 @@ impl Who {
             .into_iter()
             .filter(|s| s.name == self.name && workspace.is_none_or(|w| w == s.workspace))
             .find_map(|s| crate::spool::read_receipt(&s.dir, message_id))
-            .map(|r| End::Final {
-                outcome: r.outcome,
-                reply_id: r.reply.as_ref().and_then(|x| x.message_id.clone()),
-                reply: r.reply.map(|x| x.body),
-                handler: r.handler,
-            })
+            .map(End::receipt)
     }
 }
 
@@ -212,6 +207,12 @@ pub struct Waited {
     pub handler: Handler,
     pub outcome: Option<String>,
     pub reply: Option<String>,
+    /// When the task was accepted and when it ended, epoch seconds:
+    /// written by `Report::Command` (null where unknown), not by `Tool`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accepted_at: Option<Option<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Option<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task_status: Option<Option<String>>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -263,6 +264,15 @@ impl Waited {
             Some(End::TimedOut(last)) => Some(last.map(|l| l.to_string())),
             _ => None,
         };
+        let (accepted_at, finished_at) = match end {
+            Some(End::Final {
+                accepted_at,
+                finished_at,
+                ..
+            }) => (*accepted_at, *finished_at),
+            _ => (None, None),
+        };
+        let command = report == Report::Command;
         let stored = delivery.status() == Some(Status::Stored);
         let task_status = match report {
             Report::Command => last,
@@ -274,11 +284,13 @@ impl Waited {
             }),
         };
         Waited {
-            timed_out: report == Report::Command && task_status.is_some(),
+            timed_out: command && task_status.is_some(),
             delivery,
             handler,
             outcome,
             reply,
+            accepted_at: command.then_some(accepted_at),
+            finished_at: command.then_some(finished_at),
             task_status,
         }
     }
@@ -294,6 +306,10 @@ pub enum End {
         /// The reply's own message id, when it was sent back.
         reply_id: Option<String>,
         handler: HandlerExit,
+        /// When it was accepted (epoch seconds), when the receiver said.
+        accepted_at: Option<u64>,
+        /// When it ended (epoch seconds), when the receiver said.
+        finished_at: Option<f64>,
     },
     /// The receiver does not know the task.
     Unknown,
@@ -313,10 +329,24 @@ impl End {
                     reply_id: reply.as_ref().and_then(|r| r.message_id.clone()),
                     reply: reply.map(|r| r.body),
                     handler: st.handler,
+                    accepted_at: st.accepted_at,
+                    finished_at: st.finished_at,
                 }
             }
             TaskState::Pending(Pending::Unknown) => End::Unknown,
             TaskState::Pending(p) => End::TimedOut(Some(p)),
+        }
+    }
+
+    /// The end a spool's receipt keeps.
+    pub fn receipt(r: crate::spool::Receipt) -> End {
+        End::Final {
+            outcome: r.outcome,
+            reply_id: r.reply.as_ref().and_then(|x| x.message_id.clone()),
+            reply: r.reply.map(|x| x.body),
+            handler: r.handler,
+            accepted_at: r.accepted_at,
+            finished_at: Some(r.finished_at),
         }
     }
 }
@@ -476,6 +506,8 @@ fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Opt
             reply,
             reply_id,
             handler,
+            accepted_at: None,
+            finished_at: Some(ev.time),
         })));
     }
     let Ok(line) = serde_json::from_value::<Reply>(msg.clone()) else {

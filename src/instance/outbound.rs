@@ -23,7 +23,7 @@ use std::cmp::Reverse;
 use std::time::Duration;
 
 /// Why a `--reply` to a plain command line is not sent, and where it is.
-pub(super) const PLAIN_SENDER: &str = "the reply stays in the task's receipt, where a waiting sender reads it (send --wait, task/status): the sender is a plain command line, with no inbox to send it to";
+pub(super) const PLAIN_SENDER: &str = "the reply stays in the task's receipt, where its sender reads it (send --wait, baton result): the sender is a plain command line, with no inbox to send it to";
 
 /// A planned send, or the refusal to answer with instead.
 pub(super) type Plan = Result<Outbound, SendResult>;

@@ -51,6 +51,7 @@ impl Foreground {
             sender_instance_id: asker,
         } = TaskParams::read(params)?;
         let mut v = TaskStatus {
+            accepted_at: None,
             finished_at: None,
             handler: HandlerExit::default(),
             message_id: id.clone(),
@@ -88,6 +89,11 @@ impl Foreground {
                 return answer(v);
             }
         }
+        v.accepted_at = match &whereabouts {
+            Whereabouts::Finished(Some(r)) => r.accepted_at,
+            Whereabouts::Finished(None) | Whereabouts::Unknown => None,
+            _ => self.spool().accepted_at(&id),
+        };
         v.status = match whereabouts {
             Whereabouts::Queued(_) if self.asked.contains_key(&id) => {
                 TaskState::Pending(Pending::AwaitingApproval)

@@ -152,6 +152,7 @@ impl Adapter {
                 reply,
                 reply_id,
                 handler,
+                ..
             } => {
                 if let Some(reply_id) = reply_id {
                     self.received(reply_id, &id);

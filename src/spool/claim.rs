@@ -296,7 +296,7 @@ impl Spool {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Whereabouts::Unknown,
             Err(_) => Whereabouts::Finished(None),
             Ok(b) => Whereabouts::Finished(
-                serde_json::from_slice::<Receipt>(&b)
+                serde_json::from_slice::<Box<Receipt>>(&b)
                     .ok()
                     .filter(|r| r.message_id == message_id),
             ),
@@ -314,6 +314,12 @@ impl Spool {
     /// key's label), or not.
     pub fn through(&self, message_id: &str) -> Option<super::Through> {
         (self.idx().entries.get(message_id)).map(|e| super::Through::of(&e.summary.sender))
+    }
+
+    /// When a task the index holds (queued, processing or set aside) was
+    /// accepted, epoch seconds.
+    pub fn accepted_at(&self, message_id: &str) -> Option<u64> {
+        (self.idx().entries.get(message_id)).map(|e| e.summary.accepted_at)
     }
 
     /// Whether the task is queued in `inbox/` (the index alone).
@@ -383,6 +389,7 @@ fn receipt_of(message_id: &str, e: &Entry, outcome: Outcome) -> Receipt {
         message_id: message_id.to_string(),
         digest: e.digest.clone().unwrap_or_default(),
         outcome,
+        accepted_at: Some(e.summary.accepted_at),
         finished_at: now_f64(),
         reply: None,
         sender_instance_id: e.sender_id().map(str::to_string),

@@ -75,6 +75,10 @@ pub struct Receipt {
     pub message_id: String,
     pub digest: String,
     pub outcome: Outcome,
+    /// When it was accepted, epoch seconds (receipts before issue 46
+    /// hold none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_at: Option<u64>,
     /// Epoch seconds, with a fraction (receipts before issue 19 hold an
     /// integer, which reads the same).
     pub finished_at: f64,
@@ -143,8 +147,9 @@ pub enum Whereabouts {
     Expired,
     /// In `rejected/` as bad data, with the reason when known.
     Rejected(Option<String>),
-    /// Finished: its receipt (`None` when it cannot be read back).
-    Finished(Option<Receipt>),
+    /// Finished: its receipt (`None` when it cannot be read back), boxed:
+    /// the largest variant by far.
+    Finished(Option<Box<Receipt>>),
     /// Never accepted here, or its receipt was pruned.
     Unknown,
 }

@@ -215,9 +215,12 @@ pub enum TaskState {
 
 /// `task/status`'s answer. `reply` is there (null or the reply) for a
 /// finished task alone; `exit_status`, `signal`, `stderr_tail` and `host`
-/// (`handler`) for a finished task whose turn failed or timed out.
+/// (`handler`) for a finished task whose turn failed or timed out;
+/// `accepted_at` wherever the spool knows it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TaskStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_at: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<f64>,
     #[serde(flatten)]

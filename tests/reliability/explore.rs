@@ -162,6 +162,7 @@ fn prune_at_open(t: &mut Trial) {
         message_id: id.to_string(),
         digest: "0".repeat(64),
         outcome: Outcome::Done,
+        accepted_at: None,
         finished_at,
         reply: None,
         sender_instance_id: None,

@@ -71,7 +71,12 @@ fn one_command_reaches_every_host_and_names_the_one_that_failed() {
     let bin = baton_bin();
     let remote = [("BATON_REMOTE", bin.to_str().unwrap())];
     let hosts = hosts.to_str().unwrap();
-    let run = |args: &[&str]| local.run_with(&remote, None, args, None);
+    // A generous --host-timeout: a busy machine's ssh session may take
+    // longer than the default 10 s.
+    let run = |args: &[&str]| {
+        let args = [args, &["--host-timeout", "120"][..]].concat();
+        local.run_with(&remote, None, &args, None)
+    };
     let (va, vb) = (via("alpha"), via("beta"));
     let every = ["--via", &va, "--via", &vb, "--hosts", hosts];
 
@@ -141,7 +146,8 @@ fn one_command_reaches_every_host_and_names_the_one_that_failed() {
         None,
     );
     for (v, id) in [(&va, "to-alpha"), (&vb, "to-beta")] {
-        let out = run(&["send", "--via", v, "w", "hello", "--message-id", id]);
+        let args = ["send", "--via", v, "w", "hello", "--message-id", id];
+        let out = local.run_with(&remote, None, &args, None);
         assert_eq!(out.status, 0, "{out:?}");
     }
     let seen = |host: &str, id: &str| {

@@ -106,6 +106,7 @@ pub fn seed_receipt() -> Vec<u8> {
         message_id: ID.into(),
         digest: seed_task(ID).digest,
         outcome: Outcome::Done,
+        accepted_at: None,
         finished_at: 4_102_444_800.25,
         reply: Some(spool::ReplyRecord {
             message_id: Some("4242-99".into()),
