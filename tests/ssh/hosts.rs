@@ -138,10 +138,14 @@ fn one_command_reaches_every_host_and_names_the_one_that_failed() {
     assert!(out.stdout.starts_with("alpha  "), "{out:?}");
     wait_until("a1 paused", T, || a1.manifest_state() == "paused");
 
-    // watch over two hosts: both hosts' events, each with its host.
+    // watch over two hosts: both hosts' events, each with its host. From
+    // the first recorded event on (`--since 1`), so that a send made
+    // before a host's watch has subscribed is seen all the same.
     let mut w = local.spawn_with(
         &remote,
-        &["watch", "w", "--via", &va, "--via", &vb, "--json"],
+        &[
+            "watch", "w", "--since", "1", "--via", &va, "--via", &vb, "--json",
+        ],
         local.root.path(),
         None,
     );
