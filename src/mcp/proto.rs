@@ -7,11 +7,16 @@ use serde_json::{Map, Value};
 
 /// `notifications/claude/channel/permission_request`'s params, read
 /// leniently: a member that is not a string is not there.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct PermissionRequest {
+    #[serde(deserialize_with = "string")]
     pub request_id: Option<String>,
+    #[serde(deserialize_with = "string")]
     pub tool_name: Option<String>,
+    #[serde(deserialize_with = "string")]
     pub description: Option<String>,
+    #[serde(deserialize_with = "string")]
     pub input_preview: Option<String>,
 }
 
@@ -23,15 +28,20 @@ impl PermissionRequest {
             #[serde(default)]
             params: Value,
         }
-        let params = serde_json::from_str::<Line>(line).map_or(Value::Null, |l| l.params);
-        let field = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_string);
-        PermissionRequest {
-            request_id: field("request_id"),
-            tool_name: field("tool_name"),
-            description: field("description"),
-            input_preview: field("input_preview"),
+        match serde_json::from_str::<Line>(line).map(|l| l.params) {
+            // Each member reads, whatever its value.
+            Ok(p @ Value::Object(_)) => serde_json::from_value(p).unwrap_or_default(),
+            _ => PermissionRequest::default(),
         }
     }
+}
+
+/// A string member; any other value is none.
+fn string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => Some(s),
+        _ => None,
+    })
 }
 
 /// `notifications/claude/channel/permission`'s params: the decision on a
