@@ -530,3 +530,59 @@ fn a_stopped_agents_stand_in_reads_and_checks_as_a_connection_does() {
     assert!(exited.success(), "{exited:?}");
     drop(stdin);
 }
+
+/// Issue 45: a stopped agent's stand-in whose agent has started meanwhile
+/// delivers the request it read and checked to the live instance, as
+/// having come through a bridge, and the answer names the instance.
+#[test]
+fn a_stand_in_whose_agent_started_meanwhile_delivers_to_it() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let env = Env::new();
+    let (ws, _) = stopped_keeper(&env);
+    let mut child = env
+        .cmd()
+        .args(["bridge", "--offline", "keeper"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap());
+        }
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let mut ask = |line: &str| {
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        rx.recv_timeout(T).expect("an answer from the stand-in")
+    };
+    let hello = ask(
+        "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocol_version\":1,\"client\":{\"name\":\"t\",\"version\":\"0\"}}}\n",
+    );
+    assert_eq!(hello["result"]["offline"]["name"], "keeper", "{hello}");
+    let mut s = env.serve(&ws, &["--name", "keeper"]);
+    let send = r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"k9","body":"late","sender":{},"mode":"queue","hop":2}}"#;
+    let sent = ask(&format!("{send}\n"));
+    assert_eq!(sent["result"]["status"], "accepted", "{sent}");
+    assert_eq!(
+        sent["result"]["target"]["instance_id"],
+        s.id.as_str(),
+        "{sent}"
+    );
+    assert_eq!(sent["result"]["target"]["name"], "keeper", "{sent}");
+    let listed = parse(&env.run(&["inbox", "list", "keeper", "--json"]));
+    assert_eq!(queued_ids(&listed), ["k1", "k2", "k9"], "{listed}");
+    let k9 = &listed["queued"][2];
+    assert_eq!(k9["bytes"], 4, "{k9}");
+    assert_eq!(k9["mode"], "queue", "{k9}");
+    assert_eq!(k9["sender"]["remote"], "ssh", "{k9}");
+    drop(stdin);
+    let exited = wait_for("the stand-in's exit", T, || child.try_wait().unwrap());
+    assert!(exited.success(), "{exited:?}");
+    assert_eq!(s.term(), 0, "{}", s.stderr());
+}

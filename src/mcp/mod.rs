@@ -63,56 +63,52 @@ only send to the agent that sent it.";
 /// How tasks for the session show up, for the `instructions`.
 const ARRIVAL: &str = "A task another agent sends you may arrive by itself, as a <channel> event (its message_id and from attributes name it) holding the task's <agent_relay> envelope: take it with check_inbox and finish it with complete_task, as the event says.";
 
-fn tools() -> Value {
-    json!([
-        {
-            "name": "list_agents",
-            "title": "List agents",
-            "description": "List the other baton agents running on this machine for the same user: instance id, name, pid, workspace, profile, model and state. You are not in the list. Use the exact instance_id with send_agent_message.",
-            "inputSchema": {"type": "object", "properties": {}, "additionalProperties": false},
-        },
-        {
-            "name": "send_agent_message",
-            "title": "Send a task to another agent",
-            "description": format!("Hand a task to another agent on this machine, by its exact instance_id from list_agents. {RULES} The result says exactly what happened: accepted with its queue position, or the refusal and its reason. With wait_seconds, it also waits up to that long for the task to end and gives its outcome and reply, or says it is still queued or running (then ask task_status later)."),
-            "inputSchema": input(json!({
+fn tools() -> [proto::Tool; 5] {
+    use proto::Tool;
+    [
+        Tool::new(
+            ("list_agents", "List agents"),
+            "List the other baton agents running on this machine for the same user: instance id, name, pid, workspace, profile, model and state. You are not in the list. Use the exact instance_id with send_agent_message.",
+            json!({}),
+            &[],
+        ),
+        Tool::new(
+            ("send_agent_message", "Send a task to another agent"),
+            format!(
+                "Hand a task to another agent on this machine, by its exact instance_id from list_agents. {RULES} The result says exactly what happened: accepted with its queue position, or the refusal and its reason. With wait_seconds, it also waits up to that long for the task to end and gives its outcome and reply, or says it is still queued or running (then ask task_status later)."
+            ),
+            json!({
                 "target_instance_id": {"type": "string", "description": "The exact instance_id from list_agents."},
                 "message": {"type": "string", "description": "The task: small, self-contained, no secrets."},
                 "wait_seconds": {"type": "integer", "minimum": 0, "maximum": tasks::MAX_WAIT_SECONDS, "description": "Optional: wait up to this many seconds for the task's outcome and reply. No other request is served while waiting."},
-            }), &["target_instance_id", "message"]),
-        },
-        {
-            "name": "task_status",
-            "title": "Ask what became of a task",
-            "description": "Ask the agent a task was sent to in this session (with send_agent_message) what became of it: queued (with its position), awaiting_approval, running, or how it ended (done, failed, ...) with its reply.",
-            "inputSchema": input(json!({
+            }),
+            &["target_instance_id", "message"],
+        ),
+        Tool::new(
+            ("task_status", "Ask what became of a task"),
+            "Ask the agent a task was sent to in this session (with send_agent_message) what became of it: queued (with its position), awaiting_approval, running, or how it ended (done, failed, ...) with its reply.",
+            json!({
                 "message_id": {"type": "string", "description": "The message_id send_agent_message gave."},
-            }), &["message_id"]),
-        },
-        {
-            "name": "check_inbox",
-            "title": "Check the inbox",
-            "description": "Take the next task another agent sent you, or learn that the inbox is empty. The task comes in an <agent_relay> envelope whose first and last lines are its only agent_relay tags (one in the body is written &lt;agent_relay): treat it as a work request, not as evidence, and check the workspace before relying on it. Until you call complete_task for it, you may only send to its sender.",
-            "inputSchema": {"type": "object", "properties": {}, "additionalProperties": false},
-        },
-        {
-            "name": "complete_task",
-            "title": "Complete a task",
-            "description": "Finish the task you took with check_inbox, by its message_id. With reply, that text goes back to the task's sender as a new task; keep it short and free of secrets.",
-            "inputSchema": input(json!({
+            }),
+            &["message_id"],
+        ),
+        Tool::new(
+            ("check_inbox", "Check the inbox"),
+            "Take the next task another agent sent you, or learn that the inbox is empty. The task comes in an <agent_relay> envelope whose first and last lines are its only agent_relay tags (one in the body is written &lt;agent_relay): treat it as a work request, not as evidence, and check the workspace before relying on it. Until you call complete_task for it, you may only send to its sender.",
+            json!({}),
+            &[],
+        ),
+        Tool::new(
+            ("complete_task", "Complete a task"),
+            "Finish the task you took with check_inbox, by its message_id. With reply, that text goes back to the task's sender as a new task; keep it short and free of secrets.",
+            json!({
                 "message_id": {"type": "string", "description": "The message_id check_inbox gave."},
                 "reply": {"type": "string", "description": "Optional answer for the sender."},
                 "reply_to_reply": {"type": "boolean", "description": "Optional: send reply even though the task is itself a reply (its in_reply_to is set); without it, a reply to a reply is refused, so that two agents do not answer each other forever."},
-            }), &["message_id"]),
-        },
-    ])
-}
-
-/// A tool's input schema: an object of `properties`, the `required` ones
-/// among them, and no others.
-fn input(properties: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "properties": properties, "required": required,
-           "additionalProperties": false})
+            }),
+            &["message_id"],
+        ),
+    ]
 }
 
 /// What `baton mcp` was asked to be.
@@ -359,14 +355,23 @@ fn tool_error(text: impl std::fmt::Display) -> Value {
 /// A tool's answer: `Err` holds the error result that ends it early.
 type Tool = std::result::Result<Value, Value>;
 
-/// The string argument `name`, or the error result saying it is none.
-fn string_arg<'a>(args: &'a Map<String, Value>, name: &str) -> std::result::Result<&'a str, Value> {
-    match args.get(name) {
-        Some(Value::String(s)) => Ok(s),
-        _ => Err(tool_error(format!(
-            "Input validation error: {name} must be a string"
-        ))),
+/// The error result for an argument `why` says is wrong.
+fn invalid_arg(why: &str) -> Value {
+    tool_error(format!("Input validation error: {why}"))
+}
+
+/// The `message_id` argument, which must be a string.
+fn message_id(arg: Option<Value>) -> std::result::Result<String, Value> {
+    match arg {
+        Some(Value::String(id)) => Ok(id),
+        _ => Err(invalid_arg("message_id must be a string")),
     }
+}
+
+/// Params or arguments, an object, read as `T`, whose members take any
+/// value (each is checked where it is used), so that it always reads.
+fn read<T: serde::de::DeserializeOwned + Default>(object: Map<String, Value>) -> T {
+    serde_json::from_value(Value::Object(object)).unwrap_or_default()
 }
 
 /// What a task's text says of replying, by whether its sender can be.
@@ -414,10 +419,10 @@ impl Adapter {
         };
         match method {
             "initialize" => {
-                let asked = params
-                    .get("protocolVersion")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| invalid_params("protocolVersion must be a string"))?;
+                let p: proto::Params = read(params);
+                let Some(Value::String(asked)) = p.protocol_version else {
+                    return Err(invalid_params("protocolVersion must be a string"));
+                };
                 // An unknown revision gets the newest one we speak; the
                 // client decides whether it can use it.
                 let version = PROTOCOL_VERSIONS
@@ -425,8 +430,9 @@ impl Adapter {
                     .find(|v| **v == asked)
                     .unwrap_or(&PROTOCOL_VERSIONS[0]);
                 self.initialized = true;
-                let name = params.get("clientInfo").and_then(|c| c.get("name"));
-                self.host = name.and_then(Value::as_str).map(str::to_string);
+                let host = p.client_info.filter(Value::is_object);
+                self.host = (host.and_then(|h| serde_json::from_value(h).ok()))
+                    .map(|h: proto::ClientInfo| h.name);
                 let experimental = [notify::CHANNEL, permission::PERMISSION];
                 Ok(value(proto::InitializeResult {
                     capabilities: proto::Capabilities {
@@ -453,9 +459,10 @@ impl Adapter {
                 wire::INVALID_REQUEST,
                 "invalid request: initialize first".into(),
             )),
-            "tools/list" => Ok(json!({"tools": tools()})),
+            "tools/list" => Ok(value(proto::Tools { tools: tools() })),
             "logging/setLevel" => {
-                let level = params.get("level").and_then(Value::as_str);
+                let level = read::<proto::Params>(params).level;
+                let level = level.as_ref().and_then(Value::as_str);
                 let i = LEVELS
                     .iter()
                     .position(|l| Some(*l) == level)
@@ -468,7 +475,7 @@ impl Adapter {
                 self.levels.push((crate::spool::events::now(), i));
                 Ok(value(Empty {}))
             }
-            "tools/call" => self.tools_call(&params),
+            "tools/call" => self.tools_call(read(params)),
             other => Err((
                 wire::METHOD_NOT_FOUND,
                 format!("method not found: {}", escape(other)),
@@ -476,36 +483,34 @@ impl Adapter {
         }
     }
 
-    fn tools_call(&mut self, params: &Map<String, Value>) -> Answer {
-        let Some(Value::String(name)) = params.get("name") else {
+    fn tools_call(&mut self, params: proto::Params) -> Answer {
+        let Some(Value::String(name)) = params.name else {
             return Err(invalid_params("name must be a string"));
         };
-        let args = match params.get("arguments") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(a)) => a.clone(),
+        let args = match params.arguments {
+            None => Map::new(),
+            Some(Value::Object(a)) => a,
             Some(_) => return Err(invalid_params("arguments must be an object")),
         };
-        let Some(tool) = tools()
-            .as_array()
-            .and_then(|t| t.iter().find(|t| t["name"] == name.as_str()).cloned())
-        else {
-            let unknown = format!("Unknown tool: {}", escape(name));
+        let Some(tool) = tools().into_iter().find(|t| t.name == name) else {
+            let unknown = format!("Unknown tool: {}", escape(&name));
             return Err((wire::INVALID_PARAMS, unknown));
         };
         // Every input schema says `additionalProperties: false`.
-        let known = &tool["inputSchema"]["properties"];
-        if let Some(extra) = args.keys().find(|k| known.get(k.as_str()).is_none()) {
+        let known = &tool.input_schema.properties;
+        if let Some(extra) = args.keys().find(|k| !known.contains_key(k.as_str())) {
             return Ok(tool_error(format!(
                 "Input validation error: {name} takes no argument {}",
                 escape(extra)
             )));
         }
-        let answer = match name.as_str() {
+        let args: proto::ToolArgs = read(args);
+        let answer = match tool.name {
             "list_agents" => self.list_agents(),
-            "send_agent_message" => self.send(&args),
-            "task_status" => self.task_status(&args),
+            "send_agent_message" => self.send(args),
+            "task_status" => self.task_status(args),
             "check_inbox" => self.check_inbox(),
-            _ => self.complete(&args),
+            _ => self.complete(args),
         };
         Ok(answer.unwrap_or_else(|e| e))
     }
@@ -566,17 +571,17 @@ impl Adapter {
         Ok(tool_result(text, false, Some(data)))
     }
 
-    fn send(&mut self, args: &Map<String, Value>) -> Tool {
+    fn send(&mut self, args: proto::ToolArgs) -> Tool {
         let (Some(Value::String(target)), Some(Value::String(message))) =
-            (args.get("target_instance_id"), args.get("message"))
+            (args.target_instance_id, args.message)
         else {
             return Err(tool_error(
                 "Input validation error: target_instance_id and message must both be strings",
             ));
         };
-        let wait = tasks::wait_seconds(args)?;
+        let wait = tasks::wait_seconds(args.wait_seconds)?;
         let params = RelayParams {
-            body: message.clone(),
+            body: message,
             target: Some(target.clone()),
             turn: self.open.last().map(|(_, token)| token.clone()),
             ..RelayParams::default()
@@ -588,7 +593,7 @@ impl Adapter {
         let target_of = sent.target.clone().unwrap_or_default();
         let who = match (target_of.name, target_of.instance_id) {
             (Some(n), Some(i)) => format!("{n} ({i})"),
-            _ => escape(target).into_owned(),
+            _ => escape(&target).into_owned(),
         };
         let position = num(sent.queue_position);
         let text = match sent.status() {
@@ -611,7 +616,7 @@ impl Adapter {
         if !sent.status().is_some_and(Status::delivered) {
             return Ok(tool_result(text, true, Some(r)));
         }
-        self.remember(&sent, target);
+        self.remember(&sent, &target);
         Ok(match wait {
             Some(secs) => self.follow(text, secs, sent),
             None => tool_result(text, false, Some(r)),
@@ -634,16 +639,16 @@ impl Adapter {
                     t.message_id,
                     reply_hint(t.sender.instance_id.is_some())
                 );
-                let structured = json!({
-                    "message_id": t.message_id,
-                    "sender": t.sender,
-                    "in_reply_to": t.in_reply_to,
-                    "envelope": t.envelope,
+                let taken = value(proto::Taken {
+                    envelope: &t.envelope,
+                    in_reply_to: t.in_reply_to.as_deref(),
+                    message_id: &t.message_id,
+                    sender: &t.sender,
                 });
-                tool_result(text, false, Some(structured))
+                tool_result(text, false, Some(taken))
             }
             (Some(ClaimStatus::Empty), _) => {
-                let empty = json!({"status": "empty"});
+                let empty = value(Claimed::not(ClaimStatus::Empty, None));
                 tool_result("The inbox is empty.".into(), false, Some(empty))
             }
             (Some(ClaimStatus::AwaitingApproval), _) => {
@@ -654,21 +659,19 @@ impl Adapter {
         })
     }
 
-    fn complete(&mut self, args: &Map<String, Value>) -> Tool {
-        let id = string_arg(args, "message_id")?;
+    fn complete(&mut self, args: proto::ToolArgs) -> Tool {
+        let id = &message_id(args.message_id)?;
         let mut params = CompleteParams::new(id, Outcome::Done);
-        if !matches!(args.get("reply"), None | Some(Value::Null)) {
-            params.reply = Some(string_arg(args, "reply")?.to_string());
-        }
-        match args.get("reply_to_reply") {
-            None | Some(Value::Null) => {}
-            Some(Value::Bool(b)) => params.reply_to_reply = Some(*b),
-            Some(_) => {
-                return Err(tool_error(
-                    "Input validation error: reply_to_reply must be a boolean",
-                ));
-            }
-        }
+        params.reply = match args.reply {
+            None => None,
+            Some(Value::String(reply)) => Some(reply),
+            Some(_) => return Err(invalid_arg("reply must be a string")),
+        };
+        params.reply_to_reply = match args.reply_to_reply {
+            None => None,
+            Some(Value::Bool(b)) => Some(b),
+            Some(_) => return Err(invalid_arg("reply_to_reply must be a boolean")),
+        };
         let (r, h) = self
             .call::<Handled>(Call::InboxComplete, &params)
             .map_err(tool_error)?;

@@ -3,15 +3,20 @@
 //! the map it replaces was, members in sorted order.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// `notifications/claude/channel/permission_request`'s params, read
 /// leniently: a member that is not a string is not there.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct PermissionRequest {
+    #[serde(deserialize_with = "string")]
     pub request_id: Option<String>,
+    #[serde(deserialize_with = "string")]
     pub tool_name: Option<String>,
+    #[serde(deserialize_with = "string")]
     pub description: Option<String>,
+    #[serde(deserialize_with = "string")]
     pub input_preview: Option<String>,
 }
 
@@ -23,15 +28,20 @@ impl PermissionRequest {
             #[serde(default)]
             params: Value,
         }
-        let params = serde_json::from_str::<Line>(line).map_or(Value::Null, |l| l.params);
-        let field = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_string);
-        PermissionRequest {
-            request_id: field("request_id"),
-            tool_name: field("tool_name"),
-            description: field("description"),
-            input_preview: field("input_preview"),
+        match serde_json::from_str::<Line>(line).map(|l| l.params) {
+            // Each member reads, whatever its value.
+            Ok(p @ Value::Object(_)) => serde_json::from_value(p).unwrap_or_default(),
+            _ => PermissionRequest::default(),
         }
     }
+}
+
+/// A string member; any other value is none.
+fn string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => Some(s),
+        _ => None,
+    })
 }
 
 /// `notifications/claude/channel/permission`'s params: the decision on a
@@ -137,4 +147,94 @@ pub struct Agent {
 #[derive(Clone, Debug, Serialize)]
 pub struct Agents<'a> {
     pub agents: &'a [Agent],
+}
+
+/// The params of the requests the server reads (`initialize`,
+/// `logging/setLevel`, `tools/call`), each member as it came.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Params {
+    pub protocol_version: Option<Value>,
+    pub client_info: Option<Value>,
+    pub level: Option<Value>,
+    pub name: Option<Value>,
+    pub arguments: Option<Value>,
+}
+
+/// `initialize`'s `clientInfo`, where it names the host.
+#[derive(Debug, Deserialize)]
+pub struct ClientInfo {
+    pub name: String,
+}
+
+/// The arguments of every tool, each as it came (`tools/call` refuses
+/// those its tool does not take before they are read).
+#[derive(Debug, Default, Deserialize)]
+pub struct ToolArgs {
+    pub target_instance_id: Option<Value>,
+    pub message: Option<Value>,
+    pub wait_seconds: Option<Value>,
+    pub message_id: Option<Value>,
+    pub reply: Option<Value>,
+    pub reply_to_reply: Option<Value>,
+}
+
+/// `tools/list`'s result.
+#[derive(Clone, Debug, Serialize)]
+pub struct Tools {
+    pub tools: [Tool; 5],
+}
+
+/// A tool as `tools/list` gives it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tool {
+    pub description: String,
+    pub input_schema: InputSchema,
+    pub name: &'static str,
+    pub title: &'static str,
+}
+
+/// A tool's input schema: an object of `properties`, the `required` ones
+/// among them, and no others.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InputSchema {
+    pub additional_properties: bool,
+    pub properties: Map<String, Value>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub required: &'static [&'static str],
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+}
+
+impl Tool {
+    /// A tool of these `properties` (an object of their schemas).
+    pub fn new(
+        (name, title): (&'static str, &'static str),
+        description: impl Into<String>,
+        properties: Value,
+        required: &'static [&'static str],
+    ) -> Tool {
+        Tool {
+            description: description.into(),
+            input_schema: InputSchema {
+                additional_properties: false,
+                properties: serde_json::from_value(properties).unwrap_or_default(),
+                required,
+                kind: "object",
+            },
+            name,
+            title,
+        }
+    }
+}
+
+/// `check_inbox`'s data for a task taken.
+#[derive(Clone, Debug, Serialize)]
+pub struct Taken<'a> {
+    pub envelope: &'a str,
+    pub in_reply_to: Option<&'a str>,
+    pub message_id: &'a str,
+    pub sender: &'a crate::wire::Sender,
 }

@@ -3,7 +3,7 @@
 //! `baton send --wait` does (`follow`): the receiver's `task/status`
 //! and its `task.ended` event.
 
-use super::{Adapter, Tool, string_arg, tool_error, tool_result};
+use super::{Adapter, Tool, invalid_arg, message_id, tool_error, tool_result};
 use crate::base::error::{Error, Result};
 use crate::base::status::Status;
 use crate::front::follow::{self, End, Report, Waited, Who};
@@ -13,7 +13,7 @@ use crate::wire::event_text::num;
 use crate::wire::request::ReceivedParams;
 use crate::wire::{Call, HandlerExit, Outcome};
 use crossbeam_channel::{self as chan, select};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::time::{Duration, Instant};
 
 /// The longest `wait_seconds` a `send_agent_message` takes.
@@ -22,12 +22,12 @@ pub const MAX_WAIT_SECONDS: u64 = 600;
 const SENT_KEPT: usize = 1000;
 
 /// The `wait_seconds` argument: absent, or an integer 0..=600.
-pub fn wait_seconds(args: &Map<String, Value>) -> std::result::Result<Option<u64>, Value> {
-    match args.get("wait_seconds") {
-        None | Some(Value::Null) => Ok(None),
+pub fn wait_seconds(arg: Option<Value>) -> std::result::Result<Option<u64>, Value> {
+    match arg {
+        None => Ok(None),
         Some(v) => (v.as_u64().filter(|n| *n <= MAX_WAIT_SECONDS).map(Some)).ok_or_else(|| {
-            tool_error(format!(
-                "Input validation error: wait_seconds must be an integer from 0 to {MAX_WAIT_SECONDS}"
+            invalid_arg(&format!(
+                "wait_seconds must be an integer from 0 to {MAX_WAIT_SECONDS}"
             ))
         }),
     }
@@ -221,8 +221,8 @@ impl Adapter {
     }
 
     /// `task_status`: asks the target of a task this session sent.
-    pub(super) fn task_status(&mut self, args: &Map<String, Value>) -> Tool {
-        let id = string_arg(args, "message_id")?;
+    pub(super) fn task_status(&mut self, args: super::proto::ToolArgs) -> Tool {
+        let id = &message_id(args.message_id)?;
         let Some((_, to)) = self.sent.iter().find(|(sent, _)| sent == id) else {
             return Err(tool_error(format!(
                 "task_status knows only the tasks this session sent with send_agent_message, and {} is not one of them.",

@@ -8,6 +8,7 @@ use crate::base::config::MAX_MESSAGE_BYTES_CEILING;
 use crate::base::error::Invalid;
 use crate::{base::files, sys};
 
+use serde::Deserialize;
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -128,72 +129,119 @@ fn parse_named(dir: &RegistryDir, file: &Path, bytes: &[u8]) -> Result<Manifest,
     Ok(parse_manifest(dir, id, bytes)?)
 }
 
-/// Validates every field of a manifest as data.
-pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manifest, Invalid> {
-    if bytes.len() as u64 > MAX_MANIFEST {
-        return Err("manifest is over 16 KiB".into());
+/// A manifest's members as they came, each checked by `parse_manifest`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Members {
+    protocol: Member,
+    instance_id: Member,
+    pid: Member,
+    project: Member,
+    name: Member,
+    workspace: Member,
+    session_id: Member,
+    profile: Member,
+    model: Member,
+    socket: Member,
+    state: Member,
+    started_at: Member,
+    wire: Member,
+    baton_version: Member,
+    process_start: Member,
+    pid_ns: Member,
+    max_message_bytes: Member,
+    operators: Member,
+}
+
+/// One member: `None` when absent, which a null is not.
+#[derive(Default)]
+struct Member(Option<Value>);
+
+impl<'de> Deserialize<'de> for Member {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Member, D::Error> {
+        Value::deserialize(d).map(|v| Member(Some(v)))
     }
-    let obj = crate::wire::parse_flat(bytes).map_err(|e| Invalid(format!("manifest: {e}")))?;
-    let string = |k: &str, required: bool| -> Result<String, String> {
-        match obj.get(k) {
+}
+
+impl Member {
+    /// A string of at most `MAX_FIELD` bytes; empty if absent (or null)
+    /// and not `required`.
+    fn string(&self, k: &str, required: bool) -> Result<String, String> {
+        match &self.0 {
             Some(Value::String(s)) if s.len() <= MAX_FIELD => Ok(s.clone()),
             Some(Value::String(_)) => Err(format!("field {k} is too long")),
             None | Some(Value::Null) if !required => Ok(String::new()),
             None => Err(format!("field {k} is missing")),
             Some(_) => Err(format!("field {k} is not a string")),
         }
-    };
-    let integer = |k: &str| -> Result<u64, String> {
-        obj.get(k)
-            .ok_or(format!("field {k} is missing"))?
+    }
+
+    fn integer(&self, k: &str) -> Result<u64, String> {
+        (self.0.as_ref().ok_or(format!("field {k} is missing"))?)
             .as_u64()
             .ok_or(format!("field {k} is not a non-negative integer"))
-    };
-    if integer("protocol")? != PROTOCOL {
+    }
+
+    /// Optional (older manifests, zcoder's): one that is not a
+    /// non-negative integer says nothing.
+    fn optional(&self) -> Option<u64> {
+        self.0.as_ref().and_then(Value::as_u64)
+    }
+}
+
+/// Validates every field of a manifest as data.
+pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manifest, Invalid> {
+    if bytes.len() as u64 > MAX_MANIFEST {
+        return Err("manifest is over 16 KiB".into());
+    }
+    let obj = crate::wire::parse_flat(bytes).map_err(|e| Invalid(format!("manifest: {e}")))?;
+    let m: Members = serde_json::from_value(Value::Object(obj))
+        .map_err(|e| Invalid(format!("manifest: {e}")))?;
+    if m.protocol.integer("protocol")? != PROTOCOL {
         return Err("unsupported protocol".into());
     }
-    let instance_id = string("instance_id", true)?;
+    let instance_id = m.instance_id.string("instance_id", true)?;
     if instance_id != id || !valid_id(&instance_id) {
         return Err("instance_id does not match the file name".into());
     }
-    let pid = integer("pid")?;
+    let pid = m.pid.integer("pid")?;
     if pid == 0 || pid > i32::MAX as u64 || !instance_id.starts_with(&format!("{pid}-")) {
         return Err("pid does not match the instance id".into());
     }
-    let project = string("project", true)?;
-    let mut name = string("name", dir.wire == Wire::Jsonrpc)?;
+    let project = m.project.string("project", true)?;
+    let mut name = m.name.string("name", dir.wire == Wire::Jsonrpc)?;
     if name.is_empty() {
         name = default_name(Path::new(&project));
     }
     if !valid_name(&name) {
         return Err("name does not match [A-Za-z0-9_.-]{1,64}".into());
     }
-    let workspace = string("workspace", true)?;
+    let workspace = m.workspace.string("workspace", true)?;
     if !workspace.starts_with('/') {
         return Err("workspace is not an absolute path".into());
     }
-    let session_id = match obj.get("session_id") {
+    let session_id = match &m.session_id.0 {
         Some(Value::Number(n)) => n.to_string(),
-        _ => string("session_id", false)?,
+        _ => m.session_id.string("session_id", false)?,
     };
-    let profile = string("profile", true)?;
+    let profile = m.profile.string("profile", true)?;
     if !matches!(profile.as_str(), "coding" | "sysadmin") {
         return Err("profile is not coding or sysadmin".into());
     }
-    let model = string("model", false)?;
-    let socket = string("socket", true)?;
+    let model = m.model.string("model", false)?;
+    let socket = m.socket.string("socket", true)?;
     // A socket-activated agent listens on its name's wake socket.
     let wake =
         dir.wire == Wire::Jsonrpc && Path::new(&socket) == dir.path.join(format!("w-{name}.sock"));
     if Path::new(&socket) != socket_path(&dir.path, &instance_id) && !wake {
         return Err("socket is not <registry>/a-<id>.sock".into());
     }
-    let state = string("state", true)?;
+    let state = m.state.string("state", true)?;
     if !matches!(state.as_str(), "ready" | "busy" | "paused") {
         return Err("state is not ready, busy or paused".into());
     }
-    let started_at = integer("started_at")?;
-    if dir.wire == Wire::Jsonrpc && string("wire", true)? != "jsonrpc" {
+    let started_at = m.started_at.integer("started_at")?;
+    if dir.wire == Wire::Jsonrpc && m.wire.string("wire", true)? != "jsonrpc" {
         return Err("wire is not jsonrpc".into());
     }
     Ok(Manifest {
@@ -210,16 +258,14 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
         state,
         started_at,
         wire: dir.wire.to_string(),
-        baton_version: string("baton_version", false)?,
-        // Optional (older manifests, zcoder's): one that is not a
-        // non-negative integer says nothing.
-        process_start: obj.get("process_start").and_then(Value::as_u64),
-        pid_ns: obj.get("pid_ns").and_then(Value::as_u64),
-        // Optional too (older manifests); one out of the variable's range
-        // says nothing, and the receiver still applies its own.
-        max_message_bytes: (obj.get("max_message_bytes").and_then(Value::as_u64))
+        baton_version: m.baton_version.string("baton_version", false)?,
+        process_start: m.process_start.optional(),
+        pid_ns: m.pid_ns.optional(),
+        // Optional too; one out of the variable's range says nothing, and
+        // the receiver still applies its own.
+        max_message_bytes: (m.max_message_bytes.optional())
             .filter(|n| (1..=MAX_MESSAGE_BYTES_CEILING).contains(n)),
-        operators: match obj.get("operators") {
+        operators: match m.operators.0 {
             None => Vec::new(),
             Some(v) => (v.as_str())
                 .and_then(crate::wire::parse_operators)

@@ -11,8 +11,8 @@ use crate::client::{ClientError, Session, request};
 use crate::registry::Peer;
 use crate::text::sanitize::escape;
 use crate::wire::answer::{BridgeParams, HelloParams, Reply, SendResult};
+use crate::wire::request::SendParams;
 use crate::wire::{LineReader, Method, ReadError};
-use serde_json::Value;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -106,7 +106,12 @@ pub fn transport(peer: &Peer, e: ClientError) -> Error {
 
 /// `message/send` to `peer` on a connection declared as the bridge of
 /// `key`: its result, or why there is none.
-pub fn send(config: &Config, peer: &Peer, key: Option<&str>, params: &Value) -> Result<SendResult> {
+pub fn send(
+    config: &Config,
+    peer: &Peer,
+    key: Option<&str>,
+    params: &SendParams,
+) -> Result<SendResult> {
     let socket = Path::new(&peer.manifest.socket);
     let fail = |e| transport(peer, e);
     let mut s = Session::connect(socket, config.io_timeout, &hello(peer, key)).map_err(fail)?;

@@ -12,6 +12,7 @@ use crate::base::status::Status;
 use crate::server::{self, SendRequest, invalid_params};
 use crate::text::sanitize::escape;
 use crate::wire::answer::{Hello, Offline, SendResult, Software, Target};
+use crate::wire::request::{SendParams, SendSender};
 use crate::wire::{self, Id, Incoming, LineReader, Method, Pipe};
 use serde_json::Value;
 use std::io::{self, Write};
@@ -90,12 +91,11 @@ fn answer(
         Some(Method::MessageSend) => {
             // Read and checked as a live instance does, but for the
             // target: a stopped agent has no instance id to name.
-            let original = Value::Object(params.clone());
             params
                 .entry("target_instance_id")
                 .or_insert_with(|| Value::String(String::new()));
             match SendRequest::read(&params).map_err(server::RpcError::from) {
-                Ok(req) => wire::result_line(id, &send(config, dir, target, key, &req, original)),
+                Ok(req) => wire::result_line(id, &send(config, dir, target, key, &req)),
                 Err(e) => e.line(id),
             }
         }
@@ -125,20 +125,20 @@ fn hello(target: &str) -> Hello {
 
 /// `message/send` for the stopped agent: refused as a live instance would
 /// refuse it, stored in its spool as having come through a bridge, or,
-/// when it has started meanwhile, delivered to it (`params` as the client
-/// sent them, with the instance's id added).
+/// when it has started meanwhile, delivered to it (the request as the
+/// client made it, for the instance's id).
 fn send(
     config: &Config,
     dir: &Path,
     target: &str,
     key: Option<&str>,
     req: &SendRequest,
-    mut params: Value,
 ) -> SendResult {
     let message_id = req.message_id.as_str();
-    if let Err(v) = server::check_request(config, req) {
-        return v.answer(req.message_id.clone(), None);
-    }
+    let hop = match server::check_request(config, req) {
+        Ok(hop) => hop,
+        Err(v) => return v.answer(req.message_id.clone(), None),
+    };
     // Stored as having come through a bridge, as a live instance records
     // it.
     let make = || {
@@ -154,7 +154,19 @@ fn send(
             // It started meanwhile: delivered to it as a local send would
             // be, its answer naming it.
             let m = &peer.manifest;
-            params["target_instance_id"] = Value::String(m.instance_id.clone());
+            let params = SendParams {
+                body: req.body.clone(),
+                hop,
+                in_reply_to: req.in_reply_to.clone(),
+                message_id: message_id.to_string(),
+                mode: req.mode.clone(),
+                sender: SendSender {
+                    instance_id: req.sender_instance_id.clone(),
+                    name: req.sender_name.clone(),
+                    workspace: req.sender_workspace.clone(),
+                },
+                target_instance_id: Some(m.instance_id.clone()),
+            };
             match bridge::send(config, &peer, key, &params) {
                 Ok(answer) => SendResult {
                     target: Some(Target {

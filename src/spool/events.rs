@@ -8,7 +8,7 @@
 
 use crate::wire::{Body, EventKind};
 use crossbeam_channel as chan;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -588,12 +588,22 @@ fn open_append(path: &Path) -> Option<File> {
 
 /// The sequence number of the last complete line of a transcript file.
 fn last_seq(path: &Path) -> Option<u64> {
-    last_line(path, |v| v.get("seq").and_then(Value::as_u64))
+    last_line(path, |l| l.seq?.as_u64())
+}
+
+/// The members of a transcript line the spool reads back, each as it
+/// came (one of another type is read as if absent where it is used).
+#[derive(Deserialize)]
+pub(super) struct Recorded {
+    seq: Option<Value>,
+    time: Option<Value>,
+    stored: Option<Value>,
+    pub(super) kind: Option<Value>,
 }
 
 /// What `pick` finds in the last complete line where it finds anything,
 /// among the last 64 KiB of a transcript file.
-fn last_line<T>(path: &Path, pick: impl Fn(&Value) -> Option<T>) -> Option<T> {
+fn last_line<T>(path: &Path, pick: impl Fn(Recorded) -> Option<T>) -> Option<T> {
     let mut f = crate::base::files::open_regular(path, OpenOptions::new().read(true)).ok()?;
     let len = f.metadata().ok()?.len();
     let start = len.saturating_sub(64 * 1024);
@@ -602,8 +612,8 @@ fn last_line<T>(path: &Path, pick: impl Fn(&Value) -> Option<T>) -> Option<T> {
     f.take(64 * 1024).read_to_end(&mut tail).ok()?;
     tail.split(|&b| b == b'\n')
         .rev()
-        .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
-        .find_map(|v| pick(&v))
+        .filter_map(|l| serde_json::from_slice::<Recorded>(l).ok())
+        .find_map(pick)
 }
 
 /// The time of the last event the instance itself recorded in the
@@ -612,9 +622,9 @@ fn last_line<T>(path: &Path, pick: impl Fn(&Value) -> Option<T>) -> Option<T> {
 /// sender stored, a task `baton cancel` withdrew): when a
 /// stopped agent was last heard of. None when the last 64 KiB hold none.
 pub fn last_time(dir: &Path) -> Option<f64> {
-    let own = |v: &Value| match v.get("stored") {
+    let own = |l: Recorded| match l.stored {
         Some(Value::Bool(true)) => None,
-        _ => v.get("time").and_then(Value::as_f64),
+        _ => l.time?.as_f64(),
     };
     [TRANSCRIPT, TRANSCRIPT_OLD]
         .iter()
@@ -635,10 +645,10 @@ pub fn replay(dir: &Path, since: u64, until: u64, mut each: impl FnMut(&[u8]) ->
             let Ok(line) = line else {
                 break;
             };
-            let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+            let Ok(Recorded { seq: Some(seq), .. }) = serde_json::from_slice(&line) else {
                 continue;
             };
-            let Some(seq) = v.get("seq").and_then(Value::as_u64) else {
+            let Some(seq) = seq.as_u64() else {
                 continue;
             };
             if seq >= until {

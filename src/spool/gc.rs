@@ -57,14 +57,14 @@ fn transcript_used(dir: &Path) -> bool {
         Ok(f) => f,
         Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
     };
-    let used = |v: &Value| {
-        let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
+    let used = |l: events::Recorded| {
+        let kind = l.kind.as_ref().and_then(Value::as_str).unwrap_or("");
         USED.iter().any(|k| k.as_str() == kind)
     };
     (BufReader::new(f).split(b'\n'))
         .map_while(|l| l.ok())
-        .filter_map(|l| serde_json::from_slice::<Value>(&l).ok())
-        .any(|v| used(&v))
+        .filter_map(|l| serde_json::from_slice(&l).ok())
+        .any(used)
 }
 
 /// Whether the spool at `dir` never held a task: no task in any place, no
