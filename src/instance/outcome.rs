@@ -51,6 +51,7 @@ impl Foreground {
             sender_instance_id: asker,
         } = TaskParams::read(params)?;
         let mut v = TaskStatus {
+            approval_id: None,
             finished_at: None,
             handler: HandlerExit::default(),
             message_id: id.clone(),
@@ -90,6 +91,7 @@ impl Foreground {
         }
         v.status = match whereabouts {
             Whereabouts::Queued(_) if self.asked.contains_key(&id) => {
+                v.approval_id = self.asked.get(&id).map(|p| p.id.clone());
                 TaskState::Pending(Pending::AwaitingApproval)
             }
             Whereabouts::Queued(n) => {
