@@ -222,3 +222,35 @@ fn list_over_hosts_shows_what_waits_at_each_remote_instance() {
         "{out:?}"
     );
 }
+
+#[test]
+fn send_via_wait_says_which_approval_its_task_waits_for() {
+    let env = Env::new();
+    let inst = serve_asking(&env, "ops");
+    // `env` stands in for `ssh host`: the bridge runs in this same world.
+    let bin = crate::util::baton_bin();
+    let remote = [("BATON_REMOTE", bin.to_str().unwrap())];
+    let send = [
+        "send",
+        "--via",
+        "env",
+        "ops",
+        "restart nginx",
+        "--message-id",
+        "v-1",
+    ];
+    let out = env.run_with(&remote, None, &send, None);
+    assert_eq!(out.status, 0, "{out:?}");
+    let ask = approval_id(&inst, "v-1");
+
+    // A bridge may not subscribe: the wait asks `task/status` there.
+    let mut wait = send.to_vec();
+    wait.extend(["--wait", "--timeout", "3", "--json"]);
+    let out = env.run_with(&remote, None, &wait, None);
+    assert_eq!(out.status, 5, "{out:?}");
+    let line = format!("baton: waiting for an approval at ops (approval {ask})\n");
+    assert_eq!(out.stderr.matches(&line).count(), 1, "{out:?}");
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(v["awaiting_approval"], true, "{v}");
+    drop(inst);
+}
