@@ -715,7 +715,8 @@ fn handshake_errors() {
     let r = c.call(9, "ping", json!({}));
     assert_eq!(
         r["result"],
-        json!({"status": "pong", "instance_id": inst.id, "state": "ready"})
+        json!({"status": "pong", "instance_id": inst.id, "state": "ready",
+               "queued": 0, "approvals": 0})
     );
 }
 

@@ -85,6 +85,16 @@ fn list_json(env: &Env, inside: Option<&Served>, extra: &[&str]) -> Vec<Value> {
     }
 }
 
+/// A live instance's `list --json` item as its manifest: without what
+/// its ping counted (issue 46), which is nothing waiting here.
+fn manifest_of(item: &Value) -> Value {
+    let mut v = item.clone();
+    let map = v.as_object_mut().expect("an item is an object");
+    assert_eq!(map.remove("queued"), Some(json!(0)), "{item}");
+    assert_eq!(map.remove("approvals"), Some(json!(0)), "{item}");
+    v
+}
+
 fn ids(items: &[Value]) -> Vec<&str> {
     items
         .iter()
@@ -281,12 +291,14 @@ fn instances_with_the_same_basename_list_each_other() {
     // From inside each instance, the other one is the only peer.
     let seen_by_a = list_json(&env, Some(&a), &[]);
     assert_eq!(seen_by_a.len(), 1, "{seen_by_a:?}");
-    check_fields(&seen_by_a[0], &b, &reg, "model-b", window);
-    assert_eq!(seen_by_a[0], disk_b);
+    let seen = manifest_of(&seen_by_a[0]);
+    check_fields(&seen, &b, &reg, "model-b", window);
+    assert_eq!(seen, disk_b);
     let seen_by_b = list_json(&env, Some(&b), &[]);
     assert_eq!(seen_by_b.len(), 1, "{seen_by_b:?}");
-    check_fields(&seen_by_b[0], &a, &reg, "", window);
-    assert_eq!(seen_by_b[0], disk_a);
+    let seen = manifest_of(&seen_by_b[0]);
+    check_fields(&seen, &a, &reg, "", window);
+    assert_eq!(seen, disk_a);
 
     // From outside, both, in name order.
     let by_name = [(&a, "app"), (&b, "app2")];

@@ -369,7 +369,8 @@ fn a_bridge_session_speaks_the_native_protocol() {
     let pong = next();
     assert_eq!(
         pong,
-        json!({"jsonrpc": "2.0", "id": 2, "result": {"status": "pong", "instance_id": s.id, "state": "ready"}})
+        json!({"jsonrpc": "2.0", "id": 2, "result": {"status": "pong", "instance_id": s.id,
+            "state": "ready", "queued": 0, "approvals": 0}})
     );
 
     // A delivery through it lands in the remote spool.

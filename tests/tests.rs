@@ -45,4 +45,5 @@ mod tui_operator;
 mod tui_work;
 mod turns;
 mod wait;
+mod waiting;
 mod zcoder;

@@ -24,7 +24,9 @@ fn zcoder_ping(config: &Config, peer: &Peer) -> Result<Pong> {
     let state = crate::client::zcoder_ping(Path::new(&m.socket), &m.instance_id, config.io_timeout)
         .map_err(|e| target::transport(peer, e))?;
     Ok(Pong {
+        approvals: None,
         instance_id: m.instance_id.clone(),
+        queued: None,
         state,
         status: "pong".into(),
         wire: Some("zcoder".into()),

@@ -83,7 +83,9 @@ fn local(list: &List, config: &Config) -> Result<Vec<Value>> {
             .map(item)
             .collect());
     }
-    let mut out: Vec<Value> = found.peers.iter().map(|p| item(&p.manifest)).collect();
+    let mut out: Vec<Value> = (found.peers.iter())
+        .map(|p| item(&LiveItem::of(p)))
+        .collect();
     if list.all {
         for s in &found.skipped {
             // Without a manifest, an object of its own members.
@@ -120,6 +122,29 @@ fn item(v: &impl Serialize) -> Value {
     serde_json::to_value(v).expect("an item serializes")
 }
 
+/// A live instance, as `list --json` gives it: its manifest, with the
+/// state its ping said, and what waits there where the ping said (a
+/// zcoder peer does not).
+#[derive(Serialize)]
+struct LiveItem<'a> {
+    #[serde(flatten)]
+    manifest: &'a registry::Manifest,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approvals: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queued: Option<usize>,
+}
+
+impl LiveItem<'_> {
+    fn of(p: &registry::Peer) -> LiveItem<'_> {
+        LiveItem {
+            manifest: &p.manifest,
+            approvals: p.load.map(|l| l.approvals),
+            queued: p.load.map(|l| l.queued),
+        }
+    }
+}
+
 /// A registry entry `list --all` skipped: its manifest if it read, where
 /// it is and why it was skipped.
 #[derive(Serialize)]
@@ -149,9 +174,13 @@ struct TruncatedItem<'a> {
 /// The one instance a forced `baton bridge` reaches, as a `list` item.
 #[derive(Serialize)]
 struct BridgedItem {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approvals: Option<usize>,
     instance_id: String,
     name: String,
     pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queued: Option<usize>,
     state: Option<crate::wire::State>,
     wire: &'static str,
     workspace: String,
@@ -167,8 +196,9 @@ struct Collected<'a> {
 }
 
 /// An item of `list --json`, as far as the text shows it: a live
-/// instance; an entry skipped or a scan cut short (`problem`, and
-/// `not_looked_at` for the latter); or with `--offline` a known spool.
+/// instance (with `queued` and `approvals` where its ping said them); an
+/// entry skipped or a scan cut short (`problem`, and `not_looked_at` for
+/// the latter); or with `--offline` a known spool (`queued`).
 #[derive(Default, Deserialize)]
 #[serde(default)]
 struct Item {
@@ -182,6 +212,7 @@ struct Item {
     problem: Option<String>,
     not_looked_at: Option<u64>,
     queued: usize,
+    approvals: usize,
     offline: bool,
     #[serde(deserialize_with = "crate::wire::uid_list::deserialize")]
     operators: Vec<u32>,
@@ -261,8 +292,16 @@ fn print(list: &List, listed: &[Listed]) {
 
 /// A live instance's row.
 fn row(t: &Item) -> [String; 6] {
+    let mut state = escape(t.state.as_deref().unwrap_or("")).into_owned();
+    // What waits there, when anything does: `ready, 3 queued, 1 approval`.
+    if t.queued > 0 {
+        state.push_str(&format!(", {} queued", t.queued));
+    }
+    if t.approvals > 0 {
+        let s = if t.approvals == 1 { "" } else { "s" };
+        state.push_str(&format!(", {} approval{s}", t.approvals));
+    }
     // Who operates it, where an account other than its own does.
-    let state = escape(t.state.as_deref().unwrap_or("")).into_owned();
     let state = match t.operators.as_slice() {
         [] => state,
         uids => format!(
@@ -391,12 +430,15 @@ fn forced_bridge(out: &[u8]) -> Option<BridgedItem> {
     };
     let hello: Hello = serde_json::from_value(result(1)?).ok()?;
     let m = hello.instance?;
-    let state = result(2).and_then(|p| serde_json::from_value::<Pong>(p).ok());
+    let pong = result(2).and_then(|p| serde_json::from_value::<Pong>(p).ok());
+    let load = pong.as_ref().and_then(Pong::load);
     Some(BridgedItem {
+        approvals: load.map(|l| l.approvals),
         instance_id: m.instance_id,
         name: m.name,
         pid: m.pid,
-        state: state.map(|p| p.state),
+        queued: load.map(|l| l.queued),
+        state: pong.map(|p| p.state),
         wire: "jsonrpc",
         workspace: m.workspace,
     })

@@ -301,6 +301,7 @@ impl Send {
             let peer = registry::Peer {
                 manifest: m,
                 wire: registry::Wire::Jsonrpc,
+                load: None,
             };
             if let Err(refused) = crate::relay::check_limit(&peer, body) {
                 let r = SendResult::new(refused.status, &message_id, Some(refused.reason));

@@ -21,7 +21,7 @@ use crate::base::config::Config;
 use crate::base::error::{Error, ExitCode, Result};
 use crate::base::status::Status;
 use crate::client::Session;
-use crate::front::follow::{self, End, Follow, Report, Waited, Who};
+use crate::front::follow::{self, End, Follow, Report, Seen, Waited, Who};
 use crate::text::sanitize::{escape, escape_multiline};
 use crate::wire::answer::{Pending, SendResult, Target};
 use crate::wire::{HandlerExit, Outcome};
@@ -98,7 +98,8 @@ pub fn run(
         workspace: k.target.workspace.clone(),
         ..Who::named(k.name.clone(), k.target.instance_id.clone())
     };
-    let end = follow::wait(config, &who, &k.message_id, k.deadline)?;
+    let mut seen = Seen::announcing(&k.name);
+    let end = follow::wait_seeing(config, &who, &k.message_id, k.deadline, &mut seen)?;
     let reply_id = match &end {
         End::Final { reply_id, .. } => reply_id.clone(),
         _ => None,
@@ -150,7 +151,7 @@ pub fn run_via(
     };
     let deadline = k.deadline;
     let mut why = "is not running there; waiting for it to start";
-    let mut last = None;
+    let mut seen = Seen::announcing(&k.name);
     let f = Follow {
         name: &k.name,
         deadline,
@@ -179,10 +180,10 @@ pub fn run_via(
             )));
         }
         let again = Some(Duration::from_millis(100));
-        follow::watch_session(&mut r.session, &k.message_id, deadline, &mut last, again)
+        follow::watch_session(&mut r.session, &k.message_id, deadline, &mut seen, again)
     };
     let end = follow::follow(&f, find, watch)?;
-    let end = end.unwrap_or(End::TimedOut(last));
+    let end = end.unwrap_or(End::TimedOut(seen.place));
     Ok(show(w.json, delivery, &k.name, &k.message_id, end))
 }
 

@@ -9,7 +9,7 @@ pub use connect::{connect, is_abstract};
 pub use listing::{ListError, ListParams, PLACES, list_all};
 pub use session::{Events, Lines, PipeLines, Session, request};
 
-use crate::wire::answer::{ErrorObject, Pong};
+use crate::wire::answer::{ErrorObject, Load, Pong};
 use crate::wire::{self, Method, State};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -183,20 +183,25 @@ impl Reconnecting {
 }
 
 /// Pings a native instance and checks that it is `expected_id`; returns
-/// its state.
+/// its state, and what waits there where it said.
 ///
 /// An instance that refuses the connection for its cap is alive: it says
 /// which instance it is and its state, and that is the answer.
-pub fn ping(socket: &Path, expected_id: &str, timeout: Duration) -> Result<State, ClientError> {
+pub fn ping(
+    socket: &Path,
+    expected_id: &str,
+    timeout: Duration,
+) -> Result<(State, Option<Load>), ClientError> {
     let mut c = match Session::open(socket, timeout) {
         Ok(c) => c,
         Err(ClientError::TooManyConnections {
             instance_id: Some(id),
             state: Some(state),
         }) if id == expected_id => {
-            return state
-                .parse()
-                .map_err(|_| ClientError::Protocol("ping answer has no valid state".into()));
+            let state = state.parse();
+            let state =
+                state.map_err(|_| ClientError::Protocol("ping answer has no valid state".into()));
+            return state.map(|s| (s, None));
         }
         Err(e) => return Err(e),
     };
@@ -207,7 +212,7 @@ pub fn ping(socket: &Path, expected_id: &str, timeout: Duration) -> Result<State
             r.instance_id
         )));
     }
-    Ok(r.state)
+    Ok((r.state, r.load()))
 }
 
 /// A zcoder request frame, `ping` or `enqueue` (an enqueue's body and

@@ -201,6 +201,10 @@ pub enum Report {
 /// and `reply` null while it has not).
 #[derive(Clone, Debug, Serialize)]
 pub struct Waited {
+    /// `Report::Command`'s, when the wait timed out while the task waited
+    /// for an approval.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_approval: bool,
     #[serde(flatten)]
     pub delivery: SendResult,
     #[serde(flatten)]
@@ -283,8 +287,11 @@ impl Waited {
                 None => Some(Pending::Queued.to_string()),
             }),
         };
+        let timed_out = command && task_status.is_some();
         Waited {
-            timed_out: command && task_status.is_some(),
+            awaiting_approval: timed_out
+                && matches!(end, Some(End::TimedOut(Some(Pending::AwaitingApproval)))),
+            timed_out,
             delivery,
             handler,
             outcome,
@@ -359,7 +366,18 @@ pub fn wait(
     message_id: &str,
     deadline: Option<Instant>,
 ) -> Result<End> {
-    let mut last = None;
+    wait_seeing(config, who, message_id, deadline, &mut Seen::default())
+}
+
+/// `wait`, telling `seen` where the task waits meanwhile (which says an
+/// approval it waits for: `Seen::announcing`).
+pub fn wait_seeing(
+    config: &Config,
+    who: &Who,
+    message_id: &str,
+    deadline: Option<Instant>,
+    seen: &mut Seen,
+) -> Result<End> {
     let f = Follow {
         name: &who.name,
         deadline,
@@ -372,11 +390,58 @@ pub fn wait(
             None => Ok(who.stored_end(message_id).map(Found::Ended)),
         },
         |found| match found {
-            Found::Live(peer) => watch(config, &peer, message_id, deadline, &mut last),
+            Found::Live(peer) => watch(config, &peer, message_id, deadline, seen),
             Found::Ended(end) => Ok(Step::Done(end)),
         },
     )?;
-    Ok(end.unwrap_or(End::TimedOut(last)))
+    Ok(end.unwrap_or(End::TimedOut(seen.place)))
+}
+
+/// What a waiter learnt of its task while it has not ended: where it
+/// last was (`task/status`, and the events that move it), and the
+/// approval it waits for. Announcing, the first news of each approval is
+/// said on stderr: `waiting for an approval at NAME (approval ask-N)`.
+#[derive(Default)]
+pub struct Seen {
+    pub place: Option<Pending>,
+    /// The approval said already (empty: one an earlier baton did not
+    /// name).
+    said: Option<String>,
+    /// The receiver's name, to announce approvals with.
+    announce: Option<String>,
+}
+
+impl Seen {
+    /// A `Seen` that says each approval the task comes to wait for.
+    pub fn announcing(name: &str) -> Seen {
+        Seen {
+            announce: Some(name.to_string()),
+            ..Seen::default()
+        }
+    }
+
+    /// The task is at `place` now; `approval` is the one it waits for,
+    /// where the receiver named it.
+    fn now(&mut self, place: Option<Pending>, approval: Option<&str>) {
+        self.place = place;
+        if place != Some(Pending::AwaitingApproval) {
+            return;
+        }
+        let id = approval.unwrap_or("");
+        // Each approval once; one that names no id, once at all.
+        if self.said.as_deref() == Some(id) || (id.is_empty() && self.said.is_some()) {
+            return;
+        }
+        self.said = Some(id.to_string());
+        let Some(name) = &self.announce else {
+            return;
+        };
+        let which = match id {
+            "" => String::new(),
+            id => format!(" (approval {})", escape(id)),
+        };
+        eprintln!("baton: waiting for an approval at {}{which}", escape(name));
+    }
 }
 
 /// What a waiter finds while it follows a task: the live instance to
@@ -423,7 +488,7 @@ fn watch(
     peer: &Peer,
     message_id: &str,
     deadline: Option<Instant>,
-    last: &mut Option<Pending>,
+    seen: &mut Seen,
 ) -> Result<Step<End>> {
     let socket = Path::new(&peer.manifest.socket);
     let Ok(mut conn) = Session::open(socket, config.io_timeout) else {
@@ -436,7 +501,7 @@ fn watch(
     {
         return Ok(Step::Unwatched(None));
     }
-    watch_session(&mut conn, message_id, deadline, last, None)
+    watch_session(&mut conn, message_id, deadline, seen, None)
 }
 
 /// Asks `task/status` on `conn` and reads what follows until the task's
@@ -447,7 +512,7 @@ pub fn watch_session(
     conn: &mut Session,
     message_id: &str,
     deadline: Option<Instant>,
-    last: &mut Option<Pending>,
+    seen: &mut Seen,
     again: Option<Duration>,
 ) -> Result<Step<End>> {
     let ask = request(
@@ -471,12 +536,12 @@ pub fn watch_session(
         loop {
             match conn.next(until) {
                 Ok(msg) => {
-                    if let Some(end) = read(&msg, message_id, last)? {
+                    if let Some(end) = read(&msg, message_id, seen)? {
                         return Ok(end);
                     }
                 }
                 Err(ClientError::Timeout) if deadline.is_some_and(|d| Instant::now() >= d) => {
-                    return Ok(Step::Done(End::TimedOut(*last)));
+                    return Ok(Step::Done(End::TimedOut(seen.place)));
                 }
                 Err(ClientError::Timeout) => break,
                 Err(_) => return Ok(Step::Lost),
@@ -486,11 +551,29 @@ pub fn watch_session(
 }
 
 /// What one line says about the task: its end, a lost cause, or nothing
-/// yet.
-fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Option<Step<End>>> {
+/// yet (then perhaps where it waits now, which `seen` learns).
+fn read(msg: &Value, message_id: &str, seen: &mut Seen) -> Result<Option<Step<End>>> {
     if let Some(ev) = Event::of_notification(msg) {
-        if ev.kind != Some(EventKind::TaskEnded) || ev.id() != message_id {
+        if ev.id() != message_id {
             return Ok(None);
+        }
+        match ev.kind {
+            Some(EventKind::TaskEnded) => {}
+            // Asked once it reached the head of the queue.
+            Some(EventKind::ApprovalRequested) => {
+                seen.now(Some(Pending::AwaitingApproval), ev.approval_id.as_deref());
+                return Ok(None);
+            }
+            // Approved: queued again until it runs (denied: it ends).
+            Some(EventKind::ApprovalResolved | EventKind::TaskRequeued) => {
+                seen.now(Some(Pending::Queued), None);
+                return Ok(None);
+            }
+            Some(EventKind::TaskClaimed | EventKind::TaskTyped | EventKind::TurnStarted) => {
+                seen.now(Some(Pending::Running), None);
+                return Ok(None);
+            }
+            _ => return Ok(None),
         }
         let outcome = ev.outcome.unwrap_or(Outcome::Failed);
         let reply_id = ev.reply.as_ref().and_then(|r| r.message_id.clone());
@@ -532,9 +615,10 @@ fn read(msg: &Value, message_id: &str, last: &mut Option<Pending>) -> Result<Opt
     else {
         return Ok(None);
     };
+    let approval = st.approval_id.clone();
     match End::of(st) {
         End::TimedOut(p) => {
-            *last = p;
+            seen.now(p, approval.as_deref());
             Ok(None)
         }
         end => Ok(Some(Step::Done(end))),

@@ -73,6 +73,14 @@ impl Foreground {
         self.shared.wake_on_accept.store(waits, Ordering::SeqCst);
     }
 
+    /// Publishes how many approvals wait, a task's or a tool call's, for
+    /// `ping` to say (`list`). Every change of them is made by an event
+    /// the loop handles, and the loop publishes before it waits again.
+    pub(super) fn publish_approvals(&self) {
+        let n = self.asked.len() + self.permissions.len();
+        self.shared.approvals.store(n, Ordering::SeqCst);
+    }
+
     pub(super) fn spool(&self) -> &Spool {
         &self.shared.spool
     }
@@ -242,6 +250,8 @@ impl Foreground {
             Call::TaskCancel => self.task_cancel(params, caller),
             Call::PermissionAsk => self.permission_ask(params, caller.pid),
         };
+        // A `list` after `baton approve` answered counts what it decided.
+        self.publish_approvals();
         let _ = reply.send(answer);
     }
 

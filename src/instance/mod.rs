@@ -248,6 +248,7 @@ impl Foreground {
             self.pane_pump();
             self.codex_pump();
             self.publish_wait();
+            self.publish_approvals();
             let timer = match self.next_timer() {
                 Some(at) => chan::at(at),
                 None => chan::never(),

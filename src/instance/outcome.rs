@@ -52,6 +52,7 @@ impl Foreground {
         } = TaskParams::read(params)?;
         let mut v = TaskStatus {
             accepted_at: None,
+            approval_id: None,
             finished_at: None,
             handler: HandlerExit::default(),
             message_id: id.clone(),
@@ -96,6 +97,7 @@ impl Foreground {
         };
         v.status = match whereabouts {
             Whereabouts::Queued(_) if self.asked.contains_key(&id) => {
+                v.approval_id = self.asked.get(&id).map(|p| p.id.clone());
                 TaskState::Pending(Pending::AwaitingApproval)
             }
             Whereabouts::Queued(n) => {

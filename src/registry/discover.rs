@@ -10,6 +10,7 @@ use crate::base::error::Invalid;
 use crate::client;
 use crate::sys;
 use crate::wire::State;
+use crate::wire::answer::Load;
 use serde::Serialize;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -29,6 +30,9 @@ pub const UNRESPONSIVE: &str = "unresponsive";
 pub struct Peer {
     pub manifest: Manifest,
     pub wire: Wire,
+    /// What waits there, as its ping said: none from a zcoder peer, an
+    /// earlier baton, or one that did not answer.
+    pub load: Option<Load>,
 }
 
 /// `NAME (ID)`, the name escaped for a terminal.
@@ -364,9 +368,13 @@ pub fn first_answering<K: Ord>(
     to_ping.retain(|(_, w)| *w == Wire::Jsonrpc);
     to_ping.sort_by_cached_key(|(m, _)| (rank(m), m.name.to_lowercase(), m.pid));
     to_ping.into_iter().find_map(|(mut m, wire)| {
-        let state = ping_peer(&m, wire, timeout).ok()?;
+        let (state, load) = ping_peer(&m, wire, timeout).ok()?;
         m.state = state.to_string();
-        Some(Peer { manifest: m, wire })
+        Some(Peer {
+            manifest: m,
+            wire,
+            load,
+        })
     })
 }
 
@@ -398,8 +406,12 @@ fn settle(
     let to_ping = triage(candidates, exclude, keep, &mut found);
     let results = ping_all(&to_ping, timeout);
     for ((mut m, wire), r) in to_ping.into_iter().zip(results) {
+        let mut load = None;
         m.state = match r {
-            Ok(state) => state.to_string(),
+            Ok((state, said)) => {
+                load = said;
+                state.to_string()
+            }
             // A pid that is there with a socket that does not answer is
             // a peer that is stopped or stuck, not a missing one.
             Err(f) if f.timed_out && sys::pid_status(m.pid) != sys::PidStatus::Gone => {
@@ -425,7 +437,11 @@ fn settle(
                 continue;
             }
         };
-        found.peers.push(Peer { manifest: m, wire });
+        found.peers.push(Peer {
+            manifest: m,
+            wire,
+            load,
+        });
     }
     (found.peers).sort_by_cached_key(|p| (p.manifest.name.to_lowercase(), p.manifest.pid));
     found
@@ -543,7 +559,7 @@ pub(super) fn id_pid(id: &str) -> Option<u32> {
 
 /// Pings the peers, at most `PING_CONCURRENCY` at a time; the answers
 /// come back in the peers' order.
-fn ping_all(peers: &[(Manifest, Wire)], timeout: Duration) -> Vec<Result<State, PingFailure>> {
+fn ping_all(peers: &[(Manifest, Wire)], timeout: Duration) -> Vec<Result<Pinged, PingFailure>> {
     peers
         .chunks(PING_CONCURRENCY)
         .flat_map(|chunk| {
@@ -580,10 +596,14 @@ fn skipped_peer(m: Manifest, wire: Wire, problem: String) -> Skipped {
     }
 }
 
+/// A peer's answer to its ping: its state, and what waits there where it
+/// said.
+type Pinged = (State, Option<Load>);
+
 /// Pings one peer; on failure says why, and whether the socket was
 /// missing or refused connections (a sign of a dead instance) or did not
 /// answer in time (a sign of a stopped one).
-fn ping_peer(m: &Manifest, wire: Wire, timeout: Duration) -> Result<State, PingFailure> {
+fn ping_peer(m: &Manifest, wire: Wire, timeout: Duration) -> Result<Pinged, PingFailure> {
     check_socket(m).map_err(|problem| PingFailure {
         problem: problem.0,
         ..PingFailure::default()
@@ -591,7 +611,7 @@ fn ping_peer(m: &Manifest, wire: Wire, timeout: Duration) -> Result<State, PingF
     let socket = Path::new(&m.socket);
     let r = match wire {
         Wire::Jsonrpc => client::ping(socket, &m.instance_id, timeout),
-        Wire::Zcoder => client::zcoder_ping(socket, &m.instance_id, timeout),
+        Wire::Zcoder => client::zcoder_ping(socket, &m.instance_id, timeout).map(|s| (s, None)),
     };
     r.map_err(|e| PingFailure {
         problem: e.to_string(),

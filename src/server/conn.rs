@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Serves one connection, in connection slot `slot`, until its peer
@@ -348,8 +349,13 @@ fn dispatch(s: &Session, method: Method, params: Map<String, Value>) -> Result<V
     let (shared, peer) = (s.shared, s.peer);
     match method {
         Method::Initialize => initialize(s, &params),
+        // What `list` shows of each instance: counted here, on the
+        // connection's thread, from the spool's index and what the
+        // foreground published, so that a ping never waits for it.
         Method::Ping => Ok(to_value(Pong {
+            approvals: Some(shared.approvals.load(Ordering::SeqCst)),
             instance_id: shared.instance_id.clone(),
+            queued: Some(shared.spool.counts().queued),
             state: shared.state(),
             status: "pong".into(),
             wire: None,

@@ -37,7 +37,7 @@ use crossbeam_channel as chan;
 use serde_json::{Map, Value};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -137,6 +137,9 @@ pub struct Shared {
     pub spool: Arc<Spool>,
     pub state: AtomicU8,
     pub paused: AtomicBool,
+    /// The approvals waiting, a task's or a tool call's, as the
+    /// foreground last counted them (`ping` says it without asking it).
+    pub approvals: AtomicUsize,
     pub manifest: Mutex<Manifest>,
     /// Our registry directory; the directories scanned for senders are
     /// derived from it each time, so a zcoder registry created later counts.
@@ -196,6 +199,7 @@ impl Shared {
             spool,
             state: AtomicU8::new(if paused { State::Paused } else { State::Ready } as u8),
             paused: AtomicBool::new(paused),
+            approvals: AtomicUsize::new(0),
             manifest: Mutex::new(manifest),
             registry,
             policy,

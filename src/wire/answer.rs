@@ -114,11 +114,38 @@ pub struct Hello {
 /// `ping`'s answer (and a zcoder ping's, in the same shape).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Pong {
+    /// The approvals waiting there, a task's or a tool call's (what
+    /// `approval/list` lists). Absent from a zcoder peer, an earlier
+    /// baton, and an instance that refused the connection for its cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<usize>,
     pub instance_id: String,
+    /// The tasks in its queue (`inbox/`), those waiting for an approval
+    /// among them. Absent where `approvals` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<usize>,
     pub state: State,
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wire: Option<String>,
+}
+
+impl Pong {
+    /// What waits there, where it said.
+    pub fn load(&self) -> Option<Load> {
+        Some(Load {
+            approvals: self.approvals?,
+            queued: self.queued?,
+        })
+    }
+}
+
+/// What waits at an instance, as its `ping` counts it: the tasks in its
+/// queue, and the approvals waiting (a task's or a tool call's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Load {
+    pub approvals: usize,
+    pub queued: usize,
 }
 
 /// The running turn `control/status` names.
@@ -221,6 +248,9 @@ pub enum TaskState {
 pub struct TaskStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_at: Option<u64>,
+    /// `awaiting_approval`'s: the approval it waits for (`ask-<n>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<f64>,
     #[serde(flatten)]
