@@ -286,22 +286,7 @@ fn doctor_reaches_several_hosts() {
     fs::set_permissions(&beta.registry, fs::Permissions::from_mode(0o777)).unwrap();
     let sshd = Sshd::start(None, Some(&local.root.join("home"))).unwrap_or_else(|e| panic!("{e}"));
     let _masters = Masters(local.registry.clone());
-    let mut c = String::new();
-    for (alias, env) in [("alpha", &alpha), ("beta", &beta)] {
-        c.push_str(&format!(
-            "Host {alias}\n  SetEnv BATON_DIR={} XDG_STATE_HOME={}\n",
-            env.registry.display(),
-            env.state.display()
-        ));
-    }
-    c.push_str(&format!(
-        "Host *\n  HostName 127.0.0.1\n  Port {}\n  IdentityFile {}\n  IdentitiesOnly yes\n  \
-         BatchMode yes\n  StrictHostKeyChecking yes\n  UserKnownHostsFile {}\n  \
-         ConnectTimeout 5\n  LogLevel ERROR\n",
-        sshd.port,
-        sshd.key("user_key").display(),
-        sshd.key("known_hosts").display()
-    ));
+    let c = sshd.aliases(&[("alpha", &alpha), ("beta", &beta)], None);
     let config = local.root.join("ssh_config");
     fs::write(&config, c).unwrap();
     let bin = crate::util::baton_bin();

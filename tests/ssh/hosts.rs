@@ -13,29 +13,6 @@ use crate::util::{Env, baton_bin, wait_until};
 
 const T: Duration = Duration::from_secs(30);
 
-/// The ssh config of the three aliases; the first value ssh obtains for
-/// an option is the one it uses, so the aliases' own blocks come first.
-fn ssh_config(sshd: &Sshd, worlds: &[(&str, &Env)], dead_port: u16) -> String {
-    let mut c = String::new();
-    for (alias, env) in worlds {
-        c.push_str(&format!(
-            "Host {alias}\n  SetEnv BATON_DIR={} XDG_STATE_HOME={}\n",
-            env.registry.display(),
-            env.state.display()
-        ));
-    }
-    c.push_str(&format!("Host dead\n  Port {dead_port}\n"));
-    c.push_str(&format!(
-        "Host *\n  HostName 127.0.0.1\n  Port {}\n  IdentityFile {}\n  IdentitiesOnly yes\n  \
-         BatchMode yes\n  StrictHostKeyChecking yes\n  UserKnownHostsFile {}\n  \
-         ConnectTimeout 5\n  LogLevel ERROR\n",
-        sshd.port,
-        sshd.key("user_key").display(),
-        sshd.key("known_hosts").display()
-    ));
-    c
-}
-
 /// A port on 127.0.0.1 that nothing listens on (bound, then closed).
 fn dead_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -63,7 +40,7 @@ fn one_command_reaches_every_host_and_names_the_one_that_failed() {
     let _masters = Masters(local.registry.clone());
     let config = local.root.join("ssh_config");
     let worlds = [("alpha", &alpha), ("beta", &beta)];
-    fs::write(&config, ssh_config(&sshd, &worlds, dead_port())).unwrap();
+    fs::write(&config, sshd.aliases(&worlds, Some(dead_port()))).unwrap();
     let via = |alias: &str| format!("ssh -F {} {alias}", config.display());
     // --hosts: a command line, a comment and a blank line.
     let hosts = local.root.join("hosts");

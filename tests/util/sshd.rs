@@ -173,6 +173,34 @@ impl Sshd {
         self.dir.join(name)
     }
 
+    /// An ssh config (`ssh -F FILE ALIAS`) naming this server under each
+    /// alias of `worlds`, each passing its world's registry and state home
+    /// with `SetEnv`, and with `dead` an alias `dead` for a port nothing
+    /// listens on. The first value ssh obtains for an option is the one it
+    /// uses, so the aliases' own blocks come first.
+    pub fn aliases(&self, worlds: &[(&str, &crate::util::Env)], dead: Option<u16>) -> String {
+        let mut c = String::new();
+        for (alias, env) in worlds {
+            c.push_str(&format!(
+                "Host {alias}\n  SetEnv BATON_DIR={} XDG_STATE_HOME={}\n",
+                env.registry.display(),
+                env.state.display()
+            ));
+        }
+        if let Some(port) = dead {
+            c.push_str(&format!("Host dead\n  Port {port}\n"));
+        }
+        c.push_str(&format!(
+            "Host *\n  HostName 127.0.0.1\n  Port {}\n  IdentityFile {}\n  IdentitiesOnly yes\n  \
+             BatchMode yes\n  StrictHostKeyChecking yes\n  UserKnownHostsFile {}\n  \
+             ConnectTimeout 5\n  LogLevel ERROR\n",
+            self.port,
+            self.key("user_key").display(),
+            self.key("known_hosts").display()
+        ));
+        c
+    }
+
     /// `ssh` with the key `key`, a pinned host key and no prompts, passing
     /// `world` (a registry and a state home) to the remote baton with
     /// SetEnv when given; no options about connection sharing: what an
