@@ -241,9 +241,10 @@ pub fn elsewhere(cmd: &str, args: &Args, config: &Config) -> Result<Option<ExitC
     if !COMMANDS.contains(&cmd) {
         return Ok(None);
     }
-    let Some(fleet) = Fleet::of(args, cmd)? else {
+    let Some(mut fleet) = Fleet::of(args, cmd)? else {
         return Ok(None);
     };
+    fleet.timeout += waited_there(cmd, args)?;
     let usage = |what: &str| Err(Error::Usage(format!("{cmd}: {what}")));
     match cmd {
         "inbox" if args.positional.first().map(String::as_str) != Some("list") => {
@@ -256,6 +257,16 @@ pub fn elsewhere(cmd: &str, args: &Args, config: &Config) -> Result<Option<ExitC
         // The positionals go after `--`, `inbox`'s `list` with them.
         _ => relay(&fleet, config, &[cmd], args).map(Some),
     }
+}
+
+/// How long `cmd` waits on each host beyond `--host-timeout`: `result
+/// --wait`, its `--timeout` (a year without one); else nothing.
+fn waited_there(cmd: &str, args: &Args) -> Result<Duration> {
+    if cmd != "result" || !args.flag("wait") {
+        return Ok(Duration::ZERO);
+    }
+    let wait = args.seconds(cmd, "timeout")?;
+    Ok(wait.unwrap_or(Duration::from_secs(365 * 86_400)))
 }
 
 /// `watch` on several hosts: their events merged as they come, each line
@@ -309,4 +320,32 @@ fn watch(fleet: &Fleet, config: &Config, args: &Args) -> Result<ExitCode> {
         }
     }
     Ok(asked.status())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_wait_gets_its_wait_beyond_the_host_timeout() {
+        let opts = [
+            super::super::JSON,
+            VIA,
+            HOST_TIMEOUT,
+            super::super::result::WAIT,
+            super::super::result::TIMEOUT,
+        ];
+        let parse = |cmd: &str, argv: &[&str]| {
+            let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+            super::super::args::parse(cmd, &argv, &opts).unwrap()
+        };
+        let waited = |cmd: &str, argv: &[&str]| waited_there(cmd, &parse(cmd, argv)).unwrap();
+        let wait = ["m1", "--wait", "--timeout", "600", "--via", "ssh a"];
+        assert_eq!(waited("result", &wait), Duration::from_secs(600));
+        assert!(
+            waited("result", &["m1", "--wait", "--via", "ssh a"]) > Duration::from_secs(86_400)
+        );
+        assert_eq!(waited("result", &["m1", "--via", "ssh a"]), Duration::ZERO);
+        assert_eq!(waited("status", &["--via", "ssh a"]), Duration::ZERO);
+    }
 }
