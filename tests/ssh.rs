@@ -267,6 +267,18 @@ fn list_via_names_an_item_it_cannot_read() {
     );
 }
 
+/// What a host prints is shown with nothing invisible raw, whatever the
+/// host's baton did (an older one, or one that lies).
+#[test]
+fn a_hosts_text_is_escaped_here_too() {
+    let h = Hosts::new();
+    let via = "printf 'state: \\033[2Jgone\\n'; :";
+    let out = h.run(&["status", "far", "--via", via]);
+    assert_eq!(out.status, 0, "{out:?}");
+    assert_eq!(out.stdout, ":  state: \\e[2Jgone\n", "{out:?}");
+    assert!(!out.stdout.contains('\x1b'), "{out:?}");
+}
+
 #[test]
 fn list_via_shows_the_remote_instances() {
     let h = Hosts::new();

@@ -148,6 +148,9 @@ impl Asked {
         let mut s = String::new();
         for (host, _, out) in &self.answers {
             for line in String::from_utf8_lossy(out).lines() {
+                // What a host prints is escaped there; again here, in case
+                // it is not (an older or a hostile baton): nothing raw.
+                let line = escape(line);
                 s.push_str(&format!("{:<width$}  {line}\n", escape(&host.name)));
             }
         }
@@ -296,7 +299,11 @@ fn watch(fleet: &Fleet, config: &Config, args: &Args) -> Result<ExitCode> {
                 let line = line.trim_end_matches(['\n', '\r']);
                 match serde_json::from_str::<Value>(line) {
                     Ok(v) if json => super::emit_json(&with_host(host, v)),
-                    _ => emit(&format!("{:<width$}  {line}\n", escape(&host.name))),
+                    _ => emit(&format!(
+                        "{:<width$}  {}\n",
+                        escape(&host.name),
+                        escape(line)
+                    )),
                 }
             }
             hosts::Streamed::Ended(at, end) => {
