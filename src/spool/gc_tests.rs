@@ -11,16 +11,26 @@ const LIMITS: Limits = Limits {
 };
 const DAY: f64 = 24.0 * 3600.0;
 
+/// A test's scratch directory, removed with all it holds when dropped.
+struct Root(PathBuf);
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A spool directory named `name` under a fresh `spool/` directory, opened
-/// once with its `meta.json` written, then closed: a stopped agent's.
-fn stopped_spool(tag: &str, name: &str) -> (PathBuf, PathBuf) {
-    let root = crate::base::files::scratch(&format!("gc-{tag}"));
-    let spools = root.join("spool");
+/// once with its `meta.json` written, then closed: a stopped agent's. The
+/// whole is removed when the `Root` is dropped.
+fn stopped_spool(tag: &str, name: &str) -> (Root, PathBuf, PathBuf) {
+    let root = Root(crate::base::files::scratch(&format!("gc-{tag}")));
+    let spools = root.0.join("spool");
     let dir = spools.join(format!("{name}-0123456789abcdef"));
     let s = Spool::open(&dir, false, false).unwrap();
     meta(name).write(&dir).unwrap();
     drop(s);
-    (spools, dir)
+    (root, spools, dir)
 }
 
 fn meta(name: &str) -> Meta {
@@ -54,7 +64,7 @@ fn later(days: f64) -> f64 {
 
 #[test]
 fn a_spool_that_never_held_a_task_is_removed_and_takes_no_more() {
-    let (_, dir) = stopped_spool("unused", "idle");
+    let (_root, _, dir) = stopped_spool("unused", "idle");
     assert!(never_used(&dir));
     let s = Spool::open(&dir, false, false).unwrap();
     assert!(s.remove_if_unused());
@@ -69,7 +79,7 @@ fn a_spool_that_never_held_a_task_is_removed_and_takes_no_more() {
 
 #[test]
 fn a_spool_that_held_a_task_is_kept() {
-    let (_, dir) = stopped_spool("queued", "busy");
+    let (_root, _, dir) = stopped_spool("queued", "busy");
     let s = Spool::open(&dir, false, false).unwrap();
     assert_eq!(
         offer(&s, "m1").unwrap(),
@@ -93,12 +103,12 @@ fn a_spool_that_held_a_task_is_kept() {
 #[test]
 fn a_send_or_a_stored_task_in_the_transcript_counts_as_used() {
     for kind in ["relay.sent", "message.accepted", "local.input"] {
-        let (_, dir) = stopped_spool("sent", "sender");
+        let (_root, _, dir) = stopped_spool("sent", "sender");
         let line = format!("{{\"seq\":1,\"time\":1.0,\"kind\":\"{kind}\"}}\n");
         fs::write(dir.join(TRANSCRIPT), line).unwrap();
         assert!(!never_used(&dir), "{kind}");
     }
-    let (_, dir) = stopped_spool("notice", "quiet");
+    let (_root, _, dir) = stopped_spool("notice", "quiet");
     fs::write(
         dir.join(TRANSCRIPT),
         "{\"seq\":1,\"time\":1.0,\"kind\":\"instance.started\"}\n",
@@ -117,7 +127,7 @@ fn opened(path: &Path) -> usize {
 
 #[test]
 fn an_instance_waiting_for_the_lock_of_a_removed_spool_starts_on_a_new_one() {
-    let (_, dir) = stopped_spool("race", "again");
+    let (_root, _, dir) = stopped_spool("race", "again");
     let first = Spool::open(&dir, false, false).unwrap();
     let dir2 = dir.clone();
     let second = std::thread::spawn(move || Spool::open(&dir2, false, false));
@@ -144,7 +154,7 @@ fn an_instance_waiting_for_the_lock_of_a_removed_spool_starts_on_a_new_one() {
 
 #[test]
 fn gc_finds_stopped_spools_of_receipts_only_past_the_age() {
-    let (spools, dir) = stopped_spool("stale", "old");
+    let (_root, spools, dir) = stopped_spool("stale", "old");
     let empty = spools.join("empty-0123456789abcdef");
     drop(Spool::open(&empty, false, false).unwrap());
     meta("empty").write(&empty).unwrap();
@@ -191,7 +201,7 @@ fn gc_finds_stopped_spools_of_receipts_only_past_the_age() {
 
 #[test]
 fn gc_does_not_remove_a_spool_used_since_it_was_listed() {
-    let (spools, dir) = stopped_spool("since", "busy");
+    let (_root, spools, dir) = stopped_spool("since", "busy");
     let found = stale(&spools, DEFAULT_OLDER_THAN, later(40.0));
     assert_eq!(found.len(), 1);
     {
