@@ -482,32 +482,10 @@ fn send_wait_learns_the_end_from_the_receipt_once_the_agent_stopped_again() {
 /// exits, where it once waited for the rest forever.
 #[test]
 fn a_stopped_agents_stand_in_reads_and_checks_as_a_connection_does() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::Stdio;
     let env = Env::new();
     stopped_keeper(&env);
-    let mut child = env
-        .cmd()
-        .args(["bridge", "--offline", "keeper"])
-        .env("BATON_IO_TIMEOUT", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap());
-        }
-    });
-    let mut stdin = child.stdin.take().unwrap();
-    let mut ask = |line: &str| {
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.flush().unwrap();
-        rx.recv_timeout(T).expect("an answer from the stand-in")
-    };
+    let mut st = StandIn::start(&env, &[("BATON_IO_TIMEOUT", "1")]);
+    let mut ask = |line: &str| st.ask(line);
     let send = r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message_id":"k3","body":"b","sender":{}}}"#;
     let early = ask(&format!("{send}\n"));
     assert_eq!(early["error"]["code"], -32010, "{early}");
@@ -526,9 +504,8 @@ fn a_stopped_agents_stand_in_reads_and_checks_as_a_connection_does() {
     assert_eq!(stalled["error"]["code"], -32000, "{stalled}");
     let m = stalled["error"]["message"].as_str().unwrap_or("");
     assert!(m.starts_with("read timeout: "), "{stalled}");
-    let exited = wait_for("the stand-in's exit", T, || child.try_wait().unwrap());
+    let exited = st.exit(false);
     assert!(exited.success(), "{exited:?}");
-    drop(stdin);
 }
 
 /// Issue 45: a stopped agent's stand-in whose agent has started meanwhile
@@ -536,31 +513,10 @@ fn a_stopped_agents_stand_in_reads_and_checks_as_a_connection_does() {
 /// having come through a bridge, and the answer names the instance.
 #[test]
 fn a_stand_in_whose_agent_started_meanwhile_delivers_to_it() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::Stdio;
     let env = Env::new();
     let (ws, _) = stopped_keeper(&env);
-    let mut child = env
-        .cmd()
-        .args(["bridge", "--offline", "keeper"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap());
-        }
-    });
-    let mut stdin = child.stdin.take().unwrap();
-    let mut ask = |line: &str| {
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.flush().unwrap();
-        rx.recv_timeout(T).expect("an answer from the stand-in")
-    };
+    let mut st = StandIn::start(&env, &[]);
+    let mut ask = |line: &str| st.ask(line);
     let hello = ask(
         "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocol_version\":1,\"client\":{\"name\":\"t\",\"version\":\"0\"}}}\n",
     );
@@ -581,8 +537,66 @@ fn a_stand_in_whose_agent_started_meanwhile_delivers_to_it() {
     assert_eq!(k9["bytes"], 4, "{k9}");
     assert_eq!(k9["mode"], "queue", "{k9}");
     assert_eq!(k9["sender"]["remote"], "ssh", "{k9}");
-    drop(stdin);
-    let exited = wait_for("the stand-in's exit", T, || child.try_wait().unwrap());
+    let exited = st.exit(true);
     assert!(exited.success(), "{exited:?}");
     assert_eq!(s.term(), 0, "{}", s.stderr());
+}
+
+/// `baton bridge --offline keeper` with `vars`, its answers read line by
+/// line as JSON by a thread.
+struct StandIn {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    answers: crossbeam_channel::Receiver<Value>,
+}
+
+impl StandIn {
+    fn start(env: &Env, vars: &[(&str, &str)]) -> StandIn {
+        use std::io::{BufRead, BufReader};
+        use std::process::Stdio;
+        let mut child = env
+            .cmd()
+            .args(["bridge", "--offline", "keeper"])
+            .envs(vars.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (tx, answers) = crossbeam_channel::unbounded();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap());
+            }
+        });
+        let stdin = child.stdin.take();
+        StandIn {
+            child,
+            stdin,
+            answers,
+        }
+    }
+
+    /// Writes `line` and gives the next answer.
+    fn ask(&mut self, line: &str) -> Value {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("its stdin is open");
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        self.answers
+            .recv_timeout(T)
+            .expect("an answer from the stand-in")
+    }
+
+    /// Its exit, once it exits (by `T`); with `close`, its stdin is closed
+    /// first, else it ends on its own.
+    fn exit(&mut self, close: bool) -> std::process::ExitStatus {
+        if close {
+            drop(self.stdin.take());
+        }
+        let status = wait_for("the stand-in's exit", T, || self.child.try_wait().unwrap());
+        drop(self.stdin.take());
+        status
+    }
 }
