@@ -73,33 +73,14 @@ impl Fleet {
             self.timeout,
             self.multiplex,
         );
-        let mut failed = false;
-        let mut answers = Vec::new();
+        let mut asked = Asked {
+            answers: Vec::new(),
+            failed: false,
+        };
         for (host, answer) in self.hosts.iter().zip(all) {
-            let name = escape(&host.name);
-            match answer {
-                Ok(r) => {
-                    // What baton said there, under the host's name.
-                    if let Some(said) = &r.said {
-                        eprintln!("{name}: {said}");
-                    }
-                    // Refused (1), not there (3) and out of time (5) are
-                    // answers; anything else went wrong there.
-                    if !matches!(r.code, 0 | 1 | 3 | 5) {
-                        failed = true;
-                        if r.said.is_none() {
-                            eprintln!("{name}: baton failed there (exit status {})", r.code);
-                        }
-                    }
-                    answers.push((host.clone(), r.code, r.out));
-                }
-                Err(why) => {
-                    failed = true;
-                    eprintln!("{name}: {}", why.0);
-                }
-            }
+            asked.take(host, answer);
         }
-        Asked { answers, failed }
+        asked
     }
 }
 
@@ -120,6 +101,32 @@ pub fn words(cmd: &[&str], args: &Args, json: bool) -> Vec<String> {
 }
 
 impl Asked {
+    /// Adds a host's answer; what baton said there goes on stderr under
+    /// the host's name, and a host that failed is one line there.
+    /// Refused (1), not there (3) and out of time (5) are answers;
+    /// anything else went wrong there.
+    fn take(&mut self, host: &Host, answer: hosts::Answer) {
+        let name = escape(&host.name);
+        match answer {
+            Ok(r) => {
+                if let Some(said) = &r.said {
+                    eprintln!("{name}: {said}");
+                }
+                if !matches!(r.code, 0 | 1 | 3 | 5) {
+                    self.failed = true;
+                    if r.said.is_none() {
+                        eprintln!("{name}: baton failed there (exit status {})", r.code);
+                    }
+                }
+                self.answers.push((host.clone(), r.code, r.out));
+            }
+            Err(why) => {
+                self.failed = true;
+                eprintln!("{name}: {}", why.0);
+            }
+        }
+    }
+
     /// The exit status of the whole: 4 when a host failed; else, of the
     /// statuses the hosts gave, the highest, where 3 (no such target or
     /// task there) counts only when every host gave it, since what one
@@ -308,21 +315,7 @@ fn watch(fleet: &Fleet, config: &Config, args: &Args) -> Result<ExitCode> {
             }
             hosts::Streamed::Ended(at, end) => {
                 left -= 1;
-                let host = &fleet.hosts[at];
-                let name = escape(&host.name);
-                match end {
-                    Ok(r) => {
-                        if let Some(said) = &r.said {
-                            eprintln!("{name}: {said}");
-                        }
-                        asked.failed |= !matches!(r.code, 0 | 1 | 3 | 5);
-                        asked.answers.push((host.clone(), r.code, Vec::new()));
-                    }
-                    Err(why) => {
-                        asked.failed = true;
-                        eprintln!("{name}: {}", why.0);
-                    }
-                }
+                asked.take(&fleet.hosts[at], end);
             }
         }
     }

@@ -169,19 +169,25 @@ pub fn ask(
         )));
     }
     let said = last_line(&err.unwrap_or_default());
-    match v.exit_code(until) {
+    ended(v.exit_code(until), out, said).ok_or_else(late)?
+}
+
+/// What a host's command that ended with `code` (None: it had not
+/// exited) gave: a failure when ssh could not reach the host (exit 255)
+/// or no baton was found there (127); else baton's answer there.
+fn ended(code: Option<i32>, out: Vec<u8>, said: Option<String>) -> Option<Answer> {
+    Some(match code? {
         // ssh's own failure: it could not reach the host.
-        Some(255) => Err(Failure(format!(
+        255 => Err(Failure(format!(
             "unreachable: {}",
             said.unwrap_or_else(|| "ssh failed (exit status 255)".into())
         ))),
-        Some(127) => Err(Failure(format!(
+        127 => Err(Failure(format!(
             "no baton found there (exit status 127; set BATON_REMOTE to its path there, see docs/ssh.md){}",
             said.map(|s| format!(": {s}")).unwrap_or_default()
         ))),
-        Some(code) => Ok(Reply { code, out, said }),
-        None => Err(late()),
-    }
+        code => Ok(Reply { code, out, said }),
+    })
 }
 
 /// What a host streaming its answer (`watch`) gives: a line of its
@@ -235,18 +241,8 @@ pub fn stream(
             }
             let code = v.exit_code(Instant::now() + Duration::from_secs(5));
             let said = last_line(&err.join().unwrap_or_default());
-            let end = match code {
-                Some(255) => Err(Failure(format!(
-                    "unreachable: {}",
-                    said.unwrap_or_else(|| "ssh failed (exit status 255)".into())
-                ))),
-                Some(code) => Ok(Reply {
-                    code,
-                    out: Vec::new(),
-                    said,
-                }),
-                None => Err(Failure("did not exit".into())),
-            };
+            let end = ended(code, Vec::new(), said)
+                .unwrap_or_else(|| Err(Failure("did not exit".into())));
             let _ = tx.send(Streamed::Ended(at, end));
         });
     }
