@@ -376,12 +376,6 @@ pub fn read_error_line(cfg: &crate::base::config::Config, e: &wire::ReadError) -
     Some(wire::error_line(&Value::Null, code, &message, None))
 }
 
-impl From<wire::request::BadParam> for RpcError {
-    fn from(b: wire::request::BadParam) -> RpcError {
-        invalid_params(b.0)
-    }
-}
-
 pub fn invalid_params(what: impl std::fmt::Display) -> RpcError {
     RpcError::new(wire::INVALID_PARAMS, format!("invalid params: {what}"))
 }

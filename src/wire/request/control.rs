@@ -5,64 +5,11 @@
 //! read by the server once, with `read`: that reader keeps the server's
 //! own refusals (`invalid params: … must be …`), which serde's would not.
 
+use super::{Fields, Invalid};
 use crate::wire::answer::{BridgeParams, Software};
 use crate::wire::{ApprovalKind, Decision, Handling, Manifest, Said, TaskMode};
 use serde::Serialize;
 use serde_json::{Map, Number, Value};
-
-/// Why a request's params were refused: what follows `invalid params: `.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BadParam(pub String);
-
-/// The member `name` names (its last dotted part is the key).
-fn member<'a>(p: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    p.get(name.rsplit('.').next().unwrap_or(name))
-}
-
-/// Member `name` of `p` as `read` takes it: `None` when absent or null;
-/// `want` names what `read` accepts.
-pub fn opt<'a, T>(
-    p: &'a Map<String, Value>,
-    name: &str,
-    want: &str,
-    read: impl FnOnce(&'a Value) -> Option<T>,
-) -> Result<Option<T>, BadParam> {
-    match member(p, name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => read(v).map(Some).ok_or_else(|| bad_type(name, want)),
-    }
-}
-
-/// The same, for a member that must be there: a null is of the wrong type.
-pub fn need<'a, T>(
-    p: &'a Map<String, Value>,
-    name: &str,
-    want: &str,
-    read: impl FnOnce(&'a Value) -> Option<T>,
-) -> Result<T, BadParam> {
-    match member(p, name) {
-        None => Err(missing(name)),
-        Some(v) => read(v).ok_or_else(|| bad_type(name, want)),
-    }
-}
-
-/// A string member, if there.
-pub fn get_str(p: &Map<String, Value>, name: &str) -> Result<Option<String>, BadParam> {
-    opt(p, name, "a string", |v| v.as_str().map(String::from))
-}
-
-/// A string member that must be there (a null is missing).
-pub fn need_str(p: &Map<String, Value>, name: &str) -> Result<String, BadParam> {
-    get_str(p, name)?.ok_or_else(|| missing(name))
-}
-
-pub fn missing(name: &str) -> BadParam {
-    BadParam(format!("{name} is missing"))
-}
-
-fn bad_type(name: &str, want: &str) -> BadParam {
-    BadParam(format!("{name} must be {want}"))
-}
 
 /// `initialize`'s params as the server reads them.
 #[derive(Clone, Debug)]
@@ -80,23 +27,26 @@ impl HelloRead {
         p: &Map<String, Value>,
         valid_key: impl Fn(&str) -> bool,
         want_key: &str,
-    ) -> Result<HelloRead, BadParam> {
-        let version = need(p, "protocol_version", "an integer", |v| match v {
+    ) -> Result<HelloRead, Invalid> {
+        let version = Fields(p).need("protocol_version", "an integer", |v| match v {
             Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.clone()),
             _ => None,
         })?;
-        let client = need(p, "client", "an object", Value::as_object)?;
-        let name = need(client, "client.name", "a string", Value::as_str)?;
-        let version_of = need(client, "client.version", "a string", Value::as_str)?;
-        let bridge = match opt(p, "bridge", "an object", Value::as_object)? {
+        let client = Fields(Fields(p).need("client", "an object", Value::as_object)?);
+        let name = client.need("client.name", "a string", Value::as_str)?;
+        let version_of = client.need("client.version", "a string", Value::as_str)?;
+        let bridge = match Fields(p).opt("bridge", "an object", Value::as_object)? {
             None => None,
             Some(b) => Some(BridgeParams {
-                target: need(b, "bridge.target", "a string", Value::as_str)?.to_string(),
-                remote: opt(b, "bridge.remote", "a string", Value::as_str)?.map(String::from),
-                key: opt(b, "bridge.key", want_key, |v| {
-                    v.as_str().filter(|l| valid_key(l))
-                })?
-                .map(String::from),
+                target: Fields(b)
+                    .need("bridge.target", "a string", Value::as_str)?
+                    .to_string(),
+                remote: Fields(b).text("bridge.remote")?,
+                key: Fields(b)
+                    .opt("bridge.key", want_key, |v| {
+                        v.as_str().filter(|l| valid_key(l))
+                    })?
+                    .map(String::from),
             }),
         };
         Ok(HelloRead {
@@ -150,9 +100,9 @@ impl SubscribeParams {
         }
     }
 
-    pub fn read(p: &Map<String, Value>) -> Result<SubscribeParams, BadParam> {
-        let since = opt(p, "since", "a non-negative integer", Value::as_u64)?;
-        let controller = opt(p, "controller", "a boolean", Value::as_bool)?;
+    pub fn read(p: &Map<String, Value>) -> Result<SubscribeParams, Invalid> {
+        let since = Fields(p).opt("since", "a non-negative integer", Value::as_u64)?;
+        let controller = Fields(p).opt("controller", "a boolean", Value::as_bool)?;
         Ok(SubscribeParams { controller, since })
     }
 }
@@ -264,9 +214,9 @@ pub struct ApprovalListParams {
 }
 
 impl ApprovalListParams {
-    pub fn read(p: &Map<String, Value>) -> Result<ApprovalListParams, BadParam> {
-        let full = opt(p, "full", "a boolean", Value::as_bool)?;
-        let approval_id = get_str(p, "approval_id")?;
+    pub fn read(p: &Map<String, Value>) -> Result<ApprovalListParams, Invalid> {
+        let full = Fields(p).opt("full", "a boolean", Value::as_bool)?;
+        let approval_id = Fields(p).text("approval_id")?;
         Ok(ApprovalListParams { approval_id, full })
     }
 }
@@ -291,18 +241,19 @@ pub struct RespondParams {
 }
 
 impl RespondParams {
-    pub fn read(p: &Map<String, Value>) -> Result<RespondParams, BadParam> {
+    pub fn read(p: &Map<String, Value>) -> Result<RespondParams, Invalid> {
+        let f = Fields(p);
         let needed = |k: &str| {
-            get_str(p, k)?.ok_or_else(|| {
-                BadParam(format!(
+            f.text(k)?.ok_or_else(|| {
+                Invalid::new(format!(
                     "{k} is missing: an answer names the approval_id and the digest its approval/request carried"
                 ))
             })
         };
         let approval_id = needed("approval_id")?;
         let digest = needed("digest")?;
-        let decision = need_str(p, "decision")?;
-        let by = get_str(p, "by")?;
+        let decision = f.need_text("decision")?;
+        let by = f.text("by")?;
         Ok(RespondParams {
             approval_id,
             by,
@@ -374,12 +325,13 @@ pub struct AskParams {
 }
 
 impl AskParams {
-    pub fn read(p: &Map<String, Value>) -> Result<AskParams, BadParam> {
-        let request_id = need_str(p, "request_id")?;
-        let tool_name = need_str(p, "tool_name")?;
-        let description = get_str(p, "description")?.unwrap_or_default();
-        let input_preview = get_str(p, "input_preview")?.unwrap_or_default();
-        let host = get_str(p, "host")?;
+    pub fn read(p: &Map<String, Value>) -> Result<AskParams, Invalid> {
+        let f = Fields(p);
+        let request_id = f.need_text("request_id")?;
+        let tool_name = f.need_text("tool_name")?;
+        let description = f.text("description")?.unwrap_or_default();
+        let input_preview = f.text("input_preview")?.unwrap_or_default();
+        let host = f.text("host")?;
         Ok(AskParams {
             description,
             host,
