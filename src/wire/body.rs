@@ -31,10 +31,6 @@ impl<'a> BodyText<'a> {
     }
 }
 
-fn no(b: &bool) -> bool {
-    !*b
-}
-
 /// What one event says, but its number, time and kind.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
@@ -105,7 +101,7 @@ pub enum Body<'a> {
         dropped: Option<u64>,
         message_id: &'a str,
         stream: Stream,
-        #[serde(skip_serializing_if = "no")]
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
         tail: bool,
         text: &'a str,
     },
@@ -135,7 +131,7 @@ pub enum Body<'a> {
     Notice(Notice<'a>),
 }
 
-impl Body<'_> {
+impl<'a> Body<'a> {
     pub fn kind(&self) -> EventKind {
         use EventKind as K;
         match self {
@@ -163,9 +159,7 @@ impl Body<'_> {
             Body::Notice(_) => K::Notice,
         }
     }
-}
 
-impl<'a> Body<'a> {
     /// A `notice` of `text` alone.
     pub fn notice(text: &'a str) -> Body<'a> {
         Body::Notice(Notice {
@@ -199,7 +193,7 @@ pub struct Accepted<'a> {
     key: &'a Option<String>,
     /// Set by an offline sender that stored the task itself
     /// (docs/protocol.md §8).
-    #[serde(skip_serializing_if = "no")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stored: bool,
 }
 
@@ -257,7 +251,7 @@ pub struct Ended<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     stderr_tail: Option<&'a str>,
     /// Written by `baton cancel` in a stopped agent's spool.
-    #[serde(skip_serializing_if = "no")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stored: bool,
 }
 
@@ -368,7 +362,7 @@ impl Serialize for Relayed<'_> {
 #[derive(Debug, Default, Serialize)]
 pub struct Notice<'a> {
     /// About Codex's app-server (`--codex`).
-    #[serde(skip_serializing_if = "no")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub codex: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub codex_thread: Option<&'a str>,
@@ -382,7 +376,7 @@ pub struct Notice<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shortage: Option<&'a str>,
     /// Written by `baton cancel` in a stopped agent's spool.
-    #[serde(skip_serializing_if = "no")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stored: bool,
     pub text: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
