@@ -580,13 +580,7 @@ fn read(msg: &Value, message_id: &str, seen: &mut Seen) -> Result<Option<Step<En
             _ => return Ok(None),
         }
         let outcome = ev.outcome.unwrap_or(Outcome::Failed);
-        let handler = HandlerExit {
-            exit_status: ev.exit_status,
-            signal: ev.signal,
-            stderr_tail: ev.stderr_tail,
-            host: ev.host,
-        };
-        let end = End::ended(outcome, ev.reply, handler, None, Some(ev.time));
+        let end = End::ended(outcome, ev.reply, ev.handler, None, Some(ev.time));
         return Ok(Some(Step::Done(end)));
     }
     let Ok(line) = serde_json::from_value::<Reply>(msg.clone()) else {

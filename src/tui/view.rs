@@ -161,7 +161,7 @@ impl View {
             let (host_pid, pid) = (ev.host_pid.map(u64::from), ev.pid.map(u64::from));
             return Waiting {
                 id: str_of(&ev.request_id),
-                from: who_asked(ev.host.as_deref(), host_pid, pid),
+                from: who_asked(ev.handler.host.as_deref(), host_pid, pid),
                 excerpt: format!("{}\n{}", str_of(&ev.description), str_of(&ev.input_preview)),
                 tool: Some(str_of(&ev.tool_name)),
                 approval_id,

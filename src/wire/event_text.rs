@@ -283,7 +283,7 @@ fn turn_output(ev: &Event, id: &str) -> Said {
 fn turn_finished(ev: &Event, id: &str) -> Said {
     let outcome = outcome(ev);
     let exit = part(ev.exit_code, |c| format!(", exit {c}"));
-    let signal = part(ev.signal, |sig| format!(", signal {sig}"));
+    let signal = part(ev.handler.signal, |sig| format!(", signal {sig}"));
     let took = part(ev.duration_ms, |ms| {
         format!(", {:.3} s", ms as f64 / 1000.0)
     });
