@@ -10,7 +10,7 @@ use super::{Approve, Decision, EventKind, Mode, Outcome, ReplyRecord, Said, Stat
 use super::{HandlerExit, Task, TaskMode};
 use crate::base::status::Status;
 use serde::Serialize;
-use serde::ser::{SerializeMap, Serializer};
+use serde::ser::Serializer;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -337,24 +337,12 @@ pub struct Relayed<'a> {
 impl Serialize for Relayed<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::Error;
-        let result = serde_json::to_value(self.result).map_err(S::Error::custom)?;
-        let members = result.as_object().into_iter().flatten();
-        let mut map = s.serialize_map(None)?;
-        let mut said = self.reply_of.is_none();
-        for (k, v) in members {
-            if k.as_str() == "reply_of" {
-                continue;
-            }
-            if !said && k.as_str() > "reply_of" {
-                map.serialize_entry("reply_of", &self.reply_of)?;
-                said = true;
-            }
-            map.serialize_entry(k, v)?;
+        let mut result = serde_json::to_value(self.result).map_err(S::Error::custom)?;
+        // A `Map` keeps its members in the byte order of their names.
+        if let (Some(members), Some(of)) = (result.as_object_mut(), self.reply_of) {
+            members.insert("reply_of".into(), of.into());
         }
-        if !said {
-            map.serialize_entry("reply_of", &self.reply_of)?;
-        }
-        map.end()
+        result.serialize(s)
     }
 }
 
