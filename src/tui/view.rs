@@ -8,7 +8,7 @@ pub use super::editor::Editor;
 use super::term::{Frame, Line, Style};
 use crate::text::sanitize::escape;
 use crate::wire::answer::Asked;
-use crate::wire::event_text::{self, approval_text};
+use crate::wire::event_text::{self, approval_text, named};
 pub use crate::wire::event_text::{Role, Waiting, approval_prompt, excerpt};
 use crate::wire::{Event, EventKind, Shown};
 use serde_json::Value;
@@ -102,7 +102,7 @@ impl View {
     pub fn apply_event(&mut self, v: &Value) {
         let ev = &Event::read(v);
         let id = ev.id();
-        let approval_id = str_of(&ev.approval_id);
+        let approval_id = named(&ev.approval_id);
         match ev.kind {
             Some(EventKind::MessageAccepted) => self.remember(ev),
             Some(EventKind::TurnFinished) => self.open.retain(|o| o.id != id),
@@ -156,7 +156,7 @@ impl View {
     /// `body_excerpt`, `body_bytes`), else what the task's
     /// `message.accepted` said.
     fn waiting_of(&self, ev: &Event) -> Waiting {
-        let (approval_id, digest) = (str_of(&ev.approval_id), str_of(&ev.digest));
+        let (approval_id, digest) = (named(&ev.approval_id), named(&ev.digest));
         let seen = self.seen.iter().find(|x| x.id() == ev.id());
         let or_seen = |v: Option<&str>, f: fn(&Event) -> Option<&str>| -> String {
             let v = v.filter(|x| !x.is_empty()).or_else(|| seen.and_then(f));
@@ -168,31 +168,20 @@ impl View {
             }) => Some(w.as_str()),
             _ => ev.workspace.as_deref(),
         };
-        let excerpt = match ev.excerpt.as_ref().or(ev.body_excerpt.as_ref()) {
-            Some(x) => x.clone(),
-            None => seen
-                .map(|x| excerpt(x.body.as_deref().unwrap_or("")))
-                .unwrap_or_default(),
-        };
         let seen_body = seen.map(|x| x.body.as_deref().unwrap_or(""));
         let seen_bytes = seen_body.map(|b| b.len() as u64);
+        let shown = ev.excerpt.as_ref().or(ev.body_excerpt.as_ref()).cloned();
         Waiting {
             id: ev.id().to_string(),
             from: or_seen(ev.sender(), Event::sender),
             workspace: or_seen(ws, |x| x.workspace.as_deref()),
-            mode: ev
-                .mode
-                .as_ref()
-                .or_else(|| seen.and_then(|x| x.mode.as_ref()))
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-            excerpt,
+            mode: named(&ev.mode.clone().or(seen.and_then(|x| x.mode.clone()))),
+            excerpt: shown.unwrap_or_else(|| seen_body.map(excerpt).unwrap_or_default()),
             bytes: ev.bytes.or(ev.body_bytes).or(seen_bytes),
             lines: ev.lines.or(seen_body.map(|b| b.lines().count() as u64)),
-            escaped: None,
-            tool: None,
             approval_id,
             digest,
+            ..Waiting::default()
         }
     }
 
@@ -320,11 +309,6 @@ impl View {
             cursor: (cx as u16, input_row as u16),
         }
     }
-}
-
-/// An optional string member, or empty.
-fn str_of(v: &Option<String>) -> String {
-    v.clone().unwrap_or_default()
 }
 
 fn line(text: String, style: Style) -> Line {

@@ -70,7 +70,7 @@ fn s(v: &Option<String>) -> &str {
 }
 
 /// An optional name as spelled, or empty.
-fn named<T: std::fmt::Display>(v: &Option<T>) -> String {
+pub fn named<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map(ToString::to_string).unwrap_or_default()
 }
 
