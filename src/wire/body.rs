@@ -83,6 +83,7 @@ pub enum Body<'a> {
     TaskRequeued {
         message_id: &'a str,
     },
+    #[serde(serialize_with = "sorted")]
     TaskEnded(Ended<'a>),
     TaskDiscarded {
         message_id: &'a str,
@@ -106,6 +107,7 @@ pub enum Body<'a> {
         text: &'a str,
     },
     TurnFinished(Finished<'a>),
+    #[serde(serialize_with = "sorted")]
     RelaySent(Relayed<'a>),
     StateChanged {
         state: State,
@@ -235,21 +237,16 @@ pub enum Local<'a> {
     },
 }
 
-/// `task.ended`: with how a failed turn's handler ended (`HandlerExit`'s
-/// members, among the others in order).
+/// `task.ended`: its reply as the receipt keeps it, and how a failed
+/// turn's handler ended (`HandlerExit`'s members, among the others in
+/// order: `sorted`).
 #[derive(Debug, Serialize)]
 pub struct Ended<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exit_status: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    host: Option<&'a str>,
     message_id: &'a str,
     outcome: Outcome,
-    reply: Option<Reply<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    signal: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stderr_tail: Option<&'a str>,
+    reply: Option<&'a ReplyRecord>,
+    #[serde(flatten)]
+    handler: Option<&'a HandlerExit>,
     /// Written by `baton cancel` in a stopped agent's spool.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stored: bool,
@@ -263,27 +260,20 @@ impl<'a> Ended<'a> {
         handler: Option<&'a HandlerExit>,
     ) -> Ended<'a> {
         Ended {
-            exit_status: handler.and_then(|h| h.exit_status),
-            host: handler.and_then(|h| h.host.as_deref()),
             message_id,
             outcome,
-            reply: reply.map(|r| Reply {
-                body: &r.body,
-                message_id: r.message_id.as_deref(),
-            }),
-            signal: handler.and_then(|h| h.signal),
-            stderr_tail: handler.and_then(|h| h.stderr_tail.as_deref()),
+            reply,
+            handler,
             stored: false,
         }
     }
 }
 
-/// `task.ended`'s `reply`: a `ReplyRecord`, its members sorted as the
-/// event has always written them (the receipt keeps `message_id` first).
-#[derive(Debug, Serialize)]
-struct Reply<'a> {
-    body: &'a str,
-    message_id: Option<&'a str>,
+/// A body's members, and theirs, in the byte order of their names: a
+/// JSON `Map` keeps them so.
+fn sorted<T: Serialize, S: Serializer>(body: &T, s: S) -> Result<S::Ok, S::Error> {
+    let members = serde_json::to_value(body).map_err(serde::ser::Error::custom)?;
+    members.serialize(s)
 }
 
 /// `turn.finished`: the outcome; an exec handler's exit and bytes, or
@@ -327,23 +317,13 @@ impl<'a> Finished<'a> {
 }
 
 /// `relay.sent`: the `relay/send` result as it came, with `reply_of`
-/// among its members in order when the send was a reply.
-#[derive(Debug)]
+/// among its members in order (`sorted`) when the send was a reply.
+#[derive(Debug, Serialize)]
 pub struct Relayed<'a> {
+    #[serde(flatten)]
     pub result: &'a super::answer::SendResult,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_of: Option<&'a str>,
-}
-
-impl Serialize for Relayed<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::Error;
-        let mut result = serde_json::to_value(self.result).map_err(S::Error::custom)?;
-        // A `Map` keeps its members in the byte order of their names.
-        if let (Some(members), Some(of)) = (result.as_object_mut(), self.reply_of) {
-            members.insert("reply_of".into(), of.into());
-        }
-        result.serialize(s)
-    }
 }
 
 /// A `notice`: its text, and what it is about (docs/protocol.md §3).
