@@ -22,7 +22,7 @@
 use super::{emit, emit_json, target};
 use crate::base::config::Config;
 use crate::base::error::{Error, ExitCode, Result};
-use crate::client::{ClientError, Session};
+use crate::client::ClientError;
 use crate::front::follow::{self, Follow, Step, Who};
 use crate::registry::{self, Peer};
 use crate::text::sanitize::escape;
@@ -30,7 +30,6 @@ use crate::wire::answer::ControlStatus;
 use crate::wire::{Approve, Call, Decision, Event, EventKind, Mode, State};
 use serde_json::Value;
 use std::collections::HashSet;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// What waits: how many tasks, and the one `inbox claim` takes first.
@@ -142,13 +141,8 @@ fn report(json: bool, name: &str, found: Option<Waiting>) -> ExitCode {
 /// waits for an event that makes a task claimable: `Done(None)` when the
 /// deadline passes first.
 fn watch(config: &Config, peer: &Peer, deadline: Option<Instant>) -> Result<Step<Option<Waiting>>> {
-    let socket = Path::new(&peer.manifest.socket);
     // Only live events: the look that follows covers what came before.
-    let sub = Session::open(socket, config.io_timeout).and_then(|mut s| {
-        s.subscribe(crate::wire::request::SubscribeParams::default())?;
-        Ok(s)
-    });
-    let mut sub = match sub {
+    let mut sub = match follow::subscribed(config, peer) {
         Ok(s) => s,
         Err(why) => {
             return Ok(Step::Unwatched(Some(Error::Transport(format!(

@@ -118,13 +118,11 @@ impl Parsed for Log {
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        let a = &self;
-        let (json, clock, filter) = (a.json, &a.clock, a.filter);
-        let then_live = a.follow;
-        let peer = match target::resolve_or_stopped(config, a.target.as_deref())? {
+        let (json, clock, filter, then_live) = (self.json, &self.clock, self.filter, self.follow);
+        let peer = match target::resolve_or_stopped(config, self.target.as_deref())? {
             Resolved::Live(peer) => *peer,
             Resolved::Stopped(spool) => {
-                say_stopped(&spool, a.utc);
+                say_stopped(&spool, self.utc);
                 let last = log_recorded(json, clock, filter, &spool);
                 if !then_live {
                     return Ok(ExitCode::Ok);
@@ -277,11 +275,11 @@ impl Parsed for Watch {
     }
 }
 
-/// Reads the operator's answers on a thread of its own.
 /// How long answers read before their requests wait for them once the
 /// input has ended.
 const EARLY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Reads the operator's answers on a thread of its own.
 fn read_stdin() -> Receiver<String> {
     let (tx, rx) = chan::unbounded::<String>();
     std::thread::spawn(move || {

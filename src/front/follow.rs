@@ -19,7 +19,7 @@ use crate::registry::{self, Manifest, Peer};
 use crate::text::sanitize::escape;
 use crate::wire::answer::{Handled, Pending, Reply, SendResult, TaskState, TaskStatus};
 use crate::wire::request::{ReceivedParams, TaskParams};
-use crate::wire::{self, Call, Event, EventKind, HandlerExit, Outcome};
+use crate::wire::{self, Call, Event, EventKind, HandlerExit, Outcome, ReplyRecord};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
@@ -167,9 +167,7 @@ impl Who {
             &rank,
         ))
     }
-}
 
-impl Who {
     /// The end of `message_id` as a spool of the name keeps it in its
     /// receipts, read without a lock: an instance that finished the task
     /// and stopped before the waiter looked again (one that runs for a
@@ -331,14 +329,7 @@ impl End {
         match st.status {
             TaskState::Ended(outcome) => {
                 let reply = st.reply.flatten();
-                End::Final {
-                    outcome,
-                    reply_id: reply.as_ref().and_then(|r| r.message_id.clone()),
-                    reply: reply.map(|r| r.body),
-                    handler: st.handler,
-                    accepted_at: st.accepted_at,
-                    finished_at: st.finished_at,
-                }
+                End::ended(outcome, reply, st.handler, st.accepted_at, st.finished_at)
             }
             TaskState::Pending(Pending::Unknown) => End::Unknown,
             TaskState::Pending(p) => End::TimedOut(Some(p)),
@@ -347,13 +338,26 @@ impl End {
 
     /// The end a spool's receipt keeps.
     pub fn receipt(r: crate::spool::Receipt) -> End {
+        let finished_at = Some(r.finished_at);
+        End::ended(r.outcome, r.reply, r.handler, r.accepted_at, finished_at)
+    }
+
+    /// A final end: `reply` as a receipt keeps it (its text, and its own
+    /// id when it was sent back).
+    fn ended(
+        outcome: Outcome,
+        reply: Option<ReplyRecord>,
+        handler: HandlerExit,
+        accepted_at: Option<u64>,
+        finished_at: Option<f64>,
+    ) -> End {
         End::Final {
-            outcome: r.outcome,
-            reply_id: r.reply.as_ref().and_then(|x| x.message_id.clone()),
-            reply: r.reply.map(|x| x.body),
-            handler: r.handler,
-            accepted_at: r.accepted_at,
-            finished_at: Some(r.finished_at),
+            outcome,
+            reply_id: reply.as_ref().and_then(|r| r.message_id.clone()),
+            reply: reply.map(|r| r.body),
+            handler,
+            accepted_at,
+            finished_at,
         }
     }
 }
@@ -490,18 +494,18 @@ fn watch(
     deadline: Option<Instant>,
     seen: &mut Seen,
 ) -> Result<Step<End>> {
-    let socket = Path::new(&peer.manifest.socket);
-    let Ok(mut conn) = Session::open(socket, config.io_timeout) else {
+    // Only live events: the status answer covers what happened before.
+    let Ok(mut conn) = subscribed(config, peer) else {
         return Ok(Step::Unwatched(None));
     };
-    // Only live events: the status answer covers what happened before.
-    if conn
-        .subscribe(crate::wire::request::SubscribeParams::default())
-        .is_err()
-    {
-        return Ok(Step::Unwatched(None));
-    }
     watch_session(&mut conn, message_id, deadline, seen, None)
+}
+
+/// A new connection to `peer`, subscribed to its live events only.
+pub fn subscribed(config: &Config, peer: &Peer) -> std::result::Result<Session, ClientError> {
+    let mut conn = Session::open(Path::new(&peer.manifest.socket), config.io_timeout)?;
+    conn.subscribe(crate::wire::request::SubscribeParams::default())?;
+    Ok(conn)
 }
 
 /// Asks `task/status` on `conn` and reads what follows until the task's
@@ -576,22 +580,8 @@ fn read(msg: &Value, message_id: &str, seen: &mut Seen) -> Result<Option<Step<En
             _ => return Ok(None),
         }
         let outcome = ev.outcome.unwrap_or(Outcome::Failed);
-        let reply_id = ev.reply.as_ref().and_then(|r| r.message_id.clone());
-        let reply = ev.reply.map(|r| r.body);
-        let handler = HandlerExit {
-            exit_status: ev.exit_status,
-            signal: ev.signal,
-            stderr_tail: ev.stderr_tail,
-            host: ev.host,
-        };
-        return Ok(Some(Step::Done(End::Final {
-            outcome,
-            reply,
-            reply_id,
-            handler,
-            accepted_at: None,
-            finished_at: Some(ev.time),
-        })));
+        let end = End::ended(outcome, ev.reply, ev.handler, None, Some(ev.time));
+        return Ok(Some(Step::Done(end)));
     }
     let Ok(line) = serde_json::from_value::<Reply>(msg.clone()) else {
         return Ok(None);

@@ -92,11 +92,7 @@ fn arrived(ev: &Event) -> Option<Task> {
         remote: ev.remote.clone(),
         key: ev.key.clone(),
     };
-    let mode = ev
-        .mode
-        .as_ref()
-        .map(ToString::to_string)
-        .unwrap_or_default();
+    let mode = event_text::named(&ev.mode);
     let (id, body) = (ev.message_id.as_deref()?, ev.body.clone()?);
     Some(spool::new_task(id, body, sender, 0, None, &mode, None, ""))
 }

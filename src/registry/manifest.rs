@@ -268,7 +268,7 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
         operators: match m.operators.0 {
             None => Vec::new(),
             Some(v) => (v.as_str())
-                .and_then(crate::wire::parse_operators)
+                .and_then(crate::wire::uid_list::parse)
                 .ok_or("operators is not a list of uids, such as \"1001,0\"")?,
         },
     })

@@ -9,7 +9,7 @@
 use super::Control;
 use super::view::{self, Role, View};
 use crate::wire::answer::{ApprovalList, Asked, Handled};
-use crate::wire::event_text::{escaped_count, show_whole, who_asked, whole_of};
+use crate::wire::event_text::{escaped_count, show_whole, whole_of};
 use crate::wire::request::{ApprovalListParams, RespondParams};
 use crate::wire::{Call, Decision, Handling};
 use serde_json::Value;
@@ -66,35 +66,6 @@ fn waiting_as(view: &View, id: &str) -> Result<view::Waiting, String> {
     }
 }
 
-/// An approval as `approval/list` lists it, as the view keeps one.
-fn waiting_of(a: &Asked) -> view::Waiting {
-    let s = |v: &Option<String>| v.clone().unwrap_or_default();
-    let digest = a.digest.as_str().unwrap_or("").to_string();
-    if a.is_tool() {
-        return view::Waiting {
-            id: a.subject().to_string(),
-            from: who_asked(a.host.as_deref(), a.host_pid, a.pid),
-            excerpt: format!("{}\n{}", s(&a.description), s(&a.input_preview)),
-            tool: Some(s(&a.tool_name)),
-            approval_id: s(&a.approval_id),
-            digest,
-            ..view::Waiting::default()
-        };
-    }
-    view::Waiting {
-        id: a.subject().to_string(),
-        from: s(&a.from),
-        workspace: s(&a.workspace),
-        mode: s(&a.mode),
-        excerpt: s(&a.excerpt),
-        bytes: a.bytes,
-        lines: a.lines,
-        approval_id: s(&a.approval_id),
-        digest,
-        ..view::Waiting::default()
-    }
-}
-
 /// The approval `id` names as the instance lists it now, for one the
 /// view has not heard of (its event came before the transcript the view
 /// replayed); None when nothing waits as `id`.
@@ -104,7 +75,7 @@ fn listed_as(ctl: &mut Control, id: &str) -> crate::base::error::Result<Option<v
     let found = (listed.iter())
         .find(|a| a.approval_id.as_deref() == Some(id))
         .or_else(|| listed.iter().find(|a| a.subject() == id));
-    Ok(found.map(waiting_of))
+    Ok(found.map(view::Waiting::of))
 }
 
 /// `v` and `/body [ID]`: the whole of what an approval that waits shows,

@@ -7,7 +7,8 @@
 pub use super::editor::Editor;
 use super::term::{Frame, Line, Style};
 use crate::text::sanitize::escape;
-use crate::wire::event_text::{self, approval_text, who_asked};
+use crate::wire::answer::Asked;
+use crate::wire::event_text::{self, approval_text, named};
 pub use crate::wire::event_text::{Role, Waiting, approval_prompt, excerpt};
 use crate::wire::{Event, EventKind, Shown};
 use serde_json::Value;
@@ -98,18 +99,16 @@ impl View {
 
     /// Adds what an event means to the transcript, and tracks what waits
     /// and what is open.
-    pub fn apply_event(&mut self, ev: &Value) {
-        let ev = &Event::read(ev);
+    pub fn apply_event(&mut self, v: &Value) {
+        let ev = &Event::read(v);
         let id = ev.id();
-        let approval_id = str_of(&ev.approval_id);
+        let approval_id = named(&ev.approval_id);
         match ev.kind {
             Some(EventKind::MessageAccepted) => self.remember(ev),
             Some(EventKind::TurnFinished) => self.open.retain(|o| o.id != id),
-            Some(EventKind::ApprovalRequested | EventKind::PermissionRequested) => {
-                let w = self.waiting_of(ev);
-                self.push(Role::System, approval_text(&w));
-                self.wait(w);
-            }
+            Some(EventKind::ApprovalRequested) => self.wait(self.waiting_of(ev)),
+            // A tool call: what its `approval/request` carries.
+            Some(EventKind::PermissionRequested) => self.wait(Waiting::of(&Asked::read(v))),
             Some(EventKind::ApprovalResolved | EventKind::PermissionResolved) => {
                 self.waiting.retain(|w| w.approval_id != approval_id)
             }
@@ -143,32 +142,21 @@ impl View {
         }
     }
 
-    /// An approval waits, once (a controller's late request repeats none).
+    /// An approval waits, said in the transcript, and kept once (a
+    /// controller's late request repeats none).
     fn wait(&mut self, w: Waiting) {
+        self.push(Role::System, approval_text(&w));
         if !self.waiting.iter().any(|x| x.approval_id == w.approval_id) {
             self.waiting.push(w);
         }
     }
 
-    /// An approval asked as what waits: a tool call an MCP host asks about
-    /// (`permission.requested`) with who asked, or a task with what the
-    /// event carries (`from`, as a string or an object with `name` and
-    /// `workspace`; `mode`, `body_excerpt`, `body_bytes`), else what the
-    /// task's `message.accepted` said.
+    /// A task's approval as what waits: what the event carries (`from`,
+    /// as a string or an object with `name` and `workspace`; `mode`,
+    /// `body_excerpt`, `body_bytes`), else what the task's
+    /// `message.accepted` said.
     fn waiting_of(&self, ev: &Event) -> Waiting {
-        let (approval_id, digest) = (str_of(&ev.approval_id), str_of(&ev.digest));
-        if ev.kind == Some(EventKind::PermissionRequested) {
-            let (host_pid, pid) = (ev.host_pid.map(u64::from), ev.pid.map(u64::from));
-            return Waiting {
-                id: str_of(&ev.request_id),
-                from: who_asked(ev.host.as_deref(), host_pid, pid),
-                excerpt: format!("{}\n{}", str_of(&ev.description), str_of(&ev.input_preview)),
-                tool: Some(str_of(&ev.tool_name)),
-                approval_id,
-                digest,
-                ..Waiting::default()
-            };
-        }
+        let (approval_id, digest) = (named(&ev.approval_id), named(&ev.digest));
         let seen = self.seen.iter().find(|x| x.id() == ev.id());
         let or_seen = |v: Option<&str>, f: fn(&Event) -> Option<&str>| -> String {
             let v = v.filter(|x| !x.is_empty()).or_else(|| seen.and_then(f));
@@ -180,31 +168,20 @@ impl View {
             }) => Some(w.as_str()),
             _ => ev.workspace.as_deref(),
         };
-        let excerpt = match ev.excerpt.as_ref().or(ev.body_excerpt.as_ref()) {
-            Some(x) => x.clone(),
-            None => seen
-                .map(|x| excerpt(x.body.as_deref().unwrap_or("")))
-                .unwrap_or_default(),
-        };
         let seen_body = seen.map(|x| x.body.as_deref().unwrap_or(""));
         let seen_bytes = seen_body.map(|b| b.len() as u64);
+        let shown = ev.excerpt.as_ref().or(ev.body_excerpt.as_ref()).cloned();
         Waiting {
             id: ev.id().to_string(),
             from: or_seen(ev.sender(), Event::sender),
             workspace: or_seen(ws, |x| x.workspace.as_deref()),
-            mode: ev
-                .mode
-                .as_ref()
-                .or_else(|| seen.and_then(|x| x.mode.as_ref()))
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-            excerpt,
+            mode: named(&ev.mode.clone().or(seen.and_then(|x| x.mode.clone()))),
+            excerpt: shown.unwrap_or_else(|| seen_body.map(excerpt).unwrap_or_default()),
             bytes: ev.bytes.or(ev.body_bytes).or(seen_bytes),
             lines: ev.lines.or(seen_body.map(|b| b.lines().count() as u64)),
-            escaped: None,
-            tool: None,
             approval_id,
             digest,
+            ..Waiting::default()
         }
     }
 
@@ -332,11 +309,6 @@ impl View {
             cursor: (cx as u16, input_row as u16),
         }
     }
-}
-
-/// An optional string member, or empty.
-fn str_of(v: &Option<String>) -> String {
-    v.clone().unwrap_or_default()
 }
 
 fn line(text: String, style: Style) -> Line {

@@ -10,7 +10,7 @@ use super::{Approve, Decision, EventKind, Mode, Outcome, ReplyRecord, Said, Stat
 use super::{HandlerExit, Task, TaskMode};
 use crate::base::status::Status;
 use serde::Serialize;
-use serde::ser::{SerializeMap, Serializer};
+use serde::ser::Serializer;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -29,10 +29,6 @@ impl<'a> BodyText<'a> {
     pub fn new(text: &'a str, json: Option<&'a RawValue>) -> BodyText<'a> {
         json.map_or(BodyText::Text(text), BodyText::Json)
     }
-}
-
-fn no(b: &bool) -> bool {
-    !*b
 }
 
 /// What one event says, but its number, time and kind.
@@ -87,6 +83,7 @@ pub enum Body<'a> {
     TaskRequeued {
         message_id: &'a str,
     },
+    #[serde(serialize_with = "sorted")]
     TaskEnded(Ended<'a>),
     TaskDiscarded {
         message_id: &'a str,
@@ -105,11 +102,12 @@ pub enum Body<'a> {
         dropped: Option<u64>,
         message_id: &'a str,
         stream: Stream,
-        #[serde(skip_serializing_if = "no")]
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
         tail: bool,
         text: &'a str,
     },
     TurnFinished(Finished<'a>),
+    #[serde(serialize_with = "sorted")]
     RelaySent(Relayed<'a>),
     StateChanged {
         state: State,
@@ -135,7 +133,7 @@ pub enum Body<'a> {
     Notice(Notice<'a>),
 }
 
-impl Body<'_> {
+impl<'a> Body<'a> {
     pub fn kind(&self) -> EventKind {
         use EventKind as K;
         match self {
@@ -163,9 +161,7 @@ impl Body<'_> {
             Body::Notice(_) => K::Notice,
         }
     }
-}
 
-impl<'a> Body<'a> {
     /// A `notice` of `text` alone.
     pub fn notice(text: &'a str) -> Body<'a> {
         Body::Notice(Notice {
@@ -199,7 +195,7 @@ pub struct Accepted<'a> {
     key: &'a Option<String>,
     /// Set by an offline sender that stored the task itself
     /// (docs/protocol.md §8).
-    #[serde(skip_serializing_if = "no")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stored: bool,
 }
 
@@ -241,23 +237,18 @@ pub enum Local<'a> {
     },
 }
 
-/// `task.ended`: with how a failed turn's handler ended (`HandlerExit`'s
-/// members, among the others in order).
+/// `task.ended`: its reply as the receipt keeps it, and how a failed
+/// turn's handler ended (`HandlerExit`'s members, among the others in
+/// order: `sorted`).
 #[derive(Debug, Serialize)]
 pub struct Ended<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exit_status: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    host: Option<&'a str>,
     message_id: &'a str,
     outcome: Outcome,
-    reply: Option<Reply<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    signal: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stderr_tail: Option<&'a str>,
+    reply: Option<&'a ReplyRecord>,
+    #[serde(flatten)]
+    handler: Option<&'a HandlerExit>,
     /// Written by `baton cancel` in a stopped agent's spool.
-    #[serde(skip_serializing_if = "no")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stored: bool,
 }
 
@@ -269,27 +260,20 @@ impl<'a> Ended<'a> {
         handler: Option<&'a HandlerExit>,
     ) -> Ended<'a> {
         Ended {
-            exit_status: handler.and_then(|h| h.exit_status),
-            host: handler.and_then(|h| h.host.as_deref()),
             message_id,
             outcome,
-            reply: reply.map(|r| Reply {
-                body: &r.body,
-                message_id: r.message_id.as_deref(),
-            }),
-            signal: handler.and_then(|h| h.signal),
-            stderr_tail: handler.and_then(|h| h.stderr_tail.as_deref()),
+            reply,
+            handler,
             stored: false,
         }
     }
 }
 
-/// `task.ended`'s `reply`: a `ReplyRecord`, its members sorted as the
-/// event has always written them (the receipt keeps `message_id` first).
-#[derive(Debug, Serialize)]
-struct Reply<'a> {
-    body: &'a str,
-    message_id: Option<&'a str>,
+/// A body's members, and theirs, in the byte order of their names: a
+/// JSON `Map` keeps them so.
+fn sorted<T: Serialize, S: Serializer>(body: &T, s: S) -> Result<S::Ok, S::Error> {
+    let members = serde_json::to_value(body).map_err(serde::ser::Error::custom)?;
+    members.serialize(s)
 }
 
 /// `turn.finished`: the outcome; an exec handler's exit and bytes, or
@@ -333,42 +317,20 @@ impl<'a> Finished<'a> {
 }
 
 /// `relay.sent`: the `relay/send` result as it came, with `reply_of`
-/// among its members in order when the send was a reply.
-#[derive(Debug)]
+/// among its members in order (`sorted`) when the send was a reply.
+#[derive(Debug, Serialize)]
 pub struct Relayed<'a> {
+    #[serde(flatten)]
     pub result: &'a super::answer::SendResult,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_of: Option<&'a str>,
-}
-
-impl Serialize for Relayed<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::Error;
-        let result = serde_json::to_value(self.result).map_err(S::Error::custom)?;
-        let members = result.as_object().into_iter().flatten();
-        let mut map = s.serialize_map(None)?;
-        let mut said = self.reply_of.is_none();
-        for (k, v) in members {
-            if k.as_str() == "reply_of" {
-                continue;
-            }
-            if !said && k.as_str() > "reply_of" {
-                map.serialize_entry("reply_of", &self.reply_of)?;
-                said = true;
-            }
-            map.serialize_entry(k, v)?;
-        }
-        if !said {
-            map.serialize_entry("reply_of", &self.reply_of)?;
-        }
-        map.end()
-    }
 }
 
 /// A `notice`: its text, and what it is about (docs/protocol.md §3).
 #[derive(Debug, Default, Serialize)]
 pub struct Notice<'a> {
     /// About Codex's app-server (`--codex`).
-    #[serde(skip_serializing_if = "no")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub codex: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub codex_thread: Option<&'a str>,
@@ -382,7 +344,7 @@ pub struct Notice<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shortage: Option<&'a str>,
     /// Written by `baton cancel` in a stopped agent's spool.
-    #[serde(skip_serializing_if = "no")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stored: bool,
     pub text: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -6,7 +6,9 @@
 
 use super::TaskMode;
 pub use super::answer::Target;
-use super::{Approve, Decision, EventKind, Mode, Outcome, ReplyRecord, Said, State, Stream};
+use super::{
+    Approve, Decision, EventKind, HandlerExit, Mode, Outcome, ReplyRecord, Said, State, Stream,
+};
 use crate::base::status::Status;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
@@ -59,11 +61,11 @@ pub struct Event {
     pub stream: Option<Said<Stream>>,
     pub dropped: Option<u64>,
     pub exit_code: Option<i32>,
-    /// `task.ended`'s, with `signal`, `stderr_tail` and `host`: how a
-    /// failed turn's handler ended (`HandlerExit`).
-    pub exit_status: Option<i32>,
-    pub signal: Option<i32>,
-    pub stderr_tail: Option<String>,
+    /// `task.ended`'s `exit_status`, `signal`, `stderr_tail` and `host`:
+    /// how a failed turn's handler ended; `signal` is `turn.finished`'s
+    /// too, and `host` `permission.requested`'s MCP host.
+    #[serde(flatten)]
+    pub handler: HandlerExit,
     pub duration_ms: Option<u64>,
     pub error: Option<String>,
     pub target: Option<Target>,
@@ -82,7 +84,6 @@ pub struct Event {
     pub tool_name: Option<String>,
     pub description: Option<String>,
     pub input_preview: Option<String>,
-    pub host: Option<String>,
     pub host_pid: Option<u32>,
     /// Not the protocol's (its `excerpt` and `bytes`): what an approval
     /// shows, which the view still reads from an `approval.requested` that

@@ -70,7 +70,7 @@ fn s(v: &Option<String>) -> &str {
 }
 
 /// An optional name as spelled, or empty.
-fn named<T: std::fmt::Display>(v: &Option<T>) -> String {
+pub fn named<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map(ToString::to_string).unwrap_or_default()
 }
 
@@ -283,7 +283,7 @@ fn turn_output(ev: &Event, id: &str) -> Said {
 fn turn_finished(ev: &Event, id: &str) -> Said {
     let outcome = outcome(ev);
     let exit = part(ev.exit_code, |c| format!(", exit {c}"));
-    let signal = part(ev.signal, |sig| format!(", signal {sig}"));
+    let signal = part(ev.handler.signal, |sig| format!(", signal {sig}"));
     let took = part(ev.duration_ms, |ms| {
         format!(", {:.3} s", ms as f64 / 1000.0)
     });
@@ -360,6 +360,37 @@ pub struct Waiting {
     /// The approval's id and the digest of what it shows: an answer names both.
     pub approval_id: String,
     pub digest: String,
+}
+
+impl Waiting {
+    /// An approval as its request, its event or `approval/list` gives it.
+    pub fn of(a: &Asked) -> Waiting {
+        let s = |v: &Option<String>| v.clone().unwrap_or_default();
+        let digest = a.digest.as_str().unwrap_or("").to_string();
+        if a.is_tool() {
+            return Waiting {
+                id: a.subject().to_string(),
+                from: who_asked(a.host.as_deref(), a.host_pid, a.pid),
+                excerpt: format!("{}\n{}", s(&a.description), s(&a.input_preview)),
+                tool: Some(s(&a.tool_name)),
+                approval_id: s(&a.approval_id),
+                digest,
+                ..Waiting::default()
+            };
+        }
+        Waiting {
+            id: a.subject().to_string(),
+            from: s(&a.from),
+            workspace: s(&a.workspace),
+            mode: s(&a.mode),
+            excerpt: s(&a.excerpt),
+            bytes: a.bytes,
+            lines: a.lines,
+            approval_id: s(&a.approval_id),
+            digest,
+            ..Waiting::default()
+        }
+    }
 }
 
 /// Who sent a waiting task, from where, in which mode and how big it is:

@@ -21,8 +21,7 @@ pub use names::{
     Stream, TaskMode,
 };
 pub use records::{
-    CODEX_HOST, HandlerExit, Manifest, ReplyRecord, Sender, Summary, Task, parse_operators,
-    uid_list,
+    CODEX_HOST, HandlerExit, Manifest, ReplyRecord, Sender, Summary, Task, uid_list,
 };
 pub use zcoder::{
     FrameError, ZCODER_MAGIC, ZcoderAck, ZcoderHead, parse_flat, read_zcoder_frame, zcoder_frame,

@@ -74,11 +74,6 @@ pub mod uid_list {
     }
 }
 
-/// A manifest's `operators`, as the file says it.
-pub fn parse_operators(text: &str) -> Option<Vec<u32>> {
-    uid_list::parse(text)
-}
-
 /// Who sent a task, as the receiver recorded it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Sender {
