@@ -10,7 +10,7 @@ use crate::base::config::{Config, baton_socket, baton_turn};
 use crate::base::error::{Error, ExitCode, Result};
 use crate::base::status::Status;
 use crate::client::{ClientError, Session};
-use crate::registry::{self, Peer};
+use crate::registry;
 use crate::relay;
 use crate::text::sanitize::escape;
 use crate::wire;
@@ -409,7 +409,7 @@ impl Send {
             // zcoder instance decides what to make of that.
             let mut result = relay::deliver_zcoder(config, &peer, &message_id, body, None)
                 .map_err(failed_twice)?;
-            result.target = Some(target_of(&peer));
+            result.target = Some(relay::peer_target(&peer));
             return super::sent::report(self.json, &result);
         }
         let params = self.frame(config, &message_id, body, Some(&peer.manifest.instance_id))?;
@@ -427,7 +427,7 @@ impl Send {
             }
             Err(e) => return Err(failed_twice(e)),
         };
-        result.target = Some(target_of(&peer));
+        result.target = Some(relay::peer_target(&peer));
         self.finish(config, &result, None)
     }
 
@@ -462,13 +462,5 @@ impl Send {
             return super::wait::run(w, asked, config, r, sender);
         }
         super::sent::report(self.json, r)
-    }
-}
-
-fn target_of(peer: &Peer) -> Target {
-    Target {
-        instance_id: Some(peer.manifest.instance_id.clone()),
-        name: Some(peer.manifest.name.clone()),
-        workspace: None,
     }
 }

@@ -37,15 +37,10 @@ impl Holder {
     pub fn target(&self) -> Target {
         match self {
             Holder::Live(p) => Target {
-                instance_id: Some(p.manifest.instance_id.clone()),
-                name: Some(p.manifest.name.clone()),
                 workspace: Some(p.manifest.workspace.clone()),
+                ..crate::relay::peer_target(p)
             },
-            Holder::Stopped(s) => Target {
-                instance_id: None,
-                name: Some(s.name.clone()),
-                workspace: Some(s.workspace.clone()),
-            },
+            Holder::Stopped(s) => crate::relay::spool_target(s),
         }
     }
 

@@ -21,6 +21,7 @@ pub use crate::registry::lookup::{KnownSpool, known_spools};
 pub use deliver::{ZCODER_MAX_BYTES, deliver, deliver_zcoder};
 pub use guard::{Refusal, check_frame, check_limit};
 pub use offline::{Route, plain_task, route};
+pub use result::{peer_target, spool_target};
 pub use standin::stand_in;
 pub use wake::{wake, wake_socket};
 
@@ -34,7 +35,7 @@ use crate::text::sanitize::escape;
 use crate::wire::answer::SendResult;
 use crate::wire::request::{SendParams, SendSender};
 use deliver::transport_failure;
-use result::{no_target, outcome, peer_target, with_target};
+use result::{no_target, outcome, with_target};
 use std::path::PathBuf;
 
 /// The instance a relayed send is made on behalf of.
