@@ -8,7 +8,7 @@
 
 use super::Parsed;
 use super::args::Args;
-use super::{emit, emit_json, target};
+use super::{emit, target};
 use crate::base::config::Config;
 use crate::base::error::{Error, ExitCode, Result};
 use crate::front::result::Holder;
@@ -29,21 +29,8 @@ pub struct Cancel {
 
 impl Parsed for Cancel {
     fn parse(args: &Args) -> Result<Cancel> {
-        let (target, id) = match args.positional.as_slice() {
-            [id] => (None, id),
-            [t, id] => (Some(t.clone()), id),
-            [] => return Err(Error::Usage("cancel: MESSAGE_ID is missing".into())),
-            [_, _, extra, ..] => {
-                return Err(Error::Usage(format!(
-                    "cancel: unexpected argument {}",
-                    escape(extra)
-                )));
-            }
-        };
-        if id.trim().is_empty() {
-            return Err(Error::Usage("cancel: MESSAGE_ID is empty".into()));
-        }
-        let (id, json) = (id.clone(), args.flag("json"));
+        let (target, id) = super::target_and_id(args, "cancel")?;
+        let json = args.flag("json");
         Ok(Cancel { target, id, json })
     }
 
@@ -66,13 +53,10 @@ impl Parsed for Cancel {
                 (serde_json::to_value(&h).expect("an answer serializes"), h)
             }
         };
-        let ok = h.status == Handling::Cancelled;
-        if a.json {
-            emit_json(&raw);
-        } else {
+        if !a.json {
             print(&h, id, &holder);
         }
-        Ok(if ok { ExitCode::Ok } else { ExitCode::Refused })
+        super::done(a.json, &raw, h.status == Handling::Cancelled)
     }
 }
 

@@ -545,6 +545,14 @@ fn answer(json: bool, v: &impl serde::Serialize, text: &str) -> Result<ExitCode>
     Ok(ExitCode::Ok)
 }
 
+/// The answer `r` printed with `--json`; the exit code of a call `ok` or not.
+fn done(json: bool, r: &serde_json::Value, ok: bool) -> Result<ExitCode> {
+    if json {
+        emit_json(r);
+    }
+    Ok(if ok { ExitCode::Ok } else { ExitCode::Refused })
+}
+
 /// Writes to stdout; a closed pipe (`baton list | head -1`) ends the
 /// process quietly instead of panicking.
 pub fn emit(s: &str) {
@@ -657,6 +665,26 @@ impl On {
     fn target(&self) -> Option<&str> {
         self.target.as_deref()
     }
+}
+
+/// `[TARGET] MESSAGE_ID` (`result`, `cancel`): TARGET when given, and
+/// the id, which must say something.
+fn target_and_id(args: &Args, cmd: &str) -> Result<(Option<String>, String)> {
+    let (target, id) = match args.positional.as_slice() {
+        [id] => (None, id),
+        [t, id] => (Some(t.clone()), id),
+        [] => return Err(Error::Usage(format!("{cmd}: MESSAGE_ID is missing"))),
+        [_, _, extra, ..] => {
+            return Err(Error::Usage(format!(
+                "{cmd}: unexpected argument {}",
+                crate::text::sanitize::escape(extra)
+            )));
+        }
+    };
+    if id.trim().is_empty() {
+        return Err(Error::Usage(format!("{cmd}: MESSAGE_ID is empty")));
+    }
+    Ok((target, id.clone()))
 }
 
 /// Asks `question` on stderr: whether the line read on stdin says yes.

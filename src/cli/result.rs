@@ -45,20 +45,7 @@ pub struct TaskResult {
 
 impl Parsed for TaskResult {
     fn parse(args: &Args) -> Result<TaskResult> {
-        let (target, id) = match args.positional.as_slice() {
-            [id] => (None, id.clone()),
-            [t, id] => (Some(t.clone()), id.clone()),
-            [] => return Err(Error::Usage("result: MESSAGE_ID is missing".into())),
-            [_, _, extra, ..] => {
-                return Err(Error::Usage(format!(
-                    "result: unexpected argument {}",
-                    escape(extra)
-                )));
-            }
-        };
-        if id.trim().is_empty() {
-            return Err(Error::Usage("result: MESSAGE_ID is empty".into()));
-        }
+        let (target, id) = super::target_and_id(args, "result")?;
         let timeout = args.seconds("result", "timeout")?;
         let wait = args.flag("wait");
         if timeout.is_some() && !wait {
@@ -86,7 +73,7 @@ fn run(r: &TaskResult, config: &Config) -> Result<ExitCode> {
     let (target_arg, id, timeout) = (r.target.as_deref(), r.id.as_str(), r.timeout);
     let (holder, mut look) = match target_arg {
         Some(t) => {
-            let holder = named(config, t)?;
+            let holder = target::resolve_or_stopped(config, Some(t))?;
             let look = task::look(config, &holder, id)?;
             (holder, look)
         }
@@ -126,15 +113,6 @@ fn run(r: &TaskResult, config: &Config) -> Result<ExitCode> {
         )));
     }
     Ok(show(r, &holder, id, &look))
-}
-
-/// The live instance TARGET names, else the one stopped agent's spool of
-/// that name.
-fn named(config: &Config, t: &str) -> Result<Holder> {
-    Ok(match target::resolve_or_stopped(config, Some(t))? {
-        target::Resolved::Live(p) => Holder::Live(p),
-        target::Resolved::Stopped(s) => Holder::Stopped(s),
-    })
 }
 
 /// The one instance, live or stopped, that knows the task.

@@ -26,11 +26,8 @@ pub fn own_instance_id() -> Option<String> {
 }
 
 /// What TARGET names for a command that can read a stopped agent's spool
-/// (`status`, `log`, `inbox list`).
-pub enum Resolved {
-    Live(Box<Peer>),
-    Stopped(KnownSpool),
-}
+/// (`status`, `log`, `inbox list`, `result`): where its tasks are.
+pub use crate::front::result::Holder as Resolved;
 
 /// Resolves TARGET for a command that needs a live instance: as
 /// `resolve_or_stopped`, a stopped agent's name being the error (exit 3)
