@@ -25,12 +25,6 @@ use serde_json::Value;
 /// Characters of a body's first line the list shows.
 const EXCERPT_CHARS: usize = 60;
 
-/// The instance a command's TARGET names (none: the one a command
-/// without TARGET finds): the one place these commands resolve it.
-fn instance(config: &Config, target: Option<&str>) -> Result<Peer> {
-    target::resolve(config, target)
-}
-
 /// `approval/list` at `peer`: the answer as given, and each approval.
 fn list_at(
     config: &Config,
@@ -63,7 +57,6 @@ pub fn fetch_whole(config: &Config, peer: &Peer, req: &Asked) -> Whole {
 }
 
 /// `baton approvals [TARGET] [--json] [--full]`.
-/// `baton approvals [TARGET] [--json] [--full]`.
 pub struct List {
     on: On,
     full: bool,
@@ -80,7 +73,7 @@ impl Parsed for List {
 
     fn run(self, config: &Config) -> Result<ExitCode> {
         let a = &self;
-        let peer = instance(config, a.on.target())?;
+        let peer = target::resolve(config, a.on.target())?;
         let full = a.full;
         let params = ApprovalListParams {
             approval_id: None,
@@ -201,7 +194,7 @@ impl<const APPROVE: bool> Parsed for Decide<APPROVE> {
         } else {
             Decision::Deny
         };
-        let peer = instance(config, self.target.as_deref())?;
+        let peer = target::resolve(config, self.target.as_deref())?;
         let (_, waiting) = list_at(config, &peer, ApprovalListParams::default())?;
         let name = escape(&peer.manifest.name).into_owned();
         let mut all = true;
@@ -225,12 +218,7 @@ impl<const APPROVE: bool> Parsed for Decide<APPROVE> {
                         .expect("an answer serializes");
                     let h = Handled {
                         approval_id: Some(id.to_string()),
-                        message_id: None,
-                        outcome: None,
-                        reason: Some(reason),
-                        reply: None,
-                        status: Handling::Invalid.into(),
-                        was: None,
+                        ..Handled::new(Handling::Invalid, None, Some(reason))
                     };
                     (v, h)
                 }
