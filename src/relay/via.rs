@@ -44,28 +44,15 @@ impl Via {
     /// are quoted here and hold only characters no shell treats specially
     /// (`check_target`), so the remote shell, which gets them joined with
     /// spaces as ssh does, sees the same words. With `multiplex`, an `ssh
-    /// ...` VIA shares one connection per VIA (`multiplexed`).
-    pub fn spawn(via: &str, config: &Config, remote_args: &[&str], multiplex: bool) -> Result<Via> {
-        Via::start(via, config, remote_args, multiplex, Stdio::inherit())
-    }
-
-    /// `spawn` with the command's stderr kept (`read_to_end` gives it),
-    /// for a host among several, whose failure is one line of its own.
-    pub fn spawn_quiet(
+    /// ...` VIA shares one connection per VIA (`multiplexed`). With
+    /// `quiet`, the command's stderr is kept (`read_to_end` gives it), for
+    /// a host among several, whose failure is one line of its own.
+    pub fn spawn(
         via: &str,
         config: &Config,
-        remote_args: &[&str],
+        remote_args: &[impl AsRef<str>],
         multiplex: bool,
-    ) -> Result<Via> {
-        Via::start(via, config, remote_args, multiplex, Stdio::piped())
-    }
-
-    fn start(
-        via: &str,
-        config: &Config,
-        remote_args: &[&str],
-        multiplex: bool,
-        stderr: Stdio,
+        quiet: bool,
     ) -> Result<Via> {
         // An unset shell variable, not a command: nothing to run.
         if via.trim().is_empty() {
@@ -74,7 +61,10 @@ impl Via {
                     .into(),
             ));
         }
-        let quoted: Vec<String> = remote_args.iter().map(|a| remote_word(a)).collect();
+        let quoted: Vec<String> = remote_args
+            .iter()
+            .map(|a| remote_word(a.as_ref()))
+            .collect();
         let line = multiplex.then(|| multiplexed(via, config)).flatten();
         let line = line.unwrap_or_else(|| via.to_string());
         let child = Command::new("/bin/sh")
@@ -86,7 +76,11 @@ impl Via {
             ))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(stderr)
+            .stderr(if quiet {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .process_group(0)
             .spawn()
             .map_err(|e| Error::Transport(format!("cannot run {}: {e}", escape(via))))?;
@@ -106,29 +100,8 @@ impl Via {
         if let Some(mut stdin) = self.child.stdin.take() {
             let _ = stdin.write_all(input);
         }
-        let reader = |r: Option<Box<dyn Read + Send>>| {
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            if let Some(r) = r {
-                std::thread::spawn(move || {
-                    let mut buf = Vec::new();
-                    let _ = r.take(max as u64 + 1).read_to_end(&mut buf);
-                    let _ = tx.send(buf);
-                });
-            }
-            rx
-        };
-        let out = reader(
-            self.child
-                .stdout
-                .take()
-                .map(|o| Box::new(o) as Box<dyn Read + Send>),
-        );
-        let err = reader(
-            self.child
-                .stderr
-                .take()
-                .map(|e| Box::new(e) as Box<dyn Read + Send>),
-        );
+        let out = read_all(self.child.stdout.take(), max);
+        let err = read_all(self.child.stderr.take(), max);
         let out = out.recv_deadline(until).ok();
         let err = err
             .recv_deadline(until.max(Instant::now() + Duration::from_millis(100)))
@@ -152,6 +125,23 @@ impl Via {
             }
         }
     }
+}
+
+/// All of `r` up to one byte past `max`, read by a thread: its channel
+/// gives it once read (never, without `r`).
+pub(super) fn read_all(
+    r: Option<impl Read + Send + 'static>,
+    max: usize,
+) -> crossbeam_channel::Receiver<Vec<u8>> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    if let Some(r) = r {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.take(max as u64 + 1).read_to_end(&mut buf);
+            let _ = tx.send(buf);
+        });
+    }
+    rx
 }
 
 impl Drop for Via {
@@ -314,7 +304,7 @@ impl Remote {
         until: Option<Instant>,
     ) -> Result<Option<Remote>> {
         check_target(target)?;
-        let mut via = Via::spawn(via, config, &["bridge", how, target], multiplex)?;
+        let mut via = Via::spawn(via, config, &["bridge", how, target], multiplex, false)?;
         let input = via.child.stdin.take().expect("piped");
         let out = via.child.stdout.take().expect("piped");
         let timeout = remote_timeout(config);
