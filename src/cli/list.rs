@@ -334,46 +334,32 @@ fn with_hosts<const N: usize>(
     }
 }
 
-/// `baton gc [--json]`.
-pub struct Gc {
-    pub(super) json: bool,
-}
-
-impl Parsed for Gc {
-    fn parse(args: &Args) -> Result<Gc> {
-        super::at_most(args, "gc", 0)?;
-        Ok(Gc {
-            json: args.flag("json"),
-        })
-    }
-
-    fn run(self, config: &Config) -> Result<ExitCode> {
-        let json = self.json;
-        let dir = registry::ensure_dir(config)?;
-        let collected = registry::collect_stale(&dir, true);
-        let malformed: Vec<String> = collected
-            .malformed
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
-        if json {
-            let out = Collected {
-                malformed: &malformed,
-                removed: &collected.removed,
-            };
-            emit_json(&item(&out));
-        } else if collected.removed.is_empty() && malformed.is_empty() {
-            eprintln!("baton: no stale entries in {}", dir.display());
-        } else {
-            for id in &collected.removed {
-                emit(&format!("removed stale instance {id}\n"));
-            }
-            for path in &malformed {
-                emit(&format!("removed malformed manifest {}\n", escape(path)));
-            }
+/// `baton gc [--json]`: the registry's stale entries removed.
+pub(super) fn gc(json: bool, config: &Config) -> Result<ExitCode> {
+    let dir = registry::ensure_dir(config)?;
+    let collected = registry::collect_stale(&dir, true);
+    let malformed: Vec<String> = collected
+        .malformed
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    if json {
+        let out = Collected {
+            malformed: &malformed,
+            removed: &collected.removed,
+        };
+        emit_json(&item(&out));
+    } else if collected.removed.is_empty() && malformed.is_empty() {
+        eprintln!("baton: no stale entries in {}", dir.display());
+    } else {
+        for id in &collected.removed {
+            emit(&format!("removed stale instance {id}\n"));
         }
-        Ok(ExitCode::Ok)
+        for path in &malformed {
+            emit(&format!("removed malformed manifest {}\n", escape(path)));
+        }
     }
+    Ok(ExitCode::Ok)
 }
 
 /// `list --via 'ssh host'`...: the items of each host's `baton list
