@@ -72,42 +72,35 @@ impl Parsed for List {
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        let a = &self;
-        let peer = target::resolve(config, a.on.target())?;
-        let full = a.full;
+        let peer = target::resolve(config, self.on.target())?;
         let params = ApprovalListParams {
             approval_id: None,
-            full: Some(full),
+            full: Some(self.full),
         };
         let (raw, waiting) = list_at(config, &peer, params)?;
-        if a.on.json {
-            emit_json(&serde_json::to_value(raw).expect("an answer serializes"));
-            return Ok(ExitCode::Ok);
-        }
         let name = escape(&peer.manifest.name);
-        if waiting.is_empty() {
-            emit(&format!("no approvals wait at {name}\n"));
-            return Ok(ExitCode::Ok);
-        }
-        if !full {
-            let rows: Vec<[String; 7]> = waiting.iter().map(row).collect();
-            let head = [
-                "APPROVAL", "TASK", "FROM", "MODE", "SIZE", "LINES", "EXCERPT",
-            ];
-            emit(&crate::text::table(head, &rows));
-            return Ok(ExitCode::Ok);
-        }
-        let mut out = String::new();
-        for a in &waiting {
-            let whole = approve::whole_of(a);
-            let id = escape(a.approval_id.as_deref().unwrap_or(""));
-            out.push_str(&format!("approval {id} at {name}: "));
-            out.push_str(&approve::describe(a, Some(&whole)));
-            out.push_str(&approve::show_whole(a, &whole));
-            out.push('\n');
-        }
-        emit(&out);
-        Ok(ExitCode::Ok)
+        let text = match (waiting.is_empty(), self.full) {
+            (true, _) => format!("no approvals wait at {name}\n"),
+            (false, false) => {
+                let rows: Vec<[String; 7]> = waiting.iter().map(row).collect();
+                let head = [
+                    "APPROVAL", "TASK", "FROM", "MODE", "SIZE", "LINES", "EXCERPT",
+                ];
+                crate::text::table(head, &rows)
+            }
+            (false, true) => (waiting.iter())
+                .map(|a| {
+                    let whole = approve::whole_of(a);
+                    let id = escape(a.approval_id.as_deref().unwrap_or(""));
+                    format!(
+                        "approval {id} at {name}: {}{}\n",
+                        approve::describe(a, Some(&whole)),
+                        approve::show_whole(a, &whole)
+                    )
+                })
+                .collect(),
+        };
+        super::answer(self.on.json, &raw, &text)
     }
 }
 

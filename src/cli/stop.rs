@@ -89,8 +89,7 @@ impl Parsed for Stop {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        emit(&format!("stopped {who}\n"));
-        Ok(ExitCode::Ok)
+        super::shown(&format!("stopped {who}\n"))
     }
 }
 
