@@ -65,54 +65,51 @@ impl Parsed for TaskResult {
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        run(&self, config)
-    }
-}
-
-fn run(r: &TaskResult, config: &Config) -> Result<ExitCode> {
-    let (target_arg, id, timeout) = (r.target.as_deref(), r.id.as_str(), r.timeout);
-    let (holder, mut look) = match target_arg {
-        Some(t) => {
-            let holder = target::resolve_or_stopped(config, Some(t))?;
-            let look = task::look(config, &holder, id)?;
-            (holder, look)
-        }
-        None => only(config, id)?,
-    };
-    if r.wait && matches!(look.end, End::TimedOut(_)) {
-        let t = holder.target();
-        let who = Who {
-            name: holder.name().to_string(),
-            instance_id: t.instance_id,
-            workspace: t.workspace,
-            only_workspace: true,
+        let r = &self;
+        let (target_arg, id, timeout) = (r.target.as_deref(), r.id.as_str(), r.timeout);
+        let (holder, mut look) = match target_arg {
+            Some(t) => {
+                let holder = target::resolve_or_stopped(config, Some(t))?;
+                let look = task::look(config, &holder, id)?;
+                (holder, look)
+            }
+            None => only(config, id)?,
         };
-        let end = follow::wait(config, &who, id, timeout.map(|t| Instant::now() + t))?;
-        look = match end {
-            // Where it is now, said afresh.
-            End::TimedOut(last) => task::look(config, &holder, id)
-                .ok()
-                .filter(|l| matches!(l.end, End::TimedOut(_)))
-                .unwrap_or(Look {
-                    end: End::TimedOut(last),
+        if r.wait && matches!(look.end, End::TimedOut(_)) {
+            let t = holder.target();
+            let who = Who {
+                name: holder.name().to_string(),
+                instance_id: t.instance_id,
+                workspace: t.workspace,
+                only_workspace: true,
+            };
+            let end = follow::wait(config, &who, id, timeout.map(|t| Instant::now() + t))?;
+            look = match end {
+                // Where it is now, said afresh.
+                End::TimedOut(last) => task::look(config, &holder, id)
+                    .ok()
+                    .filter(|l| matches!(l.end, End::TimedOut(_)))
+                    .unwrap_or(Look {
+                        end: End::TimedOut(last),
+                        queue_position: None,
+                        ..look
+                    }),
+                end => Look {
+                    end,
                     queue_position: None,
                     ..look
-                }),
-            end => Look {
-                end,
-                queue_position: None,
-                ..look
-            },
-        };
+                },
+            };
+        }
+        if let End::Unknown = look.end {
+            return Err(Error::NoTarget(format!(
+                "{} does not know message {}: it was never accepted there, or its receipt was pruned",
+                holder.said(),
+                escape(id)
+            )));
+        }
+        Ok(show(r, &holder, id, &look))
     }
-    if let End::Unknown = look.end {
-        return Err(Error::NoTarget(format!(
-            "{} does not know message {}: it was never accepted there, or its receipt was pruned",
-            holder.said(),
-            escape(id)
-        )));
-    }
-    Ok(show(r, &holder, id, &look))
 }
 
 /// The one instance, live or stopped, that knows the task.
