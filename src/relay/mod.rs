@@ -90,25 +90,16 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> SendResult {
     }
 }
 
-/// The task stored when the target is a stopped agent.
+/// The task stored when the target is a stopped agent: a plain one, sent
+/// as this instance.
 fn task(origin: &Origin, out: &Outbound) -> Task {
-    let sender = crate::spool::Sender {
-        instance_id: Some(origin.instance_id.clone()),
-        name: Some(origin.name.clone()),
-        workspace: Some(origin.workspace.clone()),
-        pid: Some(std::process::id()),
-        ..crate::spool::Sender::default()
-    };
-    crate::spool::new_task(
-        &out.message_id,
-        &out.body,
-        sender,
-        out.hop,
-        out.in_reply_to.clone(),
-        &out.mode,
-        Some(std::process::id()),
-        "jsonrpc",
-    )
+    let mut task = plain_task(&out.message_id, &out.body, &out.mode);
+    task.sender.instance_id = Some(origin.instance_id.clone());
+    task.sender.name = Some(origin.name.clone());
+    task.sender.workspace = Some(origin.workspace.clone());
+    task.hop = out.hop;
+    task.in_reply_to = out.in_reply_to.clone();
+    task
 }
 
 /// The live peer the send goes to, or the result when there is none,
