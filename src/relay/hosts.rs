@@ -48,12 +48,7 @@ pub fn hosts(vias: &[String], files: &[String]) -> Result<Vec<Host>> {
         }
     };
     for v in vias {
-        if v.trim().is_empty() {
-            return Err(Error::Usage(
-                "--via is empty: give the command that reaches the other host, such as 'ssh HOST'"
-                    .into(),
-            ));
-        }
+        via::check_via(v)?;
         add(Host::new(v));
     }
     for f in files {

@@ -54,13 +54,7 @@ impl Via {
         multiplex: bool,
         quiet: bool,
     ) -> Result<Via> {
-        // An unset shell variable, not a command: nothing to run.
-        if via.trim().is_empty() {
-            return Err(Error::Usage(
-                "--via is empty: give the command that reaches the other host, such as 'ssh HOST'"
-                    .into(),
-            ));
-        }
+        check_via(via)?;
         let quoted: Vec<String> = remote_args
             .iter()
             .map(|a| remote_word(a.as_ref()))
@@ -149,6 +143,17 @@ impl Drop for Via {
         let _ = sys::kill_group(self.child.id(), sys::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A VIA that is empty (an unset shell variable) is no command to run.
+pub fn check_via(via: &str) -> Result<()> {
+    match via.trim() {
+        "" => Err(Error::Usage(
+            "--via is empty: give the command that reaches the other host, such as 'ssh HOST'"
+                .into(),
+        )),
+        _ => Ok(()),
     }
 }
 

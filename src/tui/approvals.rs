@@ -69,29 +69,28 @@ fn waiting_as(view: &View, id: &str) -> Result<view::Waiting, String> {
 /// An approval as `approval/list` lists it, as the view keeps one.
 fn waiting_of(a: &Asked) -> view::Waiting {
     let s = |v: &Option<String>| v.clone().unwrap_or_default();
-    let digest = a.digest.as_str().unwrap_or("").to_string();
+    let asked = view::Waiting {
+        id: a.subject().to_string(),
+        approval_id: s(&a.approval_id),
+        digest: a.digest.as_str().unwrap_or("").to_string(),
+        ..view::Waiting::default()
+    };
     if a.is_tool() {
         return view::Waiting {
-            id: a.subject().to_string(),
             from: who_asked(a.host.as_deref(), a.host_pid, a.pid),
             excerpt: format!("{}\n{}", s(&a.description), s(&a.input_preview)),
             tool: Some(s(&a.tool_name)),
-            approval_id: s(&a.approval_id),
-            digest,
-            ..view::Waiting::default()
+            ..asked
         };
     }
     view::Waiting {
-        id: a.subject().to_string(),
         from: s(&a.from),
         workspace: s(&a.workspace),
         mode: s(&a.mode),
         excerpt: s(&a.excerpt),
         bytes: a.bytes,
         lines: a.lines,
-        approval_id: s(&a.approval_id),
-        digest,
-        ..view::Waiting::default()
+        ..asked
     }
 }
 
