@@ -229,30 +229,14 @@ pub fn relay(fleet: &Fleet, config: &Config, cmd: &[&str], args: &Args) -> Resul
     Ok(asked.status())
 }
 
-/// The commands that take `--via`, `--hosts` and `--host-timeout`, but
-/// `list` (which lays out its own table) and `send` (one host, its own
-/// `--via`).
-pub const COMMANDS: [&str; 12] = [
-    "status",
-    "log",
-    "watch",
-    "inbox",
-    "result",
-    "approvals",
-    "approve",
-    "deny",
-    "cancel",
-    "pause",
-    "resume",
-    "doctor",
-];
-
 /// `cmd` run on the hosts its `--via` and `--hosts` name, when it names
-/// any: the exit status; None when it runs here.
-pub fn elsewhere(cmd: &str, args: &Args, config: &Config) -> Result<Option<ExitCode>> {
-    if !COMMANDS.contains(&cmd) {
+/// any: the exit status; None when it runs here. `list` lays out its own
+/// table, and `send` (one host) has a `--via` of its own.
+pub fn elsewhere(cmd: &super::Command, args: &Args, config: &Config) -> Result<Option<ExitCode>> {
+    if cmd.name == "list" || !cmd.opts.iter().any(|o| o.long == HOSTS.long) {
         return Ok(None);
     }
+    let cmd = cmd.name;
     let Some(mut fleet) = Fleet::of(args, cmd)? else {
         return Ok(None);
     };

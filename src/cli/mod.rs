@@ -624,7 +624,7 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         Config::from_env()?
     };
     // On other hosts, `--user` goes with the command.
-    if let Some(code) = hosts::elsewhere(cmd.name, &args, &config)? {
+    if let Some(code) = hosts::elsewhere(cmd, &args, &config)? {
         return Ok(code);
     }
     if let Some(key) = args.value("user") {
