@@ -149,10 +149,8 @@ pub fn ask(
         .map_err(|e| Failure(format!("unreachable: {e}")))?;
     let until = Instant::now() + timeout;
     let late = || {
-        Failure(format!(
-            "unreachable: no answer within {}",
-            seconds(timeout)
-        ))
+        let within = timeout.as_secs_f64();
+        Failure(format!("unreachable: no answer within {within} s"))
     };
     let (out, err) = v.read_to_end(until, input, via::MAX_VIA_OUTPUT);
     let out = out.ok_or_else(late)?;
@@ -234,11 +232,6 @@ pub fn stream(
         });
     }
     rx
-}
-
-/// A duration as `--host-timeout` takes it: `10 s`, `0.5 s`.
-fn seconds(d: Duration) -> String {
-    format!("{} s", d.as_secs_f64())
 }
 
 /// The last line a host wrote on stderr, escaped, without `baton: `.

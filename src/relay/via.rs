@@ -20,16 +20,6 @@ use std::path::Path;
 use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The next line of `r` with its `\n`, holding at most one byte past
-/// `max`; empty at the end, or when reading fails.
-fn line_of(r: &mut impl BufRead, max: usize) -> Vec<u8> {
-    let mut line = Vec::new();
-    match r.take(max as u64 + 1).read_until(b'\n', &mut line) {
-        Ok(_) => line,
-        Err(_) => Vec::new(),
-    }
-}
-
 /// A via command (`sh -c "VIA REMOTE ARGS..."`) running in a process group
 /// of its own: whatever it starts (ssh, behind the shell) is killed with it
 /// when this is dropped, on every path out, a timeout included.
@@ -378,15 +368,17 @@ fn read_lines(out: std::process::ChildStdout) -> crossbeam_channel::Receiver<Vec
     std::thread::spawn(move || {
         let mut out = BufReader::new(out);
         loop {
-            let mut line = line_of(&mut out, MAX_VIA_OUTPUT);
+            // With its `\n`, holding at most one byte past the bound.
+            let mut line = Vec::new();
+            let mut read = (&mut out).take(MAX_VIA_OUTPUT as u64 + 1);
+            if read.read_until(b'\n', &mut line).is_err() || line.is_empty() {
+                break;
+            }
             if line.len() > MAX_VIA_OUTPUT {
                 eprintln!(
                     "baton: the via command wrote a line over {} MiB; stopped it",
                     MAX_VIA_OUTPUT >> 20
                 );
-                break;
-            }
-            if line.is_empty() {
                 break;
             }
             let bare = line
