@@ -109,29 +109,24 @@ impl Parsed for List {
 /// lines and the first line, all escaped.
 fn row(a: &Asked) -> [String; 7] {
     let s = |v: &Option<String>| escape(v.as_deref().unwrap_or("")).into_owned();
-    let (from, mode, text) = if a.is_tool() {
+    let (from, mode, text, (bytes, lines)) = if a.is_tool() {
         let host = a.host.clone().filter(|h| !h.is_empty());
         let whole = approve::whole_of(a).unwrap_or_default();
         let tool = a.tool_name.as_deref().unwrap_or("");
         let excerpt = format!("{tool}: {}", whole.trim_start());
-        (s(&host.or(Some("MCP host".into()))), "tool".into(), excerpt)
-    } else {
+        let counts = (Some(whole.len() as u64), Some(whole.lines().count() as u64));
         (
-            s(&a.from),
-            s(&a.mode),
-            a.excerpt.clone().unwrap_or_default(),
+            s(&host.or(Some("MCP host".into()))),
+            "tool".into(),
+            excerpt,
+            counts,
         )
+    } else {
+        let excerpt = a.excerpt.clone().unwrap_or_default();
+        (s(&a.from), s(&a.mode), excerpt, (a.bytes, a.lines))
     };
-    let whole_text = a
-        .is_tool()
-        .then(|| approve::whole_of(a).unwrap_or_default());
-    let (bytes, lines) = match &whole_text {
-        Some(t) => (Some(t.len() as u64), Some(t.lines().count() as u64)),
-        None => (a.bytes, a.lines),
-    };
-    let mut first: String = text.lines().next().unwrap_or("").to_string();
+    let mut first = crate::wire::event_text::cut(text.lines().next().unwrap_or(""), EXCERPT_CHARS);
     let more = text.lines().nth(1).is_some() || lines.is_some_and(|n| n > 1);
-    first = crate::wire::event_text::cut(&first, EXCERPT_CHARS);
     if more && !first.ends_with('…') {
         first.push_str(" …");
     }
