@@ -186,7 +186,9 @@ fn show(r: &TaskResult, holder: &Holder, id: &str, look: &Look) -> ExitCode {
 /// each line indented by two spaces. Peer text is escaped.
 fn lines(utc: bool, holder: &Holder, id: &str, look: &Look) -> String {
     let mut s = String::new();
-    let mut put = |key: &str, text: &str| {
+    // A value that is not there is no line.
+    let mut put = |key: &str, text: Option<&str>| {
+        let Some(text) = text else { return };
         let text = escape_multiline(text);
         let text = text.trim_end_matches('\n');
         if text.contains('\n') {
@@ -198,9 +200,10 @@ fn lines(utc: bool, holder: &Holder, id: &str, look: &Look) -> String {
             s.push_str(&format!("{key}: {text}\n"));
         }
     };
-    put("message_id", id);
-    put("target", &holder.said());
+    put("message_id", Some(id));
+    put("target", Some(&holder.said()));
     let clock = Clock::new(utc);
+    let accepted_at = look.accepted_at.map(|t| clock.stamp(t as f64));
     match &look.end {
         End::Final {
             outcome,
@@ -209,42 +212,28 @@ fn lines(utc: bool, holder: &Holder, id: &str, look: &Look) -> String {
             finished_at,
             ..
         } => {
+            let exit = super::wait::exit_said(handler);
+            put("outcome", Some(&format!("{outcome}{exit}")));
+            put("reason", look.reason.as_deref());
+            put("host", handler.host.as_deref());
+            let tail = handler.stderr_tail.as_deref();
+            put("stderr_tail", tail.filter(|t| !t.trim().is_empty()));
+            put("accepted_at", accepted_at.as_deref());
             put(
-                "outcome",
-                &format!("{outcome}{}", super::wait::exit_said(handler)),
+                "finished_at",
+                finished_at.map(|t| clock.stamp(t)).as_deref(),
             );
-            if let Some(reason) = &look.reason {
-                put("reason", reason);
-            }
-            if let Some(host) = &handler.host {
-                put("host", host);
-            }
-            if let Some(tail) = handler
-                .stderr_tail
-                .as_deref()
-                .filter(|t| !t.trim().is_empty())
-            {
-                put("stderr_tail", tail);
-            }
-            if let Some(t) = look.accepted_at {
-                put("accepted_at", &clock.stamp(t as f64));
-            }
-            if let Some(t) = finished_at {
-                put("finished_at", &clock.stamp(*t));
-            }
-            put("reply", reply.as_deref().unwrap_or("(none)"));
+            put("reply", Some(reply.as_deref().unwrap_or("(none)")));
         }
         End::TimedOut(last) => {
             let place = last.map_or("queued", Pending::as_str);
             match look.queue_position {
-                Some(n) => put("task_status", &format!("{place} (position {n})")),
-                None => put("task_status", place),
+                Some(n) => put("task_status", Some(&format!("{place} (position {n})"))),
+                None => put("task_status", Some(place)),
             }
-            if let Some(t) = look.accepted_at {
-                put("accepted_at", &clock.stamp(t as f64));
-            }
+            put("accepted_at", accepted_at.as_deref());
         }
-        End::Unknown => put("task_status", Pending::Unknown.as_str()),
+        End::Unknown => put("task_status", Some(Pending::Unknown.as_str())),
     }
     s
 }
