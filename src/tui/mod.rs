@@ -357,10 +357,7 @@ fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Li
     }
     let relay_needed = !matches!(cmd, "/help" | "/quit");
     if relay_needed && ctl.client.is_none() {
-        let why = match &view.warning {
-            Some(w) => format!(" ({w})"),
-            None => String::new(),
-        };
+        let why = (view.warning.as_ref()).map_or(String::new(), |w| format!(" ({w})"));
         view.push(
             Role::Refusal,
             format!("{cmd}: the relay is unavailable{why}"),
