@@ -513,20 +513,19 @@ impl Parsed for Help {
     fn run(self, _: &Config) -> Result<ExitCode> {
         match self.0 {
             None => shown(&overview()),
-            Some(name) => match COMMANDS.iter().find(|c| c.name == name) {
-                Some(c) => shown(&command_help(c)),
-                None => Err(unknown_command(&name)),
-            },
+            Some(name) => shown(&command_help(command(&name)?)),
         }
     }
 }
 
-/// `baton nosuch` and `baton help nosuch` alike.
-fn unknown_command(name: &str) -> Error {
-    Error::Usage(format!(
-        "unknown command {}: see 'baton help'",
-        crate::text::sanitize::escape(name)
-    ))
+/// The command of the table named `name`; none is the error of `baton
+/// nosuch` and `baton help nosuch` alike.
+fn command(name: &str) -> Result<&'static Command> {
+    let unknown = || {
+        let name = crate::text::sanitize::escape(name);
+        Error::Usage(format!("unknown command {name}: see 'baton help'"))
+    };
+    COMMANDS.iter().find(|c| c.name == name).ok_or_else(unknown)
 }
 
 /// Prints `text`: what the command had to do.
@@ -610,9 +609,7 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         let config = Config::from_env()?;
         return launch::<attach::Bare>(&args, &config);
     }
-    let Some(cmd) = COMMANDS.iter().find(|c| c.name == first) else {
-        return Err(unknown_command(&argv[0].to_string_lossy()));
-    };
+    let cmd = command(&argv[0].to_string_lossy())?;
     let args = args::parse(cmd.name, &argv[1..], cmd.opts)?;
     if args.flag("help") {
         return shown(&command_help(cmd));
