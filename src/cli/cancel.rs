@@ -36,9 +36,8 @@ impl Parsed for Cancel {
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        let a = &self;
-        let id = &a.id;
-        let holder = match &a.target {
+        let id = &self.id;
+        let holder = match &self.target {
             Some(t) => named(config, t)?,
             None => holding(config, id)?,
         };
@@ -51,10 +50,10 @@ impl Parsed for Cancel {
                 (serde_json::to_value(&h).expect("an answer serializes"), h)
             }
         };
-        if !a.json {
+        if !self.json {
             print(&h, id, &holder);
         }
-        super::done(a.json, &raw, h.status == Handling::Cancelled)
+        super::done(self.json, &raw, h.status == Handling::Cancelled)
     }
 }
 

@@ -119,8 +119,7 @@ impl Parsed for Forget {
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        let a = &self;
-        let spool = stopped_spool(a.workspace.as_deref(), config, &a.name)?;
+        let spool = stopped_spool(self.workspace.as_deref(), config, &self.name)?;
         let held = Holdings::read(&spool.dir)?;
         emit(&format!(
             "{} (workspace {}) holds {}\nspool: {}\n",
@@ -129,7 +128,7 @@ impl Parsed for Forget {
             held,
             escape(&spool.dir.display().to_string())
         ));
-        if !a.yes && !confirm(&spool)? {
+        if !self.yes && !confirm(&spool)? {
             eprintln!("baton: nothing was removed");
             return Ok(ExitCode::Refused);
         }
