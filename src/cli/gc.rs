@@ -67,7 +67,7 @@ fn spools(
     let spools = crate::spool::state_home()?.join("baton").join("spool");
     let now = crate::spool::now_f64();
     let mut listed = Vec::new();
-    let mut failed = false;
+    let mut code = ExitCode::Ok;
     for s in gc::stale(&spools, older_than, now) {
         if dry_run {
             listed.push(s);
@@ -81,7 +81,7 @@ fn spools(
             ),
             Ok(Removal::Changed) => eprintln!("baton: gc: kept {shown}: it was used since"),
             Err(e) => {
-                failed = true;
+                code = ExitCode::Usage;
                 eprintln!("baton: gc: cannot remove {shown}: {e}");
             }
         }
@@ -113,11 +113,7 @@ fn spools(
         }
         emit(&text);
     }
-    Ok(if failed {
-        ExitCode::Usage
-    } else {
-        ExitCode::Ok
-    })
+    Ok(code)
 }
 
 /// `--older-than DAYS`: a number of days, 0 or more (`gc::DEFAULT_OLDER_THAN`
