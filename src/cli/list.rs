@@ -40,24 +40,23 @@ impl Parsed for List {
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        let Some((fleet, words)) = &self.hosts else {
-            let items = local(&self, config)?;
-            match self.json {
-                true => emit_json(&Value::Array(items)),
-                false => print(&self, &[(None, items)]),
-            }
-            return Ok(ExitCode::Ok);
+        let (listed, status) = match &self.hosts {
+            None => (vec![(None, local(&self, config)?)], ExitCode::Ok),
+            Some((fleet, words)) => remote(config, fleet, words),
         };
-        let (listed, status) = remote(config, fleet, words);
-        if self.json {
-            let all = listed.into_iter().flat_map(|(h, items)| {
-                let h = h.expect("a host's");
-                items.into_iter().map(move |v| hosts::with_host(&h, v))
-            });
-            emit_json(&Value::Array(all.collect()));
-        } else {
+        if !self.json {
             print(&self, &listed);
+            return Ok(status);
         }
+        // Another host's items name it.
+        let all = listed.into_iter().flat_map(|(h, items)| {
+            let named = move |v| match &h {
+                Some(h) => hosts::with_host(h, v),
+                None => v,
+            };
+            items.into_iter().map(named)
+        });
+        emit_json(&Value::Array(all.collect()));
         Ok(status)
     }
 }
