@@ -67,11 +67,8 @@ impl Parsed for Stop {
                 r.pid
             )));
         };
-        let who = format!(
-            "{} ({}, pid {pid})",
-            escape(&peer.manifest.name),
-            peer.manifest.instance_id
-        );
+        // The pid its manifest names, which its socket confirmed.
+        let who = target::described(&peer);
         if let Err(e) = sys::signal(pid, sys::SIGTERM) {
             if sys::pid_status(pid) != sys::PidStatus::Gone {
                 return Err(Error::Env(format!("stop: cannot signal {who}: {e}")));

@@ -110,6 +110,12 @@ pub fn resolve_or_stopped(config: &Config, target: Option<&str>) -> Result<Resol
     )))
 }
 
+/// `NAME (ID, pid PID)`, as `stop` and `attach` name an instance.
+pub fn described(p: &Peer) -> String {
+    let m = &p.manifest;
+    format!("{} ({}, pid {})", escape(&m.name), m.instance_id, m.pid)
+}
+
 /// Resolves the live instance an option names (`what`: `send --from`), as
 /// `resolve` does, its errors introduced by the option.
 pub fn resolve_option(config: &Config, what: &str, name: &str) -> Result<Peer> {

@@ -56,11 +56,8 @@ impl Holder {
     /// `NAME (ID)` of a live instance, `NAME (stopped)` of a spool; escaped.
     pub fn said(&self) -> String {
         match self {
-            Holder::Live(p) => format!(
-                "{} ({})",
-                escape(&p.manifest.name),
-                escape(&p.manifest.instance_id)
-            ),
+            // As a peer shows itself: its id is a valid one, nothing to escape.
+            Holder::Live(p) => p.to_string(),
             Holder::Stopped(s) => format!("{} (stopped)", escape(&s.name)),
         }
     }
