@@ -135,9 +135,8 @@ impl Parsed for Inbox {
                 let page = target::list_all(&mut conn, &peer)?;
                 let finished = match all {
                     true => {
-                        let st: ControlStatus = (conn
-                            .call(Call::ControlStatus, crate::wire::request::NoParams {}))
-                        .map_err(|e| target::transport(&peer, e))?;
+                        let st: ControlStatus = (conn.call(Call::ControlStatus, NoParams {}))
+                            .map_err(|e| target::transport(&peer, e))?;
                         spool::read_recent(Path::new(&st.spool), FINISHED_SHOWN)
                     }
                     false => Vec::new(),
@@ -230,10 +229,8 @@ fn list_stopped(
 ) -> Result<ExitCode> {
     super::watch::say_stopped(spool, false);
     let l = crate::spool::read_listing(&spool.dir)?;
-    let finished = match all {
-        true => spool::read_recent(&spool.dir, FINISHED_SHOWN),
-        false => Vec::new(),
-    };
+    let finished =
+        (all.then(|| spool::read_recent(&spool.dir, FINISHED_SHOWN))).unwrap_or_default();
     let page = InboxPage {
         queued: l.queued,
         processing: l.processing,
