@@ -84,22 +84,15 @@ impl Parsed for TaskResult {
                 only_workspace: true,
             };
             let end = follow::wait(config, &who, id, timeout.map(|t| Instant::now() + t))?;
-            look = match end {
-                // Where it is now, said afresh.
-                End::TimedOut(last) => task::look(config, &holder, id)
-                    .ok()
-                    .filter(|l| matches!(l.end, End::TimedOut(_)))
-                    .unwrap_or(Look {
-                        end: End::TimedOut(last),
-                        queue_position: None,
-                        ..look
-                    }),
-                end => Look {
-                    end,
-                    queue_position: None,
-                    ..look
-                },
-            };
+            // Where it is now, said afresh, while it has not ended.
+            let pending = |l: &Look| matches!(l.end, End::TimedOut(_));
+            let afresh = (matches!(end, End::TimedOut(_)).then(|| task::look(config, &holder, id)))
+                .and_then(|l| l.ok().filter(pending));
+            look = afresh.unwrap_or(Look {
+                end,
+                queue_position: None,
+                ..look
+            });
         }
         if let End::Unknown = look.end {
             return Err(Error::NoTarget(format!(

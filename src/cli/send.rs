@@ -15,7 +15,7 @@ use crate::relay;
 use crate::text::sanitize::escape;
 use crate::wire;
 use crate::wire::answer::{SendResult, Target};
-use crate::wire::request::{RelayParams, SendParams, SendSender};
+use crate::wire::request::{RelayParams, SendParams};
 use crate::wire::{Call, Method, TaskMode};
 use std::io::{IsTerminal, Read};
 use std::path::Path;
@@ -430,14 +430,13 @@ impl Send {
         body: &str,
         to: Option<&String>,
     ) -> Result<SendParams> {
+        // A plain command line's: no hop, no sender it would say it is.
         let params = SendParams {
             body: body.to_string(),
-            hop: 0,
-            in_reply_to: None,
             message_id: id.to_string(),
             mode: self.mode.as_str().to_string(),
-            sender: SendSender::default(),
             target_instance_id: to.cloned(),
+            ..SendParams::default()
         };
         relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
         Ok(params)
