@@ -137,7 +137,7 @@ impl Control {
         &self,
         work: &chan::Sender<Lines>,
         call: Call,
-        params: Value,
+        params: impl serde::Serialize + Send + 'static,
         lines: impl FnOnce(std::result::Result<Value, ClientError>) -> Lines + Send + 'static,
     ) {
         let client = self.client.as_ref().expect("checked");
@@ -459,7 +459,6 @@ fn send_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Sen
         target: Some(target.to_string()),
         ..Default::default()
     };
-    let params = serde_json::to_value(params).expect("strings serialize");
     ctl.on_worker(work, Call::RelaySend, params, |r| match r {
         // The outcome arrives as relay.sent, with the candidates of a
         // `no_target`.
@@ -477,7 +476,7 @@ fn reply_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Se
     };
     let id = params.message_id.clone();
     view.push(Role::Local, format!("/reply {rest}"));
-    ctl.on_worker(work, Call::InboxComplete, params.to_value(), move |r| {
+    ctl.on_worker(work, Call::InboxComplete, params, move |r| {
         work::reply_outcome(&id, r)
     });
 }
