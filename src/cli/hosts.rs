@@ -50,7 +50,7 @@ impl Fleet {
         let timeout = args.seconds(cmd, "host-timeout")?;
         if hosts.is_empty() {
             if timeout.is_some() || args.flag("no-multiplex") {
-                return Err(crate::base::error::Error::Usage(format!(
+                return Err(Error::Usage(format!(
                     "{cmd}: --host-timeout and --no-multiplex go with --via or --hosts"
                 )));
             }
