@@ -83,11 +83,12 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> SendResult {
     if let Err(r) = guard::check_scope(&origin.instance_id, only, &out.scope, &peer) {
         return refused(r);
     }
-    if peer.wire == Wire::Zcoder {
-        to_zcoder(origin, out, &peer)
-    } else {
-        to_native(origin, out, &peer)
-    }
+    let r = match peer.wire {
+        Wire::Zcoder => to_zcoder(origin, out, &peer),
+        Wire::Jsonrpc => to_native(origin, out, &peer),
+    };
+    // Whatever came of it names the peer it went to.
+    with_target(r, peer_target(&peer))
 }
 
 /// The task stored when the target is a stopped agent: a plain one, sent
@@ -157,9 +158,8 @@ fn without_self(mut r: SendResult, own_id: &str) -> SendResult {
 /// Delivers to a zcoder peer, as this instance.
 fn to_zcoder(origin: &Origin, out: &Outbound, peer: &Peer) -> SendResult {
     let id = &out.message_id;
-    let r = deliver_zcoder(&origin.config, peer, id, &out.body, Some(origin))
-        .unwrap_or_else(|e| transport_failure(peer, id, &e));
-    with_target(r, peer_target(peer))
+    deliver_zcoder(&origin.config, peer, id, &out.body, Some(origin))
+        .unwrap_or_else(|e| transport_failure(peer, id, &e))
 }
 
 /// Delivers to a native peer with `message/send`, as this instance.
@@ -181,9 +181,9 @@ fn to_native(origin: &Origin, out: &Outbound, peer: &Peer) -> SendResult {
     // The receiver's limit first: it says more than the frame bound.
     if let Err(r) = check_limit(peer, &out.body).and_then(|()| check_frame(&origin.config, &params))
     {
-        return with_target(outcome(r.status, id, r.reason), peer_target(peer));
+        return outcome(r.status, id, r.reason);
     }
-    let r = match deliver(&origin.config, peer, &params) {
+    match deliver(&origin.config, peer, &params) {
         Ok(r) => r,
         Err(ClientError::Rpc { code, message }) => {
             let why = format!(
@@ -194,6 +194,5 @@ fn to_native(origin: &Origin, out: &Outbound, peer: &Peer) -> SendResult {
             outcome(Status::Transport, id, why)
         }
         Err(e) => transport_failure(peer, id, &e),
-    };
-    with_target(r, peer_target(peer))
+    }
 }
