@@ -229,8 +229,10 @@ fn list_stopped(
 ) -> Result<ExitCode> {
     super::watch::say_stopped(spool, false);
     let l = crate::spool::read_listing(&spool.dir)?;
-    let finished =
-        (all.then(|| spool::read_recent(&spool.dir, FINISHED_SHOWN))).unwrap_or_default();
+    let finished = match all {
+        true => spool::read_recent(&spool.dir, FINISHED_SHOWN),
+        false => Vec::new(),
+    };
     let page = InboxPage {
         queued: l.queued,
         processing: l.processing,
