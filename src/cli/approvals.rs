@@ -25,12 +25,6 @@ use serde_json::Value;
 /// Characters of a body's first line the list shows.
 const EXCERPT_CHARS: usize = 60;
 
-/// The instance a command's TARGET names (none: the one a command
-/// without TARGET finds): the one place these commands resolve it.
-fn instance(config: &Config, target: Option<&str>) -> Result<Peer> {
-    target::resolve(config, target)
-}
-
 /// `approval/list` at `peer`: the answer as given, and each approval.
 fn list_at(
     config: &Config,
@@ -63,7 +57,6 @@ pub fn fetch_whole(config: &Config, peer: &Peer, req: &Asked) -> Whole {
 }
 
 /// `baton approvals [TARGET] [--json] [--full]`.
-/// `baton approvals [TARGET] [--json] [--full]`.
 pub struct List {
     on: On,
     full: bool,
@@ -79,42 +72,35 @@ impl Parsed for List {
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        let a = &self;
-        let peer = instance(config, a.on.target())?;
-        let full = a.full;
+        let peer = target::resolve(config, self.on.target())?;
         let params = ApprovalListParams {
             approval_id: None,
-            full: Some(full),
+            full: Some(self.full),
         };
         let (raw, waiting) = list_at(config, &peer, params)?;
-        if a.on.json {
-            emit_json(&serde_json::to_value(raw).expect("an answer serializes"));
-            return Ok(ExitCode::Ok);
-        }
         let name = escape(&peer.manifest.name);
-        if waiting.is_empty() {
-            emit(&format!("no approvals wait at {name}\n"));
-            return Ok(ExitCode::Ok);
-        }
-        if !full {
-            let rows: Vec<[String; 7]> = waiting.iter().map(row).collect();
-            let head = [
-                "APPROVAL", "TASK", "FROM", "MODE", "SIZE", "LINES", "EXCERPT",
-            ];
-            emit(&crate::text::table(head, &rows));
-            return Ok(ExitCode::Ok);
-        }
-        let mut out = String::new();
-        for a in &waiting {
-            let whole = approve::whole_of(a);
-            let id = escape(a.approval_id.as_deref().unwrap_or(""));
-            out.push_str(&format!("approval {id} at {name}: "));
-            out.push_str(&approve::describe(a, Some(&whole)));
-            out.push_str(&approve::show_whole(a, &whole));
-            out.push('\n');
-        }
-        emit(&out);
-        Ok(ExitCode::Ok)
+        let text = match (waiting.is_empty(), self.full) {
+            (true, _) => format!("no approvals wait at {name}\n"),
+            (false, false) => {
+                let rows: Vec<[String; 7]> = waiting.iter().map(row).collect();
+                let head = [
+                    "APPROVAL", "TASK", "FROM", "MODE", "SIZE", "LINES", "EXCERPT",
+                ];
+                crate::text::table(head, &rows)
+            }
+            (false, true) => (waiting.iter())
+                .map(|a| {
+                    let whole = approve::whole_of(a);
+                    let id = escape(a.approval_id.as_deref().unwrap_or(""));
+                    format!(
+                        "approval {id} at {name}: {}{}\n",
+                        approve::describe(a, Some(&whole)),
+                        approve::show_whole(a, &whole)
+                    )
+                })
+                .collect(),
+        };
+        super::answer(self.on.json, &raw, &text)
     }
 }
 
@@ -123,29 +109,24 @@ impl Parsed for List {
 /// lines and the first line, all escaped.
 fn row(a: &Asked) -> [String; 7] {
     let s = |v: &Option<String>| escape(v.as_deref().unwrap_or("")).into_owned();
-    let (from, mode, text) = if a.is_tool() {
+    let (from, mode, text, (bytes, lines)) = if a.is_tool() {
         let host = a.host.clone().filter(|h| !h.is_empty());
         let whole = approve::whole_of(a).unwrap_or_default();
         let tool = a.tool_name.as_deref().unwrap_or("");
         let excerpt = format!("{tool}: {}", whole.trim_start());
-        (s(&host.or(Some("MCP host".into()))), "tool".into(), excerpt)
-    } else {
+        let counts = (Some(whole.len() as u64), Some(whole.lines().count() as u64));
         (
-            s(&a.from),
-            s(&a.mode),
-            a.excerpt.clone().unwrap_or_default(),
+            s(&host.or(Some("MCP host".into()))),
+            "tool".into(),
+            excerpt,
+            counts,
         )
+    } else {
+        let excerpt = a.excerpt.clone().unwrap_or_default();
+        (s(&a.from), s(&a.mode), excerpt, (a.bytes, a.lines))
     };
-    let whole_text = a
-        .is_tool()
-        .then(|| approve::whole_of(a).unwrap_or_default());
-    let (bytes, lines) = match &whole_text {
-        Some(t) => (Some(t.len() as u64), Some(t.lines().count() as u64)),
-        None => (a.bytes, a.lines),
-    };
-    let mut first: String = text.lines().next().unwrap_or("").to_string();
+    let mut first = crate::wire::event_text::cut(text.lines().next().unwrap_or(""), EXCERPT_CHARS);
     let more = text.lines().nth(1).is_some() || lines.is_some_and(|n| n > 1);
-    first = crate::wire::event_text::cut(&first, EXCERPT_CHARS);
     if more && !first.ends_with('…') {
         first.push_str(" …");
     }
@@ -201,7 +182,7 @@ impl<const APPROVE: bool> Parsed for Decide<APPROVE> {
         } else {
             Decision::Deny
         };
-        let peer = instance(config, self.target.as_deref())?;
+        let peer = target::resolve(config, self.target.as_deref())?;
         let (_, waiting) = list_at(config, &peer, ApprovalListParams::default())?;
         let name = escape(&peer.manifest.name).into_owned();
         let mut all = true;
@@ -225,12 +206,7 @@ impl<const APPROVE: bool> Parsed for Decide<APPROVE> {
                         .expect("an answer serializes");
                     let h = Handled {
                         approval_id: Some(id.to_string()),
-                        message_id: None,
-                        outcome: None,
-                        reason: Some(reason),
-                        reply: None,
-                        status: Handling::Invalid.into(),
-                        was: None,
+                        ..Handled::new(Handling::Invalid, None, Some(reason))
                     };
                     (v, h)
                 }

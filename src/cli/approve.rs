@@ -46,35 +46,18 @@ pub enum Line {
     View(Option<String>),
 }
 
-/// What a line says: `v` or `view` (any case) and an optional task id, or
-/// an answer (`parse_answer`).
+/// What a line says: `y`, `yes`, `n`, `no` (any case), or `v` or `view`
+/// to read the whole of what waits, then an optional task id. Blank
+/// lines say nothing.
 pub fn parse_line(line: &str) -> Result<Option<Line>> {
-    let mut words = line.split_whitespace();
-    let first = words.next().map(str::to_ascii_lowercase);
-    if !matches!(first.as_deref(), Some("v" | "view")) {
-        return Ok(parse_answer(line)?.map(Line::Answer));
-    }
-    let id = words.next().map(str::to_string);
-    match words.next() {
-        Some(extra) => Err(Error::Usage(format!(
-            "not an answer: {}: one task id at most ({} is one too many)",
-            escape(line.trim()),
-            escape(extra)
-        ))),
-        None => Ok(Some(Line::View(id))),
-    }
-}
-
-/// What the answers say: `y`, `yes`, `n`, `no` (any case), then an
-/// optional task id. Blank lines say nothing.
-pub fn parse_answer(line: &str) -> Result<Option<Answer>> {
     let mut words = line.split_whitespace();
     let Some(word) = words.next() else {
         return Ok(None);
     };
     let decision = match word.to_ascii_lowercase().as_str() {
-        "y" | "yes" => Decision::Approve,
-        "n" | "no" => Decision::Deny,
+        "v" | "view" => None,
+        "y" | "yes" => Some(Decision::Approve),
+        "n" | "no" => Some(Decision::Deny),
         _ => {
             return Err(Error::Usage(format!(
                 "not an answer: {}: type y or n, or y ID / n ID",
@@ -90,7 +73,10 @@ pub fn parse_answer(line: &str) -> Result<Option<Answer>> {
             escape(extra)
         )));
     }
-    Ok(Some(Answer { decision, id }))
+    Ok(Some(match decision {
+        Some(decision) => Line::Answer(Answer { decision, id }),
+        None => Line::View(id),
+    }))
 }
 
 /// A request waiting for the operator: the request's id (echoed in the
@@ -281,22 +267,25 @@ mod tests {
     }
 
     fn ans(line: &str) -> Answer {
-        parse_answer(line).unwrap().unwrap()
+        match parse_line(line).unwrap().unwrap() {
+            Line::Answer(a) => a,
+            Line::View(_) => panic!("{line} is no answer"),
+        }
     }
 
     #[test]
     fn answers_parse() {
-        assert_eq!(parse_answer("  ").unwrap(), None);
+        assert_eq!(parse_line("  ").unwrap(), None);
         assert_eq!(ans("Y").decision, Decision::Approve);
         assert_eq!(ans("no").decision, Decision::Deny);
         assert_eq!(ans("n abc").id.as_deref(), Some("abc"));
         assert!(
-            parse_answer("maybe")
+            parse_line("maybe")
                 .unwrap_err()
                 .to_string()
                 .contains("type y or n")
         );
-        assert!(parse_answer("y a b").is_err());
+        assert!(parse_line("y a b").is_err());
     }
 
     #[test]

@@ -110,15 +110,6 @@ fn here(bare: &Bare, config: &Config) -> Result<(PathBuf, String, Vec<Peer>)> {
     Ok((ws, name, peers))
 }
 
-fn describe(p: &Peer) -> String {
-    format!(
-        "{} ({}, pid {})",
-        escape(&p.manifest.name),
-        p.manifest.instance_id,
-        p.manifest.pid
-    )
-}
-
 /// `baton -a`: the instance with the name bare `baton` would use (`--name`
 /// or the directory's), else, without `--name`, the only instance serving
 /// this directory.
@@ -143,7 +134,7 @@ fn here_attach(bare: &Bare, config: &Config) -> Result<ExitCode> {
             escape(&ws.display().to_string()),
             several
                 .iter()
-                .map(|p| describe(p))
+                .map(|p| target::described(p))
                 .collect::<Vec<_>>()
                 .join(", ")
         ))),
@@ -168,7 +159,7 @@ fn offer(bare: &Bare, config: &Config) -> Result<Option<ExitCode>> {
     };
     let what = format!(
         "{} already serves {}",
-        describe(peer),
+        target::described(peer),
         escape(&ws.display().to_string())
     );
     if !termion::is_tty(&std::io::stdout()) || !termion::is_tty(&std::io::stdin()) {

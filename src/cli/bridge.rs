@@ -153,21 +153,13 @@ fn join(peer: &Peer, key: Option<&str>, input: Chunks, held: Vec<u8>) -> Result<
         let _ = to_socket.shutdown(std::net::Shutdown::Write);
     });
     let mut stdout = std::io::stdout().lock();
-    if stdout
-        .write_all(&early)
-        .and_then(|()| stdout.flush())
-        .is_err()
-    {
-        return Ok(ExitCode::Ok);
-    }
+    let mut out = |b: &[u8]| stdout.write_all(b).and_then(|()| stdout.flush()).is_ok();
     let mut buf = [0u8; 8192];
-    while let Ok(n @ 1..) = stream.read(&mut buf) {
-        if stdout
-            .write_all(&buf[..n])
-            .and_then(|()| stdout.flush())
-            .is_err()
-        {
-            break;
+    if out(&early) {
+        while let Ok(n @ 1..) = stream.read(&mut buf) {
+            if !out(&buf[..n]) {
+                break;
+            }
         }
     }
     Ok(ExitCode::Ok)

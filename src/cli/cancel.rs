@@ -8,17 +8,18 @@
 
 use super::Parsed;
 use super::args::Args;
-use super::{emit, emit_json, target};
+use super::{emit, target};
 use crate::base::config::Config;
 use crate::base::error::{Error, ExitCode, Result};
 use crate::front::result::Holder;
+use crate::registry;
 use crate::registry::lookup::{self, KnownSpool, Stopped};
-use crate::registry::{self, Wire};
 use crate::spool::Spool;
 use crate::text::sanitize::escape;
 use crate::wire::Call;
 use crate::wire::Handling;
 use crate::wire::answer::{Handled, Pending, TaskState, TaskStatus};
+use crate::wire::request::TaskParams;
 
 /// `baton cancel [TARGET] MESSAGE_ID [--json]`.
 pub struct Cancel {
@@ -29,50 +30,30 @@ pub struct Cancel {
 
 impl Parsed for Cancel {
     fn parse(args: &Args) -> Result<Cancel> {
-        let (target, id) = match args.positional.as_slice() {
-            [id] => (None, id),
-            [t, id] => (Some(t.clone()), id),
-            [] => return Err(Error::Usage("cancel: MESSAGE_ID is missing".into())),
-            [_, _, extra, ..] => {
-                return Err(Error::Usage(format!(
-                    "cancel: unexpected argument {}",
-                    escape(extra)
-                )));
-            }
-        };
-        if id.trim().is_empty() {
-            return Err(Error::Usage("cancel: MESSAGE_ID is empty".into()));
-        }
-        let (id, json) = (id.clone(), args.flag("json"));
+        let (target, id) = super::target_and_id(args, "cancel")?;
+        let json = args.flag("json");
         Ok(Cancel { target, id, json })
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        let a = &self;
-        let id = &a.id;
-        let holder = match &a.target {
+        let id = &self.id;
+        let holder = match &self.target {
             Some(t) => named(config, t)?,
             None => holding(config, id)?,
         };
         let (raw, h) = match &holder {
-            Holder::Live(peer) => target::call::<Handled>(
-                config,
-                peer,
-                Call::TaskCancel,
-                crate::wire::request::TaskParams::new(id),
-            )?,
+            Holder::Live(peer) => {
+                target::call::<Handled>(config, peer, Call::TaskCancel, TaskParams::new(id))?
+            }
             Holder::Stopped(spool) => {
                 let h = cancel_stopped(config, spool, id)?;
                 (serde_json::to_value(&h).expect("an answer serializes"), h)
             }
         };
-        let ok = h.status == Handling::Cancelled;
-        if a.json {
-            emit_json(&raw);
-        } else {
+        if !self.json {
             print(&h, id, &holder);
         }
-        Ok(if ok { ExitCode::Ok } else { ExitCode::Refused })
+        super::done(self.json, &raw, h.status == Handling::Cancelled)
     }
 }
 
@@ -106,34 +87,22 @@ fn named(config: &Config, t: &str) -> Result<Holder> {
 /// The one instance that holds `id` queued or running: each live one is
 /// asked (`task/status`), each stopped agent's spool is read.
 fn holding(config: &Config, id: &str) -> Result<Holder> {
-    let dir = registry::ensure_dir(config)?;
-    let live = registry::discover(&registry::scan_dirs(&dir), None, config.io_timeout).peers;
-    let mut found = Vec::new();
-    for p in live
-        .iter()
-        .filter(|p| p.wire == Wire::Jsonrpc && !p.unresponsive())
-    {
-        let asked = target::call::<TaskStatus>(
-            config,
-            p,
-            Call::TaskStatus,
-            crate::wire::request::TaskParams::new(id),
-        );
-        if let Ok((_, TaskStatus { status, .. })) = asked {
-            if matches!(status, TaskState::Pending(w) if w != Pending::Unknown) {
-                found.push(Holder::Live(Box::new(p.clone())));
+    let holds = |h: &Holder| match h {
+        Holder::Live(p) => match target::call(config, p, Call::TaskStatus, TaskParams::new(id)) {
+            Ok((_, TaskStatus { status, .. })) => {
+                matches!(status, TaskState::Pending(w) if w != Pending::Unknown)
             }
-        }
-    }
-    for s in lookup::known_spools() {
-        let Ok(l) = crate::spool::read_listing(&s.dir) else {
-            continue;
-        };
-        let mut held = l.queued.iter().chain(&l.processing);
-        if s.running(&live).is_none() && held.any(|t| t.message_id == id) {
-            found.push(Holder::Stopped(s));
-        }
-    }
+            Err(_) => false,
+        },
+        Holder::Stopped(s) => crate::spool::read_listing(&s.dir).is_ok_and(|l| {
+            l.queued
+                .iter()
+                .chain(&l.processing)
+                .any(|t| t.message_id == id)
+        }),
+    };
+    let mut found = crate::front::result::holders(config)?;
+    found.retain(holds);
     if found.len() == 1 {
         return Ok(found.pop().expect("one"));
     }

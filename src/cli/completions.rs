@@ -6,7 +6,7 @@
 //! completions for that name.
 
 use super::args::Args;
-use super::{COMMANDS, Command, Parsed, emit};
+use super::{COMMANDS, Command, Parsed};
 
 /// The command table a script is generated from.
 type Table = &'static [Command];
@@ -116,8 +116,7 @@ impl Parsed for Completions {
     }
 
     fn run(self, _: &Config) -> Result<ExitCode> {
-        emit(&(self.0)(COMMANDS, &prog()));
-        Ok(ExitCode::Ok)
+        super::shown(&(self.0)(COMMANDS, &prog()))
     }
 }
 

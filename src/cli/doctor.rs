@@ -6,7 +6,7 @@
 
 use super::Parsed;
 use super::args::Args;
-use super::{emit, emit_json, target};
+use super::target;
 use crate::base::config::Config;
 use crate::base::error::{ExitCode, Result};
 use crate::registry::health::{self, Finding, Level};
@@ -31,31 +31,28 @@ impl Parsed for Doctor {
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        report(self.json, config)
-    }
-}
-
-fn report(json: bool, config: &Config) -> Result<ExitCode> {
-    let found = findings(config);
-    if json {
-        emit_json(&serde_json::to_value(&found).expect("findings serialize"));
-    } else {
+        let found = findings(config);
         let width = found.iter().map(|f| f.check.len()).max().unwrap_or(0);
-        let mut text = String::new();
-        for f in &found {
-            let result = f.result.as_str();
-            text.push_str(&format!("{result:<4}  {:<width$}  {}\n", f.check, f.detail));
+        let text: String = (found.iter())
+            .map(|f| {
+                format!(
+                    "{:<4}  {:<width$}  {}\n",
+                    f.result.as_str(),
+                    f.check,
+                    f.detail
+                )
+            })
+            .collect();
+        super::answer(self.json, &found, &text)?;
+        let failed = found.iter().filter(|f| f.result == Level::Fail).count();
+        if failed == 0 {
+            return Ok(ExitCode::Ok);
         }
-        emit(&text);
+        // Said on stderr too: what `--via` shows of a host's doctor.
+        let checks = if failed == 1 { "check" } else { "checks" };
+        eprintln!("baton: doctor: {failed} {checks} failed");
+        Ok(ExitCode::Usage)
     }
-    let failed = found.iter().filter(|f| f.result == Level::Fail).count();
-    if failed == 0 {
-        return Ok(ExitCode::Ok);
-    }
-    // Said on stderr too: what `--via` shows of a host's doctor.
-    let checks = if failed == 1 { "check" } else { "checks" };
-    eprintln!("baton: doctor: {failed} {checks} failed");
-    Ok(ExitCode::Usage)
 }
 
 /// Every check of this host, in order: the directories, discovery, each

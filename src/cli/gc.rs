@@ -30,30 +30,27 @@ struct Spools {
 
 impl Parsed for Gc {
     fn parse(args: &Args) -> Result<Gc> {
-        let json = args.flag("json");
-        if !args.flag("spools") {
-            if args.value("older-than").is_some() || args.flag("dry-run") {
-                return Err(Error::Usage(
-                    "gc: --older-than and --dry-run go with --spools".into(),
-                ));
-            }
-            super::at_most(args, "gc", 0)?;
-            return Ok(Gc { json, spools: None });
+        let spools = args.flag("spools");
+        if !spools && (args.value("older-than").is_some() || args.flag("dry-run")) {
+            return Err(Error::Usage(
+                "gc: --older-than and --dry-run go with --spools".into(),
+            ));
         }
         super::at_most(args, "gc", 0)?;
-        let spools = Spools {
-            older_than: older_than(args)?,
-            dry_run: args.flag("dry-run"),
+        let spools = match spools {
+            true => Some(Spools {
+                older_than: older_than(args)?,
+                dry_run: args.flag("dry-run"),
+            }),
+            false => None,
         };
-        Ok(Gc {
-            json,
-            spools: Some(spools),
-        })
+        let json = args.flag("json");
+        Ok(Gc { json, spools })
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
         match self.spools {
-            None => super::list::Gc { json: self.json }.run(config),
+            None => super::list::gc(self.json, config),
             Some(s) => spools(self.json, s),
         }
     }
@@ -70,7 +67,7 @@ fn spools(
     let spools = crate::spool::state_home()?.join("baton").join("spool");
     let now = crate::spool::now_f64();
     let mut listed = Vec::new();
-    let mut failed = false;
+    let mut code = ExitCode::Ok;
     for s in gc::stale(&spools, older_than, now) {
         if dry_run {
             listed.push(s);
@@ -84,7 +81,7 @@ fn spools(
             ),
             Ok(Removal::Changed) => eprintln!("baton: gc: kept {shown}: it was used since"),
             Err(e) => {
-                failed = true;
+                code = ExitCode::Usage;
                 eprintln!("baton: gc: cannot remove {shown}: {e}");
             }
         }
@@ -116,11 +113,7 @@ fn spools(
         }
         emit(&text);
     }
-    Ok(if failed {
-        ExitCode::Usage
-    } else {
-        ExitCode::Ok
-    })
+    Ok(code)
 }
 
 /// `--older-than DAYS`: a number of days, 0 or more (`gc::DEFAULT_OLDER_THAN`

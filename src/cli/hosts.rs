@@ -36,6 +36,7 @@ pub struct Fleet {
 
 /// What the hosts answered: for each host that answered, its exit status
 /// and output; whether any failed (its line already on stderr).
+#[derive(Default)]
 pub struct Asked {
     pub answers: Vec<(Host, i32, Vec<u8>)>,
     pub failed: bool,
@@ -49,7 +50,7 @@ impl Fleet {
         let timeout = args.seconds(cmd, "host-timeout")?;
         if hosts.is_empty() {
             if timeout.is_some() || args.flag("no-multiplex") {
-                return Err(crate::base::error::Error::Usage(format!(
+                return Err(Error::Usage(format!(
                     "{cmd}: --host-timeout and --no-multiplex go with --via or --hosts"
                 )));
             }
@@ -73,10 +74,7 @@ impl Fleet {
             self.timeout,
             self.multiplex,
         );
-        let mut asked = Asked {
-            answers: Vec::new(),
-            failed: false,
-        };
+        let mut asked = Asked::default();
         for (host, answer) in self.hosts.iter().zip(all) {
             asked.take(host, answer);
         }
@@ -146,19 +144,11 @@ impl Asked {
     /// Each host's output, every line after its host's name, padded to
     /// the longest name: `HOST  LINE`.
     pub fn prefixed(&self) -> String {
-        let width = self
-            .answers
-            .iter()
-            .map(|(h, ..)| h.name.chars().count())
-            .max();
-        let width = width.unwrap_or(0);
+        let width = width(self.answers.iter().map(|(h, ..)| h));
         let mut s = String::new();
         for (host, _, out) in &self.answers {
             for line in String::from_utf8_lossy(out).lines() {
-                // What a host prints is escaped there; again here, in case
-                // it is not (an older or a hostile baton): nothing raw.
-                let line = escape(line);
-                s.push_str(&format!("{:<width$}  {line}\n", escape(&host.name)));
+                s.push_str(&host_line(host, width, line));
             }
         }
         s
@@ -180,6 +170,18 @@ impl Asked {
         }
         out
     }
+}
+
+/// The longest of the hosts' names, which the others are padded to.
+fn width<'a>(hosts: impl Iterator<Item = &'a Host>) -> usize {
+    hosts.map(|h| h.name.chars().count()).max().unwrap_or(0)
+}
+
+/// `HOST  LINE`, the host's name padded to `width`. What a host prints is
+/// escaped there; again here, in case it is not (an older or a hostile
+/// baton): nothing raw.
+fn host_line(host: &Host, width: usize, line: &str) -> String {
+    format!("{:<width$}  {}\n", escape(&host.name), escape(line))
 }
 
 /// `value` with `"host": HOST` added: to an object, or to each object of
@@ -227,30 +229,14 @@ pub fn relay(fleet: &Fleet, config: &Config, cmd: &[&str], args: &Args) -> Resul
     Ok(asked.status())
 }
 
-/// The commands that take `--via`, `--hosts` and `--host-timeout`, but
-/// `list` (which lays out its own table) and `send` (one host, its own
-/// `--via`).
-pub const COMMANDS: [&str; 12] = [
-    "status",
-    "log",
-    "watch",
-    "inbox",
-    "result",
-    "approvals",
-    "approve",
-    "deny",
-    "cancel",
-    "pause",
-    "resume",
-    "doctor",
-];
-
 /// `cmd` run on the hosts its `--via` and `--hosts` name, when it names
-/// any: the exit status; None when it runs here.
-pub fn elsewhere(cmd: &str, args: &Args, config: &Config) -> Result<Option<ExitCode>> {
-    if !COMMANDS.contains(&cmd) {
+/// any: the exit status; None when it runs here. `list` lays out its own
+/// table, and `send` (one host) has a `--via` of its own.
+pub fn elsewhere(cmd: &super::Command, args: &Args, config: &Config) -> Result<Option<ExitCode>> {
+    if cmd.name == "list" || !cmd.opts.iter().any(|o| o.long == HOSTS.long) {
         return Ok(None);
     }
+    let cmd = cmd.name;
     let Some(mut fleet) = Fleet::of(args, cmd)? else {
         return Ok(None);
     };
@@ -286,16 +272,8 @@ fn watch(fleet: &Fleet, config: &Config, args: &Args) -> Result<ExitCode> {
     let json = args.flag("json");
     let words = words(&["watch"], args, json);
     let rx = hosts::stream(&fleet.hosts, config, &words, fleet.multiplex);
-    let width = fleet
-        .hosts
-        .iter()
-        .map(|h| h.name.chars().count())
-        .max()
-        .unwrap_or(0);
-    let mut asked = Asked {
-        answers: Vec::new(),
-        failed: false,
-    };
+    let width = width(fleet.hosts.iter());
+    let mut asked = Asked::default();
     let mut left = fleet.hosts.len();
     while left > 0 {
         let Ok(got) = rx.recv() else { break };
@@ -306,11 +284,7 @@ fn watch(fleet: &Fleet, config: &Config, args: &Args) -> Result<ExitCode> {
                 let line = line.trim_end_matches(['\n', '\r']);
                 match serde_json::from_str::<Value>(line) {
                     Ok(v) if json => super::emit_json(&with_host(host, v)),
-                    _ => emit(&format!(
-                        "{:<width$}  {}\n",
-                        escape(&host.name),
-                        escape(line)
-                    )),
+                    _ => emit(&host_line(host, width, line)),
                 }
             }
             hosts::Streamed::Ended(at, end) => {

@@ -135,9 +135,8 @@ impl Parsed for Inbox {
                 let page = target::list_all(&mut conn, &peer)?;
                 let finished = match all {
                     true => {
-                        let st: ControlStatus = (conn
-                            .call(Call::ControlStatus, crate::wire::request::NoParams {}))
-                        .map_err(|e| target::transport(&peer, e))?;
+                        let st: ControlStatus = (conn.call(Call::ControlStatus, NoParams {}))
+                            .map_err(|e| target::transport(&peer, e))?;
                         spool::read_recent(Path::new(&st.spool), FINISHED_SHOWN)
                     }
                     false => Vec::new(),
@@ -150,7 +149,7 @@ impl Parsed for Inbox {
                     print_claim(&c, &peer.manifest.name);
                 }
                 let ok = c.status == ClaimStatus::Claimed || c.status == ClaimStatus::Empty;
-                return done(json, &r, ok);
+                return super::done(json, &r, ok);
             }
             Action::Complete { mut params, held } => {
                 if held {
@@ -166,21 +165,13 @@ impl Parsed for Inbox {
         if !json {
             print_outcome(&h, call.as_str().trim_start_matches("inbox/"));
         }
-        done(json, &r, h.status == handled)
+        super::done(json, &r, h.status == handled)
     }
 }
 
 /// `{"message_id": id}`.
 fn task(id: &str) -> Value {
     serde_json::to_value(crate::wire::request::TaskParams::new(id)).expect("a string serializes")
-}
-
-/// The answer `r` printed with `--json`; the exit code of a call `ok` or not.
-fn done(json: bool, r: &Value, ok: bool) -> Result<ExitCode> {
-    if json {
-        emit_json(r);
-    }
-    Ok(if ok { ExitCode::Ok } else { ExitCode::Refused })
 }
 
 /// `inbox complete [[TARGET] MESSAGE_ID]`'s params (an empty id without

@@ -40,24 +40,23 @@ impl Parsed for List {
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        let Some((fleet, words)) = &self.hosts else {
-            let items = local(&self, config)?;
-            match self.json {
-                true => emit_json(&Value::Array(items)),
-                false => print(&self, &[(None, items)]),
-            }
-            return Ok(ExitCode::Ok);
+        let (listed, status) = match &self.hosts {
+            None => (vec![(None, local(&self, config)?)], ExitCode::Ok),
+            Some((fleet, words)) => remote(config, fleet, words),
         };
-        let (listed, status) = remote(config, fleet, words);
-        if self.json {
-            let all = listed.into_iter().flat_map(|(h, items)| {
-                let h = h.expect("a host's");
-                items.into_iter().map(move |v| hosts::with_host(&h, v))
-            });
-            emit_json(&Value::Array(all.collect()));
-        } else {
+        if !self.json {
             print(&self, &listed);
+            return Ok(status);
         }
+        // Another host's items name it.
+        let all = listed.into_iter().flat_map(|(h, items)| {
+            let named = move |v| match &h {
+                Some(h) => hosts::with_host(h, v),
+                None => v,
+            };
+            items.into_iter().map(named)
+        });
+        emit_json(&Value::Array(all.collect()));
         Ok(status)
     }
 }
@@ -334,46 +333,32 @@ fn with_hosts<const N: usize>(
     }
 }
 
-/// `baton gc [--json]`.
-pub struct Gc {
-    pub(super) json: bool,
-}
-
-impl Parsed for Gc {
-    fn parse(args: &Args) -> Result<Gc> {
-        super::at_most(args, "gc", 0)?;
-        Ok(Gc {
-            json: args.flag("json"),
-        })
-    }
-
-    fn run(self, config: &Config) -> Result<ExitCode> {
-        let json = self.json;
-        let dir = registry::ensure_dir(config)?;
-        let collected = registry::collect_stale(&dir, true);
-        let malformed: Vec<String> = collected
-            .malformed
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
-        if json {
-            let out = Collected {
-                malformed: &malformed,
-                removed: &collected.removed,
-            };
-            emit_json(&item(&out));
-        } else if collected.removed.is_empty() && malformed.is_empty() {
-            eprintln!("baton: no stale entries in {}", dir.display());
-        } else {
-            for id in &collected.removed {
-                emit(&format!("removed stale instance {id}\n"));
-            }
-            for path in &malformed {
-                emit(&format!("removed malformed manifest {}\n", escape(path)));
-            }
+/// `baton gc [--json]`: the registry's stale entries removed.
+pub(super) fn gc(json: bool, config: &Config) -> Result<ExitCode> {
+    let dir = registry::ensure_dir(config)?;
+    let collected = registry::collect_stale(&dir, true);
+    let malformed: Vec<String> = collected
+        .malformed
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    if json {
+        let out = Collected {
+            malformed: &malformed,
+            removed: &collected.removed,
+        };
+        emit_json(&item(&out));
+    } else if collected.removed.is_empty() && malformed.is_empty() {
+        eprintln!("baton: no stale entries in {}", dir.display());
+    } else {
+        for id in &collected.removed {
+            emit(&format!("removed stale instance {id}\n"));
         }
-        Ok(ExitCode::Ok)
+        for path in &malformed {
+            emit(&format!("removed malformed manifest {}\n", escape(path)));
+        }
     }
+    Ok(ExitCode::Ok)
 }
 
 /// `list --via 'ssh host'`...: the items of each host's `baton list

@@ -513,20 +513,19 @@ impl Parsed for Help {
     fn run(self, _: &Config) -> Result<ExitCode> {
         match self.0 {
             None => shown(&overview()),
-            Some(name) => match COMMANDS.iter().find(|c| c.name == name) {
-                Some(c) => shown(&command_help(c)),
-                None => Err(unknown_command(&name)),
-            },
+            Some(name) => shown(&command_help(command(&name)?)),
         }
     }
 }
 
-/// `baton nosuch` and `baton help nosuch` alike.
-fn unknown_command(name: &str) -> Error {
-    Error::Usage(format!(
-        "unknown command {}: see 'baton help'",
-        crate::text::sanitize::escape(name)
-    ))
+/// The command of the table named `name`; none is the error of `baton
+/// nosuch` and `baton help nosuch` alike.
+fn command(name: &str) -> Result<&'static Command> {
+    let unknown = || {
+        let name = crate::text::sanitize::escape(name);
+        Error::Usage(format!("unknown command {name}: see 'baton help'"))
+    };
+    COMMANDS.iter().find(|c| c.name == name).ok_or_else(unknown)
 }
 
 /// Prints `text`: what the command had to do.
@@ -543,6 +542,14 @@ fn answer(json: bool, v: &impl serde::Serialize, text: &str) -> Result<ExitCode>
         false => emit(text),
     }
     Ok(ExitCode::Ok)
+}
+
+/// The answer `r` printed with `--json`; the exit code of a call `ok` or not.
+fn done(json: bool, r: &serde_json::Value, ok: bool) -> Result<ExitCode> {
+    if json {
+        emit_json(r);
+    }
+    Ok(if ok { ExitCode::Ok } else { ExitCode::Refused })
 }
 
 /// Writes to stdout; a closed pipe (`baton list | head -1`) ends the
@@ -602,9 +609,7 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         let config = Config::from_env()?;
         return launch::<attach::Bare>(&args, &config);
     }
-    let Some(cmd) = COMMANDS.iter().find(|c| c.name == first) else {
-        return Err(unknown_command(&argv[0].to_string_lossy()));
-    };
+    let cmd = command(&argv[0].to_string_lossy())?;
     let args = args::parse(cmd.name, &argv[1..], cmd.opts)?;
     if args.flag("help") {
         return shown(&command_help(cmd));
@@ -616,7 +621,7 @@ fn run(argv: &[OsString]) -> Result<ExitCode> {
         Config::from_env()?
     };
     // On other hosts, `--user` goes with the command.
-    if let Some(code) = hosts::elsewhere(cmd.name, &args, &config)? {
+    if let Some(code) = hosts::elsewhere(cmd, &args, &config)? {
         return Ok(code);
     }
     if let Some(key) = args.value("user") {
@@ -657,6 +662,26 @@ impl On {
     fn target(&self) -> Option<&str> {
         self.target.as_deref()
     }
+}
+
+/// `[TARGET] MESSAGE_ID` (`result`, `cancel`): TARGET when given, and
+/// the id, which must say something.
+fn target_and_id(args: &Args, cmd: &str) -> Result<(Option<String>, String)> {
+    let (target, id) = match args.positional.as_slice() {
+        [id] => (None, id),
+        [t, id] => (Some(t.clone()), id),
+        [] => return Err(Error::Usage(format!("{cmd}: MESSAGE_ID is missing"))),
+        [_, _, extra, ..] => {
+            return Err(Error::Usage(format!(
+                "{cmd}: unexpected argument {}",
+                crate::text::sanitize::escape(extra)
+            )));
+        }
+    };
+    if id.trim().is_empty() {
+        return Err(Error::Usage(format!("{cmd}: MESSAGE_ID is empty")));
+    }
+    Ok((target, id.clone()))
 }
 
 /// Asks `question` on stderr: whether the line read on stdin says yes.

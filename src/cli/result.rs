@@ -45,20 +45,7 @@ pub struct TaskResult {
 
 impl Parsed for TaskResult {
     fn parse(args: &Args) -> Result<TaskResult> {
-        let (target, id) = match args.positional.as_slice() {
-            [id] => (None, id.clone()),
-            [t, id] => (Some(t.clone()), id.clone()),
-            [] => return Err(Error::Usage("result: MESSAGE_ID is missing".into())),
-            [_, _, extra, ..] => {
-                return Err(Error::Usage(format!(
-                    "result: unexpected argument {}",
-                    escape(extra)
-                )));
-            }
-        };
-        if id.trim().is_empty() {
-            return Err(Error::Usage("result: MESSAGE_ID is empty".into()));
-        }
+        let (target, id) = super::target_and_id(args, "result")?;
         let timeout = args.seconds("result", "timeout")?;
         let wait = args.flag("wait");
         if timeout.is_some() && !wait {
@@ -78,63 +65,44 @@ impl Parsed for TaskResult {
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        run(&self, config)
-    }
-}
-
-fn run(r: &TaskResult, config: &Config) -> Result<ExitCode> {
-    let (target_arg, id, timeout) = (r.target.as_deref(), r.id.as_str(), r.timeout);
-    let (holder, mut look) = match target_arg {
-        Some(t) => {
-            let holder = named(config, t)?;
-            let look = task::look(config, &holder, id)?;
-            (holder, look)
-        }
-        None => only(config, id)?,
-    };
-    if r.wait && matches!(look.end, End::TimedOut(_)) {
-        let t = holder.target();
-        let who = Who {
-            name: holder.name().to_string(),
-            instance_id: t.instance_id,
-            workspace: t.workspace,
-            only_workspace: true,
+        let r = &self;
+        let (target_arg, id, timeout) = (r.target.as_deref(), r.id.as_str(), r.timeout);
+        let (holder, mut look) = match target_arg {
+            Some(t) => {
+                let holder = target::resolve_or_stopped(config, Some(t))?;
+                let look = task::look(config, &holder, id)?;
+                (holder, look)
+            }
+            None => only(config, id)?,
         };
-        let end = follow::wait(config, &who, id, timeout.map(|t| Instant::now() + t))?;
-        look = match end {
-            // Where it is now, said afresh.
-            End::TimedOut(last) => task::look(config, &holder, id)
-                .ok()
-                .filter(|l| matches!(l.end, End::TimedOut(_)))
-                .unwrap_or(Look {
-                    end: End::TimedOut(last),
-                    queue_position: None,
-                    ..look
-                }),
-            end => Look {
+        if r.wait && matches!(look.end, End::TimedOut(_)) {
+            let t = holder.target();
+            let who = Who {
+                name: holder.name().to_string(),
+                instance_id: t.instance_id,
+                workspace: t.workspace,
+                only_workspace: true,
+            };
+            let end = follow::wait(config, &who, id, timeout.map(|t| Instant::now() + t))?;
+            // Where it is now, said afresh, while it has not ended.
+            let pending = |l: &Look| matches!(l.end, End::TimedOut(_));
+            let afresh = (matches!(end, End::TimedOut(_)).then(|| task::look(config, &holder, id)))
+                .and_then(|l| l.ok().filter(pending));
+            look = afresh.unwrap_or(Look {
                 end,
                 queue_position: None,
                 ..look
-            },
-        };
+            });
+        }
+        if let End::Unknown = look.end {
+            return Err(Error::NoTarget(format!(
+                "{} does not know message {}: it was never accepted there, or its receipt was pruned",
+                holder.said(),
+                escape(id)
+            )));
+        }
+        Ok(show(r, &holder, id, &look))
     }
-    if let End::Unknown = look.end {
-        return Err(Error::NoTarget(format!(
-            "{} does not know message {}: it was never accepted there, or its receipt was pruned",
-            holder.said(),
-            escape(id)
-        )));
-    }
-    Ok(show(r, &holder, id, &look))
-}
-
-/// The live instance TARGET names, else the one stopped agent's spool of
-/// that name.
-fn named(config: &Config, t: &str) -> Result<Holder> {
-    Ok(match target::resolve_or_stopped(config, Some(t))? {
-        target::Resolved::Live(p) => Holder::Live(p),
-        target::Resolved::Stopped(s) => Holder::Stopped(s),
-    })
 }
 
 /// The one instance, live or stopped, that knows the task.
@@ -211,7 +179,9 @@ fn show(r: &TaskResult, holder: &Holder, id: &str, look: &Look) -> ExitCode {
 /// each line indented by two spaces. Peer text is escaped.
 fn lines(utc: bool, holder: &Holder, id: &str, look: &Look) -> String {
     let mut s = String::new();
-    let mut put = |key: &str, text: &str| {
+    // A value that is not there is no line.
+    let mut put = |key: &str, text: Option<&str>| {
+        let Some(text) = text else { return };
         let text = escape_multiline(text);
         let text = text.trim_end_matches('\n');
         if text.contains('\n') {
@@ -223,9 +193,10 @@ fn lines(utc: bool, holder: &Holder, id: &str, look: &Look) -> String {
             s.push_str(&format!("{key}: {text}\n"));
         }
     };
-    put("message_id", id);
-    put("target", &holder.said());
+    put("message_id", Some(id));
+    put("target", Some(&holder.said()));
     let clock = Clock::new(utc);
+    let accepted_at = look.accepted_at.map(|t| clock.stamp(t as f64));
     match &look.end {
         End::Final {
             outcome,
@@ -234,42 +205,28 @@ fn lines(utc: bool, holder: &Holder, id: &str, look: &Look) -> String {
             finished_at,
             ..
         } => {
+            let exit = super::wait::exit_said(handler);
+            put("outcome", Some(&format!("{outcome}{exit}")));
+            put("reason", look.reason.as_deref());
+            put("host", handler.host.as_deref());
+            let tail = handler.stderr_tail.as_deref();
+            put("stderr_tail", tail.filter(|t| !t.trim().is_empty()));
+            put("accepted_at", accepted_at.as_deref());
             put(
-                "outcome",
-                &format!("{outcome}{}", super::wait::exit_said(handler)),
+                "finished_at",
+                finished_at.map(|t| clock.stamp(t)).as_deref(),
             );
-            if let Some(reason) = &look.reason {
-                put("reason", reason);
-            }
-            if let Some(host) = &handler.host {
-                put("host", host);
-            }
-            if let Some(tail) = handler
-                .stderr_tail
-                .as_deref()
-                .filter(|t| !t.trim().is_empty())
-            {
-                put("stderr_tail", tail);
-            }
-            if let Some(t) = look.accepted_at {
-                put("accepted_at", &clock.stamp(t as f64));
-            }
-            if let Some(t) = finished_at {
-                put("finished_at", &clock.stamp(*t));
-            }
-            put("reply", reply.as_deref().unwrap_or("(none)"));
+            put("reply", Some(reply.as_deref().unwrap_or("(none)")));
         }
         End::TimedOut(last) => {
             let place = last.map_or("queued", Pending::as_str);
             match look.queue_position {
-                Some(n) => put("task_status", &format!("{place} (position {n})")),
-                None => put("task_status", place),
+                Some(n) => put("task_status", Some(&format!("{place} (position {n})"))),
+                None => put("task_status", Some(place)),
             }
-            if let Some(t) = look.accepted_at {
-                put("accepted_at", &clock.stamp(t as f64));
-            }
+            put("accepted_at", accepted_at.as_deref());
         }
-        End::Unknown => put("task_status", Pending::Unknown.as_str()),
+        End::Unknown => put("task_status", Some(Pending::Unknown.as_str())),
     }
     s
 }

@@ -10,12 +10,12 @@ use crate::base::config::{Config, baton_socket, baton_turn};
 use crate::base::error::{Error, ExitCode, Result};
 use crate::base::status::Status;
 use crate::client::{ClientError, Session};
-use crate::registry::{self, Peer};
+use crate::registry;
 use crate::relay;
 use crate::text::sanitize::escape;
 use crate::wire;
 use crate::wire::answer::{SendResult, Target};
-use crate::wire::request::{RelayParams, SendParams, SendSender};
+use crate::wire::request::{RelayParams, SendParams};
 use crate::wire::{Call, Method, TaskMode};
 use std::io::{IsTerminal, Read};
 use std::path::Path;
@@ -282,14 +282,15 @@ impl Send {
         // What answered: a live instance, or (`bridge --offline`) the remote
         // baton standing in for a stopped agent's spool.
         let hello = &r.session.hello;
-        let (live, id, name) = match &hello.instance {
-            Some(m) => (true, m.instance_id.clone(), Some(m.name.clone())),
-            None => (
-                false,
-                String::new(),
-                hello.offline.as_ref().map(|o| o.name.clone()),
-            ),
-        };
+        let peer = (hello.instance.clone()).map(|manifest| registry::Peer {
+            manifest,
+            wire: registry::Wire::Jsonrpc,
+            load: None,
+        });
+        let id = (peer.as_ref()).map_or(String::new(), |p| p.manifest.instance_id.clone());
+        let name = (hello.instance.as_ref().map(|m| &m.name))
+            .or(hello.offline.as_ref().map(|o| &o.name))
+            .cloned();
         // A key with a forced command runs its own `baton bridge NAME`,
         // whatever TARGET was asked for: the answer says who it reached.
         if id != target_arg && name.as_deref() != Some(target_arg) {
@@ -297,34 +298,23 @@ impl Send {
         }
         // The receiver's own limit, which its manifest carries, before
         // the body goes over the bridge.
-        if let Some(m) = hello.instance.clone().filter(|_| live) {
-            let peer = registry::Peer {
-                manifest: m,
-                wire: registry::Wire::Jsonrpc,
-                load: None,
-            };
-            if let Err(refused) = crate::relay::check_limit(&peer, body) {
-                let r = SendResult::new(refused.status, &message_id, Some(refused.reason));
-                return super::sent::report(self.json, &r);
-            }
+        if let Some(Err(refused)) = peer.as_ref().map(|p| relay::check_limit(p, body)) {
+            let r = SendResult::new(refused.status, &message_id, Some(refused.reason));
+            return super::sent::report(self.json, &r);
         }
-        let params = self.frame(config, &message_id, body, live.then_some(&id))?;
+        let to = peer.as_ref().map(|p| &p.manifest.instance_id);
+        let params = self.frame(config, &message_id, body, to)?;
         let mut result: SendResult = match r.call(Method::MessageSend, params) {
             Ok(v) => v,
             Err(e) => return transport(e),
         };
-        if live {
-            result.target = Some(Target {
-                instance_id: Some(id),
-                name,
-                workspace: None,
-            });
-        } else if result.target.is_none() {
-            result.target = Some(Target {
+        result.target = match &peer {
+            Some(p) => Some(relay::peer_target(p)),
+            None => (result.target.take()).or(Some(Target {
                 name,
                 ..Target::default()
-            });
-        }
+            })),
+        };
         if let Some(w) = self.wait {
             // The same bridge carries the wait when it joins a live instance;
             // a stopped agent's stand-in answers no events.
@@ -332,7 +322,7 @@ impl Send {
                 super::bridge::Remote::start(via, target_arg, config, multiplex, "--await", until)
             };
             // The stand-in's session ends here, not after the wait.
-            return super::wait::run_via(w, &result, live.then_some(r), target_arg, reopen);
+            return super::wait::run_via(w, &result, peer.map(|_| r), target_arg, reopen);
         }
         super::sent::report(self.json, &result)
     }
@@ -409,7 +399,7 @@ impl Send {
             // zcoder instance decides what to make of that.
             let mut result = relay::deliver_zcoder(config, &peer, &message_id, body, None)
                 .map_err(failed_twice)?;
-            result.target = Some(target_of(&peer));
+            result.target = Some(relay::peer_target(&peer));
             return super::sent::report(self.json, &result);
         }
         let params = self.frame(config, &message_id, body, Some(&peer.manifest.instance_id))?;
@@ -427,7 +417,7 @@ impl Send {
             }
             Err(e) => return Err(failed_twice(e)),
         };
-        result.target = Some(target_of(&peer));
+        result.target = Some(relay::peer_target(&peer));
         self.finish(config, &result, None)
     }
 
@@ -440,14 +430,13 @@ impl Send {
         body: &str,
         to: Option<&String>,
     ) -> Result<SendParams> {
+        // A plain command line's: no hop, no sender it would say it is.
         let params = SendParams {
             body: body.to_string(),
-            hop: 0,
-            in_reply_to: None,
             message_id: id.to_string(),
             mode: self.mode.as_str().to_string(),
-            sender: SendSender::default(),
             target_instance_id: to.cloned(),
+            ..SendParams::default()
         };
         relay::check_frame(config, &params).map_err(|e| Error::Usage(format!("send: {e}")))?;
         Ok(params)
@@ -462,13 +451,5 @@ impl Send {
             return super::wait::run(w, asked, config, r, sender);
         }
         super::sent::report(self.json, r)
-    }
-}
-
-fn target_of(peer: &Peer) -> Target {
-    Target {
-        instance_id: Some(peer.manifest.instance_id.clone()),
-        name: Some(peer.manifest.name.clone()),
-        workspace: None,
     }
 }

@@ -14,8 +14,81 @@ use std::time::Duration;
 pub struct Serve(pub ServeOptions);
 
 impl Parsed for Serve {
+    /// The instance `serve`'s options describe (`ttl` only when `--ttl`
+    /// is given).
     fn parse(args: &Args) -> Result<Serve> {
-        options(args).map(Serve)
+        super::at_most(args, "serve", 0)?;
+        let (name, profile) = super::args::name_and_profile(args, "serve")?;
+        let model = args.value("model").unwrap_or("").to_string();
+        if model.len() > 256 || model.chars().any(crate::text::sanitize::is_unsafe) {
+            return Err(Error::Usage(
+                "serve: --model must be at most 256 bytes without control characters".into(),
+            ));
+        }
+        let exec = args.value("exec").map(str::to_string);
+        if exec.as_deref().is_some_and(|e| e.trim().is_empty()) {
+            return Err(Error::Usage("serve: --exec needs a command".into()));
+        }
+        if args.flag("reply") && exec.is_none() {
+            return Err(Error::Usage(
+                "serve: --reply sends the handler's output back, so it needs --exec".into(),
+            ));
+        }
+        let stdin = stdin(args, exec.is_some())?;
+        let tmux_pane = tmux_pane(args, exec.is_some())?;
+        let codex = codex(args, exec.is_some() || tmux_pane.is_some())?;
+        let turn_timeout = args.seconds("serve", "turn-timeout")?;
+        if turn_timeout.is_some() && exec.is_none() && tmux_pane.is_none() && codex.is_none() {
+            return Err(Error::Usage(
+                "serve: --turn-timeout bounds a turn, so it needs --exec, --tmux-pane or --codex"
+                    .into(),
+            ));
+        }
+        let approve = match (choice(args, "serve", "approve")?, profile) {
+            (None, Profile::Sysadmin) => Approve::Ask,
+            (None, _) => Approve::Auto,
+            (Some(Approve::Auto), Profile::Sysadmin) if !args.flag("yes") => {
+                return Err(Error::Usage(
+                    "serve: --approve auto with --profile sysadmin runs every task unasked; add --yes to mean it"
+                        .into(),
+                ));
+            }
+            (Some(approve), _) => approve,
+        };
+        let ttl = args.value("ttl").map(|v| match v.parse::<u64>() {
+            Ok(n) if n >= 1 && v.bytes().all(|b| b.is_ascii_digit()) => Ok(Duration::from_secs(n)),
+            _ => Err(Error::Usage(format!(
+                "serve: --ttl {}: use a whole number of seconds, 1 or more",
+                crate::text::sanitize::escape(v)
+            ))),
+        });
+        let ttl = ttl.transpose()?;
+        Ok(Serve(ServeOptions {
+            name,
+            workspace: args.value("workspace").map(PathBuf::from),
+            profile: profile.as_str().to_string(),
+            model,
+            paused: args.flag("paused"),
+            ephemeral_spool: args.flag("ephemeral-spool"),
+            policy: Policy {
+                accept_from: globs(args, "accept-from")?,
+                deny_from: globs(args, "deny-from")?,
+            },
+            exec,
+            reply: args.flag("reply"),
+            stdin,
+            turn_timeout,
+            approve,
+            ephemeral: args.flag("ephemeral"),
+            zcoder: args.flag("zcoder"),
+            ttl,
+            no_offline: args.flag("no-offline"),
+            tmux_pane,
+            codex,
+            operators: operators(args)?,
+            // Not embedded in another front end, whose agent it would serve.
+            ..ServeOptions::default()
+        }))
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
@@ -36,83 +109,6 @@ impl Serve {
         crate::tui::interactive(self.with_ttl(config), config.clone())?;
         Ok(ExitCode::Ok)
     }
-}
-
-/// The instance `serve`'s options describe (`ttl` only when `--ttl` is
-/// given).
-fn options(args: &Args) -> Result<ServeOptions> {
-    super::at_most(args, "serve", 0)?;
-    let (name, profile) = super::args::name_and_profile(args, "serve")?;
-    let model = args.value("model").unwrap_or("").to_string();
-    if model.len() > 256 || model.chars().any(crate::text::sanitize::is_unsafe) {
-        return Err(Error::Usage(
-            "serve: --model must be at most 256 bytes without control characters".into(),
-        ));
-    }
-    let exec = args.value("exec").map(str::to_string);
-    if exec.as_deref().is_some_and(|e| e.trim().is_empty()) {
-        return Err(Error::Usage("serve: --exec needs a command".into()));
-    }
-    if args.flag("reply") && exec.is_none() {
-        return Err(Error::Usage(
-            "serve: --reply sends the handler's output back, so it needs --exec".into(),
-        ));
-    }
-    let stdin = stdin(args, exec.is_some())?;
-    let tmux_pane = tmux_pane(args, exec.is_some())?;
-    let codex = codex(args, exec.is_some() || tmux_pane.is_some())?;
-    let turn_timeout = args.seconds("serve", "turn-timeout")?;
-    if turn_timeout.is_some() && exec.is_none() && tmux_pane.is_none() && codex.is_none() {
-        return Err(Error::Usage(
-            "serve: --turn-timeout bounds a turn, so it needs --exec, --tmux-pane or --codex"
-                .into(),
-        ));
-    }
-    let approve = match (choice(args, "serve", "approve")?, profile) {
-        (None, Profile::Sysadmin) => Approve::Ask,
-        (None, _) => Approve::Auto,
-        (Some(Approve::Auto), Profile::Sysadmin) if !args.flag("yes") => {
-            return Err(Error::Usage(
-                "serve: --approve auto with --profile sysadmin runs every task unasked; add --yes to mean it"
-                    .into(),
-            ));
-        }
-        (Some(approve), _) => approve,
-    };
-    let ttl = args.value("ttl").map(|v| match v.parse::<u64>() {
-        Ok(n) if n >= 1 && v.bytes().all(|b| b.is_ascii_digit()) => Ok(Duration::from_secs(n)),
-        _ => Err(Error::Usage(format!(
-            "serve: --ttl {}: use a whole number of seconds, 1 or more",
-            crate::text::sanitize::escape(v)
-        ))),
-    });
-    let ttl = ttl.transpose()?;
-    Ok(ServeOptions {
-        name,
-        workspace: args.value("workspace").map(PathBuf::from),
-        profile: profile.as_str().to_string(),
-        model,
-        paused: args.flag("paused"),
-        ephemeral_spool: args.flag("ephemeral-spool"),
-        policy: Policy {
-            accept_from: globs(args, "accept-from")?,
-            deny_from: globs(args, "deny-from")?,
-        },
-        exec,
-        reply: args.flag("reply"),
-        stdin,
-        turn_timeout,
-        approve,
-        ephemeral: args.flag("ephemeral"),
-        zcoder: args.flag("zcoder"),
-        ttl,
-        no_offline: args.flag("no-offline"),
-        tmux_pane,
-        codex,
-        operators: operators(args)?,
-        // Not embedded in another front end, whose agent it would serve.
-        ..ServeOptions::default()
-    })
 }
 
 /// `--stdin envelope|body`: what an `--exec` handler reads.

@@ -67,11 +67,8 @@ impl Parsed for Stop {
                 r.pid
             )));
         };
-        let who = format!(
-            "{} ({}, pid {pid})",
-            escape(&peer.manifest.name),
-            peer.manifest.instance_id
-        );
+        // The pid its manifest names, which its socket confirmed.
+        let who = target::described(&peer);
         if let Err(e) = sys::signal(pid, sys::SIGTERM) {
             if sys::pid_status(pid) != sys::PidStatus::Gone {
                 return Err(Error::Env(format!("stop: cannot signal {who}: {e}")));
@@ -89,8 +86,7 @@ impl Parsed for Stop {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        emit(&format!("stopped {who}\n"));
-        Ok(ExitCode::Ok)
+        super::shown(&format!("stopped {who}\n"))
     }
 }
 
@@ -120,8 +116,7 @@ impl Parsed for Forget {
     }
 
     fn run(self, config: &Config) -> Result<ExitCode> {
-        let a = &self;
-        let spool = stopped_spool(a.workspace.as_deref(), config, &a.name)?;
+        let spool = stopped_spool(self.workspace.as_deref(), config, &self.name)?;
         let held = Holdings::read(&spool.dir)?;
         emit(&format!(
             "{} (workspace {}) holds {}\nspool: {}\n",
@@ -130,7 +125,7 @@ impl Parsed for Forget {
             held,
             escape(&spool.dir.display().to_string())
         ));
-        if !a.yes && !confirm(&spool)? {
+        if !self.yes && !confirm(&spool)? {
             eprintln!("baton: nothing was removed");
             return Ok(ExitCode::Refused);
         }

@@ -26,11 +26,8 @@ pub fn own_instance_id() -> Option<String> {
 }
 
 /// What TARGET names for a command that can read a stopped agent's spool
-/// (`status`, `log`, `inbox list`).
-pub enum Resolved {
-    Live(Box<Peer>),
-    Stopped(KnownSpool),
-}
+/// (`status`, `log`, `inbox list`, `result`): where its tasks are.
+pub use crate::front::result::Holder as Resolved;
 
 /// Resolves TARGET for a command that needs a live instance: as
 /// `resolve_or_stopped`, a stopped agent's name being the error (exit 3)
@@ -111,6 +108,12 @@ pub fn resolve_or_stopped(config: &Config, target: Option<&str>) -> Result<Resol
         "{why}; {}",
         lookup::candidates(&candidates)
     )))
+}
+
+/// `NAME (ID, pid PID)`, as `stop` and `attach` name an instance.
+pub fn described(p: &Peer) -> String {
+    let m = &p.manifest;
+    format!("{} ({}, pid {})", escape(&m.name), m.instance_id, m.pid)
 }
 
 /// Resolves the live instance an option names (`what`: `send --from`), as

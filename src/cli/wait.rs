@@ -217,17 +217,11 @@ fn say_stderr(h: &HandlerExit) {
 /// Prints how the wait ended and gives the exit code.
 fn show(json: bool, delivery: &SendResult, name: &str, message_id: &str, end: End) -> ExitCode {
     let none = HandlerExit::default();
-    let (outcome, reply, handler) = match &end {
-        End::Final {
-            outcome,
-            reply,
-            handler,
-            ..
-        } => (Some(outcome.as_str()), reply.as_deref(), handler),
-        End::Unknown => (Some("unknown"), None, &none),
-        End::TimedOut(_) => (None, None, &none),
+    let (reply, handler) = match &end {
+        End::Final { reply, handler, .. } => (reply.as_deref(), handler),
+        _ => (None, &none),
     };
-    let done = outcome == Some(Outcome::Done.as_str());
+    let done = matches!(&end, End::Final { outcome, .. } if *outcome == Outcome::Done);
     let code = match &end {
         End::TimedOut(_) => ExitCode::WaitTimedOut,
         _ if done => ExitCode::Ok,

@@ -37,15 +37,10 @@ impl Holder {
     pub fn target(&self) -> Target {
         match self {
             Holder::Live(p) => Target {
-                instance_id: Some(p.manifest.instance_id.clone()),
-                name: Some(p.manifest.name.clone()),
                 workspace: Some(p.manifest.workspace.clone()),
+                ..crate::relay::peer_target(p)
             },
-            Holder::Stopped(s) => Target {
-                instance_id: None,
-                name: Some(s.name.clone()),
-                workspace: Some(s.workspace.clone()),
-            },
+            Holder::Stopped(s) => crate::relay::spool_target(s),
         }
     }
 
@@ -61,11 +56,8 @@ impl Holder {
     /// `NAME (ID)` of a live instance, `NAME (stopped)` of a spool; escaped.
     pub fn said(&self) -> String {
         match self {
-            Holder::Live(p) => format!(
-                "{} ({})",
-                escape(&p.manifest.name),
-                escape(&p.manifest.instance_id)
-            ),
+            // As a peer shows itself: its id is a valid one, nothing to escape.
+            Holder::Live(p) => p.to_string(),
             Holder::Stopped(s) => format!("{} (stopped)", escape(&s.name)),
         }
     }
@@ -177,28 +169,26 @@ fn in_spool(dir: &Path, message_id: &str) -> Look {
     look
 }
 
+/// Every instance that may hold a task: each live one of baton's own wire
+/// that answers, then each stopped agent's spool.
+pub fn holders(config: &Config) -> Result<Vec<Holder>> {
+    let dir = registry::ensure_dir(config)?;
+    let live = registry::discover(&registry::scan_dirs(&dir), None, config.io_timeout).peers;
+    let stopped = lookup::known_spools().into_iter();
+    let stopped = stopped.filter(|s| s.running(&live).is_none());
+    let native = live
+        .iter()
+        .filter(|p| p.wire == Wire::Jsonrpc && !p.unresponsive());
+    let native = native.map(|p| Holder::Live(Box::new(p.clone())));
+    Ok(native.chain(stopped.map(Holder::Stopped)).collect())
+}
+
 /// Every instance that knows the task `message_id`, with what it says:
 /// each live instance is asked, each stopped agent's spool read.
 pub fn find(config: &Config, message_id: &str) -> Result<Vec<(Holder, Look)>> {
-    let dir = registry::ensure_dir(config)?;
-    let live = registry::discover(&registry::scan_dirs(&dir), None, config.io_timeout).peers;
-    let mut found = Vec::new();
-    let native = |p: &&Peer| p.wire == Wire::Jsonrpc && !p.unresponsive();
-    for p in live.iter().filter(native) {
-        if let Ok(look) = ask(config, p, message_id) {
-            if look.known() {
-                found.push((Holder::Live(Box::new(p.clone())), look));
-            }
-        }
-    }
-    for s in lookup::known_spools() {
-        if s.running(&live).is_some() {
-            continue;
-        }
-        let look = in_spool(&s.dir, message_id);
-        if look.known() {
-            found.push((Holder::Stopped(s), look));
-        }
-    }
-    Ok(found)
+    let known = |h: Holder| {
+        let look = look(config, &h, message_id).ok()?;
+        look.known().then_some((h, look))
+    };
+    Ok(holders(config)?.into_iter().filter_map(known).collect())
 }

@@ -105,14 +105,6 @@ pub fn deliver_zcoder(
 
 /// The result of a send that failed in transport twice.
 pub(super) fn transport_failure(peer: &Peer, message_id: &str, e: &ClientError) -> SendResult {
-    let m = &peer.manifest;
-    outcome(
-        Status::Transport,
-        message_id,
-        format!(
-            "{} ({}): {e}; the task may or may not have arrived",
-            escape(&m.name),
-            m.instance_id
-        ),
-    )
+    let why = format!("{peer}: {e}; the task may or may not have arrived");
+    outcome(Status::Transport, message_id, why)
 }

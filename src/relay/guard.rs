@@ -75,11 +75,9 @@ pub(super) fn check_scope(
     let m = &peer.manifest;
     let reason = match only {
         _ if m.instance_id == own_id => "a send to this instance itself is refused".to_string(),
-        Some(only) if only != m.instance_id => format!(
-            "{scope}: only its sender {only} may be sent to, not {} ({})",
-            escape(&m.name),
-            m.instance_id
-        ),
+        Some(only) if only != m.instance_id => {
+            format!("{scope}: only its sender {only} may be sent to, not {peer}")
+        }
         _ => return Ok(()),
     };
     let status = Status::Denied;

@@ -48,12 +48,7 @@ pub fn hosts(vias: &[String], files: &[String]) -> Result<Vec<Host>> {
         }
     };
     for v in vias {
-        if v.trim().is_empty() {
-            return Err(Error::Usage(
-                "--via is empty: give the command that reaches the other host, such as 'ssh HOST'"
-                    .into(),
-            ));
-        }
+        via::check_via(v)?;
         add(Host::new(v));
     }
     for f in files {
@@ -150,15 +145,12 @@ pub fn ask(
     timeout: Duration,
     multiplex: bool,
 ) -> Answer {
-    let words: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut v = Via::spawn_quiet(&host.via, config, &words, multiplex)
+    let mut v = Via::spawn(&host.via, config, args, multiplex, true)
         .map_err(|e| Failure(format!("unreachable: {e}")))?;
     let until = Instant::now() + timeout;
     let late = || {
-        Failure(format!(
-            "unreachable: no answer within {}",
-            seconds(timeout)
-        ))
+        let within = timeout.as_secs_f64();
+        Failure(format!("unreachable: no answer within {within} s"))
     };
     let (out, err) = v.read_to_end(until, input, via::MAX_VIA_OUTPUT);
     let out = out.ok_or_else(late)?;
@@ -211,8 +203,7 @@ pub fn stream(
     for (at, host) in hosts.iter().enumerate() {
         let (host, config, args, tx) = (host.clone(), config.clone(), args.to_vec(), tx.clone());
         std::thread::spawn(move || {
-            let words: Vec<&str> = args.iter().map(String::as_str).collect();
-            let mut v = match Via::spawn_quiet(&host.via, &config, &words, multiplex) {
+            let mut v = match Via::spawn(&host.via, &config, &args, multiplex, true) {
                 Ok(v) => v,
                 Err(e) => {
                     let _ = tx.send(Streamed::Ended(
@@ -223,14 +214,8 @@ pub fn stream(
                 }
             };
             let (out, err) = v.pipes();
-            let err = std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                if let Some(e) = err {
-                    let _ =
-                        std::io::Read::read_to_end(&mut std::io::Read::take(e, 1 << 20), &mut buf);
-                }
-                buf
-            });
+            // At most 1 MiB of it.
+            let err = via::read_all(err, (1 << 20) - 1);
             if let Some(out) = out {
                 for line in std::io::BufRead::split(std::io::BufReader::new(out), b'\n') {
                     let Ok(line) = line else { break };
@@ -240,18 +225,13 @@ pub fn stream(
                 }
             }
             let code = v.exit_code(Instant::now() + Duration::from_secs(5));
-            let said = last_line(&err.join().unwrap_or_default());
+            let said = last_line(&err.recv().unwrap_or_default());
             let end = ended(code, Vec::new(), said)
                 .unwrap_or_else(|| Err(Failure("did not exit".into())));
             let _ = tx.send(Streamed::Ended(at, end));
         });
     }
     rx
-}
-
-/// A duration as `--host-timeout` takes it: `10 s`, `0.5 s`.
-fn seconds(d: Duration) -> String {
-    format!("{} s", d.as_secs_f64())
 }
 
 /// The last line a host wrote on stderr, escaped, without `baton: `.

@@ -21,6 +21,7 @@ pub use crate::registry::lookup::{KnownSpool, known_spools};
 pub use deliver::{ZCODER_MAX_BYTES, deliver, deliver_zcoder};
 pub use guard::{Refusal, check_frame, check_limit};
 pub use offline::{Route, plain_task, route};
+pub use result::{peer_target, spool_target};
 pub use standin::stand_in;
 pub use wake::{wake, wake_socket};
 
@@ -34,7 +35,7 @@ use crate::text::sanitize::escape;
 use crate::wire::answer::SendResult;
 use crate::wire::request::{SendParams, SendSender};
 use deliver::transport_failure;
-use result::{no_target, outcome, peer_target, with_target};
+use result::{no_target, outcome, with_target};
 use std::path::PathBuf;
 
 /// The instance a relayed send is made on behalf of.
@@ -82,32 +83,24 @@ pub fn send_as(origin: &Origin, out: &Outbound) -> SendResult {
     if let Err(r) = guard::check_scope(&origin.instance_id, only, &out.scope, &peer) {
         return refused(r);
     }
-    if peer.wire == Wire::Zcoder {
-        to_zcoder(origin, out, &peer)
-    } else {
-        to_native(origin, out, &peer)
-    }
+    let r = match peer.wire {
+        Wire::Zcoder => to_zcoder(origin, out, &peer),
+        Wire::Jsonrpc => to_native(origin, out, &peer),
+    };
+    // Whatever came of it names the peer it went to.
+    with_target(r, peer_target(&peer))
 }
 
-/// The task stored when the target is a stopped agent.
+/// The task stored when the target is a stopped agent: a plain one, sent
+/// as this instance.
 fn task(origin: &Origin, out: &Outbound) -> Task {
-    let sender = crate::spool::Sender {
-        instance_id: Some(origin.instance_id.clone()),
-        name: Some(origin.name.clone()),
-        workspace: Some(origin.workspace.clone()),
-        pid: Some(std::process::id()),
-        ..crate::spool::Sender::default()
-    };
-    crate::spool::new_task(
-        &out.message_id,
-        &out.body,
-        sender,
-        out.hop,
-        out.in_reply_to.clone(),
-        &out.mode,
-        Some(std::process::id()),
-        "jsonrpc",
-    )
+    let mut task = plain_task(&out.message_id, &out.body, &out.mode);
+    task.sender.instance_id = Some(origin.instance_id.clone());
+    task.sender.name = Some(origin.name.clone());
+    task.sender.workspace = Some(origin.workspace.clone());
+    task.hop = out.hop;
+    task.in_reply_to = out.in_reply_to.clone();
+    task
 }
 
 /// The live peer the send goes to, or the result when there is none,
@@ -165,9 +158,8 @@ fn without_self(mut r: SendResult, own_id: &str) -> SendResult {
 /// Delivers to a zcoder peer, as this instance.
 fn to_zcoder(origin: &Origin, out: &Outbound, peer: &Peer) -> SendResult {
     let id = &out.message_id;
-    let r = deliver_zcoder(&origin.config, peer, id, &out.body, Some(origin))
-        .unwrap_or_else(|e| transport_failure(peer, id, &e));
-    with_target(r, peer_target(peer))
+    deliver_zcoder(&origin.config, peer, id, &out.body, Some(origin))
+        .unwrap_or_else(|e| transport_failure(peer, id, &e))
 }
 
 /// Delivers to a native peer with `message/send`, as this instance.
@@ -189,9 +181,9 @@ fn to_native(origin: &Origin, out: &Outbound, peer: &Peer) -> SendResult {
     // The receiver's limit first: it says more than the frame bound.
     if let Err(r) = check_limit(peer, &out.body).and_then(|()| check_frame(&origin.config, &params))
     {
-        return with_target(outcome(r.status, id, r.reason), peer_target(peer));
+        return outcome(r.status, id, r.reason);
     }
-    let r = match deliver(&origin.config, peer, &params) {
+    match deliver(&origin.config, peer, &params) {
         Ok(r) => r,
         Err(ClientError::Rpc { code, message }) => {
             let why = format!(
@@ -202,6 +194,5 @@ fn to_native(origin: &Origin, out: &Outbound, peer: &Peer) -> SendResult {
             outcome(Status::Transport, id, why)
         }
         Err(e) => transport_failure(peer, id, &e),
-    };
-    with_target(r, peer_target(peer))
+    }
 }

@@ -70,10 +70,11 @@ pub fn route(
                 let candidates = lookup::as_candidates(&matched);
                 return Route::Done(no_target(message_id, why, candidates));
             }
-            Lookup::Stopped(spool) => match takes_offline(target, message_id, *spool) {
-                Ok(spool) => spool,
-                Err(done) => return Route::Done(*done),
-            },
+            Lookup::Stopped(spool) if !spool.offline => {
+                let denied = outcome(Status::Denied, message_id, no_offline(target));
+                return Route::Done(denied);
+            }
+            Lookup::Stopped(spool) => *spool,
             Lookup::None { why, live, stopped } => {
                 return Route::Done(no_offline_spool(target, message_id, why, &live, &stopped));
             }
@@ -133,23 +134,6 @@ fn no_offline_spool(
         })
         .collect();
     no_target(message_id, why, candidates)
-}
-
-/// The one spool of a name no live instance has, if it takes offline
-/// delivery; `Err` with the result otherwise.
-fn takes_offline(
-    target: &str,
-    message_id: &str,
-    spool: KnownSpool,
-) -> Result<KnownSpool, Box<SendResult>> {
-    if !spool.offline {
-        return Err(Box::new(outcome(
-            Status::Denied,
-            message_id,
-            no_offline(target),
-        )));
-    }
-    Ok(spool)
 }
 
 fn no_offline(name: &str) -> String {

@@ -19,7 +19,7 @@ pub(super) fn with_target(r: SendResult, target: Target) -> SendResult {
 }
 
 /// The target of a result from a live peer.
-pub(super) fn peer_target(peer: &Peer) -> Target {
+pub fn peer_target(peer: &Peer) -> Target {
     Target {
         instance_id: Some(peer.manifest.instance_id.clone()),
         name: Some(peer.manifest.name.clone()),
@@ -28,7 +28,7 @@ pub(super) fn peer_target(peer: &Peer) -> Target {
 }
 
 /// How a result names a stopped agent's spool's owner.
-pub(super) fn spool_target(spool: &KnownSpool) -> Target {
+pub fn spool_target(spool: &KnownSpool) -> Target {
     Target {
         instance_id: None,
         name: Some(spool.name.clone()),

@@ -11,7 +11,7 @@ use crate::base::config::Config;
 use crate::base::status::Status;
 use crate::server::{self, SendRequest, invalid_params};
 use crate::text::sanitize::escape;
-use crate::wire::answer::{Hello, Offline, SendResult, Software, Target};
+use crate::wire::answer::{Hello, Offline, SendResult, Software};
 use crate::wire::request::{SendParams, SendSender};
 use crate::wire::{self, Id, Incoming, LineReader, Method, Pipe};
 use serde_json::Value;
@@ -169,11 +169,7 @@ fn send(
             };
             match bridge::send(config, &peer, key, &params) {
                 Ok(answer) => SendResult {
-                    target: Some(Target {
-                        instance_id: Some(m.instance_id.clone()),
-                        name: Some(m.name.clone()),
-                        workspace: None,
-                    }),
+                    target: Some(super::peer_target(&peer)),
                     ..answer
                 },
                 Err(e) => SendResult {

@@ -20,16 +20,6 @@ use std::path::Path;
 use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The next line of `r` with its `\n`, holding at most one byte past
-/// `max`; empty at the end, or when reading fails.
-fn line_of(r: &mut impl BufRead, max: usize) -> Vec<u8> {
-    let mut line = Vec::new();
-    match r.take(max as u64 + 1).read_until(b'\n', &mut line) {
-        Ok(_) => line,
-        Err(_) => Vec::new(),
-    }
-}
-
 /// A via command (`sh -c "VIA REMOTE ARGS..."`) running in a process group
 /// of its own: whatever it starts (ssh, behind the shell) is killed with it
 /// when this is dropped, on every path out, a timeout included.
@@ -44,37 +34,21 @@ impl Via {
     /// are quoted here and hold only characters no shell treats specially
     /// (`check_target`), so the remote shell, which gets them joined with
     /// spaces as ssh does, sees the same words. With `multiplex`, an `ssh
-    /// ...` VIA shares one connection per VIA (`multiplexed`).
-    pub fn spawn(via: &str, config: &Config, remote_args: &[&str], multiplex: bool) -> Result<Via> {
-        Via::start(via, config, remote_args, multiplex, Stdio::inherit())
-    }
-
-    /// `spawn` with the command's stderr kept (`read_to_end` gives it),
-    /// for a host among several, whose failure is one line of its own.
-    pub fn spawn_quiet(
+    /// ...` VIA shares one connection per VIA (`multiplexed`). With
+    /// `quiet`, the command's stderr is kept (`read_to_end` gives it), for
+    /// a host among several, whose failure is one line of its own.
+    pub fn spawn(
         via: &str,
         config: &Config,
-        remote_args: &[&str],
+        remote_args: &[impl AsRef<str>],
         multiplex: bool,
+        quiet: bool,
     ) -> Result<Via> {
-        Via::start(via, config, remote_args, multiplex, Stdio::piped())
-    }
-
-    fn start(
-        via: &str,
-        config: &Config,
-        remote_args: &[&str],
-        multiplex: bool,
-        stderr: Stdio,
-    ) -> Result<Via> {
-        // An unset shell variable, not a command: nothing to run.
-        if via.trim().is_empty() {
-            return Err(Error::Usage(
-                "--via is empty: give the command that reaches the other host, such as 'ssh HOST'"
-                    .into(),
-            ));
-        }
-        let quoted: Vec<String> = remote_args.iter().map(|a| remote_word(a)).collect();
+        check_via(via)?;
+        let quoted: Vec<String> = remote_args
+            .iter()
+            .map(|a| remote_word(a.as_ref()))
+            .collect();
         let line = multiplex.then(|| multiplexed(via, config)).flatten();
         let line = line.unwrap_or_else(|| via.to_string());
         let child = Command::new("/bin/sh")
@@ -86,7 +60,11 @@ impl Via {
             ))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(stderr)
+            .stderr(if quiet {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .process_group(0)
             .spawn()
             .map_err(|e| Error::Transport(format!("cannot run {}: {e}", escape(via))))?;
@@ -106,29 +84,8 @@ impl Via {
         if let Some(mut stdin) = self.child.stdin.take() {
             let _ = stdin.write_all(input);
         }
-        let reader = |r: Option<Box<dyn Read + Send>>| {
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            if let Some(r) = r {
-                std::thread::spawn(move || {
-                    let mut buf = Vec::new();
-                    let _ = r.take(max as u64 + 1).read_to_end(&mut buf);
-                    let _ = tx.send(buf);
-                });
-            }
-            rx
-        };
-        let out = reader(
-            self.child
-                .stdout
-                .take()
-                .map(|o| Box::new(o) as Box<dyn Read + Send>),
-        );
-        let err = reader(
-            self.child
-                .stderr
-                .take()
-                .map(|e| Box::new(e) as Box<dyn Read + Send>),
-        );
+        let out = read_all(self.child.stdout.take(), max);
+        let err = read_all(self.child.stderr.take(), max);
         let out = out.recv_deadline(until).ok();
         let err = err
             .recv_deadline(until.max(Instant::now() + Duration::from_millis(100)))
@@ -154,11 +111,39 @@ impl Via {
     }
 }
 
+/// All of `r` up to one byte past `max`, read by a thread: its channel
+/// gives it once read (never, without `r`).
+pub(super) fn read_all(
+    r: Option<impl Read + Send + 'static>,
+    max: usize,
+) -> crossbeam_channel::Receiver<Vec<u8>> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    if let Some(r) = r {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.take(max as u64 + 1).read_to_end(&mut buf);
+            let _ = tx.send(buf);
+        });
+    }
+    rx
+}
+
 impl Drop for Via {
     fn drop(&mut self) {
         let _ = sys::kill_group(self.child.id(), sys::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A VIA that is empty (an unset shell variable) is no command to run.
+pub fn check_via(via: &str) -> Result<()> {
+    match via.trim() {
+        "" => Err(Error::Usage(
+            "--via is empty: give the command that reaches the other host, such as 'ssh HOST'"
+                .into(),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -314,7 +299,7 @@ impl Remote {
         until: Option<Instant>,
     ) -> Result<Option<Remote>> {
         check_target(target)?;
-        let mut via = Via::spawn(via, config, &["bridge", how, target], multiplex)?;
+        let mut via = Via::spawn(via, config, &["bridge", how, target], multiplex, false)?;
         let input = via.child.stdin.take().expect("piped");
         let out = via.child.stdout.take().expect("piped");
         let timeout = remote_timeout(config);
@@ -383,15 +368,17 @@ fn read_lines(out: std::process::ChildStdout) -> crossbeam_channel::Receiver<Vec
     std::thread::spawn(move || {
         let mut out = BufReader::new(out);
         loop {
-            let mut line = line_of(&mut out, MAX_VIA_OUTPUT);
+            // With its `\n`, holding at most one byte past the bound.
+            let mut line = Vec::new();
+            let mut read = (&mut out).take(MAX_VIA_OUTPUT as u64 + 1);
+            if read.read_until(b'\n', &mut line).is_err() || line.is_empty() {
+                break;
+            }
             if line.len() > MAX_VIA_OUTPUT {
                 eprintln!(
                     "baton: the via command wrote a line over {} MiB; stopped it",
                     MAX_VIA_OUTPUT >> 20
                 );
-                break;
-            }
-            if line.is_empty() {
                 break;
             }
             let bare = line

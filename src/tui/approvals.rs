@@ -136,11 +136,7 @@ pub(super) fn decide(view: &mut View, ctl: &mut Control, id: &str, decision: Dec
     if r.is_ok() {
         view.waiting.retain(|x| x.approval_id != w.approval_id);
     }
-    let kind = if w.tool.is_some() {
-        "tool call"
-    } else {
-        "task"
-    };
+    let kind = w.tool.as_ref().map_or("task", |_| "tool call");
     let aid = &w.approval_id;
     match r {
         Ok(r) if r.status == Handling::Approved || r.status == Handling::Denied => view.push(

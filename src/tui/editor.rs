@@ -105,8 +105,7 @@ impl Editor {
         if !line.trim().is_empty() && self.history.last() != Some(&line) {
             self.history.push(line.clone());
         }
-        self.buf.clear();
-        self.cursor = 0;
+        self.set("");
         self.at = None;
         line
     }

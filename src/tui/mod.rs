@@ -15,7 +15,7 @@ pub use inbox::inbox_listing;
 
 use crate::base::config::{Config, Relay};
 use crate::base::error::{Error, Result};
-use crate::client::{CallError, ClientError, Reconnecting, Session};
+use crate::client::{CallError, ClientError, Events, Reconnecting, Session};
 use crate::front::embedded;
 use crate::instance::{self, ServeOptions};
 use crate::registry;
@@ -137,7 +137,7 @@ impl Control {
         &self,
         work: &chan::Sender<Lines>,
         call: Call,
-        params: Value,
+        params: impl serde::Serialize + Send + 'static,
         lines: impl FnOnce(std::result::Result<Value, ClientError>) -> Lines + Send + 'static,
     ) {
         let client = self.client.as_ref().expect("checked");
@@ -175,16 +175,11 @@ fn run_view(
         config: config.clone(),
         embedded,
     };
-    let mut events = match &ctl.client {
-        Some(c) => match c.subscribe(SubscribeParams::since(1)) {
-            Ok(rx) => rx,
-            Err(e) => {
-                view.push(Role::Refusal, format!("no event stream: {e}"));
-                crate::client::Events::never()
-            }
-        },
-        None => crate::client::Events::never(),
-    };
+    let subscribed = (ctl.client.as_ref()).map(|c| c.subscribe(SubscribeParams::since(1)));
+    if let Some(Err(e)) = &subscribed {
+        view.push(Role::Refusal, format!("no event stream: {e}"));
+    }
+    let mut events = (subscribed.and_then(|s| s.ok())).unwrap_or_else(Events::never);
     let keys = key_channel();
     let signals = instance::signal_channel(&[SIGWINCH, SIGTERM, SIGHUP, SIGINT])?;
     let (work_tx, work) = chan::unbounded::<Lines>();
@@ -234,7 +229,7 @@ fn run_view(
                 }
                 Err(_) => {
                     view.push(Role::Refusal, "the instance closed the event stream");
-                    events = crate::client::Events::never();
+                    events = Events::never();
                 }
             },
             recv(again) -> _ => {
@@ -279,26 +274,16 @@ fn handle_key(
 ) -> bool {
     use termion::event::Key;
     let page = (rows as usize).saturating_sub(3).max(2) / 2;
+    // y, n and v answer what waits, when nothing is typed.
+    let answering = view.editor.buf.is_empty() && !view.waiting.is_empty();
     match key {
         Key::Char('\n') => {
             let line = view.editor.take();
             return submit(line.trim(), view, ctl, work);
         }
-        Key::Char(c @ ('y' | 'n')) if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
-            approvals::decide(
-                view,
-                ctl,
-                "",
-                if c == 'y' {
-                    Decision::Approve
-                } else {
-                    Decision::Deny
-                },
-            );
-        }
-        Key::Char('v') if view.editor.buf.is_empty() && !view.waiting.is_empty() => {
-            approvals::show_body(view, ctl, "")
-        }
+        Key::Char('y') if answering => approvals::decide(view, ctl, "", Decision::Approve),
+        Key::Char('n') if answering => approvals::decide(view, ctl, "", Decision::Deny),
+        Key::Char('v') if answering => approvals::show_body(view, ctl, ""),
         Key::Char('\t') => view.editor.insert(' '),
         Key::Char(c) => view.editor.insert(c),
         Key::Backspace => view.editor.backspace(),
@@ -372,10 +357,7 @@ fn submit(line: &str, view: &mut View, ctl: &mut Control, work: &chan::Sender<Li
     }
     let relay_needed = !matches!(cmd, "/help" | "/quit");
     if relay_needed && ctl.client.is_none() {
-        let why = match &view.warning {
-            Some(w) => format!(" ({w})"),
-            None => String::new(),
-        };
+        let why = (view.warning.as_ref()).map_or(String::new(), |w| format!(" ({w})"));
         view.push(
             Role::Refusal,
             format!("{cmd}: the relay is unavailable{why}"),
@@ -477,7 +459,6 @@ fn send_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Sen
         target: Some(target.to_string()),
         ..Default::default()
     };
-    let params = serde_json::to_value(params).expect("strings serialize");
     ctl.on_worker(work, Call::RelaySend, params, |r| match r {
         // The outcome arrives as relay.sent, with the candidates of a
         // `no_target`.
@@ -495,7 +476,7 @@ fn reply_command(rest: &str, view: &mut View, ctl: &mut Control, work: &chan::Se
     };
     let id = params.message_id.clone();
     view.push(Role::Local, format!("/reply {rest}"));
-    ctl.on_worker(work, Call::InboxComplete, params.to_value(), move |r| {
+    ctl.on_worker(work, Call::InboxComplete, params, move |r| {
         work::reply_outcome(&id, r)
     });
 }

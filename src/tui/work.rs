@@ -96,11 +96,11 @@ fn claimed(view: &mut View, t: ClaimedTask) {
 
 /// `/complete [ID] [--failed]`: ID defaults to the task claimed last.
 pub fn complete<E: Display>(rest: &str, view: &mut View, call: Call<E>) {
-    let mut failed = false;
+    let mut outcome = Outcome::Done;
     let mut id: Option<String> = None;
     for w in rest.split_whitespace() {
         match w {
-            "--failed" => failed = true,
+            "--failed" => outcome = Outcome::Failed,
             w if !w.starts_with('-') && id.is_none() => id = Some(w.to_string()),
             w => {
                 return view.push(
@@ -118,11 +118,6 @@ pub fn complete<E: Display>(rest: &str, view: &mut View, call: Call<E>) {
             Role::Refusal,
             "no task is open here: /claim one first, or /complete ID",
         );
-    };
-    let outcome = if failed {
-        Outcome::Failed
-    } else {
-        Outcome::Done
     };
     let params = CompleteParams::new(&id, outcome).to_value();
     match read::<Handled, E>(call(wire::Call::InboxComplete, params)) {

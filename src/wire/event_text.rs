@@ -366,29 +366,28 @@ impl Waiting {
     /// An approval as its request, its event or `approval/list` gives it.
     pub fn of(a: &Asked) -> Waiting {
         let s = |v: &Option<String>| v.clone().unwrap_or_default();
-        let digest = a.digest.as_str().unwrap_or("").to_string();
+        let asked = Waiting {
+            id: a.subject().to_string(),
+            approval_id: s(&a.approval_id),
+            digest: a.digest.as_str().unwrap_or("").to_string(),
+            ..Waiting::default()
+        };
         if a.is_tool() {
             return Waiting {
-                id: a.subject().to_string(),
                 from: who_asked(a.host.as_deref(), a.host_pid, a.pid),
                 excerpt: format!("{}\n{}", s(&a.description), s(&a.input_preview)),
                 tool: Some(s(&a.tool_name)),
-                approval_id: s(&a.approval_id),
-                digest,
-                ..Waiting::default()
+                ..asked
             };
         }
         Waiting {
-            id: a.subject().to_string(),
             from: s(&a.from),
             workspace: s(&a.workspace),
             mode: s(&a.mode),
             excerpt: s(&a.excerpt),
             bytes: a.bytes,
             lines: a.lines,
-            approval_id: s(&a.approval_id),
-            digest,
-            ..Waiting::default()
+            ..asked
         }
     }
 }
