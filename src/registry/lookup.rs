@@ -373,15 +373,8 @@ impl KnownSpool {
     /// last known to run; tasks senders stored since then do not count),
     /// else, with none, when `meta.json` was written (its last start).
     pub fn stopped_since(&self) -> Option<f64> {
-        crate::spool::events::last_time(&self.dir).or_else(|| {
-            let m = std::fs::symlink_metadata(self.dir.join("meta.json")).ok()?;
-            let t = m
-                .modified()
-                .ok()?
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()?;
-            Some(t.as_secs_f64())
-        })
+        crate::spool::events::last_time(&self.dir)
+            .or_else(|| crate::spool::modified_secs(&self.dir.join("meta.json")))
     }
 
     /// The live instance serving this spool's name and workspace, if any.

@@ -5,7 +5,7 @@
 //! announcement.
 
 use super::dirsync::sync_dir;
-use super::index::{Entry, Index, Place, Reservation, order_key, summary_of};
+use super::index::{Entry, Index, Place, Reservation, order_key, summary};
 use super::receipts::Where;
 use super::taskfile::{Body, TaskFile, file_name};
 use super::{Admission, Limits, Receipt, Spool, Task};
@@ -105,7 +105,7 @@ impl Spool {
                 file: name,
                 key,
                 queued_at: task.accepted_at,
-                summary: summary_of(&task),
+                summary: summary(&task),
                 reason: None,
             },
         );

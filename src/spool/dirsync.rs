@@ -79,22 +79,20 @@ impl DirSync {
 /// directory's place fails the open at once, never blocks it nor sends
 /// the sync elsewhere.
 pub(super) fn sync_dir(path: &Path) -> std::io::Result<()> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(sys::O_DIRECTORY | sys::O_NOFOLLOW | sys::O_NONBLOCK)
-        .open(path)?
-        .sync_all()?;
-    crate::base::files::note!(Op::DirFsync(path.into()));
-    Ok(())
+    sync_opened(path, sys::O_NOFOLLOW)
 }
 
 /// Syncs a directory above a spool that gained an entry (a new spool's
 /// own, or one of the directories made for it): as `sync_dir`, but
 /// through a symlink too, as a state home may well be one.
 pub(super) fn sync_parent_dir(path: &Path) -> std::io::Result<()> {
+    sync_opened(path, 0)
+}
+
+fn sync_opened(path: &Path, flags: i32) -> std::io::Result<()> {
     OpenOptions::new()
         .read(true)
-        .custom_flags(sys::O_DIRECTORY | sys::O_NONBLOCK)
+        .custom_flags(sys::O_DIRECTORY | sys::O_NONBLOCK | flags)
         .open(path)?
         .sync_all()?;
     crate::base::files::note!(Op::DirFsync(path.into()));

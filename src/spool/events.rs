@@ -645,10 +645,8 @@ pub fn replay(dir: &Path, since: u64, until: u64, mut each: impl FnMut(&[u8]) ->
             let Ok(line) = line else {
                 break;
             };
-            let Ok(Recorded { seq: Some(seq), .. }) = serde_json::from_slice(&line) else {
-                continue;
-            };
-            let Some(seq) = seq.as_u64() else {
+            let recorded = serde_json::from_slice::<Recorded>(&line);
+            let Some(seq) = recorded.ok().and_then(|r| r.seq?.as_u64()) else {
                 continue;
             };
             if seq >= until {

@@ -289,6 +289,13 @@ pub fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// When the file at `path` (not followed if a symlink) was last
+/// written, epoch seconds.
+pub fn modified_secs(path: &Path) -> Option<f64> {
+    let t = fs::symlink_metadata(path).ok()?.modified().ok()?;
+    Some(t.duration_since(UNIX_EPOCH).ok()?.as_secs_f64())
+}
+
 /// Builds a task from an accepted request.
 #[allow(clippy::too_many_arguments)]
 pub fn new_task(
@@ -391,6 +398,15 @@ fn private_dir(path: &Path, create: bool, what: &str) -> Result<()> {
 pub fn open_lock(dir: &Path) -> Result<File> {
     let lock_path = dir.join("lock");
     files::open_or_create(&lock_path).map_err(|e| Error::io("open lock file", &lock_path, e))
+}
+
+/// Takes the spool's lock without waiting (`open_lock`): `None` when an
+/// instance or a sender holds it.
+fn try_lock(dir: &Path) -> Result<Option<File>> {
+    let lock = open_lock(dir)?;
+    let taken =
+        sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &dir.join("lock"), e))?;
+    Ok(taken.then_some(lock))
 }
 
 /// Opens and takes the spool's lock file and writes our pid in it (with

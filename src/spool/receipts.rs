@@ -318,23 +318,27 @@ fn load_log(
     Ok(Some(group))
 }
 
+/// The bytes of each log in `dir`'s `done/`, newest first, read without
+/// a lock as they are reached; one that cannot be read is passed over.
+fn logs_newest_first(dir: &Path) -> impl Iterator<Item = Vec<u8>> {
+    let done = dir.join("done");
+    let mut logs: Vec<String> = list(&done).unwrap_or_default();
+    logs.retain(|name| parse_log_name(name).is_some());
+    (logs.into_iter().rev()).filter_map(move |name| {
+        files::read_regular(&done.join(name), LOG_BYTES + MAX_TASK_FILE).ok()
+    })
+}
+
 /// The newest `n` receipts in the logs of `dir`'s `done/`, oldest first
 /// (`baton inbox list --all`), read without a lock: a log cut short or
 /// pruned meanwhile gives fewer. Receipts of earlier versions (one file
 /// each) are not among them.
 pub fn read_recent(dir: &Path, n: usize) -> Vec<Receipt> {
-    let done = dir.join("done");
-    let mut logs: Vec<String> = list(&done).unwrap_or_default();
-    logs.retain(|name| parse_log_name(name).is_some());
-    logs.sort();
     let mut got: Vec<Receipt> = Vec::new();
-    for name in logs.iter().rev() {
+    for bytes in logs_newest_first(dir) {
         if got.len() >= n {
             break;
         }
-        let Ok(bytes) = files::read_regular(&done.join(name), LOG_BYTES + MAX_TASK_FILE) else {
-            continue;
-        };
         let lines = bytes.split(|b| *b == b'\n').rev();
         got.extend(lines.filter_map(|l| serde_json::from_slice::<Receipt>(l).ok()));
     }
@@ -347,27 +351,16 @@ pub fn read_recent(dir: &Path, n: usize) -> Vec<Receipt> {
 /// log first, read without a lock: how a waiter learns the end of a task
 /// whose receiver is no longer running (`follow::wait`).
 pub fn read_receipt(dir: &Path, message_id: &str) -> Option<Receipt> {
-    let done = dir.join("done");
-    let mut logs: Vec<String> = list(&done).unwrap_or_default();
-    logs.retain(|name| parse_log_name(name).is_some());
-    logs.sort();
     let quoted = serde_json::to_string(message_id).ok()?;
-    for name in logs.iter().rev() {
-        let Ok(bytes) = files::read_regular(&done.join(name), LOG_BYTES + MAX_TASK_FILE) else {
-            continue;
-        };
+    logs_newest_first(dir).find_map(|bytes| {
         let mut lines = bytes.split(|b| *b == b'\n').rev();
-        let found = lines.find_map(|l| {
+        lines.find_map(|l| {
             // Only a line that names the id is parsed.
             let names = l.windows(quoted.len()).any(|w| w == quoted.as_bytes());
             let r = names.then(|| serde_json::from_slice::<Receipt>(l).ok())??;
             (r.message_id == message_id).then_some(r)
-        });
-        if found.is_some() {
-            return found;
-        }
-    }
-    None
+        })
+    })
 }
 
 /// How many receipts `done/` holds (for `forget`), read without a lock.

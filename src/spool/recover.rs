@@ -16,7 +16,6 @@ use crate::base::files;
 use crate::wire::Outcome;
 use crate::wire::TaskMode;
 use std::fs;
-use std::time::UNIX_EPOCH;
 
 /// Where a task that has its receipt may still have its payload: where
 /// `finish` and `withdraw` remove it from.
@@ -244,11 +243,7 @@ impl Spool {
         let mode = task.as_ref().map_or(TaskMode::Queue, |t| t.mode);
         let key = order_key(mode, seq);
         // A requeue touches the file: its time outlives a restart.
-        let touched = fs::symlink_metadata(self.path(sub, &file))
-            .ok()
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_secs());
+        let touched = super::modified_secs(&self.path(sub, &file)).map_or(0, |t| t as u64);
         let queued_at = task.as_ref().map_or(0, |t| t.accepted_at).max(touched);
         let digest = task.as_mut().map(|t| std::mem::take(&mut t.digest));
         Ok(Entry {
