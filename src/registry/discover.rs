@@ -211,15 +211,7 @@ fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
     }
 }
 
-/// Lists at most `MAX_ENTRIES` entries of a directory, then reads its
-/// manifests (`a-*.json`) in byte order until `MAX_CANDIDATES` of them are
-/// valid: a file that is not a manifest costs a look, never a place, and
-/// the scan stays bounded in time however full the directory is.
-pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Truncated> {
-    scan_ids(dir, out, &|_| true)
-}
-
-/// `scan` for one name: a manifest whose name entry (`n-<id>@<name>`,
+/// `scan_ids` for one name: a manifest whose name entry (`n-<id>@<name>`,
 /// `registry::name_path`) names another is passed over unread; the
 /// others (that name's, and those without an entry) are read.
 pub(super) fn scan_for_name(
@@ -236,8 +228,12 @@ pub(super) fn scan_for_name(
     read_listed(dir, &names, unlisted, out, &|id| !others.contains(id))
 }
 
-/// `scan`, reading only the manifests whose id `read` accepts (by its
-/// name alone); the others are passed over, as if absent.
+/// Lists at most `MAX_ENTRIES` entries of a directory, then reads its
+/// manifests (`a-*.json`) in byte order until `MAX_CANDIDATES` of them are
+/// valid: a file that is not a manifest costs a look, never a place, and
+/// the scan stays bounded in time however full the directory is. Only
+/// the manifests whose id `read` accepts (by its name alone) are read;
+/// the others are passed over, as if absent.
 pub(super) fn scan_ids(
     dir: &RegistryDir,
     out: &mut Vec<Candidate>,
@@ -317,14 +313,9 @@ pub fn discover_named(
     name: &str,
     keep: &dyn Fn(&Manifest) -> bool,
 ) -> Discovery {
-    let mut candidates = Vec::new();
-    let mut truncated = Vec::new();
-    for d in dirs {
-        truncated.extend(scan_for_name(d, &mut candidates, name));
-    }
-    let mut found = settle(candidates, None, timeout, keep);
-    found.truncated = truncated;
-    found
+    let (candidates, truncated) = scan_all(dirs, |d, out| scan_for_name(d, out, name));
+    let found = settle(candidates, None, timeout, keep);
+    Discovery { truncated, ..found }
 }
 
 /// Like `discover`, but pings only the candidates `keep` accepts (the
@@ -335,14 +326,22 @@ pub fn discover_matching(
     timeout: Duration,
     keep: &dyn Fn(&Manifest) -> bool,
 ) -> Discovery {
+    let (candidates, truncated) = scan_all(dirs, |d, out| scan_ids(d, out, &|_| true));
+    let found = settle(candidates, exclude, timeout, keep);
+    Discovery { truncated, ..found }
+}
+
+/// What `scan` reads of each directory, and the directories whose scan
+/// stopped before its end.
+fn scan_all(
+    dirs: &[RegistryDir],
+    mut scan: impl FnMut(&RegistryDir, &mut Vec<Candidate>) -> Option<Truncated>,
+) -> (Vec<Candidate>, Vec<Truncated>) {
     let mut candidates = Vec::new();
-    let mut truncated = Vec::new();
-    for d in dirs {
-        truncated.extend(scan(d, &mut candidates));
-    }
-    let mut found = settle(candidates, exclude, timeout, keep);
-    found.truncated = truncated;
-    found
+    let truncated = (dirs.iter())
+        .filter_map(|d| scan(d, &mut candidates))
+        .collect();
+    (candidates, truncated)
 }
 
 /// The best native peer of `name` that `keep` accepts and answers its
@@ -359,10 +358,7 @@ pub fn first_answering<K: Ord>(
     keep: &dyn Fn(&Manifest) -> bool,
     rank: &dyn Fn(&Manifest) -> K,
 ) -> Option<Peer> {
-    let mut candidates = Vec::new();
-    for d in dirs {
-        scan_for_name(d, &mut candidates, name);
-    }
+    let (candidates, _) = scan_all(dirs, |d, out| scan_for_name(d, out, name));
     let mut found = Discovery::default();
     let mut to_ping = triage(candidates, None, keep, &mut found);
     to_ping.retain(|(_, w)| *w == Wire::Jsonrpc);
