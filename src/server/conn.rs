@@ -138,16 +138,12 @@ fn no_descriptor(e: &io::Error) -> Vec<u8> {
 /// Says why a line could not be read, while an answer is still possible:
 /// in zcoder's framing if the line was the start of a zcoder header.
 fn answer_read_error(shared: &Shared, out: &Writer, e: &ReadError, zcoder: bool) {
-    let Some(line) = super::read_error_line(&shared.config, e) else {
-        return;
-    };
     // A zcoder header that never completed is answered in its own framing.
-    let line = if zcoder {
-        zcoder::invalid(shared)
-    } else {
-        line
+    match super::read_error_line(&shared.config, e) {
+        Some(_) if zcoder => write_line(out, &zcoder::invalid(shared)),
+        Some(line) => write_line(out, &line),
+        None => false,
     };
-    write_line(out, &line);
 }
 
 /// What one connection has said so far.
