@@ -202,7 +202,7 @@ static SEARCHED: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None)
 /// Where this process looked for instances: `in DIR`, for an answer that
 /// found none (`no live instances in /run/user/1000/baton`).
 pub fn searched() -> String {
-    match &*SEARCHED.lock().unwrap_or_else(|e| e.into_inner()) {
+    match &*crate::base::lock(&SEARCHED) {
         Some(d) => format!("in {}", d.display()),
         None => "in the registry".into(),
     }
@@ -215,7 +215,7 @@ pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
         Some(who) => target_dir(config, who),
         None => ensure_private_dir(&chosen_dir(config).0, "registry"),
     }?;
-    *SEARCHED.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.clone());
+    *crate::base::lock(&SEARCHED) = Some(dir.clone());
     Ok(dir)
 }
 

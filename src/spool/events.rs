@@ -6,6 +6,7 @@
 //! Subscribers that fall behind are dropped, never waited for, and what
 //! they had queued is freed when they are.
 
+use crate::base::lock;
 use crate::wire::{Body, EventKind};
 use crossbeam_channel as chan;
 use serde::{Deserialize, Serialize};
@@ -243,10 +244,6 @@ pub fn now() -> f64 {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     (d.as_millis() as f64) / 1000.0
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Hub {

@@ -605,7 +605,7 @@ impl Spool {
     /// The index; a panic elsewhere while it was held does not take the
     /// spool down with it (every update leaves the index consistent).
     fn idx(&self) -> MutexGuard<'_, Index> {
-        self.index.lock().unwrap_or_else(|e| e.into_inner())
+        crate::base::lock(&self.index)
     }
 
     pub fn dir(&self) -> &Path {
