@@ -186,19 +186,11 @@ pub(super) enum Candidate {
 
 /// Reads `file`, the manifest of `id` in `dir`, into a candidate.
 fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
-    if client::is_abstract(&dir.path) {
-        return match super::operators::manifest(dir, id) {
-            Ok(m) => Candidate::Ok(m, dir.wire),
-            Err(problem) => Candidate::Bad(Skipped {
-                path: file,
-                instance_id: Some(id.to_string()),
-                manifest: None,
-                problem,
-                wire: dir.wire,
-            }),
-        };
-    }
-    match read_manifest_or_short(dir, &file) {
+    let read = match client::is_abstract(&dir.path) {
+        true => Ok(super::operators::manifest(dir, id).map_err(Invalid)),
+        false => read_manifest_or_short(dir, &file),
+    };
+    match read {
         Err(what) => Candidate::Short(what),
         Ok(Ok(m)) => Candidate::Ok(m, dir.wire),
         Ok(Err(problem)) => Candidate::Bad(Skipped {
