@@ -155,15 +155,12 @@ pub fn find(dirs: &[RegistryDir], target: &Target<'_>, timeout: Duration) -> Loo
     // No live instance has the name (or serves the workspace): every spool
     // of it is a stopped agent's, and one is the answer. The live
     // instances of the name are all among `named`.
-    let stopped_of = |live: &[Peer]| -> Vec<KnownSpool> {
-        match target {
-            Target::Socket(_) => Vec::new(),
-            _ => (known_spools().into_iter())
-                .filter(|s| target.owns(s) && s.running(live).is_none())
-                .collect(),
-        }
+    let mut stopped: Vec<KnownSpool> = match target {
+        Target::Socket(_) => Vec::new(),
+        _ => (known_spools().into_iter())
+            .filter(|s| target.owns(s) && s.running(&named.peers).is_none())
+            .collect(),
     };
-    let mut stopped = stopped_of(&named.peers);
     if stopped.len() == 1 {
         return Lookup::Stopped(Box::new(stopped.pop().expect("one spool")));
     }

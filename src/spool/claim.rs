@@ -292,14 +292,9 @@ impl Spool {
         let Some(w) = w else {
             return Whereabouts::Unknown;
         };
-        match self.receipt_bytes(message_id, w) {
+        match self.receipt_at(message_id, w) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Whereabouts::Unknown,
-            Err(_) => Whereabouts::Finished(None),
-            Ok(b) => Whereabouts::Finished(
-                serde_json::from_slice::<Box<Receipt>>(&b)
-                    .ok()
-                    .filter(|r| r.message_id == message_id),
-            ),
+            r => Whereabouts::Finished(r.ok().flatten().map(Box::new)),
         }
     }
 

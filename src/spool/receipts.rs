@@ -384,11 +384,12 @@ pub fn count_in(dir: &Path) -> usize {
 }
 
 impl Spool {
-    /// The bytes of `id`'s receipt where `w` says it is: its file, or its
-    /// line of a log. Not found when it was pruned meanwhile.
-    pub(super) fn receipt_bytes(&self, id: &str, w: Where) -> std::io::Result<Vec<u8>> {
-        match w {
-            Where::Loose => super::taskfile::read_bounded(&self.path("done", &receipt_name(id))),
+    /// `id`'s receipt where `w` says it is, its file or its line of a log:
+    /// `None` when that is not a receipt of `id`; not found when it was
+    /// pruned meanwhile.
+    pub(super) fn receipt_at(&self, id: &str, w: Where) -> std::io::Result<Option<Receipt>> {
+        let bytes = match w {
+            Where::Loose => super::taskfile::read_bounded(&self.path("done", &receipt_name(id)))?,
             Where::Log { n, offset } => {
                 let path = self.path("done", &log_name(n));
                 let mut f = files::open_regular(&path, OpenOptions::new().read(true))?;
@@ -397,8 +398,10 @@ impl Spool {
                 BufReader::new(f)
                     .take(MAX_TASK_FILE + 1)
                     .read_until(b'\n', &mut line)?;
-                Ok(line)
+                line
             }
-        }
+        };
+        let receipt = serde_json::from_slice::<Receipt>(&bytes).ok();
+        Ok(receipt.filter(|r| r.message_id == id))
     }
 }
