@@ -70,10 +70,6 @@ impl Backlog {
     pub fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
     }
-
-    pub fn bytes(&self) -> usize {
-        self.bytes.load(Ordering::SeqCst)
-    }
 }
 
 struct Subscriber {
@@ -430,10 +426,6 @@ impl Hub {
             ok
         });
         n
-    }
-
-    pub fn controllers(&self) -> usize {
-        lock(&self.out).subs.iter().filter(|s| s.controller).count()
     }
 }
 
