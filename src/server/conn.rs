@@ -11,7 +11,7 @@ use super::request::{self, SendRequest};
 use super::{Event, INIT_TIMEOUT, RpcError, Shared, invalid_params, zcoder};
 use crate::spool::events::{self, Subscription};
 use crate::sys;
-use crate::wire::access::{BridgeKey, Caller, Door};
+use crate::wire::access::{BridgeKey, Door};
 use crate::wire::answer::{Hello, Pong, Software, Subscribed};
 use crate::wire::request::{AgentInfo, HelloRead, InfoQueue, SubscribeParams, Supported};
 use crate::wire::{self, Call, Id, Incoming, LineReader, Method, ReadError};
@@ -373,11 +373,22 @@ fn dispatch(s: &Session, method: Method, params: Map<String, Value>) -> Result<V
         }
         // Every other method needs the agent's state: the foreground
         // answers it.
-        Method::Foreground(call @ (Call::TaskStatus | Call::TaskCancel)) => {
-            verify_asker(shared, &params, peer)?;
-            ask_foreground(shared, call, params, peer.caller(shared))
+        Method::Foreground(method) => {
+            if matches!(method, Call::TaskStatus | Call::TaskCancel) {
+                verify_asker(shared, &params, peer)?;
+            }
+            let caller = peer.caller(shared);
+            // relay/send discovers, then delivers with one retry, each
+            // bounded by the I/O timeout.
+            let wait = (method == Call::RelaySend)
+                .then(|| shared.config.io_timeout * 4 + Duration::from_secs(5));
+            ask(shared, wait, |reply| Event::Call {
+                method,
+                params,
+                reply,
+                caller,
+            })?
         }
-        Method::Foreground(call) => ask_foreground(shared, call, params, peer.caller(shared)),
         Method::EventsSubscribe => unreachable!("a subscription is taken before dispatch"),
     }
 }
@@ -439,22 +450,4 @@ fn verify_asker(shared: &Shared, params: &Map<String, Value>, peer: &Peer) -> Re
     super::deliver::verify_instance(shared, id, peer)
         .map(|_| ())
         .map_err(|why| invalid_params(format!("sender_instance_id {id}: {why}")))
-}
-
-fn ask_foreground(
-    shared: &Shared,
-    method: Call,
-    params: Map<String, Value>,
-    caller: Caller,
-) -> Result<Value, RpcError> {
-    // relay/send discovers, then delivers with one retry, each bounded by
-    // the I/O timeout.
-    let wait =
-        (method == Call::RelaySend).then(|| shared.config.io_timeout * 4 + Duration::from_secs(5));
-    ask(shared, wait, |reply| Event::Call {
-        method,
-        params,
-        reply,
-        caller,
-    })?
 }

@@ -2,7 +2,7 @@
 //! without the lock to show first, and its removal under the lock, only
 //! while it still holds what was shown.
 
-use super::{check_private_dir, read_listing, try_lock};
+use super::{check_private_dir, read_listing, remove_locked, try_lock};
 use crate::base::error::Result;
 use std::fmt;
 use std::path::Path;
@@ -67,7 +67,7 @@ pub fn forget(dir: &Path, shown: &Holdings) -> Result<Removal> {
         return Ok(Removal::Changed);
     }
     // It must still have its meta.json.
-    super::gc::remove_locked(dir, true)?;
+    remove_locked(dir, true)?;
     drop(lock);
     Ok(Removal::Removed)
 }

@@ -10,8 +10,8 @@
 
 use super::events::{self, TRANSCRIPT, TRANSCRIPT_OLD};
 use super::forget::Removal;
-use super::{Meta, Spool, check_private_dir, try_lock};
-use crate::base::error::{Error, Result};
+use super::{Meta, Spool, check_private_dir, remove_locked, try_lock};
+use crate::base::error::Result;
 use crate::base::files;
 use crate::wire::EventKind;
 use serde_json::Value;
@@ -72,20 +72,6 @@ pub fn never_used(dir: &Path) -> bool {
     !PLACES.iter().any(|p| has_entries(dir, p))
         && !has_entries(dir, "done")
         && !transcript_used(dir)
-}
-
-/// Removes `dir`, `meta.json` first: from then on it is no spool to a
-/// sender or to `list --offline`. The caller holds its lock. A missing
-/// `meta.json` is an error when `strict`.
-pub(super) fn remove_locked(dir: &Path, strict: bool) -> Result<()> {
-    let meta = dir.join("meta.json");
-    match fs::remove_file(&meta) {
-        Err(e) if strict || e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(Error::io("remove", &meta, e));
-        }
-        _ => {}
-    }
-    fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))
 }
 
 impl Spool {

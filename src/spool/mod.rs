@@ -409,6 +409,20 @@ fn try_lock(dir: &Path) -> Result<Option<File>> {
     Ok(taken.then_some(lock))
 }
 
+/// Removes `dir`, `meta.json` first: from then on it is no spool to a
+/// sender or to `list --offline`. The caller holds its lock. A missing
+/// `meta.json` is an error when `strict`.
+fn remove_locked(dir: &Path, strict: bool) -> Result<()> {
+    let meta = dir.join("meta.json");
+    match fs::remove_file(&meta) {
+        Err(e) if strict || e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io("remove", &meta, e));
+        }
+        _ => {}
+    }
+    fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))
+}
+
 /// Opens and takes the spool's lock file and writes our pid in it (with
 /// a note when that fails). Offline, `None` when it is held; else a
 /// holder is waited for up to `LOCK_WAIT`, and one that stays is an error
