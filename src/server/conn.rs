@@ -167,12 +167,8 @@ impl Session<'_> {
     fn answer(&mut self, line: &[u8]) -> Option<Vec<u8>> {
         // The common request, read without a JSON tree once the
         // connection said hello.
-        let fast = if self.initialized {
-            request::fast_send(line)
-        } else {
-            None
-        };
-        if let Some((id, req, body)) = fast {
+        let fast = self.initialized.then(|| request::fast_send(line));
+        if let Some((id, req, body)) = fast.flatten() {
             let _ = crate::base::failpoint::hit("dispatch");
             let r = self
                 .peer
