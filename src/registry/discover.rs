@@ -237,7 +237,7 @@ pub(super) fn scan_ids(
 
 /// The names of at most `MAX_ENTRIES` entries of a directory, and
 /// whether there were more.
-fn list(dir: &RegistryDir) -> Option<(Vec<String>, bool)> {
+pub(super) fn list(dir: &RegistryDir) -> Option<(Vec<String>, bool)> {
     if client::is_abstract(&dir.path) {
         return Some((super::operators::names(dir), false));
     }
