@@ -1,6 +1,7 @@
 //! What every room rests on: errors, configuration, accounts, digests,
-//! fail points, the status line, files written safely, and the reaping of
-//! children (docs/ARCHITECTURE.md, layer 2).
+//! fail points, the status line, files written safely, the reaping of
+//! children, and a lock that outlives a panic (docs/ARCHITECTURE.md,
+//! layer 2).
 
 pub mod accounts;
 pub mod config;
