@@ -3,7 +3,7 @@
 //! what is provably dead, or a manifest that does not parse.
 
 use super::discover::{
-    Candidate, Skipped, check_socket, id_pid, kernel_says_stale, list, scan_ids,
+    Candidate, Skipped, id_pid, kernel_says_stale, list, scan_ids, socket_present,
 };
 use super::{MAX_MANIFEST, RegistryDir, Wire, manifest_path, socket_path, valid_id};
 use crate::{base::files, sys};
@@ -60,7 +60,7 @@ pub fn collect_stale(dir: &Path, thorough: bool) -> Collected {
         };
         // The kernel's word, never a connection: a socket is not asked.
         // One that is a symlink or not a socket is never stale.
-        if check_socket(&m).is_ok() && kernel_says_stale(&m).is_some() {
+        if socket_present(&m).is_ok() && kernel_says_stale(&m).is_some() {
             super::unpublish_name(dir, &m.instance_id, &m.name);
             stale.push(m.instance_id);
         }

@@ -510,7 +510,7 @@ pub(super) fn kernel_says_stale(m: &Manifest) -> Option<String> {
 }
 
 /// Why a candidate is skipped without a connection (`None`: only a ping
-/// tells). Its socket may not be connected to (`check_socket`: never
+/// tells). Its socket may not be connected to (`socket_present`: never
 /// stale); or the kernel says it is stale (`kernel_says_stale`); or
 /// (issue 47) its socket file is missing, so a connection would fail,
 /// and the verdict is the one that failure gives (stale if the pid is
@@ -592,7 +592,7 @@ type Pinged = (State, Option<Load>);
 /// missing or refused connections (a sign of a dead instance) or did not
 /// answer in time (a sign of a stopped one).
 fn ping_peer(m: &Manifest, wire: Wire, timeout: Duration) -> Result<Pinged, PingFailure> {
-    check_socket(m).map_err(|problem| PingFailure {
+    socket_present(m).map_err(|problem| PingFailure {
         problem: problem.0,
         ..PingFailure::default()
     })?;
@@ -611,15 +611,11 @@ fn ping_peer(m: &Manifest, wire: Wire, timeout: Duration) -> Result<Pinged, Ping
 
 /// Whether discovery may connect to a manifest's socket: not a symlink
 /// (which could lead out of the registry), a socket, and ours unless it is
-/// a wake socket (a service manager's). A missing one is for the ping to
-/// find, which then tells a dead instance by it.
-pub(super) fn check_socket(m: &Manifest) -> Result<(), Invalid> {
-    socket_present(m).map(drop)
-}
-
-/// `check_socket`, and whether the socket file is there (an abstract
-/// socket, which has no file, counts as there).
-fn socket_present(m: &Manifest) -> Result<bool, Invalid> {
+/// a wake socket (a service manager's); and whether the socket file is
+/// there (an abstract socket, which has no file, counts as there). A
+/// missing one is for the ping to find, which then tells a dead instance
+/// by it.
+pub(super) fn socket_present(m: &Manifest) -> Result<bool, Invalid> {
     let path = Path::new(&m.socket);
     if client::is_abstract(path) {
         return Ok(true);
