@@ -371,7 +371,7 @@ impl KnownSpool {
     /// else, with none, when `meta.json` was written (its last start).
     pub fn stopped_since(&self) -> Option<f64> {
         crate::spool::events::last_time(&self.dir)
-            .or_else(|| crate::spool::modified_secs(&self.dir.join("meta.json")))
+            .or_else(|| Some(crate::spool::modified_at(&self.dir.join("meta.json"))?.as_secs_f64()))
     }
 
     /// The live instance serving this spool's name and workspace, if any.

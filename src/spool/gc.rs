@@ -107,7 +107,7 @@ pub struct Stale {
 /// When the spool at `dir` was last used (`Stale::last_used`).
 fn last_used(dir: &Path) -> f64 {
     let receipt = super::read_recent(dir, 1).first().map(|r| r.finished_at);
-    let written = |name: &str| super::modified_secs(&dir.join(name));
+    let written = |name: &str| Some(super::modified_at(&dir.join(name))?.as_secs_f64());
     let mut latest: f64 = 0.0;
     for t in [receipt, events::last_time(dir), written("meta.json")] {
         latest = latest.max(t.unwrap_or(0.0));

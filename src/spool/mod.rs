@@ -290,10 +290,10 @@ pub fn now_secs() -> u64 {
 }
 
 /// When the file at `path` (not followed if a symlink) was last
-/// written, epoch seconds.
-pub fn modified_secs(path: &Path) -> Option<f64> {
+/// written, since the epoch.
+pub fn modified_at(path: &Path) -> Option<Duration> {
     let t = fs::symlink_metadata(path).ok()?.modified().ok()?;
-    Some(t.duration_since(UNIX_EPOCH).ok()?.as_secs_f64())
+    t.duration_since(UNIX_EPOCH).ok()
 }
 
 /// Builds a task from an accepted request.

@@ -335,10 +335,11 @@ fn logs_newest_first(dir: &Path) -> impl Iterator<Item = Vec<u8>> {
 /// each) are not among them.
 pub fn read_recent(dir: &Path, n: usize) -> Vec<Receipt> {
     let mut got: Vec<Receipt> = Vec::new();
-    for bytes in logs_newest_first(dir) {
-        if got.len() >= n {
+    let mut logs = logs_newest_first(dir);
+    while got.len() < n {
+        let Some(bytes) = logs.next() else {
             break;
-        }
+        };
         let lines = bytes.split(|b| *b == b'\n').rev();
         got.extend(lines.filter_map(|l| serde_json::from_slice::<Receipt>(l).ok()));
     }

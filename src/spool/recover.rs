@@ -240,7 +240,7 @@ impl Spool {
         let mode = task.as_ref().map_or(TaskMode::Queue, |t| t.mode);
         let key = order_key(mode, seq);
         // A requeue touches the file: its time outlives a restart.
-        let touched = super::modified_secs(&self.path(sub, &file)).map_or(0, |t| t as u64);
+        let touched = super::modified_at(&self.path(sub, &file)).map_or(0, |d| d.as_secs());
         let queued_at = task.as_ref().map_or(0, |t| t.accepted_at).max(touched);
         let digest = task.as_mut().map(|t| std::mem::take(&mut t.digest));
         Ok(Entry {
