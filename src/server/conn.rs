@@ -100,11 +100,8 @@ pub(super) fn serve_connection(
             break;
         }
         first = false;
-        let answer = if line.iter().all(u8::is_ascii_whitespace) {
-            None
-        } else {
-            session.answer(line)
-        };
+        let blank = line.iter().all(u8::is_ascii_whitespace);
+        let answer = (!blank).then(|| session.answer(line)).flatten();
         let written = answer.is_none_or(|a| answer_then_flush(shared, &out, &a));
         let handed = session.handed.take();
         if let (false, Some((message_id, turn))) = (written, handed) {
