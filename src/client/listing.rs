@@ -6,6 +6,7 @@
 
 use crate::wire::Summary;
 use crate::wire::answer::InboxPage;
+use crate::wire::request::ListParams;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
@@ -33,13 +34,6 @@ impl<E: fmt::Display> fmt::Display for ListError<E> {
             ListError::KeptChanging => f.write_str("the inbox kept changing while it was listed"),
         }
     }
-}
-
-/// `inbox/list`'s parameters.
-#[derive(serde::Serialize)]
-pub struct ListParams {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub after: Option<String>,
 }
 
 /// Every page, merged into one with no `next`.
@@ -91,7 +85,7 @@ fn pages<E>(
     let mut seen: Vec<Option<(&'static str, Summary)>> = Vec::new();
     let mut at: HashMap<String, usize> = HashMap::new();
     let mut waiting = HashSet::new();
-    let mut params = ListParams { after: None };
+    let mut params = ListParams::default();
     loop {
         let mut page = call(&params).map_err(ListError::Call)?;
         if page.status.is_some() {

@@ -6,7 +6,7 @@ mod listing;
 mod session;
 
 pub use connect::{connect, is_abstract};
-pub use listing::{ListError, ListParams, PLACES, list_all};
+pub use listing::{ListError, PLACES, list_all};
 pub use session::{Events, Lines, PipeLines, Session, request};
 
 use crate::wire::answer::{ErrorObject, Load, Pong};

@@ -2,7 +2,9 @@
 //! only names of our grammar, owned by us, of the right type, and only
 //! what is provably dead, or a manifest that does not parse.
 
-use super::discover::{Candidate, Skipped, check_socket, id_pid, kernel_says_stale, scan_ids};
+use super::discover::{
+    Candidate, Skipped, id_pid, kernel_says_stale, list, scan_ids, socket_present,
+};
 use super::{MAX_MANIFEST, RegistryDir, Wire, manifest_path, socket_path, valid_id};
 use crate::{base::files, sys};
 use std::fs;
@@ -58,13 +60,13 @@ pub fn collect_stale(dir: &Path, thorough: bool) -> Collected {
         };
         // The kernel's word, never a connection: a socket is not asked.
         // One that is a symlink or not a socket is never stale.
-        if check_socket(&m).is_ok() && kernel_says_stale(&m).is_some() {
+        if socket_present(&m).is_ok() && kernel_says_stale(&m).is_some() {
             super::unpublish_name(dir, &m.instance_id, &m.name);
             stale.push(m.instance_id);
         }
     }
     if thorough {
-        remove_orphan_names(dir);
+        remove_orphan_names(&reg);
     }
     Collected {
         removed: remove_stale(dir, stale),
@@ -74,19 +76,13 @@ pub fn collect_stale(dir: &Path, thorough: bool) -> Collected {
 
 /// Removes the name entries whose manifest is gone and whose pid the
 /// kernel reports gone: what a crash between the two leaves.
-fn remove_orphan_names(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.take(super::MAX_ENTRIES).filter_map(Result::ok) {
-        let file_name = e.file_name();
-        let Some((id, name)) = file_name.to_str().and_then(super::parse_name_entry) else {
-            continue;
-        };
-        let orphan = fs::symlink_metadata(manifest_path(dir, id)).is_err()
+fn remove_orphan_names(reg: &RegistryDir) {
+    let (names, _) = list(reg).unwrap_or_default();
+    for (id, name) in names.iter().filter_map(|n| super::parse_name_entry(n)) {
+        let orphan = fs::symlink_metadata(manifest_path(&reg.path, id)).is_err()
             && id_pid(id).is_some_and(pid_gone);
         if orphan {
-            super::unpublish_name(dir, id, name);
+            super::unpublish_name(&reg.path, id, name);
         }
     }
 }

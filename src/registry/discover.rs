@@ -186,19 +186,11 @@ pub(super) enum Candidate {
 
 /// Reads `file`, the manifest of `id` in `dir`, into a candidate.
 fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
-    if client::is_abstract(&dir.path) {
-        return match super::operators::manifest(dir, id) {
-            Ok(m) => Candidate::Ok(m, dir.wire),
-            Err(problem) => Candidate::Bad(Skipped {
-                path: file,
-                instance_id: Some(id.to_string()),
-                manifest: None,
-                problem,
-                wire: dir.wire,
-            }),
-        };
-    }
-    match read_manifest_or_short(dir, &file) {
+    let read = match client::is_abstract(&dir.path) {
+        true => Ok(super::operators::manifest(dir, id).map_err(Invalid)),
+        false => read_manifest_or_short(dir, &file),
+    };
+    match read {
         Err(what) => Candidate::Short(what),
         Ok(Ok(m)) => Candidate::Ok(m, dir.wire),
         Ok(Err(problem)) => Candidate::Bad(Skipped {
@@ -211,15 +203,7 @@ fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
     }
 }
 
-/// Lists at most `MAX_ENTRIES` entries of a directory, then reads its
-/// manifests (`a-*.json`) in byte order until `MAX_CANDIDATES` of them are
-/// valid: a file that is not a manifest costs a look, never a place, and
-/// the scan stays bounded in time however full the directory is.
-pub(super) fn scan(dir: &RegistryDir, out: &mut Vec<Candidate>) -> Option<Truncated> {
-    scan_ids(dir, out, &|_| true)
-}
-
-/// `scan` for one name: a manifest whose name entry (`n-<id>@<name>`,
+/// `scan_ids` for one name: a manifest whose name entry (`n-<id>@<name>`,
 /// `registry::name_path`) names another is passed over unread; the
 /// others (that name's, and those without an entry) are read.
 pub(super) fn scan_for_name(
@@ -236,8 +220,12 @@ pub(super) fn scan_for_name(
     read_listed(dir, &names, unlisted, out, &|id| !others.contains(id))
 }
 
-/// `scan`, reading only the manifests whose id `read` accepts (by its
-/// name alone); the others are passed over, as if absent.
+/// Lists at most `MAX_ENTRIES` entries of a directory, then reads its
+/// manifests (`a-*.json`) in byte order until `MAX_CANDIDATES` of them are
+/// valid: a file that is not a manifest costs a look, never a place, and
+/// the scan stays bounded in time however full the directory is. Only
+/// the manifests whose id `read` accepts (by its name alone) are read;
+/// the others are passed over, as if absent.
 pub(super) fn scan_ids(
     dir: &RegistryDir,
     out: &mut Vec<Candidate>,
@@ -249,7 +237,7 @@ pub(super) fn scan_ids(
 
 /// The names of at most `MAX_ENTRIES` entries of a directory, and
 /// whether there were more.
-fn list(dir: &RegistryDir) -> Option<(Vec<String>, bool)> {
+pub(super) fn list(dir: &RegistryDir) -> Option<(Vec<String>, bool)> {
     if client::is_abstract(&dir.path) {
         return Some((super::operators::names(dir), false));
     }
@@ -317,14 +305,9 @@ pub fn discover_named(
     name: &str,
     keep: &dyn Fn(&Manifest) -> bool,
 ) -> Discovery {
-    let mut candidates = Vec::new();
-    let mut truncated = Vec::new();
-    for d in dirs {
-        truncated.extend(scan_for_name(d, &mut candidates, name));
-    }
-    let mut found = settle(candidates, None, timeout, keep);
-    found.truncated = truncated;
-    found
+    let (candidates, truncated) = scan_all(dirs, |d, out| scan_for_name(d, out, name));
+    let found = settle(candidates, None, timeout, keep);
+    Discovery { truncated, ..found }
 }
 
 /// Like `discover`, but pings only the candidates `keep` accepts (the
@@ -335,14 +318,22 @@ pub fn discover_matching(
     timeout: Duration,
     keep: &dyn Fn(&Manifest) -> bool,
 ) -> Discovery {
+    let (candidates, truncated) = scan_all(dirs, |d, out| scan_ids(d, out, &|_| true));
+    let found = settle(candidates, exclude, timeout, keep);
+    Discovery { truncated, ..found }
+}
+
+/// What `scan` reads of each directory, and the directories whose scan
+/// stopped before its end.
+fn scan_all(
+    dirs: &[RegistryDir],
+    mut scan: impl FnMut(&RegistryDir, &mut Vec<Candidate>) -> Option<Truncated>,
+) -> (Vec<Candidate>, Vec<Truncated>) {
     let mut candidates = Vec::new();
-    let mut truncated = Vec::new();
-    for d in dirs {
-        truncated.extend(scan(d, &mut candidates));
-    }
-    let mut found = settle(candidates, exclude, timeout, keep);
-    found.truncated = truncated;
-    found
+    let truncated = (dirs.iter())
+        .filter_map(|d| scan(d, &mut candidates))
+        .collect();
+    (candidates, truncated)
 }
 
 /// The best native peer of `name` that `keep` accepts and answers its
@@ -359,10 +350,7 @@ pub fn first_answering<K: Ord>(
     keep: &dyn Fn(&Manifest) -> bool,
     rank: &dyn Fn(&Manifest) -> K,
 ) -> Option<Peer> {
-    let mut candidates = Vec::new();
-    for d in dirs {
-        scan_for_name(d, &mut candidates, name);
-    }
+    let (candidates, _) = scan_all(dirs, |d, out| scan_for_name(d, out, name));
     let mut found = Discovery::default();
     let mut to_ping = triage(candidates, None, keep, &mut found);
     to_ping.retain(|(_, w)| *w == Wire::Jsonrpc);
@@ -522,7 +510,7 @@ pub(super) fn kernel_says_stale(m: &Manifest) -> Option<String> {
 }
 
 /// Why a candidate is skipped without a connection (`None`: only a ping
-/// tells). Its socket may not be connected to (`check_socket`: never
+/// tells). Its socket may not be connected to (`socket_present`: never
 /// stale); or the kernel says it is stale (`kernel_says_stale`); or
 /// (issue 47) its socket file is missing, so a connection would fail,
 /// and the verdict is the one that failure gives (stale if the pid is
@@ -604,7 +592,7 @@ type Pinged = (State, Option<Load>);
 /// missing or refused connections (a sign of a dead instance) or did not
 /// answer in time (a sign of a stopped one).
 fn ping_peer(m: &Manifest, wire: Wire, timeout: Duration) -> Result<Pinged, PingFailure> {
-    check_socket(m).map_err(|problem| PingFailure {
+    socket_present(m).map_err(|problem| PingFailure {
         problem: problem.0,
         ..PingFailure::default()
     })?;
@@ -623,15 +611,11 @@ fn ping_peer(m: &Manifest, wire: Wire, timeout: Duration) -> Result<Pinged, Ping
 
 /// Whether discovery may connect to a manifest's socket: not a symlink
 /// (which could lead out of the registry), a socket, and ours unless it is
-/// a wake socket (a service manager's). A missing one is for the ping to
-/// find, which then tells a dead instance by it.
-pub(super) fn check_socket(m: &Manifest) -> Result<(), Invalid> {
-    socket_present(m).map(drop)
-}
-
-/// `check_socket`, and whether the socket file is there (an abstract
-/// socket, which has no file, counts as there).
-fn socket_present(m: &Manifest) -> Result<bool, Invalid> {
+/// a wake socket (a service manager's); and whether the socket file is
+/// there (an abstract socket, which has no file, counts as there). A
+/// missing one is for the ping to find, which then tells a dead instance
+/// by it.
+pub(super) fn socket_present(m: &Manifest) -> Result<bool, Invalid> {
     let path = Path::new(&m.socket);
     if client::is_abstract(path) {
         return Ok(true);

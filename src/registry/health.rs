@@ -76,12 +76,11 @@ pub fn private_dir(path: &Path) -> (Level, String) {
             Level::Warn,
             format!("{shown} does not exist yet (the first instance makes it)"),
         ),
-        Err(DirError::Inspect(e)) => (Level::Fail, format!("{shown}: {e}")),
+        Err(DirError::Inspect(e) | DirError::Create(e)) => (Level::Fail, format!("{shown}: {e}")),
         Err(DirError::Unsafe(why)) => (
             Level::Fail,
             format!("{shown} {why}: baton refuses to use it (chmod 700, or remove it)"),
         ),
-        Err(DirError::Create(e)) => (Level::Fail, format!("{shown}: {e}")),
     }
 }
 

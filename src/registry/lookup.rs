@@ -155,15 +155,12 @@ pub fn find(dirs: &[RegistryDir], target: &Target<'_>, timeout: Duration) -> Loo
     // No live instance has the name (or serves the workspace): every spool
     // of it is a stopped agent's, and one is the answer. The live
     // instances of the name are all among `named`.
-    let stopped_of = |live: &[Peer]| -> Vec<KnownSpool> {
-        match target {
-            Target::Socket(_) => Vec::new(),
-            _ => (known_spools().into_iter())
-                .filter(|s| target.owns(s) && s.running(live).is_none())
-                .collect(),
-        }
+    let mut stopped: Vec<KnownSpool> = match target {
+        Target::Socket(_) => Vec::new(),
+        _ => (known_spools().into_iter())
+            .filter(|s| target.owns(s) && s.running(&named.peers).is_none())
+            .collect(),
     };
-    let mut stopped = stopped_of(&named.peers);
     if stopped.len() == 1 {
         return Lookup::Stopped(Box::new(stopped.pop().expect("one spool")));
     }
@@ -373,15 +370,8 @@ impl KnownSpool {
     /// last known to run; tasks senders stored since then do not count),
     /// else, with none, when `meta.json` was written (its last start).
     pub fn stopped_since(&self) -> Option<f64> {
-        crate::spool::events::last_time(&self.dir).or_else(|| {
-            let m = std::fs::symlink_metadata(self.dir.join("meta.json")).ok()?;
-            let t = m
-                .modified()
-                .ok()?
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()?;
-            Some(t.as_secs_f64())
-        })
+        crate::spool::events::last_time(&self.dir)
+            .or_else(|| Some(crate::spool::modified_at(&self.dir.join("meta.json"))?.as_secs_f64()))
     }
 
     /// The live instance serving this spool's name and workspace, if any.

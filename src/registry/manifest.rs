@@ -25,12 +25,18 @@ pub fn read_manifest(dir: &RegistryDir, file: &Path) -> Result<Manifest, Invalid
 }
 
 /// `read_manifest`, or (`Err`) what this process ran short of to read
-/// it: no word on the manifest.
+/// it: no word on the manifest. The common case, a regular file of ours,
+/// takes one open, one fstat and a read or two: discovery reads every
+/// manifest of the registry.
 pub fn read_manifest_or_short(
     dir: &RegistryDir,
     file: &Path,
 ) -> Result<Result<Manifest, Invalid>, &'static str> {
-    match check_and_read(dir, file) {
+    let read = match read_fast(file)? {
+        Some(bytes) => parse_named(dir, file, &bytes),
+        None => check_and_read_slowly(dir, file),
+    };
+    match read {
         Ok(m) => Ok(Ok(m)),
         Err(Read::Invalid(why)) => Ok(Err(why)),
         Err(Read::Short(what)) => Err(what),
@@ -48,17 +54,6 @@ impl<T: Into<Invalid>> From<T> for Read {
     fn from(e: T) -> Read {
         Read::Invalid(e.into())
     }
-}
-
-fn check_and_read(dir: &RegistryDir, file: &Path) -> Result<Manifest, Read> {
-    // The common case, a regular file of ours, in one open, one fstat and
-    // a read or two: discovery reads every manifest of the registry.
-    let bytes = match read_fast(file) {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => return check_and_read_slowly(dir, file),
-        Err(what) => return Err(Read::Short(what)),
-    };
-    parse_named(dir, file, &bytes)
 }
 
 /// The bytes of `file` if it opens (never through a symlink, never
@@ -91,7 +86,7 @@ fn read_fast(file: &Path) -> Result<Option<Vec<u8>>, &'static str> {
     }
 }
 
-/// `check_and_read` one check at a time, each failure named.
+/// `read_manifest_or_short` one check at a time, each failure named.
 fn check_and_read_slowly(dir: &RegistryDir, file: &Path) -> Result<Manifest, Read> {
     let meta = fs::symlink_metadata(file).map_err(|e| Invalid(e.to_string()))?;
     if meta.file_type().is_symlink() {

@@ -202,7 +202,7 @@ static SEARCHED: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None)
 /// Where this process looked for instances: `in DIR`, for an answer that
 /// found none (`no live instances in /run/user/1000/baton`).
 pub fn searched() -> String {
-    match &*SEARCHED.lock().unwrap_or_else(|e| e.into_inner()) {
+    match &*crate::base::lock(&SEARCHED) {
         Some(d) => format!("in {}", d.display()),
         None => "in the registry".into(),
     }
@@ -215,7 +215,7 @@ pub fn ensure_dir(config: &Config) -> Result<PathBuf> {
         Some(who) => target_dir(config, who),
         None => ensure_private_dir(&chosen_dir(config).0, "registry"),
     }?;
-    *SEARCHED.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.clone());
+    *crate::base::lock(&SEARCHED) = Some(dir.clone());
     Ok(dir)
 }
 
@@ -301,39 +301,28 @@ pub fn publish(dir: &Path, m: &Manifest) -> Result<()> {
     )
 }
 
-/// The manifest zcoder reads: exactly its own fields, the socket being the
-/// one in its directory.
+/// The manifest zcoder reads: exactly its own fields (in the sorted
+/// order a `Value` writes them), the socket being the one in its
+/// directory.
 pub fn zcoder_manifest(m: &Manifest, socket: &Path) -> Value {
-    let z = ZcoderManifest {
-        instance_id: &m.instance_id,
-        model: &m.model,
-        pid: m.pid,
-        profile: &m.profile,
-        project: &m.project,
-        protocol: m.protocol,
-        session_id: &m.session_id,
-        socket: socket.display().to_string(),
-        started_at: m.started_at,
-        state: &m.state,
-        workspace: &m.workspace,
-    };
-    serde_json::to_value(z).expect("strings and numbers serialize")
-}
-
-/// A manifest as zcoder reads it (`zcoder_manifest`).
-#[derive(serde::Serialize)]
-struct ZcoderManifest<'a> {
-    instance_id: &'a str,
-    model: &'a str,
-    pid: u32,
-    profile: &'a str,
-    project: &'a str,
-    protocol: u64,
-    session_id: &'a str,
-    socket: String,
-    started_at: u64,
-    state: &'a str,
-    workspace: &'a str,
+    const FIELDS: [&str; 10] = [
+        "instance_id",
+        "model",
+        "pid",
+        "profile",
+        "project",
+        "protocol",
+        "session_id",
+        "started_at",
+        "state",
+        "workspace",
+    ];
+    let mut z = serde_json::to_value(m).expect("a manifest serializes");
+    if let Value::Object(o) = &mut z {
+        o.retain(|k, _| FIELDS.contains(&k.as_str()));
+        o.insert("socket".into(), socket.display().to_string().into());
+    }
+    z
 }
 
 /// Publishes any flat manifest object atomically as `a-<id>.json`.

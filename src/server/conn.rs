@@ -11,7 +11,7 @@ use super::request::{self, SendRequest};
 use super::{Event, INIT_TIMEOUT, RpcError, Shared, invalid_params, zcoder};
 use crate::spool::events::{self, Subscription};
 use crate::sys;
-use crate::wire::access::{BridgeKey, Caller, Door};
+use crate::wire::access::{BridgeKey, Door};
 use crate::wire::answer::{Hello, Pong, Software, Subscribed};
 use crate::wire::request::{AgentInfo, HelloRead, InfoQueue, SubscribeParams, Supported};
 use crate::wire::{self, Call, Id, Incoming, LineReader, Method, ReadError};
@@ -100,11 +100,8 @@ pub(super) fn serve_connection(
             break;
         }
         first = false;
-        let answer = if line.iter().all(u8::is_ascii_whitespace) {
-            None
-        } else {
-            session.answer(line)
-        };
+        let blank = line.iter().all(u8::is_ascii_whitespace);
+        let answer = (!blank).then(|| session.answer(line)).flatten();
         let written = answer.is_none_or(|a| answer_then_flush(shared, &out, &a));
         let handed = session.handed.take();
         if let (false, Some((message_id, turn))) = (written, handed) {
@@ -138,16 +135,12 @@ fn no_descriptor(e: &io::Error) -> Vec<u8> {
 /// Says why a line could not be read, while an answer is still possible:
 /// in zcoder's framing if the line was the start of a zcoder header.
 fn answer_read_error(shared: &Shared, out: &Writer, e: &ReadError, zcoder: bool) {
-    let Some(line) = super::read_error_line(&shared.config, e) else {
-        return;
-    };
     // A zcoder header that never completed is answered in its own framing.
-    let line = if zcoder {
-        zcoder::invalid(shared)
-    } else {
-        line
+    match super::read_error_line(&shared.config, e) {
+        Some(_) if zcoder => write_line(out, &zcoder::invalid(shared)),
+        Some(line) => write_line(out, &line),
+        None => false,
     };
-    write_line(out, &line);
 }
 
 /// What one connection has said so far.
@@ -171,12 +164,8 @@ impl Session<'_> {
     fn answer(&mut self, line: &[u8]) -> Option<Vec<u8>> {
         // The common request, read without a JSON tree once the
         // connection said hello.
-        let fast = if self.initialized {
-            request::fast_send(line)
-        } else {
-            None
-        };
-        if let Some((id, req, body)) = fast {
+        let fast = self.initialized.then(|| request::fast_send(line));
+        if let Some((id, req, body)) = fast.flatten() {
             let _ = crate::base::failpoint::hit("dispatch");
             let r = self
                 .peer
@@ -377,11 +366,22 @@ fn dispatch(s: &Session, method: Method, params: Map<String, Value>) -> Result<V
         }
         // Every other method needs the agent's state: the foreground
         // answers it.
-        Method::Foreground(call @ (Call::TaskStatus | Call::TaskCancel)) => {
-            verify_asker(shared, &params, peer)?;
-            ask_foreground(shared, call, params, peer.caller(shared))
+        Method::Foreground(method) => {
+            if matches!(method, Call::TaskStatus | Call::TaskCancel) {
+                verify_asker(shared, &params, peer)?;
+            }
+            let caller = peer.caller(shared);
+            // relay/send discovers, then delivers with one retry, each
+            // bounded by the I/O timeout.
+            let wait = (method == Call::RelaySend)
+                .then(|| shared.config.io_timeout * 4 + Duration::from_secs(5));
+            ask(shared, wait, |reply| Event::Call {
+                method,
+                params,
+                reply,
+                caller,
+            })?
         }
-        Method::Foreground(call) => ask_foreground(shared, call, params, peer.caller(shared)),
         Method::EventsSubscribe => unreachable!("a subscription is taken before dispatch"),
     }
 }
@@ -443,22 +443,4 @@ fn verify_asker(shared: &Shared, params: &Map<String, Value>, peer: &Peer) -> Re
     super::deliver::verify_instance(shared, id, peer)
         .map(|_| ())
         .map_err(|why| invalid_params(format!("sender_instance_id {id}: {why}")))
-}
-
-fn ask_foreground(
-    shared: &Shared,
-    method: Call,
-    params: Map<String, Value>,
-    caller: Caller,
-) -> Result<Value, RpcError> {
-    // relay/send discovers, then delivers with one retry, each bounded by
-    // the I/O timeout.
-    let wait =
-        (method == Call::RelaySend).then(|| shared.config.io_timeout * 4 + Duration::from_secs(5));
-    ask(shared, wait, |reply| Event::Call {
-        method,
-        params,
-        reply,
-        caller,
-    })?
 }

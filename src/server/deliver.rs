@@ -154,11 +154,7 @@ impl NotStored {
     /// disk) passes: the sender is told to try again, in the words every
     /// shortage is said in.
     pub fn message(&self) -> String {
-        let again = if self.0.shortage().is_some() {
-            ": try again"
-        } else {
-            ""
-        };
+        let again = self.0.shortage().map_or("", |_| ": try again");
         format!("internal error: {self}; the task was not accepted{again}")
     }
 }

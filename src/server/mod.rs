@@ -245,7 +245,7 @@ impl Shared {
 
     /// The manifest as published, held while the guard lives.
     pub(crate) fn lock_manifest(&self) -> std::sync::MutexGuard<'_, Manifest> {
-        self.manifest.lock().unwrap_or_else(|e| e.into_inner())
+        crate::base::lock(&self.manifest)
     }
 }
 

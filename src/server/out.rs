@@ -2,10 +2,11 @@
 //! I/O timeout, and an answer before the events its request recorded.
 
 use super::{Event, Shared};
+use crate::base::lock;
 use crate::sys;
 use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
 /// The writing half of a connection, shared by the thread that answers
@@ -28,10 +29,6 @@ impl Out {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, UnixStream> {
-        self.stream.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Says why the connection ends and ends it, without waiting: false
     /// (and nothing done) while a thread is writing to it.
     pub(super) fn close_now(&self, line: &[u8]) -> bool {
@@ -46,7 +43,7 @@ impl Out {
     }
 
     pub(super) fn shutdown(&self) {
-        let _ = self.lock().shutdown(std::net::Shutdown::Both);
+        let _ = lock(&self.stream).shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -83,7 +80,7 @@ fn write_by(stream: &mut UnixStream, bytes: &[u8], deadline: Instant) -> io::Res
 /// socket cannot take the whole answer at once, the events go first, so a
 /// slow client never holds them back.
 pub(super) fn answer_then_flush(shared: &Shared, w: &Writer, line: &[u8]) -> bool {
-    let mut stream = w.lock();
+    let mut stream = lock(&w.stream);
     let sent = sys::send_nowait(&stream, line);
     shared.hub.flush_once(|| {
         let _ = shared.events.send(Event::Flush);
@@ -97,6 +94,6 @@ pub(super) fn answer_then_flush(shared: &Shared, w: &Writer, line: &[u8]) -> boo
 
 /// Writes one line whole within the write deadline.
 pub(super) fn write_line(w: &Writer, line: &[u8]) -> bool {
-    let mut stream = w.lock();
+    let mut stream = lock(&w.stream);
     write_by(&mut stream, line, Instant::now() + w.timeout).is_ok()
 }

@@ -8,8 +8,9 @@
 //! within `INIT_TIMEOUT` anyway), then the one idle longest.
 
 use super::out::Writer;
+use crate::base::lock;
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Why a connection gave way to a new one: the line it is told depends on
@@ -100,16 +101,12 @@ impl Slots {
         self.cap - self.cap / 8
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// A slot for a new connection: a free one, or the one of a connection
     /// that gives way (`Inner::make_room`), which is sent its `refusal`
     /// line and closed. None when every slot is held by a subscriber or a
     /// connection handling a request.
     pub fn admit(&self, refusal: &dyn Fn(GaveWay) -> Vec<u8>) -> Option<u64> {
-        let mut inner = self.lock();
+        let mut inner = lock(&self.inner);
         if inner.held.len() >= self.cap {
             // Its thread sees the socket shut down and ends; the slot is
             // the new connection's already.
@@ -140,7 +137,7 @@ impl Slots {
     /// Changes connection `id`'s slot; false when it has none (it gave
     /// way).
     fn change(&self, id: u64, f: impl FnOnce(&mut Slot)) -> bool {
-        self.lock().held.get_mut(&id).map(f).is_some()
+        lock(&self.inner).held.get_mut(&id).map(f).is_some()
     }
 
     /// The connection is handling a line (`true`), or has written its
@@ -164,7 +161,7 @@ impl Slots {
     /// Makes an initialized connection a subscriber, if fewer than
     /// `max_subscribers` are.
     pub fn subscribe(&self, id: u64) -> bool {
-        let mut inner = self.lock();
+        let mut inner = lock(&self.inner);
         if inner.held.values().filter(|slot| slot.subscriber).count() >= self.max_subscribers() {
             return false;
         }
@@ -182,7 +179,7 @@ impl Slots {
 
     /// The connection ended (or gave way, when this does nothing).
     pub fn release(&self, id: u64) {
-        self.lock().held.remove(&id);
+        lock(&self.inner).held.remove(&id);
     }
 }
 

@@ -5,10 +5,10 @@
 //! announcement.
 
 use super::dirsync::sync_dir;
-use super::index::{Entry, Index, Place, Reservation, order_key, summary_of};
+use super::index::{Entry, Index, Place, Reservation, order_key, summary};
 use super::receipts::Where;
 use super::taskfile::{Body, TaskFile, file_name};
-use super::{Admission, Limits, Receipt, Spool, Task};
+use super::{Admission, Limits, Spool, Task};
 use crate::base::error::{Error, Result};
 use crate::base::failpoint;
 use crate::base::files::{self, Step};
@@ -105,7 +105,7 @@ impl Spool {
                 file: name,
                 key,
                 queued_at: task.accepted_at,
-                summary: summary_of(&task),
+                summary: summary(&task),
                 reason: None,
             },
         );
@@ -173,19 +173,12 @@ impl Spool {
     /// receipt, `Some(None)` when it cannot be read back (it is bad data,
     /// or not a regular file).
     fn receipt_digest(&self, message_id: &str, w: Where) -> Result<Option<Option<String>>> {
-        Ok(match self.receipt_bytes(message_id, w) {
+        Ok(match self.receipt_at(message_id, w) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) if sys::shortage(&e).is_some() => {
                 return Err(Error::io("read the receipt of", &self.dir.join("done"), e));
             }
-            Err(_) => Some(None),
-            Ok(b) => Some(
-                serde_json::from_slice::<Receipt>(&b)
-                    .ok()
-                    .filter(|r| r.message_id == message_id)
-                    .map(|r| r.digest)
-                    .filter(|d| !d.is_empty()),
-            ),
+            r => Some(r.ok().flatten().map(|r| r.digest).filter(|d| !d.is_empty())),
         })
     }
 

@@ -3,7 +3,7 @@
 //! never run it twice. Claim, finish, withdrawal, requeue and expiry.
 
 use super::dirsync::sync_dir;
-use super::index::{Entry, Place};
+use super::index::{Entry, Index, Place};
 use super::taskfile::{parse_task, read_checked, read_task};
 use super::{Claim, HandlerExit, Receipt, ReplyRecord, Spool, Whereabouts, now_f64, now_secs};
 use crate::base::error::{Error, Result, SpoolError};
@@ -11,6 +11,7 @@ use crate::base::failpoint;
 use crate::base::files;
 use crate::wire::Outcome;
 use std::fs;
+use std::io;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 impl Spool {
@@ -124,40 +125,42 @@ impl Spool {
     /// never been claimed: its handler could not be started for want of a
     /// resource, which is no verdict on the task.
     pub fn unclaim(&self, message_id: &str) -> Result<()> {
-        let mut idx = self.idx();
-        let processing = |e: &&Entry| e.place == Place::Processing;
-        let entry = idx.entries.get(message_id).filter(processing).cloned();
-        let e = entry.ok_or_else(|| not_processing(message_id))?;
-        let from = self.path("processing", &e.file);
-        files::rename(&from, &self.path("inbox", &e.file))
-            .map_err(|err| Error::io("put back", &from, err))?;
-        idx.processing -= 1;
-        idx.inbox.insert(e.key, message_id.to_string());
-        idx.entries.get_mut(message_id).expect("indexed").place = Place::Inbox;
-        drop(idx);
-        if self.fsync {
-            self.sync(&["processing", "inbox"])?;
-        }
-        Ok(())
+        let back = |idx: &mut Index, e: &Entry| {
+            idx.inbox.insert(e.key, message_id.to_string());
+        };
+        self.leave_processing(message_id, ("inbox", Place::Inbox), "put back", back)
     }
 
     /// Sets a processing task aside as interrupted now, as the next open
     /// would: its turn may have run in part, so it is not run again
     /// unless the operator requeues it.
     pub fn set_interrupted(&self, message_id: &str) -> Result<()> {
+        let to = ("interrupted", Place::Interrupted);
+        let aside = |idx: &mut Index, e: &Entry| idx.release(e.sender_id());
+        self.leave_processing(message_id, to, "move to interrupted/", aside)
+    }
+
+    /// Moves a processing task's file to the place `to`, `op` naming the
+    /// move in its error, and `update`s the index with its entry.
+    fn leave_processing(
+        &self,
+        message_id: &str,
+        (sub, place): (&str, Place),
+        op: &'static str,
+        update: impl FnOnce(&mut Index, &Entry),
+    ) -> Result<()> {
         let mut idx = self.idx();
         let processing = |e: &&Entry| e.place == Place::Processing;
         let entry = idx.entries.get(message_id).filter(processing).cloned();
         let e = entry.ok_or_else(|| not_processing(message_id))?;
         let from = self.path("processing", &e.file);
-        files::rename(&from, &self.path("interrupted", &e.file))
-            .map_err(|err| Error::io("move to interrupted/", &from, err))?;
+        files::rename(&from, &self.path(sub, &e.file)).map_err(|err| Error::io(op, &from, err))?;
         idx.processing -= 1;
-        idx.release(e.sender_id());
-        idx.entries.get_mut(message_id).expect("indexed").place = Place::Interrupted;
+        update(&mut idx, &e);
+        idx.entries.get_mut(message_id).expect("indexed").place = place;
         drop(idx);
         if self.fsync {
-            self.sync(&["processing", "interrupted"])?;
+            self.sync(&["processing", sub])?;
         }
         Ok(())
     }
@@ -199,15 +202,8 @@ impl Spool {
         let mut receipt = receipt_of(message_id, &e, outcome);
         receipt.reply = reply;
         receipt.handler = handler.unwrap_or_default();
-        let write = (|| -> std::io::Result<()> {
-            idx.receipts.append(&self.dir, self.fsync, &receipt)?;
-            files::remove_file(&self.path(sub, &e.file))?;
-            if self.fsync {
-                sync_dir(&self.dir.join(sub))?;
-            }
-            Ok(())
-        })();
-        write.map_err(|err| Error::io("finish task in", &self.dir, err))?;
+        (self.retire(&mut idx, &receipt, sub, &e.file))
+            .map_err(|err| Error::io("finish task in", &self.dir, err))?;
         if e.place == Place::Processing {
             idx.processing -= 1;
             idx.release(e.sender_id());
@@ -228,19 +224,23 @@ impl Spool {
             _ => return Err(SpoolError::NotQueued(message_id.to_string()).into()),
         };
         let receipt = receipt_of(message_id, &e, outcome);
-        let write = (|| -> std::io::Result<()> {
-            idx.receipts.append(&self.dir, self.fsync, &receipt)?;
-            files::remove_file(&self.path("inbox", &e.file))?;
-            if self.fsync {
-                sync_dir(&self.dir.join("inbox"))?;
-            }
-            Ok(())
-        })();
-        write.map_err(|err| Error::io("withdraw task from", &self.dir, err))?;
+        (self.retire(&mut idx, &receipt, "inbox", &e.file))
+            .map_err(|err| Error::io("withdraw task from", &self.dir, err))?;
         idx.inbox.remove(&e.key);
         idx.fresh.take(message_id);
         idx.release(e.sender_id());
         idx.entries.remove(message_id);
+        Ok(())
+    }
+
+    /// Appends a task's `receipt`, then removes its file `sub/file`: from
+    /// then on the receipt answers for it.
+    fn retire(&self, idx: &mut Index, receipt: &Receipt, sub: &str, file: &str) -> io::Result<()> {
+        idx.receipts.append(&self.dir, self.fsync, receipt)?;
+        files::remove_file(&self.path(sub, file))?;
+        if self.fsync {
+            sync_dir(&self.dir.join(sub))?;
+        }
         Ok(())
     }
 
@@ -292,14 +292,9 @@ impl Spool {
         let Some(w) = w else {
             return Whereabouts::Unknown;
         };
-        match self.receipt_bytes(message_id, w) {
+        match self.receipt_at(message_id, w) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Whereabouts::Unknown,
-            Err(_) => Whereabouts::Finished(None),
-            Ok(b) => Whereabouts::Finished(
-                serde_json::from_slice::<Box<Receipt>>(&b)
-                    .ok()
-                    .filter(|r| r.message_id == message_id),
-            ),
+            r => Whereabouts::Finished(r.ok().flatten().map(Box::new)),
         }
     }
 

@@ -3,11 +3,12 @@
 //! such syncs (group commit), and a failed one fails every caller it
 //! covered.
 
+use crate::base::lock;
 use crate::sys;
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex};
 
 /// Group commit of the `inbox/` directory sync: an acceptance that renamed
 /// its file waits for a sync that *started* after its rename. While one
@@ -32,16 +33,12 @@ struct SyncState {
 }
 
 impl DirSync {
-    fn lock(&self) -> MutexGuard<'_, SyncState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Returns once a `run` (a sync of the directory) that started after
     /// this call has succeeded. A failure of that sync, or of any later
     /// one before this caller looked, fails it: after a failed sync
     /// nothing says the rename reached the disk.
     pub(super) fn sync(&self, run: impl Fn() -> std::io::Result<()>) -> std::io::Result<()> {
-        let mut st = self.lock();
+        let mut st = lock(&self.state);
         st.arrived += 1;
         let covering = st.started + 1;
         loop {
@@ -62,7 +59,7 @@ impl DirSync {
             let this = st.started;
             drop(st);
             let result = run();
-            st = self.lock();
+            st = lock(&self.state);
             st.running = false;
             st.finished = this;
             if let Err(e) = &result {
@@ -79,22 +76,20 @@ impl DirSync {
 /// directory's place fails the open at once, never blocks it nor sends
 /// the sync elsewhere.
 pub(super) fn sync_dir(path: &Path) -> std::io::Result<()> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(sys::O_DIRECTORY | sys::O_NOFOLLOW | sys::O_NONBLOCK)
-        .open(path)?
-        .sync_all()?;
-    crate::base::files::note!(Op::DirFsync(path.into()));
-    Ok(())
+    sync_opened(path, sys::O_NOFOLLOW)
 }
 
 /// Syncs a directory above a spool that gained an entry (a new spool's
 /// own, or one of the directories made for it): as `sync_dir`, but
 /// through a symlink too, as a state home may well be one.
 pub(super) fn sync_parent_dir(path: &Path) -> std::io::Result<()> {
+    sync_opened(path, 0)
+}
+
+fn sync_opened(path: &Path, flags: i32) -> std::io::Result<()> {
     OpenOptions::new()
         .read(true)
-        .custom_flags(sys::O_DIRECTORY | sys::O_NONBLOCK)
+        .custom_flags(sys::O_DIRECTORY | sys::O_NONBLOCK | flags)
         .open(path)?
         .sync_all()?;
     crate::base::files::note!(Op::DirFsync(path.into()));
@@ -129,7 +124,7 @@ mod tests {
             // it, and one sync after it covers them all.
             let later: Vec<_> = (0..4).map(|_| s.spawn(|| ds.sync(run))).collect();
             let deadline = Instant::now() + Duration::from_secs(10);
-            while ds.lock().arrived < 5 {
+            while lock(&ds.state).arrived < 5 {
                 assert!(Instant::now() < deadline, "callers did not arrive");
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -177,6 +172,6 @@ mod tests {
         assert!(e.to_string().contains("disk on fire"), "{e}");
         // A caller that arrives afterwards gets a sync of its own.
         ds.sync(|| Ok(())).unwrap();
-        assert_eq!(ds.lock().started, 3);
+        assert_eq!(lock(&ds.state).started, 3);
     }
 }

@@ -6,6 +6,7 @@
 //! Subscribers that fall behind are dropped, never waited for, and what
 //! they had queued is freed when they are.
 
+use crate::base::lock;
 use crate::wire::{Body, EventKind};
 use crossbeam_channel as chan;
 use serde::{Deserialize, Serialize};
@@ -68,10 +69,6 @@ impl Backlog {
     /// Stops the subscriber from the connection's side (a write failed).
     pub fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.bytes.load(Ordering::SeqCst)
     }
 }
 
@@ -243,10 +240,6 @@ pub fn now() -> f64 {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     (d.as_millis() as f64) / 1000.0
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Hub {
@@ -433,10 +426,6 @@ impl Hub {
             ok
         });
         n
-    }
-
-    pub fn controllers(&self) -> usize {
-        lock(&self.out).subs.iter().filter(|s| s.controller).count()
     }
 }
 
@@ -645,10 +634,8 @@ pub fn replay(dir: &Path, since: u64, until: u64, mut each: impl FnMut(&[u8]) ->
             let Ok(line) = line else {
                 break;
             };
-            let Ok(Recorded { seq: Some(seq), .. }) = serde_json::from_slice(&line) else {
-                continue;
-            };
-            let Some(seq) = seq.as_u64() else {
+            let recorded = serde_json::from_slice::<Recorded>(&line);
+            let Some(seq) = recorded.ok().and_then(|r| r.seq?.as_u64()) else {
                 continue;
             };
             if seq >= until {

@@ -2,11 +2,9 @@
 //! without the lock to show first, and its removal under the lock, only
 //! while it still holds what was shown.
 
-use super::{check_private_dir, open_lock, read_listing};
-use crate::base::error::{Error, Result};
-use crate::sys;
+use super::{check_private_dir, read_listing, remove_locked, try_lock};
+use crate::base::error::Result;
 use std::fmt;
-use std::fs;
 use std::path::Path;
 
 /// What a spool holds, by place.
@@ -62,17 +60,14 @@ pub enum Removal {
 /// only if it still holds `shown`.
 pub fn forget(dir: &Path, shown: &Holdings) -> Result<Removal> {
     check_private_dir(dir, "spool")?;
-    let lock = open_lock(dir)?;
-    if !sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &dir.join("lock"), e))? {
+    let Some(lock) = try_lock(dir)? else {
         return Ok(Removal::InUse);
-    }
+    };
     if Holdings::read(dir)? != *shown {
         return Ok(Removal::Changed);
     }
-    // meta.json first: from then on it is no spool to a sender.
-    let meta = dir.join("meta.json");
-    fs::remove_file(&meta).map_err(|e| Error::io("remove", &meta, e))?;
-    fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))?;
+    // It must still have its meta.json.
+    remove_locked(dir, true)?;
     drop(lock);
     Ok(Removal::Removed)
 }

@@ -10,16 +10,15 @@
 
 use super::events::{self, TRANSCRIPT, TRANSCRIPT_OLD};
 use super::forget::Removal;
-use super::{Meta, Spool, check_private_dir, open_lock};
-use crate::base::error::{Error, Result};
+use super::{Meta, Spool, check_private_dir, remove_locked, try_lock};
+use crate::base::error::Result;
 use crate::base::files;
-use crate::sys;
 use crate::wire::EventKind;
 use serde_json::Value;
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 /// `gc --spools` without `--older-than`: 30 days.
 pub const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -75,19 +74,6 @@ pub fn never_used(dir: &Path) -> bool {
         && !transcript_used(dir)
 }
 
-/// Removes `dir`, `meta.json` first: from then on it is no spool to a
-/// sender or to `list --offline`. The caller holds its lock.
-fn remove_locked(dir: &Path) -> Result<()> {
-    let meta = dir.join("meta.json");
-    match fs::remove_file(&meta) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(Error::io("remove", &meta, e));
-        }
-        _ => {}
-    }
-    fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))
-}
-
 impl Spool {
     /// At its instance's stop: removes the spool if it never held a task
     /// (`never_used`), and says whether it did. From the moment it looks
@@ -100,7 +86,7 @@ impl Spool {
             return false;
         }
         idx.closed = true;
-        remove_locked(&self.dir).is_ok()
+        remove_locked(&self.dir, false).is_ok()
     }
 }
 
@@ -121,11 +107,7 @@ pub struct Stale {
 /// When the spool at `dir` was last used (`Stale::last_used`).
 fn last_used(dir: &Path) -> f64 {
     let receipt = super::read_recent(dir, 1).first().map(|r| r.finished_at);
-    let written = |name: &str| {
-        let m = fs::symlink_metadata(dir.join(name)).ok()?;
-        let t = m.modified().ok()?.duration_since(UNIX_EPOCH).ok()?;
-        Some(t.as_secs_f64())
-    };
+    let written = |name: &str| Some(super::modified_at(&dir.join(name))?.as_secs_f64());
     let mut latest: f64 = 0.0;
     for t in [receipt, events::last_time(dir), written("meta.json")] {
         latest = latest.max(t.unwrap_or(0.0));
@@ -137,13 +119,6 @@ fn last_used(dir: &Path) -> f64 {
         }
     }
     latest
-}
-
-/// Whether no instance and no sender holds `dir`'s lock right now (it is
-/// taken and let go at once).
-fn lock_free(dir: &Path) -> Result<bool> {
-    let lock = open_lock(dir)?;
-    sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &dir.join("lock"), e))
 }
 
 /// `dir` as a stale spool at `now` (epoch seconds), if it is one: its
@@ -181,7 +156,9 @@ pub fn stale(spools: &Path, older_than: Duration, now: f64) -> Vec<Stale> {
     };
     let mut out: Vec<Stale> = (rd.filter_map(|e| e.ok()))
         .filter_map(|e| judge(&e.path(), older_than, now))
-        .filter(|s| lock_free(&s.dir).unwrap_or(false))
+        // No instance and no sender holds its lock right now (it is
+        // taken and let go at once).
+        .filter(|s| try_lock(&s.dir).is_ok_and(|l| l.is_some()))
         .collect();
     out.sort_by(|a, b| (&a.name, &a.workspace).cmp(&(&b.name, &b.workspace)));
     out
@@ -193,17 +170,14 @@ pub fn stale(spools: &Path, older_than: Duration, now: f64) -> Vec<Stale> {
 /// (it holds a task, or was used since); `Removed` otherwise.
 pub fn remove(spool: &Stale, older_than: Duration, now: f64) -> Result<Removal> {
     check_private_dir(&spool.dir, "spool")?;
-    let lock = open_lock(&spool.dir)?;
-    let taken = sys::try_lock_exclusive(&lock)
-        .map_err(|e| Error::io("lock", &spool.dir.join("lock"), e))?;
-    if !taken {
+    let Some(lock) = try_lock(&spool.dir)? else {
         return Ok(Removal::InUse);
-    }
+    };
     let again = judge(&spool.dir, older_than, now);
     if again.is_none_or(|s| s.name != spool.name || s.workspace != spool.workspace) {
         return Ok(Removal::Changed);
     }
-    remove_locked(&spool.dir)?;
+    remove_locked(&spool.dir, false)?;
     drop(lock);
     Ok(Removal::Removed)
 }

@@ -185,18 +185,7 @@ impl Drop for Reservation<'_> {
 }
 
 /// What the index keeps of a task (the rest is in its file).
-pub(super) fn summary(task: Task) -> Summary {
-    Summary {
-        bytes: task.body.len(),
-        message_id: task.message_id,
-        sender: task.sender,
-        accepted_at: task.accepted_at,
-        mode: task.mode,
-    }
-}
-
-/// `summary` of a task that is kept whole (the index's `Fresh`).
-pub(super) fn summary_of(task: &Task) -> Summary {
+pub(super) fn summary(task: &Task) -> Summary {
     Summary {
         bytes: task.body.len(),
         message_id: task.message_id.clone(),
@@ -209,7 +198,7 @@ pub(super) fn summary_of(task: &Task) -> Summary {
 /// `summary` of the task `id` whose file did not read back, if it did
 /// not: its id alone.
 pub(super) fn summary_or_id(task: Option<Task>, id: &str) -> Summary {
-    task.map(summary).unwrap_or(Summary {
+    task.as_ref().map(summary).unwrap_or(Summary {
         message_id: id.to_string(),
         sender: Default::default(),
         accepted_at: 0,

@@ -289,6 +289,13 @@ pub fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// When the file at `path` (not followed if a symlink) was last
+/// written, since the epoch.
+pub fn modified_at(path: &Path) -> Option<Duration> {
+    let t = fs::symlink_metadata(path).ok()?.modified().ok()?;
+    t.duration_since(UNIX_EPOCH).ok()
+}
+
 /// Builds a task from an accepted request.
 #[allow(clippy::too_many_arguments)]
 pub fn new_task(
@@ -391,6 +398,29 @@ fn private_dir(path: &Path, create: bool, what: &str) -> Result<()> {
 pub fn open_lock(dir: &Path) -> Result<File> {
     let lock_path = dir.join("lock");
     files::open_or_create(&lock_path).map_err(|e| Error::io("open lock file", &lock_path, e))
+}
+
+/// Takes the spool's lock without waiting (`open_lock`): `None` when an
+/// instance or a sender holds it.
+fn try_lock(dir: &Path) -> Result<Option<File>> {
+    let lock = open_lock(dir)?;
+    let taken =
+        sys::try_lock_exclusive(&lock).map_err(|e| Error::io("lock", &dir.join("lock"), e))?;
+    Ok(taken.then_some(lock))
+}
+
+/// Removes `dir`, `meta.json` first: from then on it is no spool to a
+/// sender or to `list --offline`. The caller holds its lock. A missing
+/// `meta.json` is an error when `strict`.
+fn remove_locked(dir: &Path, strict: bool) -> Result<()> {
+    let meta = dir.join("meta.json");
+    match fs::remove_file(&meta) {
+        Err(e) if strict || e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io("remove", &meta, e));
+        }
+        _ => {}
+    }
+    fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))
 }
 
 /// Opens and takes the spool's lock file and writes our pid in it (with
@@ -589,7 +619,7 @@ impl Spool {
     /// The index; a panic elsewhere while it was held does not take the
     /// spool down with it (every update leaves the index consistent).
     fn idx(&self) -> MutexGuard<'_, Index> {
-        self.index.lock().unwrap_or_else(|e| e.into_inner())
+        crate::base::lock(&self.index)
     }
 
     pub fn dir(&self) -> &Path {

@@ -318,22 +318,27 @@ fn load_log(
     Ok(Some(group))
 }
 
+/// The bytes of each log in `dir`'s `done/`, newest first, read without
+/// a lock as they are reached; one that cannot be read is passed over.
+fn logs_newest_first(dir: &Path) -> impl Iterator<Item = Vec<u8>> {
+    let done = dir.join("done");
+    let mut logs: Vec<String> = list(&done).unwrap_or_default();
+    logs.retain(|name| parse_log_name(name).is_some());
+    (logs.into_iter().rev()).filter_map(move |name| {
+        files::read_regular(&done.join(name), LOG_BYTES + MAX_TASK_FILE).ok()
+    })
+}
+
 /// The newest `n` receipts in the logs of `dir`'s `done/`, oldest first
 /// (`baton inbox list --all`), read without a lock: a log cut short or
 /// pruned meanwhile gives fewer. Receipts of earlier versions (one file
 /// each) are not among them.
 pub fn read_recent(dir: &Path, n: usize) -> Vec<Receipt> {
-    let done = dir.join("done");
-    let mut logs: Vec<String> = list(&done).unwrap_or_default();
-    logs.retain(|name| parse_log_name(name).is_some());
-    logs.sort();
     let mut got: Vec<Receipt> = Vec::new();
-    for name in logs.iter().rev() {
-        if got.len() >= n {
+    let mut logs = logs_newest_first(dir);
+    while got.len() < n {
+        let Some(bytes) = logs.next() else {
             break;
-        }
-        let Ok(bytes) = files::read_regular(&done.join(name), LOG_BYTES + MAX_TASK_FILE) else {
-            continue;
         };
         let lines = bytes.split(|b| *b == b'\n').rev();
         got.extend(lines.filter_map(|l| serde_json::from_slice::<Receipt>(l).ok()));
@@ -347,27 +352,16 @@ pub fn read_recent(dir: &Path, n: usize) -> Vec<Receipt> {
 /// log first, read without a lock: how a waiter learns the end of a task
 /// whose receiver is no longer running (`follow::wait`).
 pub fn read_receipt(dir: &Path, message_id: &str) -> Option<Receipt> {
-    let done = dir.join("done");
-    let mut logs: Vec<String> = list(&done).unwrap_or_default();
-    logs.retain(|name| parse_log_name(name).is_some());
-    logs.sort();
     let quoted = serde_json::to_string(message_id).ok()?;
-    for name in logs.iter().rev() {
-        let Ok(bytes) = files::read_regular(&done.join(name), LOG_BYTES + MAX_TASK_FILE) else {
-            continue;
-        };
+    logs_newest_first(dir).find_map(|bytes| {
         let mut lines = bytes.split(|b| *b == b'\n').rev();
-        let found = lines.find_map(|l| {
+        lines.find_map(|l| {
             // Only a line that names the id is parsed.
             let names = l.windows(quoted.len()).any(|w| w == quoted.as_bytes());
             let r = names.then(|| serde_json::from_slice::<Receipt>(l).ok())??;
             (r.message_id == message_id).then_some(r)
-        });
-        if found.is_some() {
-            return found;
-        }
-    }
-    None
+        })
+    })
 }
 
 /// How many receipts `done/` holds (for `forget`), read without a lock.
@@ -391,11 +385,12 @@ pub fn count_in(dir: &Path) -> usize {
 }
 
 impl Spool {
-    /// The bytes of `id`'s receipt where `w` says it is: its file, or its
-    /// line of a log. Not found when it was pruned meanwhile.
-    pub(super) fn receipt_bytes(&self, id: &str, w: Where) -> std::io::Result<Vec<u8>> {
-        match w {
-            Where::Loose => super::taskfile::read_bounded(&self.path("done", &receipt_name(id))),
+    /// `id`'s receipt where `w` says it is, its file or its line of a log:
+    /// `None` when that is not a receipt of `id`; not found when it was
+    /// pruned meanwhile.
+    pub(super) fn receipt_at(&self, id: &str, w: Where) -> std::io::Result<Option<Receipt>> {
+        let bytes = match w {
+            Where::Loose => super::taskfile::read_bounded(&self.path("done", &receipt_name(id)))?,
             Where::Log { n, offset } => {
                 let path = self.path("done", &log_name(n));
                 let mut f = files::open_regular(&path, OpenOptions::new().read(true))?;
@@ -404,8 +399,10 @@ impl Spool {
                 BufReader::new(f)
                     .take(MAX_TASK_FILE + 1)
                     .read_until(b'\n', &mut line)?;
-                Ok(line)
+                line
             }
-        }
+        };
+        let receipt = serde_json::from_slice::<Receipt>(&bytes).ok();
+        Ok(receipt.filter(|r| r.message_id == id))
     }
 }

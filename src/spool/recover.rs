@@ -10,13 +10,12 @@
 use super::index::{Entry, Index, Place, order_key, summary_or_id};
 use super::receipts::Receipts;
 use super::taskfile::{SEQ_LIMIT, list, parse_file_name, parse_task, read_checked};
-use super::{Receipt, Spool, now_secs};
+use super::{Spool, now_secs};
 use crate::base::error::{Error, Result};
 use crate::base::files;
 use crate::wire::Outcome;
 use crate::wire::TaskMode;
 use std::fs;
-use std::time::UNIX_EPOCH;
 
 /// Where a task that has its receipt may still have its payload: where
 /// `finish` and `withdraw` remove it from.
@@ -122,16 +121,13 @@ impl Spool {
                 if !fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
                     continue;
                 }
-                let receipt: Option<Receipt> = match receipts.find(id) {
-                    None => None,
-                    Some(w) => match self.receipt_bytes(id, w) {
-                        Err(e) if crate::sys::shortage(&e).is_some() => {
-                            return Err(Error::io("read the receipt of", &p, e));
-                        }
-                        r => r.ok().and_then(|b| serde_json::from_slice(&b).ok()),
-                    },
+                let receipt = match receipts.find(id).map(|w| self.receipt_at(id, w)) {
+                    Some(Err(e)) if crate::sys::shortage(&e).is_some() => {
+                        return Err(Error::io("read the receipt of", &p, e));
+                    }
+                    r => r.and_then(|r| r.ok().flatten()),
                 };
-                if receipt.is_some_and(|r| r.message_id == id) {
+                if receipt.is_some() {
                     files::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
                     notes.push(format!(
                         "{sub}/{name} had finished (its receipt is in done/); removed"
@@ -244,11 +240,7 @@ impl Spool {
         let mode = task.as_ref().map_or(TaskMode::Queue, |t| t.mode);
         let key = order_key(mode, seq);
         // A requeue touches the file: its time outlives a restart.
-        let touched = fs::symlink_metadata(self.path(sub, &file))
-            .ok()
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_secs());
+        let touched = super::modified_at(&self.path(sub, &file)).map_or(0, |d| d.as_secs());
         let queued_at = task.as_ref().map_or(0, |t| t.accepted_at).max(touched);
         let digest = task.as_mut().map(|t| std::mem::take(&mut t.digest));
         Ok(Entry {
