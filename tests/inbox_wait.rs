@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// The bound on every wait in this file.
-const T: Duration = Duration::from_secs(10);
+const T: Duration = Duration::from_secs(30);
 
 /// Starts `baton inbox wait ARGS` in `dir` and returns once the instance
 /// holds its subscription (a subscribed connection's two threads: its
