@@ -13,7 +13,7 @@
 //! again with other text, an `ask-<n>` cannot.
 
 use super::outbound::back_to;
-use super::{Answer, Approve, Foreground, Params, is_local};
+use super::{Answer, Approve, Foreground, Params, answer, is_local};
 use crate::spool::{self, Claim, Task};
 use crate::text::sanitize::escape;
 use crate::wire::Body;
@@ -57,11 +57,6 @@ enum Subject {
 /// sorted), so that a controller can compute it from the request too.
 fn digest_of(shown: &impl serde::Serialize) -> String {
     crate::base::digest::sha256_hex(&serde_json::to_vec(shown).expect("serializes"))
-}
-
-/// An answer as the value the foreground hands its connection.
-pub(super) fn answer(a: impl serde::Serialize) -> Answer {
-    Ok(serde_json::to_value(a).expect("an answer serializes"))
 }
 
 /// Who decided on a task: the kind of client, as it declared it (else the

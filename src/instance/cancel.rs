@@ -35,7 +35,7 @@ impl Foreground {
             Whereabouts::Processing => self.stop_turn(&id, &by),
             w => not_pending(&id, &w),
         };
-        Ok(super::answer(handled))
+        super::answer(handled)
     }
 
     /// Holds the agent, a bridge and a verified asker to their own tasks:
@@ -143,7 +143,7 @@ impl Foreground {
             );
             return handled(Handling::Invalid, id, Some(why));
         };
-        if let Err(e) = self.finish_turn(pos, Outcome::Cancelled, None) {
+        if let Err(e) = self.finish_turn(pos, Outcome::Cancelled, None, None) {
             return handled(Handling::Error, id, Some(e.to_string()));
         }
         self.notice(Some(id), format!("cancelled by {by}: its open turn ended"));

@@ -285,7 +285,7 @@ impl Foreground {
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
             return;
         };
-        if let Err(e) = self.finish_handed(pos, outcome, None, None) {
+        if let Err(e) = self.finish_turn(pos, outcome, None, None) {
             self.notice(Some(id), e.to_string());
         }
     }
@@ -361,28 +361,10 @@ impl Foreground {
         if let Some(e) = &handler.as_ref().and_then(|h| h.stderr_tail.clone()) {
             self.notice(Some(id), format!("Codex: {e}"));
         }
-        if let Err(e) = self.finish_handed(pos, outcome, record, handler) {
+        if let Err(e) = self.finish_turn(pos, outcome, record, handler) {
             self.notice(Some(id), e.to_string());
         }
         self.refresh();
-    }
-
-    /// Finishes the handed task at `pos` as `outcome`, with its reply
-    /// and, for a failed turn, Codex's error.
-    fn finish_handed(
-        &mut self,
-        pos: usize,
-        outcome: Outcome,
-        reply: Option<ReplyRecord>,
-        handler: Option<HandlerExit>,
-    ) -> Result<()> {
-        let id = self.open[pos].task.message_id.clone();
-        self.spool()
-            .finish_turn(&id, outcome, reply.clone(), handler.clone())?;
-        self.open.remove(pos);
-        self.hub.emit(Body::turn_finished(&id, outcome));
-        self.ended_turn(&id, outcome, reply.as_ref(), handler.as_ref());
-        Ok(())
     }
 
     /// The task that was under way when the connection broke: back in the

@@ -10,6 +10,7 @@ use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task, Whereabouts};
 use crate::text::sanitize::escape;
 use crate::wire::ClaimStatus;
+use crate::wire::HandlerExit;
 use crate::wire::Outcome;
 use crate::wire::answer::{
     Claimed, ClaimedTask, CompleteParams, Handled, RejectedTask, SendResult,
@@ -159,7 +160,7 @@ impl Foreground {
     /// (`inbox/discard`).
     pub(super) fn interrupted(&mut self, call: Call, params: &Params) -> Answer {
         let id = TaskParams::read(params)?.message_id;
-        let handled = |status, reason| Ok(answer(Handled::new(status, Some(&id), reason)));
+        let handled = |status, reason| answer(Handled::new(status, Some(&id), reason));
         if !self.spool().is_set_aside(&id) {
             let why = format!("no interrupted or rejected task {}", escape(&id));
             return handled(Handling::Invalid, Some(why));
@@ -200,7 +201,7 @@ impl Foreground {
         match finished {
             Ok((answer, Some((id, plan)))) => self.reply_from(id, plan, answer, answer_to),
             done => {
-                let _ = answer_to.send(done.map(|(handled, _)| answer(handled)));
+                let _ = answer_to.send(done.and_then(|(handled, _)| answer(handled)));
             }
         }
     }
@@ -243,7 +244,7 @@ impl Foreground {
                 message_id: None,
                 body: super::outcome::bounded(body, self.shared.config.max_message_bytes),
             };
-            if let Err(e) = self.finish_turn(pos, outcome, Some(record)) {
+            if let Err(e) = self.finish_turn(pos, outcome, Some(record), None) {
                 return Ok((handled(Handling::Error, Some(e.to_string())), None));
             }
             let why = super::outbound::PLAIN_SENDER.to_string();
@@ -270,7 +271,7 @@ impl Foreground {
             (plan, record)
         });
         let record = planned.as_ref().map(|(_, r)| r.clone());
-        if let Err(e) = self.finish_turn(pos, outcome, record) {
+        if let Err(e) = self.finish_turn(pos, outcome, record, None) {
             return Ok((handled(Handling::Error, Some(e.to_string())), None));
         }
         let result = completed(&id, outcome);
@@ -278,19 +279,22 @@ impl Foreground {
     }
 
     /// Finishes the task of the open turn at `pos` as `outcome`, with the
-    /// reply it finished with: the turn is over, unless the spool fails.
+    /// reply it finished with and, for a failed Codex turn, Codex's error:
+    /// the turn is over, unless the spool fails.
     pub(super) fn finish_turn(
         &mut self,
         pos: usize,
         outcome: Outcome,
         reply: Option<ReplyRecord>,
+        handler: Option<HandlerExit>,
     ) -> crate::base::error::Result<()> {
         let id = self.open[pos].task.message_id.clone();
-        self.spool().finish_with(&id, outcome, reply.clone())?;
+        self.spool()
+            .finish_turn(&id, outcome, reply.clone(), handler.clone())?;
         self.open.remove(pos);
         self.codex_cancelled(&id);
         self.hub.emit(Body::turn_finished(&id, outcome));
-        self.ended(&id, outcome, reply.as_ref());
+        self.ended_turn(&id, outcome, reply.as_ref(), handler.as_ref());
         Ok(())
     }
 
@@ -316,7 +320,7 @@ impl Foreground {
                     reply: Some(refusal),
                     ..done
                 };
-                let _ = answer_to.send(Ok(answer(done)));
+                let _ = answer_to.send(answer(done));
             }
             Err(e) => {
                 let refused = SendResult {
@@ -327,7 +331,7 @@ impl Foreground {
                     reply: Some(refused),
                     ..done
                 };
-                let _ = answer_to.send(Ok(answer(done)));
+                let _ = answer_to.send(answer(done));
             }
         }
     }

@@ -167,7 +167,7 @@ impl Foreground {
                     result: &refusal,
                     reply_of: None,
                 }));
-                let _ = reply.send(Ok(super::answer(refusal)));
+                let _ = reply.send(super::answer(refusal));
             }
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -333,14 +333,14 @@ impl Waiter {
     fn answer(self, result: SendResult) {
         match self {
             Waiter::Relay(reply) => {
-                let _ = reply.send(Ok(super::answer(result)));
+                let _ = reply.send(super::answer(result));
             }
             Waiter::Complete { reply, answer } => {
                 let answer = Handled {
                     reply: Some(result),
                     ..*answer
                 };
-                let _ = reply.send(Ok(super::answer(answer)));
+                let _ = reply.send(super::answer(answer));
             }
         }
     }

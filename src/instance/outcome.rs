@@ -61,7 +61,7 @@ impl Foreground {
             reply: None,
             status: TaskState::Pending(Pending::Unknown),
         };
-        let answer = |v: TaskStatus| Ok(super::answer(v));
+        let answer = |v: TaskStatus| super::answer(v);
         let whereabouts = self.spool().whereabouts(&id);
         // A remote key hears about what came through a bridge of its own
         // label, nothing else (docs/security.md).

@@ -320,7 +320,7 @@ impl Foreground {
                 "turn timed out: not completed within --turn-timeout {seconds} s of being typed"
             ),
         );
-        if let Err(e) = self.finish_turn(pos, Outcome::Timeout, None) {
+        if let Err(e) = self.finish_turn(pos, Outcome::Timeout, None, None) {
             self.notice(Some(id), e.to_string());
             return;
         }

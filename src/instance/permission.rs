@@ -12,8 +12,7 @@
 //! gets back and matches the decision by, so a host's id asked again, by
 //! anyone, never inherits a decision on other text.
 
-use super::approval::answer;
-use super::{Answer, Foreground, Params};
+use super::{Answer, Foreground, Params, answer};
 use crate::wire::Body;
 use crate::wire::Handling;
 use crate::wire::event_text;
