@@ -44,6 +44,21 @@ pub struct TurnEnd {
     pub error: Option<String>,
 }
 
+impl TurnEnd {
+    /// How `turn` of `thread_id` ended; its reply is its last agent
+    /// message, else `said`, the last one seen while it ran.
+    pub fn of(thread_id: String, turn: Turn, said: Option<String>) -> TurnEnd {
+        let last = turn.items.iter().rev().find_map(|i| i.agent_text());
+        TurnEnd {
+            text: last.map(str::to_string).or(said),
+            thread_id,
+            turn_id: turn.id,
+            status: turn.status,
+            error: turn.error.map(|e| e.message),
+        }
+    }
+}
+
 pub struct AppServer<S: ws::Stream = UnixStream> {
     ws: ws::Client<S>,
     /// The bound on each request's answer.
@@ -281,14 +296,7 @@ impl<S: ws::Stream> AppServer<S> {
                     if done.turn.id != turn_id || !thread_is(&done.thread_id) {
                         continue;
                     }
-                    let last = done.turn.items.iter().rev().find_map(|i| i.agent_text());
-                    return Ok(TurnEnd {
-                        thread_id: thread_id.to_string(),
-                        turn_id: done.turn.id.clone(),
-                        status: done.turn.status,
-                        text: last.map(str::to_string).or(said),
-                        error: done.turn.error.map(|e| e.message),
-                    });
+                    return Ok(TurnEnd::of(thread_id.to_string(), done.turn, said));
                 }
                 _ => {}
             }

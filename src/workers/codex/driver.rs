@@ -463,9 +463,7 @@ impl Worker {
         match conn.next_notification(timeout) {
             Ok(n) => self.note(n),
             Err(Error::TimedOut { .. }) => {}
-            Err(e) => {
-                self.lose(&e);
-            }
+            Err(e) => self.lose(&e),
         }
     }
 
@@ -473,9 +471,6 @@ impl Worker {
     /// a connection that ended is said.
     fn look(&mut self) {
         for _ in 0..DRAIN {
-            if self.conn.is_none() {
-                return;
-            }
             let Some(conn) = self.conn.as_mut() else {
                 return;
             };
@@ -558,18 +553,10 @@ impl Worker {
         };
         if u.turn_id.as_deref() == Some(w.turn.id.as_str()) {
             let u = self.task.take().expect("checked");
-            let last = w.turn.items.iter().rev().find_map(|i| i.agent_text());
-            let end = TurnEnd {
-                thread_id: thread,
-                turn_id: w.turn.id.clone(),
-                status: w.turn.status,
-                text: last.map(str::to_string).or(u.said),
-                error: w.turn.error.map(|e| e.message),
-            };
             self.report(Report::Ended {
                 message_id: u.message_id,
                 followers: u.followers,
-                end,
+                end: TurnEnd::of(thread, w.turn, u.said),
             });
             return;
         }
@@ -602,9 +589,7 @@ impl Worker {
         match conn.interrupt(&thread, &turn) {
             // Refused: the turn ended meanwhile; its end is on the way.
             Ok(()) | Err(Error::Rpc { .. }) => {}
-            Err(e) => {
-                self.lose(&e);
-            }
+            Err(e) => self.lose(&e),
         }
     }
 
