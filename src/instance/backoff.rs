@@ -105,15 +105,19 @@ impl Foreground {
         self.short_of(what, error);
     }
 
-    /// Puts a claimed task back in its place in the queue; true if it
-    /// went, else said.
-    pub(super) fn unclaim(&self, id: &str) -> bool {
+    /// Puts a claimed task back in its place in the queue, still
+    /// approved; true if it went, else said.
+    pub(super) fn unclaim(&mut self, id: &str) -> bool {
         let text = |e| {
             format!(
                 "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
             )
         };
         let back = self.spool().unclaim(id);
-        back.map_err(|e| self.notice(Some(id), text(e))).is_ok()
+        let back = back.map_err(|e| self.notice(Some(id), text(e))).is_ok();
+        if back {
+            self.approved.insert(id.to_string());
+        }
+        back
     }
 }

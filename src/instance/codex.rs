@@ -205,9 +205,7 @@ impl Foreground {
         }
         if let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) {
             self.open.remove(pos);
-            if self.unclaim(id) {
-                self.approved.insert(id.to_string());
-            }
+            self.unclaim(id);
         }
         self.notice(
             Some(id),
@@ -381,10 +379,7 @@ impl Foreground {
         let id = l.message_id.clone();
         if !l.sent {
             self.open.remove(pos);
-            let back = self.unclaim(&id);
-            if back {
-                self.approved.insert(id.clone());
-            }
+            self.unclaim(&id);
             self.refresh();
             return format!("task {id} went back to its place in the queue; ");
         }

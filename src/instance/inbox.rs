@@ -122,7 +122,6 @@ impl Foreground {
         };
         self.open.remove(pos);
         if self.unclaim(id) {
-            self.approved.insert(id.to_string());
             self.notice(Some(id), UNDELIVERED);
         }
         self.refresh();

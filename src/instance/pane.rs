@@ -300,9 +300,6 @@ impl Foreground {
         };
         self.open.remove(pos);
         let back = self.unclaim(id);
-        if back {
-            self.approved.insert(id.to_string());
-        }
         self.refresh();
         back
     }
