@@ -12,15 +12,10 @@ use std::path::{Path, PathBuf};
 /// own (`method` with `id`). No `"jsonrpc"` member is required.
 #[derive(Debug, Deserialize)]
 pub struct Incoming {
-    #[serde(default)]
     pub id: Option<Value>,
-    #[serde(default)]
     pub method: Option<String>,
-    #[serde(default)]
     pub params: Option<Value>,
-    #[serde(default)]
     pub result: Option<Value>,
-    #[serde(default)]
     pub error: Option<RpcError>,
 }
 
@@ -38,7 +33,6 @@ pub struct RpcError {
 pub struct InitializeResult {
     #[serde(default)]
     pub user_agent: String,
-    #[serde(default)]
     pub codex_home: Option<PathBuf>,
 }
 
@@ -48,7 +42,6 @@ pub struct InitializeResult {
 pub struct LoadedList {
     #[serde(default)]
     pub data: Vec<String>,
-    #[serde(default)]
     pub next_cursor: Option<String>,
 }
 
@@ -68,9 +61,7 @@ pub struct Thread {
     pub cwd: PathBuf,
     #[serde(default)]
     pub status: ThreadStatus,
-    #[serde(default)]
     pub updated_at: Option<i64>,
-    #[serde(default)]
     pub recency_at: Option<i64>,
     /// A thread that keeps no rollout (one Codex makes for itself, as for
     /// a title): it takes no queued input, so baton never picks it.
@@ -102,7 +93,6 @@ pub enum ThreadStatus {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WithTurn {
-    #[serde(default)]
     pub thread_id: Option<String>,
     pub turn: Turn,
 }
@@ -115,7 +105,6 @@ pub struct Turn {
     pub status: TurnStatus,
     #[serde(default)]
     pub items: Vec<Item>,
-    #[serde(default)]
     pub error: Option<TurnError>,
 }
 
@@ -137,8 +126,6 @@ pub enum TurnStatus {
 pub struct TurnError {
     #[serde(default)]
     pub message: String,
-    #[serde(default)]
-    pub codex_error_info: Option<Value>,
 }
 
 /// One item of a turn; only what baton reads of it: its kind (`type`:
@@ -149,11 +136,7 @@ pub struct TurnError {
 pub struct Item {
     #[serde(rename = "type")]
     pub kind: String,
-    #[serde(default)]
-    pub id: Option<String>,
-    #[serde(default)]
     pub text: Option<String>,
-    #[serde(default)]
     pub client_id: Option<String>,
 }
 
@@ -171,9 +154,7 @@ impl Item {
 #[serde(rename_all = "camelCase")]
 pub struct WithItem {
     pub item: Item,
-    #[serde(default)]
     pub thread_id: Option<String>,
-    #[serde(default)]
     pub turn_id: Option<String>,
 }
 
