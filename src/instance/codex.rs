@@ -24,7 +24,7 @@ use crate::wire::Body;
 use crate::wire::answer::CodexStatus;
 use crate::wire::body::Notice;
 use crate::wire::{CODEX_HOST, ClaimStatus, HandlerExit, Outcome, TaskMode};
-use crate::workers::codex::driver::{self, Driver, Job, Lost, Report};
+use crate::workers::codex::driver::{self, Job, Lost, Report};
 use crate::workers::codex::{TurnEnd, TurnStatus};
 use crate::workers::turn;
 use crossbeam_channel as chan;
@@ -40,7 +40,7 @@ const HOW_TO_REPLY: &str = "your last message in this turn is the reply; baton s
 /// The app-server and what is under way with it.
 pub(super) struct Codex {
     socket: PathBuf,
-    driver: Driver,
+    driver: chan::Sender<Job>,
     /// A probe is with the thread.
     asked: bool,
     /// Whether it answered the last time: `None` before the first probe,
@@ -126,7 +126,7 @@ impl Foreground {
             h.timed_out |= ran_out;
             let follow = h.started && !h.timed_out;
             if ran_out {
-                c.driver.ask(Job::Interrupt {
+                let _ = c.driver.send(Job::Interrupt {
                     message_id: id.clone(),
                 });
                 let seconds = self.opts.turn_timeout.unwrap_or_default().as_secs_f64();
@@ -148,7 +148,7 @@ impl Foreground {
             return;
         }
         if c.up != Some(true) {
-            c.asked = c.driver.ask(Job::Probe);
+            c.asked = c.driver.send(Job::Probe).is_ok();
             return;
         }
         let claimed = self.claim();
@@ -164,7 +164,7 @@ impl Foreground {
                     started: false,
                     followers: Vec::new(),
                 });
-                c.driver.ask(Job::Deliver {
+                let _ = c.driver.send(Job::Deliver {
                     message_id: task.message_id,
                     text: task.envelope,
                     steer,
@@ -188,7 +188,7 @@ impl Foreground {
         };
         h.followers.push(task.message_id.clone());
         let c = self.codex.as_ref().expect("checked");
-        c.driver.ask(Job::Deliver {
+        let _ = c.driver.send(Job::Deliver {
             message_id: task.message_id,
             text: task.envelope,
             steer: true,
@@ -491,7 +491,7 @@ impl Foreground {
     pub(super) fn codex_cancelled(&mut self, id: &str) {
         if let Some(c) = self.codex.as_ref() {
             if c.task.as_ref().is_some_and(|h| h.message_id == id) {
-                c.driver.ask(Job::Interrupt {
+                let _ = c.driver.send(Job::Interrupt {
                     message_id: id.to_string(),
                 });
             }

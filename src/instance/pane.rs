@@ -24,7 +24,7 @@ use crate::wire::Body;
 use crate::wire::ClaimStatus;
 use crate::wire::Outcome;
 use crate::wire::body::Notice;
-use crate::workers::tmux::{self, Job, Report, Trouble, Typist};
+use crate::workers::tmux::{self, Job, Report, Trouble};
 use crate::workers::turn;
 use crossbeam_channel as chan;
 use std::sync::atomic::Ordering;
@@ -40,7 +40,7 @@ const CLOSE: &str = "</agent_relay>\n";
 /// The pane and what is under way with it.
 pub(super) struct Pane {
     target: String,
-    typist: Typist,
+    typist: chan::Sender<Job>,
     /// A job is with the helper thread.
     asked: bool,
     /// Whether the pane answered the last time: `None` before the first
@@ -112,7 +112,7 @@ impl Foreground {
             return;
         }
         if p.up != Some(true) {
-            p.asked = p.typist.ask(Job::Probe);
+            p.asked = p.typist.send(Job::Probe).is_ok();
             return;
         }
         let claimed = self.claim();
@@ -125,7 +125,7 @@ impl Foreground {
                     text: task.envelope,
                 };
                 let p = self.pane.as_mut().expect("checked");
-                p.asked = p.typist.ask(job);
+                p.asked = p.typist.send(job).is_ok();
             }
             // A resource ran short (said by the claim): tried again later.
             (Some(ClaimStatus::Error), _) => self.pane_retry_later(),

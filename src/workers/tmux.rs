@@ -137,21 +137,10 @@ impl Trouble {
     }
 }
 
-/// The helper thread's end: dropping it ends the thread once its job is
-/// done.
-pub struct Typist {
-    jobs: chan::Sender<Job>,
-}
-
-impl Typist {
-    /// Hands the thread a job; false if it is gone.
-    pub fn ask(&self, job: Job) -> bool {
-        self.jobs.send(job).is_ok()
-    }
-}
-
-/// Starts the helper thread for `pane`; it reports on `reports`.
-pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<Typist> {
+/// Starts the helper thread for `pane`: it takes jobs on the channel
+/// returned, reports on `reports`, and ends once the jobs' sender is
+/// dropped and its job is done.
+pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<chan::Sender<Job>> {
     let (jobs, todo) = chan::unbounded::<Job>();
     let pane = pane.to_string();
     thread::Builder::new()
@@ -171,7 +160,7 @@ pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<Typist> {
             });
             let _ = done.try_for_each(|report| reports.send(report));
         })?;
-    Ok(Typist { jobs })
+    Ok(jobs)
 }
 
 /// The `tmux` that `PATH` names, if any: checked at start, so that a

@@ -89,26 +89,14 @@ pub struct Lost {
     pub followers: Vec<String>,
 }
 
-/// The foreground's end of the thread.
-pub struct Driver {
-    jobs: chan::Sender<Job>,
-}
-
-impl Driver {
-    /// Hands `job` to the thread; false if the thread is gone.
-    pub fn ask(&self, job: Job) -> bool {
-        self.jobs.send(job).is_ok()
-    }
-}
-
 /// Starts the thread for the app-server at `socket` and the thread of
-/// `workspace`; it reports on `reports` and ends when the `Driver` is
-/// dropped.
+/// `workspace`: it takes jobs on the channel returned, reports on
+/// `reports`, and ends when the jobs' sender is dropped.
 pub fn start(
     socket: PathBuf,
     workspace: PathBuf,
     reports: chan::Sender<Report>,
-) -> std::io::Result<Driver> {
+) -> std::io::Result<chan::Sender<Job>> {
     let (jobs, rx) = chan::unbounded();
     let mut worker = Worker {
         socket,
@@ -122,7 +110,7 @@ pub fn start(
     thread::Builder::new()
         .name("codex".into())
         .spawn(move || worker.run(&rx))?;
-    Ok(Driver { jobs })
+    Ok(jobs)
 }
 
 /// The workspace's thread as found.
