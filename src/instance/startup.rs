@@ -177,7 +177,9 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
             "BATON_RELAY=off: the relay is disabled, so serve does not start".into(),
         ));
     }
-    if opts.tmux_pane.is_some() && crate::workers::tmux::find_on_path().is_none() {
+    // Checked at start, so that a missing tmux is a clear error and not a
+    // pane that never answers.
+    if opts.tmux_pane.is_some() && registry::health::on_path("tmux").is_none() {
         return Err(Error::Env(
             "--tmux-pane: tmux is not on PATH, so no task can be typed into a pane".into(),
         ));

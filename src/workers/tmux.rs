@@ -38,7 +38,7 @@ use crate::text::sanitize::escape_multiline;
 use crossbeam_channel as chan;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -161,17 +161,6 @@ pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<chan::Send
             let _ = done.try_for_each(|report| reports.send(report));
         })?;
     Ok(jobs)
-}
-
-/// The `tmux` that `PATH` names, if any: checked at start, so that a
-/// missing tmux is a clear error and not a pane that never answers.
-pub fn find_on_path() -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH")?;
-    let executable = |m: std::fs::Metadata| m.is_file() && m.permissions().mode() & 0o111 != 0;
-    std::env::split_paths(&path)
-        .map(|d| d.join("tmux"))
-        .find(|p| std::fs::metadata(p).is_ok_and(executable))
 }
 
 /// What `baton doctor` says of `pane`: `Err` when tmux does not know it
