@@ -55,6 +55,7 @@ pub(super) struct Codex {
     task: Option<Handed>,
 }
 
+#[derive(Default)]
 struct Handed {
     message_id: String,
     deadline: Option<Instant>,
@@ -160,9 +161,7 @@ impl Foreground {
                 c.task = Some(Handed {
                     message_id: task.message_id.clone(),
                     deadline,
-                    timed_out: false,
-                    started: false,
-                    followers: Vec::new(),
+                    ..Handed::default()
                 });
                 let _ = c.driver.send(Job::Deliver {
                     message_id: task.message_id,

@@ -94,10 +94,7 @@ impl<S: ws::Stream> AppServer<S> {
             timeout,
             next_id: 0,
             pending: VecDeque::new(),
-            init: InitializeResult {
-                user_agent: String::new(),
-                codex_home: None,
-            },
+            init: InitializeResult::default(),
         };
         let params = InitializeParams {
             capabilities: Capabilities {

@@ -141,6 +141,7 @@ fn submit(conn: &mut AppServer, u: &mut Under, idle: bool, text: &str) -> Result
 }
 
 /// The task under way.
+#[derive(Default)]
 struct Under {
     message_id: String,
     thread_id: String,
@@ -354,13 +355,8 @@ impl Worker {
         let mut under = Under {
             message_id: message_id.clone(),
             thread_id: thread_id.clone(),
-            submission: None,
-            turn_id: None,
-            interrupt: false,
-            interrupt_sent: false,
-            said: None,
             subscribed,
-            followers: Vec::new(),
+            ..Under::default()
         };
         let sent = match (steer, running) {
             (true, Some(turn_id)) => match conn.steer(&thread_id, &turn_id, &message_id, text) {

@@ -28,7 +28,7 @@ pub struct RpcError {
 }
 
 /// `initialize`'s answer.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeResult {
     #[serde(default)]
