@@ -293,53 +293,48 @@ impl Foreground {
             Some((subject, true)) => subject,
         };
         self.requests.retain(|_, a| a != approval_id);
-        let about = match &subject {
+        let (by_kind, by_pid) = (&by.kind, by.pid);
+        let said = Said::spelled(decision.as_str());
+        let approved = decision == Decision::Approve;
+        let (message_id, request_id) = match subject {
             Subject::Task(m) => {
-                self.asked.remove(m);
-                m.clone()
+                self.asked.remove(&m);
+                self.hub.emit(Body::ApprovalResolved {
+                    approval_id,
+                    by: by_kind,
+                    by_pid,
+                    decision: said,
+                    message_id: &m,
+                });
+                if approved {
+                    self.approved.insert(m.clone());
+                } else {
+                    self.deny(&m, by);
+                }
+                (Some(m), None)
             }
             Subject::Tool(at) => {
-                let p = self.permissions.remove(*at);
-                p.params.request_id().unwrap_or_default().to_string()
+                let p = self.permissions.remove(at);
+                let request_id = p.params.request_id().unwrap_or_default().to_string();
+                self.hub.emit(Body::PermissionResolved {
+                    approval_id,
+                    by: by_kind,
+                    by_pid,
+                    decision: said,
+                    request_id: &request_id,
+                });
+                (None, Some(request_id))
             }
         };
-        let (by_kind, by_pid) = (&by.kind, by.pid);
-        let decision_said = Said::spelled(decision.as_str());
-        self.hub.emit(match &subject {
-            Subject::Task(_) => Body::ApprovalResolved {
-                approval_id,
-                by: by_kind,
-                by_pid,
-                decision: decision_said,
-                message_id: &about,
-            },
-            Subject::Tool(_) => Body::PermissionResolved {
-                approval_id,
-                by: by_kind,
-                by_pid,
-                decision: decision_said,
-                request_id: &about,
-            },
-        });
-        let approved = decision == Decision::Approve;
-        if let Subject::Task(m) = &subject {
-            if approved {
-                self.approved.insert(m.clone());
-            } else {
-                self.deny(m, by);
-            }
-        }
-        let status = if approved {
-            Handling::Approved
-        } else {
-            Handling::Denied
+        let status = match approved {
+            true => Handling::Approved,
+            false => Handling::Denied,
         };
-        let tool = matches!(subject, Subject::Tool(_));
         Ok(Decided {
             approval_id: approval_id.to_string(),
-            message_id: (!tool).then(|| about.clone()),
+            message_id,
             reason: None,
-            request_id: tool.then_some(about),
+            request_id,
             status,
         })
     }
