@@ -18,7 +18,7 @@
 
 use super::{Foreground, ServeOptions};
 use crate::base::error::{Error, Result};
-use crate::spool::{ReplyRecord, Task};
+use crate::spool::Task;
 use crate::text::sanitize::escape;
 use crate::wire::Body;
 use crate::wire::answer::CodexStatus;
@@ -343,10 +343,7 @@ impl Foreground {
             self.complete(&params, tx);
             return;
         }
-        let record = reply.map(|body| ReplyRecord {
-            message_id: None,
-            body: super::outcome::bounded(&body, self.shared.config.max_message_bytes),
-        });
+        let record = reply.map(|body| self.kept(&body, None));
         let handler = error.map(|e| HandlerExit {
             stderr_tail: Some(crate::text::sanitize::escape_tail(
                 &e,

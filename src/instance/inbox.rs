@@ -239,10 +239,7 @@ impl Foreground {
         // receipt, where its waiting sender reads it, and that is said.
         let plain = self.open[pos].task.sender.instance_id.is_none();
         if let (true, Some(body)) = (plain, &reply) {
-            let record = ReplyRecord {
-                message_id: None,
-                body: super::outcome::bounded(body, self.shared.config.max_message_bytes),
-            };
+            let record = self.kept(body, None);
             if let Err(e) = self.finish_turn(pos, outcome, Some(record), None) {
                 return Ok((handled(Handling::Error, Some(e.to_string())), None));
             }
@@ -263,10 +260,7 @@ impl Foreground {
             };
             let plan = self.plan_send(p, None);
             let sent = plan.as_ref().ok().and_then(|p| p.as_ref().ok());
-            let record = ReplyRecord {
-                message_id: sent.map(|out| out.message_id.clone()),
-                body: super::outcome::bounded(&body, self.shared.config.max_message_bytes),
-            };
+            let record = self.kept(&body, sent.map(|out| out.message_id.clone()));
             (plan, record)
         });
         let record = planned.as_ref().map(|(_, r)| r.clone());

@@ -41,10 +41,7 @@ impl Foreground {
     pub(super) fn plan_stdout_reply(&mut self, task: &Task, stdout: Vec<u8>) -> StdoutReply {
         let limit = self.shared.config.max_message_bytes;
         let text = String::from_utf8_lossy(&stdout).into_owned();
-        let mut record = (!text.is_empty()).then(|| ReplyRecord {
-            message_id: None,
-            body: super::outcome::bounded(&text, limit),
-        });
+        let mut record = (!text.is_empty()).then(|| self.kept(&text, None));
         let send = match (&task.sender.instance_id, &task.in_reply_to) {
             // An answer to an answer would bounce between two `--reply`
             // handlers until the hop limit: a reply is answered only when

@@ -20,6 +20,17 @@ impl Foreground {
         self.ended_turn(message_id, outcome, reply, None);
     }
 
+    /// A reply as a receipt keeps it, sent as `message_id`: at most
+    /// `max_message_bytes` of its text, cut on a character boundary.
+    pub(super) fn kept(&self, text: &str, message_id: Option<String>) -> ReplyRecord {
+        let mut end = text.len().min(self.shared.config.max_message_bytes);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let body = text[..end].to_string();
+        ReplyRecord { message_id, body }
+    }
+
     /// `ended`, with how the turn's handler ended when it failed.
     pub(super) fn ended_turn(
         &self,
@@ -134,14 +145,4 @@ pub(super) fn with_label(label: Option<&str>) -> String {
         Some(l) => format!("with --key {l}"),
         None => "without --key".into(),
     }
-}
-
-/// A reply's text as a receipt keeps it: at most `limit` bytes, cut on a
-/// character boundary.
-pub(super) fn bounded(text: &str, limit: usize) -> String {
-    let mut end = text.len().min(limit);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
 }
