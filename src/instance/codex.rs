@@ -16,6 +16,7 @@
 //! `notice` with `codex`), shows it in its status, and tries again after
 //! a delay that grows to `LAST_RETRY`.
 
+use super::backoff::Retry;
 use super::{Foreground, ServeOptions};
 use crate::base::error::{Error, Result};
 use crate::spool::Task;
@@ -48,8 +49,7 @@ pub(super) struct Codex {
     up: Option<bool>,
     why_down: Option<String>,
     thread: Option<String>,
-    delay: Duration,
-    retry_at: Option<Instant>,
+    retry: Retry,
     /// The task handed over, while it is open: when its turn runs out,
     /// and whether it is being ended for that.
     task: Option<Handed>,
@@ -104,8 +104,7 @@ pub(super) fn start(
         up: None,
         why_down: None,
         thread: None,
-        delay: FIRST_RETRY,
-        retry_at: None,
+        retry: Retry::new(FIRST_RETRY, LAST_RETRY),
         task: None,
     };
     Ok((Some(codex), rx))
@@ -145,7 +144,7 @@ impl Foreground {
         let Some(c) = self.codex.as_mut() else {
             return;
         };
-        if c.asked || !idle || c.retry_at.is_some_and(|at| at > now) {
+        if c.asked || !idle || c.retry.due(now).is_some() {
             return;
         }
         if c.up != Some(true) {
@@ -169,7 +168,7 @@ impl Foreground {
                     steer,
                 });
             }
-            (Some(ClaimStatus::Error), _) => self.codex_retry_later(),
+            (Some(ClaimStatus::Error), _) => self.codex.as_mut().expect("checked").retry.later(),
             _ => {}
         }
     }
@@ -413,8 +412,7 @@ impl Foreground {
         c.up = Some(true);
         c.why_down = None;
         c.thread = Some(thread.clone());
-        c.retry_at = None;
-        c.delay = FIRST_RETRY;
+        c.retry.at = None;
         if was_down {
             let text = format!(
                 "Codex's app-server at {} answers again (thread {thread}): queued tasks are handed to it",
@@ -438,11 +436,10 @@ impl Foreground {
         let say = c.up != Some(false) || lost.is_some_and(|l| !l.is_empty());
         c.up = Some(false);
         c.why_down = Some(why.to_string());
-        self.codex_retry_later();
+        c.retry.later();
         if !say {
             return;
         }
-        let c = self.codex.as_ref().expect("checked");
         let text = format!(
             "Codex's app-server at {} cannot be reached ({why}): {}queued tasks stay queued and are handed over once it answers",
             c.socket.display(),
@@ -456,23 +453,11 @@ impl Foreground {
             ..Notice::default()
         }));
     }
-
-    fn codex_retry_later(&mut self) {
-        let Some(c) = self.codex.as_mut() else {
-            return;
-        };
-        c.delay = match c.retry_at {
-            Some(_) => (c.delay * 2).min(LAST_RETRY),
-            None => FIRST_RETRY,
-        };
-        c.retry_at = Some(Instant::now() + c.delay);
-    }
-
     /// The next due moment: a retry, or the handed task's timeout.
     pub(super) fn codex_timer(&self) -> Option<Instant> {
         let c = self.codex.as_ref()?;
         let now = Instant::now();
-        let retry = c.retry_at.filter(|at| *at > now);
+        let retry = c.retry.due(now);
         let timeout = c
             .task
             .as_ref()
