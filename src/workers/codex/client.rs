@@ -24,13 +24,11 @@ pub const CLIENT_NAME: &str = "baton";
 const MAX_PAGES: usize = 64;
 
 /// A message the app-server sent unasked: a notification, or a request
-/// of its own (`id` set: an approval, say), which this client does not
-/// answer yet.
+/// of its own (an approval, say), which this client does not answer yet.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Notification {
     pub method: String,
     pub params: Value,
-    pub id: Option<Value>,
 }
 
 /// How a turn ended: its status, the last agent message's text (the
@@ -110,7 +108,7 @@ impl<S: ws::Stream> AppServer<S> {
         Ok(app)
     }
 
-    /// What `initialize` answered (the user agent, `CODEX_HOME`).
+    /// What `initialize` answered (`CODEX_HOME`).
     pub fn info(&self) -> &InitializeResult {
         &self.init
     }
@@ -309,13 +307,10 @@ impl<S: ws::Stream> AppServer<S> {
         let deadline = Instant::now() + timeout;
         loop {
             let msg = self.recv(deadline, "notification", timeout)?;
-            match (msg.method, msg.id) {
-                (Some(method), id) => {
-                    let params = msg.params.unwrap_or(Value::Null);
-                    return Ok(Notification { method, params, id });
-                }
-                // An answer nobody waits for (a request given up on).
-                (None, _) => continue,
+            // Else an answer nobody waits for (a request given up on).
+            if let Some(method) = msg.method {
+                let params = msg.params.unwrap_or(Value::Null);
+                return Ok(Notification { method, params });
             }
         }
     }
@@ -341,14 +336,9 @@ impl<S: ws::Stream> AppServer<S> {
         let what = format!("answer to {method}");
         loop {
             let msg = self.recv(deadline, &what, self.timeout)?;
-            if let Some(m) = msg.method {
+            if let Some(method) = msg.method {
                 let params = msg.params.unwrap_or(Value::Null);
-                let id = msg.id;
-                self.pending.push_back(Notification {
-                    method: m,
-                    params,
-                    id,
-                });
+                self.pending.push_back(Notification { method, params });
                 continue;
             }
             if msg.id.as_ref().and_then(Value::as_u64) != Some(id) {

@@ -31,8 +31,6 @@ pub struct RpcError {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeResult {
-    #[serde(default)]
-    pub user_agent: String,
     pub codex_home: Option<PathBuf>,
 }
 
