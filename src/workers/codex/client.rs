@@ -4,9 +4,8 @@
 use super::error::Error;
 use super::proto::{
     Capabilities, ClientInfo, Incoming, InitializeParams, InitializeResult, InputParams,
-    InterruptParams, LoadedList, Outgoing, PageParams, QueueStartParams, Queued, ResumeParams,
-    StartThreadParams, Thread, ThreadParams, Turn, TurnPage, TurnStatus, TurnsParams, WithItem,
-    WithThread, WithTurn,
+    LoadedList, Outgoing, Params, Queued, Thread, Turn, TurnPage, TurnStatus, WithItem, WithThread,
+    WithTurn,
 };
 use crate::workers::ws;
 use serde::Serialize;
@@ -119,8 +118,9 @@ impl<S: ws::Stream> AppServer<S> {
         let mut ids = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            let params = PageParams {
+            let params = Params {
                 cursor: cursor.as_deref(),
+                ..Params::default()
             };
             let page: LoadedList = self.request("thread/loaded/list", params)?;
             ids.extend(page.data);
@@ -134,7 +134,11 @@ impl<S: ws::Stream> AppServer<S> {
 
     /// One thread: its cwd, status and recency (no turns).
     pub fn read_thread(&mut self, id: &str) -> Result<Thread, Error> {
-        let read: WithThread = self.request("thread/read", ThreadParams { thread_id: id })?;
+        let params = Params {
+            thread_id: Some(id),
+            ..Params::default()
+        };
+        let read: WithThread = self.request("thread/read", params)?;
         Ok(read.thread)
     }
 
@@ -159,7 +163,11 @@ impl<S: ws::Stream> AppServer<S> {
 
     /// A new thread in `cwd`, with Codex's defaults otherwise.
     pub fn start_thread(&mut self, cwd: &Path) -> Result<Thread, Error> {
-        let started: WithThread = self.request("thread/start", StartThreadParams { cwd })?;
+        let params = Params {
+            cwd: Some(cwd),
+            ..Params::default()
+        };
+        let started: WithThread = self.request("thread/start", params)?;
         Ok(started.thread)
     }
 
@@ -186,9 +194,10 @@ impl<S: ws::Stream> AppServer<S> {
     /// did not start (`thread/resume`); refused for a thread with no turn
     /// yet.
     pub fn resume_thread(&mut self, id: &str) -> Result<Thread, Error> {
-        let params = ResumeParams {
-            exclude_turns: true,
-            thread_id: id,
+        let params = Params {
+            exclude_turns: Some(true),
+            thread_id: Some(id),
+            ..Params::default()
         };
         let resumed: WithThread = self.request("thread/resume", params)?;
         Ok(resumed.thread)
@@ -196,10 +205,11 @@ impl<S: ws::Stream> AppServer<S> {
 
     /// The last `limit` turns of a thread, newest first, with every item.
     pub fn recent_turns(&mut self, thread_id: &str, limit: u32) -> Result<Vec<Turn>, Error> {
-        let params = TurnsParams {
-            items_view: "full",
-            limit,
-            thread_id,
+        let params = Params {
+            items_view: Some("full"),
+            limit: Some(limit),
+            thread_id: Some(thread_id),
+            ..Params::default()
         };
         let page: TurnPage = self.request("thread/turns/list", params)?;
         Ok(page.data)
@@ -223,9 +233,10 @@ impl<S: ws::Stream> AppServer<S> {
     /// Starts a queued submission now (`thread/queue/start`): the queue
     /// does not move on its own after an interrupted turn.
     pub fn queue_start(&mut self, thread_id: &str, submission: &str) -> Result<(), Error> {
-        let params = QueueStartParams {
-            queued_submission_id: submission,
-            thread_id,
+        let params = Params {
+            queued_submission_id: Some(submission),
+            thread_id: Some(thread_id),
+            ..Params::default()
         };
         let _: Value = self.request("thread/queue/start", params)?;
         Ok(())
@@ -250,7 +261,11 @@ impl<S: ws::Stream> AppServer<S> {
     /// Interrupts the running turn `turn_id` (`turn/interrupt`); its
     /// `turn/completed` says `interrupted`.
     pub fn interrupt(&mut self, thread_id: &str, turn_id: &str) -> Result<(), Error> {
-        let params = InterruptParams { thread_id, turn_id };
+        let params = Params {
+            thread_id: Some(thread_id),
+            turn_id: Some(turn_id),
+            ..Params::default()
+        };
         let _: Value = self.request("turn/interrupt", params)?;
         Ok(())
     }

@@ -211,41 +211,29 @@ pub struct ClientInfo<'a> {
     pub version: &'a str,
 }
 
-/// `thread/loaded/list`'s params: the page after `cursor`.
-#[derive(Debug, Serialize)]
-pub struct PageParams<'a> {
+/// The params of `thread/loaded/list` (the page after `cursor`),
+/// `thread/read`, `thread/start`, `thread/resume`, `thread/turns/list`,
+/// `thread/queue/start` and `turn/interrupt`: each request sets its own
+/// members, and the others are left out.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Params<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<&'a str>,
-}
-
-/// `thread/read`'s params.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ThreadParams<'a> {
-    pub thread_id: &'a str,
-}
-
-/// `thread/start`'s params.
-#[derive(Debug, Serialize)]
-pub struct StartThreadParams<'a> {
-    pub cwd: &'a Path,
-}
-
-/// `thread/resume`'s params.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ResumeParams<'a> {
-    pub exclude_turns: bool,
-    pub thread_id: &'a str,
-}
-
-/// `thread/turns/list`'s params.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnsParams<'a> {
-    pub items_view: &'a str,
-    pub limit: u32,
-    pub thread_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<&'a Path>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exclude_turns: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items_view: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_submission_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<&'a str>,
 }
 
 /// The user's input to a thread: `turn/start`, `thread/queue/add` and
@@ -279,20 +267,4 @@ impl<'a> InputParams<'a> {
             thread_id,
         }
     }
-}
-
-/// `thread/queue/start`'s params.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QueueStartParams<'a> {
-    pub queued_submission_id: &'a str,
-    pub thread_id: &'a str,
-}
-
-/// `turn/interrupt`'s params.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InterruptParams<'a> {
-    pub thread_id: &'a str,
-    pub turn_id: &'a str,
 }
