@@ -164,27 +164,19 @@ impl Foreground {
             let why = format!("no interrupted or rejected task {}", escape(&id));
             return handled(Handling::Invalid, Some(why));
         }
-        let discard = call == Call::InboxDiscard;
-        let (r, status) = if discard {
-            (
-                self.spool().finish(&id, Outcome::Discarded),
-                Handling::Discarded,
-            )
-        } else {
-            (self.spool().requeue(&id), Handling::Requeued)
+        let done = match call {
+            Call::InboxDiscard => self.spool().finish(&id, Outcome::Discarded).map(|()| {
+                self.hub.emit(Body::TaskDiscarded { message_id: &id });
+                self.ended(&id, Outcome::Discarded, None);
+                Handling::Discarded
+            }),
+            _ => self.spool().requeue(&id).map(|()| {
+                self.hub.emit(Body::TaskRequeued { message_id: &id });
+                Handling::Requeued
+            }),
         };
-        match r {
-            Ok(()) => {
-                self.hub.emit(if discard {
-                    Body::TaskDiscarded { message_id: &id }
-                } else {
-                    Body::TaskRequeued { message_id: &id }
-                });
-                if discard {
-                    self.ended(&id, Outcome::Discarded, None);
-                }
-                handled(status, None)
-            }
+        match done {
+            Ok(status) => handled(status, None),
             Err(e) => handled(Handling::Error, Some(e.to_string())),
         }
     }
