@@ -121,7 +121,7 @@ impl Adapter {
         let who = escape(&to.name).into_owned();
         let deadline = Instant::now() + Duration::from_secs(secs);
         // Null unless the task is found to have ended.
-        let r = value(&Waited::new(sent.clone(), None, Report::Tool));
+        let r = value(Waited::new(sent.clone(), None, Report::Tool));
         let end = match self.wait_or_stop(to.clone(), &id, deadline) {
             Some(Ok(end)) => end,
             Some(Err(e)) => {
