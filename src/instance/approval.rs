@@ -66,13 +66,15 @@ pub(super) struct Decider {
     pub(super) pid: Option<u32>,
 }
 
-/// A client's declared kind (`watch`, `view`, `mcp`, ...): 1 to 32 ASCII
-/// letters, digits, `-`, `_`, `.` or spaces.
-fn valid_by(s: &str) -> bool {
+/// Whether `s` is 1 to `max` ASCII letters, digits or characters of
+/// `also`, not only spaces: a client's declared kind (`watch`, `view`,
+/// `mcp`, ...: 1 to 32, `also` `-_. `), a host's request id (1 to 64,
+/// `also` `-_`).
+pub(super) fn plain(s: &str, max: usize, also: &str) -> bool {
     !s.trim().is_empty()
-        && s.len() <= MAX_BY
+        && s.len() <= max
         && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' '))
+            .all(|c| c.is_ascii_alphanumeric() || also.contains(c))
 }
 
 /// The first lines of a body (`event_text::first_lines`), and how many
@@ -366,7 +368,7 @@ impl Foreground {
         let Said::Known(decision) = p.decision else {
             return invalid("decision is not approve or deny");
         };
-        if p.by.as_deref().is_some_and(|b| !valid_by(b)) {
+        if p.by.as_deref().is_some_and(|b| !plain(b, MAX_BY, "-_. ")) {
             return invalid("by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces");
         }
         let by = Decider {
@@ -396,7 +398,8 @@ impl Foreground {
         let Some(Ok(decision)) = r.decision.map(|d| d.parse::<Decision>()) else {
             return;
         };
-        let kind = (r.by.filter(|b| valid_by(b))).unwrap_or_else(|| "approval/request".into());
+        let kind = (r.by.filter(|b| plain(b, MAX_BY, "-_. ")))
+            .unwrap_or_else(|| "approval/request".into());
         let by = Decider { kind, pid };
         let decided = match r.digest {
             Some(digest) => self.decide_approval(&approval_id, &digest, decision, &by),
@@ -436,6 +439,7 @@ mod tests {
 
     #[test]
     fn by_is_a_short_plain_kind() {
+        let valid_by = |s: &str| plain(s, MAX_BY, "-_. ");
         assert!(valid_by("watch"));
         assert!(valid_by("view"));
         assert!(!valid_by(""));
