@@ -71,7 +71,7 @@ impl AppServer<UnixStream> {
     /// the daemon's socket; a symlink is followed) and initializes, each
     /// step bounded by `timeout`.
     pub fn connect(socket: &Path, timeout: Duration) -> Result<Self, Error> {
-        let ws = ws::Client::connect(socket, timeout)?;
+        let ws = ws::Client::connect(socket, &ws::Options::new(timeout))?;
         AppServer::initialize(ws, timeout)
     }
 

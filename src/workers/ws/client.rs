@@ -117,13 +117,8 @@ impl Wait {
 
 impl Client<UnixStream> {
     /// Connects to the WebSocket server on the Unix socket at `path` and
-    /// upgrades, all within `timeout`, with the default `Options`.
-    pub fn connect(path: &Path, timeout: Duration) -> Result<Self, Error> {
-        Client::connect_with(path, &Options::new(timeout))
-    }
-
-    /// `connect` with other `Options`: a request path, a message bound.
-    pub fn connect_with(path: &Path, options: &Options) -> Result<Self, Error> {
+    /// upgrades, all within `options.timeout`.
+    pub fn connect(path: &Path, options: &Options) -> Result<Self, Error> {
         let connect = |source| Error::Connect {
             path: path.to_path_buf(),
             source,

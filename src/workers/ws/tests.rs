@@ -156,7 +156,7 @@ fn loopback_handshake_echo_ping_and_close() {
 
     let mut options = Options::new(WAIT);
     options.request_path = "/codex".into();
-    let mut client = Client::connect_with(&path, &options).unwrap();
+    let mut client = Client::connect(&path, &options).unwrap();
     assert_eq!(
         client.recv_text().unwrap().as_deref(),
         Some("hello from the server")
@@ -198,7 +198,7 @@ fn quiet_server(listener: UnixListener) -> Vec<u8> {
 #[test]
 fn a_read_timeout_on_the_socket_ends_the_wait_and_the_connection_goes_on() {
     let (dir, path, server) = listen("ws-quiet", quiet_server);
-    let mut client = Client::connect(&path, WAIT).unwrap();
+    let mut client = Client::connect(&path, &Options::new(WAIT)).unwrap();
     assert_eq!(client.recv_text().unwrap().as_deref(), Some("hi"));
     let short = Duration::from_millis(200);
     client.set_read_timeout(Some(short));
@@ -222,7 +222,9 @@ fn connecting_where_nothing_listens_names_the_socket() {
     let dir = crate::base::files::scratch("ws-nobody");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("gone.sock");
-    let e = Client::connect(&path, WAIT).err().expect("nothing listens");
+    let e = Client::connect(&path, &Options::new(WAIT))
+        .err()
+        .expect("nothing listens");
     assert!(matches!(e, Error::Connect { .. }), "{e:?}");
     let words = e.to_string();
     assert!(words.contains(&path.display().to_string()), "{words}");
