@@ -162,14 +162,12 @@ struct Adapter {
 pub fn run(opts: McpOptions, config: Config) -> Result<()> {
     let serve = ServeOptions {
         name: opts.name,
-        workspace: None,
         approve: if opts.profile == "sysadmin" {
             Approve::Ask
         } else {
             Approve::Auto
         },
         profile: opts.profile,
-        model: String::new(),
         ttl: config.ttl,
         reply_by_tool: true,
         // The host started us: it and what it starts are the agent.
