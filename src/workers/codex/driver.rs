@@ -79,7 +79,7 @@ pub enum Report {
 }
 
 /// A task under way when the connection failed.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Lost {
     pub message_id: String,
     /// Its input may have reached Codex: it may have run, in part or
@@ -343,8 +343,7 @@ impl Worker {
             Err(e) => {
                 let lost = Lost {
                     message_id,
-                    sent: false,
-                    followers: Vec::new(),
+                    ..Lost::default()
                 };
                 self.fail(&e, Some(lost));
                 return;
@@ -383,15 +382,12 @@ impl Worker {
             }
             Err(e) => {
                 let sent = !matches!(e, Error::Unsent(_));
-                let followers = Vec::new();
-                self.fail(
-                    &e,
-                    Some(Lost {
-                        message_id,
-                        sent,
-                        followers,
-                    }),
-                );
+                let lost = Lost {
+                    message_id,
+                    sent,
+                    ..Lost::default()
+                };
+                self.fail(&e, Some(lost));
             }
         }
     }
@@ -425,16 +421,9 @@ impl Worker {
                 self.report(Report::Back { message_id, why });
             }
             Err(e) => {
-                let mut lost = self.task.take().map(|u| Lost {
-                    message_id: u.message_id,
-                    sent: true,
-                    followers: u.followers,
-                });
-                if let Some(l) = lost.as_mut() {
-                    // It may have joined the turn: as sent as the turn's task.
-                    l.followers.push(message_id);
-                }
-                self.fail(&e, lost);
+                // It may have joined the turn: as sent as the turn's task.
+                u.followers.push(message_id);
+                self.lose(&e);
             }
         }
     }
