@@ -201,6 +201,15 @@ impl Worker {
         let _ = self.reports.send(r);
     }
 
+    /// The turn `turn_id` of `thread_id` runs the task `message_id`.
+    fn started(&self, message_id: String, thread_id: String, turn_id: String) {
+        self.report(Report::Started {
+            message_id,
+            thread_id,
+            turn_id,
+        });
+    }
+
     fn job(&mut self, job: Job) {
         match job {
             Job::Probe => match self.thread() {
@@ -316,12 +325,7 @@ impl Worker {
         }
         if u.turn_id.is_none() {
             u.turn_id = Some(turn.id.clone());
-            let r = Report::Started {
-                message_id: id,
-                thread_id: thread.clone(),
-                turn_id: turn.id.clone(),
-            };
-            self.report(r);
+            self.started(id, thread.clone(), turn.id.clone());
         }
         self.completed(WithTurn {
             thread_id: Some(thread),
@@ -361,11 +365,7 @@ impl Worker {
             (true, Some(turn_id)) => match conn.steer(&thread_id, &turn_id, &message_id, text) {
                 Ok(()) => {
                     under.turn_id = Some(turn_id.clone());
-                    self.report(Report::Started {
-                        message_id: message_id.clone(),
-                        thread_id: thread_id.clone(),
-                        turn_id,
-                    });
+                    self.started(message_id.clone(), thread_id.clone(), turn_id);
                     Ok(())
                 }
                 // The turn ended meanwhile: queued as any task is.
@@ -409,12 +409,8 @@ impl Worker {
         match conn.steer(&u.thread_id, &turn, &message_id, text) {
             Ok(()) => {
                 u.followers.push(message_id.clone());
-                let r = Report::Started {
-                    thread_id: u.thread_id.clone(),
-                    message_id,
-                    turn_id: turn,
-                };
-                self.report(r);
+                let thread_id = u.thread_id.clone();
+                self.started(message_id, thread_id, turn);
             }
             Err(Error::Rpc { message, .. }) => {
                 let why = format!("Codex did not take it into the running turn: {message}");
@@ -498,12 +494,8 @@ impl Worker {
         if ours && u.turn_id.is_none() {
             u.turn_id = Some(turn.clone());
             u.submission = None;
-            let r = Report::Started {
-                message_id: u.message_id.clone(),
-                thread_id: thread,
-                turn_id: turn.clone(),
-            };
-            self.report(r);
+            let id = u.message_id.clone();
+            self.started(id, thread, turn.clone());
             self.send_interrupt();
             return;
         }
