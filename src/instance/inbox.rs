@@ -288,37 +288,31 @@ impl Foreground {
     /// on a sender thread, and `answer` goes to `answer_to` with the
     /// reply's result once it is known (bounded by the I/O timeout).
     fn reply_from(&mut self, id: String, plan: PlannedReply, done: Handled, answer_to: Reply) {
-        match plan {
+        let refused = match plan {
             Ok(Ok(out)) => {
                 let waiter = Waiter::Complete {
                     reply: answer_to,
                     answer: Box::new(done),
                 };
-                self.spawn_send(out, Some(id), Some(waiter));
+                return self.spawn_send(out, Some(id), Some(waiter));
             }
             Ok(Err(refusal)) => {
                 self.hub.emit(Body::RelaySent(Relayed {
                     result: &refusal,
                     reply_of: Some(&id),
                 }));
-                let done = Handled {
-                    reply: Some(refusal),
-                    ..done
-                };
-                let _ = answer_to.send(answer(done));
+                refusal
             }
-            Err(e) => {
-                let refused = SendResult {
-                    message_id: None,
-                    ..SendResult::new(Status::Invalid, "", Some(e.message))
-                };
-                let done = Handled {
-                    reply: Some(refused),
-                    ..done
-                };
-                let _ = answer_to.send(answer(done));
-            }
-        }
+            Err(e) => SendResult {
+                message_id: None,
+                ..SendResult::new(Status::Invalid, "", Some(e.message))
+            },
+        };
+        let done = Handled {
+            reply: Some(refused),
+            ..done
+        };
+        let _ = answer_to.send(answer(done));
     }
 }
 
