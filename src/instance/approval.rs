@@ -241,7 +241,7 @@ impl Foreground {
             message_id,
         });
         if let Some(task) = task {
-            self.ended(message_id, Outcome::Denied, None);
+            self.ended(message_id, Outcome::Denied, None, None);
             self.tell_denied(&task, by);
         }
     }

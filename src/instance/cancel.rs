@@ -112,7 +112,7 @@ impl Foreground {
             Some(id),
             format!("cancelled by {by}: withdrawn from the queue"),
         );
-        self.ended(id, Outcome::Cancelled, None);
+        self.ended(id, Outcome::Cancelled, None, None);
         self.refresh();
         cancelled(id, "queued")
     }

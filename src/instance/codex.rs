@@ -383,14 +383,14 @@ impl Foreground {
             if let Some(p) = self.open.iter().position(|o| &o.task.message_id == f) {
                 self.open.remove(p);
                 match self.spool().set_interrupted(f) {
-                    Ok(()) => self.ended(f, Outcome::Interrupted, None),
+                    Ok(()) => self.ended(f, Outcome::Interrupted, None, None),
                     Err(e) => self.notice(Some(f), e.to_string()),
                 }
             }
         }
         match self.spool().set_interrupted(&id) {
             Ok(()) => {
-                self.ended(&id, Outcome::Interrupted, None);
+                self.ended(&id, Outcome::Interrupted, None, None);
                 self.refresh();
                 format!(
                     "task {id} may have run in part and is set aside as interrupted (baton inbox requeue or discard); "

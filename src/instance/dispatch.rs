@@ -173,7 +173,7 @@ impl Foreground {
                     ttl.as_secs()
                 ),
             });
-            self.ended(&id, Outcome::Expired, None);
+            self.ended(&id, Outcome::Expired, None, None);
         }
     }
 

@@ -99,7 +99,7 @@ impl Foreground {
                         message_id: &message_id,
                         reason: &reason,
                     });
-                    self.ended(&message_id, Outcome::Rejected, None);
+                    self.ended(&message_id, Outcome::Rejected, None, None);
                     rejected.push(RejectedTask { message_id, reason });
                 }
                 Err(e) => break self.claim_failed(&id, &e),
@@ -167,7 +167,7 @@ impl Foreground {
         let done = match call {
             Call::InboxDiscard => self.spool().finish(&id, Outcome::Discarded).map(|()| {
                 self.hub.emit(Body::TaskDiscarded { message_id: &id });
-                self.ended(&id, Outcome::Discarded, None);
+                self.ended(&id, Outcome::Discarded, None, None);
                 Handling::Discarded
             }),
             _ => self.spool().requeue(&id).map(|()| {
@@ -279,7 +279,7 @@ impl Foreground {
         self.open.remove(pos);
         self.codex_cancelled(&id);
         self.hub.emit(Body::turn_finished(&id, outcome));
-        self.ended_turn(&id, outcome, reply.as_ref(), handler.as_ref());
+        self.ended(&id, outcome, reply.as_ref(), handler.as_ref());
         Ok(())
     }
 

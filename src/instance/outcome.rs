@@ -14,12 +14,6 @@ use crate::wire::body::Ended;
 use crate::wire::request::TaskParams;
 
 impl Foreground {
-    /// Records a task's final outcome at this receiver, with its reply
-    /// when it finished with one.
-    pub(super) fn ended(&self, message_id: &str, outcome: Outcome, reply: Option<&ReplyRecord>) {
-        self.ended_turn(message_id, outcome, reply, None);
-    }
-
     /// A reply as a receipt keeps it, sent as `message_id`: at most
     /// `max_message_bytes` of its text, cut on a character boundary.
     pub(super) fn kept(&self, text: &str, message_id: Option<String>) -> ReplyRecord {
@@ -31,8 +25,10 @@ impl Foreground {
         ReplyRecord { message_id, body }
     }
 
-    /// `ended`, with how the turn's handler ended when it failed.
-    pub(super) fn ended_turn(
+    /// Records a task's final outcome at this receiver, with its reply
+    /// when it finished with one, and how the turn's handler ended when it
+    /// failed.
+    pub(super) fn ended(
         &self,
         message_id: &str,
         outcome: Outcome,

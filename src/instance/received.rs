@@ -151,7 +151,7 @@ impl Foreground {
                 escape(of)
             ),
         );
-        self.ended(id, Outcome::Received, None);
+        self.ended(id, Outcome::Received, None, None);
         Handled::new(Handling::Received, Some(id), None)
     }
 }

@@ -83,7 +83,7 @@ impl Foreground {
                     message_id: &message_id,
                     reason: &reason,
                 });
-                self.ended(&message_id, Outcome::Rejected, None);
+                self.ended(&message_id, Outcome::Rejected, None, None);
             }
             Ok(Claim::Empty) => {}
             Err(e) => {
@@ -189,7 +189,7 @@ impl Foreground {
                     ..Finished::new(&id, Outcome::Failed)
                 }));
                 if finished {
-                    self.ended(&id, Outcome::Failed, None);
+                    self.ended(&id, Outcome::Failed, None, None);
                 }
             }
         }
@@ -333,7 +333,7 @@ impl Foreground {
             ..Finished::new(&id, outcome)
         }));
         if finished {
-            self.ended_turn(&id, outcome, record.as_ref(), why.as_ref());
+            self.ended(&id, outcome, record.as_ref(), why.as_ref());
         }
         if let Some(plan) = reply {
             self.send_stdout_reply(id, plan);
