@@ -5,7 +5,7 @@
 
 use super::error::{self, Error};
 use super::frame::{self, Header, Opcode, Side};
-use super::handshake;
+use super::{base64, handshake};
 use crate::sys;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -140,7 +140,8 @@ impl<S: Stream> Client<S> {
     /// key and reads the response head, at most
     /// `handshake::MAX_RESPONSE` bytes within `options.timeout`.
     pub fn handshake(stream: S, options: &Options) -> Result<Self, Error> {
-        let key = handshake::key_from(random()?);
+        // A `Sec-WebSocket-Key`: 16 random bytes, base64 (§4.1, item 7).
+        let key = base64::encode(&random::<16>()?);
         let request = handshake::request(&options.request_path, &key)?;
         let mut client = Client::new(stream, options);
         let wait = Wait::new("handshake", Some(options.timeout));
