@@ -3,9 +3,8 @@
 
 use super::error::Error;
 use super::proto::{
-    Capabilities, ClientInfo, Incoming, InitializeParams, InitializeResult, InputParams,
-    LoadedList, Outgoing, Params, Queued, Thread, Turn, TurnPage, TurnStatus, WithItem, WithThread,
-    WithTurn,
+    Capabilities, ClientInfo, Incoming, InitializeParams, InitializeResult, InputParams, Outgoing,
+    Page, Params, Queued, Thread, Turn, TurnStatus, WithItem, WithThread, WithTurn,
 };
 use crate::workers::ws;
 use serde::Serialize;
@@ -122,7 +121,7 @@ impl<S: ws::Stream> AppServer<S> {
                 cursor: cursor.as_deref(),
                 ..Params::default()
             };
-            let page: LoadedList = self.request("thread/loaded/list", params)?;
+            let page: Page<String> = self.request("thread/loaded/list", params)?;
             ids.extend(page.data);
             cursor = page.next_cursor;
             if cursor.is_none() {
@@ -211,7 +210,7 @@ impl<S: ws::Stream> AppServer<S> {
             thread_id: Some(thread_id),
             ..Params::default()
         };
-        let page: TurnPage = self.request("thread/turns/list", params)?;
+        let page: Page<Turn> = self.request("thread/turns/list", params)?;
         Ok(page.data)
     }
 

@@ -34,12 +34,13 @@ pub struct InitializeResult {
     pub codex_home: Option<PathBuf>,
 }
 
-/// `thread/loaded/list`'s answer: thread ids, a page of them.
+/// A page of an answer: `thread/loaded/list`'s (thread ids), and
+/// `thread/turns/list`'s (turns).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LoadedList {
-    #[serde(default)]
-    pub data: Vec<String>,
+pub struct Page<T> {
+    #[serde(default = "Vec::new")]
+    pub data: Vec<T>,
     pub next_cursor: Option<String>,
 }
 
@@ -166,13 +167,6 @@ pub struct Queued {
 #[derive(Debug, Deserialize)]
 pub struct Submission {
     pub id: String,
-}
-
-/// `thread/turns/list`'s answer, a page of turns.
-#[derive(Debug, Deserialize)]
-pub struct TurnPage {
-    #[serde(default)]
-    pub data: Vec<Turn>,
 }
 
 // What baton sends. Each message is written as the map it replaces was:
