@@ -102,7 +102,13 @@ impl<S: ws::Stream> AppServer<S> {
             },
         };
         app.init = app.request("initialize", params)?;
-        app.notify("initialized", None::<Value>)?;
+        let initialized = Outgoing {
+            id: None,
+            jsonrpc: "2.0",
+            method: "initialized",
+            params: None::<Value>,
+        };
+        app.ws.send_text(&to_text(&initialized))?;
         Ok(app)
     }
 
@@ -367,18 +373,6 @@ impl<S: ws::Stream> AppServer<S> {
             }
             return parse(&what, msg.result.unwrap_or(Value::Null));
         }
-    }
-
-    /// Sends notification `method`.
-    pub fn notify(&mut self, method: &str, params: Option<impl Serialize>) -> Result<(), Error> {
-        let msg = Outgoing {
-            id: None,
-            jsonrpc: "2.0",
-            method,
-            params,
-        };
-        self.ws.send_text(&to_text(&msg))?;
-        Ok(())
     }
 
     /// Closes the WebSocket.
