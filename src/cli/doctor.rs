@@ -144,7 +144,7 @@ fn instance(config: &Config, peer: &Peer) -> Vec<Finding> {
 /// process's tmux server sees it: `TMUX`, `TMUX_TMPDIR`).
 fn pane_check(peer: &Peer, pane: &str) -> Finding {
     let shown = escape(pane);
-    if crate::workers::tmux::find_on_path().is_none() {
+    if health::on_path("tmux").is_none() {
         let detail = format!("{peer} types into pane {shown}, but tmux is not on PATH");
         return Finding::new("tmux", Level::Fail, detail);
     }

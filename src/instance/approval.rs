@@ -13,7 +13,7 @@
 //! again with other text, an `ask-<n>` cannot.
 
 use super::outbound::back_to;
-use super::{Answer, Approve, Foreground, Params, is_local};
+use super::{Answer, Approve, Foreground, Params, answer, is_local};
 use crate::spool::{self, Claim, Task};
 use crate::text::sanitize::escape;
 use crate::wire::Body;
@@ -59,11 +59,6 @@ fn digest_of(shown: &impl serde::Serialize) -> String {
     crate::base::digest::sha256_hex(&serde_json::to_vec(shown).expect("serializes"))
 }
 
-/// An answer as the value the foreground hands its connection.
-pub(super) fn answer(a: impl serde::Serialize) -> Answer {
-    Ok(serde_json::to_value(a).expect("an answer serializes"))
-}
-
 /// Who decided on a task: the kind of client, as it declared it (else the
 /// way it answered), and the connection's peer pid from the kernel.
 pub(super) struct Decider {
@@ -71,13 +66,15 @@ pub(super) struct Decider {
     pub(super) pid: Option<u32>,
 }
 
-/// A client's declared kind (`watch`, `view`, `mcp`, ...): 1 to 32 ASCII
-/// letters, digits, `-`, `_`, `.` or spaces.
-fn valid_by(s: &str) -> bool {
+/// Whether `s` is 1 to `max` ASCII letters, digits or characters of
+/// `also`, not only spaces: a client's declared kind (`watch`, `view`,
+/// `mcp`, ...: 1 to 32, `also` `-_. `), a host's request id (1 to 64,
+/// `also` `-_`).
+pub(super) fn plain(s: &str, max: usize, also: &str) -> bool {
     !s.trim().is_empty()
-        && s.len() <= MAX_BY
+        && s.len() <= max
         && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' '))
+            .all(|c| c.is_ascii_alphanumeric() || also.contains(c))
 }
 
 /// The first lines of a body (`event_text::first_lines`), and how many
@@ -244,7 +241,7 @@ impl Foreground {
             message_id,
         });
         if let Some(task) = task {
-            self.ended(message_id, Outcome::Denied, None);
+            self.ended(message_id, Outcome::Denied, None, None);
             self.tell_denied(&task, by);
         }
     }
@@ -298,53 +295,48 @@ impl Foreground {
             Some((subject, true)) => subject,
         };
         self.requests.retain(|_, a| a != approval_id);
-        let about = match &subject {
+        let (by_kind, by_pid) = (&by.kind, by.pid);
+        let said = Said::spelled(decision.as_str());
+        let approved = decision == Decision::Approve;
+        let (message_id, request_id) = match subject {
             Subject::Task(m) => {
-                self.asked.remove(m);
-                m.clone()
+                self.asked.remove(&m);
+                self.hub.emit(Body::ApprovalResolved {
+                    approval_id,
+                    by: by_kind,
+                    by_pid,
+                    decision: said,
+                    message_id: &m,
+                });
+                if approved {
+                    self.approved.insert(m.clone());
+                } else {
+                    self.deny(&m, by);
+                }
+                (Some(m), None)
             }
             Subject::Tool(at) => {
-                let p = self.permissions.remove(*at);
-                p.params.request_id().unwrap_or_default().to_string()
+                let p = self.permissions.remove(at);
+                let request_id = p.params.request_id().unwrap_or_default().to_string();
+                self.hub.emit(Body::PermissionResolved {
+                    approval_id,
+                    by: by_kind,
+                    by_pid,
+                    decision: said,
+                    request_id: &request_id,
+                });
+                (None, Some(request_id))
             }
         };
-        let (by_kind, by_pid) = (&by.kind, by.pid);
-        let decision_said = Said::spelled(decision.as_str());
-        self.hub.emit(match &subject {
-            Subject::Task(_) => Body::ApprovalResolved {
-                approval_id,
-                by: by_kind,
-                by_pid,
-                decision: decision_said,
-                message_id: &about,
-            },
-            Subject::Tool(_) => Body::PermissionResolved {
-                approval_id,
-                by: by_kind,
-                by_pid,
-                decision: decision_said,
-                request_id: &about,
-            },
-        });
-        let approved = decision == Decision::Approve;
-        if let Subject::Task(m) = &subject {
-            if approved {
-                self.approved.insert(m.clone());
-            } else {
-                self.deny(m, by);
-            }
-        }
-        let status = if approved {
-            Handling::Approved
-        } else {
-            Handling::Denied
+        let status = match approved {
+            true => Handling::Approved,
+            false => Handling::Denied,
         };
-        let tool = matches!(subject, Subject::Tool(_));
         Ok(Decided {
             approval_id: approval_id.to_string(),
-            message_id: (!tool).then(|| about.clone()),
+            message_id,
             reason: None,
-            request_id: tool.then_some(about),
+            request_id,
             status,
         })
     }
@@ -376,7 +368,7 @@ impl Foreground {
         let Said::Known(decision) = p.decision else {
             return invalid("decision is not approve or deny");
         };
-        if p.by.as_deref().is_some_and(|b| !valid_by(b)) {
+        if p.by.as_deref().is_some_and(|b| !plain(b, MAX_BY, "-_. ")) {
             return invalid("by must be 1 to 32 ASCII letters, digits, '-', '_', '.' or spaces");
         }
         let by = Decider {
@@ -406,7 +398,8 @@ impl Foreground {
         let Some(Ok(decision)) = r.decision.map(|d| d.parse::<Decision>()) else {
             return;
         };
-        let kind = (r.by.filter(|b| valid_by(b))).unwrap_or_else(|| "approval/request".into());
+        let kind = (r.by.filter(|b| plain(b, MAX_BY, "-_. ")))
+            .unwrap_or_else(|| "approval/request".into());
         let by = Decider { kind, pid };
         let decided = match r.digest {
             Some(digest) => self.decide_approval(&approval_id, &digest, decision, &by),
@@ -446,6 +439,7 @@ mod tests {
 
     #[test]
     fn by_is_a_short_plain_kind() {
+        let valid_by = |s: &str| plain(s, MAX_BY, "-_. ");
         assert!(valid_by("watch"));
         assert!(valid_by("view"));
         assert!(!valid_by(""));

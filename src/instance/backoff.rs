@@ -21,20 +21,51 @@ const LAST_RETRY: Duration = Duration::from_secs(1);
 /// A shortage that was said and is not over yet.
 pub(super) struct Shortage {
     what: &'static str,
+    retry: Retry,
+}
+
+/// When to try again after failures in a row (an exec agent's, a tmux
+/// pane's, Codex's): `first` after the first, then twice the last delay,
+/// up to `last`.
+pub(super) struct Retry {
+    first: Duration,
+    last: Duration,
     delay: Duration,
-    retry_at: Instant,
+    /// The next try: none before the first failure, nor after a success.
+    pub(super) at: Option<Instant>,
+}
+
+impl Retry {
+    pub(super) fn new(first: Duration, last: Duration) -> Retry {
+        Retry {
+            first,
+            last,
+            delay: first,
+            at: None,
+        }
+    }
+
+    /// One more failure: the next try comes after a longer delay.
+    pub(super) fn later(&mut self) {
+        self.delay = match self.at {
+            Some(_) => (self.delay * 2).min(self.last),
+            None => self.first,
+        };
+        self.at = Some(Instant::now() + self.delay);
+    }
+
+    /// The next try, while it is still to come.
+    pub(super) fn due(&self, now: Instant) -> Option<Instant> {
+        self.at.filter(|at| *at > now)
+    }
 }
 
 impl Foreground {
     /// Notes that `what` ran short (`error` says where); says so only when
     /// it starts, and pushes the next try back.
     pub(super) fn short_of(&mut self, what: &'static str, error: &str) {
-        let now = Instant::now();
         match &mut self.short {
-            Some(s) if s.what == what => {
-                s.delay = (s.delay * 2).min(LAST_RETRY);
-                s.retry_at = now + s.delay;
-            }
+            Some(s) if s.what == what => s.retry.later(),
             _ => {
                 let text = format!(
                     "{what}: {error}; queued tasks stay queued and are handed out once it is back"
@@ -45,11 +76,9 @@ impl Foreground {
                     text: &text,
                     ..Notice::default()
                 }));
-                self.short = Some(Shortage {
-                    what,
-                    delay: FIRST_RETRY,
-                    retry_at: now + FIRST_RETRY,
-                });
+                let mut retry = Retry::new(FIRST_RETRY, LAST_RETRY);
+                retry.later();
+                self.short = Some(Shortage { what, retry });
             }
         }
     }
@@ -66,7 +95,9 @@ impl Foreground {
 
     /// Whether an exec agent waits before it tries to start a task again.
     pub(super) fn backing_off(&self, now: Instant) -> bool {
-        self.short.as_ref().is_some_and(|s| s.retry_at > now)
+        self.short
+            .as_ref()
+            .is_some_and(|s| s.retry.due(now).is_some())
     }
 
     /// When an exec agent tries again, while that is still to come (pull
@@ -75,8 +106,7 @@ impl Foreground {
     /// pause is over.
     pub(super) fn retry_at(&self) -> Option<Instant> {
         self.opts.exec.as_ref()?;
-        let at = self.short.as_ref()?.retry_at;
-        (at > Instant::now()).then_some(at)
+        self.short.as_ref()?.retry.due(Instant::now())
     }
 
     /// A claim of `id` failed and left the task queued: it stays
@@ -105,15 +135,19 @@ impl Foreground {
         self.short_of(what, error);
     }
 
-    /// Puts a claimed task back in its place in the queue; true if it
-    /// went, else said.
-    pub(super) fn unclaim(&self, id: &str) -> bool {
+    /// Puts a claimed task back in its place in the queue, still
+    /// approved; true if it went, else said.
+    pub(super) fn unclaim(&mut self, id: &str) -> bool {
         let text = |e| {
             format!(
                 "cannot put the task back in the queue: {e}; it shows as interrupted at the next start"
             )
         };
         let back = self.spool().unclaim(id);
-        back.map_err(|e| self.notice(Some(id), text(e))).is_ok()
+        let back = back.map_err(|e| self.notice(Some(id), text(e))).is_ok();
+        if back {
+            self.approved.insert(id.to_string());
+        }
+        back
     }
 }

@@ -35,7 +35,7 @@ impl Foreground {
             Whereabouts::Processing => self.stop_turn(&id, &by),
             w => not_pending(&id, &w),
         };
-        Ok(super::answer(handled))
+        super::answer(handled)
     }
 
     /// Holds the agent, a bridge and a verified asker to their own tasks:
@@ -112,12 +112,9 @@ impl Foreground {
             Some(id),
             format!("cancelled by {by}: withdrawn from the queue"),
         );
-        self.ended(id, Outcome::Cancelled, None);
+        self.ended(id, Outcome::Cancelled, None, None);
         self.refresh();
-        Handled {
-            was: Some("queued".into()),
-            ..handled(Handling::Cancelled, id, None)
-        }
+        cancelled(id, "queued")
     }
 
     /// The turn of a processing task: an exec handler's process group is
@@ -131,10 +128,7 @@ impl Foreground {
                 return handled(Handling::Invalid, id, Some(why));
             }
             self.end_running(Outcome::Cancelled, &format!("turn cancelled by {by}"));
-            return Handled {
-                was: Some("running".into()),
-                ..handled(Handling::Cancelled, id, None)
-            };
+            return cancelled(id, "running");
         }
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
             let why = format!(
@@ -143,15 +137,12 @@ impl Foreground {
             );
             return handled(Handling::Invalid, id, Some(why));
         };
-        if let Err(e) = self.finish_turn(pos, Outcome::Cancelled, None) {
+        if let Err(e) = self.finish_turn(pos, Outcome::Cancelled, None, None) {
             return handled(Handling::Error, id, Some(e.to_string()));
         }
         self.notice(Some(id), format!("cancelled by {by}: its open turn ended"));
         self.refresh();
-        Handled {
-            was: Some("open".into()),
-            ..handled(Handling::Cancelled, id, None)
-        }
+        cancelled(id, "open")
     }
 }
 
@@ -173,6 +164,14 @@ fn cancelled_by(caller: &Caller) -> String {
 
 fn handled(status: Handling, id: &str, reason: Option<String>) -> Handled {
     Handled::new(status, Some(id), reason)
+}
+
+/// The answer for the task `id`, cancelled where it `was`.
+fn cancelled(id: &str, was: &str) -> Handled {
+    Handled {
+        was: Some(was.into()),
+        ..handled(Handling::Cancelled, id, None)
+    }
 }
 
 /// The answer for a task that is neither queued nor processing: set
@@ -237,8 +236,5 @@ pub fn cancel_stopped(spool: &Spool, id: &str) -> Handled {
     ended.stored = true;
     hub.emit(Body::TaskEnded(ended));
     hub.flush();
-    Handled {
-        was: Some("queued".into()),
-        ..handled(Handling::Cancelled, id, None)
-    }
+    cancelled(id, "queued")
 }

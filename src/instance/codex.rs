@@ -16,15 +16,16 @@
 //! `notice` with `codex`), shows it in its status, and tries again after
 //! a delay that grows to `LAST_RETRY`.
 
+use super::backoff::Retry;
 use super::{Foreground, ServeOptions};
 use crate::base::error::{Error, Result};
-use crate::spool::{ReplyRecord, Task};
+use crate::spool::Task;
 use crate::text::sanitize::escape;
 use crate::wire::Body;
 use crate::wire::answer::CodexStatus;
 use crate::wire::body::Notice;
 use crate::wire::{CODEX_HOST, ClaimStatus, HandlerExit, Outcome, TaskMode};
-use crate::workers::codex::driver::{self, Driver, Job, Lost, Report};
+use crate::workers::codex::driver::{self, Job, Lost, Report};
 use crate::workers::codex::{TurnEnd, TurnStatus};
 use crate::workers::turn;
 use crossbeam_channel as chan;
@@ -40,7 +41,7 @@ const HOW_TO_REPLY: &str = "your last message in this turn is the reply; baton s
 /// The app-server and what is under way with it.
 pub(super) struct Codex {
     socket: PathBuf,
-    driver: Driver,
+    driver: chan::Sender<Job>,
     /// A probe is with the thread.
     asked: bool,
     /// Whether it answered the last time: `None` before the first probe,
@@ -48,13 +49,13 @@ pub(super) struct Codex {
     up: Option<bool>,
     why_down: Option<String>,
     thread: Option<String>,
-    delay: Duration,
-    retry_at: Option<Instant>,
+    retry: Retry,
     /// The task handed over, while it is open: when its turn runs out,
     /// and whether it is being ended for that.
     task: Option<Handed>,
 }
 
+#[derive(Default)]
 struct Handed {
     message_id: String,
     deadline: Option<Instant>,
@@ -103,8 +104,7 @@ pub(super) fn start(
         up: None,
         why_down: None,
         thread: None,
-        delay: FIRST_RETRY,
-        retry_at: None,
+        retry: Retry::new(FIRST_RETRY, LAST_RETRY),
         task: None,
     };
     Ok((Some(codex), rx))
@@ -126,7 +126,7 @@ impl Foreground {
             h.timed_out |= ran_out;
             let follow = h.started && !h.timed_out;
             if ran_out {
-                c.driver.ask(Job::Interrupt {
+                let _ = c.driver.send(Job::Interrupt {
                     message_id: id.clone(),
                 });
                 let seconds = self.opts.turn_timeout.unwrap_or_default().as_secs_f64();
@@ -144,11 +144,11 @@ impl Foreground {
         let Some(c) = self.codex.as_mut() else {
             return;
         };
-        if c.asked || !idle || c.retry_at.is_some_and(|at| at > now) {
+        if c.asked || !idle || c.retry.due(now).is_some() {
             return;
         }
         if c.up != Some(true) {
-            c.asked = c.driver.ask(Job::Probe);
+            c.asked = c.driver.send(Job::Probe).is_ok();
             return;
         }
         let claimed = self.claim();
@@ -160,17 +160,15 @@ impl Foreground {
                 c.task = Some(Handed {
                     message_id: task.message_id.clone(),
                     deadline,
-                    timed_out: false,
-                    started: false,
-                    followers: Vec::new(),
+                    ..Handed::default()
                 });
-                c.driver.ask(Job::Deliver {
+                let _ = c.driver.send(Job::Deliver {
                     message_id: task.message_id,
                     text: task.envelope,
                     steer,
                 });
             }
-            (Some(ClaimStatus::Error), _) => self.codex_retry_later(),
+            (Some(ClaimStatus::Error), _) => self.codex.as_mut().expect("checked").retry.later(),
             _ => {}
         }
     }
@@ -188,7 +186,7 @@ impl Foreground {
         };
         h.followers.push(task.message_id.clone());
         let c = self.codex.as_ref().expect("checked");
-        c.driver.ask(Job::Deliver {
+        let _ = c.driver.send(Job::Deliver {
             message_id: task.message_id,
             text: task.envelope,
             steer: true,
@@ -205,9 +203,7 @@ impl Foreground {
         }
         if let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) {
             self.open.remove(pos);
-            if self.unclaim(id) {
-                self.approved.insert(id.to_string());
-            }
+            self.unclaim(id);
         }
         self.notice(
             Some(id),
@@ -285,7 +281,7 @@ impl Foreground {
         let Some(pos) = self.open.iter().position(|o| o.task.message_id == id) else {
             return;
         };
-        if let Err(e) = self.finish_handed(pos, outcome, None, None) {
+        if let Err(e) = self.finish_turn(pos, outcome, None, None) {
             self.notice(Some(id), e.to_string());
         }
     }
@@ -346,10 +342,7 @@ impl Foreground {
             self.complete(&params, tx);
             return;
         }
-        let record = reply.map(|body| ReplyRecord {
-            message_id: None,
-            body: super::outcome::bounded(&body, self.shared.config.max_message_bytes),
-        });
+        let record = reply.map(|body| self.kept(&body, None));
         let handler = error.map(|e| HandlerExit {
             stderr_tail: Some(crate::text::sanitize::escape_tail(
                 &e,
@@ -361,28 +354,10 @@ impl Foreground {
         if let Some(e) = &handler.as_ref().and_then(|h| h.stderr_tail.clone()) {
             self.notice(Some(id), format!("Codex: {e}"));
         }
-        if let Err(e) = self.finish_handed(pos, outcome, record, handler) {
+        if let Err(e) = self.finish_turn(pos, outcome, record, handler) {
             self.notice(Some(id), e.to_string());
         }
         self.refresh();
-    }
-
-    /// Finishes the handed task at `pos` as `outcome`, with its reply
-    /// and, for a failed turn, Codex's error.
-    fn finish_handed(
-        &mut self,
-        pos: usize,
-        outcome: Outcome,
-        reply: Option<ReplyRecord>,
-        handler: Option<HandlerExit>,
-    ) -> Result<()> {
-        let id = self.open[pos].task.message_id.clone();
-        self.spool()
-            .finish_turn(&id, outcome, reply.clone(), handler.clone())?;
-        self.open.remove(pos);
-        self.hub.emit(Body::turn_finished(&id, outcome));
-        self.ended_turn(&id, outcome, reply.as_ref(), handler.as_ref());
-        Ok(())
     }
 
     /// The task that was under way when the connection broke: back in the
@@ -399,10 +374,7 @@ impl Foreground {
         let id = l.message_id.clone();
         if !l.sent {
             self.open.remove(pos);
-            let back = self.unclaim(&id);
-            if back {
-                self.approved.insert(id.clone());
-            }
+            self.unclaim(&id);
             self.refresh();
             return format!("task {id} went back to its place in the queue; ");
         }
@@ -411,14 +383,14 @@ impl Foreground {
             if let Some(p) = self.open.iter().position(|o| &o.task.message_id == f) {
                 self.open.remove(p);
                 match self.spool().set_interrupted(f) {
-                    Ok(()) => self.ended(f, Outcome::Interrupted, None),
+                    Ok(()) => self.ended(f, Outcome::Interrupted, None, None),
                     Err(e) => self.notice(Some(f), e.to_string()),
                 }
             }
         }
         match self.spool().set_interrupted(&id) {
             Ok(()) => {
-                self.ended(&id, Outcome::Interrupted, None);
+                self.ended(&id, Outcome::Interrupted, None, None);
                 self.refresh();
                 format!(
                     "task {id} may have run in part and is set aside as interrupted (baton inbox requeue or discard); "
@@ -440,8 +412,7 @@ impl Foreground {
         c.up = Some(true);
         c.why_down = None;
         c.thread = Some(thread.clone());
-        c.retry_at = None;
-        c.delay = FIRST_RETRY;
+        c.retry.at = None;
         if was_down {
             let text = format!(
                 "Codex's app-server at {} answers again (thread {thread}): queued tasks are handed to it",
@@ -465,11 +436,10 @@ impl Foreground {
         let say = c.up != Some(false) || lost.is_some_and(|l| !l.is_empty());
         c.up = Some(false);
         c.why_down = Some(why.to_string());
-        self.codex_retry_later();
+        c.retry.later();
         if !say {
             return;
         }
-        let c = self.codex.as_ref().expect("checked");
         let text = format!(
             "Codex's app-server at {} cannot be reached ({why}): {}queued tasks stay queued and are handed over once it answers",
             c.socket.display(),
@@ -483,23 +453,11 @@ impl Foreground {
             ..Notice::default()
         }));
     }
-
-    fn codex_retry_later(&mut self) {
-        let Some(c) = self.codex.as_mut() else {
-            return;
-        };
-        c.delay = match c.retry_at {
-            Some(_) => (c.delay * 2).min(LAST_RETRY),
-            None => FIRST_RETRY,
-        };
-        c.retry_at = Some(Instant::now() + c.delay);
-    }
-
     /// The next due moment: a retry, or the handed task's timeout.
     pub(super) fn codex_timer(&self) -> Option<Instant> {
         let c = self.codex.as_ref()?;
         let now = Instant::now();
-        let retry = c.retry_at.filter(|at| *at > now);
+        let retry = c.retry.due(now);
         let timeout = c
             .task
             .as_ref()
@@ -514,7 +472,7 @@ impl Foreground {
     pub(super) fn codex_cancelled(&mut self, id: &str) {
         if let Some(c) = self.codex.as_ref() {
             if c.task.as_ref().is_some_and(|h| h.message_id == id) {
-                c.driver.ask(Job::Interrupt {
+                let _ = c.driver.send(Job::Interrupt {
                     message_id: id.to_string(),
                 });
             }

@@ -17,7 +17,6 @@ use crate::wire::access::Caller;
 use crate::wire::answer::{ControlStatus, Handled, Paused, Queue, RunningTurn};
 use crate::wire::body::Notice;
 use crate::wire::request::{ListParams, Page};
-use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -174,7 +173,7 @@ impl Foreground {
                     ttl.as_secs()
                 ),
             });
-            self.ended(&id, Outcome::Expired, None);
+            self.ended(&id, Outcome::Expired, None, None);
         }
     }
 
@@ -236,7 +235,7 @@ impl Foreground {
                 let changed = self.shared.paused.swap(false, Ordering::SeqCst);
                 return self.answer_pause(Settled { reply, changed });
             }
-            Call::ControlStatus => Ok(self.status()),
+            Call::ControlStatus => self.status(),
             Call::InboxList => self.inbox_list(params),
             Call::InboxClaim => return self.answer_claim(reply),
             Call::InboxComplete => return self.complete(params, reply),
@@ -261,9 +260,9 @@ impl Foreground {
     fn answer_claim(&mut self, reply: Reply) {
         let claimed = self.claim();
         let handed = (claimed.task.as_ref()).map(|t| (t.message_id.clone(), t.turn.clone()));
-        let answer = serde_json::to_value(claimed).expect("an answer serializes");
+        let answer = super::answer(claimed);
         let _ = crate::base::failpoint::hit("claim-answer");
-        if reply.send(Ok(answer)).is_err() {
+        if reply.send(answer).is_err() {
             if let Some((id, turn)) = handed {
                 self.claim_undelivered(&id, &turn);
             }
@@ -314,7 +313,7 @@ impl Foreground {
             changed: settled.changed,
             state: self.shared.state(),
         };
-        let _ = settled.reply.send(super::approval::answer(answer));
+        let _ = settled.reply.send(super::answer(answer));
     }
 
     /// `inbox/list`: one page of the tasks after `after`, at most `limit`
@@ -334,7 +333,7 @@ impl Foreground {
                     "task {id} is not listed (it left the inbox): list again from the start"
                 );
                 let refused = Handled::new(Handling::Invalid, Some(id), Some(why));
-                return Ok(super::answer(refused));
+                return super::answer(refused);
             }
         }
         let mut page = Page::default();
@@ -357,10 +356,10 @@ impl Foreground {
             page.place_mut(place).push(t);
             (bytes, taken, last) = (bytes + size, taken + 1, Some(id));
         }
-        Ok(super::answer(page))
+        super::answer(page)
     }
 
-    fn status(&self) -> Value {
+    fn status(&self) -> Answer {
         let m = self.shared.lock_manifest().clone();
         let c = self.spool().counts();
         let turn = self.running.as_ref().map(|r| RunningTurn {
@@ -397,6 +396,6 @@ impl Foreground {
             workspace: m.workspace,
             operators: m.operators,
         };
-        serde_json::to_value(status).expect("an answer serializes")
+        super::answer(status)
     }
 }

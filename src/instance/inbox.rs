@@ -10,6 +10,7 @@ use crate::server::{self, RpcError};
 use crate::spool::{Claim, ReplyRecord, Task, Whereabouts};
 use crate::text::sanitize::escape;
 use crate::wire::ClaimStatus;
+use crate::wire::HandlerExit;
 use crate::wire::Outcome;
 use crate::wire::answer::{
     Claimed, ClaimedTask, CompleteParams, Handled, RejectedTask, SendResult,
@@ -98,7 +99,7 @@ impl Foreground {
                         message_id: &message_id,
                         reason: &reason,
                     });
-                    self.ended(&message_id, Outcome::Rejected, None);
+                    self.ended(&message_id, Outcome::Rejected, None, None);
                     rejected.push(RejectedTask { message_id, reason });
                 }
                 Err(e) => break self.claim_failed(&id, &e),
@@ -121,7 +122,6 @@ impl Foreground {
         };
         self.open.remove(pos);
         if self.unclaim(id) {
-            self.approved.insert(id.to_string());
             self.notice(Some(id), UNDELIVERED);
         }
         self.refresh();
@@ -159,32 +159,24 @@ impl Foreground {
     /// (`inbox/discard`).
     pub(super) fn interrupted(&mut self, call: Call, params: &Params) -> Answer {
         let id = TaskParams::read(params)?.message_id;
-        let handled = |status, reason| Ok(answer(Handled::new(status, Some(&id), reason)));
+        let handled = |status, reason| answer(Handled::new(status, Some(&id), reason));
         if !self.spool().is_set_aside(&id) {
             let why = format!("no interrupted or rejected task {}", escape(&id));
             return handled(Handling::Invalid, Some(why));
         }
-        let discard = call == Call::InboxDiscard;
-        let (r, status) = if discard {
-            (
-                self.spool().finish(&id, Outcome::Discarded),
-                Handling::Discarded,
-            )
-        } else {
-            (self.spool().requeue(&id), Handling::Requeued)
+        let done = match call {
+            Call::InboxDiscard => self.spool().finish(&id, Outcome::Discarded).map(|()| {
+                self.hub.emit(Body::TaskDiscarded { message_id: &id });
+                self.ended(&id, Outcome::Discarded, None, None);
+                Handling::Discarded
+            }),
+            _ => self.spool().requeue(&id).map(|()| {
+                self.hub.emit(Body::TaskRequeued { message_id: &id });
+                Handling::Requeued
+            }),
         };
-        match r {
-            Ok(()) => {
-                self.hub.emit(if discard {
-                    Body::TaskDiscarded { message_id: &id }
-                } else {
-                    Body::TaskRequeued { message_id: &id }
-                });
-                if discard {
-                    self.ended(&id, Outcome::Discarded, None);
-                }
-                handled(status, None)
-            }
+        match done {
+            Ok(status) => handled(status, None),
             Err(e) => handled(Handling::Error, Some(e.to_string())),
         }
     }
@@ -200,7 +192,7 @@ impl Foreground {
         match finished {
             Ok((answer, Some((id, plan)))) => self.reply_from(id, plan, answer, answer_to),
             done => {
-                let _ = answer_to.send(done.map(|(handled, _)| answer(handled)));
+                let _ = answer_to.send(done.and_then(|(handled, _)| answer(handled)));
             }
         }
     }
@@ -239,11 +231,8 @@ impl Foreground {
         // receipt, where its waiting sender reads it, and that is said.
         let plain = self.open[pos].task.sender.instance_id.is_none();
         if let (true, Some(body)) = (plain, &reply) {
-            let record = ReplyRecord {
-                message_id: None,
-                body: super::outcome::bounded(body, self.shared.config.max_message_bytes),
-            };
-            if let Err(e) = self.finish_turn(pos, outcome, Some(record)) {
+            let record = self.kept(body, None);
+            if let Err(e) = self.finish_turn(pos, outcome, Some(record), None) {
                 return Ok((handled(Handling::Error, Some(e.to_string())), None));
             }
             let why = super::outbound::PLAIN_SENDER.to_string();
@@ -263,14 +252,11 @@ impl Foreground {
             };
             let plan = self.plan_send(p, None);
             let sent = plan.as_ref().ok().and_then(|p| p.as_ref().ok());
-            let record = ReplyRecord {
-                message_id: sent.map(|out| out.message_id.clone()),
-                body: super::outcome::bounded(&body, self.shared.config.max_message_bytes),
-            };
+            let record = self.kept(&body, sent.map(|out| out.message_id.clone()));
             (plan, record)
         });
         let record = planned.as_ref().map(|(_, r)| r.clone());
-        if let Err(e) = self.finish_turn(pos, outcome, record) {
+        if let Err(e) = self.finish_turn(pos, outcome, record, None) {
             return Ok((handled(Handling::Error, Some(e.to_string())), None));
         }
         let result = completed(&id, outcome);
@@ -278,19 +264,22 @@ impl Foreground {
     }
 
     /// Finishes the task of the open turn at `pos` as `outcome`, with the
-    /// reply it finished with: the turn is over, unless the spool fails.
+    /// reply it finished with and, for a failed Codex turn, Codex's error:
+    /// the turn is over, unless the spool fails.
     pub(super) fn finish_turn(
         &mut self,
         pos: usize,
         outcome: Outcome,
         reply: Option<ReplyRecord>,
+        handler: Option<HandlerExit>,
     ) -> crate::base::error::Result<()> {
         let id = self.open[pos].task.message_id.clone();
-        self.spool().finish_with(&id, outcome, reply.clone())?;
+        self.spool()
+            .finish_turn(&id, outcome, reply.clone(), handler.clone())?;
         self.open.remove(pos);
         self.codex_cancelled(&id);
         self.hub.emit(Body::turn_finished(&id, outcome));
-        self.ended(&id, outcome, reply.as_ref());
+        self.ended(&id, outcome, reply.as_ref(), handler.as_ref());
         Ok(())
     }
 
@@ -299,37 +288,31 @@ impl Foreground {
     /// on a sender thread, and `answer` goes to `answer_to` with the
     /// reply's result once it is known (bounded by the I/O timeout).
     fn reply_from(&mut self, id: String, plan: PlannedReply, done: Handled, answer_to: Reply) {
-        match plan {
+        let refused = match plan {
             Ok(Ok(out)) => {
                 let waiter = Waiter::Complete {
                     reply: answer_to,
                     answer: Box::new(done),
                 };
-                self.spawn_send(out, Some(id), Some(waiter));
+                return self.spawn_send(out, Some(id), Some(waiter));
             }
             Ok(Err(refusal)) => {
                 self.hub.emit(Body::RelaySent(Relayed {
                     result: &refusal,
                     reply_of: Some(&id),
                 }));
-                let done = Handled {
-                    reply: Some(refusal),
-                    ..done
-                };
-                let _ = answer_to.send(Ok(answer(done)));
+                refusal
             }
-            Err(e) => {
-                let refused = SendResult {
-                    message_id: None,
-                    ..SendResult::new(Status::Invalid, "", Some(e.message))
-                };
-                let done = Handled {
-                    reply: Some(refused),
-                    ..done
-                };
-                let _ = answer_to.send(Ok(answer(done)));
-            }
-        }
+            Err(e) => SendResult {
+                message_id: None,
+                ..SendResult::new(Status::Invalid, "", Some(e.message))
+            },
+        };
+        let done = Handled {
+            reply: Some(refused),
+            ..done
+        };
+        let _ = answer_to.send(answer(done));
     }
 }
 

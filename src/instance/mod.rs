@@ -128,8 +128,8 @@ type Answer = std::result::Result<Value, RpcError>;
 type Reply = chan::Sender<Answer>;
 
 /// A typed answer as the reply channel carries it.
-fn answer(a: impl serde::Serialize) -> Value {
-    serde_json::to_value(a).expect("an answer serializes")
+fn answer(a: impl serde::Serialize) -> Answer {
+    Ok(serde_json::to_value(a).expect("an answer serializes"))
 }
 
 /// A task an agent claimed (pull mode) and has not completed.

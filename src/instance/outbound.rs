@@ -41,10 +41,7 @@ impl Foreground {
     pub(super) fn plan_stdout_reply(&mut self, task: &Task, stdout: Vec<u8>) -> StdoutReply {
         let limit = self.shared.config.max_message_bytes;
         let text = String::from_utf8_lossy(&stdout).into_owned();
-        let mut record = (!text.is_empty()).then(|| ReplyRecord {
-            message_id: None,
-            body: super::outcome::bounded(&text, limit),
-        });
+        let mut record = (!text.is_empty()).then(|| self.kept(&text, None));
         let send = match (&task.sender.instance_id, &task.in_reply_to) {
             // An answer to an answer would bounce between two `--reply`
             // handlers until the hop limit: a reply is answered only when
@@ -167,7 +164,7 @@ impl Foreground {
                     result: &refusal,
                     reply_of: None,
                 }));
-                let _ = reply.send(Ok(super::answer(refusal)));
+                let _ = reply.send(super::answer(refusal));
             }
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -333,14 +330,14 @@ impl Waiter {
     fn answer(self, result: SendResult) {
         match self {
             Waiter::Relay(reply) => {
-                let _ = reply.send(Ok(super::answer(result)));
+                let _ = reply.send(super::answer(result));
             }
             Waiter::Complete { reply, answer } => {
                 let answer = Handled {
                     reply: Some(result),
                     ..*answer
                 };
-                let _ = reply.send(Ok(super::answer(answer)));
+                let _ = reply.send(super::answer(answer));
             }
         }
     }

@@ -14,14 +14,21 @@ use crate::wire::body::Ended;
 use crate::wire::request::TaskParams;
 
 impl Foreground {
-    /// Records a task's final outcome at this receiver, with its reply
-    /// when it finished with one.
-    pub(super) fn ended(&self, message_id: &str, outcome: Outcome, reply: Option<&ReplyRecord>) {
-        self.ended_turn(message_id, outcome, reply, None);
+    /// A reply as a receipt keeps it, sent as `message_id`: at most
+    /// `max_message_bytes` of its text, cut on a character boundary.
+    pub(super) fn kept(&self, text: &str, message_id: Option<String>) -> ReplyRecord {
+        let mut end = text.len().min(self.shared.config.max_message_bytes);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let body = text[..end].to_string();
+        ReplyRecord { message_id, body }
     }
 
-    /// `ended`, with how the turn's handler ended when it failed.
-    pub(super) fn ended_turn(
+    /// Records a task's final outcome at this receiver, with its reply
+    /// when it finished with one, and how the turn's handler ended when it
+    /// failed.
+    pub(super) fn ended(
         &self,
         message_id: &str,
         outcome: Outcome,
@@ -61,7 +68,7 @@ impl Foreground {
             reply: None,
             status: TaskState::Pending(Pending::Unknown),
         };
-        let answer = |v: TaskStatus| Ok(super::answer(v));
+        let answer = |v: TaskStatus| super::answer(v);
         let whereabouts = self.spool().whereabouts(&id);
         // A remote key hears about what came through a bridge of its own
         // label, nothing else (docs/security.md).
@@ -134,14 +141,4 @@ pub(super) fn with_label(label: Option<&str>) -> String {
         Some(l) => format!("with --key {l}"),
         None => "without --key".into(),
     }
-}
-
-/// A reply's text as a receipt keeps it: at most `limit` bytes, cut on a
-/// character boundary.
-pub(super) fn bounded(text: &str, limit: usize) -> String {
-    let mut end = text.len().min(limit);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
 }

@@ -16,6 +16,7 @@
 //! is a shell is waited for the same way (`Trouble::Shell`): nothing is
 //! typed into it until an agent runs there.
 
+use super::backoff::Retry;
 use super::{Foreground, ServeOptions};
 use crate::base::error::{Error, Result};
 use crate::spool::Task;
@@ -24,7 +25,7 @@ use crate::wire::Body;
 use crate::wire::ClaimStatus;
 use crate::wire::Outcome;
 use crate::wire::body::Notice;
-use crate::workers::tmux::{self, Job, Report, Trouble, Typist};
+use crate::workers::tmux::{self, Job, Report, Trouble};
 use crate::workers::turn;
 use crossbeam_channel as chan;
 use std::sync::atomic::Ordering;
@@ -40,7 +41,7 @@ const CLOSE: &str = "</agent_relay>\n";
 /// The pane and what is under way with it.
 pub(super) struct Pane {
     target: String,
-    typist: Typist,
+    typist: chan::Sender<Job>,
     /// A job is with the helper thread.
     asked: bool,
     /// Whether the pane answered the last time: `None` before the first
@@ -48,8 +49,7 @@ pub(super) struct Pane {
     up: Option<bool>,
     /// Why nothing is typed now, while `up` is `Some(false)`.
     waiting: Option<Trouble>,
-    delay: Duration,
-    retry_at: Option<Instant>,
+    retry: Retry,
     /// The task typed last, while it is open, and when its turn runs out.
     typed: Option<(String, Option<Instant>)>,
 }
@@ -76,8 +76,7 @@ pub(super) fn start(
         asked: false,
         up: None,
         waiting: None,
-        delay: FIRST_RETRY,
-        retry_at: None,
+        retry: Retry::new(FIRST_RETRY, LAST_RETRY),
         typed: None,
     };
     Ok((Some(pane), rx))
@@ -108,11 +107,11 @@ impl Foreground {
         let Some(p) = self.pane.as_mut() else {
             return;
         };
-        if !idle || p.retry_at.is_some_and(|at| at > now) {
+        if !idle || p.retry.due(now).is_some() {
             return;
         }
         if p.up != Some(true) {
-            p.asked = p.typist.ask(Job::Probe);
+            p.asked = p.typist.send(Job::Probe).is_ok();
             return;
         }
         let claimed = self.claim();
@@ -125,10 +124,10 @@ impl Foreground {
                     text: task.envelope,
                 };
                 let p = self.pane.as_mut().expect("checked");
-                p.asked = p.typist.ask(job);
+                p.asked = p.typist.send(job).is_ok();
             }
             // A resource ran short (said by the claim): tried again later.
-            (Some(ClaimStatus::Error), _) => self.pane_retry_later(),
+            (Some(ClaimStatus::Error), _) => self.pane.as_mut().expect("checked").retry.later(),
             _ => {}
         }
     }
@@ -170,7 +169,7 @@ impl Foreground {
     pub(super) fn pane_timer(&self) -> Option<Instant> {
         let p = self.pane.as_ref()?;
         let now = Instant::now();
-        let retry = p.retry_at.filter(|at| *at > now);
+        let retry = p.retry.due(now);
         let timeout = p.typed.as_ref().and_then(|(_, d)| *d);
         retry.into_iter().chain(timeout).min()
     }
@@ -206,8 +205,7 @@ impl Foreground {
         let was_down = p.up == Some(false);
         let was_shell = matches!(p.waiting.take(), Some(Trouble::Shell(_)));
         p.up = Some(true);
-        p.retry_at = None;
-        p.delay = FIRST_RETRY;
+        p.retry.at = None;
         if was_down {
             let again = if was_shell {
                 "no longer runs a shell"
@@ -246,11 +244,10 @@ impl Foreground {
         let say = p.up != Some(false) || !known;
         p.up = Some(false);
         p.waiting = Some(trouble.clone());
-        self.pane_retry_later();
+        p.retry.later();
         if !say {
             return;
         }
-        let p = self.pane.as_ref().expect("checked");
         let back = put_back.map_or_else(String::new, |id| {
             format!("task {id} went back to its place in the queue; ")
         });
@@ -278,19 +275,6 @@ impl Foreground {
             ..Notice::default()
         }));
     }
-
-    /// The next try after a growing delay.
-    fn pane_retry_later(&mut self) {
-        let Some(p) = self.pane.as_mut() else {
-            return;
-        };
-        p.delay = match p.retry_at {
-            Some(_) => (p.delay * 2).min(LAST_RETRY),
-            None => FIRST_RETRY,
-        };
-        p.retry_at = Some(Instant::now() + p.delay);
-    }
-
     /// A claimed task that could not be typed goes back to its place in
     /// the queue, still approved, as a task whose handler could not be
     /// started for want of a resource does; true if it did.
@@ -300,9 +284,6 @@ impl Foreground {
         };
         self.open.remove(pos);
         let back = self.unclaim(id);
-        if back {
-            self.approved.insert(id.to_string());
-        }
         self.refresh();
         back
     }
@@ -320,7 +301,7 @@ impl Foreground {
                 "turn timed out: not completed within --turn-timeout {seconds} s of being typed"
             ),
         );
-        if let Err(e) = self.finish_turn(pos, Outcome::Timeout, None) {
+        if let Err(e) = self.finish_turn(pos, Outcome::Timeout, None, None) {
             self.notice(Some(id), e.to_string());
             return;
         }

@@ -12,8 +12,8 @@
 //! gets back and matches the decision by, so a host's id asked again, by
 //! anyone, never inherits a decision on other text.
 
-use super::approval::answer;
-use super::{Answer, Foreground, Params};
+use super::approval::plain;
+use super::{Answer, Foreground, Params, answer};
 use crate::wire::Body;
 use crate::wire::Handling;
 use crate::wire::event_text;
@@ -26,14 +26,6 @@ const FIELD_CHARS: usize = 2000;
 /// Characters kept of the host's name.
 const HOST_CHARS: usize = 64;
 
-/// A host's request id: 1 to 64 ASCII letters, digits, `-` or `_`
-/// (Claude Code's are five lowercase letters).
-fn valid_request_id(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
-}
-
 /// `s` cut after `FIELD_CHARS` characters (then `…`).
 fn cut(s: &str) -> String {
     event_text::cut(s, FIELD_CHARS)
@@ -45,7 +37,8 @@ impl Foreground {
         let ask = AskParams::read(params)?;
         let request_id = ask.request_id;
         let invalid = |reason: String| answer(Asking::invalid(&request_id, reason));
-        if !valid_request_id(&request_id) {
+        // Claude Code's are five lowercase letters.
+        if !plain(&request_id, 64, "-_") {
             return invalid("request_id must be 1 to 64 ASCII letters, digits, '-' or '_'".into());
         }
         if (self.permissions.iter()).any(|p| p.params.request_id() == Some(request_id.as_str())) {
@@ -98,6 +91,7 @@ mod tests {
 
     #[test]
     fn request_ids_are_short_and_plain() {
+        let valid_request_id = |s: &str| plain(s, 64, "-_");
         assert!(valid_request_id("tbxkq"));
         assert!(valid_request_id("req-1_A"));
         assert!(!valid_request_id(""));

@@ -67,7 +67,7 @@ impl Foreground {
         };
         if !registry::valid_id(&id) || !registry::valid_id(&of) {
             let why = crate::server::reason::BAD_MESSAGE_ID.to_string();
-            return Ok(answer(handled(Handling::Invalid, Some(why))));
+            return answer(handled(Handling::Invalid, Some(why)));
         }
         let h = match self.spool().whereabouts(&id) {
             Whereabouts::Queued(_) => match self.answers(&id) {
@@ -88,7 +88,7 @@ impl Foreground {
             Whereabouts::Expired => ended(Some(Outcome::Expired)),
             Whereabouts::Rejected(_) => ended(Some(Outcome::Rejected)),
         };
-        Ok(answer(h))
+        answer(h)
     }
 
     /// The task a queued task answers (`in_reply_to`), read back.
@@ -151,7 +151,7 @@ impl Foreground {
                 escape(of)
             ),
         );
-        self.ended(id, Outcome::Received, None);
+        self.ended(id, Outcome::Received, None, None);
         Handled::new(Handling::Received, Some(id), None)
     }
 }

@@ -77,7 +77,12 @@ pub(super) fn start(opts: ServeOptions, config: Config) -> Result<(Foreground, I
         events_tx.clone(),
         opts.agent,
     ));
-    let reaper = become_reaper()?;
+    // The subreaper of the handlers' orphans, so that a turn's process
+    // stays the turn's whatever its parent does (docs/security.md); the
+    // signal thread reaps them at each SIGCHLD. False where the system
+    // has no subreaper.
+    let reaper = sys::become_subreaper()
+        .map_err(|e| Error::Env(format!("cannot become the reaper of a turn's orphans: {e}")))?;
     shared.reaper.store(reaper, Ordering::SeqCst);
     let listeners = accept(sockets, &shared)?;
     operators_socket(&shared, &place.id)?;
@@ -177,13 +182,15 @@ fn place(opts: &ServeOptions, config: &Config) -> Result<Place> {
             "BATON_RELAY=off: the relay is disabled, so serve does not start".into(),
         ));
     }
-    if opts.tmux_pane.is_some() && crate::workers::tmux::find_on_path().is_none() {
+    // Checked at start, so that a missing tmux is a clear error and not a
+    // pane that never answers.
+    if opts.tmux_pane.is_some() && registry::health::on_path("tmux").is_none() {
         return Err(Error::Env(
             "--tmux-pane: tmux is not on PATH, so no task can be typed into a pane".into(),
         ));
     }
     let dir = registry::ensure_dir(config)?;
-    let workspace = workspace(opts)?;
+    let workspace = resolve_workspace(opts.workspace.as_deref())?;
     let name = match &opts.name {
         Some(n) if registry::valid_new_name(n) => n.clone(),
         Some(n) => {
@@ -258,11 +265,6 @@ fn name_is_free(dir: &Path, name: &str, workspace: &Path, config: &Config) -> Re
         m.pid,
         escape(&m.workspace)
     )))
-}
-
-/// The workspace, resolved: `--workspace` or the current directory.
-fn workspace(opts: &ServeOptions) -> Result<PathBuf> {
-    resolve_workspace(opts.workspace.as_deref())
 }
 
 /// `--workspace`'s value (`given`) or the current directory, made
@@ -568,15 +570,6 @@ fn operators_socket(shared: &Arc<Shared>, id: &str) -> Result<()> {
         .spawn(move || server::accept_loop(listener, shared))
         .map_err(|e| Error::Env(format!("cannot start the listener thread: {e}")))?;
     Ok(())
-}
-
-/// Makes the instance the subreaper of its handlers' orphans, so that a
-/// turn's process stays the turn's whatever its parent does
-/// (docs/security.md); the signal thread reaps them at each SIGCHLD
-/// (`signal_channel`). False where the system has no subreaper.
-fn become_reaper() -> Result<bool> {
-    sys::become_subreaper()
-        .map_err(|e| Error::Env(format!("cannot become the reaper of a turn's orphans: {e}")))
 }
 
 /// `signals` as a channel a loop can select on (the foreground's, the

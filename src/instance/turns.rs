@@ -83,7 +83,7 @@ impl Foreground {
                     message_id: &message_id,
                     reason: &reason,
                 });
-                self.ended(&message_id, Outcome::Rejected, None);
+                self.ended(&message_id, Outcome::Rejected, None, None);
             }
             Ok(Claim::Empty) => {}
             Err(e) => {
@@ -189,7 +189,7 @@ impl Foreground {
                     ..Finished::new(&id, Outcome::Failed)
                 }));
                 if finished {
-                    self.ended(&id, Outcome::Failed, None);
+                    self.ended(&id, Outcome::Failed, None, None);
                 }
             }
         }
@@ -333,7 +333,7 @@ impl Foreground {
             ..Finished::new(&id, outcome)
         }));
         if finished {
-            self.ended_turn(&id, outcome, record.as_ref(), why.as_ref());
+            self.ended(&id, outcome, record.as_ref(), why.as_ref());
         }
         if let Some(plan) = reply {
             self.send_stdout_reply(id, plan);
@@ -348,7 +348,7 @@ impl Foreground {
     pub(super) fn cancel(&mut self, params: &Params) -> Answer {
         let want = TurnCancelParams::read(params)?.message_id;
         let wanted = |id: &str| want.as_ref().is_none_or(|w| w == id);
-        let handled = |status, id: &str, reason| Ok(answer(Handled::new(status, Some(id), reason)));
+        let handled = |status, id: &str, reason| answer(Handled::new(status, Some(id), reason));
         if let Some(r) = self.running.as_mut().filter(|r| wanted(&r.task.message_id)) {
             let id = r.task.message_id.clone();
             if r.ended_by.is_none() {
@@ -358,7 +358,7 @@ impl Foreground {
         }
         if let Some(pos) = self.open.iter().position(|o| wanted(&o.task.message_id)) {
             let id = self.open[pos].task.message_id.clone();
-            if let Err(e) = self.finish_turn(pos, Outcome::Cancelled, None) {
+            if let Err(e) = self.finish_turn(pos, Outcome::Cancelled, None, None) {
                 return handled(Handling::Error, &id, Some(e.to_string()));
             }
             self.refresh();
@@ -375,11 +375,11 @@ impl Foreground {
             }
             _ => "no turn is running".to_string(),
         };
-        Ok(answer(Handled::new(
+        answer(Handled::new(
             Handling::Invalid,
             want.as_deref(),
             Some(reason),
-        )))
+        ))
     }
 
     /// `turn/local`: a line the operator typed. With `--exec` it becomes a
@@ -393,7 +393,7 @@ impl Foreground {
         };
         if text.trim().is_empty() {
             let refused = said(Status::Invalid.as_str(), server::reason::EMPTY_BODY);
-            return Ok(answer(refused));
+            return answer(refused);
         }
         if self.opts.exec.is_none() {
             self.hub.emit(Body::LocalInput(Local::Noted {
@@ -402,7 +402,7 @@ impl Foreground {
                 noted: true,
             }));
             let why = "this instance has no --exec handler: the line is noted in the transcript";
-            return Ok(answer(said(Handling::Noted.as_str(), why)));
+            return answer(said(Handling::Noted.as_str(), why));
         }
         let id = self.new_message_id();
         let sender = spool::Sender {
@@ -429,7 +429,7 @@ impl Foreground {
         // the operator); a spool that fails is an error, not a verdict.
         let verdict = server::admission_verdict(r, server::Receiver::Live { sender_id: "" })
             .map_err(|e| RpcError::new(crate::wire::INTERNAL_ERROR, e.message()))?;
-        Ok(answer(verdict.answer(id, None)))
+        answer(verdict.answer(id, None))
     }
 
     /// At shutdown: the running handler is ended; its task stays in

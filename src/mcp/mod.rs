@@ -162,14 +162,12 @@ struct Adapter {
 pub fn run(opts: McpOptions, config: Config) -> Result<()> {
     let serve = ServeOptions {
         name: opts.name,
-        workspace: None,
         approve: if opts.profile == "sysadmin" {
             Approve::Ask
         } else {
             Approve::Auto
         },
         profile: opts.profile,
-        model: String::new(),
         ttl: config.ttl,
         reply_by_tool: true,
         // The host started us: it and what it starts are the agent.
@@ -675,18 +673,17 @@ impl Adapter {
         let (r, h) = self
             .call::<Handled>(Call::InboxComplete, &params)
             .map_err(tool_error)?;
+        // `invalid` (the outcome is always valid here) means the instance
+        // has no such open task, as when it was completed another way
+        // (`baton inbox complete`): stop sending its turn.
+        if h.status == Handling::Completed || h.status == Handling::Invalid {
+            self.open.retain(|(o, _)| o != id);
+        }
         if h.status != Handling::Completed {
-            // `invalid` (the outcome is always valid here) means the
-            // instance has no such open task, as when it was completed
-            // another way (`baton inbox complete`): stop sending its turn.
-            if h.status == Handling::Invalid {
-                self.open.retain(|(o, _)| o != id);
-            }
             let why = h.reason.as_deref().unwrap_or("");
             let text = format!("not completed: {}: {why}", h.status);
             return Ok(tool_result(text, true, Some(r)));
         }
-        self.open.retain(|(o, _)| o != id);
         let (text, failed) = reply_text(id, h.reply.as_ref());
         Ok(tool_result(text, failed, Some(r)))
     }

@@ -3,7 +3,7 @@
 //! `baton send --wait` does (`follow`): the receiver's `task/status`
 //! and its `task.ended` event.
 
-use super::{Adapter, Tool, invalid_arg, message_id, tool_error, tool_result};
+use super::{Adapter, Tool, invalid_arg, message_id, tool_error, tool_result, value};
 use crate::base::error::{Error, Result};
 use crate::base::status::Status;
 use crate::front::follow::{self, End, Report, Waited, Who};
@@ -99,11 +99,6 @@ fn ended_text(
     text
 }
 
-/// A typed result as a tool result's structured content.
-fn written(v: &impl serde::Serialize) -> Value {
-    serde_json::to_value(v).expect("a result serializes")
-}
-
 impl Adapter {
     /// Remembers a delivered task for `task_status`.
     pub(super) fn remember(&mut self, r: &SendResult, target: &str) {
@@ -121,12 +116,12 @@ impl Adapter {
     /// how far it got. Not reaching the end is no error.
     pub(super) fn follow(&mut self, delivered: String, secs: u64, sent: SendResult) -> Value {
         let Some((id, to)) = self.sent.last().cloned() else {
-            return tool_result(delivered, false, Some(written(&sent)));
+            return tool_result(delivered, false, Some(value(&sent)));
         };
         let who = escape(&to.name).into_owned();
         let deadline = Instant::now() + Duration::from_secs(secs);
         // Null unless the task is found to have ended.
-        let r = written(&Waited::new(sent.clone(), None, Report::Tool));
+        let r = value(Waited::new(sent.clone(), None, Report::Tool));
         let end = match self.wait_or_stop(to.clone(), &id, deadline) {
             Some(Ok(end)) => end,
             Some(Err(e)) => {
@@ -174,7 +169,7 @@ impl Adapter {
             }
         };
         let waited = Waited::new(sent, Some(&end), Report::Tool);
-        tool_result(text, false, Some(written(&waited)))
+        tool_result(text, false, Some(value(&waited)))
     }
 
     /// The reply `reply_id` to the task `id` is returned by this wait:
@@ -231,10 +226,11 @@ impl Adapter {
         };
         let who = escape(&to.name).into_owned();
         match follow::ask_status(&self.config, to, id) {
-            Ok(Some(st)) => {
-                let v = serde_json::to_value(&st).expect("serializes");
-                Ok(tool_result(status_text(id, &who, &st), false, Some(v)))
-            }
+            Ok(Some(st)) => Ok(tool_result(
+                status_text(id, &who, &st),
+                false,
+                Some(value(&st)),
+            )),
             Ok(None) => Err(tool_error(format!(
                 "{who} is not running, so it cannot say; a task stored for it runs when it starts."
             ))),

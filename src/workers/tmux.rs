@@ -38,7 +38,7 @@ use crate::text::sanitize::escape_multiline;
 use crossbeam_channel as chan;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -137,21 +137,10 @@ impl Trouble {
     }
 }
 
-/// The helper thread's end: dropping it ends the thread once its job is
-/// done.
-pub struct Typist {
-    jobs: chan::Sender<Job>,
-}
-
-impl Typist {
-    /// Hands the thread a job; false if it is gone.
-    pub fn ask(&self, job: Job) -> bool {
-        self.jobs.send(job).is_ok()
-    }
-}
-
-/// Starts the helper thread for `pane`; it reports on `reports`.
-pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<Typist> {
+/// Starts the helper thread for `pane`: it takes jobs on the channel
+/// returned, reports on `reports`, and ends once the jobs' sender is
+/// dropped and its job is done.
+pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<chan::Sender<Job>> {
     let (jobs, todo) = chan::unbounded::<Job>();
     let pane = pane.to_string();
     thread::Builder::new()
@@ -171,18 +160,7 @@ pub fn start(pane: &str, reports: chan::Sender<Report>) -> io::Result<Typist> {
             });
             let _ = done.try_for_each(|report| reports.send(report));
         })?;
-    Ok(Typist { jobs })
-}
-
-/// The `tmux` that `PATH` names, if any: checked at start, so that a
-/// missing tmux is a clear error and not a pane that never answers.
-pub fn find_on_path() -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH")?;
-    let executable = |m: std::fs::Metadata| m.is_file() && m.permissions().mode() & 0o111 != 0;
-    std::env::split_paths(&path)
-        .map(|d| d.join("tmux"))
-        .find(|p| std::fs::metadata(p).is_ok_and(executable))
+    Ok(jobs)
 }
 
 /// What `baton doctor` says of `pane`: `Err` when tmux does not know it

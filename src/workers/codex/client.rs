@@ -3,10 +3,8 @@
 
 use super::error::Error;
 use super::proto::{
-    Capabilities, ClientInfo, Incoming, InitializeParams, InitializeResult, InputParams,
-    InterruptParams, LoadedList, Outgoing, PageParams, QueueStartParams, Queued, ResumeParams,
-    StartThreadParams, Thread, ThreadParams, Turn, TurnPage, TurnStatus, TurnsParams, WithItem,
-    WithThread, WithTurn,
+    Capabilities, ClientInfo, Incoming, InitializeParams, InitializeResult, InputParams, Outgoing,
+    Page, Params, Queued, Thread, Turn, TurnStatus, WithItem, WithThread, WithTurn,
 };
 use crate::workers::ws;
 use serde::Serialize;
@@ -24,13 +22,11 @@ pub const CLIENT_NAME: &str = "baton";
 const MAX_PAGES: usize = 64;
 
 /// A message the app-server sent unasked: a notification, or a request
-/// of its own (`id` set: an approval, say), which this client does not
-/// answer yet.
+/// of its own (an approval, say), which this client does not answer yet.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Notification {
     pub method: String,
     pub params: Value,
-    pub id: Option<Value>,
 }
 
 /// How a turn ended: its status, the last agent message's text (the
@@ -42,6 +38,21 @@ pub struct TurnEnd {
     pub status: TurnStatus,
     pub text: Option<String>,
     pub error: Option<String>,
+}
+
+impl TurnEnd {
+    /// How `turn` of `thread_id` ended; its reply is its last agent
+    /// message, else `said`, the last one seen while it ran.
+    pub fn of(thread_id: String, turn: Turn, said: Option<String>) -> TurnEnd {
+        let last = turn.items.iter().rev().find_map(|i| i.agent_text());
+        TurnEnd {
+            text: last.map(str::to_string).or(said),
+            thread_id,
+            turn_id: turn.id,
+            status: turn.status,
+            error: turn.error.map(|e| e.message),
+        }
+    }
 }
 
 pub struct AppServer<S: ws::Stream = UnixStream> {
@@ -59,7 +70,7 @@ impl AppServer<UnixStream> {
     /// the daemon's socket; a symlink is followed) and initializes, each
     /// step bounded by `timeout`.
     pub fn connect(socket: &Path, timeout: Duration) -> Result<Self, Error> {
-        let ws = ws::Client::connect(socket, timeout)?;
+        let ws = ws::Client::connect(socket, &ws::Options::new(timeout))?;
         AppServer::initialize(ws, timeout)
     }
 
@@ -79,10 +90,7 @@ impl<S: ws::Stream> AppServer<S> {
             timeout,
             next_id: 0,
             pending: VecDeque::new(),
-            init: InitializeResult {
-                user_agent: String::new(),
-                codex_home: None,
-            },
+            init: InitializeResult::default(),
         };
         let params = InitializeParams {
             capabilities: Capabilities {
@@ -94,11 +102,17 @@ impl<S: ws::Stream> AppServer<S> {
             },
         };
         app.init = app.request("initialize", params)?;
-        app.notify("initialized", None::<Value>)?;
+        let initialized = Outgoing {
+            id: None,
+            jsonrpc: "2.0",
+            method: "initialized",
+            params: None::<Value>,
+        };
+        app.ws.send_text(&to_text(&initialized))?;
         Ok(app)
     }
 
-    /// What `initialize` answered (the user agent, `CODEX_HOME`).
+    /// What `initialize` answered (`CODEX_HOME`).
     pub fn info(&self) -> &InitializeResult {
         &self.init
     }
@@ -109,10 +123,11 @@ impl<S: ws::Stream> AppServer<S> {
         let mut ids = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
-            let params = PageParams {
+            let params = Params {
                 cursor: cursor.as_deref(),
+                ..Params::default()
             };
-            let page: LoadedList = self.request("thread/loaded/list", params)?;
+            let page: Page<String> = self.request("thread/loaded/list", params)?;
             ids.extend(page.data);
             cursor = page.next_cursor;
             if cursor.is_none() {
@@ -124,7 +139,11 @@ impl<S: ws::Stream> AppServer<S> {
 
     /// One thread: its cwd, status and recency (no turns).
     pub fn read_thread(&mut self, id: &str) -> Result<Thread, Error> {
-        let read: WithThread = self.request("thread/read", ThreadParams { thread_id: id })?;
+        let params = Params {
+            thread_id: Some(id),
+            ..Params::default()
+        };
+        let read: WithThread = self.request("thread/read", params)?;
         Ok(read.thread)
     }
 
@@ -149,7 +168,11 @@ impl<S: ws::Stream> AppServer<S> {
 
     /// A new thread in `cwd`, with Codex's defaults otherwise.
     pub fn start_thread(&mut self, cwd: &Path) -> Result<Thread, Error> {
-        let started: WithThread = self.request("thread/start", StartThreadParams { cwd })?;
+        let params = Params {
+            cwd: Some(cwd),
+            ..Params::default()
+        };
+        let started: WithThread = self.request("thread/start", params)?;
         Ok(started.thread)
     }
 
@@ -176,9 +199,10 @@ impl<S: ws::Stream> AppServer<S> {
     /// did not start (`thread/resume`); refused for a thread with no turn
     /// yet.
     pub fn resume_thread(&mut self, id: &str) -> Result<Thread, Error> {
-        let params = ResumeParams {
-            exclude_turns: true,
-            thread_id: id,
+        let params = Params {
+            exclude_turns: Some(true),
+            thread_id: Some(id),
+            ..Params::default()
         };
         let resumed: WithThread = self.request("thread/resume", params)?;
         Ok(resumed.thread)
@@ -186,12 +210,13 @@ impl<S: ws::Stream> AppServer<S> {
 
     /// The last `limit` turns of a thread, newest first, with every item.
     pub fn recent_turns(&mut self, thread_id: &str, limit: u32) -> Result<Vec<Turn>, Error> {
-        let params = TurnsParams {
-            items_view: "full",
-            limit,
-            thread_id,
+        let params = Params {
+            items_view: Some("full"),
+            limit: Some(limit),
+            thread_id: Some(thread_id),
+            ..Params::default()
         };
-        let page: TurnPage = self.request("thread/turns/list", params)?;
+        let page: Page<Turn> = self.request("thread/turns/list", params)?;
         Ok(page.data)
     }
 
@@ -213,9 +238,10 @@ impl<S: ws::Stream> AppServer<S> {
     /// Starts a queued submission now (`thread/queue/start`): the queue
     /// does not move on its own after an interrupted turn.
     pub fn queue_start(&mut self, thread_id: &str, submission: &str) -> Result<(), Error> {
-        let params = QueueStartParams {
-            queued_submission_id: submission,
-            thread_id,
+        let params = Params {
+            queued_submission_id: Some(submission),
+            thread_id: Some(thread_id),
+            ..Params::default()
         };
         let _: Value = self.request("thread/queue/start", params)?;
         Ok(())
@@ -240,7 +266,11 @@ impl<S: ws::Stream> AppServer<S> {
     /// Interrupts the running turn `turn_id` (`turn/interrupt`); its
     /// `turn/completed` says `interrupted`.
     pub fn interrupt(&mut self, thread_id: &str, turn_id: &str) -> Result<(), Error> {
-        let params = InterruptParams { thread_id, turn_id };
+        let params = Params {
+            thread_id: Some(thread_id),
+            turn_id: Some(turn_id),
+            ..Params::default()
+        };
         let _: Value = self.request("turn/interrupt", params)?;
         Ok(())
     }
@@ -281,14 +311,7 @@ impl<S: ws::Stream> AppServer<S> {
                     if done.turn.id != turn_id || !thread_is(&done.thread_id) {
                         continue;
                     }
-                    let last = done.turn.items.iter().rev().find_map(|i| i.agent_text());
-                    return Ok(TurnEnd {
-                        thread_id: thread_id.to_string(),
-                        turn_id: done.turn.id.clone(),
-                        status: done.turn.status,
-                        text: last.map(str::to_string).or(said),
-                        error: done.turn.error.map(|e| e.message),
-                    });
+                    return Ok(TurnEnd::of(thread_id.to_string(), done.turn, said));
                 }
                 _ => {}
             }
@@ -304,13 +327,10 @@ impl<S: ws::Stream> AppServer<S> {
         let deadline = Instant::now() + timeout;
         loop {
             let msg = self.recv(deadline, "notification", timeout)?;
-            match (msg.method, msg.id) {
-                (Some(method), id) => {
-                    let params = msg.params.unwrap_or(Value::Null);
-                    return Ok(Notification { method, params, id });
-                }
-                // An answer nobody waits for (a request given up on).
-                (None, _) => continue,
+            // Else an answer nobody waits for (a request given up on).
+            if let Some(method) = msg.method {
+                let params = msg.params.unwrap_or(Value::Null);
+                return Ok(Notification { method, params });
             }
         }
     }
@@ -336,14 +356,9 @@ impl<S: ws::Stream> AppServer<S> {
         let what = format!("answer to {method}");
         loop {
             let msg = self.recv(deadline, &what, self.timeout)?;
-            if let Some(m) = msg.method {
+            if let Some(method) = msg.method {
                 let params = msg.params.unwrap_or(Value::Null);
-                let id = msg.id;
-                self.pending.push_back(Notification {
-                    method: m,
-                    params,
-                    id,
-                });
+                self.pending.push_back(Notification { method, params });
                 continue;
             }
             if msg.id.as_ref().and_then(Value::as_u64) != Some(id) {
@@ -358,18 +373,6 @@ impl<S: ws::Stream> AppServer<S> {
             }
             return parse(&what, msg.result.unwrap_or(Value::Null));
         }
-    }
-
-    /// Sends notification `method`.
-    pub fn notify(&mut self, method: &str, params: Option<impl Serialize>) -> Result<(), Error> {
-        let msg = Outgoing {
-            id: None,
-            jsonrpc: "2.0",
-            method,
-            params,
-        };
-        self.ws.send_text(&to_text(&msg))?;
-        Ok(())
     }
 
     /// Closes the WebSocket.

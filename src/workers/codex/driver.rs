@@ -79,7 +79,7 @@ pub enum Report {
 }
 
 /// A task under way when the connection failed.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Lost {
     pub message_id: String,
     /// Its input may have reached Codex: it may have run, in part or
@@ -89,26 +89,14 @@ pub struct Lost {
     pub followers: Vec<String>,
 }
 
-/// The foreground's end of the thread.
-pub struct Driver {
-    jobs: chan::Sender<Job>,
-}
-
-impl Driver {
-    /// Hands `job` to the thread; false if the thread is gone.
-    pub fn ask(&self, job: Job) -> bool {
-        self.jobs.send(job).is_ok()
-    }
-}
-
 /// Starts the thread for the app-server at `socket` and the thread of
-/// `workspace`; it reports on `reports` and ends when the `Driver` is
-/// dropped.
+/// `workspace`: it takes jobs on the channel returned, reports on
+/// `reports`, and ends when the jobs' sender is dropped.
 pub fn start(
     socket: PathBuf,
     workspace: PathBuf,
     reports: chan::Sender<Report>,
-) -> std::io::Result<Driver> {
+) -> std::io::Result<chan::Sender<Job>> {
     let (jobs, rx) = chan::unbounded();
     let mut worker = Worker {
         socket,
@@ -122,7 +110,7 @@ pub fn start(
     thread::Builder::new()
         .name("codex".into())
         .spawn(move || worker.run(&rx))?;
-    Ok(Driver { jobs })
+    Ok(jobs)
 }
 
 /// The workspace's thread as found.
@@ -153,6 +141,7 @@ fn submit(conn: &mut AppServer, u: &mut Under, idle: bool, text: &str) -> Result
 }
 
 /// The task under way.
+#[derive(Default)]
 struct Under {
     message_id: String,
     thread_id: String,
@@ -210,6 +199,15 @@ impl Worker {
 
     fn report(&self, r: Report) {
         let _ = self.reports.send(r);
+    }
+
+    /// The turn `turn_id` of `thread_id` runs the task `message_id`.
+    fn started(&self, message_id: String, thread_id: String, turn_id: String) {
+        self.report(Report::Started {
+            message_id,
+            thread_id,
+            turn_id,
+        });
     }
 
     fn job(&mut self, job: Job) {
@@ -327,12 +325,7 @@ impl Worker {
         }
         if u.turn_id.is_none() {
             u.turn_id = Some(turn.id.clone());
-            let r = Report::Started {
-                message_id: id,
-                thread_id: thread.clone(),
-                turn_id: turn.id.clone(),
-            };
-            self.report(r);
+            self.started(id, thread.clone(), turn.id.clone());
         }
         self.completed(WithTurn {
             thread_id: Some(thread),
@@ -354,8 +347,7 @@ impl Worker {
             Err(e) => {
                 let lost = Lost {
                     message_id,
-                    sent: false,
-                    followers: Vec::new(),
+                    ..Lost::default()
                 };
                 self.fail(&e, Some(lost));
                 return;
@@ -366,23 +358,14 @@ impl Worker {
         let mut under = Under {
             message_id: message_id.clone(),
             thread_id: thread_id.clone(),
-            submission: None,
-            turn_id: None,
-            interrupt: false,
-            interrupt_sent: false,
-            said: None,
             subscribed,
-            followers: Vec::new(),
+            ..Under::default()
         };
         let sent = match (steer, running) {
             (true, Some(turn_id)) => match conn.steer(&thread_id, &turn_id, &message_id, text) {
                 Ok(()) => {
                     under.turn_id = Some(turn_id.clone());
-                    self.report(Report::Started {
-                        message_id: message_id.clone(),
-                        thread_id: thread_id.clone(),
-                        turn_id,
-                    });
+                    self.started(message_id.clone(), thread_id.clone(), turn_id);
                     Ok(())
                 }
                 // The turn ended meanwhile: queued as any task is.
@@ -399,15 +382,12 @@ impl Worker {
             }
             Err(e) => {
                 let sent = !matches!(e, Error::Unsent(_));
-                let followers = Vec::new();
-                self.fail(
-                    &e,
-                    Some(Lost {
-                        message_id,
-                        sent,
-                        followers,
-                    }),
-                );
+                let lost = Lost {
+                    message_id,
+                    sent,
+                    ..Lost::default()
+                };
+                self.fail(&e, Some(lost));
             }
         }
     }
@@ -429,28 +409,17 @@ impl Worker {
         match conn.steer(&u.thread_id, &turn, &message_id, text) {
             Ok(()) => {
                 u.followers.push(message_id.clone());
-                let r = Report::Started {
-                    thread_id: u.thread_id.clone(),
-                    message_id,
-                    turn_id: turn,
-                };
-                self.report(r);
+                let thread_id = u.thread_id.clone();
+                self.started(message_id, thread_id, turn);
             }
             Err(Error::Rpc { message, .. }) => {
                 let why = format!("Codex did not take it into the running turn: {message}");
                 self.report(Report::Back { message_id, why });
             }
             Err(e) => {
-                let mut lost = self.task.take().map(|u| Lost {
-                    message_id: u.message_id,
-                    sent: true,
-                    followers: u.followers,
-                });
-                if let Some(l) = lost.as_mut() {
-                    // It may have joined the turn: as sent as the turn's task.
-                    l.followers.push(message_id);
-                }
-                self.fail(&e, lost);
+                // It may have joined the turn: as sent as the turn's task.
+                u.followers.push(message_id);
+                self.lose(&e);
             }
         }
     }
@@ -463,9 +432,7 @@ impl Worker {
         match conn.next_notification(timeout) {
             Ok(n) => self.note(n),
             Err(Error::TimedOut { .. }) => {}
-            Err(e) => {
-                self.lose(&e);
-            }
+            Err(e) => self.lose(&e),
         }
     }
 
@@ -473,9 +440,6 @@ impl Worker {
     /// a connection that ended is said.
     fn look(&mut self) {
         for _ in 0..DRAIN {
-            if self.conn.is_none() {
-                return;
-            }
             let Some(conn) = self.conn.as_mut() else {
                 return;
             };
@@ -530,12 +494,8 @@ impl Worker {
         if ours && u.turn_id.is_none() {
             u.turn_id = Some(turn.clone());
             u.submission = None;
-            let r = Report::Started {
-                message_id: u.message_id.clone(),
-                thread_id: thread,
-                turn_id: turn.clone(),
-            };
-            self.report(r);
+            let id = u.message_id.clone();
+            self.started(id, thread, turn.clone());
             self.send_interrupt();
             return;
         }
@@ -558,18 +518,10 @@ impl Worker {
         };
         if u.turn_id.as_deref() == Some(w.turn.id.as_str()) {
             let u = self.task.take().expect("checked");
-            let last = w.turn.items.iter().rev().find_map(|i| i.agent_text());
-            let end = TurnEnd {
-                thread_id: thread,
-                turn_id: w.turn.id.clone(),
-                status: w.turn.status,
-                text: last.map(str::to_string).or(u.said),
-                error: w.turn.error.map(|e| e.message),
-            };
             self.report(Report::Ended {
                 message_id: u.message_id,
                 followers: u.followers,
-                end,
+                end: TurnEnd::of(thread, w.turn, u.said),
             });
             return;
         }
@@ -602,9 +554,7 @@ impl Worker {
         match conn.interrupt(&thread, &turn) {
             // Refused: the turn ended meanwhile; its end is on the way.
             Ok(()) | Err(Error::Rpc { .. }) => {}
-            Err(e) => {
-                self.lose(&e);
-            }
+            Err(e) => self.lose(&e),
         }
     }
 

@@ -12,15 +12,10 @@ use std::path::{Path, PathBuf};
 /// own (`method` with `id`). No `"jsonrpc"` member is required.
 #[derive(Debug, Deserialize)]
 pub struct Incoming {
-    #[serde(default)]
     pub id: Option<Value>,
-    #[serde(default)]
     pub method: Option<String>,
-    #[serde(default)]
     pub params: Option<Value>,
-    #[serde(default)]
     pub result: Option<Value>,
-    #[serde(default)]
     pub error: Option<RpcError>,
 }
 
@@ -33,22 +28,19 @@ pub struct RpcError {
 }
 
 /// `initialize`'s answer.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeResult {
-    #[serde(default)]
-    pub user_agent: String,
-    #[serde(default)]
     pub codex_home: Option<PathBuf>,
 }
 
-/// `thread/loaded/list`'s answer: thread ids, a page of them.
+/// A page of an answer: `thread/loaded/list`'s (thread ids), and
+/// `thread/turns/list`'s (turns).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LoadedList {
-    #[serde(default)]
-    pub data: Vec<String>,
-    #[serde(default)]
+pub struct Page<T> {
+    #[serde(default = "Vec::new")]
+    pub data: Vec<T>,
     pub next_cursor: Option<String>,
 }
 
@@ -68,9 +60,7 @@ pub struct Thread {
     pub cwd: PathBuf,
     #[serde(default)]
     pub status: ThreadStatus,
-    #[serde(default)]
     pub updated_at: Option<i64>,
-    #[serde(default)]
     pub recency_at: Option<i64>,
     /// A thread that keeps no rollout (one Codex makes for itself, as for
     /// a title): it takes no queued input, so baton never picks it.
@@ -102,7 +92,6 @@ pub enum ThreadStatus {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WithTurn {
-    #[serde(default)]
     pub thread_id: Option<String>,
     pub turn: Turn,
 }
@@ -115,7 +104,6 @@ pub struct Turn {
     pub status: TurnStatus,
     #[serde(default)]
     pub items: Vec<Item>,
-    #[serde(default)]
     pub error: Option<TurnError>,
 }
 
@@ -137,8 +125,6 @@ pub enum TurnStatus {
 pub struct TurnError {
     #[serde(default)]
     pub message: String,
-    #[serde(default)]
-    pub codex_error_info: Option<Value>,
 }
 
 /// One item of a turn; only what baton reads of it: its kind (`type`:
@@ -149,11 +135,7 @@ pub struct TurnError {
 pub struct Item {
     #[serde(rename = "type")]
     pub kind: String,
-    #[serde(default)]
-    pub id: Option<String>,
-    #[serde(default)]
     pub text: Option<String>,
-    #[serde(default)]
     pub client_id: Option<String>,
 }
 
@@ -171,9 +153,7 @@ impl Item {
 #[serde(rename_all = "camelCase")]
 pub struct WithItem {
     pub item: Item,
-    #[serde(default)]
     pub thread_id: Option<String>,
-    #[serde(default)]
     pub turn_id: Option<String>,
 }
 
@@ -187,13 +167,6 @@ pub struct Queued {
 #[derive(Debug, Deserialize)]
 pub struct Submission {
     pub id: String,
-}
-
-/// `thread/turns/list`'s answer, a page of turns.
-#[derive(Debug, Deserialize)]
-pub struct TurnPage {
-    #[serde(default)]
-    pub data: Vec<Turn>,
 }
 
 // What baton sends. Each message is written as the map it replaces was:
@@ -232,41 +205,29 @@ pub struct ClientInfo<'a> {
     pub version: &'a str,
 }
 
-/// `thread/loaded/list`'s params: the page after `cursor`.
-#[derive(Debug, Serialize)]
-pub struct PageParams<'a> {
+/// The params of `thread/loaded/list` (the page after `cursor`),
+/// `thread/read`, `thread/start`, `thread/resume`, `thread/turns/list`,
+/// `thread/queue/start` and `turn/interrupt`: each request sets its own
+/// members, and the others are left out.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Params<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<&'a str>,
-}
-
-/// `thread/read`'s params.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ThreadParams<'a> {
-    pub thread_id: &'a str,
-}
-
-/// `thread/start`'s params.
-#[derive(Debug, Serialize)]
-pub struct StartThreadParams<'a> {
-    pub cwd: &'a Path,
-}
-
-/// `thread/resume`'s params.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ResumeParams<'a> {
-    pub exclude_turns: bool,
-    pub thread_id: &'a str,
-}
-
-/// `thread/turns/list`'s params.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnsParams<'a> {
-    pub items_view: &'a str,
-    pub limit: u32,
-    pub thread_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<&'a Path>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exclude_turns: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items_view: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_submission_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<&'a str>,
 }
 
 /// The user's input to a thread: `turn/start`, `thread/queue/add` and
@@ -300,20 +261,4 @@ impl<'a> InputParams<'a> {
             thread_id,
         }
     }
-}
-
-/// `thread/queue/start`'s params.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QueueStartParams<'a> {
-    pub queued_submission_id: &'a str,
-    pub thread_id: &'a str,
-}
-
-/// `turn/interrupt`'s params.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InterruptParams<'a> {
-    pub thread_id: &'a str,
-    pub turn_id: &'a str,
 }

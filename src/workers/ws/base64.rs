@@ -24,39 +24,6 @@ pub fn encode(data: &[u8]) -> String {
     out
 }
 
-/// Decodes padded base64; None for anything else (a character outside
-/// the alphabet, a wrong length, padding in the middle, or bits left over
-/// after the last byte, which RFC 4648 §3.5 lets a decoder refuse).
-pub fn decode(text: &str) -> Option<Vec<u8>> {
-    let bytes = text.as_bytes();
-    if bytes.len() % 4 != 0 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
-    let groups = bytes.chunks_exact(4);
-    let last = groups.len().saturating_sub(1);
-    for (g, group) in groups.enumerate() {
-        let pad = group.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && g != last) {
-            return None;
-        }
-        let mut n = 0u32;
-        for &c in &group[..4 - pad] {
-            let v = ALPHABET.iter().position(|&a| a == c)?;
-            n = n << 6 | v as u32;
-        }
-        n <<= 6 * pad;
-        let [_, b0, b1, b2] = n.to_be_bytes();
-        let decoded = [b0, b1, b2];
-        let (keep, spare) = decoded.split_at(3 - pad);
-        if spare.iter().any(|&b| b != 0) {
-            return None;
-        }
-        out.extend_from_slice(keep);
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,29 +43,11 @@ mod tests {
     fn rfc4648_vectors() {
         for (plain, coded) in VECTORS {
             assert_eq!(encode(plain.as_bytes()), coded, "{plain:?}");
-            assert_eq!(
-                decode(coded).as_deref(),
-                Some(plain.as_bytes()),
-                "{coded:?}"
-            );
         }
     }
 
     #[test]
-    fn every_byte_round_trips() {
-        let all: Vec<u8> = (0..=255).collect();
-        for n in 0..all.len() {
-            assert_eq!(decode(&encode(&all[n..])).as_deref(), Some(&all[n..]));
-        }
+    fn the_last_alphabet_letters() {
         assert_eq!(encode(&[0xfb, 0xff]), "+/8=");
-    }
-
-    #[test]
-    fn refuses_what_is_not_padded_base64() {
-        for bad in [
-            "Zg", "Zg=", "Z===", "Zg==Zg==", "Zm9v!A==", "Zh==", "Zm9=", "====",
-        ] {
-            assert_eq!(decode(bad), None, "{bad:?}");
-        }
     }
 }

@@ -5,7 +5,7 @@
 
 use super::error::{self, Error};
 use super::frame::{self, Header, Opcode, Side};
-use super::handshake;
+use super::{base64, handshake};
 use crate::sys;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -117,13 +117,8 @@ impl Wait {
 
 impl Client<UnixStream> {
     /// Connects to the WebSocket server on the Unix socket at `path` and
-    /// upgrades, all within `timeout`, with the default `Options`.
-    pub fn connect(path: &Path, timeout: Duration) -> Result<Self, Error> {
-        Client::connect_with(path, &Options::new(timeout))
-    }
-
-    /// `connect` with other `Options`: a request path, a message bound.
-    pub fn connect_with(path: &Path, options: &Options) -> Result<Self, Error> {
+    /// upgrades, all within `options.timeout`.
+    pub fn connect(path: &Path, options: &Options) -> Result<Self, Error> {
         let connect = |source| Error::Connect {
             path: path.to_path_buf(),
             source,
@@ -145,7 +140,8 @@ impl<S: Stream> Client<S> {
     /// key and reads the response head, at most
     /// `handshake::MAX_RESPONSE` bytes within `options.timeout`.
     pub fn handshake(stream: S, options: &Options) -> Result<Self, Error> {
-        let key = handshake::key_from(random()?);
+        // A `Sec-WebSocket-Key`: 16 random bytes, base64 (§4.1, item 7).
+        let key = base64::encode(&random::<16>()?);
         let request = handshake::request(&options.request_path, &key)?;
         let mut client = Client::new(stream, options);
         let wait = Wait::new("handshake", Some(options.timeout));
