@@ -124,9 +124,7 @@ impl Door {
             Door::Controller | Door::Reply => OPERATOR,
         }
     }
-}
 
-impl Door {
     /// The doors that, with `serve --operator`, only the operators'
     /// accounts pass: the instance's own account is at most its agent,
     /// and its agent neither decides nor stops what runs.
