@@ -4,7 +4,7 @@
 //! protocol's own words (`params::Fields`).
 
 use super::params::{Fields, Invalid};
-use crate::wire::answer::CompleteParams;
+use crate::wire::answer::{CompleteParams, Target};
 use crate::wire::{Outcome, Said, Summary};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -179,16 +179,9 @@ pub struct SendParams {
     pub target_instance_id: Option<String>,
 }
 
-/// `message/send`'s `sender`: the instance a task is sent for.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct SendSender {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub instance_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub workspace: Option<String>,
-}
+/// `message/send`'s `sender`: the instance a task is sent for, named as
+/// a send's `Target` is.
+pub type SendSender = Target;
 
 /// One page of `inbox/list` as the instance writes it: every place, and
 /// `next` (null on the last page). `answer::InboxPage` reads it.
