@@ -24,27 +24,18 @@ impl HelloParams {
             Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.clone()),
             _ => None,
         })?;
-        let client = Fields(f.need("client", "an object", Value::as_object)?);
+        let c = Fields(f.need("client", "an object", Value::as_object)?);
         let client = Software {
-            name: client
-                .need("client.name", "a string", Value::as_str)?
-                .into(),
-            version: client
-                .need("client.version", "a string", Value::as_str)?
-                .into(),
+            name: String::from(c.need("client.name", "a string", Value::as_str)?),
+            version: String::from(c.need("client.version", "a string", Value::as_str)?),
         };
-        let bridge = match f.opt("bridge", "an object", Value::as_object)? {
+        let label = |v: &Value| v.as_str().filter(|l| valid_key(l)).map(String::from);
+        let bridge = match f.opt("bridge", "an object", Value::as_object)?.map(Fields) {
             None => None,
             Some(b) => Some(BridgeParams {
-                target: Fields(b)
-                    .need("bridge.target", "a string", Value::as_str)?
-                    .to_string(),
-                remote: Fields(b).text("bridge.remote")?,
-                key: Fields(b)
-                    .opt("bridge.key", want_key, |v| {
-                        v.as_str().filter(|l| valid_key(l))
-                    })?
-                    .map(String::from),
+                target: b.need("bridge.target", "a string", Value::as_str)?.into(),
+                remote: b.text("bridge.remote")?,
+                key: b.opt("bridge.key", want_key, label)?,
             }),
         };
         Ok(HelloParams {
