@@ -57,11 +57,7 @@ fn children() -> Vec<u32> {
     for t in tasks.filter_map(Result::ok) {
         if let Ok(listed) = std::fs::read_to_string(t.path().join("children")) {
             read = true;
-            pids.extend(
-                listed
-                    .split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
+            pids.extend(listed.split_whitespace().flat_map(str::parse::<u32>));
         }
     }
     if read {
