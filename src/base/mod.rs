@@ -11,3 +11,9 @@ pub mod failpoint;
 pub mod files;
 pub mod reaper;
 pub mod status;
+
+/// Locks `m`, taking over a lock whose holder panicked: what it guards
+/// is used on, rather than every later caller failing too.
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
