@@ -59,22 +59,18 @@ pub fn find(key: &str) -> Result<Account> {
         Some(u) => a.uid == u,
         None => a.name == key,
     };
+    let listed = |text: &str| text.lines().filter_map(parse).find(matches);
+    let getent = || {
+        let out = std::process::Command::new("getent")
+            .args(["passwd", key])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        listed(&String::from_utf8_lossy(&out.stdout))
+    };
     let local = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    if let Some(a) = local.lines().filter_map(parse).find(matches) {
-        return Ok(a);
-    }
-    let out = std::process::Command::new("getent")
-        .args(["passwd", key])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output();
-    let listed = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
-    if let Some(a) = listed
-        .unwrap_or_default()
-        .lines()
-        .filter_map(parse)
-        .find(matches)
-    {
+    if let Some(a) = listed(&local).or_else(getent) {
         return Ok(a);
     }
     match uid {

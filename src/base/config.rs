@@ -84,10 +84,11 @@ pub const BATON_TURN: &str = "BATON_TURN";
 /// (a handler's turn, or a script pointed at it). Empty counts as unset,
 /// as for every `BATON_*` variable (docs/decisions.md).
 pub fn baton_socket() -> Option<PathBuf> {
-    socket_from(std::env::var_os(BATON_SOCKET))
+    path_from(std::env::var_os(BATON_SOCKET))
 }
 
-fn socket_from(value: Option<OsString>) -> Option<PathBuf> {
+/// A path variable's value: empty counts as unset.
+fn path_from(value: Option<OsString>) -> Option<PathBuf> {
     value.filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
@@ -165,9 +166,7 @@ impl Config {
             let value = lookup(name).filter(|v| !v.is_empty());
             value.map(|v| v.into_string().map_err(not_utf8)).transpose()
         };
-        let dir = lookup("BATON_DIR")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
+        let dir = path_from(lookup("BATON_DIR"));
         if let Some(p) = dir.as_ref().filter(|p| !p.is_absolute()) {
             let shown = p.display();
             return Err(Error::Env(format!(
@@ -342,10 +341,10 @@ mod tests {
 
     #[test]
     fn an_empty_socket_or_turn_is_unset() {
-        assert_eq!(socket_from(Some("".into())), None);
-        assert_eq!(socket_from(None), None);
+        assert_eq!(path_from(Some("".into())), None);
+        assert_eq!(path_from(None), None);
         assert_eq!(
-            socket_from(Some("/r/a-1.sock".into())),
+            path_from(Some("/r/a-1.sock".into())),
             Some(PathBuf::from("/r/a-1.sock"))
         );
         assert_eq!(turn_from(Some("".into())), None);

@@ -107,15 +107,9 @@ impl fmt::Display for Invalid {
 
 impl std::error::Error for Invalid {}
 
-impl From<String> for Invalid {
-    fn from(s: String) -> Invalid {
-        Invalid(s)
-    }
-}
-
-impl From<&str> for Invalid {
-    fn from(s: &str) -> Invalid {
-        Invalid(s.to_string())
+impl<S: Into<String>> From<S> for Invalid {
+    fn from(s: S) -> Invalid {
+        Invalid(s.into())
     }
 }
 

@@ -68,7 +68,7 @@ pub fn write_private_fresh(
     fsync: bool,
     at: impl Fn(Step) -> io::Result<()>,
 ) -> io::Result<()> {
-    let f = create_private(tmp)?;
+    let f = create_new(tmp, false)?;
     write_fresh(f, tmp, bytes, fsync, at)?;
     rename(tmp, dest)
 }
@@ -183,10 +183,6 @@ pub fn write_private_fresh_in(
     tmp.rename_into(name, dest)
 }
 
-fn create_private(path: &Path) -> io::Result<File> {
-    create_new(path, false)
-}
-
 /// Creates `path`, which must not exist, mode 0600, never through a
 /// symlink, to write from its start or (`append`) to append to.
 pub fn create_new(path: &Path, append: bool) -> io::Result<File> {
@@ -235,13 +231,8 @@ pub fn sync_file(f: &File, path: &Path) -> io::Result<()> {
 /// Replaces what `f`, the file at `path`, holds with `bytes`: cut to
 /// nothing, then written from its current offset (0 for a file just
 /// opened).
-#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
 pub fn replace_contents(f: &mut File, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    f.set_len(0)?;
-    note!(Op::Truncate {
-        path: path.into(),
-        len: 0
-    });
+    truncate(f, path, 0)?;
     write_all(f, path, bytes)
 }
 

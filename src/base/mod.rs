@@ -13,11 +13,8 @@ pub mod files;
 pub mod reaper;
 pub mod status;
 
-use std::sync::{Mutex, MutexGuard};
-
-/// Takes `m`, even if a thread panicked while it held it: every lock
-/// baton takes guards data each update leaves consistent, so a panic
-/// elsewhere does not take the rest down with it.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// Locks `m`, taking over a lock whose holder panicked: what it guards
+/// is used on, rather than every later caller failing too.
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -6,22 +6,19 @@
 //! waits for itself (a handler's leader, a `tmux` call) is registered
 //! with `spawned` and never reaped here, so its owner gets its status.
 
+use crate::base::lock;
 use crate::sys;
 use std::io;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// The children started by code of ours that waits for them itself.
 static OWN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
-
-fn own() -> MutexGuard<'static, Vec<u32>> {
-    OWN.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Starts a child with `start` and registers its pid (`pid` reads it)
 /// before `reap_orphans` can look: the registry's lock is held across the
 /// start, so a child that ends at once is not taken for an orphan.
 pub fn spawned<T>(start: impl FnOnce() -> io::Result<T>, pid: impl Fn(&T) -> u32) -> io::Result<T> {
-    let mut own = own();
+    let mut own = lock(&OWN);
     let child = start()?;
     own.push(pid(&child));
     Ok(child)
@@ -29,7 +26,7 @@ pub fn spawned<T>(start: impl FnOnce() -> io::Result<T>, pid: impl Fn(&T) -> u32
 
 /// The child `pid` that `spawned` registered was waited for by its owner.
 pub fn waited(pid: u32) {
-    own().retain(|p| *p != pid);
+    lock(&OWN).retain(|p| *p != pid);
 }
 
 /// Reaps every child of ours that ended and is not one `spawned`
@@ -40,7 +37,7 @@ pub fn reap_orphans() {
 
 /// Reaps those of `pids` that ended and are not registered.
 fn reap_among(pids: Vec<u32>) {
-    let own = own();
+    let own = lock(&OWN);
     for pid in pids {
         if !own.contains(&pid) && sys::process(pid).is_some_and(|p| p.zombie) {
             let _ = sys::try_wait_leader(pid);
@@ -57,11 +54,7 @@ fn children() -> Vec<u32> {
     for t in tasks.filter_map(Result::ok) {
         if let Ok(listed) = std::fs::read_to_string(t.path().join("children")) {
             read = true;
-            pids.extend(
-                listed
-                    .split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
+            pids.extend(listed.split_whitespace().flat_map(str::parse::<u32>));
         }
     }
     if read {

@@ -100,13 +100,11 @@ impl FromStr for ReplyStatus {
     type Err = Unknown;
 
     fn from_str(s: &str) -> Result<ReplyStatus, Unknown> {
-        if s == ReplyStatus::Sending.as_str() {
-            return Ok(ReplyStatus::Sending);
+        match s {
+            "sending" => Ok(ReplyStatus::Sending),
+            "kept" => Ok(ReplyStatus::Kept),
+            _ => s.parse().map(ReplyStatus::Ended),
         }
-        if s == ReplyStatus::Kept.as_str() {
-            return Ok(ReplyStatus::Kept);
-        }
-        s.parse().map(ReplyStatus::Ended)
     }
 }
 

@@ -12,8 +12,8 @@ use super::{Event, INIT_TIMEOUT, RpcError, Shared, invalid_params, zcoder};
 use crate::spool::events::{self, Subscription};
 use crate::sys;
 use crate::wire::access::{BridgeKey, Door};
-use crate::wire::answer::{Hello, Pong, Software, Subscribed};
-use crate::wire::request::{AgentInfo, HelloRead, InfoQueue, SubscribeParams, Supported};
+use crate::wire::answer::{Hello, HelloParams, Pong, Software, Subscribed};
+use crate::wire::request::{AgentInfo, InfoQueue, SubscribeParams, Supported};
 use crate::wire::{self, Call, Id, Incoming, LineReader, Method, ReadError};
 use crossbeam_channel as chan;
 use serde_json::{Map, Value};
@@ -393,7 +393,7 @@ fn to_value(answer: impl serde::Serialize) -> Value {
 
 fn initialize(s: &Session, params: &Map<String, Value>) -> Result<Value, RpcError> {
     let (shared, peer) = (s.shared, s.peer);
-    let hello = HelloRead::read(params, BridgeKey::valid_label, KEY_LABEL)?;
+    let hello = HelloParams::read(params, BridgeKey::valid_label, KEY_LABEL)?;
     let version = hello.protocol_version;
     let bridge = hello.bridge.map(|b| BridgeKey {
         target: b.target,

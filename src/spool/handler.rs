@@ -47,7 +47,7 @@ impl Spool {
         static SID: OnceLock<Option<u32>> = OnceLock::new();
         let rec = Record {
             token: token.to_string(),
-            sid: *SID.get_or_init(sys::session_id),
+            sid: *SID.get_or_init(|| sys::session_of(0)),
             pgid,
         };
         let bytes = serde_json::to_vec(&rec).expect("a record serializes");
@@ -219,7 +219,7 @@ mod tests {
         // As the instance records it: its session, the leader's group.
         let recorded = |pgid: Option<u32>| Record {
             token: "444".into(),
-            sid: sys::session_id(),
+            sid: sys::session_of(0),
             pgid,
         };
         let rec = recorded(Some(pgid));

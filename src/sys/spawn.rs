@@ -118,8 +118,3 @@ pub fn wait_leader(pid: u32) -> io::Result<(Option<i32>, Option<i32>)> {
 pub fn try_wait_leader(pid: u32) -> io::Result<Option<(Option<i32>, Option<i32>)>> {
     super::waitpid(pid, libc::WNOHANG)
 }
-
-/// This process's session.
-pub fn session_id() -> Option<u32> {
-    super::session_of(0)
-}

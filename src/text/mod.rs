@@ -9,10 +9,8 @@ pub mod sanitize;
 
 /// Left-aligned columns; the last column is not padded.
 pub fn table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
-    let head = head.map(String::from);
-    let all: Vec<&[String]> = std::iter::once(&head[..])
-        .chain(rows.iter().map(|r| &r[..]))
-        .collect();
+    let head = [head.map(String::from)];
+    let all: Vec<&[String]> = head.iter().chain(rows).map(|r| &r[..]).collect();
     lay(&all).into_iter().map(|l| l + "\n").collect()
 }
 
@@ -23,16 +21,11 @@ pub fn table_with<const N: usize>(
     head: [&str; N],
     rows: &[(String, [String; N])],
 ) -> String {
-    let head: Vec<String> = std::iter::once(first)
-        .chain(head)
-        .map(String::from)
-        .collect();
-    let rows: Vec<Vec<String>> = (rows.iter())
+    let head = (first.to_string(), head.map(String::from));
+    let rows: Vec<Vec<String>> = (std::iter::once(&head).chain(rows))
         .map(|(c, r)| std::iter::once(c).chain(r).cloned().collect())
         .collect();
-    let all: Vec<&[String]> = std::iter::once(&head[..])
-        .chain(rows.iter().map(|r| &r[..]))
-        .collect();
+    let all: Vec<&[String]> = rows.iter().map(|r| &r[..]).collect();
     lay(&all).into_iter().map(|l| l + "\n").collect()
 }
 

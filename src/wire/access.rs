@@ -12,6 +12,7 @@
 //! cancel only their own tasks (`instance/cancel.rs`).
 
 use crate::base::config::{BATON_SOCKET, BATON_TURN};
+use crate::base::lock;
 use crate::sys;
 use crate::wire::{Call, Method};
 use std::collections::VecDeque;
@@ -124,9 +125,7 @@ impl Door {
             Door::Controller | Door::Reply => OPERATOR,
         }
     }
-}
 
-impl Door {
     /// The doors that, with `serve --operator`, only the operators'
     /// accounts pass: the instance's own account is at most its agent,
     /// and its agent neither decides nor stops what runs.
@@ -232,19 +231,14 @@ pub const KEPT_TOKENS: usize = 4096;
 impl Ours<'_> {
     /// Whether `token` is one of our exec turns'.
     fn issued(&self, token: &str) -> bool {
-        self.tokens.is_some_and(|t| {
-            t.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .any(|k| k == token)
-        })
+        self.tokens
+            .is_some_and(|t| lock(t).iter().any(|k| k == token))
     }
 
     /// The running exec turn's token: the newest, while a handler runs.
     fn running_token(&self) -> Option<String> {
         self.handler?;
-        let t = self.tokens?.lock().unwrap_or_else(|e| e.into_inner());
-        t.back().cloned()
+        lock(self.tokens?).back().cloned()
     }
 }
 

@@ -40,13 +40,15 @@ pub struct BridgeParams {
     pub target: String,
 }
 
-/// `initialize`'s parameters: the one place a client builds them.
+/// `initialize`'s parameters: the one place a client builds them, and
+/// the server reads them (`read`).
 #[derive(Clone, Debug, Serialize)]
 pub struct HelloParams {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bridge: Option<BridgeParams>,
     pub client: Software,
-    pub protocol_version: u64,
+    /// An integer, as given: only `PROTOCOL` is served.
+    pub protocol_version: serde_json::Number,
 }
 
 impl HelloParams {
@@ -55,14 +57,14 @@ impl HelloParams {
         HelloParams {
             bridge: None,
             client: Software::baton(name),
-            protocol_version: super::PROTOCOL,
+            protocol_version: super::PROTOCOL.into(),
         }
     }
 }
 
 /// `inbox/complete`'s parameters: the one place a client builds them
 /// (the CLI, the view and `baton mcp`).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct CompleteParams {
     pub message_id: String,
     /// As given: the instance answers `invalid` for one that does not
@@ -81,8 +83,7 @@ impl CompleteParams {
         CompleteParams {
             message_id: message_id.to_string(),
             outcome: Some(outcome.into()),
-            reply: None,
-            reply_to_reply: None,
+            ..CompleteParams::default()
         }
     }
 
@@ -435,7 +436,7 @@ pub struct Subscribed {
 /// `requeue`, `discard`, `turn/*`, `task/cancel`, `approval/respond`,
 /// `permission/ask`):
 /// its status, and why when it did nothing.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Handled {
     /// `permission/ask`'s, while it waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -466,13 +467,10 @@ impl Handled {
     /// `status` of the task `message_id`, and why when `reason` says.
     pub fn new(status: Handling, message_id: Option<&str>, reason: Option<String>) -> Handled {
         Handled {
-            approval_id: None,
             message_id: message_id.map(str::to_string),
-            outcome: None,
             reason,
-            reply: None,
             status: status.into(),
-            was: None,
+            ..Handled::default()
         }
     }
 

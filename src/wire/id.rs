@@ -10,7 +10,8 @@ use std::collections::HashMap;
 /// A request's id exactly as its line spelled it: a string, a number or
 /// `null`, echoed verbatim, so that `123456789012345678901234567890` or
 /// `-0` comes back as sent and not as the nearest `f64`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(transparent)]
 pub struct Id(Box<RawValue>);
 
 impl Id {
@@ -47,12 +48,6 @@ impl Id {
     /// As a JSON value (a number becomes the nearest `f64` past 64 bits).
     pub fn to_value(&self) -> Value {
         serde_json::from_str(self.get()).expect("an id is JSON")
-    }
-}
-
-impl serde::Serialize for Id {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
     }
 }
 

@@ -143,10 +143,8 @@ pub fn zcoder_length(header: &[u8], max: usize) -> Result<usize, FrameError> {
             "length is not a decimal number".into(),
         ));
     }
-    let n: usize = std::str::from_utf8(digits)
-        .expect("ascii digits")
-        .parse()
-        .expect("at most 8 digits");
+    // At most 8 digits: no overflow.
+    let n = (digits.iter()).fold(0, |n, d| n * 10 + usize::from(d - b'0'));
     if n == 0 {
         return Err(FrameError::BadHeader("length is zero".into()));
     }

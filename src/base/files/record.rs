@@ -11,6 +11,7 @@
 //! performs (tests that run side by side do not mix); a global one sees
 //! every thread's.
 
+use crate::base::lock;
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -61,8 +62,7 @@ pub fn note(op: impl FnOnce() -> Op) {
     }
     let op = op();
     if global {
-        let mut g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(ops) = g.as_mut() {
+        if let Some(ops) = lock(&GLOBAL).as_mut() {
             ops.push(op.clone());
         }
     }
@@ -95,7 +95,7 @@ impl Recorder {
                 *m = Some(Vec::new());
             }),
             Scope::Global => {
-                let mut g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
+                let mut g = lock(&GLOBAL);
                 assert!(g.is_none(), "a global recorder is already active");
                 *g = Some(Vec::new());
                 GLOBAL_ON.store(true, Ordering::SeqCst);
@@ -117,10 +117,7 @@ impl Recorder {
     pub fn ops(&self) -> Vec<Op> {
         match self.scope {
             Scope::ThisThread => MINE.with(|m| m.borrow().clone().unwrap_or_default()),
-            Scope::Global => {
-                let g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
-                g.clone().unwrap_or_default()
-            }
+            Scope::Global => lock(&GLOBAL).clone().unwrap_or_default(),
         }
     }
 
@@ -138,7 +135,7 @@ impl Drop for Recorder {
             Scope::ThisThread => MINE.with(|m| *m.borrow_mut() = None),
             Scope::Global => {
                 GLOBAL_ON.store(false, Ordering::SeqCst);
-                *GLOBAL.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                *lock(&GLOBAL) = None;
             }
         }
     }

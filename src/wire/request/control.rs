@@ -6,56 +6,42 @@
 //! own refusals (`invalid params: … must be …`), which serde's would not.
 
 use super::{Fields, Invalid};
-use crate::wire::answer::{BridgeParams, Software};
+use crate::wire::answer::{BridgeParams, HelloParams, Software};
 use crate::wire::{ApprovalKind, Decision, Handling, Manifest, Said, TaskMode};
 use serde::Serialize;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
-/// `initialize`'s params as the server reads them.
-#[derive(Clone, Debug)]
-pub struct HelloRead {
-    /// An integer, as given: only `PROTOCOL` is served.
-    pub protocol_version: Number,
-    pub client: Software,
-    pub bridge: Option<BridgeParams>,
-}
-
-impl HelloRead {
-    /// Reads `initialize`'s params; `valid_key` says which `bridge.key`
-    /// labels are (`want_key` names them).
+impl HelloParams {
+    /// Reads `initialize`'s params as the server takes them; `valid_key`
+    /// says which `bridge.key` labels are (`want_key` names them).
     pub fn read(
         p: &Map<String, Value>,
         valid_key: impl Fn(&str) -> bool,
         want_key: &str,
-    ) -> Result<HelloRead, Invalid> {
-        let version = Fields(p).need("protocol_version", "an integer", |v| match v {
+    ) -> Result<HelloParams, Invalid> {
+        let f = Fields(p);
+        let protocol_version = f.need("protocol_version", "an integer", |v| match v {
             Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.clone()),
             _ => None,
         })?;
-        let client = Fields(Fields(p).need("client", "an object", Value::as_object)?);
-        let name = client.need("client.name", "a string", Value::as_str)?;
-        let version_of = client.need("client.version", "a string", Value::as_str)?;
-        let bridge = match Fields(p).opt("bridge", "an object", Value::as_object)? {
+        let c = Fields(f.need("client", "an object", Value::as_object)?);
+        let client = Software {
+            name: String::from(c.need("client.name", "a string", Value::as_str)?),
+            version: String::from(c.need("client.version", "a string", Value::as_str)?),
+        };
+        let label = |v: &Value| v.as_str().filter(|l| valid_key(l)).map(String::from);
+        let bridge = match f.opt("bridge", "an object", Value::as_object)?.map(Fields) {
             None => None,
             Some(b) => Some(BridgeParams {
-                target: Fields(b)
-                    .need("bridge.target", "a string", Value::as_str)?
-                    .to_string(),
-                remote: Fields(b).text("bridge.remote")?,
-                key: Fields(b)
-                    .opt("bridge.key", want_key, |v| {
-                        v.as_str().filter(|l| valid_key(l))
-                    })?
-                    .map(String::from),
+                target: b.need("bridge.target", "a string", Value::as_str)?.into(),
+                remote: b.text("bridge.remote")?,
+                key: b.opt("bridge.key", want_key, label)?,
             }),
         };
-        Ok(HelloRead {
-            protocol_version: version,
-            client: Software {
-                name: name.to_string(),
-                version: version_of.to_string(),
-            },
+        Ok(HelloParams {
             bridge,
+            client,
+            protocol_version,
         })
     }
 }
@@ -101,9 +87,10 @@ impl SubscribeParams {
     }
 
     pub fn read(p: &Map<String, Value>) -> Result<SubscribeParams, Invalid> {
-        let since = Fields(p).opt("since", "a non-negative integer", Value::as_u64)?;
-        let controller = Fields(p).opt("controller", "a boolean", Value::as_bool)?;
-        Ok(SubscribeParams { controller, since })
+        Ok(SubscribeParams {
+            since: Fields(p).opt("since", "a non-negative integer", Value::as_u64)?,
+            controller: Fields(p).opt("controller", "a boolean", Value::as_bool)?,
+        })
     }
 }
 
@@ -215,9 +202,10 @@ pub struct ApprovalListParams {
 
 impl ApprovalListParams {
     pub fn read(p: &Map<String, Value>) -> Result<ApprovalListParams, Invalid> {
-        let full = Fields(p).opt("full", "a boolean", Value::as_bool)?;
-        let approval_id = Fields(p).text("approval_id")?;
-        Ok(ApprovalListParams { approval_id, full })
+        Ok(ApprovalListParams {
+            full: Fields(p).opt("full", "a boolean", Value::as_bool)?,
+            approval_id: Fields(p).text("approval_id")?,
+        })
     }
 }
 
@@ -250,15 +238,11 @@ impl RespondParams {
                 ))
             })
         };
-        let approval_id = needed("approval_id")?;
-        let digest = needed("digest")?;
-        let decision = f.need_text("decision")?;
-        let by = f.text("by")?;
         Ok(RespondParams {
-            approval_id,
-            by,
-            decision: Said::spelled(&decision),
-            digest: Value::String(digest),
+            approval_id: needed("approval_id")?,
+            digest: Value::String(needed("digest")?),
+            decision: Said::spelled(&f.need_text("decision")?),
+            by: f.text("by")?,
         })
     }
 }
@@ -327,17 +311,12 @@ pub struct AskParams {
 impl AskParams {
     pub fn read(p: &Map<String, Value>) -> Result<AskParams, Invalid> {
         let f = Fields(p);
-        let request_id = f.need_text("request_id")?;
-        let tool_name = f.need_text("tool_name")?;
-        let description = f.text("description")?.unwrap_or_default();
-        let input_preview = f.text("input_preview")?.unwrap_or_default();
-        let host = f.text("host")?;
         Ok(AskParams {
-            description,
-            host,
-            input_preview,
-            request_id,
-            tool_name,
+            request_id: f.need_text("request_id")?,
+            tool_name: f.need_text("tool_name")?,
+            description: f.text("description")?.unwrap_or_default(),
+            input_preview: f.text("input_preview")?.unwrap_or_default(),
+            host: f.text("host")?,
         })
     }
 }

@@ -4,7 +4,7 @@
 //! protocol's own words (`params::Fields`).
 
 use super::params::{Fields, Invalid};
-use crate::wire::answer::CompleteParams;
+use crate::wire::answer::{CompleteParams, Target};
 use crate::wire::{Outcome, Said, Summary};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -78,10 +78,9 @@ pub struct ReceivedParams {
 impl ReceivedParams {
     pub fn read(p: &Map<String, Value>) -> Result<ReceivedParams, Invalid> {
         let f = Fields(p);
-        let message_id = f.need_text("message_id")?;
         Ok(ReceivedParams {
+            message_id: f.need_text("message_id")?,
             in_reply_to: f.need_text("in_reply_to")?,
-            message_id,
         })
     }
 }
@@ -99,10 +98,9 @@ impl ListParams {
     pub fn read(p: &Map<String, Value>) -> Result<ListParams, Invalid> {
         let f = Fields(p);
         let positive = |v: &Value| v.as_u64().filter(|n| *n > 0);
-        let limit = f.opt("limit", "a positive integer", positive)?;
         Ok(ListParams {
+            limit: f.opt("limit", "a positive integer", positive)?,
             after: f.text("after")?,
-            limit,
         })
     }
 }
@@ -112,15 +110,11 @@ impl CompleteParams {
     /// for `done`); the instance judges it.
     pub fn read(p: &Map<String, Value>) -> Result<CompleteParams, Invalid> {
         let f = Fields(p);
-        let message_id = f.need_text("message_id")?;
-        let outcome = f.text("outcome")?.map(|o| Said::spelled(&o));
-        let reply = f.text("reply")?;
-        let reply_to_reply = f.opt("reply_to_reply", "a boolean", Value::as_bool)?;
         Ok(CompleteParams {
-            message_id,
-            outcome,
-            reply,
-            reply_to_reply,
+            message_id: f.need_text("message_id")?,
+            outcome: f.text("outcome")?.map(|o| Said::spelled(&o)),
+            reply: f.text("reply")?,
+            reply_to_reply: f.opt("reply_to_reply", "a boolean", Value::as_bool)?,
         })
     }
 
@@ -156,18 +150,13 @@ pub struct RelayParams {
 impl RelayParams {
     pub fn read(p: &Map<String, Value>) -> Result<RelayParams, Invalid> {
         let f = Fields(p);
-        let body = f.need_text("body")?;
-        let turn = f.text("turn")?;
-        let target = f.text("target")?;
-        let mode = f.text("mode")?;
-        let reply = f.opt("reply", "a boolean", Value::as_bool)?;
         Ok(RelayParams {
-            body,
+            body: f.need_text("body")?,
+            turn: f.text("turn")?,
+            target: f.text("target")?,
+            mode: f.text("mode")?,
+            reply: f.opt("reply", "a boolean", Value::as_bool)?,
             message_id: f.text("message_id")?,
-            mode,
-            reply,
-            target,
-            turn,
         })
     }
 }
@@ -190,16 +179,9 @@ pub struct SendParams {
     pub target_instance_id: Option<String>,
 }
 
-/// `message/send`'s `sender`: the instance a task is sent for.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct SendSender {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub instance_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub workspace: Option<String>,
-}
+/// `message/send`'s `sender`: the instance a task is sent for, named as
+/// a send's `Target` is.
+pub type SendSender = Target;
 
 /// One page of `inbox/list` as the instance writes it: every place, and
 /// `next` (null on the last page). `answer::InboxPage` reads it.

@@ -9,9 +9,6 @@ mod control;
 mod inbox;
 mod params;
 
-// Until each file holds its types (issue 45's typed requests).
-#[allow(unused_imports)]
 pub use control::*;
-#[allow(unused_imports)]
 pub use inbox::*;
 pub use params::{Fields, Invalid, NoParams, missing};
