@@ -297,6 +297,19 @@ pub fn create_new_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<F
     Ok(unsafe { File::from_raw_fd(fd as RawFd) })
 }
 
+/// Opens `name` in the open directory `dir` to read, never through a
+/// symlink and never waiting on what stands there (`files::open_regular`'s
+/// flags).
+pub fn open_read_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<File> {
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+    // SAFETY: as in `create_new_at`.
+    let fd = retrying(|| {
+        unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC) }.into()
+    })?;
+    // SAFETY: a descriptor `openat` just returned, owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd as RawFd) })
+}
+
 /// Renames `from` in the open directory `from_dir` to `to` in `to_dir`.
 pub fn rename_at(
     from_dir: BorrowedFd<'_>,

@@ -156,6 +156,13 @@ impl Dir {
         Ok(f)
     }
 
+    /// Opens `name` here to read, as `open_regular` opens (the caller
+    /// checks what it is).
+    pub fn open_read(&self, name: &str) -> io::Result<File> {
+        let c = Dir::c_name(name)?;
+        self.with(|dir| sys::open_read_at(dir, &c))
+    }
+
     /// Renames `name` here to the same name in `to`.
     pub fn rename_into(&self, name: &str, to: &Dir) -> io::Result<()> {
         let c = Dir::c_name(name)?;

@@ -48,7 +48,7 @@ pub fn collect_stale(dir: &Path, thorough: bool) -> Collected {
     let mut malformed = Vec::new();
     for c in candidates {
         let m = match c {
-            Candidate::Ok(m, _) => m,
+            Candidate::Ok(m, ..) => m,
             // Unread for want of a resource: nothing is known of it.
             Candidate::Short(_) => continue,
             Candidate::Bad(s) => {

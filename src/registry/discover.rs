@@ -7,6 +7,7 @@ use super::{
     read_manifest_or_short, valid_id,
 };
 use crate::base::error::Invalid;
+use crate::base::files::Dir;
 use crate::client;
 use crate::sys;
 use crate::wire::State;
@@ -177,7 +178,9 @@ pub struct Discovery {
 }
 
 pub(super) enum Candidate {
-    Ok(Manifest, Wire),
+    /// And whether its socket's name was missing from the directory's
+    /// entries when they were listed (`socket_present` need not look).
+    Ok(Manifest, Wire, bool),
     Bad(Skipped),
     /// Not read: this process ran short of what it needed (no word on
     /// the manifest, which is neither listed nor removed).
@@ -185,14 +188,32 @@ pub(super) enum Candidate {
 }
 
 /// Reads `file`, the manifest of `id` in `dir`, into a candidate.
-fn candidate(dir: &RegistryDir, file: PathBuf, id: &str) -> Candidate {
+fn candidate(dir: &RegistryDir, held: Option<&Dir>, file: PathBuf, id: &str) -> Candidate {
+    candidate_among(dir, held, file, id, None)
+}
+
+/// `candidate`, knowing the names of the sockets among `dir`'s entries
+/// when they are known.
+fn candidate_among(
+    dir: &RegistryDir,
+    held: Option<&Dir>,
+    file: PathBuf,
+    id: &str,
+    socks: Option<&std::collections::HashSet<&str>>,
+) -> Candidate {
     let read = match client::is_abstract(&dir.path) {
         true => Ok(super::operators::manifest(dir, id).map_err(Invalid)),
-        false => read_manifest_or_short(dir, &file),
+        false => read_manifest_or_short(dir, &file, held),
     };
     match read {
         Err(what) => Candidate::Short(what),
-        Ok(Ok(m)) => Candidate::Ok(m, dir.wire),
+        Ok(Ok(m)) => {
+            let own = format!("a-{id}.sock");
+            let here = dir.path.to_str().map(|d| format!("{d}/"));
+            let unlisted = socks.is_some_and(|socks| !socks.contains(own.as_str()))
+                && m.socket.strip_suffix(&own) == here.as_deref();
+            Candidate::Ok(m, dir.wire, unlisted)
+        }
         Ok(Err(problem)) => Candidate::Bad(Skipped {
             path: file,
             instance_id: valid_id(id).then(|| id.to_string()),
@@ -266,6 +287,15 @@ fn read_listed(
     let ids: Vec<&str> = (manifests.iter()).map(|n| &n[2..n.len() - 5]).collect();
     let mut valid = 0;
     let mut looked = 0;
+    // Each manifest opened in the directory, not walked to from `/`.
+    let held = (!client::is_abstract(&dir.path))
+        .then(|| Dir::open(&dir.path).ok())
+        .flatten();
+    let socks = (names.iter())
+        .filter(|n| n.ends_with(".sock"))
+        .map(String::as_str)
+        .collect();
+    let socks = held.as_ref().map(|_| &socks);
     for id in &ids {
         if valid == MAX_CANDIDATES {
             break;
@@ -274,7 +304,8 @@ fn read_listed(
         if !read(id) {
             continue;
         }
-        let c = candidate(dir, dir.path.join(format!("a-{id}.json")), id);
+        let file = dir.path.join(format!("a-{id}.json"));
+        let c = candidate_among(dir, held.as_ref(), file, id, socks);
         if matches!(c, Candidate::Ok(..)) {
             valid += 1;
         }
@@ -377,7 +408,7 @@ pub fn find_id(dirs: &[RegistryDir], id: &str, timeout: Duration) -> Option<Peer
         .iter()
         .map(|d| (d, manifest_path(&d.path, id)))
         .filter(|(_, file)| fs::symlink_metadata(file).is_ok())
-        .map(|(d, file)| candidate(d, file, id))
+        .map(|(d, file)| candidate(d, None, file, id))
         .collect();
     settle(candidates, None, timeout, &|_| true).peers.pop()
 }
@@ -450,8 +481,8 @@ fn triage(
     // entry comes first (ours is scanned first) and wins.
     let mut seen = std::collections::HashSet::new();
     for c in candidates {
-        let (m, w) = match c {
-            Candidate::Ok(m, w) => (m, w),
+        let (m, w, unlisted) = match c {
+            Candidate::Ok(m, w, unlisted) => (m, w, unlisted),
             Candidate::Bad(s) => {
                 skipped.push(s);
                 continue;
@@ -478,7 +509,7 @@ fn triage(
             );
             skipped.push(skipped_peer(m, w, problem));
         } else if keep(&m) {
-            match unasked(&m) {
+            match unasked(&m, unlisted) {
                 Some(problem) => skipped.push(skipped_peer(m, w, problem)),
                 None => to_ping.push((m, w)),
             }
@@ -518,8 +549,16 @@ pub(super) fn kernel_says_stale(m: &Manifest) -> Option<String> {
 /// baton's) and `kill(pid, 0)` says `ESRCH`. Such a manifest is taken to
 /// be of this namespace, as every registry is one user's on one host
 /// (docs/decisions.md); one that names another namespace is still asked.
-fn unasked(m: &Manifest) -> Option<String> {
-    let present = match socket_present(m) {
+fn unasked(m: &Manifest, unlisted: bool) -> Option<String> {
+    // (`unlisted`: its name was not among the directory's entries.)
+    let look = || {
+        if unlisted {
+            Ok(false)
+        } else {
+            socket_present(m)
+        }
+    };
+    let present = match look() {
         Err(problem) => return Some(problem.0),
         Ok(present) => present,
     };
@@ -528,9 +567,12 @@ fn unasked(m: &Manifest) -> Option<String> {
     }
     let gone = || sys::pid_status(m.pid) == sys::PidStatus::Gone;
     if !present {
-        // What the ping's connect would have said.
-        let e = std::io::Error::from_raw_os_error(sys::ENOENT);
-        let problem = client::ClientError::Connect(e).to_string();
+        // What the ping's connect would have said (worded once).
+        static SAID: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            let e = std::io::Error::from_raw_os_error(sys::ENOENT);
+            client::ClientError::Connect(e).to_string()
+        });
+        let problem = SAID.clone();
         return Some(match gone() {
             true => format!("stale: {problem} and pid {} is gone", m.pid),
             false => problem,

@@ -20,19 +20,21 @@ const MAX_FIELD: usize = 4096;
 
 /// Reads and validates one manifest file; `Err` names the problem.
 pub fn read_manifest(dir: &RegistryDir, file: &Path) -> Result<Manifest, Invalid> {
-    read_manifest_or_short(dir, file)
+    read_manifest_or_short(dir, file, None)
         .unwrap_or_else(|what| Err(Invalid(format!("manifest: this process is {what}"))))
 }
 
 /// `read_manifest`, or (`Err`) what this process ran short of to read
 /// it: no word on the manifest. The common case, a regular file of ours,
-/// takes one open, one fstat and a read or two: discovery reads every
-/// manifest of the registry.
+/// takes one open (in `held`, the directory opened once for a scan, if
+/// given), one fstat and one read: discovery reads every manifest of the
+/// registry.
 pub fn read_manifest_or_short(
     dir: &RegistryDir,
     file: &Path,
+    held: Option<&files::Dir>,
 ) -> Result<Result<Manifest, Invalid>, &'static str> {
-    let read = match read_fast(file)? {
+    let read = match read_fast(file, held)? {
         Some(bytes) => parse_named(dir, file, &bytes),
         None => check_and_read_slowly(dir, file),
     };
@@ -60,13 +62,16 @@ impl<T: Into<Invalid>> From<T> for Read {
 /// waiting) as a regular file owned by us of at most 16 KiB; `None` when
 /// it is anything else, for `check_and_read_slowly` to say what; `Err`
 /// what this process ran short of.
-fn read_fast(file: &Path) -> Result<Option<Vec<u8>>, &'static str> {
+fn read_fast(file: &Path, held: Option<&files::Dir>) -> Result<Option<Vec<u8>>, &'static str> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt;
-    let opened = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)
-        .open(file);
+    let name = file.file_name().and_then(|n| n.to_str());
+    let opened = match (held, name) {
+        (Some(d), Some(name)) => d.open_read(name),
+        _ => (fs::OpenOptions::new().read(true))
+            .custom_flags(sys::O_NOFOLLOW | sys::O_NONBLOCK | sys::O_NOCTTY)
+            .open(file),
+    };
     let f = match opened {
         Ok(f) => f,
         Err(e) => return sys::shortage(&e).map_or(Ok(None), Err),
@@ -78,8 +83,18 @@ fn read_fast(file: &Path) -> Result<Option<Vec<u8>>, &'static str> {
     {
         return Ok(None);
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
-    match f.take(MAX_MANIFEST + 1).read_to_end(&mut bytes) {
+    // One read when it returns what fstat said (a manifest is written
+    // whole and renamed into place); else on to the end.
+    let mut bytes = vec![0; meta.len() as usize + 1];
+    let first = (&f).read(&mut bytes).map(|n| bytes.truncate(n));
+    let rest = match first {
+        Ok(()) if bytes.len() as u64 == meta.len() => Ok(0),
+        Ok(()) => f
+            .take(MAX_MANIFEST + 1 - bytes.len() as u64)
+            .read_to_end(&mut bytes),
+        Err(e) => Err(e),
+    };
+    match rest {
         Ok(_) if bytes.len() as u64 <= MAX_MANIFEST => Ok(Some(bytes)),
         Ok(_) => Ok(None),
         Err(e) => sys::shortage(&e).map_or(Ok(None), Err),
@@ -161,9 +176,9 @@ impl<'de> Deserialize<'de> for Member {
 impl Member {
     /// A string of at most `MAX_FIELD` bytes; empty if absent (or null)
     /// and not `required`.
-    fn string(&self, k: &str, required: bool) -> Result<String, String> {
-        match &self.0 {
-            Some(Value::String(s)) if s.len() <= MAX_FIELD => Ok(s.clone()),
+    fn string(self, k: &str, required: bool) -> Result<String, String> {
+        match self.0 {
+            Some(Value::String(s)) if s.len() <= MAX_FIELD => Ok(s),
             Some(Value::String(_)) => Err(format!("field {k} is too long")),
             None | Some(Value::Null) if !required => Ok(String::new()),
             None => Err(format!("field {k} is missing")),
@@ -189,9 +204,21 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
     if bytes.len() as u64 > MAX_MANIFEST {
         return Err("manifest is over 16 KiB".into());
     }
-    let obj = crate::wire::parse_flat(bytes).map_err(|e| Invalid(format!("manifest: {e}")))?;
-    let m: Members = serde_json::from_value(Value::Object(obj))
-        .map_err(|e| Invalid(format!("manifest: {e}")))?;
+    // The common case in one pass: an object with no `{` past its first
+    // byte and no `[` (even in a string), each member given once, read
+    // straight into `Members`. Anything else goes the long way, which
+    // says what is wrong (and lets a repeated member's last word count).
+    let flat = bytes.trim_ascii_start().starts_with(b"{")
+        && bytes.iter().filter(|b| matches!(b, b'{' | b'[')).count() == 1;
+    let m: Members = match flat.then(|| serde_json::from_slice(bytes).ok()).flatten() {
+        Some(m) => m,
+        None => {
+            let obj =
+                crate::wire::parse_flat(bytes).map_err(|e| Invalid(format!("manifest: {e}")))?;
+            serde_json::from_value(Value::Object(obj))
+                .map_err(|e| Invalid(format!("manifest: {e}")))?
+        }
+    };
     if m.protocol.integer("protocol")? != PROTOCOL {
         return Err("unsupported protocol".into());
     }
@@ -226,9 +253,10 @@ pub fn parse_manifest(dir: &RegistryDir, id: &str, bytes: &[u8]) -> Result<Manif
     let model = m.model.string("model", false)?;
     let socket = m.socket.string("socket", true)?;
     // A socket-activated agent listens on its name's wake socket.
-    let wake =
-        dir.wire == Wire::Jsonrpc && Path::new(&socket) == dir.path.join(format!("w-{name}.sock"));
-    if Path::new(&socket) != socket_path(&dir.path, &instance_id) && !wake {
+    let wake = || {
+        dir.wire == Wire::Jsonrpc && Path::new(&socket) == dir.path.join(format!("w-{name}.sock"))
+    };
+    if Path::new(&socket) != socket_path(&dir.path, &instance_id) && !wake() {
         return Err("socket is not <registry>/a-<id>.sock".into());
     }
     let state = m.state.string("state", true)?;

@@ -144,6 +144,8 @@ pub struct Shared {
     /// Our registry directory; the directories scanned for senders are
     /// derived from it each time, so a zcoder registry created later counts.
     pub registry: PathBuf,
+    /// Its instances, for the access table (`access::Instances`).
+    instances: crate::wire::access::Instances,
     pub policy: Policy,
     pub stopping: AtomicBool,
     /// The event stream; connection threads emit acceptances and
@@ -201,6 +203,7 @@ impl Shared {
             paused: AtomicBool::new(paused),
             approvals: AtomicUsize::new(0),
             manifest: Mutex::new(manifest),
+            instances: crate::wire::access::Instances::new(registry.clone()),
             registry,
             policy,
             stopping: AtomicBool::new(false),
@@ -224,7 +227,7 @@ impl Shared {
             uid: sys::euid(),
             operators: &self.operators,
             reaper: self.reaper.load(Ordering::SeqCst),
-            registry: Some(&self.registry),
+            registry: Some(&self.instances),
         }
     }
 

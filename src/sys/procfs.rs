@@ -66,9 +66,16 @@ fn read_stat(pid: u32) -> Option<String> {
 
 /// This process's pid namespace: the inode of `/proc/self/ns/pid`. None
 /// where there is no `/proc`.
+/// Asked of the kernel once: a process never changes its own pid
+/// namespace (`unshare` and `setns` move its children only).
 pub fn pid_namespace() -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    if let Some(ns) = NS.get() {
+        return Some(*ns);
+    }
+    let ns = std::fs::metadata("/proc/self/ns/pid").ok()?.ino();
+    Some(*NS.get_or_init(|| ns))
 }
 
 /// Every process `/proc` lists (Linux); none where there is no `/proc`.

@@ -16,8 +16,8 @@ use crate::base::lock;
 use crate::sys;
 use crate::wire::{Call, Method};
 use std::collections::VecDeque;
-use std::path::Path;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 spelled! {
     /// Who a caller is, as far as the kernel lets the instance tell.
@@ -221,7 +221,7 @@ pub struct Ours<'a> {
     /// Our registry: a peer that descends from another instance listed
     /// there (its manifest's pid an ancestor of the peer's) is a process
     /// of that instance's turn, whatever its environment says.
-    pub registry: Option<&'a Path>,
+    pub registry: Option<&'a Instances>,
 }
 
 /// Exec turns whose token is remembered: a process left over from an
@@ -328,7 +328,7 @@ enum Walked {
 /// Walks from `pid` up its ancestry, noting in `c` what it finds.
 fn walk(pid: u32, ours: &Ours, c: &mut Caller) -> Walked {
     let (mut cur, mut child, mut token_here) = (pid, None, None);
-    let mut instances: Option<Vec<(u32, String)>> = None;
+    let mut instances: Option<Arc<Vec<(u32, String)>>> = None;
     for _ in 0..MAX_DEPTH {
         if cur == ours.pid {
             c.role = Role::Turn;
@@ -337,8 +337,8 @@ fn walk(pid: u32, ours: &Ours, c: &mut Caller) -> Walked {
             return Walked::Done;
         }
         if cur != pid && c.instance_socket.is_none() {
-            let listed =
-                instances.get_or_insert_with(|| ours.registry.map_or_else(Vec::new, instances_in));
+            let listed = instances
+                .get_or_insert_with(|| ours.registry.map_or_else(Default::default, Instances::get));
             // Every turn runs in a process group of its own (its
             // handler's), never in its instance's: a child in the
             // instance's own group is none of its turns'.
@@ -397,9 +397,75 @@ fn walk(pid: u32, ours: &Ours, c: &mut Caller) -> Walked {
     Walked::Top
 }
 
+/// The instances of a registry by their manifests' names, read once per
+/// walk and only when a walk needs it, and listed again only when the
+/// directory changed (docs/performance.md, *A registry listed once per
+/// change*): a registry of a thousand stale manifests is not listed
+/// for every connection.
+pub struct Instances {
+    path: PathBuf,
+    listed: Mutex<Option<Listed>>,
+}
+
+/// A listing, and the directory as it was just before it was made.
+struct Listed {
+    /// The directory's device, inode and modification time.
+    stamp: (u64, u64, i64, i64),
+    /// Whether that time was older than the file system's clock step
+    /// when the listing began: a change after it then gives the directory
+    /// another time. (A change in the same step as the last one may leave
+    /// it as it was.)
+    settled: bool,
+    found: Arc<Vec<(u32, String)>>,
+}
+
+impl Instances {
+    pub fn new(path: PathBuf) -> Instances {
+        Instances {
+            path,
+            listed: Mutex::new(None),
+        }
+    }
+
+    fn get(&self) -> Arc<Vec<(u32, String)>> {
+        use std::os::unix::fs::MetadataExt;
+        let now = std::time::SystemTime::now();
+        let Ok(m) = std::fs::metadata(&self.path) else {
+            return Arc::new(instances_in(&self.path));
+        };
+        let stamp = (m.dev(), m.ino(), m.mtime(), m.mtime_nsec());
+        let mut listed = lock(&self.listed);
+        match &*listed {
+            Some(l) if l.settled && l.stamp == stamp => Arc::clone(&l.found),
+            _ => {
+                let modified = m.modified().unwrap_or(now);
+                let settled = modified + clock_step(m.mtime_nsec()) < now;
+                let found = Arc::new(instances_in(&self.path));
+                *listed = Some(Listed {
+                    stamp,
+                    settled,
+                    found: Arc::clone(&found),
+                });
+                found
+            }
+        }
+    }
+}
+
+/// How far apart two changes of a directory may be and still be given the
+/// same time, judged from a time it gave: a whole millisecond (a whole
+/// second, most likely) is a file system that keeps seconds or a few
+/// (ext3, FAT's two), 3 s; a finer one keeps nanoseconds from the
+/// kernel's clock, which steps a tick (at most 10 ms) at a time, 50 ms.
+fn clock_step(nanos: i64) -> std::time::Duration {
+    match nanos % 1_000_000 {
+        0 => std::time::Duration::from_secs(3),
+        _ => std::time::Duration::from_millis(50),
+    }
+}
+
 /// The instances of `registry` by their manifests' names
-/// (`a-PID-N.json`): each one's pid and socket. Read once per walk, and
-/// only when a walk needs it.
+/// (`a-PID-N.json`): each one's pid and socket.
 fn instances_in(registry: &Path) -> Vec<(u32, String)> {
     let entries = std::fs::read_dir(registry)
         .into_iter()
@@ -511,6 +577,45 @@ impl Caller {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_registry_is_listed_again_when_it_changed_or_had_just_changed() {
+        let dir = crate::sys::scratch("instances");
+        std::fs::create_dir(&dir).unwrap();
+        let add = |pid: u32| std::fs::write(dir.join(format!("a-{pid}-1.json")), b"{}").unwrap();
+        let set_time =
+            |t: std::time::SystemTime| std::fs::File::open(&dir).unwrap().set_modified(t).unwrap();
+        let pids = |i: &Instances| -> Vec<u32> { i.get().iter().map(|(p, _)| *p).collect() };
+        let listed = Instances::new(dir.clone());
+        add(7);
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        set_time(hour_ago);
+        assert_eq!(pids(&listed), [7]);
+        // A change gives the directory another time: listed again.
+        add(8);
+        let mut now = pids(&listed);
+        now.sort();
+        assert_eq!(now, [7, 8]);
+        // A change that left the time as it was (the same clock step) is
+        // seen while that time is recent: such a listing is not kept.
+        let recent = std::fs::metadata(&dir).unwrap().modified().unwrap();
+        add(9);
+        set_time(recent);
+        assert_eq!(pids(&listed).len(), 3);
+        // Once settled, the listing is kept while the time stays.
+        set_time(hour_ago);
+        assert_eq!(pids(&listed).len(), 3);
+        std::fs::remove_file(dir.join("a-9-1.json")).unwrap();
+        set_time(hour_ago);
+        assert_eq!(
+            pids(&listed).len(),
+            3,
+            "kept: the directory's time is the listing's"
+        );
+        set_time(hour_ago + std::time::Duration::from_secs(1));
+        assert_eq!(pids(&listed).len(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn every_door_has_a_row_and_hello_is_open_to_all() {
