@@ -284,10 +284,15 @@ pub fn limit_malloc_arenas() {
     }
 }
 
-/// Creates `name` in the open directory `dir` to write, mode 0600; it
-/// must not exist, and is never created through a symlink.
-pub fn create_new_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<File> {
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+/// Opens `name` in the open directory `dir`: `write`, to create it
+/// (mode 0600; it must not exist); else to read, never waiting on what
+/// stands there (`files::open_regular`'s flags). Never through a symlink.
+pub fn open_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr, write: bool) -> io::Result<File> {
+    let flags = match write {
+        true => libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        false => libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+    } | libc::O_NOFOLLOW
+        | libc::O_CLOEXEC;
     let mode: libc::c_uint = 0o600;
     // SAFETY: `name` is NUL-terminated and outlives the call; `dir` is an
     // open descriptor for its duration.
@@ -297,37 +302,16 @@ pub fn create_new_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<F
     Ok(unsafe { File::from_raw_fd(fd as RawFd) })
 }
 
-/// Opens `name` in the open directory `dir` to read, never through a
-/// symlink and never waiting on what stands there (`files::open_regular`'s
-/// flags).
-pub fn open_read_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> io::Result<File> {
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
-    // SAFETY: as in `create_new_at`.
-    let fd = retrying(|| {
-        unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC) }.into()
-    })?;
-    // SAFETY: a descriptor `openat` just returned, owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd as RawFd) })
-}
-
-/// Renames `from` in the open directory `from_dir` to `to` in `to_dir`.
+/// Renames `name` in the open directory `from` to the same name in `to`.
 pub fn rename_at(
-    from_dir: BorrowedFd<'_>,
-    from: &std::ffi::CStr,
-    to_dir: BorrowedFd<'_>,
-    to: &std::ffi::CStr,
+    from: BorrowedFd<'_>,
+    to: BorrowedFd<'_>,
+    name: &std::ffi::CStr,
 ) -> io::Result<()> {
-    // SAFETY: both names are NUL-terminated and outlive the call; both
+    let (a, b, n) = (from.as_raw_fd(), to.as_raw_fd(), name.as_ptr());
+    // SAFETY: `name` is NUL-terminated and outlives the call; both
     // descriptors are open for its duration.
-    check(unsafe {
-        libc::renameat(
-            from_dir.as_raw_fd(),
-            from.as_ptr(),
-            to_dir.as_raw_fd(),
-            to.as_ptr(),
-        )
-    })
-    .map(drop)
+    check(unsafe { libc::renameat(a, n, b, n) }).map(drop)
 }
 
 /// kill(2) to `id`: a process with `sign` 1, a process group with -1.

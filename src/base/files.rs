@@ -151,7 +151,7 @@ impl Dir {
     /// a symlink, never over anything).
     pub fn create_new(&self, name: &str) -> io::Result<File> {
         let c = Dir::c_name(name)?;
-        let f = self.with(|dir| sys::create_new_at(dir, &c))?;
+        let f = self.with(|dir| sys::open_at(dir, &c, true))?;
         note!(Op::Create(self.path.join(name)));
         Ok(f)
     }
@@ -160,13 +160,13 @@ impl Dir {
     /// checks what it is).
     pub fn open_read(&self, name: &str) -> io::Result<File> {
         let c = Dir::c_name(name)?;
-        self.with(|dir| sys::open_read_at(dir, &c))
+        self.with(|dir| sys::open_at(dir, &c, false))
     }
 
     /// Renames `name` here to the same name in `to`.
     pub fn rename_into(&self, name: &str, to: &Dir) -> io::Result<()> {
         let c = Dir::c_name(name)?;
-        self.with(|from| to.with(|dest| sys::rename_at(from, &c, dest, &c)))?;
+        self.with(|from| to.with(|dest| sys::rename_at(from, dest, &c)))?;
         note!(Op::Rename {
             from: self.path.join(name),
             to: to.path.join(name)

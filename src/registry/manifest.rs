@@ -327,4 +327,36 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.0, "socket is not <registry>/a-<id>.sock");
     }
+
+    #[test]
+    fn the_one_pass_reads_as_the_long_way_and_leaves_it_what_it_cannot_read() {
+        let dir = RegistryDir {
+            path: PathBuf::from("/run/user/1000/zcoder-agents"),
+            wire: Wire::Zcoder,
+        };
+        let manifest = |extra: &str, workspace: &str| {
+            format!(
+                r#"{{"protocol":1,"instance_id":"7-1","pid":7,"project":"p","workspace":"{workspace}",
+                "session_id":"","profile":"coding","model":"",
+                "socket":"/run/user/1000/zcoder-agents/a-7-1.sock","state":"ready",
+                "started_at":1{extra}}}"#
+            )
+        };
+        let read = |text: String| parse_manifest(&dir, "7-1", text.as_bytes());
+        // One pass: flat, each member once.
+        assert_eq!(read(manifest("", "/w")).unwrap().workspace, "/w");
+        // A `[` in a string, a repeated member (the last counts): the long way.
+        assert_eq!(read(manifest("", "/w[1]")).unwrap().workspace, "/w[1]");
+        let twice = read(manifest(r#","state":"busy""#, "/w")).unwrap();
+        assert_eq!(twice.state, "busy");
+        // Nested, or not an object: the long way names what is wrong.
+        let nested = read(manifest(r#","extra":{"a":1}"#, "/w")).unwrap_err();
+        assert!(
+            nested.0.ends_with(r#"field "extra" is nested"#),
+            "{}",
+            nested.0
+        );
+        let array = parse_manifest(&dir, "7-1", b"[1]").unwrap_err();
+        assert!(array.0.ends_with("not an object"), "{}", array.0);
+    }
 }
