@@ -209,9 +209,11 @@ fn candidate_among(
         Err(what) => Candidate::Short(what),
         Ok(Ok(m)) => {
             let own = format!("a-{id}.sock");
-            let here = dir.path.to_str().map(|d| format!("{d}/"));
             let unlisted = socks.is_some_and(|socks| !socks.contains(own.as_str()))
-                && m.socket.strip_suffix(&own) == here.as_deref();
+                && m.socket
+                    .strip_suffix(&own)
+                    .and_then(|d| d.strip_suffix('/'))
+                    == dir.path.to_str();
             Candidate::Ok(m, dir.wire, unlisted)
         }
         Ok(Err(problem)) => Candidate::Bad(Skipped {
@@ -291,11 +293,12 @@ fn read_listed(
     let held = (!client::is_abstract(&dir.path))
         .then(|| Dir::open(&dir.path).ok())
         .flatten();
-    let socks = (names.iter())
-        .filter(|n| n.ends_with(".sock"))
-        .map(String::as_str)
-        .collect();
-    let socks = held.as_ref().map(|_| &socks);
+    let socks: Option<std::collections::HashSet<&str>> = held.as_ref().map(|_| {
+        (names.iter())
+            .filter(|n| n.ends_with(".sock"))
+            .map(String::as_str)
+            .collect()
+    });
     for id in &ids {
         if valid == MAX_CANDIDATES {
             break;
@@ -305,7 +308,7 @@ fn read_listed(
             continue;
         }
         let file = dir.path.join(format!("a-{id}.json"));
-        let c = candidate_among(dir, held.as_ref(), file, id, socks);
+        let c = candidate_among(dir, held.as_ref(), file, id, socks.as_ref());
         if matches!(c, Candidate::Ok(..)) {
             valid += 1;
         }
